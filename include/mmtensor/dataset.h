@@ -1,0 +1,159 @@
+// Dataset: random access by record index into an mmtensor dataset file (docs/FORMAT.md).
+//
+// open() maps the file read-only and reads only its fixed-size preamble, footer and schema:
+// opening costs the same for a thousand records as for a hundred million. Nothing in the file
+// is trusted: every offset, size and count is checked against the real file size before use,
+// and each chunk's table entry and checksum are verified the first time the chunk is used
+// (compressed chunks: before they are decoded).
+//
+// A sample's fields come back as Tensor views:
+//   - uncompressed chunks: views straight into the mapping (zero-copy); their storage's
+//     filename() is the dataset's path;
+//   - lz4/zstd chunks: views into the decoded chunk, held in an LRU chunk cache with a byte
+//     budget; a view keeps its decoded chunk alive after eviction.
+//
+// Lifetime: Dataset is a handle; copies share one mapping and one cache. Views outlive the
+// Dataset they came from.
+// Thread safety: every const method may be called from many threads at once.
+// Errors: IndexError for an index out of range; ValueError for an unknown field (the message
+// lists the known ones) or a dtype/shape mismatch; FormatError / ChecksumError for a damaged
+// file, naming the chunk, byte offset and field.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "mmtensor/codec.h"
+#include "mmtensor/schema.h"
+#include "mmtensor/storage.h"
+#include "mmtensor/tensor.h"
+
+namespace mmt {
+
+struct ReaderOptions {
+  int64_t cache_bytes = int64_t{256} << 20;  // decoded-chunk cache budget
+  bool verify_checksums = true;              // verify each chunk's checksum on first use
+  AccessAdvice advice = AccessAdvice::Random;  // madvise for the whole mapping at open
+};
+
+struct ChunkInfo {
+  int64_t index = 0;
+  int64_t first_record = 0;
+  int64_t record_count = 0;
+  int64_t file_offset = 0;    // bytes
+  int64_t stored_bytes = 0;   // bytes in the file
+  int64_t decoded_bytes = 0;  // bytes after decoding
+  Codec codec = Codec::None;
+  uint64_t checksum = 0;
+};
+
+struct DatasetInfo {
+  uint32_t format_version = 0;
+  int64_t records = 0;
+  int64_t chunks = 0;
+  int64_t file_bytes = 0;
+  int64_t alignment = 0;
+  CodecSpec codec;             // the codec the writer was asked for
+  int64_t stored_bytes = 0;    // sum of chunks' stored bytes
+  int64_t decoded_bytes = 0;   // sum of chunks' decoded bytes
+};
+
+struct CacheStats {
+  int64_t hits = 0;
+  int64_t misses = 0;       // decodes
+  int64_t evictions = 0;
+  int64_t bytes_cached = 0;
+  int64_t budget_bytes = 0;
+};
+
+// One record: a Tensor view per field, in schema order. Holds no heap allocation of its own
+// for up to kInlineFields fields.
+class Sample {
+ public:
+  static constexpr size_t kInlineFields = 4;
+
+  Sample();
+  Sample(const Sample&);
+  Sample(Sample&&) noexcept;
+  Sample& operator=(const Sample&);
+  Sample& operator=(Sample&&) noexcept;
+  ~Sample();
+
+  int64_t index() const { return index_; }
+  size_t size() const { return count_; }
+  const Schema& schema() const { return *schema_; }
+  // The field's view; throws ValueError listing the known fields.
+  const Tensor& operator[](std::string_view field) const;
+  const Tensor& operator[](size_t i) const;
+  const Tensor& field(std::string_view name) const { return (*this)[name]; }
+
+  // For the engine: a sample of `schema` with `count` undefined tensors.
+  Sample(std::shared_ptr<const Schema> schema, int64_t index);
+  Tensor& mutable_field(size_t i);
+
+ private:
+  std::shared_ptr<const Schema> schema_;
+  int64_t index_ = -1;
+  size_t count_ = 0;
+  Tensor inline_[kInlineFields];
+  std::unique_ptr<Tensor[]> overflow_;
+};
+
+class Dataset {
+ public:
+  // Opens and validates the preamble, footer and schema. Throws IoError (missing file, no
+  // permission), FormatError (not an mmtensor file, unknown version, truncated, corrupt).
+  static Dataset open(const std::string& path, ReaderOptions options = {});
+
+  Dataset();  // an empty handle; every accessor throws ValueError until assigned from open()
+  bool is_open() const { return impl_ != nullptr; }
+
+  int64_t size() const;
+  const Schema& schema() const;
+  const Metadata& metadata() const;
+  const std::string& path() const;
+  DatasetInfo info() const;
+  int64_t num_chunks() const;
+  ChunkInfo chunk(int64_t chunk_index) const;  // validates the entry
+  int64_t chunk_of(int64_t record_index) const;
+
+  // The record at `index` (negative counts from the end, as in Python).
+  Sample get(int64_t index) const;
+  Sample operator[](int64_t index) const { return get(index); }
+  Tensor get(int64_t index, std::string_view field) const;
+
+  // A fixed field of every record as one [N, ...] tensor. A zero-copy view when the file's
+  // chunks for that field are laid out contiguously (uncompressed, fixed-shape schema);
+  // otherwise a copy, gathered chunk by chunk (use column_is_view() to tell).
+  Tensor column(std::string_view field) const;
+  // Records [start, stop) of a fixed field, with the same rule.
+  Tensor column(std::string_view field, int64_t start, int64_t stop) const;
+  bool column_is_view(std::string_view field) const;
+
+  // Gathers a fixed field of records `indices` into `out`, a [B, ...field shape] tensor of the
+  // field's dtype on the host (ordinary or pinned; any strides, contiguous is fastest), using
+  // up to `threads` threads (the calling thread counts as one).
+  void get_batch(std::span<const int64_t> indices, std::string_view field, const Tensor& out,
+                 int threads = 1) const;
+  Tensor get_batch(std::span<const int64_t> indices, std::string_view field, int threads = 1) const;
+
+  // Checks every chunk: table entry, checksum, decoding, and the structure of ragged fields.
+  // Throws FormatError/ChecksumError naming the first bad chunk.
+  void verify() const;
+
+  // madvise for the whole mapping; and will-need hints for the chunks of `indices`.
+  void advise(AccessAdvice advice) const;
+  void prefetch(std::span<const int64_t> indices) const;
+  CacheStats cache_stats() const;
+
+  struct Impl;
+
+ private:
+  explicit Dataset(std::shared_ptr<const Impl> impl);
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace mmt

@@ -1,0 +1,85 @@
+// DatasetWriter: builds an mmtensor dataset file (docs/FORMAT.md) record by record.
+//
+// Records are appended in order; the writer groups them into chunks, compresses full chunks
+// on worker threads (when a codec is set) and writes them to a temporary file in the target's
+// folder. finish() writes the schema, chunk table and footer, fsyncs the file, renames it onto
+// the target path and fsyncs the folder: the dataset appears at its path complete or not at
+// all. A writer destroyed, aborted or failing before finish() returns leaves the target path
+// as it was (the old file, or nothing) and removes its temporary file.
+//
+// Thread safety: one thread drives a writer; stats() may be read from another thread.
+// Errors name the record and field ("record 17, field 'image': expected shape [1, 28, 28],
+// got [28, 28]"); I/O errors name the step and path ("fsync of /data/x.mmt.tmp-1234: ...").
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "mmtensor/codec.h"
+#include "mmtensor/schema.h"
+#include "mmtensor/tensor.h"
+
+namespace mmt {
+
+struct WriterOptions {
+  CodecSpec codec;                    // per-chunk codec, none by default
+  int64_t chunk_bytes = 1 << 20;      // target decoded bytes per chunk
+  int64_t chunk_records = 0;          // > 0: this many records per chunk (overrides chunk_bytes)
+  int64_t alignment = 4096;           // chunk data alignment in the file; a power of two >= 64
+  int threads = 0;                    // compression threads; 0 = hardware concurrency
+  bool overwrite = false;             // replace an existing file at the path (atomically)
+  Metadata metadata;                  // stored with the dataset
+};
+
+struct WriteStats {
+  int64_t records = 0;
+  int64_t chunks = 0;
+  int64_t bytes_in = 0;   // bytes of record values appended (decoded)
+  int64_t bytes_out = 0;  // bytes written to the file so far
+  double seconds = 0;     // since the writer was created
+};
+
+class DatasetWriter {
+ public:
+  // Checks the schema and options and creates the temporary file. Throws ValueError for bad
+  // options, IoError when the folder is not writable, and IoError when the target exists and
+  // options.overwrite is false.
+  static DatasetWriter create(const std::string& path, Schema schema, WriterOptions options = {});
+
+  DatasetWriter(DatasetWriter&&) noexcept;
+  DatasetWriter& operator=(DatasetWriter&&) noexcept;
+  ~DatasetWriter();  // abort() unless finish() succeeded
+
+  // Appends one record: one tensor per field, in schema order, of the field's dtype and
+  // shape (any strides; written in the field's storage order).
+  void append(std::span<const Tensor> values);
+  void append(std::initializer_list<Tensor> values) { append(std::span<const Tensor>(values.begin(), values.size())); }
+  // Appends one record given by field name; every field must be present.
+  void append(const std::map<std::string, Tensor, std::less<>>& values);
+
+  void set_metadata(std::string key, std::string value);
+  int64_t size() const;  // records appended so far
+  const Schema& schema() const;
+  const std::string& path() const;
+  WriteStats stats() const;
+
+  // Publishes the file atomically and returns the final figures. On failure the writer is
+  // aborted (nothing at the path, temporary removed) and the error is rethrown.
+  WriteStats finish();
+  // Discards everything written; the target path is left as it was. Never throws.
+  void abort() noexcept;
+
+  struct Impl;
+
+ private:
+  explicit DatasetWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mmt

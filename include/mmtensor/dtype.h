@@ -1,0 +1,119 @@
+// Element types of tensors and dataset fields, named as in PyTorch (torch.float32 ...).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+namespace mmt {
+
+enum class ScalarType : uint8_t {
+  Bool = 0,
+  UInt8 = 1,
+  Int8 = 2,
+  Int16 = 3,
+  UInt16 = 4,
+  Int32 = 5,
+  UInt32 = 6,
+  Int64 = 7,
+  UInt64 = 8,
+  Float16 = 9,
+  BFloat16 = 10,
+  Float32 = 11,
+  Float64 = 12,
+};
+inline constexpr int kNumScalarTypes = 13;
+
+// PyTorch-style spellings: mmt::kFloat32 reads like torch.float32.
+inline constexpr ScalarType kBool = ScalarType::Bool;
+inline constexpr ScalarType kUInt8 = ScalarType::UInt8;
+inline constexpr ScalarType kInt8 = ScalarType::Int8;
+inline constexpr ScalarType kInt16 = ScalarType::Int16;
+inline constexpr ScalarType kUInt16 = ScalarType::UInt16;
+inline constexpr ScalarType kInt32 = ScalarType::Int32;
+inline constexpr ScalarType kUInt32 = ScalarType::UInt32;
+inline constexpr ScalarType kInt64 = ScalarType::Int64;
+inline constexpr ScalarType kUInt64 = ScalarType::UInt64;
+inline constexpr ScalarType kFloat16 = ScalarType::Float16;
+inline constexpr ScalarType kBFloat16 = ScalarType::BFloat16;
+inline constexpr ScalarType kFloat32 = ScalarType::Float32;
+inline constexpr ScalarType kFloat64 = ScalarType::Float64;
+
+// Size of one element in bytes.
+constexpr int64_t element_size(ScalarType t) {
+  switch (t) {
+    case ScalarType::Bool: case ScalarType::UInt8: case ScalarType::Int8: return 1;
+    case ScalarType::Int16: case ScalarType::UInt16: case ScalarType::Float16:
+    case ScalarType::BFloat16: return 2;
+    case ScalarType::Int32: case ScalarType::UInt32: case ScalarType::Float32: return 4;
+    case ScalarType::Int64: case ScalarType::UInt64: case ScalarType::Float64: return 8;
+  }
+  return 0;
+}
+
+constexpr bool is_floating_point(ScalarType t) {
+  return t == ScalarType::Float16 || t == ScalarType::BFloat16 || t == ScalarType::Float32 ||
+         t == ScalarType::Float64;
+}
+
+// "float32", "uint8", ... (PyTorch's names without the "torch." prefix).
+std::string_view to_string(ScalarType t);
+// The inverse of to_string; also accepts PyTorch's aliases ("float", "half", "long", "int"...).
+std::optional<ScalarType> scalar_type_from_string(std::string_view name);
+// True when the value is a valid ScalarType code (for decoding untrusted bytes).
+constexpr bool is_valid_scalar_type_code(uint8_t code) { return code < kNumScalarTypes; }
+
+// 16-bit floating-point storage types. They convert to and from float; no arithmetic.
+struct Half {
+  uint16_t bits = 0;
+  Half() = default;
+  explicit Half(float value);
+  explicit operator float() const;
+};
+struct BFloat16 {
+  uint16_t bits = 0;
+  BFloat16() = default;
+  explicit BFloat16(float value);
+  explicit operator float() const;
+};
+
+// The ScalarType of a C++ type: scalar_type_of<float> == kFloat32.
+template <typename T> struct ScalarTypeOf;
+template <> struct ScalarTypeOf<bool> { static constexpr ScalarType value = kBool; };
+template <> struct ScalarTypeOf<uint8_t> { static constexpr ScalarType value = kUInt8; };
+template <> struct ScalarTypeOf<int8_t> { static constexpr ScalarType value = kInt8; };
+template <> struct ScalarTypeOf<int16_t> { static constexpr ScalarType value = kInt16; };
+template <> struct ScalarTypeOf<uint16_t> { static constexpr ScalarType value = kUInt16; };
+template <> struct ScalarTypeOf<int32_t> { static constexpr ScalarType value = kInt32; };
+template <> struct ScalarTypeOf<uint32_t> { static constexpr ScalarType value = kUInt32; };
+template <> struct ScalarTypeOf<int64_t> { static constexpr ScalarType value = kInt64; };
+template <> struct ScalarTypeOf<uint64_t> { static constexpr ScalarType value = kUInt64; };
+template <> struct ScalarTypeOf<Half> { static constexpr ScalarType value = kFloat16; };
+template <> struct ScalarTypeOf<BFloat16> { static constexpr ScalarType value = kBFloat16; };
+template <> struct ScalarTypeOf<float> { static constexpr ScalarType value = kFloat32; };
+template <> struct ScalarTypeOf<double> { static constexpr ScalarType value = kFloat64; };
+template <typename T> inline constexpr ScalarType scalar_type_of = ScalarTypeOf<T>::value;
+
+// Calls fn(T{}) with the C++ type T of `t`; the one type switch the engine uses.
+template <typename Fn>
+decltype(auto) dispatch_scalar_type(ScalarType t, Fn&& fn) {
+  switch (t) {
+    case ScalarType::Bool: return fn(bool{});
+    case ScalarType::UInt8: return fn(uint8_t{});
+    case ScalarType::Int8: return fn(int8_t{});
+    case ScalarType::Int16: return fn(int16_t{});
+    case ScalarType::UInt16: return fn(uint16_t{});
+    case ScalarType::Int32: return fn(int32_t{});
+    case ScalarType::UInt32: return fn(uint32_t{});
+    case ScalarType::Int64: return fn(int64_t{});
+    case ScalarType::UInt64: return fn(uint64_t{});
+    case ScalarType::Float16: return fn(Half{});
+    case ScalarType::BFloat16: return fn(BFloat16{});
+    case ScalarType::Float32: return fn(float{});
+    case ScalarType::Float64: return fn(double{});
+  }
+  return fn(uint8_t{});
+}
+
+}  // namespace mmt

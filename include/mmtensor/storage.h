@@ -1,0 +1,112 @@
+// UntypedStorage: a flat block of bytes and who frees it, as torch.UntypedStorage.
+//
+// A storage is a handle with shared ownership: copying an UntypedStorage shares the same bytes
+// (like copying a torch.UntypedStorage reference), and the bytes are freed, unmapped or
+// unpinned when the last handle (including every Tensor view over it) goes away. A mapping
+// is therefore never unmapped under a live view.
+//
+// Kinds of storage:
+//   - file-backed: from_file() (PyTorch's rules) or map_file() (read-only or copy-on-write),
+//     mapped with Boost.Interprocess; filename() is the path;
+//   - host memory with a chosen alignment (default 64 bytes);
+//   - pinned (page-locked) host memory, for asynchronous copies to a GPU;
+//   - CUDA device memory.
+//
+// Thread safety: the handle may be copied and destroyed from any thread. Reading the bytes
+// from many threads is safe; writing them concurrently is the caller's business, as in PyTorch.
+// On bad input every function throws an mmt::Error naming the argument; none crashes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "mmtensor/device.h"
+
+namespace mmt {
+
+// How a file is mapped.
+enum class MapMode : uint8_t {
+  ReadOnly,  // pages are read-only; writing through the storage throws (datasets use this)
+  Private,   // copy-on-write: writes stay in this process and never reach the file
+  Shared,    // writes reach the file and every other shared mapping of it
+};
+
+// Page-access hints (madvise) for a mapped range.
+enum class AccessAdvice : uint8_t { Normal, Random, Sequential, WillNeed, DontNeed };
+
+inline constexpr size_t kDefaultHostAlignment = 64;
+
+namespace detail {
+struct StorageImpl;
+}
+
+class UntypedStorage {
+ public:
+  // An empty storage: nbytes() == 0, data() == nullptr, on cpu.
+  UntypedStorage();
+
+  // PyTorch's UntypedStorage.from_file(filename, shared, nbytes):
+  //   shared=true : the file is mapped shared, created if missing and grown to nbytes if
+  //                 smaller; writes reach the file.
+  //   shared=false: the file must hold at least nbytes bytes; it is mapped copy-on-write and
+  //                 changes never reach it.
+  // nbytes == 0 with shared=false maps the whole file. Throws IoError (missing file,
+  // directory, no permission) or ValueError (negative nbytes, file too small).
+  static UntypedStorage from_file(const std::string& filename, bool shared, int64_t nbytes);
+
+  // Maps [offset, offset + nbytes) of an existing file; nbytes < 0 maps to the end of the
+  // file. offset need not be page-aligned. ReadOnly is what datasets use.
+  static UntypedStorage map_file(const std::string& filename, MapMode mode = MapMode::ReadOnly,
+                                 int64_t offset = 0, int64_t nbytes = -1);
+
+  // Uninitialised memory on `device`. On cpu, aligned to `alignment` bytes (a power of two).
+  static UntypedStorage allocate(int64_t nbytes, Device device = kCPU,
+                                 size_t alignment = kDefaultHostAlignment);
+
+  // Page-locked host memory (cudaHostAlloc) when a CUDA device is present. Without one it
+  // falls back to ordinary aligned host memory and is_pinned() reports false; the fallback is
+  // reported once on stderr unless MMT_QUIET is set.
+  static UntypedStorage allocate_pinned(int64_t nbytes);
+
+  // Wraps memory the caller owns; `deleter(data)` runs when the last handle goes away.
+  static UntypedStorage from_blob(void* data, int64_t nbytes, std::function<void(void*)> deleter,
+                                  Device device = kCPU, bool read_only = false);
+
+  int64_t nbytes() const;
+  size_t size() const { return static_cast<size_t>(nbytes()); }  // torch: len(storage)
+  // The first byte. For cuda storage, a device pointer.
+  const std::byte* data() const;
+  // Writable access; throws ValueError for a read-only storage (a dataset mapping).
+  std::byte* mutable_data() const;
+  Device device() const;
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_pinned() const;
+  bool is_read_only() const;
+  // The mapped file's path; empty for storages not backed by a file.
+  const std::string& filename() const;
+  // True when both handles share the same bytes (torch: a.data_ptr() == b.data_ptr()).
+  bool is_same(const UntypedStorage& other) const;
+  // How many handles (storages and tensors) share these bytes.
+  long use_count() const;
+
+  // An independent copy on the same device (host copies are plain host memory).
+  UntypedStorage clone() const;
+  // Copies src's bytes into this storage; the sizes must match. Works across cpu and cuda.
+  UntypedStorage& copy_(const UntypedStorage& src);
+  // Sets every byte to `value`.
+  UntypedStorage& fill_(uint8_t value);
+  // A pinned host copy (or this storage itself if it is already pinned), as in PyTorch.
+  UntypedStorage pin_memory() const;
+
+  // madvise() on [offset, offset + nbytes) of a mapped storage; a no-op for other storages.
+  void advise(AccessAdvice advice, int64_t offset = 0, int64_t nbytes = -1) const;
+
+ private:
+  explicit UntypedStorage(std::shared_ptr<detail::StorageImpl> impl);
+  std::shared_ptr<detail::StorageImpl> impl_;
+};
+
+}  // namespace mmt

@@ -1,0 +1,236 @@
+// Tensor: a strided view (dtype, sizes, strides, storage offset) over an UntypedStorage.
+//
+// Semantics follow PyTorch's torch.Tensor: sizes and strides are counted in elements, as is
+// storage_offset(); element (i, j, ...) lives at byte
+//     (storage_offset + i*stride[0] + j*stride[1] + ...) * element_size
+// of the storage. View operations (view, permute, transpose, select, narrow, slice, squeeze,
+// unsqueeze, flatten, expand) make new metadata over the same storage and never copy;
+// reshape() returns a view when the strides allow it and a copy otherwise; contiguous()
+// copies only when needed; clone() always copies.
+//
+// Lifetime: a Tensor holds shared ownership of its storage, so a view outlives the dataset,
+// mapping or tensor it came from.
+//
+// Thread safety: const methods may be called from many threads at once. Writing elements
+// concurrently is the caller's business.
+//
+// Errors: an out-of-range dimension or index throws IndexError; an impossible shape or a
+// refused view throws ValueError with the reason (and, for view(), a hint to use reshape()).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "mmtensor/dims.h"
+#include "mmtensor/dtype.h"
+#include "mmtensor/error.h"
+#include "mmtensor/storage.h"
+
+namespace mmt {
+
+enum class MemoryFormat : uint8_t {
+  Contiguous,      // row-major (NCHW for 4-d)
+  ChannelsLast,    // 4-d NCHW shape with NHWC strides
+  ChannelsLast3d,  // 5-d NCDHW shape with NDHWC strides
+  Preserve,        // keep the input's layout where possible (clone, empty_like)
+};
+
+// Python-style slice bounds for Tensor::slice; negative start/stop count from the end.
+inline constexpr int64_t kSliceEnd = std::numeric_limits<int64_t>::max();
+
+class Tensor {
+ public:
+  // An undefined tensor (defined() == false).
+  Tensor() = default;
+  // A view over `storage`. Checks that every reachable element lies inside the storage
+  // (ValueError otherwise), so a Tensor never addresses bytes outside its storage.
+  Tensor(UntypedStorage storage, ScalarType dtype, IntArrayRef sizes, IntArrayRef strides,
+         int64_t storage_offset = 0);
+  // A view with contiguous (row-major) strides.
+  Tensor(UntypedStorage storage, ScalarType dtype, IntArrayRef sizes, int64_t storage_offset = 0);
+
+  bool defined() const { return defined_; }
+  ScalarType dtype() const { return dtype_; }
+  ScalarType scalar_type() const { return dtype_; }
+  Device device() const { return storage_.device(); }
+  bool is_cuda() const { return storage_.is_cuda(); }
+  bool is_pinned() const { return storage_.is_pinned(); }
+  IntArrayRef sizes() const { return sizes_; }
+  IntArrayRef strides() const { return strides_; }
+  IntArrayRef shape() const { return sizes_; }
+  // size(d) and stride(d) accept negative dimensions, as in PyTorch.
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int64_t storage_offset() const { return storage_offset_; }
+  int64_t dim() const { return static_cast<int64_t>(sizes_.size()); }
+  int64_t ndimension() const { return dim(); }
+  int64_t numel() const;
+  int64_t element_size() const { return mmt::element_size(dtype_); }
+  // numel() * element_size(): the bytes the elements occupy, not the storage's size.
+  int64_t nbytes() const { return numel() * element_size(); }
+  const UntypedStorage& untyped_storage() const { return storage_; }
+
+  // Address of element (0, 0, ...). mutable_* throws for a read-only storage.
+  const void* data_ptr() const;
+  void* mutable_data_ptr() const;
+  template <typename T> const T* data_ptr() const {
+    check_dtype(scalar_type_of<T>);
+    return static_cast<const T*>(data_ptr());
+  }
+  template <typename T> T* mutable_data_ptr() const {
+    check_dtype(scalar_type_of<T>);
+    return static_cast<T*>(mutable_data_ptr());
+  }
+
+  // Checked element access on host tensors: at<float>({1, 2}). Throws IndexError.
+  template <typename T> T at(IntArrayRef index) const {
+    check_dtype(scalar_type_of<T>);
+    return *static_cast<const T*>(element_ptr(index));
+  }
+  template <typename T> void set(IntArrayRef index, T value) const {
+    check_dtype(scalar_type_of<T>);
+    *static_cast<T*>(const_cast<void*>(element_ptr(index, /*writable=*/true))) = value;
+  }
+  // The single element of a one-element tensor, converted to T (any dtype).
+  template <typename T> T item() const {
+    return static_cast<T>(item_as_double());
+  }
+  double item_as_double() const;
+  // All elements converted to double, in row-major order (for tests and printing).
+  std::vector<double> to_double_vector() const;
+  template <typename T> std::vector<T> to_vector() const {
+    check_dtype(scalar_type_of<T>);
+    Tensor c = contiguous();
+    const T* p = c.data_ptr<T>();
+    return std::vector<T>(p, p + c.numel());
+  }
+
+  // ---- views (no copies) ----
+  Tensor view(IntArrayRef sizes) const;  // one size may be -1
+  Tensor reshape(IntArrayRef sizes) const;
+  Tensor permute(IntArrayRef dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;  // transpose of a tensor of at most 2 dimensions
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  // x[start:stop:step] along dim, with Python's clamping of start/stop; step > 0.
+  Tensor slice(int64_t dim, int64_t start = 0, int64_t stop = kSliceEnd, int64_t step = 1) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  // Broadcasts size-1 dimensions to `sizes` with stride 0; -1 keeps a size.
+  Tensor expand(IntArrayRef sizes) const;
+  Tensor as_strided(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) const;
+
+  // ---- layout ----
+  bool is_contiguous(MemoryFormat format = MemoryFormat::Contiguous) const;
+  // The layout a copy should keep (ChannelsLast for a 4-d channels-last tensor, ...).
+  MemoryFormat suggest_memory_format() const;
+  // This tensor if it already is contiguous in `format`, else a copy that is.
+  Tensor contiguous(MemoryFormat format = MemoryFormat::Contiguous) const;
+  // Same as contiguous(format): torch's x.to(memory_format=...).
+  Tensor to(MemoryFormat format) const { return contiguous(format); }
+  // Always a new storage.
+  Tensor clone(MemoryFormat format = MemoryFormat::Preserve) const;
+  // Copies src's elements into this tensor (same sizes, or src broadcastable; any layouts,
+  // any dtypes, host or device). Returns *this.
+  const Tensor& copy_(const Tensor& src) const;
+  // Same layout class on another device; this tensor itself when already there.
+  Tensor to(Device device, bool non_blocking = false) const;
+  Tensor cpu() const { return to(kCPU); }
+  // A copy in pinned host memory (this tensor when already pinned).
+  Tensor pin_memory() const;
+  const Tensor& fill_(double value) const;
+  const Tensor& zero_() const { return fill_(0.0); }
+
+  // torch.equal: same sizes and the same values (dtypes must match).
+  bool equal(const Tensor& other) const;
+  // True when both views share one storage.
+  bool is_same_storage(const Tensor& other) const { return storage_.is_same(other.storage_); }
+
+  // Printed as PyTorch prints it: tensor([[1., 2.], [3., 4.]]) with dtype when not default.
+  std::string to_string() const;
+  friend std::ostream& operator<<(std::ostream& out, const Tensor& t) {
+    return out << t.to_string();
+  }
+
+ private:
+  void check_dtype(ScalarType requested) const;
+  const void* element_ptr(IntArrayRef index, bool writable = false) const;
+  int64_t wrap_dim(int64_t dim, int64_t ndim_plus = 0) const;
+
+  UntypedStorage storage_;
+  DimVector sizes_;
+  DimVector strides_;
+  int64_t storage_offset_ = 0;
+  ScalarType dtype_ = ScalarType::Float32;
+  bool defined_ = false;
+
+  friend Tensor make_tensor_unchecked(UntypedStorage, ScalarType, DimVector, DimVector, int64_t);
+};
+
+// ---- factories ----
+// Contiguous strides of `sizes` in elements: [2, 3] -> [3, 1].
+DimVector contiguous_strides(IntArrayRef sizes);
+// Strides of `sizes` laid out in `format`: [32,3,224,224] ChannelsLast -> [150528,1,672,3].
+DimVector strides_for(IntArrayRef sizes, MemoryFormat format);
+
+Tensor empty(IntArrayRef sizes, ScalarType dtype = kFloat32, Device device = kCPU,
+             MemoryFormat format = MemoryFormat::Contiguous, bool pin_memory = false);
+Tensor empty_strided(IntArrayRef sizes, IntArrayRef strides, ScalarType dtype = kFloat32,
+                     Device device = kCPU, bool pin_memory = false);
+Tensor empty_like(const Tensor& t, MemoryFormat format = MemoryFormat::Preserve);
+Tensor zeros(IntArrayRef sizes, ScalarType dtype = kFloat32, Device device = kCPU);
+Tensor full(IntArrayRef sizes, double value, ScalarType dtype = kFloat32, Device device = kCPU);
+// 0, 1, ..., end-1 (int64 by default, like torch.arange with integer arguments).
+Tensor arange(int64_t end, ScalarType dtype = kInt64);
+Tensor arange(int64_t start, int64_t end, int64_t step = 1, ScalarType dtype = kInt64);
+// A 1-d tensor holding `values`, or shaped by `sizes` (whose product must match).
+template <typename T>
+Tensor tensor(const std::vector<T>& values, IntArrayRef sizes = {});
+template <typename T>
+Tensor tensor(std::initializer_list<T> values, IntArrayRef sizes = {}) {
+  return tensor(std::vector<T>(values), sizes);
+}
+// A 2-d tensor from rows: tensor2d<int64_t>({{1, 2}, {3, 4}}).
+template <typename T>
+Tensor tensor2d(std::initializer_list<std::initializer_list<T>> rows);
+
+// Builds a view without the bounds check; for the engine's hot paths that have already
+// validated the extent (Dataset::get). Not for user code.
+Tensor make_tensor_unchecked(UntypedStorage storage, ScalarType dtype, DimVector sizes,
+                             DimVector strides, int64_t storage_offset);
+
+// ---- template definitions ----
+template <typename T>
+Tensor tensor(const std::vector<T>& values, IntArrayRef sizes) {
+  DimVector shape = sizes.empty() ? DimVector{static_cast<int64_t>(values.size())} : DimVector(sizes);
+  Tensor out = empty(shape, scalar_type_of<T>);
+  MMT_CHECK(out.numel() == static_cast<int64_t>(values.size()), ValueError, "tensor(): ",
+            values.size(), " values do not fill shape ", IntArrayRef(shape));
+  if (!values.empty()) {
+    T* dst = out.mutable_data_ptr<T>();
+    for (size_t i = 0; i < values.size(); ++i) dst[i] = values[i];
+  }
+  return out;
+}
+
+template <typename T>
+Tensor tensor2d(std::initializer_list<std::initializer_list<T>> rows) {
+  std::vector<T> flat;
+  int64_t cols = rows.size() ? static_cast<int64_t>(rows.begin()->size()) : 0;
+  for (const auto& row : rows) {
+    MMT_CHECK(static_cast<int64_t>(row.size()) == cols, ValueError,
+              "tensor2d(): rows of different lengths (", row.size(), " vs ", cols, ")");
+    flat.insert(flat.end(), row.begin(), row.end());
+  }
+  return tensor(flat, {static_cast<int64_t>(rows.size()), cols});
+}
+
+}  // namespace mmt
