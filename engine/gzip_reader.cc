@@ -1,0 +1,68 @@
+#include "gzip_reader.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "mmtensor/error.h"
+
+namespace mmt::detail {
+
+bool is_gzip(std::span<const std::byte> bytes) {
+  return bytes.size() >= 2 && bytes[0] == std::byte{0x1f} && bytes[1] == std::byte{0x8b};
+}
+
+struct GzipReader::State {
+  z_stream zs{};
+};
+
+GzipReader::GzipReader(std::span<const std::byte> compressed, std::string_view what)
+    : state_(std::make_unique<State>()), input_(compressed), what_(what) {
+  // 16 + MAX_WBITS: expect a gzip wrapper (header and CRC-32/size trailer, both checked).
+  if (inflateInit2(&state_->zs, 16 + MAX_WBITS) != Z_OK)
+    throw Error(str(what_, ": zlib inflateInit2 failed"));
+}
+
+GzipReader::~GzipReader() { inflateEnd(&state_->zs); }
+
+size_t GzipReader::read(std::byte* dst, size_t n) {
+  z_stream& zs = state_->zs;
+  size_t produced = 0;
+  while (produced < n && !ended_) {
+    if (zs.avail_in == 0) {
+      size_t slice = std::min<size_t>(input_.size() - input_pos_, UINT_MAX);
+      zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(input_.data() + input_pos_));
+      zs.avail_in = static_cast<uInt>(slice);
+      input_pos_ += slice;
+    }
+    size_t want = std::min<size_t>(n - produced, UINT_MAX);
+    zs.next_out = reinterpret_cast<Bytef*>(dst + produced);
+    zs.avail_out = static_cast<uInt>(want);
+    int rc = inflate(&zs, Z_NO_FLUSH);
+    produced += want - zs.avail_out;
+    if (rc == Z_STREAM_END) {
+      // Another member may follow; anything else after the trailer is not gzip data.
+      size_t rest = zs.avail_in + (input_.size() - input_pos_);
+      if (rest == 0) {
+        ended_ = true;
+        break;
+      }
+      std::span<const std::byte> tail = input_.subspan(input_.size() - rest);
+      if (!is_gzip(tail))
+        throw FormatError(str(what_, ": ", rest, " bytes of non-gzip data after the gzip stream"));
+      inflateReset(&zs);
+      continue;
+    }
+    if (rc == Z_BUF_ERROR && zs.avail_in == 0 && input_pos_ == input_.size())
+      throw FormatError(str(what_, ": the gzip stream is truncated (it ends after ",
+                            position_ + static_cast<int64_t>(produced), " decompressed bytes)"));
+    if (rc != Z_OK && rc != Z_BUF_ERROR)
+      throw FormatError(str(what_, ": corrupt gzip data (", zs.msg ? zs.msg : "zlib error ", rc,
+                            ")"));
+  }
+  position_ += static_cast<int64_t>(produced);
+  return produced;
+}
+
+}  // namespace mmt::detail

@@ -1,0 +1,42 @@
+#include "import_util.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace mmt::detail {
+
+int64_t regular_file_size(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    int err = errno;
+    throw IoError(str(path, ": cannot open: ", std::strerror(err)), err);
+  }
+  if (S_ISDIR(st.st_mode)) throw IoError(str(path, ": is a directory, not a file"), EISDIR);
+  if (!S_ISREG(st.st_mode)) throw IoError(str(path, ": is not a regular file"));
+  return static_cast<int64_t>(st.st_size);
+}
+
+InputFile map_input_file(const std::string& path) {
+  InputFile file;
+  file.path = path;
+  int64_t size_bytes = regular_file_size(path);
+  if (size_bytes == 0) return file;
+  file.mapping = UntypedStorage::map_file(path, MapMode::ReadOnly, 0, size_bytes);
+  file.bytes = {file.mapping.data(), static_cast<size_t>(file.mapping.nbytes())};
+  return file;
+}
+
+int64_t checked_shape_nbytes(IntArrayRef shape, int64_t element_bytes, std::string_view what) {
+  int64_t total = element_bytes;
+  for (int64_t extent : shape) {
+    MMT_CHECK(extent >= 0, FormatError, what, ": negative dimension ", extent, " in shape ", shape);
+    if (__builtin_mul_overflow(total, extent, &total))
+      throw FormatError(str(what, ": shape ", shape, " of ", element_bytes,
+                            "-byte elements overflows a 64-bit byte count"));
+  }
+  return total;
+}
+
+}  // namespace mmt::detail

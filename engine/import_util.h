@@ -1,0 +1,108 @@
+// Shared by the importers (npy, npz, idx): mapping an input file whole, checked size
+// arithmetic for shapes read from untrusted headers, and byte-order conversion.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "mmtensor/dims.h"
+#include "mmtensor/error.h"
+#include "mmtensor/storage.h"
+
+namespace mmt::detail {
+
+// A whole input file mapped read-only. An empty file gives an empty span and no mapping
+// (mapping zero bytes is an error on POSIX).
+struct InputFile {
+  std::string path;
+  UntypedStorage mapping;
+  std::span<const std::byte> bytes;
+};
+// Throws IoError naming the path for a missing file, a folder, or a refused open/map.
+InputFile map_input_file(const std::string& path);
+
+// The size in bytes of the regular file at `path`; IoError otherwise.
+int64_t regular_file_size(const std::string& path);
+
+// numel(shape) * element_bytes, or FormatError "<what>: shape <shape> overflows" when the
+// product does not fit int64. Negative extents are refused too.
+int64_t checked_shape_nbytes(IntArrayRef shape, int64_t element_bytes, std::string_view what);
+
+// Copies `count` elements of `element_bytes` each from src to dst, reversing the bytes of
+// each element (big-endian <-> little-endian). dst and src must not overlap.
+inline void copy_byteswapped(std::byte* dst, const std::byte* src, int64_t count,
+                             int64_t element_bytes) {
+  switch (element_bytes) {
+    case 1:
+      std::memcpy(dst, src, static_cast<size_t>(count));
+      return;
+    case 2:
+      for (int64_t i = 0; i < count; ++i) {
+        uint16_t v;
+        std::memcpy(&v, src + i * 2, 2);
+        v = __builtin_bswap16(v);
+        std::memcpy(dst + i * 2, &v, 2);
+      }
+      return;
+    case 4:
+      for (int64_t i = 0; i < count; ++i) {
+        uint32_t v;
+        std::memcpy(&v, src + i * 4, 4);
+        v = __builtin_bswap32(v);
+        std::memcpy(dst + i * 4, &v, 4);
+      }
+      return;
+    case 8:
+      for (int64_t i = 0; i < count; ++i) {
+        uint64_t v;
+        std::memcpy(&v, src + i * 8, 8);
+        v = __builtin_bswap64(v);
+        std::memcpy(dst + i * 8, &v, 8);
+      }
+      return;
+  }
+  throw ValueError(str("copy_byteswapped: unsupported element size ", element_bytes));
+}
+
+// Copies elements stored in `big_endian` order into native order.
+inline void copy_to_native(std::byte* dst, const std::byte* src, int64_t count,
+                           int64_t element_bytes, bool big_endian) {
+  constexpr bool kHostBigEndian = std::endian::native == std::endian::big;
+  if (big_endian == kHostBigEndian || element_bytes == 1) {
+    if (count > 0) std::memcpy(dst, src, static_cast<size_t>(count * element_bytes));
+  } else {
+    copy_byteswapped(dst, src, count, element_bytes);
+  }
+}
+
+// Index of the first byte that is neither 0 nor 1, or -1: bool elements must hold one of
+// those, since any other value read as a C++ bool is undefined behaviour.
+inline int64_t first_invalid_bool(const std::byte* data, int64_t count) {
+  for (int64_t i = 0; i < count; ++i)
+    if (static_cast<uint8_t>(data[i]) > 1) return i;
+  return -1;
+}
+
+// Big-endian unsigned integers read from untrusted bytes (the caller checked the length).
+inline uint32_t load_be32(const std::byte* p) {
+  return (uint32_t(uint8_t(p[0])) << 24) | (uint32_t(uint8_t(p[1])) << 16) |
+         (uint32_t(uint8_t(p[2])) << 8) | uint32_t(uint8_t(p[3]));
+}
+// Little-endian ones (ZIP, the .npy header length).
+inline uint16_t load_le16(const std::byte* p) {
+  return static_cast<uint16_t>(uint8_t(p[0]) | (uint8_t(p[1]) << 8));
+}
+inline uint32_t load_le32(const std::byte* p) {
+  return uint32_t(uint8_t(p[0])) | (uint32_t(uint8_t(p[1])) << 8) |
+         (uint32_t(uint8_t(p[2])) << 16) | (uint32_t(uint8_t(p[3])) << 24);
+}
+inline uint64_t load_le64(const std::byte* p) {
+  return uint64_t(load_le32(p)) | (uint64_t(load_le32(p + 4)) << 32);
+}
+
+}  // namespace mmt::detail

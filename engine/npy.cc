@@ -1,0 +1,192 @@
+// Loading and saving .npy files: the data part (the header lives in npy_header.cc).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "file_io.h"
+#include "import_util.h"
+#include "mmtensor/numpy_io.h"
+#include "npy_format.h"
+
+namespace mmt {
+namespace detail {
+namespace {
+
+// numpy's Fortran order: the first index varies fastest.
+DimVector fortran_strides(IntArrayRef shape) {
+  DimVector strides(shape.size(), 1);
+  for (size_t i = 1; i < shape.size(); ++i)
+    strides[i] = strides[i - 1] * std::max<int64_t>(shape[i - 1], 1);
+  return strides;
+}
+
+Tensor layout_over(UntypedStorage storage, const NpyHeader& header, int64_t storage_offset) {
+  if (header.fortran_order)
+    return Tensor(std::move(storage), header.dtype, header.shape, fortran_strides(header.shape),
+                  storage_offset);
+  return Tensor(std::move(storage), header.dtype, header.shape, storage_offset);
+}
+
+void check_bools(const std::byte* data, const NpyHeader& header, std::string_view what) {
+  if (header.dtype != kBool) return;
+  int64_t bad = first_invalid_bool(data, header.data_nbytes);
+  if (bad >= 0)
+    throw FormatError(str(what, ": bool element ", bad, " holds the byte ",
+                          static_cast<int>(static_cast<uint8_t>(data[bad])),
+                          "; a '|b1' array may hold only 0 and 1"));
+}
+
+// One IoError wording for every failed system call here: step, path, reason.
+[[noreturn]] void throw_io(std::string_view step, const std::string& path) {
+  int err = errno;
+  throw IoError(str(step, " of ", path, ": ", std::strerror(err)), err);
+}
+
+void read_all_at(int fd, std::byte* data, size_t n, int64_t offset, const std::string& path) {
+  while (n > 0) {
+    ssize_t got = ::pread(fd, data, std::min<size_t>(n, size_t{1} << 30), offset);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw_io("read", path);
+    }
+    if (got == 0) throw FormatError(str(path, ": the file shrank while it was being read"));
+    data += got;
+    n -= static_cast<size_t>(got);
+    offset += got;
+  }
+}
+
+struct FileCloser {
+  int fd;
+  ~FileCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::string data_size_mismatch(const NpyHeader& header, int64_t available, std::string_view what) {
+  std::ostringstream shape;
+  shape << "(";
+  for (size_t i = 0; i < header.shape.size(); ++i)
+    shape << (i ? ", " : "") << header.shape[i];
+  shape << (header.shape.size() == 1 ? ",)" : ")");
+  return str(what, ": header declares shape ", shape.str(), " of ", header.descr, " = ",
+             header.data_nbytes, " bytes but the file holds ", available,
+             " bytes after the header");
+}
+
+}  // namespace
+
+Tensor npy_tensor_copy(const std::byte* data, const NpyHeader& header, std::string_view what) {
+  check_bools(data, header, what);
+  UntypedStorage storage = UntypedStorage::allocate(header.data_nbytes);
+  int64_t elem = element_size(header.dtype);
+  if (header.data_nbytes > 0)
+    copy_to_native(storage.mutable_data(), data, header.data_nbytes / elem, elem, header.big_endian);
+  return layout_over(std::move(storage), header, 0);
+}
+
+Tensor npy_tensor_over(const UntypedStorage& storage, int64_t data_offset,
+                       const NpyHeader& header, std::string_view what) {
+  if (data_offset < 0 || header.data_nbytes > storage.nbytes() - data_offset)
+    throw FormatError(data_size_mismatch(header, storage.nbytes() - data_offset, what));
+  const std::byte* data = storage.data() + data_offset;
+  int64_t elem = element_size(header.dtype);
+  bool native = elem == 1 || header.big_endian == (std::endian::native == std::endian::big);
+  // A view counts its offset in elements, so the offset and the address must both be aligned.
+  bool aligned = reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(elem) == 0 &&
+                 data_offset % elem == 0;
+  if (!native || !aligned || header.data_nbytes == 0) return npy_tensor_copy(data, header, what);
+  check_bools(data, header, what);
+  return layout_over(storage, header, data_offset / elem);
+}
+
+}  // namespace detail
+
+NpyHeader read_npy_header(const std::string& path) {
+  int64_t file_bytes = detail::regular_file_size(path);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) detail::throw_io("open", path);
+  detail::FileCloser closer{fd};
+  // The preamble holds the header's length; read no more than the capped header.
+  int64_t prefix_bytes = std::min<int64_t>(file_bytes, 12 + kMaxNpyHeaderBytes);
+  std::vector<std::byte> prefix(static_cast<size_t>(prefix_bytes));
+  detail::read_all_at(fd, prefix.data(), prefix.size(), 0, path);
+  NpyHeader header = parse_npy_header(prefix, path);
+  int64_t available = file_bytes - header.data_offset;
+  if (available != header.data_nbytes)
+    throw FormatError(detail::data_size_mismatch(header, available, path));
+  return header;
+}
+
+Tensor load_npy(const std::string& path, bool mmap) {
+  NpyHeader header = read_npy_header(path);
+  if (header.data_nbytes == 0) return detail::npy_tensor_copy(nullptr, header, path);
+  if (mmap) {
+    UntypedStorage mapping =
+        UntypedStorage::map_file(path, MapMode::ReadOnly, header.data_offset, header.data_nbytes);
+    return detail::npy_tensor_over(mapping, 0, header, path);
+  }
+  UntypedStorage storage = UntypedStorage::allocate(header.data_nbytes);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) detail::throw_io("open", path);
+  detail::FileCloser closer{fd};
+  detail::read_all_at(fd, storage.mutable_data(), static_cast<size_t>(header.data_nbytes),
+                      header.data_offset, path);
+  return detail::npy_tensor_over(storage, 0, header, path);
+}
+
+Tensor parse_npy(std::span<const std::byte> bytes, std::string_view what) {
+  NpyHeader header = parse_npy_header(bytes, what);
+  int64_t available = static_cast<int64_t>(bytes.size()) - header.data_offset;
+  if (available != header.data_nbytes)
+    throw FormatError(detail::data_size_mismatch(header, available, what));
+  return detail::npy_tensor_copy(bytes.data() + header.data_offset, header, what);
+}
+
+std::vector<std::byte> npy_bytes(const Tensor& t) {
+  MMT_CHECK(t.defined(), ValueError, "npy_bytes: the tensor is undefined");
+  Tensor host = t.is_cuda() ? t.cpu() : t;
+  host = host.contiguous();
+  std::string header = detail::npy_header_bytes(host.dtype(), host.sizes());
+  std::vector<std::byte> out(header.size() + static_cast<size_t>(host.nbytes()));
+  std::memcpy(out.data(), header.data(), header.size());
+  if (host.nbytes() > 0)
+    std::memcpy(out.data() + header.size(), host.data_ptr(), static_cast<size_t>(host.nbytes()));
+  return out;
+}
+
+void save_npy(const std::string& path, const Tensor& t) {
+  MMT_CHECK(t.defined(), ValueError, "save_npy(", path, "): the tensor is undefined");
+  Tensor host = t.is_cuda() ? t.cpu() : t;
+  host = host.contiguous();
+  std::string header = detail::npy_header_bytes(host.dtype(), host.sizes());
+
+  // A unique temporary beside the target, so the rename is atomic (same filesystem).
+  static std::atomic<uint64_t> counter{0};
+  std::string temp = detail::str(path, ".tmp-", ::getpid(), "-", counter.fetch_add(1));
+  io::WritableFile file = io::WritableFile::create(temp);
+  try {
+    file.write(header.data(), static_cast<int64_t>(header.size()));
+    if (host.nbytes() > 0) file.write(host.data_ptr(), host.nbytes());
+    file.fsync();
+    file.close();
+    io::rename_file(temp, path, /*replace=*/true);
+  } catch (...) {
+    file = io::WritableFile();
+    try {
+      io::remove_file(temp);
+    } catch (const Error&) {
+      // The first failure is the one to report.
+    }
+    throw;
+  }
+}
+
+}  // namespace mmt

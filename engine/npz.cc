@@ -1,0 +1,312 @@
+// .npz: a ZIP archive of .npy members, as np.savez / np.savez_compressed write it.
+//
+// The reader follows the central directory (the archive's table of contents at its end), not
+// a scan of local headers, and checks each member's local header against it. ZIP64 is
+// handled where numpy produces it: the ZIP64 end-of-central-directory record and the ZIP64
+// extra field carrying 64-bit sizes and offsets.
+#include <zlib.h>
+
+#include <algorithm>
+#include <climits>
+#include <set>
+#include <string>
+
+#include "import_util.h"
+#include "mmtensor/numpy_io.h"
+#include "npy_format.h"
+
+namespace mmt {
+namespace {
+
+using detail::load_le16;
+using detail::load_le32;
+using detail::load_le64;
+using detail::str;
+
+constexpr uint32_t kEndOfCentralDirSignature = 0x06054b50;
+constexpr uint32_t kZip64EndOfCentralDirSignature = 0x06064b50;
+constexpr uint32_t kZip64LocatorSignature = 0x07064b50;
+constexpr uint32_t kCentralHeaderSignature = 0x02014b50;
+constexpr uint32_t kLocalHeaderSignature = 0x04034b50;
+constexpr size_t kEndOfCentralDirBytes = 22;
+constexpr size_t kZip64LocatorBytes = 20;
+constexpr size_t kZip64EndOfCentralDirBytes = 56;
+constexpr size_t kCentralHeaderBytes = 46;
+constexpr size_t kLocalHeaderBytes = 30;
+constexpr uint16_t kZip64ExtraId = 0x0001;
+constexpr uint16_t kMethodStored = 0;
+constexpr uint16_t kMethodDeflated = 8;
+constexpr uint16_t kFlagEncrypted = 0x0001;
+// Deflate cannot expand data by more than about 1032:1; a member claiming more is corrupt,
+// and refusing it up front keeps a forged size from driving a huge allocation.
+constexpr uint64_t kMaxDeflateRatio = 1032;
+
+struct Member {
+  std::string name;
+  uint16_t flags = 0;
+  uint16_t method = 0;
+  uint32_t crc32 = 0;
+  uint64_t compressed_bytes = 0;
+  uint64_t uncompressed_bytes = 0;
+  uint64_t local_header_offset = 0;
+};
+
+class ZipReader {
+ public:
+  ZipReader(std::span<const std::byte> bytes, std::string_view what) : bytes_(bytes), what_(what) {}
+
+  std::vector<Member> read_central_directory() {
+    size_t eocd = find_end_of_central_directory();
+    const std::byte* p = bytes_.data() + eocd;
+    uint64_t disk = load_le16(p + 4), cd_disk = load_le16(p + 6);
+    uint64_t entries = load_le16(p + 10);
+    uint64_t cd_bytes = load_le32(p + 12);
+    uint64_t cd_offset = load_le32(p + 16);
+    size_t cd_end_limit = eocd;
+    if (eocd >= kZip64LocatorBytes &&
+        load_le32(bytes_.data() + eocd - kZip64LocatorBytes) == kZip64LocatorSignature) {
+      const std::byte* loc = bytes_.data() + eocd - kZip64LocatorBytes;
+      uint64_t record = load_le64(loc + 8);
+      if (record > bytes_.size() || kZip64EndOfCentralDirBytes > bytes_.size() - record)
+        fail(str("ZIP64 end-of-central-directory offset ", record, " is past the end of the file"));
+      const std::byte* z = bytes_.data() + record;
+      if (load_le32(z) != kZip64EndOfCentralDirSignature)
+        fail(str("no ZIP64 end-of-central-directory record at offset ", record));
+      disk = load_le32(z + 16);
+      cd_disk = load_le32(z + 20);
+      entries = load_le64(z + 32);
+      cd_bytes = load_le64(z + 40);
+      cd_offset = load_le64(z + 48);
+      cd_end_limit = static_cast<size_t>(record);
+    }
+    if (disk != 0 || cd_disk != 0) fail("multi-volume ZIP archives are not supported");
+    if (cd_offset > cd_end_limit || cd_bytes > cd_end_limit - cd_offset)
+      fail(str("central directory (offset ", cd_offset, ", ", cd_bytes,
+               " bytes) lies outside the file"));
+    if (entries > cd_bytes / kCentralHeaderBytes)
+      fail(str("central directory claims ", entries, " entries but holds only ", cd_bytes,
+               " bytes"));
+
+    std::vector<Member> members;
+    members.reserve(static_cast<size_t>(entries));
+    std::set<std::string> seen;
+    size_t pos = static_cast<size_t>(cd_offset);
+    size_t end = static_cast<size_t>(cd_offset + cd_bytes);
+    for (uint64_t i = 0; i < entries; ++i) {
+      if (kCentralHeaderBytes > end - pos) fail(str("central directory entry ", i, " is truncated"));
+      const std::byte* h = bytes_.data() + pos;
+      if (load_le32(h) != kCentralHeaderSignature)
+        fail(str("central directory entry ", i, " at offset ", pos, " has a bad signature"));
+      Member m;
+      m.flags = load_le16(h + 8);
+      m.method = load_le16(h + 10);
+      m.crc32 = load_le32(h + 16);
+      m.compressed_bytes = load_le32(h + 20);
+      m.uncompressed_bytes = load_le32(h + 24);
+      size_t name_len = load_le16(h + 28), extra_len = load_le16(h + 30),
+             comment_len = load_le16(h + 32);
+      uint32_t disk_start = load_le16(h + 34);
+      m.local_header_offset = load_le32(h + 42);
+      size_t variable = name_len + extra_len + comment_len;
+      if (variable > end - pos - kCentralHeaderBytes)
+        fail(str("central directory entry ", i, " is truncated"));
+      m.name.assign(reinterpret_cast<const char*>(h + kCentralHeaderBytes), name_len);
+      apply_zip64_extra(m, disk_start, h + kCentralHeaderBytes + name_len, extra_len);
+      if (!seen.insert(m.name).second) fail(str("member '", m.name, "' appears twice"));
+      members.push_back(std::move(m));
+      pos += kCentralHeaderBytes + variable;
+    }
+    return members;
+  }
+
+  // A member's bytes after CRC check: a span of the archive for a stored member, or of
+  // `inflated`, a new host storage, for a deflated one.
+  struct MemberBytes {
+    std::span<const std::byte> bytes;
+    UntypedStorage inflated;
+  };
+
+  MemberBytes read_member(const Member& m) {
+    std::string where = str("member '", m.name, "'");
+    if (m.flags & kFlagEncrypted) fail(str(where, " is encrypted"));
+    if (m.method != kMethodStored && m.method != kMethodDeflated)
+      fail(str(where, " uses compression method ", m.method,
+               "; only stored (0) and deflated (8) are supported"));
+    uint64_t lh = m.local_header_offset;
+    if (lh > bytes_.size() || kLocalHeaderBytes > bytes_.size() - lh)
+      fail(str(where, ": local header offset ", lh, " is past the end of the file"));
+    const std::byte* h = bytes_.data() + lh;
+    if (load_le32(h) != kLocalHeaderSignature)
+      fail(str(where, ": no local header at offset ", lh));
+    if (load_le16(h + 8) != m.method)
+      fail(str(where, ": local header and central directory disagree on the compression method"));
+    size_t name_len = load_le16(h + 26), extra_len = load_le16(h + 28);
+    uint64_t data_offset = lh + kLocalHeaderBytes + name_len + extra_len;
+    if (data_offset > bytes_.size() || m.compressed_bytes > bytes_.size() - data_offset)
+      fail(str(where, ": ", m.compressed_bytes, " bytes of data at offset ", data_offset,
+               " run past the end of the file (", bytes_.size(), " bytes); is it truncated?"));
+    std::string_view local_name(reinterpret_cast<const char*>(h + kLocalHeaderBytes), name_len);
+    if (local_name != m.name)
+      fail(str(where, ": the local header names it '", local_name, "'"));
+    const std::byte* data = bytes_.data() + data_offset;
+
+    MemberBytes out;
+    if (m.method == kMethodStored) {
+      if (m.compressed_bytes != m.uncompressed_bytes)
+        fail(str(where, " is stored but its sizes differ (", m.compressed_bytes, " vs ",
+                 m.uncompressed_bytes, ")"));
+      out.bytes = {data, static_cast<size_t>(m.compressed_bytes)};
+    } else {
+      out.inflated = inflate_member(m, data, where);
+      out.bytes = {out.inflated.data(), static_cast<size_t>(out.inflated.nbytes())};
+    }
+    uint32_t crc = static_cast<uint32_t>(
+        crc32_z(0, reinterpret_cast<const Bytef*>(out.bytes.data()), out.bytes.size()));
+    if (crc != m.crc32)
+      throw ChecksumError(str(what_, ": ", where, ": CRC-32 mismatch (stored ", std::hex, m.crc32,
+                              ", computed ", crc, "); the archive is corrupt"));
+    return out;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& why) const {
+    throw FormatError(str(what_, ": ", why));
+  }
+
+  size_t find_end_of_central_directory() const {
+    if (bytes_.size() < kEndOfCentralDirBytes)
+      fail(str("not a ZIP archive: ", bytes_.size(), " bytes is too short"));
+    // The record sits at the very end, followed only by a comment of at most 65535 bytes.
+    size_t last = bytes_.size() - kEndOfCentralDirBytes;
+    size_t first = last > 65535 ? last - 65535 : 0;
+    for (size_t pos = last + 1; pos-- > first;) {
+      const std::byte* p = bytes_.data() + pos;
+      if (load_le32(p) == kEndOfCentralDirSignature &&
+          load_le16(p + 20) == bytes_.size() - pos - kEndOfCentralDirBytes)
+        return pos;
+    }
+    fail("not a ZIP archive: no end-of-central-directory record");
+  }
+
+  // Fields saturated at 0xFFFF... in the fixed header are carried in the ZIP64 extra field,
+  // in this order: uncompressed size, compressed size, local header offset, disk number.
+  void apply_zip64_extra(Member& m, uint32_t disk_start, const std::byte* extra, size_t extra_len) {
+    bool need_uncompressed = m.uncompressed_bytes == 0xFFFFFFFF;
+    bool need_compressed = m.compressed_bytes == 0xFFFFFFFF;
+    bool need_offset = m.local_header_offset == 0xFFFFFFFF;
+    bool need_disk = disk_start == 0xFFFF;
+    size_t pos = 0;
+    while (extra_len - pos >= 4) {
+      uint16_t id = load_le16(extra + pos), size = load_le16(extra + pos + 2);
+      pos += 4;
+      if (size > extra_len - pos) fail(str("member '", m.name, "': extra field runs past its entry"));
+      if (id == kZip64ExtraId) {
+        const std::byte* f = extra + pos;
+        size_t left = size;
+        auto take64 = [&](uint64_t& out) {
+          if (left < 8) fail(str("member '", m.name, "': ZIP64 extra field is too short"));
+          out = load_le64(f);
+          f += 8;
+          left -= 8;
+        };
+        if (need_uncompressed) take64(m.uncompressed_bytes), need_uncompressed = false;
+        if (need_compressed) take64(m.compressed_bytes), need_compressed = false;
+        if (need_offset) take64(m.local_header_offset), need_offset = false;
+        if (need_disk) {
+          if (left < 4) fail(str("member '", m.name, "': ZIP64 extra field is too short"));
+          disk_start = load_le32(f);
+          need_disk = false;
+        }
+      }
+      pos += size;
+    }
+    if (need_uncompressed || need_compressed || need_offset)
+      fail(str("member '", m.name, "' needs a ZIP64 extra field but has none"));
+    if (disk_start != 0) fail("multi-volume ZIP archives are not supported");
+  }
+
+  UntypedStorage inflate_member(const Member& m, const std::byte* data, const std::string& where) {
+    if (m.uncompressed_bytes / kMaxDeflateRatio > m.compressed_bytes + 1)
+      fail(str(where, " claims ", m.uncompressed_bytes, " bytes from ", m.compressed_bytes,
+               " deflated bytes, more than deflate can produce"));
+    if (m.uncompressed_bytes > static_cast<uint64_t>(INT64_MAX))
+      fail(str(where, ": size ", m.uncompressed_bytes, " is too large"));
+    UntypedStorage out = UntypedStorage::allocate(static_cast<int64_t>(m.uncompressed_bytes));
+    z_stream zs{};
+    if (inflateInit2(&zs, -MAX_WBITS) != Z_OK)  // raw deflate: ZIP has no zlib wrapper
+      throw Error(str(what_, ": zlib inflateInit2 failed"));
+    uint64_t in_left = m.compressed_bytes, out_left = m.uncompressed_bytes;
+    zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(data));
+    zs.next_out = reinterpret_cast<Bytef*>(out.mutable_data());
+    int rc;
+    for (;;) {
+      // zlib counts in 32-bit unsigned ints; feed it in slices.
+      if (zs.avail_in == 0 && in_left > 0) {
+        zs.avail_in = static_cast<uInt>(std::min<uint64_t>(in_left, UINT_MAX));
+        in_left -= zs.avail_in;
+      }
+      if (zs.avail_out == 0 && out_left > 0) {
+        zs.avail_out = static_cast<uInt>(std::min<uint64_t>(out_left, UINT_MAX));
+        out_left -= zs.avail_out;
+      }
+      rc = inflate(&zs, Z_NO_FLUSH);
+      if (rc != Z_OK) break;  // Z_STREAM_END, or no progress possible (Z_BUF_ERROR), or corrupt
+    }
+    uint64_t produced = zs.total_out;
+    const char* msg = zs.msg;
+    std::string zmsg = msg ? msg : "";
+    inflateEnd(&zs);
+    if (rc != Z_STREAM_END) {
+      if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT)
+        fail(str(where, ": corrupt deflate data (", zmsg, ")"));
+      if (produced >= m.uncompressed_bytes)
+        fail(str(where, ": inflates to more than the ", m.uncompressed_bytes, " bytes declared"));
+      fail(str(where, ": deflate data ends after ", produced, " of ", m.uncompressed_bytes,
+               " bytes; the archive is truncated or corrupt"));
+    }
+    if (produced != m.uncompressed_bytes)
+      fail(str(where, ": inflates to ", produced, " bytes, not the ", m.uncompressed_bytes,
+               " declared"));
+    return out;
+  }
+
+  std::span<const std::byte> bytes_;
+  std::string what_;
+};
+
+}  // namespace
+
+std::vector<NpzMember> parse_npz(std::span<const std::byte> bytes, std::string_view what) {
+  ZipReader zip(bytes, what);
+  std::vector<NpzMember> out;
+  for (const Member& m : zip.read_central_directory()) {
+    constexpr std::string_view kSuffix = ".npy";
+    if (m.name.size() <= kSuffix.size() || !m.name.ends_with(kSuffix))
+      throw FormatError(str(what, ": member '", m.name,
+                            "' is not an .npy array (an .npz holds only NAME.npy members)"));
+    auto member = zip.read_member(m);
+    std::string member_what = str(what, ":", m.name);
+    NpyHeader header = parse_npy_header(member.bytes, member_what);
+    int64_t available = static_cast<int64_t>(member.bytes.size()) - header.data_offset;
+    if (available != header.data_nbytes)
+      throw FormatError(str(member_what, ": header declares ", header.data_nbytes,
+                            " bytes of data but the member holds ", available,
+                            " bytes after the header"));
+    // A stored member's bytes belong to the caller's buffer, so they are copied out; an
+    // inflated member already lives in its own host buffer and is used in place.
+    Tensor array = member.inflated.nbytes() == 0
+                       ? detail::npy_tensor_copy(member.bytes.data() + header.data_offset, header,
+                                                 member_what)
+                       : detail::npy_tensor_over(member.inflated, header.data_offset, header,
+                                                 member_what);
+    out.push_back({m.name.substr(0, m.name.size() - kSuffix.size()), std::move(array)});
+  }
+  return out;
+}
+
+std::vector<NpzMember> load_npz(const std::string& path) {
+  detail::InputFile file = detail::map_input_file(path);
+  return parse_npz(file.bytes, path);
+}
+
+}  // namespace mmt

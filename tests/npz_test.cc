@@ -1,0 +1,159 @@
+// .npz: stored and deflated members, ZIP64 fields, numpy's own archives (when numpy is
+// installed), CRC checks and refusals of damaged or foreign archives.
+#include <gtest/gtest.h>
+
+#include "importer_test_util.h"
+#include "mmtensor/numpy_io.h"
+
+namespace mmt {
+namespace {
+
+using testutil::Bytes;
+using testutil::TempFolder;
+using testutil::zip_archive;
+using testutil::ZipEntry;
+
+Bytes npy_of(const Tensor& t) { return npy_bytes(t); }
+
+std::vector<ZipEntry> two_arrays(bool deflate) {
+  return {{"images.npy", npy_of(arange(24, kUInt8).view({2, 3, 4})), deflate},
+          {"labels.npy", npy_of(arange(2, kInt64)), deflate}};
+}
+
+template <typename Fn>
+std::string expect_error(Fn&& fn) {
+  try {
+    fn();
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a FormatError";
+  return "";
+}
+
+void expect_two_arrays(const std::vector<NpzMember>& members) {
+  ASSERT_EQ(members.size(), 2u);
+  EXPECT_EQ(members[0].name, "images");
+  EXPECT_EQ(members[1].name, "labels");
+  EXPECT_TRUE(members[0].array.equal(arange(24, kUInt8).view({2, 3, 4})));
+  EXPECT_TRUE(members[1].array.equal(arange(2, kInt64)));
+}
+
+TEST(Npz, StoredMembersInArchiveOrder) {
+  expect_two_arrays(parse_npz(zip_archive(two_arrays(false)), "a.npz"));
+}
+
+TEST(Npz, DeflatedMembers) {
+  expect_two_arrays(parse_npz(zip_archive(two_arrays(true)), "a.npz"));
+}
+
+TEST(Npz, MixedAndZip64Members) {
+  std::vector<ZipEntry> entries = two_arrays(false);
+  entries[1].deflate = true;
+  expect_two_arrays(parse_npz(zip_archive(entries), "mixed.npz"));
+  expect_two_arrays(parse_npz(zip_archive(two_arrays(true), /*zip64=*/true), "z64.npz"));
+  expect_two_arrays(parse_npz(zip_archive(two_arrays(false), /*zip64=*/true), "z64.npz"));
+}
+
+TEST(Npz, LoadsFromDiskAndOutlivesTheMapping) {
+  TempFolder dir;
+  testutil::write_file(dir / "a.npz", zip_archive(two_arrays(false)));
+  std::vector<NpzMember> members = load_npz(dir / "a.npz");
+  std::filesystem::remove(dir / "a.npz");
+  expect_two_arrays(members);
+  EXPECT_THROW(load_npz(dir / "a.npz"), IoError);
+}
+
+TEST(Npz, EmptyArchiveHasNoMembers) {
+  EXPECT_TRUE(parse_npz(zip_archive({}), "empty.npz").empty());
+}
+
+TEST(Npz, CrcMismatchIsAChecksumError) {
+  for (bool deflate : {false, true}) {
+    Bytes archive = zip_archive({{"x.npy", npy_of(arange(100)), deflate}});
+    // Central directory entry CRC field: flip one bit.
+    size_t cd = archive.size() - 22 - 46 - 5;
+    archive[cd + 16] ^= std::byte{1};
+    EXPECT_THROW(parse_npz(archive, "crc.npz"), ChecksumError);
+  }
+  // Corrupting the stored data itself is caught by the same check.
+  Bytes archive = zip_archive({{"x.npy", npy_of(arange(100)), false}});
+  archive[30 + 5 + 200] ^= std::byte{0x40};
+  EXPECT_THROW(parse_npz(archive, "crc.npz"), ChecksumError);
+}
+
+TEST(Npz, EveryTruncationIsRefusedCleanly) {
+  for (bool deflate : {false, true}) {
+    Bytes archive = zip_archive(two_arrays(deflate));
+    for (size_t n = 0; n < archive.size(); ++n) {
+      Bytes cut(archive.begin(), archive.begin() + static_cast<std::ptrdiff_t>(n));
+      EXPECT_THROW(parse_npz(cut, "cut.npz"), FormatError) << n << " bytes";
+    }
+  }
+}
+
+TEST(Npz, CorruptDeflateDataIsRefused) {
+  Bytes archive = zip_archive({{"x.npy", npy_of(arange(1000)), true}});
+  for (size_t i = 40; i < 60; ++i) archive[i] = std::byte{0xFF};
+  EXPECT_THROW(parse_npz(archive, "bad.npz"), FormatError);
+}
+
+TEST(Npz, RefusesWhatIsNotANumpyArchive) {
+  auto refused = [](const Bytes& archive, const std::string& fragment) {
+    std::string message = expect_error([&] { parse_npz(archive, "odd.npz"); });
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;
+    EXPECT_EQ(message.rfind("odd.npz", 0), 0u) << message;
+  };
+  refused(testutil::to_bytes("PK not really a zip file at all, no"), "no end-of-central-directory");
+  refused(testutil::to_bytes("tiny"), "too short");
+  refused(zip_archive({{"notes.txt", testutil::to_bytes("hello"), false}}), "not an .npy array");
+  refused(zip_archive({{"x.npy", npy_of(arange(3)), false, /*method=*/12}}), "compression method 12");
+  refused(zip_archive({{"x.npy", npy_of(arange(3)), false, 0xFFFF, /*flags=*/1}}), "encrypted");
+  refused(zip_archive({{"x.npy", npy_of(arange(3))}, {"x.npy", npy_of(arange(3))}}), "appears twice");
+  refused(zip_archive({{"x.npy", testutil::to_bytes("not an npy")}}), "odd.npz:x.npy: not an .npy");
+}
+
+TEST(Npz, ForgedHugeSizeIsRefusedBeforeAllocating) {
+  Bytes archive = zip_archive({{"x.npy", npy_of(arange(10)), true}}, /*zip64=*/true);
+  // The ZIP64 extra field of the central directory entry: uncompressed size first.
+  size_t cd = archive.size() - 22 - 20 - 56 - (46 + 5 + 28);
+  size_t extra = cd + 46 + 5 + 4;
+  for (int i = 0; i < 8; ++i) archive[extra + i] = std::byte{0xFF};
+  archive[extra + 7] = std::byte{0x7F};
+  std::string message = expect_error([&] { parse_npz(archive, "bomb.npz"); });
+  EXPECT_NE(message.find("more than deflate can produce"), std::string::npos) << message;
+}
+
+TEST(Npz, ReadsNumpysSavezAndSavezCompressed) {
+  std::string python = testutil::python_with_numpy();
+  if (python.empty()) GTEST_SKIP() << "python3 with numpy not available";
+  TempFolder dir;
+  ASSERT_EQ(testutil::run_python(python, dir.path(), R"(
+a = np.arange(60000, dtype='<f4').reshape(100, 600)
+b = np.asfortranarray(np.arange(12, dtype='>i2').reshape(3, 4))
+np.savez('plain.npz', a=a, b=b, c=np.array(True))
+np.savez_compressed('small.npz', a=a, b=b, c=np.array(True))
+import zipfile
+with zipfile.ZipFile('forced64.npz', 'w', compression=zipfile.ZIP_DEFLATED) as z:
+    with z.open('a.npy', 'w', force_zip64=True) as f:
+        np.lib.format.write_array(f, a)
+)"), 0);
+  for (const char* name : {"plain.npz", "small.npz"}) {
+    SCOPED_TRACE(name);
+    std::vector<NpzMember> members = load_npz(dir / name);
+    ASSERT_EQ(members.size(), 3u);
+    EXPECT_EQ(members[0].name, "a");
+    EXPECT_TRUE(members[0].array.equal(arange(60000, kFloat32).view({100, 600})));
+    EXPECT_EQ(members[1].name, "b");
+    EXPECT_FALSE(members[1].array.is_contiguous());
+    EXPECT_TRUE(members[1].array.equal(arange(12, kInt16).view({3, 4})));
+    EXPECT_EQ(members[2].array.dtype(), kBool);
+    EXPECT_EQ(members[2].array.dim(), 0);
+  }
+  std::vector<NpzMember> forced = load_npz(dir / "forced64.npz");
+  ASSERT_EQ(forced.size(), 1u);
+  EXPECT_TRUE(forced[0].array.equal(arange(60000, kFloat32).view({100, 600})));
+}
+
+}  // namespace
+}  // namespace mmt
