@@ -20,9 +20,17 @@ class IntArrayRef {
  public:
   constexpr IntArrayRef() = default;
   constexpr IntArrayRef(const int64_t* data, size_t size) : data_(data), size_(size) {}
-  // The initializer_list lives until the end of the full expression: fine for arguments.
+  // The initializer_list lives until the end of the full expression: fine for arguments,
+  // which is the only use (as with c10::IntArrayRef); never store an IntArrayRef.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winit-list-lifetime"
+#endif
   constexpr IntArrayRef(std::initializer_list<int64_t> list)
       : data_(list.begin()), size_(list.size()) {}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
   IntArrayRef(const std::vector<int64_t>& v) : data_(v.data()), size_(v.size()) {}
 
   constexpr const int64_t* data() const { return data_; }

@@ -1,0 +1,123 @@
+#include "cuda_memory.h"
+
+#include <string>
+
+#include "mmtensor/device.h"
+#include "mmtensor/error.h"
+
+#if MMT_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace mmt::cuda {
+
+#if MMT_WITH_CUDA
+namespace {
+void check(cudaError_t status, const char* what, int64_t nbytes = -1) {
+  if (status == cudaSuccess) return;
+  cudaGetLastError();  // clear the sticky error so later calls are not poisoned
+  throw CudaError(detail::str(what, (nbytes >= 0 ? detail::str(" of ", nbytes, " bytes") : ""),
+                              " failed: ", cudaGetErrorString(status)));
+}
+
+// Restores the calling thread's current device when it goes out of scope.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+}  // namespace
+
+int device_count() noexcept {
+  // The count cannot change while the process lives; asking the driver once is enough.
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+void* malloc_device(int64_t nbytes, int device) {
+  MMT_CHECK(device >= 0 && device < device_count(), CudaError, "cuda:", device,
+            " is not available (", device_count(), " CUDA device(s) found)");
+  DeviceGuard guard(device);
+  void* ptr = nullptr;
+  check(cudaMalloc(&ptr, static_cast<size_t>(nbytes)), "cudaMalloc", nbytes);
+  return ptr;
+}
+
+void free_device(void* ptr, int device) noexcept {
+  if (!ptr) return;
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device);
+  cudaFree(ptr);
+  cudaSetDevice(previous);
+}
+
+void* malloc_host_pinned(int64_t nbytes) {
+  void* ptr = nullptr;
+  check(cudaHostAlloc(&ptr, static_cast<size_t>(nbytes), cudaHostAllocDefault), "cudaHostAlloc",
+        nbytes);
+  return ptr;
+}
+
+void free_host_pinned(void* ptr) noexcept {
+  if (ptr) cudaFreeHost(ptr);
+}
+
+void memcpy(void* dst, const void* src, int64_t nbytes) {
+  if (nbytes == 0) return;
+  check(cudaMemcpy(dst, src, static_cast<size_t>(nbytes), cudaMemcpyDefault), "cudaMemcpy", nbytes);
+}
+
+void memset(void* dst, int value, int64_t nbytes, int device) {
+  if (nbytes == 0) return;
+  DeviceGuard guard(device);
+  check(cudaMemset(dst, value, static_cast<size_t>(nbytes)), "cudaMemset", nbytes);
+}
+
+#else  // built without CUDA
+
+namespace {
+[[noreturn]] void unavailable(const char* what) {
+  throw CudaError(detail::str(what, ": mmtensor was built without CUDA (configure with the "
+                                    "CUDA Toolkit installed, or -DMMT_WITH_CUDA=ON)"));
+}
+}  // namespace
+
+int device_count() noexcept { return 0; }
+void* malloc_device(int64_t, int) { unavailable("allocating CUDA memory"); }
+void free_device(void*, int) noexcept {}
+void* malloc_host_pinned(int64_t) { unavailable("allocating pinned memory"); }
+void free_host_pinned(void*) noexcept {}
+void memcpy(void*, const void*, int64_t) { unavailable("copying to or from a CUDA device"); }
+void memset(void*, int, int64_t, int) { unavailable("filling CUDA memory"); }
+
+#endif
+
+}  // namespace mmt::cuda
+
+namespace mmt {
+
+bool cuda_is_available() { return cuda::device_count() > 0; }
+int cuda_device_count() { return cuda::device_count(); }
+bool built_with_cuda() {
+#if MMT_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace mmt

@@ -1,0 +1,301 @@
+// UntypedStorage: host, pinned, CUDA and memory-mapped file storages behind one handle.
+#include "mmtensor/storage.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+
+#include <boost/interprocess/file_mapping.hpp>
+#include <boost/interprocess/mapped_region.hpp>
+
+#include "cuda_memory.h"
+#include "mmtensor/error.h"
+
+namespace bip = boost::interprocess;
+
+namespace mmt {
+namespace detail {
+
+struct StorageImpl {
+  std::byte* data = nullptr;
+  int64_t nbytes = 0;
+  Device device = kCPU;
+  bool pinned = false;
+  bool read_only = false;
+  bool private_mapping = false;  // copy-on-write: dropping its pages would lose writes
+  std::string filename;
+  // Exactly one of these owns the bytes (or none, for an empty storage).
+  std::unique_ptr<bip::mapped_region> region;
+  std::function<void(void*)> deleter;
+
+  StorageImpl() = default;
+  StorageImpl(const StorageImpl&) = delete;
+  StorageImpl& operator=(const StorageImpl&) = delete;
+  ~StorageImpl() {
+    if (deleter) deleter(data);
+    // `region` unmaps itself.
+  }
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::StorageImpl;
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+void check_nbytes(int64_t nbytes, const char* what) {
+  MMT_CHECK(nbytes >= 0, ValueError, what, ": nbytes must be non-negative, got ", nbytes);
+}
+
+// Describes why `filename` cannot be mapped, before Boost's terser exceptions would.
+struct stat stat_regular_file(const std::string& filename, const char* what) {
+  struct stat st {};
+  if (::stat(filename.c_str(), &st) != 0) {
+    int err = errno;
+    throw IoError(detail::str(what, ": cannot open '", filename, "': ", errno_text(err)), err);
+  }
+  MMT_CHECK(!S_ISDIR(st.st_mode), IoError, what, ": '", filename,
+            "' is a directory, not a file");
+  MMT_CHECK(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode), IoError, what, ": '", filename,
+            "' is not a regular file");
+  return st;
+}
+
+std::shared_ptr<StorageImpl> map_region(const std::string& filename, MapMode mode, int64_t offset,
+                                        int64_t nbytes, const char* what) {
+  auto impl = std::make_shared<StorageImpl>();
+  impl->filename = filename;
+  impl->read_only = mode == MapMode::ReadOnly;
+  impl->private_mapping = mode == MapMode::Private;
+  impl->nbytes = nbytes;
+  if (nbytes == 0) return impl;  // nothing to map: mmap of length 0 is an error
+  try {
+    bip::file_mapping file(filename.c_str(),
+                           mode == MapMode::Shared ? bip::read_write : bip::read_only);
+    bip::mode_t region_mode = mode == MapMode::ReadOnly  ? bip::read_only
+                              : mode == MapMode::Private ? bip::copy_on_write
+                                                         : bip::read_write;
+    impl->region = std::make_unique<bip::mapped_region>(file, region_mode, offset,
+                                                        static_cast<size_t>(nbytes));
+  } catch (const bip::interprocess_exception& e) {
+    throw IoError(detail::str(what, ": cannot map '", filename, "' (", nbytes, " bytes at offset ",
+                              offset, "): ", e.what()),
+                  e.get_native_error());
+  }
+  impl->data = static_cast<std::byte*>(impl->region->get_address());
+  return impl;
+}
+
+std::byte* aligned_host_alloc(int64_t nbytes, size_t alignment) {
+  MMT_CHECK(alignment >= sizeof(void*) && (alignment & (alignment - 1)) == 0, ValueError,
+            "alignment must be a power of two of at least ", sizeof(void*), ", got ", alignment);
+  if (nbytes == 0) return nullptr;
+  // aligned_alloc wants a size that is a multiple of the alignment.
+  size_t rounded = (static_cast<size_t>(nbytes) + alignment - 1) & ~(alignment - 1);
+  MMT_CHECK(rounded >= static_cast<size_t>(nbytes), ValueError, "cannot allocate ", nbytes,
+            " bytes: size overflows");
+  void* p = std::aligned_alloc(alignment, rounded);
+  MMT_CHECK(p != nullptr, Error, "out of memory: allocating ", nbytes, " bytes of host memory");
+  return static_cast<std::byte*>(p);
+}
+
+void warn_pinned_fallback_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (std::getenv("MMT_QUIET") == nullptr)
+      std::cerr << "mmtensor: no CUDA device; pinned memory falls back to ordinary host memory "
+                   "(is_pinned() is false)\n";
+  });
+}
+
+}  // namespace
+
+UntypedStorage::UntypedStorage() : impl_(std::make_shared<StorageImpl>()) {}
+UntypedStorage::UntypedStorage(std::shared_ptr<StorageImpl> impl) : impl_(std::move(impl)) {}
+
+UntypedStorage UntypedStorage::from_file(const std::string& filename, bool shared, int64_t nbytes) {
+  check_nbytes(nbytes, "from_file");
+  if (shared) {
+    // PyTorch's rule: the file is created if needed and grown to nbytes.
+    int fd = ::open(filename.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      int err = errno;
+      throw IoError(detail::str("from_file: cannot open '", filename, "' for writing: ",
+                                errno_text(err)),
+                    err);
+    }
+    struct stat st {};
+    bool ok = ::fstat(fd, &st) == 0;
+    int err = errno;
+    if (ok && S_ISDIR(st.st_mode)) {
+      ::close(fd);
+      throw IoError(detail::str("from_file: '", filename, "' is a directory, not a file"));
+    }
+    if (ok && st.st_size < nbytes) {
+      ok = ::ftruncate(fd, nbytes) == 0;
+      err = errno;
+    }
+    ::close(fd);
+    MMT_CHECK(ok, IoError, "from_file: cannot grow '", filename, "' to ", nbytes, " bytes: ",
+              errno_text(err));
+    if (nbytes == 0) nbytes = st.st_size;
+    return UntypedStorage(map_region(filename, MapMode::Shared, 0, nbytes, "from_file"));
+  }
+  struct stat st = stat_regular_file(filename, "from_file");
+  if (nbytes == 0) nbytes = st.st_size;
+  MMT_CHECK(st.st_size >= nbytes, ValueError, "from_file: '", filename, "' holds ", st.st_size,
+            " bytes but nbytes=", nbytes, " were asked for (with shared=false the file must "
+            "hold at least nbytes)");
+  return UntypedStorage(map_region(filename, MapMode::Private, 0, nbytes, "from_file"));
+}
+
+UntypedStorage UntypedStorage::map_file(const std::string& filename, MapMode mode, int64_t offset,
+                                        int64_t nbytes) {
+  MMT_CHECK(offset >= 0, ValueError, "map_file: offset must be non-negative, got ", offset);
+  struct stat st = stat_regular_file(filename, "map_file");
+  int64_t file_bytes = st.st_size;
+  MMT_CHECK(offset <= file_bytes, ValueError, "map_file: offset ", offset, " is past the end of '",
+            filename, "' (", file_bytes, " bytes)");
+  if (nbytes < 0) nbytes = file_bytes - offset;
+  MMT_CHECK(nbytes <= file_bytes - offset, ValueError, "map_file: '", filename, "' holds ",
+            file_bytes, " bytes; cannot map ", nbytes, " bytes at offset ", offset);
+  return UntypedStorage(map_region(filename, mode, offset, nbytes, "map_file"));
+}
+
+UntypedStorage UntypedStorage::allocate(int64_t nbytes, Device device, size_t alignment) {
+  check_nbytes(nbytes, "allocate");
+  auto impl = std::make_shared<StorageImpl>();
+  impl->nbytes = nbytes;
+  impl->device = device;
+  if (device.is_cuda()) {
+    if (nbytes > 0) {
+      impl->data = static_cast<std::byte*>(cuda::malloc_device(nbytes, device.index));
+      int index = device.index;
+      impl->deleter = [index](void* p) { cuda::free_device(p, index); };
+    }
+    return UntypedStorage(std::move(impl));
+  }
+  impl->data = aligned_host_alloc(nbytes, alignment);
+  impl->deleter = [](void* p) { std::free(p); };
+  return UntypedStorage(std::move(impl));
+}
+
+UntypedStorage UntypedStorage::allocate_pinned(int64_t nbytes) {
+  check_nbytes(nbytes, "allocate_pinned");
+  if (cuda::device_count() == 0) {
+    warn_pinned_fallback_once();
+    // Page alignment keeps the fallback's copies as fast as a pinned buffer's would be.
+    return allocate(nbytes, kCPU, 4096);
+  }
+  auto impl = std::make_shared<StorageImpl>();
+  impl->nbytes = nbytes;
+  impl->pinned = true;
+  if (nbytes > 0) {
+    impl->data = static_cast<std::byte*>(cuda::malloc_host_pinned(nbytes));
+    impl->deleter = [](void* p) { cuda::free_host_pinned(p); };
+  }
+  return UntypedStorage(std::move(impl));
+}
+
+UntypedStorage UntypedStorage::from_blob(void* data, int64_t nbytes,
+                                         std::function<void(void*)> deleter, Device device,
+                                         bool read_only) {
+  check_nbytes(nbytes, "from_blob");
+  MMT_CHECK(data != nullptr || nbytes == 0, ValueError, "from_blob: null data with nbytes=", nbytes);
+  auto impl = std::make_shared<StorageImpl>();
+  impl->data = static_cast<std::byte*>(data);
+  impl->nbytes = nbytes;
+  impl->device = device;
+  impl->read_only = read_only;
+  impl->deleter = std::move(deleter);
+  return UntypedStorage(std::move(impl));
+}
+
+int64_t UntypedStorage::nbytes() const { return impl_->nbytes; }
+const std::byte* UntypedStorage::data() const { return impl_->data; }
+std::byte* UntypedStorage::mutable_data() const {
+  MMT_CHECK(!impl_->read_only, ValueError, "storage",
+            (impl_->filename.empty() ? "" : " of '" + impl_->filename + "'"),
+            " is read-only (mapped with MapMode::ReadOnly); clone() it to modify a copy");
+  return impl_->data;
+}
+Device UntypedStorage::device() const { return impl_->device; }
+bool UntypedStorage::is_pinned() const { return impl_->pinned; }
+bool UntypedStorage::is_read_only() const { return impl_->read_only; }
+const std::string& UntypedStorage::filename() const { return impl_->filename; }
+bool UntypedStorage::is_same(const UntypedStorage& other) const { return impl_ == other.impl_; }
+long UntypedStorage::use_count() const { return impl_.use_count(); }
+
+UntypedStorage UntypedStorage::clone() const {
+  UntypedStorage copy = allocate(nbytes(), device());
+  copy.copy_(*this);
+  return copy;
+}
+
+UntypedStorage& UntypedStorage::copy_(const UntypedStorage& src) {
+  MMT_CHECK(src.nbytes() == nbytes(), ValueError, "copy_: storage sizes differ (", nbytes(),
+            " bytes vs ", src.nbytes(), " bytes)");
+  if (nbytes() == 0 || is_same(src)) return *this;
+  std::byte* dst = mutable_data();
+  if (is_cuda() || src.is_cuda())
+    cuda::memcpy(dst, src.data(), nbytes());
+  else
+    std::memmove(dst, src.data(), static_cast<size_t>(nbytes()));
+  return *this;
+}
+
+UntypedStorage& UntypedStorage::fill_(uint8_t value) {
+  if (nbytes() == 0) return *this;
+  std::byte* dst = mutable_data();
+  if (is_cuda())
+    cuda::memset(dst, value, nbytes(), device().index);
+  else
+    std::memset(dst, value, static_cast<size_t>(nbytes()));
+  return *this;
+}
+
+UntypedStorage UntypedStorage::pin_memory() const {
+  MMT_CHECK(!is_cuda(), ValueError, "pin_memory: storage is on ", device().str(),
+            "; only host storage can be pinned");
+  if (is_pinned()) return *this;
+  UntypedStorage pinned = allocate_pinned(nbytes());
+  pinned.copy_(*this);
+  return pinned;
+}
+
+void UntypedStorage::advise(AccessAdvice advice, int64_t offset, int64_t nbytes) const {
+  if (!impl_->region || impl_->nbytes == 0) return;
+  // MADV_DONTNEED on a copy-on-write mapping discards the process's own writes.
+  if (advice == AccessAdvice::DontNeed && impl_->private_mapping) return;
+  MMT_CHECK(offset >= 0 && offset <= impl_->nbytes, ValueError, "advise: offset ", offset,
+            " is outside the storage (", impl_->nbytes, " bytes)");
+  if (nbytes < 0 || nbytes > impl_->nbytes - offset) nbytes = impl_->nbytes - offset;
+  if (nbytes == 0) return;
+  // madvise wants a page-aligned start; the mapping itself begins on a page boundary.
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  uintptr_t start = reinterpret_cast<uintptr_t>(impl_->data) + static_cast<uintptr_t>(offset);
+  uintptr_t aligned = start & ~(page - 1);
+  size_t length = static_cast<size_t>(nbytes) + (start - aligned);
+  int flag = MADV_NORMAL;
+  switch (advice) {
+    case AccessAdvice::Normal: flag = MADV_NORMAL; break;
+    case AccessAdvice::Random: flag = MADV_RANDOM; break;
+    case AccessAdvice::Sequential: flag = MADV_SEQUENTIAL; break;
+    case AccessAdvice::WillNeed: flag = MADV_WILLNEED; break;
+    case AccessAdvice::DontNeed: flag = MADV_DONTNEED; break;
+  }
+  // Advice is a hint: a refusal changes performance, never results, so it is not an error.
+  ::madvise(reinterpret_cast<void*>(aligned), length, flag);
+}
+
+}  // namespace mmt

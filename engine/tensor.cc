@@ -1,0 +1,269 @@
+// Tensor construction, metadata, element access, contiguity and factories.
+#include "mmtensor/tensor.h"
+
+#include <cstring>
+
+#include "tensor_geometry.h"
+
+namespace mmt {
+
+namespace {
+
+// A view may only address bytes of its storage; checked once, when the view is made.
+void check_view_in_bounds(const UntypedStorage& storage, ScalarType dtype, IntArrayRef sizes,
+                          IntArrayRef strides, int64_t storage_offset) {
+  MMT_CHECK(sizes.size() == strides.size(), ValueError, "sizes ", sizes, " and strides ", strides,
+            " have different lengths");
+  MMT_CHECK(storage_offset >= 0, ValueError, "storage_offset must be non-negative, got ",
+            storage_offset);
+  int64_t numel = detail::checked_numel(sizes);
+  if (numel == 0) return;
+  detail::Extent e = detail::element_extent(sizes, strides);
+  const int64_t esize = element_size(dtype);
+  int64_t first = 0, last = 0, end_bytes = 0;
+  bool overflow = __builtin_add_overflow(storage_offset, e.min_offset, &first) ||
+                  __builtin_add_overflow(storage_offset, e.max_offset, &last) ||
+                  __builtin_add_overflow(last, 1, &end_bytes) ||
+                  __builtin_mul_overflow(end_bytes, esize, &end_bytes);
+  MMT_CHECK(!overflow && first >= 0 && end_bytes <= storage.nbytes(), ValueError,
+            "view of size ", sizes, ", stride ", strides, " and storage offset ", storage_offset,
+            " (", to_string(dtype), ") reaches outside the storage of ", storage.nbytes(),
+            " bytes");
+}
+
+}  // namespace
+
+Tensor::Tensor(UntypedStorage storage, ScalarType dtype, IntArrayRef sizes, IntArrayRef strides,
+               int64_t storage_offset) {
+  check_view_in_bounds(storage, dtype, sizes, strides, storage_offset);
+  storage_ = std::move(storage);
+  dtype_ = dtype;
+  sizes_ = sizes;
+  strides_ = strides;
+  storage_offset_ = storage_offset;
+  defined_ = true;
+}
+
+Tensor::Tensor(UntypedStorage storage, ScalarType dtype, IntArrayRef sizes, int64_t storage_offset)
+    : Tensor(std::move(storage), dtype, sizes, contiguous_strides(sizes), storage_offset) {}
+
+Tensor make_tensor_unchecked(UntypedStorage storage, ScalarType dtype, DimVector sizes,
+                             DimVector strides, int64_t storage_offset) {
+  Tensor t;
+  t.storage_ = std::move(storage);
+  t.dtype_ = dtype;
+  t.sizes_ = std::move(sizes);
+  t.strides_ = std::move(strides);
+  t.storage_offset_ = storage_offset;
+  t.defined_ = true;
+  return t;
+}
+
+int64_t Tensor::wrap_dim(int64_t dim, int64_t ndim_plus) const {
+  return detail::wrap_dim(dim, this->dim() + ndim_plus);
+}
+
+int64_t Tensor::size(int64_t d) const { return sizes_[wrap_dim(d)]; }
+int64_t Tensor::stride(int64_t d) const { return strides_[wrap_dim(d)]; }
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t s : sizes_) n *= s;  // bounded: checked when the view was made
+  return n;
+}
+
+const void* Tensor::data_ptr() const {
+  MMT_CHECK(defined_, ValueError, "data_ptr() of an undefined tensor");
+  const std::byte* base = storage_.data();
+  return base ? base + storage_offset_ * element_size() : nullptr;
+}
+
+void* Tensor::mutable_data_ptr() const {
+  MMT_CHECK(defined_, ValueError, "mutable_data_ptr() of an undefined tensor");
+  std::byte* base = storage_.mutable_data();
+  return base ? base + storage_offset_ * element_size() : nullptr;
+}
+
+void Tensor::check_dtype(ScalarType requested) const {
+  MMT_CHECK(defined_, ValueError, "access to an undefined tensor");
+  MMT_CHECK(requested == dtype_, ValueError, "expected a tensor of dtype ", mmt::to_string(requested),
+            " but this tensor is ", mmt::to_string(dtype_));
+}
+
+const void* Tensor::element_ptr(IntArrayRef index, bool writable) const {
+  MMT_CHECK(!is_cuda(), ValueError, "element access to a tensor on ", device().str(),
+            "; copy it to the host with .cpu() first");
+  MMT_CHECK(static_cast<int64_t>(index.size()) == dim(), IndexError, "index of ", index.size(),
+            " dimension(s) for a tensor of ", dim(), " dimension(s)");
+  int64_t offset = storage_offset_;
+  for (size_t d = 0; d < index.size(); ++d) {
+    MMT_CHECK(index[d] >= 0 && index[d] < sizes_[d], IndexError, "index ", index[d],
+              " is out of bounds for dimension ", d, " with size ", sizes_[d]);
+    offset += index[d] * strides_[d];
+  }
+  const std::byte* base = writable ? storage_.mutable_data() : storage_.data();
+  return base + offset * element_size();
+}
+
+double Tensor::item_as_double() const {
+  MMT_CHECK(defined_ && numel() == 1, ValueError, "a Tensor with ", (defined_ ? numel() : 0),
+            " elements cannot be converted to a scalar");
+  Tensor host = is_cuda() ? cpu() : *this;
+  const void* p = host.data_ptr();
+  return dispatch_scalar_type(dtype_, [p](auto tag) -> double {
+    using T = decltype(tag);
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    return static_cast<double>(static_cast<std::conditional_t<
+        std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>>(v));
+  });
+}
+
+std::vector<double> Tensor::to_double_vector() const {
+  Tensor c = contiguous();
+  if (c.is_cuda()) c = c.cpu();
+  std::vector<double> out(static_cast<size_t>(c.numel()));
+  const char* p = static_cast<const char*>(c.data_ptr());
+  dispatch_scalar_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    using Wide = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+    for (size_t i = 0; i < out.size(); ++i) {
+      T v;
+      std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+      out[i] = static_cast<double>(static_cast<Wide>(v));
+    }
+  });
+  return out;
+}
+
+bool Tensor::is_contiguous(MemoryFormat format) const {
+  switch (format) {
+    case MemoryFormat::Contiguous:
+    case MemoryFormat::Preserve:
+      return detail::is_contiguous_strides(sizes_, strides_);
+    case MemoryFormat::ChannelsLast:
+      return detail::is_channels_last_strides(sizes_, strides_);
+    case MemoryFormat::ChannelsLast3d:
+      return detail::is_channels_last_3d_strides(sizes_, strides_);
+  }
+  return false;
+}
+
+MemoryFormat Tensor::suggest_memory_format() const {
+  if (dim() == 4 && !is_contiguous() && is_contiguous(MemoryFormat::ChannelsLast))
+    return MemoryFormat::ChannelsLast;
+  if (dim() == 5 && !is_contiguous() && is_contiguous(MemoryFormat::ChannelsLast3d))
+    return MemoryFormat::ChannelsLast3d;
+  return MemoryFormat::Contiguous;
+}
+
+// ---- factories ----
+
+DimVector contiguous_strides(IntArrayRef sizes) {
+  DimVector strides(sizes.size(), 1);
+  for (size_t d = sizes.size(); d-- > 1;)
+    strides[d - 1] = strides[d] * std::max<int64_t>(sizes[d], 1);
+  return strides;
+}
+
+DimVector strides_for(IntArrayRef sizes, MemoryFormat format) {
+  switch (format) {
+    case MemoryFormat::Contiguous:
+    case MemoryFormat::Preserve:
+      return contiguous_strides(sizes);
+    case MemoryFormat::ChannelsLast: {
+      MMT_CHECK(sizes.size() == 4, ValueError,
+                "required rank 4 tensor to use channels_last format, got shape ", sizes);
+      DimVector s(4, 1);
+      s[1] = 1;
+      s[3] = std::max<int64_t>(sizes[1], 1);
+      s[2] = s[3] * std::max<int64_t>(sizes[3], 1);
+      s[0] = s[2] * std::max<int64_t>(sizes[2], 1);
+      return s;
+    }
+    case MemoryFormat::ChannelsLast3d: {
+      MMT_CHECK(sizes.size() == 5, ValueError,
+                "required rank 5 tensor to use channels_last_3d format, got shape ", sizes);
+      DimVector s(5, 1);
+      s[1] = 1;
+      s[4] = std::max<int64_t>(sizes[1], 1);
+      s[3] = s[4] * std::max<int64_t>(sizes[4], 1);
+      s[2] = s[3] * std::max<int64_t>(sizes[3], 1);
+      s[0] = s[2] * std::max<int64_t>(sizes[2], 1);
+      return s;
+    }
+  }
+  return contiguous_strides(sizes);
+}
+
+Tensor empty_strided(IntArrayRef sizes, IntArrayRef strides, ScalarType dtype, Device device,
+                     bool pin_memory) {
+  MMT_CHECK(sizes.size() == strides.size(), ValueError, "empty_strided: sizes ", sizes,
+            " and strides ", strides, " have different lengths");
+  int64_t numel = detail::checked_numel(sizes);
+  int64_t span = numel == 0 ? 0 : detail::element_extent(sizes, strides).max_offset + 1;
+  for (int64_t s : strides)
+    MMT_CHECK(s >= 0, ValueError, "empty_strided: negative stride in ", strides);
+  int64_t nbytes = 0;
+  MMT_CHECK(!__builtin_mul_overflow(span, element_size(dtype), &nbytes), ValueError,
+            "empty_strided: shape ", sizes, " is too large");
+  MMT_CHECK(!(pin_memory && device.is_cuda()), ValueError,
+            "pin_memory applies to host tensors, not ", device.str());
+  UntypedStorage storage = pin_memory ? UntypedStorage::allocate_pinned(nbytes)
+                                      : UntypedStorage::allocate(nbytes, device);
+  return make_tensor_unchecked(std::move(storage), dtype, DimVector(sizes), DimVector(strides), 0);
+}
+
+Tensor empty(IntArrayRef sizes, ScalarType dtype, Device device, MemoryFormat format,
+             bool pin_memory) {
+  detail::checked_numel(sizes);
+  return empty_strided(sizes, strides_for(sizes, format), dtype, device, pin_memory);
+}
+
+Tensor empty_like(const Tensor& t, MemoryFormat format) {
+  MMT_CHECK(t.defined(), ValueError, "empty_like of an undefined tensor");
+  if (format == MemoryFormat::Preserve) {
+    if (detail::is_non_overlapping_and_dense(t.sizes(), t.strides()))
+      return empty_strided(t.sizes(), t.strides(), t.dtype(), t.device());
+    format = t.suggest_memory_format();
+  }
+  return empty(t.sizes(), t.dtype(), t.device(), format);
+}
+
+Tensor zeros(IntArrayRef sizes, ScalarType dtype, Device device) {
+  Tensor t = empty(sizes, dtype, device);
+  UntypedStorage storage = t.untyped_storage();  // a handle: fills the tensor's bytes
+  storage.fill_(0);
+  return t;
+}
+
+Tensor full(IntArrayRef sizes, double value, ScalarType dtype, Device device) {
+  Tensor t = empty(sizes, dtype, device);
+  t.fill_(value);
+  return t;
+}
+
+Tensor arange(int64_t end, ScalarType dtype) { return arange(0, end, 1, dtype); }
+
+Tensor arange(int64_t start, int64_t end, int64_t step, ScalarType dtype) {
+  MMT_CHECK(step != 0, ValueError, "arange: step must be nonzero");
+  int64_t n = 0;
+  if ((step > 0 && end > start) || (step < 0 && end < start))
+    n = (end - start + step + (step > 0 ? -1 : 1)) / step;
+  Tensor t = empty({n}, dtype);
+  char* p = static_cast<char*>(t.mutable_data_ptr());
+  dispatch_scalar_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t i = 0; i < n; ++i) {
+      T v;
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+        v = T(static_cast<float>(start + i * step));
+      else
+        v = static_cast<T>(start + i * step);
+      std::memcpy(p + i * sizeof(T), &v, sizeof(T));
+    }
+  });
+  return t;
+}
+
+}  // namespace mmt

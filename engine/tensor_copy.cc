@@ -1,0 +1,202 @@
+// Copies between layouts, dtypes and devices; every one goes through detail::copy_strided or,
+// across dtypes, the same element walk with a conversion.
+#include <cstring>
+#include <type_traits>
+
+#include "cuda_memory.h"
+#include "mmtensor/tensor.h"
+#include "strided_copy.h"
+#include "tensor_geometry.h"
+
+namespace mmt {
+
+namespace {
+
+using Wide16 = float;
+template <typename T>
+using Arith = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, Wide16, T>;
+
+template <typename To, typename From>
+To convert_value(From v) {
+  Arith<From> wide = static_cast<Arith<From>>(v);
+  if constexpr (std::is_same_v<To, bool>) {
+    return wide != Arith<From>(0);
+  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
+    return To(static_cast<float>(wide));
+  } else {
+    return static_cast<To>(wide);
+  }
+}
+
+DimVector byte_strides(const Tensor& t) {
+  DimVector s = t.strides();
+  for (auto& v : s) v *= t.element_size();
+  return s;
+}
+
+// Byte range [first, last] of the storage a (non-empty) view touches.
+std::pair<int64_t, int64_t> byte_span(const Tensor& t) {
+  detail::Extent e = detail::element_extent(t.sizes(), t.strides());
+  int64_t first = (t.storage_offset() + e.min_offset) * t.element_size();
+  int64_t last = (t.storage_offset() + e.max_offset + 1) * t.element_size() - 1;
+  return {first, last};
+}
+
+bool may_overlap(const Tensor& a, const Tensor& b) {
+  if (!a.untyped_storage().is_same(b.untyped_storage()) || a.numel() == 0 || b.numel() == 0)
+    return false;
+  auto [a0, a1] = byte_span(a);
+  auto [b0, b1] = byte_span(b);
+  return a0 <= b1 && b0 <= a1;
+}
+
+bool has_internal_overlap(const Tensor& t) {
+  for (size_t d = 0; d < t.sizes().size(); ++d)
+    if (t.sizes()[d] > 1 && t.strides()[d] == 0) return true;
+  return false;
+}
+
+// Host-to-host copy of same-shaped views; `src` already broadcast to dst's sizes.
+void copy_host(const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() == src.dtype()) {
+    detail::copy_strided(dst.mutable_data_ptr(), dst.strides(), src.data_ptr(), src.strides(),
+                         dst.sizes(), dst.element_size());
+    return;
+  }
+  char* d = static_cast<char*>(dst.mutable_data_ptr());
+  const char* s = static_cast<const char*>(src.data_ptr());
+  dispatch_scalar_type(dst.dtype(), [&](auto dst_tag) {
+    using To = decltype(dst_tag);
+    dispatch_scalar_type(src.dtype(), [&](auto src_tag) {
+      using From = decltype(src_tag);
+      detail::for_each_element_pair(d, byte_strides(dst), s, byte_strides(src), dst.sizes(),
+                                    [](char* out, const char* in) {
+                                      From v;
+                                      std::memcpy(&v, in, sizeof(From));
+                                      To w = convert_value<To>(v);
+                                      std::memcpy(out, &w, sizeof(To));
+                                    });
+    });
+  });
+}
+
+// A host tensor with the same layout as device tensor `t`, over a copy of the bytes it spans.
+Tensor host_mirror(const Tensor& t) {
+  auto [first, last] = byte_span(t);
+  UntypedStorage host = UntypedStorage::allocate(last - first + 1);
+  cuda::memcpy(host.mutable_data(), t.untyped_storage().data() + first, last - first + 1);
+  return Tensor(host, t.dtype(), t.sizes(), t.strides(),
+                t.storage_offset() - first / t.element_size());
+}
+
+}  // namespace
+
+const Tensor& Tensor::copy_(const Tensor& src) const {
+  MMT_CHECK(defined_ && src.defined(), ValueError, "copy_ with an undefined tensor");
+  Tensor source = src.sizes() == sizes() ? src : src.expand(sizes_);
+  if (numel() == 0) return *this;
+  MMT_CHECK(!has_internal_overlap(*this), ValueError,
+            "unsupported operation: more than one element of the written-to tensor refers to a "
+            "single memory location. Please clone() the tensor before performing the operation.");
+  if (may_overlap(*this, source)) source = source.clone(MemoryFormat::Contiguous);
+
+  if (!is_cuda() && !source.is_cuda()) {
+    copy_host(*this, source);
+    return *this;
+  }
+  // Device copies: one cudaMemcpy when both sides are the same dense layout, else stage the
+  // strided copy on the host.
+  if (dtype_ == source.dtype() && IntArrayRef(strides_) == source.strides() &&
+      detail::is_non_overlapping_and_dense(sizes_, strides_)) {
+    auto [d0, d1] = byte_span(*this);
+    auto [s0, s1] = byte_span(source);
+    (void)s1;
+    cuda::memcpy(storage_.mutable_data() + d0, source.untyped_storage().data() + s0, d1 - d0 + 1);
+    return *this;
+  }
+  Tensor host_src = source.is_cuda() ? host_mirror(source) : source;
+  if (!is_cuda()) {
+    copy_host(*this, host_src);
+    return *this;
+  }
+  Tensor staged = host_mirror(*this);  // keeps the bytes between dst's elements intact
+  copy_host(staged, host_src);
+  auto [first, last] = byte_span(*this);
+  cuda::memcpy(storage_.mutable_data() + first, staged.untyped_storage().data(), last - first + 1);
+  return *this;
+}
+
+Tensor Tensor::contiguous(MemoryFormat format) const {
+  MMT_CHECK(defined_, ValueError, "contiguous() of an undefined tensor");
+  if (format == MemoryFormat::Preserve) format = suggest_memory_format();
+  if (is_contiguous(format)) return *this;
+  Tensor out = empty(sizes_, dtype_, device(), format);
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::clone(MemoryFormat format) const {
+  MMT_CHECK(defined_, ValueError, "clone() of an undefined tensor");
+  Tensor out = format == MemoryFormat::Preserve ? empty_like(*this, format)
+                                                : empty(sizes_, dtype_, device(), format);
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::to(Device target, bool non_blocking) const {
+  (void)non_blocking;  // copies through the engine are synchronous; the loader streams its own
+  MMT_CHECK(defined_, ValueError, "to() of an undefined tensor");
+  if (target == device()) return *this;
+  Tensor out;
+  if (detail::is_non_overlapping_and_dense(sizes_, strides_))
+    out = empty_strided(sizes_, strides_, dtype_, target);
+  else
+    out = empty(sizes_, dtype_, target, suggest_memory_format());
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::pin_memory() const {
+  MMT_CHECK(defined_, ValueError, "pin_memory() of an undefined tensor");
+  MMT_CHECK(!is_cuda(), ValueError, "cannot pin '", device().str(),
+            "' memory: only dense CPU tensors can be pinned");
+  if (is_pinned()) return *this;
+  Tensor out = detail::is_non_overlapping_and_dense(sizes_, strides_)
+                   ? empty_strided(sizes_, strides_, dtype_, kCPU, /*pin_memory=*/true)
+                   : empty(sizes_, dtype_, kCPU, suggest_memory_format(), /*pin_memory=*/true);
+  out.copy_(*this);
+  return out;
+}
+
+const Tensor& Tensor::fill_(double value) const {
+  MMT_CHECK(defined_, ValueError, "fill_() of an undefined tensor");
+  if (numel() == 0) return *this;
+  Tensor scalar = empty({}, kFloat64);
+  std::memcpy(scalar.mutable_data_ptr(), &value, sizeof(double));
+  return copy_(scalar);
+}
+
+bool Tensor::equal(const Tensor& other) const {
+  MMT_CHECK(defined_ && other.defined(), ValueError, "equal() with an undefined tensor");
+  MMT_CHECK(dtype_ == other.dtype(), ValueError, "Expected object of scalar type ",
+            mmt::to_string(dtype_), " but got scalar type ", mmt::to_string(other.dtype()),
+            " for argument 'other'");
+  if (sizes() != other.sizes()) return false;
+  Tensor a = (is_cuda() ? cpu() : *this).contiguous();
+  Tensor b = (other.is_cuda() ? other.cpu() : other).contiguous();
+  const char* pa = static_cast<const char*>(a.data_ptr());
+  const char* pb = static_cast<const char*>(b.data_ptr());
+  const int64_t n = a.numel();
+  return dispatch_scalar_type(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t i = 0; i < n; ++i) {
+      T x, y;
+      std::memcpy(&x, pa + i * sizeof(T), sizeof(T));
+      std::memcpy(&y, pb + i * sizeof(T), sizeof(T));
+      if (static_cast<Arith<T>>(x) != static_cast<Arith<T>>(y)) return false;
+    }
+    return true;
+  });
+}
+
+}  // namespace mmt

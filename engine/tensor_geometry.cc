@@ -1,0 +1,162 @@
+#include "tensor_geometry.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "mmtensor/error.h"
+
+namespace mmt::detail {
+
+int64_t checked_numel(IntArrayRef sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) {
+    MMT_CHECK(s >= 0, ValueError, "negative size ", s, " in shape ", sizes);
+    MMT_CHECK(!__builtin_mul_overflow(n, s, &n), ValueError, "shape ", sizes,
+              " has more elements than fit in int64");
+  }
+  return n;
+}
+
+Extent element_extent(IntArrayRef sizes, IntArrayRef strides) {
+  Extent e;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] <= 1) continue;
+    int64_t reach = 0;
+    MMT_CHECK(!__builtin_mul_overflow(sizes[d] - 1, strides[d], &reach), ValueError,
+              "stride ", strides[d], " of dimension ", d, " overflows int64");
+    int64_t& side = reach >= 0 ? e.max_offset : e.min_offset;
+    MMT_CHECK(!__builtin_add_overflow(side, reach, &side), ValueError,
+              "strides ", strides, " over sizes ", sizes, " overflow int64");
+  }
+  return e;
+}
+
+bool is_contiguous_strides(IntArrayRef sizes, IntArrayRef strides) {
+  int64_t expected = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] == 0) return true;  // an empty tensor is contiguous
+    if (sizes[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+
+namespace {
+bool is_dense_in_order(IntArrayRef sizes, IntArrayRef strides, std::initializer_list<int> order) {
+  int64_t expected = 1;
+  for (int d : order) {
+    if (sizes[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+}  // namespace
+
+bool is_channels_last_strides(IntArrayRef sizes, IntArrayRef strides) {
+  return sizes.size() == 4 && is_dense_in_order(sizes, strides, {1, 3, 2, 0});
+}
+
+bool is_channels_last_3d_strides(IntArrayRef sizes, IntArrayRef strides) {
+  return sizes.size() == 5 && is_dense_in_order(sizes, strides, {1, 4, 3, 2, 0});
+}
+
+bool is_non_overlapping_and_dense(IntArrayRef sizes, IntArrayRef strides) {
+  const size_t n = sizes.size();
+  if (n == 1) return sizes[0] < 2 || strides[0] == 1;
+  std::vector<size_t> perm(n);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::sort(perm.begin(), perm.end(), [&](size_t a, size_t b) {
+    if (sizes[a] < 2) return false;  // size-1 dims go last; they do not matter
+    if (sizes[b] < 2) return true;
+    return strides[a] < strides[b];
+  });
+  int64_t expected = 1;
+  for (size_t i : perm) {
+    if (sizes[i] == 0) return true;
+    if (sizes[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+
+std::optional<DimVector> compute_view_strides(IntArrayRef old_sizes, IntArrayRef old_strides,
+                                              IntArrayRef new_sizes) {
+  DimVector new_strides(new_sizes.size(), 0);
+  if (old_sizes.empty()) {  // a 0-d tensor views as any shape of one element
+    new_strides.assign(new_sizes.size(), 1);
+    return new_strides;
+  }
+  const int64_t numel = checked_numel(old_sizes);
+  if (numel == 0 && old_sizes == new_sizes) return DimVector(old_strides);
+  if (numel == 0) {
+    for (size_t d = new_sizes.size(); d-- > 0;)
+      new_strides[d] = d + 1 == new_sizes.size()
+                           ? 1
+                           : std::max<int64_t>(new_sizes[d + 1], 1) * new_strides[d + 1];
+    return new_strides;
+  }
+  // Walk the old dimensions from the innermost, grouping those that are contiguous with
+  // each other ("chunks"); each chunk must be covered exactly by consecutive new dimensions.
+  int64_t view_d = static_cast<int64_t>(new_sizes.size()) - 1;
+  int64_t chunk_base_stride = old_strides.back();
+  int64_t tensor_numel = 1;
+  int64_t view_numel = 1;
+  for (int64_t tensor_d = static_cast<int64_t>(old_sizes.size()) - 1; tensor_d >= 0; --tensor_d) {
+    tensor_numel *= old_sizes[tensor_d];
+    bool chunk_ends = tensor_d == 0 ||
+                      (old_sizes[tensor_d - 1] != 1 &&
+                       old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride);
+    if (!chunk_ends) continue;
+    while (view_d >= 0 && (view_numel < tensor_numel || new_sizes[view_d] == 1)) {
+      new_strides[view_d] = view_numel * chunk_base_stride;
+      view_numel *= new_sizes[view_d];
+      --view_d;
+    }
+    if (view_numel != tensor_numel) return std::nullopt;
+    if (tensor_d > 0) {
+      chunk_base_stride = old_strides[tensor_d - 1];
+      tensor_numel = 1;
+      view_numel = 1;
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return new_strides;
+}
+
+DimVector infer_size(IntArrayRef sizes, int64_t numel) {
+  DimVector out(sizes);
+  int64_t known = 1;
+  int64_t infer_at = -1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == -1) {
+      MMT_CHECK(infer_at < 0, ValueError, "only one dimension can be inferred (shape ", sizes, ")");
+      infer_at = static_cast<int64_t>(d);
+    } else {
+      MMT_CHECK(sizes[d] >= 0, ValueError, "invalid shape dimension ", sizes[d], " in ", sizes);
+      MMT_CHECK(!__builtin_mul_overflow(known, sizes[d], &known), ValueError, "shape ", sizes,
+                " has more elements than fit in int64");
+    }
+  }
+  if (infer_at >= 0) {
+    MMT_CHECK(known != 0 && numel % known == 0, ValueError, "shape '", sizes,
+              "' is invalid for input of size ", numel);
+    out[infer_at] = numel / known;
+  } else {
+    MMT_CHECK(known == numel, ValueError, "shape '", sizes, "' is invalid for input of size ",
+              numel);
+  }
+  return out;
+}
+
+int64_t wrap_dim(int64_t dim, int64_t ndim) {
+  int64_t lo = ndim > 0 ? -ndim : -1;
+  int64_t hi = ndim > 0 ? ndim - 1 : 0;
+  MMT_CHECK(dim >= lo && dim <= hi, IndexError, "Dimension out of range (expected to be in range of [",
+            lo, ", ", hi, "], but got ", dim, ")");
+  return dim < 0 ? dim + std::max<int64_t>(ndim, 1) : dim;
+}
+
+}  // namespace mmt::detail

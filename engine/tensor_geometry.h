@@ -1,0 +1,43 @@
+// Shape arithmetic shared by the tensor files: the one place contiguity, extents and dense
+// layouts are computed (PyTorch's rules: size-1 dimensions skipped, empty tensors contiguous,
+// signed arithmetic, overflow checked).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "mmtensor/dims.h"
+#include "mmtensor/tensor.h"
+
+namespace mmt::detail {
+
+// Product of sizes; throws ValueError on a negative size or int64 overflow.
+int64_t checked_numel(IntArrayRef sizes);
+
+// Lowest and highest element offsets (relative to the storage offset) a view reaches.
+struct Extent {
+  int64_t min_offset = 0;
+  int64_t max_offset = 0;
+};
+// Throws ValueError if the reach overflows int64. Only meaningful when numel > 0.
+Extent element_extent(IntArrayRef sizes, IntArrayRef strides);
+
+bool is_contiguous_strides(IntArrayRef sizes, IntArrayRef strides);
+bool is_channels_last_strides(IntArrayRef sizes, IntArrayRef strides);     // 4-d
+bool is_channels_last_3d_strides(IntArrayRef sizes, IntArrayRef strides);  // 5-d
+// True when the view covers a block of exactly numel elements with no overlaps or gaps,
+// in some dimension order (so it can be copied with one memcpy into the same strides).
+bool is_non_overlapping_and_dense(IntArrayRef sizes, IntArrayRef strides);
+
+// The strides a view of `new_sizes` would need over memory laid out as (sizes, strides),
+// or nullopt when no such view exists (PyTorch's rule for view()).
+std::optional<DimVector> compute_view_strides(IntArrayRef sizes, IntArrayRef strides,
+                                              IntArrayRef new_sizes);
+
+// Replaces one -1 in `sizes` so the product is numel; throws ValueError with PyTorch's message.
+DimVector infer_size(IntArrayRef sizes, int64_t numel);
+
+// Wraps a possibly negative dimension into [0, ndim); throws IndexError naming the range.
+int64_t wrap_dim(int64_t dim, int64_t ndim);
+
+}  // namespace mmt::detail

@@ -1,0 +1,201 @@
+// View operations: new metadata over the same storage, never a copy (reshape excepted).
+#include <algorithm>
+
+#include "mmtensor/tensor.h"
+#include "tensor_geometry.h"
+
+namespace mmt {
+
+namespace {
+Tensor restride(const Tensor& t, DimVector sizes, DimVector strides, int64_t offset) {
+  return make_tensor_unchecked(t.untyped_storage(), t.dtype(), std::move(sizes), std::move(strides),
+                               offset);
+}
+}  // namespace
+
+Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) const {
+  return Tensor(storage_, dtype_, sizes, strides, storage_offset);
+}
+
+Tensor Tensor::view(IntArrayRef sizes) const {
+  MMT_CHECK(defined_, ValueError, "view() of an undefined tensor");
+  DimVector shape = detail::infer_size(sizes, numel());
+  auto strides = detail::compute_view_strides(sizes_, strides_, shape);
+  MMT_CHECK(strides.has_value(), ValueError,
+            "view size is not compatible with input tensor's size and stride (at least one "
+            "dimension spans across two contiguous subspaces). Use .reshape(...) instead. "
+            "(input size ", sizes_, ", stride ", strides_, "; requested size ", IntArrayRef(shape), ")");
+  return restride(*this, std::move(shape), std::move(*strides), storage_offset_);
+}
+
+Tensor Tensor::reshape(IntArrayRef sizes) const {
+  MMT_CHECK(defined_, ValueError, "reshape() of an undefined tensor");
+  DimVector shape = detail::infer_size(sizes, numel());
+  if (auto strides = detail::compute_view_strides(sizes_, strides_, shape))
+    return restride(*this, std::move(shape), std::move(*strides), storage_offset_);
+  return contiguous().view(shape);
+}
+
+Tensor Tensor::permute(IntArrayRef dims) const {
+  MMT_CHECK(static_cast<int64_t>(dims.size()) == dim(), ValueError,
+            "permute(): number of dimensions in the tensor input does not match the "
+            "length of the desired ordering of dimensions i.e. input.dim() = ", dim(),
+            " is not equal to len(dims) = ", dims.size());
+  DimVector sizes(dims.size()), strides(dims.size());
+  std::vector<bool> seen(dims.size(), false);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t d = wrap_dim(dims[i]);
+    MMT_CHECK(!seen[d], ValueError, "permute(): duplicate dims are not allowed (dims ", dims, ")");
+    seen[d] = true;
+    sizes[i] = sizes_[d];
+    strides[i] = strides_[d];
+  }
+  return restride(*this, std::move(sizes), std::move(strides), storage_offset_);
+}
+
+Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  if (dim() == 0) {
+    wrap_dim(dim0);
+    wrap_dim(dim1);
+    return *this;
+  }
+  int64_t a = wrap_dim(dim0), b = wrap_dim(dim1);
+  DimVector sizes = sizes_, strides = strides_;
+  std::swap(sizes[a], sizes[b]);
+  std::swap(strides[a], strides[b]);
+  return restride(*this, std::move(sizes), std::move(strides), storage_offset_);
+}
+
+Tensor Tensor::t() const {
+  MMT_CHECK(dim() <= 2, ValueError, "t() expects a tensor with <= 2 dimensions, but self is ",
+            dim(), "D");
+  return dim() < 2 ? *this : transpose(0, 1);
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  MMT_CHECK(dim() > 0, IndexError, "select() cannot be applied to a 0-dim tensor.");
+  d = wrap_dim(d);
+  const int64_t size = sizes_[d];
+  MMT_CHECK(index >= -size && index < size, IndexError, "select(): index ", index,
+            " out of range for tensor of size ", sizes_, " at dimension ", d);
+  if (index < 0) index += size;
+  DimVector sizes = sizes_, strides = strides_;
+  int64_t offset = storage_offset_ + index * strides_[d];
+  sizes.erase(d);
+  strides.erase(d);
+  return restride(*this, std::move(sizes), std::move(strides), offset);
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  MMT_CHECK(dim() > 0, IndexError, "narrow() cannot be applied to a 0-dim tensor.");
+  d = wrap_dim(d);
+  const int64_t size = sizes_[d];
+  MMT_CHECK(start >= -size && start <= size, IndexError, "start out of range (expected to be in "
+            "range of [", -size, ", ", size, "], but got ", start, ")");
+  if (start < 0) start += size;
+  MMT_CHECK(length >= 0 && start <= size - length, IndexError, "start (", start, ") + length (",
+            length, ") exceeds dimension size (", size, ").");
+  return slice(d, start, start + length, 1);
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t stop, int64_t step) const {
+  MMT_CHECK(dim() > 0, IndexError, "slice() cannot be applied to a 0-dim tensor.");
+  MMT_CHECK(step > 0, ValueError, "slice step must be positive, got ", step);
+  d = wrap_dim(d);
+  const int64_t size = sizes_[d];
+  // Python's clamping: negative bounds count from the end, then clamp into [0, size].
+  if (start < 0) start += size;
+  if (stop < 0) stop += size;
+  start = std::clamp<int64_t>(start, 0, size);
+  stop = std::clamp<int64_t>(stop, start, size);
+  int64_t length = (stop - start + step - 1) / step;
+  DimVector sizes = sizes_, strides = strides_;
+  int64_t offset = storage_offset_ + (length > 0 ? start * strides_[d] : 0);
+  sizes[d] = length;
+  strides[d] = strides_[d] * step;
+  return restride(*this, std::move(sizes), std::move(strides), offset);
+}
+
+Tensor Tensor::squeeze() const {
+  DimVector sizes, strides;
+  for (size_t d = 0; d < sizes_.size(); ++d) {
+    if (sizes_[d] == 1) continue;
+    sizes.push_back(sizes_[d]);
+    strides.push_back(strides_[d]);
+  }
+  return restride(*this, std::move(sizes), std::move(strides), storage_offset_);
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  if (dim() == 0) {
+    wrap_dim(d);
+    return *this;
+  }
+  d = wrap_dim(d);
+  if (sizes_[d] != 1) return *this;
+  DimVector sizes = sizes_, strides = strides_;
+  sizes.erase(d);
+  strides.erase(d);
+  return restride(*this, std::move(sizes), std::move(strides), storage_offset_);
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = wrap_dim(d, /*ndim_plus=*/1);
+  DimVector sizes = sizes_, strides = strides_;
+  // PyTorch's choice: the new dimension steps over the whole dimension it precedes.
+  int64_t stride = d >= dim() ? 1 : sizes_[d] * strides_[d];
+  sizes.insert(d, 1);
+  strides.insert(d, stride);
+  return restride(*this, std::move(sizes), std::move(strides), storage_offset_);
+}
+
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  if (dim() == 0) return reshape({1});
+  int64_t s = wrap_dim(start_dim), e = wrap_dim(end_dim);
+  MMT_CHECK(s <= e, ValueError, "flatten() has invalid args: start_dim cannot come after end_dim");
+  if (s == e) return *this;
+  DimVector sizes;
+  int64_t merged = 1;
+  for (int64_t d = 0; d < dim(); ++d) {
+    if (d < s || d > e) {
+      sizes.push_back(sizes_[d]);
+    } else {
+      merged *= sizes_[d];
+      if (d == e) sizes.push_back(merged);
+    }
+  }
+  return reshape(sizes);
+}
+
+Tensor Tensor::expand(IntArrayRef sizes) const {
+  MMT_CHECK(static_cast<int64_t>(sizes.size()) >= dim(), ValueError, "expand: the number of "
+            "sizes provided (", sizes.size(), ") must be greater or equal to the number of "
+            "dimensions in the tensor (", dim(), ")");
+  const size_t n = sizes.size();
+  const size_t lead = n - sizes_.size();
+  DimVector out_sizes(n), out_strides(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (i < lead) {  // new leading dimensions broadcast with stride 0
+      MMT_CHECK(sizes[i] >= 0, ValueError, "expand: the expanded size ", sizes[i],
+                " is not allowed in a leading, non-existing dimension ", i);
+      out_sizes[i] = sizes[i];
+      out_strides[i] = 0;
+      continue;
+    }
+    const size_t j = i - lead;
+    int64_t target = sizes[i] == -1 ? sizes_[j] : sizes[i];
+    if (target == sizes_[j]) {
+      out_sizes[i] = target;
+      out_strides[i] = strides_[j];
+    } else {
+      MMT_CHECK(sizes_[j] == 1, ValueError, "The expanded size of the tensor (", target,
+                ") must match the existing size (", sizes_[j], ") at non-singleton dimension ",
+                i, ".  Target sizes: ", sizes, ".  Tensor sizes: ", sizes_);
+      out_sizes[i] = target;
+      out_strides[i] = 0;
+    }
+  }
+  return restride(*this, std::move(out_sizes), std::move(out_strides), storage_offset_);
+}
+
+}  // namespace mmt

@@ -1,0 +1,297 @@
+// Tensor views, layouts, copies and errors behave as PyTorch's do.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "mmtensor/mmtensor.h"
+#include "strided_copy.h"
+
+namespace mmt {
+namespace {
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Tensor, MetadataOfAFreshTensor) {
+  Tensor t = empty({2, 3, 4}, kInt16);
+  EXPECT_TRUE(t.defined());
+  EXPECT_EQ(t.dim(), 3);
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.element_size(), 2);
+  EXPECT_EQ(t.nbytes(), 48);
+  EXPECT_EQ(t.size(-1), 4);
+  EXPECT_EQ(t.stride(0), 12);
+  EXPECT_EQ(t.dtype(), kInt16);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 64, 0u);
+  EXPECT_FALSE(Tensor().defined());
+}
+
+TEST(Tensor, EveryDtypeHasItsSizeAndName) {
+  struct Case { ScalarType t; int64_t size; const char* name; };
+  for (Case c : {Case{kBool, 1, "bool"}, {kUInt8, 1, "uint8"}, {kInt8, 1, "int8"},
+                 {kInt16, 2, "int16"}, {kUInt16, 2, "uint16"}, {kInt32, 4, "int32"},
+                 {kUInt32, 4, "uint32"}, {kInt64, 8, "int64"}, {kUInt64, 8, "uint64"},
+                 {kFloat16, 2, "float16"}, {kBFloat16, 2, "bfloat16"}, {kFloat32, 4, "float32"},
+                 {kFloat64, 8, "float64"}}) {
+    EXPECT_EQ(element_size(c.t), c.size);
+    EXPECT_EQ(to_string(c.t), c.name);
+    EXPECT_EQ(scalar_type_from_string(c.name), c.t);
+    EXPECT_EQ(scalar_type_from_string(std::string("torch.") + c.name), c.t);
+  }
+  EXPECT_EQ(scalar_type_from_string("half"), kFloat16);
+  EXPECT_FALSE(scalar_type_from_string("complex64").has_value());
+}
+
+TEST(Tensor, HalfAndBFloat16Conversions) {
+  for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 0.1f}) {
+    EXPECT_NEAR(static_cast<float>(Half(v)), v, std::fabs(v) * 1e-3f + 1e-12f) << v;
+    EXPECT_NEAR(static_cast<float>(BFloat16(v)), v, std::fabs(v) * 1e-2f) << v;
+  }
+  EXPECT_EQ(Half(1.0f).bits, 0x3c00);
+  EXPECT_EQ(BFloat16(1.0f).bits, 0x3f80);
+  EXPECT_TRUE(std::isinf(static_cast<float>(Half(70000.0f))));
+  EXPECT_TRUE(std::isnan(static_cast<float>(Half(NAN))));
+  Tensor h = arange(5, kFloat16);
+  EXPECT_EQ(h.to_double_vector(), (std::vector<double>{0, 1, 2, 3, 4}));
+}
+
+TEST(Tensor, ViewBoundsAreCheckedAtConstruction) {
+  UntypedStorage s = UntypedStorage::allocate(24);
+  EXPECT_NO_THROW(Tensor(s, kFloat32, {2, 3}));
+  std::string msg = error_of([&] { Tensor(s, kFloat32, {2, 4}); });
+  EXPECT_NE(msg.find("reaches outside the storage of 24 bytes"), std::string::npos) << msg;
+  EXPECT_THROW(Tensor(s, kFloat32, {3}, {1}, 4), ValueError);
+  EXPECT_THROW(Tensor(s, kFloat32, {2}, {-1}, 0), ValueError);  // reaches element -1
+  EXPECT_NO_THROW(Tensor(s, kFloat32, {2}, {-1}, 1));
+  EXPECT_THROW(Tensor(s, kFloat32, {-1}), ValueError);
+  EXPECT_THROW(Tensor(s, kFloat32, {1}, {1}, -1), ValueError);
+  EXPECT_THROW(Tensor(s, kFloat32, {INT64_MAX, 2}), ValueError);  // element count overflows
+  EXPECT_THROW(Tensor(s, kFloat32, {2, 2}, {INT64_MAX, 1}), ValueError);
+  EXPECT_THROW(s.allocate(-3), ValueError);
+  EXPECT_NO_THROW(Tensor(s, kFloat32, {0, 100}));  // empty views address nothing
+}
+
+TEST(Tensor, OutOfRangeDimensionsAndIndices) {
+  Tensor t = arange(6).view({2, 3});
+  std::string msg = error_of([&] { t.size(2); });
+  EXPECT_NE(msg.find("Dimension out of range (expected to be in range of [-2, 1], but got 2)"),
+            std::string::npos) << msg;
+  EXPECT_THROW(t.select(0, 2), IndexError);
+  EXPECT_EQ(t.select(0, -1).to_vector<int64_t>(), (std::vector<int64_t>{3, 4, 5}));
+  msg = error_of([&] { t.at<int64_t>({0, 3}); });
+  EXPECT_NE(msg.find("index 3 is out of bounds for dimension 1 with size 3"), std::string::npos);
+  EXPECT_THROW(t.at<int64_t>({0}), IndexError);
+  EXPECT_THROW(t.at<float>({0, 0}), ValueError);  // dtype mismatch
+  EXPECT_THROW(t.narrow(1, 2, 2), IndexError);
+  EXPECT_THROW(t.permute({0, 0}), ValueError);
+  EXPECT_THROW(t.permute({0}), ValueError);
+  EXPECT_THROW(t.view({4, -1}), ValueError);
+  EXPECT_THROW(t.view({-1, -1}), ValueError);
+  EXPECT_THROW(t.expand({3, 3}), ValueError);
+  EXPECT_THROW(t.slice(0, 0, 2, 0), ValueError);
+  EXPECT_THROW(t.unsqueeze(4), IndexError);
+  EXPECT_THROW(empty({2, 2, 2}).t(), ValueError);
+}
+
+TEST(Tensor, ViewOperations) {
+  Tensor x = arange(24).view({2, 3, 4});
+  EXPECT_EQ(x.view({-1, 4}).sizes(), IntArrayRef({6, 4}));
+  EXPECT_EQ(x.transpose(0, 2).sizes(), IntArrayRef({4, 3, 2}));
+  EXPECT_EQ(x.transpose(0, 2).strides(), IntArrayRef({1, 4, 12}));
+  EXPECT_EQ(x.narrow(2, 1, 2).at<int64_t>({1, 2, 1}), 1 * 12 + 2 * 4 + 2);
+  EXPECT_EQ(x.unsqueeze(1).sizes(), IntArrayRef({2, 1, 3, 4}));
+  EXPECT_EQ(x.unsqueeze(1).strides(), IntArrayRef({12, 12, 4, 1}));
+  EXPECT_EQ(x.unsqueeze(-1).strides(), IntArrayRef({12, 4, 1, 1}));
+  EXPECT_EQ(x.unsqueeze(1).squeeze().sizes(), IntArrayRef({2, 3, 4}));
+  EXPECT_EQ(x.unsqueeze(0).squeeze(0).sizes(), IntArrayRef({2, 3, 4}));
+  EXPECT_EQ(x.squeeze(1).sizes(), IntArrayRef({2, 3, 4}));  // size 3: unchanged
+  EXPECT_EQ(x.flatten().sizes(), IntArrayRef({24}));
+  EXPECT_EQ(x.flatten(1).sizes(), IntArrayRef({2, 12}));
+  EXPECT_TRUE(x.flatten(1).is_same_storage(x));
+  Tensor row = arange(3).view({1, 3});
+  Tensor wide = row.expand({4, 3});
+  EXPECT_EQ(wide.strides(), IntArrayRef({0, 1}));
+  EXPECT_EQ(wide.at<int64_t>({3, 2}), 2);
+  EXPECT_EQ(row.expand({2, -1, 3}).sizes(), IntArrayRef({2, 1, 3}));
+  // Slicing clamps like Python.
+  Tensor v = arange(10);
+  EXPECT_EQ(v.slice(0, -3).to_vector<int64_t>(), (std::vector<int64_t>{7, 8, 9}));
+  EXPECT_EQ(v.slice(0, 8, 100).numel(), 2);
+  EXPECT_EQ(v.slice(0, 5, 2).numel(), 0);
+  EXPECT_EQ(v.slice(0, 1, 10, 3).to_vector<int64_t>(), (std::vector<int64_t>{1, 4, 7}));
+  EXPECT_EQ(v[4].item<int64_t>(), 4);
+  EXPECT_EQ(v[4].dim(), 0);
+  EXPECT_EQ(arange(4).t().sizes(), IntArrayRef({4}));
+}
+
+TEST(Tensor, ReshapeCopiesOnlyWhenItMust) {
+  Tensor x = arange(12).view({3, 4});
+  EXPECT_TRUE(x.reshape({4, 3}).is_same_storage(x));
+  EXPECT_TRUE(x.slice(0, 0, 2).reshape({8}).is_same_storage(x));   // rows are contiguous
+  EXPECT_FALSE(x.slice(1, 0, 2).reshape({6}).is_same_storage(x));  // columns are not
+  EXPECT_TRUE(x.slice(1, 0, 2).view({3, 2, 1}).is_same_storage(x));
+  // A view that splits and merges over size-1 dimensions, as PyTorch allows.
+  Tensor y = arange(6).view({2, 1, 3}).transpose(0, 1);
+  EXPECT_TRUE(y.view({1, 2, 3}).is_same_storage(y));
+  // Views of empty tensors.
+  EXPECT_EQ(empty({0, 4}).view({4, 0}).sizes(), IntArrayRef({4, 0}));
+  EXPECT_EQ(empty({}).view({1, 1}).sizes(), IntArrayRef({1, 1}));
+}
+
+TEST(Tensor, ContiguityRules) {
+  EXPECT_TRUE(empty({0, 3}).t().is_contiguous());  // empty is contiguous
+  EXPECT_TRUE(empty({3, 1}).t().is_contiguous());  // size-1 dims are skipped
+  Tensor nchw = empty({2, 3, 4, 5});
+  EXPECT_FALSE(nchw.is_contiguous(MemoryFormat::ChannelsLast));
+  Tensor nhwc = nchw.contiguous(MemoryFormat::ChannelsLast);
+  EXPECT_EQ(nhwc.strides(), IntArrayRef({60, 1, 15, 3}));
+  EXPECT_EQ(nhwc.suggest_memory_format(), MemoryFormat::ChannelsLast);
+  EXPECT_EQ(nhwc.clone().strides(), nhwc.strides());  // Preserve keeps the layout
+  EXPECT_EQ(nhwc.clone(MemoryFormat::Contiguous).strides(), IntArrayRef({60, 20, 5, 1}));
+  Tensor ndhwc = empty({2, 3, 4, 5, 6}, kUInt8, kCPU, MemoryFormat::ChannelsLast3d);
+  EXPECT_EQ(ndhwc.strides(), IntArrayRef({360, 1, 90, 18, 3}));
+  EXPECT_TRUE(ndhwc.is_contiguous(MemoryFormat::ChannelsLast3d));
+  EXPECT_THROW(empty({2, 3, 4}, kFloat32, kCPU, MemoryFormat::ChannelsLast), ValueError);
+  // A channels-last tensor with C == 1 is both contiguous and channels-last, as in PyTorch.
+  Tensor c1 = empty({2, 1, 4, 4});
+  EXPECT_TRUE(c1.is_contiguous(MemoryFormat::ChannelsLast));
+}
+
+TEST(Tensor, CopyBetweenLayoutsAndDtypes) {
+  Tensor src = arange(2 * 3 * 4 * 5, kFloat32).view({2, 3, 4, 5});
+  Tensor cl = src.contiguous(MemoryFormat::ChannelsLast);
+  EXPECT_TRUE(cl.equal(src));
+  Tensor back = empty({2, 3, 4, 5});
+  back.copy_(cl);
+  EXPECT_TRUE(back.equal(src));
+  Tensor as_int = empty({2, 3, 4, 5}, kInt32);
+  as_int.copy_(src);
+  EXPECT_EQ(as_int.at<int32_t>({1, 2, 3, 4}), 119);
+  Tensor as_half = empty({2, 3, 4, 5}, kFloat16);
+  as_half.copy_(src);
+  EXPECT_EQ(as_half.to_double_vector()[119], 119.0);
+  Tensor as_bool = empty({3}, kBool);
+  as_bool.copy_(tensor<float>({0.0f, 0.5f, -2.0f}));
+  EXPECT_EQ(as_bool.to_string(), "tensor([False,  True,  True])");
+  // Broadcasting source.
+  Tensor grid = zeros({3, 4}, kInt64);
+  grid.copy_(arange(4));
+  EXPECT_EQ(grid.at<int64_t>({2, 3}), 3);
+  // Writing into an expanded tensor is refused, as in PyTorch.
+  EXPECT_THROW(arange(3).view({1, 3}).expand({2, 3}).copy_(zeros({2, 3}, kInt64)), ValueError);
+  // Overlapping source and destination in one storage are staged, not corrupted.
+  Tensor seq = arange(10);
+  seq.slice(0, 1, 10).copy_(seq.slice(0, 0, 9));
+  EXPECT_EQ(seq.to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_THROW(empty({2, 3}).copy_(empty({3, 2})), ValueError);
+}
+
+TEST(Tensor, FillAndFactories) {
+  EXPECT_EQ(full({2}, 2.5).to_string(), "tensor([2.5000, 2.5000])");
+  EXPECT_EQ(zeros({2}, kInt32).to_string(), "tensor([0, 0], dtype=torch.int32)");
+  EXPECT_EQ(arange(2, 11, 4).to_vector<int64_t>(), (std::vector<int64_t>{2, 6, 10}));
+  EXPECT_EQ(arange(5, 0, -2).to_vector<int64_t>(), (std::vector<int64_t>{5, 3, 1}));
+  EXPECT_EQ(arange(0).numel(), 0);
+  Tensor t = arange(6).view({2, 3}).t();
+  t.fill_(7);
+  EXPECT_EQ(t.contiguous().to_vector<int64_t>(), std::vector<int64_t>(6, 7));
+  EXPECT_THROW(tensor<int>({1, 2, 3}, {2, 2}), ValueError);
+  EXPECT_EQ(tensor<float>({3.0f}, {}).dim(), 1);
+}
+
+TEST(Tensor, EqualComparesValues) {
+  EXPECT_TRUE(arange(6).view({2, 3}).equal(tensor2d<int64_t>({{0, 1, 2}, {3, 4, 5}})));
+  EXPECT_FALSE(arange(6).view({2, 3}).equal(arange(6).view({3, 2})));
+  EXPECT_FALSE(full({1}, NAN).equal(full({1}, NAN)));
+  EXPECT_THROW(arange(3).equal(arange(3, kInt32)), ValueError);
+}
+
+TEST(TensorPrint, LikePyTorch) {
+  EXPECT_EQ(tensor2d<float>({{1, 2}, {3, 4}}).to_string(), "tensor([[1., 2.],\n        [3., 4.]])");
+  EXPECT_EQ(tensor<float>({1.5f, 2.25f}).to_string(), "tensor([1.5000, 2.2500])");
+  EXPECT_EQ(arange(3, kUInt8).to_string(), "tensor([0, 1, 2], dtype=torch.uint8)");
+  EXPECT_EQ(full({}, 3.0).to_string(), "tensor(3.)");
+  EXPECT_EQ(tensor<bool>({true, false}).to_string(), "tensor([ True, False])");
+  EXPECT_EQ(empty({0}).to_string(), "tensor([])");
+  EXPECT_EQ(empty({0, 3}).to_string(), "tensor([], size=(0, 3))");
+  EXPECT_EQ(empty({0}, kInt64).to_string(), "tensor([], dtype=torch.int64)");
+  EXPECT_EQ(tensor<float>({1e-5f, 1.0f}).to_string(), "tensor([1.0000e-05, 1.0000e+00])");
+  EXPECT_EQ(tensor<double>({-1.0, 0.5}).to_string(), "tensor([-1.0000,  0.5000], dtype=torch.float64)");
+  EXPECT_EQ(arange(2000).to_string(), "tensor([   0,    1,    2,  ..., 1997, 1998, 1999])");
+  std::string big = arange(30 * 40).view({30, 40}).to_string();
+  EXPECT_NE(big.find("[   0,    1,    2,  ...,   37,   38,   39]"), std::string::npos) << big;
+  EXPECT_NE(big.find("        ...,\n"), std::string::npos) << big;
+  // Long rows wrap at 80 columns with the continuation indented under the bracket.
+  std::string row = arange(30).to_string();
+  EXPECT_EQ(row, "tensor([ 0,  1,  2,  3,  4,  5,  6,  7,  8,  9, 10, 11, 12, 13, 14, 15, 16, 17,\n"
+                 "        18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29])");
+  std::ostringstream out;
+  out << arange(2);
+  EXPECT_EQ(out.str(), "tensor([0, 1])");
+}
+
+// Every element of `t` in row-major order, read by walking its strides by hand: a reference
+// that does not go through the strided-copy routine under test.
+std::vector<double> reference_values(const Tensor& t) {
+  std::vector<double> out;
+  std::vector<int64_t> index(t.dim(), 0);
+  const char* base = static_cast<const char*>(t.data_ptr());
+  for (int64_t k = 0; k < t.numel(); ++k) {
+    int64_t offset = 0;
+    for (int64_t d = 0; d < t.dim(); ++d) offset += index[d] * t.stride(d);
+    dispatch_scalar_type(t.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      T v;
+      std::memcpy(&v, base + offset * sizeof(T), sizeof(T));
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+        out.push_back(static_cast<float>(v));
+      else
+        out.push_back(static_cast<double>(v));
+    });
+    for (int64_t d = t.dim() - 1; d >= 0; --d) {
+      if (++index[d] < t.size(d)) break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+// The one strided-copy routine against a per-element reference on random layouts.
+TEST(StridedCopy, MatchesReferenceOnRandomLayouts) {
+  std::mt19937 rng(1234);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int ndim = 1 + static_cast<int>(rng() % 5);
+    std::vector<int64_t> sizes;
+    for (int d = 0; d < ndim; ++d) sizes.push_back(1 + static_cast<int64_t>(rng() % 5));
+    const ScalarType dtype = std::array{kUInt8, kInt16, kFloat32, kFloat64}[rng() % 4];
+    Tensor src = empty(sizes, dtype);
+    int64_t n = src.numel();
+    {
+      Tensor filler = arange(n, kInt64).view(sizes);
+      src.copy_(filler);
+    }
+    // A random permutation and random slicing make an arbitrary strided source.
+    std::vector<int64_t> perm(ndim);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    Tensor view = src.permute(perm);
+    if (rng() % 2) view = view.slice(0, 0, kSliceEnd, 1 + static_cast<int64_t>(rng() % 2));
+    Tensor dst = empty(view.sizes(), dtype, kCPU);
+    if (view.dim() == 4 && rng() % 2) dst = empty(view.sizes(), dtype, kCPU, MemoryFormat::ChannelsLast);
+    dst.copy_(view);
+    EXPECT_EQ(reference_values(dst), reference_values(view)) << "trial " << trial;
+  }
+}
+
+}  // namespace
+}  // namespace mmt
