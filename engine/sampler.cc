@@ -1,0 +1,255 @@
+#include "mmtensor/sampler.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "mmtensor/dataset.h"
+#include "mmtensor/error.h"
+
+namespace mmt {
+
+namespace {
+
+uint64_t mix64(uint64_t z) {  // the splitmix64 finaliser: full avalanche, cheap
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t derive_key(uint64_t a, uint64_t b) { return mix64(a + 0x9e3779b97f4a7c15ULL * (b + 1)); }
+
+// A keyed bijection of [0, n) that needs no table: a balanced Feistel network over the
+// smallest even-width bit domain holding n, with cycle walking back into [0, n). Storing a
+// shuffled index array would cost 8 bytes per record; this costs nothing, and any position
+// of an epoch can be computed directly, which is what makes mid-epoch resume free.
+class KeyedPermutation {
+ public:
+  static constexpr int kRounds = 6;  // more than Luby-Rackoff's 4: the round function is a mixer, not a PRF
+
+  KeyedPermutation(uint64_t n, uint64_t key) : n_(n) {
+    int bits = 1;
+    while (bits < 64 && (uint64_t{1} << bits) < n) ++bits;
+    half_bits_ = (bits + 1) / 2;
+    mask_ = (uint64_t{1} << half_bits_) - 1;
+    for (int r = 0; r < kRounds; ++r) round_keys_[r] = derive_key(key, static_cast<uint64_t>(r));
+  }
+
+  uint64_t operator()(uint64_t x) const {
+    if (n_ <= 1) return x;
+    // The domain is at most 4n, so the walk takes under 4 steps on average; it ends because
+    // the network is a permutation of the domain and x's cycle passes through [0, n) again.
+    do x = encrypt(x);
+    while (x >= n_);
+    return x;
+  }
+
+ private:
+  uint64_t encrypt(uint64_t x) const {
+    uint64_t left = x >> half_bits_, right = x & mask_;
+    for (uint64_t key : round_keys_) {
+      uint64_t next = left ^ (mix64(right ^ key) & mask_);
+      left = right;
+      right = next;
+    }
+    return (left << half_bits_) | right;
+  }
+
+  uint64_t n_;
+  int half_bits_ = 1;
+  uint64_t mask_ = 1;
+  uint64_t round_keys_[kRounds];
+};
+
+// Fits two windows of decoded chunks in the cache: the one being read and the next one the
+// prefetching loader is already entering.
+int64_t automatic_window(const Dataset& dataset) {
+  const int64_t chunks = dataset.num_chunks();
+  if (chunks == 0) return 1;
+  const int64_t average_chunk_bytes = std::max<int64_t>(1, dataset.info().decoded_bytes / chunks);
+  const int64_t budget_bytes = dataset.cache_stats().budget_bytes;
+  return std::clamp<int64_t>(budget_bytes / (2 * average_chunk_bytes), 1, chunks);
+}
+
+}  // namespace
+
+std::string_view to_string(SamplerKind kind) {
+  switch (kind) {
+    case SamplerKind::Sequential: return "sequential";
+    case SamplerKind::Random: return "random";
+    case SamplerKind::QuasiRandom: return "quasi_random";
+  }
+  return "unknown";
+}
+
+std::optional<SamplerKind> sampler_kind_from_string(std::string_view name) {
+  if (name == "sequential") return SamplerKind::Sequential;
+  if (name == "random") return SamplerKind::Random;
+  if (name == "quasi_random" || name == "quasi-random") return SamplerKind::QuasiRandom;
+  return std::nullopt;
+}
+
+struct Sampler::Layout {
+  SamplerOptions options;
+  int64_t records = 0;
+  std::vector<int64_t> chunk_first_record;  // chunks + 1 entries; empty unless QuasiRandom
+};
+
+struct EpochOrder::Tables {
+  std::shared_ptr<const Sampler::Layout> layout;
+  uint64_t epoch_key = 0;
+  // QuasiRandom: the chunk in each shuffled slot, and records before each slot.
+  std::vector<int64_t> slot_chunk;
+  std::vector<int64_t> slot_first_position;  // slots + 1 entries
+};
+
+Sampler Sampler::create(int64_t num_records, SamplerOptions options,
+                        std::vector<int64_t> chunk_record_counts) {
+  MMT_CHECK(num_records >= 0, ValueError, "Sampler: num_records must be >= 0, got ", num_records);
+  MMT_CHECK(options.world_size >= 1, ValueError, "Sampler: world_size must be >= 1, got ",
+            options.world_size);
+  MMT_CHECK(options.rank >= 0 && options.rank < options.world_size, ValueError,
+            "Sampler: rank ", options.rank, " is outside [0, world_size=", options.world_size, ")");
+  MMT_CHECK(options.window_chunks >= 0, ValueError, "Sampler: window_chunks must be >= 0, got ",
+            options.window_chunks);
+  auto layout = std::make_shared<Layout>();
+  layout->records = num_records;
+  if (options.kind == SamplerKind::QuasiRandom) {
+    MMT_CHECK(!chunk_record_counts.empty() || num_records == 0, ValueError,
+              "Sampler: quasi-random sampling needs the chunk layout (chunk_record_counts)");
+    layout->chunk_first_record.reserve(chunk_record_counts.size() + 1);
+    layout->chunk_first_record.push_back(0);
+    int64_t total = 0;
+    for (size_t i = 0; i < chunk_record_counts.size(); ++i) {
+      const int64_t count = chunk_record_counts[i];
+      MMT_CHECK(count >= 0 && count <= num_records - total, ValueError, "Sampler: chunk ", i,
+                " holds ", count, " records, which does not fit in num_records=", num_records);
+      total += count;
+      layout->chunk_first_record.push_back(total);
+    }
+    MMT_CHECK(total == num_records, ValueError, "Sampler: the chunk layout holds ", total,
+              " records but num_records is ", num_records);
+    if (options.window_chunks == 0) options.window_chunks = kDefaultWindowChunks;
+  }
+  layout->options = options;
+  return Sampler(std::move(layout));
+}
+
+Sampler Sampler::for_dataset(const Dataset& dataset, SamplerOptions options) {
+  std::vector<int64_t> counts;
+  if (options.kind == SamplerKind::QuasiRandom) {
+    const int64_t chunks = dataset.num_chunks();
+    counts.reserve(static_cast<size_t>(chunks));
+    for (int64_t c = 0; c < chunks; ++c) counts.push_back(dataset.chunk(c).record_count);
+    if (options.window_chunks == 0) options.window_chunks = automatic_window(dataset);
+  }
+  return create(dataset.size(), options, std::move(counts));
+}
+
+int64_t Sampler::num_records() const { return layout_->records; }
+int64_t Sampler::num_chunks() const {
+  return layout_->chunk_first_record.empty()
+             ? 0 : static_cast<int64_t>(layout_->chunk_first_record.size()) - 1;
+}
+const SamplerOptions& Sampler::options() const { return layout_->options; }
+
+EpochOrder Sampler::epoch(int64_t epoch) const {
+  auto tables = std::make_shared<EpochOrder::Tables>();
+  tables->layout = layout_;
+  tables->epoch_key = derive_key(mix64(layout_->options.seed), static_cast<uint64_t>(epoch));
+  if (layout_->options.kind == SamplerKind::QuasiRandom) {
+    const int64_t chunks = num_chunks();
+    const KeyedPermutation chunk_order(static_cast<uint64_t>(chunks), tables->epoch_key);
+    tables->slot_chunk.resize(static_cast<size_t>(chunks));
+    tables->slot_first_position.resize(static_cast<size_t>(chunks) + 1);
+    int64_t position = 0;
+    for (int64_t slot = 0; slot < chunks; ++slot) {
+      const auto chunk = static_cast<int64_t>(chunk_order(static_cast<uint64_t>(slot)));
+      tables->slot_chunk[slot] = chunk;
+      tables->slot_first_position[slot] = position;
+      position += layout_->chunk_first_record[chunk + 1] - layout_->chunk_first_record[chunk];
+    }
+    tables->slot_first_position[chunks] = position;
+  }
+  return EpochOrder(std::move(tables), epoch);
+}
+
+int64_t EpochOrder::size() const { return tables_ ? tables_->layout->records : 0; }
+
+int64_t EpochOrder::operator[](int64_t position) const {
+  const int64_t n = size();
+  MMT_CHECK(position >= 0 && position < n, IndexError, "EpochOrder: position ", position,
+            " is out of range for an epoch of ", n, " records");
+  const Sampler::Layout& layout = *tables_->layout;
+  switch (layout.options.kind) {
+    case SamplerKind::Sequential:
+      return position;
+    case SamplerKind::Random:
+      return static_cast<int64_t>(
+          KeyedPermutation(static_cast<uint64_t>(n), tables_->epoch_key)(static_cast<uint64_t>(position)));
+    case SamplerKind::QuasiRandom: break;
+  }
+  // Find the window holding `position`, shuffle within it, then map back to a chunk slot.
+  const auto& first = tables_->slot_first_position;
+  const int64_t slots = static_cast<int64_t>(tables_->slot_chunk.size());
+  const int64_t window = layout.options.window_chunks;
+  const int64_t slot_of_position =
+      static_cast<int64_t>(std::upper_bound(first.begin(), first.end(), position) - first.begin()) - 1;
+  const int64_t window_index = slot_of_position / window;
+  const int64_t window_begin = window_index * window;
+  const int64_t window_end = std::min(slots, window_begin + window);
+  const int64_t base = first[window_begin];
+  const int64_t window_records = first[window_end] - base;
+  const KeyedPermutation within(static_cast<uint64_t>(window_records),
+                                derive_key(tables_->epoch_key, static_cast<uint64_t>(window_index)));
+  const int64_t target = base + static_cast<int64_t>(within(static_cast<uint64_t>(position - base)));
+  // upper_bound skips empty chunks: the slot found is the last whose first position <= target.
+  const int64_t slot = static_cast<int64_t>(std::upper_bound(first.begin() + window_begin,
+                                                             first.begin() + window_end + 1, target) -
+                                            first.begin()) - 1;
+  return layout.chunk_first_record[tables_->slot_chunk[slot]] + (target - first[slot]);
+}
+
+std::vector<int64_t> EpochOrder::to_vector() const {
+  std::vector<int64_t> out(static_cast<size_t>(size()));
+  for (int64_t p = 0; p < size(); ++p) out[p] = (*this)[p];
+  return out;
+}
+
+int64_t EpochOrder::rank_size(int64_t consumed) const {
+  const int64_t n = size();
+  MMT_CHECK(consumed >= 0 && consumed <= n, IndexError, "EpochOrder: consumed=", consumed,
+            " is outside [0, ", n, "]");
+  if (!tables_) return 0;
+  const SamplerOptions& options = tables_->layout->options;
+  const int64_t remaining = n - consumed;
+  const int64_t world = options.world_size;
+  return options.drop_tail ? remaining / world : (remaining + world - 1) / world;
+}
+
+int64_t EpochOrder::rank_position(int64_t consumed, int64_t j) const {
+  const int64_t count = rank_size(consumed);
+  MMT_CHECK(j >= 0 && j < count, IndexError, "EpochOrder: sample ", j, " is out of range: this rank takes ",
+            count, " samples after position ", consumed);
+  const SamplerOptions& options = tables_->layout->options;
+  const int64_t remaining = size() - consumed;
+  const int64_t offset = j * options.world_size + options.rank;
+  // Padding repeats the first remaining positions, as DistributedSampler repeats the head.
+  return consumed + (offset < remaining ? offset : (offset - remaining) % remaining);
+}
+
+std::vector<int64_t> EpochOrder::rank_indices(int64_t consumed) const {
+  const int64_t count = rank_size(consumed);
+  std::vector<int64_t> out(static_cast<size_t>(count));
+  for (int64_t j = 0; j < count; ++j) out[j] = rank_at(consumed, j);
+  return out;
+}
+
+int64_t EpochOrder::consumed_after(int64_t consumed, int64_t taken) const {
+  const int64_t count = rank_size(consumed);
+  MMT_CHECK(taken >= 0 && taken <= count, IndexError, "EpochOrder: taken=", taken,
+            " is outside [0, ", count, "] after position ", consumed);
+  if (!tables_) return 0;
+  return std::min(size(), consumed + taken * tables_->layout->options.world_size);
+}
+
+}  // namespace mmt

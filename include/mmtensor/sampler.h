@@ -1,0 +1,128 @@
+// Samplers: the order in which a Loader visits a dataset's records, epoch by epoch.
+//
+// An epoch's GLOBAL ORDER is a permutation of [0, N) fixed by (kind, seed, epoch) and, for
+// quasi-random sampling, by the chunk layout and the window. It never depends on threads,
+// timing, batch size or world size. Orders are computed, not stored: EpochOrder maps a
+// position to a record in O(1) (random) or O(log chunks) (quasi-random), so a sampler's
+// memory does not grow with the number of records (quasi-random keeps two int64 per chunk).
+//
+// Kinds:
+//   - Sequential: 0, 1, ..., N-1.
+//   - Random: a keyed pseudo-random permutation of [0, N), a fresh one per (seed, epoch).
+//   - QuasiRandom: chunk-aware. The chunk order is shuffled, consecutive groups of
+//     `window_chunks` chunks form windows, and the records of each window are shuffled
+//     together. A window's decoded chunks fit the chunk cache, so each compressed chunk is
+//     decoded once per epoch and a dataset larger than memory is read with locality, while a
+//     batch still mixes records of many chunks.
+//
+// Distributed sampling (world_size W > 1) partitions the global order as PyTorch's
+// DistributedSampler does: rank r takes positions r, r + W, r + 2W, ... The tail that does
+// not divide by W is padded by repeating the first remaining positions (drop_tail = false,
+// every rank gets ceil(M / W) samples) or dropped (drop_tail = true, floor(M / W) samples).
+//
+// RESUME RULE. `consumed` counts the leading positions of the epoch's global order that all
+// ranks together have taken. Starting from `consumed` = c, rank r takes positions c + r,
+// c + r + W, c + r + 2W, ... of the global order. When every rank has taken k samples (as in
+// synchronous data-parallel training, where ranks step together) the ranks together have
+// taken exactly positions [c, c + k*W), so the new value is min(N, c + k*W) whatever the
+// rank: every rank's state is the same number. A resume under any world size W' partitions
+// the remaining positions [c', N) by the same rule, so every remaining record of the epoch is
+// seen exactly once (plus the padding of the final step when drop_tail is false). If ranks
+// did not step together, resume from the smallest `consumed` among them: records are then
+// seen again rather than skipped.
+//
+// Thread safety: Sampler and EpochOrder are immutable after creation; every const method
+// may be called from many threads at once. Errors: ValueError for bad options, IndexError
+// for a position out of range.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace mmt {
+
+class Dataset;
+
+enum class SamplerKind : uint8_t { Sequential = 0, Random = 1, QuasiRandom = 2 };
+
+std::string_view to_string(SamplerKind kind);  // "sequential", "random", "quasi_random"
+std::optional<SamplerKind> sampler_kind_from_string(std::string_view name);
+
+// Chunks shuffled together by a quasi-random sampler made without a dataset.
+inline constexpr int64_t kDefaultWindowChunks = 16;
+
+struct SamplerOptions {
+  SamplerKind kind = SamplerKind::Sequential;
+  uint64_t seed = 0;
+  // QuasiRandom: chunks per window. 0 = automatic: Sampler::for_dataset() fits two windows
+  // of decoded chunks in the chunk cache budget (one being read, one being entered);
+  // Sampler::create() uses kDefaultWindowChunks.
+  int64_t window_chunks = 0;
+  int rank = 0;           // 0 <= rank < world_size
+  int world_size = 1;     // number of ranks sharing the epoch
+  bool drop_tail = false; // distributed: drop the tail that does not divide by world_size
+                          // instead of padding it (PyTorch's DistributedSampler drop_last)
+};
+
+class Sampler;
+
+// One epoch's order. Cheap to copy (shares its tables).
+class EpochOrder {
+ public:
+  EpochOrder() = default;
+
+  int64_t epoch() const { return epoch_; }
+  int64_t size() const;  // N: records in the global order
+  // The record at `position` of the global order; IndexError outside [0, N).
+  int64_t operator[](int64_t position) const;
+  std::vector<int64_t> to_vector() const;  // the whole global order (N int64: for inspection)
+
+  // This rank's view, resuming after `consumed` positions (see the resume rule above).
+  // Samples this rank takes from `consumed` to the end of the epoch.
+  int64_t rank_size(int64_t consumed = 0) const;
+  // The global position of this rank's j-th sample from `consumed` (0 <= j < rank_size).
+  int64_t rank_position(int64_t consumed, int64_t j) const;
+  // The record of this rank's j-th sample from `consumed`.
+  int64_t rank_at(int64_t consumed, int64_t j) const { return (*this)[rank_position(consumed, j)]; }
+  std::vector<int64_t> rank_indices(int64_t consumed = 0) const;
+  // `consumed` after every rank took `taken` samples starting from `consumed`.
+  int64_t consumed_after(int64_t consumed, int64_t taken) const;
+
+  struct Tables;
+
+ private:
+  friend class Sampler;
+  EpochOrder(std::shared_ptr<const Tables> tables, int64_t epoch) : tables_(std::move(tables)), epoch_(epoch) {}
+  std::shared_ptr<const Tables> tables_;
+  int64_t epoch_ = 0;
+};
+
+class Sampler {
+ public:
+  // For `num_records` records. QuasiRandom needs the chunk layout: chunk_record_counts[i]
+  // records in chunk i, summing to num_records, chunks in record order. Throws ValueError for
+  // negative sizes, a layout that does not sum to num_records, rank outside [0, world_size),
+  // world_size < 1 or window_chunks < 0.
+  static Sampler create(int64_t num_records, SamplerOptions options,
+                        std::vector<int64_t> chunk_record_counts = {});
+  // For an open dataset: reads its chunk layout, and its cache budget for an automatic window.
+  static Sampler for_dataset(const Dataset& dataset, SamplerOptions options);
+
+  int64_t num_records() const;
+  int64_t num_chunks() const;
+  // The options with window_chunks resolved (never 0 for QuasiRandom).
+  const SamplerOptions& options() const;
+  // The order of `epoch` (any value, negative included: it only keys the shuffle).
+  EpochOrder epoch(int64_t epoch) const;
+
+  struct Layout;
+
+ private:
+  explicit Sampler(std::shared_ptr<const Layout> layout) : layout_(std::move(layout)) {}
+  std::shared_ptr<const Layout> layout_;
+};
+
+}  // namespace mmt

@@ -1,0 +1,260 @@
+// Samplers: every epoch order is a permutation, deterministic in (seed, epoch), and the
+// distributed partition and resume rule of sampler.h hold.
+#include "mmtensor/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "mmtensor/error.h"
+
+namespace mmt {
+namespace {
+
+std::vector<int64_t> iota(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+bool is_permutation_of_range(std::vector<int64_t> v, int64_t n) {
+  std::sort(v.begin(), v.end());
+  return v == iota(n);
+}
+
+SamplerOptions kind_options(SamplerKind kind, uint64_t seed = 1) {
+  SamplerOptions options;
+  options.kind = kind;
+  options.seed = seed;
+  return options;
+}
+
+std::vector<int64_t> chunks_of(int64_t records, int64_t per_chunk) {
+  std::vector<int64_t> counts;
+  for (int64_t first = 0; first < records; first += per_chunk)
+    counts.push_back(std::min(per_chunk, records - first));
+  return counts;
+}
+
+TEST(Sampler, SequentialIsTheIdentity) {
+  Sampler sampler = Sampler::create(10, kind_options(SamplerKind::Sequential));
+  EXPECT_EQ(sampler.epoch(0).to_vector(), iota(10));
+  EXPECT_EQ(sampler.epoch(5).to_vector(), iota(10));
+}
+
+TEST(Sampler, RandomIsAPermutationForEverySize) {
+  for (int64_t n : {0, 1, 2, 3, 4, 5, 7, 8, 9, 100, 1000, 4097}) {
+    Sampler sampler = Sampler::create(n, kind_options(SamplerKind::Random, 42));
+    for (int64_t epoch = 0; epoch < 3; ++epoch)
+      EXPECT_TRUE(is_permutation_of_range(sampler.epoch(epoch).to_vector(), n)) << "n=" << n;
+  }
+}
+
+TEST(Sampler, RandomIsDeterministicAndFreshPerEpochAndSeed) {
+  Sampler a = Sampler::create(1000, kind_options(SamplerKind::Random, 7));
+  Sampler b = Sampler::create(1000, kind_options(SamplerKind::Random, 7));
+  Sampler c = Sampler::create(1000, kind_options(SamplerKind::Random, 8));
+  EXPECT_EQ(a.epoch(3).to_vector(), b.epoch(3).to_vector());
+  EXPECT_NE(a.epoch(3).to_vector(), a.epoch(4).to_vector());
+  EXPECT_NE(a.epoch(3).to_vector(), c.epoch(3).to_vector());
+  EXPECT_NE(a.epoch(0).to_vector(), iota(1000));
+}
+
+TEST(Sampler, RandomPlacesEveryRecordFirstAboutEquallyOften) {
+  // 10 records, 4000 epochs: each record should lead about 400 times. A biased shuffle (a
+  // bad round function, or cycle walking that favours small values) fails this.
+  Sampler sampler = Sampler::create(10, kind_options(SamplerKind::Random, 3));
+  std::map<int64_t, int> first_counts;
+  for (int64_t epoch = 0; epoch < 4000; ++epoch) ++first_counts[sampler.epoch(epoch)[0]];
+  ASSERT_EQ(first_counts.size(), 10u);
+  for (auto [record, count] : first_counts) {
+    EXPECT_GT(count, 300) << "record " << record;
+    EXPECT_LT(count, 500) << "record " << record;
+  }
+}
+
+TEST(Sampler, RandomMovesRecordsFarFromWhereTheyWere) {
+  const int64_t n = 10000;
+  Sampler sampler = Sampler::create(n, kind_options(SamplerKind::Random, 11));
+  EpochOrder order = sampler.epoch(0);
+  double displacement = 0;
+  for (int64_t p = 0; p < n; ++p) displacement += std::abs(static_cast<double>(order[p] - p));
+  // A uniform permutation displaces by n/3 on average.
+  EXPECT_NEAR(displacement / n, n / 3.0, n * 0.03);
+}
+
+TEST(Sampler, QuasiRandomIsAPermutationWithUnevenAndEmptyChunks) {
+  std::vector<int64_t> counts = {5, 0, 17, 1, 0, 33, 8, 8, 2, 0, 26};
+  const int64_t n = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  for (int64_t window : {1, 2, 3, 100}) {
+    SamplerOptions options = kind_options(SamplerKind::QuasiRandom, 5);
+    options.window_chunks = window;
+    Sampler sampler = Sampler::create(n, options, counts);
+    for (int64_t epoch = 0; epoch < 4; ++epoch)
+      EXPECT_TRUE(is_permutation_of_range(sampler.epoch(epoch).to_vector(), n)) << "window " << window;
+  }
+}
+
+TEST(Sampler, QuasiRandomStaysWithinAWindowOfChunksAndMixesThem) {
+  const int64_t per_chunk = 100, chunks = 40, window = 4;
+  SamplerOptions options = kind_options(SamplerKind::QuasiRandom, 9);
+  options.window_chunks = window;
+  Sampler sampler = Sampler::create(per_chunk * chunks, options, chunks_of(per_chunk * chunks, per_chunk));
+  EpochOrder order = sampler.epoch(2);
+  std::set<int64_t> chunks_seen_in_first_batch;
+  for (int64_t w = 0; w < chunks / window; ++w) {
+    std::set<int64_t> window_chunks;
+    for (int64_t p = w * window * per_chunk; p < (w + 1) * window * per_chunk; ++p)
+      window_chunks.insert(order[p] / per_chunk);
+    EXPECT_EQ(window_chunks.size(), static_cast<size_t>(window)) << "window " << w;
+  }
+  for (int64_t p = 0; p < 64; ++p) chunks_seen_in_first_batch.insert(order[p] / per_chunk);
+  EXPECT_EQ(chunks_seen_in_first_batch.size(), static_cast<size_t>(window));  // a batch mixes the window
+  // The chunk order itself is shuffled: the first window is not chunks 0..3 in most epochs.
+  int epochs_starting_at_chunk_0 = 0;
+  for (int64_t epoch = 0; epoch < 20; ++epoch)
+    epochs_starting_at_chunk_0 += sampler.epoch(epoch)[0] / per_chunk == 0;
+  EXPECT_LT(epochs_starting_at_chunk_0, 6);
+}
+
+TEST(Sampler, QuasiRandomNeedsTheChunkLayout) {
+  EXPECT_THROW(Sampler::create(10, kind_options(SamplerKind::QuasiRandom)), ValueError);
+  EXPECT_THROW(Sampler::create(10, kind_options(SamplerKind::QuasiRandom), {4, 4}), ValueError);
+  EXPECT_THROW(Sampler::create(10, kind_options(SamplerKind::QuasiRandom), {4, -1, 7}), ValueError);
+  Sampler ok = Sampler::create(10, kind_options(SamplerKind::QuasiRandom), {4, 6});
+  EXPECT_EQ(ok.options().window_chunks, kDefaultWindowChunks);
+}
+
+TEST(Sampler, RejectsBadOptions) {
+  SamplerOptions options;
+  options.world_size = 0;
+  EXPECT_THROW(Sampler::create(10, options), ValueError);
+  options.world_size = 2;
+  options.rank = 2;
+  EXPECT_THROW(Sampler::create(10, options), ValueError);
+  options.rank = -1;
+  EXPECT_THROW(Sampler::create(10, options), ValueError);
+  EXPECT_THROW(Sampler::create(-1, SamplerOptions{}), ValueError);
+  EXPECT_THROW(Sampler::create(10, SamplerOptions{}).epoch(0)[10], IndexError);
+  EXPECT_THROW(Sampler::create(10, SamplerOptions{}).epoch(0)[-1], IndexError);
+}
+
+std::vector<Sampler> ranks(int64_t n, int world, SamplerOptions options,
+                           std::vector<int64_t> counts = {}) {
+  std::vector<Sampler> out;
+  for (int r = 0; r < world; ++r) {
+    options.rank = r;
+    options.world_size = world;
+    out.push_back(Sampler::create(n, options, counts));
+  }
+  return out;
+}
+
+TEST(Sampler, DistributedPartitionsLikeDistributedSampler) {
+  // PyTorch: indices padded to ceil(n/W)*W by repeating the head, rank r takes [r::W].
+  const int64_t n = 10;
+  std::vector<Sampler> samplers = ranks(n, 4, kind_options(SamplerKind::Random, 2));
+  const std::vector<int64_t> global = samplers[0].epoch(1).to_vector();
+  std::vector<int64_t> padded = global;
+  padded.push_back(global[0]);
+  padded.push_back(global[1]);
+  for (int r = 0; r < 4; ++r) {
+    std::vector<int64_t> expected;
+    for (size_t p = static_cast<size_t>(r); p < padded.size(); p += 4) expected.push_back(padded[p]);
+    EXPECT_EQ(samplers[r].epoch(1).rank_indices(), expected) << "rank " << r;
+  }
+}
+
+TEST(Sampler, DistributedDropTailGivesEqualDisjointShares) {
+  SamplerOptions options = kind_options(SamplerKind::Random, 4);
+  options.drop_tail = true;
+  std::vector<Sampler> samplers = ranks(103, 4, options);
+  std::vector<int64_t> all;
+  for (const Sampler& s : samplers) {
+    std::vector<int64_t> mine = s.epoch(0).rank_indices();
+    EXPECT_EQ(mine.size(), 25u);
+    all.insert(all.end(), mine.begin(), mine.end());
+  }
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(std::unique(all.begin(), all.end()), all.end());  // no duplicates
+  EXPECT_EQ(all.size(), 100u);
+}
+
+TEST(Sampler, DistributedRanksTogetherCoverTheEpochExactlyOnce) {
+  for (SamplerKind kind : {SamplerKind::Sequential, SamplerKind::Random, SamplerKind::QuasiRandom}) {
+    const int64_t n = 96;  // divisible by 3: no padding
+    std::vector<Sampler> samplers = ranks(n, 3, kind_options(kind, 6), chunks_of(n, 10));
+    std::vector<int64_t> all;
+    for (const Sampler& s : samplers) {
+      std::vector<int64_t> mine = s.epoch(0).rank_indices();
+      all.insert(all.end(), mine.begin(), mine.end());
+    }
+    EXPECT_TRUE(is_permutation_of_range(all, n)) << to_string(kind);
+  }
+}
+
+TEST(Sampler, ElasticResumeCoversTheRestOfTheEpochExactlyOnce) {
+  const int64_t n = 1000;
+  SamplerOptions options = kind_options(SamplerKind::QuasiRandom, 21);
+  const std::vector<int64_t> counts = chunks_of(n, 64);
+  // Four ranks take 37 samples each, then the job restarts with three ranks.
+  std::vector<Sampler> before = ranks(n, 4, options, counts);
+  std::multiset<int64_t> seen;
+  int64_t consumed = 0;
+  for (const Sampler& s : before) {
+    EpochOrder order = s.epoch(5);
+    for (int64_t j = 0; j < 37; ++j) seen.insert(order.rank_at(0, j));
+    const int64_t after = order.consumed_after(0, 37);
+    if (&s != &before[0]) EXPECT_EQ(after, consumed);  // every rank reports the same state
+    consumed = after;
+  }
+  EXPECT_EQ(consumed, 4 * 37);
+  options.drop_tail = true;  // 852 remaining positions, divisible by 3
+  for (const Sampler& s : ranks(n, 3, options, counts)) {
+    for (int64_t record : s.epoch(5).rank_indices(consumed)) seen.insert(record);
+  }
+  std::vector<int64_t> all(seen.begin(), seen.end());
+  EXPECT_TRUE(is_permutation_of_range(all, n));
+}
+
+TEST(Sampler, ElasticResumeWithPaddingOnlyRepeatsTheTailPadding) {
+  const int64_t n = 101;
+  SamplerOptions options = kind_options(SamplerKind::Random, 8);
+  std::multiset<int64_t> seen;
+  int64_t consumed = 0;
+  for (const Sampler& s : ranks(n, 2, options)) {
+    EpochOrder order = s.epoch(0);
+    for (int64_t j = 0; j < 10; ++j) seen.insert(order.rank_at(0, j));
+    consumed = order.consumed_after(0, 10);
+  }
+  for (const Sampler& s : ranks(n, 4, options))
+    for (int64_t record : s.epoch(0).rank_indices(consumed)) seen.insert(record);
+  // 81 remaining positions over 4 ranks: 21 each, 3 padded repeats.
+  EXPECT_EQ(seen.size(), static_cast<size_t>(n + 3));
+  std::set<int64_t> distinct(seen.begin(), seen.end());
+  EXPECT_EQ(distinct.size(), static_cast<size_t>(n));
+}
+
+TEST(Sampler, ConsumedAfterTheLastPaddedStepIsTheEpochEnd) {
+  SamplerOptions options;
+  options.world_size = 4;
+  Sampler s = Sampler::create(10, options);
+  EpochOrder order = s.epoch(0);
+  EXPECT_EQ(order.rank_size(0), 3);
+  EXPECT_EQ(order.consumed_after(0, 3), 10);
+  EXPECT_EQ(order.rank_size(10), 0);
+  EXPECT_THROW(order.consumed_after(0, 4), IndexError);
+  EXPECT_THROW(order.rank_size(11), IndexError);
+}
+
+TEST(Sampler, KindNamesRoundTrip) {
+  for (SamplerKind kind : {SamplerKind::Sequential, SamplerKind::Random, SamplerKind::QuasiRandom})
+    EXPECT_EQ(sampler_kind_from_string(to_string(kind)), kind);
+  EXPECT_FALSE(sampler_kind_from_string("shuffle").has_value());
+}
+
+}  // namespace
+}  // namespace mmt
