@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <numeric>
 
-#include "mmtensor/dataset.h"
 #include "mmtensor/error.h"
 
 namespace mmt {
@@ -59,16 +58,6 @@ class KeyedPermutation {
   uint64_t mask_ = 1;
   uint64_t round_keys_[kRounds];
 };
-
-// Fits two windows of decoded chunks in the cache: the one being read and the next one the
-// prefetching loader is already entering.
-int64_t automatic_window(const Dataset& dataset) {
-  const int64_t chunks = dataset.num_chunks();
-  if (chunks == 0) return 1;
-  const int64_t average_chunk_bytes = std::max<int64_t>(1, dataset.info().decoded_bytes / chunks);
-  const int64_t budget_bytes = dataset.cache_stats().budget_bytes;
-  return std::clamp<int64_t>(budget_bytes / (2 * average_chunk_bytes), 1, chunks);
-}
 
 }  // namespace
 
@@ -132,17 +121,6 @@ Sampler Sampler::create(int64_t num_records, SamplerOptions options,
   }
   layout->options = options;
   return Sampler(std::move(layout));
-}
-
-Sampler Sampler::for_dataset(const Dataset& dataset, SamplerOptions options) {
-  std::vector<int64_t> counts;
-  if (options.kind == SamplerKind::QuasiRandom) {
-    const int64_t chunks = dataset.num_chunks();
-    counts.reserve(static_cast<size_t>(chunks));
-    for (int64_t c = 0; c < chunks; ++c) counts.push_back(dataset.chunk(c).record_count);
-    if (options.window_chunks == 0) options.window_chunks = automatic_window(dataset);
-  }
-  return create(dataset.size(), options, std::move(counts));
 }
 
 int64_t Sampler::num_records() const { return layout_->records; }

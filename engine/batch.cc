@@ -1,0 +1,109 @@
+// Batch: a loan of one ring slot, viewed as tensors; returned on release.
+#include <utility>
+
+#include "loader_core.h"
+#include "mmtensor/error.h"
+
+namespace mmt {
+
+Batch::Batch(Batch&& other) noexcept { *this = std::move(other); }
+
+Batch& Batch::operator=(Batch&& other) noexcept {
+  if (this == &other) return *this;
+  release();
+  core_ = std::move(other.core_);
+  slot_ = std::exchange(other.slot_, -1);
+  rows_ = std::exchange(other.rows_, 0);
+  epoch_ = other.epoch_;
+  number_ = other.number_;
+  device_ = other.device_;
+  consumer_stream_ = other.consumer_stream_;
+  state_after_ = other.state_after_;
+  fields_ = std::move(other.fields_);
+  other.fields_.clear();
+  return *this;
+}
+
+void Batch::release() noexcept {
+  if (!core_) return;
+  fields_.clear();  // the views go first: the slot may be refilled as soon as it is free
+  core_->release_slot(slot_, consumer_stream_);
+  core_.reset();
+  slot_ = -1;
+  rows_ = 0;
+}
+
+std::span<const int64_t> Batch::indices() const {
+  MMT_CHECK(core_ != nullptr, ValueError, "Batch: this batch was released");
+  return {core_->slots[slot_].indices.data(), static_cast<size_t>(rows_)};
+}
+
+size_t Batch::field_position(std::string_view field) const {
+  MMT_CHECK(core_ != nullptr, ValueError, "Batch: this batch was released");
+  const std::vector<std::string>& names = core_->field_names;
+  for (size_t f = 0; f < names.size(); ++f)
+    if (names[f] == field) return f;
+  std::string known;
+  for (const std::string& name : names) known += (known.empty() ? "'" : ", '") + name + "'";
+  throw ValueError(detail::str("Batch: no field '", field, "' in this batch (it holds ", known, ")"));
+}
+
+const Tensor& Batch::operator[](std::string_view field) const {
+  return fields_[field_position(field)].values;
+}
+
+bool Batch::is_ragged(std::string_view field) const {
+  return core_->ring.fields()[field_position(field)].ragged;
+}
+
+const RaggedBatch& Batch::ragged(std::string_view field) const {
+  const size_t f = field_position(field);
+  MMT_CHECK(core_->ring.fields()[f].ragged, ValueError, "Batch: field '", field,
+            "' has a fixed shape; use batch[\"", field, "\"]");
+  return fields_[f];
+}
+
+void Batch::wait(CUstream_st* stream) {
+  MMT_CHECK(core_ != nullptr, ValueError, "Batch: this batch was released");
+  if (!device_.is_cuda()) return;
+  core_->slots[slot_].copied.make_stream_wait(stream);
+  consumer_stream_ = stream;
+}
+
+void Batch::synchronize() const {
+  MMT_CHECK(core_ != nullptr, ValueError, "Batch: this batch was released");
+  if (device_.is_cuda()) core_->slots[slot_].copied.synchronize();
+}
+
+namespace detail {
+
+Batch LoaderCore::make_batch(int s, int64_t batch_epoch, const LoaderState& state_after) {
+  Slot& slot = slots[s];
+  Batch batch;
+  // Owned from the first line, so that an exception below still returns the slot.
+  batch.core_ = shared_from_this();
+  batch.slot_ = s;
+  batch.consumer_stream_ = options.consumer_stream;
+  const bool on_device = options.device.is_cuda();
+  batch.fields_.resize(ring.fields().size());
+  for (size_t f = 0; f < ring.fields().size(); ++f) {
+    RaggedBatch& out = batch.fields_[f];
+    if (ring.fields()[f].ragged) {
+      out.values = ring.values_view(s, f, on_device);
+      out.offsets = ring.offsets_view(s, f, slot.rows, on_device);
+      out.shapes = ring.shapes_view(s, f, slot.rows, on_device);
+    } else {
+      out.values = ring.fixed_view(s, f, slot.rows, on_device);
+    }
+  }
+  batch.rows_ = slot.rows;
+  batch.epoch_ = batch_epoch;
+  batch.number_ = slot.batch;
+  batch.device_ = options.device;
+  batch.state_after_ = state_after;
+  if (on_device) slot.copied.make_stream_wait(options.consumer_stream);
+  return batch;
+}
+
+}  // namespace detail
+}  // namespace mmt

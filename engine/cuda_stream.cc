@@ -1,0 +1,172 @@
+#include "cuda_stream.h"
+
+#include <utility>
+
+#include "cuda_memory.h"
+#include "mmtensor/error.h"
+
+#if MMT_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace mmt::cuda {
+
+#if MMT_WITH_CUDA
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  cudaGetLastError();  // clear a sticky error so later calls are not poisoned
+  throw CudaError(detail::str(what, " failed: ", cudaGetErrorString(status)));
+}
+
+// Streams and events belong to the device current when they are made, and a thread's
+// current device is per thread: every call selects the object's device, then restores it.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~CurrentDevice() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+// For destructors, which must not throw: the same without checks.
+template <typename Fn>
+void on_device_noexcept(int device, Fn&& fn) noexcept {
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device);
+  fn();
+  cudaSetDevice(previous);
+}
+
+void check_device(int device) {
+  MMT_CHECK(device >= 0 && device < device_count(), CudaError, "cuda:", device,
+            " is not available (", device_count(), " CUDA device(s) found)");
+}
+
+}  // namespace
+
+Stream Stream::create(int device) {
+  check_device(device);
+  CurrentDevice current(device);
+  Stream out;
+  check(cudaStreamCreateWithFlags(&out.stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  out.device_ = device;
+  return out;
+}
+
+Stream::~Stream() {
+  if (stream_) on_device_noexcept(device_, [&] { cudaStreamDestroy(stream_); });
+}
+
+void Stream::synchronize() const {
+  if (stream_) check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+Event Event::create(int device) {
+  check_device(device);
+  CurrentDevice current(device);
+  Event out;
+  check(cudaEventCreateWithFlags(&out.event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  out.device_ = device;
+  return out;
+}
+
+Event::~Event() {
+  if (event_) on_device_noexcept(device_, [&] { cudaEventDestroy(event_); });
+}
+
+void Event::record(CUstream_st* stream) const {
+  CurrentDevice current(device_);
+  check(cudaEventRecord(event_, stream), "cudaEventRecord");
+}
+
+void Event::make_stream_wait(CUstream_st* stream) const {
+  CurrentDevice current(device_);
+  check(cudaStreamWaitEvent(stream, event_, 0), "cudaStreamWaitEvent");
+}
+
+void Event::synchronize() const { check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+
+bool Event::is_complete() const {
+  const cudaError_t status = cudaEventQuery(event_);
+  if (status == cudaErrorNotReady) return false;
+  check(status, "cudaEventQuery");
+  return true;
+}
+
+void copy_to_device_async(void* device_dst, const void* host_src, int64_t nbytes,
+                          const Stream& stream) {
+  if (nbytes == 0) return;
+  CurrentDevice current(stream.device());
+  check(cudaMemcpyAsync(device_dst, host_src, static_cast<size_t>(nbytes), cudaMemcpyHostToDevice,
+                        stream.get()),
+        "cudaMemcpyAsync (host to device)");
+}
+
+void copy_to_host_async(void* host_dst, const void* device_src, int64_t nbytes,
+                        const Stream& stream) {
+  if (nbytes == 0) return;
+  CurrentDevice current(stream.device());
+  check(cudaMemcpyAsync(host_dst, device_src, static_cast<size_t>(nbytes), cudaMemcpyDeviceToHost,
+                        stream.get()),
+        "cudaMemcpyAsync (device to host)");
+}
+
+#else  // built without CUDA
+
+namespace {
+[[noreturn]] void unavailable(const char* what) {
+  throw CudaError(detail::str(what, ": mmtensor was built without CUDA (configure with the "
+                                    "CUDA Toolkit installed, or -DMMT_WITH_CUDA=ON)"));
+}
+}  // namespace
+
+Stream Stream::create(int) { unavailable("creating a CUDA stream"); }
+Stream::~Stream() = default;
+void Stream::synchronize() const {}
+Event Event::create(int) { unavailable("creating a CUDA event"); }
+Event::~Event() = default;
+void Event::record(CUstream_st*) const { unavailable("recording a CUDA event"); }
+void Event::make_stream_wait(CUstream_st*) const { unavailable("waiting on a CUDA event"); }
+void Event::synchronize() const {}
+bool Event::is_complete() const { return true; }
+void copy_to_device_async(void*, const void*, int64_t, const Stream&) {
+  unavailable("copying to a CUDA device");
+}
+void copy_to_host_async(void*, const void*, int64_t, const Stream&) {
+  unavailable("copying from a CUDA device");
+}
+
+#endif
+
+Stream::Stream(Stream&& other) noexcept
+    : stream_(std::exchange(other.stream_, nullptr)), device_(other.device_) {}
+
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    Stream doomed(std::move(*this));
+    stream_ = std::exchange(other.stream_, nullptr);
+    device_ = other.device_;
+  }
+  return *this;
+}
+
+Event::Event(Event&& other) noexcept
+    : event_(std::exchange(other.event_, nullptr)), device_(other.device_) {}
+
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    Event doomed(std::move(*this));
+    event_ = std::exchange(other.event_, nullptr);
+    device_ = other.device_;
+  }
+  return *this;
+}
+
+}  // namespace mmt::cuda

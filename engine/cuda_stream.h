@@ -1,0 +1,72 @@
+// The loader's seam to the CUDA runtime for ordering work: streams, events and asynchronous
+// host-to-device copies (memory itself goes through cuda_memory.h).
+//
+// Handles are opaque (CUstream_st* is cudaStream_t without the CUDA headers), so tests and
+// benchmarks built without the CUDA include path can use them. Every call throws CudaError
+// with the runtime's message; in a build without CUDA, creating a Stream or an Event throws
+// CudaError("... mmtensor was built without CUDA ...").
+#pragma once
+
+#include <cstdint>
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*
+struct CUevent_st;   // cudaEvent_t is CUevent_st*
+
+namespace mmt::cuda {
+
+// An owned stream on one device. It does not synchronise with the legacy default stream,
+// so a copy on it overlaps the user's kernels; ordering is by events only.
+class Stream {
+ public:
+  Stream() = default;  // no stream
+  static Stream create(int device);
+  Stream(Stream&& other) noexcept;
+  Stream& operator=(Stream&& other) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream();
+
+  CUstream_st* get() const { return stream_; }
+  int device() const { return device_; }
+  explicit operator bool() const { return stream_ != nullptr; }
+  void synchronize() const;  // the host waits for everything queued on it
+
+ private:
+  CUstream_st* stream_ = nullptr;
+  int device_ = 0;
+};
+
+// An owned event without timing (the cheapest kind to record and wait on). An event never
+// recorded counts as complete, as in CUDA.
+class Event {
+ public:
+  Event() = default;
+  static Event create(int device);
+  Event(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event();
+
+  explicit operator bool() const { return event_ != nullptr; }
+  // Marks the point reached by `stream` (nullptr: the legacy default stream).
+  void record(CUstream_st* stream) const;
+  // Makes `stream` wait for the last record of this event, without blocking the host.
+  void make_stream_wait(CUstream_st* stream) const;
+  void synchronize() const;  // the host waits for the last record
+  bool is_complete() const;  // cudaEventQuery
+
+ private:
+  CUevent_st* event_ = nullptr;
+  int device_ = 0;
+};
+
+// cudaMemcpyAsync host -> device on `stream`; `host` should be pinned for the copy to be
+// truly asynchronous (pageable memory makes the runtime stage it synchronously).
+void copy_to_device_async(void* device_dst, const void* host_src, int64_t nbytes,
+                          const Stream& stream);
+// The same device -> host, for tests and tools.
+void copy_to_host_async(void* host_dst, const void* device_src, int64_t nbytes,
+                        const Stream& stream);
+
+}  // namespace mmt::cuda

@@ -1,0 +1,328 @@
+// The loader's scheduling: epochs, slot assignment, hand-out and return of batches.
+// The workers' side is in loader_worker.cc; the layout of the buffers in staging_ring.cc.
+#include <algorithm>
+
+#include "loader_core.h"
+#include "mmtensor/error.h"
+
+namespace mmt {
+namespace detail {
+
+namespace {
+
+// Threads and slots beyond these are a mistake, not a configuration.
+constexpr int kMaxWorkers = 1024;
+constexpr int kMaxPrefetchBatches = 1024;
+
+std::vector<Field> selected_fields(const Dataset& dataset, const std::vector<std::string>& names) {
+  const Schema& schema = dataset.schema();
+  MMT_CHECK(!schema.empty(), ValueError, "Loader: dataset ", dataset.path(), " has no fields");
+  std::vector<Field> fields;
+  if (names.empty()) return schema.fields();
+  for (const std::string& name : names) {
+    const Field& field = schema[schema.index_of(name)];  // ValueError lists the known names
+    for (const Field& chosen : fields)
+      MMT_CHECK(chosen.name != name, ValueError, "Loader: field '", name, "' is listed twice");
+    fields.push_back(field);
+  }
+  return fields;
+}
+
+LoaderOptions checked(LoaderOptions options, const Dataset& dataset) {
+  MMT_CHECK(dataset.is_open(), ValueError, "Loader: the dataset is not open");
+  MMT_CHECK(options.batch_size >= 1, ValueError, "Loader: batch_size must be >= 1, got ",
+            options.batch_size);
+  MMT_CHECK(options.num_workers >= 1 && options.num_workers <= kMaxWorkers, ValueError,
+            "Loader: num_workers must be in [1, ", kMaxWorkers, "], got ", options.num_workers);
+  MMT_CHECK(options.prefetch_batches >= 1 && options.prefetch_batches <= kMaxPrefetchBatches,
+            ValueError, "Loader: prefetch_batches must be in [1, ", kMaxPrefetchBatches, "], got ",
+            options.prefetch_batches);
+  if (options.device.is_cuda()) {
+    MMT_CHECK(built_with_cuda(), CudaError, "Loader: device ", options.device.str(),
+              " was asked for, but mmtensor was built without CUDA");
+    MMT_CHECK(options.device.index >= 0 && options.device.index < cuda_device_count(), CudaError,
+              "Loader: device ", options.device.str(), " is not available (",
+              cuda_device_count(), " CUDA device(s) found)");
+  }
+  return options;
+}
+
+SamplerOptions resumed_sampler_options(SamplerOptions options, const LoaderState* state) {
+  if (state && options.kind == SamplerKind::QuasiRandom && options.window_chunks == 0)
+    options.window_chunks = state->window_chunks;  // the order must be the one it was saved in
+  return options;
+}
+
+}  // namespace
+
+LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const LoaderState* resume_from)
+    : dataset(std::move(dataset_in)),
+      options(checked(std::move(options_in), dataset)),
+      sampler(Sampler::for_dataset(dataset, resumed_sampler_options(options.sampler, resume_from))),
+      ring(selected_fields(dataset, options.fields), options.batch_size,
+           options.prefetch_batches + 1, options.device, options.pin_memory) {
+  options.sampler = sampler.options();
+  for (size_t f = 0; f < ring.fields().size(); ++f) {
+    field_names.push_back(ring.fields()[f].field.name);
+    if (ring.fields()[f].ragged) ragged_fields.push_back(f);
+    else has_fixed_fields = true;
+  }
+  slots.resize(static_cast<size_t>(ring.slots()));
+  for (Slot& slot : slots) {
+    slot.indices.resize(static_cast<size_t>(options.batch_size));
+    if (options.device.is_cuda()) {
+      slot.copied = cuda::Event::create(options.device.index);
+      slot.consumed = cuda::Event::create(options.device.index);
+    }
+  }
+  if (options.device.is_cuda()) copy_stream = cuda::Stream::create(options.device.index);
+
+  int64_t first_epoch = options.epoch, consumed = 0;
+  if (resume_from) {
+    const LoaderState& state = *resume_from;
+    const SamplerOptions& mine = options.sampler;
+    MMT_CHECK(state.records == dataset.size(), ValueError, "Loader: the state was saved for a dataset of ",
+              state.records, " records; ", dataset.path(), " has ", dataset.size());
+    MMT_CHECK(state.sampler == mine.kind, ValueError, "Loader: the state was saved with a ",
+              to_string(state.sampler), " sampler; the options ask for ", to_string(mine.kind));
+    MMT_CHECK(state.seed == mine.seed, ValueError, "Loader: the state was saved with seed ",
+              state.seed, "; the options say ", mine.seed);
+    MMT_CHECK(mine.kind != SamplerKind::QuasiRandom || state.window_chunks == mine.window_chunks,
+              ValueError, "Loader: the state was saved with a window of ", state.window_chunks,
+              " chunks; the options say ", mine.window_chunks, " (0 adopts the state's)");
+    MMT_CHECK(state.consumed >= 0 && state.consumed <= state.records, ValueError,
+              "Loader: the state's consumed=", state.consumed, " is outside [0, ", state.records, "]");
+    first_epoch = state.epoch;
+    consumed = state.consumed;
+  }
+  std::unique_lock lock(mutex);
+  restart_locked(lock, first_epoch, consumed);
+}
+
+LoaderCore::~LoaderCore() {
+  // Queued copies read the pinned ring and write the device buffers: both must outlive them.
+  try {
+    copy_stream.synchronize();
+  } catch (...) {
+  }
+}
+
+void LoaderCore::start_workers() {
+  workers.reserve(static_cast<size_t>(options.num_workers));
+  try {
+    for (int w = 0; w < options.num_workers; ++w) workers.emplace_back([this] { worker_main(); });
+  } catch (...) {
+    stop_workers();
+    throw;
+  }
+}
+
+void LoaderCore::stop_workers() noexcept {
+  {
+    std::lock_guard lock(mutex);
+    stopping = true;
+    ++generation;
+    pieces.clear();
+  }
+  work_ready.notify_all();
+  for (std::thread& worker : workers)
+    if (worker.joinable()) worker.join();
+  workers.clear();
+}
+
+void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_epoch,
+                                int64_t consumed) {
+  ++generation;
+  pieces.clear();
+  slot_done.wait(lock, [&] { return active == 0; });  // workers finish what they hold
+  for (Slot& slot : slots) {
+    if (slot.state == SlotState::Held) continue;  // on loan; comes back through release_slot
+    slot.state = SlotState::Free;
+    slot.error = nullptr;
+  }
+  delivery.clear();
+  failure = nullptr;
+  end_of_epoch_pending = false;
+  epoch = new_epoch;
+  order = sampler.epoch(new_epoch);
+  start_consumed = consumed;
+  rank_samples = order.rank_size(consumed);
+  const int64_t batch = options.batch_size;
+  total_batches = options.drop_last ? rank_samples / batch : rank_samples / batch + (rank_samples % batch != 0);
+  scheduled = delivered = 0;
+  const SamplerOptions& sampler_options = sampler.options();
+  current_state = LoaderState{sampler_options.kind, sampler_options.seed, sampler_options.window_chunks,
+                              dataset.size(), new_epoch, consumed};
+  schedule_locked();
+}
+
+void LoaderCore::schedule_locked() {
+  if (stopping || failure) return;
+  bool queued = false;
+  for (int s = 0; s < static_cast<int>(slots.size()) && scheduled < total_batches; ++s) {
+    Slot& slot = slots[s];
+    if (slot.state != SlotState::Free) continue;
+    const int64_t rows = std::min(options.batch_size, rank_samples - scheduled * options.batch_size);
+    slot.state = SlotState::Filling;
+    slot.batch = scheduled;
+    slot.rows = rows;
+    slot.error = nullptr;
+    Piece piece{s, generation, order, start_consumed, scheduled, rows, 0, rows, -1};
+    // Row ranges split the gather across the workers, so one batch's latency shrinks with
+    // threads even when the ring is shallow. They also write the slot's indices, which is
+    // why there is always at least one.
+    const int64_t row_pieces = std::min<int64_t>(options.num_workers, rows);
+    for (int64_t p = 0; p < row_pieces; ++p) {
+      piece.row_begin = rows * p / row_pieces;
+      piece.row_end = rows * (p + 1) / row_pieces;
+      pieces.push_back(piece);
+    }
+    piece.row_begin = 0;
+    piece.row_end = rows;
+    for (size_t f : ragged_fields) {
+      piece.ragged_field = static_cast<int>(f);
+      pieces.push_back(piece);
+    }
+    slot.pieces_left = static_cast<int>(row_pieces + ragged_fields.size());
+    delivery.push_back(s);
+    ++scheduled;
+    queued = true;
+  }
+  if (queued) work_ready.notify_all();
+}
+
+LoaderState LoaderCore::state_after_locked(int64_t batch) const {
+  LoaderState state = current_state;
+  if (batch + 1 >= total_batches) {  // the epoch is over: resume at the next one's start
+    state.epoch = epoch + 1;
+    state.consumed = 0;
+  } else {
+    state.epoch = epoch;
+    state.consumed = order.consumed_after(start_consumed, (batch + 1) * options.batch_size);
+  }
+  return state;
+}
+
+std::optional<Batch> LoaderCore::next() {
+  std::unique_lock lock(mutex);
+  if (failure) std::rethrow_exception(failure);
+  if (end_of_epoch_pending) {
+    end_of_epoch_pending = false;
+    return std::nullopt;
+  }
+  if (delivered == total_batches) {  // an epoch without batches
+    restart_locked(lock, epoch + 1, 0);
+    return std::nullopt;
+  }
+  MMT_CHECK(!delivery.empty(), ValueError, "Loader: all ", slots.size(),
+            " staging slots are held by live batches; release a batch before calling next(), "
+            "or raise prefetch_batches");
+  const int s = delivery.front();
+  slot_done.wait(lock, [&] { return slots[s].state == SlotState::Ready; });
+  delivery.pop_front();
+  Slot& slot = slots[s];
+  if (slot.error) {
+    failure = slot.error;
+    slot.state = SlotState::Free;
+    std::rethrow_exception(failure);
+  }
+  slot.state = SlotState::Held;
+  current_state = state_after_locked(slot.batch);
+  const LoaderState state_after = current_state;
+  const int64_t batch_epoch = epoch;
+  ++delivered;
+  if (delivered == total_batches) {
+    // Prefetch the next epoch while the user works on this last batch.
+    finished_total_batches = total_batches;
+    restart_locked(lock, epoch + 1, 0);
+    current_state = state_after;
+    end_of_epoch_pending = true;
+  }
+  lock.unlock();
+  return make_batch(s, batch_epoch, state_after);
+}
+
+void LoaderCore::set_epoch(int64_t new_epoch) {
+  std::unique_lock lock(mutex);
+  if (new_epoch == epoch && delivered == 0 && start_consumed == 0 && !failure) {
+    end_of_epoch_pending = false;  // the caller moved on explicitly; no nullopt is owed
+    return;
+  }
+  restart_locked(lock, new_epoch, 0);
+}
+
+void LoaderCore::release_slot(int s, CUstream_st* consumer_stream) noexcept {
+  Slot& slot = slots[s];
+  if (options.device.is_cuda()) {
+    try {
+      slot.consumed.record(consumer_stream);
+    } catch (...) {
+      // The device is failing; the next copy into this slot will report it.
+    }
+  }
+  std::lock_guard lock(mutex);
+  slot.state = SlotState::Free;
+  schedule_locked();
+}
+
+LoaderState LoaderCore::state() const {
+  std::lock_guard lock(mutex);
+  return current_state;
+}
+
+}  // namespace detail
+
+// ---- Loader ----
+
+namespace {
+detail::LoaderCore& live(const std::shared_ptr<detail::LoaderCore>& core) {
+  MMT_CHECK(core != nullptr, ValueError, "Loader: this loader was moved from");
+  return *core;
+}
+}  // namespace
+
+Loader::Loader(Dataset dataset, LoaderOptions options)
+    : core_(std::make_shared<detail::LoaderCore>(std::move(dataset), std::move(options), nullptr)) {
+  core_->start_workers();
+}
+
+Loader::Loader(Dataset dataset, LoaderOptions options, const LoaderState& state)
+    : core_(std::make_shared<detail::LoaderCore>(std::move(dataset), std::move(options), &state)) {
+  core_->start_workers();
+}
+
+Loader::Loader(Loader&&) noexcept = default;
+
+Loader& Loader::operator=(Loader&& other) noexcept {
+  if (this != &other) {
+    if (core_) core_->stop_workers();
+    core_ = std::move(other.core_);
+  }
+  return *this;
+}
+
+Loader::~Loader() {
+  if (core_) core_->stop_workers();
+}
+
+std::optional<Batch> Loader::next() { return live(core_).next(); }
+void Loader::set_epoch(int64_t epoch) { live(core_).set_epoch(epoch); }
+LoaderState Loader::state() const { return live(core_).state(); }
+const Sampler& Loader::sampler() const { return live(core_).sampler; }
+const LoaderOptions& Loader::options() const { return live(core_).options; }
+int Loader::ring_slots() const { return live(core_).ring.slots(); }
+int64_t Loader::ring_bytes() const { return live(core_).ring.host_storage().nbytes(); }
+
+int64_t Loader::epoch() const {
+  auto& core = live(core_);
+  std::lock_guard lock(core.mutex);
+  return core.end_of_epoch_pending ? core.epoch - 1 : core.epoch;
+}
+
+int64_t Loader::batches_in_epoch() const {
+  auto& core = live(core_);
+  std::lock_guard lock(core.mutex);
+  return core.end_of_epoch_pending ? core.finished_total_batches : core.total_batches;
+}
+
+}  // namespace mmt

@@ -1,0 +1,115 @@
+// The loader's shared state: the ring, its slots, the work queue and the worker threads.
+// Shared by Loader and every Batch on loan, so a batch released after its loader is gone
+// still finds its slot (and the buffers its tensors view stay alive).
+//
+// A slot moves Free -> Filling (workers gather) -> Copying (a worker queues the device copy;
+// cuda only) -> Ready -> Held (a Batch owns it) -> Free. Every transition happens under
+// `mutex`; the slot's buffers are touched outside it only by the owner of that state
+// (workers while Filling/Copying, the Batch while Held), which is what makes them race-free.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda_stream.h"
+#include "mmtensor/loader.h"
+#include "staging_ring.h"
+
+namespace mmt::detail {
+
+struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
+  enum class SlotState { Free, Filling, Copying, Ready, Held };
+
+  struct Slot {
+    SlotState state = SlotState::Free;
+    int64_t batch = -1;  // batch number in the epoch (from its start or resume point)
+    int64_t rows = 0;
+    int pieces_left = 0;
+    std::vector<int64_t> indices;  // batch_size entries, the first `rows` valid
+    std::exception_ptr error;
+    cuda::Event copied;    // the host-to-device copy of this slot is done
+    cuda::Event consumed;  // the consumer's work on this slot's device buffer is done
+  };
+
+  // A unit of work: rows [row_begin, row_end) of every fixed field, or one ragged field
+  // (ragged_field >= 0) of the whole batch. It carries the epoch's order so that a restart
+  // can replace the loader's without racing the workers that are still finishing.
+  struct Piece {
+    int slot = 0;
+    uint64_t generation = 0;
+    EpochOrder order;
+    int64_t start_consumed = 0;
+    int64_t batch = 0;
+    int64_t rows = 0;
+    int64_t row_begin = 0;
+    int64_t row_end = 0;
+    int ragged_field = -1;  // position in ring.fields()
+  };
+
+  LoaderCore(Dataset dataset, LoaderOptions options, const LoaderState* resume_from);
+  ~LoaderCore();
+
+  void start_workers();
+  void stop_workers() noexcept;
+
+  std::optional<Batch> next();
+  void set_epoch(int64_t epoch);
+  void release_slot(int slot, CUstream_st* consumer_stream) noexcept;
+  LoaderState state() const;
+
+  // ---- under `mutex` ----
+  void restart_locked(std::unique_lock<std::mutex>& lock, int64_t epoch, int64_t consumed);
+  void schedule_locked();
+  LoaderState state_after_locked(int64_t batch) const;
+
+  // ---- workers ----
+  void worker_main();
+  void run_piece(const Piece& piece);
+  void fill_fixed_rows(const Piece& piece);
+  void pack_ragged_field(const Piece& piece);
+  void finish_piece(std::unique_lock<std::mutex>& lock, const Piece& piece, std::exception_ptr error);
+  Batch make_batch(int slot, int64_t batch_epoch, const LoaderState& state_after);
+
+  // Immutable after construction.
+  Dataset dataset;
+  LoaderOptions options;  // options.sampler with the window resolved
+  Sampler sampler;
+  StagingRing ring;
+  cuda::Stream copy_stream;
+  std::vector<std::string> field_names;  // ring.fields() order
+  std::vector<size_t> ragged_fields;     // positions in ring.fields()
+  bool has_fixed_fields = false;
+
+  mutable std::mutex mutex;
+  std::condition_variable work_ready;  // workers: pieces queued or stopping
+  std::condition_variable slot_done;   // consumer and restart: a slot became Ready, or work ended
+  std::deque<Piece> pieces;
+  std::vector<Slot> slots;
+  std::deque<int> delivery;  // slots of scheduled batches not yet handed out, in batch order
+  std::vector<std::thread> workers;
+  uint64_t generation = 0;   // bumped by every restart: older pieces are void
+  int active = 0;            // pieces running plus copies being queued
+  bool stopping = false;
+  std::exception_ptr failure;  // sticky after a worker's error reached the consumer
+
+  // The epoch in progress.
+  int64_t epoch = 0;
+  EpochOrder order;
+  int64_t start_consumed = 0;
+  int64_t rank_samples = 0;
+  int64_t total_batches = 0;
+  int64_t scheduled = 0;
+  int64_t delivered = 0;
+  int64_t finished_total_batches = 0;  // while end_of_epoch_pending: the finished epoch's
+  bool end_of_epoch_pending = false;  // the last batch went out; next() owes one nullopt
+  LoaderState current_state;
+};
+
+}  // namespace mmt::detail

@@ -1,0 +1,74 @@
+#include <type_traits>
+
+#include <nlohmann/json.hpp>
+
+#include "mmtensor/error.h"
+#include "mmtensor/loader.h"
+
+namespace mmt {
+
+std::string LoaderState::to_string() const {
+  nlohmann::json json = {
+      {"version", kVersion},
+      {"sampler", std::string(mmt::to_string(sampler))},
+      {"seed", seed},
+      {"window_chunks", window_chunks},
+      {"records", records},
+      {"epoch", epoch},
+      {"consumed", consumed},
+  };
+  return json.dump();
+}
+
+namespace {
+
+template <typename T>
+T required(const nlohmann::json& json, const char* key) {
+  const auto it = json.find(key);
+  MMT_CHECK(it != json.end(), ValueError, "LoaderState: missing entry '", key, "'");
+  if constexpr (std::is_integral_v<T>)
+    MMT_CHECK(it->is_number_integer(), ValueError, "LoaderState: entry '", key,
+              "' must be an integer, got ", it->dump());
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw ValueError(detail::str("LoaderState: entry '", key, "' has the wrong type: ", it->dump()));
+  }
+}
+
+}  // namespace
+
+LoaderState LoaderState::parse(std::string_view text) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw ValueError(detail::str("LoaderState: not valid JSON: ", e.what()));
+  }
+  MMT_CHECK(json.is_object(), ValueError, "LoaderState: expected a JSON object, got ", json.dump());
+  const int version = required<int>(json, "version");
+  MMT_CHECK(version == kVersion, ValueError, "LoaderState: version ", version,
+            " is not supported (this build reads version ", kVersion, ")");
+  LoaderState state;
+  const std::string kind = required<std::string>(json, "sampler");
+  const auto parsed_kind = sampler_kind_from_string(kind);
+  MMT_CHECK(parsed_kind.has_value(), ValueError, "LoaderState: unknown sampler '", kind, "'");
+  state.sampler = *parsed_kind;
+  // Seeds are unsigned 64-bit; JSON readers in other languages may have written them signed.
+  const auto& seed = json.find("seed");
+  MMT_CHECK(seed != json.end() && seed->is_number_integer(), ValueError,
+            "LoaderState: missing or non-integer entry 'seed'");
+  state.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
+                                          : static_cast<uint64_t>(seed->get<int64_t>());
+  state.window_chunks = required<int64_t>(json, "window_chunks");
+  state.records = required<int64_t>(json, "records");
+  state.epoch = required<int64_t>(json, "epoch");
+  state.consumed = required<int64_t>(json, "consumed");
+  MMT_CHECK(state.records >= 0 && state.window_chunks >= 0, ValueError,
+            "LoaderState: negative records or window_chunks in ", text);
+  MMT_CHECK(state.consumed >= 0 && state.consumed <= state.records, ValueError,
+            "LoaderState: consumed=", state.consumed, " is outside [0, records=", state.records, "]");
+  return state;
+}
+
+}  // namespace mmt

@@ -1,0 +1,196 @@
+// The loader's workers: gather fixed fields and pack ragged ones straight into ring slots,
+// queue the device copy of a completed slot, and turn failures into errors that name the
+// batch, sample, chunk and field.
+#include <string>
+
+#include "loader_core.h"
+#include "mmtensor/error.h"
+
+namespace mmt::detail {
+
+namespace {
+
+// Rethrows `error` as the same mmt::Error type with `context` in front of its message, so a
+// caller catching ChecksumError still catches it.
+[[noreturn]] void rethrow_with_context(std::exception_ptr error, const std::string& context) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const ChecksumError& e) {
+    throw ChecksumError(context + ": " + e.what());
+  } catch (const FormatError& e) {
+    throw FormatError(context + ": " + e.what());
+  } catch (const IoError& e) {
+    throw IoError(context + ": " + e.what(), e.errno_value());
+  } catch (const IndexError& e) {
+    throw IndexError(context + ": " + e.what());
+  } catch (const ValueError& e) {
+    throw ValueError(context + ": " + e.what());
+  } catch (const CudaError& e) {
+    throw CudaError(context + ": " + e.what());
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(context + ": " + e.what());
+  }
+}
+
+std::string batch_context(const LoaderCore::Piece& piece, const std::string& field) {
+  return detail::str("Loader: epoch ", piece.order.epoch(), ", batch ", piece.batch, ", field '",
+                     field, "'");
+}
+
+// get_batch failed somewhere in `indices`: find the first record that fails on its own, so
+// the error names the sample and its chunk; without one, name the batch.
+[[noreturn]] void rethrow_for_sample(const Dataset& dataset, const LoaderCore::Piece& piece,
+                                     const std::string& field, std::span<const int64_t> indices,
+                                     int64_t first_row, std::exception_ptr error) {
+  for (size_t i = 0; i < indices.size(); ++i) {
+    std::exception_ptr sample_error;
+    try {
+      (void)dataset.get(indices[i], field).contiguous();  // touches the bytes, as get_batch did
+    } catch (...) {
+      sample_error = std::current_exception();
+    }
+    if (!sample_error) continue;
+    std::string chunk = "?";
+    try {
+      chunk = std::to_string(dataset.chunk_of(indices[i]));
+    } catch (...) {
+    }
+    rethrow_with_context(sample_error,
+                         detail::str("Loader: epoch ", piece.order.epoch(), ", batch ", piece.batch,
+                                     ", sample ", indices[i], " (row ", first_row + static_cast<int64_t>(i),
+                                     "), chunk ", chunk, ", field '", field, "'"));
+  }
+  rethrow_with_context(error, detail::str(batch_context(piece, field), ", rows ", first_row, "..",
+                                          first_row + static_cast<int64_t>(indices.size()) - 1));
+}
+
+}  // namespace
+
+void LoaderCore::worker_main() {
+  std::unique_lock lock(mutex);
+  while (true) {
+    work_ready.wait(lock, [&] { return stopping || !pieces.empty(); });
+    if (stopping) return;
+    const Piece piece = std::move(pieces.front());
+    pieces.pop_front();
+    ++active;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      run_piece(piece);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    finish_piece(lock, piece, error);
+  }
+}
+
+void LoaderCore::run_piece(const Piece& piece) {
+  // The slot's host bytes may still be read by the copy of the batch it held before.
+  if (options.device.is_cuda()) slots[piece.slot].copied.synchronize();
+  if (piece.ragged_field >= 0) pack_ragged_field(piece);
+  else fill_fixed_rows(piece);
+}
+
+void LoaderCore::fill_fixed_rows(const Piece& piece) {
+  Slot& slot = slots[piece.slot];
+  const int64_t first_sample = piece.batch * options.batch_size;
+  for (int64_t row = piece.row_begin; row < piece.row_end; ++row)
+    slot.indices[row] = piece.order.rank_at(piece.start_consumed, first_sample + row);
+  const std::span<const int64_t> indices(slot.indices.data() + piece.row_begin,
+                                         static_cast<size_t>(piece.row_end - piece.row_begin));
+  for (size_t f = 0; f < ring.fields().size(); ++f) {
+    if (ring.fields()[f].ragged) continue;
+    const Tensor rows = ring.fixed_view(piece.slot, f, piece.rows, /*on_device=*/false)
+                            .narrow(0, piece.row_begin, piece.row_end - piece.row_begin);
+    try {
+      dataset.get_batch(indices, field_names[f], rows, /*threads=*/1);
+    } catch (...) {
+      rethrow_for_sample(dataset, piece, field_names[f], indices, piece.row_begin, std::current_exception());
+    }
+  }
+}
+
+void LoaderCore::pack_ragged_field(const Piece& piece) {
+  const size_t f = static_cast<size_t>(piece.ragged_field);
+  const std::string& name = field_names[f];
+  // Per-thread scratch: after the first batches, packing allocates nothing.
+  thread_local std::vector<int64_t> indices;
+  thread_local std::vector<Tensor> values;
+  indices.resize(static_cast<size_t>(piece.rows));
+  values.clear();
+  const int64_t first_sample = piece.batch * options.batch_size;
+  int64_t total_elements = 0;
+  for (int64_t row = 0; row < piece.rows; ++row) {
+    indices[row] = piece.order.rank_at(piece.start_consumed, first_sample + row);
+    try {
+      values.push_back(dataset.get(indices[row], name));
+    } catch (...) {
+      values.clear();
+      rethrow_for_sample(dataset, piece, name, std::span<const int64_t>(&indices[row], 1), row,
+                         std::current_exception());
+    }
+    total_elements += values.back().numel();
+  }
+  ring.reserve_values(piece.slot, f, total_elements, slots[piece.slot].consumed);
+  const Tensor packed = ring.values_view(piece.slot, f, /*on_device=*/false);
+  int64_t* offsets = ring.offsets_view(piece.slot, f, piece.rows, false).mutable_data_ptr<int64_t>();
+  int64_t* shapes = ring.shapes_view(piece.slot, f, piece.rows, false).mutable_data_ptr<int64_t>();
+  const size_t ndim = ring.fields()[f].field.shape.size();
+  int64_t position = 0;
+  for (int64_t row = 0; row < piece.rows; ++row) {
+    const Tensor& value = values[row];
+    MMT_CHECK(value.dim() == static_cast<int64_t>(ndim), FormatError, batch_context(piece, name),
+              ", sample ", indices[row], ": value has ", value.dim(), " dimensions, the field ", ndim);
+    offsets[row] = position;
+    for (size_t d = 0; d < ndim; ++d) shapes[row * ndim + d] = value.size(static_cast<int64_t>(d));
+    packed.narrow(0, position, value.numel()).view(value.sizes()).copy_(value);
+    position += value.numel();
+  }
+  offsets[piece.rows] = position;
+  values.clear();  // the views pin decoded chunks in the cache
+}
+
+void LoaderCore::finish_piece(std::unique_lock<std::mutex>& lock, const Piece& piece,
+                              std::exception_ptr error) {
+  if (piece.generation != generation) {  // a restart voided this batch; its slot is reset
+    --active;
+    slot_done.notify_all();
+    return;
+  }
+  Slot& slot = slots[piece.slot];
+  if (error && !slot.error) slot.error = error;
+  if (--slot.pieces_left > 0) {
+    --active;
+    return;
+  }
+  if (options.device.is_cuda() && !slot.error) {
+    slot.state = SlotState::Copying;
+    lock.unlock();
+    std::exception_ptr copy_error;
+    try {
+      // On the GPU, not the host: the copy waits for the kernels that read the previous batch.
+      slot.consumed.make_stream_wait(copy_stream.get());
+      ring.copy_slot_to_device(piece.slot, copy_stream);
+      slot.copied.record(copy_stream.get());
+    } catch (...) {
+      try {
+        rethrow_with_context(std::current_exception(),
+                             detail::str("Loader: epoch ", piece.order.epoch(), ", batch ", piece.batch,
+                                         ", copy to ", options.device.str()));
+      } catch (...) {
+        copy_error = std::current_exception();
+      }
+    }
+    lock.lock();
+    if (copy_error && piece.generation == generation) slot.error = copy_error;
+  }
+  if (piece.generation == generation) slot.state = SlotState::Ready;
+  --active;
+  slot_done.notify_all();
+}
+
+}  // namespace mmt::detail

@@ -1,0 +1,136 @@
+#include "staging_ring.h"
+
+#include <algorithm>
+
+#include "mmtensor/error.h"
+
+namespace mmt::detail {
+
+namespace {
+
+int64_t checked_mul(int64_t a, int64_t b, const std::string& what) {
+  int64_t out = 0;
+  MMT_CHECK(!__builtin_mul_overflow(a, b, &out), ValueError, "Loader: ", what, " overflows int64 (",
+            a, " x ", b, ")");
+  return out;
+}
+
+int64_t align_up(int64_t bytes, int64_t alignment) {
+  MMT_CHECK(bytes <= INT64_MAX - alignment, ValueError, "Loader: staging slot of ", bytes,
+            " bytes is too large");
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
+UntypedStorage allocate_host(int64_t nbytes, bool pinned) {
+  return pinned ? UntypedStorage::allocate_pinned(nbytes)
+                : UntypedStorage::allocate(nbytes, kCPU, StagingRing::kRegionAlignment);
+}
+
+}  // namespace
+
+StagingRing::StagingRing(std::vector<Field> fields, int64_t batch_size, int slots, Device device,
+                         bool pin_memory)
+    : batch_size_(batch_size), slots_(slots), device_(device),
+      pin_memory_(pin_memory || device.is_cuda()) {
+  int ragged_count = 0;
+  int64_t offset_bytes = 0;
+  for (Field& field : fields) {
+    FieldLayout layout;
+    layout.ragged = !field.is_fixed();
+    layout.data_offset_bytes = offset_bytes;
+    if (layout.ragged) {
+      layout.ragged_index = ragged_count++;
+      offset_bytes += align_up(checked_mul(batch_size + 1, 8, "offsets of field '" + field.name + "'"),
+                               kRegionAlignment);
+      layout.shapes_offset_bytes = offset_bytes;
+      const auto ndim = static_cast<int64_t>(field.shape.size());
+      offset_bytes += align_up(checked_mul(checked_mul(batch_size, ndim, "shapes"), 8,
+                                           "shapes of field '" + field.name + "'"),
+                               kRegionAlignment);
+    } else {
+      offset_bytes += align_up(checked_mul(batch_size, field.fixed_nbytes(),
+                                           "a batch of field '" + field.name + "'"),
+                               kRegionAlignment);
+    }
+    layout.field = std::move(field);
+    fields_.push_back(std::move(layout));
+  }
+  slot_bytes_ = offset_bytes;
+  const int64_t ring_bytes = checked_mul(slot_bytes_, slots_, "the staging ring");
+  host_ = allocate_host(ring_bytes, pin_memory_);
+  if (device_.is_cuda()) device_ring_ = UntypedStorage::allocate(ring_bytes, device_);
+  ragged_.assign(static_cast<size_t>(slots_), std::vector<RaggedBuffers>(static_cast<size_t>(ragged_count)));
+}
+
+Tensor StagingRing::fixed_view(int slot, size_t f, int64_t rows, bool on_device) const {
+  const FieldLayout& layout = fields_[f];
+  const Field& field = layout.field;
+  const int64_t element_bytes = element_size(field.dtype);
+  DimVector sizes{rows};
+  DimVector strides{field.fixed_numel()};
+  const DimVector value_strides = field.value_strides(field.shape);
+  for (size_t d = 0; d < field.shape.size(); ++d) {
+    sizes.push_back(field.shape[d]);
+    strides.push_back(value_strides[d]);
+  }
+  const int64_t offset_bytes = slot * slot_bytes_ + layout.data_offset_bytes;
+  return Tensor(on_device ? device_ring_ : host_, field.dtype, sizes, strides,
+                offset_bytes / element_bytes);
+}
+
+Tensor StagingRing::offsets_view(int slot, size_t f, int64_t rows, bool on_device) const {
+  const FieldLayout& layout = ragged_layout(f);
+  return Tensor(on_device ? device_ring_ : host_, kInt64, {rows + 1},
+                (slot * slot_bytes_ + layout.data_offset_bytes) / 8);
+}
+
+Tensor StagingRing::shapes_view(int slot, size_t f, int64_t rows, bool on_device) const {
+  const FieldLayout& layout = ragged_layout(f);
+  return Tensor(on_device ? device_ring_ : host_, kInt64,
+                {rows, static_cast<int64_t>(layout.field.shape.size())},
+                (slot * slot_bytes_ + layout.shapes_offset_bytes) / 8);
+}
+
+Tensor StagingRing::values_view(int slot, size_t f, bool on_device) const {
+  const FieldLayout& layout = ragged_layout(f);
+  const RaggedBuffers& buffers = ragged_[slot][layout.ragged_index];
+  return Tensor(on_device ? buffers.device : buffers.host, layout.field.dtype,
+                {buffers.used_bytes / element_size(layout.field.dtype)});
+}
+
+void StagingRing::reserve_values(int slot, size_t f, int64_t elements,
+                                 const cuda::Event& consumer_done) {
+  const FieldLayout& layout = ragged_layout(f);
+  RaggedBuffers& buffers = ragged_[slot][layout.ragged_index];
+  const int64_t needed_bytes = checked_mul(elements, element_size(layout.field.dtype),
+                                           "packed values of field '" + layout.field.name + "'");
+  if (needed_bytes > buffers.host.nbytes()) {
+    // Half again as much as needed: batches vary, and a buffer sized to the largest batch
+    // seen so far stops growing after a few batches.
+    const int64_t capacity_bytes =
+        align_up(std::max<int64_t>(needed_bytes + needed_bytes / 2, kRegionAlignment), kRegionAlignment);
+    if (device_.is_cuda()) {
+      if (consumer_done) consumer_done.synchronize();
+      buffers.device = UntypedStorage::allocate(capacity_bytes, device_);
+    }
+    buffers.host = allocate_host(capacity_bytes, pin_memory_);
+  }
+  buffers.used_bytes = needed_bytes;
+}
+
+void StagingRing::copy_slot_to_device(int slot, const cuda::Stream& stream) const {
+  const int64_t offset_bytes = slot * slot_bytes_;
+  cuda::copy_to_device_async(device_ring_.mutable_data() + offset_bytes,
+                             host_.data() + offset_bytes, slot_bytes_, stream);
+  for (const RaggedBuffers& buffers : ragged_[slot])
+    cuda::copy_to_device_async(buffers.device.mutable_data(), buffers.host.data(),
+                               buffers.used_bytes, stream);
+}
+
+const StagingRing::FieldLayout& StagingRing::ragged_layout(size_t f) const {
+  const FieldLayout& layout = fields_[f];
+  MMT_CHECK(layout.ragged, ValueError, "field '", layout.field.name, "' is not ragged");
+  return layout;
+}
+
+}  // namespace mmt::detail

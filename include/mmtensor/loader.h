@@ -1,0 +1,196 @@
+// Loader: turns a Dataset into a stream of batches, in host memory or on a CUDA device, fast
+// enough that the GPU never waits and with memory that does not grow with the dataset.
+//
+//   mmt::Loader loader(dataset, {.batch_size = 256, .sampler = {.kind = SamplerKind::Random,
+//                                .seed = 7}, .num_workers = 4, .device = Device::parse("cuda:0")});
+//   while (auto batch = loader.next()) {
+//     const mmt::Tensor& images = (*batch)["image"];   // [256, 3, 224, 224] on cuda:0
+//     ...                                              // queue work; release the batch
+//   }                                                  // the loop ends at the epoch's end
+//
+// How it works. A staging ring of `prefetch_batches + 1` slots is allocated once, at exact
+// size, in pinned host memory (and, for a CUDA device, a device buffer per slot). Batch
+// numbers are assigned to slots in order and each record index is a pure function of
+// (sampler, seed, epoch, resume position, batch number, row), so the sequence never depends
+// on the number of threads. Worker threads gather samples straight into the slot with
+// Dataset::get_batch (fixed fields) or pack them (ragged fields), decoding compressed chunks
+// through the dataset's chunk cache. A filled slot is copied to its device buffer with
+// cudaMemcpyAsync on a dedicated copy stream; an event per slot marks the copy done. The
+// copy into a device buffer is ordered (on the GPU, without a host wait) after an event
+// recorded on the consumer's stream when the previous batch in that buffer was released. So
+// gathering batch k+1, copying batch k and the user's kernels on batch k-1 overlap. Memory
+// is bounded by the ring, the device buffers and the chunk cache budget.
+//
+// Batches. A fixed field comes back as one [B, ...shape] tensor in the field's storage order
+// (a channels-last field gives a channels-last batch). A ragged field comes back packed:
+// values (1-d, each sample's values in logical row-major order, one after the other),
+// offsets (int64 [B+1], in elements) and shapes (int64 [B, ndim]). The tensors view the
+// ring: they are valid until the Batch is released (destroyed, moved-from or release());
+// clone() what must outlive it. The ring's packed ragged buffers are the one exception to
+// "allocated once": a slot's buffer grows (rarely, geometrically) when a batch needs more.
+//
+// CUDA ordering. next() makes options.consumer_stream (by default the legacy default
+// stream) wait for the batch's copy on the GPU, so kernels queued there may use the batch at
+// once. Batch::wait(stream) does the same for another stream and makes that stream the one
+// whose work must finish before the slot is reused; Batch::synchronize() blocks the host.
+//
+// Epochs and resume. next() returns std::nullopt once at the end of an epoch and the loader
+// moves on to the next epoch (prefetching it at once); set_epoch() jumps to any epoch.
+// state() (or Batch::state()) after any batch, passed to Loader(dataset, options, state),
+// continues the exact sequence, in the middle of an epoch too. Under distributed sampling
+// the state follows sampler.h's resume rule, so a resume with another world size (elastic)
+// sees every remaining sample of the epoch exactly once.
+//
+// Errors. Bad options throw ValueError (CudaError for an unavailable device) from the
+// constructor. An error in a worker (a corrupt chunk, say) is rethrown by the next() that
+// reaches that batch, with the same error type and a message naming the batch, sample,
+// chunk and field; the loader then rethrows it until set_epoch() restarts it. Destroying a
+// loader mid-epoch stops and joins its threads promptly; batches still held stay valid.
+//
+// Thread safety: one thread drives a Loader (next, set_epoch, state). A Batch may be
+// released on any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mmtensor/dataset.h"
+#include "mmtensor/device.h"
+#include "mmtensor/sampler.h"
+#include "mmtensor/tensor.h"
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*: pass a cudaStream_t or torch's stream.cuda_stream
+
+namespace mmt {
+
+struct LoaderOptions {
+  int64_t batch_size = 1;
+  std::vector<std::string> fields;  // the fields to load, in this order; empty: every field
+  SamplerOptions sampler;           // kind, seed, quasi-random window, rank / world_size
+  int64_t epoch = 0;                // the first epoch
+  bool drop_last = false;           // drop this rank's final, partial batch of each epoch
+  int num_workers = 1;              // gather threads (>= 1)
+  int prefetch_batches = 3;         // batches prepared ahead; the ring has this + 1 slots
+  Device device = kCPU;             // cpu, or cuda:N for batches on that device
+  bool pin_memory = true;           // cpu batches in page-locked memory (always for cuda)
+  CUstream_st* consumer_stream = nullptr;  // cuda: the stream next() orders batches before
+};
+
+// Where a loader stands; see sampler.h for the meaning of `consumed` (positions of the
+// epoch's global order taken by all ranks together). Serialisable as one line of JSON.
+struct LoaderState {
+  static constexpr int kVersion = 1;
+
+  SamplerKind sampler = SamplerKind::Sequential;
+  uint64_t seed = 0;
+  int64_t window_chunks = 0;  // the quasi-random window the order was made with
+  int64_t records = 0;        // the dataset's size: a resume on another dataset is refused
+  int64_t epoch = 0;
+  int64_t consumed = 0;
+
+  std::string to_string() const;
+  // The inverse of to_string(); throws ValueError naming the missing or malformed entry.
+  static LoaderState parse(std::string_view text);
+  friend bool operator==(const LoaderState&, const LoaderState&) = default;
+};
+
+// A ragged field of a batch, packed.
+struct RaggedBatch {
+  Tensor values;   // 1-d: the samples' values one after the other
+  Tensor offsets;  // int64 [B+1]: sample i is values[offsets[i] : offsets[i+1]]
+  Tensor shapes;   // int64 [B, ndim]: sample i's shape
+};
+
+namespace detail {
+struct LoaderCore;
+}
+
+// A batch on loan from its loader: move-only; returns its ring slot when released.
+class Batch {
+ public:
+  Batch() = default;
+  Batch(Batch&& other) noexcept;
+  Batch& operator=(Batch&& other) noexcept;
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+  ~Batch() { release(); }
+
+  bool valid() const { return core_ != nullptr; }
+  int64_t size() const { return rows_; }       // rows: batch_size, or fewer in a last batch
+  int64_t epoch() const { return epoch_; }
+  int64_t number() const { return number_; }  // batch number within this rank's epoch
+  Device device() const { return device_; }
+  // The record index of each row (host memory, valid until release).
+  std::span<const int64_t> indices() const;
+  // The loader's state just after this batch: resume with it to continue after it.
+  const LoaderState& state() const { return state_after_; }
+
+  // A fixed field's [B, ...] tensor, or a ragged field's packed values. ValueError for a
+  // field the loader does not load (the message lists those it does).
+  const Tensor& operator[](std::string_view field) const;
+  bool is_ragged(std::string_view field) const;
+  const RaggedBatch& ragged(std::string_view field) const;  // ValueError for a fixed field
+
+  // CUDA: makes `stream` wait for this batch's copy (no host wait) and makes it the stream
+  // whose queued work must finish before the slot is reused. A no-op on cpu.
+  void wait(CUstream_st* stream);
+  // CUDA: the host waits until the batch is on the device. A no-op on cpu.
+  void synchronize() const;
+  // Gives the slot back now (the destructor does it otherwise). Never throws.
+  void release() noexcept;
+
+ private:
+  friend struct detail::LoaderCore;
+  size_t field_position(std::string_view field) const;
+
+  std::shared_ptr<detail::LoaderCore> core_;
+  int slot_ = -1;
+  int64_t rows_ = 0;
+  int64_t epoch_ = 0;
+  int64_t number_ = 0;
+  Device device_;
+  CUstream_st* consumer_stream_ = nullptr;  // where release() records the slot's reuse point
+  LoaderState state_after_;
+  std::vector<RaggedBatch> fields_;  // fixed fields use .values only
+};
+
+class Loader {
+ public:
+  // Starts the workers and begins prefetching options.epoch. Throws ValueError (bad batch
+  // size, workers, prefetch, unknown field, sampler options), CudaError (device missing or
+  // CUDA not built in).
+  Loader(Dataset dataset, LoaderOptions options);
+  // Resumes where `state` was taken. Throws ValueError when the state does not belong to
+  // this dataset and sampler (records, kind, seed or window differ).
+  Loader(Dataset dataset, LoaderOptions options, const LoaderState& state);
+  Loader(Loader&&) noexcept;
+  Loader& operator=(Loader&&) noexcept;
+  ~Loader();  // stops and joins the workers; batches still held stay valid
+
+  // The next batch of the epoch, or std::nullopt at its end (the loader then moves to the
+  // next epoch). Blocks until the batch is gathered (and its copy queued). Throws a worker's
+  // error for the batch it hit; ValueError when every slot is held by live batches (release
+  // one or raise prefetch_batches) instead of waiting forever.
+  std::optional<Batch> next();
+  // Restarts at the beginning of `epoch` (a no-op when the loader is already there).
+  void set_epoch(int64_t epoch);
+  int64_t epoch() const;
+  // Batches this rank yields in the current epoch, from where the epoch was started/resumed.
+  int64_t batches_in_epoch() const;
+  // Where the loader stands after the last batch next() returned.
+  LoaderState state() const;
+  const Sampler& sampler() const;
+  const LoaderOptions& options() const;
+  int ring_slots() const;
+  int64_t ring_bytes() const;  // host staging ring (the fixed part), in bytes
+
+ private:
+  std::shared_ptr<detail::LoaderCore> core_;
+};
+
+}  // namespace mmt
