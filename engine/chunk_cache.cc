@@ -1,0 +1,82 @@
+#include "chunk_cache.h"
+
+#include "mmtensor/error.h"
+
+namespace mmt::detail {
+
+ChunkCache::ChunkCache(int64_t budget_bytes) : budget_bytes_(budget_bytes) {
+  MMT_CHECK(budget_bytes >= 0, ValueError, "chunk cache budget must be >= 0 bytes, got ", budget_bytes);
+}
+
+UntypedStorage ChunkCache::get_or_decode(int64_t key, const std::function<UntypedStorage()>& decode) {
+  std::promise<UntypedStorage> promise;
+  {
+    std::unique_lock lock(mutex_);
+    if (auto it = entries_.find(key); it != entries_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru_position);
+      hits_.fetch_add(1, std::memory_order_relaxed);
+      return it->second.storage;
+    }
+    if (auto it = in_flight_.find(key); it != in_flight_.end()) {
+      std::shared_future<UntypedStorage> pending = it->second;
+      hits_.fetch_add(1, std::memory_order_relaxed);
+      lock.unlock();
+      return pending.get();  // rethrows the decoder's exception
+    }
+    in_flight_.emplace(key, promise.get_future().share());
+    ++misses_;
+  }
+  UntypedStorage decoded;
+  try {
+    decoded = decode();
+  } catch (...) {
+    {
+      std::lock_guard lock(mutex_);
+      in_flight_.erase(key);
+    }
+    promise.set_exception(std::current_exception());
+    throw;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    in_flight_.erase(key);
+    if (decoded.nbytes() <= budget_bytes_) {
+      evict_until_fits(decoded.nbytes());
+      lru_.push_front(key);
+      entries_.emplace(key, Entry{decoded, lru_.begin()});
+      bytes_cached_ += decoded.nbytes();
+    }
+  }
+  promise.set_value(decoded);
+  return decoded;
+}
+
+void ChunkCache::evict_until_fits(int64_t incoming_bytes) {
+  while (!lru_.empty() && bytes_cached_ > budget_bytes_ - incoming_bytes) {
+    auto it = entries_.find(lru_.back());
+    bytes_cached_ -= it->second.storage.nbytes();
+    entries_.erase(it);
+    lru_.pop_back();
+    ++evictions_;
+  }
+}
+
+CacheStats ChunkCache::stats() const {
+  std::lock_guard lock(mutex_);
+  CacheStats s;
+  s.hits = hits_.load(std::memory_order_relaxed);
+  s.misses = misses_;
+  s.evictions = evictions_;
+  s.bytes_cached = bytes_cached_;
+  s.budget_bytes = budget_bytes_;
+  return s;
+}
+
+void ChunkCache::clear() {
+  std::lock_guard lock(mutex_);
+  entries_.clear();
+  lru_.clear();
+  bytes_cached_ = 0;
+}
+
+}  // namespace mmt::detail

@@ -1,0 +1,58 @@
+// ChunkCache: decoded chunks of one dataset, kept in LRU order within a byte budget.
+//
+// - A chunk asked for by several threads at once is decoded once: the first asker decodes,
+//   the others wait for its result (or its exception).
+// - Entries are UntypedStorage handles, so a view into an evicted chunk keeps its bytes alive;
+//   eviction only drops the cache's own reference.
+// - A chunk larger than the whole budget is decoded and returned but not kept.
+//
+// Thread safety: every method may be called from many threads at once.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "mmtensor/dataset.h"
+#include "mmtensor/storage.h"
+
+namespace mmt::detail {
+
+class ChunkCache {
+ public:
+  explicit ChunkCache(int64_t budget_bytes);
+
+  // The decoded chunk `key`, from the cache or from decode() (called at most once at a time
+  // per key). decode()'s exception reaches every thread waiting for that key; nothing is
+  // cached then, so a later call tries again.
+  UntypedStorage get_or_decode(int64_t key, const std::function<UntypedStorage()>& decode);
+
+  // Counts a hit served outside the cache (a reader's per-thread last-chunk shortcut).
+  void note_hit() { hits_.fetch_add(1, std::memory_order_relaxed); }
+  CacheStats stats() const;
+  void clear();
+  int64_t budget_bytes() const { return budget_bytes_; }
+
+ private:
+  struct Entry {
+    UntypedStorage storage;
+    std::list<int64_t>::iterator lru_position;
+  };
+  void evict_until_fits(int64_t incoming_bytes);  // mutex_ held
+
+  const int64_t budget_bytes_;
+  mutable std::mutex mutex_;
+  std::unordered_map<int64_t, Entry> entries_;
+  std::list<int64_t> lru_;  // most recently used first
+  std::unordered_map<int64_t, std::shared_future<UntypedStorage>> in_flight_;
+  int64_t bytes_cached_ = 0;
+  std::atomic<int64_t> hits_{0};
+  int64_t misses_ = 0;
+  int64_t evictions_ = 0;
+};
+
+}  // namespace mmt::detail

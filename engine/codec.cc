@@ -1,0 +1,161 @@
+#include <lz4.h>
+#include <lz4hc.h>
+#include <zstd.h>
+
+#include <charconv>
+#include <cstring>
+#include <memory>
+
+#include "codec_engine.h"
+#include "mmtensor/codec.h"
+#include "mmtensor/error.h"
+
+namespace mmt {
+
+std::string_view to_string(Codec codec) {
+  switch (codec) {
+    case Codec::None: return "none";
+    case Codec::LZ4: return "lz4";
+    case Codec::Zstd: return "zstd";
+  }
+  return "invalid";
+}
+
+CodecSpec CodecSpec::parse(std::string_view text) {
+  std::string_view name = text;
+  std::string_view level_text;
+  bool has_level = false;
+  if (size_t colon = text.find(':'); colon != std::string_view::npos) {
+    name = text.substr(0, colon);
+    level_text = text.substr(colon + 1);
+    has_level = true;
+  }
+  CodecSpec spec;
+  int max_level = 0;
+  if (name == "none") {
+    spec.codec = Codec::None;
+  } else if (name == "lz4") {
+    spec.codec = Codec::LZ4;
+    max_level = LZ4HC_CLEVEL_MAX;
+  } else if (name == "zstd") {
+    spec.codec = Codec::Zstd;
+    max_level = ZSTD_maxCLevel();
+  } else {
+    throw ValueError(detail::str("unknown codec '", text,
+                                 "': expected none, lz4, lz4:LEVEL, zstd or zstd:LEVEL"));
+  }
+  if (has_level) {
+    MMT_CHECK(spec.codec != Codec::None, ValueError, "codec 'none' takes no level, got '", text,
+              "'");
+    int level = -1;
+    auto [end, ec] = std::from_chars(level_text.data(), level_text.data() + level_text.size(), level);
+    MMT_CHECK(ec == std::errc() && end == level_text.data() + level_text.size() && level >= 0 &&
+                  level <= max_level,
+              ValueError, "codec '", text, "': level must be an integer in 0..", max_level);
+    spec.level = level;
+  }
+  return spec;
+}
+
+std::string CodecSpec::str() const {
+  std::string out(to_string(codec));
+  if (codec != Codec::None && level != 0) out += ":" + std::to_string(level);
+  return out;
+}
+
+namespace detail {
+namespace {
+
+// A zstd context per thread: creating one costs far more than compressing a small chunk.
+struct ZstdContexts {
+  std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> compress{ZSTD_createCCtx(), ZSTD_freeCCtx};
+  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> decompress{ZSTD_createDCtx(), ZSTD_freeDCtx};
+};
+ZstdContexts& zstd_contexts() {
+  thread_local ZstdContexts contexts;
+  MMT_CHECK(contexts.compress && contexts.decompress, Error, "out of memory creating a zstd context");
+  return contexts;
+}
+
+}  // namespace
+
+int64_t max_codec_input_bytes() { return LZ4_MAX_INPUT_SIZE; }
+
+int64_t compress_bound(Codec codec, int64_t src_bytes) {
+  MMT_CHECK(src_bytes >= 0 && src_bytes <= max_codec_input_bytes(), ValueError,
+            "cannot compress ", src_bytes, " bytes at once (at most ", max_codec_input_bytes(), ")");
+  switch (codec) {
+    case Codec::None: return src_bytes;
+    case Codec::LZ4: return LZ4_compressBound(static_cast<int>(src_bytes));
+    case Codec::Zstd: return static_cast<int64_t>(ZSTD_compressBound(static_cast<size_t>(src_bytes)));
+  }
+  throw ValueError(detail::str("unknown codec code ", static_cast<int>(codec)));
+}
+
+int64_t compress(const CodecSpec& spec, const void* src, int64_t src_bytes, void* dst,
+                 int64_t dst_capacity) {
+  MMT_CHECK(dst_capacity >= compress_bound(spec.codec, src_bytes), ValueError,
+            "compress: destination holds ", dst_capacity, " bytes, less than the bound ",
+            compress_bound(spec.codec, src_bytes));
+  switch (spec.codec) {
+    case Codec::None:
+      if (src_bytes > 0) std::memcpy(dst, src, static_cast<size_t>(src_bytes));
+      return src_bytes;
+    case Codec::LZ4: {
+      int n = spec.level == 0
+                  ? LZ4_compress_default(static_cast<const char*>(src), static_cast<char*>(dst),
+                                         static_cast<int>(src_bytes), static_cast<int>(dst_capacity))
+                  : LZ4_compress_HC(static_cast<const char*>(src), static_cast<char*>(dst),
+                                    static_cast<int>(src_bytes), static_cast<int>(dst_capacity),
+                                    spec.level);
+      MMT_CHECK(n > 0 || src_bytes == 0, Error, "lz4 failed to compress ", src_bytes, " bytes");
+      return n;
+    }
+    case Codec::Zstd: {
+      int level = spec.level == 0 ? ZSTD_CLEVEL_DEFAULT : spec.level;
+      size_t n = ZSTD_compressCCtx(zstd_contexts().compress.get(), dst,
+                                   static_cast<size_t>(dst_capacity), src,
+                                   static_cast<size_t>(src_bytes), level);
+      MMT_CHECK(!ZSTD_isError(n), Error, "zstd failed to compress ", src_bytes, " bytes: ",
+                ZSTD_getErrorName(n));
+      return static_cast<int64_t>(n);
+    }
+  }
+  throw ValueError(detail::str("unknown codec code ", static_cast<int>(spec.codec)));
+}
+
+void decompress(Codec codec, const void* src, int64_t src_bytes, void* dst, int64_t decoded_bytes,
+                std::string_view what) {
+  MMT_CHECK(src_bytes >= 0 && decoded_bytes >= 0, FormatError, what, ": negative codec sizes");
+  switch (codec) {
+    case Codec::None:
+      MMT_CHECK(src_bytes == decoded_bytes, FormatError, what, ": stored ", src_bytes,
+                " bytes but declares ", decoded_bytes, " decoded bytes without a codec");
+      if (src_bytes > 0) std::memcpy(dst, src, static_cast<size_t>(src_bytes));
+      return;
+    case Codec::LZ4: {
+      MMT_CHECK(src_bytes <= max_codec_input_bytes() && decoded_bytes <= max_codec_input_bytes(),
+                FormatError, what, ": lz4 sizes exceed the codec's limit");
+      int n = LZ4_decompress_safe(static_cast<const char*>(src), static_cast<char*>(dst),
+                                  static_cast<int>(src_bytes), static_cast<int>(decoded_bytes));
+      MMT_CHECK(n >= 0, FormatError, what, ": lz4 data is corrupt (", src_bytes, " stored bytes)");
+      MMT_CHECK(n == decoded_bytes, FormatError, what, ": lz4 decoded ", n,
+                " bytes but the chunk table declares ", decoded_bytes);
+      return;
+    }
+    case Codec::Zstd: {
+      size_t n = ZSTD_decompressDCtx(zstd_contexts().decompress.get(), dst,
+                                     static_cast<size_t>(decoded_bytes), src,
+                                     static_cast<size_t>(src_bytes));
+      MMT_CHECK(!ZSTD_isError(n), FormatError, what, ": zstd data is corrupt or larger than the ",
+                decoded_bytes, " declared bytes (", ZSTD_getErrorName(n), ")");
+      MMT_CHECK(static_cast<int64_t>(n) == decoded_bytes, FormatError, what, ": zstd decoded ", n,
+                " bytes but the chunk table declares ", decoded_bytes);
+      return;
+    }
+  }
+  throw FormatError(detail::str(what, ": unknown codec code ", static_cast<int>(codec)));
+}
+
+}  // namespace detail
+}  // namespace mmt

@@ -1,0 +1,146 @@
+// Dataset: samples and columns as views. get(i) on an uncompressed file builds its views
+// straight over the whole-file mapping without a heap allocation.
+#include <cstring>
+
+#include "dataset_impl.h"
+#include "mmtensor/error.h"
+
+namespace mmt {
+
+Tensor Dataset::Impl::field_view(const ChunkRef& ref, int64_t record, size_t f) const {
+  const FieldPlan& plan = plans[f];
+  if (!plan.fixed) return ragged_view(ref, record, f);
+  const int64_t byte_offset =
+      ref.payload_offset_bytes + (record - ref.first_record) * record_stride_bytes + plan.offset_bytes;
+  return make_tensor_unchecked(ref.storage, plan.dtype, plan.sizes, plan.strides, byte_offset / plan.element_bytes);
+}
+
+Tensor Dataset::Impl::ragged_view(const ChunkRef& ref, int64_t record, size_t f) const {
+  const FieldPlan& plan = plans[f];
+  const Field& field = (*schema)[f];
+  const std::byte* chunk = ref.storage.data() + ref.payload_offset_bytes;
+  const format::RaggedSection section = format::locate_ragged_section(
+      chunk, ref.decoded_bytes, ref.record_count, record_stride_bytes, *schema, layout, plan.ragged_index, ref.index);
+  const int64_t r = record - ref.first_record;
+  const uint64_t start = r == 0 ? 0 : format::load_u64(chunk + section.ends_offset + 8 * (r - 1));
+  const uint64_t end = format::load_u64(chunk + section.ends_offset + 8 * r);
+  const uint64_t total = static_cast<uint64_t>((section.end_offset - section.values_offset) / plan.element_bytes);
+  MMT_CHECK(start <= end && end <= total, FormatError, path, ": chunk ", ref.index, ", field '", field.name,
+            "': record ", record, " has value range [", start, ", ", end, ") outside the field's ", total,
+            " values in this chunk");
+  DimVector sizes(field.shape.size());
+  const int64_t vdims = field.variable_dims();
+  int64_t numel = 1;
+  size_t extent_index = 0;
+  for (size_t d = 0; d < field.shape.size(); ++d) {
+    int64_t size = field.shape[d];
+    if (size == kVariableDim) {
+      uint64_t extent = format::load_u64(chunk + section.extents_offset + 8 * (r * vdims + static_cast<int64_t>(extent_index++)));
+      MMT_CHECK(extent <= static_cast<uint64_t>(INT64_MAX), FormatError, path, ": chunk ", ref.index, ", field '",
+                field.name, "': record ", record, " has extent ", extent);
+      size = static_cast<int64_t>(extent);
+    }
+    sizes[d] = size;
+    MMT_CHECK(format::checked_mul(numel, size, &numel), FormatError, path, ": chunk ", ref.index, ", field '",
+              field.name, "': the extents of record ", record, " overflow");
+  }
+  MMT_CHECK(static_cast<uint64_t>(numel) == end - start, FormatError, path, ": chunk ", ref.index, ", field '",
+            field.name, "': record ", record, " has extents ", IntArrayRef(sizes), " (", numel, " elements) but ",
+            end - start, " values");
+  const int64_t byte_offset = ref.payload_offset_bytes + section.values_offset +
+                              static_cast<int64_t>(start) * plan.element_bytes;
+  DimVector strides = field.value_strides(sizes);
+  return make_tensor_unchecked(ref.storage, plan.dtype, std::move(sizes), std::move(strides),
+                               byte_offset / plan.element_bytes);
+}
+
+namespace {
+
+// The chunk holding `record`, checked to hold it (the table of a varying-size file is
+// searched, and a corrupt one could point elsewhere).
+ChunkRef locate(const Dataset::Impl& d, int64_t record) {
+  ChunkRef ref = d.chunk_ref(d.chunk_of(record));
+  MMT_CHECK(record >= ref.first_record && record - ref.first_record < ref.record_count, FormatError, d.path,
+            ": the chunk table is not ordered: binary search for record ", record, " found chunk ", ref.index,
+            " holding records [", ref.first_record, ", +", ref.record_count, ")");
+  return ref;
+}
+
+const FieldPlan& fixed_plan(const Dataset::Impl& d, size_t f, const char* what) {
+  const FieldPlan& plan = d.plans[f];
+  MMT_CHECK(plan.fixed, ValueError, what, ": field '", (*d.schema)[f].name, "' is ragged (shape ",
+            (*d.schema)[f].shape, "); only fixed-shape fields can be ", what == std::string("column") ? "viewed as columns" : "batched",
+            "; read ragged values with get()");
+  return plan;
+}
+
+}  // namespace
+
+Sample Dataset::get(int64_t index) const {
+  const Impl& d = checked_impl(impl_);
+  const int64_t i = d.normalize_index(index, "get");
+  Sample sample(d.schema, i);
+  if (d.contiguous) {
+    d.ensure_validated(i / d.records_per_chunk);
+    const int64_t record_at = d.data_offset + i * d.record_stride_bytes;
+    for (size_t f = 0; f < d.plans.size(); ++f) {
+      const FieldPlan& plan = d.plans[f];
+      sample.mutable_field(f) = make_tensor_unchecked(d.file, plan.dtype, plan.sizes, plan.strides,
+                                                      (record_at + plan.offset_bytes) / plan.element_bytes);
+    }
+    return sample;
+  }
+  const ChunkRef ref = locate(d, i);
+  for (size_t f = 0; f < d.plans.size(); ++f) sample.mutable_field(f) = d.field_view(ref, i, f);
+  return sample;
+}
+
+Tensor Dataset::get(int64_t index, std::string_view field) const {
+  const Impl& d = checked_impl(impl_);
+  const size_t f = d.schema->index_of(field);
+  const int64_t i = d.normalize_index(index, "get");
+  return d.field_view(locate(d, i), i, f);
+}
+
+bool Dataset::column_is_view(std::string_view field) const {
+  const Impl& d = checked_impl(impl_);
+  return d.contiguous && d.plans[d.schema->index_of(field)].fixed;
+}
+
+Tensor Dataset::column(std::string_view field) const { return column(field, 0, size()); }
+
+Tensor Dataset::column(std::string_view field, int64_t start, int64_t stop) const {
+  const Impl& d = checked_impl(impl_);
+  const size_t f = d.schema->index_of(field);
+  const FieldPlan& plan = fixed_plan(d, f, "column");
+  MMT_CHECK(start >= 0 && start <= stop && stop <= d.record_count, IndexError, "column('", field, "', ", start,
+            ", ", stop, "): the range must satisfy 0 <= start <= stop <= ", d.record_count);
+  const int64_t n = stop - start;
+  DimVector sizes{n};
+  for (int64_t s : plan.sizes) sizes.push_back(s);
+  if (d.contiguous) {
+    // One strided view over the whole-file storage: record stride first, then the value's strides.
+    DimVector strides{d.record_stride_bytes / plan.element_bytes};
+    for (int64_t s : plan.strides) strides.push_back(s);
+    const int64_t offset_bytes = d.data_offset + start * d.record_stride_bytes + plan.offset_bytes;
+    return Tensor(d.file, plan.dtype, sizes, strides, offset_bytes / plan.element_bytes);
+  }
+  // Otherwise a copy, gathered chunk by chunk, keeping the field's storage order.
+  DimVector strides{plan.value_bytes / plan.element_bytes};
+  for (int64_t s : plan.strides) strides.push_back(s);
+  Tensor out = empty_strided(sizes, strides, plan.dtype);
+  std::byte* dst = static_cast<std::byte*>(out.mutable_data_ptr());
+  for (int64_t record = start; record < stop;) {
+    const ChunkRef ref = locate(d, record);
+    const std::byte* chunk = ref.storage.data() + ref.payload_offset_bytes;
+    const int64_t chunk_stop = std::min(stop, ref.first_record + ref.record_count);
+    for (; record < chunk_stop; ++record) {
+      std::memcpy(dst + (record - start) * plan.value_bytes,
+                  chunk + (record - ref.first_record) * d.record_stride_bytes + plan.offset_bytes,
+                  static_cast<size_t>(plan.value_bytes));
+    }
+  }
+  return out;
+}
+
+}  // namespace mmt

@@ -1,0 +1,144 @@
+// Dataset::get_batch: gathers one fixed field of many records into a caller's [B, ...] buffer.
+// Per record it is one memcpy when both sides are dense in the same order (else the engine's
+// strided copy), with software prefetch of records a few steps ahead, split across the shared
+// thread pool when the batch is large enough to pay for it.
+#include <algorithm>
+#include <cstring>
+
+#include "dataset_impl.h"
+#include "mmtensor/error.h"
+#include "strided_copy.h"
+#include "thread_pool.h"
+
+namespace mmt {
+namespace {
+
+// Below this many bytes per thread, waking a helper costs more than it saves.
+constexpr int64_t kMinBytesPerThread = 32 << 10;
+// How many records ahead to prefetch, and how much of each (the hardware prefetcher follows
+// a record once its first lines are in flight).
+constexpr int64_t kPrefetchDistance = 6;
+constexpr int64_t kPrefetchBytes = 2048;
+
+inline void prefetch_range(const std::byte* p, int64_t nbytes) {
+  const int64_t n = std::min(nbytes, kPrefetchBytes);
+  for (int64_t off = 0; off < n; off += 64) __builtin_prefetch(p + off, 0, 0);
+}
+
+struct BatchPlan {
+  const Dataset::Impl* d = nullptr;
+  const FieldPlan* plan = nullptr;
+  std::span<const int64_t> indices;
+  std::byte* out = nullptr;
+  int64_t out_record_bytes = 0;  // out's stride along the batch dimension, in bytes
+  bool memcpy_ok = false;        // out[b] has the field's strides and is dense
+  DimVector out_strides;         // out[b]'s strides, for the strided path
+
+  void copy_one(std::byte* dst, const std::byte* src) const {
+    if (memcpy_ok)
+      std::memcpy(dst, src, static_cast<size_t>(plan->value_bytes));
+    else
+      detail::copy_strided(dst, out_strides, src, plan->strides, plan->sizes, plan->element_bytes);
+  }
+
+  // Uncompressed back-to-back chunks: a record's address is arithmetic on the mapping.
+  void gather_contiguous(int64_t lo, int64_t hi) const {
+    const std::byte* data = d->base + d->data_offset + plan->offset_bytes;
+    const int64_t stride = d->record_stride_bytes, n = d->record_count;
+    for (int64_t b = lo; b < hi; ++b) {
+      if (b + kPrefetchDistance < hi) {
+        int64_t ahead = indices[b + kPrefetchDistance];
+        ahead = ahead < 0 ? ahead + n : ahead;
+        if (ahead >= 0 && ahead < n) prefetch_range(data + ahead * stride, plan->value_bytes);
+      }
+      const int64_t i = d->normalize_index(indices[b], "get_batch");
+      d->ensure_validated(i / d->records_per_chunk);
+      copy_one(out + b * out_record_bytes, data + i * stride);
+    }
+  }
+
+  // Anything else: through the chunk (mapping or decoded cache entry), reused while
+  // consecutive indices stay in it.
+  void gather_chunked(int64_t lo, int64_t hi) const {
+    ChunkRef ref;
+    const std::byte* chunk = nullptr;
+    for (int64_t b = lo; b < hi; ++b) {
+      const int64_t i = d->normalize_index(indices[b], "get_batch");
+      if (ref.index < 0 || i < ref.first_record || i - ref.first_record >= ref.record_count) {
+        ref = d->chunk_ref(d->chunk_of(i));
+        MMT_CHECK(i >= ref.first_record && i - ref.first_record < ref.record_count, FormatError, d->path,
+                  ": the chunk table is not ordered: record ", i, " is not in chunk ", ref.index);
+        chunk = ref.storage.data() + ref.payload_offset_bytes;
+      }
+      copy_one(out + b * out_record_bytes,
+               chunk + (i - ref.first_record) * d->record_stride_bytes + plan->offset_bytes);
+    }
+  }
+};
+
+}  // namespace
+
+void Dataset::get_batch(std::span<const int64_t> indices, std::string_view field, const Tensor& out,
+                        int threads) const {
+  const Impl& d = checked_impl(impl_);
+  const size_t f = d.schema->index_of(field);
+  const FieldPlan& plan = d.plans[f];
+  MMT_CHECK(plan.fixed, ValueError, "get_batch: field '", field, "' is ragged (shape ", (*d.schema)[f].shape,
+            "); only fixed-shape fields can be batched; read ragged values with get()");
+  MMT_CHECK(out.defined(), ValueError, "get_batch: the output tensor is undefined");
+  MMT_CHECK(!out.is_cuda(), ValueError, "get_batch: the output must be host memory (ordinary or pinned), "
+            "got a tensor on ", out.device().str(), "; gather on the host, then copy with .to(device)");
+  MMT_CHECK(out.dtype() == plan.dtype, ValueError, "get_batch: field '", field, "' is ", to_string(plan.dtype),
+            " but the output tensor is ", to_string(out.dtype()));
+  const int64_t batch = static_cast<int64_t>(indices.size());
+  DimVector expected{batch};
+  for (int64_t s : plan.sizes) expected.push_back(s);
+  MMT_CHECK(out.sizes() == IntArrayRef(expected), ValueError, "get_batch: field '", field, "' of ", batch,
+            " records needs an output of shape ", expected, ", got ", out.sizes());
+  if (batch == 0) return;
+  for (int64_t index : indices) d.normalize_index(index, "get_batch");  // fail before writing anything
+
+  BatchPlan job;
+  job.d = &d;
+  job.plan = &plan;
+  job.indices = indices;
+  job.out = static_cast<std::byte*>(out.mutable_data_ptr());
+  job.out_record_bytes = out.stride(0) * plan.element_bytes;
+  job.out_strides.assign(IntArrayRef(out.strides().data() + 1, out.strides().size() - 1));
+  // Dense in the field's own order on both sides (size-1 dimensions' strides do not matter).
+  bool same_layout = true;
+  for (size_t k = 0; k < plan.sizes.size(); ++k)
+    same_layout = same_layout && (plan.sizes[k] == 1 || job.out_strides[k] == plan.strides[k]);
+  job.memcpy_ok = same_layout;
+
+  const int64_t total_bytes = batch * plan.value_bytes;
+  const int parts = static_cast<int>(std::clamp<int64_t>(
+      std::min<int64_t>(threads, total_bytes / kMinBytesPerThread), 1, batch));
+  auto run = [&](int64_t part) {
+    const int64_t lo = batch * part / parts, hi = batch * (part + 1) / parts;
+    if (d.contiguous)
+      job.gather_contiguous(lo, hi);
+    else
+      job.gather_chunked(lo, hi);
+  };
+  if (parts == 1)
+    run(0);
+  else
+    detail::ThreadPool::shared().parallel_for(parts, parts, run);
+}
+
+Tensor Dataset::get_batch(std::span<const int64_t> indices, std::string_view field, int threads) const {
+  const Impl& d = checked_impl(impl_);
+  const size_t f = d.schema->index_of(field);
+  const FieldPlan& plan = d.plans[f];
+  DimVector sizes{static_cast<int64_t>(indices.size())};
+  for (int64_t s : plan.sizes) sizes.push_back(s);
+  // Keep the field's storage order (a channels-last field gives a channels-last batch).
+  DimVector strides{plan.fixed ? plan.value_bytes / plan.element_bytes : 0};
+  for (int64_t s : plan.strides) strides.push_back(s);
+  Tensor out = plan.fixed ? empty_strided(sizes, strides, plan.dtype) : Tensor();
+  get_batch(indices, field, out, threads);
+  return out;
+}
+
+}  // namespace mmt

@@ -1,0 +1,266 @@
+// Chunk-level reading: finding a record's chunk, validating a chunk on first use, decoding
+// compressed chunks through the cache, and the full verify() pass.
+#include <algorithm>
+
+#include "codec_engine.h"
+#include "dataset_impl.h"
+#include "mmtensor/error.h"
+
+namespace mmt {
+namespace {
+
+// The last compressed chunk this thread read, so reading a chunk's records one by one costs
+// one cache lookup per chunk instead of one per record. Keyed by the Dataset's instance_id
+// (never reused), it holds at most one decoded chunk per thread alive.
+struct LastChunk {
+  uint64_t owner = 0;
+  int64_t chunk = -1;
+  UntypedStorage storage;
+};
+thread_local LastChunk last_chunk;
+
+// Re-throws a decoder's error with the dataset's path in front, keeping its type.
+[[noreturn]] void rethrow_in(const std::string& path) {
+  try {
+    throw;
+  } catch (const ChecksumError& e) {
+    throw ChecksumError(detail::str(path, ": ", e.what()));
+  } catch (const FormatError& e) {
+    throw FormatError(detail::str(path, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+int64_t Dataset::Impl::normalize_index(int64_t index, const char* what) const {
+  int64_t i = index < 0 ? index + record_count : index;
+  if (i < 0 || i >= record_count) [[unlikely]]
+    throw IndexError(detail::str(what, ": record index ", index, " is out of range for a dataset of ",
+                                 record_count, " records",
+                                 record_count > 0 ? detail::str(" (valid: ", -record_count, "..", record_count - 1, ")")
+                                                  : std::string()));
+  return i;
+}
+
+int64_t Dataset::Impl::chunk_of(int64_t record) const {
+  if (records_per_chunk > 0) return record / records_per_chunk;
+  // Chunks of varying size: binary search on the mapped table's first_record. The table is
+  // untrusted, so the search only picks a candidate; chunk_ref's caller checks it holds the record.
+  int64_t lo = 0, hi = chunk_count;
+  const std::byte* table = base + chunk_table_offset;
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (format::peek_first_record(table + mid * format::kChunkEntryBytes) <= static_cast<uint64_t>(record))
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+format::ChunkEntry Dataset::Impl::check_entry(int64_t c) const {
+  const int64_t entry_at = chunk_table_offset + c * format::kChunkEntryBytes;
+  format::ChunkEntry e;
+  try {
+    e = format::decode_chunk_entry(base + entry_at, static_cast<uint64_t>(c));
+  } catch (const FormatError&) {
+    rethrow_in(path);
+  }
+  const auto where = [&] { return detail::str(path, ": chunk ", c, " (table entry at byte offset ", entry_at, ")"); };
+  const uint64_t n = static_cast<uint64_t>(record_count);
+  MMT_CHECK(e.record_count >= 1 && e.first_record <= n && e.record_count <= n - e.first_record, FormatError,
+            where(), ": records [", e.first_record, ", +", e.record_count, ") are outside the dataset's ",
+            record_count, " records");
+  if (records_per_chunk > 0) {
+    const uint64_t rpc = static_cast<uint64_t>(records_per_chunk);
+    const uint64_t first = static_cast<uint64_t>(c) * rpc;
+    MMT_CHECK(e.first_record == first && e.record_count == std::min(rpc, n - first), FormatError, where(),
+              ": holds records [", e.first_record, ", +", e.record_count, ") but chunks of ", rpc,
+              " records put records [", first, ", +", std::min(rpc, n - first), ") there");
+  }
+  const uint64_t alignment = preamble.alignment;
+  MMT_CHECK(e.file_offset % alignment == 0 && e.file_offset >= static_cast<uint64_t>(data_offset) &&
+                format::in_bounds(e.file_offset, e.stored_bytes, static_cast<uint64_t>(schema_offset)),
+            FormatError, where(), ": payload [", e.file_offset, ", +", e.stored_bytes, ") is not an ",
+            alignment, "-aligned range inside the data region [", data_offset, ", ", schema_offset, ")");
+  const Codec codec_used = static_cast<Codec>(e.codec);
+  if (codec_used == Codec::None) {
+    MMT_CHECK(e.decoded_bytes == e.stored_bytes, FormatError, where(), ": uncompressed chunk stores ",
+              e.stored_bytes, " bytes but declares ", e.decoded_bytes, " decoded bytes");
+  } else {
+    MMT_CHECK(e.decoded_bytes <= static_cast<uint64_t>(format::kMaxDecodedChunkBytes), FormatError, where(),
+              ": declares ", e.decoded_bytes, " decoded bytes, over the limit of ", format::kMaxDecodedChunkBytes,
+              " (a decompression bomb or a corrupt entry)");
+    MMT_CHECK(e.stored_bytes >= 1, FormatError, where(), ": compressed chunk with no stored bytes");
+  }
+  int64_t fixed_bytes = 0;
+  MMT_CHECK(format::checked_mul(e.record_count, record_stride_bytes, &fixed_bytes) &&
+                static_cast<uint64_t>(fixed_bytes) <= e.decoded_bytes,
+            FormatError, where(), ": ", e.record_count, " records of ", record_stride_bytes,
+            " bytes do not fit in its ", e.decoded_bytes, " decoded bytes");
+  if (layout.ragged_fields.empty())
+    MMT_CHECK(static_cast<uint64_t>(fixed_bytes) == e.decoded_bytes, FormatError, where(), ": decodes to ",
+              e.decoded_bytes, " bytes but ", e.record_count, " fixed records take ", fixed_bytes);
+  if (contiguous)
+    MMT_CHECK(e.file_offset == static_cast<uint64_t>(data_offset + static_cast<int64_t>(e.first_record) * record_stride_bytes),
+              FormatError, where(), ": at byte offset ", e.file_offset, " but the contiguous layout puts it at ",
+              data_offset + static_cast<int64_t>(e.first_record) * record_stride_bytes);
+  return e;
+}
+
+void Dataset::Impl::validate_chunk(int64_t c, bool verify_payload) const {
+  format::ChunkEntry e = check_entry(c);
+  if (verify_payload) {
+    uint64_t actual = format::payload_checksum(base + e.file_offset, static_cast<int64_t>(e.stored_bytes),
+                                               static_cast<uint64_t>(c));
+    MMT_CHECK(actual == e.payload_checksum, ChecksumError, path, ": chunk ", c, " (byte offset ", e.file_offset,
+              ", ", e.stored_bytes, " stored bytes): payload checksum mismatch; the chunk is corrupt or "
+              "was moved from another position");
+  }
+  if (verify_payload || !options.verify_checksums)
+    std::atomic_ref<uint8_t>(chunk_state.get()[c]).store(1, std::memory_order_release);
+}
+
+UntypedStorage Dataset::Impl::decode_chunk(int64_t c, const format::ChunkEntry& e) const {
+  UntypedStorage decoded = UntypedStorage::allocate(static_cast<int64_t>(e.decoded_bytes));
+  try {
+    detail::decompress(static_cast<Codec>(e.codec), base + e.file_offset, static_cast<int64_t>(e.stored_bytes),
+                       decoded.mutable_data(), static_cast<int64_t>(e.decoded_bytes),
+                       detail::str("chunk ", c, " (byte offset ", e.file_offset, ")"));
+  } catch (const FormatError&) {
+    rethrow_in(path);
+  }
+  return decoded;
+}
+
+ChunkRef Dataset::Impl::chunk_ref(int64_t c) const {
+  ensure_validated(c);
+  const format::ChunkEntry e = format::peek_chunk_entry(base + chunk_table_offset + c * format::kChunkEntryBytes);
+  ChunkRef ref;
+  ref.first_record = static_cast<int64_t>(e.first_record);
+  ref.record_count = e.record_count;
+  ref.decoded_bytes = static_cast<int64_t>(e.decoded_bytes);
+  ref.index = c;
+  if (static_cast<Codec>(e.codec) == Codec::None) {
+    ref.storage = file;
+    ref.payload_offset_bytes = static_cast<int64_t>(e.file_offset);
+    return ref;
+  }
+  if (last_chunk.owner == instance_id && last_chunk.chunk == c) {
+    cache->note_hit();
+    ref.storage = last_chunk.storage;
+    return ref;
+  }
+  ref.storage = cache->get_or_decode(c, [&] { return decode_chunk(c, e); });
+  last_chunk.owner = instance_id;
+  last_chunk.chunk = c;
+  last_chunk.storage = ref.storage;
+  return ref;
+}
+
+void Dataset::Impl::verify_ragged_structure(const ChunkRef& ref) const {
+  const std::byte* chunk = ref.storage.data() + ref.payload_offset_bytes;
+  const Schema& s = *schema;
+  int64_t end_of_sections = ref.record_count * record_stride_bytes;
+  for (size_t k = 0; k < layout.ragged_fields.size(); ++k) {
+    const Field& field = s[layout.ragged_fields[k]];
+    format::RaggedSection section = format::locate_ragged_section(
+        chunk, ref.decoded_bytes, ref.record_count, record_stride_bytes, s, layout, k, ref.index);
+    const int64_t vdims = field.variable_dims();
+    uint64_t previous_end = 0;
+    for (int64_t r = 0; r < ref.record_count; ++r) {
+      uint64_t end = format::load_u64(chunk + section.ends_offset + 8 * r);
+      MMT_CHECK(end >= previous_end, FormatError, path, ": chunk ", ref.index, ", field '", field.name,
+                "': value ends decrease at record ", ref.first_record + r);
+      int64_t count = 1;
+      size_t extent_index = 0;
+      for (int64_t d : field.shape) {
+        int64_t size = d;
+        if (d == kVariableDim) {
+          uint64_t extent = format::load_u64(chunk + section.extents_offset + 8 * (r * vdims + extent_index++));
+          MMT_CHECK(extent <= static_cast<uint64_t>(INT64_MAX), FormatError, path, ": chunk ", ref.index,
+                    ", field '", field.name, "': extent ", extent, " of record ", ref.first_record + r, " is too large");
+          size = static_cast<int64_t>(extent);
+        }
+        MMT_CHECK(format::checked_mul(count, size, &count), FormatError, path, ": chunk ", ref.index, ", field '",
+                  field.name, "': the extents of record ", ref.first_record + r, " overflow");
+      }
+      MMT_CHECK(static_cast<uint64_t>(count) == end - previous_end, FormatError, path, ": chunk ", ref.index,
+                ", field '", field.name, "': record ", ref.first_record + r, " has extents for ", count,
+                " elements but ", end - previous_end, " values");
+      previous_end = end;
+    }
+    end_of_sections = section.end_offset;
+  }
+  MMT_CHECK(end_of_sections == ref.decoded_bytes, FormatError, path, ": chunk ", ref.index, " decodes to ",
+            ref.decoded_bytes, " bytes but its records end at byte ", end_of_sections);
+}
+
+// ---- Dataset methods that work chunk by chunk ----
+void Dataset::verify() const {
+  const Impl& d = checked_impl(impl_);
+  d.file.advise(AccessAdvice::Sequential);
+  int64_t expected_first = 0;
+  uint64_t previous_end = static_cast<uint64_t>(d.data_offset);
+  for (int64_t c = 0; c < d.chunk_count; ++c) {
+    d.validate_chunk(c, /*verify_payload=*/true);
+    const format::ChunkEntry e = format::peek_chunk_entry(d.base + d.chunk_table_offset + c * format::kChunkEntryBytes);
+    MMT_CHECK(e.first_record == static_cast<uint64_t>(expected_first), FormatError, d.path, ": chunk ", c,
+              " starts at record ", e.first_record, ", expected ", expected_first, " (chunks hold records in order)");
+    MMT_CHECK(e.file_offset >= previous_end, FormatError, d.path, ": chunk ", c, " at byte offset ", e.file_offset,
+              " overlaps the previous chunk, which ends at byte ", previous_end);
+    expected_first += e.record_count;
+    previous_end = e.file_offset + e.stored_bytes;
+    ChunkRef ref;
+    ref.first_record = static_cast<int64_t>(e.first_record);
+    ref.record_count = e.record_count;
+    ref.decoded_bytes = static_cast<int64_t>(e.decoded_bytes);
+    ref.index = c;
+    if (static_cast<Codec>(e.codec) == Codec::None) {
+      ref.storage = d.file;
+      ref.payload_offset_bytes = static_cast<int64_t>(e.file_offset);
+    } else {
+      ref.storage = d.decode_chunk(c, e);  // not through the cache: verify must not evict the working set
+    }
+    if (!d.layout.ragged_fields.empty()) d.verify_ragged_structure(ref);
+  }
+  MMT_CHECK(expected_first == d.record_count, FormatError, d.path, ": the chunks hold ", expected_first,
+            " records but the footer says ", d.record_count);
+  d.file.advise(d.options.advice);
+}
+
+void Dataset::prefetch(std::span<const int64_t> indices) const {
+  const Impl& d = checked_impl(impl_);
+  int64_t pending_begin = -1, pending_end = -1;  // a byte range, grown while indices touch it
+  auto flush = [&] {
+    if (pending_begin >= 0) d.file.advise(AccessAdvice::WillNeed, pending_begin, pending_end - pending_begin);
+  };
+  int64_t last_chunk_seen = -1;
+  for (int64_t index : indices) {
+    int64_t i = d.normalize_index(index, "prefetch");
+    int64_t begin, end;
+    if (d.contiguous) {
+      begin = d.data_offset + i * d.record_stride_bytes;
+      end = begin + d.record_stride_bytes;
+    } else {
+      int64_t c = d.chunk_of(i);
+      if (c == last_chunk_seen) continue;
+      last_chunk_seen = c;
+      format::ChunkEntry e = d.check_entry(c);
+      begin = static_cast<int64_t>(e.file_offset);
+      end = begin + static_cast<int64_t>(e.stored_bytes);
+    }
+    constexpr int64_t kPage = 4096;
+    if (pending_begin >= 0 && begin <= pending_end + kPage && end >= pending_begin - kPage) {
+      pending_begin = std::min(pending_begin, begin);
+      pending_end = std::max(pending_end, end);
+    } else {
+      flush();
+      pending_begin = begin;
+      pending_end = end;
+    }
+  }
+  flush();
+}
+
+}  // namespace mmt

@@ -1,0 +1,181 @@
+// Dataset::open: maps the file and validates what open reads, all of it fixed-size: the
+// preamble, the footer and the schema block. Nothing here grows with the record count.
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "checksum.h"
+#include "dataset_impl.h"
+#include "mmtensor/error.h"
+
+namespace mmt {
+namespace {
+
+std::atomic<uint64_t> next_instance_id{1};
+
+std::string in_file(const std::string& path, const std::string& message) {
+  return detail::str(path, ": ", message);
+}
+
+}  // namespace
+
+std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path, const ReaderOptions& options) {
+  MMT_CHECK(options.cache_bytes >= 0, ValueError, "ReaderOptions::cache_bytes must be >= 0, got ",
+            options.cache_bytes);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    int err = errno;
+    throw IoError(detail::str("cannot open dataset ", path, ": ", std::strerror(err)), err);
+  }
+  MMT_CHECK(S_ISREG(st.st_mode), IoError, "cannot open dataset ", path, ": not a regular file");
+  MMT_CHECK(st.st_size > 0, FormatError, path, ": empty file, not an mmtensor dataset");
+
+  auto impl = std::make_shared<Impl>();
+  impl->path = path;
+  impl->options = options;
+  try {
+    impl->file = UntypedStorage::map_file(path, MapMode::ReadOnly);
+  } catch (const ValueError& e) {
+    throw IoError(detail::str("cannot map dataset ", path, ": ", e.what()));
+  }
+  impl->base = impl->file.data();
+  impl->file_bytes = impl->file.nbytes();
+  try {
+    impl->preamble = format::decode_preamble(impl->base, impl->file_bytes);
+    impl->footer = format::decode_footer(impl->base, impl->file_bytes, impl->preamble);
+  } catch (const FormatError& e) {
+    if (dynamic_cast<const ChecksumError*>(&e)) throw ChecksumError(in_file(path, e.what()));
+    throw FormatError(in_file(path, e.what()));
+  }
+  const format::Footer& footer = impl->footer;
+  impl->record_count = static_cast<int64_t>(footer.record_count);
+  impl->chunk_count = static_cast<int64_t>(footer.chunk_count);
+  impl->records_per_chunk = static_cast<int64_t>(impl->preamble.records_per_chunk);
+  impl->record_stride_bytes = static_cast<int64_t>(impl->preamble.record_stride_bytes);
+  impl->data_offset = format::data_offset(impl->preamble);
+  impl->schema_offset = static_cast<int64_t>(footer.schema_offset);
+  impl->chunk_table_offset = static_cast<int64_t>(footer.chunk_table_offset);
+
+  // The schema block: capped by decode_footer before anything is allocated for it.
+  const std::byte* schema_bytes = impl->base + impl->schema_offset;
+  MMT_CHECK(detail::checksum64(schema_bytes, footer.schema_bytes) == footer.schema_checksum, ChecksumError,
+            path, ": schema block checksum mismatch (byte offset ", impl->schema_offset, ", ",
+            footer.schema_bytes, " bytes)");
+  for (int64_t i = impl->schema_offset + static_cast<int64_t>(footer.schema_bytes); i < impl->chunk_table_offset; ++i)
+    MMT_CHECK(impl->base[i] == std::byte{0}, FormatError, path, ": padding byte at offset ", i,
+              " before the chunk table is not zero");
+  format::SchemaBlock block;
+  try {
+    block = format::decode_schema_block(
+        std::string_view(reinterpret_cast<const char*>(schema_bytes), footer.schema_bytes), impl->schema_offset);
+    impl->layout = format::compute_record_layout(block.schema);
+  } catch (const Error& e) {
+    throw FormatError(in_file(path, e.what()));
+  }
+  MMT_CHECK(impl->layout.record_stride_bytes == impl->record_stride_bytes, FormatError, path,
+            ": the preamble's record_stride_bytes is ", impl->record_stride_bytes, " but the schema's "
+            "record layout needs ", impl->layout.record_stride_bytes);
+  const Schema& schema = block.schema;
+  if (impl->preamble.flags & format::kFlagContiguousFixedLayout) {
+    int64_t rpc = impl->records_per_chunk, stride = impl->record_stride_bytes, run = 0, data_bytes = 0;
+    bool ok = schema.all_fixed() && rpc > 0 && format::checked_mul(rpc, stride, &run) &&
+              run % static_cast<int64_t>(impl->preamble.alignment) == 0 &&
+              format::checked_mul(impl->record_count, stride, &data_bytes) &&
+              data_bytes <= impl->schema_offset - impl->data_offset;
+    MMT_CHECK(ok, FormatError, path, ": the preamble claims the contiguous fixed layout, but the schema, "
+              "chunk size or data region (", impl->schema_offset - impl->data_offset, " bytes for ",
+              impl->record_count, " records of ", stride, " bytes) does not allow it");
+    impl->contiguous = true;
+  }
+  for (size_t f = 0; f < schema.size(); ++f) {
+    const Field& field = schema[f];
+    FieldPlan plan;
+    plan.dtype = field.dtype;
+    plan.element_bytes = element_size(field.dtype);
+    plan.fixed = field.is_fixed();
+    if (plan.fixed) {
+      plan.offset_bytes = impl->layout.field_offset_bytes[f];
+      plan.value_bytes = field.fixed_nbytes();
+      plan.sizes = field.shape;
+      plan.strides = field.value_strides(field.shape);
+      plan.dense_row_major = plan.strides == contiguous_strides(plan.sizes);
+    } else {
+      for (size_t k = 0; k < impl->layout.ragged_fields.size(); ++k)
+        if (impl->layout.ragged_fields[k] == f) plan.ragged_index = k;
+    }
+    impl->plans.push_back(std::move(plan));
+  }
+  impl->schema = std::make_shared<const Schema>(std::move(block.schema));
+  impl->metadata = std::move(block.metadata);
+  impl->codec = block.codec;
+  impl->writer = std::move(block.writer);
+  if (impl->chunk_count > 0) {
+    impl->chunk_state.reset(static_cast<uint8_t*>(std::calloc(static_cast<size_t>(impl->chunk_count), 1)));
+    MMT_CHECK(impl->chunk_state, Error, path, ": out of memory for ", impl->chunk_count, " chunk states");
+  }
+  impl->cache = std::make_unique<detail::ChunkCache>(options.cache_bytes);
+  impl->instance_id = next_instance_id.fetch_add(1, std::memory_order_relaxed);
+  impl->file.advise(options.advice);
+  return impl;
+}
+
+// ---- Dataset: handle and accessors ----
+Dataset::Dataset() = default;
+Dataset::Dataset(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+Dataset Dataset::open(const std::string& path, ReaderOptions options) {
+  return Dataset(Impl::open(path, options));
+}
+
+int64_t Dataset::size() const { return checked_impl(impl_).record_count; }
+const Schema& Dataset::schema() const { return *checked_impl(impl_).schema; }
+const Metadata& Dataset::metadata() const { return checked_impl(impl_).metadata; }
+const std::string& Dataset::path() const { return checked_impl(impl_).path; }
+int64_t Dataset::num_chunks() const { return checked_impl(impl_).chunk_count; }
+
+DatasetInfo Dataset::info() const {
+  const Impl& d = checked_impl(impl_);
+  DatasetInfo info;
+  info.format_version = d.preamble.format_version;
+  info.records = d.record_count;
+  info.chunks = d.chunk_count;
+  info.file_bytes = d.file_bytes;
+  info.alignment = static_cast<int64_t>(d.preamble.alignment);
+  info.codec = d.codec;
+  for (int64_t c = 0; c < d.chunk_count; ++c) {
+    format::ChunkEntry entry = d.check_entry(c);
+    info.stored_bytes += static_cast<int64_t>(entry.stored_bytes);
+    info.decoded_bytes += static_cast<int64_t>(entry.decoded_bytes);
+  }
+  return info;
+}
+
+ChunkInfo Dataset::chunk(int64_t chunk_index) const {
+  const Impl& d = checked_impl(impl_);
+  MMT_CHECK(chunk_index >= 0 && chunk_index < d.chunk_count, IndexError, "chunk index ", chunk_index,
+            " is out of range for a dataset of ", d.chunk_count, " chunks");
+  format::ChunkEntry entry = d.check_entry(chunk_index);
+  ChunkInfo info;
+  info.index = chunk_index;
+  info.first_record = static_cast<int64_t>(entry.first_record);
+  info.record_count = entry.record_count;
+  info.file_offset = static_cast<int64_t>(entry.file_offset);
+  info.stored_bytes = static_cast<int64_t>(entry.stored_bytes);
+  info.decoded_bytes = static_cast<int64_t>(entry.decoded_bytes);
+  info.codec = static_cast<Codec>(entry.codec);
+  info.checksum = entry.payload_checksum;
+  return info;
+}
+
+int64_t Dataset::chunk_of(int64_t record_index) const {
+  const Impl& d = checked_impl(impl_);
+  return d.chunk_of(d.normalize_index(record_index, "chunk_of"));
+}
+
+CacheStats Dataset::cache_stats() const { return checked_impl(impl_).cache->stats(); }
+
+void Dataset::advise(AccessAdvice advice) const { checked_impl(impl_).file.advise(advice); }
+
+}  // namespace mmt

@@ -1,0 +1,487 @@
+// DatasetWriter: records -> chunks -> (worker threads: codec, checksum) -> file, in order.
+// The file layout is docs/FORMAT.md's; every byte leaves through file_io.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <numeric>
+#include <random>
+
+#include "checksum.h"
+#include "codec_engine.h"
+#include "file_io.h"
+#include "format.h"
+#include "mmtensor/dataset_writer.h"
+#include "mmtensor/error.h"
+#include "strided_copy.h"
+#include "thread_pool.h"
+
+namespace mmt {
+namespace {
+
+using format::ChunkEntry;
+
+// A payload ready for the file, in the chunk's stored form.
+struct EncodedChunk {
+  io::Buffer bytes;
+  int64_t stored_bytes = 0;
+  int64_t decoded_bytes = 0;
+  uint64_t checksum = 0;
+};
+
+struct PendingChunk {
+  int64_t first_record = 0;
+  int64_t record_count = 0;
+  std::future<EncodedChunk> result;
+};
+
+// The records of the chunk being filled: the fixed region, and one growing column per
+// ragged field.
+struct ChunkBuilder {
+  struct RaggedColumn {
+    std::vector<uint64_t> value_ends;  // cumulative element counts
+    std::vector<uint64_t> extents;     // variable_dims values per record
+    std::vector<std::byte> values;
+  };
+  io::Buffer fixed;
+  int64_t fixed_capacity_bytes = 0;
+  int64_t record_count = 0;
+  std::vector<RaggedColumn> ragged;
+};
+
+std::string random_suffix() {
+  std::random_device device;
+  uint64_t bits = (static_cast<uint64_t>(device()) << 32) ^ device();
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(bits));
+  return text;
+}
+
+// Largest span of contiguous fixed records for which one run of records_per_chunk records
+// is still worth keeping in memory to get the whole-file column view.
+constexpr int64_t kMaxContiguousUnitBytes = int64_t{64} << 20;
+
+}  // namespace
+
+struct DatasetWriter::Impl {
+  std::string path;
+  std::string temp_path;
+  Schema schema;
+  format::RecordLayout layout;
+  std::vector<DimVector> fixed_strides;  // per field, for fixed fields
+  bool record_has_padding = false;
+  WriterOptions options;
+  format::Preamble preamble;
+  int64_t records_per_chunk = 0;  // 0: close chunks by size
+  io::WritableFile file;
+  std::unique_ptr<detail::ThreadPool> pool;
+  size_t max_pending = 1;
+  std::deque<PendingChunk> pending;
+  std::vector<ChunkEntry> table;
+  ChunkBuilder current;
+  int64_t current_first_record = 0;
+  Metadata metadata;
+  enum class State { Open, Finished, Failed } state = State::Open;
+  std::atomic<int64_t> records{0}, chunks{0}, bytes_in{0}, bytes_out{0};
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+
+  void check_open() const {
+    MMT_CHECK(state == State::Open, ValueError, "dataset writer for ", path, " is ",
+              state == State::Finished ? "finished" : "aborted after an error", "; create a new one");
+  }
+  void validate_record(std::span<const Tensor> values, int64_t record) const;
+  void copy_record(std::span<const Tensor> values);
+  int64_t current_decoded_bytes() const;
+  bool chunk_is_full() const;
+  void seal_chunk();
+  void write_chunk(int64_t first_record, int64_t record_count, EncodedChunk chunk);
+  void drain_one();
+  void finish_file();
+  void abort_files() noexcept;
+};
+
+// ---------------------------------------------------------------------------------------------
+DatasetWriter DatasetWriter::create(const std::string& path, Schema schema, WriterOptions options) {
+  MMT_CHECK(!path.empty(), ValueError, "dataset writer: empty path");
+  MMT_CHECK(!schema.empty(), ValueError, "dataset writer for ", path, ": the schema has no fields");
+  for (const Field& field : schema) field.validate();
+  const int64_t alignment = options.alignment;
+  MMT_CHECK(alignment >= format::kMinAlignment && alignment <= format::kMaxAlignment &&
+                std::has_single_bit(static_cast<uint64_t>(alignment)),
+            ValueError, "WriterOptions::alignment must be a power of two in [", format::kMinAlignment,
+            ", ", format::kMaxAlignment, "], got ", alignment);
+  MMT_CHECK(options.chunk_bytes > 0, ValueError, "WriterOptions::chunk_bytes must be > 0, got ",
+            options.chunk_bytes);
+  MMT_CHECK(options.chunk_records >= 0 && options.chunk_records <= format::kMaxChunkRecords,
+            ValueError, "WriterOptions::chunk_records must be in [0, ", format::kMaxChunkRecords,
+            "], got ", options.chunk_records);
+  MMT_CHECK(options.threads >= 0, ValueError, "WriterOptions::threads must be >= 0, got ", options.threads);
+  options.codec = CodecSpec::parse(options.codec.str());  // refuses levels out of range
+
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  impl->layout = format::compute_record_layout(schema);
+  impl->schema = std::move(schema);
+  int64_t field_bytes = 0;
+  for (const Field& field : impl->schema) {
+    impl->fixed_strides.push_back(field.is_fixed() ? field.value_strides(field.shape) : DimVector());
+    if (field.is_fixed()) field_bytes += field.fixed_nbytes();
+  }
+  const int64_t stride = impl->layout.record_stride_bytes;
+  impl->record_has_padding = field_bytes != stride;
+  const bool compressed = options.codec.codec != Codec::None;
+  MMT_CHECK(!compressed || stride <= format::kMaxDecodedChunkBytes, ValueError, "dataset writer for ",
+            path, ": a record of ", stride, " bytes exceeds the ", format::kMaxDecodedChunkBytes,
+            "-byte limit of a compressed chunk; store it without a codec");
+
+  // Records per chunk (FORMAT.md, "Chunking").
+  format::Preamble& pre = impl->preamble;
+  pre.alignment = static_cast<uint64_t>(alignment);
+  pre.record_stride_bytes = static_cast<uint64_t>(stride);
+  if (impl->schema.all_fixed()) {
+    int64_t rpc = options.chunk_records > 0 ? options.chunk_records
+                                            : std::max<int64_t>(1, options.chunk_bytes / stride);
+    if (compressed) rpc = std::min(rpc, format::kMaxDecodedChunkBytes / stride);
+    if (!compressed) {
+      // Chunks that are whole multiples of the alignment sit back to back: one column view.
+      const int64_t unit = alignment / std::gcd(stride, alignment);
+      if (options.chunk_records == 0 && unit * stride <= kMaxContiguousUnitBytes)
+        rpc = std::max(unit, rpc / unit * unit);
+      if (rpc % unit == 0 && unit * stride <= kMaxContiguousUnitBytes)
+        pre.flags |= format::kFlagContiguousFixedLayout;
+    }
+    impl->records_per_chunk = std::min(rpc, format::kMaxChunkRecords);
+  } else {
+    impl->records_per_chunk = options.chunk_records;
+  }
+  pre.records_per_chunk = static_cast<uint64_t>(impl->records_per_chunk);
+
+  // The target: refuse to clobber before writing anything.
+  MMT_CHECK(options.overwrite || !io::path_exists(path), IoError, "dataset writer: ", path,
+            " already exists (set WriterOptions::overwrite to replace it)");
+  impl->metadata = options.metadata;
+  impl->options = std::move(options);
+  impl->temp_path = detail::str(path, ".tmp-", ::getpid(), "-", random_suffix());
+  impl->file = io::WritableFile::create(impl->temp_path);
+  try {
+    std::byte bytes[format::kPreambleBytes];
+    format::encode_preamble(pre, bytes);
+    impl->file.write(bytes, sizeof bytes);
+    impl->file.pad_to(alignment);
+  } catch (...) {
+    impl->abort_files();
+    throw;
+  }
+  if (compressed) {
+    int threads = impl->options.threads > 0 ? impl->options.threads : detail::ThreadPool::hardware_threads();
+    impl->pool = std::make_unique<detail::ThreadPool>(threads);
+    impl->max_pending = static_cast<size_t>(2 * threads);
+  }
+  impl->bytes_out = impl->file.offset();
+  return DatasetWriter(std::move(impl));
+}
+
+DatasetWriter::DatasetWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DatasetWriter::DatasetWriter(DatasetWriter&&) noexcept = default;
+DatasetWriter& DatasetWriter::operator=(DatasetWriter&& other) noexcept {
+  if (this != &other) {
+    abort();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+DatasetWriter::~DatasetWriter() { abort(); }
+
+// ---------------------------------------------------------------------------------------------
+void DatasetWriter::Impl::validate_record(std::span<const Tensor> values, int64_t record) const {
+  MMT_CHECK(values.size() == schema.size(), ValueError, "record ", record, ": expected ",
+            schema.size(), " values (one per field), got ", values.size());
+  int64_t ragged_bytes = 0;
+  for (size_t f = 0; f < schema.size(); ++f) {
+    const Field& field = schema[f];
+    const Tensor& value = values[f];
+    MMT_CHECK(value.defined(), ValueError, "record ", record, ", field '", field.name, "': undefined tensor");
+    MMT_CHECK(value.dtype() == field.dtype, ValueError, "record ", record, ", field '", field.name,
+              "': expected dtype ", to_string(field.dtype), ", got ", to_string(value.dtype()));
+    bool shape_ok = value.dim() == static_cast<int64_t>(field.shape.size());
+    for (size_t d = 0; shape_ok && d < field.shape.size(); ++d)
+      shape_ok = field.shape[d] == kVariableDim || field.shape[d] == value.sizes()[d];
+    MMT_CHECK(shape_ok, ValueError, "record ", record, ", field '", field.name, "': expected shape ",
+              field.shape, ", got ", value.sizes());
+    if (!field.is_fixed()) ragged_bytes += value.nbytes();
+  }
+  if (options.codec.codec != Codec::None) {
+    MMT_CHECK(ragged_bytes <= format::kMaxDecodedChunkBytes - layout.record_stride_bytes -
+                                  format::kValueAlignment * 2 * static_cast<int64_t>(layout.ragged_fields.size() + 1),
+              ValueError, "record ", record, ": ", ragged_bytes, " bytes of ragged values exceed the ",
+              format::kMaxDecodedChunkBytes, "-byte limit of a compressed chunk; store it without a codec");
+  }
+}
+
+int64_t DatasetWriter::Impl::current_decoded_bytes() const {
+  int64_t total = current.record_count * layout.record_stride_bytes;
+  for (const auto& column : current.ragged) {
+    total = format::next_section_offset(total);
+    total += 8 * static_cast<int64_t>(column.value_ends.size() + column.extents.size());
+    total = format::next_section_offset(total) + static_cast<int64_t>(column.values.size());
+  }
+  return total;
+}
+
+void DatasetWriter::Impl::copy_record(std::span<const Tensor> values) {
+  const int64_t stride = layout.record_stride_bytes;
+  if (current.record_count == 0) current.ragged.assign(layout.ragged_fields.size(), {});
+  if (stride > 0 && (current.record_count + 1) * stride > current.fixed_capacity_bytes) {
+    int64_t wanted = records_per_chunk > 0 ? records_per_chunk * stride
+                                           : std::max((current.record_count + 1) * stride * 2, 64 * stride);
+    io::Buffer grown = io::allocate(wanted, "a chunk buffer");
+    if (current.record_count > 0) std::memcpy(grown.get(), current.fixed.get(), current.record_count * stride);
+    current.fixed = std::move(grown);
+    current.fixed_capacity_bytes = wanted;
+  }
+  std::byte* slot = current.fixed.get() + current.record_count * stride;
+  if (record_has_padding) std::memset(slot, 0, static_cast<size_t>(stride));
+  size_t ragged_index = 0;
+  int64_t value_bytes = 0;
+  for (size_t f = 0; f < schema.size(); ++f) {
+    const Field& field = schema[f];
+    Tensor value = values[f].is_cuda() ? values[f].cpu() : values[f];
+    const int64_t elem = element_size(field.dtype);
+    value_bytes += value.nbytes();
+    if (field.is_fixed()) {
+      detail::copy_strided(slot + layout.field_offset_bytes[f], fixed_strides[f], value.data_ptr(),
+                           value.strides(), value.sizes(), elem);
+      continue;
+    }
+    auto& column = current.ragged[ragged_index++];
+    const size_t old_size = column.values.size();
+    column.values.resize(old_size + static_cast<size_t>(value.nbytes()));
+    if (value.numel() > 0)
+      detail::copy_strided(column.values.data() + old_size, field.value_strides(value.sizes()),
+                           value.data_ptr(), value.strides(), value.sizes(), elem);
+    uint64_t previous_end = column.value_ends.empty() ? 0 : column.value_ends.back();
+    column.value_ends.push_back(previous_end + static_cast<uint64_t>(value.numel()));
+    for (size_t d = 0; d < field.shape.size(); ++d)
+      if (field.shape[d] == kVariableDim) column.extents.push_back(static_cast<uint64_t>(value.sizes()[d]));
+  }
+  ++current.record_count;
+  records.fetch_add(1, std::memory_order_relaxed);
+  bytes_in.fetch_add(value_bytes, std::memory_order_relaxed);
+}
+
+bool DatasetWriter::Impl::chunk_is_full() const {
+  if (current.record_count == 0) return false;
+  if (records_per_chunk > 0) return current.record_count >= records_per_chunk;
+  return current.record_count >= format::kMaxChunkRecords ||
+         current_decoded_bytes() >= options.chunk_bytes;
+}
+
+// Turns the current records into one decoded payload and hands it to the codec.
+void DatasetWriter::Impl::seal_chunk() {
+  if (current.record_count == 0) return;
+  const int64_t record_count = current.record_count;
+  const int64_t first_record = current_first_record;
+  const uint64_t chunk_index = table.size() + pending.size();
+  const int64_t fixed_bytes = record_count * layout.record_stride_bytes;
+  EncodedChunk decoded;
+  decoded.decoded_bytes = current_decoded_bytes();
+  MMT_CHECK(options.codec.codec == Codec::None || decoded.decoded_bytes <= format::kMaxDecodedChunkBytes,
+            ValueError, "chunk ", chunk_index, " would hold ", decoded.decoded_bytes, " decoded bytes, over the ",
+            format::kMaxDecodedChunkBytes, "-byte limit of a compressed chunk; lower chunk_records");
+  if (current.ragged.empty()) {
+    decoded.bytes = std::move(current.fixed);
+  } else {
+    decoded.bytes = io::allocate(decoded.decoded_bytes, "a chunk buffer");
+    std::byte* out = decoded.bytes.get();
+    std::memset(out, 0, static_cast<size_t>(decoded.decoded_bytes));
+    if (fixed_bytes > 0) std::memcpy(out, current.fixed.get(), static_cast<size_t>(fixed_bytes));
+    int64_t offset = format::next_section_offset(fixed_bytes);
+    for (const auto& column : current.ragged) {
+      std::memcpy(out + offset, column.value_ends.data(), 8 * column.value_ends.size());
+      offset += 8 * static_cast<int64_t>(column.value_ends.size());
+      if (!column.extents.empty()) std::memcpy(out + offset, column.extents.data(), 8 * column.extents.size());
+      offset = format::next_section_offset(offset + 8 * static_cast<int64_t>(column.extents.size()));
+      if (!column.values.empty()) std::memcpy(out + offset, column.values.data(), column.values.size());
+      offset = format::next_section_offset(offset + static_cast<int64_t>(column.values.size()));
+    }
+  }
+  current = ChunkBuilder{};
+  current_first_record += record_count;
+
+  if (options.codec.codec == Codec::None) {
+    decoded.stored_bytes = decoded.decoded_bytes;
+    decoded.checksum = format::payload_checksum(decoded.bytes.get(), decoded.stored_bytes, chunk_index);
+    write_chunk(first_record, record_count, std::move(decoded));
+    return;
+  }
+  CodecSpec codec = options.codec;
+  PendingChunk job{first_record, record_count, {}};
+  job.result = pool->submit([codec, chunk_index, decoded = std::move(decoded)]() mutable {
+    EncodedChunk encoded;
+    encoded.decoded_bytes = decoded.decoded_bytes;
+    const int64_t bound = detail::compress_bound(codec.codec, decoded.decoded_bytes);
+    encoded.bytes = io::allocate(bound, "a compressed chunk buffer");
+    encoded.stored_bytes = detail::compress(codec, decoded.bytes.get(), decoded.decoded_bytes,
+                                            encoded.bytes.get(), bound);
+    encoded.checksum = format::payload_checksum(encoded.bytes.get(), encoded.stored_bytes, chunk_index);
+    return encoded;
+  });
+  pending.push_back(std::move(job));
+  // Bounded: memory holds at most max_pending chunks, however large the dataset.
+  while (pending.size() > max_pending) drain_one();
+}
+
+void DatasetWriter::Impl::drain_one() {
+  PendingChunk job = std::move(pending.front());
+  pending.pop_front();
+  write_chunk(job.first_record, job.record_count, job.result.get());
+}
+
+void DatasetWriter::Impl::write_chunk(int64_t first_record, int64_t record_count, EncodedChunk chunk) {
+  file.pad_to(options.alignment);
+  ChunkEntry entry;
+  entry.file_offset = static_cast<uint64_t>(file.offset());
+  entry.stored_bytes = static_cast<uint64_t>(chunk.stored_bytes);
+  entry.decoded_bytes = static_cast<uint64_t>(chunk.decoded_bytes);
+  entry.first_record = static_cast<uint64_t>(first_record);
+  entry.record_count = static_cast<uint32_t>(record_count);
+  entry.codec = static_cast<uint8_t>(options.codec.codec);
+  entry.payload_checksum = chunk.checksum;
+  file.write(chunk.bytes.get(), chunk.stored_bytes);
+  table.push_back(entry);
+  chunks.fetch_add(1, std::memory_order_relaxed);
+  bytes_out.store(file.offset(), std::memory_order_relaxed);
+}
+
+void DatasetWriter::Impl::finish_file() {
+  seal_chunk();
+  while (!pending.empty()) drain_one();
+  format::Footer footer;
+  footer.record_count = static_cast<uint64_t>(records.load());
+  footer.chunk_count = table.size();
+  format::SchemaBlock block{schema, metadata, options.codec, "mmtensor " MMT_VERSION_STRING};
+  const std::string json = format::encode_schema_block(block);
+  MMT_CHECK(static_cast<int64_t>(json.size()) <= format::kMaxSchemaBytes, ValueError, "dataset writer for ",
+            path, ": the schema and metadata take ", json.size(), " bytes, over the limit of ",
+            format::kMaxSchemaBytes);
+  footer.schema_offset = static_cast<uint64_t>(file.offset());
+  footer.schema_bytes = json.size();
+  footer.schema_checksum = detail::checksum64(json.data(), json.size());
+  file.write(json.data(), static_cast<int64_t>(json.size()));
+  file.pad_to(format::kChunkTableAlignment);
+  footer.chunk_table_offset = static_cast<uint64_t>(file.offset());
+  // The table goes out in blocks so its staging memory stays small.
+  constexpr size_t kEntriesPerWrite = 1024;
+  std::vector<std::byte> block_bytes(kEntriesPerWrite * format::kChunkEntryBytes);
+  for (size_t start = 0; start < table.size(); start += kEntriesPerWrite) {
+    size_t n = std::min(kEntriesPerWrite, table.size() - start);
+    for (size_t i = 0; i < n; ++i)
+      format::encode_chunk_entry(table[start + i], start + i, block_bytes.data() + i * format::kChunkEntryBytes);
+    file.write(block_bytes.data(), static_cast<int64_t>(n) * format::kChunkEntryBytes);
+  }
+  footer.file_bytes = static_cast<uint64_t>(file.offset() + format::kFooterBytes);
+  std::byte footer_bytes[format::kFooterBytes];
+  format::encode_footer(footer, footer_bytes);
+  file.write(footer_bytes, sizeof footer_bytes);
+  bytes_out.store(file.offset(), std::memory_order_relaxed);
+  file.fsync();
+  file.close();
+  io::rename_file(temp_path, path, options.overwrite);
+  state = State::Finished;  // the dataset is in place from here on; never remove it
+  io::fsync_parent_dir(path);
+}
+
+void DatasetWriter::Impl::abort_files() noexcept {
+  if (state == State::Open) state = State::Failed;
+  pool.reset();  // waits for in-flight compression, which owns its own buffers
+  pending.clear();
+  file = io::WritableFile();
+  if (state != State::Finished && !temp_path.empty()) {
+    try {
+      io::remove_file(temp_path);
+    } catch (...) {
+      ::unlink(temp_path.c_str());  // the seam refused (a test fault); still leave no temp behind
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+void DatasetWriter::append(std::span<const Tensor> values) {
+  MMT_CHECK(impl_, ValueError, "append on a moved-from DatasetWriter");
+  impl_->check_open();
+  const int64_t record = impl_->records.load(std::memory_order_relaxed);
+  impl_->validate_record(values, record);  // a bad record leaves the writer usable
+  try {
+    if (impl_->current.record_count == 0) impl_->current_first_record = record;
+    impl_->copy_record(values);
+    if (impl_->chunk_is_full()) impl_->seal_chunk();
+  } catch (...) {
+    impl_->abort_files();
+    throw;
+  }
+}
+
+void DatasetWriter::append(const std::map<std::string, Tensor, std::less<>>& values) {
+  MMT_CHECK(impl_, ValueError, "append on a moved-from DatasetWriter");
+  const Schema& schema = impl_->schema;
+  const int64_t record = impl_->records.load(std::memory_order_relaxed);
+  std::vector<Tensor> ordered;
+  ordered.reserve(schema.size());
+  for (const Field& field : schema) {
+    auto it = values.find(field.name);
+    MMT_CHECK(it != values.end(), ValueError, "record ", record, ": field '", field.name, "' is missing");
+    ordered.push_back(it->second);
+  }
+  for (const auto& [name, value] : values) {
+    if (!schema.find(name)) schema.index_of(name);  // throws, listing the known fields
+  }
+  append(std::span<const Tensor>(ordered));
+}
+
+void DatasetWriter::set_metadata(std::string key, std::string value) {
+  MMT_CHECK(impl_, ValueError, "set_metadata on a moved-from DatasetWriter");
+  impl_->check_open();
+  impl_->metadata.insert_or_assign(std::move(key), std::move(value));
+}
+
+int64_t DatasetWriter::size() const { return impl_ ? impl_->records.load() : 0; }
+const Schema& DatasetWriter::schema() const {
+  MMT_CHECK(impl_, ValueError, "schema() on a moved-from DatasetWriter");
+  return impl_->schema;
+}
+const std::string& DatasetWriter::path() const {
+  MMT_CHECK(impl_, ValueError, "path() on a moved-from DatasetWriter");
+  return impl_->path;
+}
+
+WriteStats DatasetWriter::stats() const {
+  WriteStats s;
+  if (!impl_) return s;
+  s.records = impl_->records.load(std::memory_order_relaxed);
+  s.chunks = impl_->chunks.load(std::memory_order_relaxed);
+  s.bytes_in = impl_->bytes_in.load(std::memory_order_relaxed);
+  s.bytes_out = impl_->bytes_out.load(std::memory_order_relaxed);
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - impl_->started).count();
+  return s;
+}
+
+WriteStats DatasetWriter::finish() {
+  MMT_CHECK(impl_, ValueError, "finish on a moved-from DatasetWriter");
+  impl_->check_open();
+  try {
+    impl_->finish_file();
+  } catch (...) {
+    impl_->abort_files();
+    throw;
+  }
+  impl_->pool.reset();
+  return stats();
+}
+
+void DatasetWriter::abort() noexcept {
+  if (impl_ && impl_->state != Impl::State::Finished) impl_->abort_files();
+}
+
+}  // namespace mmt

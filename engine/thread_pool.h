@@ -1,0 +1,66 @@
+// A small persistent thread pool: the writer's chunk compression and Dataset::get_batch use
+// it, and so may the loader.
+//
+// Workers spin briefly before sleeping, so back-to-back batches (a training loop) pay no
+// wake-up latency, and an idle pool costs nothing after a few microseconds.
+//
+// Thread safety: every method may be called from many threads at once. A task's exception is
+// delivered through its future (submit) or rethrown by parallel_for in the calling thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace mmt::detail {
+
+class ThreadPool {
+ public:
+  // `threads` workers (at least 1).
+  explicit ThreadPool(int threads);
+  ~ThreadPool();  // finishes queued tasks, then joins
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()); }
+
+  // The process-wide pool, with one worker per hardware thread; created on first use.
+  static ThreadPool& shared();
+  // std::thread::hardware_concurrency(), at least 1.
+  static int hardware_threads();
+
+  // Runs fn() on a worker; the future carries its result or exception.
+  template <typename Fn>
+  auto submit(Fn&& fn) -> std::future<std::invoke_result_t<Fn&>> {
+    using Result = std::invoke_result_t<Fn&>;
+    auto task = std::make_shared<std::packaged_task<Result()>>(std::forward<Fn>(fn));
+    std::future<Result> future = task->get_future();
+    enqueue([task] { (*task)(); });
+    return future;
+  }
+
+  // Calls fn(i) for every i in [0, n), on at most `parallelism` threads of which the calling
+  // thread is one, and returns when all calls are done. Rethrows the first exception (the
+  // remaining indices are skipped).
+  void parallel_for(int64_t n, int parallelism, const std::function<void(int64_t)>& fn);
+
+ private:
+  void enqueue(std::function<void()> task);
+  void worker_loop();
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> queue_;
+  std::atomic<int64_t> queued_{0};  // queue_.size(), readable without the lock while spinning
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace mmt::detail
