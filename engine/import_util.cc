@@ -1,6 +1,8 @@
 #include "import_util.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -16,6 +18,35 @@ int64_t regular_file_size(const std::string& path) {
   if (S_ISDIR(st.st_mode)) throw IoError(str(path, ": is a directory, not a file"), EISDIR);
   if (!S_ISREG(st.st_mode)) throw IoError(str(path, ": is not a regular file"));
   return static_cast<int64_t>(st.st_size);
+}
+
+UntypedStorage read_file_bytes(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    throw IoError(str(path, ": cannot open: ", std::strerror(err)), err);
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    throw IoError(str(path, ": is not a regular file"));
+  UntypedStorage storage = UntypedStorage::allocate(static_cast<int64_t>(st.st_size));
+  std::byte* dst = storage.nbytes() ? storage.mutable_data() : nullptr;
+  int64_t done = 0;
+  while (done < storage.nbytes()) {
+    ssize_t got = ::pread(fd, dst + done, static_cast<size_t>(storage.nbytes() - done), done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      int err = errno;
+      throw IoError(str(path, ": read failed: ", std::strerror(err)), err);
+    }
+    if (got == 0) throw IoError(str(path, ": the file shrank while it was being read"));
+    done += got;
+  }
+  return storage;
 }
 
 InputFile map_input_file(const std::string& path) {

@@ -26,6 +26,10 @@ struct InputFile {
 // Throws IoError naming the path for a missing file, a folder, or a refused open/map.
 InputFile map_input_file(const std::string& path);
 
+// The whole file at `path` read into host memory (for small files, where a mapping costs
+// more than a read). Throws IoError naming the path.
+UntypedStorage read_file_bytes(const std::string& path);
+
 // The size in bytes of the regular file at `path`; IoError otherwise.
 int64_t regular_file_size(const std::string& path);
 

@@ -92,7 +92,11 @@ TEST(Npy, BigEndianDataIsConvertedToNativeOrder) {
   check(">u8", std::vector<uint64_t>{1, 2, uint64_t{1} << 50}, kUInt64);
   check(">f4", std::vector<float>{1.5f, -2.25f, 1e10f}, kFloat32);
   check(">f8", std::vector<double>{1.5, -2.25, 1e300}, kFloat64);
-  check(">f2", std::vector<uint16_t>{0x3C00, 0xC000, 0x3800}, kFloat16);  // 1, -2, 0.5 as bits
+  // float16 bits of 1, -2 and 0.5.
+  Bytes halves = element_bytes(std::vector<uint16_t>{0x3C00, 0xC000, 0x3800}, /*big_endian=*/true);
+  Tensor h = parse_npy(npy_file(">f2", false, "(3,)", halves), "be.npy");
+  EXPECT_EQ(h.dtype(), kFloat16);
+  EXPECT_EQ(h.to_double_vector(), (std::vector<double>{1, -2, 0.5}));
 }
 
 TEST(Npy, BigEndianFileLoadsFromDiskIntoHostMemory) {
@@ -152,7 +156,8 @@ TEST(Npy, WriterHeaderIsNumpysByteForByte) {
   expected += std::string(127 - expected.size(), ' ') + "\n";
   EXPECT_EQ(header.substr(0, 128), expected);
   EXPECT_EQ(bytes.size(), 128u + 24u);
-  std::string one_d(reinterpret_cast<const char*>(npy_bytes(arange(4)).data()), 64);
+  Bytes one_d_bytes = npy_bytes(arange(4));
+  std::string one_d(reinterpret_cast<const char*>(one_d_bytes.data()), 128);
   EXPECT_NE(one_d.find("'shape': (4,), }"), std::string::npos);
 }
 
