@@ -41,23 +41,27 @@ void copy_run_any(char* dst, int64_t dst_stride, const char* src, int64_t src_st
   }
 }
 
-// A 2-d transpose: `a` is dense in the destination, `b` is dense in the source. Walking
-// tiles keeps both the rows read and the rows written in cache.
+// A 2-d transpose: `a` is dense in the destination, `b` is dense in the source. The copy goes
+// tile by tile through a small buffer, one cache line wide on each side, so that each source
+// line is read once in full and each destination line is written once in full. Without the
+// buffer, rows a power-of-two stride apart (a 4096-wide matrix, an image plane) map to the
+// same cache set and evict each other on every element.
 template <typename E>
 void copy_transpose(char* dst, const char* src, const Dim& a, const Dim& b) {
-  constexpr int64_t kTile = 64 / sizeof(E) < 8 ? 8 : 64 / sizeof(E);
-  for (int64_t b0 = 0; b0 < b.size; b0 += kTile) {
-    const int64_t b1 = std::min(b.size, b0 + kTile);
-    for (int64_t a0 = 0; a0 < a.size; a0 += kTile) {
-      const int64_t a1 = std::min(a.size, a0 + kTile);
-      for (int64_t j = b0; j < b1; ++j) {
-        char* d = dst + j * b.dst_stride;
-        const char* s = src + j * b.src_stride;
-        for (int64_t i = a0; i < a1; ++i) {
-          E value;
-          std::memcpy(&value, s + i * a.src_stride, sizeof(E));
-          std::memcpy(d + i * a.dst_stride, &value, sizeof(E));
-        }
+  constexpr int64_t kTileA = 64 / sizeof(E) < 8 ? 8 : 64 / sizeof(E);
+  constexpr int64_t kTileB = 4 * kTileA;  // several lines per source row: fewer, longer reads
+  E tile[kTileA][kTileB];  // tile[i][j]: row i of `a`, column j of `b`
+  for (int64_t a0 = 0; a0 < a.size; a0 += kTileA) {
+    const int64_t na = std::min(kTileA, a.size - a0);
+    for (int64_t b0 = 0; b0 < b.size; b0 += kTileB) {
+      const int64_t nb = std::min(kTileB, b.size - b0);
+      for (int64_t i = 0; i < na; ++i) {  // read: a contiguous run of `b` per row of `a`
+        const char* s = src + (a0 + i) * a.src_stride + b0 * b.src_stride;
+        for (int64_t j = 0; j < nb; ++j) std::memcpy(&tile[i][j], s + j * sizeof(E), sizeof(E));
+      }
+      for (int64_t j = 0; j < nb; ++j) {  // write: a contiguous run of `a` per column of `b`
+        char* d = dst + (b0 + j) * b.dst_stride + a0 * a.dst_stride;
+        for (int64_t i = 0; i < na; ++i) std::memcpy(d + i * sizeof(E), &tile[i][j], sizeof(E));
       }
     }
   }
