@@ -34,6 +34,7 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
     int pieces_left = 0;
     std::vector<int64_t> indices;  // batch_size entries, the first `rows` valid
     std::exception_ptr error;
+    int64_t error_row = 0;  // the first row of the piece that failed: the lowest one wins
     cuda::Event copied;    // the host-to-device copy of this slot is done
     cuda::Event consumed;  // the consumer's work on this slot's device buffer is done
   };

@@ -162,7 +162,11 @@ void LoaderCore::finish_piece(std::unique_lock<std::mutex>& lock, const Piece& p
     return;
   }
   Slot& slot = slots[piece.slot];
-  if (error && !slot.error) slot.error = error;
+  // Of several failing pieces, report the first row's, whichever thread finished first.
+  if (error && (!slot.error || piece.row_begin < slot.error_row)) {
+    slot.error = error;
+    slot.error_row = piece.row_begin;
+  }
   if (--slot.pieces_left > 0) {
     --active;
     return;

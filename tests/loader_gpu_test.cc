@@ -1,0 +1,173 @@
+// The loader with a CUDA device: the same checks as on the host, plus the stream ordering
+// that lets slots be reused without host synchronisation. Skipped without a device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "cuda_stream.h"
+#include "loader_test_util.h"
+#include "mmtensor/error.h"
+#include "mmtensor/loader.h"
+
+namespace mmt {
+namespace {
+
+using testing::drain_epoch;
+using testing::TempDir;
+using testing::write_loader_dataset;
+
+const std::vector<std::string> kAllFields = {"x", "label", "image", "tokens"};
+
+class LoaderGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+
+  LoaderOptions cuda_options(SamplerKind kind, int64_t batch_size, int workers = 2) {
+    LoaderOptions options;
+    options.batch_size = batch_size;
+    options.sampler.kind = kind;
+    options.sampler.seed = 77;
+    options.num_workers = workers;
+    options.device = Device(DeviceType::CUDA, 0);
+    return options;
+  }
+
+  // Copies every tensor of a device batch back and compares with Dataset::get.
+  static void expect_device_batch_matches(const Batch& batch, const Dataset& dataset) {
+    const std::span<const int64_t> indices = batch.indices();
+    for (const std::string& field : kAllFields) {
+      if (batch.is_ragged(field)) {
+        const RaggedBatch& ragged = batch.ragged(field);
+        ASSERT_TRUE(ragged.values.is_cuda() && ragged.offsets.is_cuda() && ragged.shapes.is_cuda());
+        const std::vector<int64_t> offsets = ragged.offsets.cpu().to_vector<int64_t>();
+        const Tensor values = ragged.values.cpu();
+        const Tensor shapes = ragged.shapes.cpu();
+        for (int64_t row = 0; row < batch.size(); ++row) {
+          const Tensor expected = dataset.get(indices[row], field);
+          EXPECT_EQ(shapes[row].to_vector<int64_t>(), expected.sizes().vec());
+          EXPECT_TRUE(values.narrow(0, offsets[row], offsets[row + 1] - offsets[row])
+                          .view(expected.sizes()).equal(expected))
+              << field << " row " << row;
+        }
+      } else {
+        const Tensor& on_device = batch[field];
+        ASSERT_TRUE(on_device.is_cuda());
+        ASSERT_EQ(on_device.device(), Device(DeviceType::CUDA, 0));
+        const Tensor host = on_device.cpu();
+        for (int64_t row = 0; row < batch.size(); ++row)
+          EXPECT_TRUE(host[row].equal(dataset.get(indices[row], field))) << field << " row " << row;
+      }
+    }
+  }
+
+  TempDir dir;
+};
+
+TEST_F(LoaderGpuTest, DeviceBatchesHoldWhatGetReturns) {
+  for (CodecSpec codec : {CodecSpec{}, CodecSpec{Codec::LZ4, 0}}) {
+    Dataset dataset = Dataset::open(write_loader_dataset(dir, 150, codec, 16, "g" + codec.str() + ".mmt"));
+    Loader loader(dataset, cuda_options(SamplerKind::QuasiRandom, 32, 3));
+    std::vector<int64_t> seen;
+    while (std::optional<Batch> batch = loader.next()) {
+      EXPECT_EQ(batch->device(), Device(DeviceType::CUDA, 0));
+      expect_device_batch_matches(*batch, dataset);  // .cpu() runs on the default stream
+      seen.insert(seen.end(), batch->indices().begin(), batch->indices().end());
+    }
+    std::sort(seen.begin(), seen.end());
+    std::vector<int64_t> all(150);
+    std::iota(all.begin(), all.end(), 0);
+    EXPECT_EQ(seen, all);
+  }
+}
+
+TEST_F(LoaderGpuTest, SameOrderAsOnTheHost) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 120));
+  LoaderOptions options = cuda_options(SamplerKind::Random, 16, 3);
+  Loader on_device(dataset, options);
+  options.device = kCPU;
+  options.num_workers = 1;
+  Loader on_host(dataset, options);
+  EXPECT_EQ(drain_epoch(on_device), drain_epoch(on_host));
+}
+
+TEST_F(LoaderGpuTest, ASlotIsReusedOnlyAfterTheConsumersStreamIsDone) {
+  // Two slots and many batches: every slot is refilled many times while the consumer reads
+  // the previous batch on its own stream. A copy that overtook the reader would show here.
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 256));
+  cuda::Stream stream = cuda::Stream::create(0);
+  LoaderOptions options = cuda_options(SamplerKind::Random, 8, 2);
+  options.prefetch_batches = 1;
+  options.fields = {"x"};
+  Loader loader(dataset, options);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    while (std::optional<Batch> batch = loader.next()) {
+      batch->wait(stream.get());
+      const std::vector<int64_t> indices(batch->indices().begin(), batch->indices().end());
+      const Tensor& x = (*batch)["x"];
+      Tensor host = empty(x.sizes(), kFloat32, kCPU, MemoryFormat::Contiguous, /*pin_memory=*/true);
+      cuda::copy_to_host_async(host.mutable_data_ptr(), x.data_ptr(), x.nbytes(), stream);
+      batch->release();  // the slot's next copy now waits, on the GPU, for the copy just queued
+      stream.synchronize();
+      for (size_t row = 0; row < indices.size(); ++row)
+        EXPECT_TRUE(host[static_cast<int64_t>(row)].equal(dataset.get(indices[row], "x")))
+            << "epoch " << epoch << " record " << indices[row];
+    }
+  }
+}
+
+TEST_F(LoaderGpuTest, SynchronizeMakesTheBatchReadableFromTheHost) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 40));
+  Loader loader(dataset, cuda_options(SamplerKind::Sequential, 10));
+  std::optional<Batch> batch = loader.next();
+  ASSERT_TRUE(batch);
+  batch->synchronize();
+  EXPECT_EQ((*batch)["label"].cpu().to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
+TEST_F(LoaderGpuTest, ResumeMidEpochOnTheDevice) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 90, CodecSpec{Codec::Zstd, 1}));
+  LoaderOptions options = cuda_options(SamplerKind::QuasiRandom, 8);
+  Loader reference_loader(dataset, options);
+  const std::vector<int64_t> reference = drain_epoch(reference_loader);
+  Loader loader(dataset, options);
+  std::vector<int64_t> seen;
+  for (int b = 0; b < 4; ++b) {
+    std::optional<Batch> batch = loader.next();
+    seen.insert(seen.end(), batch->indices().begin(), batch->indices().end());
+  }
+  Loader resumed(dataset, options, LoaderState::parse(loader.state().to_string()));
+  const std::vector<int64_t> rest = drain_epoch(resumed);
+  seen.insert(seen.end(), rest.begin(), rest.end());
+  EXPECT_EQ(seen, reference);
+}
+
+TEST_F(LoaderGpuTest, HostBatchesArePinnedWhenAskedAndADeviceExists) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 20));
+  LoaderOptions options = cuda_options(SamplerKind::Sequential, 4);
+  options.device = kCPU;
+  options.pin_memory = true;
+  Loader loader(dataset, options);
+  std::optional<Batch> batch = loader.next();
+  EXPECT_TRUE((*batch)["x"].is_pinned());
+}
+
+TEST_F(LoaderGpuTest, DestroyingMidEpochWithCopiesInFlight) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 400));
+  for (int round = 0; round < 10; ++round) {
+    LoaderOptions options = cuda_options(SamplerKind::Random, 16, 4);
+    options.prefetch_batches = 6;
+    std::optional<Batch> kept;
+    {
+      Loader loader(dataset, options);
+      kept = loader.next();
+    }
+    ASSERT_TRUE(kept);
+    expect_device_batch_matches(*kept, dataset);
+  }
+}
+
+}  // namespace
+}  // namespace mmt

@@ -1,0 +1,381 @@
+// The loader on the host: batch contents, epoch coverage, determinism across thread counts,
+// resume (also elastic), errors from workers, and clean shutdown mid-epoch.
+#include "mmtensor/loader.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <thread>
+
+#include "loader_test_util.h"
+#include "mmtensor/error.h"
+
+namespace mmt {
+namespace {
+
+using testing::drain_epoch;
+using testing::expect_batch_matches_dataset;
+using testing::TempDir;
+using testing::write_loader_dataset;
+
+const std::vector<std::string> kAllFields = {"x", "label", "image", "tokens"};
+
+LoaderOptions options_for(SamplerKind kind, int64_t batch_size, int workers = 2) {
+  LoaderOptions options;
+  options.batch_size = batch_size;
+  options.sampler.kind = kind;
+  options.sampler.seed = 1234;
+  options.num_workers = workers;
+  return options;
+}
+
+std::vector<int64_t> sorted(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+std::vector<int64_t> iota(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+class LoaderTest : public ::testing::Test {
+ protected:
+  TempDir dir;
+};
+
+TEST_F(LoaderTest, BatchesHoldWhatGetReturnsForTheirIndices) {
+  for (CodecSpec codec : {CodecSpec{}, CodecSpec{Codec::LZ4, 0}, CodecSpec{Codec::Zstd, 3}}) {
+    Dataset dataset = Dataset::open(write_loader_dataset(dir, 150, codec, 16, "d" + codec.str() + ".mmt"));
+    for (SamplerKind kind : {SamplerKind::Sequential, SamplerKind::Random, SamplerKind::QuasiRandom}) {
+      Loader loader(dataset, options_for(kind, 32, 3));
+      int64_t batches = 0;
+      while (std::optional<Batch> batch = loader.next()) {
+        EXPECT_EQ(batch->device(), kCPU);
+        expect_batch_matches_dataset(*batch, dataset, kAllFields);
+        ++batches;
+      }
+      EXPECT_EQ(batches, 5) << codec.str() << " " << to_string(kind);
+    }
+  }
+}
+
+TEST_F(LoaderTest, FixedFieldsAreOneBatchTensorInTheFieldsStorageOrder) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 40));
+  Loader loader(dataset, options_for(SamplerKind::Sequential, 8));
+  std::optional<Batch> batch = loader.next();
+  ASSERT_TRUE(batch);
+  EXPECT_EQ((*batch)["x"].sizes().vec(), (std::vector<int64_t>{8, 4}));
+  EXPECT_EQ((*batch)["label"].sizes().vec(), (std::vector<int64_t>{8}));
+  const Tensor& image = (*batch)["image"];
+  EXPECT_EQ(image.sizes().vec(), (std::vector<int64_t>{8, 3, 4, 4}));
+  EXPECT_TRUE(image.is_contiguous(MemoryFormat::ChannelsLast));  // stored channels-last
+  EXPECT_EQ((*batch)["label"].to_vector<int64_t>(), iota(8));
+  EXPECT_THROW((*batch)["nope"], ValueError);
+  EXPECT_THROW(batch->ragged("x"), ValueError);
+}
+
+TEST_F(LoaderTest, OnlyTheRequestedFieldsAreLoaded) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 20));
+  LoaderOptions options = options_for(SamplerKind::Random, 5);
+  options.fields = {"tokens", "label"};
+  Loader loader(dataset, options);
+  std::optional<Batch> batch = loader.next();
+  ASSERT_TRUE(batch);
+  expect_batch_matches_dataset(*batch, dataset, {"tokens", "label"});
+  EXPECT_THROW((*batch)["x"], ValueError);
+  options.fields = {"label", "missing"};
+  EXPECT_THROW(Loader(dataset, options), ValueError);
+  options.fields = {"label", "label"};
+  EXPECT_THROW(Loader(dataset, options), ValueError);
+}
+
+TEST_F(LoaderTest, EverySampleOncePerEpochWithAndWithoutDropLast) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 103, CodecSpec{Codec::LZ4, 0}));
+  for (SamplerKind kind : {SamplerKind::Sequential, SamplerKind::Random, SamplerKind::QuasiRandom}) {
+    LoaderOptions options = options_for(kind, 10);
+    std::vector<int64_t> sizes;
+    Loader loader(dataset, options);
+    EXPECT_EQ(loader.batches_in_epoch(), 11);
+    EXPECT_EQ(sorted(drain_epoch(loader, &sizes)), iota(103)) << to_string(kind);
+    EXPECT_EQ(sizes.back(), 3);
+
+    options.drop_last = true;
+    Loader dropping(dataset, options);
+    EXPECT_EQ(dropping.batches_in_epoch(), 10);
+    const std::vector<int64_t> seen = drain_epoch(dropping);
+    ASSERT_EQ(seen.size(), 100u);
+    EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 100u);
+    // What is dropped is the tail of the same order.
+    const std::vector<int64_t> order = dropping.sampler().epoch(0).to_vector();
+    EXPECT_EQ(seen, std::vector<int64_t>(order.begin(), order.begin() + 100));
+  }
+}
+
+TEST_F(LoaderTest, DistributedRanksTogetherCoverTheEpoch) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 100));
+  std::vector<int64_t> all;
+  for (int rank = 0; rank < 4; ++rank) {
+    LoaderOptions options = options_for(SamplerKind::QuasiRandom, 7);
+    options.sampler.rank = rank;
+    options.sampler.world_size = 4;
+    Loader loader(dataset, options);
+    const std::vector<int64_t> mine = drain_epoch(loader);
+    EXPECT_EQ(mine.size(), 25u);
+    all.insert(all.end(), mine.begin(), mine.end());
+  }
+  EXPECT_EQ(sorted(all), iota(100));
+}
+
+TEST_F(LoaderTest, TheOrderDoesNotDependOnThreadsOrPrefetch) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 200, CodecSpec{Codec::Zstd, 1}));
+  std::vector<int64_t> reference;
+  for (int workers : {1, 2, 5}) {
+    for (int prefetch : {1, 4}) {
+      LoaderOptions options = options_for(SamplerKind::Random, 16, workers);
+      options.prefetch_batches = prefetch;
+      options.epoch = 3;
+      Loader loader(dataset, options);
+      const std::vector<int64_t> order = drain_epoch(loader);
+      if (reference.empty()) reference = order;
+      EXPECT_EQ(order, reference) << workers << " workers, prefetch " << prefetch;
+    }
+  }
+  EXPECT_EQ(reference, Sampler::for_dataset(dataset, options_for(SamplerKind::Random, 1).sampler)
+                           .epoch(3).to_vector());
+}
+
+TEST_F(LoaderTest, EpochsFollowOneAnotherWithFreshOrders) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 50));
+  Loader loader(dataset, options_for(SamplerKind::Random, 8));
+  EXPECT_EQ(loader.epoch(), 0);
+  const std::vector<int64_t> first = drain_epoch(loader);
+  EXPECT_EQ(loader.epoch(), 1);
+  EXPECT_EQ(loader.state().epoch, 1);
+  EXPECT_EQ(loader.state().consumed, 0);
+  const std::vector<int64_t> second = drain_epoch(loader);
+  EXPECT_NE(first, second);
+  EXPECT_EQ(sorted(second), iota(50));
+  loader.set_epoch(0);
+  EXPECT_EQ(drain_epoch(loader), first);
+  loader.set_epoch(1);  // already there after draining epoch 0: a no-op, no empty epoch
+  EXPECT_EQ(drain_epoch(loader), second);
+}
+
+TEST_F(LoaderTest, ResumeMidEpochContinuesTheExactSequence) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 130, CodecSpec{Codec::LZ4, 0}));
+  for (SamplerKind kind : {SamplerKind::Random, SamplerKind::QuasiRandom}) {
+    LoaderOptions options = options_for(kind, 9, 3);
+    options.epoch = 2;
+    Loader reference_loader(dataset, options);
+    const std::vector<int64_t> reference = drain_epoch(reference_loader);
+
+    Loader loader(dataset, options);
+    std::vector<int64_t> seen;
+    std::string saved;
+    for (int b = 0; b < 5; ++b) {
+      std::optional<Batch> batch = loader.next();
+      ASSERT_TRUE(batch);
+      seen.insert(seen.end(), batch->indices().begin(), batch->indices().end());
+      EXPECT_EQ(batch->state(), loader.state());
+      saved = loader.state().to_string();
+    }
+    const LoaderState state = LoaderState::parse(saved);
+    EXPECT_EQ(state.epoch, 2);
+    EXPECT_EQ(state.consumed, 45);
+    // Another batch size and thread count on resume: the sequence of samples is the same.
+    LoaderOptions resumed_options = options;
+    resumed_options.batch_size = 4;
+    resumed_options.num_workers = 1;
+    Loader resumed(dataset, resumed_options, state);
+    const std::vector<int64_t> rest = drain_epoch(resumed);
+    seen.insert(seen.end(), rest.begin(), rest.end());
+    EXPECT_EQ(seen, reference) << to_string(kind);
+    EXPECT_EQ(resumed.state().epoch, 3);
+  }
+}
+
+TEST_F(LoaderTest, ElasticResumeCoversTheRestOfTheEpochExactlyOnce) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 120));
+  LoaderOptions options = options_for(SamplerKind::Random, 5);
+  options.sampler.drop_tail = true;
+  std::vector<int64_t> seen;
+  LoaderState saved;
+  for (int rank = 0; rank < 4; ++rank) {  // four ranks take three batches each
+    options.sampler.rank = rank;
+    options.sampler.world_size = 4;
+    Loader loader(dataset, options);
+    for (int b = 0; b < 3; ++b) {
+      std::optional<Batch> batch = loader.next();
+      seen.insert(seen.end(), batch->indices().begin(), batch->indices().end());
+    }
+    if (rank > 0) EXPECT_EQ(loader.state(), saved);  // every rank agrees on the state
+    saved = loader.state();
+  }
+  EXPECT_EQ(saved.consumed, 60);
+  for (int rank = 0; rank < 3; ++rank) {  // the job comes back with three ranks
+    options.sampler.rank = rank;
+    options.sampler.world_size = 3;
+    Loader loader(dataset, options, saved);
+    const std::vector<int64_t> mine = drain_epoch(loader);
+    EXPECT_EQ(mine.size(), 20u);
+    seen.insert(seen.end(), mine.begin(), mine.end());
+  }
+  EXPECT_EQ(sorted(seen), iota(120));
+}
+
+TEST_F(LoaderTest, ResumeRefusesAStateFromAnotherDatasetOrSampler) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 30));
+  LoaderOptions options = options_for(SamplerKind::Random, 4);
+  Loader loader(dataset, options);
+  loader.next();
+  LoaderState state = loader.state();
+  state.records = 31;
+  EXPECT_THROW(Loader(dataset, options, state), ValueError);
+  state = loader.state();
+  state.seed = 99;
+  EXPECT_THROW(Loader(dataset, options, state), ValueError);
+  state = loader.state();
+  state.sampler = SamplerKind::Sequential;
+  EXPECT_THROW(Loader(dataset, options, state), ValueError);
+}
+
+TEST(LoaderState, RoundTripsThroughTextAndRejectsDamage) {
+  LoaderState state{SamplerKind::QuasiRandom, 18446744073709551615ULL, 12, 1000, 7, 640};
+  EXPECT_EQ(LoaderState::parse(state.to_string()), state);
+  EXPECT_THROW(LoaderState::parse("not json"), ValueError);
+  EXPECT_THROW(LoaderState::parse("[1, 2]"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version": 1})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version":2,"sampler":"random","seed":1,"window_chunks":0,"records":5,"epoch":0,"consumed":0})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"shuffle","seed":1,"window_chunks":0,"records":5,"epoch":0,"consumed":0})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"random","seed":1,"window_chunks":0,"records":5,"epoch":0,"consumed":6})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"random","seed":1,"window_chunks":0,"records":5,"epoch":0.5,"consumed":0})"), ValueError);
+}
+
+TEST_F(LoaderTest, RejectsBadOptions) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 10));
+  LoaderOptions options;
+  options.batch_size = 0;
+  EXPECT_THROW(Loader(dataset, options), ValueError);
+  options.batch_size = 2;
+  options.num_workers = 0;
+  EXPECT_THROW(Loader(dataset, options), ValueError);
+  options.num_workers = 1;
+  options.prefetch_batches = 0;
+  EXPECT_THROW(Loader(dataset, options), ValueError);
+  options.prefetch_batches = 2;
+  options.sampler.rank = 3;
+  EXPECT_THROW(Loader(dataset, options), ValueError);
+  options.sampler.rank = 0;
+  options.device = Device(DeviceType::CUDA, cuda_device_count());  // one past the last
+  EXPECT_THROW(Loader(dataset, options), CudaError);
+  EXPECT_THROW(Loader(Dataset(), LoaderOptions{}), ValueError);
+}
+
+TEST_F(LoaderTest, HoldingEverySlotIsAnErrorNotAHang) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 40));
+  LoaderOptions options = options_for(SamplerKind::Sequential, 4);
+  options.prefetch_batches = 1;  // two slots
+  Loader loader(dataset, options);
+  EXPECT_EQ(loader.ring_slots(), 2);
+  std::optional<Batch> a = loader.next();
+  std::optional<Batch> b = loader.next();
+  EXPECT_THROW(loader.next(), ValueError);
+  a.reset();  // a slot comes back: the loader goes on
+  std::optional<Batch> c = loader.next();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->indices()[0], 8);
+}
+
+TEST_F(LoaderTest, RingIsSizedExactlyOnce) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 10));
+  LoaderOptions options = options_for(SamplerKind::Sequential, 64);
+  options.fields = {"x", "image"};
+  options.prefetch_batches = 2;
+  Loader loader(dataset, options);
+  // x: 64*16 bytes, image: 64*48 bytes, each region rounded to 256, three slots.
+  EXPECT_EQ(loader.ring_bytes(), 3 * (1024 + 3072));
+}
+
+TEST_F(LoaderTest, AWorkerErrorNamesTheSampleAndChunk) {
+  const std::string path = write_loader_dataset(dir, 160, CodecSpec{Codec::LZ4, 0});
+  int64_t damaged_first = 0, damaged_count = 0;
+  {
+    Dataset dataset = Dataset::open(path);
+    const ChunkInfo chunk = dataset.chunk(3);
+    damaged_first = chunk.first_record;
+    damaged_count = chunk.record_count;
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(chunk.file_offset + chunk.stored_bytes / 2);
+    char byte = 0;
+    file.seekg(chunk.file_offset + chunk.stored_bytes / 2);
+    file.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x5a);
+    file.seekp(chunk.file_offset + chunk.stored_bytes / 2);
+    file.write(&byte, 1);
+  }
+  Dataset dataset = Dataset::open(path);
+  Loader loader(dataset, options_for(SamplerKind::Sequential, 16, 2));
+  int good_batches = 0;
+  try {
+    while (std::optional<Batch> batch = loader.next()) {
+      expect_batch_matches_dataset(*batch, dataset, {"x", "label"});
+      ++good_batches;
+    }
+    FAIL() << "a damaged chunk went unnoticed";
+  } catch (const FormatError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("chunk 3"), std::string::npos) << message;
+    EXPECT_NE(message.find("sample " + std::to_string(damaged_first)), std::string::npos) << message;
+  }
+  EXPECT_EQ(good_batches, damaged_first / 16);  // the batches before it came through
+  EXPECT_GT(damaged_count, 0);
+  EXPECT_THROW(loader.next(), FormatError);     // the error is sticky...
+  loader.set_epoch(0);                          // ...until a restart
+  EXPECT_TRUE(loader.next().has_value());
+}
+
+TEST_F(LoaderTest, DestroyingMidEpochIsPromptAndBatchesOutliveTheLoader) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 400, CodecSpec{Codec::Zstd, 1}));
+  for (int round = 0; round < 20; ++round) {
+    LoaderOptions options = options_for(SamplerKind::Random, 8, 4);
+    options.prefetch_batches = 6;
+    std::optional<Batch> kept;
+    {
+      Loader loader(dataset, options);
+      for (int b = 0; b <= round % 3; ++b) kept = loader.next();
+    }  // workers are busy filling slots here
+    ASSERT_TRUE(kept);
+    expect_batch_matches_dataset(*kept, dataset, kAllFields);
+  }
+  Loader never_used(dataset, options_for(SamplerKind::Random, 8, 4));
+}
+
+TEST_F(LoaderTest, BatchesCanBeReleasedFromAnotherThread) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 64));
+  LoaderOptions options = options_for(SamplerKind::Sequential, 4);
+  options.prefetch_batches = 1;
+  Loader loader(dataset, options);
+  int64_t count = 0;
+  while (std::optional<Batch> batch = loader.next()) {
+    std::thread releaser([b = std::move(*batch)]() mutable { b.release(); });
+    releaser.join();
+    ++count;
+  }
+  EXPECT_EQ(count, 16);
+}
+
+TEST_F(LoaderTest, AnEmptyDatasetHasEmptyEpochs) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 0));
+  Loader loader(dataset, options_for(SamplerKind::QuasiRandom, 4));
+  EXPECT_FALSE(loader.next().has_value());
+  EXPECT_EQ(loader.epoch(), 1);
+  EXPECT_FALSE(loader.next().has_value());
+}
+
+}  // namespace
+}  // namespace mmt
