@@ -1,0 +1,467 @@
+// Dataset round trips and reader behaviour: every dtype, fixed, ragged and bytes fields,
+// storage orders, codecs, zero-copy views, concurrency, and the user-facing errors.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "mmtensor/dataset.h"
+#include "mmtensor/dataset_writer.h"
+#include "test_util.h"
+
+namespace mmt {
+namespace {
+
+using testing::TempDir;
+
+// A deterministic value for record `record` with concrete `sizes`: element k is
+// (record * 31 + k) % 97, converted to `dtype`.
+Tensor value_for(int64_t record, ScalarType dtype, IntArrayRef sizes) {
+  Tensor source = empty(sizes, kFloat64);
+  int64_t numel = source.numel();
+  double* p = source.mutable_data_ptr<double>();
+  for (int64_t k = 0; k < numel; ++k) p[k] = static_cast<double>((record * 31 + k) % 97);
+  Tensor out = empty(sizes, dtype);
+  out.copy_(source);
+  return out;
+}
+
+// The ragged extent of record `record`: cycles through 0..4 so empty values occur.
+int64_t ragged_length(int64_t record) { return record % 5; }
+
+DimVector concrete_shape(const Field& field, int64_t record) {
+  DimVector sizes(field.shape);
+  for (auto& s : sizes)
+    if (s == kVariableDim) s = ragged_length(record) + 1 - (record % 2);  // includes 0 for some
+  return sizes;
+}
+
+Tensor field_value(const Field& field, int64_t record) {
+  return value_for(record, field.dtype, concrete_shape(field, record));
+}
+
+std::string write_dataset(const std::string& path, const Schema& schema, int64_t records, WriterOptions options) {
+  DatasetWriter writer = DatasetWriter::create(path, schema, options);
+  for (int64_t i = 0; i < records; ++i) {
+    std::vector<Tensor> values;
+    for (const Field& field : schema) values.push_back(field_value(field, i));
+    writer.append(values);
+  }
+  writer.finish();
+  return path;
+}
+
+void expect_all_records(const Dataset& ds, const Schema& schema, int64_t records) {
+  ASSERT_EQ(ds.size(), records);
+  for (int64_t i = 0; i < records; ++i) {
+    Sample sample = ds.get(i);
+    ASSERT_EQ(sample.index(), i);
+    ASSERT_EQ(sample.size(), schema.size());
+    for (size_t f = 0; f < schema.size(); ++f) {
+      const Tensor expected = field_value(schema[f], i);
+      const Tensor& got = sample[f];
+      ASSERT_EQ(got.dtype(), expected.dtype()) << schema[f].name << " record " << i;
+      ASSERT_EQ(got.sizes(), expected.sizes()) << schema[f].name << " record " << i;
+      ASSERT_TRUE(got.equal(expected)) << schema[f].name << " record " << i;
+    }
+  }
+}
+
+class CodecRoundTrip : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CodecRoundTrip, EveryDtypeFixedAndRagged) {
+  TempDir dir;
+  std::vector<Field> fields;
+  for (int code = 0; code < kNumScalarTypes; ++code) {
+    auto dtype = static_cast<ScalarType>(code);
+    std::string name(to_string(dtype));
+    fields.push_back(Field::fixed(name + "_fixed", dtype, {2, 3}));
+    fields.push_back(Field::ragged(name + "_ragged", dtype, {kVariableDim, 2}));
+  }
+  fields.push_back(Field::bytes("blob"));
+  fields.push_back(Field::fixed("scalar", kInt64, {}));
+  Schema schema(fields);
+  WriterOptions options;
+  options.codec = CodecSpec::parse(GetParam());
+  options.chunk_records = 7;
+  options.alignment = 64;
+  options.threads = 2;
+  const std::string path = write_dataset(dir.file("all.mmt"), schema, 40, options);
+  Dataset ds = Dataset::open(path);
+  EXPECT_EQ(ds.schema(), schema);
+  EXPECT_EQ(ds.info().codec, options.codec);
+  EXPECT_EQ(ds.num_chunks(), 6);
+  expect_all_records(ds, schema, 40);
+  ds.verify();
+}
+
+TEST_P(CodecRoundTrip, FixedOnlyChunkedByBytes) {
+  TempDir dir;
+  Schema schema({Field::fixed("image", kUInt8, {1, 28, 28}), Field::fixed("label", kUInt8, {})});
+  WriterOptions options;
+  options.codec = CodecSpec::parse(GetParam());
+  options.chunk_bytes = 10000;
+  const std::string path = write_dataset(dir.file("mnist.mmt"), schema, 100, options);
+  Dataset ds = Dataset::open(path);
+  expect_all_records(ds, schema, 100);
+  EXPECT_GT(ds.num_chunks(), 1);
+  Tensor column = ds.column("label");
+  ASSERT_EQ(column.sizes(), IntArrayRef({100}));
+  for (int64_t i = 0; i < 100; ++i) EXPECT_EQ(column.at<uint8_t>({i}), (i * 31) % 97);
+  EXPECT_EQ(ds.column_is_view("image"), options.codec.codec == Codec::None);
+  ds.verify();
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, CodecRoundTrip, ::testing::Values("none", "lz4", "lz4:9", "zstd", "zstd:19"));
+
+TEST(DatasetTest, RaggedOnlyChunkedByBytesUsesChunkSearch) {
+  TempDir dir;
+  Schema schema({Field::bytes("jpeg"), Field::ragged("boxes", kFloat32, {kVariableDim, 4})});
+  WriterOptions options;
+  options.chunk_bytes = 300;
+  options.alignment = 64;
+  const std::string path = write_dataset(dir.file("ragged.mmt"), schema, 200, options);
+  Dataset ds = Dataset::open(path);
+  EXPECT_GT(ds.num_chunks(), 5);
+  expect_all_records(ds, schema, 200);
+  for (int64_t i = 0; i < 200; i += 17) {
+    ChunkInfo chunk = ds.chunk(ds.chunk_of(i));
+    EXPECT_LE(chunk.first_record, i);
+    EXPECT_LT(i, chunk.first_record + chunk.record_count);
+  }
+  ds.verify();
+}
+
+TEST(DatasetTest, ChannelsLastFieldComesBackWithChannelsLastStrides) {
+  TempDir dir;
+  const int64_t C = 3, H = 4, W = 5;
+  Schema schema({Field::fixed("image", kUInt8, {C, H, W}).stored_channels_last()});
+  WriterOptions options;
+  options.alignment = 64;
+  const std::string path = write_dataset(dir.file("cl.mmt"), schema, 10, options);
+  Dataset ds = Dataset::open(path);
+  Tensor image = ds.get(3)["image"];
+  EXPECT_EQ(image.sizes(), IntArrayRef({C, H, W}));
+  EXPECT_EQ(image.strides(), IntArrayRef({1, W * C, C}));
+  EXPECT_TRUE(image.equal(value_for(3, kUInt8, {C, H, W})));
+  // The bytes in the file are HWC: element (c, h, w) sits at (h*W + w)*C + c.
+  const uint8_t* hwc = static_cast<const uint8_t*>(image.data_ptr());
+  EXPECT_EQ(hwc[(2 * W + 1) * C + 1], image.at<uint8_t>({1, 2, 1}));
+  Tensor column = ds.column("image");
+  EXPECT_EQ(column.strides()[1], 1);
+  Tensor batch = ds.get_batch(std::vector<int64_t>{4, 1}, "image");
+  EXPECT_TRUE(batch[0].equal(value_for(4, kUInt8, {C, H, W})));
+  EXPECT_TRUE(batch[1].equal(value_for(1, kUInt8, {C, H, W})));
+}
+
+TEST(DatasetTest, NonContiguousSourcesAreWrittenByValue) {
+  TempDir dir;
+  Schema schema({Field::fixed("m", kFloat32, {4, 3}), Field::ragged("r", kInt32, {kVariableDim})});
+  const std::string path = dir.file("strided.mmt");
+  DatasetWriter writer = DatasetWriter::create(path, schema);
+  std::vector<Tensor> expected_m, expected_r;
+  for (int64_t i = 0; i < 6; ++i) {
+    Tensor base = value_for(i, kFloat32, {3, 4});
+    Tensor transposed = base.t();                                    // [4, 3], strides [1, 4]
+    Tensor stepped = value_for(i, kInt32, {10}).slice(0, 1, 10, 3);  // stride 3
+    writer.append({transposed, stepped});
+    expected_m.push_back(transposed.contiguous());
+    expected_r.push_back(stepped.contiguous());
+  }
+  writer.finish();
+  Dataset ds = Dataset::open(path);
+  for (int64_t i = 0; i < 6; ++i) {
+    EXPECT_TRUE(ds.get(i, "m").equal(expected_m[i]));
+    EXPECT_TRUE(ds.get(i, "r").equal(expected_r[i]));
+  }
+}
+
+TEST(DatasetTest, ZeroAndOneRecord) {
+  TempDir dir;
+  Schema schema({Field::fixed("x", kFloat32, {2}), Field::bytes("b")});
+  write_dataset(dir.file("zero.mmt"), schema, 0, {});
+  Dataset zero = Dataset::open(dir.file("zero.mmt"));
+  EXPECT_EQ(zero.size(), 0);
+  EXPECT_EQ(zero.num_chunks(), 0);
+  EXPECT_THROW(zero.get(0), IndexError);
+  EXPECT_EQ(zero.column("x").sizes(), IntArrayRef({0, 2}));
+  zero.verify();
+
+  write_dataset(dir.file("one.mmt"), schema, 1, {});
+  Dataset one = Dataset::open(dir.file("one.mmt"));
+  expect_all_records(one, schema, 1);
+  EXPECT_TRUE(one.get(-1)["x"].equal(field_value(schema[0], 0)));
+}
+
+TEST(DatasetTest, RecordsLargerThanAChunkGetAChunkEach) {
+  TempDir dir;
+  Schema schema({Field::fixed("big", kFloat64, {64}), Field::bytes("blob")});
+  for (const char* codec : {"none", "zstd"}) {
+    WriterOptions options;
+    options.chunk_bytes = 100;  // smaller than one record
+    options.codec = CodecSpec::parse(codec);
+    options.overwrite = true;
+    write_dataset(dir.file("big.mmt"), schema, 9, options);
+    Dataset ds = Dataset::open(dir.file("big.mmt"));
+    EXPECT_EQ(ds.num_chunks(), 9) << codec;
+    expect_all_records(ds, schema, 9);
+    for (int64_t c = 0; c < 9; ++c) EXPECT_EQ(ds.chunk(c).record_count, 1);
+  }
+}
+
+TEST(DatasetTest, ColumnIsOneViewOverTheMappedFile) {
+  TempDir dir;
+  Schema schema({Field::fixed("image", kUInt8, {1, 28, 28}), Field::fixed("label", kInt64, {})});
+  WriterOptions options;
+  options.chunk_bytes = 8192;
+  const std::string path = write_dataset(dir.file("col.mmt"), schema, 50, options);
+  Dataset ds = Dataset::open(path);
+  ASSERT_TRUE(ds.column_is_view("image"));
+  Tensor images = ds.column("image");
+  EXPECT_EQ(images.sizes(), IntArrayRef({50, 1, 28, 28}));
+  Tensor one = ds.get(17)["image"];
+  EXPECT_TRUE(images.is_same_storage(one));
+  EXPECT_EQ(images.untyped_storage().filename(), path);
+  EXPECT_EQ(one.untyped_storage().filename(), path);
+  EXPECT_EQ(images[17].data_ptr(), one.data_ptr());
+  for (int64_t i = 0; i < 50; ++i) ASSERT_TRUE(images[i].equal(field_value(schema[0], i)));
+  Tensor range = ds.column("label", 10, 20);
+  EXPECT_TRUE(range.is_same_storage(one));
+  EXPECT_EQ(range.sizes(), IntArrayRef({10}));
+  for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(range.at<int64_t>({i}), ((10 + i) * 31) % 97);
+  EXPECT_THROW(ds.column("label", 5, 51), IndexError);
+}
+
+TEST(DatasetTest, CompressedColumnIsAGatheredCopy) {
+  TempDir dir;
+  Schema schema({Field::fixed("v", kInt32, {3})});
+  WriterOptions options;
+  options.codec = CodecSpec::parse("lz4");
+  options.chunk_records = 4;
+  write_dataset(dir.file("c.mmt"), schema, 11, options);
+  Dataset ds = Dataset::open(dir.file("c.mmt"));
+  EXPECT_FALSE(ds.column_is_view("v"));
+  Tensor column = ds.column("v", 2, 9);
+  ASSERT_EQ(column.sizes(), IntArrayRef({7, 3}));
+  for (int64_t i = 0; i < 7; ++i) EXPECT_TRUE(column[i].equal(field_value(schema[0], i + 2)));
+}
+
+TEST(DatasetTest, ViewsOutliveTheDataset) {
+  TempDir dir;
+  Schema schema({Field::fixed("x", kFloat32, {8}), Field::bytes("b")});
+  for (const char* codec : {"none", "zstd"}) {
+    WriterOptions options;
+    options.codec = CodecSpec::parse(codec);
+    options.overwrite = true;
+    write_dataset(dir.file("v.mmt"), schema, 5, options);
+    Sample sample;
+    Tensor column;
+    {
+      Dataset ds = Dataset::open(dir.file("v.mmt"));
+      sample = ds.get(2);
+      column = ds.column("x");
+    }
+    EXPECT_TRUE(sample["x"].equal(field_value(schema[0], 2))) << codec;
+    EXPECT_TRUE(sample["b"].equal(field_value(schema[1], 2))) << codec;
+    EXPECT_TRUE(column[4].equal(field_value(schema[0], 4))) << codec;
+  }
+}
+
+TEST(DatasetTest, CompressedViewsKeepTheirChunkAfterEviction) {
+  TempDir dir;
+  Schema schema({Field::fixed("x", kInt64, {16})});
+  WriterOptions options;
+  options.codec = CodecSpec::parse("lz4");
+  options.chunk_records = 2;
+  write_dataset(dir.file("e.mmt"), schema, 20, options);
+  ReaderOptions reader;
+  reader.cache_bytes = 300;  // one chunk of 256 bytes
+  Dataset ds = Dataset::open(dir.file("e.mmt"), reader);
+  Tensor first = ds.get(0, "x");
+  for (int64_t i = 2; i < 20; ++i) ds.get(i);  // evicts chunk 0 many times over
+  EXPECT_GT(ds.cache_stats().evictions, 0);
+  EXPECT_LE(ds.cache_stats().bytes_cached, 300);
+  EXPECT_TRUE(first.equal(field_value(schema[0], 0)));
+}
+
+TEST(DatasetTest, ConcurrentReadersOnACompressedFileWithATinyCache) {
+  TempDir dir;
+  Schema schema({Field::fixed("x", kInt32, {32}), Field::bytes("b")});
+  WriterOptions options;
+  options.codec = CodecSpec::parse("zstd");
+  options.chunk_records = 8;
+  write_dataset(dir.file("mt.mmt"), schema, 400, options);
+  ReaderOptions reader;
+  reader.cache_bytes = 2048;  // about two chunks for eight threads
+  Dataset ds = Dataset::open(dir.file("mt.mmt"), reader);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      for (int k = 0; k < 500; ++k) {
+        int64_t i = static_cast<int64_t>(rng() % 400);
+        Sample s = ds.get(i);
+        if (!s["x"].equal(field_value(schema[0], i)) || !s["b"].equal(field_value(schema[1], i))) ++failures;
+        if (k % 50 == 0) {
+          std::vector<int64_t> idx{i, (i + 7) % 400, (i + 100) % 400};
+          Tensor batch = ds.get_batch(idx, "x", 2);
+          for (size_t b = 0; b < idx.size(); ++b)
+            if (!batch[static_cast<int64_t>(b)].equal(field_value(schema[0], idx[b]))) ++failures;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  CacheStats stats = ds.cache_stats();
+  EXPECT_LE(stats.bytes_cached, 2048);
+  EXPECT_GT(stats.evictions, 0);
+}
+
+TEST(DatasetTest, GetBatchMatchesGetForEveryLayout) {
+  TempDir dir;
+  Schema schema({Field::fixed("image", kUInt8, {3, 8, 8}), Field::fixed("y", kFloat32, {2})});
+  for (const char* codec : {"none", "lz4"}) {
+    WriterOptions options;
+    options.codec = CodecSpec::parse(codec);
+    options.chunk_records = 16;
+    options.overwrite = true;
+    write_dataset(dir.file("b.mmt"), schema, 100, options);
+    Dataset ds = Dataset::open(dir.file("b.mmt"));
+    std::vector<int64_t> indices{99, 0, 5, 5, -1, 42, 17, 63};
+    auto expect_rows = [&](const Tensor& out, const std::string& field, size_t f) {
+      for (size_t b = 0; b < indices.size(); ++b) {
+        int64_t i = indices[b] < 0 ? indices[b] + 100 : indices[b];
+        ASSERT_TRUE(out[static_cast<int64_t>(b)].equal(field_value(schema[f], i))) << codec << " " << field << " " << b;
+      }
+    };
+    expect_rows(ds.get_batch(indices, "image"), "image", 0);
+    expect_rows(ds.get_batch(indices, "y", 2), "y", 1);
+    // A channels-last output buffer: the strided-copy path.
+    Tensor cl = empty({8, 3, 8, 8}, kUInt8, kCPU, MemoryFormat::ChannelsLast);
+    ds.get_batch(indices, "image", cl, 2);
+    expect_rows(cl, "image", 0);
+    // Every other row of a larger buffer.
+    Tensor big = zeros({16, 2}, kFloat32);
+    Tensor rows = big.slice(0, 0, 16, 2);
+    ds.get_batch(indices, "y", rows);
+    expect_rows(rows, "y", 1);
+  }
+}
+
+TEST(DatasetTest, GetBatchSplitsLargeBatchesAcrossThreads) {
+  TempDir dir;
+  Schema schema({Field::fixed("v", kUInt8, {4096})});
+  WriterOptions options;
+  write_dataset(dir.file("t.mmt"), schema, 300, options);
+  Dataset ds = Dataset::open(dir.file("t.mmt"));
+  std::vector<int64_t> indices;
+  std::mt19937 rng(3);
+  for (int b = 0; b < 256; ++b) indices.push_back(static_cast<int64_t>(rng() % 300));
+  Tensor out = ds.get_batch(indices, "v", 4);
+  for (size_t b = 0; b < indices.size(); ++b)
+    ASSERT_TRUE(out[static_cast<int64_t>(b)].equal(field_value(schema[0], indices[b])));
+}
+
+TEST(DatasetTest, ErrorsNameWhatIsWrong) {
+  TempDir dir;
+  Schema schema({Field::fixed("image", kUInt8, {2, 2}), Field::fixed("label", kInt64, {}), Field::bytes("raw")});
+  write_dataset(dir.file("err.mmt"), schema, 10, {});
+  Dataset ds = Dataset::open(dir.file("err.mmt"));
+  try {
+    ds.get(10);
+    FAIL();
+  } catch (const IndexError& e) {
+    EXPECT_NE(std::string(e.what()).find("record index 10 is out of range for a dataset of 10 records"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ds.get(-11), IndexError);
+  try {
+    ds.get(0, "imgae");
+    FAIL();
+  } catch (const ValueError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("unknown field 'imgae'"), std::string::npos) << message;
+    EXPECT_NE(message.find("'image', 'label', 'raw'"), std::string::npos) << message;
+  }
+  EXPECT_THROW(ds.get(0)["nope"], ValueError);
+  std::vector<int64_t> indices{1, 2};
+  try {
+    ds.get_batch(indices, "image", empty({2, 2, 2}, kFloat32));
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("uint8"), std::string::npos) << e.what();
+  }
+  try {
+    ds.get_batch(indices, "image", empty({2, 4}, kUInt8));
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("[2, 2, 2]"), std::string::npos) << e.what();
+  }
+  std::vector<int64_t> bad{1, 10};
+  EXPECT_THROW(ds.get_batch(bad, "label"), IndexError);
+  EXPECT_THROW(ds.get_batch(indices, "raw"), ValueError);
+  EXPECT_THROW(ds.column("raw"), ValueError);
+  EXPECT_THROW(ds.chunk(99), IndexError);
+  EXPECT_THROW(Dataset().size(), ValueError);
+  EXPECT_THROW(Dataset::open(dir.file("missing.mmt")), IoError);
+  EXPECT_THROW(Dataset::open(dir.path().string()), IoError);
+}
+
+TEST(DatasetTest, MetadataAndInfoRoundTrip) {
+  TempDir dir;
+  Schema schema({Field::fixed("x", kFloat32, {4})});
+  WriterOptions options;
+  options.metadata = {{"source", "unit test"}, {"license", "CC0"}};
+  options.codec = CodecSpec::parse("zstd:5");
+  options.chunk_records = 3;
+  DatasetWriter writer = DatasetWriter::create(dir.file("m.mmt"), schema, options);
+  writer.set_metadata("split", "train");
+  for (int64_t i = 0; i < 10; ++i) writer.append({field_value(schema[0], i)});
+  WriteStats stats = writer.finish();
+  EXPECT_EQ(stats.records, 10);
+  EXPECT_EQ(stats.chunks, 4);
+  Dataset ds = Dataset::open(dir.file("m.mmt"));
+  EXPECT_EQ(ds.metadata().at("source"), "unit test");
+  EXPECT_EQ(ds.metadata().at("split"), "train");
+  DatasetInfo info = ds.info();
+  EXPECT_EQ(info.format_version, 1u);
+  EXPECT_EQ(info.records, 10);
+  EXPECT_EQ(info.chunks, 4);
+  EXPECT_EQ(info.codec, CodecSpec::parse("zstd:5"));
+  EXPECT_EQ(info.decoded_bytes, 10 * 16);
+  EXPECT_EQ(info.file_bytes, static_cast<int64_t>(std::filesystem::file_size(dir.file("m.mmt"))));
+  EXPECT_EQ(stats.bytes_out, info.file_bytes);
+}
+
+TEST(DatasetTest, PrefetchAndAdviceAreHarmlessHints) {
+  TempDir dir;
+  Schema schema({Field::fixed("x", kFloat32, {256})});
+  write_dataset(dir.file("p.mmt"), schema, 64, {});
+  Dataset ds = Dataset::open(dir.file("p.mmt"));
+  std::vector<int64_t> indices{0, 1, 2, 40, 63};
+  ds.prefetch(indices);
+  ds.advise(AccessAdvice::Sequential);
+  expect_all_records(ds, schema, 64);
+  std::vector<int64_t> bad{64};
+  EXPECT_THROW(ds.prefetch(bad), IndexError);
+}
+
+TEST(DatasetTest, CopiesOfAHandleShareOneCache) {
+  TempDir dir;
+  Schema schema({Field::fixed("x", kFloat32, {4})});
+  WriterOptions options;
+  options.codec = CodecSpec::parse("lz4");
+  write_dataset(dir.file("h.mmt"), schema, 10, options);
+  Dataset a = Dataset::open(dir.file("h.mmt"));
+  Dataset b = a;
+  a.get(0);
+  b.get(1);
+  EXPECT_EQ(a.cache_stats().misses, 1);
+  EXPECT_EQ(b.cache_stats().hits, 1);
+}
+
+}  // namespace
+}  // namespace mmt
