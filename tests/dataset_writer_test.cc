@@ -1,0 +1,226 @@
+// DatasetWriter: what a user relies on besides the bytes: validation errors that name the
+// record and field, atomic publication, no leftovers, determinism across thread counts.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "mmtensor/dataset.h"
+#include "mmtensor/dataset_writer.h"
+#include "test_util.h"
+
+namespace mmt {
+namespace {
+
+using testing::TempDir;
+
+std::vector<std::string> folder_entries(const TempDir& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+Schema image_schema() {
+  return Schema({Field::fixed("image", kUInt8, {1, 28, 28}), Field::fixed("label", kInt64, {})});
+}
+
+void append_images(DatasetWriter& writer, int64_t count) {
+  for (int64_t i = 0; i < count; ++i)
+    writer.append({full({1, 28, 28}, static_cast<double>(i % 251), kUInt8), full({}, static_cast<double>(i), kInt64)});
+}
+
+TEST(DatasetWriterTest, ErrorsNameTheRecordAndField) {
+  TempDir dir;
+  DatasetWriter writer = DatasetWriter::create(dir.file("e.mmt"), image_schema());
+  append_images(writer, 17);
+  try {
+    writer.append({zeros({28, 28}, kUInt8), zeros({}, kInt64)});
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_STREQ(e.what(), "record 17, field 'image': expected shape [1, 28, 28], got [28, 28]");
+  }
+  try {
+    writer.append({zeros({1, 28, 28}, kUInt8), zeros({}, kInt32)});
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_STREQ(e.what(), "record 17, field 'label': expected dtype int64, got int32");
+  }
+  EXPECT_THROW(writer.append({zeros({1, 28, 28}, kUInt8)}), ValueError);
+  EXPECT_THROW(writer.append({{"image", zeros({1, 28, 28}, kUInt8)}}), ValueError);  // label missing
+  try {
+    writer.append({{"image", zeros({1, 28, 28}, kUInt8)}, {"label", zeros({}, kInt64)}, {"lable", zeros({}, kInt64)}});
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown field 'lable'"), std::string::npos) << e.what();
+  }
+  // A refused record leaves the writer usable.
+  writer.append({{"image", full({1, 28, 28}, 5, kUInt8)}, {"label", full({}, 17, kInt64)}});
+  writer.finish();
+  Dataset ds = Dataset::open(dir.file("e.mmt"));
+  ASSERT_EQ(ds.size(), 18);
+  EXPECT_EQ(ds.get(17, "label").item<int64_t>(), 17);
+  EXPECT_EQ(ds.get(17, "image").at<uint8_t>({0, 3, 3}), 5);
+}
+
+TEST(DatasetWriterTest, RaggedShapeChecksKeepFixedDims) {
+  TempDir dir;
+  DatasetWriter writer = DatasetWriter::create(dir.file("r.mmt"), Schema({Field::ragged("pts", kFloat32, {kVariableDim, 3})}));
+  writer.append({zeros({5, 3}, kFloat32)});
+  writer.append({zeros({0, 3}, kFloat32)});
+  try {
+    writer.append({zeros({5, 4}, kFloat32)});
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_STREQ(e.what(), "record 2, field 'pts': expected shape [-1, 3], got [5, 4]");
+  }
+  writer.finish();
+  Dataset ds = Dataset::open(dir.file("r.mmt"));
+  EXPECT_EQ(ds.get(0, "pts").sizes(), IntArrayRef({5, 3}));
+  EXPECT_EQ(ds.get(1, "pts").sizes(), IntArrayRef({0, 3}));
+}
+
+TEST(DatasetWriterTest, ExistingTargetIsKeptWithoutOverwrite) {
+  TempDir dir;
+  const std::string path = dir.file("d.mmt");
+  { std::ofstream(path) << "precious"; }
+  try {
+    DatasetWriter::create(path, image_schema());
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(file_bytes(path), "precious");
+  EXPECT_EQ(folder_entries(dir), std::vector<std::string>{"d.mmt"});
+
+  WriterOptions options;
+  options.overwrite = true;
+  DatasetWriter writer = DatasetWriter::create(path, image_schema(), options);
+  append_images(writer, 3);
+  EXPECT_EQ(file_bytes(path), "precious");  // untouched until finish()
+  writer.finish();
+  EXPECT_EQ(Dataset::open(path).size(), 3);
+  EXPECT_EQ(folder_entries(dir), std::vector<std::string>{"d.mmt"});
+}
+
+TEST(DatasetWriterTest, TargetAppearingDuringTheWriteIsNotClobbered) {
+  TempDir dir;
+  const std::string path = dir.file("race.mmt");
+  DatasetWriter writer = DatasetWriter::create(path, image_schema());
+  append_images(writer, 2);
+  { std::ofstream(path) << "someone else's"; }
+  EXPECT_THROW(writer.finish(), IoError);
+  EXPECT_EQ(file_bytes(path), "someone else's");
+  EXPECT_EQ(folder_entries(dir), std::vector<std::string>{"race.mmt"});
+}
+
+TEST(DatasetWriterTest, DestroyedOrAbortedWriterLeavesNothing) {
+  TempDir dir;
+  {
+    DatasetWriter writer = DatasetWriter::create(dir.file("gone.mmt"), image_schema());
+    append_images(writer, 1000);
+    EXPECT_EQ(folder_entries(dir).size(), 1u);  // the temporary file
+    EXPECT_NE(folder_entries(dir)[0].find("gone.mmt.tmp-"), std::string::npos);
+  }
+  EXPECT_TRUE(folder_entries(dir).empty());
+  WriterOptions options;
+  options.codec = CodecSpec::parse("zstd");
+  DatasetWriter writer = DatasetWriter::create(dir.file("aborted.mmt"), image_schema(), options);
+  append_images(writer, 1000);
+  writer.abort();
+  EXPECT_TRUE(folder_entries(dir).empty());
+  EXPECT_THROW(append_images(writer, 1), ValueError);
+  EXPECT_THROW(writer.finish(), ValueError);
+}
+
+TEST(DatasetWriterTest, FinishTwiceAndMovedFromWritersFailClearly) {
+  TempDir dir;
+  DatasetWriter writer = DatasetWriter::create(dir.file("f.mmt"), image_schema());
+  append_images(writer, 2);
+  DatasetWriter moved = std::move(writer);
+  EXPECT_THROW(writer.finish(), ValueError);
+  moved.finish();
+  try {
+    moved.finish();
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("finished"), std::string::npos);
+  }
+  EXPECT_EQ(Dataset::open(dir.file("f.mmt")).size(), 2);
+}
+
+TEST(DatasetWriterTest, BadOptionsAreRefusedBeforeAnyFileExists) {
+  TempDir dir;
+  auto with = [](auto change) {
+    WriterOptions o;
+    change(o);
+    return o;
+  };
+  EXPECT_THROW(DatasetWriter::create(dir.file("a.mmt"), image_schema(), with([](auto& o) { o.alignment = 100; })), ValueError);
+  EXPECT_THROW(DatasetWriter::create(dir.file("a.mmt"), image_schema(), with([](auto& o) { o.alignment = 32; })), ValueError);
+  EXPECT_THROW(DatasetWriter::create(dir.file("a.mmt"), image_schema(), with([](auto& o) { o.chunk_bytes = 0; })), ValueError);
+  EXPECT_THROW(DatasetWriter::create(dir.file("a.mmt"), image_schema(), with([](auto& o) { o.chunk_records = -1; })), ValueError);
+  EXPECT_THROW(DatasetWriter::create(dir.file("a.mmt"), image_schema(),
+                                     with([](auto& o) { o.codec = CodecSpec{Codec::Zstd, 99}; })), ValueError);
+  EXPECT_THROW(DatasetWriter::create(dir.file("a.mmt"), Schema()), ValueError);
+  EXPECT_THROW(DatasetWriter::create(dir.file("no/such/folder/a.mmt"), image_schema()), IoError);
+  EXPECT_TRUE(folder_entries(dir).empty());
+}
+
+TEST(DatasetWriterTest, OutputDoesNotDependOnCompressionThreads) {
+  TempDir dir;
+  Schema schema({Field::fixed("x", kFloat32, {64}), Field::bytes("b")});
+  for (int threads : {1, 4}) {
+    WriterOptions options;
+    options.codec = CodecSpec::parse("zstd:3");
+    options.chunk_records = 10;
+    options.threads = threads;
+    DatasetWriter writer = DatasetWriter::create(dir.file("t" + std::to_string(threads) + ".mmt"), schema, options);
+    for (int64_t i = 0; i < 500; ++i)
+      writer.append({full({64}, static_cast<double>(i), kFloat32), full({i % 13}, static_cast<double>(i % 7), kUInt8)});
+    WriteStats stats = writer.finish();
+    EXPECT_EQ(stats.chunks, 50);
+    EXPECT_GT(stats.bytes_in, stats.bytes_out / 2);
+  }
+  // The writer string and everything else is deterministic: identical files.
+  EXPECT_EQ(file_bytes(dir.file("t1.mmt")), file_bytes(dir.file("t4.mmt")));
+}
+
+TEST(DatasetWriterTest, ChunkDataIsAlignedAndFixedValuesAre64Aligned) {
+  TempDir dir;
+  WriterOptions options;
+  options.alignment = 8192;
+  options.chunk_records = 16;  // 16 * 832 = 13312: not a multiple of 8192, so chunks are padded
+  DatasetWriter writer = DatasetWriter::create(dir.file("a.mmt"), image_schema(), options);
+  append_images(writer, 100);
+  writer.finish();
+  Dataset ds = Dataset::open(dir.file("a.mmt"));
+  EXPECT_FALSE(ds.column_is_view("image"));
+  for (int64_t c = 0; c < ds.num_chunks(); ++c) EXPECT_EQ(ds.chunk(c).file_offset % 8192, 0);
+  for (int64_t i = 0; i < 100; ++i)
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(ds.get(i, "image").data_ptr()) % 64, 0u);
+  EXPECT_EQ(ds.get(99, "label").item<int64_t>(), 99);
+}
+
+TEST(DatasetWriterTest, StatsAreReadableWhileWriting) {
+  TempDir dir;
+  DatasetWriter writer = DatasetWriter::create(dir.file("s.mmt"), image_schema());
+  append_images(writer, 10);
+  WriteStats stats = writer.stats();
+  EXPECT_EQ(stats.records, 10);
+  EXPECT_EQ(stats.bytes_in, 10 * (784 + 8));
+  EXPECT_EQ(writer.size(), 10);
+  EXPECT_EQ(writer.path(), dir.file("s.mmt"));
+  EXPECT_EQ(writer.schema(), image_schema());
+  writer.finish();
+}
+
+}  // namespace
+}  // namespace mmt

@@ -1,0 +1,192 @@
+// The writer's I/O seam under injected faults: whichever step fails, the target path holds
+// the old file or nothing, no temporary file is left, and the error names the step.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "file_io.h"
+#include "mmtensor/dataset.h"
+#include "mmtensor/dataset_writer.h"
+#include "test_util.h"
+
+namespace mmt {
+namespace {
+
+using io::Fault;
+using io::ScopedFault;
+using io::Step;
+using testing::TempDir;
+
+std::vector<std::string> folder_entries(const TempDir& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// Writes a small compressed dataset of `records` records (several chunks).
+void write_small(const std::string& path, int64_t records, bool overwrite) {
+  WriterOptions options;
+  options.codec = CodecSpec::parse("lz4");
+  options.chunk_records = 8;
+  options.threads = 2;
+  options.overwrite = overwrite;
+  options.alignment = 64;
+  DatasetWriter writer = DatasetWriter::create(path, Schema({Field::fixed("x", kInt64, {4}), Field::bytes("b")}), options);
+  for (int64_t i = 0; i < records; ++i) writer.append({full({4}, static_cast<double>(i), kInt64), full({i % 5}, 1, kUInt8)});
+  writer.finish();
+}
+
+TEST(FileIoTest, WritableFileWritesPadsAndRefusesExistingFiles) {
+  TempDir dir;
+  const std::string path = dir.file("f.bin");
+  io::WritableFile file = io::WritableFile::create(path);
+  file.write("abc", 3);
+  file.pad_to(8);
+  EXPECT_EQ(file.offset(), 8);
+  file.fsync();
+  file.close();
+  EXPECT_EQ(file_bytes(path), std::string("abc\0\0\0\0\0", 8));
+  EXPECT_THROW(io::WritableFile::create(path), IoError);
+  io::rename_file(path, dir.file("g.bin"), /*replace=*/false);
+  EXPECT_FALSE(io::path_exists(path));
+  io::fsync_parent_dir(dir.file("g.bin"));
+  io::remove_file(dir.file("g.bin"));
+  io::remove_file(dir.file("g.bin"));  // missing: not an error
+  EXPECT_EQ(io::parent_dir("a"), ".");
+  EXPECT_EQ(io::parent_dir("/a"), "/");
+  EXPECT_EQ(io::parent_dir("x/y/a"), "x/y");
+}
+
+TEST(FileIoTest, FaultInjectorFailsTheNthCallOnceOrForever) {
+  TempDir dir;
+  io::WritableFile file = io::WritableFile::create(dir.file("f.bin"));
+  {
+    ScopedFault fault({Step::Write, 2, false, EIO});
+    file.write("a", 1);
+    EXPECT_THROW(file.write("b", 1), IoError);
+    file.write("c", 1);
+    EXPECT_EQ(io::FaultInjector::calls(Step::Write), 3);
+  }
+  {
+    ScopedFault fault({Step::Write, 1, true, EIO});
+    EXPECT_THROW(file.write("d", 1), IoError);
+    EXPECT_THROW(file.write("e", 1), IoError);
+  }
+  file.write("f", 1);
+  {
+    ScopedFault fault({Step::Write, 1, false, ENOSPC});
+    try {
+      file.write("0123456789", 10);
+      FAIL();
+    } catch (const IoError& e) {
+      EXPECT_EQ(e.errno_value(), ENOSPC);
+      EXPECT_NE(std::string(e.what()).find("No space left on device"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(file.offset(), 3 + 5);  // the full disk took half of the last write
+  ScopedFault alloc({Step::Allocate, 1, false, ENOMEM});
+  EXPECT_THROW(io::allocate(100, "a test buffer"), IoError);
+  EXPECT_NE(io::allocate(100, "a test buffer"), nullptr);
+}
+
+struct StepCase {
+  Step step;
+  int errno_value;
+  const char* named;
+};
+
+class WriterFault : public ::testing::TestWithParam<StepCase> {};
+
+// Fails every call of the step in turn (1st, 2nd, ...) and checks what each failure leaves.
+TEST_P(WriterFault, OldFileOrNothingAndNoTemporary) {
+  const StepCase c = GetParam();
+  for (bool old_file : {false, true}) {
+    TempDir dir;
+    const std::string path = dir.file("d.mmt");
+    std::string old_bytes;
+    if (old_file) {
+      write_small(path, 3, false);
+      old_bytes = file_bytes(path);
+    }
+    int64_t calls = 0;
+    {
+      ScopedFault count({c.step, std::numeric_limits<int64_t>::max(), false, c.errno_value});
+      write_small(dir.file("count.mmt"), 40, false);
+      calls = io::FaultInjector::calls(c.step);
+      std::filesystem::remove(dir.file("count.mmt"));
+    }
+    ASSERT_GT(calls, 0);
+    for (int64_t nth = 1; nth <= calls; ++nth) {
+      SCOPED_TRACE(::testing::Message() << io::step_name(c.step) << " #" << nth << (old_file ? " over an old file" : ""));
+      bool failed = false;
+      {
+        ScopedFault fault({c.step, nth, false, c.errno_value});
+        try {
+          write_small(path, 40, /*overwrite=*/true);
+        } catch (const IoError& e) {
+          failed = true;
+          EXPECT_NE(std::string(e.what()).find(c.named), std::string::npos) << e.what();
+          EXPECT_EQ(e.errno_value(), c.errno_value);
+        }
+      }
+      ASSERT_TRUE(failed);
+      std::vector<std::string> entries = folder_entries(dir);
+      if (c.step == Step::DirFsync) {
+        // The rename already happened: the new, complete dataset is in place.
+        ASSERT_EQ(entries, std::vector<std::string>{"d.mmt"});
+        EXPECT_EQ(Dataset::open(path).size(), 40);
+        std::filesystem::remove(path);
+        if (old_file) {
+          std::ofstream(path, std::ios::binary) << old_bytes;
+        }
+      } else if (old_file) {
+        ASSERT_EQ(entries, std::vector<std::string>{"d.mmt"});
+        EXPECT_EQ(file_bytes(path), old_bytes);
+      } else {
+        ASSERT_TRUE(entries.empty()) << entries[0];
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, WriterFault,
+                         ::testing::Values(StepCase{Step::Open, EACCES, "create of "},
+                                           StepCase{Step::Write, EIO, "write of "},
+                                           StepCase{Step::Write, ENOSPC, "No space left on device"},
+                                           StepCase{Step::Fsync, EIO, "fsync of "},
+                                           StepCase{Step::Rename, EXDEV, "rename of "},
+                                           StepCase{Step::DirFsync, EIO, "folder fsync of "},
+                                           StepCase{Step::Allocate, ENOMEM, "allocation of "}),
+                         [](const auto& info) {
+                           std::string name = io::step_name(info.param.step);
+                           for (char& ch : name)
+                             if (ch == ' ') ch = '_';
+                           return name + "_" + std::to_string(info.param.errno_value);
+                         });
+
+TEST(FileIoTest, FailureForeverDuringAppendAbortsTheWriter) {
+  TempDir dir;
+  WriterOptions options;
+  options.chunk_records = 4;
+  DatasetWriter writer = DatasetWriter::create(dir.file("w.mmt"), Schema({Field::fixed("x", kInt64, {})}), options);
+  {
+    ScopedFault fault({Step::Write, 1, true, ENOSPC});
+    EXPECT_THROW(
+        for (int i = 0; i < 100; ++i) writer.append({full({}, i, kInt64)}), IoError);
+  }
+  EXPECT_TRUE(folder_entries(dir).empty());
+  EXPECT_THROW(writer.append({full({}, 1, kInt64)}), ValueError);  // aborted: says so
+}
+
+}  // namespace
+}  // namespace mmt
