@@ -1,0 +1,222 @@
+// Packing sources (arrays or a class folder) into a dataset, and checking a dataset against
+// them. See include/mmtensor/packer.h.
+#include "mmtensor/packer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "import_util.h"
+#include "mmtensor/idx_io.h"
+#include "mmtensor/numpy_io.h"
+
+namespace mmt {
+namespace {
+
+namespace fs = std::filesystem;
+using detail::str;
+
+enum class SourceKind { Npy, Npz, Idx };
+
+// The file's kind from its first bytes, so a misnamed file still loads; the extension decides
+// only when the bytes are no known magic (then the loader for that kind explains what is wrong).
+SourceKind sniff_kind(const std::string& path) {
+  detail::regular_file_size(path);  // IoError for a missing file or a folder, naming it
+  char magic[6] = {};
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    size_t got = std::fread(magic, 1, sizeof(magic), f);
+    std::fclose(f);
+    if (got == 6 && std::memcmp(magic, "\x93NUMPY", 6) == 0) return SourceKind::Npy;
+    if (got >= 4 && std::memcmp(magic, "PK\x03\x04", 4) == 0) return SourceKind::Npz;
+    if (got >= 4 && std::memcmp(magic, "PK\x05\x06", 4) == 0) return SourceKind::Npz;  // empty
+  }
+  if (path.ends_with(".npy")) return SourceKind::Npy;
+  if (path.ends_with(".npz")) return SourceKind::Npz;
+  return SourceKind::Idx;
+}
+
+// "NAME=PATH" when the part before the first '=' could be a field name (no '/'), else PATH.
+std::pair<std::string, std::string> split_spec(const std::string& spec) {
+  size_t eq = spec.find('=');
+  if (eq == std::string::npos || spec.substr(0, eq).find('/') != std::string::npos)
+    return {"", spec};
+  return {spec.substr(0, eq), spec.substr(eq + 1)};
+}
+
+std::string describe_sizes(IntArrayRef sizes) { return str(sizes); }
+
+// Exact bytes, so NaNs compare equal to themselves and -0.0 differs from 0.0.
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || !(a.sizes() == b.sizes())) return false;
+  if (a.numel() == 0) return true;
+  Tensor ca = a.contiguous(), cb = b.contiguous();
+  return std::memcmp(ca.data_ptr(), cb.data_ptr(), static_cast<size_t>(ca.nbytes())) == 0;
+}
+
+}  // namespace
+
+PackSources PackSources::from_arrays(std::span<const std::string> specs) {
+  MMT_CHECK(!specs.empty(), ValueError, "no inputs: give NAME=PATH.npy, PATH.npz or NAME=PATH (IDX)");
+  PackSources out;
+  std::vector<Field> fields;
+  auto add_column = [&](const std::string& name, Tensor t, const std::string& origin) {
+    MMT_CHECK(t.dim() >= 1, ValueError, origin, ": array '", name,
+              "' is 0-dimensional; packing needs a first dimension that indexes records");
+    for (size_t i = 0; i < fields.size(); ++i)
+      MMT_CHECK(fields[i].name != name, ValueError, "field '", name, "' is given twice (",
+                out.origins_[i], " and ", origin, ")");
+    if (!out.columns_.empty() && t.size(0) != out.records_)
+      throw ValueError(str("record counts disagree: ", origin, " has ", t.size(0),
+                           " records (first dimension of shape ", describe_sizes(t.sizes()),
+                           ") but ", out.origins_[0], " has ", out.records_));
+    out.records_ = t.size(0);
+    std::vector<int64_t> record_shape(t.sizes().begin() + 1, t.sizes().end());
+    fields.push_back(Field::fixed(name, t.dtype(), record_shape));
+    out.total_bytes_ += t.nbytes();
+    out.origins_.push_back(origin);
+    out.columns_.push_back(std::move(t));
+  };
+  for (const std::string& spec : specs) {
+    auto [name, path] = split_spec(spec);
+    MMT_CHECK(!path.empty(), ValueError, "input '", spec, "' has no path after '='");
+    SourceKind kind = sniff_kind(path);
+    if (kind == SourceKind::Npz) {
+      MMT_CHECK(name.empty(), ValueError, "input '", spec, "': an .npz names its own fields ",
+                "after its arrays; give it as a bare PATH, without NAME=");
+      for (NpzMember& m : load_npz(path))
+        add_column(m.name, std::move(m.array), str(m.name, "=", path));
+      continue;
+    }
+    MMT_CHECK(!name.empty(), ValueError, "input '", spec, "' needs a field name: write NAME=",
+              spec);
+    Tensor t = kind == SourceKind::Npy ? load_npy(path, /*mmap=*/true) : load_idx(path);
+    add_column(name, std::move(t), spec);
+  }
+  out.schema_ = Schema(std::move(fields));
+  return out;
+}
+
+PackSources PackSources::from_folder(const std::string& dir) {
+  std::error_code ec;
+  MMT_CHECK(fs::is_directory(dir, ec), IoError, dir, ": not a folder (",
+            ec ? ec.message() : std::string("it does not exist or is a file"), ")");
+  PackSources out;
+  std::vector<std::string> classes;
+  try {
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+      std::string leaf = entry.path().filename().string();
+      if (leaf.starts_with(".")) continue;
+      if (entry.is_directory()) {
+        classes.push_back(leaf);
+        continue;
+      }
+      throw ValueError(str(entry.path().string(), ": a file directly in ", dir,
+                           " has no class; put each file in a folder named after its class"));
+    }
+    std::sort(classes.begin(), classes.end());
+    for (size_t label = 0; label < classes.size(); ++label) {
+      std::vector<std::string> files;
+      for (const fs::directory_entry& entry :
+           fs::recursive_directory_iterator(fs::path(dir) / classes[label])) {
+        std::string leaf = entry.path().filename().string();
+        if (leaf.starts_with(".") || entry.is_directory()) continue;
+        MMT_CHECK(entry.is_regular_file(), IoError, entry.path().string(),
+                  ": not a regular file (a dangling link, a device or a pipe) and cannot be packed");
+        files.push_back(entry.path().string());
+      }
+      std::sort(files.begin(), files.end());
+      for (std::string& f : files) {
+        out.total_bytes_ += static_cast<int64_t>(fs::file_size(f)) + 8;
+        out.files_.push_back(std::move(f));
+        out.labels_.push_back(static_cast<int64_t>(label));
+      }
+    }
+  } catch (const fs::filesystem_error& e) {
+    throw IoError(str(dir, ": cannot list the folder: ", e.what()), e.code().value());
+  }
+  out.records_ = static_cast<int64_t>(out.files_.size());
+  out.schema_ = Schema({Field::bytes("data"), Field::fixed("label", kInt64, {})});
+  out.metadata_["classes"] = nlohmann::json(classes).dump();
+  out.metadata_["source"] = "folder";
+  out.origins_ = {str("data=", dir), str("label=", dir, " (class folders)")};
+  return out;
+}
+
+std::vector<Tensor> PackSources::record(int64_t index) const {
+  MMT_CHECK(index >= 0 && index < records_, IndexError, "record ", index, " is out of range for ",
+            records_, " records");
+  std::vector<Tensor> values;
+  if (!columns_.empty()) {
+    values.reserve(columns_.size());
+    for (const Tensor& column : columns_) values.push_back(column.select(0, index));
+    return values;
+  }
+  UntypedStorage bytes = detail::read_file_bytes(files_[static_cast<size_t>(index)]);
+  int64_t n = bytes.nbytes();
+  values.push_back(Tensor(std::move(bytes), kUInt8, {n}));
+  values.push_back(full({}, static_cast<double>(labels_[static_cast<size_t>(index)]), kInt64));
+  return values;
+}
+
+WriteStats pack_dataset(const std::string& path, const PackSources& sources, PackOptions options) {
+  WriterOptions writer_options = options.writer;
+  Metadata metadata = sources.metadata();
+  for (auto& [key, value] : writer_options.metadata) metadata[key] = value;
+  writer_options.metadata = std::move(metadata);
+  DatasetWriter writer = DatasetWriter::create(path, sources.schema(), std::move(writer_options));
+  using Clock = std::chrono::steady_clock;
+  auto interval = std::chrono::duration<double>(options.progress_interval_seconds);
+  Clock::time_point last_report = Clock::now();
+  for (int64_t i = 0; i < sources.records(); ++i) {
+    if (options.cancel && options.cancel->load(std::memory_order_relaxed)) {
+      writer.abort();
+      throw PackCancelled(str("packing ", path, " was interrupted after ", i, " of ",
+                              sources.records(), " records; ", path, " was left as it was"));
+    }
+    std::vector<Tensor> values = sources.record(i);
+    writer.append(std::span<const Tensor>(values));
+    if (options.on_progress && (i & 63) == 0 && Clock::now() - last_report >= interval) {
+      options.on_progress(writer.stats());
+      last_report = Clock::now();
+    }
+  }
+  WriteStats stats = writer.finish();
+  if (options.on_progress) options.on_progress(stats);
+  return stats;
+}
+
+int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
+                             std::span<const int64_t> indices) {
+  const Schema& expected = sources.schema();
+  const Schema& actual = dataset.schema();
+  if (!(expected == actual)) {
+    std::string want, have;
+    for (const Field& f : expected) want += str(" ", f.name, ":", to_string(f.dtype), f.shape);
+    for (const Field& f : actual) have += str(" ", f.name, ":", to_string(f.dtype), f.shape);
+    throw FormatError(str(dataset.path(), ": schema differs from the sources: the sources give",
+                          want, "; the dataset has", have));
+  }
+  MMT_CHECK(dataset.size() == sources.records(), FormatError, dataset.path(), ": holds ",
+            dataset.size(), " records but the sources have ", sources.records());
+  auto check = [&](int64_t index) {
+    Sample sample = dataset.get(index);
+    std::vector<Tensor> values = sources.record(index);
+    for (size_t f = 0; f < values.size(); ++f) {
+      if (!same_bytes(sample[f], values[f]))
+        throw FormatError(str(dataset.path(), ": record ", index, ", field '", expected[f].name,
+                              "' differs from its source ", sources.origins()[f], " (dataset: ",
+                              to_string(sample[f].dtype()), sample[f].sizes(), ", source: ",
+                              to_string(values[f].dtype()), values[f].sizes(), ")"));
+    }
+  };
+  if (indices.empty()) {
+    for (int64_t i = 0; i < dataset.size(); ++i) check(i);
+    return dataset.size();
+  }
+  for (int64_t i : indices) check(i);
+  return static_cast<int64_t>(indices.size());
+}
+
+}  // namespace mmt

@@ -1,0 +1,91 @@
+// Packing: building a dataset from the files users already have, and checking a dataset
+// against them. This is what `mmt pack` and `mmt verify --against` run; it is a library API
+// so a program can do the same without the command.
+//
+// Sources. Either named arrays whose first dimension is the record dimension:
+//   "NAME=PATH.npy"   one field (mapped, not read, when the file allows it)
+//   "PATH.npz"        one field per array of the archive, named as in it
+//   "NAME=PATH"       an IDX file, gzip-compressed or not (MNIST's train-images-idx3-ubyte.gz)
+// whose record counts must agree; or a class folder (ImageFolder's convention): one record
+// per file under DIR/CLASS/..., field "data" holding the file's bytes (uint8, variable
+// length) and field "label" (int64) the index of CLASS among the sorted class names, which
+// are stored in the metadata key "classes" as a JSON list.
+//
+// Failure. Loading sources throws the importers' errors (IoError, FormatError) naming the
+// file, and ValueError for sources that do not fit together (record counts, duplicate names,
+// 0-d arrays). pack_dataset() writes through DatasetWriter, so an error or a cancellation
+// leaves the output path as it was (the old file, or nothing).
+//
+// Thread safety: a PackSources may be read from many threads once built.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mmtensor/dataset.h"
+#include "mmtensor/dataset_writer.h"
+#include "mmtensor/schema.h"
+#include "mmtensor/tensor.h"
+
+namespace mmt {
+
+// Raised by pack_dataset() when its cancel flag is set; the output path is left as it was.
+class PackCancelled : public Error {
+ public:
+  using Error::Error;
+};
+
+class PackSources {
+ public:
+  // Arrays given as "NAME=PATH" or "PATH.npz" specs (see above).
+  static PackSources from_arrays(std::span<const std::string> specs);
+  // A class folder; files whose names start with '.' are skipped, and a file directly in
+  // DIR (not in a class folder) is refused.
+  static PackSources from_folder(const std::string& dir);
+
+  int64_t records() const { return records_; }
+  const Schema& schema() const { return schema_; }
+  const Metadata& metadata() const { return metadata_; }
+  // Bytes of all record values, for progress and throughput figures.
+  int64_t total_bytes() const { return total_bytes_; }
+  // Where each field comes from ("images=train-images-idx3-ubyte.gz"), in schema order.
+  const std::vector<std::string>& origins() const { return origins_; }
+  // The values of record `index`, one per field in schema order (views of the sources for
+  // arrays; the file's bytes, read now, for a folder). Throws IoError for an unreadable file.
+  std::vector<Tensor> record(int64_t index) const;
+
+ private:
+  int64_t records_ = 0;
+  int64_t total_bytes_ = 0;
+  Schema schema_;
+  Metadata metadata_;
+  std::vector<std::string> origins_;
+  std::vector<Tensor> columns_;        // arrays: [records, ...field shape]
+  std::vector<std::string> files_;     // folder: one path per record
+  std::vector<int64_t> labels_;        // folder: the class index of each file
+};
+
+struct PackOptions {
+  WriterOptions writer;
+  // Called from the packing thread about every progress_interval_seconds, and once at the end.
+  std::function<void(const WriteStats&)> on_progress;
+  double progress_interval_seconds = 0.1;
+  // When set and it becomes true, packing stops, the writer is aborted and PackCancelled thrown.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+// Writes every record of `sources` to a new dataset at `path` and returns the writer's final
+// figures. The sources' metadata is stored with options.writer.metadata added over it.
+WriteStats pack_dataset(const std::string& path, const PackSources& sources, PackOptions options);
+
+// Compares records of `dataset` with `sources` (schema and values); `indices` empty means
+// every record. Throws FormatError naming the first record and field that differ. Returns the
+// number of records compared.
+int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
+                             std::span<const int64_t> indices = {});
+
+}  // namespace mmt

@@ -1,0 +1,459 @@
+// The `mmt` command end to end: pack then export/get gives the inputs back for every input
+// kind and codec; bad input gives a clear message, a non-zero exit and nothing new at the
+// output path (missing files, mismatched counts, unsupported dtypes, corrupt headers, wrong
+// magics, unreadable folder files, an existing output, a full disk, Ctrl-C).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <set>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "file_io.h"
+#include "importer_test_util.h"
+#include "mmtensor/dataset.h"
+#include "mmtensor/idx_io.h"
+#include "mmtensor/numpy_io.h"
+#include "mmtensor/packer.h"
+
+namespace mmt {
+namespace {
+
+namespace fs = std::filesystem;
+using testutil::Bytes;
+using testutil::TempFolder;
+
+const std::string kMmt = std::string(MMT_BINARY_DIR) + "/mmt";
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+struct RunOptions {
+  int64_t file_size_limit_bytes = -1;  // RLIMIT_FSIZE in the child: a "full disk"
+  int interrupt_after_ms = -1;         // send SIGINT this long after the start
+};
+
+std::string slurp(const std::string& path) {
+  Bytes b = testutil::read_file(path);
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+// Runs the built mmt with `args`, capturing stdout and stderr.
+RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {}) {
+  TempFolder capture;
+  std::string out_path = capture / "out", err_path = capture / "err";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    if (options.file_size_limit_bytes >= 0) {
+      // Writes past the limit then fail with EFBIG instead of killing the process.
+      ::signal(SIGXFSZ, SIG_IGN);
+      struct rlimit limit {};
+      limit.rlim_cur = limit.rlim_max = static_cast<rlim_t>(options.file_size_limit_bytes);
+      ::setrlimit(RLIMIT_FSIZE, &limit);
+    }
+    std::vector<char*> argv{const_cast<char*>(kMmt.c_str())};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(kMmt.c_str(), argv.data());
+    ::_exit(127);
+  }
+  if (options.interrupt_after_ms >= 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(options.interrupt_after_ms));
+    ::kill(pid, SIGINT);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  RunResult result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = slurp(out_path);
+  result.err = slurp(err_path);
+  return result;
+}
+
+class MmtCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kMmt)) GTEST_SKIP() << kMmt << " is not built";
+  }
+  // Every file in the test folder, so a test can check that nothing new appeared.
+  std::set<std::string> listing() const {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_.path())) names.insert(e.path().filename());
+    return names;
+  }
+  std::string path(const std::string& name) const { return dir_ / name; }
+  void save(const std::string& name, const Tensor& t) { save_npy(path(name), t); }
+
+  TempFolder dir_;
+};
+
+// `count` records of `dtype` values 0, 1, 2, ... shaped [count, ...record_shape].
+Tensor records(ScalarType dtype, int64_t count, std::vector<int64_t> record_shape) {
+  std::vector<int64_t> sizes{count};
+  sizes.insert(sizes.end(), record_shape.begin(), record_shape.end());
+  Tensor out = empty(sizes, dtype);
+  int64_t n = out.numel();
+  Tensor source = arange(n, kFloat64);
+  if (dtype == kBool || dtype == kUInt8 || dtype == kInt8) {
+    for (int64_t i = 0; i < n; ++i) source.set<double>({i}, static_cast<double>(i % (dtype == kBool ? 2 : 100)));
+  }
+  out.copy_(source.view(sizes));
+  return out;
+}
+
+#define EXPECT_FAILS_WITH(result, fragment)                                         \
+  do {                                                                               \
+    EXPECT_NE((result).exit_code, 0);                                                \
+    EXPECT_NE((result).err.find(fragment), std::string::npos) << (result).err;       \
+  } while (0)
+
+TEST_F(MmtCli, HelpForEverySubcommand) {
+  RunResult top = run_mmt({"--help"});
+  EXPECT_EQ(top.exit_code, 0);
+  for (const char* sub : {"pack", "info", "verify", "get", "export", "bench"}) {
+    EXPECT_NE(top.out.find(sub), std::string::npos) << sub;
+    RunResult r = run_mmt({sub, "--help"});
+    EXPECT_EQ(r.exit_code, 0) << sub;
+    EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub << ": " << r.out;
+  }
+  EXPECT_NE(run_mmt({}).exit_code, 0);
+  EXPECT_NE(run_mmt({"frobnicate"}).exit_code, 0);
+}
+
+TEST_F(MmtCli, NpyRoundTripForEveryDtypeAndCodec) {
+  const ScalarType types[] = {kBool, kUInt8, kInt8, kInt16, kUInt16, kInt32,
+                              kUInt32, kInt64, kUInt64, kFloat16, kFloat32, kFloat64};
+  std::vector<std::string> inputs;
+  std::vector<std::pair<std::string, Tensor>> originals;
+  for (ScalarType t : types) {
+    std::string name = "f_" + std::string(to_string(t));
+    Tensor values = records(t, 9, {2, 3});
+    save(name + ".npy", values);
+    inputs.push_back(name + "=" + path(name + ".npy"));
+    originals.push_back({name, values});
+  }
+  // A Fortran-order source (non-contiguous once loaded) and a big-endian one.
+  testutil::write_file(path("fortran.npy"),
+                       testutil::npy_file("<i4", true, "(9, 2)",
+                                          testutil::element_bytes(std::vector<int32_t>{
+                                              0, 2, 4, 6, 8, 10, 12, 14, 16, 1, 3, 5, 7, 9, 11, 13, 15, 17}, false)));
+  inputs.push_back("fortran=" + path("fortran.npy"));
+  originals.push_back({"fortran", arange(18, kInt32).view({9, 2})});
+  testutil::write_file(path("big.npy"),
+                       testutil::npy_file(">f8", false, "(9,)",
+                                          testutil::element_bytes(std::vector<double>{0, 1, 2, 3, 4, 5, 6, 7, 8}, true)));
+  inputs.push_back("big=" + path("big.npy"));
+  originals.push_back({"big", arange(9, kFloat64)});
+
+  for (const char* codec : {"none", "lz4", "zstd:5"}) {
+    SCOPED_TRACE(codec);
+    std::string out = path(std::string("all-") + codec + ".mmt");
+    std::vector<std::string> args{"pack", out};
+    args.insert(args.end(), inputs.begin(), inputs.end());
+    args.insert(args.end(), {"--codec", codec, "--chunk-bytes", "256"});
+    RunResult packed = run_mmt(args);
+    ASSERT_EQ(packed.exit_code, 0) << packed.err;
+    EXPECT_NE(packed.out.find("packed 9 records (14 fields)"), std::string::npos) << packed.out;
+
+    std::string export_dir = path(std::string("export-") + codec);
+    RunResult exported = run_mmt({"export", out, export_dir});
+    ASSERT_EQ(exported.exit_code, 0) << exported.err;
+    for (const auto& [name, original] : originals) {
+      Tensor back = load_npy(export_dir + "/" + name + ".npy");
+      EXPECT_TRUE(back.equal(original.contiguous())) << name;
+      EXPECT_TRUE(back.is_contiguous());
+    }
+    RunResult got = run_mmt({"get", out, "4", "--field", "fortran", "--npy", path("one.npy")});
+    ASSERT_EQ(got.exit_code, 0) << got.err;
+    EXPECT_TRUE(load_npy(path("one.npy")).equal(arange(18, kInt32).view({9, 2})[4]));
+    RunResult verified = run_mmt({"verify", out, "--against"});
+    EXPECT_NE(verified.exit_code, 0) << "--against needs inputs";
+    std::vector<std::string> verify_args{"verify", out, "--against"};
+    verify_args.insert(verify_args.end(), inputs.begin(), inputs.end());
+    RunResult ok = run_mmt(verify_args);
+    EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  }
+}
+
+TEST_F(MmtCli, ExportIsByteForByteWhatNumpyWrites) {
+  Tensor images = records(kUInt8, 5, {4, 4});
+  save("images.npy", images);
+  ASSERT_EQ(run_mmt({"pack", path("x.mmt"), "images=" + path("images.npy"), "--codec", "lz4"}).exit_code, 0);
+  ASSERT_EQ(run_mmt({"export", path("x.mmt"), path("back")}).exit_code, 0);
+  EXPECT_EQ(testutil::read_file(path("back/images.npy")), testutil::read_file(path("images.npy")));
+  // An existing export is not replaced without --force.
+  EXPECT_FAILS_WITH(run_mmt({"export", path("x.mmt"), path("back")}), "already exists");
+  EXPECT_EQ(run_mmt({"export", path("x.mmt"), path("back"), "--force"}).exit_code, 0);
+}
+
+TEST_F(MmtCli, NpzInputsStoredAndDeflated) {
+  for (bool deflate : {false, true}) {
+    SCOPED_TRACE(deflate);
+    Tensor x = records(kFloat32, 6, {3});
+    Tensor y = records(kInt64, 6, {});
+    testutil::write_file(path("in.npz"), testutil::zip_archive({{"x.npy", npy_bytes(x), deflate},
+                                                                {"y.npy", npy_bytes(y), deflate}}));
+    std::string out = path(deflate ? "d.mmt" : "s.mmt");
+    RunResult packed = run_mmt({"pack", out, path("in.npz"), "--codec", "zstd"});
+    ASSERT_EQ(packed.exit_code, 0) << packed.err;
+    Dataset ds = Dataset::open(out);
+    ASSERT_EQ(ds.schema().size(), 2u);
+    EXPECT_EQ(ds.schema()[0].name, "x");
+    EXPECT_TRUE(ds.column("x").equal(x));
+    EXPECT_TRUE(ds.column("y").equal(y));
+  }
+}
+
+TEST_F(MmtCli, IdxPlainAndGzipRoundTrip) {
+  Bytes images = {std::byte{0}, std::byte{0}, std::byte{0x08}, std::byte{3}};
+  for (uint32_t d : {5u, 3u, 2u})
+    for (int s = 24; s >= 0; s -= 8) images.push_back(std::byte((d >> s) & 0xFF));
+  for (int i = 0; i < 30; ++i) images.push_back(std::byte(i * 3));
+  Bytes labels = {std::byte{0}, std::byte{0}, std::byte{0x0C}, std::byte{1},
+                  std::byte{0}, std::byte{0}, std::byte{0}, std::byte{5}};
+  testutil::append(labels, testutil::element_bytes(std::vector<int32_t>{9, 8, -7, 6, 5}, true));
+  testutil::write_file(path("images-idx3-ubyte"), images);
+  testutil::write_file(path("labels-idx1-int.gz"), testutil::gzip_bytes(labels));
+  std::vector<std::string> inputs{"image=" + path("images-idx3-ubyte"), "label=" + path("labels-idx1-int.gz")};
+  std::vector<std::string> args{"pack", path("m.mmt")};
+  args.insert(args.end(), inputs.begin(), inputs.end());
+  ASSERT_EQ(run_mmt(args).exit_code, 0);
+  Dataset ds = Dataset::open(path("m.mmt"));
+  EXPECT_TRUE(ds.column("image").equal(load_idx(path("images-idx3-ubyte"))));
+  EXPECT_EQ(ds.get(2, "label").item<int>(), -7);
+  std::vector<std::string> verify{"verify", path("m.mmt"), "--samples", "3", "--against"};
+  verify.insert(verify.end(), inputs.begin(), inputs.end());
+  RunResult ok = run_mmt(verify);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("3 random records equal their sources"), std::string::npos) << ok.out;
+  // Checking against other inputs names the record and field that differ.
+  Bytes other = images;
+  other.back() = std::byte{1};
+  testutil::write_file(path("other-idx3-ubyte"), other);
+  RunResult differs = run_mmt({"verify", path("m.mmt"), "--against", "image=" + path("other-idx3-ubyte"),
+                               "label=" + path("labels-idx1-int.gz")});
+  EXPECT_FAILS_WITH(differs, "record 4, field 'image' differs");
+}
+
+TEST_F(MmtCli, ZeroOneAndChunkSizedRecords) {
+  save("empty.npy", empty({0, 3}, kFloat32));
+  RunResult zero = run_mmt({"pack", path("zero.mmt"), "x=" + path("empty.npy")});
+  ASSERT_EQ(zero.exit_code, 0) << zero.err;
+  EXPECT_EQ(Dataset::open(path("zero.mmt")).size(), 0);
+  ASSERT_EQ(run_mmt({"export", path("zero.mmt"), path("zero")}).exit_code, 0);
+  EXPECT_EQ(load_npy(path("zero/x.npy")).sizes(), IntArrayRef({0, 3}));
+
+  save("one.npy", records(kInt16, 1, {5}));
+  ASSERT_EQ(run_mmt({"pack", path("one.mmt"), "x=" + path("one.npy"), "--codec", "lz4"}).exit_code, 0);
+  ASSERT_EQ(run_mmt({"export", path("one.mmt"), path("one")}).exit_code, 0);
+  EXPECT_TRUE(load_npy(path("one/x.npy")).equal(records(kInt16, 1, {5})));
+
+  // Each record is 40 kB, ten times the chunk target.
+  Tensor big = records(kFloat64, 4, {5000});
+  save("big.npy", big);
+  for (const char* codec : {"none", "zstd"}) {
+    std::string out = path(std::string("big-") + codec + ".mmt");
+    ASSERT_EQ(run_mmt({"pack", out, "x=" + path("big.npy"), "--chunk-bytes", "4K", "--codec", codec}).exit_code, 0);
+    EXPECT_TRUE(Dataset::open(out).column("x").equal(big)) << codec;
+  }
+}
+
+TEST_F(MmtCli, FolderOfClassesPacksBytesAndLabels) {
+  fs::create_directories(path("imgs/cat"));
+  fs::create_directories(path("imgs/dog/nested"));
+  testutil::write_file(path("imgs/cat/b.jpg"), testutil::to_bytes("cat two"));
+  testutil::write_file(path("imgs/cat/a.jpg"), testutil::to_bytes("cat one!"));
+  testutil::write_file(path("imgs/dog/nested/z.jpg"), testutil::to_bytes(std::string(70000, 'z')));
+  testutil::write_file(path("imgs/dog/.hidden"), testutil::to_bytes("skipped"));
+  testutil::write_file(path("imgs/dog/empty.jpg"), {});
+  RunResult packed = run_mmt({"pack", path("f.mmt"), "--folder", path("imgs"), "--codec", "lz4", "--chunk-bytes", "16K"});
+  ASSERT_EQ(packed.exit_code, 0) << packed.err;
+  Dataset ds = Dataset::open(path("f.mmt"));
+  ASSERT_EQ(ds.size(), 4);
+  EXPECT_EQ(ds.metadata().at("classes"), R"(["cat","dog"])");
+  std::vector<std::pair<std::string, int>> expected{{"imgs/cat/a.jpg", 0}, {"imgs/cat/b.jpg", 0},
+                                                    {"imgs/dog/empty.jpg", 1}, {"imgs/dog/nested/z.jpg", 1}};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(ds.get(i, "label").item<int>(), expected[i].second) << i;
+    RunResult raw = run_mmt({"get", path("f.mmt"), std::to_string(i), "--field", "data", "--raw", path("raw.bin")});
+    ASSERT_EQ(raw.exit_code, 0) << raw.err;
+    EXPECT_EQ(testutil::read_file(path("raw.bin")), testutil::read_file(path(expected[i].first))) << i;
+  }
+  RunResult info = run_mmt({"info", path("f.mmt"), "--json"});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  nlohmann::json j = nlohmann::json::parse(info.out);
+  EXPECT_EQ(j["records"], 4);
+  EXPECT_EQ(j["fields"][0]["name"], "data");
+  EXPECT_EQ(j["fields"][0]["fixed"], false);
+  EXPECT_EQ(j["metadata"]["classes"], R"(["cat","dog"])");
+  EXPECT_EQ(run_mmt({"verify", path("f.mmt"), "--folder", path("imgs")}).exit_code, 0);
+  RunResult exported = run_mmt({"export", path("f.mmt"), path("fx")});
+  EXPECT_EQ(exported.exit_code, 0);
+  EXPECT_NE(exported.err.find("skipping field 'data'"), std::string::npos) << exported.err;
+  EXPECT_TRUE(load_npy(path("fx/label.npy")).equal(tensor<int64_t>({0, 0, 1, 1})));
+}
+
+TEST_F(MmtCli, InfoTextAndJson) {
+  save("a.npy", records(kFloat32, 10, {3, 4}));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy"), "--codec", "zstd:3"}).exit_code, 0);
+  RunResult text = run_mmt({"info", path("a.mmt")});
+  ASSERT_EQ(text.exit_code, 0);
+  for (const char* s : {"records    10", "format     version", "codec      zstd", "[3, 4]", "row-major"})
+    EXPECT_NE(text.out.find(s), std::string::npos) << s << "\n" << text.out;
+  nlohmann::json j = nlohmann::json::parse(run_mmt({"info", path("a.mmt"), "--json"}).out);
+  EXPECT_EQ(j["records"], 10);
+  EXPECT_EQ(j["codec"], "zstd:3");
+  EXPECT_EQ(j["fields"][0]["dtype"], "float32");
+  EXPECT_EQ(j["fields"][0]["shape"], nlohmann::json::array({3, 4}));
+  EXPECT_EQ(j["file_bytes"], fs::file_size(path("a.mmt")));
+  EXPECT_FAILS_WITH(run_mmt({"info", path("missing.mmt")}), "missing.mmt");
+  EXPECT_FAILS_WITH(run_mmt({"info", path("a.npy")}), "a.npy");
+}
+
+TEST_F(MmtCli, VerifyFindsACorruptChunk) {
+  save("a.npy", records(kInt64, 2000, {16}));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy"), "--chunk-bytes", "64K"}).exit_code, 0);
+  EXPECT_EQ(run_mmt({"verify", path("a.mmt")}).exit_code, 0);
+  Dataset ds = Dataset::open(path("a.mmt"));
+  ChunkInfo chunk = ds.chunk(2);
+  ds = Dataset();
+  Bytes bytes = testutil::read_file(path("a.mmt"));
+  bytes[static_cast<size_t>(chunk.file_offset + chunk.stored_bytes / 2)] ^= std::byte{0x10};
+  testutil::write_file(path("a.mmt"), bytes);
+  RunResult bad = run_mmt({"verify", path("a.mmt")});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("chunk 2"), std::string::npos) << bad.err;
+}
+
+TEST_F(MmtCli, GetPrintsLikePyTorch) {
+  save("a.npy", arange(6, kInt64).view({3, 2}));
+  save("b.npy", records(kFloat32, 3, {}));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy"), "b=" + path("b.npy")}).exit_code, 0);
+  RunResult r = run_mmt({"get", path("a.mmt"), "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "{'a': tensor([2, 3]),\n 'b': tensor(1.)}\n");
+  EXPECT_FAILS_WITH(run_mmt({"get", path("a.mmt"), "3"}), "3");
+  EXPECT_FAILS_WITH(run_mmt({"get", path("a.mmt"), "0", "--field", "nope"}), "nope");
+  EXPECT_FAILS_WITH(run_mmt({"get", path("a.mmt"), "0", "--npy", path("x.npy")}), "--field");
+}
+
+TEST_F(MmtCli, BadInputsGiveAClearMessageAndLeaveNothing) {
+  save("ten.npy", records(kUInt8, 10, {2}));
+  save("nine.npy", records(kUInt8, 9, {2}));
+  testutil::write_file(path("complex.npy"), testutil::npy_file("<c8", false, "(2,)", Bytes(16)));
+  Bytes corrupt = testutil::npy_file("<f4", false, "(2,)", Bytes(8));
+  corrupt[20] = std::byte{'#'};
+  testutil::write_file(path("corrupt.npy"), corrupt);
+  testutil::write_file(path("wrong-idx1-ubyte"), testutil::to_bytes(std::string_view("\x01\x02\x08\x01\0\0\0\x01x", 9)));
+  fs::create_directories(path("classes/a"));
+  testutil::write_file(path("classes/a/ok.bin"), testutil::to_bytes("fine"));
+  fs::create_symlink(path("classes/a/gone.bin"), path("classes/a/dangling.bin"));
+  std::set<std::string> before = listing();
+  std::string out = path("out.mmt");
+
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("missing.npy")}), "missing.npy");
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("ten.npy"), "y=" + path("nine.npy")}),
+                    "record counts disagree");
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("complex.npy")}), "unsupported dtype '<c8'");
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("corrupt.npy")}), "corrupt.npy: corrupt .npy header");
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("wrong-idx1-ubyte")}), "is not an IDX magic");
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "--folder", path("classes")}), "dangling.bin");
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, path("ten.npy")}), "needs a field name");
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("ten.npy"), "x=" + path("ten.npy")}), "given twice");
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("ten.npy"), "--codec", "brotli"}), "brotli");
+  EXPECT_FAILS_WITH(run_mmt({"pack", out}), "no inputs");
+  EXPECT_EQ(listing(), before) << "nothing new in the folder";
+
+  if (::geteuid() != 0) {  // root reads anything, so permissions cannot make a file unreadable
+    fs::permissions(path("classes/a/ok.bin"), fs::perms::none);
+    fs::remove(path("classes/a/dangling.bin"));
+    EXPECT_FAILS_WITH(run_mmt({"pack", out, "--folder", path("classes")}), "ok.bin");
+    EXPECT_EQ(listing(), before);
+  }
+}
+
+TEST_F(MmtCli, ExistingOutputIsKeptWithoutForce) {
+  save("a.npy", records(kInt32, 4, {2}));
+  testutil::write_file(path("out.mmt"), testutil::to_bytes("precious"));
+  RunResult refused = run_mmt({"pack", path("out.mmt"), "a=" + path("a.npy")});
+  EXPECT_FAILS_WITH(refused, "already exists; pass --force");
+  EXPECT_EQ(slurp(path("out.mmt")), "precious");
+  ASSERT_EQ(run_mmt({"pack", path("out.mmt"), "a=" + path("a.npy"), "--force"}).exit_code, 0);
+  EXPECT_EQ(Dataset::open(path("out.mmt")).size(), 4);
+}
+
+TEST_F(MmtCli, FullDiskLeavesTheOldFileOrNothing) {
+  save("a.npy", records(kFloat64, 20000, {16}));  // 2.5 MB of values
+  std::set<std::string> before = listing();
+  RunResult full = run_mmt({"pack", path("out.mmt"), "a=" + path("a.npy")}, {.file_size_limit_bytes = 1 << 20});
+  EXPECT_FAILS_WITH(full, "File too large");
+  EXPECT_NE(full.err.find("was not created"), std::string::npos) << full.err;
+  EXPECT_EQ(listing(), before) << "no output and no temporary left";
+
+  testutil::write_file(path("out.mmt"), testutil::to_bytes("old"));
+  before = listing();
+  RunResult replaced = run_mmt({"pack", path("out.mmt"), "a=" + path("a.npy"), "--force", "--codec", "lz4"},
+                               {.file_size_limit_bytes = 1 << 20});
+  EXPECT_NE(replaced.exit_code, 0);
+  EXPECT_EQ(listing(), before);
+  EXPECT_EQ(slurp(path("out.mmt")), "old");
+}
+
+TEST_F(MmtCli, NoSpaceLeftThroughTheIoSeamLeavesNothing) {
+  save("a.npy", records(kFloat32, 5000, {64}));
+  PackSources sources = PackSources::from_arrays(std::vector<std::string>{"a=" + path("a.npy")});
+  std::set<std::string> before = listing();
+  for (int64_t nth : {1, 2, 5}) {
+    io::ScopedFault fault({.step = io::Step::Write, .nth = nth, .forever = true, .errno_value = ENOSPC});
+    PackOptions options;
+    options.writer.chunk_bytes = 64 << 10;
+    try {
+      pack_dataset(path("out.mmt"), sources, options);
+      ADD_FAILURE() << "expected an IoError";
+    } catch (const IoError& e) {
+      EXPECT_EQ(e.errno_value(), ENOSPC);
+      EXPECT_NE(std::string(e.what()).find("No space left"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(listing(), before) << "write " << nth;
+  }
+}
+
+TEST_F(MmtCli, CtrlCAbortsAndLeavesNothing) {
+  // Slow enough to be interrupted: strong zstd on one thread over 32 MB of varied values.
+  Tensor values = empty({4096, 2048}, kFloat32);
+  values.copy_(arange(4096 * 2048, kFloat64).view({4096, 2048}));
+  save("big.npy", values);
+  std::set<std::string> before = listing();
+  RunResult r = run_mmt({"pack", path("out.mmt"), "x=" + path("big.npy"), "--codec", "zstd:19", "--threads", "1"},
+                        {.interrupt_after_ms = 500});
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_NE(r.err.find("interrupted"), std::string::npos) << r.err;
+  EXPECT_EQ(listing(), before);
+}
+
+TEST_F(MmtCli, BenchReportsBesideMemcpy) {
+  save("a.npy", records(kUInt8, 1000, {64}));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy"), "--codec", "lz4"}).exit_code, 0);
+  RunResult r = run_mmt({"bench", path("a.mmt"), "--json", "--seconds", "0.05", "--batch", "32"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  for (const char* key : {"random_get", "batch_gather", "memcpy_gather", "loader"})
+    EXPECT_GT(j[key]["samples_per_second"].get<double>(), 0) << key;
+  EXPECT_GT(j["batch_gather_vs_memcpy"].get<double>(), 0);
+}
+
+}  // namespace
+}  // namespace mmt

@@ -1,0 +1,190 @@
+// mmt bench FILE [--json]: random-access, batch-gather and loader throughput on a dataset,
+// each beside the memcpy reference measured in the same run (the same bytes gathered from
+// host memory), so the figures compare across machines as ratios.
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "mmt_commands.h"
+#include "mmtensor/dataset.h"
+#include "mmtensor/loader.h"
+
+namespace mmt::tool {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchArgs {
+  std::string file;
+  bool json = false;
+  double seconds = 1.0;
+  int64_t batch = 256;
+  int threads = 1;
+  uint64_t seed = 0;
+};
+
+struct Rate {
+  int64_t samples = 0;
+  int64_t bytes = 0;
+  double seconds = 0;
+  double samples_per_second() const { return seconds > 0 ? samples / seconds : 0; }
+  double bytes_per_second() const { return seconds > 0 ? bytes / seconds : 0; }
+};
+
+// Repeats `step` (which returns {samples, bytes}) until `seconds` have passed.
+template <typename Step>
+Rate run_for(double seconds, Step&& step) {
+  Rate rate;
+  Clock::time_point start = Clock::now();
+  do {
+    auto [samples, bytes] = step();
+    rate.samples += samples;
+    rate.bytes += bytes;
+    rate.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (rate.seconds < seconds);
+  return rate;
+}
+
+std::vector<int64_t> random_indices(std::mt19937_64& rng, int64_t count, int64_t records) {
+  std::uniform_int_distribution<int64_t> pick(0, records - 1);
+  std::vector<int64_t> out(static_cast<size_t>(count));
+  for (int64_t& i : out) i = pick(rng);
+  return out;
+}
+
+nlohmann::json rate_json(const Rate& r) {
+  return {{"samples_per_second", r.samples_per_second()},
+          {"bytes_per_second", r.bytes_per_second()},
+          {"samples", r.samples},
+          {"seconds", r.seconds}};
+}
+
+void run_bench(const BenchArgs& args) {
+  Dataset ds = Dataset::open(args.file);
+  MMT_CHECK(ds.size() > 0, ValueError, args.file, " has no records to read");
+  MMT_CHECK(args.batch > 0, ValueError, "--batch must be positive");
+  std::mt19937_64 rng(args.seed);
+  std::vector<std::string> fixed_fields;
+  int64_t fixed_record_bytes = 0;
+  for (const Field& f : ds.schema())
+    if (f.is_fixed()) {
+      fixed_fields.push_back(f.name);
+      fixed_record_bytes += f.fixed_nbytes();
+    }
+  nlohmann::json report = {{"file", args.file}, {"records", ds.size()},
+                           {"codec", ds.info().codec.str()}, {"batch_size", args.batch},
+                           {"threads", args.threads}};
+
+  // Random access: each sample's fields are read in full (copied out), which is what a
+  // training step does with them; a view that is never read would measure nothing.
+  std::vector<std::byte> scratch;
+  Rate random_get = run_for(args.seconds, [&] {
+    int64_t bytes = 0;
+    for (int64_t index : random_indices(rng, 64, ds.size())) {
+      Sample s = ds.get(index);
+      for (size_t f = 0; f < s.size(); ++f) {
+        Tensor value = s[f].contiguous();
+        scratch.resize(std::max<size_t>(scratch.size(), static_cast<size_t>(value.nbytes())));
+        if (value.nbytes() > 0) std::memcpy(scratch.data(), value.data_ptr(), static_cast<size_t>(value.nbytes()));
+        bytes += value.nbytes();
+      }
+    }
+    return std::pair<int64_t, int64_t>{64, bytes};
+  });
+  report["random_get"] = rate_json(random_get);
+
+  if (!fixed_fields.empty()) {
+    std::vector<Tensor> outs;
+    for (const std::string& name : fixed_fields) {
+      const Field& f = ds.schema()[ds.schema().index_of(name)];
+      std::vector<int64_t> sizes{args.batch};
+      sizes.insert(sizes.end(), f.shape.begin(), f.shape.end());
+      outs.push_back(empty(sizes, f.dtype));
+    }
+    Rate gather = run_for(args.seconds, [&] {
+      std::vector<int64_t> indices = random_indices(rng, args.batch, ds.size());
+      for (size_t f = 0; f < fixed_fields.size(); ++f)
+        ds.get_batch(indices, fixed_fields[f], outs[f], args.threads);
+      return std::pair<int64_t, int64_t>{args.batch, args.batch * fixed_record_bytes};
+    });
+    report["batch_gather"] = rate_json(gather);
+
+    // The reference: the same gather (batch rows of the same size, random rows) done with
+    // memcpy from a host buffer of up to 256 MB, on one thread.
+    int64_t rows = std::max<int64_t>(1, std::min<int64_t>(ds.size(), (int64_t{256} << 20) /
+                                                                        std::max<int64_t>(fixed_record_bytes, 1)));
+    std::vector<std::byte> source(static_cast<size_t>(rows * fixed_record_bytes), std::byte{1});
+    std::vector<std::byte> target(static_cast<size_t>(args.batch * fixed_record_bytes));
+    Rate memcpy_gather = run_for(args.seconds, [&] {
+      std::vector<int64_t> indices = random_indices(rng, args.batch, rows);
+      for (int64_t r = 0; r < args.batch; ++r)
+        std::memcpy(target.data() + r * fixed_record_bytes,
+                    source.data() + indices[static_cast<size_t>(r)] * fixed_record_bytes,
+                    static_cast<size_t>(fixed_record_bytes));
+      return std::pair<int64_t, int64_t>{args.batch, args.batch * fixed_record_bytes};
+    });
+    report["memcpy_gather"] = rate_json(memcpy_gather);
+    report["batch_gather_vs_memcpy"] =
+        memcpy_gather.bytes_per_second() > 0 ? gather.bytes_per_second() / memcpy_gather.bytes_per_second() : 0;
+  }
+
+  // The loader: full epochs (or as much of one as fits the time), random order, cpu batches.
+  LoaderOptions options;
+  options.batch_size = args.batch;
+  options.sampler.kind = SamplerKind::Random;
+  options.sampler.seed = args.seed;
+  options.num_workers = std::max(1, args.threads);
+  options.pin_memory = false;
+  Loader loader(ds, options);
+  int64_t record_bytes = 0;
+  for (const Field& f : ds.schema()) record_bytes += f.is_fixed() ? f.fixed_nbytes() : 0;
+  Rate loader_rate = run_for(args.seconds, [&] {
+    std::optional<Batch> batch = loader.next();
+    if (!batch) return std::pair<int64_t, int64_t>{0, 0};
+    return std::pair<int64_t, int64_t>{batch->size(), batch->size() * record_bytes};
+  });
+  report["loader"] = rate_json(loader_rate);
+
+  if (args.json) {
+    std::cout << report.dump(2) << "\n";
+    return;
+  }
+  auto line = [](const char* what, const Rate& r) {
+    std::printf("  %-16s %12.0f samples/s  %10s/s\n", what, r.samples_per_second(),
+                human_bytes(r.bytes_per_second()).c_str());
+  };
+  std::printf("%s: %lld records, codec %s, batch %lld, %d thread(s)\n", args.file.c_str(),
+              static_cast<long long>(ds.size()), ds.info().codec.str().c_str(),
+              static_cast<long long>(args.batch), args.threads);
+  line("random get", random_get);
+  if (report.contains("batch_gather")) {
+    Rate g{report["batch_gather"]["samples"], 0, report["batch_gather"]["seconds"]};
+    g.bytes = static_cast<int64_t>(report["batch_gather"]["bytes_per_second"].get<double>() * g.seconds);
+    line("batch gather", g);
+    Rate m{report["memcpy_gather"]["samples"], 0, report["memcpy_gather"]["seconds"]};
+    m.bytes = static_cast<int64_t>(report["memcpy_gather"]["bytes_per_second"].get<double>() * m.seconds);
+    line("memcpy gather", m);
+    std::printf("  batch gather / memcpy gather = %.2f\n", report["batch_gather_vs_memcpy"].get<double>());
+  }
+  line("loader", loader_rate);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Measure random access, batch gather and loader throughput beside memcpy");
+  cmd->add_option("FILE", args->file, "The dataset file")->required();
+  cmd->add_flag("--json", args->json, "Print one JSON object");
+  cmd->add_option("--seconds", args->seconds, "Time per measurement")->capture_default_str();
+  cmd->add_option("--batch", args->batch, "Batch size")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "Gather threads and loader workers")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed of the random indices")->capture_default_str();
+  cmd->callback([args] { run_bench(*args); });
+}
+
+}  // namespace mmt::tool

@@ -1,0 +1,66 @@
+// mmt export FILE DIR: each fixed-shape field back as DIR/NAME.npy of shape [records, ...],
+// so `pack` then `export` gives the original arrays byte for byte.
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "mmt_commands.h"
+#include "mmtensor/dataset.h"
+#include "mmtensor/numpy_io.h"
+
+namespace mmt::tool {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ExportArgs {
+  std::string file;
+  std::string dir;
+  std::vector<std::string> fields;
+  bool force = false;
+};
+
+void run_export(const ExportArgs& args) {
+  Dataset ds = Dataset::open(args.file);
+  std::vector<std::string> names = args.fields;
+  if (names.empty())
+    for (const Field& f : ds.schema()) names.push_back(f.name);
+  std::error_code ec;
+  fs::create_directories(args.dir, ec);
+  MMT_CHECK(!ec && fs::is_directory(args.dir), IoError, "cannot create folder ", args.dir, ": ",
+            ec ? ec.message() : "a file is in the way");
+  // Every refusal before any write, so an export either runs or leaves DIR as it was.
+  for (const std::string& name : names) {
+    const Field& f = ds.schema()[ds.schema().index_of(name)];
+    if (!f.is_fixed()) continue;
+    std::string path = (fs::path(args.dir) / (name + ".npy")).string();
+    MMT_CHECK(args.force || !fs::exists(path), IoError, path,
+              " already exists; pass --force to replace it");
+  }
+  for (const std::string& name : names) {
+    const Field& f = ds.schema()[ds.schema().index_of(name)];
+    if (!f.is_fixed()) {
+      std::cerr << "mmt export: skipping field '" << name
+                << "': its records vary in shape (use mmt get --raw for one record)\n";
+      continue;
+    }
+    std::string path = (fs::path(args.dir) / (name + ".npy")).string();
+    Tensor column = ds.column(name);
+    save_npy(path, column);
+    std::cout << path << "  " << to_string(column.dtype()) << " " << column.sizes() << "\n";
+  }
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& app) {
+  auto args = std::make_shared<ExportArgs>();
+  CLI::App* cmd = app.add_subcommand("export", "Write each fixed-shape field to DIR/NAME.npy");
+  cmd->add_option("FILE", args->file, "The dataset file")->required();
+  cmd->add_option("DIR", args->dir, "The folder to write into (created if missing)")->required();
+  cmd->add_option("--field", args->fields, "Only these fields");
+  cmd->add_flag("--force", args->force, "Replace existing .npy files");
+  cmd->callback([args] { run_export(*args); });
+}
+
+}  // namespace mmt::tool

@@ -1,0 +1,44 @@
+// The `mmt` command's subcommands. Each file adds one to the app; main() runs the parse and
+// turns errors into an exit status and a message on stderr.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mmt::tool {
+
+// Thrown by a subcommand to end with `code` (after printing what it has to say).
+struct ExitStatus {
+  int code;
+};
+
+inline constexpr int kExitError = 1;        // any failure: bad input, I/O, an unsound file
+inline constexpr int kExitUsage = 2;        // CLI11's own code for a bad command line
+inline constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as shells report it
+
+void add_pack_command(CLI::App& app);
+void add_info_command(CLI::App& app);
+void add_verify_command(CLI::App& app);
+void add_get_command(CLI::App& app);
+void add_export_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+
+// "1.5 MB", "47.0 MB", "3.2 GB" (decimal units, as disk sizes are quoted).
+std::string human_bytes(double bytes);
+// "0.42 s", "1 min 05 s".
+std::string human_seconds(double seconds);
+// Parses "4096", "64K", "1M", "2MiB", "1G" (binary multiples) into bytes; ValueError otherwise.
+int64_t parse_byte_size(const std::string& text, const std::string& option);
+
+}  // namespace mmt::tool
+
+namespace mmt {
+class PackSources;
+}
+namespace mmt::tool {
+// The sources named on a command line: array inputs, or a folder (not both).
+PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder);
+}  // namespace mmt::tool

@@ -1,0 +1,145 @@
+// mmt pack OUTPUT INPUT... : builds a dataset from .npy, .npz, IDX files or a class folder.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "mmt_commands.h"
+#include "mmtensor/codec.h"
+#include "mmtensor/packer.h"
+#include "progress.h"
+
+namespace mmt::tool {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_interrupt(int) { g_interrupted.store(true); }
+
+// Ctrl-C or a TERM ask the packing loop to stop; it aborts the writer, which removes its
+// temporary file, so the output path keeps what it had. A second Ctrl-C kills at once
+// (SA_RESETHAND): the output is untouched then too, only the temporary may remain.
+class InterruptGuard {
+ public:
+  InterruptGuard() {
+    struct sigaction action {};
+    action.sa_handler = on_interrupt;
+    action.sa_flags = SA_RESETHAND;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~InterruptGuard() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+struct PackArgs {
+  std::string output;
+  std::vector<std::string> inputs;
+  std::string folder;
+  std::string codec = "none";
+  std::string chunk_bytes = "1M";
+  std::string align = "4096";
+  int threads = 0;
+  bool force = false;
+  bool quiet = false;
+};
+
+void run_pack(const PackArgs& args) {
+  WriterOptions options;
+  options.codec = CodecSpec::parse(args.codec);
+  options.chunk_bytes = parse_byte_size(args.chunk_bytes, "--chunk-bytes");
+  options.alignment = parse_byte_size(args.align, "--align");
+  options.threads = args.threads;
+  options.overwrite = args.force;
+  // Checked before loading anything, so a long import is not wasted on a refusal; the
+  // writer checks again when it publishes (the file may appear meanwhile).
+  std::error_code ec;
+  if (!args.force && std::filesystem::exists(std::filesystem::symlink_status(args.output, ec)))
+    throw IoError(args.output + " already exists; pass --force to replace it");
+
+  CodecSpec codec = options.codec;
+  PackSources sources = load_pack_sources(args.inputs, args.folder);
+  ProgressBar bar("packing", sources.records(), sources.total_bytes());
+  PackOptions pack_options;
+  pack_options.writer = std::move(options);
+  pack_options.cancel = &g_interrupted;
+  if (bar.enabled())
+    pack_options.on_progress = [&](const WriteStats& s) { bar.update(s.records, s.bytes_in); };
+
+  WriteStats stats;
+  {
+    InterruptGuard guard;
+    try {
+      stats = pack_dataset(args.output, sources, std::move(pack_options));
+    } catch (const PackCancelled& e) {
+      bar.finish();
+      std::cerr << "mmt pack: interrupted: " << e.what() << "\n";
+      throw ExitStatus{kExitInterrupted};
+    } catch (const Error& e) {
+      bar.finish();
+      std::cerr << "mmt pack: error: " << e.what() << "\n"
+                << "mmt pack: " << args.output
+                << (args.force ? " was left as it was\n" : " was not created\n");
+      throw ExitStatus{kExitError};
+    }
+  }
+  bar.finish();
+  if (args.quiet) return;
+  double ratio = stats.bytes_out > 0 ? static_cast<double>(stats.bytes_in) / stats.bytes_out : 0;
+  double rate = stats.seconds > 0 ? stats.bytes_in / stats.seconds : 0;
+  char ratio_text[32];
+  std::snprintf(ratio_text, sizeof ratio_text, "%.2fx", ratio);
+  std::cout << "packed " << stats.records << " records (" << sources.schema().size()
+            << " fields) into " << args.output << " in " << human_seconds(stats.seconds) << "\n"
+            << "  bytes in " << human_bytes(stats.bytes_in) << ", bytes out "
+            << human_bytes(stats.bytes_out) << ", ratio " << ratio_text << ", "
+            << human_bytes(rate) << "/s, " << stats.chunks << " chunks, codec "
+            << codec.str() << "\n";
+}
+
+}  // namespace
+
+PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder) {
+  if (!folder.empty()) {
+    MMT_CHECK(inputs.empty(), ValueError,
+              "--folder makes one record per file; it cannot be combined with array inputs");
+    return PackSources::from_folder(folder);
+  }
+  MMT_CHECK(!inputs.empty(), ValueError,
+            "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not) or --folder DIR");
+  return PackSources::from_arrays(inputs);
+}
+
+void add_pack_command(CLI::App& app) {
+  auto args = std::make_shared<PackArgs>();
+  CLI::App* cmd = app.add_subcommand("pack", "Build a dataset from .npy, .npz, IDX files or a class folder");
+  cmd->footer(
+      "Inputs:\n"
+      "  NAME=PATH.npy   one field; the first dimension indexes records\n"
+      "  PATH.npz        one field per array in the archive\n"
+      "  NAME=PATH       an IDX file, gzip-compressed or not (MNIST's *-idx3-ubyte.gz)\n"
+      "  --folder DIR    one record per file: its bytes ('data') and the index of its\n"
+      "                  class subfolder ('label'); class names go to the metadata\n"
+      "Example:\n"
+      "  mmt pack train.mmt images=train-images-idx3-ubyte.gz labels=train-labels-idx1-ubyte.gz --codec lz4");
+  cmd->add_option("OUTPUT", args->output, "The dataset file to create")->required();
+  cmd->add_option("INPUT", args->inputs, "Inputs (see below)");
+  cmd->add_option("--folder", args->folder, "A folder of class subfolders to pack instead of arrays");
+  cmd->add_option("--codec", args->codec, "none, lz4[:LEVEL] or zstd[:LEVEL]")->capture_default_str();
+  cmd->add_option("--chunk-bytes", args->chunk_bytes, "Target decoded bytes per chunk (e.g. 1M)")->capture_default_str();
+  cmd->add_option("--align", args->align, "Chunk alignment in the file, a power of two >= 64")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "Compression threads (0: one per core)")->capture_default_str();
+  cmd->add_flag("--force", args->force, "Replace OUTPUT if it exists");
+  cmd->add_flag("--quiet", args->quiet, "Print no summary");
+  cmd->callback([args] { run_pack(*args); });
+}
+
+}  // namespace mmt::tool
