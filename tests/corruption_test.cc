@@ -1,0 +1,349 @@
+// Trust no byte: damaged, truncated, foreign and hostile files give a clear FormatError (or
+// ChecksumError) naming what and where, never a crash, a hang or an out-of-bounds read.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "format.h"
+#include "mmtensor/dataset.h"
+#include "mmtensor/dataset_writer.h"
+#include "test_util.h"
+
+namespace mmt {
+namespace {
+
+using testing::TempDir;
+
+std::vector<std::byte> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> chars{std::istreambuf_iterator<char>(in), {}};
+  std::vector<std::byte> bytes(chars.size());
+  std::memcpy(bytes.data(), chars.data(), chars.size());
+  return bytes;
+}
+
+void write_file(const std::string& path, const std::vector<std::byte>& bytes, size_t length) {
+  // A fresh file each time: ext4 flushes a file truncated and rewritten in place on close
+  // (auto_da_alloc), which would make the sweeps below crawl.
+  std::filesystem::remove(path);
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(length));
+}
+void write_file(const std::string& path, const std::vector<std::byte>& bytes) { write_file(path, bytes, bytes.size()); }
+
+// Small datasets with alignment 64, so every region is a few hundred bytes.
+std::string write_fixed(const TempDir& dir, const std::string& codec = "none") {
+  const std::string path = dir.file("fixed-" + codec + ".mmt");
+  WriterOptions options;
+  options.overwrite = true;
+  options.alignment = 64;
+  options.chunk_records = 16;  // 16 records * 4 bytes = one 64-byte unit: contiguous layout
+  options.codec = CodecSpec::parse(codec);
+  DatasetWriter writer = DatasetWriter::create(path, Schema({Field::fixed("x", kInt32, {})}), options);
+  for (int i = 0; i < 40; ++i) writer.append({full({}, i * 3, kInt32)});
+  writer.finish();
+  return path;
+}
+
+std::string write_ragged(const TempDir& dir, const std::string& codec) {
+  const std::string path = dir.file("ragged-" + codec + ".mmt");
+  WriterOptions options;
+  options.overwrite = true;
+  options.alignment = 64;
+  options.chunk_records = 4;
+  options.codec = CodecSpec::parse(codec);
+  DatasetWriter writer = DatasetWriter::create(
+      path, Schema({Field::fixed("label", kInt64, {}), Field::ragged("tokens", kInt32, {kVariableDim}), Field::bytes("raw")}),
+      options);
+  for (int i = 0; i < 10; ++i)
+    writer.append({full({}, i, kInt64), full({i % 4}, i, kInt32), full({(i * 3) % 7}, i + 1, kUInt8)});
+  writer.finish();
+  return path;
+}
+
+// Opens, verifies and reads every record in every way; throws what the reader throws.
+void read_everything(const std::string& path, bool verify_checksums = true) {
+  ReaderOptions options;
+  options.verify_checksums = verify_checksums;
+  options.cache_bytes = 256;
+  Dataset ds = Dataset::open(path, options);
+  for (int64_t i = 0; i < ds.size(); ++i) {
+    Sample s = ds.get(i);
+    for (size_t f = 0; f < s.size(); ++f) (void)s[f].to_double_vector();
+  }
+  for (const Field& field : ds.schema())
+    if (field.is_fixed()) {
+      (void)ds.column(field.name).to_double_vector();
+      std::vector<int64_t> all(static_cast<size_t>(ds.size()));
+      for (int64_t i = 0; i < ds.size(); ++i) all[static_cast<size_t>(i)] = ds.size() - 1 - i;
+      (void)ds.get_batch(all, field.name, 2);
+    }
+  (void)ds.info();
+  ds.verify();
+}
+
+std::string format_error_of(const std::string& path, bool verify_checksums = true) {
+  try {
+    read_everything(path, verify_checksums);
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+format::Footer footer_of(const std::vector<std::byte>& bytes) {
+  format::Preamble p = format::decode_preamble(bytes.data(), static_cast<int64_t>(bytes.size()));
+  return format::decode_footer(bytes.data(), static_cast<int64_t>(bytes.size()), p);
+}
+
+TEST(CorruptionTest, GoodFilesReadCleanly) {
+  TempDir dir;
+  for (const char* codec : {"none", "lz4", "zstd"}) {
+    EXPECT_NO_THROW(read_everything(write_fixed(dir, codec)));
+    EXPECT_NO_THROW(read_everything(write_ragged(dir, codec)));
+  }
+}
+
+TEST(CorruptionTest, TruncationAtEveryByteOffset) {
+  TempDir dir;
+  for (const std::string& original : {write_fixed(dir), write_ragged(dir, "lz4")}) {
+    const std::vector<std::byte> bytes = read_file(original);
+    const std::string path = dir.file("cut.mmt");
+    for (size_t length = 0; length < bytes.size(); ++length) {
+      write_file(path, bytes, length);
+      std::string error = format_error_of(path);
+      ASSERT_FALSE(error.empty()) << "truncated to " << length << " of " << bytes.size() << " bytes was accepted";
+      if (length >= 8 + 72) {
+        ASSERT_TRUE(error.find("truncated") != std::string::npos || error.find("unfinished") != std::string::npos)
+            << length << ": " << error;
+      }
+    }
+  }
+}
+
+// Every bit of the preamble, schema block, chunk table and footer is protected.
+TEST(CorruptionTest, EveryBitFlipOfTheStructuresIsCaught) {
+  TempDir dir;
+  for (const std::string& original : {write_fixed(dir), write_ragged(dir, "zstd")}) {
+    const std::vector<std::byte> bytes = read_file(original);
+    const format::Footer footer = footer_of(bytes);
+    std::vector<std::pair<size_t, size_t>> regions = {
+        {0, format::kPreambleBytes},
+        {footer.schema_offset, footer.schema_offset + footer.schema_bytes},
+        {footer.chunk_table_offset, bytes.size()},  // the table, then the footer
+    };
+    const std::string path = dir.file("flip.mmt");
+    for (auto [begin, end] : regions) {
+      for (size_t at = begin; at < end; ++at) {
+        for (int bit = 0; bit < 8; ++bit) {
+          std::vector<std::byte> damaged = bytes;
+          damaged[at] ^= static_cast<std::byte>(1 << bit);
+          write_file(path, damaged);
+          ASSERT_FALSE(format_error_of(path).empty()) << "flip of bit " << bit << " at byte " << at << " went unnoticed";
+        }
+      }
+    }
+  }
+}
+
+TEST(CorruptionTest, PayloadBitFlipsAreChecksumErrorsNamingTheChunk) {
+  TempDir dir;
+  for (const std::string& original : {write_fixed(dir), write_ragged(dir, "lz4")}) {
+    const std::vector<std::byte> bytes = read_file(original);
+    Dataset good = Dataset::open(original);
+    const std::string path = dir.file("payload.mmt");
+    for (int64_t c = 0; c < good.num_chunks(); ++c) {
+      ChunkInfo chunk = good.chunk(c);
+      for (int64_t at = chunk.file_offset; at < chunk.file_offset + chunk.stored_bytes; at += 3) {
+        std::vector<std::byte> damaged = bytes;
+        damaged[static_cast<size_t>(at)] ^= std::byte{0x10};
+        write_file(path, damaged);
+        try {
+          read_everything(path);
+          FAIL() << "flip at " << at << " in chunk " << c << " went unnoticed";
+        } catch (const ChecksumError& e) {
+          ASSERT_NE(std::string(e.what()).find("chunk " + std::to_string(c) + " "), std::string::npos) << e.what();
+        }
+        // Without checksums the decoders still stay inside their buffers.
+        try {
+          read_everything(path, /*verify_checksums=*/false);
+        } catch (const FormatError&) {
+        }
+      }
+    }
+  }
+}
+
+// Re-encodes chunk `c`'s table entry after `change`, with a valid entry checksum: a file
+// crafted to get past the checksums.
+void rewrite_entry(std::vector<std::byte>& bytes, int64_t c, const std::function<void(format::ChunkEntry&)>& change) {
+  const format::Footer footer = footer_of(bytes);
+  std::byte* entry = bytes.data() + footer.chunk_table_offset + c * format::kChunkEntryBytes;
+  format::ChunkEntry e = format::decode_chunk_entry(entry, static_cast<uint64_t>(c));
+  change(e);
+  format::encode_chunk_entry(e, static_cast<uint64_t>(c), entry);
+}
+
+TEST(CorruptionTest, DecompressionBombIsRefusedBeforeAllocating) {
+  TempDir dir;
+  for (const char* codec : {"lz4", "zstd"}) {
+    std::vector<std::byte> bytes = read_file(write_ragged(dir, codec));
+    rewrite_entry(bytes, 1, [](format::ChunkEntry& e) { e.decoded_bytes = uint64_t{1} << 62; });
+    const std::string path = dir.file("bomb.mmt");
+    write_file(path, bytes);
+    Dataset ds = Dataset::open(path);
+    EXPECT_NO_THROW(ds.get(0));  // other chunks are fine
+    try {
+      ds.get(5);
+      FAIL();
+    } catch (const FormatError& e) {
+      std::string message = e.what();
+      EXPECT_NE(message.find("chunk 1"), std::string::npos) << message;
+      EXPECT_NE(message.find("decompression bomb"), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(CorruptionTest, SizeLiesAreCaught) {
+  TempDir dir;
+  const std::string path = dir.file("lie.mmt");
+  struct Lie {
+    const char* codec;
+    std::function<void(format::ChunkEntry&)> change;
+    const char* expected;
+  };
+  std::vector<Lie> lies = {
+      {"lz4", [](auto& e) { e.decoded_bytes += 64; }, "declares"},
+      {"zstd", [](auto& e) { e.decoded_bytes -= 8; }, "zstd"},
+      {"none", [](auto& e) { e.stored_bytes += 1 << 20; }, "data region"},
+      {"none", [](auto& e) { e.decoded_bytes += 1; }, "decoded bytes"},
+      {"lz4", [](auto& e) { e.record_count += 1; }, "records"},
+      {"lz4", [](auto& e) { e.first_record = 1; }, "records"},
+      {"none", [](auto& e) { e.file_offset += 64; }, ""},
+      {"none", [](auto& e) { e.file_offset += 1; }, "aligned"},
+      {"lz4", [](auto& e) { e.codec = 9; }, "unknown codec"},
+  };
+  for (const Lie& lie : lies) {
+    std::vector<std::byte> bytes = read_file(write_ragged(dir, lie.codec));
+    rewrite_entry(bytes, 0, lie.change);
+    write_file(path, bytes);
+    std::string error = format_error_of(path);
+    EXPECT_FALSE(error.empty()) << lie.codec << " " << lie.expected;
+    EXPECT_NE(error.find(lie.expected), std::string::npos) << error;
+  }
+  // A ragged value's ends pointing past its chunk, with every checksum made valid again.
+  {
+    std::vector<std::byte> bytes = read_file(write_ragged(dir, "none"));
+    Dataset good = Dataset::open(dir.file("ragged-none.mmt"));
+    ChunkInfo chunk = good.chunk(0);
+    // The tokens section starts right after the fixed region (4 records * 8 bytes), 64-aligned.
+    uint64_t huge = uint64_t{1} << 40;
+    std::memcpy(bytes.data() + chunk.file_offset + 64 + 8 * 3, &huge, 8);
+    rewrite_entry(bytes, 0, [&](format::ChunkEntry& e) {
+      e.payload_checksum = format::payload_checksum(bytes.data() + chunk.file_offset, chunk.stored_bytes, 0);
+    });
+    write_file(path, bytes);
+    std::string error = format_error_of(path);
+    EXPECT_NE(error.find("field 'tokens'"), std::string::npos) << error;
+  }
+}
+
+TEST(CorruptionTest, AChunkMovedToAnotherPositionIsCaught) {
+  TempDir dir;
+  std::vector<std::byte> bytes = read_file(write_fixed(dir));
+  Dataset good = Dataset::open(dir.file("fixed-none.mmt"));
+  ChunkInfo a = good.chunk(0), b = good.chunk(1);
+  ASSERT_EQ(a.stored_bytes, b.stored_bytes);
+  std::vector<std::byte> swapped = bytes;
+  std::memcpy(swapped.data() + a.file_offset, bytes.data() + b.file_offset, static_cast<size_t>(b.stored_bytes));
+  std::memcpy(swapped.data() + b.file_offset, bytes.data() + a.file_offset, static_cast<size_t>(a.stored_bytes));
+  const std::string path = dir.file("moved.mmt");
+  write_file(path, swapped);
+  Dataset ds = Dataset::open(path);
+  try {
+    ds.get(0);
+    FAIL();
+  } catch (const ChecksumError& e) {
+    EXPECT_NE(std::string(e.what()).find("chunk 0 "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("moved"), std::string::npos) << e.what();
+  }
+  // A table entry copied into another slot fails its own checksum.
+  const format::Footer footer = footer_of(bytes);
+  std::vector<std::byte> copied = bytes;
+  std::memcpy(copied.data() + footer.chunk_table_offset, bytes.data() + footer.chunk_table_offset + 64, 64);
+  write_file(path, copied);
+  try {
+    Dataset::open(path).get(0);
+    FAIL();
+  } catch (const ChecksumError& e) {
+    EXPECT_NE(std::string(e.what()).find("chunk 0: chunk table entry checksum mismatch"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CorruptionTest, ForeignAndUnfinishedFiles) {
+  TempDir dir;
+  const std::string path = dir.file("foreign");
+  auto error_for = [&](const std::string& content) {
+    std::vector<std::byte> bytes(content.size());
+    std::memcpy(bytes.data(), content.data(), content.size());
+    write_file(path, bytes);
+    return format_error_of(path);
+  };
+  EXPECT_NE(error_for("").find("empty file"), std::string::npos);
+  EXPECT_NE(error_for("hello, world\n").find("not an mmtensor dataset"), std::string::npos);
+  EXPECT_NE(error_for("\x93NUMPY\x01\x00" + std::string(200, ' ')).find("not an mmtensor dataset"), std::string::npos);
+  EXPECT_NE(error_for(std::string(500, '\0')).find("not an mmtensor dataset"), std::string::npos);
+  // What a writer killed before finish() leaves: chunks but no schema, table or footer.
+  std::vector<std::byte> bytes = read_file(write_ragged(dir, "lz4"));
+  const format::Footer footer = footer_of(bytes);
+  write_file(path, bytes, footer.schema_offset);
+  EXPECT_NE(format_error_of(path).find("unfinished"), std::string::npos);
+  // Bytes appended after a finished file.
+  std::vector<std::byte> longer = bytes;
+  longer.resize(bytes.size() + 10);
+  write_file(path, longer);
+  EXPECT_FALSE(format_error_of(path).empty());
+}
+
+TEST(CorruptionTest, ANewerFormatVersionIsRefusedByName) {
+  TempDir dir;
+  std::vector<std::byte> bytes = read_file(write_fixed(dir));
+  format::Preamble p = format::decode_preamble(bytes.data(), static_cast<int64_t>(bytes.size()));
+  p.format_version = 7;
+  format::encode_preamble(p, bytes.data());
+  const std::string path = dir.file("v7.mmt");
+  write_file(path, bytes);
+  try {
+    Dataset::open(path);
+    FAIL();
+  } catch (const FormatError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": format version 7 is newer than this reader (supports 1)");
+  }
+}
+
+TEST(CorruptionTest, RandomDamageNeverEscapesAsAnythingButAFormatError) {
+  TempDir dir;
+  std::mt19937_64 rng(1234);
+  const std::string path = dir.file("random.mmt");
+  for (const std::string& original : {write_fixed(dir, "lz4"), write_ragged(dir, "zstd"), write_ragged(dir, "none")}) {
+    const std::vector<std::byte> bytes = read_file(original);
+    for (int round = 0; round < 400; ++round) {
+      std::vector<std::byte> damaged = bytes;
+      int changes = 1 + static_cast<int>(rng() % 4);
+      for (int k = 0; k < changes; ++k) damaged[rng() % damaged.size()] = static_cast<std::byte>(rng());
+      write_file(path, damaged);
+      for (bool verify : {true, false}) {
+        try {
+          read_everything(path, verify);
+        } catch (const FormatError&) {
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mmt
