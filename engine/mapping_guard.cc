@@ -1,0 +1,88 @@
+#include "mapping_guard.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <cerrno>
+#include <mutex>
+
+#include "mmtensor/error.h"
+
+namespace mmt::detail {
+namespace {
+
+// initial-exec: reading a thread_local in a signal handler must not allocate, which a lazily
+// allocated (dynamic) TLS block could.
+__attribute__((tls_model("initial-exec"))) thread_local GuardFrame* t_guard_frame = nullptr;
+
+std::atomic<bool> g_installed{false};
+std::mutex g_install_mutex;
+struct sigaction g_previous_action {};
+
+// Hands a fault we do not own to the handler that was installed before ours.
+void chain_to_previous(int signal_number, siginfo_t* info, void* context) {
+  const struct sigaction& previous = g_previous_action;
+  if (previous.sa_flags & SA_SIGINFO) {
+    if (previous.sa_sigaction != nullptr) {
+      previous.sa_sigaction(signal_number, info, context);
+      return;
+    }
+  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+    previous.sa_handler(signal_number);
+    return;
+  }
+  // Default action (SIGBUS cannot meaningfully be ignored after a memory fault): restore it
+  // and let the signal take the process as it would have without mmtensor. A fault re-raises
+  // itself when the handler returns and the instruction runs again; a signal sent with
+  // kill() does not, so send it again.
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  sigaction(signal_number, &default_action, nullptr);
+  if (info == nullptr || info->si_code <= 0) raise(signal_number);
+}
+
+void on_sigbus(int signal_number, siginfo_t* info, void* context) {
+  if (info != nullptr && info->si_code > 0) {  // a fault raised by the kernel, not kill()
+    const uintptr_t address = reinterpret_cast<uintptr_t>(info->si_addr);
+    for (GuardFrame* frame = t_guard_frame; frame != nullptr; frame = frame->previous) {
+      if (address - frame->begin < frame->nbytes) {  // unsigned: below begin wraps to huge
+        frame->fault_address = address;
+        siglongjmp(frame->jump, 1);
+      }
+    }
+  }
+  chain_to_previous(signal_number, info, context);
+}
+
+}  // namespace
+
+void install_sigbus_handler() {
+  if (g_installed.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(g_install_mutex);
+  if (g_installed.load(std::memory_order_relaxed)) return;
+  struct sigaction action {};
+  action.sa_sigaction = on_sigbus;
+  // SA_NODEFER: SIGBUS stays unblocked in the handler, so a siglongjmp out of it needs no
+  // mask restore. SA_ONSTACK: a thread that set up an alternate stack gets to use it.
+  action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+  sigemptyset(&action.sa_mask);
+  // The previous action is saved before ours goes in, so a fault arriving in between still
+  // finds somewhere to chain to.
+  if (sigaction(SIGBUS, nullptr, &g_previous_action) != 0) return;  // no guard: faults stay fatal
+  if (sigaction(SIGBUS, &action, nullptr) != 0) return;
+  g_installed.store(true, std::memory_order_release);
+}
+
+GuardFrame* current_guard_frame() noexcept { return t_guard_frame; }
+void set_current_guard_frame(GuardFrame* frame) noexcept { t_guard_frame = frame; }
+
+void throw_mapping_fault(const MappedRegion& region, uintptr_t fault_address) {
+  const int64_t byte = static_cast<int64_t>(fault_address - reinterpret_cast<uintptr_t>(region.base));
+  throw IoError(str(region.path ? *region.path : std::string("<mapped file>"),
+                    ": the file was truncated or changed while mapped (SIGBUS reading byte ", byte,
+                    " of the ", region.nbytes, " bytes mapped at open); reopen it"),
+                EFAULT);
+}
+
+}  // namespace mmt::detail
