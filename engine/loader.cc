@@ -168,10 +168,10 @@ void LoaderCore::schedule_locked() {
     slot.rows = rows;
     slot.error = nullptr;
     Piece piece{s, generation, order, start_consumed, scheduled, rows, 0, rows, -1};
-    // Row ranges split the gather across the workers, so one batch's latency shrinks with
-    // threads even when the ring is shallow. They also write the slot's indices, which is
-    // why there is always at least one.
-    const int64_t row_pieces = std::min<int64_t>(options.num_workers, rows);
+    // Row ranges split the gather across the workers and the consumer (who helps with the
+    // batch it waits for), so one batch's latency shrinks with threads even when the ring
+    // is shallow. They also write the slot's indices, which is why there is at least one.
+    const int64_t row_pieces = std::min<int64_t>(options.num_workers + 1, rows);
     for (int64_t p = 0; p < row_pieces; ++p) {
       piece.row_begin = rows * p / row_pieces;
       piece.row_end = rows * (p + 1) / row_pieces;
@@ -218,7 +218,18 @@ std::optional<Batch> LoaderCore::next() {
             " staging slots are held by live batches; release a batch before calling next(), "
             "or raise prefetch_batches");
   const int s = delivery.front();
-  slot_done.wait(lock, [&] { return slots[s].state == SlotState::Ready; });
+  while (slots[s].state != SlotState::Ready) {
+    // Rather than sleep, the consumer gathers what is left of the batch it waits for: its
+    // core is idle anyway, and a hand-off through the scheduler is saved.
+    const auto mine = std::find_if(pieces.begin(), pieces.end(), [&](const Piece& p) { return p.slot == s; });
+    if (mine == pieces.end()) {
+      slot_done.wait(lock);
+      continue;
+    }
+    Piece piece = std::move(*mine);
+    pieces.erase(mine);
+    run_taken_piece(lock, std::move(piece));
+  }
   delivery.pop_front();
   Slot& slot = slots[s];
   if (slot.error) {

@@ -72,6 +72,8 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
 
   // ---- workers ----
   void worker_main();
+  // Runs `piece` on the calling thread, taken from the queue with `mutex` held.
+  void run_taken_piece(std::unique_lock<std::mutex>& lock, Piece piece);
   void run_piece(const Piece& piece);
   void fill_fixed_rows(const Piece& piece);
   void pack_ragged_field(const Piece& piece);

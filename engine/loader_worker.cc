@@ -73,19 +73,23 @@ void LoaderCore::worker_main() {
   while (true) {
     work_ready.wait(lock, [&] { return stopping || !pieces.empty(); });
     if (stopping) return;
-    const Piece piece = std::move(pieces.front());
+    Piece piece = std::move(pieces.front());
     pieces.pop_front();
-    ++active;
-    lock.unlock();
-    std::exception_ptr error;
-    try {
-      run_piece(piece);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    lock.lock();
-    finish_piece(lock, piece, error);
+    run_taken_piece(lock, std::move(piece));
   }
+}
+
+void LoaderCore::run_taken_piece(std::unique_lock<std::mutex>& lock, Piece piece) {
+  ++active;
+  lock.unlock();
+  std::exception_ptr error;
+  try {
+    run_piece(piece);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  lock.lock();
+  finish_piece(lock, piece, error);
 }
 
 void LoaderCore::run_piece(const Piece& piece) {

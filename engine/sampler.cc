@@ -86,6 +86,7 @@ struct Sampler::Layout {
 struct EpochOrder::Tables {
   std::shared_ptr<const Sampler::Layout> layout;
   uint64_t epoch_key = 0;
+  KeyedPermutation records{0, 0};  // Random: built once per epoch, not per position
   // QuasiRandom: the chunk in each shuffled slot, and records before each slot.
   std::vector<int64_t> slot_chunk;
   std::vector<int64_t> slot_first_position;  // slots + 1 entries
@@ -134,6 +135,8 @@ EpochOrder Sampler::epoch(int64_t epoch) const {
   auto tables = std::make_shared<EpochOrder::Tables>();
   tables->layout = layout_;
   tables->epoch_key = derive_key(mix64(layout_->options.seed), static_cast<uint64_t>(epoch));
+  if (layout_->options.kind == SamplerKind::Random)
+    tables->records = KeyedPermutation(static_cast<uint64_t>(layout_->records), tables->epoch_key);
   if (layout_->options.kind == SamplerKind::QuasiRandom) {
     const int64_t chunks = num_chunks();
     const KeyedPermutation chunk_order(static_cast<uint64_t>(chunks), tables->epoch_key);
@@ -162,8 +165,7 @@ int64_t EpochOrder::operator[](int64_t position) const {
     case SamplerKind::Sequential:
       return position;
     case SamplerKind::Random:
-      return static_cast<int64_t>(
-          KeyedPermutation(static_cast<uint64_t>(n), tables_->epoch_key)(static_cast<uint64_t>(position)));
+      return static_cast<int64_t>(tables_->records(static_cast<uint64_t>(position)));
     case SamplerKind::QuasiRandom: break;
   }
   // Find the window holding `position`, shuffle within it, then map back to a chunk slot.

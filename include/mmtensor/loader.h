@@ -14,12 +14,13 @@
 // (sampler, seed, epoch, resume position, batch number, row), so the sequence never depends
 // on the number of threads. Worker threads gather samples straight into the slot with
 // Dataset::get_batch (fixed fields) or pack them (ragged fields), decoding compressed chunks
-// through the dataset's chunk cache. A filled slot is copied to its device buffer with
-// cudaMemcpyAsync on a dedicated copy stream; an event per slot marks the copy done. The
-// copy into a device buffer is ordered (on the GPU, without a host wait) after an event
-// recorded on the consumer's stream when the previous batch in that buffer was released. So
-// gathering batch k+1, copying batch k and the user's kernels on batch k-1 overlap. Memory
-// is bounded by the ring, the device buffers and the chunk cache budget.
+// through the dataset's chunk cache; a next() whose batch is not ready yet gathers that
+// batch's unclaimed rows itself rather than sleep. A filled slot is copied to its device
+// buffer with cudaMemcpyAsync on a dedicated copy stream; an event per slot marks the copy
+// done. The copy into a device buffer is ordered (on the GPU, without a host wait) after an
+// event recorded on the consumer's stream when the previous batch in that buffer was
+// released. So gathering batch k+1, copying batch k and the user's kernels on batch k-1
+// overlap. Memory is bounded by the ring, the device buffers and the chunk cache budget.
 //
 // Batches. A fixed field comes back as one [B, ...shape] tensor in the field's storage order
 // (a channels-last field gives a channels-last batch). A ragged field comes back packed:
