@@ -1,0 +1,224 @@
+// The loader against what it is built from, measured in the same run (issue 5).
+//   BM_LoaderVsGetBatch/threads/side: one epoch of the loader (random order, uncompressed,
+//     warm, batch 256 of uint8 [3, side, side] images)
+//     against Dataset::get_batch alone on the same indices with the same thread count.
+//     vs_get_batch = time(get_batch) / time(loader): the pipeline's cost; target >= 0.9.
+//     Run with threads 1 and 2: loader_samples_per_s shows the scaling.
+//   BM_LoaderToDevice/workers: host-to-device throughput of the loader (cuda:0, warm,
+//     uncompressed [3, 224, 224] uint8 records, batch 256) against pinned cudaMemcpyAsync of
+//     the same batch bytes on one stream. vs_pinned_memcpy = loader bytes/s / memcpy bytes/s;
+//     target >= 0.9. batches_per_s compares with bench/peer_dataloader.py (PyTorch
+//     DataLoader(pin_memory=True) over np.memmap, same shape and batch size): target >= 3x.
+//     Skips itself without a CUDA device.
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda_stream.h"
+#include "mmtensor/dataset.h"
+#include "mmtensor/dataset_writer.h"
+#include "mmtensor/loader.h"
+
+namespace {
+
+using namespace mmt;
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A dataset of `records` uint8 images of `shape`, written once per process into a temporary
+// folder that is removed at exit.
+class BenchDataset {
+ public:
+  BenchDataset(const std::string& name, int64_t records, std::vector<int64_t> shape) {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("mmtensor-loader-bench-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    const std::string path = (dir_ / (name + ".mmt")).string();
+    Schema schema({Field::fixed("image", kUInt8, shape), Field::fixed("label", kInt64, {})});
+    WriterOptions options;
+    options.chunk_bytes = 4 << 20;
+    DatasetWriter writer = DatasetWriter::create(path, schema, options);
+    Tensor image = empty(shape, kUInt8);
+    uint8_t* pixels = image.mutable_data_ptr<uint8_t>();
+    for (int64_t i = 0; i < records; ++i) {
+      for (int64_t p = 0; p < image.numel(); ++p) pixels[p] = static_cast<uint8_t>(i * 31 + p);
+      writer.append({image, full({}, static_cast<double>(i % 1000), kInt64)});
+    }
+    writer.finish();
+    dataset_ = Dataset::open(path);
+  }
+  ~BenchDataset() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  const Dataset& dataset() const { return dataset_; }
+
+ private:
+  std::filesystem::path dir_;
+  Dataset dataset_;
+};
+
+// CIFAR-sized records (3 KB: per-batch overheads show) and 48 KB records (bandwidth shows).
+const Dataset& host_dataset(int64_t side) {
+  if (side == 32) {
+    static BenchDataset small("host32", 8192, {3, 32, 32});  // 24 MB
+    return small.dataset();
+  }
+  static BenchDataset large("host128", 2048, {3, 128, 128});  // 96 MB
+  return large.dataset();
+}
+
+const Dataset& device_dataset() {
+  static BenchDataset data("device", 2048, {3, 224, 224});  // 147 KB records, 300 MB
+  return data.dataset();
+}
+
+constexpr int64_t kHostBatch = 256;
+
+// Steady state, measured without bias: each round makes a loader, runs one warm-up epoch,
+// then times `epochs` more without a pause (the ring is as full at the end of the window as
+// at its start), and is destroyed before the reference runs, so that its prefetching of
+// the next epoch neither steals the reference's CPU nor gives the loader free batches.
+struct Timed {
+  double seconds = 0;
+  int64_t batches = 0;
+  int64_t samples = 0;
+  std::vector<int64_t> indices;  // in the order they came
+};
+
+Timed time_loader_epochs(const Dataset& dataset, const LoaderOptions& options, int epochs,
+                         CUstream_st* consumer_stream, const cuda::Stream* sync_stream) {
+  Loader loader(dataset, options);
+  auto drain = [&](Timed* timed) {
+    std::optional<Batch> held;  // hold one batch while taking the next, as a training step does
+    while (std::optional<Batch> batch = loader.next()) {
+      if (consumer_stream) batch->wait(consumer_stream);
+      benchmark::DoNotOptimize(batch->indices().data());
+      if (timed) {
+        timed->indices.insert(timed->indices.end(), batch->indices().begin(), batch->indices().end());
+        ++timed->batches;
+        timed->samples += batch->size();
+      }
+      held = std::move(batch);
+    }
+  };
+  drain(nullptr);
+  Timed timed;
+  timed.indices.reserve(static_cast<size_t>(dataset.size() * epochs));
+  const double t0 = now_seconds();
+  for (int e = 0; e < epochs; ++e) drain(&timed);
+  if (sync_stream) sync_stream->synchronize();
+  timed.seconds = now_seconds() - t0;
+  return timed;
+}
+
+double median(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
+
+void BM_LoaderVsGetBatch(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t side = state.range(1);
+  const Dataset& dataset = host_dataset(side);
+  LoaderOptions options;
+  options.batch_size = kHostBatch;
+  options.fields = {"image", "label"};
+  options.sampler.kind = SamplerKind::Random;
+  options.num_workers = threads;
+  options.pin_memory = false;  // the reference gathers into ordinary memory too
+  const int epochs = static_cast<int>(std::max<int64_t>(1, 64 * kHostBatch / dataset.size()));
+  Tensor images = empty({kHostBatch, 3, side, side}, kUInt8);
+  Tensor labels = empty({kHostBatch}, kInt64);
+  images.fill_(0);
+
+  std::vector<double> ratios;
+  double loader_seconds = 0;
+  int64_t samples = 0;
+  for (auto _ : state) {
+    const Timed loader = time_loader_epochs(dataset, options, epochs, nullptr, nullptr);
+    const double t0 = now_seconds();
+    for (size_t first = 0; first < loader.indices.size(); first += kHostBatch) {
+      const size_t rows = std::min<size_t>(kHostBatch, loader.indices.size() - first);
+      const std::span<const int64_t> indices(loader.indices.data() + first, rows);
+      dataset.get_batch(indices, "image", images.narrow(0, 0, static_cast<int64_t>(rows)), threads);
+      dataset.get_batch(indices, "label", labels.narrow(0, 0, static_cast<int64_t>(rows)), threads);
+      benchmark::ClobberMemory();
+    }
+    const double reference_seconds = now_seconds() - t0;
+    ratios.push_back(reference_seconds / loader.seconds);
+    loader_seconds += loader.seconds;
+    samples += loader.samples;
+    state.SetIterationTime(loader.seconds);
+  }
+  state.counters["vs_get_batch"] = median(ratios);
+  state.counters["loader_samples_per_s"] = samples / loader_seconds;
+  state.SetBytesProcessed(samples * (3 * side * side + 8));
+}
+
+void BM_LoaderToDevice(benchmark::State& state) {
+  if (cuda_device_count() == 0) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  constexpr int64_t kBatch = 256;
+  const Dataset& dataset = device_dataset();
+  LoaderOptions options;
+  options.batch_size = kBatch;
+  options.fields = {"image", "label"};
+  options.sampler.kind = SamplerKind::Random;
+  options.num_workers = static_cast<int>(state.range(0));
+  options.prefetch_batches = 4;
+  options.device = Device(DeviceType::CUDA, 0);
+  const int64_t batch_bytes = kBatch * (3 * 224 * 224 + 8);
+  const int epochs = 8;
+
+  // The reference: pinned host -> device copies of one batch's bytes, queued back to back.
+  UntypedStorage pinned = UntypedStorage::allocate_pinned(batch_bytes);
+  pinned.fill_(1);
+  UntypedStorage device = UntypedStorage::allocate(batch_bytes, options.device);
+  cuda::Stream stream = cuda::Stream::create(0);
+  auto memcpy_bytes_per_s = [&](int64_t copies) {
+    const double t0 = now_seconds();
+    for (int64_t c = 0; c < copies; ++c)
+      cuda::copy_to_device_async(device.mutable_data(), pinned.data(), batch_bytes, stream);
+    stream.synchronize();
+    return copies * static_cast<double>(batch_bytes) / (now_seconds() - t0);
+  };
+
+  memcpy_bytes_per_s(8);
+  std::vector<double> ratios, memcpy_rates;
+  double loader_seconds = 0;
+  int64_t batches = 0;
+  for (auto _ : state) {
+    const Timed loader = time_loader_epochs(dataset, options, epochs, stream.get(), &stream);
+    const double loader_rate = loader.batches * static_cast<double>(batch_bytes) / loader.seconds;
+    const double memcpy_rate = memcpy_bytes_per_s(loader.batches);
+    ratios.push_back(loader_rate / memcpy_rate);
+    memcpy_rates.push_back(memcpy_rate);
+    loader_seconds += loader.seconds;
+    batches += loader.batches;
+    state.SetIterationTime(loader.seconds);
+  }
+  state.counters["vs_pinned_memcpy"] = median(ratios);
+  state.counters["batches_per_s"] = batches / loader_seconds;
+  state.counters["loader_GB_per_s"] = batches * static_cast<double>(batch_bytes) / loader_seconds / 1e9;
+  state.counters["memcpy_GB_per_s"] = median(memcpy_rates) / 1e9;
+  state.SetBytesProcessed(batches * batch_bytes);
+}
+
+}  // namespace
+
+BENCHMARK(BM_LoaderVsGetBatch)->ArgsProduct({{1, 2}, {32, 128}})->ArgNames({"threads", "side"})
+    ->Iterations(9)
+    ->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LoaderToDevice)->Arg(4)->Arg(8)->Arg(14)->ArgName("workers")->Iterations(3)
+    ->UseManualTime()->Unit(benchmark::kMillisecond);

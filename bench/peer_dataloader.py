@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""The peer of BM_LoaderToDevice: PyTorch's DataLoader(pin_memory=True) over a numpy memmap.
+
+Writes N records of uint8 [3, 224, 224] (the shape, count and batch size BM_LoaderToDevice
+uses) to a .npy file, then times epochs of a shuffled DataLoader whose batches are moved to
+the GPU with .cuda(non_blocking=True), as a training loop does. Prints one JSON line:
+  {"peer": "torch_dataloader_memmap", "batches_per_s": ..., "GB_per_s": ..., ...}
+Compare batches_per_s with mmtensor_bench's BM_LoaderToDevice batches_per_s (target: 3x).
+Runs where torch is installed; without CUDA it times host batches and says so.
+"""
+import argparse
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+
+
+class MemmapImages:
+    """Map-style dataset: record i of a [N, 3, 224, 224] uint8 .npy opened with mmap."""
+
+    def __init__(self, path):
+        self.path = path
+        self.images = None  # opened lazily in each worker process
+        self.length = np.load(path, mmap_mode="r").shape[0]
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, index):
+        import torch
+        if self.images is None:
+            self.images = np.load(self.path, mmap_mode="r")
+        return torch.from_numpy(np.ascontiguousarray(self.images[index])), index % 1000
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=2048)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--dir", default=None, help="where to write the .npy (default: a temp dir)")
+    args = parser.parse_args()
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    workdir = args.dir or tempfile.mkdtemp(prefix="mmtensor-peer-")
+    path = os.path.join(workdir, "images.npy")
+    shape = (args.records, 3, 224, 224)
+    if not os.path.exists(path):
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint8, shape=shape)
+        pattern = np.arange(3 * 224 * 224, dtype=np.int64)
+        for i in range(args.records):  # the same pattern BM_LoaderToDevice writes
+            out[i] = ((i * 31 + pattern) & 0xFF).astype(np.uint8).reshape(3, 224, 224)
+        out.flush()
+        del out
+
+    cuda = torch.cuda.is_available()
+    loader = DataLoader(MemmapImages(path), batch_size=args.batch_size, shuffle=True,
+                        num_workers=args.workers, pin_memory=cuda, persistent_workers=args.workers > 0,
+                        generator=torch.Generator().manual_seed(0))
+
+    def epoch():
+        batches = 0
+        for images, labels in loader:
+            if cuda:
+                images = images.cuda(non_blocking=True)
+                labels = labels.cuda(non_blocking=True)
+            batches += 1
+        if cuda:
+            torch.cuda.synchronize()
+        return batches
+
+    epoch()  # warm: page cache, worker processes, CUDA context
+    start = time.perf_counter()
+    batches = sum(epoch() for _ in range(args.epochs))
+    seconds = time.perf_counter() - start
+    batch_bytes = args.batch_size * (3 * 224 * 224 + 8)
+    print(json.dumps({
+        "peer": "torch_dataloader_memmap",
+        "device": "cuda" if cuda else "cpu (no CUDA: host batches only)",
+        "records": args.records, "batch_size": args.batch_size, "workers": args.workers,
+        "batches_per_s": batches / seconds,
+        "GB_per_s": batches * batch_bytes / seconds / 1e9,
+        "torch": torch.__version__,
+    }))
+
+
+if __name__ == "__main__":
+    main()
