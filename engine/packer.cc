@@ -145,19 +145,23 @@ PackSources PackSources::from_folder(const std::string& dir) {
 }
 
 std::vector<Tensor> PackSources::record(int64_t index) const {
+  std::vector<Tensor> values;
+  record(index, values);
+  return values;
+}
+
+void PackSources::record(int64_t index, std::vector<Tensor>& values) const {
   MMT_CHECK(index >= 0 && index < records_, IndexError, "record ", index, " is out of range for ",
             records_, " records");
-  std::vector<Tensor> values;
+  values.resize(schema_.size());
   if (!columns_.empty()) {
-    values.reserve(columns_.size());
-    for (const Tensor& column : columns_) values.push_back(column.select(0, index));
-    return values;
+    for (size_t f = 0; f < columns_.size(); ++f) values[f] = columns_[f].select(0, index);
+    return;
   }
   UntypedStorage bytes = detail::read_file_bytes(files_[static_cast<size_t>(index)]);
   int64_t n = bytes.nbytes();
-  values.push_back(Tensor(std::move(bytes), kUInt8, {n}));
-  values.push_back(full({}, static_cast<double>(labels_[static_cast<size_t>(index)]), kInt64));
-  return values;
+  values[0] = Tensor(std::move(bytes), kUInt8, {n});
+  values[1] = full({}, static_cast<double>(labels_[static_cast<size_t>(index)]), kInt64);
 }
 
 WriteStats pack_dataset(const std::string& path, const PackSources& sources, PackOptions options) {
@@ -169,13 +173,14 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
   using Clock = std::chrono::steady_clock;
   auto interval = std::chrono::duration<double>(options.progress_interval_seconds);
   Clock::time_point last_report = Clock::now();
+  std::vector<Tensor> values;
   for (int64_t i = 0; i < sources.records(); ++i) {
     if (options.cancel && options.cancel->load(std::memory_order_relaxed)) {
       writer.abort();
       throw PackCancelled(str("packing ", path, " was interrupted after ", i, " of ",
                               sources.records(), " records; ", path, " was left as it was"));
     }
-    std::vector<Tensor> values = sources.record(i);
+    sources.record(i, values);
     writer.append(std::span<const Tensor>(values));
     if (options.on_progress && (i & 63) == 0 && Clock::now() - last_report >= interval) {
       options.on_progress(writer.stats());

@@ -131,7 +131,8 @@ void run_bench(const BenchArgs& args) {
         memcpy_gather.bytes_per_second() > 0 ? gather.bytes_per_second() / memcpy_gather.bytes_per_second() : 0;
   }
 
-  // The loader: full epochs (or as much of one as fits the time), random order, cpu batches.
+  // The loader: whole epochs in random order into cpu batches, as many as fit the time (at
+  // least one), so the figure includes each epoch's start and its short last batch.
   LoaderOptions options;
   options.batch_size = args.batch;
   options.sampler.kind = SamplerKind::Random;
@@ -141,12 +142,16 @@ void run_bench(const BenchArgs& args) {
   Loader loader(ds, options);
   int64_t record_bytes = 0;
   for (const Field& f : ds.schema()) record_bytes += f.is_fixed() ? f.fixed_nbytes() : 0;
+  int64_t epochs = 0;
   Rate loader_rate = run_for(args.seconds, [&] {
-    std::optional<Batch> batch = loader.next();
-    if (!batch) return std::pair<int64_t, int64_t>{0, 0};
-    return std::pair<int64_t, int64_t>{batch->size(), batch->size() * record_bytes};
+    int64_t samples = 0;
+    while (std::optional<Batch> batch = loader.next()) samples += batch->size();
+    ++epochs;
+    return std::pair<int64_t, int64_t>{samples, samples * record_bytes};
   });
   report["loader"] = rate_json(loader_rate);
+  report["loader"]["epochs"] = epochs;
+  report["loader"]["workers"] = options.num_workers;
 
   if (args.json) {
     std::cout << report.dump(2) << "\n";
@@ -170,6 +175,8 @@ void run_bench(const BenchArgs& args) {
     std::printf("  batch gather / memcpy gather = %.2f\n", report["batch_gather_vs_memcpy"].get<double>());
   }
   line("loader", loader_rate);
+  std::printf("  (loader: %lld full epoch(s) of %lld records, %d worker(s))\n",
+              static_cast<long long>(epochs), static_cast<long long>(ds.size()), options.num_workers);
 }
 
 }  // namespace

@@ -57,6 +57,8 @@ class PackSources {
   // The values of record `index`, one per field in schema order (views of the sources for
   // arrays; the file's bytes, read now, for a folder). Throws IoError for an unreadable file.
   std::vector<Tensor> record(int64_t index) const;
+  // The same into `values` (resized to the field count), reusing its memory across records.
+  void record(int64_t index, std::vector<Tensor>& values) const;
 
  private:
   int64_t records_ = 0;

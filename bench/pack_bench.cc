@@ -1,0 +1,163 @@
+// Packing throughput against its physical limits, measured alternately in the same run
+// (issue 4):
+//   - uncompressed: pack_dataset() vs writing the same bytes sequentially to a file in the
+//     same folder (1 MiB writes, then fsync, as the writer's finish() does): target >= 0.8;
+//   - lz4 / zstd with T threads: pack_dataset() vs the raw codec compressing the same chunks
+//     on one thread, times T: target >= 0.8.
+// The data is Fashion-MNIST's training images and labels when installed (what the main job
+// packs), else a synthetic image-like array of the same size. Files go to MMT_BENCH_DIR
+// (default: the system temp folder); that folder's disk is the reference.
+// Counters: vs_disk / vs_codec_x_threads (the targets' ratios), pack_MBps, reference_MBps.
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codec_engine.h"
+#include "mmtensor/idx_io.h"
+#include "mmtensor/numpy_io.h"
+#include "mmtensor/packer.h"
+#include "ratio.h"
+
+namespace {
+
+using namespace mmt;
+namespace fs = std::filesystem;
+
+constexpr int kRounds = 5;  // each round writes the data twice; keep the disk traffic modest
+constexpr int64_t kChunkBytes = 1 << 20;
+
+std::string bench_dir() {
+  const char* env = std::getenv("MMT_BENCH_DIR");
+  std::string dir = (env && *env ? fs::path(env) : fs::temp_directory_path()) /
+                    ("mmt-pack-bench-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir;
+}
+
+// The sources every benchmark packs, loaded once (decompression is not what is measured).
+struct Workload {
+  std::string dir = bench_dir();
+  PackSources sources;
+  Tensor images;  // the bulk of the bytes, for the codec reference
+  std::string label;
+
+  Workload() {
+    const std::string fm = "/usr/share/datasets/fashion-mnist/";
+    if (fs::exists(fm + "train-images-idx3-ubyte.gz") && fs::exists(fm + "train-labels-idx1-ubyte.gz")) {
+      std::vector<std::string> specs{"images=" + fm + "train-images-idx3-ubyte.gz",
+                                     "labels=" + fm + "train-labels-idx1-ubyte.gz"};
+      sources = PackSources::from_arrays(specs);
+      images = load_idx(fm + "train-images-idx3-ubyte.gz");
+      label = "fashion-mnist";
+    } else {
+      // Smooth blobs plus noise: compresses roughly like small grey images do.
+      images = empty({60000, 28, 28}, kUInt8);
+      uint8_t* p = images.mutable_data_ptr<uint8_t>();
+      std::mt19937 rng(7);
+      for (int64_t i = 0; i < images.numel(); ++i) {
+        int64_t x = i % 28, y = (i / 28) % 28;
+        int v = ((x - 14) * (x - 14) + (y - 14) * (y - 14) < 100) ? 180 + static_cast<int>(rng() % 40) : 0;
+        p[i] = static_cast<uint8_t>(v);
+      }
+      save_npy(dir + "/images.npy", images);
+      save_npy(dir + "/labels.npy", arange(60000, kUInt8));
+      std::vector<std::string> specs{"images=" + dir + "/images.npy", "labels=" + dir + "/labels.npy"};
+      sources = PackSources::from_arrays(specs);
+      label = "synthetic";
+    }
+  }
+  ~Workload() {
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+  }
+};
+
+Workload& workload() {
+  static Workload w;
+  return w;
+}
+
+WriteStats pack_once(const std::string& codec, int threads) {
+  Workload& w = workload();
+  PackOptions options;
+  options.writer.codec = CodecSpec::parse(codec);
+  options.writer.chunk_bytes = kChunkBytes;
+  options.writer.threads = threads;
+  options.writer.overwrite = true;
+  return pack_dataset(w.dir + "/out.mmt", w.sources, options);
+}
+
+// Sequential write of `bytes` in 1 MiB blocks, then fsync: the disk's speed for a new file.
+void write_reference(int64_t bytes) {
+  static std::vector<char> block(1 << 20, 7);
+  std::string path = workload().dir + "/reference.bin";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) std::abort();
+  for (int64_t done = 0; done < bytes;) {
+    size_t n = static_cast<size_t>(std::min<int64_t>(bytes - done, static_cast<int64_t>(block.size())));
+    ssize_t w = ::write(fd, block.data(), n);
+    if (w <= 0) std::abort();
+    done += w;
+  }
+  ::fsync(fd);
+  ::close(fd);
+  ::unlink(path.c_str());
+}
+
+// The raw codec over the same bytes in the writer's chunk size, on one thread.
+void codec_reference(const CodecSpec& spec) {
+  const Tensor& images = workload().images;
+  const auto* src = static_cast<const std::byte*>(images.data_ptr());
+  static std::vector<std::byte> dst;
+  dst.resize(static_cast<size_t>(detail::compress_bound(spec.codec, kChunkBytes)));
+  for (int64_t offset = 0; offset < images.nbytes(); offset += kChunkBytes) {
+    int64_t n = std::min(kChunkBytes, images.nbytes() - offset);
+    benchmark::DoNotOptimize(
+        detail::compress(spec, src + offset, n, dst.data(), static_cast<int64_t>(dst.size())));
+  }
+}
+
+void report(benchmark::State& state, const WriteStats& stats, double reference_seconds) {
+  state.SetBytesProcessed(state.iterations() * stats.bytes_in);
+  state.counters["pack_MBps"] = stats.bytes_in / stats.seconds / 1e6;
+  state.counters["reference_MBps"] = stats.bytes_in / reference_seconds / 1e6;
+  state.counters["ratio"] = static_cast<double>(stats.bytes_in) / static_cast<double>(stats.bytes_out);
+  state.SetLabel(workload().label);
+}
+
+void BM_PackUncompressedVsDisk(benchmark::State& state) {
+  WriteStats stats;
+  for (auto _ : state) stats = pack_once("none", 1);
+  int64_t file_bytes = stats.bytes_out;
+  state.counters["vs_disk"] = bench::median_speed_ratio([&] { pack_once("none", 1); },
+                                                        [&] { write_reference(file_bytes); }, kRounds);
+  report(state, stats, bench::seconds_of([&] { write_reference(file_bytes); }));
+}
+
+void BM_PackCompressedVsCodec(benchmark::State& state, const std::string& codec) {
+  const int threads = static_cast<int>(state.range(0));
+  CodecSpec spec = CodecSpec::parse(codec);
+  WriteStats stats;
+  for (auto _ : state) stats = pack_once(codec, threads);
+  // reference time / pack time, with the reference being one thread: divide by the threads
+  // to compare against the codec's throughput times the threads used.
+  double speed = bench::median_speed_ratio([&] { pack_once(codec, threads); },
+                                           [&] { codec_reference(spec); }, kRounds);
+  state.counters["vs_codec_x_threads"] = speed / threads;
+  state.counters["threads"] = threads;
+  report(state, stats, bench::seconds_of([&] { codec_reference(spec); }));
+}
+
+BENCHMARK(BM_PackUncompressedVsDisk)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+BENCHMARK_CAPTURE(BM_PackCompressedVsCodec, lz4, std::string("lz4"))
+    ->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+BENCHMARK_CAPTURE(BM_PackCompressedVsCodec, zstd, std::string("zstd"))
+    ->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+
+}  // namespace
