@@ -104,7 +104,9 @@ void StagingRing::reserve_values(int slot, size_t f, int64_t elements,
   RaggedBuffers& buffers = ragged_[slot][layout.ragged_index];
   const int64_t needed_bytes = checked_mul(elements, element_size(layout.field.dtype),
                                            "packed values of field '" + layout.field.name + "'");
-  if (needed_bytes > buffers.host.nbytes()) {
+  // Allocated on first use even when empty, so a batch of empty values still views device
+  // memory on a device.
+  if (needed_bytes > buffers.host.nbytes() || buffers.host.nbytes() == 0) {
     // Half again as much as needed: batches vary, and a buffer sized to the largest batch
     // seen so far stops growing after a few batches.
     const int64_t capacity_bytes =
