@@ -31,7 +31,8 @@ cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" --target mmtensor_bench -j "$(nproc)"
 mkdir -p "$build/peers"
 g++ -O2 -std=c++20 -Wall -o "$build/peers/pread_peer" "$here/bench/peers/pread_peer.cc"
-h5c++ -O2 -std=c++20 -o "$build/peers/hdf5_peer" "$here/bench/peers/hdf5_peer.cc"
+# h5c++ leaves its object file in the current folder: run it in the build folder.
+(cd "$build/peers" && h5c++ -O2 -std=c++20 -o hdf5_peer "$here/bench/peers/hdf5_peer.cc")
 
 step "prepare data in $dir"
 rm -rf "$dir"
