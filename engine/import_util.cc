@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -60,14 +61,18 @@ InputFile map_input_file(const std::string& path) {
 }
 
 int64_t checked_shape_nbytes(IntArrayRef shape, int64_t element_bytes, std::string_view what) {
-  int64_t total = element_bytes;
+  // The extent of every dimension but zero-sized ones must fit too: strides are computed
+  // over max(size, 1), so (0, 2^40, 2^40) holds no bytes but still has unrepresentable strides.
+  int64_t span_bytes = element_bytes;
+  bool empty = false;
   for (int64_t extent : shape) {
     MMT_CHECK(extent >= 0, FormatError, what, ": negative dimension ", extent, " in shape ", shape);
-    if (__builtin_mul_overflow(total, extent, &total))
+    empty = empty || extent == 0;
+    if (__builtin_mul_overflow(span_bytes, std::max<int64_t>(extent, 1), &span_bytes))
       throw FormatError(str(what, ": shape ", shape, " of ", element_bytes,
                             "-byte elements overflows a 64-bit byte count"));
   }
-  return total;
+  return empty ? 0 : span_bytes;
 }
 
 }  // namespace mmt::detail

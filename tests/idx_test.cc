@@ -130,6 +130,10 @@ TEST(Idx, CorruptGzipAndOverflowingShapesAreRefused) {
   Bytes huge = idx_header(0x0E, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF});
   std::string message = expect_format_error([&] { parse_idx(huge, "huge"); });
   EXPECT_NE(message.find("overflows"), std::string::npos) << message;
+  // No elements, but extents whose strides overflow (a fuzzer find).
+  Bytes empty_huge = idx_header(0x0D, {2, 0x1040, 0x3f800200, 0, 0x40400000, 0x40800000});
+  message = expect_format_error([&] { parse_idx(empty_huge, "empty-huge"); });
+  EXPECT_NE(message.find("overflows"), std::string::npos) << message;
   // A gzip'd header declaring gigabytes must fail on the missing data, not allocate it first.
   message = expect_format_error(
       [&] { parse_idx(testutil::gzip_bytes(idx_header(0x08, {1 << 30, 1 << 30})), "big.gz"); });

@@ -237,6 +237,10 @@ TEST(Npy, CorruptHeadersAreRefusedWithTheRule) {
   refused(npy_with_dict("{'descr': '<f4', 'fortran_order': False, "
                         "'shape': (4294967296, 4294967296, 4294967296)}", data),
           "overflows");
+  // Empty, yet its strides would not fit: refused as well (found by the fuzzer).
+  refused(npy_with_dict("{'descr': '<f4', 'fortran_order': False, "
+                        "'shape': (0, 4294967296, 4294967296)}", data),
+          "overflows");
   refused(npy_with_dict("{'descr': '<f4', 'fortran_order': False, "
                         "'shape': (99999999999999999999,)}", data),
           "64-bit");
