@@ -134,11 +134,18 @@ Tensor Dataset::column(std::string_view field, int64_t start, int64_t stop) cons
     const ChunkRef ref = locate(d, record);
     const std::byte* chunk = ref.storage.data() + ref.payload_offset_bytes;
     const int64_t chunk_stop = std::min(stop, ref.first_record + ref.record_count);
-    for (; record < chunk_stop; ++record) {
-      std::memcpy(dst + (record - start) * plan.value_bytes,
-                  chunk + (record - ref.first_record) * d.record_stride_bytes + plan.offset_bytes,
-                  static_cast<size_t>(plan.value_bytes));
-    }
+    auto copy_records = [&] {
+      for (int64_t r = record; r < chunk_stop; ++r) {
+        std::memcpy(dst + (r - start) * plan.value_bytes,
+                    chunk + (r - ref.first_record) * d.record_stride_bytes + plan.offset_bytes,
+                    static_cast<size_t>(plan.value_bytes));
+      }
+    };
+    if (ref.storage.is_same(d.file))
+      d.guarded(copy_records);
+    else
+      copy_records();
+    record = chunk_stop;
   }
   return out;
 }

@@ -44,34 +44,49 @@ struct BatchPlan {
   // Uncompressed back-to-back chunks: a record's address is arithmetic on the mapping.
   void gather_contiguous(int64_t lo, int64_t hi) const {
     const std::byte* data = d->base + d->data_offset + plan->offset_bytes;
-    const int64_t stride = d->record_stride_bytes, n = d->record_count;
-    for (int64_t b = lo; b < hi; ++b) {
-      if (b + kPrefetchDistance < hi) {
-        int64_t ahead = indices[b + kPrefetchDistance];
-        ahead = ahead < 0 ? ahead + n : ahead;
-        if (ahead >= 0 && ahead < n) prefetch_range(data + ahead * stride, plan->value_bytes);
+    const int64_t stride = d->record_stride_bytes;
+    d->guarded([&] {
+      for (int64_t b = lo; b < hi; ++b) {
+        if (b + kPrefetchDistance < hi) prefetch_range(data + record_at(b + kPrefetchDistance) * stride, plan->value_bytes);
+        const int64_t i = record_at(b);
+        d->ensure_validated(i / d->records_per_chunk);
+        copy_one(out + b * out_record_bytes, data + i * stride);
       }
-      const int64_t i = d->normalize_index(indices[b], "get_batch");
-      d->ensure_validated(i / d->records_per_chunk);
-      copy_one(out + b * out_record_bytes, data + i * stride);
-    }
+    });
+  }
+
+  // indices[b] as a record index; get_batch checked every index before gathering.
+  int64_t record_at(int64_t b) const {
+    const int64_t index = indices[static_cast<size_t>(b)];
+    return index < 0 ? index + d->record_count : index;
   }
 
   // Anything else: through the chunk (mapping or decoded cache entry), reused while
   // consecutive indices stay in it.
   void gather_chunked(int64_t lo, int64_t hi) const {
     ChunkRef ref;
-    const std::byte* chunk = nullptr;
-    for (int64_t b = lo; b < hi; ++b) {
-      const int64_t i = d->normalize_index(indices[b], "get_batch");
+    for (int64_t b = lo; b < hi;) {
+      const int64_t i = record_at(b);
       if (ref.index < 0 || i < ref.first_record || i - ref.first_record >= ref.record_count) {
         ref = d->chunk_ref(d->chunk_of(i));
         MMT_CHECK(i >= ref.first_record && i - ref.first_record < ref.record_count, FormatError, d->path,
                   ": the chunk table is not ordered: record ", i, " is not in chunk ", ref.index);
-        chunk = ref.storage.data() + ref.payload_offset_bytes;
       }
-      copy_one(out + b * out_record_bytes,
-               chunk + (i - ref.first_record) * d->record_stride_bytes + plan->offset_bytes);
+      // The run of batch positions whose records lie in this chunk, copied in one section.
+      int64_t run_end = b + 1;
+      while (run_end < hi && record_at(run_end) >= ref.first_record &&
+             record_at(run_end) - ref.first_record < ref.record_count)
+        ++run_end;
+      const std::byte* chunk = ref.storage.data() + ref.payload_offset_bytes + plan->offset_bytes;
+      auto copy_run = [&] {
+        for (int64_t k = b; k < run_end; ++k)
+          copy_one(out + k * out_record_bytes, chunk + (record_at(k) - ref.first_record) * d->record_stride_bytes);
+      };
+      if (ref.storage.is_same(d->file))
+        d->guarded(copy_run);
+      else
+        copy_run();
+      b = run_end;
     }
   }
 };

@@ -46,23 +46,25 @@ int64_t Dataset::Impl::chunk_of(int64_t record) const {
   if (records_per_chunk > 0) return record / records_per_chunk;
   // Chunks of varying size: binary search on the mapped table's first_record. The table is
   // untrusted, so the search only picks a candidate; chunk_ref's caller checks it holds the record.
-  int64_t lo = 0, hi = chunk_count;
-  const std::byte* table = base + chunk_table_offset;
-  while (hi - lo > 1) {
-    int64_t mid = lo + (hi - lo) / 2;
-    if (format::peek_first_record(table + mid * format::kChunkEntryBytes) <= static_cast<uint64_t>(record))
-      lo = mid;
-    else
-      hi = mid;
-  }
-  return lo;
+  return guarded([&] {
+    int64_t lo = 0, hi = chunk_count;
+    const std::byte* table = base + chunk_table_offset;
+    while (hi - lo > 1) {
+      int64_t mid = lo + (hi - lo) / 2;
+      if (format::peek_first_record(table + mid * format::kChunkEntryBytes) <= static_cast<uint64_t>(record))
+        lo = mid;
+      else
+        hi = mid;
+    }
+    return lo;
+  });
 }
 
 format::ChunkEntry Dataset::Impl::check_entry(int64_t c) const {
   const int64_t entry_at = chunk_table_offset + c * format::kChunkEntryBytes;
   format::ChunkEntry e;
   try {
-    e = format::decode_chunk_entry(base + entry_at, static_cast<uint64_t>(c));
+    e = guarded([&] { return format::decode_chunk_entry(base + entry_at, static_cast<uint64_t>(c)); });
   } catch (const FormatError&) {
     rethrow_in(path);
   }
@@ -108,25 +110,42 @@ format::ChunkEntry Dataset::Impl::check_entry(int64_t c) const {
   return e;
 }
 
-void Dataset::Impl::validate_chunk(int64_t c, bool verify_payload) const {
+format::ChunkEntry Dataset::Impl::validate_chunk(int64_t c, bool verify_payload) const {
   format::ChunkEntry e = check_entry(c);
   if (verify_payload) {
-    uint64_t actual = format::payload_checksum(base + e.file_offset, static_cast<int64_t>(e.stored_bytes),
-                                               static_cast<uint64_t>(c));
+    uint64_t actual = guarded([&] {
+      return format::payload_checksum(base + e.file_offset, static_cast<int64_t>(e.stored_bytes), static_cast<uint64_t>(c));
+    });
     MMT_CHECK(actual == e.payload_checksum, ChecksumError, path, ": chunk ", c, " (byte offset ", e.file_offset,
               ", ", e.stored_bytes, " stored bytes): payload checksum mismatch; the chunk is corrupt or "
               "was moved from another position");
   }
-  if (verify_payload || !options.verify_checksums)
-    std::atomic_ref<uint8_t>(chunk_state.get()[c]).store(1, std::memory_order_release);
+  if (verify_payload || !options.verify_checksums) {
+    // One thread stores the slot; a thread that loses the race already holds the same entry.
+    ValidatedChunk& slot = validated_chunks.get()[c];
+    uint8_t expected = 0;
+    if (std::atomic_ref<uint8_t>(slot.state).compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
+      slot.codec = e.codec;
+      slot.record_count = e.record_count;
+      slot.file_offset = e.file_offset;
+      slot.stored_bytes = e.stored_bytes;
+      slot.decoded_bytes = e.decoded_bytes;
+      slot.first_record = e.first_record;
+      std::atomic_ref<uint8_t>(slot.state).store(2, std::memory_order_release);
+    }
+  }
+  return e;
 }
 
 UntypedStorage Dataset::Impl::decode_chunk(int64_t c, const format::ChunkEntry& e) const {
   UntypedStorage decoded = UntypedStorage::allocate(static_cast<int64_t>(e.decoded_bytes));
+  const std::string what = detail::str("chunk ", c, " (byte offset ", e.file_offset, ")");
+  std::byte* out = decoded.mutable_data();
   try {
-    detail::decompress(static_cast<Codec>(e.codec), base + e.file_offset, static_cast<int64_t>(e.stored_bytes),
-                       decoded.mutable_data(), static_cast<int64_t>(e.decoded_bytes),
-                       detail::str("chunk ", c, " (byte offset ", e.file_offset, ")"));
+    guarded([&] {
+      detail::decompress(static_cast<Codec>(e.codec), base + e.file_offset, static_cast<int64_t>(e.stored_bytes),
+                         out, static_cast<int64_t>(e.decoded_bytes), what);
+    });
   } catch (const FormatError&) {
     rethrow_in(path);
   }
@@ -134,8 +153,7 @@ UntypedStorage Dataset::Impl::decode_chunk(int64_t c, const format::ChunkEntry& 
 }
 
 ChunkRef Dataset::Impl::chunk_ref(int64_t c) const {
-  ensure_validated(c);
-  const format::ChunkEntry e = format::peek_chunk_entry(base + chunk_table_offset + c * format::kChunkEntryBytes);
+  const format::ChunkEntry e = validated_entry(c);
   ChunkRef ref;
   ref.first_record = static_cast<int64_t>(e.first_record);
   ref.record_count = e.record_count;
@@ -203,8 +221,7 @@ void Dataset::verify() const {
   int64_t expected_first = 0;
   uint64_t previous_end = static_cast<uint64_t>(d.data_offset);
   for (int64_t c = 0; c < d.chunk_count; ++c) {
-    d.validate_chunk(c, /*verify_payload=*/true);
-    const format::ChunkEntry e = format::peek_chunk_entry(d.base + d.chunk_table_offset + c * format::kChunkEntryBytes);
+    const format::ChunkEntry e = d.validate_chunk(c, /*verify_payload=*/true);
     MMT_CHECK(e.first_record == static_cast<uint64_t>(expected_first), FormatError, d.path, ": chunk ", c,
               " starts at record ", e.first_record, ", expected ", expected_first, " (chunks hold records in order)");
     MMT_CHECK(e.file_offset >= previous_end, FormatError, d.path, ": chunk ", c, " at byte offset ", e.file_offset,
@@ -222,7 +239,12 @@ void Dataset::verify() const {
     } else {
       ref.storage = d.decode_chunk(c, e);  // not through the cache: verify must not evict the working set
     }
-    if (!d.layout.ragged_fields.empty()) d.verify_ragged_structure(ref);
+    if (!d.layout.ragged_fields.empty()) {
+      if (ref.storage.is_same(d.file))
+        d.guarded([&] { d.verify_ragged_structure(ref); });
+      else
+        d.verify_ragged_structure(ref);
+    }
   }
   MMT_CHECK(expected_first == d.record_count, FormatError, d.path, ": the chunks hold ", expected_first,
             " records but the footer says ", d.record_count);

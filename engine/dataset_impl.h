@@ -4,8 +4,9 @@
 //
 // Trust: open() validates only the fixed-size structures (preamble, footer, schema). A
 // chunk's table entry (and, with verify_checksums, its payload) is validated the first time
-// the chunk is used; chunk_state_ remembers which chunks passed, one byte per chunk,
-// allocated with calloc so that open stays O(1) in practice (untouched pages cost nothing).
+// the chunk is used and then kept in `validated_chunks`, one slot per chunk allocated with
+// calloc, so open stays O(1) in practice (untouched pages cost nothing) and a used chunk's
+// entry is never read from the file again.
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,7 @@
 
 #include "chunk_cache.h"
 #include "format.h"
+#include "mapping_guard.h"
 #include "mmtensor/dataset.h"
 
 namespace mmt {
@@ -44,6 +46,18 @@ struct ChunkRef {
   int64_t index = -1;
 };
 
+// A chunk table entry that passed validation. `state` is accessed atomically: 0 not yet
+// validated, 1 being stored by the thread that won the race, 2 ready to read.
+struct ValidatedChunk {
+  uint8_t state;
+  uint8_t codec;
+  uint32_t record_count;
+  uint64_t file_offset;
+  uint64_t stored_bytes;
+  uint64_t decoded_bytes;
+  uint64_t first_record;
+};
+
 struct Dataset::Impl {
   std::string path;
   ReaderOptions options;
@@ -67,8 +81,17 @@ struct Dataset::Impl {
   int64_t chunk_table_offset = 0;
   bool contiguous = false;  // kFlagContiguousFixedLayout, checked against the schema
   uint64_t instance_id = 0;  // unique per open(), keys per-thread shortcuts
-  std::unique_ptr<uint8_t, decltype(&std::free)> chunk_state{nullptr, &std::free};
+  std::unique_ptr<ValidatedChunk, decltype(&std::free)> validated_chunks{nullptr, &std::free};
   mutable std::unique_ptr<detail::ChunkCache> cache;
+
+  // Runs fn() with a SIGBUS raised by reading the mapping (the file shrunk by another
+  // program) turned into IoError naming the path and byte. fn must own nothing with a
+  // destructor a fault could skip (mapping_guard.h); the engine guards its own reads of the
+  // mapping: table entries, checksums, decoding, batch and column copies, verify.
+  template <typename Fn>
+  decltype(auto) guarded(Fn&& fn) const {
+    return detail::guard_mapped_reads(detail::MappedRegion{&path, base, file_bytes}, std::forward<Fn>(fn));
+  }
 
   static std::shared_ptr<const Impl> open(const std::string& path, const ReaderOptions& options);
 
@@ -77,12 +100,26 @@ struct Dataset::Impl {
   int64_t chunk_of(int64_t record) const;
   // The entry, checked against the file (no payload hash, no caching). dataset_chunks.cc.
   format::ChunkEntry check_entry(int64_t chunk) const;
-  // Validates chunk `chunk` once (entry, and the payload checksum when verify is true).
-  void ensure_validated(int64_t chunk) const {
-    if (std::atomic_ref<uint8_t>(chunk_state.get()[chunk]).load(std::memory_order_acquire) == 0)
-      validate_chunk(chunk, options.verify_checksums);
+  // The chunk's entry, validated on first use (with its payload checksum when the options
+  // say so) and remembered.
+  format::ChunkEntry validated_entry(int64_t chunk) const {
+    ValidatedChunk& slot = validated_chunks.get()[chunk];
+    if (std::atomic_ref<uint8_t>(slot.state).load(std::memory_order_acquire) != 2) [[unlikely]]
+      return validate_chunk(chunk, options.verify_checksums);
+    format::ChunkEntry e;
+    e.file_offset = slot.file_offset;
+    e.stored_bytes = slot.stored_bytes;
+    e.decoded_bytes = slot.decoded_bytes;
+    e.first_record = slot.first_record;
+    e.record_count = slot.record_count;
+    e.codec = slot.codec;
+    return e;
   }
-  void validate_chunk(int64_t chunk, bool verify_payload) const;
+  void ensure_validated(int64_t chunk) const {
+    if (std::atomic_ref<uint8_t>(validated_chunks.get()[chunk].state).load(std::memory_order_acquire) != 2)
+      [[unlikely]] validate_chunk(chunk, options.verify_checksums);
+  }
+  format::ChunkEntry validate_chunk(int64_t chunk, bool verify_payload) const;
   // The chunk's decoded bytes (the mapping itself for uncompressed chunks).
   ChunkRef chunk_ref(int64_t chunk) const;
   // Decodes a compressed chunk into fresh memory (no cache).

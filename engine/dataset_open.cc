@@ -112,8 +112,9 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   impl->codec = block.codec;
   impl->writer = std::move(block.writer);
   if (impl->chunk_count > 0) {
-    impl->chunk_state.reset(static_cast<uint8_t*>(std::calloc(static_cast<size_t>(impl->chunk_count), 1)));
-    MMT_CHECK(impl->chunk_state, Error, path, ": out of memory for ", impl->chunk_count, " chunk states");
+    impl->validated_chunks.reset(
+        static_cast<ValidatedChunk*>(std::calloc(static_cast<size_t>(impl->chunk_count), sizeof(ValidatedChunk))));
+    MMT_CHECK(impl->validated_chunks, Error, path, ": out of memory for ", impl->chunk_count, " chunk slots");
   }
   impl->cache = std::make_unique<detail::ChunkCache>(options.cache_bytes);
   impl->instance_id = next_instance_id.fetch_add(1, std::memory_order_relaxed);

@@ -386,10 +386,13 @@ void DatasetWriter::Impl::finish_file() {
   format::encode_footer(footer, footer_bytes);
   file.write(footer_bytes, sizeof footer_bytes);
   bytes_out.store(file.offset(), std::memory_order_relaxed);
+  io::crash_point("after-write");
   file.fsync();
   file.close();
+  io::crash_point("after-fsync");
   io::rename_file(temp_path, path, options.overwrite);
   state = State::Finished;  // the dataset is in place from here on; never remove it
+  io::crash_point("after-rename");
   io::fsync_parent_dir(path);
 }
 

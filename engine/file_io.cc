@@ -1,6 +1,7 @@
 #include "file_io.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -182,6 +183,11 @@ void fsync_parent_dir(const std::string& path) {
   ::close(fd);
   // Some filesystems cannot fsync a folder (EINVAL); the rename is as durable as they allow.
   if (rc != 0 && err != EINVAL) throw_io(Step::DirFsync, dir, err);
+}
+
+void crash_point(const char* point) {
+  static const char* const crash_at = std::getenv("MMT_CRASH_AT");
+  if (crash_at != nullptr && std::strcmp(crash_at, point) == 0) ::kill(::getpid(), SIGKILL);
 }
 
 void FreeDeleter::operator()(std::byte* p) const noexcept { std::free(p); }

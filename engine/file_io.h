@@ -54,6 +54,13 @@ void fsync_parent_dir(const std::string& path);
 // The folder part of `path` ("." when it has none).
 std::string parent_dir(const std::string& path);
 
+// Test-only crash points: when the environment variable MMT_CRASH_AT equals `point`, the
+// process kills itself with SIGKILL right there, as a power cut or an OOM kill would. The
+// writer names "after-write" (all bytes written, not fsynced), "after-fsync" (fsynced, not
+// renamed) and "after-rename" (renamed, folder not fsynced); tests/reliability_kill_test.cc
+// checks what each leaves at the target path.
+void crash_point(const char* point);
+
 // A 64-byte-aligned heap buffer; allocation goes through the seam so it can be failed.
 struct FreeDeleter {
   void operator()(std::byte* p) const noexcept;
