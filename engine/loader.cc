@@ -317,6 +317,14 @@ Loader::~Loader() {
 }
 
 std::optional<Batch> Loader::next() { return live(core_).next(); }
+
+Loader::Iterator::Iterator(Loader* loader) : loader_(loader), current_(loader->next()) {}
+
+Loader::Iterator& Loader::Iterator::operator++() {
+  current_.reset();  // the slot goes back before the next batch is asked for
+  current_ = loader_->next();
+  return *this;
+}
 void Loader::set_epoch(int64_t epoch) { live(core_).set_epoch(epoch); }
 LoaderState Loader::state() const { return live(core_).state(); }
 const Sampler& Loader::sampler() const { return live(core_).sampler; }

@@ -124,6 +124,9 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
   // Per-thread scratch: after the first batches, packing allocates nothing.
   thread_local std::vector<int64_t> indices;
   thread_local std::vector<Tensor> values;
+  struct ReleaseViews {  // the views pin decoded chunks in the cache: never keep them
+    ~ReleaseViews() { values.clear(); }
+  } release_views;
   indices.resize(static_cast<size_t>(piece.rows));
   values.clear();
   const int64_t first_sample = piece.batch * options.batch_size;
@@ -133,7 +136,6 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
     try {
       values.push_back(dataset.get(indices[row], name));
     } catch (...) {
-      values.clear();
       rethrow_for_sample(dataset, piece, name, std::span<const int64_t>(&indices[row], 1), row,
                          std::current_exception());
     }
@@ -155,7 +157,6 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
     position += value.numel();
   }
   offsets[piece.rows] = position;
-  values.clear();  // the views pin decoded chunks in the cache
 }
 
 void LoaderCore::finish_piece(std::unique_lock<std::mutex>& lock, const Piece& piece,

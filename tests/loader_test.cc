@@ -166,6 +166,24 @@ TEST_F(LoaderTest, EpochsFollowOneAnotherWithFreshOrders) {
   EXPECT_EQ(drain_epoch(loader), second);
 }
 
+TEST_F(LoaderTest, RangeForRunsOneEpochAndReleasesAsItGoes) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 45));
+  LoaderOptions options = options_for(SamplerKind::Random, 8);
+  options.prefetch_batches = 1;  // two slots: holding more than one batch would throw
+  Loader loader(dataset, options);
+  const std::vector<int64_t> expected = loader.sampler().epoch(0).to_vector();
+  std::vector<int64_t> seen;
+  for (Batch& batch : loader) {
+    expect_batch_matches_dataset(batch, dataset, {"x", "tokens"});
+    seen.insert(seen.end(), batch.indices().begin(), batch.indices().end());
+  }
+  EXPECT_EQ(seen, expected);
+  int64_t samples = 0;
+  for (Batch& batch : loader) samples += batch.size();  // the next epoch
+  EXPECT_EQ(samples, 45);
+  EXPECT_EQ(loader.epoch(), 2);
+}
+
 TEST_F(LoaderTest, ResumeMidEpochContinuesTheExactSequence) {
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 130, CodecSpec{Codec::LZ4, 0}));
   for (SamplerKind kind : {SamplerKind::Random, SamplerKind::QuasiRandom}) {

@@ -3,10 +3,10 @@
 //
 //   mmt::Loader loader(dataset, {.batch_size = 256, .sampler = {.kind = SamplerKind::Random,
 //                                .seed = 7}, .num_workers = 4, .device = Device::parse("cuda:0")});
-//   while (auto batch = loader.next()) {
-//     const mmt::Tensor& images = (*batch)["image"];   // [256, 3, 224, 224] on cuda:0
-//     ...                                              // queue work; release the batch
-//   }                                                  // the loop ends at the epoch's end
+//   for (mmt::Batch& batch : loader) {               // one epoch; or: while (auto b = loader.next())
+//     const mmt::Tensor& images = batch["image"];    // [256, 3, 224, 224] on cuda:0
+//     ...                                            // queue work on the default stream
+//   }                                                // each step releases the previous batch
 //
 // How it works. A staging ring of `prefetch_batches + 1` slots is allocated once, at exact
 // size, in pinned host memory (and, for a CUDA device, a device buffer per slot). Batch
@@ -52,7 +52,9 @@
 // released on any thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <span>
@@ -178,6 +180,29 @@ class Loader {
   // error for the batch it hit; ValueError when every slot is held by live batches (release
   // one or raise prefetch_batches) instead of waiting forever.
   std::optional<Batch> next();
+
+  // Range-for over the rest of the current epoch: for (mmt::Batch& batch : loader) {...}.
+  // Each step releases the previous batch before taking the next one.
+  class Iterator {
+   public:
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    Iterator() = default;
+    Batch& operator*() const { return *current_; }
+    Batch* operator->() const { return &*current_; }
+    Iterator& operator++();
+    void operator++(int) { ++*this; }
+    friend bool operator==(const Iterator& it, std::default_sentinel_t) { return !it.current_; }
+
+   private:
+    friend class Loader;
+    explicit Iterator(Loader* loader);
+    Loader* loader_ = nullptr;
+    mutable std::optional<Batch> current_;
+  };
+  Iterator begin() { return Iterator(this); }
+  std::default_sentinel_t end() { return {}; }
+
   // Restarts at the beginning of `epoch` (a no-op when the loader is already there).
   void set_epoch(int64_t epoch);
   int64_t epoch() const;
