@@ -116,6 +116,26 @@ TEST_F(LoaderTest, EverySampleOncePerEpochWithAndWithoutDropLast) {
   }
 }
 
+TEST_F(LoaderTest, QuasiRandomDecodesEachCompressedChunkOncePerEpoch) {
+  const std::string path = write_loader_dataset(dir, 640, CodecSpec{Codec::Zstd, 1}, 16);
+  const DatasetInfo info = Dataset::open(path).info();
+  ReaderOptions reader;
+  reader.cache_bytes = 6 * info.decoded_bytes / info.chunks;  // 6 of the 40 chunks fit
+  for (SamplerKind kind : {SamplerKind::QuasiRandom, SamplerKind::Random}) {
+    Dataset dataset = Dataset::open(path, reader);
+    LoaderOptions options = options_for(kind, 8, 2);
+    Loader loader(dataset, options);
+    EXPECT_EQ(sorted(drain_epoch(loader)), iota(640));
+    const int64_t decodes = dataset.cache_stats().misses;
+    if (kind == SamplerKind::QuasiRandom) {
+      EXPECT_EQ(loader.sampler().options().window_chunks, 3);  // two windows fit the budget
+      EXPECT_EQ(decodes, info.chunks);
+    } else {
+      EXPECT_GT(decodes, 4 * info.chunks);  // what the chunk-aware order saves
+    }
+  }
+}
+
 TEST_F(LoaderTest, DistributedRanksTogetherCoverTheEpoch) {
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 100));
   std::vector<int64_t> all;
