@@ -4,7 +4,7 @@
 // quasi-random sampling, by the chunk layout and the window. It never depends on threads,
 // timing, batch size or world size. Orders are computed, not stored: EpochOrder maps a
 // position to a record in O(1) (random) or O(log chunks) (quasi-random), so a sampler's
-// memory does not grow with the number of records (quasi-random keeps two int64 per chunk).
+// memory does not grow with the number of records (quasi-random keeps three int64 per chunk).
 //
 // Kinds:
 //   - Sequential: 0, 1, ..., N-1.
