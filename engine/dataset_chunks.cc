@@ -169,7 +169,18 @@ ChunkRef Dataset::Impl::chunk_ref(int64_t c) const {
     ref.storage = last_chunk.storage;
     return ref;
   }
-  ref.storage = cache->get_or_decode(c, [&] { return decode_chunk(c, e); });
+  ref.storage = cache->get_or_decode(c, [&] {
+    // Chunks decoded in order: ask the kernel for the next one while this one decodes.
+    // A hint only: a damaged next entry is reported when that chunk is read, not here.
+    if (last_decoded_chunk.exchange(c, std::memory_order_relaxed) == c - 1 && c + 1 < chunk_count) {
+      try {
+        const format::ChunkEntry next = check_entry(c + 1);
+        file.advise(AccessAdvice::WillNeed, static_cast<int64_t>(next.file_offset), static_cast<int64_t>(next.stored_bytes));
+      } catch (const Error&) {
+      }
+    }
+    return decode_chunk(c, e);
+  });
   last_chunk.owner = instance_id;
   last_chunk.chunk = c;
   last_chunk.storage = ref.storage;

@@ -83,6 +83,7 @@ struct Dataset::Impl {
   uint64_t instance_id = 0;  // unique per open(), keys per-thread shortcuts
   std::unique_ptr<ValidatedChunk, decltype(&std::free)> validated_chunks{nullptr, &std::free};
   mutable std::unique_ptr<detail::ChunkCache> cache;
+  mutable std::atomic<int64_t> last_decoded_chunk{-1};  // to notice chunks decoded in order
 
   // Runs fn() with a SIGBUS raised by reading the mapping (the file shrunk by another
   // program) turned into IoError naming the path and byte. fn must own nothing with a

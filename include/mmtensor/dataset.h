@@ -36,7 +36,10 @@ namespace mmt {
 struct ReaderOptions {
   int64_t cache_bytes = int64_t{256} << 20;  // decoded-chunk cache budget
   bool verify_checksums = true;              // verify each chunk's checksum on first use
-  AccessAdvice advice = AccessAdvice::Random;  // madvise for the whole mapping at open
+  // madvise for the whole mapping at open. Normal keeps the kernel's adaptive readahead:
+  // Random would make a cold sequential scan fault one page at a time (about 10 MB/s where
+  // Normal reads at disk speed); choose Random only for a cold file read at random.
+  AccessAdvice advice = AccessAdvice::Normal;
 };
 
 struct ChunkInfo {
@@ -144,7 +147,9 @@ class Dataset {
   // Throws FormatError/ChecksumError naming the first bad chunk.
   void verify() const;
 
-  // madvise for the whole mapping; and will-need hints for the chunks of `indices`.
+  // madvise for the whole mapping; and will-need hints for the records (uncompressed) or
+  // chunks (compressed) of `indices`: call it for a batch about to be read from a cold file.
+  // Reading compressed chunks in order also hints the next chunk by itself.
   void advise(AccessAdvice advice) const;
   void prefetch(std::span<const int64_t> indices) const;
   CacheStats cache_stats() const;
