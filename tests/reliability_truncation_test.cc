@@ -1,0 +1,443 @@
+// A mapped file shrunk by another program: mmtensor's decision (docs/RELIABILITY.md,
+// "Truncation under a live reader") and its proof.
+//   1. mmtensor never shrinks or rewrites a published file in place: an overwrite is a
+//      rename, so a reader of the old file keeps reading it, intact.
+//   2. The engine's own reads of mapped bytes (get_batch, column copies, chunk decoding,
+//      checksums, verify) turn the SIGBUS of a truncated mapping into an IoError naming the
+//      file and the byte; the dataset handle stays usable for what is still there.
+//   3. A fault outside the engine's guarded reads (user code touching a zero-copy view, or
+//      a mapping mmtensor does not know) is not swallowed: the process dies of SIGBUS as it
+//      would without mmtensor. Those cases run in a forked child.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "format.h"
+#include "mapping_guard.h"
+#include "mmtensor/dataset.h"
+#include "mmtensor/dataset_writer.h"
+#include "test_util.h"
+
+namespace mmt {
+namespace {
+
+using testing::TempDir;
+namespace fs = std::filesystem;
+
+constexpr int64_t kRecords = 4096;
+constexpr int64_t kValues = 256;  // float32 per record: 1 KiB records, a 4 MiB file
+
+// "x": float32 [kValues] = i + k/1000; "label": int64 = i. With `ragged`, a ragged field
+// makes the layout chunked (not contiguous), so reads go through chunk references.
+std::string write_dataset(const TempDir& dir, const std::string& name, const std::string& codec,
+                          bool ragged = false) {
+  std::vector<Field> fields{Field::fixed("x", kFloat32, {kValues}), Field::fixed("label", kInt64, {})};
+  if (ragged) fields.push_back(Field::ragged("tokens", kInt32, {kVariableDim}));
+  WriterOptions options;
+  options.codec = CodecSpec::parse(codec);
+  options.chunk_records = 64;
+  options.threads = 1;
+  const std::string path = dir.file(name);
+  DatasetWriter writer = DatasetWriter::create(path, Schema(fields), options);
+  std::vector<float> x(kValues);
+  for (int64_t i = 0; i < kRecords; ++i) {
+    for (int64_t k = 0; k < kValues; ++k) x[k] = static_cast<float>(i) + static_cast<float>(k) / 1000.0f;
+    std::vector<Tensor> record{tensor(x), full({}, static_cast<double>(i), kInt64)};
+    if (ragged) record.push_back(full({i % 3}, static_cast<double>(i), kInt32));
+    writer.append(std::span<const Tensor>(record));
+  }
+  writer.finish();
+  return path;
+}
+
+void truncate_to(const std::string& path, int64_t nbytes) {
+  ASSERT_EQ(::truncate(path.c_str(), nbytes), 0) << path << ": " << std::strerror(errno);
+}
+
+std::vector<int64_t> all_indices() {
+  std::vector<int64_t> indices(kRecords);
+  std::iota(indices.begin(), indices.end(), 0);
+  return indices;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
+// Runs `fn` in a forked child; returns the signal that ended it (0 for a normal exit).
+// AddressSanitizer reports a SIGBUS it did not expect and ends the process its own way
+// (exit code or abort); that still is the process dying of the fault, so it reads as SIGBUS.
+template <typename Fn>
+int signal_ending_child(Fn fn) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    fn();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (WIFSIGNALED(status)) return kAddressSanitizer && WTERMSIG(status) == SIGABRT ? SIGBUS : WTERMSIG(status);
+  return kAddressSanitizer && WEXITSTATUS(status) != 0 ? SIGBUS : 0;
+}
+
+#define EXPECT_TRUNCATION_ERROR(statement, path)                                            \
+  do {                                                                                      \
+    try {                                                                                   \
+      statement;                                                                            \
+      ADD_FAILURE() << #statement " did not throw";                                         \
+    } catch (const IoError& e) {                                                            \
+      const std::string message = e.what();                                                 \
+      EXPECT_NE(message.find(path), std::string::npos) << message;                          \
+      EXPECT_NE(message.find("truncated or changed while mapped (SIGBUS reading byte "),    \
+                std::string::npos) << message;                                              \
+    }                                                                                       \
+  } while (0)
+
+// ---- the guard itself ----
+
+TEST(ReliabilityTruncation, GuardTurnsAFaultInItsRegionIntoIoErrorNamingTheByte) {
+  TempDir dir;
+  const std::string path = dir.file("plain.bin");
+  {
+    std::vector<char> bytes(64 << 10, 'a');
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    ::close(fd);
+  }
+  UntypedStorage mapping = UntypedStorage::map_file(path, MapMode::ReadOnly);
+  const detail::MappedRegion region{&path, mapping.data(), mapping.nbytes()};
+  auto read_byte = [&](int64_t offset) {
+    return detail::guard_mapped_reads(region, [&] {
+      return static_cast<int>(*reinterpret_cast<const volatile char*>(mapping.data() + offset));
+    });
+  };
+  EXPECT_EQ(read_byte(40000), 'a');
+  truncate_to(path, 8192);
+  EXPECT_EQ(read_byte(100), 'a') << "pages before the new end stay readable";
+  for (int attempt = 0; attempt < 3; ++attempt) {  // the handler and signal mask survive a fault
+    try {
+      read_byte(40000);
+      ADD_FAILURE() << "no error";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(path + ": the file was truncated or changed while mapped "
+                                                  "(SIGBUS reading byte 40000 of the 65536 bytes"),
+                std::string::npos) << e.what();
+    }
+  }
+  // Another thread has its own guard stack.
+  std::string from_thread;
+  std::thread([&] {
+    try {
+      read_byte(60000);
+    } catch (const IoError& e) {
+      from_thread = e.what();
+    }
+  }).join();
+  EXPECT_NE(from_thread.find("byte 60000"), std::string::npos) << from_thread;
+  EXPECT_EQ(detail::current_guard_frame(), nullptr) << "every section popped its frame";
+}
+
+TEST(ReliabilityTruncation, NestedGuardsAndExceptionsPopTheirFrames) {
+  TempDir dir;
+  const std::string path = dir.file("nested.bin");
+  {
+    std::vector<char> bytes(3 * 4096, 'b');
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    ::close(fd);
+  }
+  UntypedStorage mapping = UntypedStorage::map_file(path, MapMode::ReadOnly);
+  const std::string inner_name = "inner", outer_name = "outer";
+  const detail::MappedRegion outer{&outer_name, mapping.data(), mapping.nbytes()};
+  const detail::MappedRegion inner{&inner_name, mapping.data(), 4096};  // the first page only
+  EXPECT_THROW(detail::guard_mapped_reads(outer, [] { throw ValueError("from inside"); }), ValueError);
+  EXPECT_EQ(detail::current_guard_frame(), nullptr);
+  truncate_to(path, 4096);
+  // A fault outside the inner section's range is reported by the outer section.
+  try {
+    detail::guard_mapped_reads(outer, [&] {
+      detail::guard_mapped_reads(inner, [&] { (void)*reinterpret_cast<const volatile char*>(mapping.data() + 8192); });
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("outer: ", 0), 0u) << e.what();
+  }
+  EXPECT_EQ(detail::current_guard_frame(), nullptr);
+}
+
+TEST(ReliabilityTruncation, FaultsOutsideAGuardedRegionStillKillTheProcess) {
+  TempDir dir;
+  const std::string path = dir.file("foreign.bin");
+  {
+    std::vector<char> bytes(4 * 4096, 'c');
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    ::close(fd);
+  }
+  detail::install_sigbus_handler();  // as after any dataset read
+  UntypedStorage mapping = UntypedStorage::map_file(path, MapMode::ReadOnly);
+  truncate_to(path, 4096);
+  const std::string name = "guarded";
+  // No guard at all: user code touching a view past the new end.
+  EXPECT_EQ(signal_ending_child([&] { (void)*reinterpret_cast<const volatile char*>(mapping.data() + 3 * 4096); }),
+            SIGBUS);
+  // Inside a guard, but the fault is in a mapping that guard does not cover.
+  UntypedStorage other = UntypedStorage::map_file(path, MapMode::ReadOnly);  // a second mapping, 4 KiB now
+  const detail::MappedRegion region{&name, other.data(), other.nbytes()};
+  EXPECT_EQ(signal_ending_child([&] {
+              detail::guard_mapped_reads(region, [&] {
+                (void)*reinterpret_cast<const volatile char*>(mapping.data() + 3 * 4096);
+              });
+            }),
+            SIGBUS);
+  // A SIGBUS sent with kill() is not a fault in a mapping: it keeps its default action.
+  EXPECT_EQ(signal_ending_child([] { ::raise(SIGBUS); }), SIGBUS);
+}
+
+// ---- datasets truncated under a live reader ----
+
+struct Case {
+  const char* codec;
+  bool ragged;
+};
+
+class TruncatedUnderReader : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TruncatedUnderReader, EngineReadsFailWithIoErrorAndTheHandleSurvives) {
+  TempDir dir;
+  const std::string path = write_dataset(dir, "data.mmt", GetParam().codec, GetParam().ragged);
+  for (bool verify_checksums : {true, false}) {
+    SCOPED_TRACE(verify_checksums ? "checksums verified on first use" : "checksums off");
+    const std::string copy = dir.file(verify_checksums ? "a.mmt" : "b.mmt");
+    fs::copy_file(path, copy);
+    ReaderOptions options;
+    options.verify_checksums = verify_checksums;
+    options.cache_bytes = 64 << 10;  // smaller than the data: decoding goes back to the file
+    Dataset ds = Dataset::open(copy, options);
+    const std::vector<int64_t> indices = all_indices();
+    const std::vector<int64_t> head(indices.begin(), indices.begin() + 16);
+    ASSERT_EQ(ds.get_batch(head, "label").to_vector<int64_t>()[15], 15);
+
+    // Keep the header and the first chunks, lose the rest of the data, the schema and the table
+    // (already read at open).
+    const int64_t kept_bytes = ds.chunk(2).file_offset;
+    truncate_to(copy, kept_bytes);
+
+    EXPECT_TRUNCATION_ERROR(ds.get_batch(indices, "x"), copy);
+    EXPECT_TRUNCATION_ERROR(ds.get_batch(indices, "label", /*threads=*/2), copy);
+    EXPECT_TRUNCATION_ERROR(ds.verify(), copy);
+    if (!ds.column_is_view("x")) EXPECT_TRUNCATION_ERROR(ds.column("x"), copy);
+    if (std::string(GetParam().codec) != "none") EXPECT_TRUNCATION_ERROR(ds.get(kRecords - 1), copy);
+    // What is still in the file still reads.
+    EXPECT_EQ(ds.get_batch(head, "label").to_vector<int64_t>()[15], 15);
+    EXPECT_FLOAT_EQ(ds.get(3, "x").to_vector<float>()[1], 3.001f);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, TruncatedUnderReader,
+                         ::testing::Values(Case{"none", false}, Case{"none", true}, Case{"lz4", false},
+                                           Case{"zstd", true}),
+                         [](const auto& info) {
+                           return std::string(info.param.codec) + (info.param.ragged ? "_chunked" : "_fixed");
+                         });
+
+TEST(ReliabilityTruncation, UserCodeTouchingAZeroCopyViewAfterTruncationGetsSigbus) {
+  TempDir dir;
+  const std::string path = write_dataset(dir, "data.mmt", "none");
+  Dataset ds = Dataset::open(path);
+  Tensor last = ds.get(kRecords - 1, "x");  // a view into the mapping, near the end of the data
+  ASSERT_EQ(last.untyped_storage().filename(), path);
+  truncate_to(path, 4096);
+  // The documented limit: the view is read by user code, outside the engine's guard.
+  EXPECT_EQ(signal_ending_child([&] { (void)last.to_vector<float>(); }), SIGBUS);
+}
+
+TEST(ReliabilityTruncation, OverwriteNeverShrinksTheOldFileUnderItsReader) {
+  TempDir dir;
+  const std::string path = write_dataset(dir, "data.mmt", "none");
+  Dataset old_reader = Dataset::open(path);
+  Tensor old_view = old_reader.get(kRecords - 1, "x");
+  struct stat before {};
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+
+  WriterOptions options;
+  options.overwrite = true;
+  DatasetWriter writer = DatasetWriter::create(path, Schema({Field::fixed("y", kUInt8, {})}), options);
+  writer.append({full({}, 7, kUInt8)});
+  writer.finish();
+
+  struct stat after {};
+  ASSERT_EQ(::stat(path.c_str(), &after), 0);
+  EXPECT_NE(after.st_ino, before.st_ino) << "replaced by rename: a new inode at the path";
+  // The old inode, unlinked but mapped, keeps every byte.
+  EXPECT_FLOAT_EQ(old_view.to_vector<float>()[5], static_cast<float>(kRecords - 1) + 0.005f);
+  old_reader.verify();
+  EXPECT_EQ(old_reader.size(), kRecords);
+  Dataset new_reader = Dataset::open(path);
+  EXPECT_EQ(new_reader.size(), 1);
+  EXPECT_EQ(new_reader.get(0, "y").item<uint8_t>(), 7);
+}
+
+// ---- sweeps over a realistic file (images, labels, ragged tokens; lz4; many chunks) ----
+
+// Opens `bytes` as a dataset (through a memory file, no disk traffic) and reads everything:
+// returns normally, or throws what the reader throws.
+class MemoryFile {
+ public:
+  MemoryFile() : fd_(::memfd_create("mmt-sweep", 0)), path_("/proc/self/fd/" + std::to_string(fd_)) {}
+  ~MemoryFile() { ::close(fd_); }
+  const std::string& put(const std::vector<char>& bytes, size_t length) {
+    EXPECT_EQ(::ftruncate(fd_, 0), 0);
+    EXPECT_EQ(::pwrite(fd_, bytes.data(), length, 0), static_cast<ssize_t>(length));
+    return path_;
+  }
+
+ private:
+  int fd_;
+  std::string path_;
+};
+
+void read_all(const std::string& path, bool verify_checksums) {
+  ReaderOptions options;
+  options.verify_checksums = verify_checksums;
+  options.cache_bytes = 32 << 10;
+  Dataset ds = Dataset::open(path, options);
+  std::vector<int64_t> indices(static_cast<size_t>(ds.size()));
+  std::iota(indices.rbegin(), indices.rend(), 0);
+  for (int64_t i = 0; i < ds.size(); ++i) (void)ds.get(i, "tokens").contiguous();
+  (void)ds.get_batch(indices, "image", 2);
+  (void)ds.column("label");
+  ds.verify();
+}
+
+TEST(ReliabilityCorruptionSweep, RealPackedFileTruncatedAndFlippedEverywhereThatMatters) {
+  TempDir dir;
+  const std::string path = dir.file("real.mmt");
+  {
+    WriterOptions options;
+    options.codec = CodecSpec::parse("lz4");
+    options.chunk_bytes = 8 << 10;
+    options.alignment = 512;
+    DatasetWriter writer = DatasetWriter::create(
+        path,
+        Schema({Field::fixed("image", kUInt8, {28, 28}), Field::fixed("label", kInt64, {}),
+                Field::ragged("tokens", kInt32, {kVariableDim})}),
+        options);
+    std::mt19937 rng(5);
+    std::vector<uint8_t> image(28 * 28);
+    for (int64_t i = 0; i < 300; ++i) {
+      for (auto& p : image) p = static_cast<uint8_t>(rng() % 16 * 16);
+      writer.append({tensor(image, {28, 28}), full({}, static_cast<double>(i % 10), kInt64),
+                     full({i % 9}, static_cast<double>(i), kInt32)});
+    }
+    writer.finish();
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<char> bytes{std::istreambuf_iterator<char>(in), {}};
+  const Dataset good = Dataset::open(path);
+  good.verify();
+  const DatasetInfo info = good.info();
+  ASSERT_GE(info.chunks, 20);
+  const std::byte* raw = reinterpret_cast<const std::byte*>(bytes.data());
+  const format::Preamble preamble = format::decode_preamble(raw, static_cast<int64_t>(bytes.size()));
+  const format::Footer footer = format::decode_footer(raw, static_cast<int64_t>(bytes.size()), preamble);
+
+  MemoryFile memory;
+  int64_t cases = 0;
+  auto expect_refused = [&](const std::vector<char>& damaged, size_t length, const std::string& what) {
+    for (bool verify : {true, false}) {
+      ++cases;
+      try {
+        read_all(memory.put(damaged, length), verify);
+        if (verify) ADD_FAILURE() << what << ": damage not detected";
+      } catch (const FormatError&) {
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << what << ": " << e.what() << " is not a FormatError";
+      }
+    }
+  };
+
+  // Truncation at every chunk boundary (and a byte either side), and at every byte of the
+  // preamble, the schema block, the chunk table and the footer.
+  std::vector<size_t> lengths;
+  for (int64_t c = 0; c < info.chunks; ++c) {
+    const ChunkInfo chunk = good.chunk(c);
+    for (int64_t at : {chunk.file_offset, chunk.file_offset + chunk.stored_bytes})
+      for (int64_t delta : {-1, 0, 1}) lengths.push_back(static_cast<size_t>(at + delta));
+  }
+  for (size_t at = 0; at < static_cast<size_t>(format::kPreambleBytes); ++at) lengths.push_back(at);
+  for (size_t at = footer.schema_offset; at < bytes.size(); ++at) lengths.push_back(at);  // schema, table, footer
+  for (size_t length : lengths) expect_refused(bytes, length, detail::str("truncated to ", length, " bytes"));
+  const int64_t truncations = cases;
+
+  // Every bit of the preamble, the schema block and the footer; of the chunk table, every
+  // bit of the first, second, middle and last entries (every entry with MMT_SWEEP_FULL=1:
+  // they are all checked by the same code, and CI time is better spent elsewhere).
+  const bool full_sweep = std::getenv("MMT_SWEEP_FULL") != nullptr;
+  const size_t table = footer.chunk_table_offset, entry_bytes = format::kChunkEntryBytes;
+  std::vector<std::pair<size_t, size_t>> regions{{0, format::kPreambleBytes},
+                                                  {footer.schema_offset, footer.schema_offset + footer.schema_bytes},
+                                                  {bytes.size() - format::kFooterBytes, bytes.size()}};
+  if (full_sweep) {
+    regions.push_back({table, bytes.size() - format::kFooterBytes});
+  } else {
+    for (int64_t c : {int64_t{0}, int64_t{1}, info.chunks / 2, info.chunks - 1})
+      regions.push_back({table + c * entry_bytes, table + (c + 1) * entry_bytes});
+  }
+  std::vector<char> damaged = bytes;
+  for (auto [begin, end] : regions)
+    for (size_t at = begin; at < end; ++at)
+      for (int bit = 0; bit < 8; ++bit) {
+        damaged[at] = static_cast<char>(bytes[at] ^ (1 << bit));
+        expect_refused(damaged, damaged.size(), detail::str("bit ", bit, " of byte ", at, " flipped"));
+        damaged[at] = bytes[at];
+      }
+  const int64_t bit_flips = cases - truncations;
+
+  // Random byte damage in chunk payloads: a ChecksumError naming the damaged chunk.
+  std::mt19937_64 rng(17);
+  int64_t payload_cases = 0;
+  for (int round = 0; round < 300; ++round) {
+    const int64_t c = static_cast<int64_t>(rng() % static_cast<uint64_t>(info.chunks));
+    const ChunkInfo chunk = good.chunk(c);
+    const size_t at = static_cast<size_t>(chunk.file_offset + static_cast<int64_t>(rng() % chunk.stored_bytes));
+    damaged[at] = static_cast<char>(bytes[at] ^ static_cast<char>(1 + rng() % 255));
+    ++payload_cases;
+    try {
+      Dataset::open(memory.put(damaged, damaged.size())).verify();
+      ADD_FAILURE() << "payload damage at byte " << at << " not detected";
+    } catch (const ChecksumError& e) {
+      EXPECT_NE(std::string(e.what()).find(detail::str(": chunk ", c, " (byte offset ", chunk.file_offset)),
+                std::string::npos) << e.what();
+    }
+    damaged[at] = bytes[at];
+  }
+  const std::string summary = detail::str(bytes.size(), "-byte file of ", info.chunks, " chunks: ", truncations,
+                                          " truncated reads, ", bit_flips, " bit-flipped reads, ", payload_cases,
+                                          " payload damages named by chunk");
+  std::printf("%s\n", summary.c_str());
+  RecordProperty("summary", summary);
+}
+
+}  // namespace
+}  // namespace mmt
