@@ -19,11 +19,19 @@ Tensor Dataset::Impl::ragged_view(const ChunkRef& ref, int64_t record, size_t f)
   const FieldPlan& plan = plans[f];
   const Field& field = (*schema)[f];
   const std::byte* chunk = ref.storage.data() + ref.payload_offset_bytes;
-  const format::RaggedSection section = format::locate_ragged_section(
-      chunk, ref.decoded_bytes, ref.record_count, record_stride_bytes, *schema, layout, plan.ragged_index, ref.index);
+  // Building the view reads the section header, value ends and extents; in an uncompressed
+  // chunk they are in the mapping, so those reads are guarded like every other engine read
+  // (a file shrunk under the reader gives IoError here, not SIGBUS).
+  const bool in_mapping = ref.storage.data() == base;
+  const auto read = [&](auto&& fn) { return in_mapping ? guarded(fn) : fn(); };
+  const format::RaggedSection section = read([&] {
+    return format::locate_ragged_section(chunk, ref.decoded_bytes, ref.record_count, record_stride_bytes, *schema,
+                                         layout, plan.ragged_index, ref.index);
+  });
+  const auto load_u64 = [&](int64_t offset) { return read([&] { return format::load_u64(chunk + offset); }); };
   const int64_t r = record - ref.first_record;
-  const uint64_t start = r == 0 ? 0 : format::load_u64(chunk + section.ends_offset + 8 * (r - 1));
-  const uint64_t end = format::load_u64(chunk + section.ends_offset + 8 * r);
+  const uint64_t start = r == 0 ? 0 : load_u64(section.ends_offset + 8 * (r - 1));
+  const uint64_t end = load_u64(section.ends_offset + 8 * r);
   const uint64_t total = static_cast<uint64_t>((section.end_offset - section.values_offset) / plan.element_bytes);
   MMT_CHECK(start <= end && end <= total, FormatError, path, ": chunk ", ref.index, ", field '", field.name,
             "': record ", record, " has value range [", start, ", ", end, ") outside the field's ", total,
@@ -35,7 +43,7 @@ Tensor Dataset::Impl::ragged_view(const ChunkRef& ref, int64_t record, size_t f)
   for (size_t d = 0; d < field.shape.size(); ++d) {
     int64_t size = field.shape[d];
     if (size == kVariableDim) {
-      uint64_t extent = format::load_u64(chunk + section.extents_offset + 8 * (r * vdims + static_cast<int64_t>(extent_index++)));
+      uint64_t extent = load_u64(section.extents_offset + 8 * (r * vdims + static_cast<int64_t>(extent_index++)));
       MMT_CHECK(extent <= static_cast<uint64_t>(INT64_MAX), FormatError, path, ": chunk ", ref.index, ", field '",
                 field.name, "': record ", record, " has extent ", extent);
       size = static_cast<int64_t>(extent);
