@@ -161,8 +161,11 @@ MemoryFormat Tensor::suggest_memory_format() const {
 
 DimVector contiguous_strides(IntArrayRef sizes) {
   DimVector strides(sizes.size(), 1);
-  for (size_t d = sizes.size(); d-- > 1;)
-    strides[d - 1] = strides[d] * std::max<int64_t>(sizes[d], 1);
+  for (size_t d = sizes.size(); d-- > 1;) {
+    // A zero-size dimension makes numel 0 but the strides around it can still overflow.
+    MMT_CHECK(!__builtin_mul_overflow(strides[d], std::max<int64_t>(sizes[d], 1), &strides[d - 1]),
+              ValueError, "the strides of shape ", sizes, " overflow int64");
+  }
   return strides;
 }
 

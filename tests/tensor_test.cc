@@ -79,6 +79,8 @@ TEST(Tensor, ViewBoundsAreCheckedAtConstruction) {
   EXPECT_THROW(Tensor(s, kFloat32, {2, 2}, {INT64_MAX, 1}), ValueError);
   EXPECT_THROW(s.allocate(-3), ValueError);
   EXPECT_NO_THROW(Tensor(s, kFloat32, {0, 100}));  // empty views address nothing
+  // numel is 0, but contiguous strides of this shape would overflow.
+  EXPECT_THROW(empty({0, INT64_MAX / 2, 4}), ValueError);
 }
 
 TEST(Tensor, OutOfRangeDimensionsAndIndices) {

@@ -6,7 +6,11 @@
 //   schema.h          the fields of a dataset's records
 //   dataset_writer.h  DatasetWriter: builds a dataset file atomically
 //   dataset.h         Dataset: zero-copy random access by record index
-// and, where present, the importers and the loader.
+//   loader.h          Loader: batches through a pinned staging ring to host or GPU
+//   sampler.h         the index orders a loader draws (sequential, random, quasi-random, distributed)
+//   numpy_io.h        .npy / .npz reading (zero-copy where possible) and .npy writing
+//   idx_io.h          MNIST-style IDX files, plain or gzip'd
+//   packer.h          building a dataset from such files (what `mmt pack` does)
 //
 // Everything is in namespace mmt. Errors are exceptions derived from mmt::Error (error.h).
 #pragma once
@@ -22,6 +26,11 @@
 #include "mmtensor/dims.h"
 #include "mmtensor/dtype.h"
 #include "mmtensor/error.h"
+#include "mmtensor/idx_io.h"
+#include "mmtensor/loader.h"
+#include "mmtensor/numpy_io.h"
+#include "mmtensor/packer.h"
+#include "mmtensor/sampler.h"
 #include "mmtensor/schema.h"
 #include "mmtensor/storage.h"
 #include "mmtensor/tensor.h"
