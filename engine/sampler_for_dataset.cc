@@ -9,14 +9,12 @@ namespace mmt {
 
 namespace {
 
-// Fits two windows of decoded chunks in the cache: the one being read and the next one the
-// prefetching loader is already entering.
-int64_t automatic_window(const Dataset& dataset) {
-  const int64_t chunks = dataset.num_chunks();
+// Two windows are live at a window boundary (the one being finished by batches still in
+// flight, and the next one); a third window's worth of budget is headroom, so that chunks of
+// uneven size and slow pieces do not push a chunk out before its last record is read.
+int64_t automatic_window(int64_t budget_bytes, int64_t largest_chunk_bytes, int64_t chunks) {
   if (chunks == 0) return 1;
-  const int64_t average_chunk_bytes = std::max<int64_t>(1, dataset.info().decoded_bytes / chunks);
-  const int64_t budget_bytes = dataset.cache_stats().budget_bytes;
-  return std::clamp<int64_t>(budget_bytes / (2 * average_chunk_bytes), 1, chunks);
+  return std::clamp<int64_t>(budget_bytes / (3 * std::max<int64_t>(1, largest_chunk_bytes)), 1, chunks);
 }
 
 }  // namespace
@@ -26,8 +24,15 @@ Sampler Sampler::for_dataset(const Dataset& dataset, SamplerOptions options) {
   if (options.kind == SamplerKind::QuasiRandom) {
     const int64_t chunks = dataset.num_chunks();
     counts.reserve(static_cast<size_t>(chunks));
-    for (int64_t c = 0; c < chunks; ++c) counts.push_back(dataset.chunk(c).record_count);
-    if (options.window_chunks == 0) options.window_chunks = automatic_window(dataset);
+    int64_t largest_chunk_bytes = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const ChunkInfo chunk = dataset.chunk(c);
+      counts.push_back(chunk.record_count);
+      largest_chunk_bytes = std::max(largest_chunk_bytes, chunk.decoded_bytes);
+    }
+    if (options.window_chunks == 0)
+      options.window_chunks =
+          automatic_window(dataset.cache_stats().budget_bytes, largest_chunk_bytes, chunks);
   }
   return create(dataset.size(), options, std::move(counts));
 }

@@ -118,20 +118,28 @@ TEST_F(LoaderTest, EverySampleOncePerEpochWithAndWithoutDropLast) {
 
 TEST_F(LoaderTest, QuasiRandomDecodesEachCompressedChunkOncePerEpoch) {
   const std::string path = write_loader_dataset(dir, 640, CodecSpec{Codec::Zstd, 1}, 16);
-  const DatasetInfo info = Dataset::open(path).info();
+  int64_t chunks = 0, largest_chunk_bytes = 0;
+  {
+    Dataset dataset = Dataset::open(path);
+    chunks = dataset.num_chunks();
+    for (int64_t c = 0; c < chunks; ++c)
+      largest_chunk_bytes = std::max(largest_chunk_bytes, dataset.chunk(c).decoded_bytes);
+  }
   ReaderOptions reader;
-  reader.cache_bytes = 6 * info.decoded_bytes / info.chunks;  // 6 of the 40 chunks fit
+  reader.cache_bytes = 6 * largest_chunk_bytes;  // 6 of the 40 chunks fit
   for (SamplerKind kind : {SamplerKind::QuasiRandom, SamplerKind::Random}) {
     Dataset dataset = Dataset::open(path, reader);
-    LoaderOptions options = options_for(kind, 8, 2);
-    Loader loader(dataset, options);
+    Loader loader(dataset, options_for(kind, 8, 2));
     EXPECT_EQ(sorted(drain_epoch(loader)), iota(640));
+    // Once the epoch's last batch is out, the loader prefetches the next epoch: its ring of
+    // four 8-record batches reaches into at most three more chunks.
     const int64_t decodes = dataset.cache_stats().misses;
     if (kind == SamplerKind::QuasiRandom) {
-      EXPECT_EQ(loader.sampler().options().window_chunks, 3);  // two windows fit the budget
-      EXPECT_EQ(decodes, info.chunks);
+      EXPECT_EQ(loader.sampler().options().window_chunks, 2);  // a third of the budget
+      EXPECT_GE(decodes, chunks);
+      EXPECT_LE(decodes, chunks + 3);
     } else {
-      EXPECT_GT(decodes, 4 * info.chunks);  // what the chunk-aware order saves
+      EXPECT_GT(decodes, 4 * chunks);  // what the chunk-aware order saves
     }
   }
 }

@@ -57,9 +57,9 @@ inline constexpr int64_t kDefaultWindowChunks = 16;
 struct SamplerOptions {
   SamplerKind kind = SamplerKind::Sequential;
   uint64_t seed = 0;
-  // QuasiRandom: chunks per window. 0 = automatic: Sampler::for_dataset() fits two windows
-  // of decoded chunks in the chunk cache budget (one being read, one being entered);
-  // Sampler::create() uses kDefaultWindowChunks.
+  // QuasiRandom: chunks per window. 0 = automatic: Sampler::for_dataset() makes a window a
+  // third of the chunk cache budget (in largest decoded chunks): one window being finished,
+  // one being entered, and headroom; Sampler::create() uses kDefaultWindowChunks.
   int64_t window_chunks = 0;
   int rank = 0;           // 0 <= rank < world_size
   int world_size = 1;     // number of ranks sharing the epoch
