@@ -7,7 +7,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${1:-$here/build}"
 
-"$here/scripts/setup.sh" "$build_dir"   # packages (dataset-fashion-mnist included) and the build
+# Packages (dataset-fashion-mnist included) and the build of the mmt command alone.
+MMT_BUILD_TARGETS=mmt "$here/scripts/setup.sh" "$build_dir"
 mmt="$build_dir/mmt"
 src=/usr/share/datasets/fashion-mnist
 images="$src/train-images-idx3-ubyte.gz"

@@ -2,6 +2,7 @@
 # Installs what mmtensor needs from Debian 12's packages, then configures and builds.
 # Idempotent: packages already present are not touched, and an existing build folder is reused.
 #   scripts/setup.sh [BUILD_DIR] [extra cmake args...]
+# MMT_BUILD_TARGETS="mmt ..." builds only those targets (the main job needs only mmt).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${1:-$here/build}"; shift || true
@@ -28,4 +29,6 @@ fi
 
 jobs="$(nproc)"
 cmake -S "$here" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-Release}" "$@" >/dev/null
-cmake --build "$build_dir" -j "$jobs"
+targets=()
+for t in ${MMT_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build_dir" -j "$jobs" "${targets[@]}"
