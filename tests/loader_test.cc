@@ -259,7 +259,9 @@ TEST_F(LoaderTest, ElasticResumeCoversTheRestOfTheEpochExactlyOnce) {
       std::optional<Batch> batch = loader.next();
       seen.insert(seen.end(), batch->indices().begin(), batch->indices().end());
     }
-    if (rank > 0) EXPECT_EQ(loader.state(), saved);  // every rank agrees on the state
+    if (rank > 0) {
+      EXPECT_EQ(loader.state(), saved);  // every rank agrees on the state
+    }
     saved = loader.state();
   }
   EXPECT_EQ(saved.consumed, 60);

@@ -208,7 +208,9 @@ TEST(Sampler, ElasticResumeCoversTheRestOfTheEpochExactlyOnce) {
     EpochOrder order = s.epoch(5);
     for (int64_t j = 0; j < 37; ++j) seen.insert(order.rank_at(0, j));
     const int64_t after = order.consumed_after(0, 37);
-    if (&s != &before[0]) EXPECT_EQ(after, consumed);  // every rank reports the same state
+    if (&s != &before[0]) {
+      EXPECT_EQ(after, consumed);  // every rank reports the same state
+    }
     consumed = after;
   }
   EXPECT_EQ(consumed, 4 * 37);
