@@ -110,8 +110,13 @@ format::ChunkEntry Dataset::Impl::check_entry(int64_t c) const {
   return e;
 }
 
-format::ChunkEntry Dataset::Impl::validate_chunk(int64_t c, bool verify_payload) const {
+format::ChunkEntry Dataset::Impl::validate_chunk(int64_t c, bool force_payload_check) const {
   format::ChunkEntry e = check_entry(c);
+  // A compressed chunk is read in full to be decoded, so hashing it costs little; hashing an
+  // uncompressed chunk would read all of it to serve one zero-copy record (opt-in).
+  const bool required = options.verify_checksums &&
+                        (static_cast<Codec>(e.codec) != Codec::None || options.verify_uncompressed);
+  const bool verify_payload = force_payload_check || required;
   if (verify_payload) {
     uint64_t actual = guarded([&] {
       return format::payload_checksum(base + e.file_offset, static_cast<int64_t>(e.stored_bytes), static_cast<uint64_t>(c));
@@ -120,7 +125,7 @@ format::ChunkEntry Dataset::Impl::validate_chunk(int64_t c, bool verify_payload)
               ", ", e.stored_bytes, " stored bytes): payload checksum mismatch; the chunk is corrupt or "
               "was moved from another position");
   }
-  if (verify_payload || !options.verify_checksums) {
+  if (verify_payload || !required) {
     // One thread stores the slot; a thread that loses the race already holds the same entry.
     ValidatedChunk& slot = validated_chunks.get()[c];
     uint8_t expected = 0;
@@ -232,7 +237,7 @@ void Dataset::verify() const {
   int64_t expected_first = 0;
   uint64_t previous_end = static_cast<uint64_t>(d.data_offset);
   for (int64_t c = 0; c < d.chunk_count; ++c) {
-    const format::ChunkEntry e = d.validate_chunk(c, /*verify_payload=*/true);
+    const format::ChunkEntry e = d.validate_chunk(c, /*force_payload_check=*/true);
     MMT_CHECK(e.first_record == static_cast<uint64_t>(expected_first), FormatError, d.path, ": chunk ", c,
               " starts at record ", e.first_record, ", expected ", expected_first, " (chunks hold records in order)");
     MMT_CHECK(e.file_offset >= previous_end, FormatError, d.path, ": chunk ", c, " at byte offset ", e.file_offset,

@@ -3,7 +3,7 @@
 // sample views (dataset.cc), batch gathers (dataset_batch.cc).
 //
 // Trust: open() validates only the fixed-size structures (preamble, footer, schema). A
-// chunk's table entry (and, with verify_checksums, its payload) is validated the first time
+// chunk's table entry (and, as ReaderOptions say, its payload) is validated the first time
 // the chunk is used and then kept in `validated_chunks`, one slot per chunk allocated with
 // calloc, so open stays O(1) in practice (untouched pages cost nothing) and a used chunk's
 // entry is never read from the file again.
@@ -106,7 +106,7 @@ struct Dataset::Impl {
   format::ChunkEntry validated_entry(int64_t chunk) const {
     ValidatedChunk& slot = validated_chunks.get()[chunk];
     if (std::atomic_ref<uint8_t>(slot.state).load(std::memory_order_acquire) != 2) [[unlikely]]
-      return validate_chunk(chunk, options.verify_checksums);
+      return validate_chunk(chunk, /*force_payload_check=*/false);
     format::ChunkEntry e;
     e.file_offset = slot.file_offset;
     e.stored_bytes = slot.stored_bytes;
@@ -118,9 +118,11 @@ struct Dataset::Impl {
   }
   void ensure_validated(int64_t chunk) const {
     if (std::atomic_ref<uint8_t>(validated_chunks.get()[chunk].state).load(std::memory_order_acquire) != 2)
-      [[unlikely]] validate_chunk(chunk, options.verify_checksums);
+      [[unlikely]] validate_chunk(chunk, /*force_payload_check=*/false);
   }
-  format::ChunkEntry validate_chunk(int64_t chunk, bool verify_payload) const;
+  // Validates the entry and, when the options ask for it (or force_payload_check), hashes the
+  // payload; remembers the entry once everything the options require has been checked.
+  format::ChunkEntry validate_chunk(int64_t chunk, bool force_payload_check) const;
   // The chunk's decoded bytes (the mapping itself for uncompressed chunks).
   ChunkRef chunk_ref(int64_t chunk) const;
   // Decodes a compressed chunk into fresh memory (no cache).

@@ -120,7 +120,9 @@ void warn_pinned_fallback_once() {
 
 }  // namespace
 
-UntypedStorage::UntypedStorage() : impl_(std::make_shared<StorageImpl>()) {}
+// The empty storage has no impl: default-constructed tensors and samples (every get(i)
+// makes several) then cost no allocation and no shared reference count.
+UntypedStorage::UntypedStorage() = default;
 UntypedStorage::UntypedStorage(std::shared_ptr<StorageImpl> impl) : impl_(std::move(impl)) {}
 
 UntypedStorage UntypedStorage::from_file(const std::string& filename, bool shared, int64_t nbytes) {
@@ -221,18 +223,23 @@ UntypedStorage UntypedStorage::from_blob(void* data, int64_t nbytes,
   return UntypedStorage(std::move(impl));
 }
 
-int64_t UntypedStorage::nbytes() const { return impl_->nbytes; }
-const std::byte* UntypedStorage::data() const { return impl_->data; }
+namespace {
+const std::string kNoFilename;
+}  // namespace
+
+int64_t UntypedStorage::nbytes() const { return impl_ ? impl_->nbytes : 0; }
+const std::byte* UntypedStorage::data() const { return impl_ ? impl_->data : nullptr; }
 std::byte* UntypedStorage::mutable_data() const {
+  if (!impl_) return nullptr;
   MMT_CHECK(!impl_->read_only, ValueError, "storage",
             (impl_->filename.empty() ? "" : " of '" + impl_->filename + "'"),
             " is read-only (mapped with MapMode::ReadOnly); clone() it to modify a copy");
   return impl_->data;
 }
-Device UntypedStorage::device() const { return impl_->device; }
-bool UntypedStorage::is_pinned() const { return impl_->pinned; }
-bool UntypedStorage::is_read_only() const { return impl_->read_only; }
-const std::string& UntypedStorage::filename() const { return impl_->filename; }
+Device UntypedStorage::device() const { return impl_ ? impl_->device : kCPU; }
+bool UntypedStorage::is_pinned() const { return impl_ && impl_->pinned; }
+bool UntypedStorage::is_read_only() const { return impl_ && impl_->read_only; }
+const std::string& UntypedStorage::filename() const { return impl_ ? impl_->filename : kNoFilename; }
 bool UntypedStorage::is_same(const UntypedStorage& other) const { return impl_ == other.impl_; }
 long UntypedStorage::use_count() const { return impl_.use_count(); }
 
@@ -274,7 +281,7 @@ UntypedStorage UntypedStorage::pin_memory() const {
 }
 
 void UntypedStorage::advise(AccessAdvice advice, int64_t offset, int64_t nbytes) const {
-  if (!impl_->region || impl_->nbytes == 0) return;
+  if (!impl_ || !impl_->region || impl_->nbytes == 0) return;
   // MADV_DONTNEED on a copy-on-write mapping discards the process's own writes.
   if (advice == AccessAdvice::DontNeed && impl_->private_mapping) return;
   MMT_CHECK(offset >= 0 && offset <= impl_->nbytes, ValueError, "advise: offset ", offset,

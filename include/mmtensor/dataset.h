@@ -3,8 +3,8 @@
 // open() maps the file read-only and reads only its fixed-size preamble, footer and schema:
 // opening costs the same for a thousand records as for a hundred million. Nothing in the file
 // is trusted: every offset, size and count is checked against the real file size before use,
-// and each chunk's table entry and checksum are verified the first time the chunk is used
-// (compressed chunks: before they are decoded).
+// and each chunk's table entry is verified the first time the chunk is used; compressed
+// chunks' checksums are verified before they are decoded (ReaderOptions says which).
 //
 // A sample's fields come back as Tensor views:
 //   - uncompressed chunks: views straight into the mapping (zero-copy); their storage's
@@ -35,7 +35,14 @@ namespace mmt {
 
 struct ReaderOptions {
   int64_t cache_bytes = int64_t{256} << 20;  // decoded-chunk cache budget
-  bool verify_checksums = true;              // verify each chunk's checksum on first use
+  // Each compressed chunk's checksum is verified before the chunk is first decoded (it is
+  // read in full to be decoded anyway). false skips that too.
+  bool verify_checksums = true;
+  // Also hash each uncompressed chunk on its first use. Off by default: hashing reads the whole
+  // chunk (1 MiB by default) to serve one zero-copy record, a 1000x read amplification for
+  // random access to a cold file. Structure (offsets, sizes, ragged extents) is always
+  // checked; Dataset::verify() and `mmt verify` hash every chunk.
+  bool verify_uncompressed = false;
   // madvise for the whole mapping at open. Normal keeps the kernel's adaptive readahead:
   // Random would make a cold sequential scan fault one page at a time (about 10 MB/s where
   // Normal reads at disk speed); choose Random only for a cold file read at random.
