@@ -5,34 +5,23 @@
 #include "mmtensor/device.h"
 #include "mmtensor/error.h"
 
-#if MMT_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
+#include "cuda_check.h"
 
 namespace mmt::cuda {
 
 #if MMT_WITH_CUDA
-namespace {
-void check(cudaError_t status, const char* what, int64_t nbytes = -1) {
+void check(cudaError_t status, const char* what, int64_t nbytes) {
   if (status == cudaSuccess) return;
   cudaGetLastError();  // clear the sticky error so later calls are not poisoned
   throw CudaError(detail::str(what, (nbytes >= 0 ? detail::str(" of ", nbytes, " bytes") : ""),
                               " failed: ", cudaGetErrorString(status)));
 }
 
-// Restores the calling thread's current device when it goes out of scope.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
-
- private:
-  int previous_ = 0;
-};
-}  // namespace
+DeviceGuard::DeviceGuard(int device) {
+  check(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
+}
+DeviceGuard::~DeviceGuard() { cudaSetDevice(previous_); }
 
 int device_count() noexcept {
   // The count cannot change while the process lives; asking the driver once is enough.

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "cuda_check.h"
 #include "cuda_memory.h"
 #include "mmtensor/error.h"
 
@@ -14,26 +15,8 @@ namespace mmt::cuda {
 #if MMT_WITH_CUDA
 namespace {
 
-void check(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return;
-  cudaGetLastError();  // clear a sticky error so later calls are not poisoned
-  throw CudaError(detail::str(what, " failed: ", cudaGetErrorString(status)));
-}
-
-// Streams and events belong to the device current when they are made, and a thread's
-// current device is per thread: every call selects the object's device, then restores it.
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int device) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~CurrentDevice() { cudaSetDevice(previous_); }
-
- private:
-  int previous_ = 0;
-};
-
+// Streams and events belong to the device current when they are made: every call selects
+// the object's device with DeviceGuard (cuda_check.h), then restores it.
 // For destructors, which must not throw: the same without checks.
 template <typename Fn>
 void on_device_noexcept(int device, Fn&& fn) noexcept {
@@ -53,7 +36,7 @@ void check_device(int device) {
 
 Stream Stream::create(int device) {
   check_device(device);
-  CurrentDevice current(device);
+  DeviceGuard current(device);
   Stream out;
   check(cudaStreamCreateWithFlags(&out.stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   out.device_ = device;
@@ -70,7 +53,7 @@ void Stream::synchronize() const {
 
 Event Event::create(int device) {
   check_device(device);
-  CurrentDevice current(device);
+  DeviceGuard current(device);
   Event out;
   check(cudaEventCreateWithFlags(&out.event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
   out.device_ = device;
@@ -82,12 +65,12 @@ Event::~Event() {
 }
 
 void Event::record(CUstream_st* stream) const {
-  CurrentDevice current(device_);
+  DeviceGuard current(device_);
   check(cudaEventRecord(event_, stream), "cudaEventRecord");
 }
 
 void Event::make_stream_wait(CUstream_st* stream) const {
-  CurrentDevice current(device_);
+  DeviceGuard current(device_);
   check(cudaStreamWaitEvent(stream, event_, 0), "cudaStreamWaitEvent");
 }
 
@@ -103,7 +86,7 @@ bool Event::is_complete() const {
 void copy_to_device_async(void* device_dst, const void* host_src, int64_t nbytes,
                           const Stream& stream) {
   if (nbytes == 0) return;
-  CurrentDevice current(stream.device());
+  DeviceGuard current(stream.device());
   check(cudaMemcpyAsync(device_dst, host_src, static_cast<size_t>(nbytes), cudaMemcpyHostToDevice,
                         stream.get()),
         "cudaMemcpyAsync (host to device)");
@@ -112,7 +95,7 @@ void copy_to_device_async(void* device_dst, const void* host_src, int64_t nbytes
 void copy_to_host_async(void* host_dst, const void* device_src, int64_t nbytes,
                         const Stream& stream) {
   if (nbytes == 0) return;
-  CurrentDevice current(stream.device());
+  DeviceGuard current(stream.device());
   check(cudaMemcpyAsync(host_dst, device_src, static_cast<size_t>(nbytes), cudaMemcpyDeviceToHost,
                         stream.get()),
         "cudaMemcpyAsync (device to host)");

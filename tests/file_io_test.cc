@@ -20,18 +20,8 @@ using io::ScopedFault;
 using io::Step;
 using testing::TempDir;
 
-std::vector<std::string> folder_entries(const TempDir& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
-    names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
+using testing::file_bytes;
+using testing::folder_entries;
 
 // Writes a small compressed dataset of `records` records (several chunks).
 void write_small(const std::string& path, int64_t records, bool overwrite) {

@@ -17,15 +17,7 @@ void write_file(const std::string& path, const std::string& bytes) {
   out << bytes;
 }
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(Storage, EmptyStorage) {
   UntypedStorage s;

@@ -8,19 +8,12 @@
 
 #include "mmtensor/mmtensor.h"
 #include "strided_copy.h"
+#include "test_util.h"
 
 namespace mmt {
 namespace {
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(Tensor, MetadataOfAFreshTensor) {
   Tensor t = empty({2, 3, 4}, kInt16);

@@ -1,8 +1,14 @@
 // Helpers shared by the tests: temporary folders that clean up after themselves.
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
+
+#include "mmtensor/error.h"
 
 namespace mmt::testing {
 
@@ -20,5 +26,31 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// The message of the mmt::Error that fn() throws, or "" when it throws none.
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The names in a folder, sorted (to see what a writer left behind).
+inline std::vector<std::string> folder_entries(const TempDir& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A whole file's bytes ("" for a missing file).
+inline std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
 
 }  // namespace mmt::testing
