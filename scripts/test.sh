@@ -5,7 +5,8 @@
 #   3. rebuilds with ThreadSanitizer and runs the concurrency tests;
 #   4. builds the libFuzzer targets (clang) and replays their committed corpora, then fuzzes
 #      each briefly.
-# MMT_TEST_QUICK=1 stops after step 1.
+# MMT_TEST_QUICK=1 stops after step 1; MMT_TEST_STAGES="release asan tsan fuzz" (the default)
+# picks stages.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
@@ -13,25 +14,34 @@ export MMT_QUIET=1                       # no pinned-memory fallback notice in t
 jobs="$(nproc)"
 
 step() { printf '\n==== %s ====\n' "$*"; }
+stages=" ${MMT_TEST_STAGES:-release asan tsan fuzz} "
+want() { [[ "$stages" == *" $1 "* ]]; }
 
+if want release; then
 step "release build and tests"
 "$here/scripts/setup.sh" "$here/build"
 ctest --test-dir "$here/build" --output-on-failure -j "$jobs" --timeout 900
 [ "${MMT_TEST_QUICK:-0}" = 1 ] && exit 0
+fi
 
+if want asan; then
 step "AddressSanitizer + UndefinedBehaviorSanitizer"
 CMAKE_BUILD_TYPE=Debug "$here/scripts/setup.sh" "$here/build-asan" \
   -DMMT_SANITIZE=address,undefined -DMMT_BUILD_BENCH=OFF
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$here/build-asan" --output-on-failure -j "$jobs" --timeout 900
+fi
 
+if want tsan; then
 step "ThreadSanitizer (concurrency tests)"
 CMAKE_BUILD_TYPE=RelWithDebInfo "$here/scripts/setup.sh" "$here/build-tsan" \
   -DMMT_SANITIZE=thread -DMMT_BUILD_BENCH=OFF -DMMT_BUILD_TOOLS=OFF
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir "$here/build-tsan" --output-on-failure -j "$jobs" --timeout 900 \
   -R 'Concurren|Thread|Loader|Cache|Parallel'
+fi
 
+if want fuzz; then
 step "fuzz targets: replay the corpora, then fuzz briefly"
 CC=clang CXX=clang++ CMAKE_BUILD_TYPE=RelWithDebInfo "$here/scripts/setup.sh" "$here/build-fuzz" \
   -DMMT_BUILD_FUZZ=ON -DMMT_BUILD_TESTS=OFF -DMMT_BUILD_BENCH=OFF -DMMT_BUILD_TOOLS=OFF \
@@ -48,4 +58,5 @@ for fuzzer in "$here"/build-fuzz/*_fuzzer; do
     "$scratch" "$corpus" 2>&1 | tail -1
   rm -rf "$scratch"
 done
+fi
 step "all test stages passed"
