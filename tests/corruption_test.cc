@@ -21,7 +21,7 @@ std::vector<std::byte> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::vector<char> chars{std::istreambuf_iterator<char>(in), {}};
   std::vector<std::byte> bytes(chars.size());
-  std::memcpy(bytes.data(), chars.data(), chars.size());
+  if (!chars.empty()) std::memcpy(bytes.data(), chars.data(), chars.size());  // data() may be null
   return bytes;
 }
 
@@ -295,7 +295,7 @@ TEST(CorruptionTest, ForeignAndUnfinishedFiles) {
   const std::string path = dir.file("foreign");
   auto error_for = [&](const std::string& content) {
     std::vector<std::byte> bytes(content.size());
-    std::memcpy(bytes.data(), content.data(), content.size());
+    if (!content.empty()) std::memcpy(bytes.data(), content.data(), content.size());  // data() may be null
     write_file(path, bytes);
     return format_error_of(path);
   };
