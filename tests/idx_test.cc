@@ -27,16 +27,7 @@ Bytes idx_file(uint8_t type_code, std::vector<uint32_t> dims, const std::vector<
   return out;
 }
 
-template <typename Fn>
-std::string expect_format_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const FormatError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a FormatError";
-  return "";
-}
+using testutil::expect_format_error;
 
 std::vector<uint8_t> pixels(size_t n) {
   std::vector<uint8_t> v(n);

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "mmtensor/error.h"
+
 namespace mmt::testutil {
 
 using Bytes = std::vector<std::byte>;
@@ -232,6 +234,18 @@ inline int run_python(const std::string& python, const std::string& folder, cons
     f << "import numpy as np, os\nos.chdir(" << '"' << folder << '"' << ")\n" << script;
   }
   return std::system((python + " " + path).c_str());
+}
+
+// The message of the FormatError fn() throws; a test failure when it throws none.
+template <typename Fn>
+std::string expect_format_error(Fn&& fn) {
+  try {
+    fn();
+  } catch (const mmt::FormatError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a FormatError";
+  return "";
 }
 
 }  // namespace mmt::testutil

@@ -30,16 +30,7 @@ Tensor counting(ScalarType dtype, IntArrayRef sizes) {
   return out;
 }
 
-template <typename Fn>
-std::string expect_format_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const FormatError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a FormatError";
-  return "";
-}
+using testutil::expect_format_error;
 
 TEST(Npy, SaveThenLoadKeepsEveryDtypeAndValue) {
   TempFolder dir;

@@ -20,16 +20,7 @@ std::vector<ZipEntry> two_arrays(bool deflate) {
           {"labels.npy", npy_of(arange(2, kInt64)), deflate}};
 }
 
-template <typename Fn>
-std::string expect_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const FormatError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a FormatError";
-  return "";
-}
+using testutil::expect_format_error;
 
 void expect_two_arrays(const std::vector<NpzMember>& members) {
   ASSERT_EQ(members.size(), 2u);
@@ -100,7 +91,7 @@ TEST(Npz, CorruptDeflateDataIsRefused) {
 
 TEST(Npz, RefusesWhatIsNotANumpyArchive) {
   auto refused = [](const Bytes& archive, const std::string& fragment) {
-    std::string message = expect_error([&] { parse_npz(archive, "odd.npz"); });
+    std::string message = expect_format_error([&] { parse_npz(archive, "odd.npz"); });
     EXPECT_NE(message.find(fragment), std::string::npos) << message;
     EXPECT_EQ(message.rfind("odd.npz", 0), 0u) << message;
   };
@@ -120,7 +111,7 @@ TEST(Npz, ForgedHugeSizeIsRefusedBeforeAllocating) {
   size_t extra = cd + 46 + 5 + 4;
   for (int i = 0; i < 8; ++i) archive[extra + i] = std::byte{0xFF};
   archive[extra + 7] = std::byte{0x7F};
-  std::string message = expect_error([&] { parse_npz(archive, "bomb.npz"); });
+  std::string message = expect_format_error([&] { parse_npz(archive, "bomb.npz"); });
   EXPECT_NE(message.find("more than deflate can produce"), std::string::npos) << message;
 }
 
