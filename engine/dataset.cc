@@ -133,8 +133,20 @@ Tensor Dataset::column(std::string_view field, int64_t start, int64_t stop) cons
     const int64_t offset_bytes = d.data_offset + start * d.record_stride_bytes + plan.offset_bytes;
     return Tensor(d.file, plan.dtype, sizes, strides, offset_bytes / plan.element_bytes);
   }
+  DimVector strides{d.record_stride_bytes / plan.element_bytes};
+  for (int64_t s : plan.strides) strides.push_back(s);
+  if (n > 0) {
+    // Inside one chunk: a view into that chunk (the mapping, or the decoded chunk), so a
+    // compressed column read chunk by chunk is decoded once per chunk and never copied.
+    const ChunkRef ref = locate(d, start);
+    if (stop <= ref.first_record + ref.record_count) {
+      const int64_t offset_bytes =
+          ref.payload_offset_bytes + (start - ref.first_record) * d.record_stride_bytes + plan.offset_bytes;
+      return Tensor(ref.storage, plan.dtype, sizes, strides, offset_bytes / plan.element_bytes);
+    }
+  }
   // Otherwise a copy, gathered chunk by chunk, keeping the field's storage order.
-  DimVector strides{plan.value_bytes / plan.element_bytes};
+  strides = DimVector{plan.value_bytes / plan.element_bytes};
   for (int64_t s : plan.strides) strides.push_back(s);
   Tensor out = empty_strided(sizes, strides, plan.dtype);
   std::byte* dst = static_cast<std::byte*>(out.mutable_data_ptr());

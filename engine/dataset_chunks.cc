@@ -14,8 +14,7 @@ namespace {
 // (never reused), it holds at most one decoded chunk per thread alive.
 struct LastChunk {
   uint64_t owner = 0;
-  int64_t chunk = -1;
-  UntypedStorage storage;
+  ChunkRef ref;
 };
 thread_local LastChunk last_chunk;
 
@@ -158,6 +157,11 @@ UntypedStorage Dataset::Impl::decode_chunk(int64_t c, const format::ChunkEntry& 
 }
 
 ChunkRef Dataset::Impl::chunk_ref(int64_t c) const {
+  // Checked first: a chunk this thread has just read was validated then.
+  if (last_chunk.owner == instance_id && last_chunk.ref.index == c) {
+    cache->note_hit();
+    return last_chunk.ref;
+  }
   const format::ChunkEntry e = validated_entry(c);
   ChunkRef ref;
   ref.first_record = static_cast<int64_t>(e.first_record);
@@ -167,11 +171,6 @@ ChunkRef Dataset::Impl::chunk_ref(int64_t c) const {
   if (static_cast<Codec>(e.codec) == Codec::None) {
     ref.storage = file;
     ref.payload_offset_bytes = static_cast<int64_t>(e.file_offset);
-    return ref;
-  }
-  if (last_chunk.owner == instance_id && last_chunk.chunk == c) {
-    cache->note_hit();
-    ref.storage = last_chunk.storage;
     return ref;
   }
   ref.storage = cache->get_or_decode(c, [&] {
@@ -187,8 +186,7 @@ ChunkRef Dataset::Impl::chunk_ref(int64_t c) const {
     return decode_chunk(c, e);
   });
   last_chunk.owner = instance_id;
-  last_chunk.chunk = c;
-  last_chunk.storage = ref.storage;
+  last_chunk.ref = ref;
   return ref;
 }
 

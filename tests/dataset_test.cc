@@ -248,6 +248,42 @@ TEST(DatasetTest, CompressedColumnIsAGatheredCopy) {
   for (int64_t i = 0; i < 7; ++i) EXPECT_TRUE(column[i].equal(field_value(schema[0], i + 2)));
 }
 
+// Reading a compressed column chunk by chunk: each chunk's range is a view into the decoded
+// chunk, shared with get(), so the chunk is decoded once and nothing is copied.
+TEST(DatasetTest, RangeInsideOneChunkIsAViewOfThatChunk) {
+  TempDir dir;
+  Schema schema({Field::fixed("v", kInt32, {3}), Field::fixed("label", kUInt8, {})});
+  WriterOptions options;
+  options.codec = CodecSpec::parse("zstd");
+  options.chunk_records = 4;
+  write_dataset(dir.file("c.mmt"), schema, 11, options);
+  Dataset ds = Dataset::open(dir.file("c.mmt"));
+  for (int64_t c = 0; c < ds.num_chunks(); ++c) {
+    const ChunkInfo chunk = ds.chunk(c);
+    Tensor range = ds.column("v", chunk.first_record, chunk.first_record + chunk.record_count);
+    ASSERT_EQ(range.sizes(), IntArrayRef({chunk.record_count, 3}));
+    for (int64_t r = 0; r < chunk.record_count; ++r)
+      EXPECT_TRUE(range[r].equal(field_value(schema[0], chunk.first_record + r)));
+    EXPECT_TRUE(range.untyped_storage().is_same(ds.get(chunk.first_record)["v"].untyped_storage())) << "chunk " << c;
+  }
+  EXPECT_EQ(ds.cache_stats().misses, ds.num_chunks());
+  // A range across chunks is still a correct copy.
+  Tensor across = ds.column("label", 3, 6);
+  for (int64_t i = 0; i < 3; ++i) EXPECT_TRUE(across[i].equal(field_value(schema[1], i + 3)));
+  EXPECT_FALSE(across.untyped_storage().is_same(ds.get(3)["label"].untyped_storage()));
+
+  // Uncompressed chunks of a schema with a ragged field: a view into the mapping.
+  Schema ragged({Field::fixed("v", kInt32, {3}), Field::bytes("raw")});
+  WriterOptions plain;
+  plain.chunk_records = 4;
+  write_dataset(dir.file("r.mmt"), ragged, 10, plain);
+  Dataset rds = Dataset::open(dir.file("r.mmt"));
+  ASSERT_FALSE(rds.column_is_view("v"));
+  Tensor in_chunk = rds.column("v", 4, 8);
+  EXPECT_EQ(in_chunk.untyped_storage().filename(), dir.file("r.mmt"));
+  for (int64_t i = 0; i < 4; ++i) EXPECT_TRUE(in_chunk[i].equal(field_value(ragged[0], i + 4)));
+}
+
 TEST(DatasetTest, ViewsOutliveTheDataset) {
   TempDir dir;
   Schema schema({Field::fixed("x", kFloat32, {8}), Field::bytes("b")});

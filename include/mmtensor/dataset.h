@@ -139,7 +139,10 @@ class Dataset {
   // chunks for that field are laid out contiguously (uncompressed, fixed-shape schema);
   // otherwise a copy, gathered chunk by chunk (use column_is_view() to tell).
   Tensor column(std::string_view field) const;
-  // Records [start, stop) of a fixed field, with the same rule.
+  // Records [start, stop) of a fixed field, with the same rule; and a range inside one chunk
+  // is always a view, into the mapping or into the decoded chunk (lz4/zstd): reading a
+  // compressed column chunk by chunk (chunk(c).first_record, + record_count) decodes each
+  // chunk once and copies nothing. Such a view keeps its chunk alive.
   Tensor column(std::string_view field, int64_t start, int64_t stop) const;
   bool column_is_view(std::string_view field) const;
 
