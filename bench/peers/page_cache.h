@@ -1,8 +1,10 @@
 // Page-cache control shared by every C/C++ contender of the peer benchmarks, so "warm" and
-// "cold" mean the same thing for all of them. Warm: the files were just read through. Cold: the file's pages are dropped with
-// posix_fadvise(POSIX_FADV_DONTNEED) after any mapping of it is closed (the kernel keeps pages
-// that a live mapping still holds), and resident_fraction() checks with mincore() that they
-// really left. Header-only: the HDF5 and pread peers are built without the mmtensor library.
+// "cold" mean the same thing for all of them. Warm: the files were just read through. Cold:
+// the file's pages are dropped with posix_fadvise(POSIX_FADV_DONTNEED). The kernel keeps pages
+// that a live mapping has mapped, so a cold run evicts after its open: what stays is only what
+// the open itself mapped (a header, a chunk table), and resident_fraction() checks with
+// mincore() how much that is. Header-only: the HDF5 and pread peers are built without the
+// mmtensor library.
 #pragma once
 
 #include <fcntl.h>

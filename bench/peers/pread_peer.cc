@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,36 @@ int open_or_throw(const std::string& path, int flags = O_RDONLY) {
   return fd;
 }
 
+// A read-only descriptor closed with its owner: the pread peer's "open dataset".
+class Fd {
+ public:
+  explicit Fd(const std::string& path) : fd_(open_or_throw(path)) {}
+  ~Fd() { ::close(fd_); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+struct FixedFiles {
+  Fd images, labels;
+  FixedFiles(const std::string& images_path, const std::string& labels_path)
+      : images(images_path), labels(labels_path) {}
+};
+
+// The offsets are read whole at open, as index files of such datasets are.
+struct TokenFiles {
+  Fd tokens, offsets_fd;
+  std::vector<int64_t> offsets;
+  TokenFiles(const std::string& tokens_path, const std::string& offsets_path, const NpyArray& offsets_header)
+      : tokens(tokens_path), offsets_fd(offsets_path), offsets(offsets_header.shape[0]) {
+    pread_exact(offsets_fd.get(), offsets.data(), static_cast<int64_t>(offsets.size()) * 8,
+                offsets_header.data_offset);
+  }
+};
+
 void fixed_reads(const std::string& dir, const std::string& workload, int reps, FILE* out) {
   const std::string images_path = dir + "/" + workload + "/images.npy";
   const std::string labels_path = dir + "/" + workload + "/labels.npy";
@@ -42,6 +73,9 @@ void fixed_reads(const std::string& dir, const std::string& workload, int reps, 
   const NpyArray labels = read_npy_header(labels_path);
   int64_t record_bytes = 1;
   for (size_t d = 1; d < images.shape.size(); ++d) record_bytes *= images.shape[d];
+  const std::string config = "pread(2) per record from the .npy sources (one per batch when sequential)";
+  auto open = [&] { return std::make_unique<FixedFiles>(images_path, labels_path); };
+  measure_open(Figure{workload, "pread", "open", "C++", config}, {images_path, labels_path}, open, out);
   for (const char* op : {"single", "batch64", "batch256", "seq_epoch", "random_epoch", "quasi_epoch",
                          "cold_seq_epoch", "cold_batch256"}) {
     if (std::string(op) == "quasi_epoch" && workload != "fmnist") continue;
@@ -49,9 +83,8 @@ void fixed_reads(const std::string& dir, const std::string& workload, int reps, 
     std::vector<char> image_out(rows.batch * record_bytes);
     std::vector<int64_t> label_out(rows.batch);
     const bool sequential = std::string(op).find("seq_epoch") != std::string::npos;
-    auto run = [&] {
-      int image_fd = open_or_throw(images_path);
-      int label_fd = open_or_throw(labels_path);
+    auto read = [&](const FixedFiles& files) {
+      const int image_fd = files.images.get(), label_fd = files.labels.get();
       for (int64_t r = 0; r < rows.rows; ++r) {
         const int64_t* idx = rows.row(r);
         if (sequential) {  // contiguous records: one read per field
@@ -66,13 +99,11 @@ void fixed_reads(const std::string& dir, const std::string& workload, int reps, 
           pread_exact(label_fd, &label_out[k], 8, labels.data_offset + idx[k] * 8);
         }
       }
-      ::close(image_fd);
-      ::close(label_fd);
     };
-    Figure f{workload, "pread", op, "C++", "pread(2) per record from the .npy sources (one per batch when sequential)"};
+    Figure f{workload, "pread", op, "C++", config};
     f.records = static_cast<double>(rows.total());
     f.bytes = static_cast<double>(rows.total() * (record_bytes + 8));
-    measure(f, {images_path, labels_path}, reps, run, out);
+    measure(f, {images_path, labels_path}, reps, open, read, out);
   }
 }
 
@@ -83,17 +114,17 @@ void token_reads(const std::string& dir, int reps, FILE* out) {
   const NpyArray offsets_header = read_npy_header(offsets_path);
   const std::vector<int64_t> offsets_for_sizes = read_npy_int64(offsets_path);
   const int64_t docs = offsets_header.shape[0] - 1;
+  const std::string config = "offsets read whole at open; pread(2) per document, one per batch when sequential";
+  auto open = [&] { return std::make_unique<TokenFiles>(tokens_path, offsets_path, offsets_header); };
+  measure_open(Figure{"tokens", "pread", "open", "C++", config}, {tokens_path, offsets_path}, open, out);
   for (const char* op : {"single", "batch64", "batch256", "seq_epoch", "cold_seq_epoch"}) {
     const Rows rows = rows_for(dir, "tokens", op, docs);
     std::vector<int32_t> values(rows.batch * 4096);
     std::vector<int64_t> packed_offsets(rows.batch + 1);
     const bool sequential = std::string(op).find("seq_epoch") != std::string::npos;
-    auto run = [&] {
-      int tokens_fd = open_or_throw(tokens_path);
-      int offsets_fd = open_or_throw(offsets_path);
-      // The offsets are read whole at open, as index files of such datasets are.
-      std::vector<int64_t> offsets(docs + 1);
-      pread_exact(offsets_fd, offsets.data(), (docs + 1) * 8, offsets_header.data_offset);
+    auto read = [&](const TokenFiles& files) {
+      const int tokens_fd = files.tokens.get();
+      const std::vector<int64_t>& offsets = files.offsets;
       for (int64_t r = 0; r < rows.rows; ++r) {
         const int64_t* idx = rows.row(r);
         if (sequential) {  // consecutive documents are one run of the flat array
@@ -109,14 +140,12 @@ void token_reads(const std::string& dir, int reps, FILE* out) {
           packed_offsets[k + 1] = filled;
         }
       }
-      ::close(tokens_fd);
-      ::close(offsets_fd);
     };
-    Figure f{"tokens", "pread", op, "C++", "offsets read whole at open; pread(2) per document, one per batch when sequential"};
+    Figure f{"tokens", "pread", op, "C++", config};
     f.records = static_cast<double>(rows.total());
     for (int64_t i = 0; i < rows.total(); ++i)
       f.bytes += static_cast<double>(offsets_for_sizes[rows.indices[i] + 1] - offsets_for_sizes[rows.indices[i]]) * 4;
-    measure(f, {tokens_path, offsets_path}, reps, run, out);
+    measure(f, {tokens_path, offsets_path}, reps, open, read, out);
   }
 }
 
