@@ -1,12 +1,14 @@
 // mmtensor's side of the peer benchmarks, and the physical limits beside it: every contender
 // reads the same records (index files written once by bench/peers/prepare.py with a fixed
-// seed) into a contiguous buffer, one thread, and each timed run opens the file anew with
-// the protocol of peers/peer_common.h: the file read through first (warm) or evicted (cold_*),
-// the decoded-chunk cache empty. Names are
-// Peer/<workload>/<contender>/<op>; counters: records and bytes per run. References measured
-// here: `memcpy` gathers the same records from anonymous memory into the same buffer, and
-// `raw lz4`/`raw zstd` decode the very chunk payloads of mmtensor's compressed files with the
-// libraries called directly. Registered only with MMT_PEER_DIR set (see peer_data.h).
+// seed) into a contiguous buffer, one thread, with the protocol of peers/peer_common.h: open
+// is its own figure (Peer/<workload>/mmtensor <codec>/open, median of warm opens); a warm op
+// opens once outside the timer and runs one untimed pass before the timed one; a cold_* op
+// opens outside the timer (decoded-chunk cache empty), evicts the file's pages, then times the
+// reads. Names are Peer/<workload>/<contender>/<op>; counters: records and bytes per run.
+// References measured here, warmed up the same way: `memcpy` gathers the same records from
+// anonymous memory into the same buffer, and `raw lz4`/`raw zstd` decode the very chunk
+// payloads of mmtensor's compressed files with the libraries called directly. Registered only
+// with MMT_PEER_DIR set (see peer_data.h).
 #include <benchmark/benchmark.h>
 #include <lz4.h>
 #include <zstd.h>
@@ -21,6 +23,7 @@
 #include "mmtensor/dataset.h"
 #include "peer_data.h"
 #include "peers/page_cache.h"
+#include "peers/peer_common.h"
 #include "ratio.h"
 
 namespace {
@@ -28,6 +31,9 @@ namespace {
 using namespace mmt;
 using namespace mmt::bench::peers;
 using mmt::peers::evict_from_page_cache;
+using mmt::peers::is_cold;
+using mmt::peers::median_open_seconds;
+using mmt::peers::resident_fraction;
 using mmt::peers::warm_page_cache;
 
 constexpr int64_t kEpochBatch = 256;  // every epoch op gathers batches of 256 (full ones only)
@@ -45,8 +51,6 @@ IndexRows rows_for(const std::string& workload, const std::string& op, int64_t r
   if (op == "random_epoch" || op == "quasi_epoch") return load_index_rows(workload, op, kEpochBatch);
   return load_index_rows(workload, op);
 }
-
-bool is_cold(const std::string& op) { return op.rfind("cold_", 0) == 0; }
 
 // Fixed-shape records (image + label): single access through get(), batches through get_batch().
 struct FixedGather {
@@ -99,52 +103,70 @@ struct TokenGather {
 int64_t record_count(const std::string& path) { return Dataset::open(path).size(); }
 
 // `codec` names the file; "none-noverify" reads none.mmt with checksum verification off, to
-// show what the default first-use verification costs a fresh open.
-void read_mmtensor(benchmark::State& state, const std::string& workload, std::string codec,
-                   const std::string& op) {
-  ReaderOptions reader;
+// show what the default first-use verification costs.
+std::string mmtensor_path(const std::string& workload, std::string& codec, ReaderOptions& reader) {
   if (codec == "none-noverify") {
     codec = "none";
     reader.verify_checksums = false;
   }
-  const std::string path = peer_dir() + "/" + workload + "/" + codec + ".mmt";
+  return peer_dir() + "/" + workload + "/" + codec + ".mmt";
+}
+
+// Dataset::open on a warm page cache, as its own figure (manual time: the median open).
+void open_mmtensor(benchmark::State& state, const std::string& workload, std::string codec) {
+  ReaderOptions reader;
+  const std::string path = mmtensor_path(workload, codec, reader);
+  warm_page_cache(path);
+  for (auto _ : state) {
+    state.SetIterationTime(median_open_seconds([&] { return Dataset::open(path, reader); }));
+  }
+  state.counters["records"] = 1;
+  state.counters["bytes"] = 0;
+}
+
+void read_mmtensor(benchmark::State& state, const std::string& workload, std::string codec,
+                   const std::string& op) {
+  ReaderOptions reader;
+  const std::string path = mmtensor_path(workload, codec, reader);
   const int64_t records = record_count(path);
   const IndexRows rows = rows_for(workload, op, records);
   const bool tokens = workload == "tokens";
-  if (is_cold(op)) {
-    evict_from_page_cache(path);
-  } else {
-    warm_page_cache(path);
-  }
-  double bytes = 0;
-  for (auto _ : state) {
-    Dataset ds = Dataset::open(path, reader);
+  const bool single = op == "single";
+  if (!is_cold(op)) warm_page_cache(path);
+  Dataset ds = Dataset::open(path, reader);  // outside the timer: open is its own figure
+  TokenGather token_gather(tokens ? rows.batch : 0);
+  std::unique_ptr<FixedGather> fixed_gather;
+  if (!tokens) fixed_gather = std::make_unique<FixedGather>(ds, rows.batch);
+  auto read_all = [&] {
     if (tokens) {
-      TokenGather gather(rows.batch);
-      gather.run(ds, rows);
-      bytes = static_cast<double>(gather.offsets[rows.batch] * 4);  // last row, for the units
+      token_gather.run(ds, rows);
     } else {
-      FixedGather gather(ds, rows.batch);
-      gather.run(ds, rows, op == "single");
-      bytes = static_cast<double>(rows.total() * (gather.image[0].nbytes() + 8));
+      fixed_gather->run(ds, rows, single);
     }
+  };
+  if (is_cold(op)) {
+    // The open mapped the header and chunk table; every other page leaves (the check below).
+    evict_from_page_cache(path);
+    state.counters["resident_after_evict"] = resident_fraction(path);
+  } else {
+    read_all();  // the untimed warm-up pass: the timed one is steady state
   }
+  for (auto _ : state) read_all();
   state.counters["records"] = static_cast<double>(rows.total());
+  double bytes = 0;
   if (tokens) {  // exact bytes of the documents read
-    Dataset ds = Dataset::open(path);
-    bytes = 0;
     for (int64_t r = 0; r < rows.rows; ++r)
       for (int64_t i : rows.row(r)) bytes += static_cast<double>(ds.get(i, "tokens").nbytes());
+  } else {
+    bytes = static_cast<double>(rows.total() * (fixed_gather->image[0].nbytes() + 8));
   }
   state.counters["bytes"] = bytes;
   // The alternating ratio of ratio.h, for the warm uncompressed gathers where it means "how
-  // close to a plain memcpy of the same records": the dataset stays open across its rounds.
+  // close to a plain memcpy of the same records", on the same open dataset.
   if (!tokens && codec == "none" && !is_cold(op) && op.find("epoch") == std::string::npos) {
-    Dataset ds = Dataset::open(path);
-    FixedGather gather(ds, rows.batch);
     Tensor source = load_npy(peer_dir() + "/" + workload + "/images.npy").contiguous().clone();
-    const int64_t record_bytes = gather.image[0].nbytes();
-    auto* dst = static_cast<uint8_t*>(gather.image.mutable_data_ptr());
+    const int64_t record_bytes = fixed_gather->image[0].nbytes();
+    auto* dst = static_cast<uint8_t*>(fixed_gather->image.mutable_data_ptr());
     const auto* src = static_cast<const uint8_t*>(source.data_ptr());
     auto memcpy_gather = [&] {
       for (int64_t r = 0; r < rows.rows; ++r) {
@@ -153,8 +175,7 @@ void read_mmtensor(benchmark::State& state, const std::string& workload, std::st
       }
       benchmark::ClobberMemory();
     };
-    state.counters["vs_memcpy"] =
-        mmt::bench::median_speed_ratio([&] { gather.run(ds, rows, op == "single"); }, memcpy_gather, 7);
+    state.counters["vs_memcpy"] = mmt::bench::median_speed_ratio(read_all, memcpy_gather, 7);
   }
 }
 
@@ -169,7 +190,7 @@ void read_memcpy(benchmark::State& state, const std::string& workload, const std
     const IndexRows rows = rows_for(workload, op, offsets.numel() - 1);
     std::vector<int32_t> values(rows.batch * 4096);
     double bytes = 0;
-    for (auto _ : state) {
+    auto gather = [&] {
       bytes = 0;
       for (int64_t r = 0; r < rows.rows; ++r) {
         int64_t filled = 0;
@@ -181,7 +202,9 @@ void read_memcpy(benchmark::State& state, const std::string& workload, const std
         }
       }
       benchmark::DoNotOptimize(values.data());
-    }
+    };
+    gather();  // untimed warm-up pass, as every contender gets
+    for (auto _ : state) gather();
     state.counters["records"] = static_cast<double>(rows.total());
     state.counters["bytes"] = bytes;
     return;
@@ -194,7 +217,7 @@ void read_memcpy(benchmark::State& state, const std::string& workload, const std
   std::vector<int64_t> label_out(rows.batch);
   const auto* src = static_cast<const uint8_t*>(images.data_ptr());
   const int64_t* label_src = labels.data_ptr<int64_t>();
-  for (auto _ : state) {
+  auto gather = [&] {
     for (int64_t r = 0; r < rows.rows; ++r) {
       int64_t k = 0;
       for (int64_t i : rows.row(r)) {
@@ -204,7 +227,9 @@ void read_memcpy(benchmark::State& state, const std::string& workload, const std
     }
     benchmark::DoNotOptimize(image_out.data());
     benchmark::DoNotOptimize(label_out.data());
-  }
+  };
+  gather();  // untimed warm-up pass: faults the output buffer in
+  for (auto _ : state) gather();
   state.counters["records"] = static_cast<double>(rows.total());
   state.counters["bytes"] = static_cast<double>(rows.total() * (record_bytes + 8));
 }
@@ -224,7 +249,7 @@ void decode_raw(benchmark::State& state, const std::string& workload, const std:
   std::vector<char> out(largest);
   std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
   double decoded = 0;
-  for (auto _ : state) {
+  auto decode_all = [&] {
     decoded = 0;
     for (const ChunkInfo& c : chunks) {
       const char* src = file.data() + c.file_offset;
@@ -240,7 +265,9 @@ void decode_raw(benchmark::State& state, const std::string& workload, const std:
       decoded += static_cast<double>(c.decoded_bytes);
     }
     benchmark::DoNotOptimize(out.data());
-  }
+  };
+  decode_all();  // untimed warm-up pass
+  for (auto _ : state) decode_all();
   state.counters["records"] = static_cast<double>(ds.size());
   state.counters["bytes"] = decoded;
 }
@@ -250,8 +277,17 @@ void add(const std::string& name, std::function<void(benchmark::State&)> fn) {
       ->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
+void add_open(const std::string& workload, const std::string& codec) {
+  benchmark::RegisterBenchmark(("Peer/" + workload + "/mmtensor " + codec + "/open").c_str(),
+                               [=](benchmark::State& s) { open_mmtensor(s, workload, codec); })
+      ->Iterations(1)->Unit(benchmark::kMicrosecond)->UseManualTime();
+}
+
 void register_read_benchmarks() {
   if (peer_dir().empty() || pack_phase()) return;
+  for (const char* codec : {"none", "none-noverify", "lz4", "zstd"}) add_open("fmnist", codec);
+  for (const char* codec : {"none", "none-noverify"}) add_open("imagenet", codec);
+  for (const char* codec : {"none", "zstd"}) add_open("tokens", codec);
   const std::vector<std::string> fixed_ops = {"single", "batch64", "batch256", "seq_epoch",
                                               "random_epoch", "cold_seq_epoch", "cold_batch256"};
   for (const char* codec : {"none", "none-noverify", "lz4", "zstd"}) {
