@@ -21,9 +21,11 @@ WORKLOADS = {
     "imagenet": "ImageNet-shaped, synthetic photo-like bytes: {imagenet_records:,} records of image uint8 [3, 224, 224] + label int64",
     "tokens": "Token sequences: {token_docs:,} documents of int32 tokens, lengths 16..4096 (log-uniform), {total_tokens:,} tokens",
 }
-OPS = [("single", "single sample"), ("batch64", "random batch 64"), ("batch256", "random batch 256"),
+LATENCY_OPS = {"open", "single"}  # figures per event, not per byte
+OPS = [("open", "open (page cache warm)"), ("single", "single sample"), ("batch64", "random batch 64"), ("batch256", "random batch 256"),
        ("seq_epoch", "sequential epoch"), ("random_epoch", "random epoch"), ("quasi_epoch", "quasi-random epoch"),
-       ("cold_seq_epoch", "cold sequential epoch"), ("cold_batch256", "cold random batch 256")]
+       ("cold_seq_epoch", "cold sequential epoch (open untimed)"),
+       ("cold_batch256", "cold random batch 256 (open untimed)")]
 
 
 def load_rows(results):
@@ -48,6 +50,7 @@ def load_rows(results):
                              seconds=b["real_time"] * scale, items=b.get("records", 0),
                              bytes=b.get("bytes", 0), file_bytes=b.get("file_bytes"),
                              vs_memcpy_alternating=b.get("vs_memcpy"),
+                             resident_after_evict=b.get("resident_after_evict"),
                              reps=b.get("repetitions", 1), config=mmtensor_config(workload, contender)))
     return rows
 
@@ -94,8 +97,9 @@ def versions():
 
 
 def fmt_rate(r):
-    if r["op"] == "single":
-        return f"{r['seconds'] / r['items'] * 1e6:.1f} µs"
+    if r["op"] in LATENCY_OPS:
+        s = r["seconds"] / max(r["items"], 1)
+        return f"{s * 1e3:.2f} ms" if s >= 1e-3 else f"{s * 1e6:.1f} µs"
     rate = r["bytes"] / r["seconds"]
     return f"{rate / 1e9:.2f} GB/s" if rate >= 1e9 else f"{rate / 1e6:.0f} MB/s"
 
@@ -119,21 +123,37 @@ def section(rows, config, gpu, figure_name):
     lines += [f"Machine: {machine()}. {versions()}. Run mode: "
               f"{'QUICK (reduced sizes, fewer repetitions)' if config.get('quick') else 'full'}; "
               f"regenerate with `scripts/bench.sh` (see README).", ""]
+    open_evict = [r["resident_after_evict"] for r in rows if r.get("resident_after_evict") is not None]
     lines += ["How to read it. Every contender reads the **same records** (index files made once with "
-              f"seed {config['seed']}) into a preallocated contiguous buffer, on one thread, and each "
-              "timed run opens its files anew. Warm: the files were read through just before; "
-              "cold: their pages were dropped with `posix_fadvise(POSIX_FADV_DONTNEED)` (mappings "
-              "closed first)" + (f"; mincore() found at most {evict['resident_after_evict'] * 100:.1f}% "
-                                  "of a file still cached after that" if evict else "") +
-              ". Figures are medians of repeated runs. Throughput counts decoded bytes (image + "
-              "label, or tokens) per second; single samples are per-sample latency. "
-              "`×memcpy` = the same records memcpy'd from anonymous memory (physical limit) "
-              "divided by the contender's time; `×best peer` compares with the fastest non-mmtensor "
-              "contender of the same kind (uncompressed with uncompressed, compressed with "
-              "compressed) and, for single samples, the same language level (C++ with C/C++, "
-              "Python with Python). Epochs are full batches of 256 in order: sequential, a fixed "
-              "random permutation, or a quasi-random order (chunks of 1024 records shuffled, "
-              f"windows of {config['quasi_window_chunks']} chunks, records shuffled in a window).", ""]
+              f"seed {config['seed']}) into a preallocated contiguous buffer, on one thread, with one "
+              "protocol for all (bench/peers/peer_common.h). **Open** is its own column: the dataset, "
+              "memmap, `torch.from_file` mapping, h5py File and datasets, zarr arrays, HDF5 C handles "
+              "or pread descriptors (plus the token offsets, read whole) opened on a warm page cache, "
+              "median of 21 opens after an untimed first one, closes untimed. **Warm** columns are "
+              "steady state on an already open dataset: the files read through, opened once outside "
+              "the timer, one untimed pass of the same operation (so each contender's own caches, "
+              "mmtensor's decoded chunks and HDF5's chunk cache alike, are as a second epoch finds "
+              "them), then the timed passes; open is not in them. **Cold** columns: opened outside "
+              "the timer, then the files' pages dropped with `posix_fadvise(POSIX_FADV_DONTNEED)`, "
+              "then the reads timed; open is not in them either, and what the open keeps in process "
+              "memory (chunk table, HDF5 metadata, offsets) stays, as in a training job" +
+              (f"; mincore() found at most {evict['resident_after_evict'] * 100:.1f}% of a file still "
+               "cached after eviction with nothing open" if evict else "") +
+              (f", and at most {max(open_evict) * 100:.1f}% of an mmtensor file with its dataset open "
+               "(the pages its open mapped)" if open_evict else "") +
+              ". A warm column of a compressed contender whose cache holds every chunk it reads "
+              "(mmtensor's 256 MiB decoded-chunk budget, HDF5's chunk cache set to the same size) "
+              "decodes nothing in the timed pass, so `×raw` above 1 there means its cache served "
+              "the reads; cold columns always decode. Figures are medians of repeated runs. Throughput counts decoded bytes (image + "
+              "label, or tokens) per second; open and single samples are latencies. "
+              "`×memcpy` = the same records memcpy'd from anonymous memory (physical limit, warmed "
+              "up the same way) divided by the contender's time; `×best peer` compares with the "
+              "fastest non-mmtensor contender of the same kind (uncompressed with uncompressed, "
+              "compressed with compressed) and, for open and single samples, the same language "
+              "level (C++ with C/C++, Python with Python). Epochs are full batches of 256 in order: "
+              "sequential, a fixed random permutation, or a quasi-random order (chunks of 1024 "
+              f"records shuffled, windows of {config['quasi_window_chunks']} chunks, records "
+              "shuffled in a window).", ""]
     if disk_read and disk_write:
         lines += [f"Disk (scratch folder, 1 MiB sequential I/O): read {throughput(disk_read) / 1e9:.2f} GB/s "
                   f"(after eviction), write {throughput(disk_write) / 1e9:.2f} GB/s (with fsync). "
@@ -144,7 +164,7 @@ def section(rows, config, gpu, figure_name):
         ops = [(o, n) for o, n in OPS if any(k[0] == wl and k[2] == o for k in by)]
         contenders = []
         for r in rows:
-            if r["workload"] == wl and r["contender"] not in contenders and r["op"] != "pack":
+            if r["workload"] == wl and r["contender"] not in contenders and r["op"] in dict(ops):
                 contenders.append(r["contender"])
         order = lambda c: (klass(c) == "reference", klass(c) == "compressed", not c.startswith("mmtensor"), c)
         contenders.sort(key=order)
@@ -198,13 +218,13 @@ def section(rows, config, gpu, figure_name):
 
 
 def throughput_like(r):
-    return r["items"] / r["seconds"] if r["op"] == "single" else throughput(r)
+    return r["items"] / r["seconds"] if r["op"] in LATENCY_OPS else throughput(r)
 
 
 def best_peer(by, wl, op, contender, lang):
     kind = klass(contender)
     peers = [r for (w, c, o), r in by.items() if w == wl and o == op and not c.startswith("mmtensor")
-             and klass(c) == kind and (op != "single" or (r["lang"] == "C++") == (lang == "C++"))]
+             and klass(c) == kind and (op not in LATENCY_OPS or (r["lang"] == "C++") == (lang == "C++"))]
     return max(peers, key=throughput_like, default=None)
 
 
