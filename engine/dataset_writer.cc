@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 
+#include "buffer_recycler.h"
 #include "checksum.h"
 #include "codec_engine.h"
 #include "file_io.h"
@@ -25,7 +26,7 @@ using format::ChunkEntry;
 
 // A payload ready for the file, in the chunk's stored form.
 struct EncodedChunk {
-  io::Buffer bytes;
+  detail::RecycledBuffer bytes;
   int64_t stored_bytes = 0;
   int64_t decoded_bytes = 0;
   uint64_t checksum = 0;
@@ -45,7 +46,7 @@ struct ChunkBuilder {
     std::vector<uint64_t> extents;     // variable_dims values per record
     std::vector<std::byte> values;
   };
-  io::Buffer fixed;
+  detail::RecycledBuffer fixed;
   int64_t fixed_capacity_bytes = 0;
   int64_t record_count = 0;
   std::vector<RaggedColumn> ragged;
@@ -63,6 +64,12 @@ std::string random_suffix() {
 // is still worth keeping in memory to get the whole-file column view.
 constexpr int64_t kMaxContiguousUnitBytes = int64_t{64} << 20;
 
+// How much written data the writer lets accumulate before asking the kernel to start putting
+// it on the disk. Without it the kernel waits (dirty_expire, seconds) and finish()'s fsync
+// writes the whole file while the writer idles; with it the disk writes while the writer
+// copies and compresses, and fsync waits for the last few MiB.
+constexpr int64_t kWritebackBytes = int64_t{4} << 20;
+
 }  // namespace
 
 struct DatasetWriter::Impl {
@@ -76,12 +83,15 @@ struct DatasetWriter::Impl {
   format::Preamble preamble;
   int64_t records_per_chunk = 0;  // 0: close chunks by size
   io::WritableFile file;
+  // Declared before `pool`: compression tasks give buffers back until the pool is joined.
+  detail::BufferRecycler buffers{4};
   std::unique_ptr<detail::ThreadPool> pool;
   size_t max_pending = 1;
   std::deque<PendingChunk> pending;
   std::vector<ChunkEntry> table;
   ChunkBuilder current;
   int64_t current_first_record = 0;
+  int64_t writeback_offset = 0;  // bytes before it have been handed to start_writeback
   Metadata metadata;
   enum class State { Open, Finished, Failed } state = State::Open;
   std::atomic<int64_t> records{0}, chunks{0}, bytes_in{0}, bytes_out{0};
@@ -178,6 +188,8 @@ DatasetWriter DatasetWriter::create(const std::string& path, Schema schema, Writ
     int threads = impl->options.threads > 0 ? impl->options.threads : detail::ThreadPool::hardware_threads();
     impl->pool = std::make_unique<detail::ThreadPool>(threads);
     impl->max_pending = static_cast<size_t>(2 * threads);
+    // Each pending chunk holds an input and an output buffer; what they free is reused.
+    impl->buffers.set_max_idle(impl->max_pending + 4);
   }
   impl->bytes_out = impl->file.offset();
   return DatasetWriter(std::move(impl));
@@ -232,12 +244,13 @@ int64_t DatasetWriter::Impl::current_decoded_bytes() const {
 
 void DatasetWriter::Impl::copy_record(std::span<const Tensor> values) {
   const int64_t stride = layout.record_stride_bytes;
-  if (current.record_count == 0) current.ragged.assign(layout.ragged_fields.size(), {});
+  if (current.ragged.size() != layout.ragged_fields.size()) current.ragged.resize(layout.ragged_fields.size());
   if (stride > 0 && (current.record_count + 1) * stride > current.fixed_capacity_bytes) {
     int64_t wanted = records_per_chunk > 0 ? records_per_chunk * stride
                                            : std::max((current.record_count + 1) * stride * 2, 64 * stride);
-    io::Buffer grown = io::allocate(wanted, "a chunk buffer");
+    detail::RecycledBuffer grown = buffers.take(wanted, "a chunk buffer");
     if (current.record_count > 0) std::memcpy(grown.get(), current.fixed.get(), current.record_count * stride);
+    buffers.give(std::move(current.fixed));
     current.fixed = std::move(grown);
     current.fixed_capacity_bytes = wanted;
   }
@@ -293,7 +306,7 @@ void DatasetWriter::Impl::seal_chunk() {
   if (current.ragged.empty()) {
     decoded.bytes = std::move(current.fixed);
   } else {
-    decoded.bytes = io::allocate(decoded.decoded_bytes, "a chunk buffer");
+    decoded.bytes = buffers.take(decoded.decoded_bytes, "a chunk buffer");
     std::byte* out = decoded.bytes.get();
     std::memset(out, 0, static_cast<size_t>(decoded.decoded_bytes));
     if (fixed_bytes > 0) std::memcpy(out, current.fixed.get(), static_cast<size_t>(fixed_bytes));
@@ -306,8 +319,17 @@ void DatasetWriter::Impl::seal_chunk() {
       if (!column.values.empty()) std::memcpy(out + offset, column.values.data(), column.values.size());
       offset = format::next_section_offset(offset + static_cast<int64_t>(column.values.size()));
     }
+    buffers.give(std::move(current.fixed));
   }
-  current = ChunkBuilder{};
+  // Cleared, not reallocated: the ragged columns keep their capacity from chunk to chunk.
+  current.fixed = {};
+  current.fixed_capacity_bytes = 0;
+  current.record_count = 0;
+  for (auto& column : current.ragged) {
+    column.value_ends.clear();
+    column.extents.clear();
+    column.values.clear();
+  }
   current_first_record += record_count;
 
   if (options.codec.codec == Codec::None) {
@@ -318,13 +340,14 @@ void DatasetWriter::Impl::seal_chunk() {
   }
   CodecSpec codec = options.codec;
   PendingChunk job{first_record, record_count, {}};
-  job.result = pool->submit([codec, chunk_index, decoded = std::move(decoded)]() mutable {
+  job.result = pool->submit([codec, chunk_index, recycler = &buffers, decoded = std::move(decoded)]() mutable {
     EncodedChunk encoded;
     encoded.decoded_bytes = decoded.decoded_bytes;
     const int64_t bound = detail::compress_bound(codec.codec, decoded.decoded_bytes);
-    encoded.bytes = io::allocate(bound, "a compressed chunk buffer");
+    encoded.bytes = recycler->take(bound, "a compressed chunk buffer");
     encoded.stored_bytes = detail::compress(codec, decoded.bytes.get(), decoded.decoded_bytes,
                                             encoded.bytes.get(), bound);
+    recycler->give(std::move(decoded.bytes));
     encoded.checksum = format::payload_checksum(encoded.bytes.get(), encoded.stored_bytes, chunk_index);
     return encoded;
   });
@@ -336,6 +359,10 @@ void DatasetWriter::Impl::seal_chunk() {
 void DatasetWriter::Impl::drain_one() {
   PendingChunk job = std::move(pending.front());
   pending.pop_front();
+  // Rather than wait for the oldest chunk, compress queued ones on this thread: the writer's
+  // own thread then adds to the compression threads instead of idling beside them.
+  while (job.result.wait_for(std::chrono::seconds(0)) != std::future_status::ready && pool->run_one_queued()) {
+  }
   write_chunk(job.first_record, job.record_count, job.result.get());
 }
 
@@ -350,6 +377,11 @@ void DatasetWriter::Impl::write_chunk(int64_t first_record, int64_t record_count
   entry.codec = static_cast<uint8_t>(options.codec.codec);
   entry.payload_checksum = chunk.checksum;
   file.write(chunk.bytes.get(), chunk.stored_bytes);
+  buffers.give(std::move(chunk.bytes));
+  if (file.offset() - writeback_offset >= kWritebackBytes) {
+    file.start_writeback(writeback_offset, file.offset() - writeback_offset);
+    writeback_offset = file.offset();
+  }
   table.push_back(entry);
   chunks.fetch_add(1, std::memory_order_relaxed);
   bytes_out.store(file.offset(), std::memory_order_relaxed);

@@ -133,6 +133,11 @@ void WritableFile::fsync() {
   if (::fsync(fd_) != 0) throw_io(Step::Fsync, path_, errno);
 }
 
+void WritableFile::start_writeback(int64_t offset, int64_t nbytes) {
+  if (fd_ < 0 || nbytes <= 0) return;
+  (void)::sync_file_range(fd_, offset, nbytes, SYNC_FILE_RANGE_WRITE);
+}
+
 void WritableFile::close() {
   if (fd_ < 0) return;
   int fd = fd_;

@@ -32,6 +32,11 @@ class WritableFile {
   // Writes zero bytes until offset() is a multiple of `alignment`.
   void pad_to(int64_t alignment);
   void fsync();
+  // Asks the kernel to start writing [offset, offset + nbytes) to the disk now, without
+  // waiting (sync_file_range WRITE): the disk then works while the writer keeps producing,
+  // and the final fsync() waits for the tail only. A hint: its failures are not reported
+  // here (fsync() reports any write error).
+  void start_writeback(int64_t offset, int64_t nbytes);
   void close();
   int64_t offset() const { return offset_bytes_; }
   const std::string& path() const { return path_; }

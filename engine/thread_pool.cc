@@ -74,6 +74,19 @@ void ThreadPool::worker_loop() {
   }
 }
 
+bool ThreadPool::run_one_queued() {
+  std::function<void()> task;
+  {
+    std::lock_guard lock(mutex_);
+    if (queue_.empty()) return false;
+    task = std::move(queue_.front());
+    queue_.pop_front();
+    queued_.fetch_sub(1, std::memory_order_release);
+  }
+  task();
+  return true;
+}
+
 void ThreadPool::parallel_for(int64_t n, int parallelism, const std::function<void(int64_t)>& fn) {
   if (n <= 0) return;
   int helpers = static_cast<int>(std::min<int64_t>({int64_t{parallelism} - 1, n - 1, size()}));

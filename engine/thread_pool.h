@@ -46,6 +46,10 @@ class ThreadPool {
     return future;
   }
 
+  // Runs the oldest queued task on the calling thread, if any is queued; returns whether one
+  // ran. A thread about to wait for a result calls it to work instead of idling.
+  bool run_one_queued();
+
   // Calls fn(i) for every i in [0, n), on at most `parallelism` threads of which the calling
   // thread is one, and returns when all calls are done. Rethrows the first exception (the
   // remaining indices are skipped).
