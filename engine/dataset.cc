@@ -89,7 +89,8 @@ Sample Dataset::get(int64_t index) const {
   const int64_t i = d.normalize_index(index, "get");
   Sample sample(d.schema, i);
   if (d.contiguous) {
-    d.ensure_validated(i / d.records_per_chunk);
+    if (!d.all_chunks_validated()) [[unlikely]]
+      d.ensure_validated(i / d.records_per_chunk);
     const int64_t record_at = d.data_offset + i * d.record_stride_bytes;
     for (size_t f = 0; f < d.plans.size(); ++f) {
       const FieldPlan& plan = d.plans[f];

@@ -45,11 +45,12 @@ struct BatchPlan {
   void gather_contiguous(int64_t lo, int64_t hi) const {
     const std::byte* data = d->base + d->data_offset + plan->offset_bytes;
     const int64_t stride = d->record_stride_bytes;
+    const bool check_chunks = !d->all_chunks_validated();
     d->guarded([&] {
       for (int64_t b = lo; b < hi; ++b) {
         if (b + kPrefetchDistance < hi) prefetch_range(data + record_at(b + kPrefetchDistance) * stride, plan->value_bytes);
         const int64_t i = record_at(b);
-        d->ensure_validated(i / d->records_per_chunk);
+        if (check_chunks) d->ensure_validated(i / d->records_per_chunk);
         copy_one(out + b * out_record_bytes, data + i * stride);
       }
     });
@@ -129,8 +130,11 @@ void Dataset::get_batch(std::span<const int64_t> indices, std::string_view field
   const int64_t total_bytes = batch * plan.value_bytes;
   const int parts = static_cast<int>(std::clamp<int64_t>(
       std::min<int64_t>(threads, total_bytes / kMinBytesPerThread), 1, batch));
-  auto run = [&](int64_t part) {
-    const int64_t lo = batch * part / parts, hi = batch * (part + 1) / parts;
+  // More pieces than threads, claimed in turn: a helper that wakes late takes fewer pieces
+  // instead of leaving the caller waiting for its half.
+  const int64_t pieces = parts == 1 ? 1 : std::min<int64_t>(batch, 4 * parts);
+  auto run = [&](int64_t piece) {
+    const int64_t lo = batch * piece / pieces, hi = batch * (piece + 1) / pieces;
     if (d.contiguous)
       job.gather_contiguous(lo, hi);
     else
@@ -139,7 +143,7 @@ void Dataset::get_batch(std::span<const int64_t> indices, std::string_view field
   if (parts == 1)
     run(0);
   else
-    detail::ThreadPool::shared().parallel_for(parts, parts, run);
+    detail::ThreadPool::shared().parallel_for(pieces, parts, run);
 }
 
 Tensor Dataset::get_batch(std::span<const int64_t> indices, std::string_view field, int threads) const {

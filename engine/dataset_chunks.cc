@@ -136,6 +136,7 @@ format::ChunkEntry Dataset::Impl::validate_chunk(int64_t c, bool force_payload_c
       slot.decoded_bytes = e.decoded_bytes;
       slot.first_record = e.first_record;
       std::atomic_ref<uint8_t>(slot.state).store(2, std::memory_order_release);
+      validated_count.fetch_add(1, std::memory_order_release);
     }
   }
   return e;

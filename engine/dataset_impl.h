@@ -82,6 +82,9 @@ struct Dataset::Impl {
   bool contiguous = false;  // kFlagContiguousFixedLayout, checked against the schema
   uint64_t instance_id = 0;  // unique per open(), keys per-thread shortcuts
   std::unique_ptr<ValidatedChunk, decltype(&std::free)> validated_chunks{nullptr, &std::free};
+  // Slots that reached state 2. Once it equals chunk_count, hot paths skip the per-record
+  // check (and the division that finds the record's chunk).
+  mutable std::atomic<int64_t> validated_count{0};
   mutable std::unique_ptr<detail::ChunkCache> cache;
   mutable std::atomic<int64_t> last_decoded_chunk{-1};  // to notice chunks decoded in order
 
@@ -115,6 +118,9 @@ struct Dataset::Impl {
     e.record_count = slot.record_count;
     e.codec = slot.codec;
     return e;
+  }
+  bool all_chunks_validated() const {
+    return validated_count.load(std::memory_order_acquire) == chunk_count;
   }
   void ensure_validated(int64_t chunk) const {
     if (std::atomic_ref<uint8_t>(validated_chunks.get()[chunk].state).load(std::memory_order_acquire) != 2)

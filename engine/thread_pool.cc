@@ -41,7 +41,9 @@ int ThreadPool::hardware_threads() {
 }
 
 ThreadPool& ThreadPool::shared() {
-  static ThreadPool pool(hardware_threads());
+  // parallel_for's caller is one of the threads, so one worker per other core: a worker more
+  // would spin beside the caller on a core that has none to spare.
+  static ThreadPool pool(std::max(1, hardware_threads() - 1));
   return pool;
 }
 
@@ -57,9 +59,11 @@ void ThreadPool::enqueue(std::function<void()> task) {
 void ThreadPool::worker_loop() {
   while (true) {
     auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
-    while (queued_.load(std::memory_order_acquire) == 0 &&
-           std::chrono::steady_clock::now() < spin_until) {
-      for (int i = 0; i < 64; ++i) cpu_relax();
+    // The queue is polled after every pause (a batch of a few microseconds should not wait
+    // for a long pause loop); the clock only every 64 polls.
+    for (int polls = 1; queued_.load(std::memory_order_acquire) == 0; ++polls) {
+      cpu_relax();
+      if (polls % 64 == 0 && std::chrono::steady_clock::now() >= spin_until) break;
     }
     std::function<void()> task;
     {
