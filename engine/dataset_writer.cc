@@ -7,7 +7,6 @@
 #include <cstring>
 #include <deque>
 #include <numeric>
-#include <random>
 
 #include "buffer_recycler.h"
 #include "checksum.h"
@@ -17,6 +16,7 @@
 #include "mmtensor/dataset_writer.h"
 #include "mmtensor/error.h"
 #include "strided_copy.h"
+#include "temp_files.h"
 #include "thread_pool.h"
 
 namespace mmt {
@@ -51,14 +51,6 @@ struct ChunkBuilder {
   int64_t record_count = 0;
   std::vector<RaggedColumn> ragged;
 };
-
-std::string random_suffix() {
-  std::random_device device;
-  uint64_t bits = (static_cast<uint64_t>(device()) << 32) ^ device();
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(bits));
-  return text;
-}
 
 // Largest span of contiguous fixed records for which one run of records_per_chunk records
 // is still worth keeping in memory to get the whole-file column view.
@@ -173,7 +165,8 @@ DatasetWriter DatasetWriter::create(const std::string& path, Schema schema, Writ
             " already exists (set WriterOptions::overwrite to replace it)");
   impl->metadata = options.metadata;
   impl->options = std::move(options);
-  impl->temp_path = detail::str(path, ".tmp-", ::getpid(), "-", random_suffix());
+  detail::remove_dead_temporaries(path);  // what writers of this target killed earlier left
+  impl->temp_path = detail::temporary_path_for(path);
   impl->file = io::WritableFile::create(impl->temp_path);
   try {
     std::byte bytes[format::kPreambleBytes];

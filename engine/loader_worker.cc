@@ -4,7 +4,9 @@
 #include <string>
 
 #include "loader_core.h"
+#include "mapping_guard.h"
 #include "mmtensor/error.h"
+#include "strided_copy.h"
 
 namespace mmt::detail {
 
@@ -146,6 +148,8 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
   int64_t* offsets = ring.offsets_view(piece.slot, f, piece.rows, false).mutable_data_ptr<int64_t>();
   int64_t* shapes = ring.shapes_view(piece.slot, f, piece.rows, false).mutable_data_ptr<int64_t>();
   const size_t ndim = ring.fields()[f].field.shape.size();
+  const int64_t element_bytes = packed.element_size();
+  std::byte* packed_bytes = static_cast<std::byte*>(packed.mutable_data_ptr());
   int64_t position = 0;
   for (int64_t row = 0; row < piece.rows; ++row) {
     const Tensor& value = values[row];
@@ -153,7 +157,17 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
               ", sample ", indices[row], ": value has ", value.dim(), " dimensions, the field ", ndim);
     offsets[row] = position;
     for (size_t d = 0; d < ndim; ++d) shapes[row * ndim + d] = value.size(static_cast<int64_t>(d));
-    packed.narrow(0, position, value.numel()).view(value.sizes()).copy_(value);
+    if (value.numel() > 0) {
+      // The value may be a view into the mapping (uncompressed chunks): read it under the
+      // mapping guard, so a file truncated by another program fails this batch with IoError
+      // instead of killing the worker with SIGBUS. Only raw pointers live inside the guard.
+      const DimVector packed_strides = contiguous_strides(value.sizes());
+      const UntypedStorage& source = value.untyped_storage();
+      detail::guard_mapped_reads(detail::MappedRegion{&dataset.path(), source.data(), source.nbytes()}, [&] {
+        detail::copy_strided(packed_bytes + position * element_bytes, packed_strides, value.data_ptr(),
+                             value.strides(), value.sizes(), element_bytes);
+      });
+    }
     position += value.numel();
   }
   offsets[piece.rows] = position;

@@ -1,7 +1,10 @@
 // DatasetWriter: what a user relies on besides the bytes: validation errors that name the
 // record and field, atomic publication, no leftovers, determinism across thread counts.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -128,6 +131,46 @@ TEST(DatasetWriterTest, DestroyedOrAbortedWriterLeavesNothing) {
   EXPECT_TRUE(folder_entries(dir).empty());
   EXPECT_THROW(append_images(writer, 1), ValueError);
   EXPECT_THROW(writer.finish(), ValueError);
+}
+
+// A SIGKILLed writer cannot remove its temporary; the next writer of the same target does,
+// when the process that made it is gone, and touches nothing else.
+TEST(DatasetWriterTest, NextWriterRemovesTemporariesOfDeadWriters) {
+  TempDir dir;
+  const std::string target = dir.file("t.mmt");
+  // A temporary named as this host's writers name them, by a process that has exited.
+  std::string live_name;
+  {
+    DatasetWriter writer = DatasetWriter::create(target, image_schema());
+    live_name = folder_entries(dir).at(0);  // t.mmt.tmp-<pid>-<host>-<hex>
+  }
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);
+  const std::string own_pid = std::to_string(::getpid());
+  const size_t pid_at = live_name.find(own_pid);
+  ASSERT_NE(pid_at, std::string::npos) << live_name;
+  std::string dead_name = live_name;
+  dead_name.replace(pid_at, own_pid.size(), std::to_string(child));
+  std::string other_host_name = dead_name;
+  other_host_name.insert(pid_at + std::to_string(child).size() + 1, "elsewhere-");
+  const std::vector<std::string> kept{
+      live_name,                                             // a live process (this one)
+      other_host_name,                                       // another machine's writer
+      "u.mmt.tmp-" + std::to_string(child) + "-x",           // another target's
+      "t.mmt.tmp-notes.txt",                                 // not a temporary's name
+  };
+  for (const std::string& name : kept) std::ofstream(dir.file(name)) << "keep";
+  std::ofstream(dir.file(dead_name)) << "half a dataset";
+
+  DatasetWriter writer = DatasetWriter::create(target, image_schema());
+  append_images(writer, 3);
+  writer.finish();
+  std::vector<std::string> expected = kept;
+  expected.push_back("t.mmt");
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(folder_entries(dir), expected);
 }
 
 TEST(DatasetWriterTest, FinishTwiceAndMovedFromWritersFailClearly) {

@@ -28,6 +28,7 @@
 #include "mapping_guard.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/dataset_writer.h"
+#include "mmtensor/loader.h"
 #include "test_util.h"
 
 namespace mmt {
@@ -266,6 +267,30 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TruncatedUnderReader,
                          [](const auto& info) {
                            return std::string(info.param.codec) + (info.param.ragged ? "_chunked" : "_fixed");
                          });
+
+// The loader packs ragged values by copying from views into the mapping (uncompressed
+// chunks): a value whose bytes were cut off after its offsets fails the batch with IoError.
+TEST(ReliabilityTruncation, LoaderPackingRaggedValuesOfATruncatedFileFailsWithIoError) {
+  TempDir dir;
+  const std::string path = dir.file("ragged.mmt");
+  WriterOptions options;
+  options.chunk_records = 4;
+  {
+    DatasetWriter writer = DatasetWriter::create(path, Schema({Field::ragged("tokens", kInt32, {kVariableDim})}), options);
+    for (int64_t i = 0; i < 8; ++i) writer.append({full({16384}, static_cast<double>(i), kInt32)});  // 64 KiB each
+    writer.finish();
+  }
+  Dataset ds = Dataset::open(path);
+  ASSERT_EQ(ds.get(0, "tokens").size(0), 16384);  // chunk 0's table entry is validated and kept
+  // Keep the chunk's first page, which holds its value offsets and extents; lose the values.
+  truncate_to(path, ds.chunk(0).file_offset + 4096);
+  ASSERT_EQ(ds.get(1, "tokens").size(0), 16384);  // the view is still made (offsets are there)
+  LoaderOptions loader_options;
+  loader_options.batch_size = 4;
+  loader_options.pin_memory = false;
+  Loader loader(ds, loader_options);
+  EXPECT_TRUNCATION_ERROR(loader.next(), path);
+}
 
 TEST(ReliabilityTruncation, UserCodeTouchingAZeroCopyViewAfterTruncationGetsSigbus) {
   TempDir dir;

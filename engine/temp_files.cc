@@ -1,0 +1,93 @@
+#include "temp_files.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string_view>
+
+#include "file_io.h"
+#include "mmtensor/error.h"
+
+namespace mmt::detail {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kRandomDigits = 16;
+
+std::string random_suffix() {
+  std::random_device device;
+  uint64_t bits = (static_cast<uint64_t>(device()) << 32) ^ device();
+  char text[kRandomDigits + 1];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(bits));
+  return text;
+}
+
+// The host name as it goes into a file name: letters, digits, '.' and '-' (others as '_').
+const std::string& host_tag() {
+  static const std::string tag = [] {
+    char name[256] = {};
+    if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return std::string("localhost");
+    std::string text(name);
+    for (char& c : text)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') c = '_';
+    return text;
+  }();
+  return tag;
+}
+
+std::string file_name_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The pid of a temporary of `prefix` ("<target name>.tmp-") made on this host, or -1 for any
+// other name.
+long temporary_owner(std::string_view name, std::string_view prefix) {
+  if (name.substr(0, prefix.size()) != prefix) return -1;
+  name.remove_prefix(prefix.size());
+  long pid = 0;
+  size_t digits = 0;
+  while (digits < name.size() && digits < 10 && std::isdigit(static_cast<unsigned char>(name[digits])))
+    pid = pid * 10 + (name[digits++] - '0');
+  if (digits == 0 || digits >= name.size() || name[digits] != '-') return -1;
+  name.remove_prefix(digits + 1);
+  const std::string& host = host_tag();
+  if (name.size() != host.size() + 1 + kRandomDigits || name.substr(0, host.size()) != host ||
+      name[host.size()] != '-')
+    return -1;
+  for (char c : name.substr(host.size() + 1))
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return -1;
+  return pid;
+}
+
+}  // namespace
+
+std::string temporary_path_for(const std::string& target) {
+  return str(target, ".tmp-", ::getpid(), "-", host_tag(), "-", random_suffix());
+}
+
+int remove_dead_temporaries(const std::string& target) {
+  const std::string prefix = file_name_of(target) + ".tmp-";
+  const fs::path folder = io::parent_dir(target);
+  std::error_code error;
+  fs::directory_iterator it(folder, error);
+  if (error) return 0;
+  int removed = 0;
+  for (; it != fs::directory_iterator(); it.increment(error)) {
+    if (error) break;
+    const long pid = temporary_owner(it->path().filename().native(), prefix);
+    if (pid <= 0 || pid == ::getpid()) continue;
+    // ESRCH: no such process. EPERM means a live process of another user: keep its file.
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    if (::unlink(it->path().c_str()) == 0) ++removed;
+  }
+  return removed;
+}
+
+}  // namespace mmt::detail

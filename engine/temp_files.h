@@ -1,0 +1,24 @@
+// The writer's temporary files: their names, and the removal of those a killed writer left.
+//
+// A dataset is written to `<target>.tmp-<pid>-<host>-<16 hex digits>` in the target's folder
+// and renamed onto the target by finish(). A writer that fails removes its temporary; one
+// killed by SIGKILL (or a power cut) cannot. The next writer of the same target removes them:
+// a temporary of that target whose process is gone. The name carries the host so that, in a
+// folder shared between machines (NFS), a writer never judges another machine's process by
+// its own process table: only temporaries of this host are considered. A process id reused
+// by a live process keeps its temporary (it is kept, never wrongly removed).
+#pragma once
+
+#include <string>
+
+namespace mmt::detail {
+
+// A fresh temporary name for `target`, in the target's folder.
+std::string temporary_path_for(const std::string& target);
+
+// Removes the temporaries of `target` left by dead processes of this host; returns how many.
+// Best effort: a folder that cannot be listed or a file that cannot be removed is skipped,
+// never an error (housekeeping must not fail a write).
+int remove_dead_temporaries(const std::string& target);
+
+}  // namespace mmt::detail
