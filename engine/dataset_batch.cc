@@ -4,6 +4,8 @@
 // thread pool when the batch is large enough to pay for it.
 #include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "dataset_impl.h"
 #include "mmtensor/error.h"
@@ -62,32 +64,39 @@ struct BatchPlan {
     return index < 0 ? index + d->record_count : index;
   }
 
-  // Anything else: through the chunk (mapping or decoded cache entry), reused while
-  // consecutive indices stay in it.
+  // Anything else: through the chunk (mapping or decoded cache entry). The batch's positions
+  // are visited in record order, so each chunk is looked up once per batch however the
+  // indices are shuffled: a random batch of 256 over a cached compressed file would otherwise
+  // take the cache's lock 256 times (and contend on it with every other reading thread).
   void gather_chunked(int64_t lo, int64_t hi) const {
+    thread_local std::vector<std::pair<int64_t, int64_t>> by_record;  // (record, batch position)
+    by_record.clear();
+    for (int64_t b = lo; b < hi; ++b) by_record.emplace_back(record_at(b), b);
+    if (!std::is_sorted(by_record.begin(), by_record.end())) std::sort(by_record.begin(), by_record.end());
+    const size_t n = by_record.size();
     ChunkRef ref;
-    for (int64_t b = lo; b < hi;) {
-      const int64_t i = record_at(b);
+    for (size_t k = 0; k < n;) {
+      const int64_t i = by_record[k].first;
       if (ref.index < 0 || i < ref.first_record || i - ref.first_record >= ref.record_count) {
         ref = d->chunk_ref(d->chunk_of(i));
         MMT_CHECK(i >= ref.first_record && i - ref.first_record < ref.record_count, FormatError, d->path,
                   ": the chunk table is not ordered: record ", i, " is not in chunk ", ref.index);
       }
-      // The run of batch positions whose records lie in this chunk, copied in one section.
-      int64_t run_end = b + 1;
-      while (run_end < hi && record_at(run_end) >= ref.first_record &&
-             record_at(run_end) - ref.first_record < ref.record_count)
-        ++run_end;
+      // The run of positions whose records lie in this chunk (sorted: they are consecutive).
+      size_t run_end = k + 1;
+      while (run_end < n && by_record[run_end].first - ref.first_record < ref.record_count) ++run_end;
       const std::byte* chunk = ref.storage.data() + ref.payload_offset_bytes + plan->offset_bytes;
+      const std::pair<int64_t, int64_t>* run = by_record.data();
       auto copy_run = [&] {
-        for (int64_t k = b; k < run_end; ++k)
-          copy_one(out + k * out_record_bytes, chunk + (record_at(k) - ref.first_record) * d->record_stride_bytes);
+        for (size_t j = k; j < run_end; ++j)
+          copy_one(out + run[j].second * out_record_bytes,
+                   chunk + (run[j].first - ref.first_record) * d->record_stride_bytes);
       };
       if (ref.storage.is_same(d->file))
         d->guarded(copy_run);
       else
         copy_run();
-      b = run_end;
+      k = run_end;
     }
   }
 };

@@ -388,6 +388,26 @@ TEST(DatasetTest, GetBatchMatchesGetForEveryLayout) {
   }
 }
 
+// A shuffled batch over a compressed file asks the cache once per chunk, not once per record.
+TEST(DatasetTest, ShuffledBatchLooksUpEachChunkOnce) {
+  TempDir dir;
+  Schema schema({Field::fixed("v", kInt32, {3})});
+  WriterOptions options;
+  options.codec = CodecSpec::parse("lz4");
+  options.chunk_records = 16;
+  write_dataset(dir.file("s.mmt"), schema, 100, options);  // 7 chunks
+  Dataset ds = Dataset::open(dir.file("s.mmt"));
+  std::vector<int64_t> indices;
+  std::mt19937 rng(11);
+  for (int b = 0; b < 64; ++b) indices.push_back(static_cast<int64_t>(rng() % 100) - (b % 2 ? 100 : 0));
+  Tensor out = ds.get_batch(indices, "v");
+  for (size_t b = 0; b < indices.size(); ++b)
+    ASSERT_TRUE(out[static_cast<int64_t>(b)].equal(field_value(schema[0], (indices[b] + 100) % 100))) << b;
+  const CacheStats stats = ds.cache_stats();
+  EXPECT_EQ(stats.misses, 7);
+  EXPECT_LE(stats.hits + stats.misses, 7) << "more cache lookups than chunks";
+}
+
 TEST(DatasetTest, GetBatchSplitsLargeBatchesAcrossThreads) {
   TempDir dir;
   Schema schema({Field::fixed("v", kUInt8, {4096})});
