@@ -53,6 +53,15 @@ std::string write_dataset(const std::string& path, const Schema& schema, int64_t
   return path;
 }
 
+// A dataset of `records` records written with `codec` in chunks of `chunk_records`, opened.
+Dataset write_chunked(const std::string& path, const Schema& schema, int64_t records, const char* codec,
+                      int64_t chunk_records) {
+  WriterOptions options;
+  options.codec = CodecSpec::parse(codec);
+  options.chunk_records = chunk_records;
+  return Dataset::open(write_dataset(path, schema, records, options));
+}
+
 void expect_all_records(const Dataset& ds, const Schema& schema, int64_t records) {
   ASSERT_EQ(ds.size(), records);
   for (int64_t i = 0; i < records; ++i) {
@@ -237,11 +246,7 @@ TEST(DatasetTest, ColumnIsOneViewOverTheMappedFile) {
 TEST(DatasetTest, CompressedColumnIsAGatheredCopy) {
   TempDir dir;
   Schema schema({Field::fixed("v", kInt32, {3})});
-  WriterOptions options;
-  options.codec = CodecSpec::parse("lz4");
-  options.chunk_records = 4;
-  write_dataset(dir.file("c.mmt"), schema, 11, options);
-  Dataset ds = Dataset::open(dir.file("c.mmt"));
+  Dataset ds = write_chunked(dir.file("c.mmt"), schema, 11, "lz4", 4);
   EXPECT_FALSE(ds.column_is_view("v"));
   Tensor column = ds.column("v", 2, 9);
   ASSERT_EQ(column.sizes(), IntArrayRef({7, 3}));
@@ -253,11 +258,7 @@ TEST(DatasetTest, CompressedColumnIsAGatheredCopy) {
 TEST(DatasetTest, RangeInsideOneChunkIsAViewOfThatChunk) {
   TempDir dir;
   Schema schema({Field::fixed("v", kInt32, {3}), Field::fixed("label", kUInt8, {})});
-  WriterOptions options;
-  options.codec = CodecSpec::parse("zstd");
-  options.chunk_records = 4;
-  write_dataset(dir.file("c.mmt"), schema, 11, options);
-  Dataset ds = Dataset::open(dir.file("c.mmt"));
+  Dataset ds = write_chunked(dir.file("c.mmt"), schema, 11, "zstd", 4);
   for (int64_t c = 0; c < ds.num_chunks(); ++c) {
     const ChunkInfo chunk = ds.chunk(c);
     Tensor range = ds.column("v", chunk.first_record, chunk.first_record + chunk.record_count);
@@ -274,10 +275,7 @@ TEST(DatasetTest, RangeInsideOneChunkIsAViewOfThatChunk) {
 
   // Uncompressed chunks of a schema with a ragged field: a view into the mapping.
   Schema ragged({Field::fixed("v", kInt32, {3}), Field::bytes("raw")});
-  WriterOptions plain;
-  plain.chunk_records = 4;
-  write_dataset(dir.file("r.mmt"), ragged, 10, plain);
-  Dataset rds = Dataset::open(dir.file("r.mmt"));
+  Dataset rds = write_chunked(dir.file("r.mmt"), ragged, 10, "none", 4);
   ASSERT_FALSE(rds.column_is_view("v"));
   Tensor in_chunk = rds.column("v", 4, 8);
   EXPECT_EQ(in_chunk.untyped_storage().filename(), dir.file("r.mmt"));
@@ -392,11 +390,7 @@ TEST(DatasetTest, GetBatchMatchesGetForEveryLayout) {
 TEST(DatasetTest, ShuffledBatchLooksUpEachChunkOnce) {
   TempDir dir;
   Schema schema({Field::fixed("v", kInt32, {3})});
-  WriterOptions options;
-  options.codec = CodecSpec::parse("lz4");
-  options.chunk_records = 16;
-  write_dataset(dir.file("s.mmt"), schema, 100, options);  // 7 chunks
-  Dataset ds = Dataset::open(dir.file("s.mmt"));
+  Dataset ds = write_chunked(dir.file("s.mmt"), schema, 100, "lz4", 16);  // 7 chunks
   std::vector<int64_t> indices;
   std::mt19937 rng(11);
   for (int b = 0; b < 64; ++b) indices.push_back(static_cast<int64_t>(rng() % 100) - (b % 2 ? 100 : 0));
