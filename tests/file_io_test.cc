@@ -119,6 +119,7 @@ TEST_P(WriterFault, OldFileOrNothingAndNoTemporary) {
     for (int64_t nth = 1; nth <= calls; ++nth) {
       SCOPED_TRACE(::testing::Message() << io::step_name(c.step) << " #" << nth << (old_file ? " over an old file" : ""));
       bool failed = false;
+      int64_t calls_made = 0;
       {
         ScopedFault fault({c.step, nth, false, c.errno_value});
         try {
@@ -128,8 +129,19 @@ TEST_P(WriterFault, OldFileOrNothingAndNoTemporary) {
           EXPECT_NE(std::string(e.what()).find(c.named), std::string::npos) << e.what();
           EXPECT_EQ(e.errno_value(), c.errno_value);
         }
+        calls_made = io::FaultInjector::calls(c.step);
       }
-      ASSERT_TRUE(failed);
+      if (!failed) {
+        // Allocations depend on timing (the writer reuses the buffers its compression threads
+        // hand back), so a run may make fewer than the counting run did. Then the nth call never
+        // came, and the write must have completed.
+        ASSERT_LT(calls_made, nth) << "call #" << nth << " was made but did not fail the write";
+        ASSERT_EQ(Dataset::open(path).size(), 40);
+        ASSERT_EQ(folder_entries(dir), std::vector<std::string>{"d.mmt"});
+        std::filesystem::remove(path);  // back to the starting state for the next call
+        if (old_file) std::ofstream(path, std::ios::binary) << old_bytes;
+        continue;
+      }
       std::vector<std::string> entries = folder_entries(dir);
       if (c.step == Step::DirFsync) {
         // The rename already happened: the new, complete dataset is in place.
