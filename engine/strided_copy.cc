@@ -80,11 +80,6 @@ inline void interleave_planes_body(char* dst, const char* src, int64_t plane_str
     for (int c = 0; c < K; ++c) std::memcpy(&out[p * K + c], plane[c] + p * sizeof(E), sizeof(E));
 }
 
-template <typename E, int K>
-void interleave_planes_default(char* dst, const char* src, int64_t plane_stride, int64_t n) {
-  interleave_planes_body<E, K>(dst, src, plane_stride, n);
-}
-
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 // The same loop compiled for AVX2 (its byte shuffles make the 3-plane interleave 3x faster),
 // chosen at run time. Not an ifunc/target_clones: resolvers run before sanitizer runtimes
@@ -100,19 +95,16 @@ bool cpu_has_avx2() {
   return has;
 }
 
-template <typename E, int K>
-void interleave_planes(char* dst, const char* src, int64_t plane_stride, int64_t n) {
-  if (cpu_has_avx2())
-    interleave_planes_avx2<E, K>(dst, src, plane_stride, n);
-  else
-    interleave_planes_default<E, K>(dst, src, plane_stride, n);
-}
-#else
-template <typename E, int K>
-void interleave_planes(char* dst, const char* src, int64_t plane_stride, int64_t n) {
-  interleave_planes_default<E, K>(dst, src, plane_stride, n);
-}
+#define MMT_INTERLEAVE_AVX2 1
 #endif
+
+template <typename E, int K>
+void interleave_planes(char* dst, const char* src, int64_t plane_stride, int64_t n) {
+#ifdef MMT_INTERLEAVE_AVX2
+  if (cpu_has_avx2()) return interleave_planes_avx2<E, K>(dst, src, plane_stride, n);
+#endif
+  interleave_planes_body<E, K>(dst, src, plane_stride, n);
+}
 
 template <typename E>
 bool try_interleave_planes(char* dst, const char* src, const Dim& a, const Dim& b) {
