@@ -21,6 +21,60 @@ constexpr auto kSpinTime = std::chrono::microseconds(50);
 
 }  // namespace
 
+// One parallel_for. The caller claims indices from the front and helpers from the back, so
+// with two threads each keeps writing the same half of a batch from one call to the next
+// (its output lines stay in its own cache). A thread's first claim takes most of a fair share
+// at once (every claim moves the shared word between cores, ~250 ns on a VM); the rest go
+// one at a time, so a helper that arrives late leaves the caller only what it has not claimed.
+struct ThreadPool::Loop {
+  // The unclaimed indices [front, back), front in the low 32 bits: one word, so that a claim
+  // from either end is one compare-exchange. parallel_for takes this path for n < 2^32.
+  std::atomic<uint64_t> unclaimed{0};
+  std::atomic<int64_t> done{0};  // finished indices (the queued path waits on it)
+  const std::function<void(int64_t)>* fn = nullptr;  // lives on the caller's stack
+  std::atomic<int> helpers_left{0};  // how many more workers may join (parallelism - 1)
+  int64_t first_claim = 1;           // indices a thread's first claim takes
+  std::atomic<bool> failed{false};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+
+  Loop(int64_t n, int threads)
+      : unclaimed(static_cast<uint64_t>(n) << 32), first_claim(std::max<int64_t>(1, n * 3 / (4 * threads))) {}
+
+  // Up to `count` indices from one end as [lo, hi); empty when none is left.
+  std::pair<int64_t, int64_t> claim(bool from_back, int64_t count) {
+    uint64_t range = unclaimed.load(std::memory_order_relaxed);
+    while (true) {
+      const uint64_t front = range & 0xffffffffu, back = range >> 32;
+      if (front >= back) return {0, 0};
+      const uint64_t take = std::min<uint64_t>(static_cast<uint64_t>(count), back - front);
+      const uint64_t lo = from_back ? back - take : front;
+      const uint64_t rest = from_back ? lo << 32 | front : back << 32 | (front + take);
+      if (unclaimed.compare_exchange_weak(range, rest, std::memory_order_relaxed))
+        return {static_cast<int64_t>(lo), static_cast<int64_t>(lo + take)};
+    }
+  }
+
+  // Runs unclaimed indices until none is left. After the first exception the remaining
+  // indices are claimed but skipped, so the loop still ends.
+  void drain(bool from_back) {
+    for (int64_t count = first_claim;; count = 1) {
+      const auto [lo, hi] = claim(from_back, count);
+      if (lo == hi) return;
+      for (int64_t i = lo; i < hi; ++i) {
+        try {
+          if (!failed.load(std::memory_order_relaxed)) (*fn)(i);
+        } catch (...) {
+          std::lock_guard lock(error_mutex);
+          if (!error) error = std::current_exception();
+          failed.store(true, std::memory_order_relaxed);
+        }
+      }
+      done.fetch_add(hi - lo, std::memory_order_acq_rel);
+    }
+  }
+};
+
 ThreadPool::ThreadPool(int threads) {
   threads = std::max(threads, 1);
   workers_.reserve(static_cast<size_t>(threads));
@@ -57,25 +111,53 @@ void ThreadPool::enqueue(std::function<void()> task) {
 }
 
 void ThreadPool::worker_loop() {
+  uint64_t last_visited = generation_.load(std::memory_order_acquire);
   while (true) {
     auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
-    // The queue is polled after every pause (a batch of a few microseconds should not wait
-    // for a long pause loop); the clock only every 64 polls.
+    // The queue and the loop slot are polled after every pause (a batch of a few
+    // microseconds should not wait for a long pause loop); the clock only every 64 polls.
     for (int polls = 1; queued_.load(std::memory_order_acquire) == 0; ++polls) {
+      if (generation_.load(std::memory_order_acquire) != last_visited) {
+        visit_published_loop(last_visited);
+        spin_until = std::chrono::steady_clock::now() + kSpinTime;
+        continue;
+      }
       cpu_relax();
       if (polls % 64 == 0 && std::chrono::steady_clock::now() >= spin_until) break;
     }
     std::function<void()> task;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left to run
+      auto ready = [&] {
+        return stopping_ || !queue_.empty() || generation_.load(std::memory_order_seq_cst) != last_visited;
+      };
+      if (!ready()) {
+        // Counted before the predicate is checked again inside wait(): a loop owner that
+        // bumps generation_ either is seen by that check or sees this count and notifies.
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        wake_.wait(lock, ready);
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      }
+      if (queue_.empty()) {
+        if (generation_.load(std::memory_order_acquire) != last_visited) continue;  // a published loop
+        return;  // stopping, and nothing left to run
+      }
       task = std::move(queue_.front());
       queue_.pop_front();
       queued_.fetch_sub(1, std::memory_order_release);
     }
     task();  // packaged_task and parallel_for helpers capture their own exceptions
   }
+}
+
+void ThreadPool::visit_published_loop(uint64_t& last_visited) {
+  last_visited = generation_.load(std::memory_order_acquire);
+  // Counted in before reading the slot: the owner withdraws the loop, then waits for this
+  // count to reach zero, so a loop read here stays alive until the count is given back.
+  visitors_.fetch_add(1, std::memory_order_seq_cst);
+  Loop* loop = published_.load(std::memory_order_seq_cst);
+  if (loop != nullptr && loop->helpers_left.fetch_sub(1, std::memory_order_relaxed) > 0) loop->drain(true);
+  visitors_.fetch_sub(1, std::memory_order_release);
 }
 
 bool ThreadPool::run_one_queued() {
@@ -93,43 +175,46 @@ bool ThreadPool::run_one_queued() {
 
 void ThreadPool::parallel_for(int64_t n, int parallelism, const std::function<void(int64_t)>& fn) {
   if (n <= 0) return;
-  int helpers = static_cast<int>(std::min<int64_t>({int64_t{parallelism} - 1, n - 1, size()}));
+  const int helpers = static_cast<int>(std::min<int64_t>({int64_t{parallelism} - 1, n - 1, size()}));
   if (helpers <= 0) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
+  if (n > int64_t{0xffffffff}) {  // beyond a Loop's 32-bit ends: one thread, in order
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  if (!try_published_loop(n, helpers, fn)) queued_loop(n, helpers, fn);
+}
+
+bool ThreadPool::try_published_loop(int64_t n, int helpers, const std::function<void(int64_t)>& fn) {
+  if (slot_taken_.exchange(true, std::memory_order_acquire)) return false;
+  Loop loop(n, helpers + 1);
+  loop.fn = &fn;
+  loop.helpers_left.store(helpers, std::memory_order_relaxed);
+  published_.store(&loop, std::memory_order_seq_cst);
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard lock(mutex_); }  // a worker between its check and its wait gets there first
+    wake_.notify_all();
+  }
+  loop.drain(false);
+  published_.store(nullptr, std::memory_order_seq_cst);  // no new visitor reads it
+  while (visitors_.load(std::memory_order_seq_cst) != 0) cpu_relax();
+  slot_taken_.store(false, std::memory_order_release);
+  if (loop.error) std::rethrow_exception(loop.error);
+  return true;
+}
+
+void ThreadPool::queued_loop(int64_t n, int helpers, const std::function<void(int64_t)>& fn) {
   // Shared with helpers that may start after the caller has returned: they then find no
   // index left and never touch `fn`, which lives on the caller's stack.
-  struct State {
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> done{0};
-    int64_t n = 0;
-    const std::function<void(int64_t)>* fn = nullptr;
-    std::atomic<bool> failed{false};
-    std::mutex error_mutex;
-    std::exception_ptr error;
-  };
-  auto state = std::make_shared<State>();
-  state->n = n;
-  state->fn = &fn;
-  auto drain = [](State& s) {
-    while (true) {
-      int64_t i = s.next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= s.n) return;
-      try {
-        if (!s.failed.load(std::memory_order_relaxed)) (*s.fn)(i);
-      } catch (...) {
-        std::lock_guard lock(s.error_mutex);
-        if (!s.error) s.error = std::current_exception();
-        s.failed.store(true, std::memory_order_relaxed);
-      }
-      s.done.fetch_add(1, std::memory_order_acq_rel);
-    }
-  };
-  for (int h = 0; h < helpers; ++h) enqueue([state, drain] { drain(*state); });
-  drain(*state);
-  while (state->done.load(std::memory_order_acquire) < n) cpu_relax();
-  if (state->error) std::rethrow_exception(state->error);
+  auto loop = std::make_shared<Loop>(n, helpers + 1);
+  loop->fn = &fn;
+  for (int h = 0; h < helpers; ++h) enqueue([loop] { loop->drain(true); });
+  loop->drain(false);
+  while (loop->done.load(std::memory_order_acquire) < n) cpu_relax();
+  if (loop->error) std::rethrow_exception(loop->error);
 }
 
 }  // namespace mmt::detail
