@@ -95,6 +95,9 @@ struct DatasetWriter::Impl {
   }
   void validate_record(std::span<const Tensor> values, int64_t record) const;
   void copy_record(std::span<const Tensor> values);
+  int64_t validate_batch(std::span<const Tensor> values) const;
+  void copy_records(std::span<const Tensor> values, int64_t start, int64_t count);
+  int64_t records_left_in_chunk() const;
   int64_t current_decoded_bytes() const;
   bool chunk_is_full() const;
   void seal_chunk();
@@ -277,6 +280,77 @@ void DatasetWriter::Impl::copy_record(std::span<const Tensor> values) {
   bytes_in.fetch_add(value_bytes, std::memory_order_relaxed);
 }
 
+// How many more records the current chunk takes, for a schema of fixed fields only (where a
+// chunk is full by record count or by record_count * stride >= chunk_bytes).
+int64_t DatasetWriter::Impl::records_left_in_chunk() const {
+  int64_t capacity = records_per_chunk;
+  if (capacity == 0) {
+    const int64_t stride = std::max<int64_t>(layout.record_stride_bytes, 1);
+    capacity = std::min<int64_t>(format::kMaxChunkRecords, (options.chunk_bytes + stride - 1) / stride);
+  }
+  return std::max<int64_t>(capacity - current.record_count, 1);
+}
+
+// Checks a batch for append_batch and returns its record count B.
+int64_t DatasetWriter::Impl::validate_batch(std::span<const Tensor> values) const {
+  const int64_t first = records.load(std::memory_order_relaxed);
+  MMT_CHECK(values.size() == schema.size(), ValueError, "append_batch at record ", first, ": expected ",
+            schema.size(), " tensors (one per field), got ", values.size());
+  int64_t batch = -1;
+  for (size_t f = 0; f < schema.size(); ++f) {
+    const Field& field = schema[f];
+    const Tensor& value = values[f];
+    MMT_CHECK(value.defined(), ValueError, "append_batch at record ", first, ", field '", field.name,
+              "': undefined tensor");
+    MMT_CHECK(value.dim() == static_cast<int64_t>(field.shape.size()) + 1, ValueError, "append_batch at record ",
+              first, ", field '", field.name, "': expected [B, ", field.shape, "...] (", field.shape.size() + 1,
+              " dimensions), got ", value.sizes());
+    if (batch < 0) batch = value.size(0);
+    MMT_CHECK(value.size(0) == batch, ValueError, "append_batch at record ", first, ", field '", field.name,
+              "': holds ", value.size(0), " records but field '", schema[0].name, "' holds ", batch);
+  }
+  return std::max<int64_t>(batch, 0);
+}
+
+// Copies records [start, start + count) of a validated batch into the current chunk, which
+// has room for them; fixed fields only.
+void DatasetWriter::Impl::copy_records(std::span<const Tensor> values, int64_t start, int64_t count) {
+  const int64_t stride = layout.record_stride_bytes;
+  const int64_t needed = (current.record_count + count) * stride;
+  if (needed > current.fixed_capacity_bytes) {
+    const int64_t wanted = std::max(needed, (current.record_count + records_left_in_chunk()) * stride);
+    detail::RecycledBuffer grown = buffers.take(wanted, "a chunk buffer");
+    if (current.record_count > 0) std::memcpy(grown.get(), current.fixed.get(), current.record_count * stride);
+    buffers.give(std::move(current.fixed));
+    current.fixed = std::move(grown);
+    current.fixed_capacity_bytes = wanted;
+  }
+  std::byte* first_slot = current.fixed.get() + current.record_count * stride;
+  if (record_has_padding) std::memset(first_slot, 0, static_cast<size_t>(count * stride));
+  int64_t value_bytes = 0;
+  for (size_t f = 0; f < schema.size(); ++f) {
+    const Field& field = schema[f];
+    const Tensor part = values[f].narrow(0, start, count);
+    const int64_t elem = element_size(field.dtype);
+    value_bytes += part.nbytes();
+    std::byte* dst = first_slot + layout.field_offset_bytes[f];
+    if (stride % elem == 0) {
+      // One copy of the [count, ...] block: the record stride is a stride like any other.
+      DimVector dst_strides{stride / elem};
+      for (int64_t s : fixed_strides[f]) dst_strides.push_back(s);
+      detail::copy_strided(dst, dst_strides, part.data_ptr(), part.strides(), part.sizes(), elem);
+    } else {
+      for (int64_t i = 0; i < count; ++i) {
+        const Tensor value = part.select(0, i);
+        detail::copy_strided(dst + i * stride, fixed_strides[f], value.data_ptr(), value.strides(), value.sizes(), elem);
+      }
+    }
+  }
+  current.record_count += count;
+  records.fetch_add(count, std::memory_order_relaxed);
+  bytes_in.fetch_add(value_bytes, std::memory_order_relaxed);
+}
+
 bool DatasetWriter::Impl::chunk_is_full() const {
   if (current.record_count == 0) return false;
   if (records_per_chunk > 0) return current.record_count >= records_per_chunk;
@@ -345,6 +419,11 @@ void DatasetWriter::Impl::seal_chunk() {
     return encoded;
   });
   pending.push_back(std::move(job));
+  // Chunks whose compression is done go to the file now, without waiting for any: waiting
+  // for the oldest while the others finish would leave workers idle with nothing queued.
+  while (!pending.empty() &&
+         pending.front().result.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
+    drain_one();
   // Bounded: memory holds at most max_pending chunks, however large the dataset.
   while (pending.size() > max_pending) drain_one();
 }
@@ -466,6 +545,61 @@ void DatasetWriter::append(const std::map<std::string, Tensor, std::less<>>& val
     if (!schema.find(name)) schema.index_of(name);  // throws, listing the known fields
   }
   append(std::span<const Tensor>(ordered));
+}
+
+void DatasetWriter::append_batch(std::span<const Tensor> values) {
+  MMT_CHECK(impl_, ValueError, "append_batch on a moved-from DatasetWriter");
+  Impl& d = *impl_;
+  d.check_open();
+  const int64_t batch = d.validate_batch(values);
+  if (batch == 0) return;
+  // Every record is validated before any is appended: a bad batch leaves the writer as it was.
+  std::vector<Tensor> host(values.begin(), values.end());
+  for (Tensor& value : host)
+    if (value.is_cuda()) value = value.cpu();
+  const int64_t first = d.records.load(std::memory_order_relaxed);
+  bool all_fixed = true;
+  for (size_t f = 0; f < d.schema.size(); ++f) {
+    const Field& field = d.schema[f];
+    all_fixed = all_fixed && field.is_fixed();
+    if (field.is_fixed()) {
+      MMT_CHECK(host[f].dtype() == field.dtype, ValueError, "append_batch at record ", first, ", field '",
+                field.name, "': expected dtype ", to_string(field.dtype), ", got ", to_string(host[f].dtype()));
+      const IntArrayRef sizes = host[f].sizes();
+      MMT_CHECK(IntArrayRef(sizes.data() + 1, sizes.size() - 1) == IntArrayRef(field.shape), ValueError, "append_batch at record ",
+                first, ", field '", field.name, "': expected records of shape ", field.shape, ", got ",
+                host[f].sizes(), " (B first)");
+    } else {
+      for (int64_t i = 0; i < batch; ++i) {
+        std::vector<Tensor> record;
+        for (const Tensor& value : host) record.push_back(value.select(0, i));
+        d.validate_record(record, first + i);
+      }
+    }
+  }
+  try {
+    if (!all_fixed) {
+      // Ragged values go through the record path (their columns grow per record anyway).
+      std::vector<Tensor> record(host.size());
+      for (int64_t i = 0; i < batch; ++i) {
+        for (size_t f = 0; f < host.size(); ++f) record[f] = host[f].select(0, i);
+        if (d.current.record_count == 0) d.current_first_record = first + i;
+        d.copy_record(record);
+        if (d.chunk_is_full()) d.seal_chunk();
+      }
+      return;
+    }
+    for (int64_t done = 0; done < batch;) {
+      if (d.current.record_count == 0) d.current_first_record = first + done;
+      const int64_t count = std::min(batch - done, d.records_left_in_chunk());
+      d.copy_records(host, done, count);
+      done += count;
+      if (d.chunk_is_full()) d.seal_chunk();
+    }
+  } catch (...) {
+    d.abort_files();
+    throw;
+  }
 }
 
 void DatasetWriter::set_metadata(std::string key, std::string value) {

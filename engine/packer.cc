@@ -164,6 +164,15 @@ void PackSources::record(int64_t index, std::vector<Tensor>& values) const {
   values[1] = full({}, static_cast<double>(labels_[static_cast<size_t>(index)]), kInt64);
 }
 
+bool PackSources::record_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const {
+  MMT_CHECK(start >= 0 && count >= 0 && start <= records_ - count, IndexError, "records [", start, ", ",
+            start + count, ") are out of range for ", records_, " records");
+  if (columns_.empty()) return false;
+  values.resize(columns_.size());
+  for (size_t f = 0; f < columns_.size(); ++f) values[f] = columns_[f].narrow(0, start, count);
+  return true;
+}
+
 WriteStats pack_dataset(const std::string& path, const PackSources& sources, PackOptions options) {
   WriterOptions writer_options = options.writer;
   Metadata metadata = sources.metadata();
@@ -173,16 +182,26 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
   using Clock = std::chrono::steady_clock;
   auto interval = std::chrono::duration<double>(options.progress_interval_seconds);
   Clock::time_point last_report = Clock::now();
+  // Arrays go in batches (one copy per field and chunk); a folder record by record (each
+  // record is a file read). Cancellation and progress are checked between steps.
+  constexpr int64_t kBatchRecords = 1024;
   std::vector<Tensor> values;
-  for (int64_t i = 0; i < sources.records(); ++i) {
+  for (int64_t i = 0; i < sources.records();) {
     if (options.cancel && options.cancel->load(std::memory_order_relaxed)) {
       writer.abort();
       throw PackCancelled(str("packing ", path, " was interrupted after ", i, " of ",
                               sources.records(), " records; ", path, " was left as it was"));
     }
-    sources.record(i, values);
-    writer.append(std::span<const Tensor>(values));
-    if (options.on_progress && (i & 63) == 0 && Clock::now() - last_report >= interval) {
+    const int64_t count = std::min(kBatchRecords, sources.records() - i);
+    if (sources.record_batch(i, count, values)) {
+      writer.append_batch(std::span<const Tensor>(values));
+      i += count;
+    } else {
+      sources.record(i, values);
+      writer.append(std::span<const Tensor>(values));
+      ++i;
+    }
+    if (options.on_progress && Clock::now() - last_report >= interval) {
       options.on_progress(writer.stats());
       last_report = Clock::now();
     }

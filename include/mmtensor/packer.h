@@ -59,6 +59,10 @@ class PackSources {
   std::vector<Tensor> record(int64_t index) const;
   // The same into `values` (resized to the field count), reusing its memory across records.
   void record(int64_t index, std::vector<Tensor>& values) const;
+  // Records [start, start + count) as one [count, ...] view per field, for
+  // DatasetWriter::append_batch. Array sources only: returns false (and leaves `values`
+  // alone) for a folder, whose records are separate files.
+  bool record_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const;
 
  private:
   int64_t records_ = 0;
