@@ -6,7 +6,8 @@
 //     on one thread, times T: target >= 0.8.
 // The data is Fashion-MNIST's training images and labels when installed (what the main job
 // packs), else a synthetic image-like array of the same size. Files go to MMT_BENCH_DIR
-// (default: the system temp folder); that folder's disk is the reference.
+// (default: the system temp folder); that folder's disk is the reference. Every timed pack
+// and reference write creates a new file (the previous one is removed untimed).
 // Counters: vs_disk / vs_codec_x_threads (the targets' ratios), pack_MBps, reference_MBps.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
@@ -83,6 +84,18 @@ Workload& workload() {
   return w;
 }
 
+std::string output_path() { return workload().dir + "/out.mmt"; }
+std::string reference_path() { return workload().dir + "/reference.bin"; }
+
+// Run untimed before every timed pack or reference write: both then create a new file, and
+// neither pays for tearing down the previous one (replacing a 50 MB file drops its page
+// cache inside rename(), ~20 ms here, which is not the disk's write speed).
+void remove_outputs() {
+  std::error_code ignored;
+  fs::remove(output_path(), ignored);
+  fs::remove(reference_path(), ignored);
+}
+
 WriteStats pack_once(const std::string& codec, int threads) {
   Workload& w = workload();
   PackOptions options;
@@ -90,13 +103,13 @@ WriteStats pack_once(const std::string& codec, int threads) {
   options.writer.chunk_bytes = kChunkBytes;
   options.writer.threads = threads;
   options.writer.overwrite = true;
-  return pack_dataset(w.dir + "/out.mmt", w.sources, options);
+  return pack_dataset(output_path(), w.sources, options);
 }
 
 // Sequential write of `bytes` in 1 MiB blocks, then fsync: the disk's speed for a new file.
 void write_reference(int64_t bytes) {
   static std::vector<char> block(1 << 20, 7);
-  std::string path = workload().dir + "/reference.bin";
+  const std::string path = reference_path();
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) std::abort();
   for (int64_t done = 0; done < bytes;) {
@@ -107,7 +120,6 @@ void write_reference(int64_t bytes) {
   }
   ::fsync(fd);
   ::close(fd);
-  ::unlink(path.c_str());
 }
 
 // The raw codec over the same bytes in the writer's chunk size, on one thread.
@@ -133,22 +145,34 @@ void report(benchmark::State& state, const WriteStats& stats, double reference_s
 
 void BM_PackUncompressedVsDisk(benchmark::State& state) {
   WriteStats stats;
-  for (auto _ : state) stats = pack_once("none", 1);
+  for (auto _ : state) {
+    state.PauseTiming();
+    remove_outputs();
+    state.ResumeTiming();
+    stats = pack_once("none", 1);
+  }
   int64_t file_bytes = stats.bytes_out;
   state.counters["vs_disk"] = bench::median_speed_ratio([&] { pack_once("none", 1); },
-                                                        [&] { write_reference(file_bytes); }, kRounds);
+                                                        [&] { write_reference(file_bytes); }, kRounds, remove_outputs);
+  remove_outputs();
   report(state, stats, bench::seconds_of([&] { write_reference(file_bytes); }));
+  remove_outputs();
 }
 
 void BM_PackCompressedVsCodec(benchmark::State& state, const std::string& codec) {
   const int threads = static_cast<int>(state.range(0));
   CodecSpec spec = CodecSpec::parse(codec);
   WriteStats stats;
-  for (auto _ : state) stats = pack_once(codec, threads);
+  for (auto _ : state) {
+    state.PauseTiming();
+    remove_outputs();
+    state.ResumeTiming();
+    stats = pack_once(codec, threads);
+  }
   // reference time / pack time, with the reference being one thread: divide by the threads
   // to compare against the codec's throughput times the threads used.
   double speed = bench::median_speed_ratio([&] { pack_once(codec, threads); },
-                                           [&] { codec_reference(spec); }, kRounds);
+                                           [&] { codec_reference(spec); }, kRounds, remove_outputs);
   state.counters["vs_codec_x_threads"] = speed / threads;
   state.counters["threads"] = threads;
   report(state, stats, bench::seconds_of([&] { codec_reference(spec); }));

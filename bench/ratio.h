@@ -21,13 +21,23 @@ inline double seconds_of(const std::function<void()>& fn) {
 // Median over `rounds` of time(reference) / time(subject), the two timed back to back in
 // each round so that both see the same machine state. A ratio of 1.0 means "as fast as the
 // reference"; higher is faster.
+// `untimed`, when given, runs before every timed call of either (removing the files the
+// previous call wrote, say).
 inline double median_speed_ratio(const std::function<void()>& subject,
-                                 const std::function<void()>& reference, int rounds = 31) {
+                                 const std::function<void()>& reference, int rounds = 31,
+                                 const std::function<void()>& untimed = {}) {
+  auto prepare = [&] {
+    if (untimed) untimed();
+  };
+  prepare();
   subject();
+  prepare();
   reference();  // warm caches and page tables for both
   std::vector<double> ratios;
   for (int i = 0; i < rounds; ++i) {
+    prepare();
     double s = seconds_of(subject);
+    prepare();
     double r = seconds_of(reference);
     ratios.push_back(r / s);
   }
