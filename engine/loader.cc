@@ -108,6 +108,7 @@ LoaderCore::~LoaderCore() {
 }
 
 void LoaderCore::start_workers() {
+  workers_spin = options.num_workers + 1 <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   workers.reserve(static_cast<size_t>(options.num_workers));
   try {
     for (int w = 0; w < options.num_workers; ++w) workers.emplace_back([this] { worker_main(); });
@@ -123,6 +124,7 @@ void LoaderCore::stop_workers() noexcept {
     stopping = true;
     ++generation;
     pieces.clear();
+    update_work_hint_locked();
   }
   work_ready.notify_all();
   for (std::thread& worker : workers)
@@ -134,6 +136,7 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
                                 int64_t consumed) {
   ++generation;
   pieces.clear();
+  update_work_hint_locked();
   slot_done.wait(lock, [&] { return active == 0; });  // workers finish what they hold
   for (Slot& slot : slots) {
     if (slot.state == SlotState::Held) continue;  // on loan; comes back through release_slot
@@ -188,7 +191,10 @@ void LoaderCore::schedule_locked() {
     ++scheduled;
     queued = true;
   }
-  if (queued) work_ready.notify_all();
+  if (queued) {
+    update_work_hint_locked();
+    work_ready.notify_all();
+  }
 }
 
 LoaderState LoaderCore::state_after_locked(int64_t batch) const {
@@ -228,6 +234,7 @@ std::optional<Batch> LoaderCore::next() {
     }
     Piece piece = std::move(*mine);
     pieces.erase(mine);
+    update_work_hint_locked();
     run_taken_piece(lock, std::move(piece));
   }
   delivery.pop_front();

@@ -8,6 +8,7 @@
 // (workers while Filling/Copying, the Batch while Held), which is what makes them race-free.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -58,6 +59,7 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   ~LoaderCore();
 
   void start_workers();
+  void update_work_hint_locked() { work_hint.store(stopping || !pieces.empty(), std::memory_order_release); }
   void stop_workers() noexcept;
 
   std::optional<Batch> next();
@@ -94,6 +96,10 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   std::condition_variable work_ready;  // workers: pieces queued or stopping
   std::condition_variable slot_done;   // consumer and restart: a slot became Ready, or work ended
   std::deque<Piece> pieces;
+  // !pieces.empty() || stopping, written under `mutex` whenever either changes: an idle
+  // worker polls it for a moment before sleeping on work_ready (see worker_main).
+  std::atomic<bool> work_hint{false};
+  bool workers_spin = false;  // when every worker and the consumer have a core of their own
   std::vector<Slot> slots;
   std::deque<int> delivery;  // slots of scheduled batches not yet handed out, in batch order
   std::vector<std::thread> workers;

@@ -1,6 +1,7 @@
 // The loader's workers: gather fixed fields and pack ragged ones straight into ring slots,
 // queue the device copy of a completed slot, and turn failures into errors that name the
 // batch, sample, chunk and field.
+#include <chrono>
 #include <string>
 
 #include "loader_core.h"
@@ -11,6 +12,14 @@
 namespace mmt::detail {
 
 namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 // Rethrows `error` as the same mmt::Error type with `context` in front of its message, so a
 // caller catching ChecksumError still catches it.
@@ -73,10 +82,23 @@ std::string batch_context(const LoaderCore::Piece& piece, const std::string& fie
 void LoaderCore::worker_main() {
   std::unique_lock lock(mutex);
   while (true) {
+    if (workers_spin && !stopping && pieces.empty()) {
+      // Batches follow each other every few tens of microseconds; a worker woken through the
+      // scheduler for each one pays that much again. Poll for a moment first (only when the
+      // workers and the consumer have a core each: spinning on a shared core steals it).
+      lock.unlock();
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+      for (int polls = 1; !work_hint.load(std::memory_order_acquire); ++polls) {
+        cpu_relax();
+        if (polls % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
+      }
+      lock.lock();
+    }
     work_ready.wait(lock, [&] { return stopping || !pieces.empty(); });
     if (stopping) return;
     Piece piece = std::move(pieces.front());
     pieces.pop_front();
+    update_work_hint_locked();
     run_taken_piece(lock, std::move(piece));
   }
 }
