@@ -30,7 +30,8 @@ struct ThreadPool::Loop {
   // The unclaimed indices [front, back), front in the low 32 bits: one word, so that a claim
   // from either end is one compare-exchange. parallel_for takes this path for n < 2^32.
   std::atomic<uint64_t> unclaimed{0};
-  std::atomic<int64_t> done{0};  // finished indices (the queued path waits on it)
+  bool count_done = false;  // the queued path waits on `done`; the published one on visitors_
+  alignas(64) std::atomic<int64_t> done{0};  // finished indices (queued path only)
   const std::function<void(int64_t)>* fn = nullptr;  // lives on the caller's stack
   std::atomic<int> helpers_left{0};  // how many more workers may join (parallelism - 1)
   int64_t first_claim = 1;           // indices a thread's first claim takes
@@ -70,7 +71,7 @@ struct ThreadPool::Loop {
           failed.store(true, std::memory_order_relaxed);
         }
       }
-      done.fetch_add(hi - lo, std::memory_order_acq_rel);
+      if (count_done) done.fetch_add(hi - lo, std::memory_order_acq_rel);
     }
   }
 };
@@ -211,6 +212,7 @@ void ThreadPool::queued_loop(int64_t n, int helpers, const std::function<void(in
   // index left and never touch `fn`, which lives on the caller's stack.
   auto loop = std::make_shared<Loop>(n, helpers + 1);
   loop->fn = &fn;
+  loop->count_done = true;
   for (int h = 0; h < helpers; ++h) enqueue([loop] { loop->drain(true); });
   loop->drain(false);
   while (loop->done.load(std::memory_order_acquire) < n) cpu_relax();
