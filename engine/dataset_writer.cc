@@ -95,6 +95,7 @@ struct DatasetWriter::Impl {
   }
   void validate_record(std::span<const Tensor> values, int64_t record) const;
   void copy_record(std::span<const Tensor> values);
+  void grow_fixed_buffer(int64_t wanted);
   int64_t validate_batch(std::span<const Tensor> values) const;
   void copy_records(std::span<const Tensor> values, int64_t start, int64_t count);
   int64_t records_left_in_chunk() const;
@@ -238,17 +239,22 @@ int64_t DatasetWriter::Impl::current_decoded_bytes() const {
   return total;
 }
 
+// Moves the current chunk's fixed records into a (recycled) buffer of `wanted` bytes.
+void DatasetWriter::Impl::grow_fixed_buffer(int64_t wanted) {
+  detail::RecycledBuffer grown = buffers.take(wanted, "a chunk buffer");
+  if (current.record_count > 0)
+    std::memcpy(grown.get(), current.fixed.get(), current.record_count * layout.record_stride_bytes);
+  buffers.give(std::move(current.fixed));
+  current.fixed = std::move(grown);
+  current.fixed_capacity_bytes = wanted;
+}
+
 void DatasetWriter::Impl::copy_record(std::span<const Tensor> values) {
   const int64_t stride = layout.record_stride_bytes;
   if (current.ragged.size() != layout.ragged_fields.size()) current.ragged.resize(layout.ragged_fields.size());
   if (stride > 0 && (current.record_count + 1) * stride > current.fixed_capacity_bytes) {
-    int64_t wanted = records_per_chunk > 0 ? records_per_chunk * stride
-                                           : std::max((current.record_count + 1) * stride * 2, 64 * stride);
-    detail::RecycledBuffer grown = buffers.take(wanted, "a chunk buffer");
-    if (current.record_count > 0) std::memcpy(grown.get(), current.fixed.get(), current.record_count * stride);
-    buffers.give(std::move(current.fixed));
-    current.fixed = std::move(grown);
-    current.fixed_capacity_bytes = wanted;
+    grow_fixed_buffer(records_per_chunk > 0 ? records_per_chunk * stride
+                                            : std::max((current.record_count + 1) * stride * 2, 64 * stride));
   }
   std::byte* slot = current.fixed.get() + current.record_count * stride;
   if (record_has_padding) std::memset(slot, 0, static_cast<size_t>(stride));
@@ -318,12 +324,7 @@ void DatasetWriter::Impl::copy_records(std::span<const Tensor> values, int64_t s
   const int64_t stride = layout.record_stride_bytes;
   const int64_t needed = (current.record_count + count) * stride;
   if (needed > current.fixed_capacity_bytes) {
-    const int64_t wanted = std::max(needed, (current.record_count + records_left_in_chunk()) * stride);
-    detail::RecycledBuffer grown = buffers.take(wanted, "a chunk buffer");
-    if (current.record_count > 0) std::memcpy(grown.get(), current.fixed.get(), current.record_count * stride);
-    buffers.give(std::move(current.fixed));
-    current.fixed = std::move(grown);
-    current.fixed_capacity_bytes = wanted;
+    grow_fixed_buffer(std::max(needed, (current.record_count + records_left_in_chunk()) * stride));
   }
   std::byte* first_slot = current.fixed.get() + current.record_count * stride;
   if (record_has_padding) std::memset(first_slot, 0, static_cast<size_t>(count * stride));

@@ -8,18 +8,11 @@
 #include "mapping_guard.h"
 #include "mmtensor/error.h"
 #include "strided_copy.h"
+#include "thread_pool.h"
 
 namespace mmt::detail {
 
 namespace {
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 // Rethrows `error` as the same mmt::Error type with `context` in front of its message, so a
 // caller catching ChecksumError still catches it.

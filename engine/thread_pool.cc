@@ -7,14 +7,6 @@
 namespace mmt::detail {
 namespace {
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 // How long an idle worker polls for work before it sleeps: long enough to bridge the gap
 // between two batches of a training loop, short enough not to burn a shared core.
 constexpr auto kSpinTime = std::chrono::microseconds(50);

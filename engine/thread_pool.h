@@ -27,6 +27,16 @@
 
 namespace mmt::detail {
 
+// The pause between two polls of a spin-wait: frees the core's pipeline for its sibling and
+// saves power while a flag is awaited.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 class ThreadPool {
  public:
   // `threads` workers (at least 1).
