@@ -1,5 +1,7 @@
 #include "chunk_cache.h"
 
+#include <optional>
+
 #include "mmtensor/error.h"
 
 namespace mmt::detail {
@@ -9,7 +11,9 @@ ChunkCache::ChunkCache(int64_t budget_bytes) : budget_bytes_(budget_bytes) {
 }
 
 UntypedStorage ChunkCache::get_or_decode(int64_t key, const std::function<UntypedStorage()>& decode) {
-  std::promise<UntypedStorage> promise;
+  // Made on a miss only: a promise allocates its shared state, and hits are the hot path
+  // (a batch over a cached file looks up every chunk it touches).
+  std::optional<std::promise<UntypedStorage>> promise;
   {
     std::unique_lock lock(mutex_);
     if (auto it = entries_.find(key); it != entries_.end()) {
@@ -23,7 +27,8 @@ UntypedStorage ChunkCache::get_or_decode(int64_t key, const std::function<Untype
       lock.unlock();
       return pending.get();  // rethrows the decoder's exception
     }
-    in_flight_.emplace(key, promise.get_future().share());
+    promise.emplace();
+    in_flight_.emplace(key, promise->get_future().share());
     ++misses_;
   }
   UntypedStorage decoded;
@@ -34,7 +39,7 @@ UntypedStorage ChunkCache::get_or_decode(int64_t key, const std::function<Untype
       std::lock_guard lock(mutex_);
       in_flight_.erase(key);
     }
-    promise.set_exception(std::current_exception());
+    promise->set_exception(std::current_exception());
     throw;
   }
   {
@@ -47,7 +52,7 @@ UntypedStorage ChunkCache::get_or_decode(int64_t key, const std::function<Untype
       bytes_cached_ += decoded.nbytes();
     }
   }
-  promise.set_value(decoded);
+  promise->set_value(decoded);
   return decoded;
 }
 

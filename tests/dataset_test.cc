@@ -402,6 +402,23 @@ TEST(DatasetTest, ShuffledBatchLooksUpEachChunkOnce) {
   EXPECT_LE(stats.hits + stats.misses, 7) << "more cache lookups than chunks";
 }
 
+TEST(DatasetTest, ShuffledBatchOnTwoThreadsLooksUpEachChunkAboutOnce) {
+  TempDir dir;
+  Schema schema({Field::fixed("v", kUInt8, {1024})});
+  Dataset ds = write_chunked(dir.file("s2.mmt"), schema, 100, "lz4", 16);  // 7 chunks
+  std::vector<int64_t> indices;
+  std::mt19937 rng(5);
+  for (int b = 0; b < 256; ++b) indices.push_back(static_cast<int64_t>(rng() % 100));
+  Tensor out = ds.get_batch(indices, "v", 2);  // 256 KB: split across two threads
+  for (size_t b = 0; b < indices.size(); ++b)
+    ASSERT_TRUE(out[static_cast<int64_t>(b)].equal(field_value(schema[0], indices[b]))) << b;
+  const CacheStats stats = ds.cache_stats();
+  EXPECT_EQ(stats.misses, 7);
+  // Sorted once for the whole batch: each slice a thread takes adds at most one lookup (a
+  // chunk it shares with the next slice), against one per chunk per slice before.
+  EXPECT_LE(stats.hits + stats.misses, 7 + 8) << "cache lookups";
+}
+
 TEST(DatasetTest, GetBatchSplitsLargeBatchesAcrossThreads) {
   TempDir dir;
   Schema schema({Field::fixed("v", kUInt8, {4096})});
