@@ -562,21 +562,22 @@ void DatasetWriter::append_batch(std::span<const Tensor> values) {
   bool all_fixed = true;
   for (size_t f = 0; f < d.schema.size(); ++f) {
     const Field& field = d.schema[f];
-    all_fixed = all_fixed && field.is_fixed();
-    if (field.is_fixed()) {
-      MMT_CHECK(host[f].dtype() == field.dtype, ValueError, "append_batch at record ", first, ", field '",
-                field.name, "': expected dtype ", to_string(field.dtype), ", got ", to_string(host[f].dtype()));
-      const IntArrayRef sizes = host[f].sizes();
-      MMT_CHECK(IntArrayRef(sizes.data() + 1, sizes.size() - 1) == IntArrayRef(field.shape), ValueError, "append_batch at record ",
-                first, ", field '", field.name, "': expected records of shape ", field.shape, ", got ",
-                host[f].sizes(), " (B first)");
-    } else {
-      for (int64_t i = 0; i < batch; ++i) {
-        std::vector<Tensor> record;
-        for (const Tensor& value : host) record.push_back(value.select(0, i));
-        d.validate_record(record, first + i);
-      }
+    if (!field.is_fixed()) {
+      all_fixed = false;
+      continue;
     }
+    MMT_CHECK(host[f].dtype() == field.dtype, ValueError, "append_batch at record ", first, ", field '",
+              field.name, "': expected dtype ", to_string(field.dtype), ", got ", to_string(host[f].dtype()));
+    const IntArrayRef sizes = host[f].sizes();
+    MMT_CHECK(IntArrayRef(sizes.data() + 1, sizes.size() - 1) == IntArrayRef(field.shape), ValueError,
+              "append_batch at record ", first, ", field '", field.name, "': expected records of shape ",
+              field.shape, ", got ", host[f].sizes(), " (B first)");
+  }
+  if (!all_fixed) {
+    // The records of a batch share their shapes and dtypes: checking the first checks all.
+    std::vector<Tensor> first_record;
+    for (const Tensor& value : host) first_record.push_back(value.select(0, 0));
+    d.validate_record(first_record, first);
   }
   try {
     if (!all_fixed) {
