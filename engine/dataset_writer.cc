@@ -297,7 +297,8 @@ int64_t DatasetWriter::Impl::records_left_in_chunk() const {
   return std::max<int64_t>(capacity - current.record_count, 1);
 }
 
-// Checks a batch for append_batch and returns its record count B.
+// Checks a whole batch for append_batch, before any of it is appended, and returns its
+// record count B.
 int64_t DatasetWriter::Impl::validate_batch(std::span<const Tensor> values) const {
   const int64_t first = records.load(std::memory_order_relaxed);
   MMT_CHECK(values.size() == schema.size(), ValueError, "append_batch at record ", first, ": expected ",
@@ -315,7 +316,24 @@ int64_t DatasetWriter::Impl::validate_batch(std::span<const Tensor> values) cons
     MMT_CHECK(value.size(0) == batch, ValueError, "append_batch at record ", first, ", field '", field.name,
               "': holds ", value.size(0), " records but field '", schema[0].name, "' holds ", batch);
   }
-  return std::max<int64_t>(batch, 0);
+  if (batch <= 0) return 0;
+  for (size_t f = 0; f < schema.size(); ++f) {
+    const Field& field = schema[f];
+    if (!field.is_fixed()) continue;
+    MMT_CHECK(values[f].dtype() == field.dtype, ValueError, "append_batch at record ", first, ", field '",
+              field.name, "': expected dtype ", to_string(field.dtype), ", got ", to_string(values[f].dtype()));
+    const IntArrayRef sizes = values[f].sizes();
+    MMT_CHECK(IntArrayRef(sizes.data() + 1, sizes.size() - 1) == IntArrayRef(field.shape), ValueError,
+              "append_batch at record ", first, ", field '", field.name, "': expected records of shape ",
+              field.shape, ", got ", values[f].sizes(), " (B first)");
+  }
+  if (!schema.all_fixed()) {
+    // The records of a batch share their shapes and dtypes: checking the first checks all.
+    std::vector<Tensor> first_record;
+    for (const Tensor& value : values) first_record.push_back(value.select(0, 0));
+    validate_record(first_record, first);
+  }
+  return batch;
 }
 
 // Copies records [start, start + count) of a validated batch into the current chunk, which
@@ -334,18 +352,13 @@ void DatasetWriter::Impl::copy_records(std::span<const Tensor> values, int64_t s
     const Tensor part = values[f].narrow(0, start, count);
     const int64_t elem = element_size(field.dtype);
     value_bytes += part.nbytes();
-    std::byte* dst = first_slot + layout.field_offset_bytes[f];
-    if (stride % elem == 0) {
-      // One copy of the [count, ...] block: the record stride is a stride like any other.
-      DimVector dst_strides{stride / elem};
-      for (int64_t s : fixed_strides[f]) dst_strides.push_back(s);
-      detail::copy_strided(dst, dst_strides, part.data_ptr(), part.strides(), part.sizes(), elem);
-    } else {
-      for (int64_t i = 0; i < count; ++i) {
-        const Tensor value = part.select(0, i);
-        detail::copy_strided(dst + i * stride, fixed_strides[f], value.data_ptr(), value.strides(), value.sizes(), elem);
-      }
-    }
+    // One copy of the [count, ...] block: the record stride is a stride like any other. It
+    // is a whole number of elements: the layout rounds it to the largest field alignment,
+    // and every field's alignment (its element size, or 64) is a multiple of its element size.
+    DimVector dst_strides{stride / elem};
+    for (int64_t s : fixed_strides[f]) dst_strides.push_back(s);
+    detail::copy_strided(first_slot + layout.field_offset_bytes[f], dst_strides, part.data_ptr(), part.strides(),
+                         part.sizes(), elem);
   }
   current.record_count += count;
   records.fetch_add(count, std::memory_order_relaxed);
@@ -552,35 +565,14 @@ void DatasetWriter::append_batch(std::span<const Tensor> values) {
   MMT_CHECK(impl_, ValueError, "append_batch on a moved-from DatasetWriter");
   Impl& d = *impl_;
   d.check_open();
-  const int64_t batch = d.validate_batch(values);
+  const int64_t batch = d.validate_batch(values);  // a bad batch leaves the writer as it was
   if (batch == 0) return;
-  // Every record is validated before any is appended: a bad batch leaves the writer as it was.
   std::vector<Tensor> host(values.begin(), values.end());
   for (Tensor& value : host)
     if (value.is_cuda()) value = value.cpu();
   const int64_t first = d.records.load(std::memory_order_relaxed);
-  bool all_fixed = true;
-  for (size_t f = 0; f < d.schema.size(); ++f) {
-    const Field& field = d.schema[f];
-    if (!field.is_fixed()) {
-      all_fixed = false;
-      continue;
-    }
-    MMT_CHECK(host[f].dtype() == field.dtype, ValueError, "append_batch at record ", first, ", field '",
-              field.name, "': expected dtype ", to_string(field.dtype), ", got ", to_string(host[f].dtype()));
-    const IntArrayRef sizes = host[f].sizes();
-    MMT_CHECK(IntArrayRef(sizes.data() + 1, sizes.size() - 1) == IntArrayRef(field.shape), ValueError,
-              "append_batch at record ", first, ", field '", field.name, "': expected records of shape ",
-              field.shape, ", got ", host[f].sizes(), " (B first)");
-  }
-  if (!all_fixed) {
-    // The records of a batch share their shapes and dtypes: checking the first checks all.
-    std::vector<Tensor> first_record;
-    for (const Tensor& value : host) first_record.push_back(value.select(0, 0));
-    d.validate_record(first_record, first);
-  }
   try {
-    if (!all_fixed) {
+    if (!d.schema.all_fixed()) {
       // Ragged values go through the record path (their columns grow per record anyway).
       std::vector<Tensor> record(host.size());
       for (int64_t i = 0; i < batch; ++i) {
