@@ -137,9 +137,10 @@ TEST(Soak, LoaderEpochsOverADatasetLargerThanItsCacheStayFlat) {
   // last milliseconds while ctest runs other tests on the same two cores, so a timing bound
   // there tests the neighbours, not the loader (it failed once at 0.65 for that reason). The
   // CI run still prints the ratio in its summary below.
-  if (long_run)
+  if (long_run) {
     EXPECT_GE(first_best / last_best, 0.7) << "throughput decayed: best epoch " << first_best << " s early, "
                                            << last_best << " s late";
+  }
 
   const std::string summary = detail::str(
       epochs, " epochs x ", records, " records (", records * kValues * 4 >> 20, " MiB decoded, cache ",
