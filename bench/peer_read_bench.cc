@@ -71,8 +71,9 @@ struct FixedGather {
         image[0].copy_(s[0]);
         label[0].copy_(s[1]);
       } else {
-        ds.get_batch(idx, "image", image);
-        ds.get_batch(idx, "label", label);
+        static const std::string kFields[] = {"image", "label"};
+        const Tensor outs[] = {image, label};
+        ds.get_batch(idx, kFields, outs);
       }
     }
     benchmark::DoNotOptimize(image.data_ptr());

@@ -1,6 +1,5 @@
 #include "chunk_cache.h"
 
-#include <optional>
 
 #include "mmtensor/error.h"
 
@@ -8,6 +7,15 @@ namespace mmt::detail {
 
 ChunkCache::ChunkCache(int64_t budget_bytes) : budget_bytes_(budget_bytes) {
   MMT_CHECK(budget_bytes >= 0, ValueError, "chunk cache budget must be >= 0 bytes, got ", budget_bytes);
+}
+
+std::optional<UntypedStorage> ChunkCache::find(int64_t key) {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  lru_.splice(lru_.begin(), lru_, it->second.lru_position);
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  return it->second.storage;
 }
 
 UntypedStorage ChunkCache::get_or_decode(int64_t key, const std::function<UntypedStorage()>& decode) {

@@ -15,6 +15,7 @@
 #include <future>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "mmtensor/dataset.h"
@@ -30,6 +31,11 @@ class ChunkCache {
   // per key). decode()'s exception reaches every thread waiting for that key; nothing is
   // cached then, so a later call tries again.
   UntypedStorage get_or_decode(int64_t key, const std::function<UntypedStorage()>& decode);
+
+  // The decoded chunk `key` when the cache holds it (a hit, moved to the front of the LRU
+  // order); nullopt otherwise, without decoding or waiting for a decode in flight, and
+  // without counting a miss: the caller decodes through get_or_decode(), which counts it.
+  std::optional<UntypedStorage> find(int64_t key);
 
   // Counts a hit served outside the cache (a reader's per-thread last-chunk shortcut).
   void note_hit() { hits_.fetch_add(1, std::memory_order_relaxed); }

@@ -1,9 +1,12 @@
-// Dataset::get_batch: gathers one fixed field of many records into a caller's [B, ...] buffer.
-// Per record it is one memcpy when both sides are dense in the same order (else the engine's
-// strided copy), with software prefetch of records a few steps ahead, split across the shared
-// thread pool when the batch is large enough to pay for it.
+// Dataset::get_batch: gathers fixed fields of many records into a caller's [B, ...] buffers.
+// The calling thread first plans where every record lies (arithmetic on the mapping for
+// contiguous files; one lookup per chunk for chunked ones, decoding missing chunks on every
+// thread allowed); then each record and field is one memcpy when both sides are dense in the
+// same order (else the engine's strided copy), with software prefetch of records a few steps
+// ahead, split across the shared thread pool when the batch is large enough to pay for it.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -27,144 +30,254 @@ inline void prefetch_range(const std::byte* p, int64_t nbytes) {
   for (int64_t off = 0; off < n; off += 64) __builtin_prefetch(p + off, 0, 0);
 }
 
-struct BatchPlan {
-  const Dataset::Impl* d = nullptr;
+// One fixed field of a batch: where its value lies in a record and where its rows go.
+struct FieldCopy {
   const FieldPlan* plan = nullptr;
-  std::span<const int64_t> indices;
   std::byte* out = nullptr;
   int64_t out_record_bytes = 0;  // out's stride along the batch dimension, in bytes
   bool memcpy_ok = false;        // out[b] has the field's strides and is dense
   DimVector out_strides;         // out[b]'s strides, for the strided path
 
-  void copy_one(std::byte* dst, const std::byte* src) const {
+  // Copies the value that starts at `record` (a record's first byte) into row b of out.
+  void copy_row(int64_t b, const std::byte* record) const {
+    std::byte* dst = out + b * out_record_bytes;
+    const std::byte* src = record + plan->offset_bytes;
     if (memcpy_ok)
       std::memcpy(dst, src, static_cast<size_t>(plan->value_bytes));
     else
       detail::copy_strided(dst, out_strides, src, plan->strides, plan->sizes, plan->element_bytes);
   }
+};
+
+// Checks that `out` can take field `field` of `batch` records; how to copy it there.
+FieldCopy plan_field_copy(const Dataset::Impl& d, std::string_view field, const Tensor& out, int64_t batch) {
+  const size_t f = d.schema->index_of(field);
+  const FieldPlan& plan = d.plans[f];
+  MMT_CHECK(plan.fixed, ValueError, "get_batch: field '", field, "' is ragged (shape ", (*d.schema)[f].shape,
+            "); only fixed-shape fields can be batched; read ragged values with get()");
+  MMT_CHECK(out.defined(), ValueError, "get_batch: the output tensor for field '", field, "' is undefined");
+  MMT_CHECK(!out.is_cuda(), ValueError, "get_batch: the output must be host memory (ordinary or pinned), "
+            "got a tensor on ", out.device().str(), "; gather on the host, then copy with .to(device)");
+  MMT_CHECK(out.dtype() == plan.dtype, ValueError, "get_batch: field '", field, "' is ", to_string(plan.dtype),
+            " but the output tensor is ", to_string(out.dtype()));
+  DimVector expected{batch};
+  for (int64_t s : plan.sizes) expected.push_back(s);
+  MMT_CHECK(out.sizes() == IntArrayRef(expected), ValueError, "get_batch: field '", field, "' of ", batch,
+            " records needs an output of shape ", expected, ", got ", out.sizes());
+  FieldCopy copy;
+  copy.plan = &plan;
+  if (batch == 0) return copy;
+  copy.out = static_cast<std::byte*>(out.mutable_data_ptr());
+  copy.out_record_bytes = out.stride(0) * plan.element_bytes;
+  copy.out_strides.assign(IntArrayRef(out.strides().data() + 1, out.strides().size() - 1));
+  // Dense in the field's own order on both sides (size-1 dimensions' strides do not matter).
+  bool same_layout = true;
+  for (size_t k = 0; k < plan.sizes.size(); ++k)
+    same_layout = same_layout && (plan.sizes[k] == 1 || copy.out_strides[k] == plan.strides[k]);
+  copy.memcpy_ok = same_layout;
+  return copy;
+}
+
+// Sorts (record, batch position) pairs by record, keeping positions in order among equal
+// records. A least-significant-digit radix sort, 8 bits a pass, over only the bits the
+// records use (two passes below 65,536 records): a comparison sort of a shuffled batch
+// mispredicts a branch at nearly every step, and took 8 us of a 784-byte batch's ~25 us.
+// `spare` is scratch of any size.
+void sort_by_record(std::vector<std::pair<int64_t, int64_t>>& pairs, std::vector<std::pair<int64_t, int64_t>>& spare) {
+  const size_t n = pairs.size();
+  if (n < 64) {  // the histograms would cost more than the sort
+    std::sort(pairs.begin(), pairs.end());
+    return;
+  }
+  uint64_t used_bits = 0;
+  for (const auto& p : pairs) used_bits |= static_cast<uint64_t>(p.first);
+  spare.resize(n);
+  for (int shift = 0; shift < 64 && (used_bits >> shift) != 0; shift += 8) {
+    size_t start[256] = {};
+    for (const auto& p : pairs) ++start[(static_cast<uint64_t>(p.first) >> shift) & 0xff];
+    if (start[(static_cast<uint64_t>(pairs[0].first) >> shift) & 0xff] == n) continue;  // one digit: no move
+    size_t sum = 0;
+    for (size_t& s : start) sum += std::exchange(s, sum);
+    for (const auto& p : pairs) spare[start[(static_cast<uint64_t>(p.first) >> shift) & 0xff]++] = p;
+    pairs.swap(spare);
+  }
+}
+
+// Sorted positions [begin, end) of a batch whose records lie in `chunk`, a compressed chunk
+// the cache did not hold when the batch was planned.
+struct PendingRun {
+  size_t begin = 0;
+  size_t end = 0;
+  int64_t chunk = 0;
+};
+
+// Where each record of a batch lies, worked out by the calling thread before any copying: the
+// copy is then one loop over batch positions, whatever the file's layout, split across
+// threads by ranges of output rows (each thread writes its own rows; copying in record order
+// had two threads writing neighbouring rows of the output, and sharing its cache lines).
+// Lives in the calling thread's scratch, reused from batch to batch, so a steady stream of
+// batches allocates nothing; release() drops the chunks it holds (a view's chunk must not
+// outlive the call in a thread's scratch).
+struct BatchPlan {
+  std::vector<const std::byte*> record_at;  // by batch position: the record's first byte
+  // Chunked files only.
+  std::vector<std::pair<int64_t, int64_t>> by_record;  // (record, batch position), sorted
+  std::vector<std::pair<int64_t, int64_t>> sort_spare;
+  std::vector<PendingRun> pending;
+  std::vector<UntypedStorage> held;  // the chunks record_at points into; pending ones at the end
+  size_t first_pending_slot = 0;     // held[first_pending_slot + k] is pending[k]'s chunk
+
+  void release() { held.clear(); }
 
   // Uncompressed back-to-back chunks: a record's address is arithmetic on the mapping.
-  void gather_contiguous(int64_t lo, int64_t hi) const {
-    const std::byte* data = d->base + d->data_offset + plan->offset_bytes;
-    const int64_t stride = d->record_stride_bytes;
-    const bool check_chunks = !d->all_chunks_validated();
-    d->guarded([&] {
-      for (int64_t b = lo; b < hi; ++b) {
-        if (b + kPrefetchDistance < hi) prefetch_range(data + record_at(b + kPrefetchDistance) * stride, plan->value_bytes);
-        const int64_t i = record_at(b);
-        if (check_chunks) d->ensure_validated(i / d->records_per_chunk);
-        copy_one(out + b * out_record_bytes, data + i * stride);
-      }
-    });
-  }
-
-  // indices[b] as a record index; get_batch checked every index before gathering.
-  int64_t record_at(int64_t b) const {
-    const int64_t index = indices[static_cast<size_t>(b)];
-    return index < 0 ? index + d->record_count : index;
-  }
-
-  // Anything else: through the chunk (mapping or decoded cache entry). The batch's positions
-  // are visited in record order, so each chunk is looked up once per batch however the
-  // indices are shuffled: a random batch of 256 over a cached compressed file would otherwise
-  // take the cache's lock 256 times (and contend on it with every other reading thread).
-  // `by_record` holds (record, batch position) pairs sorted by record.
-  void gather_chunked(std::span<const std::pair<int64_t, int64_t>> by_record) const {
-    const size_t n = by_record.size();
-    ChunkRef ref;
-    for (size_t k = 0; k < n;) {
-      const int64_t i = by_record[k].first;
-      if (ref.index < 0 || i < ref.first_record || i - ref.first_record >= ref.record_count) {
-        ref = d->chunk_ref(d->chunk_of(i));
-        MMT_CHECK(i >= ref.first_record && i - ref.first_record < ref.record_count, FormatError, d->path,
-                  ": the chunk table is not ordered: record ", i, " is not in chunk ", ref.index);
-      }
-      // The run of positions whose records lie in this chunk (sorted: they are consecutive).
-      size_t run_end = k + 1;
-      while (run_end < n && by_record[run_end].first - ref.first_record < ref.record_count) ++run_end;
-      const std::byte* chunk = ref.storage.data() + ref.payload_offset_bytes + plan->offset_bytes;
-      const std::pair<int64_t, int64_t>* run = by_record.data();
-      auto copy_run = [&] {
-        for (size_t j = k; j < run_end; ++j)
-          copy_one(out + run[j].second * out_record_bytes,
-                   chunk + (run[j].first - ref.first_record) * d->record_stride_bytes);
-      };
-      if (ref.storage.is_same(d->file))
-        d->guarded(copy_run);
-      else
-        copy_run();
-      k = run_end;
+  void plan_contiguous(const Dataset::Impl& d, std::span<const int64_t> indices) {
+    const bool check_chunks = !d.all_chunks_validated();
+    const std::byte* data = d.base + d.data_offset;
+    record_at.resize(indices.size());
+    for (size_t b = 0; b < indices.size(); ++b) {
+      const int64_t i = indices[b] < 0 ? indices[b] + d.record_count : indices[b];
+      if (check_chunks) d.ensure_validated(i / d.records_per_chunk);
+      record_at[b] = data + i * d.record_stride_bytes;
     }
   }
 
-  // The batch's (record, position) pairs in record order, in the calling thread's scratch.
-  std::span<const std::pair<int64_t, int64_t>> sorted_by_record() const {
-    thread_local std::vector<std::pair<int64_t, int64_t>> by_record;
+  // Anything else goes through the chunk (the mapping, or the decoded chunk in the cache). The
+  // batch is sorted by record, so each chunk it touches is looked up once however the indices
+  // are shuffled: a random batch of 256 over a cached compressed file would otherwise take the
+  // cache's lock 256 times, and copying threads that each look up their own chunks contend on
+  // it (two threads ran slower than one). Chunks the cache does not hold are left pending for
+  // decode_pending(), which decodes them on every thread the call may use.
+  void plan_chunked(const Dataset::Impl& d, std::span<const int64_t> indices) {
     by_record.clear();
-    for (int64_t b = 0; b < static_cast<int64_t>(indices.size()); ++b) by_record.emplace_back(record_at(b), b);
-    if (!std::is_sorted(by_record.begin(), by_record.end())) std::sort(by_record.begin(), by_record.end());
-    return by_record;
+    for (size_t b = 0; b < indices.size(); ++b)
+      by_record.emplace_back(indices[b] < 0 ? indices[b] + d.record_count : indices[b], static_cast<int64_t>(b));
+    if (!std::is_sorted(by_record.begin(), by_record.end())) sort_by_record(by_record, sort_spare);
+    const size_t n = by_record.size();
+    record_at.resize(n);
+    pending.clear();
+    for (size_t k = 0; k < n;) {
+      const int64_t i = by_record[k].first;
+      const int64_t c = d.chunk_of(i);
+      int64_t first = 0, count = 0;
+      const std::byte* payload = nullptr;
+      if (std::optional<ChunkRef> ref = d.cached_chunk_ref(c)) {
+        first = ref->first_record;
+        count = ref->record_count;
+        payload = ref->storage.data() + ref->payload_offset_bytes;
+        held.push_back(std::move(ref->storage));
+      } else {
+        const format::ChunkEntry e = d.validated_entry(c);
+        first = static_cast<int64_t>(e.first_record);
+        count = static_cast<int64_t>(e.record_count);
+      }
+      MMT_CHECK(i >= first && i - first < count, FormatError, d.path,
+                ": the chunk table is not ordered: record ", i, " is not in chunk ", c);
+      // The run of positions whose records lie in this chunk (sorted: they are consecutive).
+      size_t end = k + 1;
+      while (end < n && by_record[end].first - first < count) ++end;
+      if (payload != nullptr)
+        locate_run(d, k, end, payload, first);
+      else
+        pending.push_back(PendingRun{k, end, c});
+      k = end;
+    }
+    first_pending_slot = held.size();
+    held.resize(held.size() + pending.size());
+  }
+
+  // Decodes pending chunk `k` (through the cache: once, however many threads want it).
+  void decode_pending(const Dataset::Impl& d, size_t k) {
+    const PendingRun& run = pending[k];
+    ChunkRef ref = d.chunk_ref(run.chunk);
+    locate_run(d, run.begin, run.end, ref.storage.data() + ref.payload_offset_bytes, ref.first_record);
+    held[first_pending_slot + k] = std::move(ref.storage);
+  }
+
+  // record_at for sorted positions [begin, end), whose chunk's records start at `payload`.
+  void locate_run(const Dataset::Impl& d, size_t begin, size_t end, const std::byte* payload, int64_t first) {
+    for (size_t j = begin; j < end; ++j)
+      record_at[static_cast<size_t>(by_record[j].second)] = payload + (by_record[j].first - first) * d.record_stride_bytes;
+  }
+
+  // Rows [lo, hi) of every field, in batch order, prefetching a few records ahead.
+  void copy_rows(const Dataset::Impl& d, std::span<const FieldCopy> fields, int64_t lo, int64_t hi) const {
+    const std::byte* const* src = record_at.data();
+    // The records may lie in the mapping: a file truncated under us fails with IoError.
+    d.guarded([&] {
+      for (const FieldCopy& field : fields) {
+        const int64_t offset = field.plan->offset_bytes, value_bytes = field.plan->value_bytes;
+        for (int64_t b = lo; b < hi; ++b) {
+          if (b + kPrefetchDistance < hi) prefetch_range(src[b + kPrefetchDistance] + offset, value_bytes);
+          field.copy_row(b, src[b]);
+        }
+      }
+    });
   }
 };
+
+void gather(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields,
+            int threads) {
+  const int64_t batch = static_cast<int64_t>(indices.size());
+  if (batch == 0 || fields.empty()) return;
+  for (int64_t index : indices) d.normalize_index(index, "get_batch");  // fail before writing anything
+
+  thread_local BatchPlan scratch;
+  // The lambdas below run on pool threads too: they must reach this thread's plan through a
+  // reference, since naming a thread_local there names the running thread's own.
+  BatchPlan& plan = scratch;
+  struct ReleasePlan {
+    BatchPlan& plan;
+    ~ReleasePlan() { plan.release(); }
+  } release_plan{plan};
+  if (d.contiguous) {
+    plan.plan_contiguous(d, indices);
+  } else {
+    plan.plan_chunked(d, indices);
+    // Decoding a chunk takes far longer than waking a helper: worth every thread allowed.
+    // (One thread never touches the shared pool, so a single-threaded reader starts no thread.)
+    const int64_t pending = static_cast<int64_t>(plan.pending.size());
+    auto decode = [&](int64_t k) { plan.decode_pending(d, static_cast<size_t>(k)); };
+    if (threads > 1 && pending > 1)
+      detail::ThreadPool::shared().parallel_for(pending, threads, decode);
+    else
+      for (int64_t k = 0; k < pending; ++k) decode(k);
+  }
+
+  int64_t record_bytes = 0;
+  for (const FieldCopy& f : fields) record_bytes += f.plan->value_bytes;
+  const int parts = static_cast<int>(std::clamp<int64_t>(
+      std::min<int64_t>(threads, batch * record_bytes / kMinBytesPerThread), 1, batch));
+  if (parts == 1) {
+    plan.copy_rows(d, fields, 0, batch);
+    return;
+  }
+  // More pieces than threads, claimed in turn: a helper that wakes late takes fewer pieces
+  // instead of leaving the caller waiting for its half.
+  const int64_t pieces = std::min<int64_t>(batch, 4 * parts);
+  detail::ThreadPool::shared().parallel_for(pieces, parts, [&](int64_t piece) {
+    plan.copy_rows(d, fields, batch * piece / pieces, batch * (piece + 1) / pieces);
+  });
+}
 
 }  // namespace
 
 void Dataset::get_batch(std::span<const int64_t> indices, std::string_view field, const Tensor& out,
                         int threads) const {
   const Impl& d = checked_impl(impl_);
-  const size_t f = d.schema->index_of(field);
-  const FieldPlan& plan = d.plans[f];
-  MMT_CHECK(plan.fixed, ValueError, "get_batch: field '", field, "' is ragged (shape ", (*d.schema)[f].shape,
-            "); only fixed-shape fields can be batched; read ragged values with get()");
-  MMT_CHECK(out.defined(), ValueError, "get_batch: the output tensor is undefined");
-  MMT_CHECK(!out.is_cuda(), ValueError, "get_batch: the output must be host memory (ordinary or pinned), "
-            "got a tensor on ", out.device().str(), "; gather on the host, then copy with .to(device)");
-  MMT_CHECK(out.dtype() == plan.dtype, ValueError, "get_batch: field '", field, "' is ", to_string(plan.dtype),
-            " but the output tensor is ", to_string(out.dtype()));
-  const int64_t batch = static_cast<int64_t>(indices.size());
-  DimVector expected{batch};
-  for (int64_t s : plan.sizes) expected.push_back(s);
-  MMT_CHECK(out.sizes() == IntArrayRef(expected), ValueError, "get_batch: field '", field, "' of ", batch,
-            " records needs an output of shape ", expected, ", got ", out.sizes());
-  if (batch == 0) return;
-  for (int64_t index : indices) d.normalize_index(index, "get_batch");  // fail before writing anything
+  const FieldCopy copy = plan_field_copy(d, field, out, static_cast<int64_t>(indices.size()));
+  gather(d, indices, std::span<const FieldCopy>(&copy, 1), threads);
+}
 
-  BatchPlan job;
-  job.d = &d;
-  job.plan = &plan;
-  job.indices = indices;
-  job.out = static_cast<std::byte*>(out.mutable_data_ptr());
-  job.out_record_bytes = out.stride(0) * plan.element_bytes;
-  job.out_strides.assign(IntArrayRef(out.strides().data() + 1, out.strides().size() - 1));
-  // Dense in the field's own order on both sides (size-1 dimensions' strides do not matter).
-  bool same_layout = true;
-  for (size_t k = 0; k < plan.sizes.size(); ++k)
-    same_layout = same_layout && (plan.sizes[k] == 1 || job.out_strides[k] == plan.strides[k]);
-  job.memcpy_ok = same_layout;
-
-  const int64_t total_bytes = batch * plan.value_bytes;
-  const int parts = static_cast<int>(std::clamp<int64_t>(
-      std::min<int64_t>(threads, total_bytes / kMinBytesPerThread), 1, batch));
-  // More pieces than threads, claimed in turn: a helper that wakes late takes fewer pieces
-  // instead of leaving the caller waiting for its half.
-  const int64_t pieces = parts == 1 ? 1 : std::min<int64_t>(batch, 4 * parts);
-  // Chunked files: sorted once, then the threads take slices of the sorted list, so a chunk
-  // is looked up once per batch (once per slice it straddles) rather than once per slice
-  // that holds one of its records: the slices of an unsorted batch each touch most chunks,
-  // and two threads taking the cache's lock for every record ran 5x slower than one.
-  std::span<const std::pair<int64_t, int64_t>> by_record;
-  if (!d.contiguous) by_record = job.sorted_by_record();
-  auto run = [&](int64_t piece) {
-    const int64_t lo = batch * piece / pieces, hi = batch * (piece + 1) / pieces;
-    if (d.contiguous)
-      job.gather_contiguous(lo, hi);
-    else
-      job.gather_chunked(by_record.subspan(static_cast<size_t>(lo), static_cast<size_t>(hi - lo)));
-  };
-  if (parts == 1)
-    run(0);
-  else
-    detail::ThreadPool::shared().parallel_for(pieces, parts, run);
+void Dataset::get_batch(std::span<const int64_t> indices, std::span<const std::string> fields,
+                        std::span<const Tensor> outs, int threads) const {
+  const Impl& d = checked_impl(impl_);
+  MMT_CHECK(fields.size() == outs.size(), ValueError, "get_batch: ", fields.size(), " fields but ", outs.size(),
+            " output tensors; pass one output per field");
+  thread_local std::vector<FieldCopy> copies;
+  copies.clear();
+  for (size_t k = 0; k < fields.size(); ++k)
+    copies.push_back(plan_field_copy(d, fields[k], outs[k], static_cast<int64_t>(indices.size())));
+  gather(d, indices, copies, threads);
 }
 
 Tensor Dataset::get_batch(std::span<const int64_t> indices, std::string_view field, int threads) const {

@@ -36,6 +36,16 @@ thread_local LastChunk last_chunk;
   }
 }
 
+// A chunk's place in the dataset, without its bytes yet.
+ChunkRef ref_without_storage(const format::ChunkEntry& e, int64_t chunk) {
+  ChunkRef ref;
+  ref.first_record = static_cast<int64_t>(e.first_record);
+  ref.record_count = e.record_count;
+  ref.decoded_bytes = static_cast<int64_t>(e.decoded_bytes);
+  ref.index = chunk;
+  return ref;
+}
+
 }  // namespace
 
 int64_t Dataset::Impl::normalize_index(int64_t index, const char* what) const {
@@ -164,23 +174,32 @@ UntypedStorage Dataset::Impl::decode_chunk(int64_t c, const format::ChunkEntry& 
   return decoded;
 }
 
-ChunkRef Dataset::Impl::chunk_ref(int64_t c) const {
+std::optional<ChunkRef> Dataset::Impl::cached_chunk_ref(int64_t c) const {
   // Checked first: a chunk this thread has just read was validated then.
   if (last_chunk.owner == instance_id && last_chunk.ref.index == c) {
     cache->note_hit();
     return last_chunk.ref;
   }
   const format::ChunkEntry e = validated_entry(c);
-  ChunkRef ref;
-  ref.first_record = static_cast<int64_t>(e.first_record);
-  ref.record_count = e.record_count;
-  ref.decoded_bytes = static_cast<int64_t>(e.decoded_bytes);
-  ref.index = c;
+  ChunkRef ref = ref_without_storage(e, c);
   if (static_cast<Codec>(e.codec) == Codec::None) {
     ref.storage = file;
     ref.payload_offset_bytes = static_cast<int64_t>(e.file_offset);
     return ref;
   }
+  std::optional<UntypedStorage> decoded = cache->find(c);
+  if (!decoded) return std::nullopt;
+  ref.storage = *std::move(decoded);
+  last_chunk.owner = instance_id;
+  last_chunk.ref = ref;
+  return ref;
+}
+
+ChunkRef Dataset::Impl::chunk_ref(int64_t c) const {
+  if (std::optional<ChunkRef> cached = cached_chunk_ref(c)) return *std::move(cached);
+  // A compressed chunk the cache does not hold (its entry was validated just now).
+  const format::ChunkEntry e = validated_entry(c);
+  ChunkRef ref = ref_without_storage(e, c);
   ref.storage = cache->get_or_decode(c, [&] {
     // Chunks decoded in order: ask the kernel for the next one while this one decodes.
     // A hint only: a damaged next entry is reported when that chunk is read, not here.

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,10 @@ struct Dataset::Impl {
   format::ChunkEntry validate_chunk(int64_t chunk, bool force_payload_check) const;
   // The chunk's decoded bytes (the mapping itself for uncompressed chunks).
   ChunkRef chunk_ref(int64_t chunk) const;
+  // The same without decoding: nullopt for a compressed chunk the cache does not hold.
+  // get_batch looks up a whole batch's chunks with it before splitting the copy across
+  // threads, so the threads that copy from cached chunks never contend on the cache's lock.
+  std::optional<ChunkRef> cached_chunk_ref(int64_t chunk) const;
   // Decodes a compressed chunk into fresh memory (no cache).
   UntypedStorage decode_chunk(int64_t chunk, const format::ChunkEntry& entry) const;
   // Record `record`'s value of field `field`, as a view into `ref`.

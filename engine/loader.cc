@@ -65,7 +65,10 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
   for (size_t f = 0; f < ring.fields().size(); ++f) {
     field_names.push_back(ring.fields()[f].field.name);
     if (ring.fields()[f].ragged) ragged_fields.push_back(f);
-    else has_fixed_fields = true;
+    else {
+      fixed_fields.push_back(f);
+      fixed_field_names.push_back(ring.fields()[f].field.name);
+    }
   }
   slots.resize(static_cast<size_t>(ring.slots()));
   for (Slot& slot : slots) {

@@ -90,7 +90,8 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   cuda::Stream copy_stream;
   std::vector<std::string> field_names;  // ring.fields() order
   std::vector<size_t> ragged_fields;     // positions in ring.fields()
-  bool has_fixed_fields = false;
+  std::vector<size_t> fixed_fields;      // positions in ring.fields()
+  std::vector<std::string> fixed_field_names;  // their names, for one get_batch per piece
 
   mutable std::mutex mutex;
   std::condition_variable work_ready;  // workers: pieces queued or stopping

@@ -43,31 +43,37 @@ std::string batch_context(const LoaderCore::Piece& piece, const std::string& fie
                      field, "'");
 }
 
-// get_batch failed somewhere in `indices`: find the first record that fails on its own, so
-// the error names the sample and its chunk; without one, name the batch.
+// get_batch failed somewhere in `indices`: find the first record (and of its fields, the first)
+// that fails on its own, so the error names the sample, its chunk and the field; without
+// one, name the batch.
 [[noreturn]] void rethrow_for_sample(const Dataset& dataset, const LoaderCore::Piece& piece,
-                                     const std::string& field, std::span<const int64_t> indices,
+                                     std::span<const std::string> fields, std::span<const int64_t> indices,
                                      int64_t first_row, std::exception_ptr error) {
   for (size_t i = 0; i < indices.size(); ++i) {
-    std::exception_ptr sample_error;
-    try {
-      (void)dataset.get(indices[i], field).contiguous();  // touches the bytes, as get_batch did
-    } catch (...) {
-      sample_error = std::current_exception();
+    for (const std::string& field : fields) {
+      std::exception_ptr sample_error;
+      try {
+        (void)dataset.get(indices[i], field).contiguous();  // touches the bytes, as get_batch did
+      } catch (...) {
+        sample_error = std::current_exception();
+      }
+      if (!sample_error) continue;
+      std::string chunk = "?";
+      try {
+        chunk = std::to_string(dataset.chunk_of(indices[i]));
+      } catch (...) {
+      }
+      rethrow_with_context(sample_error,
+                           detail::str("Loader: epoch ", piece.order.epoch(), ", batch ", piece.batch,
+                                       ", sample ", indices[i], " (row ", first_row + static_cast<int64_t>(i),
+                                       "), chunk ", chunk, ", field '", field, "'"));
     }
-    if (!sample_error) continue;
-    std::string chunk = "?";
-    try {
-      chunk = std::to_string(dataset.chunk_of(indices[i]));
-    } catch (...) {
-    }
-    rethrow_with_context(sample_error,
-                         detail::str("Loader: epoch ", piece.order.epoch(), ", batch ", piece.batch,
-                                     ", sample ", indices[i], " (row ", first_row + static_cast<int64_t>(i),
-                                     "), chunk ", chunk, ", field '", field, "'"));
   }
-  rethrow_with_context(error, detail::str(batch_context(piece, field), ", rows ", first_row, "..",
-                                          first_row + static_cast<int64_t>(indices.size()) - 1));
+  std::string names;
+  for (const std::string& field : fields) names += (names.empty() ? "'" : ", '") + field + "'";
+  rethrow_with_context(error, detail::str("Loader: epoch ", piece.order.epoch(), ", batch ", piece.batch,
+                                          fields.size() == 1 ? ", field " : ", fields ", names, ", rows ",
+                                          first_row, "..", first_row + static_cast<int64_t>(indices.size()) - 1));
 }
 
 }  // namespace
@@ -123,15 +129,19 @@ void LoaderCore::fill_fixed_rows(const Piece& piece) {
     slot.indices[row] = piece.order.rank_at(piece.start_consumed, first_sample + row);
   const std::span<const int64_t> indices(slot.indices.data() + piece.row_begin,
                                          static_cast<size_t>(piece.row_end - piece.row_begin));
-  for (size_t f = 0; f < ring.fields().size(); ++f) {
-    if (ring.fields()[f].ragged) continue;
-    const Tensor rows = ring.fixed_view(piece.slot, f, piece.rows, /*on_device=*/false)
-                            .narrow(0, piece.row_begin, piece.row_end - piece.row_begin);
-    try {
-      dataset.get_batch(indices, field_names[f], rows, /*threads=*/1);
-    } catch (...) {
-      rethrow_for_sample(dataset, piece, field_names[f], indices, piece.row_begin, std::current_exception());
-    }
+  // Every fixed field in one call: over a compressed file the piece is sorted and its chunks
+  // looked up once, not once per field.
+  thread_local std::vector<Tensor> rows;
+  struct ReleaseRows {  // views of the ring's slot: never kept past the piece
+    ~ReleaseRows() { rows.clear(); }
+  } release_rows;
+  for (size_t f : fixed_fields)
+    rows.push_back(ring.fixed_view(piece.slot, f, piece.rows, /*on_device=*/false)
+                       .narrow(0, piece.row_begin, piece.row_end - piece.row_begin));
+  try {
+    dataset.get_batch(indices, fixed_field_names, rows, /*threads=*/1);
+  } catch (...) {
+    rethrow_for_sample(dataset, piece, fixed_field_names, indices, piece.row_begin, std::current_exception());
   }
 }
 
@@ -153,7 +163,8 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
     try {
       values.push_back(dataset.get(indices[row], name));
     } catch (...) {
-      rethrow_for_sample(dataset, piece, name, std::span<const int64_t>(&indices[row], 1), row,
+      rethrow_for_sample(dataset, piece, std::span<const std::string>(&name, 1),
+                         std::span<const int64_t>(&indices[row], 1), row,
                          std::current_exception());
     }
     total_elements += values.back().numel();

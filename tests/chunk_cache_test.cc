@@ -44,6 +44,28 @@ TEST(ChunkCacheTest, HitsMissesAndLruEvictionWithinTheBudget) {
   EXPECT_EQ(stats.budget_bytes, 300);
 }
 
+// find() serves hits like get_or_decode() (counted, moved to the front of the LRU order) and
+// leaves misses to the caller: nothing decoded, nothing counted.
+TEST(ChunkCacheTest, FindServesHitsAndNeverDecodes) {
+  ChunkCache cache(200);
+  std::atomic<int> calls{0};
+  EXPECT_FALSE(cache.find(1).has_value());
+  EXPECT_EQ(cache.stats().misses, 0);
+  UntypedStorage a = cache.get_or_decode(1, decoder(100, &calls));
+  cache.get_or_decode(2, decoder(100, &calls));
+  std::optional<UntypedStorage> found = cache.find(1);  // 1 is now most recent; 2 the oldest
+  ASSERT_TRUE(found.has_value());
+  EXPECT_TRUE(found->is_same(a));
+  cache.get_or_decode(3, decoder(100, &calls));  // evicts 2, not 1
+  EXPECT_TRUE(cache.find(1).has_value());
+  EXPECT_FALSE(cache.find(2).has_value());
+  EXPECT_EQ(calls.load(), 3);
+  const CacheStats stats = cache.stats();
+  EXPECT_EQ(stats.hits, 2);
+  EXPECT_EQ(stats.misses, 3);
+  EXPECT_EQ(stats.evictions, 1);
+}
+
 TEST(ChunkCacheTest, ChunksLargerThanTheBudgetAreReturnedButNotKept) {
   ChunkCache cache(50);
   std::atomic<int> calls{0};

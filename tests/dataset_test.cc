@@ -417,6 +417,118 @@ TEST(DatasetTest, ShuffledBatchOnTwoThreadsLooksUpEachChunkAboutOnce) {
   EXPECT_LE(stats.hits + stats.misses, 7 + 8) << "cache lookups";
 }
 
+// One call for several fields gives what one call per field gives, on every kind of file:
+// contiguous, compressed, and chunked by a ragged field; on one thread and split across two;
+// with the chunks cached, and with a cache too small to hold any (every chunk is decoded by
+// the thread that copies from it).
+TEST(DatasetTest, GetBatchOfSeveralFieldsMatchesOneCallPerFieldOnOneAndTwoThreads) {
+  TempDir dir;
+  const std::vector<Schema> schemas{
+      Schema({Field::fixed("image", kUInt8, {3, 16, 16}), Field::fixed("y", kFloat32, {2})}),
+      Schema({Field::fixed("image", kUInt8, {3, 16, 16}), Field::bytes("raw"), Field::fixed("y", kFloat32, {2})})};
+  const std::vector<std::string> fields{"y", "image"};
+  std::vector<int64_t> indices;
+  std::mt19937 rng(7);
+  for (int b = 0; b < 300; ++b) indices.push_back(static_cast<int64_t>(rng() % 200) - (b % 3 == 0 ? 200 : 0));
+  for (const Schema& schema : schemas) {
+    for (const char* codec : {"none", "lz4", "zstd"}) {
+      WriterOptions options;
+      options.codec = CodecSpec::parse(codec);
+      options.chunk_records = 16;
+      options.overwrite = true;
+      write_dataset(dir.file("m.mmt"), schema, 200, options);
+      for (int64_t cache_bytes : {int64_t{64} << 20, int64_t{0}}) {
+        ReaderOptions reader;
+        reader.cache_bytes = cache_bytes;
+        Dataset ds = Dataset::open(dir.file("m.mmt"), reader);
+        for (int threads : {1, 2}) {
+          const std::string where = std::string(codec) + ", " + std::to_string(schema.size()) + " fields, cache " +
+                                    std::to_string(cache_bytes) + ", " + std::to_string(threads) + " thread(s)";
+          std::vector<Tensor> outs{empty({300, 2}, kFloat32), empty({300, 3, 16, 16}, kUInt8)};
+          ds.get_batch(indices, fields, outs, threads);
+          EXPECT_TRUE(outs[0].equal(ds.get_batch(indices, "y"))) << where;
+          EXPECT_TRUE(outs[1].equal(ds.get_batch(indices, "image"))) << where;
+          for (size_t b = 0; b < indices.size(); ++b) {
+            const int64_t i = (indices[b] + 200) % 200;
+            ASSERT_TRUE(outs[1][static_cast<int64_t>(b)].equal(field_value(schema[0], i))) << where << ", row " << b;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(DatasetTest, GetBatchOfSeveralFieldsRefusesWhatOneFieldRefuses) {
+  TempDir dir;
+  Schema schema({Field::fixed("x", kInt32, {2}), Field::bytes("raw")});
+  write_dataset(dir.file("r.mmt"), schema, 10, {});
+  Dataset ds = Dataset::open(dir.file("r.mmt"));
+  std::vector<int64_t> indices{1, 2};
+  const std::vector<std::string> x_and_raw{"x", "raw"};
+  std::vector<Tensor> outs{empty({2, 2}, kInt32), empty({2}, kUInt8)};
+  try {
+    ds.get_batch(indices, x_and_raw, outs);
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("field 'raw' is ragged"), std::string::npos) << e.what();
+  }
+  const std::vector<std::string> just_x{"x"};
+  try {
+    ds.get_batch(indices, just_x, outs);
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("1 fields but 2 output tensors"), std::string::npos) << e.what();
+  }
+  const std::vector<int64_t> out_of_range{1, 10};
+  EXPECT_THROW(ds.get_batch(out_of_range, just_x, std::span<const Tensor>(outs.data(), 1)), IndexError);
+  ds.get_batch(indices, std::span<const std::string>(), std::span<const Tensor>());  // nothing to do
+}
+
+// Records past 65,536 need more than two passes of the batch sort by record; duplicates keep
+// their positions.
+TEST(DatasetTest, ShuffledBatchOverManyRecordsComesBackInBatchOrder) {
+  TempDir dir;
+  constexpr int64_t kRecords = 70000;
+  Schema schema({Field::fixed("v", kInt32, {})});
+  WriterOptions options;
+  options.codec = CodecSpec::parse("lz4");
+  options.chunk_records = 1000;
+  DatasetWriter writer = DatasetWriter::create(dir.file("many.mmt"), schema, options);
+  Tensor values = empty({kRecords}, kInt32);
+  for (int64_t i = 0; i < kRecords; ++i) values.mutable_data_ptr<int32_t>()[i] = static_cast<int32_t>(i);
+  writer.append_batch(std::span<const Tensor>(&values, 1));
+  writer.finish();
+  Dataset ds = Dataset::open(dir.file("many.mmt"));
+  std::vector<int64_t> indices;
+  std::mt19937_64 rng(9);
+  for (int b = 0; b < 500; ++b) indices.push_back(static_cast<int64_t>(rng() % kRecords));
+  indices[100] = indices[7];
+  indices[300] = kRecords - 1;
+  indices[301] = -kRecords;
+  Tensor out = ds.get_batch(indices, "v");
+  for (size_t b = 0; b < indices.size(); ++b)
+    ASSERT_EQ(out.data_ptr<int32_t>()[b], (indices[b] + kRecords) % kRecords) << "row " << b;
+}
+
+// With every chunk cached, the calling thread looks each chunk up once before the copy is
+// split: the copying threads never take the cache's lock.
+TEST(DatasetTest, CachedBatchOnTwoThreadsLooksUpEachChunkOnce) {
+  TempDir dir;
+  Schema schema({Field::fixed("v", kUInt8, {1024})});
+  Dataset ds = write_chunked(dir.file("c.mmt"), schema, 100, "lz4", 16);  // 7 chunks
+  std::vector<int64_t> indices;
+  std::mt19937 rng(5);
+  for (int b = 0; b < 256; ++b) indices.push_back(static_cast<int64_t>(rng() % 100));
+  (void)ds.get_batch(indices, "v", 2);  // decodes every chunk
+  const CacheStats before = ds.cache_stats();
+  Tensor out = ds.get_batch(indices, "v", 2);
+  const CacheStats after = ds.cache_stats();
+  EXPECT_EQ(after.misses, before.misses);
+  EXPECT_EQ(after.hits - before.hits, 7);
+  for (size_t b = 0; b < indices.size(); ++b)
+    ASSERT_TRUE(out[static_cast<int64_t>(b)].equal(field_value(schema[0], indices[b]))) << b;
+}
+
 TEST(DatasetTest, GetBatchSplitsLargeBatchesAcrossThreads) {
   TempDir dir;
   Schema schema({Field::fixed("v", kUInt8, {4096})});

@@ -117,8 +117,7 @@ void run_bench(const BenchArgs& args) {
     }
     Rate gather = run_for(args.seconds, [&] {
       std::vector<int64_t> indices = random_indices(rng, args.batch, ds.size());
-      for (size_t f = 0; f < fixed_fields.size(); ++f)
-        ds.get_batch(indices, fixed_fields[f], outs[f], args.threads);
+      ds.get_batch(indices, fixed_fields, outs, args.threads);
       return std::pair<int64_t, int64_t>{args.batch, args.batch * fixed_record_bytes};
     });
     report["batch_gather"] = rate_json(gather);

@@ -152,6 +152,11 @@ class Dataset {
   void get_batch(std::span<const int64_t> indices, std::string_view field, const Tensor& out,
                  int threads = 1) const;
   Tensor get_batch(std::span<const int64_t> indices, std::string_view field, int threads = 1) const;
+  // Several fixed fields of the same records at once: outs[k] receives fields[k], each as
+  // above. Faster than one call per field over compressed or ragged-schema files, where a
+  // shuffled batch is sorted and its chunks looked up once for all the fields.
+  void get_batch(std::span<const int64_t> indices, std::span<const std::string> fields,
+                 std::span<const Tensor> outs, int threads = 1) const;
 
   // Checks every chunk: table entry, checksum, decoding, and the structure of ragged fields.
   // Throws FormatError/ChecksumError naming the first bad chunk.
