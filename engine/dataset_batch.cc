@@ -1,9 +1,10 @@
 // Dataset::get_batch: gathers fixed fields of many records into a caller's [B, ...] buffers.
-// The calling thread first plans where every record lies (arithmetic on the mapping for
-// contiguous files; one lookup per chunk for chunked ones, decoding missing chunks on every
-// thread allowed); then each record and field is one memcpy when both sides are dense in the
-// same order (else the engine's strided copy), with software prefetch of records a few steps
-// ahead, split across the shared thread pool when the batch is large enough to pay for it.
+// A record's address is arithmetic on the mapping for contiguous files; for chunked ones the
+// calling thread first finds every record in its chunk (one lookup per chunk, missing chunks
+// decoded on every thread allowed). Then each record and field is one memcpy when both sides
+// are dense in the same order (else the engine's strided copy), with software prefetch of
+// records a few steps ahead, split across the shared thread pool by ranges of output rows
+// when the batch is large enough to pay for it.
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -111,16 +112,12 @@ struct PendingRun {
   int64_t chunk = 0;
 };
 
-// Where each record of a batch lies, worked out by the calling thread before any copying: the
-// copy is then one loop over batch positions, whatever the file's layout, split across
-// threads by ranges of output rows (each thread writes its own rows; copying in record order
-// had two threads writing neighbouring rows of the output, and sharing its cache lines).
-// Lives in the calling thread's scratch, reused from batch to batch, so a steady stream of
-// batches allocates nothing; release() drops the chunks it holds (a view's chunk must not
-// outlive the call in a thread's scratch).
-struct BatchPlan {
+// Where each record of a chunked batch lies, worked out by the calling thread before any
+// copying (see plan()). Lives in the calling thread's scratch, reused from batch to batch, so
+// a steady stream of batches allocates nothing; release() drops the chunks it holds (a view's
+// chunk must not outlive the call in a thread's scratch).
+struct ChunkedBatchPlan {
   std::vector<const std::byte*> record_at;  // by batch position: the record's first byte
-  // Chunked files only.
   std::vector<std::pair<int64_t, int64_t>> by_record;  // (record, batch position), sorted
   std::vector<std::pair<int64_t, int64_t>> sort_spare;
   std::vector<PendingRun> pending;
@@ -129,25 +126,13 @@ struct BatchPlan {
 
   void release() { held.clear(); }
 
-  // Uncompressed back-to-back chunks: a record's address is arithmetic on the mapping.
-  void plan_contiguous(const Dataset::Impl& d, std::span<const int64_t> indices) {
-    const bool check_chunks = !d.all_chunks_validated();
-    const std::byte* data = d.base + d.data_offset;
-    record_at.resize(indices.size());
-    for (size_t b = 0; b < indices.size(); ++b) {
-      const int64_t i = indices[b] < 0 ? indices[b] + d.record_count : indices[b];
-      if (check_chunks) d.ensure_validated(i / d.records_per_chunk);
-      record_at[b] = data + i * d.record_stride_bytes;
-    }
-  }
-
-  // Anything else goes through the chunk (the mapping, or the decoded chunk in the cache). The
-  // batch is sorted by record, so each chunk it touches is looked up once however the indices
-  // are shuffled: a random batch of 256 over a cached compressed file would otherwise take the
-  // cache's lock 256 times, and copying threads that each look up their own chunks contend on
-  // it (two threads ran slower than one). Chunks the cache does not hold are left pending for
+  // Through the chunk (the mapping, or the decoded chunk in the cache). The batch is sorted by
+  // record, so each chunk it touches is looked up once however the indices are shuffled: a
+  // random batch of 256 over a cached compressed file would otherwise take the cache's lock
+  // 256 times, and copying threads that each look up their own chunks contend on it (two
+  // threads ran slower than one). Chunks the cache does not hold are left pending for
   // decode_pending(), which decodes them on every thread the call may use.
-  void plan_chunked(const Dataset::Impl& d, std::span<const int64_t> indices) {
+  void plan(const Dataset::Impl& d, std::span<const int64_t> indices) {
     by_record.clear();
     for (size_t b = 0; b < indices.size(); ++b)
       by_record.emplace_back(indices[b] < 0 ? indices[b] + d.record_count : indices[b], static_cast<int64_t>(b));
@@ -199,64 +184,89 @@ struct BatchPlan {
       record_at[static_cast<size_t>(by_record[j].second)] = payload + (by_record[j].first - first) * d.record_stride_bytes;
   }
 
-  // Rows [lo, hi) of every field, in batch order, prefetching a few records ahead.
-  void copy_rows(const Dataset::Impl& d, std::span<const FieldCopy> fields, int64_t lo, int64_t hi) const {
-    const std::byte* const* src = record_at.data();
-    // The records may lie in the mapping: a file truncated under us fails with IoError.
-    d.guarded([&] {
-      for (const FieldCopy& field : fields) {
-        const int64_t offset = field.plan->offset_bytes, value_bytes = field.plan->value_bytes;
-        for (int64_t b = lo; b < hi; ++b) {
-          if (b + kPrefetchDistance < hi) prefetch_range(src[b + kPrefetchDistance] + offset, value_bytes);
-          field.copy_row(b, src[b]);
-        }
-      }
-    });
-  }
 };
 
-void gather(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields,
-            int threads) {
-  const int64_t batch = static_cast<int64_t>(indices.size());
-  if (batch == 0 || fields.empty()) return;
-  for (int64_t index : indices) d.normalize_index(index, "get_batch");  // fail before writing anything
+// Rows [lo, hi) of every field, in batch order, prefetching a few records ahead; record_at(b)
+// is row b's record's first byte. Both kinds of file copy by ranges of output rows, so each
+// thread writes its own rows (copying chunked batches in record order had two threads writing
+// neighbouring rows of the output, and sharing its cache lines).
+template <typename RecordAt>
+void copy_rows(const Dataset::Impl& d, std::span<const FieldCopy> fields, int64_t lo, int64_t hi,
+               const RecordAt& record_at) {
+  // The records may lie in the mapping: a file truncated under us fails with IoError.
+  d.guarded([&] {
+    for (const FieldCopy& field : fields) {
+      const int64_t offset = field.plan->offset_bytes, value_bytes = field.plan->value_bytes;
+      for (int64_t b = lo; b < hi; ++b) {
+        if (b + kPrefetchDistance < hi) prefetch_range(record_at(b + kPrefetchDistance) + offset, value_bytes);
+        field.copy_row(b, record_at(b));
+      }
+    }
+  });
+}
 
-  thread_local BatchPlan scratch;
-  // The lambdas below run on pool threads too: they must reach this thread's plan through a
-  // reference, since naming a thread_local there names the running thread's own.
-  BatchPlan& plan = scratch;
-  struct ReleasePlan {
-    BatchPlan& plan;
-    ~ReleasePlan() { plan.release(); }
-  } release_plan{plan};
-  if (d.contiguous) {
-    plan.plan_contiguous(d, indices);
-  } else {
-    plan.plan_chunked(d, indices);
-    // Decoding a chunk takes far longer than waking a helper: worth every thread allowed.
-    // (One thread never touches the shared pool, so a single-threaded reader starts no thread.)
-    const int64_t pending = static_cast<int64_t>(plan.pending.size());
-    auto decode = [&](int64_t k) { plan.decode_pending(d, static_cast<size_t>(k)); };
-    if (threads > 1 && pending > 1)
-      detail::ThreadPool::shared().parallel_for(pending, threads, decode);
-    else
-      for (int64_t k = 0; k < pending; ++k) decode(k);
-  }
-
-  int64_t record_bytes = 0;
-  for (const FieldCopy& f : fields) record_bytes += f.plan->value_bytes;
+// Runs copy(lo, hi) over the batch's rows, split across up to `threads` threads when the
+// bytes are enough to pay for waking a helper.
+template <typename Copy>
+void split_rows(int64_t batch, int64_t record_bytes, int threads, const Copy& copy) {
   const int parts = static_cast<int>(std::clamp<int64_t>(
       std::min<int64_t>(threads, batch * record_bytes / kMinBytesPerThread), 1, batch));
   if (parts == 1) {
-    plan.copy_rows(d, fields, 0, batch);
+    copy(0, batch);
     return;
   }
   // More pieces than threads, claimed in turn: a helper that wakes late takes fewer pieces
   // instead of leaving the caller waiting for its half.
   const int64_t pieces = std::min<int64_t>(batch, 4 * parts);
   detail::ThreadPool::shared().parallel_for(pieces, parts, [&](int64_t piece) {
-    plan.copy_rows(d, fields, batch * piece / pieces, batch * (piece + 1) / pieces);
+    copy(batch * piece / pieces, batch * (piece + 1) / pieces);
   });
+}
+
+void gather(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields,
+            int threads) {
+  const int64_t batch = static_cast<int64_t>(indices.size());
+  if (batch == 0 || fields.empty()) return;
+  for (int64_t index : indices) d.normalize_index(index, "get_batch");  // fail before writing anything
+  int64_t record_bytes = 0;
+  for (const FieldCopy& f : fields) record_bytes += f.plan->value_bytes;
+
+  if (d.contiguous) {
+    // Uncompressed back-to-back chunks: a record's address is arithmetic on the mapping, done
+    // by the copying threads themselves (a list of addresses made first by the calling thread
+    // cost the two-thread 784-byte gather 8%).
+    if (!d.all_chunks_validated())
+      for (int64_t index : indices) d.ensure_validated(d.normalize_index(index, "get_batch") / d.records_per_chunk);
+    const std::byte* data = d.base + d.data_offset;
+    const int64_t stride = d.record_stride_bytes, count = d.record_count;
+    const auto record_at = [&](int64_t b) {
+      const int64_t index = indices[static_cast<size_t>(b)];
+      return data + (index < 0 ? index + count : index) * stride;
+    };
+    split_rows(batch, record_bytes, threads, [&](int64_t lo, int64_t hi) { copy_rows(d, fields, lo, hi, record_at); });
+    return;
+  }
+
+  thread_local ChunkedBatchPlan scratch;
+  // The lambdas below run on pool threads too: they must reach this thread's plan through a
+  // reference, since naming a thread_local there names the running thread's own.
+  ChunkedBatchPlan& plan = scratch;
+  struct ReleasePlan {
+    ChunkedBatchPlan& plan;
+    ~ReleasePlan() { plan.release(); }
+  } release_plan{plan};
+  plan.plan(d, indices);
+  // Decoding a chunk takes far longer than waking a helper: worth every thread allowed.
+  // (One thread never touches the shared pool, so a single-threaded reader starts no thread.)
+  const int64_t pending = static_cast<int64_t>(plan.pending.size());
+  auto decode = [&](int64_t k) { plan.decode_pending(d, static_cast<size_t>(k)); };
+  if (threads > 1 && pending > 1)
+    detail::ThreadPool::shared().parallel_for(pending, threads, decode);
+  else
+    for (int64_t k = 0; k < pending; ++k) decode(k);
+  const std::byte* const* addresses = plan.record_at.data();
+  const auto record_at = [addresses](int64_t b) { return addresses[b]; };
+  split_rows(batch, record_bytes, threads, [&](int64_t lo, int64_t hi) { copy_rows(d, fields, lo, hi, record_at); });
 }
 
 }  // namespace
