@@ -1,6 +1,5 @@
 #include "chunk_cache.h"
 
-
 #include "mmtensor/error.h"
 
 namespace mmt::detail {

@@ -183,7 +183,6 @@ struct ChunkedBatchPlan {
     for (size_t j = begin; j < end; ++j)
       record_at[static_cast<size_t>(by_record[j].second)] = payload + (by_record[j].first - first) * d.record_stride_bytes;
   }
-
 };
 
 // Rows [lo, hi) of every field, in batch order, prefetching a few records ahead; record_at(b)
