@@ -1,4 +1,5 @@
 // Batch: a loan of one ring slot, viewed as tensors; returned on release.
+#include <algorithm>
 #include <utility>
 
 #include "loader_core.h"
@@ -18,6 +19,8 @@ Batch& Batch::operator=(Batch&& other) noexcept {
   number_ = other.number_;
   device_ = other.device_;
   consumer_stream_ = other.consumer_stream_;
+  other_streams_ = std::move(other.other_streams_);
+  other.other_streams_.clear();
   state_after_ = other.state_after_;
   fields_ = std::move(other.fields_);
   other.fields_.clear();
@@ -27,7 +30,8 @@ Batch& Batch::operator=(Batch&& other) noexcept {
 void Batch::release() noexcept {
   if (!core_) return;
   fields_.clear();  // the views go first: the slot may be refilled as soon as it is free
-  core_->release_slot(slot_, consumer_stream_);
+  core_->release_slot(slot_, consumer_stream_, other_streams_);
+  other_streams_.clear();
   core_.reset();
   slot_ = -1;
   rows_ = 0;
@@ -67,7 +71,9 @@ void Batch::wait(CUstream_st* stream) {
   MMT_CHECK(core_ != nullptr, ValueError, "Batch: this batch was released");
   if (!device_.is_cuda()) return;
   core_->slots[slot_].copied.make_stream_wait(stream);
-  consumer_stream_ = stream;
+  const bool known = stream == consumer_stream_ ||
+                     std::find(other_streams_.begin(), other_streams_.end(), stream) != other_streams_.end();
+  if (!known)    other_streams_.push_back(stream);
 }
 
 void Batch::synchronize() const {

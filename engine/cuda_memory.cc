@@ -19,21 +19,52 @@ void check(cudaError_t status, const char* what, int64_t nbytes) {
 
 DeviceGuard::DeviceGuard(int device) {
   check(cudaGetDevice(&previous_), "cudaGetDevice");
-  if (device != previous_) check(cudaSetDevice(device), "cudaSetDevice");
+  if (device != previous_) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    changed_ = true;
+  }
 }
-DeviceGuard::~DeviceGuard() { cudaSetDevice(previous_); }
+DeviceGuard::~DeviceGuard() {
+  if (changed_) cudaSetDevice(previous_);
+}
 
-int device_count() noexcept {
-  // The count cannot change while the process lives; asking the driver once is enough.
-  static const int count = [] {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+namespace {
+struct DeviceCount {
+  int count = 0;
+  cudaError_t status = cudaSuccess;
+};
+// The count cannot change while the process lives; asking the driver once is enough.
+const DeviceCount& probed_devices() noexcept {
+  static const DeviceCount probed = [] {
+    DeviceCount out;
+    out.status = cudaGetDeviceCount(&out.count);
+    if (out.status != cudaSuccess) {
       cudaGetLastError();
-      return 0;
+      out.count = 0;
     }
-    return n;
+    return out;
   }();
-  return count;
+  return probed;
+}
+}  // namespace
+
+int device_count() noexcept { return probed_devices().count; }
+
+std::string unavailable_reason() {
+  const DeviceCount& probed = probed_devices();
+  if (probed.count > 0) return {};
+  if (probed.status == cudaSuccess) return "no CUDA device";
+  return detail::str("no CUDA device: ", cudaGetErrorString(probed.status), " (",
+                     cudaGetErrorName(probed.status), ", CUDA runtime ", CUDART_VERSION / 1000, ".",
+                     CUDART_VERSION % 1000 / 10, ")");
+}
+
+void use_device(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
+
+void synchronize_device_noexcept(int device) noexcept {
+  on_device_noexcept(device, [] {
+    if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+  });
 }
 
 void* malloc_device(int64_t nbytes, int device) {
@@ -46,12 +77,7 @@ void* malloc_device(int64_t nbytes, int device) {
 }
 
 void free_device(void* ptr, int device) noexcept {
-  if (!ptr) return;
-  int previous = 0;
-  cudaGetDevice(&previous);
-  cudaSetDevice(device);
-  cudaFree(ptr);
-  cudaSetDevice(previous);
+  if (ptr) on_device_noexcept(device, [&] { cudaFree(ptr); });
 }
 
 void* malloc_host_pinned(int64_t nbytes) {
@@ -65,8 +91,9 @@ void free_host_pinned(void* ptr) noexcept {
   if (ptr) cudaFreeHost(ptr);
 }
 
-void memcpy(void* dst, const void* src, int64_t nbytes) {
+void memcpy(void* dst, const void* src, int64_t nbytes, int device) {
   if (nbytes == 0) return;
+  DeviceGuard guard(device);
   check(cudaMemcpy(dst, src, static_cast<size_t>(nbytes), cudaMemcpyDefault), "cudaMemcpy", nbytes);
 }
 
@@ -86,11 +113,14 @@ namespace {
 }  // namespace
 
 int device_count() noexcept { return 0; }
+std::string unavailable_reason() { return "no CUDA device: mmtensor was built without CUDA"; }
+void use_device(int) { unavailable("selecting a CUDA device"); }
+void synchronize_device_noexcept(int) noexcept {}
 void* malloc_device(int64_t, int) { unavailable("allocating CUDA memory"); }
 void free_device(void*, int) noexcept {}
 void* malloc_host_pinned(int64_t) { unavailable("allocating pinned memory"); }
 void free_host_pinned(void*) noexcept {}
-void memcpy(void*, const void*, int64_t) { unavailable("copying to or from a CUDA device"); }
+void memcpy(void*, const void*, int64_t, int) { unavailable("copying to or from a CUDA device"); }
 void memset(void*, int, int64_t, int) { unavailable("filling CUDA memory"); }
 
 #endif
@@ -101,6 +131,7 @@ namespace mmt {
 
 bool cuda_is_available() { return cuda::device_count() > 0; }
 int cuda_device_count() { return cuda::device_count(); }
+std::string cuda_unavailable_reason() { return cuda::unavailable_reason(); }
 bool built_with_cuda() {
 #if MMT_WITH_CUDA
   return true;

@@ -5,16 +5,25 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace mmt::cuda {
 
 int device_count() noexcept;                       // 0 without a driver or device
+std::string unavailable_reason();                   // why device_count() is 0; "" when it is not
+// Makes `device` the calling thread's current device for good: for threads the engine owns,
+// so that every CUDA call they make (including those that take no device) uses its context.
+void use_device(int device);
+// cudaDeviceSynchronize on `device`, unchecked: the last resort of paths that must not throw.
+void synchronize_device_noexcept(int device) noexcept;
 void* malloc_device(int64_t nbytes, int device);   // cudaMalloc on `device`
 void free_device(void* ptr, int device) noexcept;
 void* malloc_host_pinned(int64_t nbytes);          // cudaHostAlloc
 void free_host_pinned(void* ptr) noexcept;
-// cudaMemcpy with cudaMemcpyDefault (unified addressing works out the direction).
-void memcpy(void* dst, const void* src, int64_t nbytes);
+// cudaMemcpy with cudaMemcpyDefault (unified addressing works out the direction), issued
+// with `device` current: the CUDA side's device (the destination's when both are), so the
+// copy runs on that device's legacy default stream, which the loader orders batches before.
+void memcpy(void* dst, const void* src, int64_t nbytes, int device);
 void memset(void* dst, int value, int64_t nbytes, int device);
 
 }  // namespace mmt::cuda

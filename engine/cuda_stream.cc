@@ -16,17 +16,7 @@ namespace mmt::cuda {
 namespace {
 
 // Streams and events belong to the device current when they are made: every call selects
-// the object's device with DeviceGuard (cuda_check.h), then restores it.
-// For destructors, which must not throw: the same without checks.
-template <typename Fn>
-void on_device_noexcept(int device, Fn&& fn) noexcept {
-  int previous = 0;
-  cudaGetDevice(&previous);
-  cudaSetDevice(device);
-  fn();
-  cudaSetDevice(previous);
-}
-
+// the object's device with DeviceGuard or on_device_noexcept (cuda_check.h).
 void check_device(int device) {
   MMT_CHECK(device >= 0 && device < device_count(), CudaError, "cuda:", device,
             " is not available (", device_count(), " CUDA device(s) found)");
@@ -48,7 +38,9 @@ Stream::~Stream() {
 }
 
 void Stream::synchronize() const {
-  if (stream_) check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  if (!stream_) return;
+  DeviceGuard current(device_);
+  check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
 Event Event::create(int device) {
@@ -74,11 +66,19 @@ void Event::make_stream_wait(CUstream_st* stream) const {
   check(cudaStreamWaitEvent(stream, event_, 0), "cudaStreamWaitEvent");
 }
 
-void Event::synchronize() const { check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+void Event::synchronize() const {
+  if (!event_) return;
+  DeviceGuard current(device_);
+  check(cudaEventSynchronize(event_), "cudaEventSynchronize");
+}
 
 bool Event::is_complete() const {
+  DeviceGuard current(device_);
   const cudaError_t status = cudaEventQuery(event_);
-  if (status == cudaErrorNotReady) return false;
+  if (status == cudaErrorNotReady) {
+    cudaGetLastError();  // "not ready" is an answer, not an error: leave nothing sticky
+    return false;
+  }
   check(status, "cudaEventQuery");
   return true;
 }

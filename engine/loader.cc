@@ -2,6 +2,7 @@
 // The workers' side is in loader_worker.cc; the layout of the buffers in staging_ring.cc.
 #include <algorithm>
 
+#include "cuda_memory.h"
 #include "loader_core.h"
 #include "mmtensor/error.h"
 
@@ -103,9 +104,12 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
 }
 
 LoaderCore::~LoaderCore() {
-  // Queued copies read the pinned ring and write the device buffers: both must outlive them.
+  // Queued copies read the pinned ring and write the device buffers, and the consumer's
+  // kernels may still read the device buffers of released batches: all must outlive them.
   try {
     copy_stream.synchronize();
+    if (options.device.is_cuda())
+      for (Slot& slot : slots) slot.consumed.synchronize();
   } catch (...) {
   }
 }
@@ -233,6 +237,7 @@ std::optional<Batch> LoaderCore::next() {
     const auto mine = std::find_if(pieces.begin(), pieces.end(), [&](const Piece& p) { return p.slot == s; });
     if (mine == pieces.end()) {
       slot_done.wait(lock);
+      if (failure) std::rethrow_exception(failure);
       continue;
     }
     Piece piece = std::move(*mine);
@@ -272,18 +277,35 @@ void LoaderCore::set_epoch(int64_t new_epoch) {
   restart_locked(lock, new_epoch, 0);
 }
 
-void LoaderCore::release_slot(int s, CUstream_st* consumer_stream) noexcept {
+void LoaderCore::release_slot(int s, CUstream_st* consumer_stream,
+                              std::span<CUstream_st* const> other_streams) noexcept {
   Slot& slot = slots[s];
   if (options.device.is_cuda()) {
     try {
-      slot.consumed.record(consumer_stream);
+      // One event marks the slot's reuse point after the work of every stream that used the
+      // batch: each stream waits for the event recorded on the one before, then records it.
+      CUstream_st* last = consumer_stream;
+      for (CUstream_st* stream : other_streams) {
+        slot.consumed.record(last);
+        slot.consumed.make_stream_wait(stream);
+        last = stream;
+      }
+      slot.consumed.record(last);
     } catch (...) {
-      // The device is failing; the next copy into this slot will report it.
+      // A stream the event cannot be recorded on (destroyed, or another device's): nothing
+      // on the GPU can mark the end of the work on this slot, so the host waits for all of
+      // the device's work before the slot can be refilled.
+      cuda::synchronize_device_noexcept(options.device.index);
     }
   }
   std::lock_guard lock(mutex);
   slot.state = SlotState::Free;
-  schedule_locked();
+  try {
+    schedule_locked();
+  } catch (...) {  // out of memory queueing pieces: the consumer's next() reports it
+    if (!failure) failure = std::current_exception();
+    slot_done.notify_all();
+  }
 }
 
 LoaderState LoaderCore::state() const {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <exception>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,7 +65,8 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
 
   std::optional<Batch> next();
   void set_epoch(int64_t epoch);
-  void release_slot(int slot, CUstream_st* consumer_stream) noexcept;
+  void release_slot(int slot, CUstream_st* consumer_stream,
+                    std::span<CUstream_st* const> other_streams) noexcept;
   LoaderState state() const;
 
   // ---- under `mutex` ----

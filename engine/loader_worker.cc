@@ -4,6 +4,7 @@
 #include <chrono>
 #include <string>
 
+#include "cuda_memory.h"
 #include "loader_core.h"
 #include "mapping_guard.h"
 #include "mmtensor/error.h"
@@ -79,6 +80,15 @@ std::string batch_context(const LoaderCore::Piece& piece, const std::string& fie
 }  // namespace
 
 void LoaderCore::worker_main() {
+  if (options.device.is_cuda()) {
+    // A new thread's current device is 0; calls that take no device (pinned allocations
+    // when a ragged buffer grows) would open a context there for a loader on cuda:1.
+    try {
+      cuda::use_device(options.device.index);
+    } catch (...) {
+      // The calls that name a device still select it; a failing device reports itself there.
+    }
+  }
   std::unique_lock lock(mutex);
   while (true) {
     if (workers_spin && !stopping && pieces.empty()) {

@@ -255,7 +255,7 @@ UntypedStorage& UntypedStorage::copy_(const UntypedStorage& src) {
   if (nbytes() == 0 || is_same(src)) return *this;
   std::byte* dst = mutable_data();
   if (is_cuda() || src.is_cuda())
-    cuda::memcpy(dst, src.data(), nbytes());
+    cuda::memcpy(dst, src.data(), nbytes(), is_cuda() ? device().index : src.device().index);
   else
     std::memmove(dst, src.data(), static_cast<size_t>(nbytes()));
   return *this;

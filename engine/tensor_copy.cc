@@ -84,7 +84,7 @@ void copy_host(const Tensor& dst, const Tensor& src) {
 Tensor host_mirror(const Tensor& t) {
   auto [first, last] = byte_span(t);
   UntypedStorage host = UntypedStorage::allocate(last - first + 1);
-  cuda::memcpy(host.mutable_data(), t.untyped_storage().data() + first, last - first + 1);
+  cuda::memcpy(host.mutable_data(), t.untyped_storage().data() + first, last - first + 1, t.device().index);
   return Tensor(host, t.dtype(), t.sizes(), t.strides(),
                 t.storage_offset() - first / t.element_size());
 }
@@ -111,7 +111,8 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
     auto [d0, d1] = byte_span(*this);
     auto [s0, s1] = byte_span(source);
     (void)s1;
-    cuda::memcpy(storage_.mutable_data() + d0, source.untyped_storage().data() + s0, d1 - d0 + 1);
+    cuda::memcpy(storage_.mutable_data() + d0, source.untyped_storage().data() + s0, d1 - d0 + 1,
+                 is_cuda() ? device().index : source.device().index);
     return *this;
   }
   Tensor host_src = source.is_cuda() ? host_mirror(source) : source;
@@ -122,7 +123,8 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
   Tensor staged = host_mirror(*this);  // keeps the bytes between dst's elements intact
   copy_host(staged, host_src);
   auto [first, last] = byte_span(*this);
-  cuda::memcpy(storage_.mutable_data() + first, staged.untyped_storage().data(), last - first + 1);
+  cuda::memcpy(storage_.mutable_data() + first, staged.untyped_storage().data(), last - first + 1,
+               device().index);
   return *this;
 }
 

@@ -22,7 +22,7 @@ const std::vector<std::string> kAllFields = {"x", "label", "image", "tokens"};
 class LoaderGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    MMT_SKIP_WITHOUT_CUDA();
   }
 
   LoaderOptions cuda_options(SamplerKind kind, int64_t batch_size, int workers = 2) {

@@ -172,7 +172,7 @@ TEST(Storage, CudaStorageWithoutDeviceIsAClearError) {
 }
 
 TEST(Storage, CudaRoundTrip) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  MMT_SKIP_WITHOUT_CUDA();
   Device gpu = Device::parse("cuda:0");
   Tensor host = arange(1000, kFloat32).view({10, 100});
   Tensor dev = host.to(gpu);

@@ -5,12 +5,34 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "mmtensor/device.h"
 #include "mmtensor/error.h"
 
+// Skips a GPU test when no CUDA device can be used, giving the runtime's reason. With
+// MMT_REQUIRE_CUDA=1 in the environment it fails instead: on a machine with a GPU, a driver
+// too old for this build's runtime must not pass as "skipped".
+#define MMT_SKIP_WITHOUT_CUDA()                                                                 \
+  do {                                                                                          \
+    if (::mmt::cuda_device_count() == 0) {                                                      \
+      if (::mmt::testing::cuda_required())                                                      \
+        FAIL() << "MMT_REQUIRE_CUDA is set, but " << ::mmt::cuda_unavailable_reason();         \
+      GTEST_SKIP() << ::mmt::cuda_unavailable_reason();                                         \
+    }                                                                                           \
+  } while (0)
+
 namespace mmt::testing {
+
+inline bool cuda_required() {
+  const char* value = std::getenv("MMT_REQUIRE_CUDA");
+  return value != nullptr && *value != '\0' && std::string_view(value) != "0";
+}
 
 // A fresh folder under the system's temporary directory, removed with everything in it when
 // the object goes away.

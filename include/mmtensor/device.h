@@ -31,5 +31,10 @@ bool cuda_is_available();
 int cuda_device_count();
 // True when this build of mmtensor contains the CUDA path.
 bool built_with_cuda();
+// Why cuda_device_count() is 0, in the runtime's words ("no CUDA-capable device is
+// detected", "CUDA driver version is insufficient for CUDA runtime version", or that this
+// build has no CUDA); empty when devices are present. A driver too old for the runtime this
+// build links looks like no device at all, so tests and benchmarks print this when they skip.
+std::string cuda_unavailable_reason();
 
 }  // namespace mmt

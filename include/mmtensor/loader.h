@@ -32,8 +32,11 @@
 //
 // CUDA ordering. next() makes options.consumer_stream (by default the legacy default
 // stream) wait for the batch's copy on the GPU, so kernels queued there may use the batch at
-// once. Batch::wait(stream) does the same for another stream and makes that stream the one
-// whose work must finish before the slot is reused; Batch::synchronize() blocks the host.
+// once. Batch::wait(stream) does the same for another stream and adds that stream to those
+// whose queued work must finish before the slot is reused (as record_stream does in
+// PyTorch); Batch::synchronize() blocks the host. When a batch was used on several streams,
+// its release makes each of them wait for the work queued on the ones before (one event
+// marks the slot's reuse point), so later work on those streams starts after it.
 //
 // Epochs and resume. next() returns std::nullopt once at the end of an epoch and the loader
 // moves on to the next epoch (prefetching it at once); set_epoch() jumps to any epoch.
@@ -139,8 +142,8 @@ class Batch {
   bool is_ragged(std::string_view field) const;
   const RaggedBatch& ragged(std::string_view field) const;  // ValueError for a fixed field
 
-  // CUDA: makes `stream` wait for this batch's copy (no host wait) and makes it the stream
-  // whose queued work must finish before the slot is reused. A no-op on cpu.
+  // CUDA: makes `stream` wait for this batch's copy (no host wait) and adds it to the
+  // streams whose queued work must finish before the slot is reused. A no-op on cpu.
   void wait(CUstream_st* stream);
   // CUDA: the host waits until the batch is on the device. A no-op on cpu.
   void synchronize() const;
@@ -157,7 +160,10 @@ class Batch {
   int64_t epoch_ = 0;
   int64_t number_ = 0;
   Device device_;
-  CUstream_st* consumer_stream_ = nullptr;  // where release() records the slot's reuse point
+  // Where release() records the slot's reuse point: options.consumer_stream, and any other
+  // stream passed to wait() (empty unless there was one: no allocation per batch).
+  CUstream_st* consumer_stream_ = nullptr;
+  std::vector<CUstream_st*> other_streams_;
   LoaderState state_after_;
   std::vector<RaggedBatch> fields_;  // fixed fields use .values only
 };
