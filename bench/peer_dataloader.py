@@ -11,6 +11,7 @@ Runs where torch is installed; without CUDA it times host batches and says so.
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 
@@ -37,17 +38,24 @@ class MemmapImages:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=2048)
+    parser.add_argument("--records", type=int, default=8192)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--dir", default=None, help="where to write the .npy (default: a temp dir)")
     args = parser.parse_args()
+    workdir = args.dir or tempfile.mkdtemp(prefix="mmtensor-peer-")
+    try:
+        run(args, workdir)
+    finally:
+        if not args.dir:
+            shutil.rmtree(workdir, ignore_errors=True)  # 1.2 GB of records
 
+
+def run(args, workdir):
     import torch
     from torch.utils.data import DataLoader
 
-    workdir = args.dir or tempfile.mkdtemp(prefix="mmtensor-peer-")
     path = os.path.join(workdir, "images.npy")
     shape = (args.records, 3, 224, 224)
     if not os.path.exists(path):

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The GPU checks of issue 5, for a machine with an NVIDIA GPU that has no package registry
+# (the project's lent H100). Two steps:
+#
+#   bash scripts/gpu-check.sh prepare       # here: Release build + the shared libraries it
+#                                           # needs beyond glibc, in build-rel/carried-libs
+#   bash scripts/gpu-check.sh run OUT_DIR   # there, in a copy of the tree with build-rel:
+#                                           # GPU tests, BM_LoaderToDevice, the PyTorch peer
+#
+# `run` sets MMT_REQUIRE_CUDA=1, so a GPU this build cannot use (a driver older than its
+# CUDA runtime, say) fails loudly instead of skipping; its figures go to OUT_DIR.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+case "${1:-}" in
+  prepare)
+    cmake -S . -B build-rel -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+    ninja -C build-rel mmtensor_tests mmtensor_bench
+    rm -rf build-rel/carried-libs
+    mkdir -p build-rel/carried-libs
+    # Everything the binaries load except the C/C++ runtime, which any Debian 12-era system
+    # (glibc 2.34+, GCC 12's libstdc++) has; copied under the name the loader asks for.
+    for binary in build-rel/mmtensor_tests build-rel/mmtensor_bench; do
+      ldd "$binary" | awk '$3 ~ /^\// {print $1, $3}'
+    done | sort -u | while read -r soname path; do
+      case "$soname" in
+        libc.so* | libm.so* | libstdc++* | libgcc_s* | ld-linux* | libpthread* | libdl* | librt*) ;;
+        *) cp -L "$path" "build-rel/carried-libs/$soname" ;;
+      esac
+    done
+    ls build-rel/carried-libs
+    du -sh build-rel
+    ;;
+  run)
+    out="${2:?usage: gpu-check.sh run OUT_DIR}"
+    mkdir -p "$out"
+    export LD_LIBRARY_PATH="$PWD/build-rel/carried-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export MMT_REQUIRE_CUDA=1
+    nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.max,pcie.link.width.max --format=csv \
+      | tee "$out/gpu.txt"
+    status=0
+    build-rel/mmtensor_tests --gtest_filter='LoaderGpuTest.*:Storage.Cuda*:Storage.Pinned*:*Device*' \
+      2>&1 | tee "$out/gpu-tests.txt" | grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) ' || status=1
+    grep -q '^\[  FAILED  \]' "$out/gpu-tests.txt" && status=1
+    build-rel/mmtensor_bench --benchmark_filter=LoaderToDevice --benchmark_out="$out/loader-to-device.json" \
+      --benchmark_out_format=json 2>&1 | tee "$out/loader-to-device.txt" || status=1
+    # The peer at the same worker counts as BM_LoaderToDevice (processes instead of threads).
+    for workers in 4 8 14; do
+      python3 bench/peer_dataloader.py --workers "$workers" | tee -a "$out/peer-dataloader.jsonl" || status=1
+    done
+    exit "$status"
+    ;;
+  *)
+    sed -n '2,11p' "$0"
+    exit 2
+    ;;
+esac
