@@ -144,6 +144,18 @@ void decompress(Codec codec, const void* src, int64_t src_bytes, void* dst, int6
       return;
     }
     case Codec::Zstd: {
+      // One frame, as the format says: the decoder would also accept concatenated and
+      // skippable frames, which no writer of this format produces.
+      const size_t frame_bytes = ZSTD_findFrameCompressedSize(src, static_cast<size_t>(src_bytes));
+      MMT_CHECK(!ZSTD_isError(frame_bytes) && frame_bytes == static_cast<size_t>(src_bytes), FormatError, what,
+                ": the ", src_bytes, " stored bytes are not one zstd frame (",
+                ZSTD_isError(frame_bytes) ? std::string(ZSTD_getErrorName(frame_bytes))
+                                          : detail::str("a frame of ", frame_bytes, " bytes"),
+                ")");
+      const unsigned long long content = ZSTD_getFrameContentSize(src, static_cast<size_t>(src_bytes));
+      MMT_CHECK(content == ZSTD_CONTENTSIZE_UNKNOWN || content == static_cast<unsigned long long>(decoded_bytes),
+                FormatError, what, ": the zstd frame holds ", content, " bytes but the chunk table declares ",
+                decoded_bytes);
       size_t n = ZSTD_decompressDCtx(zstd_contexts().decompress.get(), dst,
                                      static_cast<size_t>(decoded_bytes), src,
                                      static_cast<size_t>(src_bytes));

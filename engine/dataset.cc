@@ -1,5 +1,6 @@
 // Dataset: samples and columns as views. get(i) on an uncompressed file builds its views
 // straight over the whole-file mapping without a heap allocation.
+#include <algorithm>
 #include <cstring>
 
 #include "dataset_impl.h"
@@ -39,6 +40,7 @@ Tensor Dataset::Impl::ragged_view(const ChunkRef& ref, int64_t record, size_t f)
   DimVector sizes(field.shape.size());
   const int64_t vdims = field.variable_dims();
   int64_t numel = 1;
+  int64_t extent_product = 1;  // with empty dimensions counted as 1: what the strides span
   size_t extent_index = 0;
   for (size_t d = 0; d < field.shape.size(); ++d) {
     int64_t size = field.shape[d];
@@ -49,8 +51,10 @@ Tensor Dataset::Impl::ragged_view(const ChunkRef& ref, int64_t record, size_t f)
       size = static_cast<int64_t>(extent);
     }
     sizes[d] = size;
-    MMT_CHECK(format::checked_mul(numel, size, &numel), FormatError, path, ": chunk ", ref.index, ", field '",
-              field.name, "': the extents of record ", record, " overflow");
+    MMT_CHECK(format::checked_mul(numel, size, &numel) &&
+                  format::checked_mul(extent_product, std::max<int64_t>(size, 1), &extent_product),
+              FormatError, path, ": chunk ", ref.index, ", field '", field.name, "': the extents of record ", record,
+              " overflow");
   }
   MMT_CHECK(static_cast<uint64_t>(numel) == end - start, FormatError, path, ": chunk ", ref.index, ", field '",
             field.name, "': record ", record, " has extents ", IntArrayRef(sizes), " (", numel, " elements) but ",
@@ -128,7 +132,11 @@ Tensor Dataset::column(std::string_view field, int64_t start, int64_t stop) cons
   DimVector sizes{n};
   for (int64_t s : plan.sizes) sizes.push_back(s);
   if (d.contiguous) {
-    // One strided view over the whole-file storage: record stride first, then the value's strides.
+    // One strided view over the whole-file storage: record stride first, then the value's
+    // strides. The view is only as sound as the chunk entries under it (a chunk of the wrong
+    // codec or place): check those in the range once, as get() does one at a time.
+    if (n > 0 && !d.all_chunks_validated())
+      for (int64_t c = start / d.records_per_chunk; c <= (stop - 1) / d.records_per_chunk; ++c) d.ensure_validated(c);
     DimVector strides{d.record_stride_bytes / plan.element_bytes};
     for (int64_t s : plan.strides) strides.push_back(s);
     const int64_t offset_bytes = d.data_offset + start * d.record_stride_bytes + plan.offset_bytes;
@@ -146,7 +154,18 @@ Tensor Dataset::column(std::string_view field, int64_t start, int64_t stop) cons
       return Tensor(ref.storage, plan.dtype, sizes, strides, offset_bytes / plan.element_bytes);
     }
   }
-  // Otherwise a copy, gathered chunk by chunk, keeping the field's storage order.
+  // Otherwise a copy, gathered chunk by chunk, keeping the field's storage order. The chunk
+  // entries of the range are checked first (no payload is read), so a corrupt record count
+  // cannot size the allocation.
+  for (int64_t record = start; record < stop;) {
+    const int64_t c = d.chunk_of(record);
+    const format::ChunkEntry e = d.check_entry(c);
+    MMT_CHECK(e.first_record <= static_cast<uint64_t>(record) &&
+                  static_cast<uint64_t>(record) < e.first_record + e.record_count,
+              FormatError, d.path, ": chunk ", c, " holds records [", e.first_record, ", +", e.record_count,
+              ") but the chunk table puts record ", record, " there");
+    record = static_cast<int64_t>(e.first_record + e.record_count);
+  }
   strides = DimVector{plan.value_bytes / plan.element_bytes};
   for (int64_t s : plan.strides) strides.push_back(s);
   Tensor out = empty_strided(sizes, strides, plan.dtype);

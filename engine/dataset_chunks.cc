@@ -119,10 +119,15 @@ format::ChunkEntry Dataset::Impl::check_entry(int64_t c) const {
   if (layout.ragged_fields.empty())
     MMT_CHECK(static_cast<uint64_t>(fixed_bytes) == e.decoded_bytes, FormatError, where(), ": decodes to ",
               e.decoded_bytes, " bytes but ", e.record_count, " fixed records take ", fixed_bytes);
-  if (contiguous)
+  if (contiguous) {
+    // Records of a contiguous file are read straight from the mapping: a compressed chunk
+    // there would be served as values.
+    MMT_CHECK(codec_used == Codec::None, FormatError, where(), ": is ", to_string(codec_used),
+              "-compressed, but the contiguous layout stores every chunk uncompressed");
     MMT_CHECK(e.file_offset == static_cast<uint64_t>(data_offset + static_cast<int64_t>(e.first_record) * record_stride_bytes),
               FormatError, where(), ": at byte offset ", e.file_offset, " but the contiguous layout puts it at ",
               data_offset + static_cast<int64_t>(e.first_record) * record_stride_bytes);
+  }
   return e;
 }
 
@@ -141,20 +146,19 @@ format::ChunkEntry Dataset::Impl::validate_chunk(int64_t c, bool force_payload_c
               ", ", e.stored_bytes, " stored bytes): payload checksum mismatch; the chunk is corrupt or "
               "was moved from another position");
   }
-  if (verify_payload || !required) {
-    // One thread stores the slot; a thread that loses the race already holds the same entry.
-    ValidatedChunk& slot = validated_chunks.get()[c];
-    uint8_t expected = 0;
-    if (std::atomic_ref<uint8_t>(slot.state).compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
-      slot.codec = e.codec;
-      slot.record_count = e.record_count;
-      slot.file_offset = e.file_offset;
-      slot.stored_bytes = e.stored_bytes;
-      slot.decoded_bytes = e.decoded_bytes;
-      slot.first_record = e.first_record;
-      std::atomic_ref<uint8_t>(slot.state).store(2, std::memory_order_release);
-      validated_count.fetch_add(1, std::memory_order_release);
-    }
+  // Everything the options require is checked: remember it. One thread stores the slot; a
+  // thread that loses the race already holds the same entry.
+  ValidatedChunk& slot = validated_chunks.get()[c];
+  uint8_t expected = 0;
+  if (std::atomic_ref<uint8_t>(slot.state).compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
+    slot.codec = e.codec;
+    slot.record_count = e.record_count;
+    slot.file_offset = e.file_offset;
+    slot.stored_bytes = e.stored_bytes;
+    slot.decoded_bytes = e.decoded_bytes;
+    slot.first_record = e.first_record;
+    std::atomic_ref<uint8_t>(slot.state).store(2, std::memory_order_release);
+    validated_count.fetch_add(1, std::memory_order_release);
   }
   return e;
 }
@@ -232,6 +236,7 @@ void Dataset::Impl::verify_ragged_structure(const ChunkRef& ref) const {
       MMT_CHECK(end >= previous_end, FormatError, path, ": chunk ", ref.index, ", field '", field.name,
                 "': value ends decrease at record ", ref.first_record + r);
       int64_t count = 1;
+      int64_t extent_product = 1;  // empty dimensions counted as 1: what the view's strides span
       size_t extent_index = 0;
       for (int64_t d : field.shape) {
         int64_t size = d;
@@ -241,8 +246,10 @@ void Dataset::Impl::verify_ragged_structure(const ChunkRef& ref) const {
                     ", field '", field.name, "': extent ", extent, " of record ", ref.first_record + r, " is too large");
           size = static_cast<int64_t>(extent);
         }
-        MMT_CHECK(format::checked_mul(count, size, &count), FormatError, path, ": chunk ", ref.index, ", field '",
-                  field.name, "': the extents of record ", ref.first_record + r, " overflow");
+        MMT_CHECK(format::checked_mul(count, size, &count) &&
+                      format::checked_mul(extent_product, std::max<int64_t>(size, 1), &extent_product),
+                  FormatError, path, ": chunk ", ref.index, ", field '", field.name, "': the extents of record ",
+                  ref.first_record + r, " overflow");
       }
       MMT_CHECK(static_cast<uint64_t>(count) == end - previous_end, FormatError, path, ": chunk ", ref.index,
                 ", field '", field.name, "': record ", ref.first_record + r, " has extents for ", count,
@@ -259,6 +266,19 @@ void Dataset::Impl::verify_ragged_structure(const ChunkRef& ref) const {
 void Dataset::verify() const {
   const Impl& d = checked_impl(impl_);
   d.file.advise(AccessAdvice::Sequential);
+  // Padding is zero (FORMAT.md): readers never look at it, but a flipped byte there is damage
+  // all the same, and verify() promises every byte outside the payloads it hashes is checked.
+  const auto check_zero_padding = [&](uint64_t begin, uint64_t end, const char* where) {
+    const std::byte* bytes = d.base;
+    const uint64_t nonzero = d.guarded([&] {
+      for (uint64_t at = begin; at < end; ++at)
+        if (bytes[at] != std::byte{0}) return at;
+      return end;
+    });
+    MMT_CHECK(nonzero == end, FormatError, d.path, ": padding byte at offset ", nonzero, " (", where, ") is not zero");
+  };
+  check_zero_padding(static_cast<uint64_t>(format::kPreambleBytes), static_cast<uint64_t>(d.data_offset),
+                     "before the first chunk");
   int64_t expected_first = 0;
   uint64_t previous_end = static_cast<uint64_t>(d.data_offset);
   for (int64_t c = 0; c < d.chunk_count; ++c) {
@@ -267,6 +287,7 @@ void Dataset::verify() const {
               " starts at record ", e.first_record, ", expected ", expected_first, " (chunks hold records in order)");
     MMT_CHECK(e.file_offset >= previous_end, FormatError, d.path, ": chunk ", c, " at byte offset ", e.file_offset,
               " overlaps the previous chunk, which ends at byte ", previous_end);
+    check_zero_padding(previous_end, e.file_offset, "between chunks");
     expected_first += e.record_count;
     previous_end = e.file_offset + e.stored_bytes;
     ChunkRef ref;
@@ -289,6 +310,7 @@ void Dataset::verify() const {
   }
   MMT_CHECK(expected_first == d.record_count, FormatError, d.path, ": the chunks hold ", expected_first,
             " records but the footer says ", d.record_count);
+  check_zero_padding(previous_end, static_cast<uint64_t>(d.schema_offset), "after the last chunk");
   d.file.advise(d.options.advice);
 }
 

@@ -1,7 +1,9 @@
 // Dataset::open: maps the file and validates what open reads, all of it fixed-size: the
-// preamble, the footer and the schema block. Nothing here grows with the record count.
+// preamble, the footer, the schema block and, when chunks vary in size, the last chunk entry.
+// Nothing here grows with the record count.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -77,6 +79,15 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   MMT_CHECK(impl->layout.record_stride_bytes == impl->record_stride_bytes, FormatError, path,
             ": the preamble's record_stride_bytes is ", impl->record_stride_bytes, " but the schema's "
             "record layout needs ", impl->layout.record_stride_bytes);
+  // One record lies inside one chunk, and a chunk decodes to at most the data region (stored
+  // as is) or kMaxDecodedChunkBytes (compressed): a larger stride is corrupt, and would size
+  // the allocations of column() and get_batch() before any chunk is looked at.
+  const int64_t data_region_bytes = impl->schema_offset - impl->data_offset;
+  MMT_CHECK(impl->record_count == 0 ||
+                impl->record_stride_bytes <= std::max(data_region_bytes, format::kMaxDecodedChunkBytes),
+            FormatError, path, ": record_stride_bytes ", impl->record_stride_bytes,
+            " cannot fit in a chunk (data region of ", data_region_bytes, " bytes, decoded chunks of at most ",
+            format::kMaxDecodedChunkBytes, ")");
   const Schema& schema = block.schema;
   if (impl->preamble.flags & format::kFlagContiguousFixedLayout) {
     int64_t rpc = impl->records_per_chunk, stride = impl->record_stride_bytes, run = 0, data_bytes = 0;
@@ -115,6 +126,15 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
     impl->validated_chunks.reset(
         static_cast<ValidatedChunk*>(std::calloc(static_cast<size_t>(impl->chunk_count), sizeof(ValidatedChunk))));
     MMT_CHECK(impl->validated_chunks, Error, path, ": out of memory for ", impl->chunk_count, " chunk slots");
+  }
+  if (impl->records_per_chunk == 0 && impl->chunk_count > 0) {
+    // Chunks of varying size: the footer's record count is only bounded by the chunk count
+    // (up to 2^32 - 1 records each). The last chunk must end it (one entry read: open stays
+    // O(1)), so the count cannot claim records that no chunk holds.
+    const format::ChunkEntry last = impl->check_entry(impl->chunk_count - 1);
+    MMT_CHECK(last.first_record + last.record_count == footer.record_count, FormatError, path, ": the last chunk (",
+              impl->chunk_count - 1, ") ends at record ", last.first_record + last.record_count,
+              " but the footer counts ", footer.record_count, " records");
   }
   impl->cache = std::make_unique<detail::ChunkCache>(options.cache_bytes);
   impl->instance_id = next_instance_id.fetch_add(1, std::memory_order_relaxed);

@@ -269,18 +269,25 @@ RaggedSection locate_ragged_section(const std::byte* chunk, int64_t decoded_byte
 // ---------------------------------------------------------------------------------------------
 namespace {
 
-using Json = nlohmann::ordered_json;
+// Reading: members in std::maps, so a block of many members parses in O(n log n); writing:
+// members in the order written ("fields" first, for a person reading the file).
+using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;
 
 [[noreturn]] void schema_error(int64_t file_offset, const std::string& what) {
   throw FormatError(detail::str("schema block at byte offset ", file_offset, ": ", what));
 }
 
-// nlohmann's parser is iterative, but destroying a deeply nested value recurses; refuse
-// nesting a schema never needs before handing the text over.
-void check_nesting(std::string_view json, int64_t file_offset) {
+// What can be refused before parsing, in one pass over the text: NUL bytes (the parser would
+// stop there and ignore the rest); nesting deeper than any schema needs (nlohmann's parser
+// is iterative, but destroying a deeply nested value recurses); more values than
+// kMaxSchemaValues (each ',' outside a string separates two).
+void check_before_parsing(std::string_view json, int64_t file_offset) {
   int depth = 0;
+  int64_t separators = 0;
   bool in_string = false, escaped = false;
   for (char c : json) {
+    if (c == '\0') schema_error(file_offset, "the JSON text contains a NUL byte");
     if (in_string) {
       if (escaped) escaped = false;
       else if (c == '\\') escaped = true;
@@ -291,6 +298,8 @@ void check_nesting(std::string_view json, int64_t file_offset) {
       if (++depth > kMaxSchemaNesting) schema_error(file_offset, "JSON nested deeper than any schema needs");
     } else if (c == ']' || c == '}') {
       --depth;
+    } else if (c == ',' && ++separators >= kMaxSchemaValues) {
+      schema_error(file_offset, detail::str("the JSON holds more than ", kMaxSchemaValues, " values"));
     }
   }
 }
@@ -315,18 +324,22 @@ DimVector json_dims(const Json& v, int64_t file_offset, const std::string& what)
 }  // namespace
 
 std::string encode_schema_block(const SchemaBlock& block) {
-  Json fields = Json::array();
+  OrderedJson fields = OrderedJson::array();
   for (const Field& field : block.schema) {
-    Json f;
+    OrderedJson f;
     f["name"] = field.name;
     f["dtype"] = std::string(to_string(field.dtype));
     f["shape"] = field.shape.vec();
     if (!field.storage_order.empty()) f["storage_order"] = field.storage_order.vec();
     fields.push_back(std::move(f));
   }
-  Json metadata = Json::object();
-  for (const auto& [key, value] : block.metadata) metadata[key] = value;
-  Json root;
+  // ordered_json looks each key up by a linear search; the metadata's keys are already
+  // unique and sorted, so they are appended directly (many keys would otherwise take O(n^2)).
+  OrderedJson metadata = OrderedJson::object();
+  auto& members = metadata.get_ref<OrderedJson::object_t&>();
+  members.reserve(block.metadata.size());
+  for (const auto& [key, value] : block.metadata) members.push_back({key, value});
+  OrderedJson root;
   root["fields"] = std::move(fields);
   root["metadata"] = std::move(metadata);
   root["codec"] = block.codec.str();
@@ -335,7 +348,7 @@ std::string encode_schema_block(const SchemaBlock& block) {
 }
 
 SchemaBlock decode_schema_block(std::string_view text, int64_t file_offset) {
-  check_nesting(text, file_offset);
+  check_before_parsing(text, file_offset);
   Json root;
   try {
     root = Json::parse(text.begin(), text.end());

@@ -40,6 +40,9 @@ inline constexpr int64_t kMaxSchemaBytes = int64_t{64} << 20;
 inline constexpr int64_t kMaxDecodedChunkBytes = int64_t{1} << 30;
 inline constexpr int64_t kMaxChunkRecords = 0xffffffffLL;  // record_count is a u32
 inline constexpr int kMaxSchemaNesting = 16;
+// JSON values (array elements and object members) a schema block may hold, counted before
+// parsing: a parser builds a node per value, tens of times the text's size in memory.
+inline constexpr int64_t kMaxSchemaValues = int64_t{1} << 20;
 
 // ---- overflow-safe arithmetic: the one bounds-check helper ----
 // True when [offset, offset + nbytes) lies inside [0, size). Cannot overflow.

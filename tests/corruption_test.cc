@@ -2,11 +2,14 @@
 // ChecksumError) naming what and where, never a crash, a hang or an out-of-bounds read.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <random>
 
+#include "checksum.h"
 #include "format.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/dataset_writer.h"
@@ -288,6 +291,155 @@ TEST(CorruptionTest, AChunkMovedToAnotherPositionIsCaught) {
   } catch (const ChecksumError& e) {
     EXPECT_NE(std::string(e.what()).find("chunk 0: chunk table entry checksum mismatch"), std::string::npos) << e.what();
   }
+}
+
+// The footer, schema block and preamble re-encoded with valid checksums after a change: the
+// schema text keeps its length (the writer's free text is cut or padded), so no offset moves.
+void rewrite_footer(std::vector<std::byte>& bytes, const std::function<void(format::Footer&)>& change) {
+  format::Footer footer = footer_of(bytes);
+  change(footer);
+  format::encode_footer(footer, bytes.data() + bytes.size() - format::kFooterBytes);
+}
+
+void rewrite_schema(std::vector<std::byte>& bytes, format::SchemaBlock block) {
+  const format::Footer footer = footer_of(bytes);
+  block.writer.clear();
+  const size_t bare = format::encode_schema_block(block).size();
+  ASSERT_LE(bare, footer.schema_bytes);
+  block.writer.assign(footer.schema_bytes - bare, 'w');
+  const std::string json = format::encode_schema_block(block);
+  ASSERT_EQ(json.size(), footer.schema_bytes);
+  std::memcpy(bytes.data() + footer.schema_offset, json.data(), json.size());
+  rewrite_footer(bytes, [&](format::Footer& f) { f.schema_checksum = detail::checksum64(json.data(), json.size()); });
+  format::Preamble preamble = format::decode_preamble(bytes.data(), static_cast<int64_t>(bytes.size()));
+  preamble.record_stride_bytes = static_cast<uint64_t>(format::compute_record_layout(block.schema).record_stride_bytes);
+  format::encode_preamble(preamble, bytes.data());
+}
+
+format::SchemaBlock schema_block_of(const std::vector<std::byte>& bytes) {
+  const format::Footer footer = footer_of(bytes);
+  return format::decode_schema_block(
+      std::string_view(reinterpret_cast<const char*>(bytes.data() + footer.schema_offset), footer.schema_bytes),
+      static_cast<int64_t>(footer.schema_offset));
+}
+
+TEST(CorruptionTest, AContiguousFileWithACompressedChunkIsRefused) {
+  // Records of a contiguous file are read straight from the mapping: a chunk entry claiming a
+  // codec there would have its compressed bytes served as values.
+  TempDir dir;
+  std::vector<std::byte> bytes = read_file(write_fixed(dir));
+  ASSERT_TRUE(format::decode_preamble(bytes.data(), static_cast<int64_t>(bytes.size())).flags &
+              format::kFlagContiguousFixedLayout);
+  rewrite_entry(bytes, 1, [](format::ChunkEntry& e) { e.codec = static_cast<uint8_t>(Codec::LZ4); });
+  const std::string path = dir.file("contiguous-lz4.mmt");
+  write_file(path, bytes);
+  EXPECT_NE(format_error_of(path, false).find("chunk 1"), std::string::npos);
+  Dataset ds = Dataset::open(path);
+  for (auto read : std::vector<std::function<void()>>{[&] { ds.get(20); }, [&] { (void)ds.column("x"); },
+                                                      [&] { (void)ds.column("x", 16, 17); }, [&] { ds.verify(); }}) {
+    try {
+      read();
+      FAIL() << "a compressed chunk in a contiguous file was read";
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find("contiguous layout stores every chunk uncompressed"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_NO_THROW(ds.column("x", 0, 16));  // chunk 0 is sound
+}
+
+TEST(CorruptionTest, ARecordCountNoChunkHoldsIsRefusedAtOpen) {
+  // With chunks of varying size the footer's count is bounded only by 2^32 - 1 records per
+  // chunk; a count past the last chunk's end would size column()'s copy before any check.
+  TempDir dir;
+  const std::string good = dir.file("varying.mmt");
+  {
+    WriterOptions options;
+    options.alignment = 64;
+    options.chunk_bytes = 128;
+    DatasetWriter writer =
+        DatasetWriter::create(good, Schema({Field::fixed("x", kInt64, {}), Field::bytes("raw")}), options);
+    for (int i = 0; i < 50; ++i) writer.append({full({}, i, kInt64), full({i % 5}, i, kUInt8)});
+    writer.finish();
+  }
+  std::vector<std::byte> bytes = read_file(good);
+  ASSERT_EQ(format::decode_preamble(bytes.data(), static_cast<int64_t>(bytes.size())).records_per_chunk, 0u);
+  ASSERT_GT(footer_of(bytes).chunk_count, 2u);
+  rewrite_footer(bytes, [](format::Footer& f) { f.record_count = uint64_t{1} << 32; });
+  const std::string path = dir.file("overcounted.mmt");
+  write_file(path, bytes);
+  try {
+    Dataset::open(path);
+    FAIL() << "opened a file counting records that no chunk holds";
+  } catch (const FormatError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("the last chunk"), std::string::npos) << message;
+    EXPECT_NE(message.find("4294967296 records"), std::string::npos) << message;
+  }
+}
+
+TEST(CorruptionTest, ARecordStrideNoChunkCanHoldIsRefusedAtOpen) {
+  // A schema whose records are larger than any chunk can be (checksums made valid again):
+  // refused at open, before column() or get_batch() size an allocation by it.
+  TempDir dir;
+  std::vector<std::byte> bytes = read_file(write_ragged(dir, "zstd"));
+  format::SchemaBlock block = schema_block_of(bytes);
+  std::vector<Field> fields(block.schema.begin(), block.schema.end());
+  fields[0] = Field::fixed("label", kInt64, {int64_t{1} << 38});
+  block.schema = Schema(fields);
+  rewrite_schema(bytes, block);
+  const std::string path = dir.file("huge-stride.mmt");
+  write_file(path, bytes);
+  try {
+    Dataset::open(path);
+    FAIL() << "opened a file whose records no chunk can hold";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot fit in a chunk"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CorruptionTest, RaggedExtentsWhoseStridesOverflowAreAFormatError) {
+  // A value with an empty dimension has no elements, yet its other extents still set its
+  // strides: [0, 2^40, 2^40] would need a stride of 2^80.
+  TempDir dir;
+  const std::string good = dir.file("cube.mmt");
+  const uint64_t planted[3] = {0, 12345, 54321};
+  {
+    WriterOptions options;
+    options.alignment = 64;
+    DatasetWriter writer = DatasetWriter::create(
+        good, Schema({Field::ragged("cube", kUInt8, {kVariableDim, kVariableDim, kVariableDim})}), options);
+    writer.append({empty({0, 12345, 54321}, kUInt8)});
+    writer.append({full({2, 2, 2}, 1, kUInt8)});
+    writer.finish();
+  }
+  std::vector<std::byte> bytes = read_file(good);
+  Dataset dataset = Dataset::open(good);
+  const ChunkInfo chunk = dataset.chunk(0);
+  std::byte* payload = bytes.data() + chunk.file_offset;
+  std::byte* const payload_end = payload + chunk.stored_bytes;
+  std::byte* extents = std::search(payload, payload_end, reinterpret_cast<const std::byte*>(planted),
+                                   reinterpret_cast<const std::byte*>(planted) + sizeof planted);
+  ASSERT_NE(extents, payload_end) << "the record's extents were not found in its chunk";
+  const uint64_t hostile[3] = {0, uint64_t{1} << 40, uint64_t{1} << 40};
+  std::memcpy(extents, hostile, sizeof hostile);
+  rewrite_entry(bytes, 0, [&](format::ChunkEntry& e) {
+    e.payload_checksum = format::payload_checksum(payload, chunk.stored_bytes, 0);
+  });
+  const std::string path = dir.file("overflowing-cube.mmt");
+  write_file(path, bytes);
+  Dataset ds = Dataset::open(path);
+  for (auto read : std::vector<std::function<void()>>{[&] { ds.get(0); }, [&] { ds.verify(); }}) {
+    try {
+      read();
+      FAIL() << "strides of 2^80 elements were accepted";
+    } catch (const FormatError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("field 'cube'"), std::string::npos) << message;
+      EXPECT_NE(message.find("overflow"), std::string::npos) << message;
+    }
+  }
+  EXPECT_TRUE(ds.get(1)[0].equal(full({2, 2, 2}, 1, kUInt8)));
 }
 
 TEST(CorruptionTest, ForeignAndUnfinishedFiles) {

@@ -162,6 +162,13 @@ TEST(FormatTest, SchemaBlockRoundTripAndValidation) {
   EXPECT_NE(error(R"({"fields":[{"name":"x","dtype":"uint8","shape":[1]}],"codec":"brotli"})").find("unknown codec"),
             std::string::npos);
   EXPECT_NE(error(std::string(100, '[') + std::string(100, ']')).find("nested"), std::string::npos);
+  // Refused before parsing: text after a NUL (the parser would stop there and ignore it), and
+  // more values than a schema needs (a parser builds a node for each).
+  const std::string valid = R"({"fields":[{"name":"x","dtype":"uint8","shape":[1]}]})";
+  EXPECT_NE(error(valid + std::string(1, '\0') + "garbage").find("NUL"), std::string::npos);
+  std::string crowded = R"({"fields":[{"name":"x","dtype":"uint8","shape":[1]}],"extra":[0)";
+  for (int64_t i = 0; i < kMaxSchemaValues; ++i) crowded += ",0";
+  EXPECT_NE(error(crowded + "]}").find("values"), std::string::npos);
 }
 
 TEST(FormatTest, CodecSpecParseAndStr) {
@@ -198,6 +205,36 @@ TEST(FormatTest, CodecsRoundTripAndRefuseWrongSizes) {
       }
     }
   }
+}
+
+TEST(FormatTest, ZstdPayloadsAreExactlyOneFrame) {
+  // The decoder accepts concatenated and skippable frames; the format allows one frame only.
+  std::vector<std::byte> data(10000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 7 % 251);
+  const CodecSpec zstd{Codec::Zstd, 3};
+  std::vector<std::byte> frame(static_cast<size_t>(detail::compress_bound(Codec::Zstd, 10000)));
+  frame.resize(static_cast<size_t>(detail::compress(zstd, data.data(), 10000, frame.data(),
+                                                    static_cast<int64_t>(frame.size()))));
+  std::vector<std::byte> back(20000);
+  auto error_of_payload = [&](const std::vector<std::byte>& payload, int64_t decoded) {
+    return message_of([&] {
+      detail::decompress(Codec::Zstd, payload.data(), static_cast<int64_t>(payload.size()), back.data(), decoded,
+                         "chunk 3");
+    });
+  };
+  EXPECT_EQ(error_of_payload(frame, 10000), "(no error)");
+  std::vector<std::byte> two = frame;
+  two.insert(two.end(), frame.begin(), frame.end());
+  EXPECT_NE(error_of_payload(two, 20000).find("chunk 3: the"), std::string::npos);
+  EXPECT_NE(error_of_payload(two, 20000).find("not one zstd frame"), std::string::npos);
+  // A skippable frame (magic 0x184D2A50, 4 bytes of content) in front of a real one.
+  std::vector<std::byte> skippable = {std::byte{0x50}, std::byte{0x2A}, std::byte{0x4D}, std::byte{0x18},
+                                      std::byte{4},    std::byte{0},    std::byte{0},    std::byte{0},
+                                      std::byte{1},    std::byte{2},    std::byte{3},    std::byte{4}};
+  skippable.insert(skippable.end(), frame.begin(), frame.end());
+  EXPECT_NE(error_of_payload(skippable, 10000).find("not one zstd frame"), std::string::npos);
+  // A frame whose header names another size than the chunk table: refused before decoding.
+  EXPECT_NE(error_of_payload(frame, 9000).find("the zstd frame holds 10000 bytes"), std::string::npos);
 }
 
 TEST(FormatTest, BoundsHelpersCannotOverflow) {
