@@ -18,11 +18,23 @@
 #include "strided_copy.h"
 #include "temp_files.h"
 #include "thread_pool.h"
+#include "utf8.h"
 
 namespace mmt {
 namespace {
 
 using format::ChunkEntry;
+
+// Metadata is stored as JSON text, which is UTF-8: refused here, naming the key, rather than
+// at finish() by the JSON library.
+void check_metadata_text(const std::string& key, const std::string& value) {
+  const size_t in_key = detail::first_invalid_utf8(key);
+  MMT_CHECK(in_key == std::string::npos, ValueError, "metadata key of ", key.size(),
+            " bytes is not valid UTF-8 (byte ", in_key, ")");
+  const size_t in_value = detail::first_invalid_utf8(value);
+  MMT_CHECK(in_value == std::string::npos, ValueError, "metadata '", key, "': the value is not valid UTF-8 (byte ",
+            in_value, " of ", value.size(), ")");
+}
 
 // A payload ready for the file, in the chunk's stored form.
 struct EncodedChunk {
@@ -123,7 +135,10 @@ DatasetWriter DatasetWriter::create(const std::string& path, Schema schema, Writ
   MMT_CHECK(options.chunk_records >= 0 && options.chunk_records <= format::kMaxChunkRecords,
             ValueError, "WriterOptions::chunk_records must be in [0, ", format::kMaxChunkRecords,
             "], got ", options.chunk_records);
-  MMT_CHECK(options.threads >= 0, ValueError, "WriterOptions::threads must be >= 0, got ", options.threads);
+  // More compression threads than chunks in flight only cost memory and start-up; 1024 is
+  // far past any machine's cores, and below the system's thread limits.
+  MMT_CHECK(options.threads >= 0 && options.threads <= kMaxWriterThreads, ValueError,
+            "WriterOptions::threads must be in [0, ", kMaxWriterThreads, "], got ", options.threads);
   options.codec = CodecSpec::parse(options.codec.str());  // refuses levels out of range
 
   auto impl = std::make_unique<Impl>();
@@ -167,6 +182,7 @@ DatasetWriter DatasetWriter::create(const std::string& path, Schema schema, Writ
   // The target: refuse to clobber before writing anything.
   MMT_CHECK(options.overwrite || !io::path_exists(path), IoError, "dataset writer: ", path,
             " already exists (set WriterOptions::overwrite to replace it)");
+  for (const auto& [key, value] : options.metadata) check_metadata_text(key, value);
   impl->metadata = options.metadata;
   impl->options = std::move(options);
   detail::remove_dead_temporaries(path);  // what writers of this target killed earlier left
@@ -484,6 +500,12 @@ void DatasetWriter::Impl::finish_file() {
   MMT_CHECK(static_cast<int64_t>(json.size()) <= format::kMaxSchemaBytes, ValueError, "dataset writer for ",
             path, ": the schema and metadata take ", json.size(), " bytes, over the limit of ",
             format::kMaxSchemaBytes);
+  try {  // what readers refuse (too many metadata entries, say) is refused here instead
+    (void)format::decode_schema_block(json, file.offset());
+  } catch (const FormatError& e) {
+    throw ValueError(detail::str("dataset writer for ", path, ": the schema and metadata would not be readable: ",
+                                 e.what()));
+  }
   footer.schema_offset = static_cast<uint64_t>(file.offset());
   footer.schema_bytes = json.size();
   footer.schema_checksum = detail::checksum64(json.data(), json.size());
@@ -599,6 +621,7 @@ void DatasetWriter::append_batch(std::span<const Tensor> values) {
 void DatasetWriter::set_metadata(std::string key, std::string value) {
   MMT_CHECK(impl_, ValueError, "set_metadata on a moved-from DatasetWriter");
   impl_->check_open();
+  check_metadata_text(key, value);
   impl_->metadata.insert_or_assign(std::move(key), std::move(value));
 }
 

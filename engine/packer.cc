@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "import_util.h"
+#include "utf8.h"
 #include "mmtensor/idx_io.h"
 #include "mmtensor/numpy_io.h"
 
@@ -73,7 +74,12 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
                            ") but ", out.origins_[0], " has ", out.records_));
     out.records_ = t.size(0);
     std::vector<int64_t> record_shape(t.sizes().begin() + 1, t.sizes().end());
-    fields.push_back(Field::fixed(name, t.dtype(), record_shape));
+    try {
+      fields.push_back(Field::fixed(name, t.dtype(), record_shape));
+      fields.back().validate();
+    } catch (const ValueError& e) {
+      throw ValueError(str(origin, ": ", e.what()));
+    }
     out.total_bytes_ += t.nbytes();
     out.origins_.push_back(origin);
     out.columns_.push_back(std::move(t));
@@ -82,11 +88,13 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
     auto [name, path] = split_spec(spec);
     MMT_CHECK(!path.empty(), ValueError, "input '", spec, "' has no path after '='");
     SourceKind kind = sniff_kind(path);
+    out.input_paths_.push_back(path);
     if (kind == SourceKind::Npz) {
       MMT_CHECK(name.empty(), ValueError, "input '", spec, "': an .npz names its own fields ",
                 "after its arrays; give it as a bare PATH, without NAME=");
-      for (NpzMember& m : load_npz(path))
-        add_column(m.name, std::move(m.array), str(m.name, "=", path));
+      std::vector<NpzMember> members = load_npz(path);
+      MMT_CHECK(!members.empty(), ValueError, path, ": the archive holds no arrays");
+      for (NpzMember& m : members) add_column(m.name, std::move(m.array), str(m.name, "=", path));
       continue;
     }
     MMT_CHECK(!name.empty(), ValueError, "input '", spec, "' needs a field name: write NAME=",
@@ -116,6 +124,11 @@ PackSources PackSources::from_folder(const std::string& dir) {
                            " has no class; put each file in a folder named after its class"));
     }
     std::sort(classes.begin(), classes.end());
+    for (const std::string& name : classes) {  // stored as JSON text in the metadata
+      const size_t invalid = detail::first_invalid_utf8(name);
+      MMT_CHECK(invalid == std::string::npos, ValueError, (fs::path(dir) / name).string(),
+                ": the class folder's name is not valid UTF-8 (byte ", invalid, "); rename it");
+    }
     for (size_t label = 0; label < classes.size(); ++label) {
       std::vector<std::string> files;
       for (const fs::directory_entry& entry :
@@ -136,7 +149,12 @@ PackSources PackSources::from_folder(const std::string& dir) {
   } catch (const fs::filesystem_error& e) {
     throw IoError(str(dir, ": cannot list the folder: ", e.what()), e.code().value());
   }
+  MMT_CHECK(!classes.empty(), ValueError, dir, ": no class folders in it; put each file in a folder named "
+            "after its class (DIR/CLASS/FILE)");
+  MMT_CHECK(!out.files_.empty(), ValueError, dir, ": its ", classes.size(), " class folder",
+            classes.size() == 1 ? "" : "s", " hold no files");
   out.records_ = static_cast<int64_t>(out.files_.size());
+  out.input_paths_ = {dir};
   out.schema_ = Schema({Field::bytes("data"), Field::fixed("label", kInt64, {})});
   out.metadata_["classes"] = nlohmann::json(classes).dump();
   out.metadata_["source"] = "folder";
@@ -173,7 +191,31 @@ bool PackSources::record_batch(int64_t start, int64_t count, std::vector<Tensor>
   return true;
 }
 
+namespace {
+
+// ValueError when writing `path` would replace one of the sources' files or land in their
+// folder (where the next pack of it would read it back as a record).
+void refuse_output_among_inputs(const std::string& path, const PackSources& sources) {
+  std::error_code ec;
+  const fs::path output = fs::weakly_canonical(path, ec);
+  if (ec) return;  // the writer reports what is wrong with the path
+  for (const std::string& input : sources.input_paths()) {
+    const fs::path source = fs::weakly_canonical(input, ec);
+    if (ec) continue;
+    const bool same_file = output == source || fs::equivalent(output, source, ec);  // hard links too
+    MMT_CHECK(!same_file, ValueError, "the output ", path, " is also an input (", input, "): packing would replace it");
+    if (fs::is_directory(source, ec)) {
+      const auto [source_end, output_at] = std::mismatch(source.begin(), source.end(), output.begin(), output.end());
+      MMT_CHECK(source_end != source.end(), ValueError, "the output ", path, " lies inside the input folder ", input,
+                "; write it elsewhere");
+    }
+  }
+}
+
+}  // namespace
+
 WriteStats pack_dataset(const std::string& path, const PackSources& sources, PackOptions options) {
+  refuse_output_among_inputs(path, sources);
   WriterOptions writer_options = options.writer;
   Metadata metadata = sources.metadata();
   for (auto& [key, value] : writer_options.metadata) metadata[key] = value;

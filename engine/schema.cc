@@ -3,6 +3,7 @@
 
 #include "mmtensor/error.h"
 #include "mmtensor/schema.h"
+#include "utf8.h"
 
 namespace mmt {
 namespace {
@@ -77,7 +78,9 @@ DimVector Field::value_strides(IntArrayRef sizes) const {
   for (size_t k = rank; k-- > 0;) {
     size_t dim = storage_order.empty() ? k : static_cast<size_t>(storage_order[k]);
     strides[dim] = step;
-    step *= std::max<int64_t>(sizes[dim], 1);
+    // Empty dimensions count as 1, so sizes with a 0 can span more than numel() suggests.
+    MMT_CHECK(k == 0 || !__builtin_mul_overflow(step, std::max<int64_t>(sizes[dim], 1), &step), ValueError,
+              "field '", name, "': sizes ", sizes, " span more elements than fit in int64");
   }
   return strides;
 }
@@ -86,6 +89,18 @@ void Field::validate() const {
   MMT_CHECK(!name.empty(), ValueError, "a field needs a non-empty name");
   MMT_CHECK(name.size() <= kMaxFieldNameBytes, ValueError, "field name of ", name.size(),
             " bytes is longer than ", kMaxFieldNameBytes);
+  // Names become file names (`mmt export` writes NAME.npy) and JSON text: no path separator,
+  // no '.' or '..', no control characters, and valid UTF-8.
+  MMT_CHECK(name != "." && name != ".." && name.find('/') == std::string::npos, ValueError, "field name '", name,
+            "' cannot be a file name: it contains '/' or is '.' or '..'");
+  for (size_t i = 0; i < name.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(name[i]);
+    MMT_CHECK(byte >= 0x20 && byte != 0x7F, ValueError, "field name of ", name.size(),
+              " bytes has control character ", static_cast<int>(byte), " at byte ", i);
+  }
+  const size_t invalid = detail::first_invalid_utf8(name);
+  MMT_CHECK(invalid == std::string::npos, ValueError, "field name of ", name.size(),
+            " bytes is not valid UTF-8 (byte ", invalid, ")");
   MMT_CHECK(is_valid_scalar_type_code(static_cast<uint8_t>(dtype)), ValueError, "field '", name,
             "': invalid dtype code ", static_cast<int>(dtype));
   MMT_CHECK(static_cast<int64_t>(shape.size()) <= kMaxFieldRank, ValueError, "field '", name,

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <system_error>
+
+#include "mmtensor/error.h"
 
 namespace mmt::detail {
 namespace {
@@ -71,16 +74,27 @@ struct ThreadPool::Loop {
 ThreadPool::ThreadPool(int threads) {
   threads = std::max(threads, 1);
   workers_.reserve(static_cast<size_t>(threads));
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  try {
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {
+    // The system refused another thread (a limit on threads or memory maps): the ones started
+    // must be joined, or destroying them terminates the process.
+    stop_and_join();
+    throw Error(detail::str("cannot start ", threads, " worker threads (", workers_.size(),
+                            " started): ", e.what()));
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_and_join(); }
+
+void ThreadPool::stop_and_join() noexcept {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
   for (auto& worker : workers_) worker.join();
+  workers_.clear();
 }
 
 int ThreadPool::hardware_threads() {

@@ -77,6 +77,7 @@ class ThreadPool {
 
   void enqueue(std::function<void()> task);
   void worker_loop();
+  void stop_and_join() noexcept;
   // parallel_for through the published-loop slot; false when another caller holds it.
   bool try_published_loop(int64_t n, int helpers, const std::function<void(int64_t)>& fn);
   void queued_loop(int64_t n, int helpers, const std::function<void(int64_t)>& fn);

@@ -133,6 +133,37 @@ TEST(DatasetWriterTest, DestroyedOrAbortedWriterLeavesNothing) {
   EXPECT_THROW(writer.finish(), ValueError);
 }
 
+TEST(DatasetWriterTest, MetadataMustBeUtf8AndTheErrorNamesTheKey) {
+  TempDir dir;
+  DatasetWriter writer = DatasetWriter::create(dir.file("meta.mmt"), image_schema());
+  try {
+    writer.set_metadata("classes", "[\"caf\xe9\"]");  // Latin-1, as an old folder name may be
+    FAIL() << "accepted metadata that is not UTF-8";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("metadata 'classes'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("UTF-8"), std::string::npos) << e.what();
+  }
+  writer.set_metadata("classes", "[\"caf\xc3\xa9\"]");
+  append_images(writer, 2);
+  writer.finish();
+  EXPECT_EQ(Dataset::open(dir.file("meta.mmt")).metadata().at("classes"), "[\"caf\xc3\xa9\"]");
+}
+
+TEST(DatasetWriterTest, MetadataNoReaderWouldOpenIsRefusedAtFinish) {
+  // Under the 64 MiB cap, but more entries than readers parse: refused, and nothing is left.
+  TempDir dir;
+  DatasetWriter writer = DatasetWriter::create(dir.file("crowded.mmt"), image_schema());
+  append_images(writer, 3);
+  for (int64_t i = 0; i <= (int64_t{1} << 20); ++i) writer.set_metadata(std::to_string(i), "");
+  try {
+    writer.finish();
+    FAIL() << "wrote metadata that no reader would open";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("would not be readable"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(folder_entries(dir).empty());
+}
+
 // A SIGKILLed writer cannot remove its temporary; the next writer of the same target does,
 // when the process that made it is gone, and touches nothing else.
 TEST(DatasetWriterTest, NextWriterRemovesTemporariesOfDeadWriters) {
@@ -203,6 +234,11 @@ TEST(DatasetWriterTest, BadOptionsAreRefusedBeforeAnyFileExists) {
   EXPECT_THROW(DatasetWriter::create(dir.file("a.mmt"), image_schema(),
                                      with([](auto& o) { o.codec = CodecSpec{Codec::Zstd, 99}; })), ValueError);
   EXPECT_THROW(DatasetWriter::create(dir.file("a.mmt"), Schema()), ValueError);
+  EXPECT_THROW(DatasetWriter::create(dir.file("a.mmt"), image_schema(), with([](auto& o) { o.threads = -1; })), ValueError);
+  EXPECT_THROW(DatasetWriter::create(dir.file("a.mmt"), image_schema(),
+                                     with([](auto& o) { o.threads = kMaxWriterThreads + 1; })), ValueError);
+  EXPECT_THROW(DatasetWriter::create(dir.file("a.mmt"), image_schema(),
+                                     with([](auto& o) { o.metadata["classes"] = "caf\xe9"; })), ValueError);
   EXPECT_THROW(DatasetWriter::create(dir.file("no/such/folder/a.mmt"), image_schema()), IoError);
   EXPECT_TRUE(folder_entries(dir).empty());
 }

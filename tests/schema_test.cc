@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "mmtensor/error.h"
 #include "mmtensor/schema.h"
 
@@ -37,6 +40,23 @@ TEST(SchemaTest, InvalidFieldsAreRefusedWithTheirName) {
   EXPECT_THROW(Field::fixed("x", kUInt8, {2, 3}).with_storage_order({0}), ValueError);
   EXPECT_THROW(Field::fixed("x", kUInt8, {2, 3}).with_storage_order({0, 2}), ValueError);
   EXPECT_THROW(Field::fixed("x", kUInt8, {2, 3}).stored_channels_last(), ValueError);
+}
+
+TEST(SchemaTest, FieldNamesAreUsableAsFileNamesAndJsonText) {
+  // `mmt export` writes NAME.npy into a folder, and the schema block is JSON (UTF-8): a name
+  // that is a path, a control sequence for the terminal, or not UTF-8 is refused.
+  for (const std::string& bad : std::vector<std::string>{"a/b", "/etc/passwd", "..", ".", std::string("x\0y", 3), "\x1b]0;pwned\a",
+                                 "tab\there", "\x7f", "\xff\xfe", "\xc0\xaf", "\xed\xa0\x80"}) {
+    try {
+      Field::fixed(bad, kUInt8, {1});
+      ADD_FAILURE() << "accepted a field name of " << bad.size() << " bytes";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("field name"), std::string::npos) << e.what();
+    }
+  }
+  for (const std::string& good : std::vector<std::string>{"image", "a.b", "..x", "label_0", "caf\xc3\xa9", "\xe5\x9b\xbe\xe5\x83\x8f",
+                                  "\xf0\x9f\x93\xb7"})
+    EXPECT_NO_THROW(Field::fixed(good, kUInt8, {1})) << good;
 }
 
 TEST(SchemaTest, ValueStridesFollowTheStorageOrder) {

@@ -27,12 +27,14 @@
 
 namespace mmt {
 
+inline constexpr int kMaxWriterThreads = 1024;
+
 struct WriterOptions {
   CodecSpec codec;                    // per-chunk codec, none by default
   int64_t chunk_bytes = 1 << 20;      // target decoded bytes per chunk
   int64_t chunk_records = 0;          // > 0: this many records per chunk (overrides chunk_bytes)
   int64_t alignment = 4096;           // chunk data alignment in the file; a power of two >= 64
-  int threads = 0;                    // compression threads; 0 = hardware concurrency
+  int threads = 0;                    // compression threads (<= kMaxWriterThreads); 0 = one per core
   bool overwrite = false;             // replace an existing file at the path (atomically)
   Metadata metadata;                  // stored with the dataset
 };

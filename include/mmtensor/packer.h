@@ -13,7 +13,7 @@
 //
 // Failure. Loading sources throws the importers' errors (IoError, FormatError) naming the
 // file, and ValueError for sources that do not fit together (record counts, duplicate names,
-// 0-d arrays). pack_dataset() writes through DatasetWriter, so an error or a cancellation
+// 0-d arrays, names that cannot be field names) or a folder with no file in any class. pack_dataset() writes through DatasetWriter, so an error or a cancellation
 // leaves the output path as it was (the old file, or nothing).
 //
 // Thread safety: a PackSources may be read from many threads once built.
@@ -54,6 +54,9 @@ class PackSources {
   int64_t total_bytes() const { return total_bytes_; }
   // Where each field comes from ("images=train-images-idx3-ubyte.gz"), in schema order.
   const std::vector<std::string>& origins() const { return origins_; }
+  // The files (arrays) or the folder (a class folder) the sources read: pack_dataset refuses
+  // an output that is one of them or lies inside the folder, which would replace an input.
+  const std::vector<std::string>& input_paths() const { return input_paths_; }
   // The values of record `index`, one per field in schema order (views of the sources for
   // arrays; the file's bytes, read now, for a folder). Throws IoError for an unreadable file.
   std::vector<Tensor> record(int64_t index) const;
@@ -70,6 +73,7 @@ class PackSources {
   Schema schema_;
   Metadata metadata_;
   std::vector<std::string> origins_;
+  std::vector<std::string> input_paths_;
   std::vector<Tensor> columns_;        // arrays: [records, ...field shape]
   std::vector<std::string> files_;     // folder: one path per record
   std::vector<int64_t> labels_;        // folder: the class index of each file
@@ -86,6 +90,8 @@ struct PackOptions {
 
 // Writes every record of `sources` to a new dataset at `path` and returns the writer's final
 // figures. The sources' metadata is stored with options.writer.metadata added over it.
+// ValueError, before anything is written, when `path` is one of the sources' files or lies
+// inside their folder.
 WriteStats pack_dataset(const std::string& path, const PackSources& sources, PackOptions options);
 
 // Compares records of `dataset` with `sources` (schema and values); `indices` empty means

@@ -1,0 +1,46 @@
+// UTF-8 validation for the text a dataset stores in its JSON schema block (field names,
+// metadata): JSON text is UTF-8, and a writer that let other bytes through would fail at
+// finish() with the JSON library's message instead of naming the field or key.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace mmt::detail {
+
+// The offset of the first byte that does not belong to a well-formed UTF-8 sequence
+// (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF), or npos.
+inline size_t first_invalid_utf8(std::string_view text) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t size = text.size();
+  size_t i = 0;
+  while (i < size) {
+    const unsigned char lead = bytes[i];
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t length;
+    unsigned char min_second = 0x80, max_second = 0xBF;
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) min_second = 0xA0;  // overlong
+      if (lead == 0xED) max_second = 0x9F;  // surrogates
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) min_second = 0x90;  // overlong
+      if (lead == 0xF4) max_second = 0x8F;  // above U+10FFFF
+    } else {
+      return i;
+    }
+    if (size - i < length || bytes[i + 1] < min_second || bytes[i + 1] > max_second) return i;
+    for (size_t k = 2; k < length; ++k)
+      if (bytes[i + k] < 0x80 || bytes[i + k] > 0xBF) return i;
+    i += length;
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace mmt::detail

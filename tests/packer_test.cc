@@ -1,0 +1,87 @@
+// pack_dataset and PackSources: what the library refuses before it writes anything, so a pack
+// can never replace one of its own inputs or make a dataset of nothing.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "mmtensor/dataset.h"
+#include "mmtensor/numpy_io.h"
+#include "mmtensor/packer.h"
+#include "test_util.h"
+
+namespace mmt {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::error_of;
+using testing::file_bytes;
+using testing::TempDir;
+
+void write_text(const fs::path& path, const std::string& text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+TEST(PackerTest, AFolderWithoutFilesIsRefused) {
+  TempDir dir;
+  fs::create_directories(dir.path() / "empty");
+  EXPECT_NE(error_of([&] { PackSources::from_folder(dir.file("empty")); }).find("no class folders"),
+            std::string::npos);
+  fs::create_directories(dir.path() / "classes" / "cat");
+  fs::create_directories(dir.path() / "classes" / "dog" / "puppies");
+  const std::string message = error_of([&] { PackSources::from_folder(dir.file("classes")); });
+  EXPECT_NE(message.find("its 2 class folders hold no files"), std::string::npos) << message;
+  // One empty class among others is a class with no samples, which is allowed.
+  write_text(dir.path() / "classes" / "dog" / "puppies" / "rex.jpg", "woof");
+  PackSources sources = PackSources::from_folder(dir.file("classes"));
+  EXPECT_EQ(sources.records(), 1);
+  EXPECT_EQ(sources.metadata().at("classes"), R"(["cat","dog"])");
+}
+
+TEST(PackerTest, AClassFolderNameThatIsNotUtf8IsNamed) {
+  TempDir dir;
+  write_text(dir.path() / "classes" / "caf\xe9" / "a.bin", "x");
+  const std::string message = error_of([&] { PackSources::from_folder(dir.file("classes")); });
+  EXPECT_NE(message.find("class folder's name is not valid UTF-8"), std::string::npos) << message;
+}
+
+TEST(PackerTest, AnArrayNameThatCannotBeAFieldNameNamesItsSource) {
+  TempDir dir;
+  save_npy(dir.file("a.npy"), arange(4));
+  const std::string message = error_of([&] { PackSources::from_arrays(std::vector<std::string>{"x/y=" + dir.file("a.npy")}); });
+  EXPECT_FALSE(message.empty());  // "x/y=..." is read as a path: the file does not exist
+  const std::string dotdot = error_of([&] { PackSources::from_arrays(std::vector<std::string>{"..=" + dir.file("a.npy")}); });
+  EXPECT_NE(dotdot.find("..=" + dir.file("a.npy") + ": field name '..'"), std::string::npos) << dotdot;
+}
+
+TEST(PackerTest, TheOutputCannotBeAnInputOrInsideTheInputFolder) {
+  TempDir dir;
+  save_npy(dir.file("x.npy"), arange(10));
+  const std::string before = file_bytes(dir.file("x.npy"));
+  const PackSources arrays = PackSources::from_arrays(std::vector<std::string>{"x=" + dir.file("x.npy")});
+  PackOptions force;
+  force.writer.overwrite = true;
+  for (const std::string& output : {dir.file("x.npy"), (dir.path() / "." / "x.npy").string()}) {
+    const std::string message = error_of([&] { pack_dataset(output, arrays, force); });
+    EXPECT_NE(message.find("is also an input"), std::string::npos) << message;
+  }
+  fs::create_hard_link(dir.file("x.npy"), dir.file("same-inode.npy"));
+  EXPECT_NE(error_of([&] { pack_dataset(dir.file("same-inode.npy"), arrays, force); }).find("is also an input"),
+            std::string::npos);
+  EXPECT_EQ(file_bytes(dir.file("x.npy")), before);
+
+  write_text(dir.path() / "photos" / "cat" / "a.jpg", "meow");
+  const PackSources folder = PackSources::from_folder(dir.file("photos"));
+  for (const fs::path& output : {dir.path() / "photos" / "out.mmt", dir.path() / "photos" / "cat" / "out.mmt"}) {
+    const std::string message = error_of([&] { pack_dataset(output.string(), folder, {}); });
+    EXPECT_NE(message.find("lies inside the input folder"), std::string::npos) << message;
+    EXPECT_FALSE(fs::exists(output));
+  }
+  // A sibling whose name starts like the folder's is outside it.
+  pack_dataset(dir.file("photos2.mmt"), folder, {});
+  EXPECT_EQ(Dataset::open(dir.file("photos2.mmt")).size(), 1);
+}
+
+}  // namespace
+}  // namespace mmt
