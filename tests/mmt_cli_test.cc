@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -176,7 +177,7 @@ TEST_F(MmtCli, NpyRoundTripForEveryDtypeAndCodec) {
       EXPECT_TRUE(back.equal(original.contiguous())) << name;
       EXPECT_TRUE(back.is_contiguous());
     }
-    RunResult got = run_mmt({"get", out, "4", "--field", "fortran", "--npy", path("one.npy")});
+    RunResult got = run_mmt({"get", out, "4", "--field", "fortran", "--npy", path("one.npy"), "--force"});
     ASSERT_EQ(got.exit_code, 0) << got.err;
     EXPECT_TRUE(load_npy(path("one.npy")).equal(arange(18, kInt32).view({9, 2})[4]));
     RunResult verified = run_mmt({"verify", out, "--against"});
@@ -288,7 +289,7 @@ TEST_F(MmtCli, FolderOfClassesPacksBytesAndLabels) {
                                                     {"imgs/dog/empty.jpg", 1}, {"imgs/dog/nested/z.jpg", 1}};
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(ds.get(i, "label").item<int>(), expected[i].second) << i;
-    RunResult raw = run_mmt({"get", path("f.mmt"), std::to_string(i), "--field", "data", "--raw", path("raw.bin")});
+    RunResult raw = run_mmt({"get", path("f.mmt"), std::to_string(i), "--field", "data", "--raw", path("raw.bin"), "--force"});
     ASSERT_EQ(raw.exit_code, 0) << raw.err;
     EXPECT_EQ(testutil::read_file(path("raw.bin")), testutil::read_file(path(expected[i].first))) << i;
   }
@@ -348,6 +349,55 @@ TEST_F(MmtCli, GetPrintsLikePyTorch) {
   EXPECT_FAILS_WITH(run_mmt({"get", path("a.mmt"), "3"}), "3");
   EXPECT_FAILS_WITH(run_mmt({"get", path("a.mmt"), "0", "--field", "nope"}), "nope");
   EXPECT_FAILS_WITH(run_mmt({"get", path("a.mmt"), "0", "--npy", path("x.npy")}), "--field");
+}
+
+TEST_F(MmtCli, GetWritesANewFileOrReplacesARegularOneWithForce) {
+  save("a.npy", records(kUInt8, 3, {1000}));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "x=" + path("a.npy")}).exit_code, 0);
+  const Tensor second = records(kUInt8, 3, {1000})[1];
+  for (const char* option : {"--raw", "--npy"}) {
+    SCOPED_TRACE(option);
+    testutil::write_file(path("out"), testutil::to_bytes("precious"));
+    EXPECT_FAILS_WITH(run_mmt({"get", path("a.mmt"), "1", option, path("out")}), "already exists; pass --force");
+    EXPECT_EQ(slurp(path("out")), "precious");
+    RunResult forced = run_mmt({"get", path("a.mmt"), "1", option, path("out"), "--force"});
+    ASSERT_EQ(forced.exit_code, 0) << forced.err;
+    if (std::string(option) == "--npy") EXPECT_TRUE(load_npy(path("out")).equal(second));
+    else EXPECT_EQ(fs::file_size(path("out")), 1000u);
+  }
+
+  // Something that is not a regular file is never replaced, even with --force: a symlink
+  // (its target is not written either) and a FIFO standing in for a device like /dev/full.
+  testutil::write_file(path("target"), testutil::to_bytes("target"));
+  fs::create_symlink(path("target"), path("link"));
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0644), 0);
+  for (const char* option : {"--raw", "--npy"}) {
+    EXPECT_FAILS_WITH(run_mmt({"get", path("a.mmt"), "1", option, path("link"), "--force"}), "a symbolic link");
+    EXPECT_FAILS_WITH(run_mmt({"get", path("a.mmt"), "1", option, path("fifo"), "--force"}), "a pipe");
+  }
+  EXPECT_TRUE(fs::is_symlink(path("link")));
+  EXPECT_EQ(slurp(path("target")), "target");
+  EXPECT_TRUE(fs::is_fifo(path("fifo")));
+
+  // A full disk leaves no file (not even an empty one), and an old file as it was; the
+  // message names the reason.
+  std::set<std::string> before = listing();
+  RunResult full = run_mmt({"get", path("a.mmt"), "1", "--raw", path("new.raw")}, {.file_size_limit_bytes = 512});
+  EXPECT_FAILS_WITH(full, "File too large");
+  RunResult full_forced = run_mmt({"get", path("a.mmt"), "1", "--raw", path("out"), "--force"},
+                                  {.file_size_limit_bytes = 512});
+  EXPECT_FAILS_WITH(full_forced, "File too large");
+  EXPECT_EQ(listing(), before) << "no output and no temporary left";
+  EXPECT_TRUE(load_npy(path("out")).equal(second)) << "the old file is kept";
+}
+
+TEST_F(MmtCli, ExportNeverReplacesANonRegularFile) {
+  save("a.npy", records(kInt32, 4, {2}));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy")}).exit_code, 0);
+  fs::create_directories(path("out"));
+  ASSERT_EQ(::mkfifo(path("out/a.npy").c_str(), 0644), 0);
+  EXPECT_FAILS_WITH(run_mmt({"export", path("a.mmt"), path("out"), "--force"}), "a pipe");
+  EXPECT_TRUE(fs::is_fifo(path("out/a.npy")));
 }
 
 TEST_F(MmtCli, BadInputsGiveAClearMessageAndLeaveNothing) {

@@ -6,7 +6,7 @@
 
 #include "mmt_commands.h"
 #include "mmtensor/dataset.h"
-#include "mmtensor/numpy_io.h"
+#include "output_file.h"
 
 namespace mmt::tool {
 namespace {
@@ -33,9 +33,7 @@ void run_export(const ExportArgs& args) {
   for (const std::string& name : names) {
     const Field& f = ds.schema()[ds.schema().index_of(name)];
     if (!f.is_fixed()) continue;
-    std::string path = (fs::path(args.dir) / (name + ".npy")).string();
-    MMT_CHECK(args.force || !fs::exists(path), IoError, path,
-              " already exists; pass --force to replace it");
+    check_output_path((fs::path(args.dir) / (name + ".npy")).string(), args.force);
   }
   for (const std::string& name : names) {
     const Field& f = ds.schema()[ds.schema().index_of(name)];
@@ -46,7 +44,7 @@ void run_export(const ExportArgs& args) {
     }
     std::string path = (fs::path(args.dir) / (name + ".npy")).string();
     Tensor column = ds.column(name);
-    save_npy(path, column);
+    write_npy_file(path, column, args.force);
     std::cout << path << "  " << to_string(column.dtype()) << " " << column.sizes() << "\n";
   }
 }

@@ -1,12 +1,11 @@
 // mmt get FILE INDEX [--field NAME] [--npy OUT.npy | --raw OUT]: one record, printed as
 // PyTorch prints tensors, or one field written to a file.
-#include <fstream>
 #include <iostream>
 #include <memory>
 
 #include "mmt_commands.h"
 #include "mmtensor/dataset.h"
-#include "mmtensor/numpy_io.h"
+#include "output_file.h"
 
 namespace mmt::tool {
 namespace {
@@ -17,18 +16,20 @@ struct GetArgs {
   std::string field;
   std::string npy;
   std::string raw;
+  bool force = false;
 };
 
-void write_raw(const std::string& path, const Tensor& t) {
-  Tensor c = t.contiguous();
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+void write_raw(const std::string& path, const Tensor& t, bool force) {
+  const Tensor c = t.contiguous();
+  std::span<const std::byte> bytes;
   if (c.nbytes() > 0)
-    out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
-  out.close();
-  if (!out) throw IoError("cannot write " + path);
+    bytes = {static_cast<const std::byte*>(c.data_ptr()), static_cast<size_t>(c.nbytes())};
+  write_output_file(path, bytes, force);
 }
 
 void run_get(const GetArgs& args) {
+  if (!args.npy.empty()) check_output_path(args.npy, args.force);
+  if (!args.raw.empty()) check_output_path(args.raw, args.force);
   Dataset ds = Dataset::open(args.file);
   if (!args.npy.empty() || !args.raw.empty()) {
     std::string field = args.field;
@@ -38,8 +39,8 @@ void run_get(const GetArgs& args) {
       field = ds.schema()[0].name;
     }
     Tensor value = ds.get(args.index, field);
-    if (!args.npy.empty()) save_npy(args.npy, value);
-    if (!args.raw.empty()) write_raw(args.raw, value);
+    if (!args.npy.empty()) write_npy_file(args.npy, value, args.force);
+    if (!args.raw.empty()) write_raw(args.raw, value, args.force);
     return;
   }
   if (!args.field.empty()) {
@@ -65,6 +66,7 @@ void add_get_command(CLI::App& app) {
   cmd->add_option("--field", args->field, "Only this field");
   cmd->add_option("--npy", args->npy, "Write the field to this .npy file instead of printing");
   cmd->add_option("--raw", args->raw, "Write the field's bytes as they are (an encoded image, say)");
+  cmd->add_flag("--force", args->force, "Replace an existing --npy or --raw file (a regular file only)");
   cmd->callback([args] { run_get(*args); });
 }
 

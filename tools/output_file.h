@@ -1,0 +1,27 @@
+// Files the subcommands write on request (get --npy/--raw, export's .npy files): each appears
+// complete or not at all, an existing one is replaced only with --force, and something that
+// is not a regular file (a device such as /dev/full, a symlink, a folder) is never replaced.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+
+#include "mmtensor/tensor.h"
+
+namespace mmt::tool {
+
+// Throws IoError unless `path` is free to write: absent, or a regular file and `force`.
+// Called before any work, so a long read is not wasted on a refusal.
+void check_output_path(const std::string& path, bool force);
+
+// Writes `bytes` to a temporary file beside `path`, fsyncs it and renames it onto `path`
+// (over an existing file only with `force`). On failure the temporary is removed and `path`
+// keeps what it had; the IoError names the step, the file and the system's reason.
+void write_output_file(const std::string& path, std::span<const std::byte> bytes, bool force);
+
+// The same for `t` as an .npy file (the bytes save_npy writes), without a copy of a
+// contiguous tensor.
+void write_npy_file(const std::string& path, const Tensor& t, bool force);
+
+}  // namespace mmt::tool
