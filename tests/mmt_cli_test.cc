@@ -505,5 +505,24 @@ TEST_F(MmtCli, BenchReportsBesideMemcpy) {
   EXPECT_GT(j["batch_gather_vs_memcpy"].get<double>(), 0);
 }
 
+TEST_F(MmtCli, BenchRefusesOptionsItCannotRun) {
+  save("a.npy", records(kUInt8, 8, {4096}));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy")}).exit_code, 0);
+  auto bench = [&](std::vector<std::string> options) {
+    std::vector<std::string> args{"bench", path("a.mmt")};
+    args.insert(args.end(), options.begin(), options.end());
+    return run_mmt(args);
+  };
+  // Each is refused at once, before a measurement (one of them would otherwise never end).
+  for (const char* seconds : {"0", "-1", "nan", "inf", "1e9"})
+    EXPECT_FAILS_WITH(bench({"--seconds", seconds}), "--seconds must be a time > 0");
+  for (const char* threads : {"0", "-1", "100000"})
+    EXPECT_FAILS_WITH(bench({"--threads", threads}), "--threads must be in [1, 1024]");
+  for (const char* batch : {"0", "-5", "1000000000"})
+    EXPECT_FAILS_WITH(bench({"--batch", batch}), "--batch must be in [1, 1048576]");
+  // 300000 records of 4 kB: 1.2 GB a batch.
+  EXPECT_FAILS_WITH(bench({"--batch", "300000"}), "--batch 300000 makes batches of 1.2 GB");
+}
+
 }  // namespace
 }  // namespace mmt

@@ -2,6 +2,7 @@
 // each beside the memcpy reference measured in the same run (the same bytes gathered from
 // host memory), so the figures compare across machines as ratios.
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -16,6 +17,13 @@ namespace mmt::tool {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Limits that keep a run bounded in time and memory: each measurement runs at least one step
+// whatever --seconds says, and a step allocates the batch (indices, gather outputs, the
+// memcpy reference's target, the loader's batches in flight).
+constexpr double kMaxSecondsPerMeasurement = 3600;
+constexpr int64_t kMaxBatchRecords = int64_t{1} << 20;
+constexpr int64_t kMaxBatchBytes = int64_t{1} << 30;
 
 struct BenchArgs {
   std::string file;
@@ -55,6 +63,26 @@ std::vector<int64_t> random_indices(std::mt19937_64& rng, int64_t count, int64_t
   return out;
 }
 
+// The options alone, checked before the dataset is opened.
+void check_options(const BenchArgs& args) {
+  // Written so that NaN fails too (every comparison with NaN is false).
+  MMT_CHECK(std::isfinite(args.seconds) && args.seconds > 0 && args.seconds <= kMaxSecondsPerMeasurement,
+            ValueError, "--seconds must be a time > 0 and at most ", kMaxSecondsPerMeasurement,
+            " (per measurement), got ", args.seconds);
+  MMT_CHECK(args.threads >= 1 && args.threads <= kMaxThreads, ValueError, "--threads must be in [1, ",
+            kMaxThreads, "], got ", args.threads);
+  MMT_CHECK(args.batch >= 1 && args.batch <= kMaxBatchRecords, ValueError, "--batch must be in [1, ",
+            kMaxBatchRecords, "] records, got ", args.batch);
+}
+
+// The batch's size in memory, once the dataset's record size is known.
+void check_batch_bytes(const BenchArgs& args, int64_t record_bytes) {
+  MMT_CHECK(record_bytes == 0 || args.batch <= kMaxBatchBytes / record_bytes, ValueError, "--batch ",
+            args.batch, " makes batches of ", human_bytes(static_cast<double>(args.batch) * record_bytes),
+            " (", record_bytes, " bytes a record); the limit is ", human_bytes(kMaxBatchBytes),
+            ", so at most ", kMaxBatchBytes / record_bytes, " records here");
+}
+
 nlohmann::json rate_json(const Rate& r) {
   return {{"samples_per_second", r.samples_per_second()},
           {"bytes_per_second", r.bytes_per_second()},
@@ -63,9 +91,9 @@ nlohmann::json rate_json(const Rate& r) {
 }
 
 void run_bench(const BenchArgs& args) {
+  check_options(args);
   Dataset ds = Dataset::open(args.file);
   MMT_CHECK(ds.size() > 0, ValueError, args.file, " has no records to read");
-  MMT_CHECK(args.batch > 0, ValueError, "--batch must be positive");
   std::mt19937_64 rng(args.seed);
   std::vector<std::string> fixed_fields;
   int64_t fixed_record_bytes = 0;
@@ -74,6 +102,7 @@ void run_bench(const BenchArgs& args) {
       fixed_fields.push_back(f.name);
       fixed_record_bytes += f.fixed_nbytes();
     }
+  check_batch_bytes(args, fixed_record_bytes);
   nlohmann::json report = {{"file", args.file}, {"records", ds.size()},
                            {"codec", ds.info().codec.str()}, {"batch_size", args.batch},
                            {"threads", args.threads}};
@@ -147,7 +176,7 @@ void run_bench(const BenchArgs& args) {
   options.batch_size = args.batch;
   options.sampler.kind = SamplerKind::Random;
   options.sampler.seed = args.seed;
-  options.num_workers = std::max(1, args.threads);
+  options.num_workers = args.threads;
   options.pin_memory = false;
   Loader loader(ds, options);
   int64_t record_bytes = 0;
@@ -197,9 +226,11 @@ void add_bench_command(CLI::App& app) {
       "bench", "Measure random access, batch gather and loader throughput beside memcpy");
   cmd->add_option("FILE", args->file, "The dataset file")->required();
   cmd->add_flag("--json", args->json, "Print one JSON object");
-  cmd->add_option("--seconds", args->seconds, "Time per measurement")->capture_default_str();
-  cmd->add_option("--batch", args->batch, "Batch size")->capture_default_str();
-  cmd->add_option("--threads", args->threads, "Gather threads and loader workers")->capture_default_str();
+  cmd->add_option("--seconds", args->seconds, "Time per measurement, at most 3600 (each runs at least one step)")
+      ->capture_default_str();
+  cmd->add_option("--batch", args->batch, "Batch size in records: at most 1048576, and at most 1 GiB of fixed fields")
+      ->capture_default_str();
+  cmd->add_option("--threads", args->threads, "Gather threads and loader workers, 1 to 1024")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the random indices")->capture_default_str();
   cmd->callback([args] { run_bench(*args); });
 }

@@ -19,6 +19,10 @@ inline constexpr int kExitError = 1;        // any failure: bad input, I/O, an u
 inline constexpr int kExitUsage = 2;        // CLI11's own code for a bad command line
 inline constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as shells report it
 
+// The most threads a --threads option accepts: the loader's own limit, and far more than any
+// machine has cores (a larger count is a typo, and each thread costs a stack).
+inline constexpr int kMaxThreads = 1024;
+
 void add_pack_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_verify_command(CLI::App& app);
