@@ -1,4 +1,6 @@
 // mmt pack OUTPUT INPUT... : builds a dataset from .npy, .npz, IDX files or a class folder.
+#include <array>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -14,12 +16,19 @@ namespace mmt::tool {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_stop_signal{0};  // the first signal that asked to stop
 
-extern "C" void on_interrupt(int) { g_interrupted.store(true); }
+extern "C" void on_interrupt(int signal_number) {
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, signal_number);
+  g_interrupted.store(true);
+}
 
-// Ctrl-C or a TERM ask the packing loop to stop; it aborts the writer, which removes its
-// temporary file, so the output path keeps what it had. A second Ctrl-C kills at once
-// (SA_RESETHAND): the output is untouched then too, only the temporary may remain.
+// Ctrl-C, TERM, HUP (the terminal or ssh connection went away) and QUIT ask the packing loop
+// to stop; it aborts the writer, which removes its temporary file, so the output path keeps
+// what it had. A second such signal kills at once (SA_RESETHAND): the output is untouched
+// then too, only the temporary may remain. A signal the parent set to be ignored (nohup, a
+// background job) stays ignored: the user asked for the pack to survive it.
 class InterruptGuard {
  public:
   InterruptGuard() {
@@ -27,17 +36,18 @@ class InterruptGuard {
     action.sa_handler = on_interrupt;
     action.sa_flags = SA_RESETHAND;
     sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, &old_int_);
-    sigaction(SIGTERM, &action, &old_term_);
+    for (size_t i = 0; i < kSignals.size(); ++i) {
+      sigaction(kSignals[i], nullptr, &old_[i]);
+      if (old_[i].sa_handler != SIG_IGN) sigaction(kSignals[i], &action, nullptr);
+    }
   }
   ~InterruptGuard() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &old_[i], nullptr);
   }
 
  private:
-  struct sigaction old_int_ {};
-  struct sigaction old_term_ {};
+  static constexpr std::array<int, 4> kSignals{SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+  std::array<struct sigaction, kSignals.size()> old_{};
 };
 
 struct PackArgs {
@@ -82,7 +92,7 @@ void run_pack(const PackArgs& args) {
     } catch (const PackCancelled& e) {
       bar.finish();
       std::cerr << "mmt pack: interrupted: " << e.what() << "\n";
-      throw ExitStatus{kExitInterrupted};
+      throw ExitStatus{exit_status_for_signal(g_stop_signal.load())};
     } catch (const Error& e) {
       bar.finish();
       std::cerr << "mmt pack: error: " << e.what() << "\n"
