@@ -42,6 +42,7 @@ struct RunOptions {
   int64_t file_size_limit_bytes = -1;  // RLIMIT_FSIZE in the child: a "full disk"
   int interrupt_after_ms = -1;         // send interrupt_signal this long after the start
   int interrupt_signal = SIGINT;
+  const char* stdout_path = nullptr;   // write stdout there instead of capturing it ("/dev/full")
 };
 
 std::string slurp(const std::string& path) {
@@ -55,7 +56,8 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
   std::string out_path = capture / "out", err_path = capture / "err";
   pid_t pid = ::fork();
   if (pid == 0) {
-    int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int out = options.stdout_path ? ::open(options.stdout_path, O_WRONLY)
+                                  : ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(out, 1);
     ::dup2(err, 2);
@@ -82,7 +84,7 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
   ::waitpid(pid, &status, 0);
   RunResult result;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.out = slurp(out_path);
+  if (!options.stdout_path) result.out = slurp(out_path);
   result.err = slurp(err_path);
   return result;
 }
@@ -510,6 +512,30 @@ TEST_F(MmtCli, BenchReportsBesideMemcpy) {
   for (const char* key : {"random_get", "batch_gather", "memcpy_gather", "loader"})
     EXPECT_GT(j[key]["samples_per_second"].get<double>(), 0) << key;
   EXPECT_GT(j["batch_gather_vs_memcpy"].get<double>(), 0);
+}
+
+TEST_F(MmtCli, AFailedWriteToStandardOutputFailsTheCommand) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  save("a.npy", records(kInt32, 4, {2}));
+  const RunOptions full{.stdout_path = "/dev/full"};
+  // pack writes its output file, then its summary, which /dev/full refuses.
+  RunResult packed = run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy")}, full);
+  EXPECT_FAILS_WITH(packed, "mmt: cannot write to standard output: No space left on device");
+  ASSERT_EQ(Dataset::open(path("a.mmt")).size(), 4);
+  const std::vector<std::vector<std::string>> commands{{"info", path("a.mmt")},
+                                                       {"info", path("a.mmt"), "--json"},
+                                                       {"get", path("a.mmt"), "0"},
+                                                       {"verify", path("a.mmt")},
+                                                       {"export", path("a.mmt"), path("out")},
+                                                       {"--help"}};
+  for (const std::vector<std::string>& args : commands) {
+    SCOPED_TRACE(args[0]);
+    RunResult r = run_mmt(args, full);
+    EXPECT_FAILS_WITH(r, "mmt: cannot write to standard output: No space left on device");
+  }
+  // Nothing to print, nothing to fail.
+  RunResult quiet = run_mmt({"pack", path("b.mmt"), "a=" + path("a.npy"), "--quiet"}, full);
+  EXPECT_EQ(quiet.exit_code, 0) << quiet.err;
 }
 
 TEST_F(MmtCli, BenchRefusesOptionsItCannotRun) {

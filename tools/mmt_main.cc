@@ -1,23 +1,17 @@
 // mmt: build datasets from the files users have (pack), look inside them (info, get,
 // export), check them (verify) and measure them (bench).
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "mmt_commands.h"
 #include "mmtensor/mmtensor.h"
 
-int main(int argc, char** argv) {
-  CLI::App app{"mmt: build, inspect, check and measure mmtensor datasets"};
-  app.name("mmt");
-  app.set_version_flag("--version", std::string("mmt ") + mmt::version());
-  app.require_subcommand(1);
-  app.fallthrough(false);
-  mmt::tool::add_pack_command(app);
-  mmt::tool::add_info_command(app);
-  mmt::tool::add_verify_command(app);
-  mmt::tool::add_get_command(app);
-  mmt::tool::add_export_command(app);
-  mmt::tool::add_bench_command(app);
+namespace {
 
+// Parses the command line and runs the chosen subcommand; returns the exit status.
+int run(CLI::App& app, int argc, char** argv) {
   auto command = [&] {
     auto chosen = app.get_subcommands();
     return chosen.empty() ? std::string("mmt") : "mmt " + chosen.front()->get_name();
@@ -36,4 +30,35 @@ int main(int argc, char** argv) {
     return mmt::tool::kExitError;
   }
   return 0;
+}
+
+// Output that did not reach its file is a failure, as coreutils treat it: `mmt info x >
+// /dev/full` must not exit 0. Buffered output is written (and fails) only when flushed, so
+// the last of it is flushed here; an earlier failed write left the stream's error flag.
+int check_standard_output(int status) {
+  errno = 0;
+  std::cout.flush();
+  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) || std::cout.fail();
+  if (!failed) return status;
+  const int err = errno;
+  std::cerr << "mmt: cannot write to standard output" << (err ? ": " : "") << (err ? std::strerror(err) : "")
+            << "\n";
+  return status != 0 ? status : mmt::tool::kExitError;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mmt: build, inspect, check and measure mmtensor datasets"};
+  app.name("mmt");
+  app.set_version_flag("--version", std::string("mmt ") + mmt::version());
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  mmt::tool::add_pack_command(app);
+  mmt::tool::add_info_command(app);
+  mmt::tool::add_verify_command(app);
+  mmt::tool::add_get_command(app);
+  mmt::tool::add_export_command(app);
+  mmt::tool::add_bench_command(app);
+  return check_standard_output(run(app, argc, argv));
 }
