@@ -356,6 +356,25 @@ TEST_F(MmtCli, GetPrintsLikePyTorch) {
   EXPECT_FAILS_WITH(run_mmt({"get", path("a.mmt"), "0", "--npy", path("x.npy")}), "--field");
 }
 
+TEST_F(MmtCli, GetParsesTheIndexStrictly) {
+  save("a.npy", arange(3, kInt64));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy")}).exit_code, 0);
+  // An empty index was record 0, and one past int64 was clamped to INT64_MAX.
+  for (const char* bad : {"", " 1", "1 ", "1x", "0x1", "1.0", "+-1", "--1", "-"}) {
+    RunResult r = run_mmt({"get", path("a.mmt"), "--", bad});
+    EXPECT_FAILS_WITH(r, std::string("INDEX '") + bad + "' is not an integer");
+  }
+  for (const char* huge : {"99999999999999999999", "-9223372036854775809"}) {
+    RunResult r = run_mmt({"get", path("a.mmt"), "--", huge});
+    EXPECT_FAILS_WITH(r, std::string("INDEX '") + huge + "' is out of range");
+  }
+  EXPECT_FAILS_WITH(run_mmt({"get", path("a.mmt"), "9223372036854775807"}), "out of range for a dataset of 3");
+  // A sign is allowed, and a negative index still counts from the end.
+  EXPECT_EQ(run_mmt({"get", path("a.mmt"), "+1"}).out, "{'a': tensor(1)}\n");
+  EXPECT_EQ(run_mmt({"get", path("a.mmt"), "-1"}).out, "{'a': tensor(2)}\n");
+  EXPECT_EQ(run_mmt({"get", path("a.mmt"), "-03"}).out, "{'a': tensor(0)}\n");
+}
+
 TEST_F(MmtCli, GetWritesANewFileOrReplacesARegularOneWithForce) {
   save("a.npy", records(kUInt8, 3, {1000}));
   ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "x=" + path("a.npy")}).exit_code, 0);

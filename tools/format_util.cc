@@ -1,7 +1,10 @@
 // Number formatting and size parsing shared by the subcommands.
+#include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <string_view>
 
 #include "mmt_commands.h"
 #include "mmtensor/error.h"
@@ -48,6 +51,22 @@ int64_t parse_byte_size(const std::string& text, const std::string& option) {
   else throw ValueError(detail::str(option, ": unknown size suffix in '", text, "' (use K, M or G)"));
   MMT_CHECK(value <= (INT64_MAX >> shift), ValueError, option, ": '", text, "' is too large");
   return value << shift;
+}
+
+int64_t parse_int64(const std::string& text, const std::string& what) {
+  const bool has_sign = !text.empty() && (text[0] == '+' || text[0] == '-');
+  const std::string_view digits = std::string_view(text).substr(has_sign ? 1 : 0);
+  const auto is_digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  MMT_CHECK(!digits.empty() && std::all_of(digits.begin(), digits.end(), is_digit), ValueError, what, " '",
+            text, "' is not an integer (write 17 or -1: an optional sign, then digits only)");
+  // Only the range is left to check; from_chars reports it instead of clamping (it takes a
+  // '-' but not a '+').
+  const char* first = text.data() + (text[0] == '+' ? 1 : 0);
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(first, text.data() + text.size(), value);
+  MMT_CHECK(error == std::errc() && end == text.data() + text.size(), ValueError, what, " '", text,
+            "' is out of range: it must be within [", INT64_MIN, ", ", INT64_MAX, "]");
+  return value;
 }
 
 }  // namespace mmt::tool

@@ -12,7 +12,7 @@ namespace {
 
 struct GetArgs {
   std::string file;
-  int64_t index = 0;
+  std::string index;  // parsed strictly by parse_int64: CLI11 takes '' as 0 and clamps
   std::string field;
   std::string npy;
   std::string raw;
@@ -28,6 +28,7 @@ void write_raw(const std::string& path, const Tensor& t, bool force) {
 }
 
 void run_get(const GetArgs& args) {
+  const int64_t index = parse_int64(args.index, "INDEX");
   if (!args.npy.empty()) check_output_path(args.npy, args.force);
   if (!args.raw.empty()) check_output_path(args.raw, args.force);
   Dataset ds = Dataset::open(args.file);
@@ -38,16 +39,16 @@ void run_get(const GetArgs& args) {
                 "--field (", ds.schema().size(), " fields here)");
       field = ds.schema()[0].name;
     }
-    Tensor value = ds.get(args.index, field);
+    Tensor value = ds.get(index, field);
     if (!args.npy.empty()) write_npy_file(args.npy, value, args.force);
     if (!args.raw.empty()) write_raw(args.raw, value, args.force);
     return;
   }
   if (!args.field.empty()) {
-    std::cout << ds.get(args.index, args.field).to_string() << "\n";
+    std::cout << ds.get(index, args.field).to_string() << "\n";
     return;
   }
-  Sample sample = ds.get(args.index);
+  Sample sample = ds.get(index);
   // A dict of tensors, as printing a PyTorch sample dict shows it.
   std::cout << "{";
   for (size_t i = 0; i < sample.size(); ++i) {

@@ -37,6 +37,9 @@ std::string human_bytes(double bytes);
 std::string human_seconds(double seconds);
 // Parses "4096", "64K", "1M", "2MiB", "1G" (binary multiples) into bytes; ValueError otherwise.
 int64_t parse_byte_size(const std::string& text, const std::string& option);
+// Parses a whole decimal integer: an optional sign, then digits only, within int64 (no
+// spaces, hex or suffixes, nothing clamped). ValueError naming `what` otherwise.
+int64_t parse_int64(const std::string& text, const std::string& what);
 
 }  // namespace mmt::tool
 
