@@ -38,14 +38,14 @@ void run_export(const ExportArgs& args) {
   for (const std::string& name : names) {
     const Field& f = ds.schema()[ds.schema().index_of(name)];
     if (!f.is_fixed()) {
-      std::cerr << "mmt export: skipping field '" << name
+      std::cerr << "mmt export: skipping field '" << printable(name)
                 << "': its records vary in shape (use mmt get --raw for one record)\n";
       continue;
     }
     std::string path = (fs::path(args.dir) / (name + ".npy")).string();
     Tensor column = ds.column(name);
     write_npy_file(path, column, args.force);
-    std::cout << path << "  " << to_string(column.dtype()) << " " << column.sizes() << "\n";
+    std::cout << printable(path) << "  " << to_string(column.dtype()) << " " << column.sizes() << "\n";
   }
 }
 

@@ -49,10 +49,11 @@ void run_get(const GetArgs& args) {
     return;
   }
   Sample sample = ds.get(index);
-  // A dict of tensors, as printing a PyTorch sample dict shows it.
+  // A dict of tensors, as printing a PyTorch sample dict shows it; the names come from the
+  // file, so they are escaped.
   std::cout << "{";
   for (size_t i = 0; i < sample.size(); ++i) {
-    std::cout << (i ? ",\n " : "") << "'" << ds.schema()[i].name << "': " << sample[i].to_string();
+    std::cout << (i ? ",\n " : "") << "'" << printable(ds.schema()[i].name) << "': " << sample[i].to_string();
   }
   std::cout << "}\n";
 }

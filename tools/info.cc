@@ -1,9 +1,12 @@
 // mmt info FILE [--json]: what a dataset holds and how it is stored.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "mmt_commands.h"
 #include "mmtensor/dataset.h"
@@ -72,7 +75,7 @@ void print_text(const Dataset& ds) {
   DatasetInfo info = ds.info();
   char ratio_text[32];
   std::snprintf(ratio_text, sizeof ratio_text, "%.2fx", ratio(info));
-  std::cout << "file       " << ds.path() << " (" << human_bytes(info.file_bytes) << ", "
+  std::cout << "file       " << printable(ds.path()) << " (" << human_bytes(info.file_bytes) << ", "
             << info.file_bytes << " bytes)\n"
             << "format     version " << info.format_version << "\n"
             << "records    " << info.records << "\n"
@@ -81,16 +84,21 @@ void print_text(const Dataset& ds) {
             << " of values stored in " << human_bytes(info.stored_bytes) << ", ratio "
             << ratio_text << "\n"
             << "fields     " << ds.schema().size() << "\n";
+  // Names and metadata come from the file: escaped, so a crafted one cannot drive the terminal.
+  std::vector<std::string> names;
+  for (const Field& f : ds.schema()) names.push_back(printable(f.name));
   size_t name_width = 4;
-  for (const Field& f : ds.schema()) name_width = std::max(name_width, f.name.size());
-  for (const Field& f : ds.schema()) {
-    std::printf("  %-*s  %-8s  %-16s  %s\n", static_cast<int>(name_width), f.name.c_str(),
+  for (const std::string& name : names) name_width = std::max(name_width, name.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const Field& f = ds.schema()[i];
+    std::printf("  %-*s  %-8s  %-16s  %s\n", static_cast<int>(name_width), names[i].c_str(),
                 std::string(to_string(f.dtype)).c_str(), shape_text(f).c_str(),
                 layout_text(f).c_str());
   }
   std::fflush(stdout);
   std::cout << "metadata   " << ds.metadata().size() << (ds.metadata().empty() ? "\n" : " keys\n");
-  for (const auto& [key, value] : ds.metadata()) std::cout << "  " << key << " = " << value << "\n";
+  for (const auto& [key, value] : ds.metadata())
+    std::cout << "  " << printable(key) << " = " << printable(value) << "\n";
 }
 
 }  // namespace
@@ -106,7 +114,9 @@ void add_info_command(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print one JSON object (stable keys, for scripts)");
   cmd->callback([args] {
     Dataset ds = Dataset::open(args->file);
-    if (args->json) std::cout << info_json(ds).dump(2) << "\n";
+    // JSON escapes control characters itself; bytes that are not UTF-8 (which it cannot
+    // hold) become U+FFFD instead of failing the command.
+    if (args->json) std::cout << info_json(ds).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     else print_text(ds);
   });
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mmt::tool {
@@ -35,6 +36,12 @@ void add_bench_command(CLI::App& app);
 std::string human_bytes(double bytes);
 // "0.42 s", "1 min 05 s".
 std::string human_seconds(double seconds);
+// `text` (a field name, a metadata value: bytes from a file anyone may have made) made safe
+// to print on a terminal: control characters (C0, DEL, and C1 as UTF-8 or as lone bytes),
+// and bytes that are not UTF-8, become \xNN or \u00NN, and a backslash becomes \\, so a
+// crafted dataset cannot move the cursor, retitle the window or clear the screen, and an
+// escape in the output is never ambiguous. Printable UTF-8 is kept as it is.
+std::string printable(std::string_view text);
 // Parses "4096", "64K", "1M", "2MiB", "1G" (binary multiples) into bytes; ValueError otherwise.
 int64_t parse_byte_size(const std::string& text, const std::string& option);
 // Parses a whole decimal integer: an optional sign, then digits only, within int64 (no

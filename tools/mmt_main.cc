@@ -23,10 +23,11 @@ int run(CLI::App& app, int argc, char** argv) {
   } catch (const mmt::tool::ExitStatus& e) {
     return e.code;
   } catch (const mmt::Error& e) {
-    std::cerr << command() << ": error: " << e.what() << "\n";
+    // A message may quote a field name or a value from the file: escaped, as info prints them.
+    std::cerr << command() << ": error: " << mmt::tool::printable(e.what()) << "\n";
     return mmt::tool::kExitError;
   } catch (const std::exception& e) {
-    std::cerr << command() << ": error: " << e.what() << "\n";
+    std::cerr << command() << ": error: " << mmt::tool::printable(e.what()) << "\n";
     return mmt::tool::kExitError;
   }
   return 0;

@@ -91,11 +91,11 @@ void run_pack(const PackArgs& args) {
       stats = pack_dataset(args.output, sources, std::move(pack_options));
     } catch (const PackCancelled& e) {
       bar.finish();
-      std::cerr << "mmt pack: interrupted: " << e.what() << "\n";
+      std::cerr << "mmt pack: interrupted: " << printable(e.what()) << "\n";
       throw ExitStatus{exit_status_for_signal(g_stop_signal.load())};
     } catch (const Error& e) {
       bar.finish();
-      std::cerr << "mmt pack: error: " << e.what() << "\n"
+      std::cerr << "mmt pack: error: " << printable(e.what()) << "\n"
                 << "mmt pack: " << args.output
                 << (args.force ? " was left as it was\n" : " was not created\n");
       throw ExitStatus{kExitError};
