@@ -502,6 +502,26 @@ TEST_F(MmtCli, BadInputsGiveAClearMessageAndLeaveNothing) {
   }
 }
 
+TEST_F(MmtCli, PackOptionsAreCheckedUnderTheirFlagNames) {
+  save("a.npy", records(kInt32, 4, {2}));
+  std::set<std::string> before = listing();
+  auto pack = [&](std::vector<std::string> options) {
+    std::vector<std::string> args{"pack", path("out.mmt"), "a=" + path("a.npy")};
+    args.insert(args.end(), options.begin(), options.end());
+    RunResult r = run_mmt(args);
+    EXPECT_EQ(r.err.find("WriterOptions"), std::string::npos) << r.err;
+    return r;
+  };
+  EXPECT_FAILS_WITH(pack({"--chunk-bytes", "0"}), "--chunk-bytes must be > 0, got 0");
+  for (const char* align : {"0", "32", "100", "32M"})
+    EXPECT_FAILS_WITH(pack({"--align", align}), std::string("--align must be a power of two from 64 to 16M (16777216), got ") + align);
+  // 100000 threads aborted the process in the engine's thread pool; the cap refuses it first.
+  for (const char* threads : {"-1", "1025", "100000"})
+    EXPECT_FAILS_WITH(pack({"--threads", threads}), std::string("--threads must be in [0, 1024] (0: one per core), got ") + threads);
+  EXPECT_EQ(listing(), before);
+  EXPECT_EQ(pack({"--align", "64", "--threads", "1024", "--chunk-bytes", "1"}).exit_code, 0);
+}
+
 TEST_F(MmtCli, ExistingOutputIsKeptWithoutForce) {
   save("a.npy", records(kInt32, 4, {2}));
   testutil::write_file(path("out.mmt"), testutil::to_bytes("precious"));

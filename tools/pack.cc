@@ -1,12 +1,14 @@
 // mmt pack OUTPUT INPUT... : builds a dataset from .npy, .npz, IDX files or a class folder.
 #include <array>
 #include <atomic>
+#include <bit>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 
+#include "../engine/format.h"
 #include "mmt_commands.h"
 #include "mmtensor/codec.h"
 #include "mmtensor/packer.h"
@@ -62,13 +64,28 @@ struct PackArgs {
   bool quiet = false;
 };
 
-void run_pack(const PackArgs& args) {
+// The writer's own rules, checked here first so a refusal names the flag the user typed
+// (the writer would name WriterOptions fields). The thread cap also keeps a typo such as
+// --threads 100000 from asking for that many threads.
+WriterOptions writer_options(const PackArgs& args) {
   WriterOptions options;
   options.codec = CodecSpec::parse(args.codec);
   options.chunk_bytes = parse_byte_size(args.chunk_bytes, "--chunk-bytes");
+  MMT_CHECK(options.chunk_bytes > 0, ValueError, "--chunk-bytes must be > 0, got ", args.chunk_bytes);
   options.alignment = parse_byte_size(args.align, "--align");
+  MMT_CHECK(options.alignment >= format::kMinAlignment && options.alignment <= format::kMaxAlignment &&
+                std::has_single_bit(static_cast<uint64_t>(options.alignment)),
+            ValueError, "--align must be a power of two from ", format::kMinAlignment, " to ",
+            format::kMaxAlignment >> 20, "M (", format::kMaxAlignment, "), got ", args.align);
+  MMT_CHECK(args.threads >= 0 && args.threads <= kMaxThreads, ValueError, "--threads must be in [0, ",
+            kMaxThreads, "] (0: one per core), got ", args.threads);
   options.threads = args.threads;
   options.overwrite = args.force;
+  return options;
+}
+
+void run_pack(const PackArgs& args) {
+  WriterOptions options = writer_options(args);
   // Checked before loading anything, so a long import is not wasted on a refusal; the
   // writer checks again when it publishes (the file may appear meanwhile).
   std::error_code ec;
@@ -145,8 +162,8 @@ void add_pack_command(CLI::App& app) {
   cmd->add_option("--folder", args->folder, "A folder of class subfolders to pack instead of arrays");
   cmd->add_option("--codec", args->codec, "none, lz4[:LEVEL] or zstd[:LEVEL]")->capture_default_str();
   cmd->add_option("--chunk-bytes", args->chunk_bytes, "Target decoded bytes per chunk (e.g. 1M)")->capture_default_str();
-  cmd->add_option("--align", args->align, "Chunk alignment in the file, a power of two >= 64")->capture_default_str();
-  cmd->add_option("--threads", args->threads, "Compression threads (0: one per core)")->capture_default_str();
+  cmd->add_option("--align", args->align, "Chunk alignment in the file, a power of two from 64 to 16M")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "Compression threads, 0 to 1024 (0: one per core)")->capture_default_str();
   cmd->add_flag("--force", args->force, "Replace OUTPUT if it exists");
   cmd->add_flag("--quiet", args->quiet, "Print no summary");
   cmd->callback([args] { run_pack(*args); });
