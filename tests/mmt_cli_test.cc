@@ -139,6 +139,17 @@ TEST_F(MmtCli, HelpForEverySubcommand) {
   EXPECT_NE(run_mmt({"frobnicate"}).exit_code, 0);
 }
 
+TEST_F(MmtCli, AnUnknownSubcommandIsNamedWithTheKnownOnes) {
+  // It said "A subcommand is required", as if none had been given.
+  for (std::vector<std::string> args : {std::vector<std::string>{"bogus"}, {"bogus", "info", "x.mmt"}}) {
+    RunResult r = run_mmt(args);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find("mmt: unknown subcommand 'bogus'; the subcommands are pack, info, verify, get, export, bench"),
+              std::string::npos) << r.err;
+  }
+  EXPECT_EQ(run_mmt({"info", "--help"}).exit_code, 0) << "a known one still runs";
+}
+
 TEST_F(MmtCli, NpyRoundTripForEveryDtypeAndCodec) {
   const ScalarType types[] = {kBool, kUInt8, kInt8, kInt16, kUInt16, kInt32,
                               kUInt32, kInt64, kUInt64, kFloat16, kFloat32, kFloat64};

@@ -4,14 +4,38 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "mmt_commands.h"
 #include "mmtensor/mmtensor.h"
 
 namespace {
 
+// The first word of the command line that is not an option names the subcommand (mmt's own
+// options, --help and --version, take no value). CLI11 would take an unknown word for a
+// stray argument and say only "A subcommand is required"; this says which word and what the
+// choices are. Returns false (after saying so) when the word is not a subcommand.
+bool check_subcommand_name(CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.starts_with('-')) continue;
+    std::vector<CLI::App*> known = app.get_subcommands([](CLI::App*) { return true; });
+    std::string names;
+    for (CLI::App* sub : known) {
+      if (sub->check_name(word)) return true;
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    std::cerr << "mmt: unknown subcommand '" << mmt::tool::printable(word) << "'; the subcommands are "
+              << names << " (mmt --help describes them)\n";
+    return false;
+  }
+  return true;  // none given: CLI11 says one is required
+}
+
 // Parses the command line and runs the chosen subcommand; returns the exit status.
 int run(CLI::App& app, int argc, char** argv) {
+  if (!check_subcommand_name(app, argc, argv)) return mmt::tool::kExitUsage;
   auto command = [&] {
     auto chosen = app.get_subcommands();
     return chosen.empty() ? std::string("mmt") : "mmt " + chosen.front()->get_name();
