@@ -533,6 +533,22 @@ TEST_F(MmtCli, PackOptionsAreCheckedUnderTheirFlagNames) {
   EXPECT_EQ(pack({"--align", "64", "--threads", "1024", "--chunk-bytes", "1"}).exit_code, 0);
 }
 
+TEST_F(MmtCli, AnEmptyOutputPathIsRefusedUpFront) {
+  save("a.npy", records(kInt32, 4, {2}));
+  // pack loaded the inputs, then printed the writer's "empty path" and " was not created".
+  RunResult packed = run_mmt({"pack", "", "a=" + path("a.npy")});
+  EXPECT_FAILS_WITH(packed, "OUTPUT is empty: name the dataset file to create");
+  EXPECT_EQ(packed.err.find("was not created"), std::string::npos) << packed.err;
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy")}).exit_code, 0);
+  EXPECT_FAILS_WITH(run_mmt({"export", path("a.mmt"), ""}), "DIR is empty");
+  // An empty --npy or --raw printed the record as if the option had not been given.
+  for (const char* option : {"--npy", "--raw"}) {
+    RunResult r = run_mmt({"get", path("a.mmt"), "0", option, ""});
+    EXPECT_FAILS_WITH(r, std::string(option) + ": the path is empty");
+    EXPECT_EQ(r.out, "");
+  }
+}
+
 TEST_F(MmtCli, ExistingOutputIsKeptWithoutForce) {
   save("a.npy", records(kInt32, 4, {2}));
   testutil::write_file(path("out.mmt"), testutil::to_bytes("precious"));

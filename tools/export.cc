@@ -21,6 +21,7 @@ struct ExportArgs {
 };
 
 void run_export(const ExportArgs& args) {
+  MMT_CHECK(!args.dir.empty(), ValueError, "DIR is empty: name the folder to write the .npy files into");
   Dataset ds = Dataset::open(args.file);
   std::vector<std::string> names = args.fields;
   if (names.empty())

@@ -66,8 +66,13 @@ void add_get_command(CLI::App& app) {
   cmd->add_option("FILE", args->file, "The dataset file")->required();
   cmd->add_option("INDEX", args->index, "Record index (negative counts from the end)")->required();
   cmd->add_option("--field", args->field, "Only this field");
-  cmd->add_option("--npy", args->npy, "Write the field to this .npy file instead of printing");
-  cmd->add_option("--raw", args->raw, "Write the field's bytes as they are (an encoded image, say)");
+  CLI::Option* npy = cmd->add_option("--npy", args->npy, "Write the field to this .npy file instead of printing");
+  CLI::Option* raw = cmd->add_option("--raw", args->raw, "Write the field's bytes as they are (an encoded image, say)");
+  // An empty path would read as "not given" and print the record instead of writing it.
+  for (CLI::Option* output : {npy, raw})
+    output->check([](const std::string& value) {
+      return value.empty() ? std::string("the path is empty; name the file to write") : std::string();
+    });
   cmd->add_flag("--force", args->force, "Replace an existing --npy or --raw file (a regular file only)");
   cmd->callback([args] { run_get(*args); });
 }

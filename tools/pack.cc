@@ -85,6 +85,8 @@ WriterOptions writer_options(const PackArgs& args) {
 }
 
 void run_pack(const PackArgs& args) {
+  // The writer would refuse it too, but only after the inputs were loaded, and in its words.
+  MMT_CHECK(!args.output.empty(), ValueError, "OUTPUT is empty: name the dataset file to create (e.g. train.mmt)");
   WriterOptions options = writer_options(args);
   // Checked before loading anything, so a long import is not wasted on a refusal; the
   // writer checks again when it publishes (the file may appear meanwhile).
