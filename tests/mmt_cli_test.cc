@@ -398,6 +398,27 @@ TEST_F(MmtCli, VerifyFindsACorruptChunk) {
   EXPECT_NE(bad.err.find("chunk 2"), std::string::npos) << bad.err;
 }
 
+TEST_F(MmtCli, ExportFindsACorruptUncompressedChunkAndWritesNothingForIt) {
+  // Uncompressed, so the reader does not hash chunks unless asked; two fields, so the export
+  // has written one when it finds the fault in the other.
+  save("a.npy", records(kInt64, 2000, {16}));
+  save("b.npy", records(kInt32, 2000, {}));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy"), "b=" + path("b.npy"), "--chunk-bytes", "64K"}).exit_code, 0);
+  ASSERT_TRUE(Dataset::open(path("a.mmt")).column_is_view("a")) << "the layout whose column() checks no chunk";
+  ChunkInfo chunk = Dataset::open(path("a.mmt")).chunk(2);
+  Bytes bytes = testutil::read_file(path("a.mmt"));
+  bytes[static_cast<size_t>(chunk.file_offset + chunk.stored_bytes / 2)] ^= std::byte{0x10};
+  testutil::write_file(path("a.mmt"), bytes);
+
+  RunResult bad = run_mmt({"export", path("a.mmt"), path("out")});
+  EXPECT_FAILS_WITH(bad, "chunk 2");
+  EXPECT_NE(bad.err.find("checksum mismatch"), std::string::npos) << bad.err;
+  EXPECT_EQ(fs::directory_iterator(path("out")), fs::directory_iterator()) << "no .npy and no temporary";
+  // --field b alone fails too: the fault is in a chunk b's values share.
+  EXPECT_FAILS_WITH(run_mmt({"export", path("a.mmt"), path("out"), "--field", "b"}), "chunk 2");
+  EXPECT_FALSE(fs::exists(path("out/b.npy")));
+}
+
 TEST_F(MmtCli, GetPrintsLikePyTorch) {
   save("a.npy", arange(6, kInt64).view({3, 2}));
   save("b.npy", records(kFloat32, 3, {}));
