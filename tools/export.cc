@@ -23,23 +23,12 @@ struct ExportArgs {
 
 // An export reads every byte and promises them exactly, so every chunk's checksum is checked,
 // uncompressed ones too (by default the reader skips those: random access reads one record,
-// and hashing would read its whole chunk).
+// and hashing would read its whole chunk). column() checks the chunks under it, also when it
+// is one view over a contiguous file.
 Dataset open_for_export(const std::string& path) {
   ReaderOptions options;
   options.verify_uncompressed = true;
   return Dataset::open(path, options);
-}
-
-// Every value of a fixed field, from checked chunks. In the contiguous layout column() is one
-// view over the mapping that looks at no chunk, so each chunk is first read once through get(),
-// which validates and hashes it; otherwise column() gathers (and checks) chunk by chunk itself.
-Tensor checked_column(const Dataset& ds, const std::string& name) {
-  if (ds.column_is_view(name))
-    for (int64_t c = 0; c < ds.num_chunks(); ++c) {
-      const ChunkInfo chunk = ds.chunk(c);
-      if (chunk.record_count > 0) (void)ds.get(chunk.first_record, name);
-    }
-  return ds.column(name);
 }
 
 void run_export(const ExportArgs& args) {
@@ -70,7 +59,7 @@ void run_export(const ExportArgs& args) {
       continue;
     }
     std::string path = (fs::path(args.dir) / (name + ".npy")).string();
-    Tensor column = checked_column(ds, name);
+    Tensor column = ds.column(name);  // checks (and hashes) every chunk under it
     write_npy_file(path, column, args.force);
     std::cout << printable(path) << "  " << to_string(column.dtype()) << " " << column.sizes() << "\n";
   }

@@ -6,10 +6,10 @@
 #include <cstring>
 #include <string_view>
 
-#include "../engine/file_io.h"
-#include "../engine/npy_format.h"
-#include "../engine/temp_files.h"
+#include "file_io.h"
 #include "mmtensor/error.h"
+#include "npy_format.h"
+#include "temp_files.h"
 
 namespace mmt::tool {
 namespace {

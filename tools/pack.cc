@@ -8,7 +8,7 @@
 #include <iostream>
 #include <memory>
 
-#include "../engine/format.h"
+#include "format.h"
 #include "mmt_commands.h"
 #include "mmtensor/codec.h"
 #include "mmtensor/packer.h"
