@@ -419,20 +419,6 @@ TEST_F(MmtCli, ExportFindsACorruptUncompressedChunkAndWritesNothingForIt) {
   EXPECT_FALSE(fs::exists(path("out/b.npy")));
 }
 
-TEST_F(MmtCli, ExportKeepsToDirWhateverTheFieldNames) {
-  // A crafted dataset whose field name climbs out of DIR.
-  DatasetWriter writer = DatasetWriter::create(
-      path("x.mmt"), Schema({Field::fixed("ok", kInt32, {}), Field::fixed("../escaped", kInt32, {})}));
-  writer.append({full({}, 1, kInt32), full({}, 2, kInt32)});
-  writer.finish();
-  fs::create_directories(path("out"));
-  EXPECT_FAILS_WITH(run_mmt({"export", path("x.mmt"), path("out")}),
-                    "field '../escaped' cannot be exported: its name holds a '/'");
-  EXPECT_FALSE(fs::exists(path("escaped.npy")));
-  EXPECT_FALSE(fs::exists(path("out/ok.npy"))) << "refused before any write";
-  EXPECT_EQ(run_mmt({"export", path("x.mmt"), path("out"), "--field", "ok"}).exit_code, 0);
-}
-
 TEST_F(MmtCli, GetPrintsLikePyTorch) {
   save("a.npy", arange(6, kInt64).view({3, 2}));
   save("b.npy", records(kFloat32, 3, {}));
