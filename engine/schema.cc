@@ -95,8 +95,11 @@ void Field::validate() const {
             "' cannot be a file name: it contains '/' or is '.' or '..'");
   for (size_t i = 0; i < name.size(); ++i) {
     const auto byte = static_cast<unsigned char>(name[i]);
-    MMT_CHECK(byte >= 0x20 && byte != 0x7F, ValueError, "field name of ", name.size(),
-              " bytes has control character ", static_cast<int>(byte), " at byte ", i);
+    // C0 controls and DEL, and the C1 controls U+0080..U+009F (UTF-8 C2 80..C2 9F), which
+    // some terminals obey too.
+    const bool c1 = byte == 0xC2 && i + 1 < name.size() && static_cast<unsigned char>(name[i + 1]) <= 0x9F;
+    MMT_CHECK(byte >= 0x20 && byte != 0x7F && !c1, ValueError, "field name of ", name.size(),
+              " bytes has a control character at byte ", i);
   }
   const size_t invalid = detail::first_invalid_utf8(name);
   MMT_CHECK(invalid == std::string::npos, ValueError, "field name of ", name.size(),

@@ -46,7 +46,7 @@ TEST(SchemaTest, FieldNamesAreUsableAsFileNamesAndJsonText) {
   // `mmt export` writes NAME.npy into a folder, and the schema block is JSON (UTF-8): a name
   // that is a path, a control sequence for the terminal, or not UTF-8 is refused.
   for (const std::string& bad : std::vector<std::string>{"a/b", "/etc/passwd", "..", ".", std::string("x\0y", 3), "\x1b]0;pwned\a",
-                                 "tab\there", "\x7f", "\xff\xfe", "\xc0\xaf", "\xed\xa0\x80"}) {
+                                 "tab\there", "\x7f", "csi\xc2\x9b", "\xff\xfe", "\xc0\xaf", "\xed\xa0\x80"}) {
     try {
       Field::fixed(bad, kUInt8, {1});
       ADD_FAILURE() << "accepted a field name of " << bad.size() << " bytes";
