@@ -2,7 +2,7 @@
 """The GPU part of the peer benchmarks: mmtensor's Loader to cuda:0 (mmtensor_bench's
 BM_LoaderToDevice, which also times pinned cudaMemcpyAsync of the same batch bytes) against
 PyTorch's DataLoader(pin_memory=True) over a numpy memmap (bench/peer_dataloader.py, same
-record shape [3, 224, 224] uint8, count 2048 and batch 256). Writes gpu.json for report.py.
+record shape [3, 224, 224] uint8, count 8192 and batch 256). Writes gpu.json for report.py.
   gpu_peers.py BUILD_DIR SCRATCH_DIR OUT.json
 """
 import json
@@ -28,7 +28,7 @@ for b in json.load(open(bench_json))["benchmarks"]:
     rows.append(dict(contender=f"pinned cudaMemcpyAsync (same run as {workers} workers)",
                      batches_per_s=b["memcpy_GB_per_s"] * 1e9 / (256 * (3 * 224 * 224 + 8)),
                      GB_per_s=b["memcpy_GB_per_s"], note="physical limit: host-to-device copy"))
-for workers in (4, 8):
+for workers in (4, 8, 14):  # the worker counts BM_LoaderToDevice runs
     line = subprocess.run([sys.executable, os.path.join(here, "..", "peer_dataloader.py"), "--workers",
                            str(workers), "--dir", scratch], capture_output=True, text=True, check=True)
     d = json.loads(line.stdout.strip().splitlines()[-1])
