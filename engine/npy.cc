@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -14,6 +13,7 @@
 #include "import_util.h"
 #include "mmtensor/numpy_io.h"
 #include "npy_format.h"
+#include "temp_files.h"
 
 namespace mmt {
 namespace detail {
@@ -168,25 +168,10 @@ void save_npy(const std::string& path, const Tensor& t) {
   host = host.contiguous();
   std::string header = detail::npy_header_bytes(host.dtype(), host.sizes());
 
-  // A unique temporary beside the target, so the rename is atomic (same filesystem).
-  static std::atomic<uint64_t> counter{0};
-  std::string temp = detail::str(path, ".tmp-", ::getpid(), "-", counter.fetch_add(1));
-  io::WritableFile file = io::WritableFile::create(temp);
-  try {
-    file.write(header.data(), static_cast<int64_t>(header.size()));
-    if (host.nbytes() > 0) file.write(host.data_ptr(), host.nbytes());
-    file.fsync();
-    file.close();
-    io::rename_file(temp, path, /*replace=*/true);
-  } catch (...) {
-    file = io::WritableFile();
-    try {
-      io::remove_file(temp);
-    } catch (const Error&) {
-      // The first failure is the one to report.
-    }
-    throw;
-  }
+  std::span<const std::byte> data;
+  if (host.nbytes() > 0)
+    data = {static_cast<const std::byte*>(host.data_ptr()), static_cast<size_t>(host.nbytes())};
+  detail::write_file_atomically(path, {std::as_bytes(std::span(header)), data}, /*replace=*/true);
 }
 
 }  // namespace mmt

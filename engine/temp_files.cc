@@ -90,4 +90,26 @@ int remove_dead_temporaries(const std::string& target) {
   return removed;
 }
 
+void write_file_atomically(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces,
+                           bool replace) {
+  remove_dead_temporaries(target);  // what writers of this target killed earlier left
+  const std::string temp = temporary_path_for(target);
+  io::WritableFile file = io::WritableFile::create(temp);
+  try {
+    for (std::span<const std::byte> piece : pieces)
+      if (!piece.empty()) file.write(piece.data(), static_cast<int64_t>(piece.size()));
+    file.fsync();
+    file.close();
+    io::rename_file(temp, target, replace);
+  } catch (...) {
+    file = io::WritableFile();
+    try {
+      io::remove_file(temp);
+    } catch (const Error&) {
+      // The first failure is the one to report.
+    }
+    throw;
+  }
+}
+
 }  // namespace mmt::detail

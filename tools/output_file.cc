@@ -6,7 +6,6 @@
 #include <cstring>
 #include <string_view>
 
-#include "file_io.h"
 #include "mmtensor/error.h"
 #include "npy_format.h"
 #include "temp_files.h"
@@ -21,30 +20,6 @@ const char* kind_of(mode_t mode) {
   if (S_ISFIFO(mode)) return "a pipe";
   if (S_ISSOCK(mode)) return "a socket";
   return "not a regular file";
-}
-
-// Writes the pieces, in order, as one new file at `path`.
-void write_pieces(const std::string& path, std::initializer_list<std::span<const std::byte>> pieces,
-                  bool force) {
-  check_output_path(path, force);
-  const std::string temp = detail::temporary_path_for(path);
-  io::WritableFile file = io::WritableFile::create(temp);
-  try {
-    for (std::span<const std::byte> piece : pieces)
-      if (!piece.empty()) file.write(piece.data(), static_cast<int64_t>(piece.size()));
-    file.fsync();
-    file.close();
-    // Without --force the rename refuses a file that appeared since the check (no clobber).
-    io::rename_file(temp, path, /*replace=*/force);
-  } catch (...) {
-    file = io::WritableFile();
-    try {
-      io::remove_file(temp);
-    } catch (const Error&) {
-      // The first failure is the one to report.
-    }
-    throw;
-  }
 }
 
 }  // namespace
@@ -66,7 +41,9 @@ void check_output_path(const std::string& path, bool force) {
 }
 
 void write_output_file(const std::string& path, std::span<const std::byte> bytes, bool force) {
-  write_pieces(path, {bytes}, force);
+  check_output_path(path, force);
+  // Without --force the rename refuses a file that appeared since the check (no clobber).
+  detail::write_file_atomically(path, {bytes}, /*replace=*/force);
 }
 
 void write_npy_file(const std::string& path, const Tensor& t, bool force) {
@@ -75,7 +52,8 @@ void write_npy_file(const std::string& path, const Tensor& t, bool force) {
   std::span<const std::byte> data;
   if (host.nbytes() > 0)
     data = {static_cast<const std::byte*>(host.data_ptr()), static_cast<size_t>(host.nbytes())};
-  write_pieces(path, {std::as_bytes(std::span(header)), data}, force);
+  check_output_path(path, force);
+  detail::write_file_atomically(path, {std::as_bytes(std::span(header)), data}, /*replace=*/force);
 }
 
 }  // namespace mmt::tool
