@@ -136,7 +136,8 @@ Tensor Dataset::column(std::string_view field, int64_t start, int64_t stop) cons
     // strides. The view is only as sound as the chunk entries under it (a chunk of the wrong
     // codec or place): check those in the range once, as get() does one at a time.
     if (n > 0 && !d.all_chunks_validated())
-      for (int64_t c = start / d.records_per_chunk; c <= (stop - 1) / d.records_per_chunk; ++c) d.ensure_validated(c);
+      for (int64_t c = start / d.records_per_chunk; c <= (stop - 1) / d.records_per_chunk; ++c)
+        d.ensure_validated(c);
     DimVector strides{d.record_stride_bytes / plan.element_bytes};
     for (int64_t s : plan.strides) strides.push_back(s);
     const int64_t offset_bytes = d.data_offset + start * d.record_stride_bytes + plan.offset_bytes;

@@ -26,9 +26,10 @@ int remove_dead_temporaries(const std::string& target);
 
 // Writes `pieces`, in order, to a temporary beside `target`, fsyncs it and renames it onto
 // `target` (replacing an existing file only when `replace`): the file appears complete or
-// not at all. Removes the dead temporaries of `target` first, as DatasetWriter does. On failure the temporary is removed, `target` keeps what it had, and the
-// IoError names the step, the file and the system's reason. For files written whole (.npy
-// files, raw values); datasets go through DatasetWriter.
+// not at all. Removes the dead temporaries of `target` first, as DatasetWriter does. On
+// failure the temporary is removed, `target` keeps what it had, and the IoError names the
+// step, the file and the system's reason. For files written whole (.npy files, raw values);
+// datasets go through DatasetWriter.
 void write_file_atomically(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces,
                            bool replace);
 

@@ -13,8 +13,9 @@
 //
 // Failure. Loading sources throws the importers' errors (IoError, FormatError) naming the
 // file, and ValueError for sources that do not fit together (record counts, duplicate names,
-// 0-d arrays, names that cannot be field names) or a folder with no file in any class. pack_dataset() writes through DatasetWriter, so an error or a cancellation
-// leaves the output path as it was (the old file, or nothing).
+// 0-d arrays, names that cannot be field names) or a folder with no file in any class.
+// pack_dataset() writes through DatasetWriter, so an error or a cancellation leaves the
+// output path as it was (the old file, or nothing).
 //
 // Thread safety: a PackSources may be read from many threads once built.
 #pragma once
