@@ -12,7 +12,6 @@ namespace detail {
 namespace {
 
 // Threads and slots beyond these are a mistake, not a configuration.
-constexpr int kMaxWorkers = 1024;
 constexpr int kMaxPrefetchBatches = 1024;
 
 std::vector<Field> selected_fields(const Dataset& dataset, const std::vector<std::string>& names) {
@@ -33,8 +32,8 @@ LoaderOptions checked(LoaderOptions options, const Dataset& dataset) {
   MMT_CHECK(dataset.is_open(), ValueError, "Loader: the dataset is not open");
   MMT_CHECK(options.batch_size >= 1, ValueError, "Loader: batch_size must be >= 1, got ",
             options.batch_size);
-  MMT_CHECK(options.num_workers >= 1 && options.num_workers <= kMaxWorkers, ValueError,
-            "Loader: num_workers must be in [1, ", kMaxWorkers, "], got ", options.num_workers);
+  MMT_CHECK(options.num_workers >= 1 && options.num_workers <= kMaxLoaderWorkers, ValueError,
+            "Loader: num_workers must be in [1, ", kMaxLoaderWorkers, "], got ", options.num_workers);
   MMT_CHECK(options.prefetch_batches >= 1 && options.prefetch_batches <= kMaxPrefetchBatches,
             ValueError, "Loader: prefetch_batches must be in [1, ", kMaxPrefetchBatches, "], got ",
             options.prefetch_batches);

@@ -69,8 +69,8 @@ void check_options(const BenchArgs& args) {
   MMT_CHECK(std::isfinite(args.seconds) && args.seconds > 0 && args.seconds <= kMaxSecondsPerMeasurement,
             ValueError, "--seconds must be a time > 0 and at most ", kMaxSecondsPerMeasurement,
             " (per measurement), got ", args.seconds);
-  MMT_CHECK(args.threads >= 1 && args.threads <= kMaxThreads, ValueError, "--threads must be in [1, ",
-            kMaxThreads, "], got ", args.threads);
+  MMT_CHECK(args.threads >= 1 && args.threads <= kMaxLoaderWorkers, ValueError, "--threads must be in [1, ",
+            kMaxLoaderWorkers, "], got ", args.threads);
   MMT_CHECK(args.batch >= 1 && args.batch <= kMaxBatchRecords, ValueError, "--batch must be in [1, ",
             kMaxBatchRecords, "] records, got ", args.batch);
 }

@@ -21,10 +21,6 @@ inline constexpr int kExitUsage = 2;        // CLI11's own code for a bad comman
 // Stopped by a signal: 128 + its number, as shells report it (130 for SIGINT, 143 for SIGTERM).
 inline constexpr int exit_status_for_signal(int signal_number) { return 128 + signal_number; }
 
-// The most threads a --threads option accepts: the loader's own limit, and far more than any
-// machine has cores (a larger count is a typo, and each thread costs a stack).
-inline constexpr int kMaxThreads = 1024;
-
 void add_pack_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_verify_command(CLI::App& app);

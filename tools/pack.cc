@@ -77,8 +77,8 @@ WriterOptions writer_options(const PackArgs& args) {
                 std::has_single_bit(static_cast<uint64_t>(options.alignment)),
             ValueError, "--align must be a power of two from ", format::kMinAlignment, " to ",
             format::kMaxAlignment >> 20, "M (", format::kMaxAlignment, "), got ", args.align);
-  MMT_CHECK(args.threads >= 0 && args.threads <= kMaxThreads, ValueError, "--threads must be in [0, ",
-            kMaxThreads, "] (0: one per core), got ", args.threads);
+  MMT_CHECK(args.threads >= 0 && args.threads <= kMaxWriterThreads, ValueError, "--threads must be in [0, ",
+            kMaxWriterThreads, "] (0: one per core), got ", args.threads);
   options.threads = args.threads;
   options.overwrite = args.force;
   return options;

@@ -74,13 +74,15 @@ struct CUstream_st;  // cudaStream_t is CUstream_st*: pass a cudaStream_t or tor
 
 namespace mmt {
 
+inline constexpr int kMaxLoaderWorkers = 1024;
+
 struct LoaderOptions {
   int64_t batch_size = 1;
   std::vector<std::string> fields;  // the fields to load, in this order; empty: every field
   SamplerOptions sampler;           // kind, seed, quasi-random window, rank / world_size
   int64_t epoch = 0;                // the first epoch
   bool drop_last = false;           // drop this rank's final, partial batch of each epoch
-  int num_workers = 1;              // gather threads (>= 1)
+  int num_workers = 1;              // gather threads, 1..kMaxLoaderWorkers
   int prefetch_batches = 3;         // batches prepared ahead; the ring has this + 1 slots
   Device device = kCPU;             // cpu, or cuda:N for batches on that device
   bool pin_memory = true;           // cpu batches in page-locked memory (always for cuda)
