@@ -44,6 +44,9 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   }
   impl->base = impl->file.data();
   impl->file_bytes = impl->file.nbytes();
+  // The stat above only words the common errors; the mapping's own size is the truth (a
+  // writer may have renamed another file onto the path in between).
+  MMT_CHECK(impl->file_bytes > 0, FormatError, path, ": empty file, not an mmtensor dataset");
   try {
     impl->preamble = format::decode_preamble(impl->base, impl->file_bytes);
     impl->footer = format::decode_footer(impl->base, impl->file_bytes, impl->preamble);

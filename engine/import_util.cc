@@ -53,9 +53,8 @@ UntypedStorage read_file_bytes(const std::string& path) {
 InputFile map_input_file(const std::string& path) {
   InputFile file;
   file.path = path;
-  int64_t size_bytes = regular_file_size(path);
-  if (size_bytes == 0) return file;
-  file.mapping = UntypedStorage::map_file(path, MapMode::ReadOnly, 0, size_bytes);
+  (void)regular_file_size(path);  // words the common errors; the mapping takes its own size
+  file.mapping = UntypedStorage::map_file(path, MapMode::ReadOnly);
   file.bytes = {file.mapping.data(), static_cast<size_t>(file.mapping.nbytes())};
   return file;
 }

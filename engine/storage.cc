@@ -12,6 +12,7 @@
 #include <cstring>
 #include <iostream>
 #include <mutex>
+#include <optional>
 
 #include <boost/interprocess/file_mapping.hpp>
 #include <boost/interprocess/mapped_region.hpp>
@@ -57,35 +58,43 @@ void check_nbytes(int64_t nbytes, const char* what) {
   MMT_CHECK(nbytes >= 0, ValueError, what, ": nbytes must be non-negative, got ", nbytes);
 }
 
-// Describes why `filename` cannot be mapped, before Boost's terser exceptions would.
-struct stat stat_regular_file(const std::string& filename, const char* what) {
-  struct stat st {};
-  if (::stat(filename.c_str(), &st) != 0) {
-    int err = errno;
-    throw IoError(detail::str(what, ": cannot open '", filename, "': ", errno_text(err)), err);
-  }
-  MMT_CHECK(!S_ISDIR(st.st_mode), IoError, what, ": '", filename,
-            "' is a directory, not a file");
-  MMT_CHECK(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode), IoError, what, ": '", filename,
-            "' is not a regular file");
-  return st;
-}
-
+// Opens `filename` once and maps [offset, offset + nbytes) of it, where
+// nbytes = choose_nbytes(size of the opened file). The size comes from fstat of the very
+// descriptor that is mapped: a stat(path) followed by an open(path) would pair one file's size
+// with another file's bytes whenever a writer renames a new generation onto the path between
+// the two (the dataset writer replaces files exactly so), and then mapping past the end of a
+// shorter file would fault on first touch.
+template <class ChooseBytes>
 std::shared_ptr<StorageImpl> map_region(const std::string& filename, MapMode mode, int64_t offset,
-                                        int64_t nbytes, const char* what) {
+                                        const char* what, ChooseBytes choose_nbytes) {
   auto impl = std::make_shared<StorageImpl>();
   impl->filename = filename;
   impl->read_only = mode == MapMode::ReadOnly;
   impl->private_mapping = mode == MapMode::Private;
+  std::optional<bip::file_mapping> file;
+  try {
+    file.emplace(filename.c_str(), mode == MapMode::Shared ? bip::read_write : bip::read_only);
+  } catch (const bip::interprocess_exception& e) {
+    const int err = e.get_native_error();
+    if (err == EISDIR) throw IoError(detail::str(what, ": '", filename, "' is a directory, not a file"), err);
+    throw IoError(detail::str(what, ": cannot open '", filename, "': ", err ? errno_text(err) : e.what()), err);
+  }
+  struct stat st {};
+  if (::fstat(file->get_mapping_handle().handle, &st) != 0) {
+    const int err = errno;
+    throw IoError(detail::str(what, ": cannot stat '", filename, "': ", errno_text(err)), err);
+  }
+  MMT_CHECK(!S_ISDIR(st.st_mode), IoError, what, ": '", filename, "' is a directory, not a file");
+  MMT_CHECK(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode), IoError, what, ": '", filename,
+            "' is not a regular file");
+  const int64_t nbytes = choose_nbytes(static_cast<int64_t>(st.st_size));
   impl->nbytes = nbytes;
   if (nbytes == 0) return impl;  // nothing to map: mmap of length 0 is an error
   try {
-    bip::file_mapping file(filename.c_str(),
-                           mode == MapMode::Shared ? bip::read_write : bip::read_only);
     bip::mode_t region_mode = mode == MapMode::ReadOnly  ? bip::read_only
                               : mode == MapMode::Private ? bip::copy_on_write
                                                          : bip::read_write;
-    impl->region = std::make_unique<bip::mapped_region>(file, region_mode, offset,
+    impl->region = std::make_unique<bip::mapped_region>(*file, region_mode, offset,
                                                         static_cast<size_t>(nbytes));
   } catch (const bip::interprocess_exception& e) {
     throw IoError(detail::str(what, ": cannot map '", filename, "' (", nbytes, " bytes at offset ",
@@ -150,28 +159,32 @@ UntypedStorage UntypedStorage::from_file(const std::string& filename, bool share
     ::close(fd);
     MMT_CHECK(ok, IoError, "from_file: cannot grow '", filename, "' to ", nbytes, " bytes: ",
               errno_text(err));
-    if (nbytes == 0) nbytes = st.st_size;
-    return UntypedStorage(map_region(filename, MapMode::Shared, 0, nbytes, "from_file"));
+    return UntypedStorage(map_region(filename, MapMode::Shared, 0, "from_file", [&](int64_t file_bytes) {
+      // Another process may have shrunk the file since it was grown: never map past its end.
+      MMT_CHECK(file_bytes >= nbytes, IoError, "from_file: '", filename, "' shrank to ", file_bytes,
+                " bytes while it was being mapped (", nbytes, " were asked for)");
+      return nbytes == 0 ? file_bytes : nbytes;
+    }));
   }
-  struct stat st = stat_regular_file(filename, "from_file");
-  if (nbytes == 0) nbytes = st.st_size;
-  MMT_CHECK(st.st_size >= nbytes, ValueError, "from_file: '", filename, "' holds ", st.st_size,
-            " bytes but nbytes=", nbytes, " were asked for (with shared=false the file must "
-            "hold at least nbytes)");
-  return UntypedStorage(map_region(filename, MapMode::Private, 0, nbytes, "from_file"));
+  return UntypedStorage(map_region(filename, MapMode::Private, 0, "from_file", [&](int64_t file_bytes) {
+    MMT_CHECK(file_bytes >= nbytes, ValueError, "from_file: '", filename, "' holds ", file_bytes,
+              " bytes but nbytes=", nbytes, " were asked for (with shared=false the file must "
+              "hold at least nbytes)");
+    return nbytes == 0 ? file_bytes : nbytes;
+  }));
 }
 
 UntypedStorage UntypedStorage::map_file(const std::string& filename, MapMode mode, int64_t offset,
                                         int64_t nbytes) {
   MMT_CHECK(offset >= 0, ValueError, "map_file: offset must be non-negative, got ", offset);
-  struct stat st = stat_regular_file(filename, "map_file");
-  int64_t file_bytes = st.st_size;
-  MMT_CHECK(offset <= file_bytes, ValueError, "map_file: offset ", offset, " is past the end of '",
-            filename, "' (", file_bytes, " bytes)");
-  if (nbytes < 0) nbytes = file_bytes - offset;
-  MMT_CHECK(nbytes <= file_bytes - offset, ValueError, "map_file: '", filename, "' holds ",
-            file_bytes, " bytes; cannot map ", nbytes, " bytes at offset ", offset);
-  return UntypedStorage(map_region(filename, mode, offset, nbytes, "map_file"));
+  return UntypedStorage(map_region(filename, mode, offset, "map_file", [&](int64_t file_bytes) {
+    MMT_CHECK(offset <= file_bytes, ValueError, "map_file: offset ", offset, " is past the end of '", filename,
+              "' (", file_bytes, " bytes)");
+    const int64_t mapped = nbytes < 0 ? file_bytes - offset : nbytes;
+    MMT_CHECK(mapped <= file_bytes - offset, ValueError, "map_file: '", filename, "' holds ", file_bytes,
+              " bytes; cannot map ", mapped, " bytes at offset ", offset);
+    return mapped;
+  }));
 }
 
 UntypedStorage UntypedStorage::allocate(int64_t nbytes, Device device, size_t alignment) {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -181,6 +182,63 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ReliabilityConcurrency,
                          [](const auto& info) {
                            return std::string(info.param.codec) + (info.param.ragged ? "_chunked" : "_fixed");
                          });
+
+// Two finished files of different sizes renamed onto one path as fast as rename(2) allows,
+// while readers open the path: every open must pair the size it maps with the file it maps.
+// (Sizing the mapping by stat(path) and then opening the path again maps one file's bytes to
+// the other's length: "the last 8 bytes are not the end magic", or a fault past the end.)
+TEST(ReliabilityConcurrencyRename, EveryOpenMapsOneWholeFileWhileThePathIsSwapped) {
+  TempDir dir;
+  const std::string path = dir.file("data.mmt");
+  const std::string small = dir.file("small.mmt"), large = dir.file("large.mmt"), staged = dir.file("staged");
+  auto write = [](const std::string& at, int64_t records, int64_t generation) {
+    WriterOptions options;
+    options.metadata["generation"] = std::to_string(generation);
+    DatasetWriter writer = DatasetWriter::create(at, Schema({Field::fixed("x", kInt64, {})}), options);
+    for (int64_t i = 0; i < records; ++i) writer.append({full({}, static_cast<double>(i), kInt64)});
+    writer.finish();
+  };
+  write(small, 10, 1);
+  write(large, 100'000, 2);
+  ASSERT_NE(fs::file_size(small), fs::file_size(large));
+  ASSERT_EQ(::link(small.c_str(), path.c_str()), 0);
+
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> swaps{0};
+  std::thread swapper([&] {
+    for (int64_t k = 0; !stop.load(); ++k) {
+      const std::string& next = k % 2 ? small : large;
+      if (::link(next.c_str(), staged.c_str()) != 0 || ::rename(staged.c_str(), path.c_str()) != 0) {
+        ADD_FAILURE() << "swap " << k << ": " << std::strerror(errno);
+        return;
+      }
+      ++swaps;
+    }
+  });
+  std::atomic<int64_t> failures{0}, opens{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t)
+    readers.emplace_back([&] {
+      for (int k = 0; k < 2000; ++k) {
+        try {
+          const Dataset ds = Dataset::open(path);
+          const int64_t g = generation_of(ds);
+          const int64_t records = g == 1 ? 10 : 100'000;
+          failures += ds.size() != records;
+          failures += ds.get(records - 1, "x").item<int64_t>() != records - 1;
+        } catch (const Error& e) {
+          if (failures++ < 3) ADD_FAILURE() << "open " << k << ": " << e.what();
+        }
+        ++opens;
+      }
+    });
+  for (std::thread& t : readers) t.join();
+  stop.store(true);
+  swapper.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(opens.load(), 4000);
+  EXPECT_GT(swaps.load(), 0);
+}
 
 // `mmt pack --force` as another process replacing the file under this process's readers.
 TEST(ReliabilityConcurrencyWithPacker, ReadersWhileMmtPackForceReplacesThePath) {
