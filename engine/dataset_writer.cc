@@ -13,6 +13,7 @@
 #include "codec_engine.h"
 #include "file_io.h"
 #include "format.h"
+#include "mapping_guard.h"
 #include "mmtensor/dataset_writer.h"
 #include "mmtensor/error.h"
 #include "strided_copy.h"
@@ -73,6 +74,20 @@ constexpr int64_t kMaxContiguousUnitBytes = int64_t{64} << 20;
 // writes the whole file while the writer idles; with it the disk writes while the writer
 // copies and compresses, and fsync waits for the last few MiB.
 constexpr int64_t kWritebackBytes = int64_t{4} << 20;
+
+// The strided copy of `source` into the chunk, dst[...] = source[...]. A source mapped from a
+// file (a memory-mapped .npy being packed, a view into another dataset) that another program
+// truncates meanwhile faults with SIGBUS on its lost pages; under the guard that is an
+// IoError naming the file, the writer aborts like on any failed append, and the process lives.
+void copy_from(const Tensor& source, void* dst, IntArrayRef dst_strides) {
+  const auto copy = [&] {
+    detail::copy_strided(dst, dst_strides, source.data_ptr(), source.strides(), source.sizes(),
+                         element_size(source.dtype()));
+  };
+  const UntypedStorage& storage = source.untyped_storage();
+  if (storage.filename().empty() || storage.nbytes() == 0) return copy();
+  detail::guard_mapped_reads(detail::MappedRegion{&storage.filename(), storage.data(), storage.nbytes()}, copy);
+}
 
 }  // namespace
 
@@ -279,19 +294,15 @@ void DatasetWriter::Impl::copy_record(std::span<const Tensor> values) {
   for (size_t f = 0; f < schema.size(); ++f) {
     const Field& field = schema[f];
     Tensor value = values[f].is_cuda() ? values[f].cpu() : values[f];
-    const int64_t elem = element_size(field.dtype);
     value_bytes += value.nbytes();
     if (field.is_fixed()) {
-      detail::copy_strided(slot + layout.field_offset_bytes[f], fixed_strides[f], value.data_ptr(),
-                           value.strides(), value.sizes(), elem);
+      copy_from(value, slot + layout.field_offset_bytes[f], fixed_strides[f]);
       continue;
     }
     auto& column = current.ragged[ragged_index++];
     const size_t old_size = column.values.size();
     column.values.resize(old_size + static_cast<size_t>(value.nbytes()));
-    if (value.numel() > 0)
-      detail::copy_strided(column.values.data() + old_size, field.value_strides(value.sizes()),
-                           value.data_ptr(), value.strides(), value.sizes(), elem);
+    if (value.numel() > 0) copy_from(value, column.values.data() + old_size, field.value_strides(value.sizes()));
     uint64_t previous_end = column.value_ends.empty() ? 0 : column.value_ends.back();
     column.value_ends.push_back(previous_end + static_cast<uint64_t>(value.numel()));
     for (size_t d = 0; d < field.shape.size(); ++d)
@@ -373,8 +384,7 @@ void DatasetWriter::Impl::copy_records(std::span<const Tensor> values, int64_t s
     // and every field's alignment (its element size, or 64) is a multiple of its element size.
     DimVector dst_strides{stride / elem};
     for (int64_t s : fixed_strides[f]) dst_strides.push_back(s);
-    detail::copy_strided(first_slot + layout.field_offset_bytes[f], dst_strides, part.data_ptr(), part.strides(),
-                         part.sizes(), elem);
+    copy_from(part, first_slot + layout.field_offset_bytes[f], dst_strides);
   }
   current.record_count += count;
   records.fetch_add(count, std::memory_order_relaxed);

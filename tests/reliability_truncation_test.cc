@@ -29,6 +29,8 @@
 #include "mmtensor/dataset.h"
 #include "mmtensor/dataset_writer.h"
 #include "mmtensor/loader.h"
+#include "mmtensor/numpy_io.h"
+#include "mmtensor/packer.h"
 #include "test_util.h"
 
 namespace mmt {
@@ -306,6 +308,24 @@ TEST(ReliabilityTruncation, LoaderPackingRaggedValuesOfATruncatedFileFailsWithIo
   loader_options.pin_memory = false;
   Loader loader(ds, loader_options);
   EXPECT_TRUNCATION_ERROR(loader.next(), path);
+}
+
+// The packer reads .npy arrays through a mapping. Another program rewriting an input in place
+// (numpy.save over it truncates first) while it is packed: the pack fails with IoError naming
+// the input, leaves no output and no temporary, and the process lives.
+TEST(ReliabilityTruncation, AnInputTruncatedWhileItIsPackedFailsThePackWithIoError) {
+  if (kThreadSanitizer) GTEST_SKIP() << "the SIGBUS guard does not work under ThreadSanitizer";
+  TempDir dir;
+  const std::string input = dir.file("x.npy"), output = dir.file("out.mmt");
+  save_npy(input, full({4096, 256}, 1.0, kFloat32));  // 4 MiB of values
+  const std::vector<std::string> specs{"x=" + input};
+  const PackSources sources = PackSources::from_arrays(specs);  // maps the input
+  truncate_to(input, 8192);
+  EXPECT_TRUNCATION_ERROR(pack_dataset(output, sources, PackOptions{}), input);
+  EXPECT_FALSE(fs::exists(output));
+  int entries = 0;
+  for (const auto& entry : fs::directory_iterator(dir.path())) entries += entry.path() != input;
+  EXPECT_EQ(entries, 0) << "the writer's temporary is removed";
 }
 
 TEST(ReliabilityTruncation, UserCodeTouchingAZeroCopyViewAfterTruncationGetsSigbus) {
