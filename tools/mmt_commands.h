@@ -17,7 +17,7 @@ struct ExitStatus {
 };
 
 inline constexpr int kExitError = 1;        // any failure: bad input, I/O, an unsound file
-inline constexpr int kExitUsage = 2;        // CLI11's own code for a bad command line
+inline constexpr int kExitUsage = 2;        // a bad command line (any CLI11 parse error)
 // Stopped by a signal: 128 + its number, as shells report it (130 for SIGINT, 143 for SIGTERM).
 inline constexpr int exit_status_for_signal(int signal_number) { return 128 + signal_number; }
 

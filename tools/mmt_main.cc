@@ -43,7 +43,10 @@ int run(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);  // --help prints and exits 0; a bad command line exits 2 with the reason
+    // app.exit prints --help (status 0) or the reason. CLI11 gives each kind of parse error
+    // its own code (105 for a bad value, 106 for a missing option...); mmt's contract is one
+    // status for every bad command line, as getopt-based tools have it.
+    return app.exit(e) == 0 ? 0 : mmt::tool::kExitUsage;
   } catch (const mmt::tool::ExitStatus& e) {
     return e.code;
   } catch (const mmt::Error& e) {
