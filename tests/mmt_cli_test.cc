@@ -40,7 +40,10 @@ struct RunResult {
 
 struct RunOptions {
   int64_t file_size_limit_bytes = -1;  // RLIMIT_FSIZE in the child: a "full disk"
-  int interrupt_after_ms = -1;         // send interrupt_signal this long after the start
+  // Send interrupt_signal once a file whose path starts with this appears (the writer's
+  // temporary: by then mmt is surely packing, however slowly a loaded machine started it; a
+  // fixed delay could land before mmt installed its handlers, or after it finished).
+  std::string interrupt_once_exists;
   int interrupt_signal = SIGINT;
   const char* stdout_path = nullptr;   // write stdout there instead of capturing it ("/dev/full")
 };
@@ -69,19 +72,28 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
       ::setrlimit(RLIMIT_FSIZE, &limit);
     }
     // mmt leaves a signal ignored when it starts ignored (nohup): the test's own run may be.
-    if (options.interrupt_after_ms >= 0) ::signal(options.interrupt_signal, SIG_DFL);
+    if (!options.interrupt_once_exists.empty()) ::signal(options.interrupt_signal, SIG_DFL);
     std::vector<char*> argv{const_cast<char*>(kMmt.c_str())};
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     ::execv(kMmt.c_str(), argv.data());
     ::_exit(127);
   }
-  if (options.interrupt_after_ms >= 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(options.interrupt_after_ms));
-    ::kill(pid, options.interrupt_signal);
-  }
   int status = 0;
-  ::waitpid(pid, &status, 0);
+  bool ended = false;
+  if (!options.interrupt_once_exists.empty()) {
+    const fs::path wanted(options.interrupt_once_exists);
+    const auto appeared = [&] {
+      std::error_code ec;
+      for (const auto& entry : fs::directory_iterator(wanted.parent_path(), ec))
+        if (entry.path().filename().native().starts_with(wanted.filename().native())) return true;
+      return false;
+    };
+    while (!(ended = ::waitpid(pid, &status, WNOHANG) == pid) && !appeared())
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (!ended) ::kill(pid, options.interrupt_signal);
+  }
+  if (!ended) ::waitpid(pid, &status, 0);
   RunResult result;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (!options.stdout_path) result.out = slurp(out_path);
@@ -646,7 +658,7 @@ TEST_F(MmtCli, CtrlCAndOtherStopSignalsAbortAndLeaveNothing) {
   for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
     SCOPED_TRACE(::strsignal(signal_number));
     RunResult r = run_mmt({"pack", path("out.mmt"), "x=" + path("big.npy"), "--codec", "zstd:19", "--threads", "1"},
-                          {.interrupt_after_ms = 500, .interrupt_signal = signal_number});
+                          {.interrupt_once_exists = path("out.mmt.tmp-"), .interrupt_signal = signal_number});
     EXPECT_EQ(r.exit_code, 128 + signal_number) << r.err;
     EXPECT_NE(r.err.find("interrupted"), std::string::npos) << r.err;
     EXPECT_EQ(listing(), before) << "no output and no temporary left";
