@@ -66,23 +66,21 @@ Tensor Dataset::Impl::ragged_view(const ChunkRef& ref, int64_t record, size_t f)
                                byte_offset / plan.element_bytes);
 }
 
-namespace {
-
-// The chunk holding `record`, checked to hold it (the table of a varying-size file is
-// searched, and a corrupt one could point elsewhere).
-ChunkRef locate(const Dataset::Impl& d, int64_t record) {
-  ChunkRef ref = d.chunk_ref(d.chunk_of(record));
-  MMT_CHECK(record >= ref.first_record && record - ref.first_record < ref.record_count, FormatError, d.path,
+ChunkRef Dataset::Impl::chunk_ref_holding(int64_t record) const {
+  ChunkRef ref = chunk_ref(chunk_of(record));
+  MMT_CHECK(record >= ref.first_record && record - ref.first_record < ref.record_count, FormatError, path,
             ": the chunk table is not ordered: binary search for record ", record, " found chunk ", ref.index,
             " holding records [", ref.first_record, ", +", ref.record_count, ")");
   return ref;
 }
 
+namespace {
+
 const FieldPlan& fixed_plan(const Dataset::Impl& d, size_t f, const char* what) {
   const FieldPlan& plan = d.plans[f];
   MMT_CHECK(plan.fixed, ValueError, what, ": field '", (*d.schema)[f].name, "' is ragged (shape ",
             (*d.schema)[f].shape, "); only fixed-shape fields can be ", what == std::string("column") ? "viewed as columns" : "batched",
-            "; read ragged values with get()");
+            "; read ragged values with get() or ragged_column()");
   return plan;
 }
 
@@ -103,7 +101,7 @@ Sample Dataset::get(int64_t index) const {
     }
     return sample;
   }
-  const ChunkRef ref = locate(d, i);
+  const ChunkRef ref = d.chunk_ref_holding(i);
   for (size_t f = 0; f < d.plans.size(); ++f) sample.mutable_field(f) = d.field_view(ref, i, f);
   return sample;
 }
@@ -112,7 +110,7 @@ Tensor Dataset::get(int64_t index, std::string_view field) const {
   const Impl& d = checked_impl(impl_);
   const size_t f = d.schema->index_of(field);
   const int64_t i = d.normalize_index(index, "get");
-  return d.field_view(locate(d, i), i, f);
+  return d.field_view(d.chunk_ref_holding(i), i, f);
 }
 
 bool Dataset::column_is_view(std::string_view field) const {
@@ -148,7 +146,7 @@ Tensor Dataset::column(std::string_view field, int64_t start, int64_t stop) cons
   if (n > 0) {
     // Inside one chunk: a view into that chunk (the mapping, or the decoded chunk), so a
     // compressed column read chunk by chunk is decoded once per chunk and never copied.
-    const ChunkRef ref = locate(d, start);
+    const ChunkRef ref = d.chunk_ref_holding(start);
     if (stop <= ref.first_record + ref.record_count) {
       const int64_t offset_bytes =
           ref.payload_offset_bytes + (start - ref.first_record) * d.record_stride_bytes + plan.offset_bytes;
@@ -172,7 +170,7 @@ Tensor Dataset::column(std::string_view field, int64_t start, int64_t stop) cons
   Tensor out = empty_strided(sizes, strides, plan.dtype);
   std::byte* dst = static_cast<std::byte*>(out.mutable_data_ptr());
   for (int64_t record = start; record < stop;) {
-    const ChunkRef ref = locate(d, record);
+    const ChunkRef ref = d.chunk_ref_holding(record);
     const std::byte* chunk = ref.storage.data() + ref.payload_offset_bytes;
     const int64_t chunk_stop = std::min(stop, ref.first_record + ref.record_count);
     auto copy_records = [&] {

@@ -138,6 +138,9 @@ struct Dataset::Impl {
   std::optional<ChunkRef> cached_chunk_ref(int64_t chunk) const;
   // Decodes a compressed chunk into fresh memory (no cache).
   UntypedStorage decode_chunk(int64_t chunk, const format::ChunkEntry& entry) const;
+  // The chunk holding `record`, checked to hold it (the table of a varying-size file is
+  // searched, and a corrupt one could point elsewhere).
+  ChunkRef chunk_ref_holding(int64_t record) const;
   // Record `record`'s value of field `field`, as a view into `ref`.
   Tensor field_view(const ChunkRef& ref, int64_t record, size_t field) const;
   Tensor ragged_view(const ChunkRef& ref, int64_t record, size_t field) const;

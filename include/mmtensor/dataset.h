@@ -112,6 +112,14 @@ class Sample {
   std::unique_ptr<Tensor[]> overflow_;
 };
 
+// Values of a ragged field for several samples, packed: what Dataset::ragged_column returns
+// and what a Loader batch holds for each ragged field.
+struct RaggedBatch {
+  Tensor values;   // 1-d: the samples' values one after the other, each in logical row-major order
+  Tensor offsets;  // int64 [B+1]: sample i is values[offsets[i] : offsets[i+1]]
+  Tensor shapes;   // int64 [B, ndim]: sample i's shape
+};
+
 class Dataset {
  public:
   // Opens and validates the preamble, footer and schema. Throws IoError (missing file, no
@@ -145,6 +153,12 @@ class Dataset {
   // chunk once and copies nothing. Such a view keeps its chunk alive.
   Tensor column(std::string_view field, int64_t start, int64_t stop) const;
   bool column_is_view(std::string_view field) const;
+  // Records [start, stop) of a ragged field, packed (a token stream read in order, say). When
+  // the range lies inside one chunk and the field is stored in its logical order, `values`
+  // is a zero-copy view into that chunk (the mapping, or the decoded chunk), as for column();
+  // otherwise the values are copied, chunk by chunk. `offsets` and `shapes` are always new
+  // tensors. ValueError for a fixed field (use column()), IndexError for a bad range.
+  RaggedBatch ragged_column(std::string_view field, int64_t start, int64_t stop) const;
 
   // Gathers a fixed field of records `indices` into `out`, a [B, ...field shape] tensor of the
   // field's dtype on the host (ordinary or pinned; any strides, contiguous is fastest), using

@@ -107,13 +107,6 @@ struct LoaderState {
   friend bool operator==(const LoaderState&, const LoaderState&) = default;
 };
 
-// A ragged field of a batch, packed.
-struct RaggedBatch {
-  Tensor values;   // 1-d: the samples' values one after the other
-  Tensor offsets;  // int64 [B+1]: sample i is values[offsets[i] : offsets[i+1]]
-  Tensor shapes;   // int64 [B, ndim]: sample i's shape
-};
-
 namespace detail {
 struct LoaderCore;
 }

@@ -1,0 +1,102 @@
+// Dataset::ragged_column: records [start, stop) of a ragged field, packed as values, offsets
+// and shapes (RaggedBatch). Inside one chunk the values of consecutive records are
+// consecutive (docs/FORMAT.md, "Decoded chunk payload": record r's values end where record
+// r+1's begin), so a range there is one view when the field is stored in its logical order,
+// the way a token stream is.
+#include <algorithm>
+#include <cstring>
+
+#include "dataset_impl.h"
+#include "mmtensor/error.h"
+#include "strided_copy.h"
+
+namespace mmt {
+
+namespace {
+
+// Runs fn() under the mapping guard when `ref` is the file's mapping (uncompressed chunks).
+template <typename Fn>
+void read_chunk(const Dataset::Impl& d, const ChunkRef& ref, Fn&& fn) {
+  if (ref.storage.data() == d.base) d.guarded(fn);
+  else fn();
+}
+
+}  // namespace
+
+RaggedBatch Dataset::ragged_column(std::string_view field, int64_t start, int64_t stop) const {
+  const Impl& d = checked_impl(impl_);
+  const size_t f = d.schema->index_of(field);
+  const Field& spec = (*d.schema)[f];
+  const FieldPlan& plan = d.plans[f];
+  MMT_CHECK(!plan.fixed, ValueError, "ragged_column('", field, "'): the field has the fixed shape ", spec.shape,
+            "; read it with column()");
+  MMT_CHECK(start >= 0 && start <= stop && stop <= d.record_count, IndexError, "ragged_column('", field, "', ",
+            start, ", ", stop, "): the range must satisfy 0 <= start <= stop <= ", d.record_count);
+  const int64_t n = stop - start;
+  const int64_t ndim = static_cast<int64_t>(spec.shape.size());
+  RaggedBatch out;
+  out.offsets = empty({n + 1}, kInt64);
+  out.shapes = empty({n, ndim}, kInt64);
+  int64_t* offsets = out.offsets.mutable_data_ptr<int64_t>();
+  int64_t* shapes = out.shapes.mutable_data_ptr<int64_t>();
+  offsets[0] = 0;
+
+  // Pass 1: every value checked as get() checks it (its range inside the chunk, its extents
+  // against its element count), its shape and offset noted. Nothing is sized by the file
+  // before its values have passed those checks.
+  bool logical_order = true;  // every value's storage order is its logical order
+  Tensor first_value;         // where the one-chunk view starts
+  ChunkRef first_chunk;
+  bool one_chunk = true;
+  for (int64_t record = start; record < stop;) {
+    const ChunkRef ref = d.chunk_ref_holding(record);
+    if (record == start) first_chunk = ref;
+    else one_chunk = false;
+    const int64_t chunk_stop = std::min(stop, ref.first_record + ref.record_count);
+    for (; record < chunk_stop; ++record) {
+      const Tensor value = d.ragged_view(ref, record, f);
+      const int64_t row = record - start;
+      for (int64_t k = 0; k < ndim; ++k) shapes[row * ndim + k] = value.size(k);
+      MMT_CHECK(!__builtin_add_overflow(offsets[row], value.numel(), &offsets[row + 1]), FormatError, d.path,
+                ": field '", spec.name, "': the values of records [", start, ", ", record + 1, ") overflow a count");
+      logical_order = logical_order && value.is_contiguous();
+      if (row == 0) first_value = value;
+    }
+  }
+  const int64_t total = offsets[n];
+  if (n > 0 && one_chunk && logical_order) {
+    out.values = Tensor(first_chunk.storage, plan.dtype, {total}, {1}, first_value.storage_offset());
+    return out;
+  }
+
+  // Pass 2: a copy, chunk by chunk; one memcpy per chunk when stored in logical order.
+  out.values = empty({total}, plan.dtype);
+  if (total == 0) return out;
+  std::byte* values = static_cast<std::byte*>(out.values.mutable_data_ptr());
+  const int64_t element_bytes = plan.element_bytes;
+  for (int64_t record = start; record < stop;) {
+    const ChunkRef ref = d.chunk_ref_holding(record);
+    const int64_t chunk_stop = std::min(stop, ref.first_record + ref.record_count);
+    if (logical_order) {
+      const Tensor first = d.ragged_view(ref, record, f);
+      const std::byte* src = static_cast<const std::byte*>(first.data_ptr());
+      std::byte* dst = values + offsets[record - start] * element_bytes;
+      const size_t bytes = static_cast<size_t>((offsets[chunk_stop - start] - offsets[record - start]) * element_bytes);
+      read_chunk(d, ref, [&] { std::memcpy(dst, src, bytes); });
+      record = chunk_stop;
+      continue;
+    }
+    for (; record < chunk_stop; ++record) {
+      const Tensor value = d.ragged_view(ref, record, f);
+      if (value.numel() == 0) continue;
+      const DimVector packed_strides = contiguous_strides(value.sizes());
+      std::byte* dst = values + offsets[record - start] * element_bytes;
+      read_chunk(d, ref, [&] {
+        detail::copy_strided(dst, packed_strides, value.data_ptr(), value.strides(), value.sizes(), element_bytes);
+      });
+    }
+  }
+  return out;
+}
+
+}  // namespace mmt
