@@ -57,7 +57,8 @@ const Tensor& Batch::operator[](std::string_view field) const {
 }
 
 bool Batch::is_ragged(std::string_view field) const {
-  return core_->ring.fields()[field_position(field)].ragged;
+  const size_t f = field_position(field);  // first: it refuses a released batch, whose core_ is null
+  return core_->ring.fields()[f].ragged;
 }
 
 const RaggedBatch& Batch::ragged(std::string_view field) const {

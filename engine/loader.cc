@@ -34,6 +34,8 @@ LoaderOptions checked(LoaderOptions options, const Dataset& dataset) {
             options.batch_size);
   MMT_CHECK(options.num_workers >= 1 && options.num_workers <= kMaxLoaderWorkers, ValueError,
             "Loader: num_workers must be in [1, ", kMaxLoaderWorkers, "], got ", options.num_workers);
+  MMT_CHECK(options.epoch >= 0 && options.epoch < kMaxEpoch, ValueError, "Loader: epoch must be in [0, ",
+            kMaxEpoch, "), got ", options.epoch);
   MMT_CHECK(options.prefetch_batches >= 1 && options.prefetch_batches <= kMaxPrefetchBatches,
             ValueError, "Loader: prefetch_batches must be in [1, ", kMaxPrefetchBatches, "], got ",
             options.prefetch_batches);
@@ -140,10 +142,16 @@ void LoaderCore::stop_workers() noexcept {
 
 void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_epoch,
                                 int64_t consumed) {
+  // Every epoch is below kMaxEpoch, so the callers' epoch + 1 cannot overflow; the epoch after
+  // the last one is refused here.
+  MMT_CHECK(new_epoch >= 0 && new_epoch < kMaxEpoch, ValueError, "Loader: epoch ", new_epoch,
+            " is outside [0, ", kMaxEpoch, ")");
   ++generation;
   pieces.clear();
   update_work_hint_locked();
+  restarting = true;
   slot_done.wait(lock, [&] { return active == 0; });  // workers finish what they hold
+  restarting = false;
   for (Slot& slot : slots) {
     if (slot.state == SlotState::Held) continue;  // on loan; comes back through release_slot
     slot.state = SlotState::Free;
@@ -166,7 +174,7 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
 }
 
 void LoaderCore::schedule_locked() {
-  if (stopping || failure) return;
+  if (stopping || failure || restarting) return;
   bool queued = false;
   for (int s = 0; s < static_cast<int>(slots.size()) && scheduled < total_batches; ++s) {
     Slot& slot = slots[s];

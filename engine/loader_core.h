@@ -109,6 +109,9 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   uint64_t generation = 0;   // bumped by every restart: older pieces are void
   int active = 0;            // pieces running plus copies being queued
   bool stopping = false;
+  // While a restart waits for the workers, the epoch fields still describe the old epoch: a
+  // batch released meanwhile (on another thread) must not schedule pieces from them.
+  bool restarting = false;
   std::exception_ptr failure;  // sticky after a worker's error reached the consumer
 
   // The epoch in progress.

@@ -1,3 +1,4 @@
+#include <limits>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
@@ -26,9 +27,16 @@ template <typename T>
 T required(const nlohmann::json& json, const char* key) {
   const auto it = json.find(key);
   MMT_CHECK(it != json.end(), ValueError, "LoaderState: missing entry '", key, "'");
-  if constexpr (std::is_integral_v<T>)
+  if constexpr (std::is_integral_v<T>) {
     MMT_CHECK(it->is_number_integer(), ValueError, "LoaderState: entry '", key,
               "' must be an integer, got ", it->dump());
+    // get<T>() would wrap a value out of T's range (2^64-1 read as -1, 2^32+1 as 1).
+    const bool fits = it->is_number_unsigned()
+                          ? it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                          : it->get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                                it->get<int64_t>() <= static_cast<int64_t>(std::numeric_limits<T>::max());
+    MMT_CHECK(fits, ValueError, "LoaderState: entry '", key, "' is out of range: ", it->dump());
+  }
   try {
     return it->get<T>();
   } catch (const nlohmann::json::exception&) {
@@ -66,6 +74,8 @@ LoaderState LoaderState::parse(std::string_view text) {
   state.consumed = required<int64_t>(json, "consumed");
   MMT_CHECK(state.records >= 0 && state.window_chunks >= 0, ValueError,
             "LoaderState: negative records or window_chunks in ", text);
+  MMT_CHECK(state.epoch >= 0 && state.epoch < kMaxEpoch, ValueError, "LoaderState: epoch ", state.epoch,
+            " is outside [0, ", kMaxEpoch, ")");
   MMT_CHECK(state.consumed >= 0 && state.consumed <= state.records, ValueError,
             "LoaderState: consumed=", state.consumed, " is outside [0, records=", state.records, "]");
   return state;

@@ -223,7 +223,7 @@ void LoaderCore::finish_piece(std::unique_lock<std::mutex>& lock, const Piece& p
     slot.error_row = piece.row_begin;
   }
   if (--slot.pieces_left > 0) {
-    --active;
+    if (--active == 0) slot_done.notify_all();  // a restart may be waiting for the workers
     return;
   }
   if (options.device.is_cuda() && !slot.error) {

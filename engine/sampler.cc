@@ -101,6 +101,13 @@ Sampler Sampler::create(int64_t num_records, SamplerOptions options,
             "Sampler: rank ", options.rank, " is outside [0, world_size=", options.world_size, ")");
   MMT_CHECK(options.window_chunks >= 0, ValueError, "Sampler: window_chunks must be >= 0, got ",
             options.window_chunks);
+  MMT_CHECK(options.kind == SamplerKind::Sequential || options.kind == SamplerKind::Random ||
+                options.kind == SamplerKind::QuasiRandom,
+            ValueError, "Sampler: unknown kind ", static_cast<int>(options.kind),
+            " (sequential, random or quasi_random)");
+  // Positions past the end (padding) reach num_records + world_size - 2: keep them in int64.
+  MMT_CHECK(num_records <= INT64_MAX - options.world_size, ValueError, "Sampler: ", num_records,
+            " records and world_size ", options.world_size, " overflow a position");
   auto layout = std::make_shared<Layout>();
   layout->records = num_records;
   if (options.kind == SamplerKind::QuasiRandom) {
@@ -203,7 +210,7 @@ int64_t EpochOrder::rank_size(int64_t consumed) const {
   const SamplerOptions& options = tables_->layout->options;
   const int64_t remaining = n - consumed;
   const int64_t world = options.world_size;
-  return options.drop_tail ? remaining / world : (remaining + world - 1) / world;
+  return options.drop_tail ? remaining / world : remaining / world + (remaining % world != 0);
 }
 
 int64_t EpochOrder::rank_position(int64_t consumed, int64_t j) const {
@@ -211,10 +218,11 @@ int64_t EpochOrder::rank_position(int64_t consumed, int64_t j) const {
   MMT_CHECK(j >= 0 && j < count, IndexError, "EpochOrder: sample ", j, " is out of range: this rank takes ",
             count, " samples after position ", consumed);
   const SamplerOptions& options = tables_->layout->options;
-  const int64_t remaining = size() - consumed;
-  const int64_t offset = j * options.world_size + options.rank;
-  // Padding repeats the first remaining positions, as DistributedSampler repeats the head.
-  return consumed + (offset < remaining ? offset : (offset - remaining) % remaining);
+  // Padding repeats the epoch's first positions, as DistributedSampler repeats the head of its
+  // indices; a resume with the same world size then pads exactly as the run it continues.
+  const int64_t n = size();
+  const int64_t position = consumed + j * options.world_size + options.rank;
+  return position < n ? position : (position - n) % n;
 }
 
 std::vector<int64_t> EpochOrder::rank_indices(int64_t consumed) const {

@@ -258,5 +258,15 @@ TEST(Sampler, KindNamesRoundTrip) {
   EXPECT_FALSE(sampler_kind_from_string("shuffle").has_value());
 }
 
+TEST(SamplerLimits, AnUnknownKindAndPositionsPastInt64AreRefused) {
+  SamplerOptions options;
+  options.kind = static_cast<SamplerKind>(7);  // was a division by zero at the first index
+  EXPECT_THROW(Sampler::create(10, options), ValueError);
+  options.kind = SamplerKind::Random;
+  options.world_size = 2;
+  EXPECT_THROW(Sampler::create(INT64_MAX, options), ValueError);  // padding would pass INT64_MAX
+  EXPECT_EQ(Sampler::create(INT64_MAX - 2, options).epoch(0).rank_size(), (INT64_MAX - 2) / 2 + 1);
+}
+
 }  // namespace
 }  // namespace mmt

@@ -75,12 +75,14 @@ struct CUstream_st;  // cudaStream_t is CUstream_st*: pass a cudaStream_t or tor
 namespace mmt {
 
 inline constexpr int kMaxLoaderWorkers = 1024;
+// Epochs run in [0, kMaxEpoch): the epoch after the last one must still be an int64.
+inline constexpr int64_t kMaxEpoch = INT64_MAX;
 
 struct LoaderOptions {
   int64_t batch_size = 1;
   std::vector<std::string> fields;  // the fields to load, in this order; empty: every field
   SamplerOptions sampler;           // kind, seed, quasi-random window, rank / world_size
-  int64_t epoch = 0;                // the first epoch
+  int64_t epoch = 0;                // the first epoch, in [0, kMaxEpoch)
   bool drop_last = false;           // drop this rank's final, partial batch of each epoch
   int num_workers = 1;              // gather threads, 1..kMaxLoaderWorkers
   int prefetch_batches = 3;         // batches prepared ahead; the ring has this + 1 slots
