@@ -23,8 +23,7 @@ Tensor Dataset::Impl::ragged_view(const ChunkRef& ref, int64_t record, size_t f)
   // Building the view reads the section header, value ends and extents; in an uncompressed
   // chunk they are in the mapping, so those reads are guarded like every other engine read
   // (a file shrunk under the reader gives IoError here, not SIGBUS).
-  const bool in_mapping = ref.storage.data() == base;
-  const auto read = [&](auto&& fn) { return in_mapping ? guarded(fn) : fn(); };
+  const auto read = [&](auto&& fn) { return guarded_if_mapped(ref, fn); };
   const format::RaggedSection section = read([&] {
     return format::locate_ragged_section(chunk, ref.decoded_bytes, ref.record_count, record_stride_bytes, *schema,
                                          layout, plan.ragged_index, ref.index);

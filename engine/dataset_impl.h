@@ -97,6 +97,13 @@ struct Dataset::Impl {
   decltype(auto) guarded(Fn&& fn) const {
     return detail::guard_mapped_reads(detail::MappedRegion{&path, base, file_bytes}, std::forward<Fn>(fn));
   }
+  // guarded(fn) when `ref` is the file's mapping (an uncompressed chunk); a decoded chunk is
+  // the reader's own memory and needs no guard.
+  template <typename Fn>
+  decltype(auto) guarded_if_mapped(const ChunkRef& ref, Fn&& fn) const {
+    if (ref.storage.data() == base) return guarded(std::forward<Fn>(fn));
+    return fn();
+  }
 
   static std::shared_ptr<const Impl> open(const std::string& path, const ReaderOptions& options);
 

@@ -12,17 +12,6 @@
 
 namespace mmt {
 
-namespace {
-
-// Runs fn() under the mapping guard when `ref` is the file's mapping (uncompressed chunks).
-template <typename Fn>
-void read_chunk(const Dataset::Impl& d, const ChunkRef& ref, Fn&& fn) {
-  if (ref.storage.data() == d.base) d.guarded(fn);
-  else fn();
-}
-
-}  // namespace
-
 RaggedBatch Dataset::ragged_column(std::string_view field, int64_t start, int64_t stop) const {
   const Impl& d = checked_impl(impl_);
   const size_t f = d.schema->index_of(field);
@@ -82,7 +71,7 @@ RaggedBatch Dataset::ragged_column(std::string_view field, int64_t start, int64_
       const std::byte* src = static_cast<const std::byte*>(first.data_ptr());
       std::byte* dst = values + offsets[record - start] * element_bytes;
       const size_t bytes = static_cast<size_t>((offsets[chunk_stop - start] - offsets[record - start]) * element_bytes);
-      read_chunk(d, ref, [&] { std::memcpy(dst, src, bytes); });
+      d.guarded_if_mapped(ref, [&] { std::memcpy(dst, src, bytes); });
       record = chunk_stop;
       continue;
     }
@@ -91,7 +80,7 @@ RaggedBatch Dataset::ragged_column(std::string_view field, int64_t start, int64_
       if (value.numel() == 0) continue;
       const DimVector packed_strides = contiguous_strides(value.sizes());
       std::byte* dst = values + offsets[record - start] * element_bytes;
-      read_chunk(d, ref, [&] {
+      d.guarded_if_mapped(ref, [&] {
         detail::copy_strided(dst, packed_strides, value.data_ptr(), value.strides(), value.sizes(), element_bytes);
       });
     }
