@@ -49,6 +49,16 @@ LoaderOptions checked(LoaderOptions options, const Dataset& dataset) {
   return options;
 }
 
+// Rows a staging slot needs: a batch never holds more samples than a rank takes in a whole
+// epoch (at least one slot row, for an empty dataset), so a batch_size far above the dataset
+// does not allocate, and pin, memory no batch can use.
+int64_t slot_rows(int64_t batch_size, const Sampler& sampler) {
+  const int64_t records = sampler.num_records();
+  const int64_t world = sampler.options().world_size;
+  const int64_t most_per_rank = records / world + (records % world != 0);
+  return std::clamp<int64_t>(most_per_rank, 1, batch_size);
+}
+
 SamplerOptions resumed_sampler_options(SamplerOptions options, const LoaderState* state) {
   if (state && options.kind == SamplerKind::QuasiRandom && options.window_chunks == 0)
     options.window_chunks = state->window_chunks;  // the order must be the one it was saved in
@@ -61,7 +71,7 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
     : dataset(std::move(dataset_in)),
       options(checked(std::move(options_in), dataset)),
       sampler(Sampler::for_dataset(dataset, resumed_sampler_options(options.sampler, resume_from))),
-      ring(selected_fields(dataset, options.fields), options.batch_size,
+      ring(selected_fields(dataset, options.fields), slot_rows(options.batch_size, sampler),
            options.prefetch_batches + 1, options.device, options.pin_memory) {
   options.sampler = sampler.options();
   for (size_t f = 0; f < ring.fields().size(); ++f) {
@@ -74,7 +84,7 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
   }
   slots.resize(static_cast<size_t>(ring.slots()));
   for (Slot& slot : slots) {
-    slot.indices.resize(static_cast<size_t>(options.batch_size));
+    slot.indices.resize(static_cast<size_t>(ring.batch_size()));
     if (options.device.is_cuda()) {
       slot.copied = cuda::Event::create(options.device.index);
       slot.consumed = cuda::Event::create(options.device.index);

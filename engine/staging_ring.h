@@ -1,8 +1,9 @@
 // The loader's staging ring: the host (and device) buffers its batches are gathered into.
 //
-// Every slot has the same layout, fixed by the loaded fields and the batch size:
-//   fixed field : batch_size * record bytes
-//   ragged field: offsets int64[batch_size + 1] and shapes int64[batch_size * ndim]
+// Every slot has the same layout, fixed by the loaded fields and the slot's rows B (the
+// loader's batch size, or a rank's whole epoch when that is smaller):
+//   fixed field : B * record bytes
+//   ragged field: offsets int64[B + 1] and shapes int64[B * ndim]
 // each region starting on a kRegionAlignment boundary. The slots of the ring are one host
 // allocation (pinned when asked, or when a device is the destination) and, for a device,
 // one device allocation of the same size: both made once, at exact size. A ragged field's

@@ -386,13 +386,41 @@ TEST_F(LoaderTest, HoldingEverySlotIsAnErrorNotAHang) {
 }
 
 TEST_F(LoaderTest, RingIsSizedExactlyOnce) {
-  Dataset dataset = Dataset::open(write_loader_dataset(dir, 10));
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 100));
   LoaderOptions options = options_for(SamplerKind::Sequential, 64);
   options.fields = {"x", "image"};
   options.prefetch_batches = 2;
   Loader loader(dataset, options);
   // x: 64*16 bytes, image: 64*48 bytes, each region rounded to 256, three slots.
   EXPECT_EQ(loader.ring_bytes(), 3 * (1024 + 3072));
+}
+
+TEST_F(LoaderTest, ABatchSizeAboveTheDatasetAllocatesOnlyWhatAnEpochHolds) {
+  // A validation set of 10 records read with a training batch size: one batch of 10, and a
+  // ring of 10 rows a slot, not the billion rows (16 GB of "x" alone) the batch size names.
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 10));
+  LoaderOptions options = options_for(SamplerKind::Random, int64_t{1} << 30);
+  options.fields = {"x", "image", "tokens"};
+  options.prefetch_batches = 2;
+  Loader loader(dataset, options);
+  EXPECT_EQ(loader.ring_bytes(), 3 * (256 + 512 + 256 + 256));  // x 160, image 480, offsets 88, shapes 80
+  std::optional<Batch> batch = loader.next();
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->size(), 10);
+  EXPECT_EQ(sorted({batch->indices().begin(), batch->indices().end()}), iota(10));
+  expect_batch_matches_dataset(*batch, dataset, {"x", "image", "tokens"});
+  batch.reset();
+  EXPECT_FALSE(loader.next());
+
+  // Two ranks split 10 records 5 and 5: a slot holds 5 rows.
+  options.sampler.world_size = 2;
+  options.sampler.rank = 1;
+  Loader ranked(dataset, options);
+  EXPECT_EQ(ranked.ring_bytes(), 3 * (256 + 256 + 256 + 256));
+  std::optional<Batch> half = ranked.next();
+  ASSERT_TRUE(half);
+  EXPECT_EQ(half->size(), 5);
+  expect_batch_matches_dataset(*half, dataset, {"x", "image", "tokens"});
 }
 
 TEST_F(LoaderTest, AWorkerErrorNamesTheSampleAndChunk) {

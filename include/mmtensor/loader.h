@@ -9,7 +9,7 @@
 //   }                                                // each step releases the previous batch
 //
 // How it works. A staging ring of `prefetch_batches + 1` slots is allocated once, at exact
-// size, in pinned host memory (and, for a CUDA device, a device buffer per slot). Batch
+// size (batch_size rows a slot, or a rank's whole epoch when that is fewer), in pinned host memory (and, for a CUDA device, a device buffer per slot). Batch
 // numbers are assigned to slots in order and each record index is a pure function of
 // (sampler, seed, epoch, resume position, batch number, row), so the sequence never depends
 // on the number of threads. Worker threads gather samples straight into the slot with
