@@ -105,6 +105,9 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
     MMT_CHECK(mine.kind != SamplerKind::QuasiRandom || state.window_chunks == mine.window_chunks,
               ValueError, "Loader: the state was saved with a window of ", state.window_chunks,
               " chunks; the options say ", mine.window_chunks, " (0 adopts the state's)");
+    MMT_CHECK(state.chunk_layout == 0 || state.chunk_layout == sampler.chunk_layout_hash(), ValueError,
+              "Loader: the state was saved for another chunk layout than ", dataset.path(), "'s ",
+              dataset.num_chunks(), " chunks (the file was re-packed); its quasi-random order would differ");
     MMT_CHECK(state.consumed >= 0 && state.consumed <= state.records, ValueError,
               "Loader: the state's consumed=", state.consumed, " is outside [0, ", state.records, "]");
     first_epoch = state.epoch;
@@ -178,8 +181,13 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
   total_batches = options.drop_last ? rank_samples / batch : rank_samples / batch + (rank_samples % batch != 0);
   scheduled = delivered = 0;
   const SamplerOptions& sampler_options = sampler.options();
-  current_state = LoaderState{sampler_options.kind, sampler_options.seed, sampler_options.window_chunks,
-                              dataset.size(), new_epoch, consumed};
+  current_state = LoaderState{.sampler = sampler_options.kind,
+                              .seed = sampler_options.seed,
+                              .window_chunks = sampler_options.window_chunks,
+                              .records = dataset.size(),
+                              .chunk_layout = sampler.chunk_layout_hash(),
+                              .epoch = new_epoch,
+                              .consumed = consumed};
   schedule_locked();
 }
 

@@ -15,6 +15,7 @@ std::string LoaderState::to_string() const {
       {"seed", seed},
       {"window_chunks", window_chunks},
       {"records", records},
+      {"chunk_layout", chunk_layout},
       {"epoch", epoch},
       {"consumed", consumed},
   };
@@ -68,6 +69,14 @@ LoaderState LoaderState::parse(std::string_view text) {
             "LoaderState: missing or non-integer entry 'seed'");
   state.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
                                           : static_cast<uint64_t>(seed->get<int64_t>());
+  // Absent in states written before it existed: read as 0, "not recorded".
+  if (json.contains("chunk_layout")) {
+    const auto& layout = json["chunk_layout"];
+    MMT_CHECK(layout.is_number_integer(), ValueError, "LoaderState: entry 'chunk_layout' must be an integer, got ",
+              layout.dump());
+    state.chunk_layout = layout.is_number_unsigned() ? layout.get<uint64_t>()  // unsigned 64-bit, like the seed
+                                                     : static_cast<uint64_t>(layout.get<int64_t>());
+  }
   state.window_chunks = required<int64_t>(json, "window_chunks");
   state.records = required<int64_t>(json, "records");
   state.epoch = required<int64_t>(json, "epoch");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "checksum.h"
 #include "mmtensor/error.h"
 
 namespace mmt {
@@ -81,6 +82,7 @@ struct Sampler::Layout {
   SamplerOptions options;
   int64_t records = 0;
   std::vector<int64_t> chunk_first_record;  // chunks + 1 entries; empty unless QuasiRandom
+  uint64_t chunk_layout_hash = 0;           // of chunk_first_record; 0 when it is empty
 };
 
 struct EpochOrder::Tables {
@@ -126,6 +128,9 @@ Sampler Sampler::create(int64_t num_records, SamplerOptions options,
     MMT_CHECK(total == num_records, ValueError, "Sampler: the chunk layout holds ", total,
               " records but num_records is ", num_records);
     if (options.window_chunks == 0) options.window_chunks = kDefaultWindowChunks;
+    // Never 0, so that "no layout" (the other kinds) cannot equal a layout's hash.
+    layout->chunk_layout_hash = detail::checksum64(layout->chunk_first_record.data(),
+                                                   layout->chunk_first_record.size() * sizeof(int64_t)) | 1;
   }
   layout->options = options;
   return Sampler(std::move(layout));
@@ -137,6 +142,7 @@ int64_t Sampler::num_chunks() const {
              ? 0 : static_cast<int64_t>(layout_->chunk_first_record.size()) - 1;
 }
 const SamplerOptions& Sampler::options() const { return layout_->options; }
+uint64_t Sampler::chunk_layout_hash() const { return layout_->chunk_layout_hash; }
 
 EpochOrder Sampler::epoch(int64_t epoch) const {
   auto tables = std::make_shared<EpochOrder::Tables>();

@@ -115,6 +115,10 @@ class Sampler {
   int64_t num_chunks() const;
   // The options with window_chunks resolved (never 0 for QuasiRandom).
   const SamplerOptions& options() const;
+  // A 64-bit hash of the chunk layout the order is made from (QuasiRandom), 0 for the kinds
+  // whose order depends on num_records alone. Equal layouts give equal hashes; a loader state
+  // keeps it, so a resume on a re-chunked file of the same size is refused, not misordered.
+  uint64_t chunk_layout_hash() const;
   // The order of `epoch` (any value, negative included: it only keys the shuffle).
   EpochOrder epoch(int64_t epoch) const;
 
