@@ -10,15 +10,23 @@
 //     target >= 0.9. batches_per_s compares with bench/peer_dataloader.py (PyTorch
 //     DataLoader(pin_memory=True) over np.memmap, same shape and batch size): target >= 3x.
 //     Skips itself without a CUDA device.
+//   BM_LoaderTokensSequential: one epoch of a ragged int32 token field (documents of 16..4096
+//     tokens, log-uniform, 1 MiB chunks, uncompressed, warm) through the loader in sequential
+//     order, batch 256, one worker, against memcpy of each batch's tokens as one contiguous
+//     block (what a flat token array with offsets costs). vs_memcpy = time(memcpy) /
+//     time(loader).
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -85,6 +93,39 @@ const Dataset& device_dataset() {
   // part of the time, as it is in training.
   static BenchDataset data("device", 8192, {3, 224, 224});
   return data.dataset();
+}
+
+// 20,000 documents, about 58 MB of tokens; the same lengths in every run.
+const Dataset& token_dataset() {
+  struct Tokens {
+    std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                ("mmtensor-loader-bench-tokens-" + std::to_string(::getpid()));
+    Dataset dataset;
+    Tokens() {
+      std::filesystem::create_directories(dir);
+      const std::string path = (dir / "tokens.mmt").string();
+      WriterOptions options;
+      options.chunk_bytes = 1 << 20;
+      DatasetWriter writer =
+          DatasetWriter::create(path, Schema({Field::ragged("tokens", kInt32, {kVariableDim})}), options);
+      std::mt19937_64 random(20240607);
+      std::uniform_real_distribution<double> log_length(std::log(16.0), std::log(4096.0));
+      for (int64_t i = 0; i < 20000; ++i) {
+        Tensor doc = empty({static_cast<int64_t>(std::exp(log_length(random)))}, kInt32);
+        int32_t* values = doc.mutable_data_ptr<int32_t>();
+        for (int64_t t = 0; t < doc.numel(); ++t) values[t] = static_cast<int32_t>(i + t);
+        writer.append({doc});
+      }
+      writer.finish();
+      dataset = Dataset::open(path);
+    }
+    ~Tokens() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  };
+  static Tokens tokens;
+  return tokens.dataset;
 }
 
 constexpr int64_t kHostBatch = 256;
@@ -172,6 +213,45 @@ void BM_LoaderVsGetBatch(benchmark::State& state) {
   state.SetBytesProcessed(samples * (3 * side * side + 8));
 }
 
+void BM_LoaderTokensSequential(benchmark::State& state) {
+  const Dataset& dataset = token_dataset();
+  LoaderOptions options;
+  options.batch_size = kHostBatch;
+  options.sampler.kind = SamplerKind::Sequential;
+  options.num_workers = 1;
+  options.pin_memory = false;  // the reference copies into ordinary memory too
+  // The reference: each batch's tokens as one block, from a flat copy of the whole stream.
+  const RaggedBatch all = dataset.ragged_column("tokens", 0, dataset.size());
+  const Tensor flat = all.values.contiguous().clone();
+  const int64_t* ends = all.offsets.data_ptr<int64_t>();
+  std::vector<int32_t> out(static_cast<size_t>(flat.numel()));
+  const int epochs = 4;
+
+  std::vector<double> ratios;
+  double loader_seconds = 0;
+  int64_t bytes = 0;
+  for (auto _ : state) {
+    const Timed loader = time_loader_epochs(dataset, options, epochs, nullptr, nullptr);
+    const double t0 = now_seconds();
+    for (int e = 0; e < epochs; ++e) {
+      for (int64_t first = 0; first < dataset.size(); first += kHostBatch) {
+        const int64_t stop = std::min(dataset.size(), first + kHostBatch);
+        std::memcpy(out.data(), flat.data_ptr<int32_t>() + ends[first],
+                    static_cast<size_t>(ends[stop] - ends[first]) * sizeof(int32_t));
+        benchmark::ClobberMemory();
+      }
+    }
+    const double reference_seconds = now_seconds() - t0;
+    ratios.push_back(reference_seconds / loader.seconds);
+    loader_seconds += loader.seconds;
+    bytes += epochs * flat.nbytes();
+    state.SetIterationTime(loader.seconds);
+  }
+  state.counters["vs_memcpy"] = median(ratios);
+  state.counters["loader_GB_per_s"] = static_cast<double>(bytes) / loader_seconds / 1e9;
+  state.SetBytesProcessed(bytes);
+}
+
 void BM_LoaderToDevice(benchmark::State& state) {
   if (cuda_device_count() == 0) {
     // With MMT_REQUIRE_CUDA=1 (on a GPU machine) a device this build cannot use is fatal,
@@ -236,5 +316,6 @@ void BM_LoaderToDevice(benchmark::State& state) {
 BENCHMARK(BM_LoaderVsGetBatch)->ArgsProduct({{1, 2}, {32, 128}})->ArgNames({"threads", "side"})
     ->Iterations(9)
     ->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LoaderTokensSequential)->Iterations(9)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LoaderToDevice)->Arg(4)->Arg(8)->Arg(14)->ArgName("workers")->Iterations(5)
     ->UseManualTime()->Unit(benchmark::kMillisecond);

@@ -158,26 +158,54 @@ void LoaderCore::fill_fixed_rows(const Piece& piece) {
 void LoaderCore::pack_ragged_field(const Piece& piece) {
   const size_t f = static_cast<size_t>(piece.ragged_field);
   const std::string& name = field_names[f];
-  // Per-thread scratch: after the first batches, packing allocates nothing.
+  const std::span<const std::string> field_name(&name, 1);
+  // The batch in parts: a run of consecutive records inside one chunk (a sequential sampler's
+  // batch of a token stream) is read with one ragged_column(), whose values are one view into
+  // the chunk, copied at once; any other row is one get(). Per-thread scratch: after the
+  // first batches, packing allocates nothing but a run's small offsets and shapes.
+  struct Part {
+    int64_t row_begin = 0, row_end = 0;
+    Tensor values;   // the part's values: a run's 1-d values, or one record's value
+    Tensor offsets;  // runs only: int64 [rows + 1] into `values`
+    Tensor shapes;   // runs only: int64 [rows, ndim]
+  };
   thread_local std::vector<int64_t> indices;
-  thread_local std::vector<Tensor> values;
+  thread_local std::vector<Part> parts;
   struct ReleaseViews {  // the views pin decoded chunks in the cache: never keep them
-    ~ReleaseViews() { values.clear(); }
+    ~ReleaseViews() { parts.clear(); }
   } release_views;
   indices.resize(static_cast<size_t>(piece.rows));
-  values.clear();
+  parts.clear();
   const int64_t first_sample = piece.batch * options.batch_size;
-  int64_t total_elements = 0;
-  for (int64_t row = 0; row < piece.rows; ++row) {
+  for (int64_t row = 0; row < piece.rows; ++row)
     indices[row] = piece.order.rank_at(piece.start_consumed, first_sample + row);
+  int64_t total_elements = 0;
+  for (int64_t row = 0; row < piece.rows;) {
+    Part& part = parts.emplace_back();
+    part.row_begin = row;
+    part.row_end = row + 1;
     try {
-      values.push_back(dataset.get(indices[row], name));
+      if (row + 1 < piece.rows && indices[row + 1] == indices[row] + 1) {
+        const ChunkInfo chunk = dataset.chunk(dataset.chunk_of(indices[row]));
+        const int64_t chunk_stop = chunk.first_record + chunk.record_count;
+        while (part.row_end < piece.rows && indices[part.row_end] == indices[part.row_end - 1] + 1 &&
+               indices[part.row_end] < chunk_stop)
+          ++part.row_end;
+      }
+      if (part.row_end - row > 1) {
+        RaggedBatch run = dataset.ragged_column(name, indices[row], indices[part.row_end - 1] + 1);
+        part.values = std::move(run.values);
+        part.offsets = std::move(run.offsets);
+        part.shapes = std::move(run.shapes);
+      } else {
+        part.values = dataset.get(indices[row], name);
+      }
     } catch (...) {
-      rethrow_for_sample(dataset, piece, std::span<const std::string>(&name, 1),
-                         std::span<const int64_t>(&indices[row], 1), row,
-                         std::current_exception());
+      const std::span<const int64_t> failed(indices.data() + row, static_cast<size_t>(part.row_end - row));
+      rethrow_for_sample(dataset, piece, field_name, failed, row, std::current_exception());
     }
-    total_elements += values.back().numel();
+    total_elements += part.values.numel();
+    row = part.row_end;
   }
   ring.reserve_values(piece.slot, f, total_elements, slots[piece.slot].consumed);
   const Tensor packed = ring.values_view(piece.slot, f, /*on_device=*/false);
@@ -187,12 +215,22 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
   const int64_t element_bytes = packed.element_size();
   std::byte* packed_bytes = static_cast<std::byte*>(packed.mutable_data_ptr());
   int64_t position = 0;
-  for (int64_t row = 0; row < piece.rows; ++row) {
-    const Tensor& value = values[row];
-    MMT_CHECK(value.dim() == static_cast<int64_t>(ndim), FormatError, batch_context(piece, name),
-              ", sample ", indices[row], ": value has ", value.dim(), " dimensions, the field ", ndim);
-    offsets[row] = position;
-    for (size_t d = 0; d < ndim; ++d) shapes[row * ndim + d] = value.size(static_cast<int64_t>(d));
+  for (const Part& part : parts) {
+    const Tensor& value = part.values;
+    if (part.offsets.defined()) {
+      const int64_t* run_offsets = part.offsets.data_ptr<int64_t>();
+      const int64_t* run_shapes = part.shapes.data_ptr<int64_t>();
+      for (int64_t row = part.row_begin; row < part.row_end; ++row) {
+        const int64_t j = row - part.row_begin;
+        offsets[row] = position + run_offsets[j];
+        for (size_t d = 0; d < ndim; ++d) shapes[row * ndim + d] = run_shapes[j * static_cast<int64_t>(ndim) + d];
+      }
+    } else {
+      MMT_CHECK(value.dim() == static_cast<int64_t>(ndim), FormatError, batch_context(piece, name),
+                ", sample ", indices[part.row_begin], ": value has ", value.dim(), " dimensions, the field ", ndim);
+      offsets[part.row_begin] = position;
+      for (size_t d = 0; d < ndim; ++d) shapes[part.row_begin * ndim + d] = value.size(static_cast<int64_t>(d));
+    }
     if (value.numel() > 0) {
       // The value may be a view into the mapping (uncompressed chunks): read it under the
       // mapping guard, so a file truncated by another program fails this batch with IoError
