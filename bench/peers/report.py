@@ -74,7 +74,8 @@ def mmtensor_config(workload, contender):
     else:
         verify = "each chunk's checksum verified before its first decode (the default)"
     return (f"{chunks}, {level}; default ReaderOptions (madvise NORMAL, {verify}); "
-            "get() for single samples, get_batch(threads=1) for batches, get() per document for tokens")
+            "get() for single samples, get_batch(threads=1) for batches, get() per document for random tokens, "
+            "ragged_column() per chunk-sized run for sequential tokens")
 
 
 def machine():
