@@ -84,7 +84,7 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
   }
   slots.resize(static_cast<size_t>(ring.slots()));
   for (Slot& slot : slots) {
-    slot.indices.resize(static_cast<size_t>(ring.batch_size()));
+    slot.indices.resize(static_cast<size_t>(ring.slot_rows()));
     if (options.device.is_cuda()) {
       slot.copied = cuda::Event::create(options.device.index);
       slot.consumed = cuda::Event::create(options.device.index);
@@ -185,9 +185,9 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
                               .seed = sampler_options.seed,
                               .window_chunks = sampler_options.window_chunks,
                               .records = dataset.size(),
-                              .chunk_layout = sampler.chunk_layout_hash(),
                               .epoch = new_epoch,
-                              .consumed = consumed};
+                              .consumed = consumed,
+                              .chunk_layout = sampler.chunk_layout_hash()};
   schedule_locked();
 }
 

@@ -34,7 +34,7 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
     int64_t batch = -1;  // batch number in the epoch (from its start or resume point)
     int64_t rows = 0;
     int pieces_left = 0;
-    std::vector<int64_t> indices;  // ring.batch_size() entries, the first `rows` valid
+    std::vector<int64_t> indices;  // ring.slot_rows() entries, the first `rows` valid
     std::exception_ptr error;
     int64_t error_row = 0;  // the first row of the piece that failed: the lowest one wins
     cuda::Event copied;    // the host-to-device copy of this slot is done

@@ -1,4 +1,8 @@
+#include <cinttypes>
+#include <charconv>
+#include <cstdio>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
@@ -15,10 +19,14 @@ std::string LoaderState::to_string() const {
       {"seed", seed},
       {"window_chunks", window_chunks},
       {"records", records},
-      {"chunk_layout", chunk_layout},
       {"epoch", epoch},
       {"consumed", consumed},
   };
+  if (chunk_layout != 0) {
+    char hex[19];
+    std::snprintf(hex, sizeof hex, "0x%016" PRIx64, chunk_layout);
+    json["chunk_layout"] = hex;
+  }
   return json.dump();
 }
 
@@ -69,13 +77,21 @@ LoaderState LoaderState::parse(std::string_view text) {
             "LoaderState: missing or non-integer entry 'seed'");
   state.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
                                           : static_cast<uint64_t>(seed->get<int64_t>());
-  // Absent in states written before it existed: read as 0, "not recorded".
-  if (json.contains("chunk_layout")) {
-    const auto& layout = json["chunk_layout"];
-    MMT_CHECK(layout.is_number_integer(), ValueError, "LoaderState: entry 'chunk_layout' must be an integer, got ",
-              layout.dump());
-    state.chunk_layout = layout.is_number_unsigned() ? layout.get<uint64_t>()  // unsigned 64-bit, like the seed
-                                                     : static_cast<uint64_t>(layout.get<int64_t>());
+  // Absent in states written before it existed, and for orders that do not depend on the
+  // chunks: read as 0, "not recorded".
+  if (const auto layout = json.find("chunk_layout"); layout != json.end()) {
+    const std::string hex = layout->is_string() ? layout->get<std::string>() : std::string();
+    uint64_t value = 0;
+    bool well_formed = hex.size() == 18 && hex.starts_with("0x");
+    if (well_formed) {
+      const auto [end, error] = std::from_chars(hex.data() + 2, hex.data() + hex.size(), value, 16);
+      well_formed = error == std::errc() && end == hex.data() + hex.size();
+    }
+    MMT_CHECK(well_formed, ValueError, "LoaderState: entry 'chunk_layout' must be a string of 0x and 16 hex digits, got ",
+              layout->dump());
+    MMT_CHECK(state.sampler == SamplerKind::QuasiRandom, ValueError, "LoaderState: a ", kind,
+              " order does not depend on the chunk layout, yet the state names one (", hex, ")");
+    state.chunk_layout = value;
   }
   state.window_chunks = required<int64_t>(json, "window_chunks");
   state.records = required<int64_t>(json, "records");

@@ -161,8 +161,10 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
   const std::span<const std::string> field_name(&name, 1);
   // The batch in parts: a run of consecutive records inside one chunk (a sequential sampler's
   // batch of a token stream) is read with one ragged_column(), whose values are one view into
-  // the chunk, copied at once; any other row is one get(). Per-thread scratch: after the
-  // first batches, packing allocates nothing but a run's small offsets and shapes.
+  // the chunk, copied at once; any other row is one get(). A field stored in another order
+  // than its logical one is read row by row: ragged_column() would copy it once more.
+  // Per-thread scratch: after the first batches, packing allocates nothing but a run's small
+  // offsets and shapes.
   struct Part {
     int64_t row_begin = 0, row_end = 0;
     Tensor values;   // the part's values: a run's 1-d values, or one record's value
@@ -185,7 +187,7 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
     part.row_begin = row;
     part.row_end = row + 1;
     try {
-      if (row + 1 < piece.rows && indices[row + 1] == indices[row] + 1) {
+      if (ring.fields()[f].stored_in_logical_order && row + 1 < piece.rows && indices[row + 1] == indices[row] + 1) {
         const ChunkInfo chunk = dataset.chunk(dataset.chunk_of(indices[row]));
         const int64_t chunk_stop = chunk.first_record + chunk.record_count;
         while (part.row_end < piece.rows && indices[part.row_end] == indices[part.row_end - 1] + 1 &&

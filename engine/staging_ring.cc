@@ -28,27 +28,29 @@ UntypedStorage allocate_host(int64_t nbytes, bool pinned) {
 
 }  // namespace
 
-StagingRing::StagingRing(std::vector<Field> fields, int64_t batch_size, int slots, Device device,
+StagingRing::StagingRing(std::vector<Field> fields, int64_t slot_rows, int slots, Device device,
                          bool pin_memory)
-    : batch_size_(batch_size), slots_(slots), device_(device),
+    : slot_rows_(slot_rows), slots_(slots), device_(device),
       pin_memory_(pin_memory || device.is_cuda()) {
   int ragged_count = 0;
   int64_t offset_bytes = 0;
   for (Field& field : fields) {
     FieldLayout layout;
     layout.ragged = !field.is_fixed();
+    for (size_t d = 0; d < field.storage_order.size(); ++d)
+      layout.stored_in_logical_order = layout.stored_in_logical_order && field.storage_order[d] == static_cast<int64_t>(d);
     layout.data_offset_bytes = offset_bytes;
     if (layout.ragged) {
       layout.ragged_index = ragged_count++;
-      offset_bytes += align_up(checked_mul(batch_size + 1, 8, "offsets of field '" + field.name + "'"),
+      offset_bytes += align_up(checked_mul(slot_rows + 1, 8, "offsets of field '" + field.name + "'"),
                                kRegionAlignment);
       layout.shapes_offset_bytes = offset_bytes;
       const auto ndim = static_cast<int64_t>(field.shape.size());
-      offset_bytes += align_up(checked_mul(checked_mul(batch_size, ndim, "shapes"), 8,
+      offset_bytes += align_up(checked_mul(checked_mul(slot_rows, ndim, "shapes"), 8,
                                            "shapes of field '" + field.name + "'"),
                                kRegionAlignment);
     } else {
-      offset_bytes += align_up(checked_mul(batch_size, field.fixed_nbytes(),
+      offset_bytes += align_up(checked_mul(slot_rows, field.fixed_nbytes(),
                                            "a batch of field '" + field.name + "'"),
                                kRegionAlignment);
     }

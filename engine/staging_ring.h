@@ -32,16 +32,17 @@ class StagingRing {
   struct FieldLayout {
     Field field;
     bool ragged = false;
+    bool stored_in_logical_order = true;  // the field's storage_order is the identity
     int64_t data_offset_bytes = 0;     // fixed: the [B, ...] block; ragged: offsets
     int64_t shapes_offset_bytes = 0;   // ragged only
     int ragged_index = -1;             // ragged only: which values buffer
   };
 
-  StagingRing(std::vector<Field> fields, int64_t batch_size, int slots, Device device,
+  StagingRing(std::vector<Field> fields, int64_t slot_rows, int slots, Device device,
               bool pin_memory);
 
   int slots() const { return slots_; }
-  int64_t batch_size() const { return batch_size_; }
+  int64_t slot_rows() const { return slot_rows_; }  // B: the most rows a batch in a slot has
   int64_t slot_bytes() const { return slot_bytes_; }
   Device device() const { return device_; }
   bool has_device_buffers() const { return device_.is_cuda(); }
@@ -73,7 +74,7 @@ class StagingRing {
   const FieldLayout& ragged_layout(size_t f) const;
 
   std::vector<FieldLayout> fields_;
-  int64_t batch_size_;
+  int64_t slot_rows_;
   int slots_;
   Device device_;
   bool pin_memory_;

@@ -100,11 +100,12 @@ struct LoaderState {
   uint64_t seed = 0;
   int64_t window_chunks = 0;  // the quasi-random window the order was made with
   int64_t records = 0;        // the dataset's size: a resume on another dataset is refused
-  // Sampler::chunk_layout_hash() of the order (QuasiRandom), 0 otherwise: a resume on a file
-  // with the same records in other chunks is refused. A state without it (0) is not checked.
-  uint64_t chunk_layout = 0;
   int64_t epoch = 0;
   int64_t consumed = 0;
+  // Sampler::chunk_layout_hash() of the order (QuasiRandom), 0 otherwise: a resume on a file
+  // with the same records in other chunks is refused. A state without it (0) is not checked.
+  // In the JSON, a hex string ("0x..."): readers that hold numbers as doubles keep it exact.
+  uint64_t chunk_layout = 0;
 
   std::string to_string() const;
   // The inverse of to_string(); throws ValueError naming the missing or malformed entry.
