@@ -16,35 +16,37 @@ Tensor Dataset::Impl::field_view(const ChunkRef& ref, int64_t record, size_t f) 
   return make_tensor_unchecked(ref.storage, plan.dtype, plan.sizes, plan.strides, byte_offset / plan.element_bytes);
 }
 
-Tensor Dataset::Impl::ragged_view(const ChunkRef& ref, int64_t record, size_t f) const {
+format::RaggedSection Dataset::Impl::ragged_section(const ChunkRef& ref, size_t f) const {
+  // In an uncompressed chunk the section headers are in the mapping: guarded like every
+  // other engine read (a file shrunk under the reader gives IoError here, not SIGBUS).
+  return guarded_if_mapped(ref, [&] {
+    return format::locate_ragged_section(ref.storage.data() + ref.payload_offset_bytes, ref.decoded_bytes,
+                                         ref.record_count, record_stride_bytes, *schema, layout,
+                                         plans[f].ragged_index, ref.index);
+  });
+}
+
+Dataset::Impl::ValueRange Dataset::Impl::read_ragged_value(const ChunkRef& ref, const format::RaggedSection& section,
+                                                           int64_t record, size_t f, int64_t* sizes) const {
   const FieldPlan& plan = plans[f];
   const Field& field = (*schema)[f];
   const std::byte* chunk = ref.storage.data() + ref.payload_offset_bytes;
-  // Building the view reads the section header, value ends and extents; in an uncompressed
-  // chunk they are in the mapping, so those reads are guarded like every other engine read
-  // (a file shrunk under the reader gives IoError here, not SIGBUS).
-  const auto read = [&](auto&& fn) { return guarded_if_mapped(ref, fn); };
-  const format::RaggedSection section = read([&] {
-    return format::locate_ragged_section(chunk, ref.decoded_bytes, ref.record_count, record_stride_bytes, *schema,
-                                         layout, plan.ragged_index, ref.index);
-  });
-  const auto load_u64 = [&](int64_t offset) { return read([&] { return format::load_u64(chunk + offset); }); };
   const int64_t r = record - ref.first_record;
-  const uint64_t start = r == 0 ? 0 : load_u64(section.ends_offset + 8 * (r - 1));
-  const uint64_t end = load_u64(section.ends_offset + 8 * r);
+  const uint64_t start = r == 0 ? 0 : format::load_u64(chunk + section.ends_offset + 8 * (r - 1));
+  const uint64_t end = format::load_u64(chunk + section.ends_offset + 8 * r);
   const uint64_t total = static_cast<uint64_t>((section.end_offset - section.values_offset) / plan.element_bytes);
   MMT_CHECK(start <= end && end <= total, FormatError, path, ": chunk ", ref.index, ", field '", field.name,
             "': record ", record, " has value range [", start, ", ", end, ") outside the field's ", total,
             " values in this chunk");
-  DimVector sizes(field.shape.size());
   const int64_t vdims = field.variable_dims();
+  const size_t ndim = field.shape.size();
   int64_t numel = 1;
   int64_t extent_product = 1;  // with empty dimensions counted as 1: what the strides span
-  size_t extent_index = 0;
-  for (size_t d = 0; d < field.shape.size(); ++d) {
+  int64_t extent_index = 0;
+  for (size_t d = 0; d < ndim; ++d) {
     int64_t size = field.shape[d];
     if (size == kVariableDim) {
-      uint64_t extent = load_u64(section.extents_offset + 8 * (r * vdims + static_cast<int64_t>(extent_index++)));
+      const uint64_t extent = format::load_u64(chunk + section.extents_offset + 8 * (r * vdims + extent_index++));
       MMT_CHECK(extent <= static_cast<uint64_t>(INT64_MAX), FormatError, path, ": chunk ", ref.index, ", field '",
                 field.name, "': record ", record, " has extent ", extent);
       size = static_cast<int64_t>(extent);
@@ -56,10 +58,21 @@ Tensor Dataset::Impl::ragged_view(const ChunkRef& ref, int64_t record, size_t f)
               " overflow");
   }
   MMT_CHECK(static_cast<uint64_t>(numel) == end - start, FormatError, path, ": chunk ", ref.index, ", field '",
-            field.name, "': record ", record, " has extents ", IntArrayRef(sizes), " (", numel, " elements) but ",
-            end - start, " values");
-  const int64_t byte_offset = ref.payload_offset_bytes + section.values_offset +
-                              static_cast<int64_t>(start) * plan.element_bytes;
+            field.name, "': record ", record, " has extents ", IntArrayRef(sizes, ndim), " (", numel,
+            " elements) but ", end - start, " values");
+  return {static_cast<int64_t>(start), static_cast<int64_t>(end)};
+}
+
+Tensor Dataset::Impl::ragged_view(const ChunkRef& ref, int64_t record, size_t f) const {
+  const FieldPlan& plan = plans[f];
+  const Field& field = (*schema)[f];
+  const format::RaggedSection section = ragged_section(ref, f);
+  DimVector sizes(field.shape.size());  // outside the guarded read: it owns memory
+  int64_t* size_data = sizes.data();
+  const ValueRange range =
+      guarded_if_mapped(ref, [&] { return read_ragged_value(ref, section, record, f, size_data); });
+  const int64_t byte_offset =
+      ref.payload_offset_bytes + section.values_offset + range.begin * plan.element_bytes;
   DimVector strides = field.value_strides(sizes);
   return make_tensor_unchecked(ref.storage, plan.dtype, std::move(sizes), std::move(strides),
                                byte_offset / plan.element_bytes);

@@ -151,6 +151,20 @@ struct Dataset::Impl {
   // Record `record`'s value of field `field`, as a view into `ref`.
   Tensor field_view(const ChunkRef& ref, int64_t record, size_t field) const;
   Tensor ragged_view(const ChunkRef& ref, int64_t record, size_t field) const;
+  // Ragged field `field`'s section of chunk `ref`, located and checked (its reads guarded).
+  format::RaggedSection ragged_section(const ChunkRef& ref, size_t field) const;
+  // Record `record`'s value in that section: reads its value range and extents and checks
+  // them as the format requires (the range inside the section, extents that fit and do not
+  // overflow, as many elements as the range holds); writes its sizes to `sizes` (one per
+  // dimension) and returns the range in elements. It reads the chunk's bytes unguarded and
+  // owns nothing a fault could skip: call it inside guarded_if_mapped, once per record or
+  // once around a whole run of records.
+  struct ValueRange {
+    int64_t begin = 0;
+    int64_t end = 0;
+  };
+  ValueRange read_ragged_value(const ChunkRef& ref, const format::RaggedSection& section, int64_t record,
+                               size_t field, int64_t* sizes) const;
   // Checks every ragged value of a decoded chunk (Dataset::verify).
   void verify_ragged_structure(const ChunkRef& ref) const;
 };

@@ -32,9 +32,10 @@ RaggedBatch Dataset::ragged_column(std::string_view field, int64_t start, int64_
 
   // Pass 1: every value checked as get() checks it (its range inside the chunk, its extents
   // against its element count), its shape and offset noted. Nothing is sized by the file
-  // before its values have passed those checks.
-  bool logical_order = true;  // every value's storage order is its logical order
-  Tensor first_value;         // where the one-chunk view starts
+  // before its values have passed those checks. The section is found once per chunk and the
+  // chunk's records are read under one guard, not one per record.
+  const bool logical_order = spec.stored_in_logical_order();  // each value is contiguous
+  int64_t first_value_byte = 0;  // where the one-chunk view starts, in its chunk's storage
   ChunkRef first_chunk;
   bool one_chunk = true;
   for (int64_t record = start; record < stop;) {
@@ -42,19 +43,21 @@ RaggedBatch Dataset::ragged_column(std::string_view field, int64_t start, int64_
     if (record == start) first_chunk = ref;
     else one_chunk = false;
     const int64_t chunk_stop = std::min(stop, ref.first_record + ref.record_count);
-    for (; record < chunk_stop; ++record) {
-      const Tensor value = d.ragged_view(ref, record, f);
-      const int64_t row = record - start;
-      for (int64_t k = 0; k < ndim; ++k) shapes[row * ndim + k] = value.size(k);
-      MMT_CHECK(!__builtin_add_overflow(offsets[row], value.numel(), &offsets[row + 1]), FormatError, d.path,
-                ": field '", spec.name, "': the values of records [", start, ", ", record + 1, ") overflow a count");
-      logical_order = logical_order && value.is_contiguous();
-      if (row == 0) first_value = value;
-    }
+    const format::RaggedSection section = d.ragged_section(ref, f);
+    d.guarded_if_mapped(ref, [&] {
+      for (; record < chunk_stop; ++record) {
+        const int64_t row = record - start;
+        const Dataset::Impl::ValueRange range = d.read_ragged_value(ref, section, record, f, shapes + row * ndim);
+        MMT_CHECK(!__builtin_add_overflow(offsets[row], range.end - range.begin, &offsets[row + 1]), FormatError,
+                  d.path, ": field '", spec.name, "': the values of records [", start, ", ", record + 1,
+                  ") overflow a count");
+        if (row == 0) first_value_byte = ref.payload_offset_bytes + section.values_offset + range.begin * plan.element_bytes;
+      }
+    });
   }
   const int64_t total = offsets[n];
   if (n > 0 && one_chunk && logical_order) {
-    out.values = Tensor(first_chunk.storage, plan.dtype, {total}, {1}, first_value.storage_offset());
+    out.values = Tensor(first_chunk.storage, plan.dtype, {total}, {1}, first_value_byte / plan.element_bytes);
     return out;
   }
 

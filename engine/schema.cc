@@ -56,6 +56,12 @@ Field& Field::with_storage_order(IntArrayRef order) {
 
 bool Field::is_fixed() const { return variable_dims() == 0; }
 
+bool Field::stored_in_logical_order() const {
+  for (size_t d = 0; d < storage_order.size(); ++d)
+    if (storage_order[d] != static_cast<int64_t>(d)) return false;
+  return true;
+}
+
 int64_t Field::variable_dims() const {
   return std::count(shape.begin(), shape.end(), kVariableDim);
 }

@@ -37,8 +37,7 @@ StagingRing::StagingRing(std::vector<Field> fields, int64_t slot_rows, int slots
   for (Field& field : fields) {
     FieldLayout layout;
     layout.ragged = !field.is_fixed();
-    for (size_t d = 0; d < field.storage_order.size(); ++d)
-      layout.stored_in_logical_order = layout.stored_in_logical_order && field.storage_order[d] == static_cast<int64_t>(d);
+    layout.stored_in_logical_order = field.stored_in_logical_order();
     layout.data_offset_bytes = offset_bytes;
     if (layout.ragged) {
       layout.ragged_index = ragged_count++;

@@ -42,6 +42,7 @@ struct Field {
   Field& with_storage_order(IntArrayRef order);
 
   bool is_fixed() const;
+  bool stored_in_logical_order() const;  // storage_order is empty or the identity
   int64_t variable_dims() const;  // how many kVariableDim entries the shape has
   // Elements and bytes of one record's value; only for fixed fields.
   int64_t fixed_numel() const;
