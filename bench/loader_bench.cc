@@ -173,6 +173,33 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
+// The rounds of a loader benchmark: each times `epochs` loader epochs, then `reference` (given
+// the loader's indices, in the order they came) right after it. Returns the median of
+// reference time / loader time; adds the loader's time and samples to the totals.
+struct LoaderRounds {
+  double median_ratio = 0;
+  double loader_seconds = 0;
+  int64_t samples = 0;
+};
+
+template <typename Reference>
+LoaderRounds run_loader_rounds(benchmark::State& state, const Dataset& dataset, const LoaderOptions& options,
+                               int epochs, const Reference& reference) {
+  LoaderRounds rounds;
+  std::vector<double> ratios;
+  for (auto _ : state) {
+    const Timed loader = time_loader_epochs(dataset, options, epochs, nullptr, nullptr);
+    const double t0 = now_seconds();
+    reference(loader.indices);
+    ratios.push_back((now_seconds() - t0) / loader.seconds);
+    rounds.loader_seconds += loader.seconds;
+    rounds.samples += loader.samples;
+    state.SetIterationTime(loader.seconds);
+  }
+  rounds.median_ratio = median(ratios);
+  return rounds;
+}
+
 void BM_LoaderVsGetBatch(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   const int64_t side = state.range(1);
@@ -188,29 +215,19 @@ void BM_LoaderVsGetBatch(benchmark::State& state) {
   Tensor labels = empty({kHostBatch}, kInt64);
   images.fill_(0);
 
-  std::vector<double> ratios;
-  double loader_seconds = 0;
-  int64_t samples = 0;
-  for (auto _ : state) {
-    const Timed loader = time_loader_epochs(dataset, options, epochs, nullptr, nullptr);
-    const double t0 = now_seconds();
-    for (size_t first = 0; first < loader.indices.size(); first += kHostBatch) {
-      const size_t rows = std::min<size_t>(kHostBatch, loader.indices.size() - first);
-      const std::span<const int64_t> indices(loader.indices.data() + first, rows);
+  const LoaderRounds rounds = run_loader_rounds(state, dataset, options, epochs, [&](const std::vector<int64_t>& order) {
+    for (size_t first = 0; first < order.size(); first += kHostBatch) {
+      const size_t rows = std::min<size_t>(kHostBatch, order.size() - first);
+      const std::span<const int64_t> indices(order.data() + first, rows);
       const Tensor outs[] = {images.narrow(0, 0, static_cast<int64_t>(rows)),
                              labels.narrow(0, 0, static_cast<int64_t>(rows))};
       dataset.get_batch(indices, kFields, outs, threads);  // both fields in one call, as the loader does
       benchmark::ClobberMemory();
     }
-    const double reference_seconds = now_seconds() - t0;
-    ratios.push_back(reference_seconds / loader.seconds);
-    loader_seconds += loader.seconds;
-    samples += loader.samples;
-    state.SetIterationTime(loader.seconds);
-  }
-  state.counters["vs_get_batch"] = median(ratios);
-  state.counters["loader_samples_per_s"] = samples / loader_seconds;
-  state.SetBytesProcessed(samples * (3 * side * side + 8));
+  });
+  state.counters["vs_get_batch"] = rounds.median_ratio;
+  state.counters["loader_samples_per_s"] = rounds.samples / rounds.loader_seconds;
+  state.SetBytesProcessed(rounds.samples * (3 * side * side + 8));
 }
 
 void BM_LoaderTokensSequential(benchmark::State& state) {
@@ -227,12 +244,7 @@ void BM_LoaderTokensSequential(benchmark::State& state) {
   std::vector<int32_t> out(static_cast<size_t>(flat.numel()));
   const int epochs = 4;
 
-  std::vector<double> ratios;
-  double loader_seconds = 0;
-  int64_t bytes = 0;
-  for (auto _ : state) {
-    const Timed loader = time_loader_epochs(dataset, options, epochs, nullptr, nullptr);
-    const double t0 = now_seconds();
+  const LoaderRounds rounds = run_loader_rounds(state, dataset, options, epochs, [&](const std::vector<int64_t>&) {
     for (int e = 0; e < epochs; ++e) {
       for (int64_t first = 0; first < dataset.size(); first += kHostBatch) {
         const int64_t stop = std::min(dataset.size(), first + kHostBatch);
@@ -241,15 +253,12 @@ void BM_LoaderTokensSequential(benchmark::State& state) {
         benchmark::ClobberMemory();
       }
     }
-    const double reference_seconds = now_seconds() - t0;
-    ratios.push_back(reference_seconds / loader.seconds);
-    loader_seconds += loader.seconds;
-    bytes += epochs * flat.nbytes();
-    state.SetIterationTime(loader.seconds);
-  }
-  state.counters["vs_memcpy"] = median(ratios);
-  state.counters["loader_GB_per_s"] = static_cast<double>(bytes) / loader_seconds / 1e9;
-  state.SetBytesProcessed(bytes);
+  });
+  const double bytes = static_cast<double>(rounds.samples) / static_cast<double>(dataset.size()) *
+                       static_cast<double>(flat.nbytes());  // whole epochs
+  state.counters["vs_memcpy"] = rounds.median_ratio;
+  state.counters["loader_GB_per_s"] = bytes / rounds.loader_seconds / 1e9;
+  state.SetBytesProcessed(static_cast<int64_t>(bytes));
 }
 
 void BM_LoaderToDevice(benchmark::State& state) {
