@@ -1,6 +1,7 @@
 // Chunk-level reading: finding a record's chunk, validating a chunk on first use, decoding
 // compressed chunks through the cache, and the full verify() pass.
 #include <algorithm>
+#include <vector>
 
 #include "codec_engine.h"
 #include "dataset_impl.h"
@@ -221,41 +222,13 @@ ChunkRef Dataset::Impl::chunk_ref(int64_t c) const {
   return ref;
 }
 
-void Dataset::Impl::verify_ragged_structure(const ChunkRef& ref) const {
-  const std::byte* chunk = ref.storage.data() + ref.payload_offset_bytes;
-  const Schema& s = *schema;
+void Dataset::Impl::verify_ragged_structure(const ChunkRef& ref, int64_t* sizes) const {
   int64_t end_of_sections = ref.record_count * record_stride_bytes;
-  for (size_t k = 0; k < layout.ragged_fields.size(); ++k) {
-    const Field& field = s[layout.ragged_fields[k]];
-    format::RaggedSection section = format::locate_ragged_section(
-        chunk, ref.decoded_bytes, ref.record_count, record_stride_bytes, s, layout, k, ref.index);
-    const int64_t vdims = field.variable_dims();
-    uint64_t previous_end = 0;
-    for (int64_t r = 0; r < ref.record_count; ++r) {
-      uint64_t end = format::load_u64(chunk + section.ends_offset + 8 * r);
-      MMT_CHECK(end >= previous_end, FormatError, path, ": chunk ", ref.index, ", field '", field.name,
-                "': value ends decrease at record ", ref.first_record + r);
-      int64_t count = 1;
-      int64_t extent_product = 1;  // empty dimensions counted as 1: what the view's strides span
-      size_t extent_index = 0;
-      for (int64_t d : field.shape) {
-        int64_t size = d;
-        if (d == kVariableDim) {
-          uint64_t extent = format::load_u64(chunk + section.extents_offset + 8 * (r * vdims + extent_index++));
-          MMT_CHECK(extent <= static_cast<uint64_t>(INT64_MAX), FormatError, path, ": chunk ", ref.index,
-                    ", field '", field.name, "': extent ", extent, " of record ", ref.first_record + r, " is too large");
-          size = static_cast<int64_t>(extent);
-        }
-        MMT_CHECK(format::checked_mul(count, size, &count) &&
-                      format::checked_mul(extent_product, std::max<int64_t>(size, 1), &extent_product),
-                  FormatError, path, ": chunk ", ref.index, ", field '", field.name, "': the extents of record ",
-                  ref.first_record + r, " overflow");
-      }
-      MMT_CHECK(static_cast<uint64_t>(count) == end - previous_end, FormatError, path, ": chunk ", ref.index,
-                ", field '", field.name, "': record ", ref.first_record + r, " has extents for ", count,
-                " elements but ", end - previous_end, " values");
-      previous_end = end;
-    }
+  for (size_t f : layout.ragged_fields) {
+    const format::RaggedSection section = ragged_section(ref, f);
+    // Every record's value range and extents, checked as get() checks them: ranges that
+    // follow one another inside the section, extents that account for every value.
+    for (int64_t r = 0; r < ref.record_count; ++r) (void)read_ragged_value(ref, section, ref.first_record + r, f, sizes);
     end_of_sections = section.end_offset;
   }
   MMT_CHECK(end_of_sections == ref.decoded_bytes, FormatError, path, ": chunk ", ref.index, " decodes to ",
@@ -281,6 +254,9 @@ void Dataset::verify() const {
                      "before the first chunk");
   int64_t expected_first = 0;
   uint64_t previous_end = static_cast<uint64_t>(d.data_offset);
+  size_t most_dims = 0;
+  for (const Field& field : d.schema->fields()) most_dims = std::max(most_dims, field.shape.size());
+  std::vector<int64_t> value_sizes(most_dims);  // a ragged value's sizes, as verify reads them
   for (int64_t c = 0; c < d.chunk_count; ++c) {
     const format::ChunkEntry e = d.validate_chunk(c, /*force_payload_check=*/true);
     MMT_CHECK(e.first_record == static_cast<uint64_t>(expected_first), FormatError, d.path, ": chunk ", c,
@@ -302,10 +278,8 @@ void Dataset::verify() const {
       ref.storage = d.decode_chunk(c, e);  // not through the cache: verify must not evict the working set
     }
     if (!d.layout.ragged_fields.empty()) {
-      if (ref.storage.is_same(d.file))
-        d.guarded([&] { d.verify_ragged_structure(ref); });
-      else
-        d.verify_ragged_structure(ref);
+      int64_t* sizes = value_sizes.data();  // owned out here: the guarded section owns nothing
+      d.guarded_if_mapped(ref, [&] { d.verify_ragged_structure(ref, sizes); });
     }
   }
   MMT_CHECK(expected_first == d.record_count, FormatError, d.path, ": the chunks hold ", expected_first,

@@ -165,8 +165,9 @@ struct Dataset::Impl {
   };
   ValueRange read_ragged_value(const ChunkRef& ref, const format::RaggedSection& section, int64_t record,
                                size_t field, int64_t* sizes) const;
-  // Checks every ragged value of a decoded chunk (Dataset::verify).
-  void verify_ragged_structure(const ChunkRef& ref) const;
+  // Checks every ragged value of a chunk (Dataset::verify); `sizes` holds as many values as
+  // the schema's largest rank. Reads the chunk unguarded, as read_ragged_value does.
+  void verify_ragged_structure(const ChunkRef& ref, int64_t* sizes) const;
 };
 
 // The Impl of a Dataset handle; ValueError for an empty handle.

@@ -211,6 +211,39 @@ TEST(CorruptionTest, DecompressionBombIsRefusedBeforeAllocating) {
   }
 }
 
+TEST(CorruptionTest, RaggedValueEndsThatGoBackAreCaughtBehindValidChecksums) {
+  // Chunk 0 holds records 0-3 with 0, 1, 2 and 3 tokens: value ends 0, 1, 3, 6. Record 2's end
+  // becomes 0, before its start, and the payload checksum is recomputed, as a buggy writer
+  // would leave it. get(), ragged_column() and verify() all refuse it, naming where.
+  TempDir dir;
+  std::vector<std::byte> bytes = read_file(write_ragged(dir, "none"));
+  const std::string path = dir.file("ends.mmt");
+  ChunkInfo chunk;
+  Schema schema;
+  {
+    write_file(path, bytes);
+    Dataset ds = Dataset::open(path);
+    chunk = ds.chunk(0);
+    schema = ds.schema();
+  }
+  std::byte* payload = bytes.data() + chunk.file_offset;
+  const format::RecordLayout layout = format::compute_record_layout(schema);
+  const format::RaggedSection section = format::locate_ragged_section(
+      payload, chunk.decoded_bytes, chunk.record_count, layout.record_stride_bytes, schema, layout, 0, 0);
+  ASSERT_EQ(format::load_u64(payload + section.ends_offset + 8 * 2), 3u);
+  const uint64_t zero = 0;
+  std::memcpy(payload + section.ends_offset + 8 * 2, &zero, 8);
+  rewrite_entry(bytes, 0, [&](format::ChunkEntry& e) {
+    e.payload_checksum = format::payload_checksum(payload, chunk.stored_bytes, 0);
+  });
+  write_file(path, bytes);
+  Dataset ds = Dataset::open(path);
+  EXPECT_EQ(ds.get(1, "tokens").numel(), 1);  // its neighbours before it still read
+  EXPECT_THROW_WITH(ds.get(2, "tokens"), FormatError, "chunk 0, field 'tokens': record 2 has value range [1, 0)");
+  EXPECT_THROW_WITH(ds.ragged_column("tokens", 0, 4), FormatError, "record 2 has value range [1, 0)");
+  EXPECT_THROW_WITH(ds.verify(), FormatError, "chunk 0, field 'tokens': record 2 has value range [1, 0)");
+}
+
 TEST(CorruptionTest, SizeLiesAreCaught) {
   TempDir dir;
   const std::string path = dir.file("lie.mmt");

@@ -14,16 +14,6 @@ namespace {
 
 using testing::TempDir;
 
-#define EXPECT_THROW_WITH(statement, type, text)                                        \
-  do {                                                                                  \
-    try {                                                                               \
-      statement;                                                                        \
-      ADD_FAILURE() << #statement " did not throw";                                     \
-    } catch (const type& e) {                                                           \
-      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();       \
-    }                                                                                   \
-  } while (0)
-
 constexpr int64_t kDocs = 300;
 
 int64_t doc_length(int64_t i) { return (i * 37) % 50; }  // 0..49 tokens, zero-length ones too

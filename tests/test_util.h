@@ -15,6 +15,17 @@
 #include "mmtensor/device.h"
 #include "mmtensor/error.h"
 
+// Expects `statement` to throw `type` with `text` in its message.
+#define EXPECT_THROW_WITH(statement, type, text)                                        \
+  do {                                                                                  \
+    try {                                                                               \
+      statement;                                                                        \
+      ADD_FAILURE() << #statement " did not throw";                                     \
+    } catch (const type& e) {                                                           \
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();       \
+    }                                                                                   \
+  } while (0)
+
 // Skips a GPU test when no CUDA device can be used, giving the runtime's reason. With
 // MMT_REQUIRE_CUDA=1 in the environment it fails instead: on a machine with a GPU, a driver
 // too old for this build's runtime must not pass as "skipped".
