@@ -32,8 +32,8 @@ LoaderOptions checked(LoaderOptions options, const Dataset& dataset) {
   MMT_CHECK(dataset.is_open(), ValueError, "Loader: the dataset is not open");
   MMT_CHECK(options.batch_size >= 1, ValueError, "Loader: batch_size must be >= 1, got ",
             options.batch_size);
-  MMT_CHECK(options.num_workers >= 1 && options.num_workers <= kMaxLoaderWorkers, ValueError,
-            "Loader: num_workers must be in [1, ", kMaxLoaderWorkers, "], got ", options.num_workers);
+  MMT_CHECK(options.num_workers >= 0 && options.num_workers <= kMaxLoaderWorkers, ValueError,
+            "Loader: num_workers must be in [0, ", kMaxLoaderWorkers, "], got ", options.num_workers);
   MMT_CHECK(options.epoch >= 0 && options.epoch < kMaxEpoch, ValueError, "Loader: epoch must be in [0, ",
             kMaxEpoch, "), got ", options.epoch);
   MMT_CHECK(options.prefetch_batches >= 1 && options.prefetch_batches <= kMaxPrefetchBatches,

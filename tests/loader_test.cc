@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <numeric>
 #include <set>
 #include <thread>
@@ -98,6 +100,35 @@ TEST_F(LoaderTest, SequentialRaggedBatchesThatCrossChunksMidBatchHoldWhatGetRetu
       }
       EXPECT_EQ(next_index, 150) << codec.str();
     }
+  }
+}
+
+TEST_F(LoaderTest, ZeroWorkersLoadEachBatchInsideNextOnTheCallersThread) {
+  const auto threads_now = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/task"), std::filesystem::directory_iterator{});
+  };
+  for (CodecSpec codec : {CodecSpec{}, CodecSpec{Codec::Zstd, 3}}) {
+    std::string name = "zero";  // not "zero" + str: gcc 12 -Wrestrict (its bug 105329)
+    name += codec.str() + ".mmt";
+    Dataset dataset = Dataset::open(write_loader_dataset(dir, 90, codec, 16, name));
+    const auto threads_before = threads_now();
+    LoaderOptions options = options_for(SamplerKind::Random, 16, 0);
+    Loader loader(dataset, options);
+    EXPECT_EQ(threads_now(), threads_before);  // no worker was started
+    std::vector<int64_t> order;
+    std::optional<LoaderState> after_two;
+    while (std::optional<Batch> batch = loader.next()) {
+      expect_batch_matches_dataset(*batch, dataset, kAllFields);
+      order.insert(order.end(), batch->indices().begin(), batch->indices().end());
+      if (order.size() == 32) after_two = batch->state();
+    }
+    EXPECT_EQ(threads_now(), threads_before);
+    // The same order as with workers, and a resume continues it.
+    Loader with_workers(dataset, options_for(SamplerKind::Random, 16, 2));
+    EXPECT_EQ(drain_epoch(with_workers), order);
+    ASSERT_TRUE(after_two);
+    Loader resumed(dataset, options, *after_two);
+    EXPECT_EQ(drain_epoch(resumed), std::vector<int64_t>(order.begin() + 32, order.end()));
   }
 }
 
@@ -199,7 +230,7 @@ TEST_F(LoaderTest, DistributedRanksTogetherCoverTheEpoch) {
 TEST_F(LoaderTest, TheOrderDoesNotDependOnThreadsOrPrefetch) {
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 200, CodecSpec{Codec::Zstd, 1}));
   std::vector<int64_t> reference;
-  for (int workers : {1, 2, 5}) {
+  for (int workers : {0, 1, 2, 5}) {
     for (int prefetch : {1, 4}) {
       LoaderOptions options = options_for(SamplerKind::Random, 16, workers);
       options.prefetch_batches = prefetch;
@@ -417,7 +448,7 @@ TEST_F(LoaderTest, RejectsBadOptions) {
   options.batch_size = 0;
   EXPECT_THROW(Loader(dataset, options), ValueError);
   options.batch_size = 2;
-  options.num_workers = 0;
+  options.num_workers = -1;
   EXPECT_THROW(Loader(dataset, options), ValueError);
   options.num_workers = 1;
   options.prefetch_batches = 0;

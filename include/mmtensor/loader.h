@@ -9,7 +9,8 @@
 //   }                                                // each step releases the previous batch
 //
 // How it works. A staging ring of `prefetch_batches + 1` slots is allocated once, at exact
-// size (batch_size rows a slot, or a rank's whole epoch when that is fewer), in pinned host memory (and, for a CUDA device, a device buffer per slot). Batch
+// size (batch_size rows a slot, or a rank's whole epoch when that is fewer), in pinned host
+// memory (and, for a CUDA device, a device buffer per slot). Batch
 // numbers are assigned to slots in order and each record index is a pure function of
 // (sampler, seed, epoch, resume position, batch number, row), so the sequence never depends
 // on the number of threads. Worker threads gather samples straight into the slot with
@@ -84,7 +85,9 @@ struct LoaderOptions {
   SamplerOptions sampler;           // kind, seed, quasi-random window, rank / world_size
   int64_t epoch = 0;                // the first epoch, in [0, kMaxEpoch)
   bool drop_last = false;           // drop this rank's final, partial batch of each epoch
-  int num_workers = 1;              // gather threads, 1..kMaxLoaderWorkers
+  int num_workers = 1;              // background gather threads, 0..kMaxLoaderWorkers; 0 loads
+                                    // each batch inside next(), on the caller's thread (as
+                                    // PyTorch's num_workers=0: no threads, easiest to debug)
   int prefetch_batches = 3;         // batches prepared ahead; the ring has this + 1 slots
   Device device = kCPU;             // cpu, or cuda:N for batches on that device
   bool pin_memory = true;           // cpu batches in page-locked memory (always for cuda)
