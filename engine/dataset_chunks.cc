@@ -152,12 +152,7 @@ format::ChunkEntry Dataset::Impl::validate_chunk(int64_t c, bool force_payload_c
   ValidatedChunk& slot = validated_chunks.get()[c];
   uint8_t expected = 0;
   if (std::atomic_ref<uint8_t>(slot.state).compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
-    slot.codec = e.codec;
-    slot.record_count = e.record_count;
-    slot.file_offset = e.file_offset;
-    slot.stored_bytes = e.stored_bytes;
-    slot.decoded_bytes = e.decoded_bytes;
-    slot.first_record = e.first_record;
+    slot.store(e);
     std::atomic_ref<uint8_t>(slot.state).store(2, std::memory_order_release);
     validated_count.fetch_add(1, std::memory_order_release);
   }

@@ -57,6 +57,26 @@ struct ValidatedChunk {
   uint64_t stored_bytes;
   uint64_t decoded_bytes;
   uint64_t first_record;
+
+  // The entry's fields the reader uses after validation (not its checksums), in and out.
+  void store(const format::ChunkEntry& e) {
+    codec = e.codec;
+    record_count = e.record_count;
+    file_offset = e.file_offset;
+    stored_bytes = e.stored_bytes;
+    decoded_bytes = e.decoded_bytes;
+    first_record = e.first_record;
+  }
+  format::ChunkEntry entry() const {
+    format::ChunkEntry e;
+    e.file_offset = file_offset;
+    e.stored_bytes = stored_bytes;
+    e.decoded_bytes = decoded_bytes;
+    e.first_record = first_record;
+    e.record_count = record_count;
+    e.codec = codec;
+    return e;
+  }
 };
 
 struct Dataset::Impl {
@@ -118,14 +138,7 @@ struct Dataset::Impl {
     ValidatedChunk& slot = validated_chunks.get()[chunk];
     if (std::atomic_ref<uint8_t>(slot.state).load(std::memory_order_acquire) != 2) [[unlikely]]
       return validate_chunk(chunk, /*force_payload_check=*/false);
-    format::ChunkEntry e;
-    e.file_offset = slot.file_offset;
-    e.stored_bytes = slot.stored_bytes;
-    e.decoded_bytes = slot.decoded_bytes;
-    e.first_record = slot.first_record;
-    e.record_count = slot.record_count;
-    e.codec = slot.codec;
-    return e;
+    return slot.entry();
   }
   bool all_chunks_validated() const {
     return validated_count.load(std::memory_order_acquire) == chunk_count;

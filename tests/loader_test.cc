@@ -35,6 +35,13 @@ LoaderOptions options_for(SamplerKind kind, int64_t batch_size, int workers = 2)
   return options;
 }
 
+// `options` for rank `rank` of `world_size` ranks.
+LoaderOptions on_rank(LoaderOptions options, int rank, int world_size) {
+  options.sampler.rank = rank;
+  options.sampler.world_size = world_size;
+  return options;
+}
+
 std::vector<int64_t> sorted(std::vector<int64_t> v) {
   std::sort(v.begin(), v.end());
   return v;
@@ -216,10 +223,7 @@ TEST_F(LoaderTest, DistributedRanksTogetherCoverTheEpoch) {
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 100));
   std::vector<int64_t> all;
   for (int rank = 0; rank < 4; ++rank) {
-    LoaderOptions options = options_for(SamplerKind::QuasiRandom, 7);
-    options.sampler.rank = rank;
-    options.sampler.world_size = 4;
-    Loader loader(dataset, options);
+    Loader loader(dataset, on_rank(options_for(SamplerKind::QuasiRandom, 7), rank, 4));
     const std::vector<int64_t> mine = drain_epoch(loader);
     EXPECT_EQ(mine.size(), 25u);
     all.insert(all.end(), mine.begin(), mine.end());
@@ -319,9 +323,7 @@ TEST_F(LoaderTest, ResumeWithTheSameWorldSizePadsExactlyAsTheRunItContinues) {
   // positions after the resume point instead.)
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 10));
   for (int rank = 0; rank < 4; ++rank) {
-    LoaderOptions options = options_for(SamplerKind::Random, 2);
-    options.sampler.rank = rank;
-    options.sampler.world_size = 4;
+    const LoaderOptions options = on_rank(options_for(SamplerKind::Random, 2), rank, 4);
     Loader reference_loader(dataset, options);
     const std::vector<int64_t> reference = drain_epoch(reference_loader);
     Loader loader(dataset, options);
@@ -343,9 +345,7 @@ TEST_F(LoaderTest, ElasticResumeCoversTheRestOfTheEpochExactlyOnce) {
   std::vector<int64_t> seen;
   LoaderState saved;
   for (int rank = 0; rank < 4; ++rank) {  // four ranks take three batches each
-    options.sampler.rank = rank;
-    options.sampler.world_size = 4;
-    Loader loader(dataset, options);
+    Loader loader(dataset, on_rank(options, rank, 4));
     for (int b = 0; b < 3; ++b) {
       std::optional<Batch> batch = loader.next();
       seen.insert(seen.end(), batch->indices().begin(), batch->indices().end());
@@ -357,9 +357,7 @@ TEST_F(LoaderTest, ElasticResumeCoversTheRestOfTheEpochExactlyOnce) {
   }
   EXPECT_EQ(saved.consumed, 60);
   for (int rank = 0; rank < 3; ++rank) {  // the job comes back with three ranks
-    options.sampler.rank = rank;
-    options.sampler.world_size = 3;
-    Loader loader(dataset, options, saved);
+    Loader loader(dataset, on_rank(options, rank, 3), saved);
     const std::vector<int64_t> mine = drain_epoch(loader);
     EXPECT_EQ(mine.size(), 20u);
     seen.insert(seen.end(), mine.begin(), mine.end());
