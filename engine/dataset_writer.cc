@@ -128,6 +128,9 @@ struct DatasetWriter::Impl {
   int64_t records_left_in_chunk() const;
   int64_t current_decoded_bytes() const;
   bool chunk_is_full() const;
+  // For a compressed writer chunking by bytes: whether adding `values` could take the current
+  // chunk past the decoded-chunk limit, so the chunk must be sealed before it.
+  bool record_would_overflow_chunk(std::span<const Tensor> values) const;
   void seal_chunk();
   void write_chunk(int64_t first_record, int64_t record_count, EncodedChunk chunk);
   void drain_one();
@@ -179,6 +182,9 @@ DatasetWriter DatasetWriter::create(const std::string& path, Schema schema, Writ
   if (impl->schema.all_fixed()) {
     int64_t rpc = options.chunk_records > 0 ? options.chunk_records
                                             : std::max<int64_t>(1, options.chunk_bytes / stride);
+    // Clamped before the contiguity rounding below, which must see the final count: clamping
+    // after it wrote files (chunk_bytes of 8 GiB, 1-byte records) whose flag the reader refused.
+    rpc = std::min(rpc, format::kMaxChunkRecords);
     if (compressed) rpc = std::min(rpc, format::kMaxDecodedChunkBytes / stride);
     if (!compressed) {
       // Chunks that are whole multiples of the alignment sit back to back: one column view.
@@ -188,15 +194,14 @@ DatasetWriter DatasetWriter::create(const std::string& path, Schema schema, Writ
       if (rpc % unit == 0 && unit * stride <= kMaxContiguousUnitBytes)
         pre.flags |= format::kFlagContiguousFixedLayout;
     }
-    impl->records_per_chunk = std::min(rpc, format::kMaxChunkRecords);
+    impl->records_per_chunk = rpc;
   } else {
     impl->records_per_chunk = options.chunk_records;
   }
   pre.records_per_chunk = static_cast<uint64_t>(impl->records_per_chunk);
 
   // The target: refuse to clobber before writing anything.
-  MMT_CHECK(options.overwrite || !io::path_exists(path), IoError, "dataset writer: ", path,
-            " already exists (set WriterOptions::overwrite to replace it)");
+  io::check_output_target(path, options.overwrite, "set WriterOptions::overwrite to replace it");
   for (const auto& [key, value] : options.metadata) check_metadata_text(key, value);
   impl->metadata = options.metadata;
   impl->options = std::move(options);
@@ -398,6 +403,18 @@ bool DatasetWriter::Impl::chunk_is_full() const {
          current_decoded_bytes() >= options.chunk_bytes;
 }
 
+bool DatasetWriter::Impl::record_would_overflow_chunk(std::span<const Tensor> values) const {
+  if (current.record_count == 0 || records_per_chunk > 0 || options.codec.codec == Codec::None) return false;
+  // An upper bound of what the record adds: its fixed slot, and per ragged field its values,
+  // its value end and extents, and a section's alignment padding before each part.
+  int64_t added = layout.record_stride_bytes;
+  for (size_t f = 0; f < schema.size(); ++f) {
+    if (schema[f].is_fixed()) continue;
+    added += values[f].nbytes() + 8 * (1 + values[f].dim()) + 2 * format::kValueAlignment;
+  }
+  return current_decoded_bytes() + added + format::kValueAlignment > format::kMaxDecodedChunkBytes;
+}
+
 // Turns the current records into one decoded payload and hands it to the codec.
 void DatasetWriter::Impl::seal_chunk() {
   if (current.record_count == 0) return;
@@ -409,7 +426,8 @@ void DatasetWriter::Impl::seal_chunk() {
   decoded.decoded_bytes = current_decoded_bytes();
   MMT_CHECK(options.codec.codec == Codec::None || decoded.decoded_bytes <= format::kMaxDecodedChunkBytes,
             ValueError, "chunk ", chunk_index, " would hold ", decoded.decoded_bytes, " decoded bytes, over the ",
-            format::kMaxDecodedChunkBytes, "-byte limit of a compressed chunk; lower chunk_records");
+            format::kMaxDecodedChunkBytes, "-byte limit of a compressed chunk; lower chunk_records (",
+            records_per_chunk, ")");
   if (current.ragged.empty()) {
     decoded.bytes = std::move(current.fixed);
   } else {
@@ -540,6 +558,8 @@ void DatasetWriter::Impl::finish_file() {
   file.fsync();
   file.close();
   io::crash_point("after-fsync");
+  // Again: a device or link may have taken the target's place while the data was written.
+  if (options.overwrite) io::check_output_target(path, true, "");
   io::rename_file(temp_path, path, options.overwrite);
   state = State::Finished;  // the dataset is in place from here on; never remove it
   io::crash_point("after-rename");
@@ -567,6 +587,8 @@ void DatasetWriter::append(std::span<const Tensor> values) {
   const int64_t record = impl_->records.load(std::memory_order_relaxed);
   impl_->validate_record(values, record);  // a bad record leaves the writer usable
   try {
+    // A record larger than what the chunk has left starts a chunk of its own (FORMAT.md).
+    if (impl_->record_would_overflow_chunk(values)) impl_->seal_chunk();
     if (impl_->current.record_count == 0) impl_->current_first_record = record;
     impl_->copy_record(values);
     if (impl_->chunk_is_full()) impl_->seal_chunk();
@@ -609,6 +631,7 @@ void DatasetWriter::append_batch(std::span<const Tensor> values) {
       std::vector<Tensor> record(host.size());
       for (int64_t i = 0; i < batch; ++i) {
         for (size_t f = 0; f < host.size(); ++f) record[f] = host[f].select(0, i);
+        if (d.record_would_overflow_chunk(record)) d.seal_chunk();
         if (d.current.record_count == 0) d.current_first_record = first + i;
         d.copy_record(record);
         if (d.chunk_is_full()) d.seal_chunk();

@@ -147,9 +147,31 @@ void WritableFile::close() {
   if (::close(fd) != 0 && errno != EINTR) throw_io(Step::Fsync, path_, errno, " (close)");
 }
 
-bool path_exists(const std::string& path) {
+namespace {
+
+const char* kind_of(mode_t mode) {
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISFIFO(mode)) return "a pipe";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
+
+void check_output_target(const std::string& path, bool replace, const std::string& how_to_replace) {
+  MMT_CHECK(!path.empty(), ValueError, "the output path is empty");
   struct stat st {};
-  return ::lstat(path.c_str(), &st) == 0;
+  if (::lstat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    // Absent (or under a missing folder, which creating the file reports): free to write.
+    if (err == ENOENT || err == ENOTDIR) return;
+    throw IoError(detail::str("cannot check ", path, ": ", std::strerror(err)), err);
+  }
+  MMT_CHECK(S_ISREG(st.st_mode), IoError, path, " is ", kind_of(st.st_mode),
+            "; only a regular file is replaced, even when asked to overwrite");
+  MMT_CHECK(replace, IoError, path, " already exists; ", how_to_replace);
 }
 
 void rename_file(const std::string& from, const std::string& to, bool replace) {

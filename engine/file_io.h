@@ -48,7 +48,12 @@ class WritableFile {
   std::string path_;
 };
 
-bool path_exists(const std::string& path);
+// Throws IoError unless `path` may become a new file: absent, or a regular file and
+// `replace`. rename() would put a regular file in the place of a device, a pipe, a folder or
+// a symbolic link, which is never what asking to overwrite an output means, so those are
+// refused even with `replace`. `how_to_replace` ends the message for an existing file
+// ("pass --force to replace it"). Throws IoError when the path cannot be examined.
+void check_output_target(const std::string& path, bool replace, const std::string& how_to_replace);
 // rename(2); with replace=false the target must not exist (RENAME_NOREPLACE), so a file that
 // appeared at the target after the writer checked is never clobbered.
 void rename_file(const std::string& from, const std::string& to, bool replace);

@@ -92,6 +92,7 @@ int remove_dead_temporaries(const std::string& target) {
 
 void write_file_atomically(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces,
                            bool replace) {
+  io::check_output_target(target, true, "");  // never a device, pipe, folder or link
   remove_dead_temporaries(target);  // what writers of this target killed earlier left
   const std::string temp = temporary_path_for(target);
   io::WritableFile file = io::WritableFile::create(temp);

@@ -25,7 +25,8 @@ std::string temporary_path_for(const std::string& target);
 int remove_dead_temporaries(const std::string& target);
 
 // Writes `pieces`, in order, to a temporary beside `target`, fsyncs it and renames it onto
-// `target` (replacing an existing file only when `replace`): the file appears complete or
+// `target` (replacing an existing regular file only when `replace`; a device, pipe, folder
+// or symbolic link there is refused whatever `replace` says): the file appears complete or
 // not at all. Removes the dead temporaries of `target` first, as DatasetWriter does. On
 // failure the temporary is removed, `target` keeps what it had, and the IoError names the
 // step, the file and the system's reason. For files written whole (.npy files, raw values);

@@ -103,6 +103,29 @@ TEST(DatasetWriterTest, ExistingTargetIsKeptWithoutOverwrite) {
   EXPECT_EQ(folder_entries(dir), std::vector<std::string>{"d.mmt"});
 }
 
+TEST(DatasetWriterTest, OverwriteReplacesOnlyARegularFile) {
+  TempDir dir;
+  const std::string target = dir.file("elsewhere.mmt"), link = dir.file("link.mmt");
+  { std::ofstream(target) << "precious"; }
+  std::filesystem::create_symlink(target, link);
+  std::filesystem::create_directory(dir.file("folder.mmt"));
+  WriterOptions options;
+  options.overwrite = true;
+  EXPECT_THROW_WITH(DatasetWriter::create(link, image_schema(), options), IoError,
+                    "is a symbolic link; only a regular file is replaced");
+  EXPECT_THROW_WITH(DatasetWriter::create(dir.file("folder.mmt"), image_schema(), options), IoError, "is a folder");
+
+  // A link put in the target's place while the data was written is refused at finish() too.
+  const std::string path = dir.file("d.mmt");
+  DatasetWriter writer = DatasetWriter::create(path, image_schema(), options);
+  append_images(writer, 2);
+  std::filesystem::create_symlink(target, path);
+  EXPECT_THROW_WITH(writer.finish(), IoError, "is a symbolic link");
+  EXPECT_TRUE(std::filesystem::is_symlink(path));
+  EXPECT_EQ(file_bytes(target), "precious");
+  EXPECT_EQ(folder_entries(dir), (std::vector<std::string>{"d.mmt", "elsewhere.mmt", "folder.mmt", "link.mmt"}));
+}
+
 TEST(DatasetWriterTest, TargetAppearingDuringTheWriteIsNotClobbered) {
   TempDir dir;
   const std::string path = dir.file("race.mmt");
@@ -276,6 +299,55 @@ TEST(DatasetWriterTest, ChunkDataIsAlignedAndFixedValuesAre64Aligned) {
   for (int64_t i = 0; i < 100; ++i)
     ASSERT_EQ(reinterpret_cast<uintptr_t>(ds.get(i, "image").data_ptr()) % 64, 0u);
   EXPECT_EQ(ds.get(99, "label").item<int64_t>(), 99);
+}
+
+// A chunk size past the format's records-per-chunk limit is clamped before the layout is
+// chosen: an 8 GiB chunk of 1-byte records used to write a file whose contiguous-layout flag
+// its own reader refused.
+TEST(DatasetWriterTest, AHugeChunkSizeWritesAFileTheReaderOpens) {
+  TempDir dir;
+  WriterOptions options;
+  options.chunk_bytes = int64_t{8} << 30;
+  DatasetWriter writer = DatasetWriter::create(dir.file("a.mmt"), Schema({Field::fixed("x", kUInt8, {1})}), options);
+  for (int64_t i = 0; i < 10; ++i) writer.append({full({1}, static_cast<double>(i), kUInt8)});
+  writer.finish();
+  Dataset ds = Dataset::open(dir.file("a.mmt"));
+  ASSERT_EQ(ds.size(), 10);
+  EXPECT_TRUE(ds.column_is_view("x"));
+  for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(ds.get(i, "x").item<int64_t>(), i);
+  EXPECT_NO_THROW(ds.verify());
+}
+
+// A compressed chunk decodes to at most 1 GiB. A record that would take the current chunk past
+// it starts a chunk of its own; the write used to fail at the second 520 MiB record with
+// "lower chunk_records", an option the caller had not even set. Needs ~2 GiB: release
+// builds only (the sanitizers' runs would spend minutes on it).
+TEST(DatasetWriterTest, ARecordThatWouldOverflowACompressedChunkStartsItsOwn) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "1 GiB of values: run in the release build";
+#endif
+  TempDir dir;
+  WriterOptions options;
+  options.codec = CodecSpec::parse("lz4");
+  options.chunk_bytes = int64_t{2} << 30;
+  const int64_t value_bytes = int64_t{520} << 20;  // two of them pass 1 GiB
+  {
+    DatasetWriter writer = DatasetWriter::create(dir.file("big.mmt"), Schema({Field::bytes("b")}), options);
+    Tensor value = empty({value_bytes}, kUInt8);
+    for (int i = 0; i < 2; ++i) {
+      value.fill_(i + 1);
+      writer.append({value});
+    }
+    writer.finish();
+  }
+  Dataset ds = Dataset::open(dir.file("big.mmt"));
+  ASSERT_EQ(ds.size(), 2);
+  EXPECT_EQ(ds.num_chunks(), 2);
+  for (int64_t i = 0; i < 2; ++i) {
+    const Tensor b = ds.get(i, "b");
+    ASSERT_EQ(b.numel(), value_bytes);
+    EXPECT_EQ(b.select(0, value_bytes - 1).item<int64_t>(), i + 1);
+  }
 }
 
 TEST(DatasetWriterTest, StatsAreReadableWhileWriting) {

@@ -48,7 +48,7 @@ TEST(FileIoTest, WritableFileWritesPadsAndRefusesExistingFiles) {
   EXPECT_EQ(file_bytes(path), std::string("abc\0\0\0\0\0", 8));
   EXPECT_THROW(io::WritableFile::create(path), IoError);
   io::rename_file(path, dir.file("g.bin"), /*replace=*/false);
-  EXPECT_FALSE(io::path_exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path));
   io::fsync_parent_dir(dir.file("g.bin"));
   io::remove_file(dir.file("g.bin"));
   io::remove_file(dir.file("g.bin"));  // missing: not an error

@@ -610,6 +610,18 @@ TEST_F(MmtCli, ExistingOutputIsKeptWithoutForce) {
   EXPECT_EQ(slurp(path("out.mmt")), "precious");
   ASSERT_EQ(run_mmt({"pack", path("out.mmt"), "a=" + path("a.npy"), "--force"}).exit_code, 0);
   EXPECT_EQ(Dataset::open(path("out.mmt")).size(), 4);
+
+  // --force replaces a regular file only: `mmt pack /dev/null ... --force` run as root used
+  // to put a regular file in the place of the device. A FIFO stands in for the device here.
+  testutil::write_file(path("target"), testutil::to_bytes("target"));
+  fs::create_symlink(path("target"), path("link.mmt"));
+  ASSERT_EQ(::mkfifo(path("fifo.mmt").c_str(), 0644), 0);
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("link.mmt"), "a=" + path("a.npy"), "--force"}),
+                    "is a symbolic link; only a regular file is replaced");
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("fifo.mmt"), "a=" + path("a.npy"), "--force"}), "is a pipe");
+  EXPECT_TRUE(fs::is_symlink(path("link.mmt")));
+  EXPECT_EQ(slurp(path("target")), "target");
+  EXPECT_TRUE(fs::is_fifo(path("fifo.mmt")));
 }
 
 TEST_F(MmtCli, FullDiskLeavesTheOldFileOrNothing) {

@@ -12,6 +12,7 @@
 #include "mmt_commands.h"
 #include "mmtensor/codec.h"
 #include "mmtensor/packer.h"
+#include "output_file.h"
 #include "progress.h"
 
 namespace mmt::tool {
@@ -90,9 +91,7 @@ void run_pack(const PackArgs& args) {
   WriterOptions options = writer_options(args);
   // Checked before loading anything, so a long import is not wasted on a refusal; the
   // writer checks again when it publishes (the file may appear meanwhile).
-  std::error_code ec;
-  if (!args.force && std::filesystem::exists(std::filesystem::symlink_status(args.output, ec)))
-    throw IoError(args.output + " already exists; pass --force to replace it");
+  check_output_path(args.output, args.force);
 
   CodecSpec codec = options.codec;
   PackSources sources = load_pack_sources(args.inputs, args.folder);
