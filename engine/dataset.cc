@@ -19,11 +19,15 @@ Tensor Dataset::Impl::field_view(const ChunkRef& ref, int64_t record, size_t f) 
 format::RaggedSection Dataset::Impl::ragged_section(const ChunkRef& ref, size_t f) const {
   // In an uncompressed chunk the section headers are in the mapping: guarded like every
   // other engine read (a file shrunk under the reader gives IoError here, not SIGBUS).
-  return guarded_if_mapped(ref, [&] {
-    return format::locate_ragged_section(ref.storage.data() + ref.payload_offset_bytes, ref.decoded_bytes,
-                                         ref.record_count, record_stride_bytes, *schema, layout,
-                                         plans[f].ragged_index, ref.index);
-  });
+  try {
+    return guarded_if_mapped(ref, [&] {
+      return format::locate_ragged_section(ref.storage.data() + ref.payload_offset_bytes, ref.decoded_bytes,
+                                           ref.record_count, record_stride_bytes, *schema, layout,
+                                           plans[f].ragged_index, ref.index);
+    });
+  } catch (const FormatError&) {
+    rethrow_in_file(path);
+  }
 }
 
 Dataset::Impl::ValueRange Dataset::Impl::read_ragged_value(const ChunkRef& ref, const format::RaggedSection& section,

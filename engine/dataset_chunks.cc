@@ -1,6 +1,8 @@
 // Chunk-level reading: finding a record's chunk, validating a chunk on first use, decoding
 // compressed chunks through the cache, and the full verify() pass.
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "codec_engine.h"
@@ -26,16 +28,6 @@ __attribute__((tls_model("initial-exec")))
 #endif
 thread_local LastChunk last_chunk;
 
-// Re-throws a decoder's error with the dataset's path in front, keeping its type.
-[[noreturn]] void rethrow_in(const std::string& path) {
-  try {
-    throw;
-  } catch (const ChecksumError& e) {
-    throw ChecksumError(detail::str(path, ": ", e.what()));
-  } catch (const FormatError& e) {
-    throw FormatError(detail::str(path, ": ", e.what()));
-  }
-}
 
 // A chunk's place in the dataset, without its bytes yet.
 ChunkRef ref_without_storage(const format::ChunkEntry& e, int64_t chunk) {
@@ -48,6 +40,16 @@ ChunkRef ref_without_storage(const format::ChunkEntry& e, int64_t chunk) {
 }
 
 }  // namespace
+
+[[noreturn]] void rethrow_in_file(const std::string& path) {
+  try {
+    throw;
+  } catch (const ChecksumError& e) {
+    throw ChecksumError(detail::str(path, ": ", e.what()));
+  } catch (const FormatError& e) {
+    throw FormatError(detail::str(path, ": ", e.what()));
+  }
+}
 
 int64_t Dataset::Impl::normalize_index(int64_t index, const char* what) const {
   int64_t i = index < 0 ? index + record_count : index;
@@ -83,7 +85,7 @@ format::ChunkEntry Dataset::Impl::check_entry(int64_t c) const {
   try {
     e = guarded([&] { return format::decode_chunk_entry(base + entry_at, static_cast<uint64_t>(c)); });
   } catch (const FormatError&) {
-    rethrow_in(path);
+    rethrow_in_file(path);
   }
   const auto where = [&] { return detail::str(path, ": chunk ", c, " (table entry at byte offset ", entry_at, ")"); };
   const uint64_t n = static_cast<uint64_t>(record_count);
@@ -117,9 +119,16 @@ format::ChunkEntry Dataset::Impl::check_entry(int64_t c) const {
                 static_cast<uint64_t>(fixed_bytes) <= e.decoded_bytes,
             FormatError, where(), ": ", e.record_count, " records of ", record_stride_bytes,
             " bytes do not fit in its ", e.decoded_bytes, " decoded bytes");
-  if (layout.ragged_fields.empty())
+  if (layout.ragged_fields.empty()) {
     MMT_CHECK(static_cast<uint64_t>(fixed_bytes) == e.decoded_bytes, FormatError, where(), ": decodes to ",
               e.decoded_bytes, " bytes but ", e.record_count, " fixed records take ", fixed_bytes);
+  } else {
+    int64_t least = 0;
+    MMT_CHECK(format::checked_mul(e.record_count, min_decoded_bytes_per_record, &least) &&
+                  static_cast<uint64_t>(least) <= e.decoded_bytes,
+              FormatError, where(), ": ", e.record_count, " records take at least ", min_decoded_bytes_per_record,
+              " bytes each (fixed values, value ends and extents), more than its ", e.decoded_bytes, " decoded bytes");
+  }
   if (contiguous) {
     // Records of a contiguous file are read straight from the mapping: a compressed chunk
     // there would be served as values.
@@ -160,17 +169,24 @@ format::ChunkEntry Dataset::Impl::validate_chunk(int64_t c, bool force_payload_c
 }
 
 UntypedStorage Dataset::Impl::decode_chunk(int64_t c, const format::ChunkEntry& e) const {
-  UntypedStorage decoded = UntypedStorage::allocate(static_cast<int64_t>(e.decoded_bytes));
+  const auto nbytes = static_cast<int64_t>(e.decoded_bytes);
   const std::string what = detail::str("chunk ", c, " (byte offset ", e.file_offset, ")");
-  std::byte* out = decoded.mutable_data();
+  // Decoded chunks are shared through the cache by every reader of the file, so they are
+  // handed out read-only, as the mapping is: a view's mutable_data_ptr() throws instead of
+  // changing what other threads and later reads see.
+  const auto rounded = static_cast<size_t>(std::max<int64_t>(64, (nbytes + 63) / 64 * 64));
+  std::unique_ptr<std::byte, void (*)(void*)> out(static_cast<std::byte*>(std::aligned_alloc(64, rounded)), std::free);
+  MMT_CHECK(out != nullptr, Error, "out of memory: decoding ", what, " of ", path, " needs ", nbytes, " bytes");
   try {
     guarded([&] {
       detail::decompress(static_cast<Codec>(e.codec), base + e.file_offset, static_cast<int64_t>(e.stored_bytes),
-                         out, static_cast<int64_t>(e.decoded_bytes), what);
+                         out.get(), nbytes, what);
     });
   } catch (const FormatError&) {
-    rethrow_in(path);
+    rethrow_in_file(path);
   }
+  UntypedStorage decoded = UntypedStorage::from_blob(out.get(), nbytes, std::free, kCPU, /*read_only=*/true);
+  out.release();  // the storage frees it now
   return decoded;
 }
 

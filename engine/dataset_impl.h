@@ -97,6 +97,9 @@ struct Dataset::Impl {
   int64_t chunk_count = 0;
   int64_t records_per_chunk = 0;
   int64_t record_stride_bytes = 0;
+  // What every record takes at least in a decoded chunk: its fixed slot, plus a value end and
+  // its extents (8 bytes each) in each ragged field's section (FORMAT.md, check 14).
+  int64_t min_decoded_bytes_per_record = 0;
   int64_t data_offset = 0;
   int64_t schema_offset = 0;
   int64_t chunk_table_offset = 0;
@@ -188,5 +191,10 @@ inline const Dataset::Impl& checked_impl(const std::shared_ptr<const Dataset::Im
   if (!impl) throw ValueError("this Dataset is empty; assign it from Dataset::open()");
   return *impl;
 }
+
+// Inside a catch block: re-throws the FormatError or ChecksumError being handled (a
+// decoder's or a structure's, which know the chunk but not the file) with the dataset's path
+// in front, keeping its type.
+[[noreturn]] void rethrow_in_file(const std::string& path);
 
 }  // namespace mmt

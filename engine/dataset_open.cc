@@ -82,6 +82,9 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   MMT_CHECK(impl->layout.record_stride_bytes == impl->record_stride_bytes, FormatError, path,
             ": the preamble's record_stride_bytes is ", impl->record_stride_bytes, " but the schema's "
             "record layout needs ", impl->layout.record_stride_bytes);
+  impl->min_decoded_bytes_per_record = impl->record_stride_bytes;
+  for (size_t f : impl->layout.ragged_fields)
+    impl->min_decoded_bytes_per_record += 8 * (1 + block.schema[f].variable_dims());
   // One record lies inside one chunk, and a chunk decodes to at most the data region (stored
   // as is) or kMaxDecodedChunkBytes (compressed): a larger stride is corrupt, and would size
   // the allocations of column() and get_batch() before any chunk is looked at.
@@ -130,10 +133,10 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
         static_cast<ValidatedChunk*>(std::calloc(static_cast<size_t>(impl->chunk_count), sizeof(ValidatedChunk))));
     MMT_CHECK(impl->validated_chunks, Error, path, ": out of memory for ", impl->chunk_count, " chunk slots");
   }
-  if (impl->records_per_chunk == 0 && impl->chunk_count > 0) {
-    // Chunks of varying size: the footer's record count is only bounded by the chunk count
-    // (up to 2^32 - 1 records each). The last chunk must end it (one entry read: open stays
-    // O(1)), so the count cannot claim records that no chunk holds.
+  if (impl->chunk_count > 0) {
+    // The footer's record count is only bounded by the chunk count (up to 2^32 - 1 records
+    // each). The last chunk must end it and pass every check of its entry (one entry read:
+    // open stays O(1)), so the count cannot claim records that no chunk holds.
     const format::ChunkEntry last = impl->check_entry(impl->chunk_count - 1);
     MMT_CHECK(last.first_record + last.record_count == footer.record_count, FormatError, path, ": the last chunk (",
               impl->chunk_count - 1, ") ends at record ", last.first_record + last.record_count,

@@ -24,11 +24,29 @@ RaggedBatch Dataset::ragged_column(std::string_view field, int64_t start, int64_
   const int64_t n = stop - start;
   const int64_t ndim = static_cast<int64_t>(spec.shape.size());
   RaggedBatch out;
-  out.offsets = empty({n + 1}, kInt64);
-  out.shapes = empty({n, ndim}, kInt64);
+  // Sized for the records of one chunk when there is one (the usual call, from the loader);
+  // otherwise grown chunk by chunk below, as each chunk's section proves its records exist: a
+  // footer's record count alone could claim billions of records in a file of a few KiB.
+  const bool within_one_chunk = n > 0 && d.chunk_of(start) == d.chunk_of(stop - 1);
+  out.offsets = empty({within_one_chunk ? n + 1 : 1}, kInt64);
+  out.shapes = empty({within_one_chunk ? n : 0, ndim}, kInt64);
   int64_t* offsets = out.offsets.mutable_data_ptr<int64_t>();
   int64_t* shapes = out.shapes.mutable_data_ptr<int64_t>();
   offsets[0] = 0;
+  int64_t rows_allocated = within_one_chunk ? n : 0;
+  const auto make_room = [&](int64_t rows) {
+    if (rows <= rows_allocated) return;
+    const int64_t grown = std::min(n, std::max(rows, 2 * rows_allocated));  // never past n: exact at the end
+    Tensor more_offsets = empty({grown + 1}, kInt64), more_shapes = empty({grown, ndim}, kInt64);
+    std::memcpy(more_offsets.mutable_data_ptr(), offsets, static_cast<size_t>(rows_allocated + 1) * 8);
+    if (rows_allocated * ndim > 0)
+      std::memcpy(more_shapes.mutable_data_ptr(), shapes, static_cast<size_t>(rows_allocated * ndim) * 8);
+    out.offsets = std::move(more_offsets);
+    out.shapes = std::move(more_shapes);
+    offsets = out.offsets.mutable_data_ptr<int64_t>();
+    shapes = out.shapes.mutable_data_ptr<int64_t>();
+    rows_allocated = grown;
+  };
 
   // Pass 1: every value checked as get() checks it (its range inside the chunk, its extents
   // against its element count), its shape and offset noted. Nothing is sized by the file
@@ -43,7 +61,8 @@ RaggedBatch Dataset::ragged_column(std::string_view field, int64_t start, int64_
     if (record == start) first_chunk = ref;
     else one_chunk = false;
     const int64_t chunk_stop = std::min(stop, ref.first_record + ref.record_count);
-    const format::RaggedSection section = d.ragged_section(ref, f);
+    const format::RaggedSection section = d.ragged_section(ref, f);  // the records' ends fit the chunk
+    make_room(chunk_stop - start);
     d.guarded_if_mapped(ref, [&] {
       for (; record < chunk_stop; ++record) {
         const int64_t row = record - start;

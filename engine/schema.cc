@@ -148,22 +148,31 @@ Schema::Schema(std::vector<Field> fields) {
 
 Schema& Schema::add(Field field) {
   field.validate();
-  MMT_CHECK(!find(field.name), ValueError, "schema already has a field named '", field.name, "'");
+  MMT_CHECK(index_.emplace(field.name, fields_.size()).second, ValueError, "schema already has a field named '",
+            field.name, "'");
   if (is_identity(field.storage_order)) field.storage_order.clear();
   fields_.push_back(std::move(field));
   return *this;
 }
 
 std::optional<size_t> Schema::find(std::string_view name) const {
-  for (size_t i = 0; i < fields_.size(); ++i)
-    if (fields_[i].name == name) return i;
+  // A few fields (the usual case, looked up per sample): a scan beats the map's pointer chase.
+  constexpr size_t kScanBelow = 8;
+  if (fields_.size() < kScanBelow) {
+    for (size_t i = 0; i < fields_.size(); ++i)
+      if (fields_[i].name == name) return i;
+    return std::nullopt;
+  }
+  if (auto it = index_.find(name); it != index_.end()) return it->second;
   return std::nullopt;
 }
 
 size_t Schema::index_of(std::string_view name) const {
   if (auto i = find(name)) return *i;
+  constexpr size_t kListed = 32;  // a schema of thousands of fields would drown the message
   std::ostringstream known;
-  for (size_t i = 0; i < fields_.size(); ++i) known << (i ? ", '" : "'") << fields_[i].name << "'";
+  for (size_t i = 0; i < std::min(fields_.size(), kListed); ++i) known << (i ? ", '" : "'") << fields_[i].name << "'";
+  if (fields_.size() > kListed) known << " and " << fields_.size() - kListed << " more";
   throw ValueError(detail::str("unknown field '", name, "'; the schema has ",
                                fields_.empty() ? std::string("no fields") : known.str()));
 }

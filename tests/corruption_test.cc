@@ -405,6 +405,37 @@ TEST(CorruptionTest, ARecordCountNoChunkHoldsIsRefusedAtOpen) {
   }
 }
 
+TEST(CorruptionTest, RaggedRecordsNoChunkCanHoldAreRefusedAtOpen) {
+  // Fixed chunking too: a file of one small chunk whose preamble, footer and entry all claim
+  // 2^32 - 1 records (checksums valid) used to open with that size(), and ragged_column()
+  // over it then sized 32 GiB of offsets. Each record needs at least its value end and
+  // extents in the chunk (FORMAT.md, check 14), and the last entry is checked at open.
+  TempDir dir;
+  for (const std::string codec : {"none", "lz4"}) {
+    const std::string good = dir.file("one-chunk-" + codec + ".mmt");
+    {
+      WriterOptions options;
+      options.alignment = 64;
+      options.chunk_records = 10;
+      options.codec = CodecSpec::parse(codec);
+      DatasetWriter writer = DatasetWriter::create(good, Schema({Field::ragged("tokens", kInt32, {kVariableDim})}), options);
+      for (int i = 0; i < 10; ++i) writer.append({full({i % 4}, i, kInt32)});
+      writer.finish();
+    }
+    std::vector<std::byte> bytes = read_file(good);
+    constexpr uint64_t kClaimed = 0xffffffffu;
+    format::Preamble preamble = format::decode_preamble(bytes.data(), static_cast<int64_t>(bytes.size()));
+    ASSERT_EQ(preamble.records_per_chunk, 10u);
+    preamble.records_per_chunk = kClaimed;
+    format::encode_preamble(preamble, bytes.data());
+    rewrite_footer(bytes, [](format::Footer& f) { f.record_count = kClaimed; });
+    rewrite_entry(bytes, 0, [](format::ChunkEntry& e) { e.record_count = kClaimed; });
+    const std::string path = dir.file("overclaimed-" + codec + ".mmt");
+    write_file(path, bytes);
+    EXPECT_THROW_WITH(Dataset::open(path), FormatError, "4294967295 records take at least 16 bytes each");
+  }
+}
+
 TEST(CorruptionTest, ARecordStrideNoChunkCanHoldIsRefusedAtOpen) {
   // A schema whose records are larger than any chunk can be (checksums made valid again):
   // refused at open, before column() or get_batch() size an allocation by it.

@@ -320,6 +320,27 @@ TEST(DatasetTest, CompressedViewsKeepTheirChunkAfterEviction) {
   EXPECT_TRUE(first.equal(field_value(schema[0], 0)));
 }
 
+// Views are read-only whatever the codec. A decoded chunk is shared through the cache, so a
+// writable view of it would let one reader change what every other read of that chunk sees.
+TEST(DatasetTest, ViewsOfDecodedChunksAreReadOnlyLikeTheMapping) {
+  TempDir dir;
+  Schema schema({Field::fixed("x", kInt64, {16}), Field::ragged("r", kInt32, {kVariableDim})});
+  for (const char* codec : {"none", "lz4", "zstd"}) {
+    WriterOptions options;
+    options.codec = CodecSpec::parse(codec);
+    const std::string path = dir.file(std::string(codec) + ".mmt");
+    write_dataset(path, schema, 6, options);
+    Dataset ds = Dataset::open(path);
+    const Sample sample = ds.get(3);
+    for (const char* field : {"x", "r"}) {
+      EXPECT_TRUE(sample[field].untyped_storage().is_read_only()) << codec << " " << field;
+      EXPECT_THROW(sample[field].mutable_data_ptr(), ValueError) << codec << " " << field;
+    }
+    EXPECT_TRUE(ds.get(3, "x").equal(field_value(schema[0], 3))) << codec;
+    EXPECT_FALSE(sample["x"].clone().untyped_storage().is_read_only()) << codec;  // a copy is the user's
+  }
+}
+
 TEST(DatasetTest, ConcurrentReadersOnACompressedFileWithATinyCache) {
   TempDir dir;
   Schema schema({Field::fixed("x", kInt32, {32}), Field::bytes("b")});

@@ -74,6 +74,9 @@ class Schema {
 
  private:
   std::vector<Field> fields_;
+  // Name -> index, so that building or decoding a schema of n fields costs O(n log n): a file
+  // may declare hundreds of thousands, and a duplicate check by scanning took minutes.
+  std::map<std::string, size_t, std::less<>> index_;
 };
 
 bool operator==(const Field& a, const Field& b);
