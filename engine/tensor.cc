@@ -105,19 +105,29 @@ const void* Tensor::element_ptr(IntArrayRef index, bool writable) const {
   return base + offset * element_size();
 }
 
-double Tensor::item_as_double() const {
-  MMT_CHECK(defined_ && numel() == 1, ValueError, "a Tensor with ", (defined_ ? numel() : 0),
+namespace {
+
+// static_cast<To> of a one-element tensor's stored value (half types through float).
+template <typename To>
+To item_as(const Tensor& t) {
+  MMT_CHECK(t.defined() && t.numel() == 1, ValueError, "a Tensor with ", (t.defined() ? t.numel() : 0),
             " elements cannot be converted to a scalar");
-  Tensor host = is_cuda() ? cpu() : *this;
+  const Tensor host = t.is_cuda() ? t.cpu() : t;
   const void* p = host.data_ptr();
-  return dispatch_scalar_type(dtype_, [p](auto tag) -> double {
+  return dispatch_scalar_type(t.dtype(), [p](auto tag) -> To {
     using T = decltype(tag);
     T v;
     std::memcpy(&v, p, sizeof(T));
-    return static_cast<double>(static_cast<std::conditional_t<
+    return static_cast<To>(static_cast<std::conditional_t<
         std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>>(v));
   });
 }
+
+}  // namespace
+
+double Tensor::item_as_double() const { return item_as<double>(*this); }
+int64_t Tensor::item_as_int64() const { return item_as<int64_t>(*this); }
+uint64_t Tensor::item_as_uint64() const { return item_as<uint64_t>(*this); }
 
 std::vector<double> Tensor::to_double_vector() const {
   Tensor c = contiguous();

@@ -23,19 +23,47 @@ std::string printf_double(const char* fmt, double v, int width = 0) {
   return buf;
 }
 
+// Integers print exactly: a double holds them only up to 2^53.
+std::string integer_text(const Tensor& scalar) {
+  return is_signed(scalar.dtype()) ? std::to_string(scalar.item_as_int64()) : std::to_string(scalar.item_as_uint64());
+}
+
+// Calls visit(element) for each element of the summarised view, in the order they print.
+template <typename Visit>
+void collect(const Tensor& t, bool summarize, const Visit& visit) {
+  if (t.dim() == 0) {
+    visit(t);
+    return;
+  }
+  const int64_t n = t.size(0);
+  auto one = [&](int64_t i) {
+    if (t.dim() == 1) visit(t.select(0, i));
+    else collect(t.select(0, i), summarize, visit);
+  };
+  if (summarize && n > 2 * kEdgeItems) {
+    for (int64_t i = 0; i < kEdgeItems; ++i) one(i);
+    for (int64_t i = n - kEdgeItems; i < n; ++i) one(i);
+  } else {
+    for (int64_t i = 0; i < n; ++i) one(i);
+  }
+}
+
 class Formatter {
  public:
-  Formatter(ScalarType dtype, const std::vector<double>& values)
-      : floating_(is_floating_point(dtype)), boolean_(dtype == kBool) {
+  // Chooses the format and width from the elements `t` shows (summarised or not).
+  Formatter(const Tensor& t, bool summarize)
+      : floating_(is_floating_point(t.dtype())), boolean_(t.dtype() == kBool) {
     if (boolean_) {
       width_ = 0;
-      for (double v : values) width_ = std::max<int64_t>(width_, v != 0 ? 4 : 5);
+      collect(t, summarize, [&](const Tensor& e) { width_ = std::max<int64_t>(width_, e.item_as_double() != 0 ? 4 : 5); });
       return;
     }
     if (!floating_) {
-      for (double v : values) width_ = std::max<int64_t>(width_, int_text(v).size());
+      collect(t, summarize, [&](const Tensor& e) { width_ = std::max<int64_t>(width_, integer_text(e).size()); });
       return;
     }
+    std::vector<double> values;
+    collect(t, summarize, [&](const Tensor& e) { values.push_back(e.item_as_double()); });
     std::vector<double> finite;
     for (double v : values)
       if (std::isfinite(v) && v != 0) finite.push_back(std::fabs(v));
@@ -60,12 +88,13 @@ class Formatter {
 
   int64_t width() const { return width_; }
 
-  std::string format(double v) const {
+  std::string format(const Tensor& scalar) const {
     std::string s;
+    const double v = floating_ || boolean_ ? scalar.item_as_double() : 0.0;
     if (boolean_) {
       s = v != 0 ? "True" : "False";
     } else if (!floating_) {
-      s = int_text(v);
+      s = integer_text(scalar);
     } else if (std::isnan(v)) {
       s = "nan";
     } else if (std::isinf(v)) {
@@ -82,12 +111,6 @@ class Formatter {
   }
 
  private:
-  static std::string int_text(double v) {
-    // Integers up to 2^63 print exactly through long double; beyond that, as uint64.
-    if (v >= 9.2233720368547758e18) return std::to_string(static_cast<unsigned long long>(v));
-    return std::to_string(static_cast<long long>(v));
-  }
-
   bool floating_;
   bool boolean_;
   bool int_mode_ = true;
@@ -95,31 +118,12 @@ class Formatter {
   int64_t width_ = 1;
 };
 
-// Elements of the summarised view, in the order they will be printed.
-void collect(const Tensor& t, bool summarize, std::vector<double>& out) {
-  if (t.dim() == 0) {
-    out.push_back(t.item_as_double());
-    return;
-  }
-  const int64_t n = t.size(0);
-  auto visit = [&](int64_t i) {
-    if (t.dim() == 1) out.push_back(t.select(0, i).item_as_double());
-    else collect(t.select(0, i), summarize, out);
-  };
-  if (summarize && n > 2 * kEdgeItems) {
-    for (int64_t i = 0; i < kEdgeItems; ++i) visit(i);
-    for (int64_t i = n - kEdgeItems; i < n; ++i) visit(i);
-  } else {
-    for (int64_t i = 0; i < n; ++i) visit(i);
-  }
-}
-
 std::string vector_str(const Tensor& t, int64_t indent, bool summarize, const Formatter& fmt) {
   const int64_t element_length = fmt.width() + 2;
   const int64_t per_line = std::max<int64_t>(1, (kLineWidth - indent) / element_length);
   std::vector<std::string> items;
   const int64_t n = t.size(0);
-  auto add = [&](int64_t i) { items.push_back(fmt.format(t.select(0, i).item_as_double())); };
+  auto add = [&](int64_t i) { items.push_back(fmt.format(t.select(0, i))); };
   if (summarize && n > 2 * kEdgeItems) {
     for (int64_t i = 0; i < kEdgeItems; ++i) add(i);
     items.push_back(" ...");
@@ -139,7 +143,7 @@ std::string vector_str(const Tensor& t, int64_t indent, bool summarize, const Fo
 }
 
 std::string tensor_str(const Tensor& t, int64_t indent, bool summarize, const Formatter& fmt) {
-  if (t.dim() == 0) return fmt.format(t.item_as_double());
+  if (t.dim() == 0) return fmt.format(t);
   if (t.dim() == 1) return vector_str(t, indent, summarize, fmt);
   std::vector<std::string> slices;
   const int64_t n = t.size(0);
@@ -151,7 +155,8 @@ std::string tensor_str(const Tensor& t, int64_t indent, bool summarize, const Fo
   } else {
     for (int64_t i = 0; i < n; ++i) add(i);
   }
-  const std::string sep = "," + std::string(t.dim() - 1, '\n') + std::string(indent + 1, ' ');
+  std::string sep = ",";  // appended, not "," + ...: GCC 12 warns (-Wrestrict) on that form
+  sep.append(static_cast<size_t>(t.dim() - 1), '\n').append(static_cast<size_t>(indent + 1), ' ');
   std::string out = "[";
   for (size_t i = 0; i < slices.size(); ++i) out += (i ? sep : "") + slices[i];
   return out + "]";
@@ -178,9 +183,7 @@ std::string Tensor::to_string() const {
     body = "[]";
   } else {
     const bool summarize = numel() > kThreshold;
-    std::vector<double> shown;
-    collect(host, summarize, shown);
-    Formatter fmt(dtype_, shown);
+    const Formatter fmt(host, summarize);
     body = tensor_str(host, indent, summarize, fmt);
     if (!default_dtype) suffixes.push_back("dtype=torch." + std::string(mmt::to_string(dtype_)));
   }

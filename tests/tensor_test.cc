@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -233,6 +234,22 @@ TEST(TensorPrint, LikePyTorch) {
   std::ostringstream out;
   out << arange(2);
   EXPECT_EQ(out.str(), "tensor([0, 1])");
+}
+
+// 64-bit integers print, and come back from item<T>(), exactly: they used to go through a
+// double, which printed 2^53 + 1 as 2^53, 2^63 - 1 as 2^63, and 2^64 - 1 as 0.
+TEST(TensorPrint, SixtyFourBitIntegersExactly) {
+  const int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  const Tensor ints = tensor<int64_t>({(int64_t{1} << 53) + 1, lo, hi});
+  EXPECT_EQ(ints.to_string(), "tensor([    9007199254740993, -9223372036854775808,  9223372036854775807])");
+  EXPECT_EQ(ints.select(0, 0).item<int64_t>(), (int64_t{1} << 53) + 1);
+  EXPECT_EQ(ints.select(0, 2).item<int64_t>(), hi);
+  const uint64_t top = std::numeric_limits<uint64_t>::max();
+  const Tensor unsigned_ints = tensor<uint64_t>({(uint64_t{1} << 63) + 1, top});
+  EXPECT_EQ(unsigned_ints.to_string(), "tensor([ 9223372036854775809, 18446744073709551615], dtype=torch.uint64)");
+  EXPECT_EQ(unsigned_ints.select(0, 1).item<uint64_t>(), top);
+  EXPECT_EQ(full({}, 2.75).item<int32_t>(), 2);  // a float converts as static_cast does
+  EXPECT_TRUE(full({}, 0.5).item<bool>());
 }
 
 // Every element of `t` in row-major order, read by walking its strides by hand: a reference

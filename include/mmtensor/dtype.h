@@ -57,6 +57,13 @@ constexpr bool is_floating_point(ScalarType t) {
          t == ScalarType::Float64;
 }
 
+// Whether the type holds negative values (torch.dtype.is_signed): the floating types and the
+// signed integers.
+constexpr bool is_signed(ScalarType t) {
+  return is_floating_point(t) || t == ScalarType::Int8 || t == ScalarType::Int16 || t == ScalarType::Int32 ||
+         t == ScalarType::Int64;
+}
+
 // "float32", "uint8", ... (PyTorch's names without the "torch." prefix).
 std::string_view to_string(ScalarType t);
 // The inverse of to_string; also accepts PyTorch's aliases ("float", "half", "long", "int"...).

@@ -23,6 +23,7 @@
 #include <limits>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "mmtensor/dims.h"
@@ -95,11 +96,20 @@ class Tensor {
     check_dtype(scalar_type_of<T>);
     *static_cast<T*>(const_cast<void*>(element_ptr(index, /*writable=*/true))) = value;
   }
-  // The single element of a one-element tensor, converted to T (any dtype).
+  // The single element of a one-element tensor, converted to T (any dtype) as static_cast
+  // converts the stored value: an integer read as an integer type is exact (a double holds
+  // integers only up to 2^53).
   template <typename T> T item() const {
-    return static_cast<T>(item_as_double());
+    if constexpr (std::is_same_v<T, bool>) return item_as_double() != 0;
+    else if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) return static_cast<T>(item_as_int64());
+    else if constexpr (std::is_integral_v<T>) return static_cast<T>(item_as_uint64());
+    else return static_cast<T>(item_as_double());
   }
   double item_as_double() const;
+  // The element as static_cast<int64_t> / static_cast<uint64_t> of the stored value (exact for
+  // integer dtypes; a floating value must fit the type).
+  int64_t item_as_int64() const;
+  uint64_t item_as_uint64() const;
   // All elements converted to double, in row-major order (for tests and printing).
   std::vector<double> to_double_vector() const;
   template <typename T> std::vector<T> to_vector() const {
