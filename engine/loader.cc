@@ -295,7 +295,10 @@ std::optional<Batch> LoaderCore::next() {
 
 void LoaderCore::set_epoch(int64_t new_epoch) {
   std::unique_lock lock(mutex);
-  if (new_epoch == epoch && delivered == 0 && start_consumed == 0 && !failure) {
+  // Nothing delivered yet in the epoch it stands in: already there. That includes a loader
+  // resumed mid-epoch, whose training loop calls set_epoch(e) before its first batch, as
+  // every epoch loop does; restarting would show the resumed epoch's first samples twice.
+  if (new_epoch == epoch && delivered == 0 && !failure) {
     end_of_epoch_pending = false;  // the caller moved on explicitly; no nullopt is owed
     return;
   }

@@ -310,6 +310,9 @@ TEST_F(LoaderTest, ResumeMidEpochContinuesTheExactSequence) {
     resumed_options.batch_size = 4;
     resumed_options.num_workers = 1;
     Loader resumed(dataset, resumed_options, state);
+    // A training loop's `for (epoch = state.epoch; ...) { loader.set_epoch(epoch); ... }` keeps
+    // the resume position: the loader is already in that epoch, with nothing taken.
+    resumed.set_epoch(state.epoch);
     const std::vector<int64_t> rest = drain_epoch(resumed);
     seen.insert(seen.end(), rest.begin(), rest.end());
     EXPECT_EQ(seen, reference) << to_string(kind);

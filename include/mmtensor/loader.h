@@ -213,7 +213,9 @@ class Loader {
   Iterator begin() { return Iterator(this); }
   std::default_sentinel_t end() { return {}; }
 
-  // Restarts at the beginning of `epoch` (a no-op when the loader is already there).
+  // Restarts at the beginning of `epoch`. A no-op when the loader is already there with no
+  // batch taken since it was made or restarted, so a loader resumed mid-epoch from a state
+  // keeps its position through the set_epoch(state.epoch) an epoch loop starts with.
   void set_epoch(int64_t epoch);
   int64_t epoch() const;
   // Batches this rank yields in the current epoch, from where the epoch was started/resumed.
