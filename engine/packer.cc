@@ -2,10 +2,15 @@
 // them. See include/mmtensor/packer.h.
 #include "mmtensor/packer.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <set>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "import_util.h"
@@ -106,6 +111,51 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
   return out;
 }
 
+namespace {
+
+// The files of one class folder, at any depth, as the class-folder convention lays them out.
+// Hidden entries (".ipynb_checkpoints", ".DS_Store") are skipped with everything under them;
+// linked folders are followed like linked files, and a folder reached twice (a link loop, or
+// two links to one folder) is refused rather than packed twice or walked forever. A folder
+// that cannot be listed is named in the error: nothing is silently left out.
+std::vector<std::string> files_under(const fs::path& class_dir) {
+  std::vector<std::string> files;
+  std::set<std::pair<dev_t, ino_t>> folders_seen;
+  const auto note_folder = [&](const fs::path& folder) {
+    struct stat st {};
+    if (::stat(folder.c_str(), &st) != 0) throw IoError(str(folder.string(), ": ", std::strerror(errno)), errno);
+    MMT_CHECK(folders_seen.emplace(st.st_dev, st.st_ino).second, ValueError, folder.string(),
+              ": this folder is reached twice under ", class_dir.string(),
+              " (a symbolic link loop, or two links to one folder); each file must be packed once");
+  };
+  note_folder(class_dir);
+  std::error_code ec;
+  fs::recursive_directory_iterator it(class_dir, fs::directory_options::follow_directory_symlink, ec);
+  if (ec) throw IoError(str(class_dir.string(), ": cannot list the folder: ", ec.message()), ec.value());
+  for (; it != fs::recursive_directory_iterator(); ) {
+    const fs::directory_entry entry = *it;
+    const bool is_folder = entry.is_directory(ec);
+    if (entry.path().filename().string().starts_with(".")) {
+      if (is_folder) it.disable_recursion_pending();
+    } else if (is_folder) {
+      note_folder(entry.path());
+    } else {
+      MMT_CHECK(entry.is_regular_file(ec), IoError, entry.path().string(),
+                ": not a regular file (a dangling link, a device or a pipe) and cannot be packed");
+      files.push_back(entry.path().string());
+    }
+    it.increment(ec);
+    if (ec) {
+      // Descending into a folder failed, or reading the next entry of the current one.
+      const fs::path folder = is_folder && !entry.path().filename().string().starts_with(".") ? entry.path() : entry.path().parent_path();
+      throw IoError(str(folder.string(), ": cannot list the folder: ", ec.message()), ec.value());
+    }
+  }
+  return files;
+}
+
+}  // namespace
+
 PackSources PackSources::from_folder(const std::string& dir) {
   std::error_code ec;
   MMT_CHECK(fs::is_directory(dir, ec), IoError, dir, ": not a folder (",
@@ -130,15 +180,7 @@ PackSources PackSources::from_folder(const std::string& dir) {
                 ": the class folder's name is not valid UTF-8 (byte ", invalid, "); rename it");
     }
     for (size_t label = 0; label < classes.size(); ++label) {
-      std::vector<std::string> files;
-      for (const fs::directory_entry& entry :
-           fs::recursive_directory_iterator(fs::path(dir) / classes[label])) {
-        std::string leaf = entry.path().filename().string();
-        if (leaf.starts_with(".") || entry.is_directory()) continue;
-        MMT_CHECK(entry.is_regular_file(), IoError, entry.path().string(),
-                  ": not a regular file (a dangling link, a device or a pipe) and cannot be packed");
-        files.push_back(entry.path().string());
-      }
+      std::vector<std::string> files = files_under(fs::path(dir) / classes[label]);
       std::sort(files.begin(), files.end());
       for (std::string& f : files) {
         out.total_bytes_ += static_cast<int64_t>(fs::file_size(f)) + 8;

@@ -1,6 +1,7 @@
 // pack_dataset and PackSources: what the library refuses before it writes anything, so a pack
 // can never replace one of its own inputs or make a dataset of nothing.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -37,6 +38,39 @@ TEST(PackerTest, AFolderWithoutFilesIsRefused) {
   PackSources sources = PackSources::from_folder(dir.file("classes"));
   EXPECT_EQ(sources.records(), 1);
   EXPECT_EQ(sources.metadata().at("classes"), R"(["cat","dog"])");
+}
+
+// Hidden folders are skipped with what is under them (a notebook's checkpoints used to become
+// samples of their class), linked folders are followed like linked files (they used to be
+// dropped without a word), and a link loop is refused instead of walked.
+TEST(PackerTest, ClassFoldersSkipHiddenFoldersFollowLinksAndRefuseLoops) {
+  TempDir dir;
+  const fs::path root = dir.path() / "photos";
+  write_text(root / "cat" / "a.jpg", "a");
+  write_text(root / "cat" / ".ipynb_checkpoints" / "a-checkpoint.jpg", "stale");
+  write_text(root / "cat" / ".hidden.jpg", "hidden");
+  write_text(dir.path() / "elsewhere" / "b.jpg", "b");
+  fs::create_directories(root / "dog");
+  fs::create_directory_symlink(dir.path() / "elsewhere", root / "dog" / "linked");
+  PackSources sources = PackSources::from_folder(root.string());
+  ASSERT_EQ(sources.records(), 2);
+  EXPECT_EQ(sources.metadata().at("classes"), R"(["cat","dog"])");
+  EXPECT_EQ(sources.record(0)[0].to_vector<uint8_t>(), std::vector<uint8_t>{'a'});
+  EXPECT_EQ(sources.record(1)[0].to_vector<uint8_t>(), std::vector<uint8_t>{'b'});
+  EXPECT_EQ(sources.record(1)[1].item<int64_t>(), 1);
+
+  fs::create_directory_symlink(root / "dog", root / "dog" / "loop");
+  const std::string message = error_of([&] { PackSources::from_folder(root.string()); });
+  EXPECT_NE(message.find("loop: this folder is reached twice"), std::string::npos) << message;
+
+  if (::geteuid() != 0) {  // root lists anything: permissions cannot make a folder unlistable
+    fs::remove(root / "dog" / "loop");
+    fs::create_directories(root / "dog" / "locked");
+    fs::permissions(root / "dog" / "locked", fs::perms::none);
+    const std::string locked = error_of([&] { PackSources::from_folder(root.string()); });
+    fs::permissions(root / "dog" / "locked", fs::perms::owner_all);
+    EXPECT_NE(locked.find((root / "dog" / "locked").string() + ": cannot list the folder"), std::string::npos) << locked;
+  }
 }
 
 TEST(PackerTest, AClassFolderNameThatIsNotUtf8IsNamed) {
