@@ -55,7 +55,7 @@ Preamble decode_preamble(const std::byte* data, int64_t file_bytes) {
   MMT_CHECK(file_bytes >= static_cast<int64_t>(sizeof kMagic) &&
                 std::memcmp(data, kMagic, sizeof kMagic) == 0,
             FormatError, "not an mmtensor dataset: the first 8 bytes are not the mmtensor magic "
-            "number \\x89MMT\\r\\n\\x1a\\n");
+            "number (89 4D 4D 54 0D 0A 1A 0A)");
   MMT_CHECK(file_bytes >= kPreambleBytes + kFooterBytes, FormatError, "truncated dataset: the file "
             "holds ", file_bytes, " bytes, fewer than a preamble and a footer (",
             kPreambleBytes + kFooterBytes, ")");

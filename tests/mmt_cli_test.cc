@@ -65,8 +65,8 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
     ::dup2(out, 1);
     ::dup2(err, 2);
     if (options.file_size_limit_bytes >= 0) {
-      // Writes past the limit then fail with EFBIG instead of killing the process.
-      ::signal(SIGXFSZ, SIG_IGN);
+      // SIGXFSZ keeps its default action (it kills): mmt itself must turn it into EFBIG.
+      ::signal(SIGXFSZ, SIG_DFL);
       struct rlimit limit {};
       limit.rlim_cur = limit.rlim_max = static_cast<rlim_t>(options.file_size_limit_bytes);
       ::setrlimit(RLIMIT_FSIZE, &limit);
@@ -352,6 +352,15 @@ TEST_F(MmtCli, FolderOfClassesPacksBytesAndLabels) {
   EXPECT_EQ(exported.exit_code, 0);
   EXPECT_NE(exported.err.find("skipping field 'data'"), std::string::npos) << exported.err;
   EXPECT_TRUE(load_npy(path("fx/label.npy")).equal(tensor<int64_t>({0, 0, 1, 1})));
+
+  // Asking for the ragged field, an unknown one or one twice is refused before anything is
+  // written, the folder included (it used to be created, or x.npy written, first).
+  EXPECT_FAILS_WITH(run_mmt({"export", path("f.mmt"), path("fy"), "--field", "data"}),
+                    "field 'data' varies in shape from record to record");
+  EXPECT_FAILS_WITH(run_mmt({"export", path("f.mmt"), path("fy"), "--field", "nope"}), "unknown field 'nope'");
+  EXPECT_FAILS_WITH(run_mmt({"export", path("f.mmt"), path("fy"), "--field", "label", "--field", "label"}),
+                    "--field 'label' is given twice");
+  EXPECT_FALSE(fs::exists(path("fy")));
 }
 
 TEST_F(MmtCli, InfoTextAndJson) {
@@ -584,6 +593,9 @@ TEST_F(MmtCli, PackOptionsAreCheckedUnderTheirFlagNames) {
     EXPECT_FAILS_WITH(pack({"--threads", threads}), std::string("--threads must be in [0, 1024] (0: one per core), got ") + threads);
   EXPECT_EQ(listing(), before);
   EXPECT_EQ(pack({"--align", "64", "--threads", "1024", "--chunk-bytes", "1"}).exit_code, 0);
+  // verify --samples -3 used to mean "every record", silently.
+  EXPECT_FAILS_WITH(run_mmt({"verify", path("out.mmt"), "--against", "a=" + path("a.npy"), "--samples", "-3"}),
+                    "--samples must be >= 0");
 }
 
 TEST_F(MmtCli, AnEmptyOutputPathIsRefusedUpFront) {

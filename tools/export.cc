@@ -1,5 +1,6 @@
 // mmt export FILE DIR: each fixed-shape field back as DIR/NAME.npy of shape [records, ...],
 // so `pack` then `export` gives the original arrays byte for byte.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -33,26 +34,33 @@ Dataset open_for_export(const std::string& path) {
 void run_export(const ExportArgs& args) {
   MMT_CHECK(!args.dir.empty(), ValueError, "DIR is empty: name the folder to write the .npy files into");
   Dataset ds = open_for_export(args.file);
-  std::vector<std::string> names = args.fields;
-  if (names.empty())
-    for (const Field& f : ds.schema()) names.push_back(f.name);
+  // Every refusal before any write (the folder included), so an export either runs or leaves
+  // the file system as it was.
+  std::vector<std::string> names;
+  for (const std::string& name : args.fields) {
+    const Field& f = ds.schema()[ds.schema().index_of(name)];  // an unknown name lists the known ones
+    MMT_CHECK(std::find(names.begin(), names.end(), name) == names.end(), ValueError, "--field '", printable(name),
+              "' is given twice");
+    MMT_CHECK(f.is_fixed(), ValueError, "field '", printable(name), "' varies in shape from record to record (",
+              f.shape, "); export writes fixed-shape fields, one .npy each (use mmt get --raw for one record)");
+    names.push_back(name);
+  }
+  if (args.fields.empty()) {
+    for (const Field& f : ds.schema()) {
+      if (f.is_fixed()) names.push_back(f.name);
+      else std::cerr << "mmt export: skipping field '" << printable(f.name)
+                     << "': its records vary in shape (use mmt get --raw for one record)\n";
+    }
+    MMT_CHECK(!names.empty(), ValueError, args.file, ": no fixed-shape field to export; its fields vary in shape "
+              "from record to record (use mmt get --raw for one record)");
+  }
+  for (const std::string& name : names)
+    check_output_path((fs::path(args.dir) / (name + ".npy")).string(), args.force);
   std::error_code ec;
   fs::create_directories(args.dir, ec);
   MMT_CHECK(!ec && fs::is_directory(args.dir), IoError, "cannot create folder ", args.dir, ": ",
             ec ? ec.message() : "a file is in the way");
-  // Every refusal before any write, so an export either runs or leaves DIR as it was.
   for (const std::string& name : names) {
-    const Field& f = ds.schema()[ds.schema().index_of(name)];
-    if (!f.is_fixed()) continue;
-    check_output_path((fs::path(args.dir) / (name + ".npy")).string(), args.force);
-  }
-  for (const std::string& name : names) {
-    const Field& f = ds.schema()[ds.schema().index_of(name)];
-    if (!f.is_fixed()) {
-      std::cerr << "mmt export: skipping field '" << printable(name)
-                << "': its records vary in shape (use mmt get --raw for one record)\n";
-      continue;
-    }
     std::string path = (fs::path(args.dir) / (name + ".npy")).string();
     Tensor column = ds.column(name);  // checks (and hashes) every chunk under it
     write_npy_file(path, column, args.force);

@@ -1,6 +1,7 @@
 // mmt: build datasets from the files users have (pack), look inside them (info, get,
 // export), check them (verify) and measure them (bench).
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -77,6 +78,10 @@ int check_standard_output(int status) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write past the file-size limit (ulimit -f, a quota of that kind) then fails with EFBIG,
+  // which the writers report and clean up after, instead of killing mmt with SIGXFSZ and
+  // leaving its temporary file behind.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"mmt: build, inspect, check and measure mmtensor datasets"};
   app.name("mmt");
   app.set_version_flag("--version", std::string("mmt ") + mmt::version());

@@ -20,6 +20,7 @@ struct VerifyArgs {
 };
 
 void run_verify(const VerifyArgs& args) {
+  MMT_CHECK(args.samples >= 0, ValueError, "--samples must be >= 0 (0: compare every record), got ", args.samples);
   Dataset ds = Dataset::open(args.file);
   ds.verify();
   DatasetInfo info = ds.info();
