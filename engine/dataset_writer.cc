@@ -112,6 +112,11 @@ struct DatasetWriter::Impl {
   int64_t current_first_record = 0;
   int64_t writeback_offset = 0;  // bytes before it have been handed to start_writeback
   Metadata metadata;
+  int64_t metadata_text_bytes = 0;  // keys and values, before JSON encoding
+  // Refuses an entry that would take the metadata past what a reader opens (its raw text
+  // alone over kMaxSchemaBytes, or kMaxSchemaValues entries) when it is set, not at finish()
+  // after every record was written; finish() checks the encoded block exactly.
+  void add_metadata(std::string key, std::string value);
   enum class State { Open, Finished, Failed } state = State::Open;
   std::atomic<int64_t> records{0}, chunks{0}, bytes_in{0}, bytes_out{0};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
@@ -202,8 +207,10 @@ DatasetWriter DatasetWriter::create(const std::string& path, Schema schema, Writ
 
   // The target: refuse to clobber before writing anything.
   io::check_output_target(path, options.overwrite, "set WriterOptions::overwrite to replace it");
-  for (const auto& [key, value] : options.metadata) check_metadata_text(key, value);
-  impl->metadata = options.metadata;
+  for (const auto& [key, value] : options.metadata) {
+    check_metadata_text(key, value);
+    impl->add_metadata(key, value);
+  }
   impl->options = std::move(options);
   detail::remove_dead_temporaries(path);  // what writers of this target killed earlier left
   impl->temp_path = detail::temporary_path_for(path);
@@ -213,16 +220,18 @@ DatasetWriter DatasetWriter::create(const std::string& path, Schema schema, Writ
     format::encode_preamble(pre, bytes);
     impl->file.write(bytes, sizeof bytes);
     impl->file.pad_to(alignment);
+    if (compressed) {
+      // Inside the try: threads the system refuses (a container's process limit) must not
+      // leave the temporary file behind.
+      int threads = impl->options.threads > 0 ? impl->options.threads : detail::ThreadPool::hardware_threads();
+      impl->pool = std::make_unique<detail::ThreadPool>(threads);
+      impl->max_pending = static_cast<size_t>(2 * threads);
+      // Each pending chunk holds an input and an output buffer; what they free is reused.
+      impl->buffers.set_max_idle(impl->max_pending + 4);
+    }
   } catch (...) {
     impl->abort_files();
     throw;
-  }
-  if (compressed) {
-    int threads = impl->options.threads > 0 ? impl->options.threads : detail::ThreadPool::hardware_threads();
-    impl->pool = std::make_unique<detail::ThreadPool>(threads);
-    impl->max_pending = static_cast<size_t>(2 * threads);
-    // Each pending chunk holds an input and an output buffer; what they free is reused.
-    impl->buffers.set_max_idle(impl->max_pending + 4);
   }
   impl->bytes_out = impl->file.offset();
   return DatasetWriter(std::move(impl));
@@ -655,7 +664,21 @@ void DatasetWriter::set_metadata(std::string key, std::string value) {
   MMT_CHECK(impl_, ValueError, "set_metadata on a moved-from DatasetWriter");
   impl_->check_open();
   check_metadata_text(key, value);
-  impl_->metadata.insert_or_assign(std::move(key), std::move(value));
+  impl_->add_metadata(std::move(key), std::move(value));
+}
+
+void DatasetWriter::Impl::add_metadata(std::string key, std::string value) {
+  const auto it = metadata.find(key);
+  const int64_t replaced = it == metadata.end() ? 0 : static_cast<int64_t>(it->first.size() + it->second.size());
+  const int64_t bytes = metadata_text_bytes - replaced + static_cast<int64_t>(key.size() + value.size());
+  const int64_t entries = static_cast<int64_t>(metadata.size()) + (it == metadata.end() ? 1 : 0);
+  MMT_CHECK(bytes <= format::kMaxSchemaBytes, ValueError, "metadata '", key, "': the metadata would take ", bytes,
+            " bytes of text, over the ", format::kMaxSchemaBytes, "-byte limit of the schema block");
+  MMT_CHECK(entries < format::kMaxSchemaValues, ValueError, "metadata '", key, "': ", entries,
+            " metadata entries would be more than a reader opens (", format::kMaxSchemaValues,
+            " JSON values in the schema block)");
+  metadata.insert_or_assign(std::move(key), std::move(value));
+  metadata_text_bytes = bytes;
 }
 
 int64_t DatasetWriter::size() const { return impl_ ? impl_->records.load() : 0; }

@@ -172,12 +172,24 @@ TEST(DatasetWriterTest, MetadataMustBeUtf8AndTheErrorNamesTheKey) {
   EXPECT_EQ(Dataset::open(dir.file("meta.mmt")).metadata().at("classes"), "[\"caf\xc3\xa9\"]");
 }
 
-TEST(DatasetWriterTest, MetadataNoReaderWouldOpenIsRefusedAtFinish) {
-  // Under the 64 MiB cap, but more entries than readers parse: refused, and nothing is left.
+TEST(DatasetWriterTest, MetadataNoReaderWouldOpenIsRefused) {
+  // Under the 64 MiB cap, but more entries than readers parse. The entry that reaches the
+  // limit is refused when it is set, before the records are written (per-image metadata used
+  // to lose a whole pack at finish()); the writer stays usable.
   TempDir dir;
   DatasetWriter writer = DatasetWriter::create(dir.file("crowded.mmt"), image_schema());
   append_images(writer, 3);
-  for (int64_t i = 0; i <= (int64_t{1} << 20); ++i) writer.set_metadata(std::to_string(i), "");
+  int64_t set = 0;
+  try {
+    for (; set <= (int64_t{1} << 20); ++set) writer.set_metadata(std::to_string(set), "");
+    FAIL() << "took more metadata entries than a reader opens";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("metadata entries would be more than a reader opens"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(set, (int64_t{1} << 20) - 1);
+  // With the schema's own values the block is still one past what readers parse: finish()
+  // checks the encoded block exactly, refuses, and leaves nothing.
   try {
     writer.finish();
     FAIL() << "wrote metadata that no reader would open";
@@ -185,6 +197,13 @@ TEST(DatasetWriterTest, MetadataNoReaderWouldOpenIsRefusedAtFinish) {
     EXPECT_NE(std::string(e.what()).find("would not be readable"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(folder_entries(dir).empty());
+
+  // Text past the schema block's cap is refused as it is set, too.
+  DatasetWriter big = DatasetWriter::create(dir.file("big.mmt"), image_schema());
+  big.set_metadata("a", std::string(40 << 20, 'x'));
+  EXPECT_THROW_WITH(big.set_metadata("b", std::string(40 << 20, 'x')), ValueError, "over the 67108864-byte limit");
+  big.set_metadata("a", "small");  // replacing an entry gives its bytes back
+  big.set_metadata("b", std::string(40 << 20, 'x'));
 }
 
 // A SIGKILLed writer cannot remove its temporary; the next writer of the same target does,
