@@ -30,9 +30,14 @@ Sampler Sampler::for_dataset(const Dataset& dataset, SamplerOptions options) {
       counts.push_back(chunk.record_count);
       largest_chunk_bytes = std::max(largest_chunk_bytes, chunk.decoded_bytes);
     }
-    if (options.window_chunks == 0)
-      options.window_chunks =
-          automatic_window(dataset.cache_stats().budget_bytes, largest_chunk_bytes, chunks);
+    if (options.window_chunks == 0) {
+      // Every rank must compute the same order, or ranks would see some records twice and
+      // others never: with several ranks the window comes from the default budget, not this
+      // process's (ranks opened with different cache_bytes used to get different windows).
+      const int64_t budget =
+          options.world_size > 1 ? ReaderOptions{}.cache_bytes : dataset.cache_stats().budget_bytes;
+      options.window_chunks = automatic_window(budget, largest_chunk_bytes, chunks);
+    }
   }
   return create(dataset.size(), options, std::move(counts));
 }

@@ -231,6 +231,26 @@ TEST_F(LoaderTest, DistributedRanksTogetherCoverTheEpoch) {
   EXPECT_EQ(sorted(all), iota(100));
 }
 
+// Each rank is its own process with its own ReaderOptions. The automatic quasi-random window
+// came from the process's cache budget, so ranks opened with different budgets shuffled
+// different windows and together saw some records twice and others never.
+TEST_F(LoaderTest, DistributedRanksWithDifferentCacheBudgetsStillCoverTheEpochOnce) {
+  const std::string path = write_loader_dataset(dir, 640, CodecSpec{Codec::Zstd, 1}, 16);  // 40 chunks
+  std::vector<int64_t> all;
+  int64_t window = -1;
+  for (int rank = 0; rank < 4; ++rank) {
+    ReaderOptions reader;
+    reader.cache_bytes = int64_t{4096} << (3 * rank);  // 4 KiB .. 2 MiB: 1 to all 40 chunks fit
+    Dataset dataset = Dataset::open(path, reader);
+    Loader loader(dataset, on_rank(options_for(SamplerKind::QuasiRandom, 8), rank, 4));
+    if (window < 0) window = loader.sampler().options().window_chunks;
+    EXPECT_EQ(loader.sampler().options().window_chunks, window) << "rank " << rank;
+    const std::vector<int64_t> mine = drain_epoch(loader);
+    all.insert(all.end(), mine.begin(), mine.end());
+  }
+  EXPECT_EQ(sorted(all), iota(640));
+}
+
 TEST_F(LoaderTest, TheOrderDoesNotDependOnThreadsOrPrefetch) {
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 200, CodecSpec{Codec::Zstd, 1}));
   std::vector<int64_t> reference;

@@ -59,7 +59,10 @@ struct SamplerOptions {
   uint64_t seed = 0;
   // QuasiRandom: chunks per window. 0 = automatic: Sampler::for_dataset() makes a window a
   // third of the chunk cache budget (in largest decoded chunks): one window being finished,
-  // one being entered, and headroom; Sampler::create() uses kDefaultWindowChunks.
+  // one being entered, and headroom; Sampler::create() uses kDefaultWindowChunks. With
+  // world_size > 1 the automatic window uses the default budget (ReaderOptions), whatever
+  // this process's, so that every rank computes the same order; to use a larger budget
+  // across ranks, set the same window_chunks on all of them.
   int64_t window_chunks = 0;
   int rank = 0;           // 0 <= rank < world_size
   int world_size = 1;     // number of ranks sharing the epoch
