@@ -250,6 +250,16 @@ void Dataset::Impl::verify_ragged_structure(const ChunkRef& ref, int64_t* sizes)
 void Dataset::verify() const {
   const Impl& d = checked_impl(impl_);
   d.file.advise(AccessAdvice::Sequential);
+  // The reader's own hint comes back however verify() ends, a corrupt chunk included.
+  struct RestoreAdvice {
+    const Impl& d;
+    ~RestoreAdvice() {
+      try {
+        d.file.advise(d.options.advice);
+      } catch (...) {  // a hint: nothing to report from a destructor
+      }
+    }
+  } restore_advice{d};
   // Padding is zero (FORMAT.md): readers never look at it, but a flipped byte there is damage
   // all the same, and verify() promises every byte outside the payloads it hashes is checked.
   const auto check_zero_padding = [&](uint64_t begin, uint64_t end, const char* where) {
@@ -296,7 +306,6 @@ void Dataset::verify() const {
   MMT_CHECK(expected_first == d.record_count, FormatError, d.path, ": the chunks hold ", expected_first,
             " records but the footer says ", d.record_count);
   check_zero_padding(previous_end, static_cast<uint64_t>(d.schema_offset), "after the last chunk");
-  d.file.advise(d.options.advice);
 }
 
 void Dataset::prefetch(std::span<const int64_t> indices) const {

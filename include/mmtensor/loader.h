@@ -147,7 +147,10 @@ class Batch {
   const RaggedBatch& ragged(std::string_view field) const;  // ValueError for a fixed field
 
   // CUDA: makes `stream` wait for this batch's copy (no host wait) and adds it to the
-  // streams whose queued work must finish before the slot is reused. A no-op on cpu.
+  // streams whose queued work must finish before the slot is reused. A no-op on cpu: a
+  // pinned cpu batch that the caller copies to a GPU asynchronously must see that copy done
+  // (synchronize its stream) before the batch is released, since the slot is refilled at
+  // once; with device cuda the loader does the copy and orders the reuse itself.
   void wait(CUstream_st* stream);
   // CUDA: the host waits until the batch is on the device. A no-op on cpu.
   void synchronize() const;
