@@ -54,7 +54,12 @@ std::string batch_context(const LoaderCore::Piece& piece, const std::string& fie
     for (const std::string& field : fields) {
       std::exception_ptr sample_error;
       try {
-        (void)dataset.get(indices[i], field).contiguous();  // touches the bytes, as get_batch did
+        // Read again the way the batch read it, inside the engine's guards: a copy made here
+        // (.contiguous() of a channels-last view) would fault unguarded on a truncated file.
+        if (dataset.schema()[dataset.schema().index_of(field)].is_fixed())
+          (void)dataset.get_batch(indices.subspan(i, 1), field, /*threads=*/1);
+        else
+          (void)dataset.ragged_column(field, indices[i], indices[i] + 1);
       } catch (...) {
         sample_error = std::current_exception();
       }

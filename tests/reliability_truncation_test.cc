@@ -310,6 +310,35 @@ TEST(ReliabilityTruncation, LoaderPackingRaggedValuesOfATruncatedFileFailsWithIo
   EXPECT_TRUNCATION_ERROR(loader.next(), path);
 }
 
+// When a batch fails, the loader reads its samples again one by one to name the one at fault.
+// That second read of a field stored in another order (channels-last) made a copy outside
+// the SIGBUS guard, so naming the error killed the process instead.
+TEST(ReliabilityTruncation, LoaderNamingTheSampleOfATruncatedChannelsLastFileFailsWithIoError) {
+  if (kThreadSanitizer) GTEST_SKIP() << "the SIGBUS guard does not work under ThreadSanitizer";
+  TempDir dir;
+  const std::string path = dir.file("images.mmt");
+  WriterOptions options;
+  options.chunk_records = 4;
+  {
+    DatasetWriter writer =
+        DatasetWriter::create(path, Schema({Field::fixed("image", kUInt8, {3, 64, 64}).stored_channels_last()}), options);
+    for (int64_t i = 0; i < 8; ++i) writer.append({full({3, 64, 64}, static_cast<double>(i), kUInt8)});  // 12 KiB
+    writer.finish();
+  }
+  Dataset ds = Dataset::open(path);
+  // Both chunks' table entries are validated (and kept) before the cut, which loses the table.
+  ASSERT_EQ(ds.get(0, "image").to_vector<uint8_t>()[0], 0);
+  ASSERT_EQ(ds.get(5, "image").to_vector<uint8_t>()[0], 5);
+  truncate_to(path, ds.chunk(1).file_offset);
+  LoaderOptions loader_options;
+  loader_options.batch_size = 4;
+  loader_options.pin_memory = false;
+  loader_options.sampler.kind = SamplerKind::Sequential;
+  Loader loader(ds, loader_options);
+  ASSERT_TRUE(loader.next());  // chunk 0 is whole
+  EXPECT_TRUNCATION_ERROR(loader.next(), path);
+}
+
 // The packer reads .npy arrays through a mapping. Another program rewriting an input in place
 // (numpy.save over it truncates first) while it is packed: the pack fails with IoError naming
 // the input, leaves no output and no temporary, and the process lives.
