@@ -57,9 +57,11 @@ struct ValidatedChunk {
   uint64_t stored_bytes;
   uint64_t decoded_bytes;
   uint64_t first_record;
+  uint64_t payload_checksum;  // for Dataset::chunk(): ChunkInfo reports it
 
-  // The entry's fields the reader uses after validation (not its checksums), in and out.
+  // The entry's fields the reader uses after validation, in and out.
   void store(const format::ChunkEntry& e) {
+    payload_checksum = e.payload_checksum;
     codec = e.codec;
     record_count = e.record_count;
     file_offset = e.file_offset;
@@ -75,6 +77,7 @@ struct ValidatedChunk {
     e.first_record = first_record;
     e.record_count = record_count;
     e.codec = codec;
+    e.payload_checksum = payload_checksum;
     return e;
   }
 };
@@ -142,6 +145,13 @@ struct Dataset::Impl {
     if (std::atomic_ref<uint8_t>(slot.state).load(std::memory_order_acquire) != 2) [[unlikely]]
       return validate_chunk(chunk, /*force_payload_check=*/false);
     return slot.entry();
+  }
+  // The entry as checked at its validation, when that happened already; otherwise read and
+  // checked now (check_entry), without validating the payload.
+  format::ChunkEntry entry_without_validating(int64_t chunk) const {
+    const ValidatedChunk& slot = validated_chunks.get()[chunk];
+    if (std::atomic_ref<const uint8_t>(slot.state).load(std::memory_order_acquire) == 2) return slot.entry();
+    return check_entry(chunk);
   }
   bool all_chunks_validated() const {
     return validated_count.load(std::memory_order_acquire) == chunk_count;

@@ -183,7 +183,9 @@ ChunkInfo Dataset::chunk(int64_t chunk_index) const {
   const Impl& d = checked_impl(impl_);
   MMT_CHECK(chunk_index >= 0 && chunk_index < d.chunk_count, IndexError, "chunk index ", chunk_index,
             " is out of range for a dataset of ", d.chunk_count, " chunks");
-  format::ChunkEntry entry = d.check_entry(chunk_index);
+  // A validated chunk's entry is remembered: no read of the table (which a file truncated
+  // under the reader may have lost) and no second check.
+  const format::ChunkEntry entry = d.entry_without_validating(chunk_index);
   ChunkInfo info;
   info.index = chunk_index;
   info.first_record = static_cast<int64_t>(entry.first_record);

@@ -244,10 +244,17 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
       // instead of killing the worker with SIGBUS. Only raw pointers live inside the guard.
       const DimVector packed_strides = contiguous_strides(value.sizes());
       const UntypedStorage& source = value.untyped_storage();
-      detail::guard_mapped_reads(detail::MappedRegion{&dataset.path(), source.data(), source.nbytes()}, [&] {
-        detail::copy_strided(packed_bytes + position * element_bytes, packed_strides, value.data_ptr(),
-                             value.strides(), value.sizes(), element_bytes);
-      });
+      try {
+        detail::guard_mapped_reads(detail::MappedRegion{&dataset.path(), source.data(), source.nbytes()}, [&] {
+          detail::copy_strided(packed_bytes + position * element_bytes, packed_strides, value.data_ptr(),
+                               value.strides(), value.sizes(), element_bytes);
+        });
+      } catch (...) {
+        rethrow_with_context(std::current_exception(),
+                             detail::str(batch_context(piece, name), ", samples ", indices[part.row_begin], "..",
+                                         indices[part.row_end - 1], " (rows ", part.row_begin, "..", part.row_end - 1,
+                                         ")"));
+      }
     }
     position += value.numel();
   }

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "mmtensor/dataset.h"
 #include "mmtensor/dataset_writer.h"
@@ -339,6 +340,27 @@ TEST(DatasetTest, ViewsOfDecodedChunksAreReadOnlyLikeTheMapping) {
     EXPECT_TRUE(ds.get(3, "x").equal(field_value(schema[0], 3))) << codec;
     EXPECT_FALSE(sample["x"].clone().untyped_storage().is_read_only()) << codec;  // a copy is the user's
   }
+}
+
+// chunk(c) reports a validated chunk from the remembered entry (the table is not read again):
+// the same figures as before its first read, the checksum included.
+TEST(DatasetTest, ChunkInfoIsTheSameBeforeAndAfterTheChunkIsRead) {
+  TempDir dir;
+  Schema schema({Field::fixed("x", kInt64, {16})});
+  WriterOptions options;
+  options.codec = CodecSpec::parse("lz4");
+  options.chunk_records = 4;
+  write_dataset(dir.file("c.mmt"), schema, 12, options);
+  Dataset ds = Dataset::open(dir.file("c.mmt"));
+  const ChunkInfo before = ds.chunk(1);
+  ASSERT_TRUE(ds.get(5, "x").equal(field_value(schema[0], 5)));
+  const ChunkInfo after = ds.chunk(1);
+  EXPECT_NE(before.checksum, 0u);
+  EXPECT_EQ(after.checksum, before.checksum);
+  EXPECT_EQ(std::tie(after.index, after.first_record, after.record_count, after.file_offset, after.stored_bytes,
+                     after.decoded_bytes, after.codec),
+            std::tie(before.index, before.first_record, before.record_count, before.file_offset, before.stored_bytes,
+                     before.decoded_bytes, before.codec));
 }
 
 TEST(DatasetTest, ConcurrentReadersOnACompressedFileWithATinyCache) {

@@ -308,6 +308,12 @@ TEST(ReliabilityTruncation, LoaderPackingRaggedValuesOfATruncatedFileFailsWithIo
   loader_options.pin_memory = false;
   Loader loader(ds, loader_options);
   EXPECT_TRUNCATION_ERROR(loader.next(), path);
+  // In order, batch 0 is chunk 0's four records, read as one run (finding the run asks for
+  // chunk 0's extent: the remembered entry, not the lost table): the message says where in
+  // the epoch the copy failed (the batch, the field and the samples being packed).
+  loader_options.sampler.kind = SamplerKind::Sequential;
+  Loader in_order(ds, loader_options);
+  EXPECT_THROW_WITH(in_order.next(), IoError, "Loader: epoch 0, batch 0, field 'tokens', samples 0..3 (rows 0..3)");
 }
 
 // When a batch fails, the loader reads its samples again one by one to name the one at fault.
