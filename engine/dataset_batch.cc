@@ -110,6 +110,7 @@ struct PendingRun {
   size_t begin = 0;
   size_t end = 0;
   int64_t chunk = 0;
+  int64_t decoded_bytes = 0;
 };
 
 // Where each record of a chunked batch lies, worked out by the calling thread before any
@@ -143,7 +144,7 @@ struct ChunkedBatchPlan {
     for (size_t k = 0; k < n;) {
       const int64_t i = by_record[k].first;
       const int64_t c = d.chunk_of(i);
-      int64_t first = 0, count = 0;
+      int64_t first = 0, count = 0, decoded_bytes = 0;
       const std::byte* payload = nullptr;
       if (std::optional<ChunkRef> ref = d.cached_chunk_ref(c)) {
         first = ref->first_record;
@@ -154,6 +155,7 @@ struct ChunkedBatchPlan {
         const format::ChunkEntry e = d.validated_entry(c);
         first = static_cast<int64_t>(e.first_record);
         count = static_cast<int64_t>(e.record_count);
+        decoded_bytes = static_cast<int64_t>(e.decoded_bytes);
       }
       MMT_CHECK(i >= first && i - first < count, FormatError, d.path,
                 ": the chunk table is not ordered: record ", i, " is not in chunk ", c);
@@ -163,7 +165,7 @@ struct ChunkedBatchPlan {
       if (payload != nullptr)
         locate_run(d, k, end, payload, first);
       else
-        pending.push_back(PendingRun{k, end, c});
+        pending.push_back(PendingRun{k, end, c, decoded_bytes});
       k = end;
     }
     first_pending_slot = held.size();
@@ -222,6 +224,47 @@ void split_rows(int64_t batch, int64_t record_bytes, int threads, const Copy& co
   });
 }
 
+// Sorted positions [begin, end) of a planned batch, each to its row: the rows are scattered
+// (record order), so this is for batches copied in groups, not the common path.
+void copy_positions(const Dataset::Impl& d, std::span<const FieldCopy> fields, const ChunkedBatchPlan& plan,
+                    size_t begin, size_t end) {
+  if (begin == end) return;
+  d.guarded([&] {
+    for (const FieldCopy& field : fields)
+      for (size_t j = begin; j < end; ++j) {
+        const auto b = static_cast<size_t>(plan.by_record[j].second);
+        field.copy_row(static_cast<int64_t>(b), plan.record_at[b]);
+      }
+  });
+}
+
+// A batch whose chunks to decode exceed `hold_limit` bytes: the records of cached chunks are
+// copied first, then the pending chunks in groups of at most `hold_limit` bytes (or one
+// chunk), each group decoded (decode(begin, end) over pending indices), copied and let go.
+template <typename Decode>
+void copy_in_bounded_groups(const Dataset::Impl& d, std::span<const FieldCopy> fields, ChunkedBatchPlan& plan,
+                            int64_t hold_limit, const Decode& decode) {
+  size_t cursor = 0;  // positions between pending runs lie in cached chunks, located already
+  for (const PendingRun& run : plan.pending) {
+    copy_positions(d, fields, plan, cursor, run.begin);
+    cursor = run.end;
+  }
+  copy_positions(d, fields, plan, cursor, plan.by_record.size());
+  for (size_t k = 0; k < plan.first_pending_slot; ++k) plan.held[k] = UntypedStorage();  // copied: let go
+  for (size_t group = 0; group < plan.pending.size();) {
+    size_t group_end = group + 1;
+    int64_t bytes = plan.pending[group].decoded_bytes;
+    while (group_end < plan.pending.size() && bytes + plan.pending[group_end].decoded_bytes <= hold_limit)
+      bytes += plan.pending[group_end++].decoded_bytes;
+    decode(group, group_end);
+    for (size_t k = group; k < group_end; ++k) {
+      copy_positions(d, fields, plan, plan.pending[k].begin, plan.pending[k].end);
+      plan.held[plan.first_pending_slot + k] = UntypedStorage();  // the cache keeps it, or not
+    }
+    group = group_end;
+  }
+}
+
 void gather(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields,
             int threads) {
   const int64_t batch = static_cast<int64_t>(indices.size());
@@ -257,12 +300,26 @@ void gather(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<
   plan.plan(d, indices);
   // Decoding a chunk takes far longer than waking a helper: worth every thread allowed.
   // (One thread never touches the shared pool, so a single-threaded reader starts no thread.)
-  const int64_t pending = static_cast<int64_t>(plan.pending.size());
-  auto decode = [&](int64_t k) { plan.decode_pending(d, static_cast<size_t>(k)); };
-  if (threads > 1 && pending > 1)
-    detail::ThreadPool::shared().parallel_for(pending, threads, decode);
-  else
-    for (int64_t k = 0; k < pending; ++k) decode(k);
+  auto decode = [&](size_t begin, size_t end) {
+    const auto count = static_cast<int64_t>(end - begin);
+    auto one = [&](int64_t k) { plan.decode_pending(d, begin + static_cast<size_t>(k)); };
+    if (threads > 1 && count > 1)
+      detail::ThreadPool::shared().parallel_for(count, threads, one);
+    else
+      for (int64_t k = 0; k < count; ++k) one(k);
+  };
+  // The decoded chunks a call holds at once are bounded, whatever the batch: a random batch
+  // of B records over a compressed file touches up to B chunks, which would all be held until
+  // the copy (B x the chunk size, past the cache budget). Past a quarter of the budget, the
+  // chunks are decoded in groups, each copied out and let go before the next.
+  const int64_t hold_limit = d.cache->budget_bytes() / 4;
+  int64_t pending_bytes = 0;
+  for (const PendingRun& run : plan.pending) pending_bytes += run.decoded_bytes;
+  if (pending_bytes > hold_limit && plan.pending.size() > 1) {
+    copy_in_bounded_groups(d, fields, plan, hold_limit, decode);
+    return;
+  }
+  decode(0, plan.pending.size());
   const std::byte* const* addresses = plan.record_at.data();
   const auto record_at = [addresses](int64_t b) { return addresses[b]; };
   split_rows(batch, record_bytes, threads, [&](int64_t lo, int64_t hi) { copy_rows(d, fields, lo, hi, record_at); });

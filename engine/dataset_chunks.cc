@@ -185,8 +185,15 @@ UntypedStorage Dataset::Impl::decode_chunk(int64_t c, const format::ChunkEntry& 
   } catch (const FormatError&) {
     rethrow_in_file(path);
   }
-  UntypedStorage decoded = UntypedStorage::from_blob(out.get(), nbytes, std::free, kCPU, /*read_only=*/true);
+  UntypedStorage decoded = UntypedStorage::from_blob(
+      out.get(), nbytes,
+      [memory = decoded_memory, nbytes](void* p) {
+        std::free(p);
+        memory->live.fetch_sub(nbytes, std::memory_order_relaxed);
+      },
+      kCPU, /*read_only=*/true);
   out.release();  // the storage frees it now
+  decoded_memory->add(nbytes);
   return decoded;
 }
 

@@ -82,6 +82,19 @@ struct ValidatedChunk {
   }
 };
 
+// Bytes of decoded chunks alive, shared with each chunk's deleter (a chunk may outlive the
+// Dataset through a view).
+struct DecodedMemory {
+  std::atomic<int64_t> live{0};
+  std::atomic<int64_t> peak{0};
+  void add(int64_t nbytes) {
+    const int64_t now = live.fetch_add(nbytes, std::memory_order_relaxed) + nbytes;
+    int64_t seen = peak.load(std::memory_order_relaxed);
+    while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+    }
+  }
+};
+
 struct Dataset::Impl {
   std::string path;
   ReaderOptions options;
@@ -103,6 +116,7 @@ struct Dataset::Impl {
   // What every record takes at least in a decoded chunk: its fixed slot, plus a value end and
   // its extents (8 bytes each) in each ragged field's section (FORMAT.md, check 14).
   int64_t min_decoded_bytes_per_record = 0;
+  std::shared_ptr<DecodedMemory> decoded_memory = std::make_shared<DecodedMemory>();
   int64_t data_offset = 0;
   int64_t schema_offset = 0;
   int64_t chunk_table_offset = 0;

@@ -203,7 +203,13 @@ int64_t Dataset::chunk_of(int64_t record_index) const {
   return d.chunk_of(d.normalize_index(record_index, "chunk_of"));
 }
 
-CacheStats Dataset::cache_stats() const { return checked_impl(impl_).cache->stats(); }
+CacheStats Dataset::cache_stats() const {
+  const Impl& d = checked_impl(impl_);
+  CacheStats stats = d.cache->stats();
+  stats.decoded_bytes_live = d.decoded_memory->live.load(std::memory_order_relaxed);
+  stats.decoded_bytes_peak = d.decoded_memory->peak.load(std::memory_order_relaxed);
+  return stats;
+}
 
 void Dataset::advise(AccessAdvice advice) const { checked_impl(impl_).file.advise(advice); }
 

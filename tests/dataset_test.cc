@@ -363,6 +363,38 @@ TEST(DatasetTest, ChunkInfoIsTheSameBeforeAndAfterTheChunkIsRead) {
                      before.decoded_bytes, before.codec));
 }
 
+// A random batch over a compressed file touches a chunk per record. get_batch held every one
+// of them until its copy: B chunks, whatever the cache budget (a batch of 1024 over 1 MiB
+// chunks held 1 GiB against a 256 MiB budget). Past a quarter of the budget it now decodes,
+// copies and lets go of the chunks in groups, so what decoding holds stays near the budget.
+TEST(DatasetTest, ABatchOverManyCompressedChunksHoldsDecodedMemoryNearTheBudget) {
+  TempDir dir;
+  Schema schema({Field::fixed("x", kInt64, {512}), Field::fixed("y", kInt32, {})});  // 4 KiB + 4 B
+  WriterOptions options;
+  options.codec = CodecSpec::parse("lz4");
+  options.chunk_records = 2;
+  write_dataset(dir.file("many.mmt"), schema, 256, options);  // 128 chunks of ~8 KiB
+  std::vector<int64_t> indices(96);
+  std::mt19937 rng(7);
+  for (int64_t& i : indices) i = static_cast<int64_t>(rng() % 256);
+  for (int threads : {1, 2}) {
+    ReaderOptions reader;
+    reader.cache_bytes = 8 * 8256;  // 8 chunks
+    Dataset ds = Dataset::open(dir.file("many.mmt"), reader);
+    Tensor x = empty({96, 512}, kInt64), y = empty({96}, kInt32);
+    const std::vector<std::string> fields{"x", "y"};
+    ds.get_batch(indices, fields, std::vector<Tensor>{x, y}, threads);
+    for (size_t b = 0; b < indices.size(); ++b) {
+      ASSERT_TRUE(x[static_cast<int64_t>(b)].equal(field_value(schema[0], indices[b]))) << b;
+      ASSERT_TRUE(y[static_cast<int64_t>(b)].equal(field_value(schema[1], indices[b]))) << b;
+    }
+    const CacheStats stats = ds.cache_stats();
+    EXPECT_GT(stats.misses, 40) << "the batch spans many chunks";
+    EXPECT_LE(stats.decoded_bytes_peak, 2 * reader.cache_bytes) << threads << " threads";
+    EXPECT_LE(stats.decoded_bytes_live, reader.cache_bytes + 8256);  // the cache, and this thread's last chunk
+  }
+}
+
 TEST(DatasetTest, ConcurrentReadersOnACompressedFileWithATinyCache) {
   TempDir dir;
   Schema schema({Field::fixed("x", kInt32, {32}), Field::bytes("b")});

@@ -77,6 +77,10 @@ struct CacheStats {
   int64_t evictions = 0;
   int64_t bytes_cached = 0;
   int64_t budget_bytes = 0;
+  // Decoded chunks alive now, cached or not (views and batches in progress keep evicted ones
+  // alive), and the most there ever were at once: what decoding costs in memory.
+  int64_t decoded_bytes_live = 0;
+  int64_t decoded_bytes_peak = 0;
 };
 
 // One record: a Tensor view per field, in schema order. Holds no heap allocation of its own
