@@ -2,7 +2,9 @@
 // queue the device copy of a completed slot, and turn failures into errors that name the
 // batch, sample, chunk and field.
 #include <chrono>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "cuda_memory.h"
 #include "loader_core.h"
@@ -175,14 +177,46 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
     Tensor values;   // the part's values: a run's 1-d values, or one record's value
     Tensor offsets;  // runs only: int64 [rows + 1] into `values`
     Tensor shapes;   // runs only: int64 [rows, ndim]
+    DimVector sizes;      // values.sizes(), kept when the values are spilled
+    int64_t numel = 0;
+    int64_t spilled_at = -1;  // >= 0: the values were copied to `spill` at this byte and let go
   };
   thread_local std::vector<int64_t> indices;
   thread_local std::vector<Part> parts;
+  // Values copied out of the chunks early. A random batch of ragged records over compressed
+  // data touches a chunk per row, and the parts' views would hold every one of them until the
+  // packing below: past a quarter of the cache budget, the parts read so far are copied here
+  // (one more copy) and their chunks let go, so a piece holds a bounded amount of decodes.
+  thread_local std::vector<std::byte> spill;
   struct ReleaseViews {  // the views pin decoded chunks in the cache: never keep them
     ~ReleaseViews() { parts.clear(); }
   } release_views;
   indices.resize(static_cast<size_t>(piece.rows));
   parts.clear();
+  spill.clear();
+  const int64_t element_bytes = element_size(ring.fields()[f].field.dtype);
+  const int64_t hold_limit = dataset.cache_stats().budget_bytes / 4;
+  int64_t held_bytes = 0;  // decoded chunks the unspilled parts hold, each counted once
+  const void* last_held = nullptr;
+  size_t first_unspilled = 0;
+  // Copies the values of part p, contiguous, to `dst`, under the mapping guard (the value may
+  // be a view into the mapping: a file truncated by another program fails the batch with
+  // IoError instead of killing the worker with SIGBUS; only raw pointers live inside it).
+  const auto copy_values = [&](const Part& part, std::byte* dst) {
+    const Tensor& value = part.values;
+    const DimVector packed_strides = contiguous_strides(value.sizes());
+    const UntypedStorage& source = value.untyped_storage();
+    try {
+      detail::guard_mapped_reads(detail::MappedRegion{&dataset.path(), source.data(), source.nbytes()}, [&] {
+        detail::copy_strided(dst, packed_strides, value.data_ptr(), value.strides(), value.sizes(), element_bytes);
+      });
+    } catch (...) {
+      rethrow_with_context(std::current_exception(),
+                           detail::str(batch_context(piece, name), ", samples ", indices[part.row_begin], "..",
+                                       indices[part.row_end - 1], " (rows ", part.row_begin, "..", part.row_end - 1,
+                                       ")"));
+    }
+  };
   const int64_t first_sample = piece.batch * options.batch_size;
   for (int64_t row = 0; row < piece.rows; ++row)
     indices[row] = piece.order.rank_at(piece.start_consumed, first_sample + row);
@@ -211,19 +245,36 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
       const std::span<const int64_t> failed(indices.data() + row, static_cast<size_t>(part.row_end - row));
       rethrow_for_sample(dataset, piece, field_name, failed, row, std::current_exception());
     }
-    total_elements += part.values.numel();
+    part.numel = part.values.numel();
+    part.sizes.assign(part.values.sizes());
+    total_elements += part.numel;
     row = part.row_end;
+    const UntypedStorage& holds = part.values.untyped_storage();
+    if (holds.filename().empty() && holds.data() != last_held) {  // a decoded chunk, not the mapping
+      held_bytes += holds.nbytes();
+      last_held = holds.data();
+    }
+    if (held_bytes > hold_limit) {
+      for (; first_unspilled < parts.size(); ++first_unspilled) {
+        Part& held = parts[first_unspilled];
+        if (held.numel == 0) continue;
+        held.spilled_at = static_cast<int64_t>(spill.size());
+        spill.resize(spill.size() + static_cast<size_t>(held.numel * element_bytes));
+        copy_values(held, spill.data() + held.spilled_at);
+        held.values = Tensor();
+      }
+      held_bytes = 0;
+      last_held = nullptr;
+    }
   }
   ring.reserve_values(piece.slot, f, total_elements, slots[piece.slot].consumed);
   const Tensor packed = ring.values_view(piece.slot, f, /*on_device=*/false);
   int64_t* offsets = ring.offsets_view(piece.slot, f, piece.rows, false).mutable_data_ptr<int64_t>();
   int64_t* shapes = ring.shapes_view(piece.slot, f, piece.rows, false).mutable_data_ptr<int64_t>();
   const size_t ndim = ring.fields()[f].field.shape.size();
-  const int64_t element_bytes = packed.element_size();
   std::byte* packed_bytes = static_cast<std::byte*>(packed.mutable_data_ptr());
   int64_t position = 0;
   for (const Part& part : parts) {
-    const Tensor& value = part.values;
     if (part.offsets.defined()) {
       const int64_t* run_offsets = part.offsets.data_ptr<int64_t>();
       const int64_t* run_shapes = part.shapes.data_ptr<int64_t>();
@@ -233,30 +284,17 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
         for (size_t d = 0; d < ndim; ++d) shapes[row * ndim + d] = run_shapes[j * static_cast<int64_t>(ndim) + d];
       }
     } else {
-      MMT_CHECK(value.dim() == static_cast<int64_t>(ndim), FormatError, batch_context(piece, name),
-                ", sample ", indices[part.row_begin], ": value has ", value.dim(), " dimensions, the field ", ndim);
+      MMT_CHECK(part.sizes.size() == ndim, FormatError, batch_context(piece, name), ", sample ",
+                indices[part.row_begin], ": value has ", part.sizes.size(), " dimensions, the field ", ndim);
       offsets[part.row_begin] = position;
-      for (size_t d = 0; d < ndim; ++d) shapes[part.row_begin * ndim + d] = value.size(static_cast<int64_t>(d));
+      for (size_t d = 0; d < ndim; ++d) shapes[part.row_begin * ndim + d] = part.sizes[d];
     }
-    if (value.numel() > 0) {
-      // The value may be a view into the mapping (uncompressed chunks): read it under the
-      // mapping guard, so a file truncated by another program fails this batch with IoError
-      // instead of killing the worker with SIGBUS. Only raw pointers live inside the guard.
-      const DimVector packed_strides = contiguous_strides(value.sizes());
-      const UntypedStorage& source = value.untyped_storage();
-      try {
-        detail::guard_mapped_reads(detail::MappedRegion{&dataset.path(), source.data(), source.nbytes()}, [&] {
-          detail::copy_strided(packed_bytes + position * element_bytes, packed_strides, value.data_ptr(),
-                               value.strides(), value.sizes(), element_bytes);
-        });
-      } catch (...) {
-        rethrow_with_context(std::current_exception(),
-                             detail::str(batch_context(piece, name), ", samples ", indices[part.row_begin], "..",
-                                         indices[part.row_end - 1], " (rows ", part.row_begin, "..", part.row_end - 1,
-                                         ")"));
-      }
-    }
-    position += value.numel();
+    std::byte* dst = packed_bytes + position * element_bytes;
+    if (part.spilled_at >= 0)
+      std::memcpy(dst, spill.data() + part.spilled_at, static_cast<size_t>(part.numel * element_bytes));
+    else if (part.numel > 0)
+      copy_values(part, dst);
+    position += part.numel;
   }
   offsets[piece.rows] = position;
 }

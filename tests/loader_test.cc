@@ -251,6 +251,40 @@ TEST_F(LoaderTest, DistributedRanksWithDifferentCacheBudgetsStillCoverTheEpochOn
   EXPECT_EQ(sorted(all), iota(640));
 }
 
+// Memory is bounded by the ring and the cache budget (issue 5). A random batch touches a
+// chunk per row; fixed fields were bounded by get_batch, but packing a ragged field held
+// every row's chunk until the batch was packed: here 64 chunks against a budget of 8.
+TEST_F(LoaderTest, RandomRaggedBatchesOverCompressedChunksHoldDecodedMemoryNearTheBudget) {
+  const std::string path = dir.file("tokens.mmt");
+  {
+    WriterOptions options;
+    options.codec = CodecSpec::parse("lz4");
+    options.chunk_records = 2;
+    DatasetWriter writer = DatasetWriter::create(path, Schema({Field::ragged("tokens", kInt32, {kVariableDim})}), options);
+    for (int64_t i = 0; i < 256; ++i) writer.append({full({1000 + i}, static_cast<double>(i), kInt32)});  // ~4 KiB
+    writer.finish();
+  }
+  ReaderOptions reader;
+  reader.cache_bytes = 8 * 9000;  // about 8 chunks
+  Dataset dataset = Dataset::open(path, reader);
+  for (int workers : {0, 1}) {
+    Loader loader(dataset, options_for(SamplerKind::Random, 64, workers));
+    int64_t seen = 0;
+    while (std::optional<Batch> batch = loader.next()) {
+      const RaggedBatch& tokens = batch->ragged("tokens");
+      const int64_t* offsets = tokens.offsets.data_ptr<int64_t>();
+      for (int64_t row = 0; row < batch->size(); ++row) {
+        const int64_t i = batch->indices()[row];
+        ASSERT_EQ(offsets[row + 1] - offsets[row], 1000 + i);
+        ASSERT_EQ(tokens.values.data_ptr<int32_t>()[offsets[row + 1] - 1], i);
+      }
+      seen += batch->size();
+    }
+    EXPECT_EQ(seen, 256);
+  }
+  EXPECT_LE(dataset.cache_stats().decoded_bytes_peak, 3 * reader.cache_bytes);
+}
+
 TEST_F(LoaderTest, TheOrderDoesNotDependOnThreadsOrPrefetch) {
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 200, CodecSpec{Codec::Zstd, 1}));
   std::vector<int64_t> reference;
