@@ -304,13 +304,18 @@ TEST(DatasetTest, ViewsOutliveTheDataset) {
   }
 }
 
+// An lz4 dataset of `records` records of `schema`, `chunk_records` to a chunk.
+std::string write_lz4(const std::string& path, const Schema& schema, int64_t records, int64_t chunk_records) {
+  WriterOptions options;
+  options.codec = CodecSpec::parse("lz4");
+  options.chunk_records = chunk_records;
+  return write_dataset(path, schema, records, options);
+}
+
 TEST(DatasetTest, CompressedViewsKeepTheirChunkAfterEviction) {
   TempDir dir;
   Schema schema({Field::fixed("x", kInt64, {16})});
-  WriterOptions options;
-  options.codec = CodecSpec::parse("lz4");
-  options.chunk_records = 2;
-  write_dataset(dir.file("e.mmt"), schema, 20, options);
+  write_lz4(dir.file("e.mmt"), schema, 20, 2);
   ReaderOptions reader;
   reader.cache_bytes = 300;  // one chunk of 256 bytes
   Dataset ds = Dataset::open(dir.file("e.mmt"), reader);
@@ -347,10 +352,7 @@ TEST(DatasetTest, ViewsOfDecodedChunksAreReadOnlyLikeTheMapping) {
 TEST(DatasetTest, ChunkInfoIsTheSameBeforeAndAfterTheChunkIsRead) {
   TempDir dir;
   Schema schema({Field::fixed("x", kInt64, {16})});
-  WriterOptions options;
-  options.codec = CodecSpec::parse("lz4");
-  options.chunk_records = 4;
-  write_dataset(dir.file("c.mmt"), schema, 12, options);
+  write_lz4(dir.file("c.mmt"), schema, 12, 4);
   Dataset ds = Dataset::open(dir.file("c.mmt"));
   const ChunkInfo before = ds.chunk(1);
   ASSERT_TRUE(ds.get(5, "x").equal(field_value(schema[0], 5)));
@@ -370,10 +372,7 @@ TEST(DatasetTest, ChunkInfoIsTheSameBeforeAndAfterTheChunkIsRead) {
 TEST(DatasetTest, ABatchOverManyCompressedChunksHoldsDecodedMemoryNearTheBudget) {
   TempDir dir;
   Schema schema({Field::fixed("x", kInt64, {512}), Field::fixed("y", kInt32, {})});  // 4 KiB + 4 B
-  WriterOptions options;
-  options.codec = CodecSpec::parse("lz4");
-  options.chunk_records = 2;
-  write_dataset(dir.file("many.mmt"), schema, 256, options);  // 128 chunks of ~8 KiB
+  write_lz4(dir.file("many.mmt"), schema, 256, 2);  // 128 chunks of ~8 KiB
   std::vector<int64_t> indices(96);
   std::mt19937 rng(7);
   for (int64_t& i : indices) i = static_cast<int64_t>(rng() % 256);

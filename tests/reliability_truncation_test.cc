@@ -285,19 +285,23 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TruncatedUnderReader,
                            return std::string(info.param.codec) + (info.param.ragged ? "_chunked" : "_fixed");
                          });
 
+// A file of 8 records of the one field `field`, four to a chunk, record i of shape `sizes` all i.
+std::string write_eight_records(const std::string& path, const Field& field, IntArrayRef sizes) {
+  WriterOptions options;
+  options.chunk_records = 4;
+  DatasetWriter writer = DatasetWriter::create(path, Schema({field}), options);
+  for (int64_t i = 0; i < 8; ++i) writer.append({full(sizes, static_cast<double>(i), field.dtype)});
+  writer.finish();
+  return path;
+}
+
 // The loader packs ragged values by copying from views into the mapping (uncompressed
 // chunks): a value whose bytes were cut off after its offsets fails the batch with IoError.
 TEST(ReliabilityTruncation, LoaderPackingRaggedValuesOfATruncatedFileFailsWithIoError) {
   if (kThreadSanitizer) GTEST_SKIP() << "the SIGBUS guard does not work under ThreadSanitizer";
   TempDir dir;
-  const std::string path = dir.file("ragged.mmt");
-  WriterOptions options;
-  options.chunk_records = 4;
-  {
-    DatasetWriter writer = DatasetWriter::create(path, Schema({Field::ragged("tokens", kInt32, {kVariableDim})}), options);
-    for (int64_t i = 0; i < 8; ++i) writer.append({full({16384}, static_cast<double>(i), kInt32)});  // 64 KiB each
-    writer.finish();
-  }
+  const std::string path = write_eight_records(dir.file("ragged.mmt"), Field::ragged("tokens", kInt32, {kVariableDim}),
+                                               {16384});  // 64 KiB each
   Dataset ds = Dataset::open(path);
   ASSERT_EQ(ds.get(0, "tokens").size(0), 16384);  // chunk 0's table entry is validated and kept
   // Keep the chunk's first page, which holds its value offsets and extents; lose the values.
@@ -322,15 +326,8 @@ TEST(ReliabilityTruncation, LoaderPackingRaggedValuesOfATruncatedFileFailsWithIo
 TEST(ReliabilityTruncation, LoaderNamingTheSampleOfATruncatedChannelsLastFileFailsWithIoError) {
   if (kThreadSanitizer) GTEST_SKIP() << "the SIGBUS guard does not work under ThreadSanitizer";
   TempDir dir;
-  const std::string path = dir.file("images.mmt");
-  WriterOptions options;
-  options.chunk_records = 4;
-  {
-    DatasetWriter writer =
-        DatasetWriter::create(path, Schema({Field::fixed("image", kUInt8, {3, 64, 64}).stored_channels_last()}), options);
-    for (int64_t i = 0; i < 8; ++i) writer.append({full({3, 64, 64}, static_cast<double>(i), kUInt8)});  // 12 KiB
-    writer.finish();
-  }
+  const std::string path = write_eight_records(
+      dir.file("images.mmt"), Field::fixed("image", kUInt8, {3, 64, 64}).stored_channels_last(), {3, 64, 64});  // 12 KiB
   Dataset ds = Dataset::open(path);
   // Both chunks' table entries are validated (and kept) before the cut, which loses the table.
   ASSERT_EQ(ds.get(0, "image").to_vector<uint8_t>()[0], 0);
