@@ -257,7 +257,10 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
     if (held_bytes > hold_limit) {
       for (; first_unspilled < parts.size(); ++first_unspilled) {
         Part& held = parts[first_unspilled];
-        if (held.numel == 0) continue;
+        if (held.numel == 0) {  // nothing to copy, but an empty view may still hold its chunk
+          held.values = Tensor();
+          continue;
+        }
         held.spilled_at = static_cast<int64_t>(spill.size());
         spill.resize(spill.size() + static_cast<size_t>(held.numel * element_bytes));
         copy_values(held, spill.data() + held.spilled_at);
