@@ -24,23 +24,23 @@ RaggedBatch Dataset::ragged_column(std::string_view field, int64_t start, int64_
   const int64_t n = stop - start;
   const int64_t ndim = static_cast<int64_t>(spec.shape.size());
   RaggedBatch out;
-  // Sized for the records of one chunk when there is one (the usual call, from the loader);
-  // otherwise grown chunk by chunk below, as each chunk's section proves its records exist: a
-  // footer's record count alone could claim billions of records in a file of a few KiB.
-  const bool within_one_chunk = n > 0 && d.chunk_of(start) == d.chunk_of(stop - 1);
-  out.offsets = empty({within_one_chunk ? n + 1 : 1}, kInt64);
-  out.shapes = empty({within_one_chunk ? n : 0, ndim}, kInt64);
-  int64_t* offsets = out.offsets.mutable_data_ptr<int64_t>();
-  int64_t* shapes = out.shapes.mutable_data_ptr<int64_t>();
-  offsets[0] = 0;
-  int64_t rows_allocated = within_one_chunk ? n : 0;
+  // Sized as chunks prove their records (each chunk's section holds its records' ends): a
+  // footer's or preamble's record counts alone could claim billions of records in a file of a
+  // few KiB. A range inside one chunk is sized once, exactly.
+  int64_t* offsets = nullptr;
+  int64_t* shapes = nullptr;
+  int64_t rows_allocated = -1;  // nothing allocated yet
   const auto make_room = [&](int64_t rows) {
     if (rows <= rows_allocated) return;
     const int64_t grown = std::min(n, std::max(rows, 2 * rows_allocated));  // never past n: exact at the end
     Tensor more_offsets = empty({grown + 1}, kInt64), more_shapes = empty({grown, ndim}, kInt64);
-    std::memcpy(more_offsets.mutable_data_ptr(), offsets, static_cast<size_t>(rows_allocated + 1) * 8);
-    if (rows_allocated * ndim > 0)
-      std::memcpy(more_shapes.mutable_data_ptr(), shapes, static_cast<size_t>(rows_allocated * ndim) * 8);
+    if (rows_allocated < 0) {
+      more_offsets.mutable_data_ptr<int64_t>()[0] = 0;
+    } else {
+      std::memcpy(more_offsets.mutable_data_ptr(), offsets, static_cast<size_t>(rows_allocated + 1) * 8);
+      if (rows_allocated * ndim > 0)
+        std::memcpy(more_shapes.mutable_data_ptr(), shapes, static_cast<size_t>(rows_allocated * ndim) * 8);
+    }
     out.offsets = std::move(more_offsets);
     out.shapes = std::move(more_shapes);
     offsets = out.offsets.mutable_data_ptr<int64_t>();
@@ -74,6 +74,7 @@ RaggedBatch Dataset::ragged_column(std::string_view field, int64_t start, int64_
       }
     });
   }
+  make_room(0);  // an empty range: offsets [0] and no shapes
   const int64_t total = offsets[n];
   if (n > 0 && one_chunk && logical_order) {
     out.values = Tensor(first_chunk.storage, plan.dtype, {total}, {1}, first_value_byte / plan.element_bytes);

@@ -436,6 +436,39 @@ TEST(CorruptionTest, RaggedRecordsNoChunkCanHoldAreRefusedAtOpen) {
   }
 }
 
+// The same lie in a chunk other than the last, which open does not read: 2^32 - 1 records
+// claimed by chunk 0 of two. ragged_column() over them used to size its offsets from the
+// claim before reading the chunk (bad_alloc); it sizes them as chunks prove their records.
+TEST(CorruptionTest, RaggedRecordsAnEarlierChunkCannotHoldAreAFormatErrorNotAnAllocation) {
+  TempDir dir;
+  const std::string good = dir.file("two-chunks.mmt");
+  {
+    WriterOptions options;
+    options.alignment = 64;
+    options.chunk_records = 5;
+    DatasetWriter writer = DatasetWriter::create(good, Schema({Field::ragged("tokens", kInt32, {kVariableDim})}), options);
+    for (int i = 0; i < 10; ++i) writer.append({full({i % 4}, i, kInt32)});
+    writer.finish();
+  }
+  std::vector<std::byte> bytes = read_file(good);
+  constexpr uint64_t kClaimed = 0xffffffffu;
+  // Footer and preamble change together: each alone disagrees with the other.
+  format::Footer footer = footer_of(bytes);
+  format::Preamble preamble = format::decode_preamble(bytes.data(), static_cast<int64_t>(bytes.size()));
+  preamble.records_per_chunk = kClaimed;
+  format::encode_preamble(preamble, bytes.data());
+  footer.record_count = kClaimed + 5;
+  format::encode_footer(footer, bytes.data() + bytes.size() - format::kFooterBytes);
+  rewrite_entry(bytes, 0, [](format::ChunkEntry& e) { e.record_count = kClaimed; });
+  rewrite_entry(bytes, 1, [](format::ChunkEntry& e) { e.first_record = kClaimed; });
+  const std::string path = dir.file("overclaimed.mmt");
+  write_file(path, bytes);
+  Dataset ds = Dataset::open(path);  // the last chunk is sound
+  EXPECT_THROW_WITH(ds.ragged_column("tokens", 0, static_cast<int64_t>(kClaimed)), FormatError,
+                    "4294967295 records take at least 16 bytes each");
+  EXPECT_EQ(ds.get(kClaimed + 2, "tokens").numel(), 3);  // record 7 of the original (7 % 4 tokens), in the sound chunk
+}
+
 TEST(CorruptionTest, ARecordStrideNoChunkCanHoldIsRefusedAtOpen) {
   // A schema whose records are larger than any chunk can be (checksums made valid again):
   // refused at open, before column() or get_batch() size an allocation by it.
