@@ -243,7 +243,7 @@ void copy_positions(const Dataset::Impl& d, std::span<const FieldCopy> fields, c
 // chunk), each group decoded (decode(begin, end) over pending indices), copied and let go.
 template <typename Decode>
 void copy_in_bounded_groups(const Dataset::Impl& d, std::span<const FieldCopy> fields, ChunkedBatchPlan& plan,
-                            int64_t hold_limit, const Decode& decode) {
+                            int64_t hold_limit, int threads, const Decode& decode) {
   size_t cursor = 0;  // positions between pending runs lie in cached chunks, located already
   for (const PendingRun& run : plan.pending) {
     copy_positions(d, fields, plan, cursor, run.begin);
@@ -257,10 +257,17 @@ void copy_in_bounded_groups(const Dataset::Impl& d, std::span<const FieldCopy> f
     while (group_end < plan.pending.size() && bytes + plan.pending[group_end].decoded_bytes <= hold_limit)
       bytes += plan.pending[group_end++].decoded_bytes;
     decode(group, group_end);
-    for (size_t k = group; k < group_end; ++k) {
-      copy_positions(d, fields, plan, plan.pending[k].begin, plan.pending[k].end);
-      plan.held[plan.first_pending_slot + k] = UntypedStorage();  // the cache keeps it, or not
-    }
+    // Each run is its own records, so its own rows: runs copy on every thread allowed.
+    const auto count = static_cast<int64_t>(group_end - group);
+    auto copy_run = [&](int64_t k) {
+      const PendingRun& run = plan.pending[group + static_cast<size_t>(k)];
+      copy_positions(d, fields, plan, run.begin, run.end);
+    };
+    if (threads > 1 && count > 1)
+      detail::ThreadPool::shared().parallel_for(count, threads, copy_run);
+    else
+      for (int64_t k = 0; k < count; ++k) copy_run(k);
+    for (size_t k = group; k < group_end; ++k) plan.held[plan.first_pending_slot + k] = UntypedStorage();  // let go
     group = group_end;
   }
 }
@@ -316,7 +323,7 @@ void gather(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<
   int64_t pending_bytes = 0;
   for (const PendingRun& run : plan.pending) pending_bytes += run.decoded_bytes;
   if (pending_bytes > hold_limit && plan.pending.size() > 1) {
-    copy_in_bounded_groups(d, fields, plan, hold_limit, decode);
+    copy_in_bounded_groups(d, fields, plan, hold_limit, threads, decode);
     return;
   }
   decode(0, plan.pending.size());

@@ -118,15 +118,19 @@ namespace {
 // linked folders are followed like linked files, and a folder reached twice (a link loop, or
 // two links to one folder) is refused rather than packed twice or walked forever. A folder
 // that cannot be listed is named in the error: nothing is silently left out.
-std::vector<std::string> files_under(const fs::path& class_dir) {
+// `folders_seen` (device, inode) spans every class, so a link from one class to another
+// is caught as well.
+std::vector<std::string> files_under(const fs::path& class_dir, std::set<std::pair<dev_t, ino_t>>& folders_seen) {
   std::vector<std::string> files;
-  std::set<std::pair<dev_t, ino_t>> folders_seen;
   const auto note_folder = [&](const fs::path& folder) {
     struct stat st {};
-    if (::stat(folder.c_str(), &st) != 0) throw IoError(str(folder.string(), ": ", std::strerror(errno)), errno);
+    if (::stat(folder.c_str(), &st) != 0) {
+      const int err = errno;
+      throw IoError(str(folder.string(), ": ", std::strerror(err)), err);
+    }
     MMT_CHECK(folders_seen.emplace(st.st_dev, st.st_ino).second, ValueError, folder.string(),
-              ": this folder is reached twice under ", class_dir.string(),
-              " (a symbolic link loop, or two links to one folder); each file must be packed once");
+              ": this folder is reached twice (a symbolic link loop, or two links to one folder, maybe from "
+              "another class); each file must be packed once");
   };
   note_folder(class_dir);
   std::error_code ec;
@@ -134,13 +138,16 @@ std::vector<std::string> files_under(const fs::path& class_dir) {
   if (ec) throw IoError(str(class_dir.string(), ": cannot list the folder: ", ec.message()), ec.value());
   for (; it != fs::recursive_directory_iterator(); ) {
     const fs::directory_entry entry = *it;
-    const bool is_folder = entry.is_directory(ec);
+    std::error_code kind_error;  // not found: a dangling link, reported as such below
+    const bool is_folder = entry.is_directory(kind_error);
     if (entry.path().filename().string().starts_with(".")) {
       if (is_folder) it.disable_recursion_pending();
+    } else if (kind_error && kind_error != std::errc::no_such_file_or_directory) {
+      throw IoError(str(entry.path().string(), ": cannot tell what it is: ", kind_error.message()), kind_error.value());
     } else if (is_folder) {
       note_folder(entry.path());
     } else {
-      MMT_CHECK(entry.is_regular_file(ec), IoError, entry.path().string(),
+      MMT_CHECK(entry.is_regular_file(kind_error), IoError, entry.path().string(),
                 ": not a regular file (a dangling link, a device or a pipe) and cannot be packed");
       files.push_back(entry.path().string());
     }
@@ -179,8 +186,9 @@ PackSources PackSources::from_folder(const std::string& dir) {
       MMT_CHECK(invalid == std::string::npos, ValueError, (fs::path(dir) / name).string(),
                 ": the class folder's name is not valid UTF-8 (byte ", invalid, "); rename it");
     }
+    std::set<std::pair<dev_t, ino_t>> folders_seen;
     for (size_t label = 0; label < classes.size(); ++label) {
-      std::vector<std::string> files = files_under(fs::path(dir) / classes[label]);
+      std::vector<std::string> files = files_under(fs::path(dir) / classes[label], folders_seen);
       std::sort(files.begin(), files.end());
       for (std::string& f : files) {
         out.total_bytes_ += static_cast<int64_t>(fs::file_size(f)) + 8;

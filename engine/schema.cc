@@ -148,10 +148,15 @@ Schema::Schema(std::vector<Field> fields) {
 
 Schema& Schema::add(Field field) {
   field.validate();
-  MMT_CHECK(index_.emplace(field.name, fields_.size()).second, ValueError, "schema already has a field named '",
-            field.name, "'");
+  MMT_CHECK(!index_.contains(field.name), ValueError, "schema already has a field named '", field.name, "'");
   if (is_identity(field.storage_order)) field.storage_order.clear();
   fields_.push_back(std::move(field));
+  try {  // the index never names a field the vector lacks
+    index_.emplace(fields_.back().name, fields_.size() - 1);
+  } catch (...) {
+    fields_.pop_back();
+    throw;
+  }
   return *this;
 }
 

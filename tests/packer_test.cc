@@ -62,6 +62,13 @@ TEST(PackerTest, ClassFoldersSkipHiddenFoldersFollowLinksAndRefuseLoops) {
   fs::create_directory_symlink(root / "dog", root / "dog" / "loop");
   const std::string message = error_of([&] { PackSources::from_folder(root.string()); });
   EXPECT_NE(message.find("loop: this folder is reached twice"), std::string::npos) << message;
+  fs::remove(root / "dog" / "loop");
+  // A link from one class into another would pack the same files under two labels.
+  fs::create_directory_symlink(root / "cat", root / "dog" / "cats-too");
+  const std::string across = error_of([&] { PackSources::from_folder(root.string()); });
+  EXPECT_NE(across.find("cats-too: this folder is reached twice"), std::string::npos) << across;
+  fs::remove(root / "dog" / "cats-too");
+  fs::create_directory_symlink(root / "dog", root / "dog" / "loop");
 
   if (::geteuid() != 0) {  // root lists anything: permissions cannot make a folder unlistable
     fs::remove(root / "dog" / "loop");
