@@ -405,6 +405,19 @@ TEST(CorruptionTest, ARecordCountNoChunkHoldsIsRefusedAtOpen) {
   }
 }
 
+// Ten records of one ragged int32 field ("tokens", record i holds i % 4 values), 64-byte
+// alignment, `chunk_records` to a chunk.
+std::string write_tokens(const std::string& path, int64_t chunk_records, const std::string& codec) {
+  WriterOptions options;
+  options.alignment = 64;
+  options.chunk_records = chunk_records;
+  options.codec = CodecSpec::parse(codec);
+  DatasetWriter writer = DatasetWriter::create(path, Schema({Field::ragged("tokens", kInt32, {kVariableDim})}), options);
+  for (int i = 0; i < 10; ++i) writer.append({full({i % 4}, i, kInt32)});
+  writer.finish();
+  return path;
+}
+
 TEST(CorruptionTest, RaggedRecordsNoChunkCanHoldAreRefusedAtOpen) {
   // Fixed chunking too: a file of one small chunk whose preamble, footer and entry all claim
   // 2^32 - 1 records (checksums valid) used to open with that size(), and ragged_column()
@@ -412,17 +425,7 @@ TEST(CorruptionTest, RaggedRecordsNoChunkCanHoldAreRefusedAtOpen) {
   // extents in the chunk (FORMAT.md, check 14), and the last entry is checked at open.
   TempDir dir;
   for (const std::string codec : {"none", "lz4"}) {
-    const std::string good = dir.file("one-chunk-" + codec + ".mmt");
-    {
-      WriterOptions options;
-      options.alignment = 64;
-      options.chunk_records = 10;
-      options.codec = CodecSpec::parse(codec);
-      DatasetWriter writer = DatasetWriter::create(good, Schema({Field::ragged("tokens", kInt32, {kVariableDim})}), options);
-      for (int i = 0; i < 10; ++i) writer.append({full({i % 4}, i, kInt32)});
-      writer.finish();
-    }
-    std::vector<std::byte> bytes = read_file(good);
+    std::vector<std::byte> bytes = read_file(write_tokens(dir.file("one-chunk-" + codec + ".mmt"), 10, codec));
     constexpr uint64_t kClaimed = 0xffffffffu;
     format::Preamble preamble = format::decode_preamble(bytes.data(), static_cast<int64_t>(bytes.size()));
     ASSERT_EQ(preamble.records_per_chunk, 10u);
@@ -441,16 +444,7 @@ TEST(CorruptionTest, RaggedRecordsNoChunkCanHoldAreRefusedAtOpen) {
 // claim before reading the chunk (bad_alloc); it sizes them as chunks prove their records.
 TEST(CorruptionTest, RaggedRecordsAnEarlierChunkCannotHoldAreAFormatErrorNotAnAllocation) {
   TempDir dir;
-  const std::string good = dir.file("two-chunks.mmt");
-  {
-    WriterOptions options;
-    options.alignment = 64;
-    options.chunk_records = 5;
-    DatasetWriter writer = DatasetWriter::create(good, Schema({Field::ragged("tokens", kInt32, {kVariableDim})}), options);
-    for (int i = 0; i < 10; ++i) writer.append({full({i % 4}, i, kInt32)});
-    writer.finish();
-  }
-  std::vector<std::byte> bytes = read_file(good);
+  std::vector<std::byte> bytes = read_file(write_tokens(dir.file("two-chunks.mmt"), 5, "none"));
   constexpr uint64_t kClaimed = 0xffffffffu;
   // Footer and preamble change together: each alone disagrees with the other.
   format::Footer footer = footer_of(bytes);
