@@ -23,6 +23,11 @@
 
 namespace mmt::detail {
 
+// What one reading call (a get_batch, a loader piece packing a ragged field) may hold in
+// decoded chunks beyond the cache before it copies them out and lets them go: a quarter of
+// the budget, so a few concurrent callers stay within about twice the budget.
+inline int64_t decode_hold_limit_bytes(int64_t cache_budget_bytes) { return cache_budget_bytes / 4; }
+
 class ChunkCache {
  public:
   explicit ChunkCache(int64_t budget_bytes);

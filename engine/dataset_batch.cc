@@ -224,6 +224,16 @@ void split_rows(int64_t batch, int64_t record_bytes, int threads, const Copy& co
   });
 }
 
+// fn(0) .. fn(n - 1), on up to `threads` threads: the shared pool only when there is more
+// than one of each (a single-threaded reader starts no thread).
+template <typename Fn>
+void for_each_on_threads(int64_t n, int threads, const Fn& fn) {
+  if (threads > 1 && n > 1)
+    detail::ThreadPool::shared().parallel_for(n, threads, fn);
+  else
+    for (int64_t k = 0; k < n; ++k) fn(k);
+}
+
 // Sorted positions [begin, end) of a planned batch, each to its row: the rows are scattered
 // (record order), so this is for batches copied in groups, not the common path.
 void copy_positions(const Dataset::Impl& d, std::span<const FieldCopy> fields, const ChunkedBatchPlan& plan,
@@ -258,15 +268,10 @@ void copy_in_bounded_groups(const Dataset::Impl& d, std::span<const FieldCopy> f
       bytes += plan.pending[group_end++].decoded_bytes;
     decode(group, group_end);
     // Each run is its own records, so its own rows: runs copy on every thread allowed.
-    const auto count = static_cast<int64_t>(group_end - group);
-    auto copy_run = [&](int64_t k) {
+    for_each_on_threads(static_cast<int64_t>(group_end - group), threads, [&](int64_t k) {
       const PendingRun& run = plan.pending[group + static_cast<size_t>(k)];
       copy_positions(d, fields, plan, run.begin, run.end);
-    };
-    if (threads > 1 && count > 1)
-      detail::ThreadPool::shared().parallel_for(count, threads, copy_run);
-    else
-      for (int64_t k = 0; k < count; ++k) copy_run(k);
+    });
     for (size_t k = group; k < group_end; ++k) plan.held[plan.first_pending_slot + k] = UntypedStorage();  // let go
     group = group_end;
   }
@@ -308,18 +313,14 @@ void gather(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<
   // Decoding a chunk takes far longer than waking a helper: worth every thread allowed.
   // (One thread never touches the shared pool, so a single-threaded reader starts no thread.)
   auto decode = [&](size_t begin, size_t end) {
-    const auto count = static_cast<int64_t>(end - begin);
-    auto one = [&](int64_t k) { plan.decode_pending(d, begin + static_cast<size_t>(k)); };
-    if (threads > 1 && count > 1)
-      detail::ThreadPool::shared().parallel_for(count, threads, one);
-    else
-      for (int64_t k = 0; k < count; ++k) one(k);
+    for_each_on_threads(static_cast<int64_t>(end - begin), threads,
+                        [&](int64_t k) { plan.decode_pending(d, begin + static_cast<size_t>(k)); });
   };
   // The decoded chunks a call holds at once are bounded, whatever the batch: a random batch
   // of B records over a compressed file touches up to B chunks, which would all be held until
   // the copy (B x the chunk size, past the cache budget). Past a quarter of the budget, the
   // chunks are decoded in groups, each copied out and let go before the next.
-  const int64_t hold_limit = d.cache->budget_bytes() / 4;
+  const int64_t hold_limit = detail::decode_hold_limit_bytes(d.cache->budget_bytes());
   int64_t pending_bytes = 0;
   for (const PendingRun& run : plan.pending) pending_bytes += run.decoded_bytes;
   if (pending_bytes > hold_limit && plan.pending.size() > 1) {

@@ -2,6 +2,7 @@
 // The workers' side is in loader_worker.cc; the layout of the buffers in staging_ring.cc.
 #include <algorithm>
 
+#include "chunk_cache.h"
 #include "cuda_memory.h"
 #include "loader_core.h"
 #include "mmtensor/error.h"
@@ -82,6 +83,7 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
       fixed_field_names.push_back(ring.fields()[f].field.name);
     }
   }
+  ragged_hold_limit_bytes = detail::decode_hold_limit_bytes(dataset.cache_stats().budget_bytes);
   slots.resize(static_cast<size_t>(ring.slots()));
   for (Slot& slot : slots) {
     slot.indices.resize(static_cast<size_t>(ring.slot_rows()));

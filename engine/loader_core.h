@@ -94,6 +94,7 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   std::vector<size_t> ragged_fields;     // positions in ring.fields()
   std::vector<size_t> fixed_fields;      // positions in ring.fields()
   std::vector<std::string> fixed_field_names;  // their names, for one get_batch per piece
+  int64_t ragged_hold_limit_bytes = 0;  // decodes a ragged piece may hold before it spills
 
   mutable std::mutex mutex;
   std::condition_variable work_ready;  // workers: pieces queued or stopping

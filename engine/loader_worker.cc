@@ -185,8 +185,8 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
   thread_local std::vector<Part> parts;
   // Values copied out of the chunks early. A random batch of ragged records over compressed
   // data touches a chunk per row, and the parts' views would hold every one of them until the
-  // packing below: past a quarter of the cache budget, the parts read so far are copied here
-  // (one more copy) and their chunks let go, so a piece holds a bounded amount of decodes.
+  // packing below: past ragged_hold_limit_bytes, the parts read so far are copied here (one
+  // more copy) and their chunks let go, so a piece holds a bounded amount of decodes.
   thread_local std::vector<std::byte> spill;
   struct ReleaseViews {  // the views pin decoded chunks in the cache: never keep them
     ~ReleaseViews() { parts.clear(); }
@@ -195,7 +195,6 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
   parts.clear();
   spill.clear();
   const int64_t element_bytes = element_size(ring.fields()[f].field.dtype);
-  const int64_t hold_limit = dataset.cache_stats().budget_bytes / 4;
   int64_t held_bytes = 0;  // decoded chunks the unspilled parts hold, each counted once
   const void* last_held = nullptr;
   size_t first_unspilled = 0;
@@ -254,7 +253,7 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
       held_bytes += holds.nbytes();
       last_held = holds.data();
     }
-    if (held_bytes > hold_limit) {
+    if (held_bytes > ragged_hold_limit_bytes) {
       for (; first_unspilled < parts.size(); ++first_unspilled) {
         Part& held = parts[first_unspilled];
         if (held.numel == 0) {  // nothing to copy, but an empty view may still hold its chunk
