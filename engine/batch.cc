@@ -87,8 +87,8 @@ namespace detail {
 Batch LoaderCore::make_batch(int s, int64_t batch_epoch, const LoaderState& state_after) {
   Slot& slot = slots[s];
   Batch batch;
-  // Owned from the first line, so that an exception below still returns the slot.
-  batch.core_ = shared_from_this();
+  // Not owning the slot yet (core_ stays null): next() hands the slot over once nothing can
+  // fail, so an exception here leaves the slot Ready for the next call.
   batch.slot_ = s;
   batch.consumer_stream_ = options.consumer_stream;
   const bool on_device = options.device.is_cuda();

@@ -272,27 +272,37 @@ std::optional<Batch> LoaderCore::next() {
     update_work_hint_locked();
     run_taken_piece(lock, std::move(piece));
   }
-  delivery.pop_front();
   Slot& slot = slots[s];
   if (slot.error) {
+    delivery.pop_front();
     failure = slot.error;
     slot.state = SlotState::Free;
     std::rethrow_exception(failure);
   }
+  // Everything that can fail comes before the batch leaves the queue: a failure here (the
+  // consumer stream cannot wait on the copy's event, say) leaves the loader where it was, so
+  // the batch is neither lost nor counted in state().
+  const LoaderState state_after = state_after_locked(slot.batch);
+  Batch batch = make_batch(s, epoch, state_after);
+  delivery.pop_front();
   slot.state = SlotState::Held;
-  current_state = state_after_locked(slot.batch);
-  const LoaderState state_after = current_state;
-  const int64_t batch_epoch = epoch;
+  current_state = state_after;
   ++delivered;
   if (delivered == total_batches) {
     // Prefetch the next epoch while the user works on this last batch.
     finished_total_batches = total_batches;
-    restart_locked(lock, epoch + 1, 0);
+    try {
+      restart_locked(lock, epoch + 1, 0);
+    } catch (...) {  // the epoch after the last one, or out of memory: the next next() reports it
+      failure = std::current_exception();
+    }
     current_state = state_after;
     end_of_epoch_pending = true;
   }
+  // The batch owns its slot from here (its release takes `mutex`: not before the unlock).
+  batch.core_ = shared_from_this();
   lock.unlock();
-  return make_batch(s, batch_epoch, state_after);
+  return batch;
 }
 
 void LoaderCore::set_epoch(int64_t new_epoch) {

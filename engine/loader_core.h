@@ -82,6 +82,8 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   void fill_fixed_rows(const Piece& piece);
   void pack_ragged_field(const Piece& piece);
   void finish_piece(std::unique_lock<std::mutex>& lock, const Piece& piece, std::exception_ptr error);
+  // The batch's views of a Ready slot, and the consumer stream's wait for its copy; under
+  // `mutex`. The batch does not own the slot yet: next() hands it over once nothing can fail.
   Batch make_batch(int slot, int64_t batch_epoch, const LoaderState& state_after);
 
   // Immutable after construction.

@@ -37,7 +37,13 @@
 // whose queued work must finish before the slot is reused (as record_stream does in
 // PyTorch); Batch::synchronize() blocks the host. When a batch was used on several streams,
 // its release makes each of them wait for the work queued on the ones before (one event
-// marks the slot's reuse point), so later work on those streams starts after it.
+// marks the slot's reuse point), so later work on those streams starts after it. If that
+// wait cannot be queued (a consumer_stream of another device), next() throws CudaError and
+// the batch stays first in line: state() does not count it. The thread that calls next()
+// should have the loader's device current (cudaSetDevice, or torch.cuda.set_device in a
+// multi-GPU job): next() helps gather, which may grow a pinned buffer, and CUDA makes
+// pinned allocations in the calling thread's current device's context (device 0, opened
+// for the purpose, on a thread that never chose one). The loader's own workers select it.
 //
 // Epochs and resume. next() returns std::nullopt once at the end of an epoch and the loader
 // moves on to the next epoch (prefetching it at once); set_epoch() jumps to any epoch.
