@@ -61,8 +61,12 @@ struct SamplerOptions {
   // third of the chunk cache budget (in largest decoded chunks): one window being finished,
   // one being entered, and headroom; Sampler::create() uses kDefaultWindowChunks. With
   // world_size > 1 the automatic window uses the default budget (ReaderOptions), whatever
-  // this process's, so that every rank computes the same order; to use a larger budget
-  // across ranks, set the same window_chunks on all of them.
+  // this process's, so that every rank computes the same order; to use another budget
+  // across ranks, set the same window_chunks on all of them. A rank whose budget is below the
+  // default should: measured with 16 KiB records in 1 MiB lz4 chunks and a 64 MiB budget,
+  // the default-sized window (85 chunks) decoded each chunk 1.35x (8 ranks) to 2x (4 ranks)
+  // per epoch, and window_chunks = 21 (a third of 64 MiB) once. At the default budget, 2 to 16
+  // ranks with batches of 256-512 decoded each chunk 1.00-1.01x (bench/RESULTS.md).
   int64_t window_chunks = 0;
   int rank = 0;           // 0 <= rank < world_size
   int world_size = 1;     // number of ranks sharing the epoch
