@@ -17,6 +17,10 @@ namespace mmt::detail {
 
 namespace {
 
+// Spill capacity a thread keeps between pieces, so that small spills allocate once; a larger
+// one is freed after its piece (spilling happens only past a quarter of the cache budget).
+constexpr size_t kSpillKeptBytes = size_t{4} << 20;
+
 // Rethrows `error` as the same mmt::Error type with `context` in front of its message, so a
 // caller catching ChecksumError still catches it.
 [[noreturn]] void rethrow_with_context(std::exception_ptr error, const std::string& context) {
@@ -188,8 +192,14 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
   // packing below: past ragged_hold_limit_bytes, the parts read so far are copied here (one
   // more copy) and their chunks let go, so a piece holds a bounded amount of decodes.
   thread_local std::vector<std::byte> spill;
-  struct ReleaseViews {  // the views pin decoded chunks in the cache: never keep them
-    ~ReleaseViews() { parts.clear(); }
+  // The views pin decoded chunks in the cache: never keep them. A large spill buffer is let go
+  // too: the consumer's thread packs pieces as well, and would otherwise hold a batch's worth
+  // of values for as long as it lives, loader and dataset long gone.
+  struct ReleaseViews {
+    ~ReleaseViews() {
+      parts.clear();
+      if (spill.capacity() > kSpillKeptBytes) std::vector<std::byte>().swap(spill);
+    }
   } release_views;
   indices.resize(static_cast<size_t>(piece.rows));
   parts.clear();
