@@ -161,6 +161,10 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
   // the last one is refused here.
   MMT_CHECK(new_epoch >= 0 && new_epoch < kMaxEpoch, ValueError, "Loader: epoch ", new_epoch,
             " is outside [0, ", kMaxEpoch, ")");
+  // What can fail (the order's tables, out of memory) comes before anything changes: a failed
+  // restart leaves the loader in the epoch it was in, and the caller may simply retry.
+  EpochOrder new_order = sampler.epoch(new_epoch);
+  const int64_t new_rank_samples = new_order.rank_size(consumed);
   ++generation;
   pieces.clear();
   update_work_hint_locked();
@@ -176,9 +180,9 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
   failure = nullptr;
   end_of_epoch_pending = false;
   epoch = new_epoch;
-  order = sampler.epoch(new_epoch);
+  order = std::move(new_order);
   start_consumed = consumed;
-  rank_samples = order.rank_size(consumed);
+  rank_samples = new_rank_samples;
   const int64_t batch = options.batch_size;
   total_batches = options.drop_last ? rank_samples / batch : rank_samples / batch + (rank_samples % batch != 0);
   scheduled = delivered = 0;
@@ -190,7 +194,15 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
                               .epoch = new_epoch,
                               .consumed = consumed,
                               .chunk_layout = sampler.chunk_layout_hash()};
-  schedule_locked();
+  try {
+    schedule_locked();
+  } catch (...) {
+    // The new epoch stands, with fewer batches queued than slots allow. Recorded as the
+    // loader's failure, so next() reports it and set_epoch() restarts instead of seeing an
+    // epoch that has delivered nothing and returning.
+    failure = std::current_exception();
+    throw;
+  }
 }
 
 void LoaderCore::schedule_locked() {
@@ -200,28 +212,41 @@ void LoaderCore::schedule_locked() {
     Slot& slot = slots[s];
     if (slot.state != SlotState::Free) continue;
     const int64_t rows = std::min(options.batch_size, rank_samples - scheduled * options.batch_size);
-    slot.state = SlotState::Filling;
-    slot.batch = scheduled;
-    slot.rows = rows;
-    slot.error = nullptr;
-    Piece piece{s, generation, order, start_consumed, scheduled, rows, 0, rows, -1};
     // Row ranges split the gather across the workers and the consumer (who helps with the
     // batch it waits for), so one batch's latency shrinks with threads even when the ring
     // is shallow. They also write the slot's indices, which is why there is at least one.
     const int64_t row_pieces = std::min<int64_t>(options.num_workers + 1, rows);
-    for (int64_t p = 0; p < row_pieces; ++p) {
-      piece.row_begin = rows * p / row_pieces;
-      piece.row_end = rows * (p + 1) / row_pieces;
-      pieces.push_back(piece);
+    // A slot is queued whole or not at all: an allocation failing half-way takes its pieces
+    // back out, and the slot stays free (a half-queued slot would never be delivered nor
+    // freed, one slot fewer in the ring until the next restart).
+    const size_t pieces_before = pieces.size();
+    try {
+      Piece piece{s, generation, order, start_consumed, scheduled, rows, 0, rows, -1};
+      for (int64_t p = 0; p < row_pieces; ++p) {
+        piece.row_begin = rows * p / row_pieces;
+        piece.row_end = rows * (p + 1) / row_pieces;
+        pieces.push_back(piece);
+      }
+      piece.row_begin = 0;
+      piece.row_end = rows;
+      for (size_t f : ragged_fields) {
+        piece.ragged_field = static_cast<int>(f);
+        pieces.push_back(piece);
+      }
+      delivery.push_back(s);
+    } catch (...) {
+      pieces.erase(pieces.begin() + static_cast<std::ptrdiff_t>(pieces_before), pieces.end());
+      if (queued) {
+        update_work_hint_locked();
+        work_ready.notify_all();
+      }
+      throw;
     }
-    piece.row_begin = 0;
-    piece.row_end = rows;
-    for (size_t f : ragged_fields) {
-      piece.ragged_field = static_cast<int>(f);
-      pieces.push_back(piece);
-    }
+    slot.state = SlotState::Filling;
+    slot.batch = scheduled;
+    slot.rows = rows;
+    slot.error = nullptr;
     slot.pieces_left = static_cast<int>(row_pieces + ragged_fields.size());
-    delivery.push_back(s);
     ++scheduled;
     queued = true;
   }
@@ -291,13 +316,15 @@ std::optional<Batch> LoaderCore::next() {
   if (delivered == total_batches) {
     // Prefetch the next epoch while the user works on this last batch.
     finished_total_batches = total_batches;
+    const int64_t finished_epoch = epoch;
     try {
       restart_locked(lock, epoch + 1, 0);
     } catch (...) {  // the epoch after the last one, or out of memory: the next next() reports it
       failure = std::current_exception();
     }
     current_state = state_after;
-    end_of_epoch_pending = true;
+    // Only an epoch that moved on owes a nullopt (and makes epoch() report the one before).
+    end_of_epoch_pending = epoch != finished_epoch;
   }
   // The batch owns its slot from here (its release takes `mutex`: not before the unlock).
   batch.core_ = shared_from_this();
