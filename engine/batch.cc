@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "cuda_stream.h"
 #include "loader_core.h"
 #include "mmtensor/error.h"
 
@@ -71,6 +72,9 @@ const RaggedBatch& Batch::ragged(std::string_view field) const {
 void Batch::wait(CUstream_st* stream) {
   MMT_CHECK(core_ != nullptr, ValueError, "Batch: this batch was released");
   if (!device_.is_cuda()) return;
+  const int stream_device = cuda::stream_device(stream);
+  MMT_CHECK(stream_device < 0 || stream_device == device_.index, CudaError, "Batch::wait: the stream belongs to cuda:",
+            stream_device, ", not to the batch's device ", device_.str(), "; copy the batch there instead");
   core_->slots[slot_].copied.make_stream_wait(stream);
   const bool known = stream == consumer_stream_ ||
                      std::find(other_streams_.begin(), other_streams_.end(), stream) != other_streams_.end();

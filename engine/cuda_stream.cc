@@ -101,6 +101,16 @@ void copy_to_host_async(void* host_dst, const void* device_src, int64_t nbytes,
         "cudaMemcpyAsync (device to host)");
 }
 
+int stream_device(CUstream_st* stream) noexcept {
+  if (stream == nullptr) return -1;
+  int device = -1;
+  if (cudaStreamGetDevice(stream, &device) != cudaSuccess) {
+    cudaGetLastError();  // an unanswered question, not an error to leave sticky
+    return -1;
+  }
+  return device;
+}
+
 #else  // built without CUDA
 
 namespace {
@@ -125,6 +135,7 @@ void copy_to_device_async(void*, const void*, int64_t, const Stream&) {
 void copy_to_host_async(void*, const void*, int64_t, const Stream&) {
   unavailable("copying from a CUDA device");
 }
+int stream_device(CUstream_st*) noexcept { return -1; }
 
 #endif
 

@@ -61,6 +61,12 @@ class Event {
   int device_ = 0;
 };
 
+// The device `stream` belongs to (cudaStreamGetDevice), or -1 when the runtime cannot say:
+// nullptr (a legacy default stream, whose device is the caller's choice), or a runtime or
+// driver without the query. Never throws: callers use it to refuse a stream of a device
+// other than the one they work on.
+int stream_device(CUstream_st* stream) noexcept;
+
 // cudaMemcpyAsync host -> device on `stream`; `host` should be pinned for the copy to be
 // truly asynchronous (pageable memory makes the runtime stage it synchronously).
 void copy_to_device_async(void* device_dst, const void* host_src, int64_t nbytes,

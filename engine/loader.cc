@@ -4,6 +4,7 @@
 
 #include "chunk_cache.h"
 #include "cuda_memory.h"
+#include "cuda_stream.h"
 #include "loader_core.h"
 #include "mmtensor/error.h"
 
@@ -46,6 +47,12 @@ LoaderOptions checked(LoaderOptions options, const Dataset& dataset) {
     MMT_CHECK(options.device.index >= 0 && options.device.index < cuda_device_count(), CudaError,
               "Loader: device ", options.device.str(), " is not available (",
               cuda_device_count(), " CUDA device(s) found)");
+    // The wait for a batch's copy would cross devices, but the event that marks a slot
+    // reusable cannot be recorded on another device's stream.
+    const int stream_device = cuda::stream_device(options.consumer_stream);
+    MMT_CHECK(stream_device < 0 || stream_device == options.device.index, CudaError,
+              "Loader: consumer_stream belongs to cuda:", stream_device, ", not to the loader's device ",
+              options.device.str(), "; pass a stream of ", options.device.str());
   }
   return options;
 }

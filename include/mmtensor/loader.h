@@ -37,9 +37,11 @@
 // whose queued work must finish before the slot is reused (as record_stream does in
 // PyTorch); Batch::synchronize() blocks the host. When a batch was used on several streams,
 // its release makes each of them wait for the work queued on the ones before (one event
-// marks the slot's reuse point), so later work on those streams starts after it. If that
-// wait cannot be queued (a consumer_stream of another device), next() throws CudaError and
-// the batch stays first in line: state() does not count it. The thread that calls next()
+// marks the slot's reuse point), so later work on those streams starts after it. A stream
+// of another device than the loader's is refused with CudaError (consumer_stream by the
+// constructor, others by wait()): no event can mark that device's work on a slot done. If
+// the wait cannot be queued, next() throws CudaError and the batch stays first in line:
+// state() does not count it. The thread that calls next()
 // should have the loader's device current (cudaSetDevice, or torch.cuda.set_device in a
 // multi-GPU job): next() helps gather, which may grow a pinned buffer, and CUDA makes
 // pinned allocations in the calling thread's current device's context (device 0, opened
@@ -139,7 +141,9 @@ class Batch {
   bool valid() const { return core_ != nullptr; }
   int64_t size() const { return rows_; }       // rows: batch_size, or fewer in a last batch
   int64_t epoch() const { return epoch_; }
-  int64_t number() const { return number_; }  // batch number within this rank's epoch
+  // Batch number within this rank's epoch, counted from where the loader started it: the
+  // epoch's first batch, or the batch a resume (Loader(..., state)) began with.
+  int64_t number() const { return number_; }
   Device device() const { return device_; }
   // The record index of each row (host memory, valid until release).
   std::span<const int64_t> indices() const;
