@@ -30,6 +30,9 @@ namespace {
 thread_local int64_t allocations_until_failure = 0;  // > 0: armed; the one that reaches 0 throws
 }
 
+// GCC sees free() reach memory from operator new once these are inlined: here they are the pair.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(std::size_t nbytes) {
   if (allocations_until_failure > 0 && --allocations_until_failure == 0) throw std::bad_alloc();
   if (void* p = std::malloc(nbytes != 0 ? nbytes : 1)) return p;
@@ -40,6 +43,7 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 #endif
 
 namespace mmt {
