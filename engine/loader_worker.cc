@@ -338,6 +338,17 @@ void LoaderCore::finish_piece(std::unique_lock<std::mutex>& lock, const Piece& p
       ring.copy_slot_to_device(piece.slot, copy_stream);
       slot.copied.record(copy_stream.get());
     } catch (...) {
+      // Part of the copy may be queued, reading the slot's host memory. Workers refill a
+      // slot once `copied` has passed, so the event must mark this copy (or, if it cannot,
+      // the stream is drained here) before the slot comes back.
+      try {
+        slot.copied.record(copy_stream.get());
+      } catch (...) {
+        try {
+          copy_stream.synchronize();
+        } catch (...) {  // a broken device: the error below is what gets reported
+        }
+      }
       try {
         rethrow_with_context(std::current_exception(),
                              detail::str("Loader: epoch ", piece.order.epoch(), ", batch ", piece.batch,
