@@ -279,7 +279,15 @@ class ZipReader {
 std::vector<NpzMember> parse_npz(std::span<const std::byte> bytes, std::string_view what) {
   ZipReader zip(bytes, what);
   std::vector<NpzMember> out;
+  // The members of a ZIP never share bytes, so their stored sizes add up to less than the
+  // archive. Members whose data overlap (a zip bomb: many headers over one deflate stream)
+  // would each inflate within deflate's ratio and together to many times the archive.
+  uint64_t member_bytes_total = 0;
   for (const Member& m : zip.read_central_directory()) {
+    if (m.compressed_bytes > bytes.size() - member_bytes_total)
+      throw FormatError(str(what, ": member '", m.name, "' brings the members' stored bytes past the ",
+                            bytes.size(), " bytes of the archive: members overlap, which a ZIP file never does"));
+    member_bytes_total += m.compressed_bytes;
     constexpr std::string_view kSuffix = ".npy";
     if (m.name.size() <= kSuffix.size() || !m.name.ends_with(kSuffix))
       throw FormatError(str(what, ": member '", m.name,

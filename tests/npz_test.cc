@@ -115,6 +115,50 @@ TEST(Npz, ForgedHugeSizeIsRefusedBeforeAllocating) {
   EXPECT_NE(message.find("more than deflate can produce"), std::string::npos) << message;
 }
 
+// A zip bomb made of overlap: `members` local headers whose extra fields run on to one shared
+// deflate stream, so each member is within deflate's ratio and all of them together inflate
+// to `members` times the array from an archive of about one.
+Bytes overlapping_members(int members, const Bytes& content) {
+  const Bytes deflated = testutil::deflate_bytes(content);
+  const uint32_t crc =
+      static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(content.data()), static_cast<uInt>(content.size())));
+  using testutil::put16;
+  using testutil::put32;
+  const auto name = [](int i) { return "m" + std::to_string(1000 + i) + ".npy"; };
+  const size_t header_bytes = 30 + name(0).size(), data_start = members * header_bytes;
+  Bytes out, central;
+  for (int i = 0; i < members; ++i) {
+    const size_t at = out.size();
+    put32(out, 0x04034b50), put16(out, 20), put16(out, 0), put16(out, 8), put32(out, 0);
+    put32(out, crc), put32(out, static_cast<uint32_t>(deflated.size())), put32(out, static_cast<uint32_t>(content.size()));
+    put16(out, static_cast<uint16_t>(name(i).size())), put16(out, static_cast<uint16_t>(data_start - at - header_bytes));
+    for (char c : name(i)) out.push_back(static_cast<std::byte>(c));
+    put32(central, 0x02014b50), put16(central, 20), put16(central, 20), put16(central, 0), put16(central, 8);
+    put32(central, 0), put32(central, crc), put32(central, static_cast<uint32_t>(deflated.size()));
+    put32(central, static_cast<uint32_t>(content.size())), put16(central, static_cast<uint16_t>(name(i).size()));
+    for (int k = 0; k < 4; ++k) put16(central, 0);
+    put32(central, 0), put32(central, static_cast<uint32_t>(at));
+    for (char c : name(i)) central.push_back(static_cast<std::byte>(c));
+  }
+  out.insert(out.end(), deflated.begin(), deflated.end());
+  const size_t central_at = out.size();
+  out.insert(out.end(), central.begin(), central.end());
+  put32(out, 0x06054b50), put16(out, 0), put16(out, 0), put16(out, static_cast<uint16_t>(members));
+  put16(out, static_cast<uint16_t>(members)), put32(out, static_cast<uint32_t>(central.size()));
+  put32(out, static_cast<uint32_t>(central_at)), put16(out, 0);
+  return out;
+}
+
+TEST(Npz, MembersThatShareTheirDataAreRefused) {
+  const Bytes array = npy_of(zeros({100000}, kUInt8));
+  // One member over the stream is an ordinary archive: the builder makes valid members.
+  std::vector<NpzMember> one = parse_npz(overlapping_members(1, array), "one.npz");
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_TRUE(one[0].array.equal(zeros({100000}, kUInt8)));
+  const std::string message = expect_format_error([&] { parse_npz(overlapping_members(8, array), "bomb.npz"); });
+  EXPECT_NE(message.find("members overlap"), std::string::npos) << message;
+}
+
 TEST(Npz, ReadsNumpysSavezAndSavezCompressed) {
   std::string python = testutil::python_with_numpy();
   if (python.empty()) GTEST_SKIP() << "python3 with numpy not available";
