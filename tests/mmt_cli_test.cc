@@ -454,10 +454,26 @@ TEST_F(MmtCli, ExportFindsACorruptUncompressedChunkAndWritesNothingForIt) {
   RunResult bad = run_mmt({"export", path("a.mmt"), path("out")});
   EXPECT_FAILS_WITH(bad, "chunk 2");
   EXPECT_NE(bad.err.find("checksum mismatch"), std::string::npos) << bad.err;
-  EXPECT_EQ(fs::directory_iterator(path("out")), fs::directory_iterator()) << "no .npy and no temporary";
+  EXPECT_FALSE(fs::exists(path("out"))) << "no folder, no .npy and no temporary";
   // --field b alone fails too: the fault is in a chunk b's values share.
   EXPECT_FAILS_WITH(run_mmt({"export", path("a.mmt"), path("out"), "--field", "b"}), "chunk 2");
-  EXPECT_FALSE(fs::exists(path("out/b.npy")));
+  EXPECT_FALSE(fs::exists(path("out")));
+}
+
+// A failure met only while writing (here the second field's temporary file, whose name is past
+// the file system's limit though NAME.npy is not) takes back what the export wrote before it:
+// the first field's .npy and the folders it made.
+TEST_F(MmtCli, ExportThatFailsPartWayLeavesNothingBehind) {
+  const std::string long_name(235, 'b');
+  save("a.npy", records(kInt64, 10, {2}));
+  save("b.npy", records(kInt32, 10, {}));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy"), long_name + "=" + path("b.npy")}).exit_code, 0);
+  fs::create_directory(path("kept"));
+  RunResult bad = run_mmt({"export", path("a.mmt"), path("kept/new/out")});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_EQ(bad.out, "") << "nothing is reported written";
+  EXPECT_FALSE(fs::exists(path("kept/new"))) << bad.err;
+  EXPECT_TRUE(fs::exists(path("kept"))) << "a folder that was there stays";
 }
 
 TEST_F(MmtCli, GetPrintsLikePyTorch) {

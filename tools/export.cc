@@ -4,9 +4,11 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "mmt_commands.h"
 #include "mmtensor/dataset.h"
+#include "mmtensor/numpy_io.h"
 #include "output_file.h"
 
 namespace mmt::tool {
@@ -54,18 +56,41 @@ void run_export(const ExportArgs& args) {
     MMT_CHECK(!names.empty(), ValueError, args.file, ": no fixed-shape field to export; its fields vary in shape "
               "from record to record (use mmt get --raw for one record)");
   }
-  for (const std::string& name : names)
-    check_output_path((fs::path(args.dir) / (name + ".npy")).string(), args.force);
-  std::error_code ec;
-  fs::create_directories(args.dir, ec);
-  MMT_CHECK(!ec && fs::is_directory(args.dir), IoError, "cannot create folder ", args.dir, ": ",
-            ec ? ec.message() : "a file is in the way");
+  std::vector<std::string> paths;
   for (const std::string& name : names) {
-    std::string path = (fs::path(args.dir) / (name + ".npy")).string();
-    Tensor column = ds.column(name);  // checks (and hashes) every chunk under it
-    write_npy_file(path, column, args.force);
-    std::cout << printable(path) << "  " << to_string(column.dtype()) << " " << column.sizes() << "\n";
+    (void)npy_descr(ds.schema()[ds.schema().index_of(name)].dtype);  // bfloat16 has no numpy dtype
+    paths.push_back((fs::path(args.dir) / (name + ".npy")).string());
+    check_output_path(paths.back(), args.force);
   }
+  // What cannot be known before writing (a damaged chunk met by column(), a name the file
+  // system finds too long, a full disk) undoes the export: the .npy files it created and the
+  // folders it made go. Files replaced under --force stay replaced.
+  std::vector<fs::path> made_folders;
+  for (fs::path folder = fs::absolute(args.dir); !folder.empty() && !fs::exists(folder); folder = folder.parent_path()) {
+    made_folders.push_back(folder);
+    if (folder == folder.parent_path()) break;
+  }
+  std::vector<std::string> created;
+  std::ostringstream written;  // printed once the whole export stands
+  try {
+    std::error_code ec;
+    fs::create_directories(args.dir, ec);
+    MMT_CHECK(!ec && fs::is_directory(args.dir), IoError, "cannot create folder ", args.dir, ": ",
+              ec ? ec.message() : "a file is in the way");
+    for (size_t k = 0; k < names.size(); ++k) {
+      Tensor column = ds.column(names[k]);  // checks (and hashes) every chunk under it
+      const bool existed = fs::exists(paths[k]);
+      write_npy_file(paths[k], column, args.force);
+      if (!existed) created.push_back(paths[k]);
+      written << printable(paths[k]) << "  " << to_string(column.dtype()) << " " << column.sizes() << "\n";
+    }
+  } catch (...) {
+    std::error_code ignored;
+    for (const std::string& path : created) fs::remove(path, ignored);
+    for (const fs::path& folder : made_folders) fs::remove(folder, ignored);  // deepest first; only if empty
+    throw;
+  }
+  std::cout << written.str();
 }
 
 }  // namespace
