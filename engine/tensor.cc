@@ -116,6 +116,12 @@ To item_as(const Tensor& t) {
   const void* p = host.data_ptr();
   return dispatch_scalar_type(t.dtype(), [p](auto tag) -> To {
     using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      // A bool byte from a file may be neither 0 nor 1; loading it as bool would be undefined.
+      uint8_t byte;
+      std::memcpy(&byte, p, 1);
+      return static_cast<To>(byte != 0);
+    }
     T v;
     std::memcpy(&v, p, sizeof(T));
     return static_cast<To>(static_cast<std::conditional_t<

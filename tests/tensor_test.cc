@@ -236,6 +236,19 @@ TEST(TensorPrint, LikePyTorch) {
   EXPECT_EQ(out.str(), "tensor([0, 1])");
 }
 
+// A bool byte read from a file may be neither 0 nor 1 (a damaged or foreign file): it reads,
+// and prints, as true, as numpy and PyTorch take any nonzero byte. Loading it as a C++ bool
+// was undefined behaviour (UBSan flagged `mmt get` on such a file).
+TEST(TensorPrint, BoolBytesOtherThanZeroAndOneReadAsTrue) {
+  Tensor flags = empty({3}, kBool);
+  const uint8_t bytes[3] = {0, 2, 1};
+  std::memcpy(flags.mutable_data_ptr(), bytes, 3);
+  EXPECT_FALSE(flags.select(0, 0).item<bool>());
+  EXPECT_TRUE(flags.select(0, 1).item<bool>());
+  EXPECT_EQ(flags.select(0, 1).item_as_double(), 1.0);
+  EXPECT_EQ(flags.to_string(), "tensor([False,  True,  True])");
+}
+
 // 64-bit integers print, and come back from item<T>(), exactly: they used to go through a
 // double, which printed 2^53 + 1 as 2^53, 2^63 - 1 as 2^63, and 2^64 - 1 as 0.
 TEST(TensorPrint, SixtyFourBitIntegersExactly) {
