@@ -66,7 +66,9 @@ void run_export(const ExportArgs& args) {
   // system finds too long, a full disk) undoes the export: the .npy files it created and the
   // folders it made go. Files replaced under --force stay replaced.
   std::vector<fs::path> made_folders;
-  for (fs::path folder = fs::absolute(args.dir); !folder.empty() && !fs::exists(folder); folder = folder.parent_path()) {
+  std::error_code unknown;  // a folder that cannot be looked at is not counted as made here
+  for (fs::path folder = fs::absolute(args.dir); !folder.empty() && !fs::exists(folder, unknown) && !unknown;
+       folder = folder.parent_path()) {
     made_folders.push_back(folder);
     if (folder == folder.parent_path()) break;
   }
