@@ -30,6 +30,21 @@ format::RaggedSection Dataset::Impl::ragged_section(const ChunkRef& ref, size_t 
   }
 }
 
+format::RaggedSection Dataset::Impl::next_ragged_section(const ChunkRef& ref, const format::RaggedSection* previous,
+                                                        size_t f) const {
+  try {
+    return guarded_if_mapped(ref, [&] {
+      const int64_t offset = previous ? format::next_section_offset(previous->end_offset)
+                                      : format::first_ragged_section_offset(ref.decoded_bytes, ref.record_count,
+                                                                            record_stride_bytes, ref.index);
+      return format::ragged_section_at(ref.storage.data() + ref.payload_offset_bytes, ref.decoded_bytes,
+                                       ref.record_count, (*schema)[f], offset, ref.index);
+    });
+  } catch (const FormatError&) {
+    rethrow_in_file(path);
+  }
+}
+
 Dataset::Impl::ValueRange Dataset::Impl::read_ragged_value(const ChunkRef& ref, const format::RaggedSection& section,
                                                            int64_t record, size_t f, int64_t* sizes) const {
   const FieldPlan& plan = plans[f];
@@ -68,9 +83,13 @@ Dataset::Impl::ValueRange Dataset::Impl::read_ragged_value(const ChunkRef& ref, 
 }
 
 Tensor Dataset::Impl::ragged_view(const ChunkRef& ref, int64_t record, size_t f) const {
+  return ragged_view(ref, ragged_section(ref, f), record, f);
+}
+
+Tensor Dataset::Impl::ragged_view(const ChunkRef& ref, const format::RaggedSection& section, int64_t record,
+                                  size_t f) const {
   const FieldPlan& plan = plans[f];
   const Field& field = (*schema)[f];
-  const format::RaggedSection section = ragged_section(ref, f);
   DimVector sizes(field.shape.size());  // outside the guarded read: it owns memory
   int64_t* size_data = sizes.data();
   const ValueRange range =
@@ -118,7 +137,18 @@ Sample Dataset::get(int64_t index) const {
     return sample;
   }
   const ChunkRef ref = d.chunk_ref_holding(i);
-  for (size_t f = 0; f < d.plans.size(); ++f) sample.mutable_field(f) = d.field_view(ref, i, f);
+  // Ragged sections are chained: walked once here, not once per field.
+  format::RaggedSection section;
+  bool past_first_ragged = false;
+  for (size_t f = 0; f < d.plans.size(); ++f) {
+    if (d.plans[f].fixed) {
+      sample.mutable_field(f) = d.field_view(ref, i, f);
+      continue;
+    }
+    section = d.next_ragged_section(ref, past_first_ragged ? &section : nullptr, f);
+    past_first_ragged = true;
+    sample.mutable_field(f) = d.ragged_view(ref, section, i, f);
+  }
   return sample;
 }
 

@@ -242,8 +242,10 @@ ChunkRef Dataset::Impl::chunk_ref(int64_t c) const {
 
 void Dataset::Impl::verify_ragged_structure(const ChunkRef& ref, int64_t* sizes) const {
   int64_t end_of_sections = ref.record_count * record_stride_bytes;
-  for (size_t f : layout.ragged_fields) {
-    const format::RaggedSection section = ragged_section(ref, f);
+  format::RaggedSection section;
+  for (size_t k = 0; k < layout.ragged_fields.size(); ++k) {
+    const size_t f = layout.ragged_fields[k];
+    section = next_ragged_section(ref, k == 0 ? nullptr : &section, f);
     // Every record's value range and extents, checked as get() checks them: ranges that
     // follow one another inside the section, extents that account for every value.
     for (int64_t r = 0; r < ref.record_count; ++r) (void)read_ragged_value(ref, section, ref.first_record + r, f, sizes);

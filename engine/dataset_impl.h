@@ -191,8 +191,15 @@ struct Dataset::Impl {
   // Record `record`'s value of field `field`, as a view into `ref`.
   Tensor field_view(const ChunkRef& ref, int64_t record, size_t field) const;
   Tensor ragged_view(const ChunkRef& ref, int64_t record, size_t field) const;
+  // The same in a section already located (one walk of the chain serves many values).
+  Tensor ragged_view(const ChunkRef& ref, const format::RaggedSection& section, int64_t record, size_t field) const;
   // Ragged field `field`'s section of chunk `ref`, located and checked (its reads guarded).
+  // It walks the sections before it: O(ragged fields before `field`).
   format::RaggedSection ragged_section(const ChunkRef& ref, size_t field) const;
+  // The section of the ragged field after the one whose section is `previous` (nullptr: the
+  // first ragged field's), in O(1): how get() and verify() visit every ragged field in one walk.
+  format::RaggedSection next_ragged_section(const ChunkRef& ref, const format::RaggedSection* previous,
+                                            size_t field) const;
   // Record `record`'s value in that section: reads its value range and extents and checks
   // them as the format requires (the range inside the section, extents that fit and do not
   // overflow, as many elements as the range holds); writes its sizes to `sizes` (one per

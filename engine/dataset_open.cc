@@ -106,6 +106,7 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
               impl->record_count, " records of ", stride, " bytes) does not allow it");
     impl->contiguous = true;
   }
+  size_t ragged_seen = 0;
   for (size_t f = 0; f < schema.size(); ++f) {
     const Field& field = schema[f];
     FieldPlan plan;
@@ -119,8 +120,7 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
       plan.strides = field.value_strides(field.shape);
       plan.dense_row_major = plan.strides == contiguous_strides(plan.sizes);
     } else {
-      for (size_t k = 0; k < impl->layout.ragged_fields.size(); ++k)
-        if (impl->layout.ragged_fields[k] == f) plan.ragged_index = k;
+      plan.ragged_index = ragged_seen++;  // layout.ragged_fields lists them in schema order
     }
     impl->plans.push_back(std::move(plan));
   }

@@ -89,8 +89,9 @@ RaggedBatch Dataset::ragged_column(std::string_view field, int64_t start, int64_
   for (int64_t record = start; record < stop;) {
     const ChunkRef ref = d.chunk_ref_holding(record);
     const int64_t chunk_stop = std::min(stop, ref.first_record + ref.record_count);
+    const format::RaggedSection section = d.ragged_section(ref, f);
     if (logical_order) {
-      const Tensor first = d.ragged_view(ref, record, f);
+      const Tensor first = d.ragged_view(ref, section, record, f);
       const std::byte* src = static_cast<const std::byte*>(first.data_ptr());
       std::byte* dst = values + offsets[record - start] * element_bytes;
       const size_t bytes = static_cast<size_t>((offsets[chunk_stop - start] - offsets[record - start]) * element_bytes);
@@ -99,7 +100,7 @@ RaggedBatch Dataset::ragged_column(std::string_view field, int64_t start, int64_
       continue;
     }
     for (; record < chunk_stop; ++record) {
-      const Tensor value = d.ragged_view(ref, record, f);
+      const Tensor value = d.ragged_view(ref, section, record, f);
       if (value.numel() == 0) continue;
       const DimVector packed_strides = contiguous_strides(value.sizes());
       std::byte* dst = values + offsets[record - start] * element_bytes;

@@ -232,35 +232,46 @@ RecordLayout compute_record_layout(const Schema& schema) {
   return layout;
 }
 
-RaggedSection locate_ragged_section(const std::byte* chunk, int64_t decoded_bytes, int64_t record_count,
-                                    int64_t record_stride_bytes, const Schema& schema,
-                                    const RecordLayout& layout, size_t ragged_index, int64_t chunk_index) {
+int64_t first_ragged_section_offset(int64_t decoded_bytes, int64_t record_count, int64_t record_stride_bytes,
+                                    int64_t chunk_index) {
   int64_t fixed_end = 0;
   MMT_CHECK(record_count >= 1 && checked_mul(record_count, record_stride_bytes, &fixed_end) &&
                 fixed_end <= decoded_bytes,
             FormatError, "chunk ", chunk_index, ": ", record_count, " records of ", record_stride_bytes,
             " bytes do not fit in its ", decoded_bytes, " decoded bytes");
-  int64_t offset = next_section_offset(fixed_end);
+  return next_section_offset(fixed_end);
+}
+
+RaggedSection ragged_section_at(const std::byte* chunk, int64_t decoded_bytes, int64_t record_count,
+                                const Field& field, int64_t offset, int64_t chunk_index) {
+  const int64_t elem = element_size(field.dtype);
+  RaggedSection s;
+  s.ends_offset = offset;
+  int64_t header_words = 0, header_bytes = 0, header_end = 0;
+  bool ok = checked_mul(record_count, 1 + field.variable_dims(), &header_words) &&
+            checked_mul(header_words, 8, &header_bytes) && checked_add(offset, header_bytes, &header_end) &&
+            header_end <= decoded_bytes;
+  MMT_CHECK(ok, FormatError, "chunk ", chunk_index, ", field '", field.name, "': the ragged "
+            "section header at decoded byte ", offset, " runs past the chunk's ", decoded_bytes, " bytes");
+  s.extents_offset = offset + 8 * record_count;
+  s.values_offset = next_section_offset(header_end);
+  MMT_CHECK(s.values_offset <= decoded_bytes, FormatError, "chunk ", chunk_index, ", field '",
+            field.name, "': ragged values start past the chunk's end");
+  uint64_t last_end = load_u64(chunk + s.ends_offset + 8 * (record_count - 1));
+  MMT_CHECK(last_end <= static_cast<uint64_t>((decoded_bytes - s.values_offset) / elem), FormatError,
+            "chunk ", chunk_index, ", field '", field.name, "': ragged values (", last_end,
+            " elements) run past the chunk's ", decoded_bytes, " decoded bytes");
+  s.end_offset = s.values_offset + static_cast<int64_t>(last_end) * elem;
+  return s;
+}
+
+RaggedSection locate_ragged_section(const std::byte* chunk, int64_t decoded_bytes, int64_t record_count,
+                                    int64_t record_stride_bytes, const Schema& schema,
+                                    const RecordLayout& layout, size_t ragged_index, int64_t chunk_index) {
+  int64_t offset = first_ragged_section_offset(decoded_bytes, record_count, record_stride_bytes, chunk_index);
   for (size_t k = 0;; ++k) {
-    const Field& field = schema[layout.ragged_fields[k]];
-    const int64_t elem = element_size(field.dtype);
-    RaggedSection s;
-    s.ends_offset = offset;
-    int64_t header_words = 0, header_bytes = 0, header_end = 0;
-    bool ok = checked_mul(record_count, 1 + field.variable_dims(), &header_words) &&
-              checked_mul(header_words, 8, &header_bytes) && checked_add(offset, header_bytes, &header_end) &&
-              header_end <= decoded_bytes;
-    MMT_CHECK(ok, FormatError, "chunk ", chunk_index, ", field '", field.name, "': the ragged "
-              "section header at decoded byte ", offset, " runs past the chunk's ", decoded_bytes, " bytes");
-    s.extents_offset = offset + 8 * record_count;
-    s.values_offset = next_section_offset(header_end);
-    MMT_CHECK(s.values_offset <= decoded_bytes, FormatError, "chunk ", chunk_index, ", field '",
-              field.name, "': ragged values start past the chunk's end");
-    uint64_t last_end = load_u64(chunk + s.ends_offset + 8 * (record_count - 1));
-    MMT_CHECK(last_end <= static_cast<uint64_t>((decoded_bytes - s.values_offset) / elem), FormatError,
-              "chunk ", chunk_index, ", field '", field.name, "': ragged values (", last_end,
-              " elements) run past the chunk's ", decoded_bytes, " decoded bytes");
-    s.end_offset = s.values_offset + static_cast<int64_t>(last_end) * elem;
+    const RaggedSection s =
+        ragged_section_at(chunk, decoded_bytes, record_count, schema[layout.ragged_fields[k]], offset, chunk_index);
     if (k == ragged_index) return s;
     offset = next_section_offset(s.end_offset);
   }

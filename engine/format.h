@@ -135,6 +135,10 @@ struct RaggedSection {
   int64_t values_offset = 0;   // the values, 64-aligned
   int64_t end_offset = 0;      // one past the last value byte
 };
+// Sections form a chain: the first starts after the fixed region, each next one after the
+// previous one's values. So finding field k's section reads the k sections before it; a
+// reader that wants several walks the chain once with the two functions below.
+//
 // Walks the section chain up to ragged field `ragged_index` (0-based among ragged fields) and
 // checks each section lies inside `decoded_bytes`. `chunk` is the chunk's first decoded byte.
 RaggedSection locate_ragged_section(const std::byte* chunk, int64_t decoded_bytes,
@@ -145,6 +149,13 @@ RaggedSection locate_ragged_section(const std::byte* chunk, int64_t decoded_byte
 inline int64_t next_section_offset(int64_t previous_end) {
   return round_up(previous_end, kValueAlignment);
 }
+// Where the first ragged section starts; checks that the chunk's fixed region fits.
+int64_t first_ragged_section_offset(int64_t decoded_bytes, int64_t record_count, int64_t record_stride_bytes,
+                                    int64_t chunk_index);
+// The section of ragged field `field` that starts at decoded byte `offset` (the first one's
+// offset, or next_section_offset(previous.end_offset)), checked to lie inside the chunk.
+RaggedSection ragged_section_at(const std::byte* chunk, int64_t decoded_bytes, int64_t record_count,
+                                const Field& field, int64_t offset, int64_t chunk_index);
 
 // ---- the schema block: UTF-8 JSON ----
 struct SchemaBlock {
