@@ -1,8 +1,10 @@
 #include "temp_files.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -90,9 +92,7 @@ int remove_dead_temporaries(const std::string& target) {
   return removed;
 }
 
-void write_file_atomically(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces,
-                           bool replace) {
-  io::check_output_target(target, true, "");  // never a device, pipe, folder or link
+std::string write_temporary(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces) {
   remove_dead_temporaries(target);  // what writers of this target killed earlier left
   const std::string temp = temporary_path_for(target);
   io::WritableFile file = io::WritableFile::create(temp);
@@ -101,7 +101,6 @@ void write_file_atomically(const std::string& target, std::initializer_list<std:
       if (!piece.empty()) file.write(piece.data(), static_cast<int64_t>(piece.size()));
     file.fsync();
     file.close();
-    io::rename_file(temp, target, replace);
   } catch (...) {
     file = io::WritableFile();
     try {
@@ -110,6 +109,111 @@ void write_file_atomically(const std::string& target, std::initializer_list<std:
       // The first failure is the one to report.
     }
     throw;
+  }
+  return temp;
+}
+
+void write_file_atomically(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces,
+                           bool replace) {
+  io::check_output_target(target, true, "");  // never a device, pipe, folder or link
+  const std::string temp = write_temporary(target, pieces);
+  try {
+    io::rename_file(temp, target, replace);
+  } catch (...) {
+    try {
+      io::remove_file(temp);
+    } catch (const Error&) {
+      // The first failure is the one to report.
+    }
+    throw;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+StagedFiles::~StagedFiles() {
+  for (const Staged& s : staged_) {
+    if (s.temporary.empty()) continue;
+    try {
+      io::remove_file(s.temporary);
+    } catch (const Error&) {  // a destructor reports nothing; the next writer sweeps it
+    }
+  }
+}
+
+void StagedFiles::stage(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces) {
+  io::check_output_target(target, replace_, "");  // never a device, pipe, folder or link
+  staged_.push_back({target, ""});  // reserved first: the push cannot fail after the write
+  try {
+    staged_.back().temporary = write_temporary(target, pieces);
+  } catch (...) {
+    staged_.pop_back();
+    throw;
+  }
+}
+
+void StagedFiles::publish() {
+  struct Placed {
+    std::string target;
+    std::string previous;  // a hard link to the file it replaced; empty if it created one
+    bool previous_lost = false;
+  };
+  std::vector<Placed> placed;
+  placed.reserve(staged_.size());
+  const auto remove_quietly = [](const std::string& path) {
+    try {
+      io::remove_file(path);
+    } catch (const Error&) {
+    }
+  };
+  try {
+    for (Staged& s : staged_) {
+      Placed p{s.target, "", false};
+      struct stat st {};
+      if (replace_ && ::lstat(s.target.c_str(), &st) == 0) {
+        p.previous = temporary_path_for(s.target);
+        if (::link(s.target.c_str(), p.previous.c_str()) != 0) {
+          p.previous.clear();
+          p.previous_lost = true;
+        }
+      }
+      try {
+        io::rename_file(s.temporary, s.target, replace_);
+      } catch (...) {
+        if (!p.previous.empty()) remove_quietly(p.previous);
+        throw;
+      }
+      s.temporary.clear();
+      placed.push_back(std::move(p));
+    }
+  } catch (...) {
+    // Taken back newest first; what cannot be taken back is named in the error.
+    std::string lost;
+    for (auto it = placed.rbegin(); it != placed.rend(); ++it) {
+      if (!it->previous.empty()) {
+        if (::rename(it->previous.c_str(), it->target.c_str()) != 0)
+          lost += str("; ", it->target, " keeps its new content (its old one is at ", it->previous, ")");
+      } else if (it->previous_lost) {
+        lost += str("; ", it->target, " keeps its new content (no hard link could keep the old one)");
+      } else {
+        remove_quietly(it->target);
+      }
+    }
+    if (lost.empty()) throw;
+    try {
+      throw;
+    } catch (const IoError& e) {
+      throw IoError(str(e.what(), lost), e.errno_value());
+    }
+  }
+  for (const Placed& p : placed)
+    if (!p.previous.empty()) remove_quietly(p.previous);
+  // The renames survive a power cut: each folder fsynced once.
+  std::vector<std::string> folders_synced;
+  for (const Placed& p : placed) {
+    std::string folder = io::parent_dir(p.target);
+    if (std::find(folders_synced.begin(), folders_synced.end(), folder) != folders_synced.end()) continue;
+    io::fsync_parent_dir(p.target);
+    folders_synced.push_back(std::move(folder));
   }
 }
 

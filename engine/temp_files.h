@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace mmt::detail {
 
@@ -24,6 +25,12 @@ std::string temporary_path_for(const std::string& target);
 // never an error (housekeeping must not fail a write).
 int remove_dead_temporaries(const std::string& target);
 
+// Writes `pieces`, in order, to a fresh temporary beside `target`, fsyncs and closes it, and
+// returns its path: the first half of write_file_atomically, for a caller that puts several
+// files in place together. On failure the temporary is removed. Removes the dead temporaries
+// of `target` first.
+std::string write_temporary(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces);
+
 // Writes `pieces`, in order, to a temporary beside `target`, fsyncs it and renames it onto
 // `target` (replacing an existing regular file only when `replace`; a device, pipe, folder
 // or symbolic link there is refused whatever `replace` says): the file appears complete or
@@ -33,5 +40,34 @@ int remove_dead_temporaries(const std::string& target);
 // datasets go through DatasetWriter.
 void write_file_atomically(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces,
                            bool replace);
+
+// Files that change together, all or none (`mmt export`'s .npy files). stage() writes each to
+// a temporary beside its target and fsyncs it; until publish() no target has changed, so a
+// failure while writing (a damaged chunk, a full disk) leaves every target as it was. publish()
+// renames them into place in the order staged. If a rename fails, the ones already in place are
+// taken back before the IoError goes on: a created file is removed, and a replaced one gets its
+// old content back from a hard link made just before its rename (on a file system without hard
+// links that one cannot be restored, and the error says so). Destroyed before publish(), it
+// removes its temporaries.
+class StagedFiles {
+ public:
+  // With `replace`, existing regular files are replaced; without it, a target that exists
+  // (even one that appeared after stage()) is refused by the rename.
+  explicit StagedFiles(bool replace) : replace_(replace) {}
+  ~StagedFiles();
+  StagedFiles(const StagedFiles&) = delete;
+  StagedFiles& operator=(const StagedFiles&) = delete;
+
+  void stage(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces);
+  void publish();
+
+ private:
+  struct Staged {
+    std::string target;
+    std::string temporary;  // empty once renamed onto the target
+  };
+  bool replace_;
+  std::vector<Staged> staged_;
+};
 
 }  // namespace mmt::detail

@@ -6,8 +6,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <span>
+#include <string_view>
 
 #include "file_io.h"
+#include "temp_files.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/dataset_writer.h"
 #include "test_util.h"
@@ -188,6 +191,57 @@ TEST(FileIoTest, FailureForeverDuringAppendAbortsTheWriter) {
   }
   EXPECT_TRUE(folder_entries(dir).empty());
   EXPECT_THROW(writer.append({full({}, 1, kInt64)}), ValueError);  // aborted: says so
+}
+
+std::span<const std::byte> bytes_of(std::string_view text) { return std::as_bytes(std::span(text)); }
+
+// A group of files changes all together or not at all: until publish() nothing is in place,
+// and a rename that fails part-way takes back the ones already placed.
+TEST(StagedFilesTest, PublishPutsEveryFileInPlaceOrNone) {
+  TempDir dir;
+  const std::string old_file = dir.file("old.npy"), new_file = dir.file("new.npy"), third = dir.file("third.npy");
+  { std::ofstream(old_file) << "old content"; }
+  {
+    detail::StagedFiles files(/*replace=*/true);
+    files.stage(old_file, {bytes_of("replaced")});
+    files.stage(new_file, {bytes_of("created")});
+    EXPECT_EQ(file_bytes(old_file), "old content") << "nothing is in place before publish()";
+    EXPECT_FALSE(std::filesystem::exists(new_file));
+  }  // destroyed unpublished: the temporaries go
+  EXPECT_EQ(folder_entries(dir), std::vector<std::string>{"old.npy"});
+
+  // The third rename fails: the first file gets its old content back, the second goes.
+  {
+    detail::StagedFiles files(/*replace=*/true);
+    files.stage(old_file, {bytes_of("replaced")});
+    files.stage(new_file, {bytes_of("created")});
+    files.stage(third, {bytes_of("third")});
+    ScopedFault fault({.step = Step::Rename, .nth = 3, .errno_value = EIO});
+    EXPECT_THROW(files.publish(), IoError);
+  }
+  EXPECT_EQ(file_bytes(old_file), "old content");
+  EXPECT_EQ(folder_entries(dir), std::vector<std::string>{"old.npy"}) << "no file or temporary is left";
+
+  {
+    detail::StagedFiles files(/*replace=*/true);
+    files.stage(old_file, {bytes_of("replaced")});
+    files.stage(new_file, {bytes_of("created"), bytes_of(" in two pieces")});
+    files.publish();
+  }
+  EXPECT_EQ(file_bytes(old_file), "replaced");
+  EXPECT_EQ(file_bytes(new_file), "created in two pieces");
+  EXPECT_EQ(folder_entries(dir), (std::vector<std::string>{"new.npy", "old.npy"})) << "no backup is left";
+
+  // Without replace, an existing target is refused when staged, and one that appears after
+  // staging is refused by the rename, and the files placed before it are taken back.
+  detail::StagedFiles no_replace(/*replace=*/false);
+  EXPECT_THROW(no_replace.stage(old_file, {bytes_of("x")}), IoError);
+  no_replace.stage(dir.file("a.npy"), {bytes_of("a")});
+  no_replace.stage(third, {bytes_of("third")});
+  { std::ofstream(third) << "appeared"; }
+  EXPECT_THROW(no_replace.publish(), IoError);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("a.npy")));
+  EXPECT_EQ(file_bytes(third), "appeared");
 }
 
 }  // namespace

@@ -474,6 +474,15 @@ TEST_F(MmtCli, ExportThatFailsPartWayLeavesNothingBehind) {
   EXPECT_EQ(bad.out, "") << "nothing is reported written";
   EXPECT_FALSE(fs::exists(path("kept/new"))) << bad.err;
   EXPECT_TRUE(fs::exists(path("kept"))) << "a folder that was there stays";
+
+  // With --force over an earlier export, the files it would replace keep their old content.
+  fs::create_directory(path("earlier"));
+  save("earlier/a.npy", records(kInt64, 3, {2}));
+  RunResult forced = run_mmt({"export", path("a.mmt"), path("earlier"), "--force"});
+  EXPECT_NE(forced.exit_code, 0);
+  EXPECT_TRUE(load_npy(path("earlier/a.npy")).equal(records(kInt64, 3, {2}))) << forced.err;
+  EXPECT_EQ(std::distance(fs::directory_iterator(path("earlier")), fs::directory_iterator()), 1)
+      << "no temporary is left";
 }
 
 TEST_F(MmtCli, GetPrintsLikePyTorch) {

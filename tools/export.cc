@@ -63,8 +63,9 @@ void run_export(const ExportArgs& args) {
     check_output_path(paths.back(), args.force);
   }
   // What cannot be known before writing (a damaged chunk met by column(), a name the file
-  // system finds too long, a full disk) undoes the export: the .npy files it created and the
-  // folders it made go. Files replaced under --force stay replaced.
+  // system finds too long, a full disk) undoes the export. Every .npy is written to a
+  // temporary first and put in place only once all are written, so no existing file is
+  // replaced by a failed export; the folders it made go too.
   std::vector<fs::path> made_folders;
   std::error_code unknown;  // a folder that cannot be looked at is not counted as made here
   for (fs::path folder = fs::absolute(args.dir); !folder.empty() && !fs::exists(folder, unknown) && !unknown;
@@ -72,23 +73,21 @@ void run_export(const ExportArgs& args) {
     made_folders.push_back(folder);
     if (folder == folder.parent_path()) break;
   }
-  std::vector<std::string> created;
   std::ostringstream written;  // printed once the whole export stands
   try {
     std::error_code ec;
     fs::create_directories(args.dir, ec);
     MMT_CHECK(!ec && fs::is_directory(args.dir), IoError, "cannot create folder ", args.dir, ": ",
               ec ? ec.message() : "a file is in the way");
+    detail::StagedFiles files(args.force);
     for (size_t k = 0; k < names.size(); ++k) {
       Tensor column = ds.column(names[k]);  // checks (and hashes) every chunk under it
-      const bool existed = fs::exists(paths[k]);
-      write_npy_file(paths[k], column, args.force);
-      if (!existed) created.push_back(paths[k]);
+      stage_npy_file(files, paths[k], column);
       written << printable(paths[k]) << "  " << to_string(column.dtype()) << " " << column.sizes() << "\n";
     }
+    files.publish();
   } catch (...) {
     std::error_code ignored;
-    for (const std::string& path : created) fs::remove(path, ignored);
     for (const fs::path& folder : made_folders) fs::remove(folder, ignored);  // deepest first; only if empty
     throw;
   }

@@ -16,14 +16,32 @@ void write_output_file(const std::string& path, std::span<const std::byte> bytes
   detail::write_file_atomically(path, {bytes}, /*replace=*/force);
 }
 
-void write_npy_file(const std::string& path, const Tensor& t, bool force) {
+namespace {
+
+// The header and data bytes of `t` as an .npy file, handed to `write`.
+template <typename Write>
+void with_npy_bytes(const Tensor& t, Write&& write) {
   const Tensor host = (t.is_cuda() ? t.cpu() : t).contiguous();
   const std::string header = detail::npy_header_bytes(host.dtype(), host.sizes());
   std::span<const std::byte> data;
   if (host.nbytes() > 0)
     data = {static_cast<const std::byte*>(host.data_ptr()), static_cast<size_t>(host.nbytes())};
-  check_output_path(path, force);
-  detail::write_file_atomically(path, {std::as_bytes(std::span(header)), data}, /*replace=*/force);
+  write(std::as_bytes(std::span(header)), data);
+}
+
+}  // namespace
+
+void write_npy_file(const std::string& path, const Tensor& t, bool force) {
+  with_npy_bytes(t, [&](std::span<const std::byte> header, std::span<const std::byte> data) {
+    check_output_path(path, force);
+    detail::write_file_atomically(path, {header, data}, /*replace=*/force);
+  });
+}
+
+void stage_npy_file(detail::StagedFiles& files, const std::string& path, const Tensor& t) {
+  with_npy_bytes(t, [&](std::span<const std::byte> header, std::span<const std::byte> data) {
+    files.stage(path, {header, data});
+  });
 }
 
 }  // namespace mmt::tool

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "mmtensor/tensor.h"
+#include "temp_files.h"
 
 namespace mmt::tool {
 
@@ -23,5 +24,8 @@ void write_output_file(const std::string& path, std::span<const std::byte> bytes
 // The same for `t` as an .npy file (the bytes save_npy writes), without a copy of a
 // contiguous tensor.
 void write_npy_file(const std::string& path, const Tensor& t, bool force);
+
+// Writes `t` as an .npy file to a temporary of `files`, to be put at `path` by its publish().
+void stage_npy_file(detail::StagedFiles& files, const std::string& path, const Tensor& t);
 
 }  // namespace mmt::tool
