@@ -255,6 +255,31 @@ void Dataset::Impl::verify_ragged_structure(const ChunkRef& ref, int64_t* sizes)
             ref.decoded_bytes, " bytes but its records end at byte ", end_of_sections);
 }
 
+void Dataset::Impl::verify_bool_values(const ChunkRef& ref) const {
+  const std::byte* chunk = ref.storage.data() + ref.payload_offset_bytes;
+  const auto refuse_non_bool = [&](const std::byte* begin, int64_t count, size_t f, const char* where) {
+    const std::byte* bad = std::find_if(begin, begin + count, [](std::byte b) { return static_cast<uint8_t>(b) > 1; });
+    MMT_CHECK(bad == begin + count, FormatError, path, ": chunk ", ref.index, ", field '", (*schema)[f].name,
+              "': a bool value byte at decoded byte ", bad - chunk, " (", where, ") holds ",
+              static_cast<int>(static_cast<uint8_t>(*bad)), "; bool values are 0 or 1");
+  };
+  format::RaggedSection section;
+  bool past_first_ragged = false;
+  for (size_t f = 0; f < plans.size(); ++f) {
+    const FieldPlan& plan = plans[f];
+    if (!plan.fixed) {
+      section = next_ragged_section(ref, past_first_ragged ? &section : nullptr, f);
+      past_first_ragged = true;
+      if (plan.dtype == kBool)
+        refuse_non_bool(chunk + section.values_offset, section.end_offset - section.values_offset, f, "ragged values");
+      continue;
+    }
+    if (plan.dtype != kBool) continue;
+    for (int64_t r = 0; r < ref.record_count; ++r)
+      refuse_non_bool(chunk + r * record_stride_bytes + plan.offset_bytes, plan.value_bytes, f, "a fixed value");
+  }
+}
+
 // ---- Dataset methods that work chunk by chunk ----
 void Dataset::verify() const {
   const Impl& d = checked_impl(impl_);
@@ -311,6 +336,7 @@ void Dataset::verify() const {
       int64_t* sizes = value_sizes.data();  // owned out here: the guarded section owns nothing
       d.guarded_if_mapped(ref, [&] { d.verify_ragged_structure(ref, sizes); });
     }
+    if (d.has_bool_field) d.guarded_if_mapped(ref, [&] { d.verify_bool_values(ref); });
   }
   MMT_CHECK(expected_first == d.record_count, FormatError, d.path, ": the chunks hold ", expected_first,
             " records but the footer says ", d.record_count);

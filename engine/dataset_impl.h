@@ -215,6 +215,10 @@ struct Dataset::Impl {
   // Checks every ragged value of a chunk (Dataset::verify); `sizes` holds as many values as
   // the schema's largest rank. Reads the chunk unguarded, as read_ragged_value does.
   void verify_ragged_structure(const ChunkRef& ref, int64_t* sizes) const;
+  // Checks that every bool value of a chunk is 0 or 1 (Dataset::verify); reads unguarded too.
+  // Call after verify_ragged_structure, which checks the sections it walks.
+  void verify_bool_values(const ChunkRef& ref) const;
+  bool has_bool_field = false;
 };
 
 // The Impl of a Dataset handle; ValueError for an empty handle.

@@ -113,6 +113,7 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
     plan.dtype = field.dtype;
     plan.element_bytes = element_size(field.dtype);
     plan.fixed = field.is_fixed();
+    if (field.dtype == kBool) impl->has_bool_field = true;
     if (plan.fixed) {
       plan.offset_bytes = impl->layout.field_offset_bytes[f];
       plan.value_bytes = field.fixed_nbytes();

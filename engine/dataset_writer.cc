@@ -249,6 +249,28 @@ DatasetWriter& DatasetWriter::operator=(DatasetWriter&& other) noexcept {
 DatasetWriter::~DatasetWriter() { abort(); }
 
 // ---------------------------------------------------------------------------------------------
+namespace {
+
+// A bool value holds only bytes 0 and 1 (FORMAT.md, "Schema"): numpy's importer refuses
+// others, and C++ reads them as undefined behaviour. A tensor made over foreign memory can
+// hold anything, so the writer looks before it writes.
+//
+// `values` holds `records` records' values of `field` (1 for one record, B for a [B, ...]
+// batch), the first of them record `first_record`; the error names the record and element.
+void check_bool_bytes(const Tensor& values, int64_t records, int64_t first_record, const Field& field) {
+  if (values.numel() == 0) return;
+  const Tensor host = (values.is_cuda() ? values.cpu() : values).contiguous();
+  const auto* bytes = static_cast<const uint8_t*>(host.data_ptr());
+  const uint8_t* bad = std::find_if(bytes, bytes + host.numel(), [](uint8_t b) { return b > 1; });
+  if (bad == bytes + host.numel()) return;
+  const int64_t per_record = host.numel() / records, at = bad - bytes;
+  throw ValueError(detail::str("record ", first_record + at / per_record, ", field '", field.name,
+                               "': bool element ", at % per_record, " holds the byte ", static_cast<int>(*bad),
+                               "; a bool value may hold only 0 and 1"));
+}
+
+}  // namespace
+
 void DatasetWriter::Impl::validate_record(std::span<const Tensor> values, int64_t record) const {
   MMT_CHECK(values.size() == schema.size(), ValueError, "record ", record, ": expected ",
             schema.size(), " values (one per field), got ", values.size());
@@ -264,6 +286,7 @@ void DatasetWriter::Impl::validate_record(std::span<const Tensor> values, int64_
       shape_ok = field.shape[d] == kVariableDim || field.shape[d] == value.sizes()[d];
     MMT_CHECK(shape_ok, ValueError, "record ", record, ", field '", field.name, "': expected shape ",
               field.shape, ", got ", value.sizes());
+    if (field.dtype == kBool) check_bool_bytes(value, 1, record, field);
     if (!field.is_fixed()) ragged_bytes += value.nbytes();
   }
   if (options.codec.codec != Codec::None) {
@@ -368,6 +391,8 @@ int64_t DatasetWriter::Impl::validate_batch(std::span<const Tensor> values) cons
               "append_batch at record ", first, ", field '", field.name, "': expected records of shape ",
               field.shape, ", got ", values[f].sizes(), " (B first)");
   }
+  for (size_t f = 0; f < schema.size(); ++f)
+    if (schema[f].dtype == kBool && values[f].dtype() == kBool) check_bool_bytes(values[f], batch, first, schema[f]);
   if (!schema.all_fixed()) {
     // The records of a batch share their shapes and dtypes: checking the first checks all.
     std::vector<Tensor> first_record;

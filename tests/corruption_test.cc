@@ -10,6 +10,7 @@
 #include <random>
 
 #include "checksum.h"
+#include "crafted_file_util.h"
 #include "format.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/dataset_writer.h"
@@ -19,6 +20,8 @@ namespace mmt {
 namespace {
 
 using testing::TempDir;
+using testing::footer_of;
+using testing::rewrite_entry;
 
 std::vector<std::byte> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -96,11 +99,6 @@ std::string format_error_of(const std::string& path, bool verify_checksums = tru
     return e.what();
   }
   return "";
-}
-
-format::Footer footer_of(const std::vector<std::byte>& bytes) {
-  format::Preamble p = format::decode_preamble(bytes.data(), static_cast<int64_t>(bytes.size()));
-  return format::decode_footer(bytes.data(), static_cast<int64_t>(bytes.size()), p);
 }
 
 TEST(CorruptionTest, GoodFilesReadCleanly) {
@@ -181,16 +179,6 @@ TEST(CorruptionTest, PayloadBitFlipsAreChecksumErrorsNamingTheChunk) {
   }
 }
 
-// Re-encodes chunk `c`'s table entry after `change`, with a valid entry checksum: a file
-// crafted to get past the checksums.
-void rewrite_entry(std::vector<std::byte>& bytes, int64_t c, const std::function<void(format::ChunkEntry&)>& change) {
-  const format::Footer footer = footer_of(bytes);
-  std::byte* entry = bytes.data() + footer.chunk_table_offset + c * format::kChunkEntryBytes;
-  format::ChunkEntry e = format::decode_chunk_entry(entry, static_cast<uint64_t>(c));
-  change(e);
-  format::encode_chunk_entry(e, static_cast<uint64_t>(c), entry);
-}
-
 TEST(CorruptionTest, DecompressionBombIsRefusedBeforeAllocating) {
   TempDir dir;
   for (const char* codec : {"lz4", "zstd"}) {
@@ -242,6 +230,53 @@ TEST(CorruptionTest, RaggedValueEndsThatGoBackAreCaughtBehindValidChecksums) {
   EXPECT_THROW_WITH(ds.get(2, "tokens"), FormatError, "chunk 0, field 'tokens': record 2 has value range [1, 0)");
   EXPECT_THROW_WITH(ds.ragged_column("tokens", 0, 4), FormatError, "record 2 has value range [1, 0)");
   EXPECT_THROW_WITH(ds.verify(), FormatError, "chunk 0, field 'tokens': record 2 has value range [1, 0)");
+}
+
+// A bool value byte other than 0 or 1 in a chunk whose checksum was made valid again, as a
+// buggy writer would leave it: reads take it as true (never undefined behaviour), and verify()
+// names the chunk, the field and the byte.
+TEST(CorruptionTest, BoolBytesOtherThanZeroAndOneAreReportedByVerify) {
+  TempDir dir;
+  const std::string good_path = dir.file("bools.mmt");
+  {
+    WriterOptions options;
+    options.alignment = 64;
+    options.chunk_records = 4;
+    DatasetWriter writer = DatasetWriter::create(
+        good_path, Schema({Field::fixed("mask", kBool, {3}), Field::ragged("flags", kBool, {kVariableDim})}), options);
+    for (int i = 0; i < 6; ++i) writer.append({full({3}, i % 2, kBool), full({i % 3 + 1}, 1, kBool)});
+    writer.finish();
+  }
+  Dataset good = Dataset::open(good_path);
+  EXPECT_NO_THROW(good.verify());
+  const ChunkInfo chunk = good.chunk(1);  // records 4 and 5
+  const Schema schema = good.schema();
+  const format::RecordLayout layout = format::compute_record_layout(schema);
+  struct Damage {
+    const char* field;
+    int64_t decoded_byte;  // record 4's element `element`, false (mask) or true (flags) before
+    int64_t element;
+  };
+  const format::RaggedSection flags = format::locate_ragged_section(
+      read_file(good_path).data() + chunk.file_offset, chunk.decoded_bytes, chunk.record_count,
+      layout.record_stride_bytes, schema, layout, 0, 1);
+  for (const Damage& damage : {Damage{"mask", layout.field_offset_bytes[0] + 2, 2},
+                               Damage{"flags", flags.values_offset + 1, 1}}) {
+    SCOPED_TRACE(damage.field);
+    std::vector<std::byte> bytes = read_file(good_path);
+    std::byte* payload = bytes.data() + chunk.file_offset;
+    payload[damage.decoded_byte] = std::byte{7};
+    rewrite_entry(bytes, 1, [&](format::ChunkEntry& e) {
+      e.payload_checksum = format::payload_checksum(payload, chunk.stored_bytes, 1);
+    });
+    const std::string path = dir.file("bad-bools.mmt");
+    write_file(path, bytes);
+    Dataset ds = Dataset::open(path);
+    EXPECT_TRUE(ds.get(4, damage.field).select(0, damage.element).item<bool>()) << "read as true, not refused";
+    EXPECT_THROW_WITH(ds.verify(), FormatError,
+                      std::string("chunk 1, field '") + damage.field + "': a bool value byte at decoded byte " +
+                          std::to_string(damage.decoded_byte));
+  }
 }
 
 TEST(CorruptionTest, SizeLiesAreCaught) {

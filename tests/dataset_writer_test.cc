@@ -63,6 +63,36 @@ TEST(DatasetWriterTest, ErrorsNameTheRecordAndField) {
   EXPECT_EQ(ds.get(17, "image").at<uint8_t>({0, 3, 3}), 5);
 }
 
+// A bool tensor over foreign memory can hold any byte; the file holds only 0 and 1, so that
+// every reader (numpy's included) reads what the writer was given.
+TEST(DatasetWriterTest, BoolValuesOtherThanZeroAndOneAreRefused) {
+  TempDir dir;
+  DatasetWriter writer = DatasetWriter::create(
+      dir.file("b.mmt"), Schema({Field::fixed("mask", kBool, {2, 2}), Field::ragged("flags", kBool, {kVariableDim})}));
+  const auto bools = [](IntArrayRef sizes, int64_t bad_element, uint8_t bad_byte) {
+    Tensor t = zeros(sizes, kBool);
+    if (bad_element >= 0) static_cast<uint8_t*>(t.mutable_data_ptr())[bad_element] = bad_byte;
+    return t;
+  };
+  writer.append({bools({2, 2}, 0, 1), bools({3}, -1, 0)});
+  EXPECT_THROW_WITH(writer.append({bools({2, 2}, 3, 2), bools({3}, -1, 0)}), ValueError,
+                    "record 1, field 'mask': bool element 3 holds the byte 2; a bool value may hold only 0 and 1");
+  EXPECT_THROW_WITH(writer.append({bools({2, 2}, -1, 0), bools({3}, 1, 255)}), ValueError,
+                    "record 1, field 'flags': bool element 1 holds the byte 255");
+  // A strided source is checked in its logical order.
+  EXPECT_THROW_WITH(writer.append({bools({2, 2}, 1, 9).t(), bools({3}, -1, 0)}), ValueError,
+                    "record 1, field 'mask': bool element 2 holds the byte 9");
+  // A batch names the record that holds the byte.
+  EXPECT_THROW_WITH(writer.append_batch(std::vector<Tensor>{bools({3, 2, 2}, 9, 4), bools({3, 3}, -1, 0)}),
+                    ValueError, "record 3, field 'mask': bool element 1 holds the byte 4");
+  writer.append({bools({2, 2}, 2, 1), bools({1}, 0, 1)});  // still usable
+  writer.finish();
+  Dataset ds = Dataset::open(dir.file("b.mmt"));
+  ASSERT_EQ(ds.size(), 2);
+  EXPECT_TRUE(ds.get(1, "mask").at<bool>({1, 0}));
+  ds.verify();
+}
+
 TEST(DatasetWriterTest, RaggedShapeChecksKeepFixedDims) {
   TempDir dir;
   DatasetWriter writer = DatasetWriter::create(dir.file("r.mmt"), Schema({Field::ragged("pts", kFloat32, {kVariableDim, 3})}));

@@ -16,9 +16,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "crafted_file_util.h"
 #include "file_io.h"
 #include "importer_test_util.h"
 #include "mmtensor/dataset.h"
+#include "mmtensor/dataset_writer.h"
 #include "mmtensor/idx_io.h"
 #include "mmtensor/numpy_io.h"
 #include "mmtensor/packer.h"
@@ -483,6 +485,31 @@ TEST_F(MmtCli, ExportThatFailsPartWayLeavesNothingBehind) {
   EXPECT_TRUE(load_npy(path("earlier/a.npy")).equal(records(kInt64, 3, {2}))) << forced.err;
   EXPECT_EQ(std::distance(fs::directory_iterator(path("earlier")), fs::directory_iterator()), 1)
       << "no temporary is left";
+}
+
+// A bool byte other than 0 or 1 that a buggy writer left behind a valid checksum: verify names
+// its chunk, and export refuses to write an .npy that pack would refuse, leaving nothing.
+TEST_F(MmtCli, VerifyAndExportReportABoolByteOtherThanZeroAndOne) {
+  {
+    WriterOptions options;
+    options.chunk_records = 4;
+    DatasetWriter writer = DatasetWriter::create(path("b.mmt"), Schema({Field::fixed("mask", kBool, {3})}), options);
+    writer.append_batch(std::vector<Tensor>{zeros({10, 3}, kBool)});
+    writer.finish();
+  }
+  int64_t offset = 0;
+  {
+    Dataset ds = Dataset::open(path("b.mmt"));
+    ASSERT_GT(ds.num_chunks(), 1);
+    offset = ds.chunk(1).file_offset + 1;  // chunk 1, its first record's second value
+  }
+  testutil::Bytes bytes = testutil::read_file(path("b.mmt"));
+  bytes[static_cast<size_t>(offset)] = std::byte{3};
+  testing::reseal_payload(bytes, 1);
+  testutil::write_file(path("b.mmt"), bytes);
+  EXPECT_FAILS_WITH(run_mmt({"verify", path("b.mmt")}), "chunk 1, field 'mask': a bool value byte at decoded byte 1");
+  EXPECT_FAILS_WITH(run_mmt({"export", path("b.mmt"), path("out")}), "field 'mask': record 4 holds the bool byte 3");
+  EXPECT_FALSE(fs::exists(path("out")));
 }
 
 TEST_F(MmtCli, GetPrintsLikePyTorch) {

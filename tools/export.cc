@@ -33,6 +33,21 @@ Dataset open_for_export(const std::string& path) {
   return Dataset::open(path, options);
 }
 
+// A bool byte other than 0 or 1 is damage (FORMAT.md) that the checksums cannot see when the
+// writer put it there; an .npy of it would be refused by `mmt pack` and read by numpy as a
+// value no bool holds. Named with its record, as `mmt verify` names its chunk.
+void refuse_non_bool_bytes(const Tensor& column, const std::string& field, const std::string& file) {
+  const Tensor values = column.contiguous();
+  const auto* bytes = static_cast<const uint8_t*>(values.data_ptr());
+  const int64_t count = values.numel();
+  const uint8_t* bad = std::find_if(bytes, bytes + count, [](uint8_t b) { return b > 1; });
+  if (bad == bytes + count) return;
+  const int64_t per_record = count / std::max<int64_t>(values.size(0), 1);
+  throw FormatError(detail::str(file, ": field '", printable(field), "': record ", (bad - bytes) / per_record,
+                                " holds the bool byte ", static_cast<int>(*bad), " (bool values are 0 or 1); ",
+                                "mmt verify reports its chunk"));
+}
+
 void run_export(const ExportArgs& args) {
   MMT_CHECK(!args.dir.empty(), ValueError, "DIR is empty: name the folder to write the .npy files into");
   Dataset ds = open_for_export(args.file);
@@ -82,6 +97,7 @@ void run_export(const ExportArgs& args) {
     detail::StagedFiles files(args.force);
     for (size_t k = 0; k < names.size(); ++k) {
       Tensor column = ds.column(names[k]);  // checks (and hashes) every chunk under it
+      if (column.dtype() == kBool) refuse_non_bool_bytes(column, names[k], args.file);
       stage_npy_file(files, paths[k], column);
       written << printable(paths[k]) << "  " << to_string(column.dtype()) << " " << column.sizes() << "\n";
     }
