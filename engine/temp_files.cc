@@ -141,7 +141,7 @@ StagedFiles::~StagedFiles() {
 }
 
 void StagedFiles::stage(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces) {
-  io::check_output_target(target, replace_, "");  // never a device, pipe, folder or link
+  io::check_output_target(target, replace_, "it is kept (this write replaces no file)");  // nor a device or link
   staged_.push_back({target, ""});  // reserved first: the push cannot fail after the write
   try {
     staged_.back().temporary = write_temporary(target, pieces);

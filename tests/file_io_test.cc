@@ -235,7 +235,7 @@ TEST(StagedFilesTest, PublishPutsEveryFileInPlaceOrNone) {
   // Without replace, an existing target is refused when staged, and one that appears after
   // staging is refused by the rename, and the files placed before it are taken back.
   detail::StagedFiles no_replace(/*replace=*/false);
-  EXPECT_THROW(no_replace.stage(old_file, {bytes_of("x")}), IoError);
+  EXPECT_THROW_WITH(no_replace.stage(old_file, {bytes_of("x")}), IoError, "old.npy already exists; it is kept");
   no_replace.stage(dir.file("a.npy"), {bytes_of("a")});
   no_replace.stage(third, {bytes_of("third")});
   { std::ofstream(third) << "appeared"; }
