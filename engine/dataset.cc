@@ -2,6 +2,7 @@
 // straight over the whole-file mapping without a heap allocation.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "dataset_impl.h"
 #include "mmtensor/error.h"
@@ -16,7 +17,45 @@ Tensor Dataset::Impl::field_view(const ChunkRef& ref, int64_t record, size_t f) 
   return make_tensor_unchecked(ref.storage, plan.dtype, plan.sizes, plan.strides, byte_offset / plan.element_bytes);
 }
 
+namespace {
+
+// Sections of ragged fields deep in the chain, for callers that ask one field at a time (the
+// loader's get(i, field) per row and field, ragged_column per field): the chain of the chunk
+// this thread read last, walked once and extended as needed, so reading every ragged field of
+// a record costs O(fields), not O(fields^2). Keyed by the dataset's instance_id (never reused),
+// the chunk and its decoded bytes' address; it holds offsets only, no memory of the chunk.
+struct SectionChain {
+  uint64_t owner = 0;
+  int64_t chunk = -1;
+  const std::byte* data = nullptr;
+  std::vector<format::RaggedSection> sections;
+};
+thread_local SectionChain section_chain;
+// Fields this close to the chain's start are walked to directly: a few steps cost less than
+// the lookup, and get() of a typical schema (one or two ragged fields) stays as it was.
+constexpr size_t kDirectWalkSections = 4;
+
+}  // namespace
+
 format::RaggedSection Dataset::Impl::ragged_section(const ChunkRef& ref, size_t f) const {
+  const size_t k = plans[f].ragged_index;
+  if (k >= kDirectWalkSections) {
+    SectionChain& chain = section_chain;
+    if (chain.owner != instance_id || chain.chunk != ref.index || chain.data != ref.storage.data()) {
+      chain.sections.clear();
+      chain.owner = 0;  // valid again only once a walk has started on this chunk
+      chain.chunk = ref.index;
+      chain.data = ref.storage.data();
+    }
+    while (chain.sections.size() <= k) {
+      const size_t next = chain.sections.size();
+      const format::RaggedSection s =
+          next_ragged_section(ref, next == 0 ? nullptr : &chain.sections.back(), layout.ragged_fields[next]);
+      chain.sections.push_back(s);
+      chain.owner = instance_id;
+    }
+    return chain.sections[k];
+  }
   // In an uncompressed chunk the section headers are in the mapping: guarded like every
   // other engine read (a file shrunk under the reader gives IoError here, not SIGBUS).
   try {
