@@ -269,6 +269,21 @@ void check_bool_bytes(const Tensor& values, int64_t records, int64_t first_recor
                                "; a bool value may hold only 0 and 1"));
 }
 
+int64_t saturating_mul(int64_t a, int64_t b) {
+  int64_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? INT64_MAX : product;
+}
+
+// The chunk buffer's next capacity, for `needed` bytes of a chunk that takes `full_chunk`
+// bytes when full. A chunk of ordinary size is allocated whole, once. A huge one (chunk_bytes
+// of 100 GB, say) grows with what is appended, doubling: the data may never fill it.
+int64_t grown_capacity(int64_t needed, int64_t full_chunk, int64_t capacity) {
+  constexpr int64_t kWholeChunkBytes = int64_t{64} << 20;
+  if (full_chunk <= kWholeChunkBytes) return std::max(needed, full_chunk);
+  const int64_t doubled = capacity > INT64_MAX / 2 ? INT64_MAX : 2 * capacity;
+  return std::max(needed, std::min(full_chunk, std::max(doubled, kWholeChunkBytes)));
+}
+
 }  // namespace
 
 void DatasetWriter::Impl::validate_record(std::span<const Tensor> values, int64_t record) const {
@@ -321,8 +336,10 @@ void DatasetWriter::Impl::copy_record(std::span<const Tensor> values) {
   const int64_t stride = layout.record_stride_bytes;
   if (current.ragged.size() != layout.ragged_fields.size()) current.ragged.resize(layout.ragged_fields.size());
   if (stride > 0 && (current.record_count + 1) * stride > current.fixed_capacity_bytes) {
-    grow_fixed_buffer(records_per_chunk > 0 ? records_per_chunk * stride
-                                            : std::max((current.record_count + 1) * stride * 2, 64 * stride));
+    const int64_t needed = (current.record_count + 1) * stride;
+    grow_fixed_buffer(records_per_chunk > 0
+                          ? grown_capacity(needed, saturating_mul(records_per_chunk, stride), current.fixed_capacity_bytes)
+                          : std::max(needed * 2, 64 * stride));
   }
   std::byte* slot = current.fixed.get() + current.record_count * stride;
   if (record_has_padding) std::memset(slot, 0, static_cast<size_t>(stride));
@@ -407,9 +424,9 @@ int64_t DatasetWriter::Impl::validate_batch(std::span<const Tensor> values) cons
 void DatasetWriter::Impl::copy_records(std::span<const Tensor> values, int64_t start, int64_t count) {
   const int64_t stride = layout.record_stride_bytes;
   const int64_t needed = (current.record_count + count) * stride;
-  if (needed > current.fixed_capacity_bytes) {
-    grow_fixed_buffer(std::max(needed, (current.record_count + records_left_in_chunk()) * stride));
-  }
+  if (needed > current.fixed_capacity_bytes)
+    grow_fixed_buffer(grown_capacity(needed, saturating_mul(current.record_count + records_left_in_chunk(), stride),
+                                     current.fixed_capacity_bytes));
   std::byte* first_slot = current.fixed.get() + current.record_count * stride;
   if (record_has_padding) std::memset(first_slot, 0, static_cast<size_t>(count * stride));
   int64_t value_bytes = 0;

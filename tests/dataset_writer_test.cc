@@ -93,6 +93,28 @@ TEST(DatasetWriterTest, BoolValuesOtherThanZeroAndOneAreRefused) {
   ds.verify();
 }
 
+// The chunk buffer grows with what is appended: a chunk size far beyond the data (or the
+// machine's memory) costs nothing until records fill it.
+TEST(DatasetWriterTest, AHugeChunkSizeDoesNotAllocateTheWholeChunk) {
+  TempDir dir;
+  for (const bool by_records : {false, true}) {
+    WriterOptions options;
+    if (by_records) options.chunk_records = (int64_t{1} << 32) - 1;
+    else options.chunk_bytes = int64_t{1} << 40;
+    const std::string path = dir.file(by_records ? "records.mmt" : "bytes.mmt");
+    DatasetWriter writer = DatasetWriter::create(path, image_schema(), options);
+    append_images(writer, 5);  // record by record
+    writer.append_batch(std::vector<Tensor>{zeros({3, 1, 28, 28}, kUInt8), full({3}, 7, kInt64)});
+    writer.finish();
+    Dataset ds = Dataset::open(path);
+    ASSERT_EQ(ds.size(), 8);
+    EXPECT_EQ(ds.num_chunks(), 1);
+    EXPECT_EQ(ds.get(4, "label").item<int64_t>(), 4);
+    EXPECT_EQ(ds.get(7, "label").item<int64_t>(), 7);
+    ds.verify();
+  }
+}
+
 TEST(DatasetWriterTest, RaggedShapeChecksKeepFixedDims) {
   TempDir dir;
   DatasetWriter writer = DatasetWriter::create(dir.file("r.mmt"), Schema({Field::ragged("pts", kFloat32, {kVariableDim, 3})}));
