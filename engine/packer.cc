@@ -276,7 +276,13 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
   Clock::time_point last_report = Clock::now();
   // Arrays go in batches (one copy per field and chunk); a folder record by record (each
   // record is a file read). Cancellation and progress are checked between steps.
-  constexpr int64_t kBatchRecords = 1024;
+  // A batch is at most 1024 records and about 4 MiB, so a Ctrl-C waits for a few MiB of
+  // copying (and the chunks in flight), not for 1024 records of 4 MiB each.
+  constexpr int64_t kBatchRecords = 1024, kBatchBytes = int64_t{4} << 20;
+  int64_t record_bytes = 1;
+  for (const Field& field : sources.schema())
+    if (field.is_fixed()) record_bytes += field.fixed_nbytes();
+  const int64_t batch_records = std::clamp<int64_t>(kBatchBytes / record_bytes, 1, kBatchRecords);
   std::vector<Tensor> values;
   for (int64_t i = 0; i < sources.records();) {
     if (options.cancel && options.cancel->load(std::memory_order_relaxed)) {
@@ -284,7 +290,7 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
       throw PackCancelled(str("packing ", path, " was interrupted after ", i, " of ",
                               sources.records(), " records; ", path, " was left as it was"));
     }
-    const int64_t count = std::min(kBatchRecords, sources.records() - i);
+    const int64_t count = std::min(batch_records, sources.records() - i);
     if (sources.record_batch(i, count, values)) {
       writer.append_batch(std::span<const Tensor>(values));
       i += count;
