@@ -197,14 +197,14 @@ void run_bench(const BenchArgs& args) {
   report["loader"]["workers"] = options.num_workers;
 
   if (args.json) {
-    std::cout << report.dump(2) << "\n";
+    std::cout << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return;
   }
   auto line = [](const char* what, const Rate& r) {
     std::printf("  %-16s %12.0f samples/s  %10s/s\n", what, r.samples_per_second(),
                 human_bytes(r.bytes_per_second()).c_str());
   };
-  std::printf("%s: %lld records, codec %s, batch %lld, %d thread(s)\n", args.file.c_str(),
+  std::printf("%s: %lld records, codec %s, batch %lld, %d thread(s)\n", printable(args.file).c_str(),
               static_cast<long long>(ds.size()), ds.info().codec.str().c_str(),
               static_cast<long long>(args.batch), args.threads);
   line("random get", random_get);
