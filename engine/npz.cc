@@ -276,7 +276,13 @@ class ZipReader {
 
 }  // namespace
 
-std::vector<NpzMember> parse_npz(std::span<const std::byte> bytes, std::string_view what) {
+namespace {
+
+// `backing`, when given, owns `bytes` (the archive's mapping): a stored member whose data is
+// aligned for its dtype and in native order is then a view into it, not a copy, so packing a
+// large stored .npz does not hold the archive in memory twice.
+std::vector<NpzMember> parse_npz_members(std::span<const std::byte> bytes, std::string_view what,
+                                         const UntypedStorage* backing) {
   ZipReader zip(bytes, what);
   std::vector<NpzMember> out;
   // The members of a ZIP never share bytes, so their stored sizes add up to less than the
@@ -300,21 +306,31 @@ std::vector<NpzMember> parse_npz(std::span<const std::byte> bytes, std::string_v
       throw FormatError(str(member_what, ": header declares ", header.data_nbytes,
                             " bytes of data but the member holds ", available,
                             " bytes after the header"));
-    // A stored member's bytes belong to the caller's buffer, so they are copied out; an
-    // inflated member already lives in its own host buffer and is used in place.
-    Tensor array = member.inflated.nbytes() == 0
-                       ? detail::npy_tensor_copy(member.bytes.data() + header.data_offset, header,
-                                                 member_what)
-                       : detail::npy_tensor_over(member.inflated, header.data_offset, header,
-                                                 member_what);
+    // An inflated member lives in its own host buffer and is used in place. A stored one is
+    // a view into the mapping when it can be (numpy's zip headers often leave a member's data
+    // unaligned for its dtype: then a copy), and a copy out of a caller's buffer.
+    const std::byte* data = member.bytes.data() + header.data_offset;
+    Tensor array;
+    if (member.inflated.nbytes() != 0)
+      array = detail::npy_tensor_over(member.inflated, header.data_offset, header, member_what);
+    else if (backing)
+      array = detail::npy_tensor_over(*backing, data - backing->data(), header, member_what);
+    else
+      array = detail::npy_tensor_copy(data, header, member_what);
     out.push_back({m.name.substr(0, m.name.size() - kSuffix.size()), std::move(array)});
   }
   return out;
 }
 
-std::vector<NpzMember> load_npz(const std::string& path) {
+}  // namespace
+
+std::vector<NpzMember> parse_npz(std::span<const std::byte> bytes, std::string_view what) {
+  return parse_npz_members(bytes, what, nullptr);
+}
+
+std::vector<NpzMember> load_npz(const std::string& path, bool mmap) {
   detail::InputFile file = detail::map_input_file(path);
-  return parse_npz(file.bytes, path);
+  return parse_npz_members(file.bytes, path, mmap ? &file.mapping : nullptr);
 }
 
 }  // namespace mmt

@@ -55,6 +55,21 @@ TEST(Npz, LoadsFromDiskAndOutlivesTheMapping) {
   EXPECT_THROW(load_npz(dir / "a.npz"), IoError);
 }
 
+// A stored byte array is a view into the archive's mapping (a large stored .npz is not held
+// in memory twice); with mmap=false, or where its data is unaligned for its dtype, a copy.
+TEST(Npz, StoredByteArraysAreViewsOfTheFile) {
+  TempFolder dir;
+  testutil::write_file(dir / "a.npz", zip_archive(two_arrays(false)));
+  std::vector<NpzMember> mapped = load_npz(dir / "a.npz");
+  expect_two_arrays(mapped);
+  EXPECT_EQ(mapped[0].array.untyped_storage().filename(), dir / "a.npz");
+  const bool labels_aligned = reinterpret_cast<uintptr_t>(mapped[1].array.data_ptr()) % 8 == 0;
+  EXPECT_EQ(mapped[1].array.untyped_storage().filename().empty(), !labels_aligned);
+  std::vector<NpzMember> copied = load_npz(dir / "a.npz", /*mmap=*/false);
+  expect_two_arrays(copied);
+  EXPECT_TRUE(copied[0].array.untyped_storage().filename().empty());
+}
+
 TEST(Npz, EmptyArchiveHasNoMembers) {
   EXPECT_TRUE(parse_npz(zip_archive({}), "empty.npz").empty());
 }

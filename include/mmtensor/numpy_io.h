@@ -94,11 +94,14 @@ struct NpzMember {
   Tensor array;
 };
 
-// Loads every array of an .npz file, in the archive's member order. Members are copied into
-// host memory (stored members are copied, deflated ones inflated). Members whose names do not
-// end in ".npy" are refused, as are encrypted members and compression methods other than
-// stored (0) and deflate (8).
-std::vector<NpzMember> load_npz(const std::string& path);
+// Loads every array of an .npz file, in the archive's member order. Deflated members are
+// inflated into host memory. A stored member, with mmap=true, is a zero-copy read-only view of
+// the file when its data is in native byte order at an address aligned for its dtype (like
+// load_npy; numpy's zip headers often leave it unaligned, and byte arrays are always aligned);
+// otherwise it is copied into host memory. Members whose names do not end in ".npy" are
+// refused, as are encrypted members and compression methods other than stored (0) and
+// deflate (8).
+std::vector<NpzMember> load_npz(const std::string& path, bool mmap = true);
 
 // The same for an archive held in memory; `what` names it in error messages.
 std::vector<NpzMember> parse_npz(std::span<const std::byte> bytes, std::string_view what);
