@@ -266,9 +266,7 @@ TEST(CorruptionTest, BoolBytesOtherThanZeroAndOneAreReportedByVerify) {
     std::vector<std::byte> bytes = read_file(good_path);
     std::byte* payload = bytes.data() + chunk.file_offset;
     payload[damage.decoded_byte] = std::byte{7};
-    rewrite_entry(bytes, 1, [&](format::ChunkEntry& e) {
-      e.payload_checksum = format::payload_checksum(payload, chunk.stored_bytes, 1);
-    });
+    testing::reseal_payload(bytes, 1);
     const std::string path = dir.file("bad-bools.mmt");
     write_file(path, bytes);
     Dataset ds = Dataset::open(path);
