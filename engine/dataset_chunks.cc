@@ -7,6 +7,7 @@
 
 #include "codec_engine.h"
 #include "dataset_impl.h"
+#include "import_util.h"
 #include "mmtensor/error.h"
 
 namespace mmt {
@@ -258,10 +259,10 @@ void Dataset::Impl::verify_ragged_structure(const ChunkRef& ref, int64_t* sizes)
 void Dataset::Impl::verify_bool_values(const ChunkRef& ref) const {
   const std::byte* chunk = ref.storage.data() + ref.payload_offset_bytes;
   const auto refuse_non_bool = [&](const std::byte* begin, int64_t count, size_t f, const char* where) {
-    const std::byte* bad = std::find_if(begin, begin + count, [](std::byte b) { return static_cast<uint8_t>(b) > 1; });
-    MMT_CHECK(bad == begin + count, FormatError, path, ": chunk ", ref.index, ", field '", (*schema)[f].name,
-              "': a bool value byte at decoded byte ", bad - chunk, " (", where, ") holds ",
-              static_cast<int>(static_cast<uint8_t>(*bad)), "; bool values are 0 or 1");
+    const int64_t at = detail::first_invalid_bool(begin, count);
+    MMT_CHECK(at < 0, FormatError, path, ": chunk ", ref.index, ", field '", (*schema)[f].name,
+              "': a bool value byte at decoded byte ", begin + at - chunk, " (", where, ") holds ",
+              static_cast<int>(static_cast<uint8_t>(begin[at])), "; bool values are 0 or 1");
   };
   format::RaggedSection section;
   bool past_first_ragged = false;

@@ -13,6 +13,7 @@
 #include "codec_engine.h"
 #include "file_io.h"
 #include "format.h"
+#include "import_util.h"
 #include "mapping_guard.h"
 #include "mmtensor/dataset_writer.h"
 #include "mmtensor/error.h"
@@ -260,13 +261,13 @@ namespace {
 void check_bool_bytes(const Tensor& values, int64_t records, int64_t first_record, const Field& field) {
   if (values.numel() == 0) return;
   const Tensor host = (values.is_cuda() ? values.cpu() : values).contiguous();
-  const auto* bytes = static_cast<const uint8_t*>(host.data_ptr());
-  const uint8_t* bad = std::find_if(bytes, bytes + host.numel(), [](uint8_t b) { return b > 1; });
-  if (bad == bytes + host.numel()) return;
-  const int64_t per_record = host.numel() / records, at = bad - bytes;
+  const auto* bytes = static_cast<const std::byte*>(host.data_ptr());
+  const int64_t at = detail::first_invalid_bool(bytes, host.numel());
+  if (at < 0) return;
+  const int64_t per_record = host.numel() / records;
   throw ValueError(detail::str("record ", first_record + at / per_record, ", field '", field.name,
-                               "': bool element ", at % per_record, " holds the byte ", static_cast<int>(*bad),
-                               "; a bool value may hold only 0 and 1"));
+                               "': bool element ", at % per_record, " holds the byte ",
+                               static_cast<int>(static_cast<uint8_t>(bytes[at])), "; a bool value may hold only 0 and 1"));
 }
 
 int64_t saturating_mul(int64_t a, int64_t b) {

@@ -8,6 +8,7 @@
 
 #include "mmt_commands.h"
 #include "mmtensor/dataset.h"
+#include "import_util.h"
 #include "mmtensor/numpy_io.h"
 #include "output_file.h"
 
@@ -38,14 +39,13 @@ Dataset open_for_export(const std::string& path) {
 // value no bool holds. Named with its record, as `mmt verify` names its chunk.
 void refuse_non_bool_bytes(const Tensor& column, const std::string& field, const std::string& file) {
   const Tensor values = column.contiguous();
-  const auto* bytes = static_cast<const uint8_t*>(values.data_ptr());
-  const int64_t count = values.numel();
-  const uint8_t* bad = std::find_if(bytes, bytes + count, [](uint8_t b) { return b > 1; });
-  if (bad == bytes + count) return;
-  const int64_t per_record = count / std::max<int64_t>(values.size(0), 1);
-  throw FormatError(detail::str(file, ": field '", printable(field), "': record ", (bad - bytes) / per_record,
-                                " holds the bool byte ", static_cast<int>(*bad), " (bool values are 0 or 1); ",
-                                "mmt verify reports its chunk"));
+  const auto* bytes = static_cast<const std::byte*>(values.data_ptr());
+  const int64_t at = detail::first_invalid_bool(bytes, values.numel());
+  if (at < 0) return;
+  const int64_t per_record = values.numel() / std::max<int64_t>(values.size(0), 1);
+  throw FormatError(detail::str(file, ": field '", printable(field), "': record ", at / per_record,
+                                " holds the bool byte ", static_cast<int>(static_cast<uint8_t>(bytes[at])),
+                                " (bool values are 0 or 1); mmt verify reports its chunk"));
 }
 
 void run_export(const ExportArgs& args) {
