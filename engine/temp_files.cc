@@ -68,6 +68,15 @@ long temporary_owner(std::string_view name, std::string_view prefix) {
   return pid;
 }
 
+// Removes a temporary on a path that already failed: the first failure is the one to report,
+// and one left behind is swept by the next writer of its target.
+void remove_quietly(const std::string& path) noexcept {
+  try {
+    io::remove_file(path);
+  } catch (...) {
+  }
+}
+
 }  // namespace
 
 std::string temporary_path_for(const std::string& target) {
@@ -103,11 +112,7 @@ std::string write_temporary(const std::string& target, std::initializer_list<std
     file.close();
   } catch (...) {
     file = io::WritableFile();
-    try {
-      io::remove_file(temp);
-    } catch (const Error&) {
-      // The first failure is the one to report.
-    }
+    remove_quietly(temp);
     throw;
   }
   return temp;
@@ -120,24 +125,15 @@ void write_file_atomically(const std::string& target, std::initializer_list<std:
   try {
     io::rename_file(temp, target, replace);
   } catch (...) {
-    try {
-      io::remove_file(temp);
-    } catch (const Error&) {
-      // The first failure is the one to report.
-    }
+    remove_quietly(temp);
     throw;
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 StagedFiles::~StagedFiles() {
-  for (const Staged& s : staged_) {
-    if (s.temporary.empty()) continue;
-    try {
-      io::remove_file(s.temporary);
-    } catch (const Error&) {  // a destructor reports nothing; the next writer sweeps it
-    }
-  }
+  for (const Staged& s : staged_)
+    if (!s.temporary.empty()) remove_quietly(s.temporary);
 }
 
 void StagedFiles::stage(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces) {
@@ -159,12 +155,6 @@ void StagedFiles::publish() {
   };
   std::vector<Placed> placed;
   placed.reserve(staged_.size());
-  const auto remove_quietly = [](const std::string& path) {
-    try {
-      io::remove_file(path);
-    } catch (const Error&) {
-    }
-  };
   try {
     for (Staged& s : staged_) {
       Placed p{s.target, "", false};
