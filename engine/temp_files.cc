@@ -8,10 +8,13 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string_view>
+#include <utility>
 
+#include "checksum.h"
 #include "file_io.h"
 #include "mmtensor/error.h"
 
@@ -21,6 +24,12 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr size_t kRandomDigits = 16;
+// A file name is at most 255 bytes (NAME_MAX on Linux's file systems). A temporary's name adds
+// ".tmp-<pid>-<host>-<16 hex digits>": at most 5 + 10 + 1 + kMaxHostTag + 1 + 16 = 97 bytes.
+// A target name longer than kMaxNameKept is cut to that, plus "~" and a hash of the whole name
+// (so the temporaries of two long names that share a beginning stay apart): 117 + 97 < 255.
+constexpr size_t kMaxHostTag = 64;  // HOST_NAME_MAX on Linux
+constexpr size_t kMaxNameKept = 100;
 
 std::string random_suffix() {
   std::random_device device;
@@ -35,7 +44,7 @@ const std::string& host_tag() {
   static const std::string tag = [] {
     char name[256] = {};
     if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return std::string("localhost");
-    std::string text(name);
+    std::string text(name, ::strnlen(name, kMaxHostTag));
     for (char& c : text)
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') c = '_';
     return text;
@@ -43,9 +52,25 @@ const std::string& host_tag() {
   return tag;
 }
 
-std::string file_name_of(const std::string& path) {
+// The target's folder (with its trailing '/', or empty) and file name.
+std::pair<std::string, std::string> split_path(const std::string& path) {
   const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
+  if (slash == std::string::npos) return {"", path};
+  return {path.substr(0, slash + 1), path.substr(slash + 1)};
+}
+
+// The part of a temporary's name that stands for its target: the target's file name, or for a
+// name that would take the temporary past NAME_MAX, its first kMaxNameKept bytes (not cutting a
+// UTF-8 sequence) and "~<16 hex digits of its hash>". The same target always gives the same
+// stem, so remove_dead_temporaries finds what an earlier writer of that target left.
+std::string temporary_stem(const std::string& name) {
+  if (name.size() <= kMaxNameKept + 1 + kRandomDigits) return name;
+  size_t kept = kMaxNameKept;
+  while (kept > 0 && (static_cast<unsigned char>(name[kept]) & 0xC0) == 0x80) --kept;
+  char hash[kRandomDigits + 1];
+  std::snprintf(hash, sizeof hash, "%016llx",
+                static_cast<unsigned long long>(checksum64(name.data(), name.size())));
+  return str(std::string_view(name).substr(0, kept), "~", hash);
 }
 
 // The pid of a temporary of `prefix` ("<target name>.tmp-") made on this host, or -1 for any
@@ -80,11 +105,12 @@ void remove_quietly(const std::string& path) noexcept {
 }  // namespace
 
 std::string temporary_path_for(const std::string& target) {
-  return str(target, ".tmp-", ::getpid(), "-", host_tag(), "-", random_suffix());
+  const auto [folder, name] = split_path(target);
+  return str(folder, temporary_stem(name), ".tmp-", ::getpid(), "-", host_tag(), "-", random_suffix());
 }
 
 int remove_dead_temporaries(const std::string& target) {
-  const std::string prefix = file_name_of(target) + ".tmp-";
+  const std::string prefix = temporary_stem(split_path(target).second) + ".tmp-";
   const fs::path folder = io::parent_dir(target);
   std::error_code error;
   fs::directory_iterator it(folder, error);

@@ -6,7 +6,9 @@
 // a temporary of that target whose process is gone. The name carries the host so that, in a
 // folder shared between machines (NFS), a writer never judges another machine's process by
 // its own process table: only temporaries of this host are considered. A process id reused
-// by a live process keeps its temporary (it is kept, never wrongly removed).
+// by a live process keeps its temporary (it is kept, never wrongly removed). A target whose
+// name is too long to take the suffix within NAME_MAX goes in as its first 100 bytes, "~" and a
+// hash of the whole name: any name the target itself may have can be written.
 #pragma once
 
 #include <cstddef>

@@ -258,6 +258,39 @@ TEST(DatasetWriterTest, MetadataNoReaderWouldOpenIsRefused) {
   big.set_metadata("b", std::string(40 << 20, 'x'));
 }
 
+// A target named up to NAME_MAX bytes is written: its temporary's name is shortened to fit
+// (at most its first 100 bytes, "~" and a hash of the whole name), and a dead writer's temporary of
+// that target is still found and removed by the next writer.
+TEST(DatasetWriterTest, ATargetNameOfTheFullLengthIsWritten) {
+  TempDir dir;
+  // 255 bytes of UTF-8, with a two-byte character across the 100-byte cut: the cut comes before it.
+  const std::string name = std::string(99, 'n') + "\xc3\xa9" + std::string(154, 'n');
+  const std::string target = dir.file(name);
+  std::string live_name;
+  {
+    DatasetWriter writer = DatasetWriter::create(target, image_schema());
+    live_name = folder_entries(dir).at(0);
+  }
+  EXPECT_LE(live_name.size(), 255u);
+  EXPECT_EQ(live_name.substr(0, 100), std::string(99, 'n') + "~") << live_name;
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);
+  const std::string own_pid = std::to_string(::getpid());
+  const size_t pid_at = live_name.find(".tmp-" + own_pid + "-");
+  ASSERT_NE(pid_at, std::string::npos) << live_name;
+  std::string dead_name = live_name;
+  dead_name.replace(pid_at + 5, own_pid.size(), std::to_string(child));
+  std::ofstream(dir.file(dead_name)) << "half a dataset";
+
+  DatasetWriter writer = DatasetWriter::create(target, image_schema());
+  append_images(writer, 3);
+  writer.finish();
+  EXPECT_EQ(folder_entries(dir), std::vector<std::string>{name});
+  EXPECT_EQ(Dataset::open(target).size(), 3);
+}
+
 // A SIGKILLed writer cannot remove its temporary; the next writer of the same target does,
 // when the process that made it is gone, and touches nothing else.
 TEST(DatasetWriterTest, NextWriterRemovesTemporariesOfDeadWriters) {

@@ -462,17 +462,41 @@ TEST_F(MmtCli, ExportFindsACorruptUncompressedChunkAndWritesNothingForIt) {
   EXPECT_FALSE(fs::exists(path("out")));
 }
 
-// A failure met only while writing (here the second field's temporary file, whose name is past
-// the file system's limit though NAME.npy is not) takes back what the export wrote before it:
-// the first field's .npy and the folders it made.
+// Names up to the file system's 255-byte limit are written: the temporaries beside them take a
+// shortened name (a 235-byte field name used to fail the export, and a long output name the pack
+// after its inputs were loaded).
+TEST_F(MmtCli, NamesUpToTheFileSystemLimitAreWritten) {
+  const std::string field(251, 'f');  // field + ".npy": 255 bytes
+  const std::string output(255, 'o');
+  save("a.npy", records(kInt32, 10, {}));
+  RunResult packed = run_mmt({"pack", path(output), field + "=" + path("a.npy"), "--codec", "lz4"});
+  ASSERT_EQ(packed.exit_code, 0) << packed.err;
+  RunResult exported = run_mmt({"export", path(output), path("out")});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_TRUE(load_npy(path("out/" + field + ".npy")).equal(records(kInt32, 10, {})));
+  EXPECT_EQ(std::distance(fs::directory_iterator(path("out")), fs::directory_iterator()), 1) << "no temporary is left";
+}
+
+// A failure met only while writing (here a bool byte other than 0 or 1 in the second field,
+// behind a valid checksum, found as that field is written) takes back what the export wrote
+// before it: the first field's .npy and the folders it made.
 TEST_F(MmtCli, ExportThatFailsPartWayLeavesNothingBehind) {
-  const std::string long_name(235, 'b');
-  save("a.npy", records(kInt64, 10, {2}));
-  save("b.npy", records(kInt32, 10, {}));
-  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy"), long_name + "=" + path("b.npy")}).exit_code, 0);
+  {
+    WriterOptions options;
+    options.chunk_records = 4;
+    DatasetWriter writer = DatasetWriter::create(
+        path("a.mmt"), Schema({Field::fixed("a", kInt64, {2}), Field::fixed("mask", kBool, {3})}), options);
+    writer.append_batch(std::vector<Tensor>{records(kInt64, 10, {2}), zeros({10, 3}, kBool)});
+    writer.finish();
+  }
+  const int64_t offset = Dataset::open(path("a.mmt")).get(5)["mask"].storage_offset();  // bytes: bool
+  testutil::Bytes bytes = testutil::read_file(path("a.mmt"));
+  bytes[static_cast<size_t>(offset)] = std::byte{2};
+  testing::reseal_payload(bytes, 1);
+  testutil::write_file(path("a.mmt"), bytes);
   fs::create_directory(path("kept"));
   RunResult bad = run_mmt({"export", path("a.mmt"), path("kept/new/out")});
-  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_FAILS_WITH(bad, "field 'mask': record 5 holds the bool byte 2");
   EXPECT_EQ(bad.out, "") << "nothing is reported written";
   EXPECT_FALSE(fs::exists(path("kept/new"))) << bad.err;
   EXPECT_TRUE(fs::exists(path("kept"))) << "a folder that was there stays";
