@@ -114,6 +114,10 @@ format::ChunkEntry Dataset::Impl::check_entry(int64_t c) const {
               ": declares ", e.decoded_bytes, " decoded bytes, over the limit of ", format::kMaxDecodedChunkBytes,
               " (a decompression bomb or a corrupt entry)");
     MMT_CHECK(e.stored_bytes >= 1, FormatError, where(), ": compressed chunk with no stored bytes");
+    const uint64_t expansion = codec_used == Codec::LZ4 ? format::kMaxLz4Expansion : format::kMaxZstdExpansion;
+    MMT_CHECK((e.decoded_bytes + expansion - 1) / expansion <= e.stored_bytes, FormatError, where(), ": declares ",
+              e.decoded_bytes, " decoded bytes from ", e.stored_bytes, " stored, more than ", to_string(codec_used),
+              " can make of them (", expansion, " per stored byte)");
   }
   int64_t fixed_bytes = 0;
   MMT_CHECK(format::checked_mul(e.record_count, record_stride_bytes, &fixed_bytes) &&

@@ -39,6 +39,11 @@ inline constexpr uint32_t kKnownFlags = kFlagContiguousFixedLayout;
 inline constexpr int64_t kMaxSchemaBytes = int64_t{64} << 20;
 inline constexpr int64_t kMaxDecodedChunkBytes = int64_t{1} << 30;
 inline constexpr int64_t kMaxChunkRecords = 0xffffffffLL;  // record_count is a u32
+// The most decoded bytes a codec makes of one stored byte: an lz4 block's length bytes add 255
+// each; a zstd RLE block turns 4 bytes (header and value) into at most 128 KiB. A chunk that
+// declares more than stored_bytes times this cannot decode to it (a bomb, or a corrupt entry).
+inline constexpr uint64_t kMaxLz4Expansion = 255;
+inline constexpr uint64_t kMaxZstdExpansion = 32768;
 inline constexpr int kMaxSchemaNesting = 16;
 // JSON values (array elements and object members) a schema block may hold, counted before
 // parsing: a parser builds a node per value, tens of times the text's size in memory.

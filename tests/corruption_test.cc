@@ -199,6 +199,28 @@ TEST(CorruptionTest, DecompressionBombIsRefusedBeforeAllocating) {
   }
 }
 
+// Under the 1 GiB cap, a chunk may still not claim more than its codec can make of its stored
+// bytes: refused from the table entry, before any allocation or decode.
+TEST(CorruptionTest, AChunkClaimingMoreThanItsCodecCanExpandIsRefused) {
+  TempDir dir;
+  for (const auto& [codec, expansion] : {std::pair{"lz4", uint64_t{255}}, std::pair{"zstd", uint64_t{32768}}}) {
+    std::vector<std::byte> bytes = read_file(write_ragged(dir, codec));
+    uint64_t stored = 0;
+    rewrite_entry(bytes, 1, [&](format::ChunkEntry& e) {
+      stored = e.stored_bytes;
+      e.decoded_bytes = e.stored_bytes * expansion + 1;
+    });
+    ASSERT_LE(stored * expansion + 1, uint64_t{1} << 30) << "the test must stay under the cap";
+    const std::string path = dir.file("expanded.mmt");
+    write_file(path, bytes);
+    Dataset ds = Dataset::open(path);
+    EXPECT_NO_THROW(ds.get(0));
+    EXPECT_THROW_WITH(ds.get(5), FormatError, "chunk 1 (table entry at byte offset");
+    EXPECT_THROW_WITH(ds.get(5), FormatError, std::string("more than ") + codec + " can make of them");
+    EXPECT_THROW_WITH(ds.verify(), FormatError, std::string("more than ") + codec + " can make of them");
+  }
+}
+
 TEST(CorruptionTest, RaggedValueEndsThatGoBackAreCaughtBehindValidChecksums) {
   // Chunk 0 holds records 0-3 with 0, 1, 2 and 3 tokens: value ends 0, 1, 3, 6. Record 2's end
   // becomes 0, before its start, and the payload checksum is recomputed, as a buggy writer
