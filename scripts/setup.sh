@@ -10,7 +10,8 @@ build_dir="${1:-$here/build}"; shift || true
 packages=(build-essential cmake ninja-build pkg-config
           libboost-dev liblz4-dev libzstd-dev libxxhash-dev zlib1g-dev
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-          clang libclang-rt-14-dev dataset-fashion-mnist)
+          clang libclang-rt-14-dev dataset-fashion-mnist
+          python3-numpy)  # the .npy/.npz interop tests check against numpy itself
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
