@@ -92,19 +92,33 @@ Tensor npy_tensor_copy(const std::byte* data, const NpyHeader& header, std::stri
   return layout_over(std::move(storage), header, 0);
 }
 
-Tensor npy_tensor_over(const UntypedStorage& storage, int64_t data_offset,
-                       const NpyHeader& header, std::string_view what) {
-  if (data_offset < 0 || header.data_nbytes > storage.nbytes() - data_offset)
-    throw FormatError(data_size_mismatch(header, storage.nbytes() - data_offset, what));
-  const std::byte* data = storage.data() + data_offset;
+bool npy_viewable(const std::byte* data, int64_t data_offset, const NpyHeader& header) {
   int64_t elem = element_size(header.dtype);
   bool native = elem == 1 || header.big_endian == (std::endian::native == std::endian::big);
   // A view counts its offset in elements, so the offset and the address must both be aligned.
   bool aligned = reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(elem) == 0 &&
                  data_offset % elem == 0;
-  if (!native || !aligned || header.data_nbytes == 0) return npy_tensor_copy(data, header, what);
+  return native && aligned && header.data_nbytes > 0;
+}
+
+Tensor npy_tensor_over(const UntypedStorage& storage, int64_t data_offset,
+                       const NpyHeader& header, std::string_view what) {
+  if (data_offset < 0 || header.data_nbytes > storage.nbytes() - data_offset)
+    throw FormatError(data_size_mismatch(header, storage.nbytes() - data_offset, what));
+  const std::byte* data = storage.data() + data_offset;
+  if (!npy_viewable(data, data_offset, header)) return npy_tensor_copy(data, header, what);
   check_bools(data, header, what);
-  return layout_over(storage, header, data_offset / elem);
+  return layout_over(storage, header, data_offset / element_size(header.dtype));
+}
+
+NpyValues map_npy_values(const std::string& path) {
+  NpyValues values;
+  values.what = path;
+  values.header = read_npy_header(path);
+  if (values.header.data_nbytes > 0)
+    values.storage = UntypedStorage::map_file(path, MapMode::ReadOnly, values.header.data_offset,
+                                              values.header.data_nbytes);
+  return values;
 }
 
 }  // namespace detail
@@ -126,13 +140,12 @@ NpyHeader read_npy_header(const std::string& path) {
 }
 
 Tensor load_npy(const std::string& path, bool mmap) {
+  if (mmap) {
+    const detail::NpyValues values = detail::map_npy_values(path);
+    return detail::npy_tensor_over(values.storage, 0, values.header, path);
+  }
   NpyHeader header = read_npy_header(path);
   if (header.data_nbytes == 0) return detail::npy_tensor_copy(nullptr, header, path);
-  if (mmap) {
-    UntypedStorage mapping =
-        UntypedStorage::map_file(path, MapMode::ReadOnly, header.data_offset, header.data_nbytes);
-    return detail::npy_tensor_over(mapping, 0, header, path);
-  }
   UntypedStorage storage = UntypedStorage::allocate(header.data_nbytes);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) detail::throw_io("open", path);

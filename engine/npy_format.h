@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "mmtensor/numpy_io.h"
 #include "mmtensor/storage.h"
@@ -24,5 +25,30 @@ Tensor npy_tensor_over(const UntypedStorage& storage, int64_t data_offset,
 
 // A host copy of the elements at `data`, in native order, with the header's layout.
 Tensor npy_tensor_copy(const std::byte* data, const NpyHeader& header, std::string_view what);
+
+// Whether npy_tensor_over() gives a view (rather than a copy) of the data at `data`, which
+// lies at byte `data_offset` of its storage: native byte order, aligned for the dtype, and
+// not empty.
+bool npy_viewable(const std::byte* data, int64_t data_offset, const NpyHeader& header);
+
+// An array's values where they lie, before any copy: header.data_nbytes bytes from byte
+// `data_offset` of `storage`, in the header's byte order, aligned for the dtype or not. A
+// caller too short of memory to copy a large array whole (the packer) converts it a few
+// records at a time; npy_tensor_over() makes it a tensor.
+struct NpyValues {
+  std::string name;  // an .npz member's array name; empty for an .npy file
+  std::string what;  // the source in error messages: a path, or "archive.npz:x.npy"
+  NpyHeader header;
+  UntypedStorage storage;  // the file's mapping, or an inflated member's host buffer
+  int64_t data_offset = 0;
+};
+
+// The .npy file at `path`, mapped; the file must hold exactly the data its header declares.
+NpyValues map_npy_values(const std::string& path);
+
+// The arrays of the .npz at `path`, in member order: stored members within the archive's
+// mapping, deflated ones inflated into host memory. Every check of load_npz() is made,
+// CRC-32s included; bool arrays are checked to hold only 0 and 1.
+std::vector<NpyValues> map_npz_values(const std::string& path);
 
 }  // namespace mmt::detail

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <set>
 #include <string>
 
@@ -278,13 +279,13 @@ class ZipReader {
 
 namespace {
 
-// `backing`, when given, owns `bytes` (the archive's mapping): a stored member whose data is
-// aligned for its dtype and in native order is then a view into it, not a copy, so packing a
-// large stored .npz does not hold the archive in memory twice.
-std::vector<NpzMember> parse_npz_members(std::span<const std::byte> bytes, std::string_view what,
-                                         const UntypedStorage* backing) {
+// `backing`, when given, owns `bytes` (the archive's mapping): a stored member's values then
+// stay where they lie in it, so a large stored .npz is not held in memory twice. Without it,
+// a stored member's bytes are copied out of the caller's buffer.
+std::vector<detail::NpyValues> parse_npz_values(std::span<const std::byte> bytes, std::string_view what,
+                                                const UntypedStorage* backing) {
   ZipReader zip(bytes, what);
-  std::vector<NpzMember> out;
+  std::vector<detail::NpyValues> out;
   // The members of a ZIP never share bytes, so their stored sizes add up to less than the
   // archive. Members whose data overlap (a zip bomb: many headers over one deflate stream)
   // would each inflate within deflate's ratio and together to many times the archive.
@@ -299,38 +300,55 @@ std::vector<NpzMember> parse_npz_members(std::span<const std::byte> bytes, std::
       throw FormatError(str(what, ": member '", m.name,
                             "' is not an .npy array (an .npz holds only NAME.npy members)"));
     auto member = zip.read_member(m);
-    std::string member_what = str(what, ":", m.name);
-    NpyHeader header = parse_npy_header(member.bytes, member_what);
-    int64_t available = static_cast<int64_t>(member.bytes.size()) - header.data_offset;
-    if (available != header.data_nbytes)
-      throw FormatError(str(member_what, ": header declares ", header.data_nbytes,
-                            " bytes of data but the member holds ", available,
-                            " bytes after the header"));
-    // An inflated member lives in its own host buffer and is used in place. A stored one is
-    // a view into the mapping when it can be (numpy's zip headers often leave a member's data
-    // unaligned for its dtype: then a copy), and a copy out of a caller's buffer.
-    const std::byte* data = member.bytes.data() + header.data_offset;
-    Tensor array;
-    if (member.inflated.nbytes() != 0)
-      array = detail::npy_tensor_over(member.inflated, header.data_offset, header, member_what);
-    else if (backing)
-      array = detail::npy_tensor_over(*backing, data - backing->data(), header, member_what);
-    else
-      array = detail::npy_tensor_copy(data, header, member_what);
-    out.push_back({m.name.substr(0, m.name.size() - kSuffix.size()), std::move(array)});
+    detail::NpyValues values;
+    values.name = m.name.substr(0, m.name.size() - kSuffix.size());
+    values.what = str(what, ":", m.name);
+    values.header = parse_npy_header(member.bytes, values.what);
+    int64_t available = static_cast<int64_t>(member.bytes.size()) - values.header.data_offset;
+    if (available != values.header.data_nbytes)
+      throw FormatError(str(values.what, ": header declares ", values.header.data_nbytes,
+                            " bytes of data but the member holds ", available, " bytes after the header"));
+    const std::byte* data = member.bytes.data() + values.header.data_offset;
+    if (member.inflated.nbytes() != 0) {
+      values.storage = std::move(member.inflated);
+      values.data_offset = values.header.data_offset;
+    } else if (backing) {
+      values.storage = *backing;
+      values.data_offset = data - backing->data();
+    } else if (values.header.data_nbytes > 0) {
+      values.storage = UntypedStorage::allocate(values.header.data_nbytes);
+      std::memcpy(values.storage.mutable_data(), data, static_cast<size_t>(values.header.data_nbytes));
+    }
+    out.push_back(std::move(values));
   }
+  return out;
+}
+
+std::vector<NpzMember> arrays_of(std::vector<detail::NpyValues> members) {
+  std::vector<NpzMember> out;
+  out.reserve(members.size());
+  for (detail::NpyValues& m : members)
+    out.push_back({std::move(m.name), detail::npy_tensor_over(m.storage, m.data_offset, m.header, m.what)});
   return out;
 }
 
 }  // namespace
 
+namespace detail {
+std::vector<NpyValues> map_npz_values(const std::string& path) {
+  detail::InputFile file = detail::map_input_file(path);
+  return parse_npz_values(file.bytes, path, &file.mapping);
+}
+}  // namespace detail
+
 std::vector<NpzMember> parse_npz(std::span<const std::byte> bytes, std::string_view what) {
-  return parse_npz_members(bytes, what, nullptr);
+  return arrays_of(parse_npz_values(bytes, what, nullptr));
 }
 
 std::vector<NpzMember> load_npz(const std::string& path, bool mmap) {
+  if (mmap) return arrays_of(detail::map_npz_values(path));
   detail::InputFile file = detail::map_input_file(path);
-  return parse_npz_members(file.bytes, path, mmap ? &file.mapping : nullptr);
+  return arrays_of(parse_npz_values(file.bytes, path, nullptr));
 }
 
 }  // namespace mmt

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "import_util.h"
+#include "npy_format.h"
 #include "utf8.h"
 #include "mmtensor/idx_io.h"
 #include "mmtensor/numpy_io.h"
@@ -67,27 +68,41 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
   MMT_CHECK(!specs.empty(), ValueError, "no inputs: give NAME=PATH.npy, PATH.npz or NAME=PATH (IDX)");
   PackSources out;
   std::vector<Field> fields;
-  auto add_column = [&](const std::string& name, Tensor t, const std::string& origin) {
-    MMT_CHECK(t.dim() >= 1, ValueError, origin, ": array '", name,
+  auto add_field = [&](const std::string& name, ScalarType dtype, IntArrayRef sizes, const std::string& origin) {
+    MMT_CHECK(!sizes.empty(), ValueError, origin, ": array '", name,
               "' is 0-dimensional; packing needs a first dimension that indexes records");
     for (size_t i = 0; i < fields.size(); ++i)
       MMT_CHECK(fields[i].name != name, ValueError, "field '", name, "' is given twice (",
                 out.origins_[i], " and ", origin, ")");
-    if (!out.columns_.empty() && t.size(0) != out.records_)
-      throw ValueError(str("record counts disagree: ", origin, " has ", t.size(0),
-                           " records (first dimension of shape ", describe_sizes(t.sizes()),
+    if (!fields.empty() && sizes[0] != out.records_)
+      throw ValueError(str("record counts disagree: ", origin, " has ", sizes[0],
+                           " records (first dimension of shape ", describe_sizes(sizes),
                            ") but ", out.origins_[0], " has ", out.records_));
-    out.records_ = t.size(0);
-    std::vector<int64_t> record_shape(t.sizes().begin() + 1, t.sizes().end());
+    out.records_ = sizes[0];
+    std::vector<int64_t> record_shape(sizes.begin() + 1, sizes.end());
     try {
-      fields.push_back(Field::fixed(name, t.dtype(), record_shape));
+      fields.push_back(Field::fixed(name, dtype, record_shape));
       fields.back().validate();
     } catch (const ValueError& e) {
       throw ValueError(str(origin, ": ", e.what()));
     }
-    out.total_bytes_ += t.nbytes();
+    out.total_bytes_ += sizes[0] * fields.back().fixed_nbytes();
     out.origins_.push_back(origin);
+  };
+  auto add_array = [&](const std::string& name, Tensor t, const std::string& origin) {
+    add_field(name, t.dtype(), t.sizes(), origin);
     out.columns_.push_back(std::move(t));
+    out.converted_.emplace_back();
+  };
+  // Used where they lie when they can be; otherwise converted batch by batch, but for a
+  // Fortran-order array, whose records are not contiguous bytes: that one is copied whole.
+  auto add_values = [&](const std::string& name, detail::NpyValues v, const std::string& origin) {
+    const NpyHeader& h = v.header;
+    if (h.fortran_order || h.data_nbytes == 0 || detail::npy_viewable(v.storage.data() + v.data_offset, v.data_offset, h))
+      return add_array(name, detail::npy_tensor_over(v.storage, v.data_offset, h, v.what), origin);
+    add_field(name, h.dtype, h.shape, origin);  // not bool: a 1-byte type is always viewable
+    out.columns_.emplace_back();
+    out.converted_.push_back({std::move(v.storage), v.data_offset, h.big_endian});
   };
   for (const std::string& spec : specs) {
     auto [name, path] = split_spec(spec);
@@ -97,15 +112,20 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
     if (kind == SourceKind::Npz) {
       MMT_CHECK(name.empty(), ValueError, "input '", spec, "': an .npz names its own fields ",
                 "after its arrays; give it as a bare PATH, without NAME=");
-      std::vector<NpzMember> members = load_npz(path);
+      std::vector<detail::NpyValues> members = detail::map_npz_values(path);
       MMT_CHECK(!members.empty(), ValueError, path, ": the archive holds no arrays");
-      for (NpzMember& m : members) add_column(m.name, std::move(m.array), str(m.name, "=", path));
+      for (detail::NpyValues& m : members) {
+        const std::string member_name = m.name;
+        add_values(member_name, std::move(m), str(member_name, "=", path));
+      }
       continue;
     }
     MMT_CHECK(!name.empty(), ValueError, "input '", spec, "' needs a field name: write NAME=",
               spec);
-    Tensor t = kind == SourceKind::Npy ? load_npy(path, /*mmap=*/true) : load_idx(path);
-    add_column(name, std::move(t), spec);
+    if (kind == SourceKind::Npy)
+      add_values(name, detail::map_npy_values(path), spec);
+    else
+      add_array(name, load_idx(path), spec);
   }
   out.schema_ = Schema(std::move(fields));
   return out;
@@ -223,7 +243,8 @@ void PackSources::record(int64_t index, std::vector<Tensor>& values) const {
             records_, " records");
   values.resize(schema_.size());
   if (!columns_.empty()) {
-    for (size_t f = 0; f < columns_.size(); ++f) values[f] = columns_[f].select(0, index);
+    for (size_t f = 0; f < columns_.size(); ++f)
+      values[f] = columns_[f].defined() ? columns_[f].select(0, index) : converted_records(f, index, 1).select(0, 0);
     return;
   }
   UntypedStorage bytes = detail::read_file_bytes(files_[static_cast<size_t>(index)]);
@@ -237,8 +258,22 @@ bool PackSources::record_batch(int64_t start, int64_t count, std::vector<Tensor>
             start + count, ") are out of range for ", records_, " records");
   if (columns_.empty()) return false;
   values.resize(columns_.size());
-  for (size_t f = 0; f < columns_.size(); ++f) values[f] = columns_[f].narrow(0, start, count);
+  for (size_t f = 0; f < columns_.size(); ++f)
+    values[f] = columns_[f].defined() ? columns_[f].narrow(0, start, count) : converted_records(f, start, count);
   return true;
+}
+
+Tensor PackSources::converted_records(size_t f, int64_t start, int64_t count) const {
+  const Field& field = schema_[f];
+  const ConvertedColumn& column = converted_[f];
+  const int64_t element_bytes = element_size(field.dtype), record_bytes = field.fixed_nbytes();
+  UntypedStorage values = UntypedStorage::allocate(count * record_bytes);
+  if (count * record_bytes > 0)
+    detail::copy_to_native(values.mutable_data(), column.bytes.data() + column.offset + start * record_bytes,
+                           count * record_bytes / element_bytes, element_bytes, column.big_endian);
+  DimVector sizes{count};
+  for (int64_t s : field.shape) sizes.push_back(s);
+  return Tensor(std::move(values), field.dtype, sizes);
 }
 
 namespace {

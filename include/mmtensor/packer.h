@@ -4,9 +4,12 @@
 //
 // Sources. Either named arrays whose first dimension is the record dimension:
 //   "NAME=PATH.npy"   one field (mapped, not read, when the file allows it)
-//   "PATH.npz"        one field per array of the archive, named as in it
+//   "PATH.npz"        one field per array of the archive, named as in it (stored members
+//                     mapped; deflated ones inflated into memory)
 //   "NAME=PATH"       an IDX file, gzip-compressed or not (MNIST's train-images-idx3-ubyte.gz)
-// whose record counts must agree; or a class folder (ImageFolder's convention): one record
+// whose record counts must agree. Values that cannot be used where they lie (big-endian, or
+// a stored member unaligned for its dtype, as numpy's ZIP headers leave most) are converted a
+// batch of records at a time: a large array is never copied into memory whole; or a class folder (ImageFolder's convention): one record
 // per file under DIR/CLASS/..., field "data" holding the file's bytes (uint8, variable
 // length) and field "label" (int64) the index of CLASS among the sorted class names, which
 // are stored in the metadata key "classes" as a JSON list.
@@ -75,7 +78,17 @@ class PackSources {
   Metadata metadata_;
   std::vector<std::string> origins_;
   std::vector<std::string> input_paths_;
-  std::vector<Tensor> columns_;        // arrays: [records, ...field shape]
+  // Arrays whose values must be converted (see above): the bytes they lie in, from record 0.
+  struct ConvertedColumn {
+    UntypedStorage bytes;  // the file's mapping, or an inflated member; empty: columns_ has it
+    int64_t offset = 0;
+    bool big_endian = false;
+  };
+  // Records [start, start + count) of converted field `f`, in native order in new memory.
+  Tensor converted_records(size_t f, int64_t start, int64_t count) const;
+
+  std::vector<Tensor> columns_;        // arrays: [records, ...field shape]; undefined if converted
+  std::vector<ConvertedColumn> converted_;  // arrays: one per field
   std::vector<std::string> files_;     // folder: one path per record
   std::vector<int64_t> labels_;        // folder: the class index of each file
 };
