@@ -128,6 +128,7 @@ struct Dataset::Impl {
   mutable std::atomic<int64_t> validated_count{0};
   mutable std::unique_ptr<detail::ChunkCache> cache;
   mutable std::atomic<int64_t> last_decoded_chunk{-1};  // to notice chunks decoded in order
+  mutable std::atomic<uint64_t> fingerprint{0};  // Dataset::fingerprint(), once computed; 0 before
 
   // Runs fn() with a SIGBUS raised by reading the mapping (the file shrunk by another
   // program) turned into IoError naming the path and byte. fn must own nothing with a

@@ -163,6 +163,19 @@ const Metadata& Dataset::metadata() const { return checked_impl(impl_).metadata;
 const std::string& Dataset::path() const { return checked_impl(impl_).path; }
 int64_t Dataset::num_chunks() const { return checked_impl(impl_).chunk_count; }
 
+uint64_t Dataset::fingerprint() const {
+  const Impl& d = checked_impl(impl_);
+  uint64_t hash = d.fingerprint.load(std::memory_order_relaxed);
+  if (hash != 0) return hash;
+  // The chunk table and the footer: every chunk's place, sizes, codec and payload checksum,
+  // the record count and the schema's checksum. Two threads may both compute it; they agree.
+  const int64_t begin = d.chunk_table_offset;
+  hash = d.guarded([&] { return detail::checksum64(d.base + begin, static_cast<size_t>(d.file_bytes - begin)); });
+  hash = hash == 0 ? 1 : hash;  // 0 means "not computed yet"
+  d.fingerprint.store(hash, std::memory_order_relaxed);
+  return hash;
+}
+
 DatasetInfo Dataset::info() const {
   const Impl& d = checked_impl(impl_);
   DatasetInfo info;

@@ -79,6 +79,7 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
     : dataset(std::move(dataset_in)),
       options(checked(std::move(options_in), dataset)),
       sampler(Sampler::for_dataset(dataset, resumed_sampler_options(options.sampler, resume_from))),
+      dataset_fingerprint(dataset.fingerprint()),
       ring(selected_fields(dataset, options.fields), slot_rows(options.batch_size, sampler),
            options.prefetch_batches + 1, options.device, options.pin_memory) {
   options.sampler = sampler.options();
@@ -117,6 +118,10 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
     MMT_CHECK(state.chunk_layout == 0 || state.chunk_layout == sampler.chunk_layout_hash(), ValueError,
               "Loader: the state was saved for another chunk layout than ", dataset.path(), "'s ",
               dataset.num_chunks(), " chunks (the file was re-packed); its quasi-random order would differ");
+    MMT_CHECK(state.dataset_fingerprint == 0 || state.dataset_fingerprint == dataset_fingerprint, ValueError,
+              "Loader: the state was saved on another dataset than ", dataset.path(), " (its fingerprint differs: "
+              "another file of ", dataset.size(), " records, or this one re-packed); to resume on a re-packed copy "
+              "of the same records, clear the state's dataset_fingerprint");
     MMT_CHECK(state.consumed >= 0 && state.consumed <= state.records, ValueError,
               "Loader: the state's consumed=", state.consumed, " is outside [0, ", state.records, "]");
     first_epoch = state.epoch;
@@ -200,7 +205,8 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
                               .records = dataset.size(),
                               .epoch = new_epoch,
                               .consumed = consumed,
-                              .chunk_layout = sampler.chunk_layout_hash()};
+                              .chunk_layout = sampler.chunk_layout_hash(),
+                              .dataset_fingerprint = dataset_fingerprint};
   try {
     schedule_locked();
   } catch (...) {

@@ -90,6 +90,7 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   Dataset dataset;
   LoaderOptions options;  // options.sampler with the window resolved
   Sampler sampler;
+  uint64_t dataset_fingerprint;  // what each state records; hashed once, outside the mutex
   StagingRing ring;
   cuda::Stream copy_stream;
   std::vector<std::string> field_names;  // ring.fields() order

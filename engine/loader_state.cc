@@ -12,6 +12,34 @@
 
 namespace mmt {
 
+namespace {
+
+// 64-bit hashes go in the JSON as "0x" and 16 hex digits: readers that hold numbers as
+// doubles keep them exact.
+std::string hex64(uint64_t value) {
+  char hex[19];
+  std::snprintf(hex, sizeof hex, "0x%016" PRIx64, value);
+  return hex;
+}
+
+// The entry `key` written by hex64(), or 0 when the state has none ("not recorded").
+uint64_t optional_hex64(const nlohmann::json& json, const char* key) {
+  const auto it = json.find(key);
+  if (it == json.end()) return 0;
+  const std::string hex = it->is_string() ? it->get<std::string>() : std::string();
+  uint64_t value = 0;
+  bool well_formed = hex.size() == 18 && hex.starts_with("0x");
+  if (well_formed) {
+    const auto [end, error] = std::from_chars(hex.data() + 2, hex.data() + hex.size(), value, 16);
+    well_formed = error == std::errc() && end == hex.data() + hex.size();
+  }
+  MMT_CHECK(well_formed, ValueError, "LoaderState: entry '", key, "' must be a string of 0x and 16 hex digits, got ",
+            it->dump());
+  return value;
+}
+
+}  // namespace
+
 std::string LoaderState::to_string() const {
   nlohmann::json json = {
       {"version", kVersion},
@@ -22,11 +50,8 @@ std::string LoaderState::to_string() const {
       {"epoch", epoch},
       {"consumed", consumed},
   };
-  if (chunk_layout != 0) {
-    char hex[19];
-    std::snprintf(hex, sizeof hex, "0x%016" PRIx64, chunk_layout);
-    json["chunk_layout"] = hex;
-  }
+  if (chunk_layout != 0) json["chunk_layout"] = hex64(chunk_layout);
+  if (dataset_fingerprint != 0) json["dataset_fingerprint"] = hex64(dataset_fingerprint);
   return json.dump();
 }
 
@@ -79,20 +104,10 @@ LoaderState LoaderState::parse(std::string_view text) {
                                           : static_cast<uint64_t>(seed->get<int64_t>());
   // Absent in states written before it existed, and for orders that do not depend on the
   // chunks: read as 0, "not recorded".
-  if (const auto layout = json.find("chunk_layout"); layout != json.end()) {
-    const std::string hex = layout->is_string() ? layout->get<std::string>() : std::string();
-    uint64_t value = 0;
-    bool well_formed = hex.size() == 18 && hex.starts_with("0x");
-    if (well_formed) {
-      const auto [end, error] = std::from_chars(hex.data() + 2, hex.data() + hex.size(), value, 16);
-      well_formed = error == std::errc() && end == hex.data() + hex.size();
-    }
-    MMT_CHECK(well_formed, ValueError, "LoaderState: entry 'chunk_layout' must be a string of 0x and 16 hex digits, got ",
-              layout->dump());
-    MMT_CHECK(state.sampler == SamplerKind::QuasiRandom, ValueError, "LoaderState: a ", kind,
-              " order does not depend on the chunk layout, yet the state names one (", hex, ")");
-    state.chunk_layout = value;
-  }
+  state.chunk_layout = optional_hex64(json, "chunk_layout");
+  MMT_CHECK(state.chunk_layout == 0 || state.sampler == SamplerKind::QuasiRandom, ValueError, "LoaderState: a ", kind,
+            " order does not depend on the chunk layout, yet the state names one (", hex64(state.chunk_layout), ")");
+  state.dataset_fingerprint = optional_hex64(json, "dataset_fingerprint");
   state.window_chunks = required<int64_t>(json, "window_chunks");
   state.records = required<int64_t>(json, "records");
   state.epoch = required<int64_t>(json, "epoch");

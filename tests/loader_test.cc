@@ -436,6 +436,28 @@ TEST_F(LoaderTest, ResumeRefusesAStateFromAnotherDatasetOrSampler) {
   state = loader.state();
   state.sampler = SamplerKind::Sequential;
   EXPECT_THROW(Loader(dataset, options, state), ValueError);
+
+  // Another file of the same size (here the same records in lz4 chunks) is refused by the
+  // state's dataset fingerprint; a byte-identical copy resumes, and so does a state whose
+  // fingerprint the user cleared to vouch for a re-packed copy.
+  Dataset other = Dataset::open(write_loader_dataset(dir, 30, CodecSpec::parse("lz4"), 16, "other.mmt"));
+  EXPECT_NE(other.fingerprint(), dataset.fingerprint());
+  try {
+    Loader resumed(other, options, loader.state());
+    ADD_FAILURE() << "a state saved on another dataset of the same size was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("saved on another dataset than"), std::string::npos) << e.what();
+  }
+  std::filesystem::copy_file(dataset.path(), dir.file("copy.mmt"));
+  Dataset copy = Dataset::open(dir.file("copy.mmt"));
+  EXPECT_EQ(copy.fingerprint(), dataset.fingerprint());
+  Loader from_copy(copy, options, loader.state());
+  const std::optional<Batch> from_copy_batch = from_copy.next(), original_batch = loader.next();
+  ASSERT_TRUE(from_copy_batch && original_batch);
+  EXPECT_TRUE(std::ranges::equal(from_copy_batch->indices(), original_batch->indices()));
+  state = loader.state();
+  state.dataset_fingerprint = 0;
+  EXPECT_NO_THROW(Loader(other, options, state));
 }
 
 TEST_F(LoaderTest, ResumeRefusesAQuasiRandomStateFromAFileRepackedInOtherChunks) {
@@ -461,7 +483,10 @@ TEST_F(LoaderTest, ResumeRefusesAQuasiRandomStateFromAFileRepackedInOtherChunks)
   Loader random(by16, options);
   random.next();
   EXPECT_EQ(random.state().chunk_layout, 0u);
-  EXPECT_NO_THROW(Loader(by8, options, random.state()));
+  LoaderState random_state = random.state();
+  EXPECT_THROW(Loader(by8, options, random_state), ValueError);  // another file, as far as it can tell
+  random_state.dataset_fingerprint = 0;  // the user vouches for the same records
+  EXPECT_NO_THROW(Loader(by8, options, random_state));
 }
 
 TEST(LoaderState, RoundTripsThroughTextAndRejectsDamage) {
@@ -471,8 +496,11 @@ TEST(LoaderState, RoundTripsThroughTextAndRejectsDamage) {
                      .records = 1000,
                      .epoch = 7,
                      .consumed = 640,
-                     .chunk_layout = 0xfedcba9876543211ULL};
+                     .chunk_layout = 0xfedcba9876543211ULL,
+                     .dataset_fingerprint = 0x0123456789abcdefULL};
   EXPECT_EQ(LoaderState::parse(state.to_string()), state);
+  EXPECT_NE(state.to_string().find(R"("dataset_fingerprint":"0x0123456789abcdef")"), std::string::npos);
+  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"random","seed":1,"window_chunks":0,"records":5,"epoch":0,"consumed":0,"dataset_fingerprint":1})"), ValueError);
   // The layout hash is a hex string: a reader that holds JSON numbers as doubles keeps it.
   EXPECT_NE(state.to_string().find(R"("chunk_layout":"0xfedcba9876543211")"), std::string::npos) << state.to_string();
   EXPECT_EQ(LoaderState::parse(R"({"version":1,"sampler":"quasi_random","seed":1,"window_chunks":2,"records":5,"epoch":0,"consumed":0,"chunk_layout":"0x00000000000000ff"})").chunk_layout, 0xffu);

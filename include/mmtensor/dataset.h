@@ -139,6 +139,12 @@ class Dataset {
   const std::string& path() const;
   DatasetInfo info() const;
   int64_t num_chunks() const;
+  // A 64-bit hash of the file's chunk table and footer, which hold every chunk's place, sizes,
+  // codec and payload checksum, the record count and the schema's checksum: equal for
+  // byte-identical files, different (but for a hash collision) when any record's stored bytes,
+  // the schema or the chunking differ. Never 0. Reads the table once (O(chunks)), then cached.
+  // The loader uses it to refuse a resume on another dataset of the same size.
+  uint64_t fingerprint() const;
   ChunkInfo chunk(int64_t chunk_index) const;  // validates the entry
   int64_t chunk_of(int64_t record_index) const;
 

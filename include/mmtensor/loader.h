@@ -110,13 +110,18 @@ struct LoaderState {
   SamplerKind sampler = SamplerKind::Sequential;
   uint64_t seed = 0;
   int64_t window_chunks = 0;  // the quasi-random window the order was made with
-  int64_t records = 0;        // the dataset's size: a resume on another dataset is refused
+  int64_t records = 0;        // the dataset's size: a resume on a dataset of another size is refused
   int64_t epoch = 0;
   int64_t consumed = 0;
   // Sampler::chunk_layout_hash() of the order (QuasiRandom), 0 otherwise: a resume on a file
   // with the same records in other chunks is refused. A state without it (0) is not checked.
   // In the JSON, a hex string ("0x..."): readers that hold numbers as doubles keep it exact.
   uint64_t chunk_layout = 0;
+  // Dataset::fingerprint() of the dataset the state was saved on: a resume on another dataset
+  // of the same size (val.mmt for train.mmt), or the same one re-packed, is refused. 0 (states
+  // written before it existed, or cleared by a user who means to resume on a re-packed copy)
+  // is not checked. In the JSON, a hex string as chunk_layout.
+  uint64_t dataset_fingerprint = 0;
 
   std::string to_string() const;
   // The inverse of to_string(); throws ValueError naming the missing or malformed entry.
