@@ -50,12 +50,27 @@ std::string batch_context(const LoaderCore::Piece& piece, const std::string& fie
                      field, "'");
 }
 
-// get_batch failed somewhere in `indices`: find the first record (and of its fields, the first)
-// that fails on its own, so the error names the sample, its chunk and the field; without
-// one, name the batch.
+// Copies a value into `scratch` under the mapping guard, as packing copies it: a ragged value
+// read alone is a view, whose bytes (in a file truncated by another program) fail only when
+// copied.
+void copy_guarded(const Dataset& dataset, const Tensor& value, std::vector<std::byte>& scratch) {
+  scratch.resize(static_cast<size_t>(value.nbytes()));
+  const DimVector packed_strides = contiguous_strides(value.sizes());
+  const UntypedStorage& source = value.untyped_storage();
+  const int64_t element_bytes = element_size(value.dtype());
+  detail::guard_mapped_reads(detail::MappedRegion{&dataset.path(), source.data(), source.nbytes()}, [&] {
+    detail::copy_strided(scratch.data(), packed_strides, value.data_ptr(), value.strides(), value.sizes(),
+                         element_bytes);
+  });
+}
+
+// Reading or copying failed somewhere in `indices`: find the first record (and of its fields,
+// the first) that fails on its own, so the error names the sample, its chunk and the field;
+// without one, name the batch.
 [[noreturn]] void rethrow_for_sample(const Dataset& dataset, const LoaderCore::Piece& piece,
                                      std::span<const std::string> fields, std::span<const int64_t> indices,
                                      int64_t first_row, std::exception_ptr error) {
+  std::vector<std::byte> scratch;
   for (size_t i = 0; i < indices.size(); ++i) {
     for (const std::string& field : fields) {
       std::exception_ptr sample_error;
@@ -65,7 +80,7 @@ std::string batch_context(const LoaderCore::Piece& piece, const std::string& fie
         if (dataset.schema()[dataset.schema().index_of(field)].is_fixed())
           (void)dataset.get_batch(indices.subspan(i, 1), field, /*threads=*/1);
         else
-          (void)dataset.ragged_column(field, indices[i], indices[i] + 1);
+          copy_guarded(dataset, dataset.ragged_column(field, indices[i], indices[i] + 1).values, scratch);
       } catch (...) {
         sample_error = std::current_exception();
       }
@@ -220,10 +235,9 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
         detail::copy_strided(dst, packed_strides, value.data_ptr(), value.strides(), value.sizes(), element_bytes);
       });
     } catch (...) {
-      rethrow_with_context(std::current_exception(),
-                           detail::str(batch_context(piece, name), ", samples ", indices[part.row_begin], "..",
-                                       indices[part.row_end - 1], " (rows ", part.row_begin, "..", part.row_end - 1,
-                                       ")"));
+      const std::span<const int64_t> failed(indices.data() + part.row_begin,
+                                            static_cast<size_t>(part.row_end - part.row_begin));
+      rethrow_for_sample(dataset, piece, field_name, failed, part.row_begin, std::current_exception());
     }
   };
   const int64_t first_sample = piece.batch * options.batch_size;

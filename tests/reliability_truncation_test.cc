@@ -304,20 +304,22 @@ TEST(ReliabilityTruncation, LoaderPackingRaggedValuesOfATruncatedFileFailsWithIo
                                                {16384});  // 64 KiB each
   Dataset ds = Dataset::open(path);
   ASSERT_EQ(ds.get(0, "tokens").size(0), 16384);  // chunk 0's table entry is validated and kept
-  // Keep the chunk's first page, which holds its value offsets and extents; lose the values.
-  truncate_to(path, ds.chunk(0).file_offset + 4096);
-  ASSERT_EQ(ds.get(1, "tokens").size(0), 16384);  // the view is still made (offsets are there)
+  // The loaders are made before the cut: the first loader of a dataset reads its chunk table
+  // (Dataset::fingerprint(), then kept).
   LoaderOptions loader_options;
   loader_options.batch_size = 4;
   loader_options.pin_memory = false;
   Loader loader(ds, loader_options);
-  EXPECT_TRUNCATION_ERROR(loader.next(), path);
-  // In order, batch 0 is chunk 0's four records, read as one run (finding the run asks for
-  // chunk 0's extent: the remembered entry, not the lost table): the message says where in
-  // the epoch the copy failed (the batch, the field and the samples being packed).
   loader_options.sampler.kind = SamplerKind::Sequential;
   Loader in_order(ds, loader_options);
-  EXPECT_THROW_WITH(in_order.next(), IoError, "Loader: epoch 0, batch 0, field 'tokens', samples 0..3 (rows 0..3)");
+  // Keep the chunk's first page, which holds its value offsets and extents; lose the values.
+  truncate_to(path, ds.chunk(0).file_offset + 4096);
+  ASSERT_EQ(ds.get(1, "tokens").size(0), 16384);  // the view is still made (offsets are there)
+  EXPECT_TRUNCATION_ERROR(loader.next(), path);
+  // In order, batch 0 is chunk 0's four records, read as one run (finding the run asks for
+  // chunk 0's extent: the remembered entry, not the lost table). The copy of the run fails;
+  // the message still names the sample whose values are lost, and its chunk.
+  EXPECT_THROW_WITH(in_order.next(), IoError, "Loader: epoch 0, batch 0, sample 0 (row 0), chunk 0, field 'tokens'");
 }
 
 // When a batch fails, the loader reads its samples again one by one to name the one at fault.
@@ -332,12 +334,12 @@ TEST(ReliabilityTruncation, LoaderNamingTheSampleOfATruncatedChannelsLastFileFai
   // Both chunks' table entries are validated (and kept) before the cut, which loses the table.
   ASSERT_EQ(ds.get(0, "image").to_vector<uint8_t>()[0], 0);
   ASSERT_EQ(ds.get(5, "image").to_vector<uint8_t>()[0], 5);
-  truncate_to(path, ds.chunk(1).file_offset);
   LoaderOptions loader_options;
   loader_options.batch_size = 4;
   loader_options.pin_memory = false;
   loader_options.sampler.kind = SamplerKind::Sequential;
-  Loader loader(ds, loader_options);
+  Loader loader(ds, loader_options);  // before the cut: a loader reads the chunk table when made
+  truncate_to(path, ds.chunk(1).file_offset);
   ASSERT_TRUE(loader.next());  // chunk 0 is whole
   EXPECT_TRUNCATION_ERROR(loader.next(), path);
 }

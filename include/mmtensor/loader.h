@@ -194,10 +194,11 @@ class Loader {
  public:
   // Starts the workers and begins prefetching options.epoch. Throws ValueError (bad batch
   // size, workers, prefetch, unknown field, sampler options), CudaError (device missing or
-  // CUDA not built in).
+  // CUDA not built in). The first loader of a Dataset reads its chunk table once (64 bytes a
+  // chunk) for the fingerprint its states record.
   Loader(Dataset dataset, LoaderOptions options);
   // Resumes where `state` was taken. Throws ValueError when the state does not belong to
-  // this dataset and sampler (records, kind, seed or window differ).
+  // this dataset and sampler (records, dataset fingerprint, kind, seed or window differ).
   Loader(Dataset dataset, LoaderOptions options, const LoaderState& state);
   Loader(Loader&&) noexcept;
   Loader& operator=(Loader&&) noexcept;
