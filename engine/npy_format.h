@@ -48,7 +48,8 @@ NpyValues map_npy_values(const std::string& path);
 
 // The arrays of the .npz at `path`, in member order: stored members within the archive's
 // mapping, deflated ones inflated into host memory. Every check of load_npz() is made,
-// CRC-32s included; bool arrays are checked to hold only 0 and 1.
+// CRC-32s included, but for bool values, which npy_tensor_over() checks (a bool array, of
+// 1-byte elements, is always made a tensor: never misaligned or byte-swapped).
 std::vector<NpyValues> map_npz_values(const std::string& path);
 
 }  // namespace mmt::detail
