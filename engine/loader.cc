@@ -2,6 +2,7 @@
 // The workers' side is in loader_worker.cc; the layout of the buffers in staging_ring.cc.
 #include <algorithm>
 
+#include "checksum.h"
 #include "chunk_cache.h"
 #include "cuda_memory.h"
 #include "cuda_stream.h"
@@ -119,9 +120,10 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
               "Loader: the state was saved for another chunk layout than ", dataset.path(), "'s ",
               dataset.num_chunks(), " chunks (the file was re-packed); its quasi-random order would differ");
     MMT_CHECK(state.dataset_fingerprint == 0 || state.dataset_fingerprint == dataset_fingerprint, ValueError,
-              "Loader: the state was saved on another dataset than ", dataset.path(), " (its fingerprint differs: "
-              "another file of ", dataset.size(), " records, or this one re-packed); to resume on a re-packed copy "
-              "of the same records, clear the state's dataset_fingerprint");
+              "Loader: the state was saved on another dataset than ", dataset.path(), " (fingerprint ",
+              detail::hex64(state.dataset_fingerprint), ", this file's is ", detail::hex64(dataset_fingerprint), ": another file of ",
+              dataset.size(), " records, or this one re-packed); to resume on a re-packed copy of the same records, "
+              "clear the state's dataset_fingerprint");
     MMT_CHECK(state.consumed >= 0 && state.consumed <= state.records, ValueError,
               "Loader: the state's consumed=", state.consumed, " is outside [0, ", state.records, "]");
     first_epoch = state.epoch;

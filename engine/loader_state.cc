@@ -1,12 +1,11 @@
-#include <cinttypes>
 #include <charconv>
-#include <cstdio>
 #include <limits>
 #include <string>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
 
+#include "checksum.h"
 #include "mmtensor/error.h"
 #include "mmtensor/loader.h"
 
@@ -14,13 +13,7 @@ namespace mmt {
 
 namespace {
 
-// 64-bit hashes go in the JSON as "0x" and 16 hex digits: readers that hold numbers as
-// doubles keep them exact.
-std::string hex64(uint64_t value) {
-  char hex[19];
-  std::snprintf(hex, sizeof hex, "0x%016" PRIx64, value);
-  return hex;
-}
+using detail::hex64;
 
 // The entry `key` written by hex64(), or 0 when the state has none ("not recorded").
 uint64_t optional_hex64(const nlohmann::json& json, const char* key) {

@@ -378,6 +378,12 @@ TEST_F(MmtCli, InfoTextAndJson) {
   EXPECT_EQ(j["fields"][0]["dtype"], "float32");
   EXPECT_EQ(j["fields"][0]["shape"], nlohmann::json::array({3, 4}));
   EXPECT_EQ(j["file_bytes"], fs::file_size(path("a.mmt")));
+  // The fingerprint a loader's saved state names, written the same way.
+  char fingerprint[19];
+  std::snprintf(fingerprint, sizeof fingerprint, "0x%016llx",
+                static_cast<unsigned long long>(Dataset::open(path("a.mmt")).fingerprint()));
+  EXPECT_EQ(j["fingerprint"], fingerprint);
+  EXPECT_NE(text.out.find(std::string("fingerprint ") + fingerprint), std::string::npos) << text.out;
   EXPECT_FAILS_WITH(run_mmt({"info", path("missing.mmt")}), "missing.mmt");
   EXPECT_FAILS_WITH(run_mmt({"info", path("a.npy")}), "a.npy");
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "checksum.h"
 #include "mmt_commands.h"
 #include "mmtensor/dataset.h"
 
@@ -59,6 +60,7 @@ nlohmann::json info_json(const Dataset& ds) {
   for (const auto& [key, value] : ds.metadata()) metadata[key] = value;
   return {{"path", ds.path()},
           {"format_version", info.format_version},
+          {"fingerprint", detail::hex64(ds.fingerprint())},
           {"file_bytes", info.file_bytes},
           {"records", info.records},
           {"chunks", info.chunks},
@@ -83,6 +85,7 @@ void print_text(const Dataset& ds) {
             << "codec      " << info.codec.str() << ": " << human_bytes(info.decoded_bytes)
             << " of values stored in " << human_bytes(info.stored_bytes) << ", ratio "
             << ratio_text << "\n"
+            << "fingerprint " << detail::hex64(ds.fingerprint()) << " (what a loader's saved state names)\n"
             << "fields     " << ds.schema().size() << "\n";
   // Names and metadata come from the file: escaped, so a crafted one cannot drive the terminal.
   std::vector<std::string> names;
