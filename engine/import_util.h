@@ -38,7 +38,9 @@ int64_t regular_file_size(const std::string& path);
 int64_t checked_shape_nbytes(IntArrayRef shape, int64_t element_bytes, std::string_view what);
 
 // Copies `count` elements of `element_bytes` each from src to dst, reversing the bytes of
-// each element (big-endian <-> little-endian). dst and src must not overlap.
+// each element (big-endian <-> little-endian). dst and src either do not overlap or are the
+// same (an in-place swap: each element is read whole before it is written); for 1-byte
+// elements, which have nothing to swap, they must not overlap.
 inline void copy_byteswapped(std::byte* dst, const std::byte* src, int64_t count,
                              int64_t element_bytes) {
   switch (element_bytes) {

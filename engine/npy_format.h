@@ -2,6 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,15 +34,38 @@ Tensor npy_tensor_copy(const std::byte* data, const NpyHeader& header, std::stri
 // not empty.
 bool npy_viewable(const std::byte* data, int64_t data_offset, const NpyHeader& header);
 
+// A deflated .npz member read front to back, a piece at a time, for a caller that must not
+// inflate it whole into memory (the packer). Reads are serialised; one that starts before the
+// previous one ended inflates again from the member's start. The member's size and CRC-32 are
+// checked as its last byte is read: FormatError, or ChecksumError, naming the member.
+class DeflatedMember {
+ public:
+  DeflatedMember(UntypedStorage archive, std::span<const std::byte> deflated, uint64_t inflated_bytes,
+                 uint32_t crc32, std::string what);
+  ~DeflatedMember();
+  DeflatedMember(const DeflatedMember&) = delete;
+  DeflatedMember& operator=(const DeflatedMember&) = delete;
+
+  // Inflated bytes [offset, offset + n) of the member, into `dst`.
+  void read(int64_t offset, std::byte* dst, int64_t n);
+
+ private:
+  struct Stream;
+  std::mutex mutex_;
+  std::unique_ptr<Stream> stream_;
+};
+
 // An array's values where they lie, before any copy: header.data_nbytes bytes from byte
-// `data_offset` of `storage`, in the header's byte order, aligned for the dtype or not. A
-// caller too short of memory to copy a large array whole (the packer) converts it a few
-// records at a time; npy_tensor_over() makes it a tensor.
+// `data_offset` of `storage`, in the header's byte order, aligned for the dtype or not; or,
+// for a deflated member given to the packer, from byte `data_offset` of `deflated`. A caller
+// too short of memory to copy a large array whole (the packer) converts it a few records at
+// a time; npy_tensor_over() makes it a tensor.
 struct NpyValues {
   std::string name;  // an .npz member's array name; empty for an .npy file
   std::string what;  // the source in error messages: a path, or "archive.npz:x.npy"
   NpyHeader header;
   UntypedStorage storage;  // the file's mapping, or an inflated member's host buffer
+  std::shared_ptr<DeflatedMember> deflated;  // instead of `storage`, when set
   int64_t data_offset = 0;
 };
 
@@ -47,9 +73,10 @@ struct NpyValues {
 NpyValues map_npy_values(const std::string& path);
 
 // The arrays of the .npz at `path`, in member order: stored members within the archive's
-// mapping, deflated ones inflated into host memory. Every check of load_npz() is made,
-// CRC-32s included, but for bool values, which npy_tensor_over() checks (a bool array, of
-// 1-byte elements, is always made a tensor: never misaligned or byte-swapped).
+// mapping; deflated ones read through a DeflatedMember when they hold C-order values (whose
+// records are contiguous bytes), else inflated into host memory. Every check of load_npz()
+// is made here, CRC-32s included, but for a DeflatedMember's size and CRC-32 (checked as its
+// last byte is read) and bool values (npy_tensor_over() checks them; the packer, as it reads).
 std::vector<NpyValues> map_npz_values(const std::string& path);
 
 }  // namespace mmt::detail

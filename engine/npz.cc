@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <optional>
 #include <cstring>
 #include <set>
 #include <string>
 
 #include "import_util.h"
+#include "mapping_guard.h"
 #include "mmtensor/numpy_io.h"
 #include "npy_format.h"
 
@@ -127,7 +129,8 @@ class ZipReader {
     UntypedStorage inflated;
   };
 
-  MemberBytes read_member(const Member& m) {
+  // The member's stored bytes (deflated or not), after checking its method and local header.
+  std::span<const std::byte> locate_member(const Member& m) {
     std::string where = str("member '", m.name, "'");
     if (m.flags & kFlagEncrypted) fail(str(where, " is encrypted"));
     if (m.method != kMethodStored && m.method != kMethodDeflated)
@@ -149,8 +152,13 @@ class ZipReader {
     std::string_view local_name(reinterpret_cast<const char*>(h + kLocalHeaderBytes), name_len);
     if (local_name != m.name)
       fail(str(where, ": the local header names it '", local_name, "'"));
-    const std::byte* data = bytes_.data() + data_offset;
+    if (m.method == kMethodDeflated) check_deflate_ratio(m, where);
+    return {bytes_.data() + data_offset, static_cast<size_t>(m.compressed_bytes)};
+  }
 
+  MemberBytes read_member(const Member& m) {
+    std::string where = str("member '", m.name, "'");
+    const std::byte* data = locate_member(m).data();
     MemberBytes out;
     if (m.method == kMethodStored) {
       if (m.compressed_bytes != m.uncompressed_bytes)
@@ -226,12 +234,15 @@ class ZipReader {
     if (disk_start != 0) fail("multi-volume ZIP archives are not supported");
   }
 
-  UntypedStorage inflate_member(const Member& m, const std::byte* data, const std::string& where) {
+  void check_deflate_ratio(const Member& m, const std::string& where) {
     if (m.uncompressed_bytes / kMaxDeflateRatio > m.compressed_bytes + 1)
       fail(str(where, " claims ", m.uncompressed_bytes, " bytes from ", m.compressed_bytes,
                " deflated bytes, more than deflate can produce"));
     if (m.uncompressed_bytes > static_cast<uint64_t>(INT64_MAX))
       fail(str(where, ": size ", m.uncompressed_bytes, " is too large"));
+  }
+
+  UntypedStorage inflate_member(const Member& m, const std::byte* data, const std::string& where) {
     UntypedStorage out = UntypedStorage::allocate(static_cast<int64_t>(m.uncompressed_bytes));
     z_stream zs{};
     if (inflateInit2(&zs, -MAX_WBITS) != Z_OK)  // raw deflate: ZIP has no zlib wrapper
@@ -277,13 +288,159 @@ class ZipReader {
 
 }  // namespace
 
+// ---- DeflatedMember ----
+namespace detail {
+
+struct DeflatedMember::Stream {
+  UntypedStorage archive;  // keeps `deflated` mapped
+  std::span<const std::byte> deflated;
+  uint64_t inflated_bytes = 0;
+  uint32_t expected_crc = 0;
+  std::string what;
+  z_stream zs{};
+  uint64_t in_fed = 0;    // deflated bytes handed to zlib
+  uint64_t position = 0;  // inflated bytes produced
+  uLong crc = 0;
+  bool open = false;
+
+  [[noreturn]] void fail(const std::string& message) const { throw FormatError(str(what, ": ", message)); }
+
+  // inflate() reads the archive's mapping: a file shrunk by another program while it is
+  // packed fails the read with IoError instead of killing the process with SIGBUS.
+  int guarded_inflate() {
+    return guard_mapped_reads(MappedRegion{&archive.filename(), archive.data(), archive.nbytes()},
+                              [&] { return inflate(&zs, Z_NO_FLUSH); });
+  }
+
+  void start() {
+    if (open) inflateEnd(&zs);
+    zs = z_stream{};
+    open = false;
+    if (inflateInit2(&zs, -MAX_WBITS) != Z_OK) throw Error(str(what, ": zlib inflateInit2 failed"));
+    open = true;
+    in_fed = position = 0;
+    crc = crc32_z(0, nullptr, 0);
+  }
+
+  // Inflates the next `n` bytes into `dst`; at the member's end, checks that nothing follows
+  // and the CRC-32.
+  void inflate_into(std::byte* dst, uint64_t n) {
+    if (n > inflated_bytes - position)
+      fail(str("reading past the ", inflated_bytes, " bytes the member inflates to"));
+    uint64_t out_left = n;
+    zs.next_out = reinterpret_cast<Bytef*>(dst);
+    zs.avail_out = 0;
+    while (out_left > 0 || zs.avail_out > 0) {
+      // zlib counts in 32-bit unsigned ints; feed it in slices.
+      if (zs.avail_in == 0 && in_fed < deflated.size()) {
+        zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(deflated.data() + in_fed));
+        zs.avail_in = static_cast<uInt>(std::min<uint64_t>(deflated.size() - in_fed, UINT_MAX));
+        in_fed += zs.avail_in;
+      }
+      if (zs.avail_out == 0) {
+        zs.avail_out = static_cast<uInt>(std::min<uint64_t>(out_left, UINT_MAX));
+        out_left -= zs.avail_out;
+      }
+      const uInt before = zs.avail_out;
+      const int rc = guarded_inflate();
+      position += before - zs.avail_out;
+      if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_MEM_ERROR)
+        fail(str("corrupt deflate data (", zs.msg ? zs.msg : "zlib error", ")"));
+      if ((rc == Z_STREAM_END || rc == Z_BUF_ERROR) && zs.avail_out > 0)
+        fail(str("deflate data ends after ", position, " of ", inflated_bytes,
+                 " bytes; the archive is truncated or corrupt"));
+    }
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(dst), n);
+    if (position == inflated_bytes) finish();
+  }
+
+  void finish() {
+    std::byte extra{};
+    zs.next_out = reinterpret_cast<Bytef*>(&extra);
+    zs.avail_out = 1;
+    int rc = Z_OK;
+    while (rc == Z_OK && zs.avail_out == 1) {
+      if (zs.avail_in == 0 && in_fed < deflated.size()) {
+        zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(deflated.data() + in_fed));
+        zs.avail_in = static_cast<uInt>(std::min<uint64_t>(deflated.size() - in_fed, UINT_MAX));
+        in_fed += zs.avail_in;
+      }
+      rc = guarded_inflate();
+      if (rc == Z_BUF_ERROR) break;
+    }
+    if (zs.avail_out == 0) fail(str("inflates to more than the ", inflated_bytes, " bytes declared"));
+    if (rc != Z_STREAM_END) fail(str("deflate data does not end after the ", inflated_bytes, " bytes declared"));
+    if (crc != expected_crc)
+      throw ChecksumError(str(what, ": CRC-32 mismatch (stored ", std::hex, expected_crc, ", computed ", crc,
+                              "); the archive is corrupt"));
+  }
+};
+
+DeflatedMember::DeflatedMember(UntypedStorage archive, std::span<const std::byte> deflated, uint64_t inflated_bytes,
+                               uint32_t crc32, std::string what)
+    : stream_(std::make_unique<Stream>()) {
+  stream_->archive = std::move(archive);
+  stream_->deflated = deflated;
+  stream_->inflated_bytes = inflated_bytes;
+  stream_->expected_crc = crc32;
+  stream_->what = std::move(what);
+  stream_->start();
+}
+
+DeflatedMember::~DeflatedMember() {
+  if (stream_->open) inflateEnd(&stream_->zs);
+}
+
+void DeflatedMember::read(int64_t offset, std::byte* dst, int64_t n) {
+  std::lock_guard lock(mutex_);
+  Stream& s = *stream_;
+  MMT_CHECK(offset >= 0 && n >= 0, ValueError, s.what, ": read of ", n, " bytes at ", offset);
+  try {
+    if (static_cast<uint64_t>(offset) < s.position) s.start();
+    std::vector<std::byte> skipped;
+    while (s.position < static_cast<uint64_t>(offset)) {
+      skipped.resize(static_cast<size_t>(std::min<uint64_t>(offset - s.position, 1 << 16)));
+      s.inflate_into(skipped.data(), skipped.size());
+    }
+    s.inflate_into(dst, static_cast<uint64_t>(n));
+  } catch (...) {
+    s.start();  // a later read starts over instead of resuming a stream left part-way
+    throw;
+  }
+}
+
+}  // namespace detail
+
 namespace {
+
+// A deflated member of C-order values as a DeflatedMember, its header read from the first
+// bytes inflated; nullopt for one that must be inflated whole (Fortran order: a record's
+// values are not contiguous bytes) or holds nothing.
+std::optional<detail::NpyValues> stream_member(ZipReader& zip, const Member& m, std::string_view what,
+                                               const UntypedStorage& archive) {
+  detail::NpyValues values;
+  values.name = m.name.substr(0, m.name.size() - 4);  // without ".npy"
+  values.what = str(what, ":", m.name);
+  auto deflated = std::make_shared<detail::DeflatedMember>(archive, zip.locate_member(m), m.uncompressed_bytes,
+                                                           m.crc32, str(what, ": member '", m.name, "'"));
+  std::vector<std::byte> prefix(static_cast<size_t>(std::min<uint64_t>(m.uncompressed_bytes, 12 + kMaxNpyHeaderBytes)));
+  deflated->read(0, prefix.data(), static_cast<int64_t>(prefix.size()));
+  values.header = parse_npy_header(prefix, values.what);
+  const uint64_t available = m.uncompressed_bytes - static_cast<uint64_t>(values.header.data_offset);
+  if (available != static_cast<uint64_t>(values.header.data_nbytes))
+    throw FormatError(str(values.what, ": header declares ", values.header.data_nbytes,
+                          " bytes of data but the member holds ", available, " bytes after the header"));
+  if (values.header.fortran_order || values.header.data_nbytes == 0) return std::nullopt;
+  values.deflated = std::move(deflated);
+  values.data_offset = values.header.data_offset;
+  return values;
+}
 
 // `backing`, when given, owns `bytes` (the archive's mapping): a stored member's values then
 // stay where they lie in it, so a large stored .npz is not held in memory twice. Without it,
 // a stored member's bytes are copied out of the caller's buffer.
 std::vector<detail::NpyValues> parse_npz_values(std::span<const std::byte> bytes, std::string_view what,
-                                                const UntypedStorage* backing) {
+                                                const UntypedStorage* backing, bool stream_deflated = false) {
   ZipReader zip(bytes, what);
   std::vector<detail::NpyValues> out;
   // The members of a ZIP never share bytes, so their stored sizes add up to less than the
@@ -299,6 +456,12 @@ std::vector<detail::NpyValues> parse_npz_values(std::span<const std::byte> bytes
     if (m.name.size() <= kSuffix.size() || !m.name.ends_with(kSuffix))
       throw FormatError(str(what, ": member '", m.name,
                             "' is not an .npy array (an .npz holds only NAME.npy members)"));
+    if (stream_deflated && backing && m.method == kMethodDeflated) {
+      if (auto streamed = stream_member(zip, m, what, *backing)) {
+        out.push_back(std::move(*streamed));
+        continue;
+      }
+    }
     auto member = zip.read_member(m);
     detail::NpyValues values;
     values.name = m.name.substr(0, m.name.size() - kSuffix.size());
@@ -337,7 +500,7 @@ std::vector<NpzMember> arrays_of(std::vector<detail::NpyValues> members) {
 namespace detail {
 std::vector<NpyValues> map_npz_values(const std::string& path) {
   detail::InputFile file = detail::map_input_file(path);
-  return parse_npz_values(file.bytes, path, &file.mapping);
+  return parse_npz_values(file.bytes, path, &file.mapping, /*stream_deflated=*/true);
 }
 }  // namespace detail
 
@@ -346,9 +509,8 @@ std::vector<NpzMember> parse_npz(std::span<const std::byte> bytes, std::string_v
 }
 
 std::vector<NpzMember> load_npz(const std::string& path, bool mmap) {
-  if (mmap) return arrays_of(detail::map_npz_values(path));
   detail::InputFile file = detail::map_input_file(path);
-  return arrays_of(parse_npz_values(file.bytes, path, nullptr));
+  return arrays_of(parse_npz_values(file.bytes, path, mmap ? &file.mapping : nullptr));
 }
 
 }  // namespace mmt

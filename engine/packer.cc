@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "import_util.h"
+#include "mapping_guard.h"
 #include "npy_format.h"
 #include "utf8.h"
 #include "mmtensor/idx_io.h"
@@ -98,11 +100,12 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
   // Fortran-order array, whose records are not contiguous bytes: that one is copied whole.
   auto add_values = [&](const std::string& name, detail::NpyValues v, const std::string& origin) {
     const NpyHeader& h = v.header;
-    if (h.fortran_order || h.data_nbytes == 0 || detail::npy_viewable(v.storage.data() + v.data_offset, v.data_offset, h))
+    if (!v.deflated && (h.fortran_order || h.data_nbytes == 0 ||
+                        detail::npy_viewable(v.storage.data() + v.data_offset, v.data_offset, h)))
       return add_array(name, detail::npy_tensor_over(v.storage, v.data_offset, h, v.what), origin);
-    add_field(name, h.dtype, h.shape, origin);  // not bool: a 1-byte type is always viewable
+    add_field(name, h.dtype, h.shape, origin);
     out.columns_.emplace_back();
-    out.converted_.push_back({std::move(v.storage), v.data_offset, h.big_endian});
+    out.converted_.push_back({std::move(v.storage), std::move(v.deflated), v.data_offset, h.big_endian});
   };
   for (const std::string& spec : specs) {
     auto [name, path] = split_spec(spec);
@@ -267,10 +270,27 @@ Tensor PackSources::converted_records(size_t f, int64_t start, int64_t count) co
   const Field& field = schema_[f];
   const ConvertedColumn& column = converted_[f];
   const int64_t element_bytes = element_size(field.dtype), record_bytes = field.fixed_nbytes();
-  UntypedStorage values = UntypedStorage::allocate(count * record_bytes);
-  if (count * record_bytes > 0)
-    detail::copy_to_native(values.mutable_data(), column.bytes.data() + column.offset + start * record_bytes,
-                           count * record_bytes / element_bytes, element_bytes, column.big_endian);
+  const int64_t nbytes = count * record_bytes, elements = nbytes / element_bytes;
+  UntypedStorage values = UntypedStorage::allocate(nbytes);
+  std::byte* out = values.mutable_data();
+  if (column.deflated) {
+    column.deflated->read(column.offset + start * record_bytes, out, nbytes);
+    if (element_bytes > 1 && column.big_endian != (std::endian::native == std::endian::big))
+      detail::copy_byteswapped(out, out, elements, element_bytes);  // in place: element by element
+    if (field.dtype == kBool) {  // a mapped array's bools are checked when it is made a tensor
+      const int64_t at = detail::first_invalid_bool(out, nbytes);
+      MMT_CHECK(at < 0, FormatError, origins_[f], ": record ", start + at / std::max<int64_t>(record_bytes, 1),
+                " holds the bool byte ", static_cast<int>(static_cast<uint8_t>(out[at])),
+                "; a '|b1' array may hold only 0 and 1");
+    }
+  } else if (nbytes > 0) {
+    // Out of the input's mapping: an input another program shrinks while it is packed fails
+    // the pack with IoError, not SIGBUS (as the writer's copies out of mapped arrays do).
+    const std::byte* from = column.bytes.data() + column.offset + start * record_bytes;
+    detail::guard_mapped_reads(
+        detail::MappedRegion{&column.bytes.filename(), column.bytes.data(), column.bytes.nbytes()},
+        [&] { detail::copy_to_native(out, from, elements, element_bytes, column.big_endian); });
+  }
   DimVector sizes{count};
   for (int64_t s : field.shape) sizes.push_back(s);
   return Tensor(std::move(values), field.dtype, sizes);

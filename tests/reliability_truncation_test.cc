@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "format.h"
+#include "importer_test_util.h"
 #include "mapping_guard.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/dataset_writer.h"
@@ -344,22 +345,39 @@ TEST(ReliabilityTruncation, LoaderNamingTheSampleOfATruncatedChannelsLastFileFai
   EXPECT_TRUNCATION_ERROR(loader.next(), path);
 }
 
-// The packer reads .npy arrays through a mapping. Another program rewriting an input in place
-// (numpy.save over it truncates first) while it is packed: the pack fails with IoError naming
-// the input, leaves no output and no temporary, and the process lives.
+// The packer reads .npy and .npz arrays through a mapping. Another program rewriting an input
+// in place (numpy.save over it truncates first) while it is packed: the pack fails with
+// IoError naming the input, leaves no output and no temporary, and the process lives. For a
+// native .npy the writer copies out of the mapping; a big-endian .npy and an np.savez member
+// (unaligned) are converted a batch at a time, and a deflated member inflated as it is read:
+// each read of the mapping is guarded (the conversions were not, and died of SIGBUS).
 TEST(ReliabilityTruncation, AnInputTruncatedWhileItIsPackedFailsThePackWithIoError) {
   if (kThreadSanitizer) GTEST_SKIP() << "the SIGBUS guard does not work under ThreadSanitizer";
-  TempDir dir;
-  const std::string input = dir.file("x.npy"), output = dir.file("out.mmt");
-  save_npy(input, full({4096, 256}, 1.0, kFloat32));  // 4 MiB of values
-  const std::vector<std::string> specs{"x=" + input};
-  const PackSources sources = PackSources::from_arrays(specs);  // maps the input
-  truncate_to(input, 8192);
-  EXPECT_TRUNCATION_ERROR(pack_dataset(output, sources, PackOptions{}), input);
-  EXPECT_FALSE(fs::exists(output));
-  int entries = 0;
-  for (const auto& entry : fs::directory_iterator(dir.path())) entries += entry.path() != input;
-  EXPECT_EQ(entries, 0) << "the writer's temporary is removed";
+  std::vector<float> values(4096 * 256);  // 4 MiB that deflate cannot shrink much
+  std::minstd_rand random(7);
+  for (float& v : values) v = static_cast<float>(random()) / 1024.0f;
+  const std::string shape = "(4096, 256)";
+  const testutil::Bytes native = testutil::npy_file("<f4", false, shape, testutil::element_bytes(values, false));
+  const std::vector<std::pair<std::string, testutil::Bytes>> inputs{
+      {"x.npy", native},
+      {"big-endian.npy", testutil::npy_file(">f4", false, shape, testutil::element_bytes(values, true))},
+      {"stored.npz", testutil::zip_archive({{"x.npy", native}})},
+      {"deflated.npz", testutil::zip_archive({{"x.npy", native, /*deflate=*/true}})},
+  };
+  for (const auto& [name, bytes] : inputs) {
+    SCOPED_TRACE(name);
+    TempDir dir;
+    const std::string input = dir.file(name), output = dir.file("out.mmt");
+    testutil::write_file(input, bytes);
+    const std::vector<std::string> specs{name.ends_with(".npz") ? input : "x=" + input};
+    const PackSources sources = PackSources::from_arrays(specs);  // maps the input
+    truncate_to(input, 8192);
+    EXPECT_TRUNCATION_ERROR(pack_dataset(output, sources, PackOptions{}), input);
+    EXPECT_FALSE(fs::exists(output));
+    int entries = 0;
+    for (const auto& entry : fs::directory_iterator(dir.path())) entries += entry.path() != input;
+    EXPECT_EQ(entries, 0) << "the writer's temporary is removed";
+  }
 }
 
 TEST(ReliabilityTruncation, UserCodeTouchingAZeroCopyViewAfterTruncationGetsSigbus) {

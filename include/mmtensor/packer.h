@@ -5,7 +5,8 @@
 // Sources. Either named arrays whose first dimension is the record dimension:
 //   "NAME=PATH.npy"   one field (mapped, not read, when the file allows it)
 //   "PATH.npz"        one field per array of the archive, named as in it (stored members
-//                     mapped; deflated ones inflated into memory)
+//                     mapped; deflated ones inflated a batch of records at a time as they
+//                     are packed, their CRC-32 checked at their end)
 //   "NAME=PATH"       an IDX file, gzip-compressed or not (MNIST's train-images-idx3-ubyte.gz)
 // whose record counts must agree. Values that cannot be used where they lie (big-endian, or
 // a stored member unaligned for its dtype, as numpy's ZIP headers leave most) are converted a
@@ -26,6 +27,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,6 +38,9 @@
 #include "mmtensor/tensor.h"
 
 namespace mmt {
+namespace detail {
+class DeflatedMember;
+}
 
 // Raised by pack_dataset() when its cancel flag is set; the output path is left as it was.
 class PackCancelled : public Error {
@@ -78,9 +83,11 @@ class PackSources {
   Metadata metadata_;
   std::vector<std::string> origins_;
   std::vector<std::string> input_paths_;
-  // Arrays whose values must be converted (see above): the bytes they lie in, from record 0.
+  // Arrays whose values must be converted (see above): the bytes they lie in, from record 0
+  // at `offset`: a mapping, or a deflated .npz member, inflated as it is read.
   struct ConvertedColumn {
-    UntypedStorage bytes;  // the file's mapping, or an inflated member; empty: columns_ has it
+    UntypedStorage bytes;  // the file's mapping; empty (and no `deflated`): columns_ has it
+    std::shared_ptr<detail::DeflatedMember> deflated;
     int64_t offset = 0;
     bool big_endian = false;
   };
