@@ -149,8 +149,8 @@ TEST(PackerTest, UnalignedAndBigEndianArraysAreConvertedABatchAtATime) {
       reals[i] = static_cast<double>(i) * 0.5;
       ints[i] = static_cast<int32_t>(i) - 7;
     }
-    std::string shape = "(";  // not "(" + ...: gcc 12 warns falsely on it (-Wrestrict, its bug 105329)
-    shape += std::to_string(kRecords) + ", 8)";
+    // Not "(" + ...: gcc 12 warns falsely on it (-Wrestrict, its bug 105329).
+    const std::string shape = std::string("(").append(std::to_string(kRecords)).append(", 8)");
     testutil::Bytes npz = testutil::zip_archive(
         {{"reals.npy", testutil::npy_file("<f8", false, shape, testutil::element_bytes(reals, false))}});
     testutil::write_file(dir.file("a.npz"), npz);
@@ -196,10 +196,11 @@ TEST(PackerTest, DeflatedMembersAreInflatedABatchAtATime) {
     std::vector<int16_t> small(kRecords);
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i % 1000) - 3;
     for (size_t i = 0; i < small.size(); ++i) small[i] = static_cast<int16_t>(i % 300);
+    const std::string records = std::to_string(kRecords);
     archive = testutil::zip_archive(
-        {{"ids.npy", testutil::npy_file("<i8", false, "(" + std::to_string(kRecords) + ", 8)",
+        {{"ids.npy", testutil::npy_file("<i8", false, std::string("(").append(records).append(", 8)"),
                                         testutil::element_bytes(ids, false)), /*deflate=*/true},
-         {"small.npy", testutil::npy_file(">i2", false, "(" + std::to_string(kRecords) + ",)",
+         {"small.npy", testutil::npy_file(">i2", false, std::string("(").append(records).append(",)"),
                                           testutil::element_bytes(small, true)), /*deflate=*/true}});
   }
   testutil::write_file(dir.file("c.npz"), archive);
