@@ -306,10 +306,11 @@ TEST(ReliabilityTruncation, LoaderPackingRaggedValuesOfATruncatedFileFailsWithIo
   Dataset ds = Dataset::open(path);
   ASSERT_EQ(ds.get(0, "tokens").size(0), 16384);  // chunk 0's table entry is validated and kept
   // The loaders are made before the cut: the first loader of a dataset reads its chunk table
-  // (Dataset::fingerprint(), then kept).
+  // (Dataset::fingerprint(), then kept). Without workers, so that nothing is read before the cut.
   LoaderOptions loader_options;
   loader_options.batch_size = 4;
   loader_options.pin_memory = false;
+  loader_options.num_workers = 0;
   Loader loader(ds, loader_options);
   loader_options.sampler.kind = SamplerKind::Sequential;
   Loader in_order(ds, loader_options);
@@ -339,6 +340,7 @@ TEST(ReliabilityTruncation, LoaderNamingTheSampleOfATruncatedChannelsLastFileFai
   loader_options.batch_size = 4;
   loader_options.pin_memory = false;
   loader_options.sampler.kind = SamplerKind::Sequential;
+  loader_options.num_workers = 0;     // so that nothing is read before the cut
   Loader loader(ds, loader_options);  // before the cut: a loader reads the chunk table when made
   truncate_to(path, ds.chunk(1).file_offset);
   ASSERT_TRUE(loader.next());  // chunk 0 is whole
