@@ -143,7 +143,8 @@ namespace {
 // that cannot be listed is named in the error: nothing is silently left out.
 // `folders_seen` (device, inode) spans every class, so a link from one class to another
 // is caught as well.
-std::vector<std::string> files_under(const fs::path& class_dir, std::set<std::pair<dev_t, ino_t>>& folders_seen) {
+std::vector<std::string> files_under(const fs::path& class_dir, std::set<std::pair<dev_t, ino_t>>& folders_seen,
+                                     std::vector<std::pair<uint64_t, uint64_t>>& linked_files) {
   std::vector<std::string> files;
   const auto note_folder = [&](const fs::path& folder) {
     struct stat st {};
@@ -172,6 +173,9 @@ std::vector<std::string> files_under(const fs::path& class_dir, std::set<std::pa
     } else {
       MMT_CHECK(entry.is_regular_file(kind_error), IoError, entry.path().string(),
                 ": not a regular file (a dangling link, a device or a pipe) and cannot be packed");
+      struct stat st {};
+      if (entry.is_symlink(kind_error) && ::stat(entry.path().c_str(), &st) == 0)
+        linked_files.emplace_back(st.st_dev, st.st_ino);  // outside the folders walked: remembered
       files.push_back(entry.path().string());
     }
     it.increment(ec);
@@ -192,6 +196,7 @@ PackSources PackSources::from_folder(const std::string& dir) {
             ec ? ec.message() : std::string("it does not exist or is a file"), ")");
   PackSources out;
   std::vector<std::string> classes;
+  std::set<std::pair<dev_t, ino_t>> folders_seen;  // every folder walked, through links too
   try {
     for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
       std::string leaf = entry.path().filename().string();
@@ -209,9 +214,8 @@ PackSources PackSources::from_folder(const std::string& dir) {
       MMT_CHECK(invalid == std::string::npos, ValueError, (fs::path(dir) / name).string(),
                 ": the class folder's name is not valid UTF-8 (byte ", invalid, "); rename it");
     }
-    std::set<std::pair<dev_t, ino_t>> folders_seen;
     for (size_t label = 0; label < classes.size(); ++label) {
-      std::vector<std::string> files = files_under(fs::path(dir) / classes[label], folders_seen);
+      std::vector<std::string> files = files_under(fs::path(dir) / classes[label], folders_seen, out.linked_input_files_);
       std::sort(files.begin(), files.end());
       for (std::string& f : files) {
         out.total_bytes_ += static_cast<int64_t>(fs::file_size(f)) + 8;
@@ -228,6 +232,11 @@ PackSources PackSources::from_folder(const std::string& dir) {
             classes.size() == 1 ? "" : "s", " hold no files");
   out.records_ = static_cast<int64_t>(out.files_.size());
   out.input_paths_ = {dir};
+  struct stat top {};
+  if (::stat(dir.c_str(), &top) == 0) out.input_folders_.emplace_back(top.st_dev, top.st_ino);
+  for (const auto& [device, inode] : folders_seen) out.input_folders_.emplace_back(device, inode);
+  std::sort(out.input_folders_.begin(), out.input_folders_.end());
+  std::sort(out.linked_input_files_.begin(), out.linked_input_files_.end());
   out.schema_ = Schema({Field::bytes("data"), Field::fixed("label", kInt64, {})});
   out.metadata_["classes"] = nlohmann::json(classes).dump();
   out.metadata_["source"] = "folder";
@@ -296,15 +305,11 @@ Tensor PackSources::converted_records(size_t f, int64_t start, int64_t count) co
   return Tensor(std::move(values), field.dtype, sizes);
 }
 
-namespace {
-
-// ValueError when writing `path` would replace one of the sources' files or land in their
-// folder (where the next pack of it would read it back as a record).
-void refuse_output_among_inputs(const std::string& path, const PackSources& sources) {
+void PackSources::check_output(const std::string& path) const {
   std::error_code ec;
   const fs::path output = fs::weakly_canonical(path, ec);
   if (ec) return;  // the writer reports what is wrong with the path
-  for (const std::string& input : sources.input_paths()) {
+  for (const std::string& input : input_paths_) {
     const fs::path source = fs::weakly_canonical(input, ec);
     if (ec) continue;
     const bool same_file = output == source || fs::equivalent(output, source, ec);  // hard links too
@@ -315,12 +320,23 @@ void refuse_output_among_inputs(const std::string& path, const PackSources& sour
                 "; write it elsewhere");
     }
   }
+  // A class folder may link elsewhere (data/dog -> ../shared_dogs), as may a file in it: the
+  // output must not land in a folder the walk reached, nor replace a file a link led to.
+  const auto among = [](const std::vector<std::pair<uint64_t, uint64_t>>& sorted, const struct stat& st) {
+    return std::binary_search(sorted.begin(), sorted.end(), std::pair<uint64_t, uint64_t>(st.st_dev, st.st_ino));
+  };
+  struct stat st {};
+  if (!input_folders_.empty() && ::stat(output.parent_path().c_str(), &st) == 0)
+    MMT_CHECK(!among(input_folders_, st), ValueError, "the output ", path, " lies in a folder that the input folder ",
+              input_paths_.at(0), " reaches (through a link): packing would add it to the inputs or replace one; "
+              "write it elsewhere");
+  if (!linked_input_files_.empty() && ::stat(output.c_str(), &st) == 0)
+    MMT_CHECK(!among(linked_input_files_, st), ValueError, "the output ", path, " is an input that a link in ",
+              input_paths_.at(0), " leads to: packing would replace it");
 }
 
-}  // namespace
-
 WriteStats pack_dataset(const std::string& path, const PackSources& sources, PackOptions options) {
-  refuse_output_among_inputs(path, sources);
+  sources.check_output(path);
   WriterOptions writer_options = options.writer;
   Metadata metadata = sources.metadata();
   for (auto& [key, value] : writer_options.metadata) metadata[key] = value;

@@ -124,6 +124,26 @@ TEST(PackerTest, TheOutputCannotBeAnInputOrInsideTheInputFolder) {
   // A sibling whose name starts like the folder's is outside it.
   pack_dataset(dir.file("photos2.mmt"), folder, {});
   EXPECT_EQ(Dataset::open(dir.file("photos2.mmt")).size(), 1);
+
+  // A class folder linked from elsewhere, and a class file linked from elsewhere: the output may
+  // neither land in the linked folder (it would be packed next time, or replace a record) nor
+  // replace the linked file's target (the link would lead to the dataset).
+  write_text(dir.path() / "shared_dogs" / "2.jpg", "woof");
+  write_text(dir.path() / "elsewhere" / "3.jpg", "purr");
+  fs::create_directory_symlink("../shared_dogs", dir.path() / "photos" / "dog");
+  fs::create_symlink("../../elsewhere/3.jpg", dir.path() / "photos" / "cat" / "3.jpg");
+  const PackSources linked = PackSources::from_folder(dir.file("photos"));
+  ASSERT_EQ(linked.records(), 3);
+  for (const fs::path& output : {dir.path() / "shared_dogs" / "2.jpg", dir.path() / "shared_dogs" / "out.mmt"}) {
+    const std::string message = error_of([&] { pack_dataset(output.string(), linked, force); });
+    EXPECT_NE(message.find("lies in a folder that the input folder"), std::string::npos) << message;
+  }
+  const std::string message = error_of([&] { pack_dataset(dir.file("elsewhere/3.jpg"), linked, force); });
+  EXPECT_NE(message.find("is an input that a link in"), std::string::npos) << message;
+  EXPECT_EQ(file_bytes(dir.file("shared_dogs/2.jpg")), "woof");
+  EXPECT_EQ(file_bytes(dir.file("elsewhere/3.jpg")), "purr");
+  EXPECT_FALSE(fs::exists(dir.file("shared_dogs/out.mmt")));
+  pack_dataset(dir.file("elsewhere/out.mmt"), linked, {});  // beside a linked file: fine
 }
 
 // The anonymous memory this process holds (heap, not pages of mapped files): what a whole

@@ -30,6 +30,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mmtensor/dataset.h"
@@ -66,6 +67,10 @@ class PackSources {
   // The files (arrays) or the folder (a class folder) the sources read: pack_dataset refuses
   // an output that is one of them or lies inside the folder, which would replace an input.
   const std::vector<std::string>& input_paths() const { return input_paths_; }
+  // ValueError when writing `path` would replace one of the sources or land among them: it
+  // is an input file (or a hard link to one), it lies inside the input folder, in a folder the
+  // class folders reach through links, or it is a file a linked class file leads to.
+  void check_output(const std::string& path) const;
   // The values of record `index`, one per field in schema order (views of the sources for
   // arrays; the file's bytes, read now, for a folder). Throws IoError for an unreadable file.
   std::vector<Tensor> record(int64_t index) const;
@@ -98,6 +103,10 @@ class PackSources {
   std::vector<ConvertedColumn> converted_;  // arrays: one per field
   std::vector<std::string> files_;     // folder: one path per record
   std::vector<int64_t> labels_;        // folder: the class index of each file
+  // Folder: (device, inode) of every folder walked (through links too) and of every file
+  // reached through a link, sorted: for check_output.
+  std::vector<std::pair<uint64_t, uint64_t>> input_folders_;
+  std::vector<std::pair<uint64_t, uint64_t>> linked_input_files_;
 };
 
 struct PackOptions {
@@ -111,8 +120,7 @@ struct PackOptions {
 
 // Writes every record of `sources` to a new dataset at `path` and returns the writer's final
 // figures. The sources' metadata is stored with options.writer.metadata added over it.
-// ValueError, before anything is written, when `path` is one of the sources' files or lies
-// inside their folder.
+// ValueError, before anything is written, when sources.check_output(path) refuses it.
 WriteStats pack_dataset(const std::string& path, const PackSources& sources, PackOptions options);
 
 // Compares records of `dataset` with `sources` (schema and values); `indices` empty means
