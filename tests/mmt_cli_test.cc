@@ -554,6 +554,24 @@ TEST_F(MmtCli, GetPrintsLikePyTorch) {
   EXPECT_FAILS_WITH(run_mmt({"get", path("a.mmt"), "0", "--npy", path("x.npy")}), "--field");
 }
 
+// get --npy/--raw and export write files on request; never over the dataset they read, even
+// with --force (a dataset named x.npy exports its field x to x.npy).
+TEST_F(MmtCli, NoOutputReplacesTheDatasetBeingRead) {
+  save("x.npy", arange(10, kInt64));
+  ASSERT_EQ(run_mmt({"pack", path("d.mmt"), "x=" + path("x.npy")}).exit_code, 0);
+  const Bytes before = testutil::read_file(path("d.mmt"));
+  fs::create_symlink(path("d.mmt"), path("link.mmt"));
+  for (const char* flag : {"--npy", "--raw"})
+    for (const std::string& output : {path("d.mmt"), path("link.mmt")})
+      EXPECT_FAILS_WITH(run_mmt({"get", path("d.mmt"), "0", "--field", "x", flag, output, "--force"}),
+                        "is the dataset being read");
+  fs::create_directory(path("out"));
+  fs::copy_file(path("d.mmt"), path("out/x.npy"));
+  EXPECT_FAILS_WITH(run_mmt({"export", path("out/x.npy"), path("out"), "--force"}), "is the dataset being read");
+  EXPECT_EQ(testutil::read_file(path("d.mmt")), before);
+  EXPECT_EQ(testutil::read_file(path("out/x.npy")), before);
+}
+
 TEST_F(MmtCli, GetParsesTheIndexStrictly) {
   save("a.npy", arange(3, kInt64));
   ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy")}).exit_code, 0);

@@ -75,7 +75,7 @@ void run_export(const ExportArgs& args) {
   for (const std::string& name : names) {
     (void)npy_descr(ds.schema()[ds.schema().index_of(name)].dtype);  // bfloat16 has no numpy dtype
     paths.push_back((fs::path(args.dir) / (name + ".npy")).string());
-    check_output_path(paths.back(), args.force);
+    check_output_path(paths.back(), args.force, args.file);
   }
   // What cannot be known before writing (a damaged chunk met by column(), a name the file
   // system finds too long, a full disk) undoes the export. Every .npy is written to a

@@ -29,8 +29,8 @@ void write_raw(const std::string& path, const Tensor& t, bool force) {
 
 void run_get(const GetArgs& args) {
   const int64_t index = parse_int64(args.index, "INDEX");
-  if (!args.npy.empty()) check_output_path(args.npy, args.force);
-  if (!args.raw.empty()) check_output_path(args.raw, args.force);
+  if (!args.npy.empty()) check_output_path(args.npy, args.force, args.file);
+  if (!args.raw.empty()) check_output_path(args.raw, args.force, args.file);
   Dataset ds = Dataset::open(args.file);
   if (!args.npy.empty() || !args.raw.empty()) {
     std::string field = args.field;

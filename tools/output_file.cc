@@ -1,12 +1,18 @@
 #include "output_file.h"
 
+#include <filesystem>
+
 #include "file_io.h"
+#include "mmt_commands.h"
 #include "npy_format.h"
 #include "temp_files.h"
 
 namespace mmt::tool {
 
-void check_output_path(const std::string& path, bool force) {
+void check_output_path(const std::string& path, bool force, const std::string& reading) {
+  std::error_code ec;
+  MMT_CHECK(reading.empty() || !std::filesystem::equivalent(path, reading, ec), ValueError, "the output ",
+            printable(path), " is the dataset being read (", printable(reading), "): writing it would destroy it");
   io::check_output_target(path, force, "pass --force to replace it");
 }
 

@@ -12,9 +12,11 @@
 
 namespace mmt::tool {
 
-// Throws IoError unless `path` is free to write: absent, or a regular file and `force`.
-// Called before any work, so a long read is not wasted on a refusal.
-void check_output_path(const std::string& path, bool force);
+// Throws IoError unless `path` is free to write: absent, or a regular file and `force`; and
+// ValueError, whatever `force` says, when it is the file `reading` (the dataset the command
+// reads, by any name: a link, a hard link). Called before any work, so a long read is not
+// wasted on a refusal.
+void check_output_path(const std::string& path, bool force, const std::string& reading = "");
 
 // Writes `bytes` to a temporary file beside `path`, fsyncs it and renames it onto `path`
 // (over an existing file only with `force`). On failure the temporary is removed and `path`
