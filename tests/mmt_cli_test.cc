@@ -572,6 +572,29 @@ TEST_F(MmtCli, NoOutputReplacesTheDatasetBeingRead) {
   EXPECT_EQ(testutil::read_file(path("out/x.npy")), before);
 }
 
+// Integer options are parsed as INDEX is: CLI11's own conversion took '' as 0 (verify
+// --samples '' compared every record) and clamped values out of range.
+TEST_F(MmtCli, IntegerOptionsAreParsedStrictly) {
+  save("a.npy", arange(3, kInt64));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy")}).exit_code, 0);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"pack", path("b.mmt"), "a=" + path("a.npy"), "--threads", ""}, "--threads '' is not an integer"},
+      {{"pack", path("b.mmt"), "a=" + path("a.npy"), "--threads", "5000000000"}, "--threads '5000000000' is out of range"},
+      {{"verify", path("a.mmt"), "--samples", ""}, "--samples '' is not an integer"},
+      {{"verify", path("a.mmt"), "--samples", "99999999999999999999"}, "--samples '99999999999999999999' is out of range"},
+      {{"verify", path("a.mmt"), "--seed", "-5"}, "--seed '-5' is not a non-negative integer"},
+      {{"verify", path("a.mmt"), "--seed", "18446744073709551616"}, "is out of range: it must be within [0, 18446744073709551615]"},
+      {{"bench", path("a.mmt"), "--batch", "1x"}, "--batch '1x' is not an integer"},
+  };
+  for (const auto& [args, message] : cases) {
+    RunResult r = run_mmt(args);
+    EXPECT_EQ(r.exit_code, 2) << message;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(path("b.mmt")));
+  EXPECT_EQ(run_mmt({"verify", path("a.mmt"), "--samples", "+2", "--seed", "18446744073709551615"}).exit_code, 0);
+}
+
 TEST_F(MmtCli, GetParsesTheIndexStrictly) {
   save("a.npy", arange(3, kInt64));
   ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy")}).exit_code, 0);

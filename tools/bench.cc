@@ -232,10 +232,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->add_option("--seconds", args->seconds, "Time per measurement, at most 3600 (each runs at least one step)")
       ->capture_default_str();
-  cmd->add_option("--batch", args->batch, "Batch size in records: at most 1048576, and at most 1 GiB of fixed fields")
-      ->capture_default_str();
-  cmd->add_option("--threads", args->threads, "Gather threads, 1 to 1024 (the loader: threads - 1 workers, at least 1, and the consumer)")->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Seed of the random indices")->capture_default_str();
+  add_integer_option(cmd, "--batch", args->batch, "Batch size in records: at most 1048576, and at most 1 GiB of fixed fields");
+  add_integer_option(cmd, "--threads", args->threads,
+                     "Gather threads, 1 to 1024 (the loader: threads - 1 workers, at least 1, and the consumer)");
+  add_integer_option(cmd, "--seed", args->seed, "Seed of the random indices");
   cmd->callback([args] { run_bench(*args); });
 }
 

@@ -116,4 +116,16 @@ int64_t parse_int64(const std::string& text, const std::string& what) {
   return value;
 }
 
+uint64_t parse_uint64(const std::string& text, const std::string& what) {
+  const std::string_view digits = std::string_view(text).substr(!text.empty() && text[0] == '+' ? 1 : 0);
+  const auto is_digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  MMT_CHECK(!digits.empty() && std::all_of(digits.begin(), digits.end(), is_digit), ValueError, what, " '",
+            text, "' is not a non-negative integer (write 17: digits only)");
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  MMT_CHECK(error == std::errc() && end == digits.data() + digits.size(), ValueError, what, " '", text,
+            "' is out of range: it must be within [0, ", UINT64_MAX, "]");
+  return value;
+}
+
 }  // namespace mmt::tool

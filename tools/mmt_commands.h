@@ -5,8 +5,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <exception>
+#include <limits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace mmt::tool {
@@ -43,6 +46,43 @@ int64_t parse_byte_size(const std::string& text, const std::string& option);
 // Parses a whole decimal integer: an optional sign, then digits only, within int64 (no
 // spaces, hex or suffixes, nothing clamped). ValueError naming `what` otherwise.
 int64_t parse_int64(const std::string& text, const std::string& what);
+// The same for an unsigned value within uint64 (a seed): an optional '+', then digits only.
+uint64_t parse_uint64(const std::string& text, const std::string& what);
+
+// Adds an integer option whose text is parsed strictly (parse_int64 / parse_uint64, then the
+// range of `Int`): CLI11's own conversion takes '' as 0 and clamps what is out of range. A
+// bad value ends the command as a usage error naming the option and what was typed.
+template <typename Int>
+CLI::Option* add_integer_option(CLI::App* cmd, const std::string& name, Int& target, const std::string& help) {
+  const std::string flag = name;
+  CLI::Option* option = cmd->add_option_function<std::string>(
+      name,
+      [&target, flag](const std::string& text) {
+        try {
+          if constexpr (std::is_unsigned_v<Int>) {
+            const uint64_t value = parse_uint64(text, flag);
+            if (value > static_cast<uint64_t>(std::numeric_limits<Int>::max()))
+              throw CLI::ValidationError(flag + " '" + text + "' is out of range: it must be within [0, " +
+                                         std::to_string(std::numeric_limits<Int>::max()) + "]");
+            target = static_cast<Int>(value);
+          } else {
+            const int64_t value = parse_int64(text, flag);
+            if (value < static_cast<int64_t>(std::numeric_limits<Int>::min()) ||
+                value > static_cast<int64_t>(std::numeric_limits<Int>::max()))
+              throw CLI::ValidationError(flag + " '" + text + "' is out of range: it must be within [" +
+                                         std::to_string(std::numeric_limits<Int>::min()) + ", " +
+                                         std::to_string(std::numeric_limits<Int>::max()) + "]");
+            target = static_cast<Int>(value);
+          }
+        } catch (const std::exception& e) {
+          if (dynamic_cast<const CLI::Error*>(&e)) throw;
+          throw CLI::ValidationError(e.what());  // parse_*64 name the option themselves
+        }
+      },
+      help);
+  option->default_str(std::to_string(target))->type_name(std::is_unsigned_v<Int> ? "UINT" : "INT");
+  return option;
+}
 
 }  // namespace mmt::tool
 

@@ -164,7 +164,7 @@ void add_pack_command(CLI::App& app) {
   cmd->add_option("--codec", args->codec, "none, lz4[:LEVEL] or zstd[:LEVEL]")->capture_default_str();
   cmd->add_option("--chunk-bytes", args->chunk_bytes, "Target decoded bytes per chunk (e.g. 1M)")->capture_default_str();
   cmd->add_option("--align", args->align, "Chunk alignment in the file, a power of two from 64 to 16M")->capture_default_str();
-  cmd->add_option("--threads", args->threads, "Compression threads, 0 to 1024 (0: one per core)")->capture_default_str();
+  add_integer_option(cmd, "--threads", args->threads, "Compression threads, 0 to 1024 (0: one per core)");
   cmd->add_flag("--force", args->force, "Replace OUTPUT if it exists");
   cmd->add_flag("--quiet", args->quiet, "Print no summary");
   cmd->callback([args] { run_pack(*args); });

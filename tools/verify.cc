@@ -51,9 +51,8 @@ void add_verify_command(CLI::App& app) {
                   "Also compare the records with these pack inputs (same syntax as mmt pack)")
       ->expected(1, -1);
   cmd->add_option("--folder", args->folder, "Also compare the records with this class folder");
-  cmd->add_option("--samples", args->samples,
-                  "Compare this many random records instead of all (0: all)")->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Seed for --samples")->capture_default_str();
+  add_integer_option(cmd, "--samples", args->samples, "Compare this many random records instead of all (0: all)");
+  add_integer_option(cmd, "--seed", args->seed, "Seed for --samples");
   cmd->callback([args] { run_verify(*args); });
 }
 
