@@ -214,8 +214,7 @@ DatasetWriter DatasetWriter::create(const std::string& path, Schema schema, Writ
   }
   impl->options = std::move(options);
   detail::remove_dead_temporaries(path);  // what writers of this target killed earlier left
-  impl->temp_path = detail::temporary_path_for(path);
-  impl->file = io::WritableFile::create(impl->temp_path);
+  impl->file = detail::create_temporary(path, impl->temp_path);
   try {
     std::byte bytes[format::kPreambleBytes];
     format::encode_preamble(pre, bytes);

@@ -162,10 +162,11 @@ const char* kind_of(mode_t mode) {
 
 void check_output_target(const std::string& path, bool replace, const std::string& how_to_replace) {
   MMT_CHECK(!path.empty(), ValueError, "the output path is empty");
+  MMT_CHECK(path.back() != '/', ValueError, "the output path ", path, " ends in '/', as a folder's does; name a file");
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     const int err = errno;
-    // Absent (or under a missing folder, which creating the file reports): free to write.
+    // Absent (or under a missing folder, which creating its temporary reports): free to write.
     if (err == ENOENT || err == ENOTDIR) return;
     throw IoError(detail::str("cannot check ", path, ": ", std::strerror(err)), err);
   }

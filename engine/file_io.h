@@ -52,7 +52,8 @@ class WritableFile {
 // `replace`. rename() would put a regular file in the place of a device, a pipe, a folder or
 // a symbolic link, which is never what asking to overwrite an output means, so those are
 // refused even with `replace`. `how_to_replace` ends the message for an existing file
-// ("pass --force to replace it"). Throws IoError when the path cannot be examined.
+// ("pass --force to replace it"). Throws IoError when the path cannot be examined,
+// ValueError for a path that ends in '/'.
 void check_output_target(const std::string& path, bool replace, const std::string& how_to_replace);
 // rename(2); with replace=false the target must not exist (RENAME_NOREPLACE), so a file that
 // appeared at the target after the writer checked is never clobbered.

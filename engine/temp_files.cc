@@ -109,6 +109,19 @@ std::string temporary_path_for(const std::string& target) {
   return str(folder, temporary_stem(name), ".tmp-", ::getpid(), "-", host_tag(), "-", random_suffix());
 }
 
+io::WritableFile create_temporary(const std::string& target, std::string& temp_path) {
+  temp_path = temporary_path_for(target);
+  try {
+    return io::WritableFile::create(temp_path);
+  } catch (const IoError& e) {
+    if (e.errno_value() != ENOENT && e.errno_value() != ENOTDIR) throw;
+    const std::string folder = io::parent_dir(target);
+    throw IoError(str("cannot create ", target, ": its folder ", folder,
+                      e.errno_value() == ENOENT ? " does not exist" : " is not a folder"),
+                  e.errno_value());
+  }
+}
+
 int remove_dead_temporaries(const std::string& target) {
   const std::string prefix = temporary_stem(split_path(target).second) + ".tmp-";
   const fs::path folder = io::parent_dir(target);
@@ -129,8 +142,8 @@ int remove_dead_temporaries(const std::string& target) {
 
 std::string write_temporary(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces) {
   remove_dead_temporaries(target);  // what writers of this target killed earlier left
-  const std::string temp = temporary_path_for(target);
-  io::WritableFile file = io::WritableFile::create(temp);
+  std::string temp;
+  io::WritableFile file = create_temporary(target, temp);
   try {
     for (std::span<const std::byte> piece : pieces)
       if (!piece.empty()) file.write(piece.data(), static_cast<int64_t>(piece.size()));

@@ -17,10 +17,17 @@
 #include <string>
 #include <vector>
 
+#include "file_io.h"
+
 namespace mmt::detail {
 
 // A fresh temporary name for `target`, in the target's folder.
 std::string temporary_path_for(const std::string& target);
+
+// Creates a fresh temporary for `target` (temporary_path_for) and sets `temp_path` to it. A
+// missing folder is reported by the target's name ("cannot create out/x.mmt: its folder out
+// does not exist"), not by the temporary's.
+io::WritableFile create_temporary(const std::string& target, std::string& temp_path);
 
 // Removes the temporaries of `target` left by dead processes of this host; returns how many.
 // Best effort: a folder that cannot be listed or a file that cannot be removed is skipped,

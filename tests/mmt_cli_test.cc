@@ -554,6 +554,20 @@ TEST_F(MmtCli, GetPrintsLikePyTorch) {
   EXPECT_FAILS_WITH(run_mmt({"get", path("a.mmt"), "0", "--npy", path("x.npy")}), "--field");
 }
 
+// An output under a missing folder is named with its folder (the error named the writer's
+// temporary file, a name the user never typed); a path ending in '/' is refused as a folder's.
+TEST_F(MmtCli, AnOutputWhoseFolderIsMissingIsNamedWithItsFolder) {
+  save("x.npy", arange(4, kInt64));
+  ASSERT_EQ(run_mmt({"pack", path("d.mmt"), "x=" + path("x.npy")}).exit_code, 0);
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("nodir/o.mmt"), "x=" + path("x.npy")}),
+                    "cannot create " + path("nodir/o.mmt") + ": its folder " + path("nodir") + " does not exist");
+  EXPECT_FAILS_WITH(run_mmt({"get", path("d.mmt"), "0", "--field", "x", "--npy", path("x.npy/y.npy")}),
+                    "its folder " + path("x.npy") + " is not a folder");
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("new.mmt/"), "x=" + path("x.npy")}), "ends in '/', as a folder's does");
+  EXPECT_FALSE(fs::exists(path("nodir")));
+  EXPECT_FALSE(fs::exists(path("new.mmt")));
+}
+
 // get --npy/--raw and export write files on request; never over the dataset they read, even
 // with --force (a dataset named x.npy exports its field x to x.npy).
 TEST_F(MmtCli, NoOutputReplacesTheDatasetBeingRead) {
