@@ -148,7 +148,12 @@ struct DatasetWriter::Impl {
 DatasetWriter DatasetWriter::create(const std::string& path, Schema schema, WriterOptions options) {
   MMT_CHECK(!path.empty(), ValueError, "dataset writer: empty path");
   MMT_CHECK(!schema.empty(), ValueError, "dataset writer for ", path, ": the schema has no fields");
-  for (const Field& field : schema) field.validate();
+  for (const Field& field : schema) {
+    field.validate();
+    MMT_CHECK(field.name.size() <= kMaxWrittenFieldNameBytes, ValueError, "dataset writer for ", path, ": field name of ",
+              field.name.size(), " bytes is longer than ", kMaxWrittenFieldNameBytes,
+              ", the most that leaves room for '.npy' in a 255-byte file name (mmt export writes NAME.npy)");
+  }
   const int64_t alignment = options.alignment;
   MMT_CHECK(alignment >= format::kMinAlignment && alignment <= format::kMaxAlignment &&
                 std::has_single_bit(static_cast<uint64_t>(alignment)),

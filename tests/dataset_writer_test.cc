@@ -291,6 +291,20 @@ TEST(DatasetWriterTest, ATargetNameOfTheFullLengthIsWritten) {
   EXPECT_EQ(Dataset::open(target).size(), 3);
 }
 
+// Field names become file names (mmt export writes NAME.npy): a writer takes names of up to
+// 251 bytes, so that NAME.npy fits the 255-byte limit; readers still open longer ones.
+TEST(DatasetWriterTest, AFieldNameTooLongForNameDotNpyIsRefusedBeforeWriting) {
+  TempDir dir;
+  const std::string longest(kMaxWrittenFieldNameBytes, 'f');
+  DatasetWriter ok = DatasetWriter::create(dir.file("ok.mmt"), Schema({Field::fixed(longest, kInt32, {})}));
+  ok.append({full({}, 1, kInt32)});
+  ok.finish();
+  EXPECT_EQ(Dataset::open(dir.file("ok.mmt")).schema()[0].name, longest);
+  EXPECT_THROW_WITH(DatasetWriter::create(dir.file("long.mmt"), Schema({Field::fixed(longest + "f", kInt32, {})})),
+                    ValueError, "field name of 252 bytes is longer than 251");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("long.mmt")));
+}
+
 // A SIGKILLed writer cannot remove its temporary; the next writer of the same target does,
 // when the process that made it is gone, and touches nothing else.
 TEST(DatasetWriterTest, NextWriterRemovesTemporariesOfDeadWriters) {

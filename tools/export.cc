@@ -8,6 +8,7 @@
 
 #include "mmt_commands.h"
 #include "mmtensor/dataset.h"
+#include "mmtensor/dataset_writer.h"
 #include "import_util.h"
 #include "mmtensor/numpy_io.h"
 #include "output_file.h"
@@ -74,6 +75,9 @@ void run_export(const ExportArgs& args) {
   std::vector<std::string> paths;
   for (const std::string& name : names) {
     (void)npy_descr(ds.schema()[ds.schema().index_of(name)].dtype);  // bfloat16 has no numpy dtype
+    MMT_CHECK(name.size() <= kMaxWrittenFieldNameBytes, ValueError, "field '", printable(name), "' (", name.size(),
+              " bytes): NAME.npy would be longer than the 255 bytes of a file name (writers now cap names at ",
+              kMaxWrittenFieldNameBytes, " bytes); export the other fields with --field");
     paths.push_back((fs::path(args.dir) / (name + ".npy")).string());
     check_output_path(paths.back(), args.force, args.file);
   }

@@ -28,6 +28,9 @@
 namespace mmt {
 
 inline constexpr int kMaxWriterThreads = 1024;
+// The longest field name a writer writes: NAME.npy (what `mmt export` writes) must fit a file
+// name, 255 bytes on Linux's file systems. Readers open names up to 1024 bytes (FORMAT.md).
+inline constexpr size_t kMaxWrittenFieldNameBytes = 251;
 
 struct WriterOptions {
   CodecSpec codec;                    // per-chunk codec, none by default
