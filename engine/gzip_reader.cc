@@ -49,6 +49,12 @@ size_t GzipReader::read(std::byte* dst, size_t n) {
         break;
       }
       std::span<const std::byte> tail = input_.subspan(input_.size() - rest);
+      // Zero bytes after the last member (a tape's or a block device's padding) are ignored,
+      // as gzip and Python's gzip module ignore them.
+      if (std::all_of(tail.begin(), tail.end(), [](std::byte b) { return b == std::byte{0}; })) {
+        ended_ = true;
+        break;
+      }
       if (!is_gzip(tail))
         throw FormatError(str(what_, ": ", rest, " bytes of non-gzip data after the gzip stream"));
       inflateReset(&zs);

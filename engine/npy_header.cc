@@ -36,8 +36,9 @@ class DictParser {
       skip_space();
       if (key == "descr") {
         check_once(have_descr, key);
-        if (peek() == '[')
-          fail("structured arrays (a descr that is a list of fields) are not supported");
+        if (peek() == '[')  // well formed, but not a type mmtensor stores: not "corrupt"
+          throw FormatError(detail::str(what_, ": unsupported dtype: a structured array (its descr is a list of "
+                                        "fields); save each field as an array of its own"));
         header.descr = parse_string();
       } else if (key == "fortran_order") {
         check_once(have_order, key);

@@ -112,6 +112,10 @@ TEST(Idx, TruncatedFilesAreRefusedWithSizes) {
   Bytes trailing = testutil::gzip_bytes(full);
   testutil::append(trailing, "junk");
   EXPECT_THROW(parse_idx(trailing, "junk.gz"), FormatError);
+  // Zero padding after the last member is not data: gzip and Python's gzip ignore it.
+  Bytes padded = testutil::gzip_bytes(full);
+  padded.resize(padded.size() + 512, std::byte{0});
+  EXPECT_TRUE(parse_idx(padded, "padded.gz").equal(parse_idx(full, "plain")));
 }
 
 TEST(Idx, CorruptGzipAndOverflowingShapesAreRefused) {
