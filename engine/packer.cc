@@ -47,10 +47,14 @@ SourceKind sniff_kind(const std::string& path) {
 }
 
 // "NAME=PATH" when the part before the first '=' could be a field name (no '/'), else PATH.
+// A file whose own name holds '=' ("train=v2.npz" in the current folder) is that file when
+// the split finds no file and the whole spec does.
 std::pair<std::string, std::string> split_spec(const std::string& spec) {
   size_t eq = spec.find('=');
   if (eq == std::string::npos || spec.substr(0, eq).find('/') != std::string::npos)
     return {"", spec};
+  std::error_code ec;
+  if (!fs::exists(spec.substr(eq + 1), ec) && fs::is_regular_file(spec, ec)) return {"", spec};
   return {spec.substr(0, eq), spec.substr(eq + 1)};
 }
 
@@ -86,7 +90,7 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
       fields.push_back(Field::fixed(name, dtype, record_shape));
       fields.back().validate();
     } catch (const ValueError& e) {
-      throw ValueError(str(origin, ": ", e.what()));
+      throw ValueError(str(origin, " (an array of shape ", describe_sizes(sizes), "): ", e.what()));
     }
     out.total_bytes_ += sizes[0] * fields.back().fixed_nbytes();
     out.origins_.push_back(origin);

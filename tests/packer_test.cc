@@ -95,7 +95,34 @@ TEST(PackerTest, AnArrayNameThatCannotBeAFieldNameNamesItsSource) {
   const std::string message = error_of([&] { PackSources::from_arrays(std::vector<std::string>{"x/y=" + dir.file("a.npy")}); });
   EXPECT_FALSE(message.empty());  // "x/y=..." is read as a path: the file does not exist
   const std::string dotdot = error_of([&] { PackSources::from_arrays(std::vector<std::string>{"..=" + dir.file("a.npy")}); });
-  EXPECT_NE(dotdot.find("..=" + dir.file("a.npy") + ": field name '..'"), std::string::npos) << dotdot;
+  EXPECT_NE(dotdot.find("..=" + dir.file("a.npy") + " (an array of shape [4]): field name '..'"), std::string::npos)
+      << dotdot;
+  // A dimension of 0 past the first: the message gives the array's whole shape.
+  save_npy(dir.file("z.npy"), zeros({3, 0, 4}));
+  const std::string zero = error_of([&] { PackSources::from_arrays(std::vector<std::string>{"z=" + dir.file("z.npy")}); });
+  EXPECT_NE(zero.find("(an array of shape [3, 0, 4]): field 'z': shape [0, 4] has dimension 0"), std::string::npos) << zero;
+}
+
+// A file in the current folder whose name holds '=' ("train=v2.npz") is that file, when the
+// text after the '=' names no file: it was read as field "train" of the missing "v2.npz".
+TEST(PackerTest, AFileNameWithAnEqualsSignIsAPath) {
+  TempDir dir;
+  save_npy(dir.file("train=v2.npy"), arange(4));
+  const fs::path was = fs::current_path();
+  fs::current_path(dir.path());
+  std::string message;
+  PackSources sources;
+  try {
+    sources = PackSources::from_arrays(std::vector<std::string>{"x=train=v2.npy"});  // NAME=PATH, PATH with '='
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  const std::string bare = error_of([] { PackSources::from_arrays(std::vector<std::string>{"train=v2.npy"}); });
+  fs::current_path(was);
+  EXPECT_EQ(message, "");
+  EXPECT_EQ(sources.schema()[0].name, "x");
+  // Bare, it is the .npy file itself, which needs a field name (not field "train" of "v2.npy").
+  EXPECT_NE(bare.find("needs a field name: write NAME=train=v2.npy"), std::string::npos) << bare;
 }
 
 TEST(PackerTest, TheOutputCannotBeAnInputOrInsideTheInputFolder) {
