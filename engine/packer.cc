@@ -412,7 +412,11 @@ int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
     for (int64_t i = 0; i < dataset.size(); ++i) check(i);
     return dataset.size();
   }
-  for (int64_t i : indices) check(i);
+  // In ascending order: a deflated .npz member is read front to back, and a read behind the
+  // previous one inflates it again from its start (random order made 200 samples take 13 s).
+  std::vector<int64_t> ascending(indices.begin(), indices.end());
+  std::sort(ascending.begin(), ascending.end());
+  for (int64_t i : ascending) check(i);
   return static_cast<int64_t>(indices.size());
 }
 

@@ -124,8 +124,8 @@ struct PackOptions {
 WriteStats pack_dataset(const std::string& path, const PackSources& sources, PackOptions options);
 
 // Compares records of `dataset` with `sources` (schema and values); `indices` empty means
-// every record. Throws FormatError naming the first record and field that differ. Returns the
-// number of records compared.
+// every record. The records are compared in ascending order; throws FormatError naming the
+// first that differs (and its field). Returns the number of records compared.
 int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
                              std::span<const int64_t> indices = {});
 
