@@ -3,7 +3,6 @@
 #include "mmtensor/loader.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -659,41 +658,6 @@ TEST_F(LoaderTest, AWorkerErrorNamesTheSampleAndChunk) {
     EXPECT_THROW(loader.next(), FormatError);     // the error is sticky...
     loader.set_epoch(0);                          // ...until a restart
     EXPECT_TRUE(loader.next().has_value());
-  }
-}
-
-// A ragged value whose bytes fail only as they are copied (the file truncated by another
-// program inside a chunk's values, after the chunk's entry and value ends were read): the error
-// still names the sample and its chunk, for a sequential batch read as one run too.
-TEST_F(LoaderTest, AValueThatFailsWhileCopiedNamesItsSampleAndChunk) {
-  const std::string path = dir.file("cut.mmt");
-  {
-    WriterOptions options;
-    options.chunk_records = 16;
-    DatasetWriter writer = DatasetWriter::create(path, Schema({Field::ragged("tokens", kInt32, {kVariableDim})}), options);
-    for (int32_t i = 0; i < 64; ++i) writer.append({full({2048}, i, kInt32)});  // 8 KiB a record
-    writer.finish();
-  }
-  Dataset dataset = Dataset::open(path);
-  const ChunkInfo chunk = dataset.chunk(2);  // records 32..47, values after 256 bytes of ends and extents
-  for (int64_t c = 0; c < dataset.num_chunks(); ++c) (void)dataset.get(dataset.chunk(c).first_record, "tokens");
-  std::vector<Loader> loaders;  // made before the cut: a loader reads the chunk table when made
-  for (SamplerKind kind : {SamplerKind::Sequential, SamplerKind::Random}) loaders.emplace_back(dataset, options_for(kind, 16, 0));
-  // Page-aligned: the page holding record 39's last 256 bytes, and all after, is gone.
-  ASSERT_EQ(::truncate(path.c_str(), chunk.file_offset + 65536), 0);
-  for (Loader& loader : loaders) {
-    const SamplerKind kind = loader.options().sampler.kind;
-    try {
-      while (loader.next()) {
-      }
-      ADD_FAILURE() << "a truncated file went unnoticed";
-    } catch (const IoError& e) {
-      const std::string message = e.what();
-      // Sequential: record 39 is the first that fails. Random: whichever of 39..63 comes first.
-      const std::string expected =
-          kind == SamplerKind::Sequential ? "sample 39 (row 7), chunk 2, field 'tokens'" : "), chunk ";
-      EXPECT_NE(message.find(expected), std::string::npos) << message;
-    }
   }
 }
 

@@ -347,6 +347,53 @@ TEST(ReliabilityTruncation, LoaderNamingTheSampleOfATruncatedChannelsLastFileFai
   EXPECT_TRUNCATION_ERROR(loader.next(), path);
 }
 
+// A ragged value whose bytes fail only as they are copied (the file truncated by another
+// program inside a chunk's values, after the chunk's entry and value ends were read): the error
+// still names the sample and its chunk, for a sequential batch read as one run too.
+TEST(ReliabilityTruncation, LoaderNamesTheSampleAndChunkOfARaggedValueThatFailsWhileCopied) {
+  if (kThreadSanitizer) GTEST_SKIP() << "the SIGBUS guard does not work under ThreadSanitizer";
+  TempDir dir;
+  const std::string path = dir.file("cut.mmt");
+  {
+    WriterOptions options;
+    options.chunk_records = 16;
+    DatasetWriter writer = DatasetWriter::create(path, Schema({Field::ragged("tokens", kInt32, {kVariableDim})}), options);
+    for (int32_t i = 0; i < 64; ++i) writer.append({full({2048}, i, kInt32)});  // 8 KiB a record
+    writer.finish();
+  }
+  Dataset dataset = Dataset::open(path);
+  const ChunkInfo chunk = dataset.chunk(2);  // records 32..47, values after 256 bytes of ends and extents
+  for (int64_t c = 0; c < dataset.num_chunks(); ++c) (void)dataset.get(dataset.chunk(c).first_record, "tokens");
+  // Made before the cut (a dataset's first loader reads its chunk table), without workers so
+  // that nothing is read before it.
+  std::vector<Loader> loaders;
+  for (SamplerKind kind : {SamplerKind::Sequential, SamplerKind::Random}) {
+    LoaderOptions options;
+    options.batch_size = 16;
+    options.num_workers = 0;
+    options.pin_memory = false;
+    options.sampler.kind = kind;
+    options.sampler.seed = 1234;
+    loaders.emplace_back(dataset, options);
+  }
+  // Page-aligned: the page holding record 39's last 256 bytes, and all after, is gone.
+  truncate_to(path, chunk.file_offset + 65536);
+  for (Loader& loader : loaders) {
+    const SamplerKind kind = loader.options().sampler.kind;
+    try {
+      while (loader.next()) {
+      }
+      ADD_FAILURE() << "a truncated file went unnoticed";
+    } catch (const IoError& e) {
+      const std::string message = e.what();
+      // Sequential: record 39 is the first that fails. Random: whichever of 39..63 comes first.
+      const std::string expected =
+          kind == SamplerKind::Sequential ? "sample 39 (row 7), chunk 2, field 'tokens'" : "), chunk ";
+      EXPECT_NE(message.find(expected), std::string::npos) << message;
+    }
+  }
+}
+
 // The packer reads .npy and .npz arrays through a mapping. Another program rewriting an input
 // in place (numpy.save over it truncates first) while it is packed: the pack fails with
 // IoError naming the input, leaves no output and no temporary, and the process lives. For a
