@@ -312,6 +312,15 @@ struct DeflatedMember::Stream {
                               [&] { return inflate(&zs, Z_NO_FLUSH); });
   }
 
+  // Hands zlib the next slice of the deflated bytes once it has used the last: it counts in
+  // 32-bit unsigned ints.
+  void feed() {
+    if (zs.avail_in != 0 || in_fed >= deflated.size()) return;
+    zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(deflated.data() + in_fed));
+    zs.avail_in = static_cast<uInt>(std::min<uint64_t>(deflated.size() - in_fed, UINT_MAX));
+    in_fed += zs.avail_in;
+  }
+
   void start() {
     if (open) inflateEnd(&zs);
     zs = z_stream{};
@@ -331,12 +340,7 @@ struct DeflatedMember::Stream {
     zs.next_out = reinterpret_cast<Bytef*>(dst);
     zs.avail_out = 0;
     while (out_left > 0 || zs.avail_out > 0) {
-      // zlib counts in 32-bit unsigned ints; feed it in slices.
-      if (zs.avail_in == 0 && in_fed < deflated.size()) {
-        zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(deflated.data() + in_fed));
-        zs.avail_in = static_cast<uInt>(std::min<uint64_t>(deflated.size() - in_fed, UINT_MAX));
-        in_fed += zs.avail_in;
-      }
+      feed();
       if (zs.avail_out == 0) {
         zs.avail_out = static_cast<uInt>(std::min<uint64_t>(out_left, UINT_MAX));
         out_left -= zs.avail_out;
@@ -360,11 +364,7 @@ struct DeflatedMember::Stream {
     zs.avail_out = 1;
     int rc = Z_OK;
     while (rc == Z_OK && zs.avail_out == 1) {
-      if (zs.avail_in == 0 && in_fed < deflated.size()) {
-        zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(deflated.data() + in_fed));
-        zs.avail_in = static_cast<uInt>(std::min<uint64_t>(deflated.size() - in_fed, UINT_MAX));
-        in_fed += zs.avail_in;
-      }
+      feed();
       rc = guarded_inflate();
       if (rc == Z_BUF_ERROR) break;
     }
