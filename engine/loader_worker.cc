@@ -50,17 +50,16 @@ std::string batch_context(const LoaderCore::Piece& piece, const std::string& fie
                      field, "'");
 }
 
-// Copies a value into `scratch` under the mapping guard, as packing copies it: a ragged value
-// read alone is a view, whose bytes (in a file truncated by another program) fail only when
-// copied.
-void copy_guarded(const Dataset& dataset, const Tensor& value, std::vector<std::byte>& scratch) {
-  scratch.resize(static_cast<size_t>(value.nbytes()));
+// Copies `value`, packed, to `dst` under the mapping guard (the value may be a view into the
+// mapping: a file truncated by another program fails with IoError instead of killing the
+// thread with SIGBUS; only raw pointers live inside the guard). A ragged value read alone is
+// such a view, whose bytes fail only when copied.
+void copy_guarded(const Dataset& dataset, const Tensor& value, std::byte* dst) {
   const DimVector packed_strides = contiguous_strides(value.sizes());
   const UntypedStorage& source = value.untyped_storage();
   const int64_t element_bytes = element_size(value.dtype());
   detail::guard_mapped_reads(detail::MappedRegion{&dataset.path(), source.data(), source.nbytes()}, [&] {
-    detail::copy_strided(scratch.data(), packed_strides, value.data_ptr(), value.strides(), value.sizes(),
-                         element_bytes);
+    detail::copy_strided(dst, packed_strides, value.data_ptr(), value.strides(), value.sizes(), element_bytes);
   });
 }
 
@@ -80,7 +79,11 @@ void copy_guarded(const Dataset& dataset, const Tensor& value, std::vector<std::
         if (dataset.schema()[dataset.schema().index_of(field)].is_fixed())
           (void)dataset.get_batch(indices.subspan(i, 1), field, /*threads=*/1);
         else
-          copy_guarded(dataset, dataset.ragged_column(field, indices[i], indices[i] + 1).values, scratch);
+        {
+          const Tensor value = dataset.ragged_column(field, indices[i], indices[i] + 1).values;
+          scratch.resize(static_cast<size_t>(value.nbytes()));
+          copy_guarded(dataset, value, scratch.data());
+        }
       } catch (...) {
         sample_error = std::current_exception();
       }
@@ -223,17 +226,10 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
   int64_t held_bytes = 0;  // decoded chunks the unspilled parts hold, each counted once
   const void* last_held = nullptr;
   size_t first_unspilled = 0;
-  // Copies the values of part p, contiguous, to `dst`, under the mapping guard (the value may
-  // be a view into the mapping: a file truncated by another program fails the batch with
-  // IoError instead of killing the worker with SIGBUS; only raw pointers live inside it).
+  // Copies the values of part p, packed, to `dst` (copy_guarded); a failure names its sample.
   const auto copy_values = [&](const Part& part, std::byte* dst) {
-    const Tensor& value = part.values;
-    const DimVector packed_strides = contiguous_strides(value.sizes());
-    const UntypedStorage& source = value.untyped_storage();
     try {
-      detail::guard_mapped_reads(detail::MappedRegion{&dataset.path(), source.data(), source.nbytes()}, [&] {
-        detail::copy_strided(dst, packed_strides, value.data_ptr(), value.strides(), value.sizes(), element_bytes);
-      });
+      copy_guarded(dataset, part.values, dst);
     } catch (...) {
       const std::span<const int64_t> failed(indices.data() + part.row_begin,
                                             static_cast<size_t>(part.row_end - part.row_begin));
