@@ -42,6 +42,10 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   } catch (const ValueError& e) {
     throw IoError(detail::str("cannot map dataset ", path, ": ", e.what()));
   }
+  // Before the first read: the open's own reads (preamble, footer, schema) follow the advice,
+  // so Random opens a cold file without reading around them (megabytes with a large
+  // read_ahead_kb).
+  impl->file.advise(options.advice);
   impl->base = impl->file.data();
   impl->file_bytes = impl->file.nbytes();
   // The stat above only words the common errors; the mapping's own size is the truth (a
@@ -145,7 +149,6 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   }
   impl->cache = std::make_unique<detail::ChunkCache>(options.cache_bytes);
   impl->instance_id = next_instance_id.fetch_add(1, std::memory_order_relaxed);
-  impl->file.advise(options.advice);
   return impl;
 }
 
