@@ -17,6 +17,11 @@ std::optional<UntypedStorage> ChunkCache::find(int64_t key) {
   return it->second.storage;
 }
 
+bool ChunkCache::holds(int64_t key) const {
+  std::lock_guard lock(mutex_);
+  return entries_.contains(key) || in_flight_.contains(key);
+}
+
 UntypedStorage ChunkCache::get_or_decode(int64_t key, const std::function<UntypedStorage()>& decode) {
   // Made on a miss only: a promise allocates its shared state, and hits are the hot path
   // (a batch over a cached file looks up every chunk it touches).

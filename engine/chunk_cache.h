@@ -41,6 +41,9 @@ class ChunkCache {
   // order); nullopt otherwise, without decoding or waiting for a decode in flight, and
   // without counting a miss: the caller decodes through get_or_decode(), which counts it.
   std::optional<UntypedStorage> find(int64_t key);
+  // Whether the cache holds (or is decoding) `key`: no LRU move, no count. For hints, which
+  // must not change what stays cached.
+  bool holds(int64_t key) const;
 
   // Counts a hit served outside the cache (a reader's per-thread last-chunk shortcut).
   void note_hit() { hits_.fetch_add(1, std::memory_order_relaxed); }

@@ -355,6 +355,7 @@ void Dataset::prefetch(std::span<const int64_t> indices) const {
     if (pending_begin >= 0) d.file.advise(AccessAdvice::WillNeed, pending_begin, pending_end - pending_begin);
   };
   int64_t last_chunk_seen = -1;
+  format::ChunkEntry last_entry{};
   for (int64_t index : indices) {
     int64_t i = d.normalize_index(index, "prefetch");
     int64_t begin, end;
@@ -362,12 +363,27 @@ void Dataset::prefetch(std::span<const int64_t> indices) const {
       begin = d.data_offset + i * d.record_stride_bytes;
       end = begin + d.record_stride_bytes;
     } else {
-      int64_t c = d.chunk_of(i);
-      if (c == last_chunk_seen) continue;
+      const int64_t c = d.chunk_of(i);
+      const format::ChunkEntry e = c == last_chunk_seen ? last_entry : d.check_entry(c);
+      if (static_cast<Codec>(e.codec) == Codec::None && d.layout.ragged_fields.empty()) {
+        // The record's own slot: its place in an uncompressed chunk of fixed fields is known
+        // (check_entry made sure the chunk's records fit its stored bytes).
+        begin = static_cast<int64_t>(e.file_offset) +
+                (i - static_cast<int64_t>(e.first_record)) * d.record_stride_bytes;
+        end = begin + d.record_stride_bytes;
+      } else {
+        // A compressed chunk is read whole to be decoded (and not at all when its decoded
+        // bytes are cached); a ragged record's values lie where its chunk's index says.
+        if (c == last_chunk_seen || (static_cast<Codec>(e.codec) != Codec::None && d.cache->holds(c))) {
+          last_chunk_seen = c;
+          last_entry = e;
+          continue;
+        }
+        begin = static_cast<int64_t>(e.file_offset);
+        end = begin + static_cast<int64_t>(e.stored_bytes);
+      }
       last_chunk_seen = c;
-      format::ChunkEntry e = d.check_entry(c);
-      begin = static_cast<int64_t>(e.file_offset);
-      end = begin + static_cast<int64_t>(e.stored_bytes);
+      last_entry = e;
     }
     constexpr int64_t kPage = 4096;
     if (pending_begin >= 0 && begin <= pending_end + kPage && end >= pending_begin - kPage) {
