@@ -39,6 +39,10 @@ LoaderOptions checked(LoaderOptions options, const Dataset& dataset) {
             "Loader: num_workers must be in [0, ", kMaxLoaderWorkers, "], got ", options.num_workers);
   MMT_CHECK(options.epoch >= 0 && options.epoch < kMaxEpoch, ValueError, "Loader: epoch must be in [0, ",
             kMaxEpoch, "), got ", options.epoch);
+  MMT_CHECK(options.read_ahead == ReadAhead::Auto || options.read_ahead == ReadAhead::Always ||
+                options.read_ahead == ReadAhead::Never,
+            ValueError, "Loader: read_ahead must be Auto, Always or Never, got ",
+            static_cast<int>(options.read_ahead));
   MMT_CHECK(options.prefetch_batches >= 1 && options.prefetch_batches <= kMaxPrefetchBatches,
             ValueError, "Loader: prefetch_batches must be in [1, ", kMaxPrefetchBatches, "], got ",
             options.prefetch_batches);
@@ -82,7 +86,8 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
       sampler(Sampler::for_dataset(dataset, resumed_sampler_options(options.sampler, resume_from))),
       dataset_fingerprint(dataset.fingerprint()),
       ring(selected_fields(dataset, options.fields), slot_rows(options.batch_size, sampler),
-           options.prefetch_batches + 1, options.device, options.pin_memory) {
+           options.prefetch_batches + 1, options.device, options.pin_memory),
+      read_ahead_policy(options.read_ahead) {
   options.sampler = sampler.options();
   for (size_t f = 0; f < ring.fields().size(); ++f) {
     field_names.push_back(ring.fields()[f].field.name);
@@ -193,6 +198,7 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
   delivery.clear();
   failure = nullptr;
   end_of_epoch_pending = false;
+  read_ahead_policy.note_new_epoch();
   epoch = new_epoch;
   order = std::move(new_order);
   start_consumed = consumed;
@@ -223,6 +229,7 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
 void LoaderCore::schedule_locked() {
   if (stopping || failure || restarting) return;
   bool queued = false;
+  const size_t first_new = delivery.size();  // the slots scheduled now follow, in batch order
   for (int s = 0; s < static_cast<int>(slots.size()) && scheduled < total_batches; ++s) {
     Slot& slot = slots[s];
     if (slot.state != SlotState::Free) continue;
@@ -266,8 +273,24 @@ void LoaderCore::schedule_locked() {
     queued = true;
   }
   if (queued) {
+    if (read_ahead_policy.hinting()) queue_read_ahead_locked(first_new);
     update_work_hint_locked();
     work_ready.notify_all();
+  }
+}
+
+void LoaderCore::queue_read_ahead_locked(size_t first) noexcept {
+  // At the front, so that a worker starts the batches' reads before it gathers the batches
+  // queued earlier: their gathers are what the reads overlap.
+  try {
+    std::vector<Piece> hints;
+    for (size_t k = first; k < delivery.size(); ++k) {
+      const Slot& slot = slots[delivery[k]];
+      if (slot.state != SlotState::Filling) continue;
+      hints.push_back(Piece{-1, generation, order, start_consumed, slot.batch, slot.rows, 0, slot.rows, -1, true});
+    }
+    pieces.insert(pieces.begin(), std::make_move_iterator(hints.begin()), std::make_move_iterator(hints.end()));
+  } catch (...) {  // out of memory: the batches are read without hints
   }
 }
 
@@ -301,7 +324,11 @@ std::optional<Batch> LoaderCore::next() {
   while (slots[s].state != SlotState::Ready) {
     // Rather than sleep, the consumer gathers what is left of the batch it waits for: its
     // core is idle anyway, and a hand-off through the scheduler is saved.
-    const auto mine = std::find_if(pieces.begin(), pieces.end(), [&](const Piece& p) { return p.slot == s; });
+    // A hint for this batch still queued is given first: its reads then run in parallel
+    // instead of one fault at a time. Without workers, every hint ahead is the consumer's.
+    const auto mine = std::find_if(pieces.begin(), pieces.end(), [&](const Piece& p) {
+      return p.slot == s || (p.read_ahead && (options.num_workers == 0 || p.batch == slots[s].batch));
+    });
     if (mine == pieces.end()) {
       slot_done.wait(lock);
       if (failure) std::rethrow_exception(failure);
@@ -445,6 +472,10 @@ const Sampler& Loader::sampler() const { return live(core_).sampler; }
 const LoaderOptions& Loader::options() const { return live(core_).options; }
 int Loader::ring_slots() const { return live(core_).ring.slots(); }
 int64_t Loader::ring_bytes() const { return live(core_).ring.host_storage().nbytes(); }
+LoaderStats Loader::stats() const {
+  const detail::ReadAheadPolicy& policy = live(core_).read_ahead_policy;
+  return {.batches_read_ahead = policy.batches_hinted(), .reading_ahead = policy.hinting()};
+}
 
 int64_t Loader::epoch() const {
   auto& core = live(core_);

@@ -22,6 +22,7 @@
 
 #include "cuda_stream.h"
 #include "mmtensor/loader.h"
+#include "read_ahead.h"
 #include "staging_ring.h"
 
 namespace mmt::detail {
@@ -42,7 +43,8 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   };
 
   // A unit of work: rows [row_begin, row_end) of every fixed field, or one ragged field
-  // (ragged_field >= 0) of the whole batch. It carries the epoch's order so that a restart
+  // (ragged_field >= 0) of the whole batch, or a read-ahead hint for the whole batch
+  // (read_ahead; slot -1: it touches no slot). It carries the epoch's order so that a restart
   // can replace the loader's without racing the workers that are still finishing.
   struct Piece {
     int slot = 0;
@@ -54,6 +56,7 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
     int64_t row_begin = 0;
     int64_t row_end = 0;
     int ragged_field = -1;  // position in ring.fields()
+    bool read_ahead = false;
   };
 
   LoaderCore(Dataset dataset, LoaderOptions options, const LoaderState* resume_from);
@@ -72,6 +75,9 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   // ---- under `mutex` ----
   void restart_locked(std::unique_lock<std::mutex>& lock, int64_t epoch, int64_t consumed);
   void schedule_locked();
+  // Queues read-ahead hints, ahead of all other work, for the batches of delivery[first..]
+  // still being filled. A hint is optional: one that cannot be queued is skipped.
+  void queue_read_ahead_locked(size_t first) noexcept;
   LoaderState state_after_locked(int64_t batch) const;
 
   // ---- workers ----
@@ -81,6 +87,10 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   void run_piece(const Piece& piece);
   void fill_fixed_rows(const Piece& piece);
   void pack_ragged_field(const Piece& piece);
+  void read_ahead(const Piece& piece) noexcept;
+  // Runs gather(); in Auto mode with hints off, one piece a batch counts the major faults it
+  // takes, and the first that takes one turns hints on for the batches already scheduled.
+  template <class Gather> void gather_watching_faults(const Piece& piece, Gather gather);
   void finish_piece(std::unique_lock<std::mutex>& lock, const Piece& piece, std::exception_ptr error);
   // The batch's views of a Ready slot, and the consumer stream's wait for its copy; under
   // `mutex`. The batch does not own the slot yet: next() hands it over once nothing can fail.
@@ -98,6 +108,7 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   std::vector<size_t> fixed_fields;      // positions in ring.fields()
   std::vector<std::string> fixed_field_names;  // their names, for one get_batch per piece
   int64_t ragged_hold_limit_bytes = 0;  // decodes a ragged piece may hold before it spills
+  ReadAheadPolicy read_ahead_policy;
 
   mutable std::mutex mutex;
   std::condition_variable work_ready;  // workers: pieces queued or stopping

@@ -155,10 +155,44 @@ void LoaderCore::run_taken_piece(std::unique_lock<std::mutex>& lock, Piece piece
 }
 
 void LoaderCore::run_piece(const Piece& piece) {
+  if (piece.read_ahead) return read_ahead(piece);
   // The slot's host bytes may still be read by the copy of the batch it held before.
   if (options.device.is_cuda()) slots[piece.slot].copied.synchronize();
-  if (piece.ragged_field >= 0) pack_ragged_field(piece);
-  else fill_fixed_rows(piece);
+  if (piece.ragged_field >= 0) gather_watching_faults(piece, [&] { pack_ragged_field(piece); });
+  else gather_watching_faults(piece, [&] { fill_fixed_rows(piece); });
+}
+
+template <class Gather>
+void LoaderCore::gather_watching_faults(const Piece& piece, Gather gather) {
+  // One piece a batch (its first rows, or a ragged field's) is enough to notice a cold file,
+  // and keeps the two getrusage calls out of the other pieces of a warm one.
+  if (!(piece.row_begin == 0 && read_ahead_policy.watching_faults())) return gather();
+  const int64_t faults_before = thread_major_faults();
+  gather();
+  if (!read_ahead_policy.note_gather_faults(thread_major_faults() - faults_before)) return;
+  std::lock_guard lock(mutex);  // hints just went on: for the batches already scheduled too
+  if (piece.generation == generation && !stopping && !restarting) {
+    queue_read_ahead_locked(0);
+    update_work_hint_locked();
+    work_ready.notify_all();
+  }
+}
+
+void LoaderCore::read_ahead(const Piece& piece) noexcept {
+  // A hint: whatever fails here (a damaged chunk entry, no memory) is the gather's to report.
+  try {
+    thread_local std::vector<int64_t> indices;
+    indices.resize(static_cast<size_t>(piece.rows));
+    const int64_t first_sample = piece.batch * options.batch_size;
+    for (int64_t row = 0; row < piece.rows; ++row)
+      indices[static_cast<size_t>(row)] = piece.order.rank_at(piece.start_consumed, first_sample + row);
+    const bool auto_mode = read_ahead_policy.mode() == ReadAhead::Auto;
+    const int64_t read_before = auto_mode ? thread_storage_read_bytes() : -1;
+    dataset.prefetch(indices);
+    const int64_t read_after = auto_mode && read_before >= 0 ? thread_storage_read_bytes() : -1;
+    read_ahead_policy.note_hint(read_after >= 0 ? read_after - read_before : -1);
+  } catch (...) {
+  }
 }
 
 void LoaderCore::fill_fixed_rows(const Piece& piece) {
@@ -323,7 +357,8 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
 
 void LoaderCore::finish_piece(std::unique_lock<std::mutex>& lock, const Piece& piece,
                               std::exception_ptr error) {
-  if (piece.generation != generation) {  // a restart voided this batch; its slot is reset
+  // A hint holds no slot; a restart voided this batch (its slot is reset).
+  if (piece.read_ahead || piece.generation != generation) {
     --active;
     slot_done.notify_all();
     return;

@@ -87,6 +87,16 @@ inline constexpr int kMaxLoaderWorkers = 1024;
 // Epochs run in [0, kMaxEpoch): the epoch after the last one must still be an int64.
 inline constexpr int64_t kMaxEpoch = INT64_MAX;
 
+// Whether workers ask the kernel to read a batch's pages (Dataset::prefetch) while earlier
+// batches are gathered, so a cold file is read with all of a batch's reads in flight instead
+// of one page fault at a time: several times faster at random from disk (bench/RESULTS.md).
+// Hints cost about a microsecond a record, which a warm file does not need, so Auto gives
+// them only while the page cache misses: from the start, and again from any major page
+// fault a gather takes, until eight hints in a row found their batch cached (Linux's
+// per-thread read_bytes; without it, until the epoch ends). Always hints every batch; Never
+// none.
+enum class ReadAhead : uint8_t { Auto, Always, Never };
+
 struct LoaderOptions {
   int64_t batch_size = 1;
   std::vector<std::string> fields;  // the fields to load, in this order; empty: every field
@@ -100,6 +110,12 @@ struct LoaderOptions {
   Device device = kCPU;             // cpu, or cuda:N for batches on that device
   bool pin_memory = true;           // cpu batches in page-locked memory (always for cuda)
   CUstream_st* consumer_stream = nullptr;  // cuda: the stream next() orders batches before
+  ReadAhead read_ahead = ReadAhead::Auto;
+};
+
+struct LoaderStats {
+  int64_t batches_read_ahead = 0;  // batches whose pages were hinted before their gather
+  bool reading_ahead = false;      // whether batches scheduled now are hinted
 };
 
 // Where a loader stands; see sampler.h for the meaning of `consumed` (positions of the
@@ -245,6 +261,7 @@ class Loader {
   const LoaderOptions& options() const;
   int ring_slots() const;
   int64_t ring_bytes() const;  // host staging ring (the fixed part), in bytes
+  LoaderStats stats() const;
 
  private:
   std::shared_ptr<detail::LoaderCore> core_;

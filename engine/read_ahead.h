@@ -1,0 +1,65 @@
+// ReadAheadPolicy: when the loader asks the kernel to read a batch's pages before the batch
+// is gathered (LoaderOptions::read_ahead).
+//
+// Why. A gather from a cold file takes one page fault at a time: each waits for the disk,
+// and with the kernel's read-around each may read megabytes around one 784-byte record.
+// Dataset::prefetch() of a batch a few batches ahead puts all of its reads in flight at
+// once, while the batches before it are gathered. But it is one madvise a record (about a
+// microsecond), several times a warm gather of small records, so Auto hints only while the
+// page cache misses:
+// - hints are on when the loader starts: its first batches would otherwise each fault
+//   alone, and with the kernel's read-around (read_ahead_kb; 8 MiB on some cloud disks)
+//   every such fault reads megabytes of a file read at random;
+// - they go off after kWarmHintsToStop hints in a row made the kernel read nothing (the
+//   read_bytes of /proc/thread-self/io, read only while hints are on): a warm file pays for
+//   that many hinted batches once;
+// - they go on again when a gather takes a major page fault (getrusage of the gathering
+//   thread, measured on one piece a batch: a syscall, a fraction of a microsecond).
+// Where the kernel does not account read bytes, hints stay on until the epoch ends.
+//
+// Thread safety: every method may be called from many threads at once.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "mmtensor/loader.h"
+
+namespace mmt::detail {
+
+// Major page faults the calling thread has taken so far.
+int64_t thread_major_faults() noexcept;
+// Bytes the calling thread has had read from storage so far (read_bytes in
+// /proc/thread-self/io, which counts the reads a hint starts), or -1 when the kernel does
+// not keep that count.
+int64_t thread_storage_read_bytes() noexcept;
+
+class ReadAheadPolicy {
+ public:
+  static constexpr int64_t kWarmHintsToStop = 8;
+
+  explicit ReadAheadPolicy(ReadAhead mode) : mode_(mode), hinting_(mode != ReadAhead::Never) {}
+
+  ReadAhead mode() const { return mode_; }
+  // Whether a batch scheduled now is hinted.
+  bool hinting() const { return hinting_.load(std::memory_order_relaxed); }
+  // Whether gathers should count their major faults (Auto, hints off).
+  bool watching_faults() const { return mode_ == ReadAhead::Auto && !hinting(); }
+  // Auto: a gather took `major_faults`; true when this call turned hints on (the caller then
+  // hints the batches already scheduled).
+  bool note_gather_faults(int64_t major_faults);
+  // A hint was given; `read_bytes` is what it made the kernel read (-1: unknown).
+  void note_hint(int64_t read_bytes);
+  // Auto, without a read_bytes count: hints off until a gather faults again.
+  void note_new_epoch();
+  int64_t batches_hinted() const { return batches_hinted_.load(std::memory_order_relaxed); }
+
+ private:
+  const ReadAhead mode_;
+  std::atomic<bool> hinting_;
+  std::atomic<int64_t> warm_hints_in_a_row_{0};
+  std::atomic<bool> read_bytes_unknown_{false};
+  std::atomic<int64_t> batches_hinted_{0};
+};
+
+}  // namespace mmt::detail

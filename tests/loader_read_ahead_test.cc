@@ -1,0 +1,210 @@
+// Read-ahead: the policy that decides when the loader hints a batch's pages to the kernel,
+// what Dataset::prefetch asks the kernel to read, and that hints never change a batch.
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "loader_test_util.h"
+#include "mmtensor/error.h"
+#include "mmtensor/loader.h"
+#include "read_ahead.h"
+
+namespace mmt {
+namespace {
+
+using detail::ReadAheadPolicy;
+using testing::drain_epoch;
+using testing::expect_batch_matches_dataset;
+using testing::TempDir;
+using testing::write_loader_dataset;
+
+// Drops the file's pages from the page cache; false where that did not happen (files kept
+// in memory by a tmpfs, a filesystem that ignores the advice), as mincore() sees it.
+bool evict(const std::string& path) {
+  struct statfs fs {};
+  if (::statfs(path.c_str(), &fs) != 0 || fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) return false;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = ::fdatasync(fd) == 0 && ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+  const off_t bytes = ::lseek(fd, 0, SEEK_END);
+  void* map = ok && bytes > 0 ? ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+  if (map != MAP_FAILED) {
+    std::vector<unsigned char> resident(static_cast<size_t>((bytes + 4095) / 4096));
+    ok = ::mincore(map, static_cast<size_t>(bytes), resident.data()) == 0;
+    for (unsigned char page : resident) ok = ok && (page & 1) == 0;
+    ::munmap(map, static_cast<size_t>(bytes));
+  } else {
+    ok = false;
+  }
+  ::close(fd);
+  return ok;
+}
+
+TEST(ReadAheadPolicyTest, AutoHintsFromTheStartUntilEightHintsInARowFoundTheirBatchCached) {
+  ReadAheadPolicy policy(ReadAhead::Auto);
+  EXPECT_TRUE(policy.hinting());
+  EXPECT_FALSE(policy.watching_faults());
+  for (int i = 0; i < ReadAheadPolicy::kWarmHintsToStop - 1; ++i) policy.note_hint(0);
+  policy.note_hint(4096);  // one batch that was read: the count starts again
+  EXPECT_TRUE(policy.hinting());
+  for (int i = 0; i < ReadAheadPolicy::kWarmHintsToStop - 1; ++i) policy.note_hint(0);
+  EXPECT_TRUE(policy.hinting());
+  policy.note_hint(0);
+  EXPECT_FALSE(policy.hinting());
+  EXPECT_TRUE(policy.watching_faults());
+  EXPECT_EQ(policy.batches_hinted(), 2 * ReadAheadPolicy::kWarmHintsToStop);
+}
+
+TEST(ReadAheadPolicyTest, AutoTurnsHintsBackOnAtAMajorFaultAndSaysSoOnce) {
+  ReadAheadPolicy policy(ReadAhead::Auto);
+  for (int i = 0; i < ReadAheadPolicy::kWarmHintsToStop; ++i) policy.note_hint(0);
+  ASSERT_FALSE(policy.hinting());
+  EXPECT_FALSE(policy.note_gather_faults(0));
+  EXPECT_FALSE(policy.hinting());
+  EXPECT_TRUE(policy.note_gather_faults(3));  // the caller then hints what is scheduled
+  EXPECT_TRUE(policy.hinting());
+  EXPECT_FALSE(policy.note_gather_faults(5));  // already on
+  policy.note_new_epoch();  // read bytes are known: an epoch changes nothing
+  EXPECT_TRUE(policy.hinting());
+}
+
+TEST(ReadAheadPolicyTest, WithoutReadByteCountsAutoHintsUntilTheEpochEnds) {
+  ReadAheadPolicy policy(ReadAhead::Auto);
+  for (int i = 0; i < 3 * ReadAheadPolicy::kWarmHintsToStop; ++i) policy.note_hint(-1);
+  EXPECT_TRUE(policy.hinting());
+  policy.note_new_epoch();
+  EXPECT_FALSE(policy.hinting());
+  EXPECT_TRUE(policy.note_gather_faults(1));
+}
+
+TEST(ReadAheadPolicyTest, AlwaysAndNeverDoNotAdapt) {
+  ReadAheadPolicy always(ReadAhead::Always), never(ReadAhead::Never);
+  for (int i = 0; i < 2 * ReadAheadPolicy::kWarmHintsToStop; ++i) always.note_hint(0);
+  always.note_new_epoch();
+  EXPECT_TRUE(always.hinting());
+  EXPECT_FALSE(never.hinting());
+  EXPECT_FALSE(never.note_gather_faults(100));
+  EXPECT_FALSE(never.hinting());
+  EXPECT_FALSE(never.watching_faults());
+}
+
+TEST(ReadAheadPolicyTest, ThreadCountsAreReadable) {
+  EXPECT_GE(detail::thread_major_faults(), 0);
+  const int64_t read = detail::thread_storage_read_bytes();
+  EXPECT_GE(read, -1);  // -1 only on a kernel without task I/O accounting
+}
+
+class LoaderReadAheadTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  TempDir dir;
+};
+
+// Every batch equals get(i) whatever the hints, for fixed, channels-last and ragged fields,
+// uncompressed and compressed, with workers and without; and the order is the same.
+TEST_P(LoaderReadAheadTest, HintsNeverChangeABatch) {
+  const std::string path = write_loader_dataset(dir, 203, CodecSpec::parse(GetParam()), 16);
+  Dataset dataset = Dataset::open(path);
+  const std::vector<std::string> fields = {"x", "label", "image", "tokens"};
+  for (int workers : {0, 2}) {
+    std::vector<int64_t> reference;
+    for (ReadAhead mode : {ReadAhead::Never, ReadAhead::Always, ReadAhead::Auto}) {
+      LoaderOptions options;
+      options.batch_size = 10;
+      options.sampler.kind = SamplerKind::Random;
+      options.sampler.seed = 99;
+      options.num_workers = workers;
+      options.read_ahead = mode;
+      Loader loader(dataset, options);
+      std::vector<int64_t> order;
+      int64_t batches = 0;
+      while (std::optional<Batch> batch = loader.next()) {
+        expect_batch_matches_dataset(*batch, dataset, fields);
+        order.insert(order.end(), batch->indices().begin(), batch->indices().end());
+        ++batches;
+      }
+      if (reference.empty()) reference = order;
+      EXPECT_EQ(order, reference) << workers << " workers";
+      const LoaderStats stats = loader.stats();
+      if (mode == ReadAhead::Never) {
+        EXPECT_EQ(stats.batches_read_ahead, 0);
+        EXPECT_FALSE(stats.reading_ahead);
+      }
+      // Always hints each batch of the epoch (and, ahead, some of the next one's).
+      if (mode == ReadAhead::Always) {
+        EXPECT_GE(stats.batches_read_ahead, batches) << workers << " workers";
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, LoaderReadAheadTest, ::testing::Values("none", "lz4", "zstd"));
+
+TEST(LoaderReadAheadAutoTest, AWarmFileStopsBeingHintedAndAColdOneIsHinted) {
+  if (detail::thread_storage_read_bytes() < 0) GTEST_SKIP() << "the kernel keeps no per-thread read_bytes";
+  TempDir dir;
+  const std::string path = write_loader_dataset(dir, 2000, {}, 64);
+  if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
+  Dataset dataset = Dataset::open(path);
+  LoaderOptions options;
+  options.batch_size = 8;
+  options.sampler.kind = SamplerKind::Random;
+  options.num_workers = 1;
+  options.pin_memory = false;
+  Loader loader(dataset, options);
+  EXPECT_TRUE(loader.stats().reading_ahead);  // Auto starts hinting
+  (void)drain_epoch(loader);  // the whole file is read: warm from here
+  (void)drain_epoch(loader);
+  const LoaderStats warm = loader.stats();
+  EXPECT_GE(warm.batches_read_ahead, ReadAheadPolicy::kWarmHintsToStop);
+  EXPECT_FALSE(warm.reading_ahead) << "a warm epoch kept hinting";
+  // Not a batch more is hinted while the file stays cached.
+  (void)drain_epoch(loader);
+  EXPECT_EQ(loader.stats().batches_read_ahead, warm.batches_read_ahead);
+}
+
+TEST(DatasetPrefetchTest, AnUncompressedRecordIsHintedAloneNotItsWholeChunk) {
+  if (detail::thread_storage_read_bytes() < 0) GTEST_SKIP() << "the kernel keeps no per-thread read_bytes";
+  TempDir dir;
+  // 4160-byte records, 240 a chunk: chunks of 998,400 bytes, padded to the alignment, so the
+  // file is not one contiguous column and each record is found through its chunk.
+  const std::string path = dir.file("p.mmt");
+  Schema schema({Field::fixed("x", kFloat32, {1040})});
+  WriterOptions writer_options;
+  writer_options.chunk_records = 240;
+  DatasetWriter writer = DatasetWriter::create(path, schema, writer_options);
+  for (int64_t i = 0; i < 480; ++i) writer.append({full({1040}, static_cast<double>(i), kFloat32)});
+  writer.finish();
+  if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
+  // Random: the open's own reads (preamble, footer) must not read around them, which on a
+  // disk with a large read_ahead_kb is the whole of this small file.
+  ReaderOptions reader_options;
+  reader_options.advice = AccessAdvice::Random;
+  Dataset dataset = Dataset::open(path, reader_options);
+  ASSERT_EQ(dataset.num_chunks(), 2);
+  const std::vector<int64_t> one{300};
+  const int64_t before = detail::thread_storage_read_bytes();
+  dataset.prefetch(one);
+  const int64_t read = detail::thread_storage_read_bytes() - before;
+  EXPECT_GT(read, 0);
+  EXPECT_LE(read, 3 * 4096) << "the hint read more than the record's pages";
+  EXPECT_TRUE(dataset.get(300, "x").equal(full({1040}, 300.0, kFloat32)));
+}
+
+TEST(LoaderReadAheadOptionsTest, AnUnknownModeIsRefused) {
+  TempDir dir;
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 10));
+  LoaderOptions options;
+  options.read_ahead = static_cast<ReadAhead>(7);
+  const std::string message = testing::error_of([&] { Loader loader(dataset, options); });
+  EXPECT_NE(message.find("read_ahead must be Auto, Always or Never, got 7"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace mmt
