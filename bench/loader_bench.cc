@@ -10,12 +10,23 @@
 //     target >= 0.9. batches_per_s compares with bench/peer_dataloader.py (PyTorch
 //     DataLoader(pin_memory=True) over np.memmap, same shape and batch size): target >= 3x.
 //     Skips itself without a CUDA device.
+//   BM_LoaderColdRandom/record_bytes: the loader reading a cold file at random (2 workers,
+//     batch 256, uncompressed; the file's pages dropped from the page cache before each pass,
+//     the dataset opened after), with read_ahead Auto against Never, alternated in each
+//     round: vs_never = time(Never) / time(Auto). read_amplification = bytes read from
+//     storage / bytes delivered (the kernel's read-around can read megabytes for one small
+//     record). 784-byte records (Fashion-MNIST size, 600,000 of them: 500 MB) and 150 KB
+//     records (3x224x224, 8,192: 1.2 GB); 40 and 16 batches a pass. Skips itself where the
+//     temporary folder keeps files in memory (tmpfs: nothing to evict).
 //   BM_LoaderTokensSequential: one epoch of a ragged int32 token field (documents of 16..4096
 //     tokens, log-uniform, 1 MiB chunks, uncompressed, warm) through the loader in sequential
 //     order, batch 256, one worker, against memcpy of each batch's tokens as one contiguous
 //     block (what a flat token array with offsets costs). vs_memcpy = time(memcpy) /
 //     time(loader).
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +36,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -85,6 +97,12 @@ const Dataset& host_dataset(int64_t side) {
   }
   static BenchDataset large("host128", 2048, {3, 128, 128});  // 96 MB
   return large.dataset();
+}
+
+// Fashion-MNIST-sized records (784 bytes; 500 MB in all), for cold reads.
+const Dataset& small_records_dataset() {
+  static BenchDataset data("small", 600000, {1, 28, 28});
+  return data.dataset();
 }
 
 const Dataset& device_dataset() {
@@ -230,6 +248,92 @@ void BM_LoaderVsGetBatch(benchmark::State& state) {
   state.SetBytesProcessed(rounds.samples * (3 * side * side + 8));
 }
 
+// Drops `path`'s pages from the page cache (none of them may be mapped: a mapped page
+// stays). False where that cannot be done (a tmpfs keeps files in memory).
+bool evict_from_page_cache(const std::string& path) {
+  struct statfs fs {};
+  if (::statfs(path.c_str(), &fs) != 0 || fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) return false;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  // Dirty pages (a file just written) are not dropped: write them back first.
+  const bool ok = ::fdatasync(fd) == 0 && ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Bytes this process has had read from storage so far (Linux task I/O accounting).
+int64_t process_storage_read_bytes() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  int64_t value = 0;
+  while (io >> key >> value)
+    if (key == "read_bytes:") return value;
+  return -1;
+}
+
+void BM_LoaderColdRandom(benchmark::State& state) {
+  const int64_t record_bytes = state.range(0);
+  const Dataset& written = record_bytes < 4096 ? small_records_dataset() : device_dataset();
+  const std::string path = written.path();
+  const int64_t batches = record_bytes < 4096 ? 40 : 16;
+  if (!evict_from_page_cache(path)) {
+    state.SkipWithError("the temporary folder keeps files in memory (tmpfs): no cold reads to measure");
+    return;
+  }
+  struct Pass {
+    double seconds = 0;
+    int64_t delivered = 0;
+    int64_t read = 0;
+  };
+  uint64_t seed = 1;
+  auto pass = [&](ReadAhead read_ahead) {
+    Pass result;
+    {
+      // The written dataset's own mapping is never touched here, so its pages can go.
+      evict_from_page_cache(path);
+      const int64_t read_before = process_storage_read_bytes();
+      const double t0 = now_seconds();
+      Dataset dataset = Dataset::open(path);
+      LoaderOptions options;
+      options.batch_size = kHostBatch;
+      options.sampler.kind = SamplerKind::Random;
+      options.sampler.seed = seed++;
+      options.num_workers = 2;
+      options.pin_memory = false;
+      options.read_ahead = read_ahead;
+      Loader loader(dataset, options);
+      for (int64_t b = 0; b < batches; ++b) {
+        std::optional<Batch> batch = loader.next();
+        result.delivered += (*batch)["image"].nbytes() + (*batch)["label"].nbytes();
+      }
+      result.seconds = now_seconds() - t0;
+      result.read = process_storage_read_bytes() - read_before;
+    }  // the loader stops and the mapping goes before the next pass evicts
+    return result;
+  };
+  std::vector<double> ratios;
+  double auto_seconds = 0, never_seconds = 0;
+  int64_t auto_delivered = 0, never_delivered = 0, auto_read = 0, never_read = 0;
+  for (auto _ : state) {
+    const Pass never = pass(ReadAhead::Never);
+    const Pass hinted = pass(ReadAhead::Auto);
+    ratios.push_back(never.seconds / hinted.seconds);
+    auto_seconds += hinted.seconds;
+    never_seconds += never.seconds;
+    auto_delivered += hinted.delivered;
+    never_delivered += never.delivered;
+    auto_read += hinted.read;
+    never_read += never.read;
+    state.SetIterationTime(hinted.seconds);
+  }
+  state.counters["vs_never"] = median(ratios);
+  state.counters["auto_MB_per_s"] = auto_delivered / auto_seconds / 1e6;
+  state.counters["never_MB_per_s"] = never_delivered / never_seconds / 1e6;
+  state.counters["read_amplification_auto"] = static_cast<double>(auto_read) / auto_delivered;
+  state.counters["read_amplification_never"] = static_cast<double>(never_read) / never_delivered;
+  state.SetBytesProcessed(auto_delivered);
+}
+
 void BM_LoaderTokensSequential(benchmark::State& state) {
   const Dataset& dataset = token_dataset();
   LoaderOptions options;
@@ -324,6 +428,8 @@ void BM_LoaderToDevice(benchmark::State& state) {
 
 BENCHMARK(BM_LoaderVsGetBatch)->ArgsProduct({{1, 2}, {32, 128}})->ArgNames({"threads", "side"})
     ->Iterations(9)
+    ->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LoaderColdRandom)->Arg(784)->Arg(150528)->ArgName("record_bytes")->Iterations(5)
     ->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LoaderTokensSequential)->Iterations(9)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LoaderToDevice)->Arg(4)->Arg(8)->Arg(14)->ArgName("workers")->Iterations(5)
