@@ -350,41 +350,13 @@ void Dataset::verify() const {
 
 void Dataset::prefetch(std::span<const int64_t> indices) const {
   const Impl& d = checked_impl(impl_);
-  int64_t pending_begin = -1, pending_end = -1;  // a byte range, grown while indices touch it
+  // Byte ranges of the file, merged while they touch the same or the next page, one madvise
+  // for each merged range.
+  int64_t pending_begin = -1, pending_end = -1;
   auto flush = [&] {
     if (pending_begin >= 0) d.file.advise(AccessAdvice::WillNeed, pending_begin, pending_end - pending_begin);
   };
-  int64_t last_chunk_seen = -1;
-  format::ChunkEntry last_entry{};
-  for (int64_t index : indices) {
-    int64_t i = d.normalize_index(index, "prefetch");
-    int64_t begin, end;
-    if (d.contiguous) {
-      begin = d.data_offset + i * d.record_stride_bytes;
-      end = begin + d.record_stride_bytes;
-    } else {
-      const int64_t c = d.chunk_of(i);
-      const format::ChunkEntry e = c == last_chunk_seen ? last_entry : d.check_entry(c);
-      if (static_cast<Codec>(e.codec) == Codec::None && d.layout.ragged_fields.empty()) {
-        // The record's own slot: its place in an uncompressed chunk of fixed fields is known
-        // (check_entry made sure the chunk's records fit its stored bytes).
-        begin = static_cast<int64_t>(e.file_offset) +
-                (i - static_cast<int64_t>(e.first_record)) * d.record_stride_bytes;
-        end = begin + d.record_stride_bytes;
-      } else {
-        // A compressed chunk is read whole to be decoded (and not at all when its decoded
-        // bytes are cached); a ragged record's values lie where its chunk's index says.
-        if (c == last_chunk_seen || (static_cast<Codec>(e.codec) != Codec::None && d.cache->holds(c))) {
-          last_chunk_seen = c;
-          last_entry = e;
-          continue;
-        }
-        begin = static_cast<int64_t>(e.file_offset);
-        end = begin + static_cast<int64_t>(e.stored_bytes);
-      }
-      last_chunk_seen = c;
-      last_entry = e;
-    }
+  auto hint = [&](int64_t begin, int64_t end) {
     constexpr int64_t kPage = 4096;
     if (pending_begin >= 0 && begin <= pending_end + kPage && end >= pending_begin - kPage) {
       pending_begin = std::min(pending_begin, begin);
@@ -394,6 +366,57 @@ void Dataset::prefetch(std::span<const int64_t> indices) const {
       pending_begin = begin;
       pending_end = end;
     }
+  };
+  int64_t last_chunk_seen = -1;
+  format::ChunkEntry last_entry{};
+  // The ragged sections of the last uncompressed chunk seen, located once for its records.
+  std::vector<format::RaggedSection> sections(d.layout.ragged_fields.size());
+  for (int64_t index : indices) {
+    const int64_t i = d.normalize_index(index, "prefetch");
+    if (d.contiguous) {
+      const int64_t begin = d.data_offset + i * d.record_stride_bytes;
+      hint(begin, begin + d.record_stride_bytes);
+      continue;
+    }
+    const int64_t c = d.chunk_of(i);
+    const bool new_chunk = c != last_chunk_seen;
+    const format::ChunkEntry e = new_chunk ? d.check_entry(c) : last_entry;
+    last_chunk_seen = c;
+    last_entry = e;
+    const int64_t chunk_offset = static_cast<int64_t>(e.file_offset);
+    if (static_cast<Codec>(e.codec) != Codec::None) {
+      // Read whole to be decoded, and not at all when its decoded bytes are cached.
+      if (new_chunk && !d.cache->holds(c)) hint(chunk_offset, chunk_offset + static_cast<int64_t>(e.stored_bytes));
+      continue;
+    }
+    // Uncompressed: the record's own bytes, not its chunk's (check_entry made sure the
+    // chunk's records fit its stored bytes).
+    const int64_t r = i - static_cast<int64_t>(e.first_record);
+    const int64_t slot = chunk_offset + r * d.record_stride_bytes;
+    hint(slot, slot + d.record_stride_bytes);
+    if (d.layout.ragged_fields.empty()) continue;
+    // And each ragged value, where its section's value ends say (a few bytes read, and
+    // checked: a range outside its section is not hinted; reading the record reports it).
+    ChunkRef ref = ref_without_storage(e, c);
+    ref.storage = d.file;
+    ref.payload_offset_bytes = chunk_offset;
+    const std::byte* chunk = d.base + chunk_offset;
+    format::RaggedSection* located = sections.data();
+    d.guarded([&] {
+      if (new_chunk)
+        for (size_t k = 0; k < d.layout.ragged_fields.size(); ++k)
+          located[k] = d.next_ragged_section(ref, k == 0 ? nullptr : &located[k - 1], d.layout.ragged_fields[k]);
+      for (size_t k = 0; k < d.layout.ragged_fields.size(); ++k) {
+        const format::RaggedSection& section = located[k];
+        const uint64_t element_bytes = static_cast<uint64_t>(d.plans[d.layout.ragged_fields[k]].element_bytes);
+        const uint64_t first = r == 0 ? 0 : format::load_u64(chunk + section.ends_offset + 8 * (r - 1));
+        const uint64_t last = format::load_u64(chunk + section.ends_offset + 8 * r);
+        const uint64_t values = static_cast<uint64_t>(section.end_offset - section.values_offset) / element_bytes;
+        if (first >= last || last > values) continue;
+        const int64_t values_at = chunk_offset + section.values_offset;
+        hint(values_at + static_cast<int64_t>(first * element_bytes), values_at + static_cast<int64_t>(last * element_bytes));
+      }
+    });
   }
   flush();
 }

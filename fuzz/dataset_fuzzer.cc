@@ -52,10 +52,14 @@ void read_everything(const std::string& path, bool verify_checksums) {
   Dataset ds = Dataset::open(path, options);
   const int64_t n = std::min<int64_t>(ds.size(), 256);
   std::vector<int64_t> indices;
+  for (int64_t i = 0; i < n; ++i) indices.push_back(n - 1 - i);
+  try {
+    ds.prefetch(indices);  // reads ragged value ends from the file: as untrusted as the rest
+  } catch (const Error&) {
+  }
   for (int64_t i = 0; i < n; ++i) {
     Sample s = ds.get(i);
     for (size_t f = 0; f < s.size(); ++f) (void)s[f].contiguous();
-    indices.push_back(n - 1 - i);
   }
   for (const Field& field : ds.schema()) {
     if (!field.is_fixed()) {

@@ -197,6 +197,34 @@ TEST(DatasetPrefetchTest, AnUncompressedRecordIsHintedAloneNotItsWholeChunk) {
   EXPECT_TRUE(dataset.get(300, "x").equal(full({1040}, 300.0, kFloat32)));
 }
 
+TEST(DatasetPrefetchTest, ARaggedRecordIsHintedByItsValuesNotItsWholeChunk) {
+  if (detail::thread_storage_read_bytes() < 0) GTEST_SKIP() << "the kernel keeps no per-thread read_bytes";
+  TempDir dir;
+  // 64 documents of 16,384 int32 tokens (64 KiB each) and a label, in one 4 MiB chunk.
+  const std::string path = dir.file("tokens.mmt");
+  Schema schema({Field::fixed("label", kInt64, {}), Field::ragged("tokens", kInt32, {kVariableDim})});
+  WriterOptions writer_options;
+  writer_options.chunk_records = 64;
+  DatasetWriter writer = DatasetWriter::create(path, schema, writer_options);
+  for (int64_t i = 0; i < 64; ++i)
+    writer.append({full({}, static_cast<double>(i), kInt64), full({16384}, static_cast<double>(i), kInt32)});
+  writer.finish();
+  if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
+  ReaderOptions reader_options;
+  reader_options.advice = AccessAdvice::Random;
+  Dataset dataset = Dataset::open(path, reader_options);
+  ASSERT_EQ(dataset.num_chunks(), 1);
+  const std::vector<int64_t> one{40};
+  const int64_t before = detail::thread_storage_read_bytes();
+  dataset.prefetch(one);
+  const int64_t read = detail::thread_storage_read_bytes() - before;
+  // The document's 64 KiB, and the few pages that say where it is.
+  EXPECT_GE(read, 64 * 1024);
+  EXPECT_LE(read, 64 * 1024 + 6 * 4096) << "the hint read more than the record's values";
+  EXPECT_TRUE(dataset.get(40, "tokens").equal(full({16384}, 40.0, kInt32)));
+  EXPECT_THROW(dataset.prefetch(std::vector<int64_t>{64}), IndexError);
+}
+
 TEST(LoaderReadAheadOptionsTest, AnUnknownModeIsRefused) {
   TempDir dir;
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 10));

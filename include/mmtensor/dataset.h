@@ -186,9 +186,13 @@ class Dataset {
   // Throws FormatError/ChecksumError naming the first bad chunk.
   void verify() const;
 
-  // madvise for the whole mapping; and will-need hints for the records (uncompressed) or
-  // chunks (compressed) of `indices`: call it for a batch about to be read from a cold file.
-  // Reading compressed chunks in order also hints the next chunk by itself.
+  // madvise for the whole mapping; and will-need hints for the records (uncompressed: a
+  // record's own bytes, and each ragged value where its chunk's value ends say) or chunks
+  // (compressed, unless the chunk cache holds them decoded) of `indices`: call it for a batch
+  // about to be read from a cold file, so that its reads are in flight together (the Loader
+  // does, see LoaderOptions::read_ahead). Reading compressed chunks in order also hints the
+  // next chunk by itself. Throws IndexError for an index out of range, FormatError for a
+  // damaged chunk entry or ragged section, IoError for a file cut short under the reader.
   void advise(AccessAdvice advice) const;
   void prefetch(std::span<const int64_t> indices) const;
   CacheStats cache_stats() const;
