@@ -44,8 +44,49 @@ constexpr uint16_t kFlagEncrypted = 0x0001;
 // and refusing it up front keeps a forged size from driving a huge allocation.
 constexpr uint64_t kMaxDeflateRatio = 1032;
 
+constexpr uint16_t kFlagUtf8Name = 0x0800;
+
+// Bytes 0x80-0xFF of code page 437 as Unicode code points: a ZIP member name without the
+// UTF-8 flag (bit 11) is in CP437 (APPNOTE.TXT, appendix D), as Python's zipfile, and so
+// np.load, reads it.
+constexpr uint16_t kCp437High[128] = {
+    0x00C7, 0x00FC, 0x00E9, 0x00E2, 0x00E4, 0x00E0, 0x00E5, 0x00E7, 0x00EA, 0x00EB, 0x00E8, 0x00EF, 0x00EE,
+    0x00EC, 0x00C4, 0x00C5, 0x00C9, 0x00E6, 0x00C6, 0x00F4, 0x00F6, 0x00F2, 0x00FB, 0x00F9, 0x00FF, 0x00D6,
+    0x00DC, 0x00A2, 0x00A3, 0x00A5, 0x20A7, 0x0192, 0x00E1, 0x00ED, 0x00F3, 0x00FA, 0x00F1, 0x00D1, 0x00AA,
+    0x00BA, 0x00BF, 0x2310, 0x00AC, 0x00BD, 0x00BC, 0x00A1, 0x00AB, 0x00BB, 0x2591, 0x2592, 0x2593, 0x2502,
+    0x2524, 0x2561, 0x2562, 0x2556, 0x2555, 0x2563, 0x2551, 0x2557, 0x255D, 0x255C, 0x255B, 0x2510, 0x2514,
+    0x2534, 0x252C, 0x251C, 0x2500, 0x253C, 0x255E, 0x255F, 0x255A, 0x2554, 0x2569, 0x2566, 0x2560, 0x2550,
+    0x256C, 0x2567, 0x2568, 0x2564, 0x2565, 0x2559, 0x2558, 0x2552, 0x2553, 0x256B, 0x256A, 0x2518, 0x250C,
+    0x2588, 0x2584, 0x258C, 0x2590, 0x2580, 0x03B1, 0x00DF, 0x0393, 0x03C0, 0x03A3, 0x03C3, 0x00B5, 0x03C4,
+    0x03A6, 0x0398, 0x03A9, 0x03B4, 0x221E, 0x03C6, 0x03B5, 0x2229, 0x2261, 0x00B1, 0x2265, 0x2264, 0x2320,
+    0x2321, 0x00F7, 0x2248, 0x00B0, 0x2219, 0x00B7, 0x221A, 0x207F, 0x00B2, 0x25A0, 0x00A0};
+
+// A member's name as text (UTF-8): as stored when flagged UTF-8, else decoded from CP437
+// (ASCII names are the same either way).
+std::string member_name_text(std::string_view stored, uint16_t flags) {
+  if (flags & kFlagUtf8Name) return std::string(stored);
+  std::string text;
+  text.reserve(stored.size() * 3);
+  for (char c : stored) {
+    const auto byte = static_cast<unsigned char>(c);
+    const uint32_t code = byte < 0x80 ? byte : kCp437High[byte - 0x80];
+    if (code < 0x80) {
+      text.push_back(static_cast<char>(code));
+    } else if (code < 0x800) {
+      text.push_back(static_cast<char>(0xC0 | (code >> 6)));
+      text.push_back(static_cast<char>(0x80 | (code & 0x3F)));
+    } else {
+      text.push_back(static_cast<char>(0xE0 | (code >> 12)));
+      text.push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
+      text.push_back(static_cast<char>(0x80 | (code & 0x3F)));
+    }
+  }
+  return text;
+}
+
 struct Member {
-  std::string name;
+  std::string name;         // as text (UTF-8)
+  std::string stored_name;  // the bytes the headers hold
   uint16_t flags = 0;
   uint16_t method = 0;
   uint32_t crc32 = 0;
@@ -113,7 +154,8 @@ class ZipReader {
       size_t variable = name_len + extra_len + comment_len;
       if (variable > end - pos - kCentralHeaderBytes)
         fail(str("central directory entry ", i, " is truncated"));
-      m.name.assign(reinterpret_cast<const char*>(h + kCentralHeaderBytes), name_len);
+      m.stored_name.assign(reinterpret_cast<const char*>(h + kCentralHeaderBytes), name_len);
+      m.name = member_name_text(m.stored_name, m.flags);
       apply_zip64_extra(m, disk_start, h + kCentralHeaderBytes + name_len, extra_len);
       if (!seen.insert(m.name).second) fail(str("member '", m.name, "' appears twice"));
       members.push_back(std::move(m));
@@ -150,8 +192,8 @@ class ZipReader {
       fail(str(where, ": ", m.compressed_bytes, " bytes of data at offset ", data_offset,
                " run past the end of the file (", bytes_.size(), " bytes); is it truncated?"));
     std::string_view local_name(reinterpret_cast<const char*>(h + kLocalHeaderBytes), name_len);
-    if (local_name != m.name)
-      fail(str(where, ": the local header names it '", local_name, "'"));
+    if (local_name != m.stored_name)
+      fail(str(where, ": the local header names it '", member_name_text(local_name, load_le16(h + 6)), "'"));
     if (m.method == kMethodDeflated) check_deflate_ratio(m, where);
     return {bytes_.data() + data_offset, static_cast<size_t>(m.compressed_bytes)};
   }

@@ -46,6 +46,22 @@ TEST(Npz, MixedAndZip64Members) {
   expect_two_arrays(parse_npz(zip_archive(two_arrays(false), /*zip64=*/true), "z64.npz"));
 }
 
+// A name without the UTF-8 flag is CP437, as Python's zipfile (and np.load) reads it; with
+// the flag it is UTF-8. Both give the same field name.
+TEST(Npz, MemberNamesAreCp437UnlessFlaggedUtf8) {
+  const Bytes values = npy_of(arange(3, kInt32));
+  ZipEntry cp437{"\x81" "ber_\xE1\xEE.npy", values, false};  // "über_ßε" in code page 437
+  ZipEntry utf8{"\xC3\xA9t\xC3\xA9.npy", values, true};    // "été", flagged
+  utf8.flags = 0x0800;
+  ZipEntry ascii{"plain.npy", values, false};
+  const std::vector<NpzMember> members = parse_npz(zip_archive({cp437, utf8, ascii}), "names.npz");
+  ASSERT_EQ(members.size(), 3u);
+  EXPECT_EQ(members[0].name, "\xC3\xBC" "ber_\xC3\x9F\xCE\xB5");
+  EXPECT_EQ(members[1].name, "\xC3\xA9t\xC3\xA9");
+  EXPECT_EQ(members[2].name, "plain");
+  for (const NpzMember& member : members) EXPECT_TRUE(member.array.equal(arange(3, kInt32)));
+}
+
 TEST(Npz, LoadsFromDiskAndOutlivesTheMapping) {
   TempFolder dir;
   testutil::write_file(dir / "a.npz", zip_archive(two_arrays(false)));

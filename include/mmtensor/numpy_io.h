@@ -90,7 +90,9 @@ void save_npy(const std::string& path, const Tensor& t);
 
 // One member of an .npz archive.
 struct NpzMember {
-  std::string name;  // the array's name: the member's file name without ".npy"
+  // The array's name: the member's file name without ".npy", in UTF-8. A name stored without
+  // ZIP's UTF-8 flag is read as code page 437, as Python's zipfile (and np.load) reads it.
+  std::string name;
   Tensor array;
 };
 
