@@ -24,9 +24,6 @@
 //     block (what a flat token array with offsets costs). vs_memcpy = time(memcpy) /
 //     time(loader).
 #include <benchmark/benchmark.h>
-#include <fcntl.h>
-#include <linux/magic.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,7 +33,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -47,6 +43,7 @@
 #include "mmtensor/dataset.h"
 #include "mmtensor/dataset_writer.h"
 #include "mmtensor/loader.h"
+#include "page_cache.h"
 
 namespace {
 
@@ -248,36 +245,14 @@ void BM_LoaderVsGetBatch(benchmark::State& state) {
   state.SetBytesProcessed(rounds.samples * (3 * side * side + 8));
 }
 
-// Drops `path`'s pages from the page cache (none of them may be mapped: a mapped page
-// stays). False where that cannot be done (a tmpfs keeps files in memory).
-bool evict_from_page_cache(const std::string& path) {
-  struct statfs fs {};
-  if (::statfs(path.c_str(), &fs) != 0 || fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) return false;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  // Dirty pages (a file just written) are not dropped: write them back first.
-  const bool ok = ::fdatasync(fd) == 0 && ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
-  ::close(fd);
-  return ok;
-}
-
-// Bytes this process has had read from storage so far (Linux task I/O accounting).
-int64_t process_storage_read_bytes() {
-  std::ifstream io("/proc/self/io");
-  std::string key;
-  int64_t value = 0;
-  while (io >> key >> value)
-    if (key == "read_bytes:") return value;
-  return -1;
-}
-
 void BM_LoaderColdRandom(benchmark::State& state) {
   const int64_t record_bytes = state.range(0);
   const Dataset& written = record_bytes < 4096 ? small_records_dataset() : device_dataset();
   const std::string path = written.path();
   const int64_t batches = record_bytes < 4096 ? 40 : 16;
-  if (!evict_from_page_cache(path)) {
-    state.SkipWithError("the temporary folder keeps files in memory (tmpfs): no cold reads to measure");
+  std::string why_not;
+  if (!detail::drop_from_page_cache(path, &why_not)) {
+    state.SkipWithError(("no cold reads to measure: " + why_not).c_str());
     return;
   }
   struct Pass {
@@ -290,8 +265,8 @@ void BM_LoaderColdRandom(benchmark::State& state) {
     Pass result;
     {
       // The written dataset's own mapping is never touched here, so its pages can go.
-      evict_from_page_cache(path);
-      const int64_t read_before = process_storage_read_bytes();
+      detail::drop_from_page_cache(path);
+      const int64_t read_before = detail::process_storage_read_bytes();
       const double t0 = now_seconds();
       Dataset dataset = Dataset::open(path);
       LoaderOptions options;
@@ -307,7 +282,7 @@ void BM_LoaderColdRandom(benchmark::State& state) {
         result.delivered += (*batch)["image"].nbytes() + (*batch)["label"].nbytes();
       }
       result.seconds = now_seconds() - t0;
-      result.read = process_storage_read_bytes() - read_before;
+      result.read = detail::process_storage_read_bytes() - read_before;
     }  // the loader stops and the mapping goes before the next pass evicts
     return result;
   };

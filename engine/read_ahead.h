@@ -24,15 +24,9 @@
 #include <cstdint>
 
 #include "mmtensor/loader.h"
+#include "page_cache.h"
 
 namespace mmt::detail {
-
-// Major page faults the calling thread has taken so far.
-int64_t thread_major_faults() noexcept;
-// Bytes the calling thread has had read from storage so far (read_bytes in
-// /proc/thread-self/io, which counts the reads a hint starts), or -1 when the kernel does
-// not keep that count.
-int64_t thread_storage_read_bytes() noexcept;
 
 class ReadAheadPolicy {
  public:

@@ -1,9 +1,7 @@
 // Read-ahead: the policy that decides when the loader hints a batch's pages to the kernel,
 // what Dataset::prefetch asks the kernel to read, and that hints never change a batch.
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <sys/mman.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -14,6 +12,7 @@
 #include "loader_test_util.h"
 #include "mmtensor/error.h"
 #include "mmtensor/loader.h"
+#include "page_cache.h"
 #include "read_ahead.h"
 
 namespace mmt {
@@ -28,20 +27,17 @@ using testing::write_loader_dataset;
 // Drops the file's pages from the page cache; false where that did not happen (files kept
 // in memory by a tmpfs, a filesystem that ignores the advice), as mincore() sees it.
 bool evict(const std::string& path) {
-  struct statfs fs {};
-  if (::statfs(path.c_str(), &fs) != 0 || fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) return false;
+  if (!detail::drop_from_page_cache(path)) return false;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  bool ok = ::fdatasync(fd) == 0 && ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
   const off_t bytes = ::lseek(fd, 0, SEEK_END);
-  void* map = ok && bytes > 0 ? ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
-  if (map != MAP_FAILED) {
+  void* map = bytes > 0 ? ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+  bool ok = map != MAP_FAILED;
+  if (ok) {
     std::vector<unsigned char> resident(static_cast<size_t>((bytes + 4095) / 4096));
     ok = ::mincore(map, static_cast<size_t>(bytes), resident.data()) == 0;
     for (unsigned char page : resident) ok = ok && (page & 1) == 0;
     ::munmap(map, static_cast<size_t>(bytes));
-  } else {
-    ok = false;
   }
   ::close(fd);
   return ok;
@@ -99,6 +95,10 @@ TEST(ReadAheadPolicyTest, ThreadCountsAreReadable) {
   EXPECT_GE(detail::thread_major_faults(), 0);
   const int64_t read = detail::thread_storage_read_bytes();
   EXPECT_GE(read, -1);  // -1 only on a kernel without task I/O accounting
+  EXPECT_GE(detail::process_storage_read_bytes(), read < 0 ? -1 : 0);
+  std::string why_not;
+  EXPECT_FALSE(detail::drop_from_page_cache("/nonexistent/file", &why_not));
+  EXPECT_NE(why_not.find("/nonexistent/file"), std::string::npos) << why_not;
 }
 
 class LoaderReadAheadTest : public ::testing::TestWithParam<const char*> {

@@ -1,0 +1,26 @@
+// What the kernel's page cache holds and reads for this process: the counts the loader's
+// read-ahead watches (read_ahead.h), and the eviction that cold-read measurements start from
+// (mmt bench --cold, the benchmarks, the tests). Linux only, as the rest of the engine.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace mmt::detail {
+
+// Major page faults the calling thread has taken so far.
+int64_t thread_major_faults() noexcept;
+// Bytes the calling thread has had read from storage so far (read_bytes in
+// /proc/thread-self/io, which counts the reads a hint starts), or -1 when the kernel does
+// not keep that count.
+int64_t thread_storage_read_bytes() noexcept;
+// The same for the whole process (/proc/self/io), or -1.
+int64_t process_storage_read_bytes() noexcept;
+
+// Writes back and drops `path`'s pages from the page cache (posix_fadvise DONTNEED), so the
+// next reads come from storage. Pages that a mapping still maps stay: close the datasets
+// that read the file first. False, with the reason in *why_not, where that cannot be done:
+// a tmpfs or ramfs (files live in memory), a file that cannot be opened, a refusal.
+bool drop_from_page_cache(const std::string& path, std::string* why_not = nullptr);
+
+}  // namespace mmt::detail
