@@ -837,6 +837,31 @@ TEST_F(MmtCli, BenchReportsBesideMemcpy) {
   EXPECT_GT(j["batch_gather_vs_memcpy"].get<double>(), 0);
 }
 
+TEST_F(MmtCli, BenchColdStartsEachMeasurementFromStorage) {
+  save("a.npy", records(kUInt8, 2000, {784}));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy")}).exit_code, 0);
+  RunResult r = run_mmt({"bench", path("a.mmt"), "--cold", "--json", "--seconds", "0.05", "--batch", "32"});
+  if (r.exit_code != 0) {  // a tmpfs keeps the file in memory: said, and nothing measured
+    EXPECT_FAILS_WITH(r, "--cold: ");
+    GTEST_SKIP() << r.err;
+  }
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["cold"].get<bool>());
+  EXPECT_TRUE(j["batch_gather"]["prefetch"].get<bool>());
+  EXPECT_FALSE(j["chunk_cache_warmed"].get<bool>());
+  for (const char* key : {"random_get", "batch_gather", "loader"}) {
+    EXPECT_GT(j[key]["samples_per_second"].get<double>(), 0) << key;
+    ASSERT_TRUE(j[key].contains("storage_read_bytes")) << key;
+    if (!j[key]["storage_read_bytes"].is_null()) {
+      EXPECT_GE(j[key]["storage_read_bytes"].get<int64_t>(), 0) << key;
+    }
+  }
+  RunResult text = run_mmt({"bench", path("a.mmt"), "--cold", "--seconds", "0.05"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("each measurement from a cold page cache"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("prefetch+gather"), std::string::npos) << text.out;
+}
+
 TEST_F(MmtCli, AFailedWriteToStandardOutputFailsTheCommand) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
   save("a.npy", records(kInt32, 4, {2}));

@@ -1,6 +1,7 @@
-// mmt bench FILE [--json]: random-access, batch-gather and loader throughput on a dataset,
-// each beside the memcpy reference measured in the same run (the same bytes gathered from
-// host memory), so the figures compare across machines as ratios.
+// mmt bench FILE [--json] [--cold]: random-access, batch-gather and loader throughput on a
+// dataset, each beside the memcpy reference measured in the same run (the same bytes gathered
+// from host memory), so the figures compare across machines as ratios. --cold starts each
+// measurement from storage instead of the page cache.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "mmt_commands.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/loader.h"
+#include "page_cache.h"
 
 namespace mmt::tool {
 namespace {
@@ -33,6 +35,7 @@ struct BenchArgs {
   int64_t batch = 256;
   int threads = 1;
   uint64_t seed = 0;
+  bool cold = false;
 };
 
 struct Rate {
@@ -91,10 +94,40 @@ nlohmann::json rate_json(const Rate& r) {
           {"seconds", r.seconds}};
 }
 
+// Where each measurement starts. Warm: the dataset stays open, its pages cached. Cold: the
+// dataset is closed (pages it has mapped would stay cached), the file's pages are dropped
+// from the page cache, and the dataset is opened again; what the measurement then had read
+// from storage is reported beside it.
+class Start {
+ public:
+  explicit Start(const BenchArgs& args) : args_(args) {}
+
+  Dataset& open_for_measurement(Dataset& ds) {
+    if (!args_.cold) return ds;
+    ds = Dataset();
+    std::string why_not;
+    MMT_CHECK(detail::drop_from_page_cache(args_.file, &why_not), IoError, "--cold: ", why_not);
+    read_before_ = detail::process_storage_read_bytes();
+    ds = Dataset::open(args_.file);
+    return ds;
+  }
+  // Adds, for a cold start, the bytes read from storage since open_for_measurement().
+  void report_reads(nlohmann::json& measurement) const {
+    if (!args_.cold) return;
+    const int64_t now = detail::process_storage_read_bytes();
+    measurement["storage_read_bytes"] = read_before_ >= 0 && now >= 0 ? nlohmann::json(now - read_before_) : nullptr;
+  }
+
+ private:
+  const BenchArgs& args_;
+  int64_t read_before_ = -1;
+};
+
 void run_bench(const BenchArgs& args) {
   check_options(args);
   Dataset ds = Dataset::open(args.file);
   MMT_CHECK(ds.size() > 0, ValueError, args.file, " has no records to read");
+  Start start(args);
   std::mt19937_64 rng(args.seed);
   std::vector<std::string> fixed_fields;
   int64_t fixed_record_bytes = 0;
@@ -106,13 +139,13 @@ void run_bench(const BenchArgs& args) {
   check_batch_bytes(args, fixed_record_bytes);
   nlohmann::json report = {{"file", args.file}, {"records", ds.size()},
                            {"codec", ds.info().codec.str()}, {"batch_size", args.batch},
-                           {"threads", args.threads}};
+                           {"threads", args.threads}, {"cold", args.cold}};
 
   // Warm state, as the figures promise: when the decoded chunks fit the chunk cache, every
   // chunk is used (decoded) once first. Otherwise the first second of a compressed file
   // measures its decoder, one chunk per sample, not random access.
   const DatasetInfo info = ds.info();
-  const bool fits_cache = info.decoded_bytes <= ReaderOptions{}.cache_bytes;
+  const bool fits_cache = !args.cold && info.decoded_bytes <= ReaderOptions{}.cache_bytes;
   for (int64_t c = 0; c < ds.num_chunks() && fits_cache; ++c) {
     const ChunkInfo chunk = ds.chunk(c);
     if (chunk.record_count > 0) (void)ds.get(chunk.first_record);
@@ -122,6 +155,7 @@ void run_bench(const BenchArgs& args) {
   // Random access: each sample's fields are read in full (copied out), which is what a
   // training step does with them; a view that is never read would measure nothing.
   std::vector<std::byte> scratch;
+  start.open_for_measurement(ds);
   Rate random_get = run_for(args.seconds, [&] {
     int64_t bytes = 0;
     for (int64_t index : random_indices(rng, 64, ds.size())) {
@@ -136,6 +170,7 @@ void run_bench(const BenchArgs& args) {
     return std::pair<int64_t, int64_t>{64, bytes};
   });
   report["random_get"] = rate_json(random_get);
+  start.report_reads(report["random_get"]);
 
   if (!fixed_fields.empty()) {
     std::vector<Tensor> outs;
@@ -145,12 +180,18 @@ void run_bench(const BenchArgs& args) {
       sizes.insert(sizes.end(), f.shape.begin(), f.shape.end());
       outs.push_back(empty(sizes, f.dtype));
     }
+    start.open_for_measurement(ds);
     Rate gather = run_for(args.seconds, [&] {
       std::vector<int64_t> indices = random_indices(rng, args.batch, ds.size());
+      // From storage, a batch is read as the API documents it: its pages hinted first, so
+      // that its reads are in flight together instead of one page fault at a time.
+      if (args.cold) ds.prefetch(indices);
       ds.get_batch(indices, fixed_fields, outs, args.threads);
       return std::pair<int64_t, int64_t>{args.batch, args.batch * fixed_record_bytes};
     });
     report["batch_gather"] = rate_json(gather);
+    report["batch_gather"]["prefetch"] = args.cold;
+    start.report_reads(report["batch_gather"]);
 
     // The reference: the same gather (batch rows of the same size, random rows) done with
     // memcpy from a host buffer of up to 256 MB, on one thread.
@@ -182,6 +223,7 @@ void run_bench(const BenchArgs& args) {
   // 0.77x as fast as 1 + the consumer (Fashion-MNIST, uncompressed).
   options.num_workers = std::max(1, args.threads - 1);
   options.pin_memory = false;
+  start.open_for_measurement(ds);
   Loader loader(ds, options);
   int64_t record_bytes = 0;
   for (const Field& f : ds.schema()) record_bytes += f.is_fixed() ? f.fixed_nbytes() : 0;
@@ -195,29 +237,37 @@ void run_bench(const BenchArgs& args) {
   report["loader"] = rate_json(loader_rate);
   report["loader"]["epochs"] = epochs;
   report["loader"]["workers"] = options.num_workers;
+  start.report_reads(report["loader"]);
+  report["loader"]["batches_read_ahead"] = loader.stats().batches_read_ahead;
 
   if (args.json) {
     std::cout << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return;
   }
-  auto line = [](const char* what, const Rate& r) {
-    std::printf("  %-16s %12.0f samples/s  %10s/s\n", what, r.samples_per_second(),
-                human_bytes(r.bytes_per_second()).c_str());
+  // A cold measurement also says how much it read from storage: a file smaller than what the
+  // measurement reads is warm by its end.
+  auto line = [&](const char* what, const Rate& r, const char* key) {
+    std::string from_storage;
+    if (args.cold && key && report[key].contains("storage_read_bytes") && !report[key]["storage_read_bytes"].is_null())
+      from_storage = "  (" + human_bytes(report[key]["storage_read_bytes"].get<double>()) + " read from storage)";
+    std::printf("  %-16s %12.0f samples/s  %10s/s%s\n", what, r.samples_per_second(),
+                human_bytes(r.bytes_per_second()).c_str(), from_storage.c_str());
   };
-  std::printf("%s: %lld records, codec %s, batch %lld, %d thread(s)\n", printable(args.file).c_str(),
+  std::printf("%s: %lld records, codec %s, batch %lld, %d thread(s)%s\n", printable(args.file).c_str(),
               static_cast<long long>(ds.size()), ds.info().codec.str().c_str(),
-              static_cast<long long>(args.batch), args.threads);
-  line("random get", random_get);
+              static_cast<long long>(args.batch), args.threads,
+              args.cold ? ", each measurement from a cold page cache" : "");
+  line("random get", random_get, "random_get");
   if (report.contains("batch_gather")) {
     Rate g{report["batch_gather"]["samples"], 0, report["batch_gather"]["seconds"]};
     g.bytes = static_cast<int64_t>(report["batch_gather"]["bytes_per_second"].get<double>() * g.seconds);
-    line("batch gather", g);
+    line(args.cold ? "prefetch+gather" : "batch gather", g, "batch_gather");
     Rate m{report["memcpy_gather"]["samples"], 0, report["memcpy_gather"]["seconds"]};
     m.bytes = static_cast<int64_t>(report["memcpy_gather"]["bytes_per_second"].get<double>() * m.seconds);
-    line("memcpy gather", m);
+    line("memcpy gather", m, nullptr);
     std::printf("  batch gather / memcpy gather = %.2f\n", report["batch_gather_vs_memcpy"].get<double>());
   }
-  line("loader", loader_rate);
+  line("loader", loader_rate, "loader");
   std::printf("  (loader: %lld full epoch(s) of %lld records, %d worker(s))\n",
               static_cast<long long>(epochs), static_cast<long long>(ds.size()), options.num_workers);
 }
@@ -236,6 +286,9 @@ void add_bench_command(CLI::App& app) {
   add_integer_option(cmd, "--threads", args->threads,
                      "Gather threads, 1 to 1024 (the loader: threads - 1 workers, at least 1, and the consumer)");
   add_integer_option(cmd, "--seed", args->seed, "Seed of the random indices");
+  cmd->add_flag("--cold", args->cold,
+                "Start each measurement from storage: drop the file's pages from the page cache and reopen it "
+                "(reports the bytes read from storage; not on a tmpfs)");
   cmd->callback([args] { run_bench(*args); });
 }
 
