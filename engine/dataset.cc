@@ -140,11 +140,16 @@ Tensor Dataset::Impl::ragged_view(const ChunkRef& ref, const format::RaggedSecti
                                byte_offset / plan.element_bytes);
 }
 
+void Dataset::Impl::check_chunk_holds(int64_t chunk, int64_t first_record, int64_t record_count,
+                                      int64_t record) const {
+  MMT_CHECK(record >= first_record && record - first_record < record_count, FormatError, path,
+            ": the chunk table is not ordered: binary search for record ", record, " found chunk ", chunk,
+            " holding records [", first_record, ", +", record_count, ")");
+}
+
 ChunkRef Dataset::Impl::chunk_ref_holding(int64_t record) const {
   ChunkRef ref = chunk_ref(chunk_of(record));
-  MMT_CHECK(record >= ref.first_record && record - ref.first_record < ref.record_count, FormatError, path,
-            ": the chunk table is not ordered: binary search for record ", record, " found chunk ", ref.index,
-            " holding records [", ref.first_record, ", +", ref.record_count, ")");
+  check_chunk_holds(ref.index, ref.first_record, ref.record_count, record);
   return ref;
 }
 

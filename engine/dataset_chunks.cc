@@ -350,13 +350,28 @@ void Dataset::verify() const {
 
 void Dataset::prefetch(std::span<const int64_t> indices) const {
   const Impl& d = checked_impl(impl_);
+  std::vector<size_t> every_field(d.schema->size());
+  for (size_t f = 0; f < every_field.size(); ++f) every_field[f] = f;
+  d.prefetch(indices, every_field);
+}
+
+void Dataset::prefetch(std::span<const int64_t> indices, std::span<const std::string> fields) const {
+  const Impl& d = checked_impl(impl_);
+  std::vector<size_t> chosen;
+  for (const std::string& name : fields) chosen.push_back(d.schema->index_of(name));  // ValueError lists the fields
+  d.prefetch(indices, chosen);
+}
+
+void Dataset::Impl::prefetch(std::span<const int64_t> indices, std::span<const size_t> fields) const {
   // Byte ranges of the file, merged while they touch the same or the next page, one madvise
   // for each merged range.
   int64_t pending_begin = -1, pending_end = -1;
   auto flush = [&] {
-    if (pending_begin >= 0) d.file.advise(AccessAdvice::WillNeed, pending_begin, pending_end - pending_begin);
+    if (pending_begin >= 0) file.advise(AccessAdvice::WillNeed, pending_begin, pending_end - pending_begin);
+    pending_begin = pending_end = -1;
   };
   auto hint = [&](int64_t begin, int64_t end) {
+    if (end <= begin) return;
     constexpr int64_t kPage = 4096;
     if (pending_begin >= 0 && begin <= pending_end + kPage && end >= pending_begin - kPage) {
       pending_begin = std::min(pending_begin, begin);
@@ -367,56 +382,96 @@ void Dataset::prefetch(std::span<const int64_t> indices) const {
       pending_end = end;
     }
   };
+  std::vector<const FieldPlan*> fixed;
+  std::vector<size_t> ragged;  // positions among layout.ragged_fields
+  for (size_t f : fields) {
+    if (plans[f].fixed) fixed.push_back(&plans[f]);
+    else ragged.push_back(plans[f].ragged_index);
+  }
+  // A ragged value's place is in its chunk's value-end table, in the file: those entries are
+  // hinted in a first pass and read in a second, so that their pages are read together too,
+  // instead of one blocking fault a record inside this call.
+  struct RaggedRecord {
+    int64_t chunk_offset = 0;
+    int64_t row = 0;
+    size_t sections = 0;  // index of the chunk's first section in `sections`
+  };
+  std::vector<RaggedRecord> ragged_records;
+  std::vector<format::RaggedSection> sections;  // every ragged field's, for each chunk seen
   int64_t last_chunk_seen = -1;
   format::ChunkEntry last_entry{};
-  // The ragged sections of the last uncompressed chunk seen, located once for its records.
-  std::vector<format::RaggedSection> sections(d.layout.ragged_fields.size());
   for (int64_t index : indices) {
-    const int64_t i = d.normalize_index(index, "prefetch");
-    if (d.contiguous) {
-      const int64_t begin = d.data_offset + i * d.record_stride_bytes;
-      hint(begin, begin + d.record_stride_bytes);
+    const int64_t i = normalize_index(index, "prefetch");
+    if (contiguous) {
+      const int64_t slot = data_offset + i * record_stride_bytes;
+      for (const FieldPlan* plan : fixed) hint(slot + plan->offset_bytes, slot + plan->offset_bytes + plan->value_bytes);
       continue;
     }
-    const int64_t c = d.chunk_of(i);
+    const int64_t c = chunk_of(i);
     const bool new_chunk = c != last_chunk_seen;
-    const format::ChunkEntry e = new_chunk ? d.check_entry(c) : last_entry;
+    const format::ChunkEntry e = new_chunk ? check_entry(c) : last_entry;
+    // A table whose chunks vary in size is searched: a damaged one may point elsewhere.
+    check_chunk_holds(c, static_cast<int64_t>(e.first_record), e.record_count, i);
     last_chunk_seen = c;
     last_entry = e;
     const int64_t chunk_offset = static_cast<int64_t>(e.file_offset);
     if (static_cast<Codec>(e.codec) != Codec::None) {
-      // Read whole to be decoded, and not at all when its decoded bytes are cached.
-      if (new_chunk && !d.cache->holds(c)) hint(chunk_offset, chunk_offset + static_cast<int64_t>(e.stored_bytes));
+      // Read whole to be decoded, and not at all when its decoded bytes are cached (or being
+      // decoded).
+      if (new_chunk && !cache->holds(c)) hint(chunk_offset, chunk_offset + static_cast<int64_t>(e.stored_bytes));
       continue;
     }
-    // Uncompressed: the record's own bytes, not its chunk's (check_entry made sure the
+    // Uncompressed: the chosen fields' own bytes, not the chunk's (check_entry made sure the
     // chunk's records fit its stored bytes).
-    const int64_t r = i - static_cast<int64_t>(e.first_record);
-    const int64_t slot = chunk_offset + r * d.record_stride_bytes;
-    hint(slot, slot + d.record_stride_bytes);
-    if (d.layout.ragged_fields.empty()) continue;
-    // And each ragged value, where its section's value ends say (a few bytes read, and
-    // checked: a range outside its section is not hinted; reading the record reports it).
-    ChunkRef ref = ref_without_storage(e, c);
-    ref.storage = d.file;
-    ref.payload_offset_bytes = chunk_offset;
-    const std::byte* chunk = d.base + chunk_offset;
-    format::RaggedSection* located = sections.data();
-    d.guarded([&] {
-      if (new_chunk)
-        for (size_t k = 0; k < d.layout.ragged_fields.size(); ++k)
-          located[k] = d.next_ragged_section(ref, k == 0 ? nullptr : &located[k - 1], d.layout.ragged_fields[k]);
-      for (size_t k = 0; k < d.layout.ragged_fields.size(); ++k) {
-        const format::RaggedSection& section = located[k];
-        const uint64_t element_bytes = static_cast<uint64_t>(d.plans[d.layout.ragged_fields[k]].element_bytes);
-        const uint64_t first = r == 0 ? 0 : format::load_u64(chunk + section.ends_offset + 8 * (r - 1));
-        const uint64_t last = format::load_u64(chunk + section.ends_offset + 8 * r);
-        const uint64_t values = static_cast<uint64_t>(section.end_offset - section.values_offset) / element_bytes;
-        if (first >= last || last > values) continue;
-        const int64_t values_at = chunk_offset + section.values_offset;
-        hint(values_at + static_cast<int64_t>(first * element_bytes), values_at + static_cast<int64_t>(last * element_bytes));
-      }
-    });
+    const int64_t row = i - static_cast<int64_t>(e.first_record);
+    const int64_t slot = chunk_offset + row * record_stride_bytes;
+    for (const FieldPlan* plan : fixed) hint(slot + plan->offset_bytes, slot + plan->offset_bytes + plan->value_bytes);
+    if (ragged.empty()) continue;
+    if (new_chunk || sections.empty() || ragged_records.back().chunk_offset != chunk_offset) {
+      ChunkRef ref = ref_without_storage(e, c);
+      ref.storage = file;
+      ref.payload_offset_bytes = chunk_offset;
+      const size_t first = sections.size();
+      sections.resize(first + layout.ragged_fields.size());
+      format::RaggedSection* located = sections.data() + first;
+      // Reads one value end a section (the chain's links); guarded, as every read of the file.
+      guarded([&] {
+        for (size_t k = 0; k < layout.ragged_fields.size(); ++k)
+          located[k] = next_ragged_section(ref, k == 0 ? nullptr : &located[k - 1], layout.ragged_fields[k]);
+      });
+      ragged_records.push_back({chunk_offset, row, first});
+    } else {
+      ragged_records.push_back({chunk_offset, row, ragged_records.back().sections});
+    }
+    for (size_t k : ragged) {
+      const format::RaggedSection& section = sections[ragged_records.back().sections + k];
+      const int64_t table = chunk_offset + section.ends_offset;
+      hint(table + 8 * std::max<int64_t>(row - 1, 0), table + 8 * (row + 1));  // its value ends
+      const int64_t vdims = (*schema)[layout.ragged_fields[k]].variable_dims();
+      const int64_t extents = chunk_offset + section.extents_offset + 8 * row * vdims;
+      hint(extents, extents + 8 * vdims);  // and its extents, which reading the record needs
+    }
+  }
+  flush();
+  if (ragged_records.empty()) return;
+  // Second pass: the values, where their ends (hinted above, now arriving) say.
+  for (const RaggedRecord& record : ragged_records) {
+    const std::byte* chunk = base + record.chunk_offset;
+    for (size_t k : ragged) {
+      const format::RaggedSection& section = sections[record.sections + k];
+      const int64_t row = record.row;
+      uint64_t first = 0, last = 0;
+      guarded([&] {
+        first = row == 0 ? 0 : format::load_u64(chunk + section.ends_offset + 8 * (row - 1));
+        last = format::load_u64(chunk + section.ends_offset + 8 * row);
+      });
+      // A range outside its section is not hinted: reading the record reports it.
+      const uint64_t element_bytes = static_cast<uint64_t>(plans[layout.ragged_fields[k]].element_bytes);
+      const uint64_t values = static_cast<uint64_t>(section.end_offset - section.values_offset) / element_bytes;
+      if (first >= last || last > values) continue;
+      const int64_t values_at = record.chunk_offset + section.values_offset;
+      hint(values_at + static_cast<int64_t>(first * element_bytes), values_at + static_cast<int64_t>(last * element_bytes));
+    }
   }
   flush();
 }

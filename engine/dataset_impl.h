@@ -189,6 +189,11 @@ struct Dataset::Impl {
   // The chunk holding `record`, checked to hold it (the table of a varying-size file is
   // searched, and a corrupt one could point elsewhere).
   ChunkRef chunk_ref_holding(int64_t record) const;
+  // That check alone: FormatError unless chunk `chunk` ([first_record, + record_count)) holds
+  // `record`.
+  void check_chunk_holds(int64_t chunk, int64_t first_record, int64_t record_count, int64_t record) const;
+  // Dataset::prefetch of the fields at schema positions `fields`.
+  void prefetch(std::span<const int64_t> indices, std::span<const size_t> fields) const;
   // Record `record`'s value of field `field`, as a view into `ref`.
   Tensor field_view(const ChunkRef& ref, int64_t record, size_t field) const;
   Tensor ragged_view(const ChunkRef& ref, int64_t record, size_t field) const;

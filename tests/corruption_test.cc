@@ -11,6 +11,7 @@
 
 #include "checksum.h"
 #include "crafted_file_util.h"
+#include "mmtensor/loader.h"
 #include "format.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/dataset_writer.h"
@@ -177,6 +178,45 @@ TEST(CorruptionTest, PayloadBitFlipsAreChecksumErrorsNamingTheChunk) {
       }
     }
   }
+}
+
+// A file whose chunks were closed by size has a chunk table that is searched: a damaged
+// `first_record` sends the search to a chunk that does not hold the record. prefetch() (and
+// so the loader's read-ahead) must report it as reading does, not compute an offset from it.
+TEST(CorruptionTest, AChunkTableOutOfOrderIsReportedByPrefetchAsByReading) {
+  TempDir dir;
+  const std::string path = dir.file("by-size.mmt");
+  WriterOptions options;
+  options.alignment = 64;
+  options.chunk_bytes = 512;
+  {
+    DatasetWriter writer = DatasetWriter::create(
+        path, Schema({Field::fixed("label", kInt64, {}), Field::ragged("tokens", kInt32, {kVariableDim})}), options);
+    for (int i = 0; i < 60; ++i) writer.append({full({}, i, kInt64), full({(i * 7) % 40}, i, kInt32)});
+    writer.finish();
+  }
+  ChunkInfo second, third;
+  {
+    Dataset ds = Dataset::open(path);
+    ASSERT_GE(ds.num_chunks(), 3);
+    second = ds.chunk(1);
+    third = ds.chunk(2);
+  }
+  std::vector<std::byte> bytes = read_file(path);
+  rewrite_entry(bytes, 1, [&](format::ChunkEntry& e) { e.first_record = static_cast<uint64_t>(third.first_record); });
+  const std::string damaged = dir.file("damaged.mmt");
+  write_file(damaged, bytes);
+  Dataset ds = Dataset::open(damaged);
+  const std::vector<int64_t> one{second.first_record};  // searched for, it lands in chunk 0
+  for (const std::string& message : {testing::error_of([&] { ds.prefetch(one); }),
+                                     testing::error_of([&] { (void)ds.get(second.first_record); })})
+    EXPECT_NE(message.find("the chunk table is not ordered"), std::string::npos) << message;
+  // The loader's hints swallow it; its gather reports it, naming the sample.
+  LoaderOptions loader_options;
+  loader_options.batch_size = 60;
+  loader_options.read_ahead = ReadAhead::Always;
+  Loader loader(ds, loader_options);
+  EXPECT_THROW((void)loader.next(), FormatError);
 }
 
 TEST(CorruptionTest, DecompressionBombIsRefusedBeforeAllocating) {

@@ -186,15 +186,20 @@ class Dataset {
   // Throws FormatError/ChecksumError naming the first bad chunk.
   void verify() const;
 
-  // madvise for the whole mapping; and will-need hints for the records (uncompressed: a
-  // record's own bytes, and each ragged value where its chunk's value ends say) or chunks
-  // (compressed, unless the chunk cache holds them decoded) of `indices`: call it for a batch
-  // about to be read from a cold file, so that its reads are in flight together (the Loader
-  // does, see LoaderOptions::read_ahead). Reading compressed chunks in order also hints the
-  // next chunk by itself. Throws IndexError for an index out of range, FormatError for a
-  // damaged chunk entry or ragged section, IoError for a file cut short under the reader.
+  // advise(): madvise for the whole mapping.
+  // prefetch(): will-need hints for the records of `indices` (of every field, or of `fields`):
+  // call it for a batch about to be read from a cold file, so that its reads are in flight
+  // together instead of one page fault at a time (the Loader does: LoaderOptions::read_ahead).
+  // Uncompressed, a record's own bytes are hinted, and a ragged value's where its chunk's
+  // value ends say: those ends are hinted first, then read, so a call may wait for the disk.
+  // Compressed, whole chunks, unless the chunk cache holds them decoded (or is decoding
+  // them). Reading compressed chunks in order also hints the next chunk by itself. Throws
+  // IndexError for an index out of range, ValueError for an unknown field, FormatError for a
+  // damaged chunk entry, chunk table or ragged section, IoError for a file cut short under
+  // the reader.
   void advise(AccessAdvice advice) const;
   void prefetch(std::span<const int64_t> indices) const;
+  void prefetch(std::span<const int64_t> indices, std::span<const std::string> fields) const;
   CacheStats cache_stats() const;
 
   struct Impl;
