@@ -268,6 +268,7 @@ void LoaderCore::schedule_locked() {
     slot.batch = scheduled;
     slot.rows = rows;
     slot.error = nullptr;
+    slot.read_ahead_queued = false;
     slot.pieces_left = static_cast<int>(row_pieces + ragged_fields.size());
     ++scheduled;
     queued = true;
@@ -280,16 +281,21 @@ void LoaderCore::schedule_locked() {
 }
 
 void LoaderCore::queue_read_ahead_locked(size_t first) noexcept {
-  // At the front, so that a worker starts the batches' reads before it gathers the batches
-  // queued earlier: their gathers are what the reads overlap.
+  // Ahead of the gathers, so that a worker starts the batches' reads before it gathers the
+  // batches queued earlier (their gathers are what the reads overlap); behind the hints
+  // already queued, which are for sooner batches.
   try {
     std::vector<Piece> hints;
+    std::vector<Slot*> hinted;
     for (size_t k = first; k < delivery.size(); ++k) {
-      const Slot& slot = slots[delivery[k]];
-      if (slot.state != SlotState::Filling) continue;
+      Slot& slot = slots[delivery[k]];
+      if (slot.state != SlotState::Filling || slot.read_ahead_queued) continue;
       hints.push_back(Piece{-1, generation, order, start_consumed, slot.batch, slot.rows, 0, slot.rows, -1, true});
+      hinted.push_back(&slot);
     }
-    pieces.insert(pieces.begin(), std::make_move_iterator(hints.begin()), std::make_move_iterator(hints.end()));
+    const auto after_hints = std::find_if(pieces.begin(), pieces.end(), [](const Piece& p) { return !p.read_ahead; });
+    pieces.insert(after_hints, std::make_move_iterator(hints.begin()), std::make_move_iterator(hints.end()));
+    for (Slot* slot : hinted) slot->read_ahead_queued = true;
   } catch (...) {  // out of memory: the batches are read without hints
   }
 }

@@ -38,6 +38,7 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
     std::vector<int64_t> indices;  // ring.slot_rows() entries, the first `rows` valid
     std::exception_ptr error;
     int64_t error_row = 0;  // the first row of the piece that failed: the lowest one wins
+    bool read_ahead_queued = false;  // a hint for this batch was queued: never twice
     cuda::Event copied;    // the host-to-device copy of this slot is done
     cuda::Event consumed;  // the consumer's work on this slot's device buffer is done
   };
@@ -75,8 +76,9 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   // ---- under `mutex` ----
   void restart_locked(std::unique_lock<std::mutex>& lock, int64_t epoch, int64_t consumed);
   void schedule_locked();
-  // Queues read-ahead hints, ahead of all other work, for the batches of delivery[first..]
-  // still being filled. A hint is optional: one that cannot be queued is skipped.
+  // Queues read-ahead hints, after those already queued and before all other work, for the
+  // batches of delivery[first..] still being filled and not hinted yet. A hint is optional:
+  // one that cannot be queued is skipped.
   void queue_read_ahead_locked(size_t first) noexcept;
   LoaderState state_after_locked(int64_t batch) const;
 

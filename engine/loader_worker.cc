@@ -164,14 +164,15 @@ void LoaderCore::run_piece(const Piece& piece) {
 
 template <class Gather>
 void LoaderCore::gather_watching_faults(const Piece& piece, Gather gather) {
-  // One piece a batch (its first rows, or a ragged field's) is enough to notice a cold file,
-  // and keeps the two getrusage calls out of the other pieces of a warm one.
+  // The piece of a batch's first rows, and each ragged field's piece, are enough to notice a
+  // cold file, and keep the two getrusage calls out of the other pieces of a warm one.
   if (!(piece.row_begin == 0 && read_ahead_policy.watching_faults())) return gather();
   const int64_t faults_before = thread_major_faults();
   gather();
   if (!read_ahead_policy.note_gather_faults(thread_major_faults() - faults_before)) return;
   std::lock_guard lock(mutex);  // hints just went on: for the batches already scheduled too
   if (piece.generation == generation && !stopping && !restarting) {
+    slots[piece.slot].read_ahead_queued = true;  // this one is being gathered already
     queue_read_ahead_locked(0);
     update_work_hint_locked();
     work_ready.notify_all();
@@ -188,7 +189,7 @@ void LoaderCore::read_ahead(const Piece& piece) noexcept {
       indices[static_cast<size_t>(row)] = piece.order.rank_at(piece.start_consumed, first_sample + row);
     const bool auto_mode = read_ahead_policy.mode() == ReadAhead::Auto;
     const int64_t read_before = auto_mode ? thread_storage_read_bytes() : -1;
-    dataset.prefetch(indices);
+    dataset.prefetch(indices, field_names);  // the loaded fields' bytes only
     const int64_t read_after = auto_mode && read_before >= 0 ? thread_storage_read_bytes() : -1;
     read_ahead_policy.note_hint(read_after >= 0 ? read_after - read_before : -1);
   } catch (...) {

@@ -11,11 +11,15 @@
 //   alone, and with the kernel's read-around (read_ahead_kb; 8 MiB on some cloud disks)
 //   every such fault reads megabytes of a file read at random;
 // - they go off after kWarmHintsToStop hints in a row made the kernel read nothing (the
-//   read_bytes of /proc/thread-self/io, read only while hints are on): a warm file pays for
-//   that many hinted batches once;
+//   read_bytes of /proc/thread-self/io, read around each hint): a warm file pays for that
+//   many hinted batches once;
 // - they go on again when a gather takes a major page fault (getrusage of the gathering
-//   thread, measured on one piece a batch: a syscall, a fraction of a microsecond).
-// Where the kernel does not account read bytes, hints stay on until the epoch ends.
+//   thread around the piece of a batch's first rows and each ragged field's piece: a
+//   syscall, a fraction of a microsecond). Any major fault of that thread counts, so memory
+//   pressure that evicts the program's own pages may turn hints on for a while too.
+// Where the kernel does not account read bytes, hints stay on until the epoch ends. Where it
+// does not charge a read to the thread that starts it (some FUSE filesystems), hints read
+// "nothing" and go off, and the next major fault turns them on again.
 //
 // Thread safety: every method may be called from many threads at once.
 #pragma once

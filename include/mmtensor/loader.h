@@ -16,7 +16,9 @@
 // on the number of threads. Worker threads gather samples straight into the slot with
 // Dataset::get_batch (fixed fields) or pack them (ragged fields), decoding compressed chunks
 // through the dataset's chunk cache; a next() whose batch is not ready yet gathers that
-// batch's unclaimed rows itself rather than sleep. A filled slot is copied to its device
+// batch's unclaimed rows itself rather than sleep. When a batch is scheduled, a worker first
+// hints its pages to the kernel (read_ahead, below), so that a cold file's reads for it are
+// in flight while the batches before it are gathered. A filled slot is copied to its device
 // buffer with cudaMemcpyAsync on a dedicated copy stream; an event per slot marks the copy
 // done. The copy into a device buffer is ordered (on the GPU, without a host wait) after an
 // event recorded on the consumer's stream when the previous batch in that buffer was
@@ -87,9 +89,11 @@ inline constexpr int kMaxLoaderWorkers = 1024;
 // Epochs run in [0, kMaxEpoch): the epoch after the last one must still be an int64.
 inline constexpr int64_t kMaxEpoch = INT64_MAX;
 
-// Whether workers ask the kernel to read a batch's pages (Dataset::prefetch) while earlier
-// batches are gathered, so a cold file is read with all of a batch's reads in flight instead
-// of one page fault at a time: several times faster at random from disk (bench/RESULTS.md).
+// Whether workers ask the kernel to read a batch's pages (Dataset::prefetch of the loaded
+// fields) while earlier batches are gathered, so a cold file is read with all of a batch's
+// reads in flight instead of one page fault at a time: several times faster at random from
+// disk (bench/RESULTS.md). Not to be confused with prefetch_batches, the ring's depth: how
+// many batches are gathered ahead, and so how far ahead their pages are hinted.
 // Hints cost about a microsecond a record, which a warm file does not need, so Auto gives
 // them only while the page cache misses: from the start, and again from any major page
 // fault a gather takes, until eight hints in a row found their batch cached (Linux's
@@ -114,8 +118,10 @@ struct LoaderOptions {
 };
 
 struct LoaderStats {
-  int64_t batches_read_ahead = 0;  // batches whose pages were hinted before their gather
-  bool reading_ahead = false;      // whether batches scheduled now are hinted
+  // Read-ahead hints given: at most one a batch (counting the next epoch's first batches,
+  // prefetched while the last ones are used). A hint may also come while its batch is gathered.
+  int64_t batches_read_ahead = 0;
+  bool reading_ahead = false;  // whether batches scheduled now are hinted
 };
 
 // Where a loader stands; see sampler.h for the meaning of `consumed` (positions of the
