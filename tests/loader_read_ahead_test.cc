@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,24 @@ bool evict(const std::string& path) {
   }
   ::close(fd);
   return ok;
+}
+
+// The file, evicted, opened with Random advice: the open's own reads (preamble, footer)
+// must not read around them, which on a disk with a large read_ahead_kb is the whole of a
+// small file. nullopt where the file cannot be evicted.
+std::optional<Dataset> open_cold(const std::string& path) {
+  if (!evict(path)) return std::nullopt;
+  ReaderOptions reader_options;
+  reader_options.advice = AccessAdvice::Random;
+  return Dataset::open(path, reader_options);
+}
+
+// Bytes the calling thread had read from storage while fn() ran.
+template <typename Fn>
+int64_t bytes_read_by(Fn&& fn) {
+  const int64_t before = detail::thread_storage_read_bytes();
+  fn();
+  return detail::thread_storage_read_bytes() - before;
 }
 
 TEST(ReadAheadPolicyTest, AutoHintsFromTheStartUntilEightHintsInARowFoundTheirBatchCached) {
@@ -155,7 +174,9 @@ TEST(LoaderReadAheadAutoTest, AWarmFileStopsBeingHintedAndAFileGoneColdIsHintedA
   LoaderOptions options;
   options.batch_size = 8;
   options.sampler.kind = SamplerKind::Random;
-  options.num_workers = 1;
+  // No workers: between next() calls nothing reads the file, so the eviction below holds
+  // (a worker gathering the next epoch would map its pages again meanwhile).
+  options.num_workers = 0;
   options.pin_memory = false;
   Loader loader(dataset, options);
   EXPECT_TRUE(loader.stats().reading_ahead);  // Auto starts hinting
@@ -191,17 +212,12 @@ TEST(DatasetPrefetchTest, AnUncompressedRecordIsHintedAloneNotItsWholeChunk) {
   DatasetWriter writer = DatasetWriter::create(path, schema, writer_options);
   for (int64_t i = 0; i < 480; ++i) writer.append({full({1040}, static_cast<double>(i), kFloat32)});
   writer.finish();
-  if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
-  // Random: the open's own reads (preamble, footer) must not read around them, which on a
-  // disk with a large read_ahead_kb is the whole of this small file.
-  ReaderOptions reader_options;
-  reader_options.advice = AccessAdvice::Random;
-  Dataset dataset = Dataset::open(path, reader_options);
+  std::optional<Dataset> cold = open_cold(path);
+  if (!cold) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
+  Dataset& dataset = *cold;
   ASSERT_EQ(dataset.num_chunks(), 2);
   const std::vector<int64_t> one{300};
-  const int64_t before = detail::thread_storage_read_bytes();
-  dataset.prefetch(one);
-  const int64_t read = detail::thread_storage_read_bytes() - before;
+  const int64_t read = bytes_read_by([&] { dataset.prefetch(one); });
   EXPECT_GT(read, 0);
   EXPECT_LE(read, 3 * 4096) << "the hint read more than the record's pages";
   EXPECT_TRUE(dataset.get(300, "x").equal(full({1040}, 300.0, kFloat32)));
@@ -219,15 +235,12 @@ TEST(DatasetPrefetchTest, ARaggedRecordIsHintedByItsValuesNotItsWholeChunk) {
   for (int64_t i = 0; i < 64; ++i)
     writer.append({full({}, static_cast<double>(i), kInt64), full({16384}, static_cast<double>(i), kInt32)});
   writer.finish();
-  if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
-  ReaderOptions reader_options;
-  reader_options.advice = AccessAdvice::Random;
-  Dataset dataset = Dataset::open(path, reader_options);
+  std::optional<Dataset> cold = open_cold(path);
+  if (!cold) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
+  Dataset& dataset = *cold;
   ASSERT_EQ(dataset.num_chunks(), 1);
   const std::vector<int64_t> one{40};
-  const int64_t before = detail::thread_storage_read_bytes();
-  dataset.prefetch(one);
-  const int64_t read = detail::thread_storage_read_bytes() - before;
+  const int64_t read = bytes_read_by([&] { dataset.prefetch(one); });
   // The document's 64 KiB, and the few pages that say where it is.
   EXPECT_GE(read, 64 * 1024);
   EXPECT_LE(read, 64 * 1024 + 6 * 4096) << "the hint read more than the record's values";
@@ -244,20 +257,15 @@ TEST(DatasetPrefetchTest, OnlyTheFieldsAskedForAreHinted) {
   DatasetWriter writer = DatasetWriter::create(path, schema);
   for (int64_t i = 0; i < 64; ++i) writer.append({full({65536}, static_cast<double>(i), kUInt8), full({}, static_cast<double>(i), kInt64)});
   writer.finish();
-  if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
-  ReaderOptions reader_options;
-  reader_options.advice = AccessAdvice::Random;
-  Dataset dataset = Dataset::open(path, reader_options);
+  std::optional<Dataset> cold = open_cold(path);
+  if (!cold) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
+  Dataset& dataset = *cold;
   const std::vector<int64_t> some{3, 17, 40};
   const std::vector<std::string> label{"label"};
-  int64_t before = detail::thread_storage_read_bytes();
-  dataset.prefetch(some, label);
-  const int64_t labels_read = detail::thread_storage_read_bytes() - before;
+  const int64_t labels_read = bytes_read_by([&] { dataset.prefetch(some, label); });
   EXPECT_GT(labels_read, 0);
   EXPECT_LE(labels_read, 3 * 2 * 4096) << "hinting labels read their images";
-  before = detail::thread_storage_read_bytes();
-  dataset.prefetch(some);
-  EXPECT_GE(detail::thread_storage_read_bytes() - before, 3 * 65536 - labels_read) << "every field, when none is named";
+  EXPECT_GE(bytes_read_by([&] { dataset.prefetch(some); }), 3 * 65536 - labels_read) << "every field, when none is named";
   const std::vector<std::string> unknown{"imgae"};
   const std::string message = testing::error_of([&] { dataset.prefetch(some, unknown); });
   EXPECT_NE(message.find("imgae"), std::string::npos) << message;
