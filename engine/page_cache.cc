@@ -3,14 +3,19 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 #include "mmtensor/error.h"
 
@@ -45,8 +50,48 @@ int64_t thread_major_faults() noexcept {
   return static_cast<int64_t>(usage.ru_majflt);
 }
 
-int64_t thread_storage_read_bytes() noexcept { return read_bytes_of("/proc/thread-self/io"); }
+int64_t thread_storage_read_bytes() noexcept {
+  const int64_t bytes = read_bytes_of("/proc/thread-self/io");
+  if (bytes >= 0) return bytes;
+  // Kernels before 3.17 have no /proc/thread-self; the same file under the thread's id.
+  char task_io[64];
+  std::snprintf(task_io, sizeof task_io, "/proc/self/task/%ld/io", static_cast<long>(::gettid()));
+  return read_bytes_of(task_io);
+}
 int64_t process_storage_read_bytes() noexcept { return read_bytes_of("/proc/self/io"); }
+
+std::optional<CachedPages> cached_pages(const std::string& path) {
+  // A window at a time: the residency vector stays small however large the file (allocated
+  // before the descriptor is opened, so nothing below throws).
+  constexpr int64_t kWindowPages = int64_t{1} << 18;
+  std::vector<unsigned char> resident;
+  resident.reserve(static_cast<size_t>(kWindowPages));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  const bool sized = ::fstat(fd, &st) == 0;
+  CachedPages pages;
+  const int64_t page_bytes = ::sysconf(_SC_PAGESIZE);
+  pages.total = sized ? (static_cast<int64_t>(st.st_size) + page_bytes - 1) / page_bytes : 0;
+  bool ok = sized;
+  for (int64_t first = 0; ok && first < pages.total; first += kWindowPages) {
+    const int64_t count = std::min(kWindowPages, pages.total - first);
+    const int64_t offset = first * page_bytes;
+    const size_t length = static_cast<size_t>(std::min(count * page_bytes, static_cast<int64_t>(st.st_size) - offset));
+    void* map = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, offset);
+    if (map == MAP_FAILED) {
+      ok = false;
+      break;
+    }
+    resident.assign(static_cast<size_t>(count), 0);
+    ok = ::mincore(map, length, resident.data()) == 0;
+    ::munmap(map, length);
+    for (unsigned char page : resident) pages.resident += page & 1;
+  }
+  ::close(fd);
+  if (!ok) return std::nullopt;
+  return pages;
+}
 
 bool drop_from_page_cache(const std::string& path, std::string* why_not) {
   auto refuse = [&](std::string reason) {
@@ -59,11 +104,22 @@ bool drop_from_page_cache(const std::string& path, std::string* why_not) {
     return refuse(str("'", path, "' is on a tmpfs or ramfs, which keeps files in memory"));
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return refuse(str("cannot open '", path, "': ", std::strerror(errno)));
-  // Dirty pages (a file just written) are not dropped: write them back first.
+  // Dirty pages (a file just written) are not dropped: write them back first. A filesystem
+  // that cannot sync a descriptor opened for reading (some FUSE mounts) says so with EINVAL
+  // or ENOSYS; the check below still tells whether the pages left.
   int err = ::fdatasync(fd) == 0 ? 0 : errno;
+  if (err == EINVAL || err == ENOSYS) err = 0;
   if (err == 0) err = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   ::close(fd);
   if (err != 0) return refuse(str("cannot drop '", path, "' from the page cache: ", std::strerror(err)));
+  // The advice succeeds without dropping pages that some mapping maps (in any process), and
+  // does nothing at all on filesystems without a page cache of their own (an overlay over a
+  // tmpfs): what is still cached is counted, not assumed.
+  const std::optional<CachedPages> left = cached_pages(path);
+  if (!left) return refuse(str("cannot tell whether '", path, "' left the page cache (mincore failed)"));
+  if (left->resident > 0)
+    return refuse(str(left->resident, " of '", path, "''s ", left->total, " pages are still in the page cache "
+                      "(mapped by a process, or kept by a filesystem that ignores POSIX_FADV_DONTNEED)"));
   return true;
 }
 

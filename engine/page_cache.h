@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace mmt::detail {
@@ -17,10 +18,19 @@ int64_t thread_storage_read_bytes() noexcept;
 // The same for the whole process (/proc/self/io), or -1.
 int64_t process_storage_read_bytes() noexcept;
 
+// How many of a file's pages the page cache holds (mincore), of how many.
+struct CachedPages {
+  int64_t resident = 0;
+  int64_t total = 0;
+};
+// nullopt where the file cannot be opened or mapped.
+std::optional<CachedPages> cached_pages(const std::string& path);
+
 // Writes back and drops `path`'s pages from the page cache (posix_fadvise DONTNEED), so the
-// next reads come from storage. Pages that a mapping still maps stay: close the datasets
-// that read the file first. False, with the reason in *why_not, where that cannot be done:
-// a tmpfs or ramfs (files live in memory), a file that cannot be opened, a refusal.
+// next reads come from storage, and checks with cached_pages() that none is left. Pages
+// that a mapping still maps stay: close the datasets that read the file first. False, with
+// the reason in *why_not, where that cannot be done: a tmpfs or ramfs (files live in
+// memory), a file that cannot be opened, a refusal, pages still cached afterwards.
 bool drop_from_page_cache(const std::string& path, std::string* why_not = nullptr);
 
 }  // namespace mmt::detail

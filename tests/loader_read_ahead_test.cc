@@ -26,23 +26,8 @@ using testing::TempDir;
 using testing::write_loader_dataset;
 
 // Drops the file's pages from the page cache; false where that did not happen (files kept
-// in memory by a tmpfs, a filesystem that ignores the advice), as mincore() sees it.
-bool evict(const std::string& path) {
-  if (!detail::drop_from_page_cache(path)) return false;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const off_t bytes = ::lseek(fd, 0, SEEK_END);
-  void* map = bytes > 0 ? ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
-  bool ok = map != MAP_FAILED;
-  if (ok) {
-    std::vector<unsigned char> resident(static_cast<size_t>((bytes + 4095) / 4096));
-    ok = ::mincore(map, static_cast<size_t>(bytes), resident.data()) == 0;
-    for (unsigned char page : resident) ok = ok && (page & 1) == 0;
-    ::munmap(map, static_cast<size_t>(bytes));
-  }
-  ::close(fd);
-  return ok;
-}
+// in memory by a tmpfs, a filesystem that ignores the advice): drop_from_page_cache checks.
+bool evict(const std::string& path) { return detail::drop_from_page_cache(path); }
 
 // The file, evicted, opened with Random advice: the open's own reads (preamble, footer)
 // must not read around them, which on a disk with a large read_ahead_kb is the whole of a
@@ -246,6 +231,25 @@ TEST(DatasetPrefetchTest, ARaggedRecordIsHintedByItsValuesNotItsWholeChunk) {
   EXPECT_LE(read, 64 * 1024 + 6 * 4096) << "the hint read more than the record's values";
   EXPECT_TRUE(dataset.get(40, "tokens").equal(full({16384}, 40.0, kInt32)));
   EXPECT_THROW(dataset.prefetch(std::vector<int64_t>{64}), IndexError);
+}
+
+TEST(PageCacheTest, DroppingAFileChecksThatItsPagesLeft) {
+  TempDir dir;
+  const std::string path = write_loader_dataset(dir, 64);
+  std::string why_not;
+  if (!detail::drop_from_page_cache(path, &why_not)) GTEST_SKIP() << why_not;
+  const std::optional<detail::CachedPages> after = detail::cached_pages(path);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->resident, 0);
+  EXPECT_GT(after->total, 0);
+  {
+    // Pages a mapping maps stay cached: the drop says so rather than report a cold file.
+    Dataset dataset = Dataset::open(path);
+    for (int64_t i = 0; i < dataset.size(); ++i) (void)dataset.get(i, "x").contiguous();
+    EXPECT_FALSE(detail::drop_from_page_cache(path, &why_not));
+    EXPECT_NE(why_not.find("still in the page cache"), std::string::npos) << why_not;
+  }
+  EXPECT_TRUE(detail::drop_from_page_cache(path, &why_not)) << why_not;
 }
 
 TEST(DatasetPrefetchTest, OnlyTheFieldsAskedForAreHinted) {
