@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "codec_engine.h"
@@ -383,21 +385,37 @@ void Dataset::Impl::prefetch(std::span<const int64_t> indices, std::span<const s
     }
   };
   std::vector<const FieldPlan*> fixed;
-  std::vector<size_t> ragged;  // positions among layout.ragged_fields
+  std::vector<char> ragged_chosen(layout.ragged_fields.size(), 0);  // by position among the ragged fields
+  size_t ragged_levels = 0;  // sections to locate in each chunk: up to the last chosen one
   for (size_t f : fields) {
-    if (plans[f].fixed) fixed.push_back(&plans[f]);
-    else ragged.push_back(plans[f].ragged_index);
+    if (plans[f].fixed) {
+      fixed.push_back(&plans[f]);
+    } else {
+      ragged_chosen[plans[f].ragged_index] = 1;
+      ragged_levels = std::max(ragged_levels, plans[f].ragged_index + 1);
+    }
   }
-  // A ragged value's place is in its chunk's value-end table, in the file: those entries are
-  // hinted in a first pass and read in a second, so that their pages are read together too,
-  // instead of one blocking fault a record inside this call.
-  struct RaggedRecord {
-    int64_t chunk_offset = 0;
-    int64_t row = 0;
-    size_t sections = 0;  // index of the chunk's first section in `sections`
+  if (fields.empty()) {  // nothing to read; the indices are still checked, as get() would
+    for (int64_t index : indices) normalize_index(index, "prefetch");
+    return;
+  }
+  // Uncompressed chunks with ragged fields to hint, each once, and the records read there.
+  struct RaggedChunk {
+    int64_t index = 0;
+    int64_t file_offset = 0;
+    int64_t decoded_bytes = 0;
+    int64_t record_count = 0;
+    int64_t header = 0;  // decoded offset of the section being located
+    format::RaggedSection section;  // the section located last
   };
+  struct RaggedRecord {
+    size_t chunk = 0;  // position in ragged_chunks
+    int64_t row = 0;
+  };
+  std::vector<RaggedChunk> ragged_chunks;
+  std::unordered_map<int64_t, size_t> ragged_chunk_at;  // chunk index -> position in ragged_chunks
   std::vector<RaggedRecord> ragged_records;
-  std::vector<format::RaggedSection> sections;  // every ragged field's, for each chunk seen
+  std::unordered_set<int64_t> whole_chunks_hinted;  // compressed chunks, hinted once however often indexed
   int64_t last_chunk_seen = -1;
   format::ChunkEntry last_entry{};
   for (int64_t index : indices) {
@@ -408,8 +426,7 @@ void Dataset::Impl::prefetch(std::span<const int64_t> indices, std::span<const s
       continue;
     }
     const int64_t c = chunk_of(i);
-    const bool new_chunk = c != last_chunk_seen;
-    const format::ChunkEntry e = new_chunk ? check_entry(c) : last_entry;
+    const format::ChunkEntry e = c == last_chunk_seen ? last_entry : check_entry(c);
     // A table whose chunks vary in size is searched: a damaged one may point elsewhere.
     check_chunk_holds(c, static_cast<int64_t>(e.first_record), e.record_count, i);
     last_chunk_seen = c;
@@ -418,7 +435,8 @@ void Dataset::Impl::prefetch(std::span<const int64_t> indices, std::span<const s
     if (static_cast<Codec>(e.codec) != Codec::None) {
       // Read whole to be decoded, and not at all when its decoded bytes are cached (or being
       // decoded).
-      if (new_chunk && !cache->holds(c)) hint(chunk_offset, chunk_offset + static_cast<int64_t>(e.stored_bytes));
+      if (!cache->holds(c) && whole_chunks_hinted.insert(c).second)
+        hint(chunk_offset, chunk_offset + static_cast<int64_t>(e.stored_bytes));
       continue;
     }
     // Uncompressed: the chosen fields' own bytes, not the chunk's (check_entry made sure the
@@ -426,50 +444,104 @@ void Dataset::Impl::prefetch(std::span<const int64_t> indices, std::span<const s
     const int64_t row = i - static_cast<int64_t>(e.first_record);
     const int64_t slot = chunk_offset + row * record_stride_bytes;
     for (const FieldPlan* plan : fixed) hint(slot + plan->offset_bytes, slot + plan->offset_bytes + plan->value_bytes);
-    if (ragged.empty()) continue;
-    if (new_chunk || sections.empty() || ragged_records.back().chunk_offset != chunk_offset) {
-      ChunkRef ref = ref_without_storage(e, c);
-      ref.storage = file;
-      ref.payload_offset_bytes = chunk_offset;
-      const size_t first = sections.size();
-      sections.resize(first + layout.ragged_fields.size());
-      format::RaggedSection* located = sections.data() + first;
-      // Reads one value end a section (the chain's links); guarded, as every read of the file.
-      guarded([&] {
-        for (size_t k = 0; k < layout.ragged_fields.size(); ++k)
-          located[k] = next_ragged_section(ref, k == 0 ? nullptr : &located[k - 1], layout.ragged_fields[k]);
-      });
-      ragged_records.push_back({chunk_offset, row, first});
-    } else {
-      ragged_records.push_back({chunk_offset, row, ragged_records.back().sections});
+    if (ragged_levels == 0) continue;
+    const auto [at, inserted] = ragged_chunk_at.try_emplace(c, ragged_chunks.size());
+    if (inserted) {
+      RaggedChunk chunk;
+      chunk.index = c;
+      chunk.file_offset = chunk_offset;
+      chunk.decoded_bytes = static_cast<int64_t>(e.decoded_bytes);
+      chunk.record_count = e.record_count;
+      try {
+        chunk.header = format::first_ragged_section_offset(chunk.decoded_bytes, chunk.record_count,
+                                                           record_stride_bytes, c);
+      } catch (const FormatError&) {
+        rethrow_in_file(path);
+      }
+      ragged_chunks.push_back(chunk);
     }
-    for (size_t k : ragged) {
-      const format::RaggedSection& section = sections[ragged_records.back().sections + k];
-      const int64_t table = chunk_offset + section.ends_offset;
-      hint(table + 8 * std::max<int64_t>(row - 1, 0), table + 8 * (row + 1));  // its value ends
-      const int64_t vdims = (*schema)[layout.ragged_fields[k]].variable_dims();
-      const int64_t extents = chunk_offset + section.extents_offset + 8 * row * vdims;
-      hint(extents, extents + 8 * vdims);  // and its extents, which reading the record needs
-    }
+    ragged_records.push_back({at->second, row});
   }
-  flush();
-  if (ragged_records.empty()) return;
-  // Second pass: the values, where their ends (hinted above, now arriving) say.
-  for (const RaggedRecord& record : ragged_records) {
-    const std::byte* chunk = base + record.chunk_offset;
-    for (size_t k : ragged) {
-      const format::RaggedSection& section = sections[record.sections + k];
-      const int64_t row = record.row;
-      uint64_t first = 0, last = 0;
+  if (ragged_records.empty()) {
+    flush();
+    return;
+  }
+  // A ragged section's place is known only once the one before it is read (its last value
+  // end), and a value's place only once its value ends are read. Reading those one chunk at a
+  // time would fault once a chunk and field, in series: a random batch over a large file
+  // touches about one chunk a record. So the sections are located level by level across all
+  // the batch's chunks: each round hints every chunk's entries it will read, then reads them
+  // while the kernel brings them in together.
+  std::vector<uint64_t> value_ends(2 * ragged_records.size());  // [first, last) of each record, in elements
+  for (size_t k = 0; k < ragged_levels; ++k) {
+    const size_t f = layout.ragged_fields[k];
+    const int64_t vdims = (*schema)[f].variable_dims();
+    // Round 1: the section's last value end, and the records' value ends and extents when
+    // the field is chosen. Only entries inside the chunk are hinted: locating the section
+    // checks its header and reports one that runs past.
+    auto header_fits = [&](const RaggedChunk& chunk) {
+      int64_t words = 0, bytes = 0, end = 0;
+      return format::checked_mul(chunk.record_count, 1 + vdims, &words) && format::checked_mul(words, 8, &bytes) &&
+             format::checked_add(chunk.header, bytes, &end) && end <= chunk.decoded_bytes;
+    };
+    std::vector<char> fits(ragged_chunks.size());
+    for (size_t n = 0; n < ragged_chunks.size(); ++n) {
+      const RaggedChunk& chunk = ragged_chunks[n];
+      fits[n] = header_fits(chunk);
+      if (!fits[n]) continue;
+      const int64_t last_end = chunk.file_offset + chunk.header + 8 * (chunk.record_count - 1);
+      hint(last_end, last_end + 8);
+    }
+    if (ragged_chosen[k]) {
+      for (const RaggedRecord& record : ragged_records) {
+        if (!fits[record.chunk]) continue;
+        const RaggedChunk& chunk = ragged_chunks[record.chunk];
+        const int64_t table = chunk.file_offset + chunk.header;
+        hint(table + 8 * std::max<int64_t>(record.row - 1, 0), table + 8 * (record.row + 1));  // its value ends
+        const int64_t extents = table + 8 * chunk.record_count + 8 * record.row * vdims;
+        hint(extents, extents + 8 * vdims);  // and its extents, which reading the record needs
+      }
+    }
+    flush();
+    // Round 2: read them. Locating checks the section as get() does; the guarded sections
+    // own nothing (mapping_guard.h): they write into vectors that live out here.
+    RaggedChunk* chunks = ragged_chunks.data();
+    const size_t chunk_count = ragged_chunks.size();
+    try {
       guarded([&] {
-        first = row == 0 ? 0 : format::load_u64(chunk + section.ends_offset + 8 * (row - 1));
-        last = format::load_u64(chunk + section.ends_offset + 8 * row);
+        for (size_t n = 0; n < chunk_count; ++n) {
+          RaggedChunk& chunk = chunks[n];
+          chunk.section = format::ragged_section_at(base + chunk.file_offset, chunk.decoded_bytes,
+                                                    chunk.record_count, (*schema)[f], chunk.header, chunk.index);
+          chunk.header = format::next_section_offset(chunk.section.end_offset);
+        }
       });
-      // A range outside its section is not hinted: reading the record reports it.
-      const uint64_t element_bytes = static_cast<uint64_t>(plans[layout.ragged_fields[k]].element_bytes);
+    } catch (const FormatError&) {
+      rethrow_in_file(path);
+    }
+    if (!ragged_chosen[k]) continue;
+    const RaggedRecord* records = ragged_records.data();
+    const size_t record_count = ragged_records.size();
+    uint64_t* ends = value_ends.data();
+    guarded([&] {
+      for (size_t r = 0; r < record_count; ++r) {
+        const RaggedChunk& chunk = chunks[records[r].chunk];
+        const std::byte* table = base + chunk.file_offset + chunk.section.ends_offset;
+        const int64_t row = records[r].row;
+        ends[2 * r] = row == 0 ? 0 : format::load_u64(table + 8 * (row - 1));
+        ends[2 * r + 1] = format::load_u64(table + 8 * row);
+      }
+    });
+    // The values, hinted now: they arrive while the next level is located. A range outside
+    // its section is not hinted: reading the record reports it.
+    const uint64_t element_bytes = static_cast<uint64_t>(plans[f].element_bytes);
+    for (size_t r = 0; r < record_count; ++r) {
+      const RaggedChunk& chunk = chunks[records[r].chunk];
+      const format::RaggedSection& section = chunk.section;
+      const uint64_t first = ends[2 * r], last = ends[2 * r + 1];
       const uint64_t values = static_cast<uint64_t>(section.end_offset - section.values_offset) / element_bytes;
       if (first >= last || last > values) continue;
-      const int64_t values_at = record.chunk_offset + section.values_offset;
+      const int64_t values_at = chunk.file_offset + section.values_offset;
       hint(values_at + static_cast<int64_t>(first * element_bytes), values_at + static_cast<int64_t>(last * element_bytes));
     }
   }

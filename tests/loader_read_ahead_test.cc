@@ -233,6 +233,55 @@ TEST(DatasetPrefetchTest, ARaggedRecordIsHintedByItsValuesNotItsWholeChunk) {
   EXPECT_THROW(dataset.prefetch(std::vector<int64_t>{64}), IndexError);
 }
 
+TEST(DatasetPrefetchTest, RaggedRecordsInManyChunksAreLocatedTogetherNotOneFaultAChunk) {
+  TempDir dir;
+  // 64 chunks of 16 records, each with two ragged fields of 8 KiB values: a batch that picks
+  // one record in each of 32 chunks must find 32 chunks' sections (two levels deep for
+  // "mask"). Hinted level by level, those reads arrive together; one chunk at a time, each
+  // would be a blocking fault.
+  const std::string path = dir.file("docs.mmt");
+  Schema schema({Field::fixed("label", kInt64, {}), Field::ragged("tokens", kInt32, {kVariableDim}),
+                 Field::ragged("mask", kUInt8, {kVariableDim})});
+  WriterOptions writer_options;
+  writer_options.chunk_records = 16;
+  DatasetWriter writer = DatasetWriter::create(path, schema, writer_options);
+  for (int64_t i = 0; i < 1024; ++i)
+    writer.append({full({}, static_cast<double>(i), kInt64), full({2048}, static_cast<double>(i % 1000), kInt32),
+                   full({8192 + i % 7}, static_cast<double>(i % 2), kUInt8)});
+  writer.finish();
+  std::optional<Dataset> cold = open_cold(path);
+  if (!cold) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
+  Dataset& dataset = *cold;
+  ASSERT_EQ(dataset.num_chunks(), 64);
+  std::vector<int64_t> batch;
+  for (int64_t c = 62; c >= 0; c -= 2) batch.push_back(16 * c + c % 16);
+  batch.push_back(batch.front());  // a chunk met again is located once
+  const std::vector<std::string> fields{"label", "mask"};
+  const int64_t faults_before = detail::thread_major_faults();
+  dataset.prefetch(batch, fields);
+  const int64_t prefetch_faults = detail::thread_major_faults() - faults_before;
+  EXPECT_LE(prefetch_faults, 4) << "locating 32 chunks' sections took " << prefetch_faults << " blocking reads";
+  for (int64_t i : batch) {
+    EXPECT_EQ(dataset.get(i, "label").item<int64_t>(), i);
+    EXPECT_TRUE(dataset.get(i, "mask").equal(full({8192 + i % 7}, static_cast<double>(i % 2), kUInt8))) << i;
+  }
+  const int64_t get_faults = detail::thread_major_faults() - faults_before - prefetch_faults;
+  EXPECT_LE(get_faults, 4) << "reading the hinted records took " << get_faults << " blocking reads";
+}
+
+TEST(DatasetPrefetchTest, NoFieldHintsNothingButStillChecksTheIndices) {
+  TempDir dir;
+  const std::string path = write_loader_dataset(dir, 40, CodecSpec::parse("lz4"), 8);
+  std::optional<Dataset> cold = open_cold(path);
+  if (!cold) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
+  const std::vector<int64_t> some{1, 17, 33};
+  const std::vector<std::string> none;
+  if (detail::thread_storage_read_bytes() >= 0) {
+    EXPECT_EQ(bytes_read_by([&] { cold->prefetch(some, none); }), 0) << "no field was asked for";
+  }
+  EXPECT_THROW(cold->prefetch(std::vector<int64_t>{40}, none), IndexError);
+}
+
 TEST(PageCacheTest, DroppingAFileChecksThatItsPagesLeft) {
   TempDir dir;
   const std::string path = write_loader_dataset(dir, 64);
