@@ -172,7 +172,9 @@ void LoaderCore::gather_watching_faults(const Piece& piece, Gather gather) {
   if (!read_ahead_policy.note_gather_faults(thread_major_faults() - faults_before)) return;
   std::lock_guard lock(mutex);  // hints just went on: for the batches already scheduled too
   if (piece.generation == generation && !stopping && !restarting) {
-    slots[piece.slot].read_ahead_queued = true;  // this one is being gathered already
+    // This batch is hinted too while other pieces of it are still to be gathered; a batch of
+    // one piece is being gathered already.
+    if (slots[piece.slot].pieces_left <= 1) slots[piece.slot].read_ahead_queued = true;
     queue_read_ahead_locked(0);
     update_work_hint_locked();
     work_ready.notify_all();
