@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -55,7 +56,7 @@ int64_t thread_storage_read_bytes() noexcept {
   if (bytes >= 0) return bytes;
   // Kernels before 3.17 have no /proc/thread-self; the same file under the thread's id.
   char task_io[64];
-  std::snprintf(task_io, sizeof task_io, "/proc/self/task/%ld/io", static_cast<long>(::gettid()));
+  std::snprintf(task_io, sizeof task_io, "/proc/self/task/%ld/io", static_cast<long>(::syscall(SYS_gettid)));
   return read_bytes_of(task_io);
 }
 int64_t process_storage_read_bytes() noexcept { return read_bytes_of("/proc/self/io"); }
@@ -69,11 +70,15 @@ std::optional<CachedPages> cached_pages(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   struct stat st {};
-  const bool sized = ::fstat(fd, &st) == 0;
+  bool ok = ::fstat(fd, &st) == 0;
+  // Since Linux 5.0 mincore() reports every page of a shared file mapping as resident unless
+  // the caller owns the file, may write it, or holds CAP_FOWNER (so that it cannot be used to
+  // spy on other users' reads): for anyone else the count would be made up.
+  const uid_t user = ::geteuid();
+  ok = ok && (user == 0 || user == st.st_uid || ::faccessat(AT_FDCWD, path.c_str(), W_OK, AT_EACCESS) == 0);
   CachedPages pages;
   const int64_t page_bytes = ::sysconf(_SC_PAGESIZE);
-  pages.total = sized ? (static_cast<int64_t>(st.st_size) + page_bytes - 1) / page_bytes : 0;
-  bool ok = sized;
+  pages.total = ok ? (static_cast<int64_t>(st.st_size) + page_bytes - 1) / page_bytes : 0;
   for (int64_t first = 0; ok && first < pages.total; first += kWindowPages) {
     const int64_t count = std::min(kWindowPages, pages.total - first);
     const int64_t offset = first * page_bytes;
@@ -114,12 +119,12 @@ bool drop_from_page_cache(const std::string& path, std::string* why_not) {
   if (err != 0) return refuse(str("cannot drop '", path, "' from the page cache: ", std::strerror(err)));
   // The advice succeeds without dropping pages that some mapping maps (in any process), and
   // does nothing at all on filesystems without a page cache of their own (an overlay over a
-  // tmpfs): what is still cached is counted, not assumed.
+  // tmpfs): what is still cached is counted, not assumed. Where the kernel does not tell this
+  // user (cached_pages() is nullopt), the advice is all there is to go by.
   const std::optional<CachedPages> left = cached_pages(path);
-  if (!left) return refuse(str("cannot tell whether '", path, "' left the page cache (mincore failed)"));
-  if (left->resident > 0)
-    return refuse(str(left->resident, " of '", path, "''s ", left->total, " pages are still in the page cache "
-                      "(mapped by a process, or kept by a filesystem that ignores POSIX_FADV_DONTNEED)"));
+  if (left && left->resident > 0)
+    return refuse(str(left->resident, " of the ", left->total, " pages of '", path, "' are still in the page "
+                      "cache (mapped by a process, or kept by a filesystem that ignores POSIX_FADV_DONTNEED)"));
   return true;
 }
 

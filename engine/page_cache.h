@@ -23,14 +23,17 @@ struct CachedPages {
   int64_t resident = 0;
   int64_t total = 0;
 };
-// nullopt where the file cannot be opened or mapped.
+// nullopt where the file cannot be opened or mapped, or where the kernel does not tell this
+// user (since Linux 5.0, mincore() of a file the user neither owns nor may write reports
+// every page as cached).
 std::optional<CachedPages> cached_pages(const std::string& path);
 
 // Writes back and drops `path`'s pages from the page cache (posix_fadvise DONTNEED), so the
 // next reads come from storage, and checks with cached_pages() that none is left. Pages
 // that a mapping still maps stay: close the datasets that read the file first. False, with
 // the reason in *why_not, where that cannot be done: a tmpfs or ramfs (files live in
-// memory), a file that cannot be opened, a refusal, pages still cached afterwards.
+// memory), a file that cannot be opened, a refusal, pages still cached afterwards. Where
+// cached_pages() cannot tell, the advice is trusted.
 bool drop_from_page_cache(const std::string& path, std::string* why_not = nullptr);
 
 }  // namespace mmt::detail
