@@ -191,9 +191,12 @@ class Dataset {
   // call it for a batch about to be read from a cold file, so that its reads are in flight
   // together instead of one page fault at a time (the Loader does: LoaderOptions::read_ahead).
   // Uncompressed, a record's own bytes are hinted, and a ragged value's where its chunk's
-  // value ends say: those ends are hinted first, then read, so a call may wait for the disk.
-  // Compressed, whole chunks, unless the chunk cache holds them decoded (or is decoding
-  // them). Reading compressed chunks in order also hints the next chunk by itself. Throws
+  // value ends say: those ends (and the entries that locate each ragged section) are hinted
+  // for all the batch's chunks together, then read, one round a ragged field up to the last
+  // one asked for, so a call waits for the disk about that many times, however many chunks
+  // the batch touches. Compressed, whole chunks, each once, unless the chunk cache holds it
+  // decoded (or is decoding it). Reading compressed chunks in order also hints the next chunk
+  // by itself. An empty `fields` hints nothing (the indices are still checked). Throws
   // IndexError for an index out of range, ValueError for an unknown field, FormatError for a
   // damaged chunk entry, chunk table or ragged section, IoError for a file cut short under
   // the reader.
