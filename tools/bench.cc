@@ -112,7 +112,8 @@ class Start {
     return ds;
   }
   // Marks where the measured work ended: a loader's workers go on reading the next epoch's
-  // batches, which the measurement did not use.
+  // batches, which the measurement did not use (those begun while its last batch was handed
+  // out are still counted: a ring's worth at most).
   void mark_end() {
     if (args_.cold) read_at_end_ = detail::process_storage_read_bytes();
   }
