@@ -2,6 +2,8 @@
 // arithmetic for shapes read from untrusted headers, and byte-order conversion.
 #pragma once
 
+#include <unistd.h>
+
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +17,15 @@
 #include "mmtensor/storage.h"
 
 namespace mmt::detail {
+
+// Closes a file descriptor when it goes out of scope (an importer's open file, on every
+// path out, an exception's included).
+struct FileCloser {
+  int fd;
+  ~FileCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
 
 // A whole input file mapped read-only. An empty file gives an empty span and no mapping
 // (mapping zero bytes is an error on POSIX).

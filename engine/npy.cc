@@ -1,12 +1,16 @@
 // Loading and saving .npy files: the data part (the header lives in npy_header.cc).
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <vector>
 
 #include "file_io.h"
@@ -63,13 +67,6 @@ void read_all_at(int fd, std::byte* data, size_t n, int64_t offset, const std::s
   }
 }
 
-struct FileCloser {
-  int fd;
-  ~FileCloser() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 std::string data_size_mismatch(const NpyHeader& header, int64_t available, std::string_view what) {
   std::ostringstream shape;
   shape << "(";
@@ -109,6 +106,53 @@ Tensor npy_tensor_over(const UntypedStorage& storage, int64_t data_offset,
   if (!npy_viewable(data, data_offset, header)) return npy_tensor_copy(data, header, what);
   check_bools(data, header, what);
   return layout_over(storage, header, data_offset / element_size(header.dtype));
+}
+
+// Written a block at a time, so the process never holds more than a block of the array;
+// the page cache holds the file, and can write it out. O_TMPFILE: nothing is left on disk
+// after the pack, or a crash.
+UntypedStorage fortran_values_in_temporary_file(const NpyHeader& header, const std::string& what,
+                                                const std::function<void(int64_t, std::byte*, int64_t)>& read) {
+  if (header.data_nbytes == 0) return UntypedStorage();
+  std::error_code ec;
+  const std::filesystem::path folder = std::filesystem::temp_directory_path(ec);
+  if (ec)
+    throw IoError(str(what, ": no temporary folder to convert this Fortran-order array in ($TMPDIR or /tmp): ",
+                      ec.message()));
+  auto fail = [&](const char* step, int err) {
+    throw IoError(str(what, ": cannot ", step, " a temporary file in ", folder.string(), " to convert this ",
+                      "Fortran-order array in (", header.data_nbytes, " bytes): ", std::strerror(err)),
+                  err);
+  };
+  int fd = ::open(folder.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {  // no O_TMPFILE there
+    std::string name = (folder / "mmtensor-fortran-XXXXXX").string();
+    fd = ::mkostemp(name.data(), O_CLOEXEC);
+    if (fd >= 0) ::unlink(name.c_str());
+  }
+  if (fd < 0) fail("create", errno);
+  FileCloser closer{fd};
+  const int64_t nbytes = header.data_nbytes;
+  const int64_t element_bytes = element_size(header.dtype);
+  const bool swap = element_bytes > 1 && header.big_endian != (std::endian::native == std::endian::big);
+  const int64_t block_bytes = (int64_t{4} << 20) / element_bytes * element_bytes;
+  std::vector<std::byte> block(static_cast<size_t>(std::min(block_bytes, nbytes)));
+  for (int64_t done = 0; done < nbytes;) {
+    const int64_t n = std::min(block_bytes, nbytes - done);
+    read(done, block.data(), n);
+    if (swap) copy_byteswapped(block.data(), block.data(), n / element_bytes, element_bytes);
+    for (int64_t written = 0; written < n;) {
+      const ssize_t w = ::pwrite(fd, block.data() + written, static_cast<size_t>(n - written), done + written);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) fail("write", w < 0 ? errno : ENOSPC);
+      written += w;
+    }
+    done += n;
+  }
+  void* map = ::mmap(nullptr, static_cast<size_t>(nbytes), PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) fail("map", errno);
+  return UntypedStorage::from_blob(
+      map, nbytes, [nbytes](void* p) { ::munmap(p, static_cast<size_t>(nbytes)); }, kCPU, /*read_only=*/true);
 }
 
 NpyValues map_npy_values(const std::string& path) {

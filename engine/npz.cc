@@ -7,11 +7,13 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <bit>
 #include <climits>
-#include <optional>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "import_util.h"
 #include "mapping_guard.h"
@@ -455,9 +457,9 @@ void DeflatedMember::read(int64_t offset, std::byte* dst, int64_t n) {
 
 namespace {
 
-// A deflated member of C-order values as a DeflatedMember, its header read from the first
-// bytes inflated; nullopt for one that must be inflated whole (Fortran order: a record's
-// values are not contiguous bytes) or holds nothing.
+// A deflated member as a DeflatedMember, its header read from the first bytes inflated, its
+// C-order values inflated a batch of records at a time as they are packed; Fortran-order
+// values are inflated into a temporary file now. nullopt for a member that holds nothing.
 std::optional<detail::NpyValues> stream_member(ZipReader& zip, const Member& m, std::string_view what,
                                                const UntypedStorage& archive) {
   detail::NpyValues values;
@@ -472,7 +474,17 @@ std::optional<detail::NpyValues> stream_member(ZipReader& zip, const Member& m, 
   if (available != static_cast<uint64_t>(values.header.data_nbytes))
     throw FormatError(str(values.what, ": header declares ", values.header.data_nbytes,
                           " bytes of data but the member holds ", available, " bytes after the header"));
-  if (values.header.fortran_order || values.header.data_nbytes == 0) return std::nullopt;
+  if (values.header.data_nbytes == 0) return std::nullopt;
+  if (values.header.fortran_order) {
+    const int64_t data_offset = values.header.data_offset;
+    values.storage = detail::fortran_values_in_temporary_file(
+        values.header, values.what,
+        [&](int64_t offset, std::byte* dst, int64_t n) { deflated->read(data_offset + offset, dst, n); });
+    values.header.big_endian = std::endian::native == std::endian::big;  // converted on the way
+    values.header.data_offset = 0;
+    values.data_offset = 0;
+    return values;
+  }
   values.deflated = std::move(deflated);
   values.data_offset = values.header.data_offset;
   return values;

@@ -101,12 +101,24 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
     out.converted_.emplace_back();
   };
   // Used where they lie when they can be; otherwise converted batch by batch, but for a
-  // Fortran-order array, whose records are not contiguous bytes: that one is copied whole.
+  // Fortran-order array, whose records are not contiguous bytes: that one is converted whole
+  // into a temporary file (map_npz_values does so for a deflated member).
   auto add_values = [&](const std::string& name, detail::NpyValues v, const std::string& origin) {
     const NpyHeader& h = v.header;
-    if (!v.deflated && (h.fortran_order || h.data_nbytes == 0 ||
-                        detail::npy_viewable(v.storage.data() + v.data_offset, v.data_offset, h)))
-      return add_array(name, detail::npy_tensor_over(v.storage, v.data_offset, h, v.what), origin);
+    const bool viewable =
+        !v.deflated && (h.data_nbytes == 0 || detail::npy_viewable(v.storage.data() + v.data_offset, v.data_offset, h));
+    if (!v.deflated && h.fortran_order && !viewable) {
+      // Out of the input's mapping, guarded as the batch conversions are.
+      const std::byte* from = v.storage.data() + v.data_offset;
+      const detail::MappedRegion region{&v.storage.filename(), v.storage.data(), v.storage.nbytes()};
+      v.storage = detail::fortran_values_in_temporary_file(h, v.what, [&](int64_t offset, std::byte* dst, int64_t n) {
+        detail::guard_mapped_reads(region, [&] { std::memcpy(dst, from + offset, static_cast<size_t>(n)); });
+      });
+      v.data_offset = 0;
+      v.header.big_endian = std::endian::native == std::endian::big;  // converted on the way
+      return add_array(name, detail::npy_tensor_over(v.storage, 0, v.header, v.what), origin);
+    }
+    if (viewable) return add_array(name, detail::npy_tensor_over(v.storage, v.data_offset, h, v.what), origin);
     add_field(name, h.dtype, h.shape, origin);
     out.columns_.emplace_back();
     out.converted_.push_back({std::move(v.storage), std::move(v.deflated), v.data_offset, h.big_endian});

@@ -278,5 +278,74 @@ TEST(PackerTest, DeflatedMembersAreInflatedABatchAtATime) {
   EXPECT_FALSE(fs::exists(dir.file("bad.mmt")));
 }
 
+// A Fortran-order array's records are not contiguous bytes, so a deflated one cannot be
+// inflated a batch of records at a time: it is inflated once into an unnamed temporary file,
+// converted to native byte order on the way, and mapped. Packing it then costs the page
+// cache, not the process's memory (it took the whole array in memory before), and a missing
+// temporary folder is a clear error.
+TEST(PackerTest, FortranOrderDeflatedMembersAreInflatedIntoATemporaryFileNotIntoMemory) {
+  TempDir dir;
+  constexpr int64_t kRecords = 1 << 20;  // int64 [8] (64 MiB) and big-endian int16 [3] (6 MiB)
+  auto id = [](int64_t i, int64_t k) { return static_cast<int64_t>((i * 8 + k) % 1000) - 3; };
+  auto small_value = [](int64_t i, int64_t k) { return static_cast<int16_t>((i + 7 * k) % 30000 - 15000); };
+  {
+    std::vector<int64_t> ids(kRecords * 8);  // Fortran order: the record index varies fastest
+    std::vector<int16_t> small(kRecords * 3);
+    for (int64_t k = 0; k < 8; ++k)
+      for (int64_t i = 0; i < kRecords; ++i) ids[static_cast<size_t>(k * kRecords + i)] = id(i, k);
+    for (int64_t k = 0; k < 3; ++k)
+      for (int64_t i = 0; i < kRecords; ++i) small[static_cast<size_t>(k * kRecords + i)] = small_value(i, k);
+    const std::string records = std::to_string(kRecords);
+    testutil::write_file(
+        dir.file("f.npz"),
+        testutil::zip_archive(
+            {{"ids.npy", testutil::npy_file("<i8", true, "(" + records + ", 8)", testutil::element_bytes(ids, false)),
+              /*deflate=*/true},
+             {"small.npy", testutil::npy_file(">i2", true, "(" + records + ", 3)", testutil::element_bytes(small, true)),
+              /*deflate=*/true}}));
+  }
+  const int64_t before = anonymous_bytes();
+  const PackSources sources = PackSources::from_arrays(std::vector<std::string>{dir.file("f.npz")});
+  std::vector<Tensor> batch;
+  ASSERT_TRUE(sources.record_batch(kRecords - 10, 10, batch));
+  EXPECT_LT(anonymous_bytes() - before, int64_t{24} << 20) << "the members inflate to 70 MiB";
+  for (int64_t k = 0; k < 8; ++k) EXPECT_EQ(batch[0].select(0, 9).select(0, k).item<int64_t>(), id(kRecords - 1, k));
+  for (int64_t k = 0; k < 3; ++k)
+    EXPECT_EQ(batch[1].select(0, 9).select(0, k).item<int16_t>(), small_value(kRecords - 1, k));
+
+  pack_dataset(dir.file("out.mmt"), sources, {});
+  Dataset ds = Dataset::open(dir.file("out.mmt"));
+  const std::vector<int64_t> some{kRecords - 1, 3, kRecords / 2};
+  EXPECT_EQ(compare_with_sources(ds, sources, some), 3);
+  std::vector<NpzMember> loaded = load_npz(dir.file("f.npz"));
+  EXPECT_TRUE(ds.column("ids").equal(loaded[0].array));
+  EXPECT_TRUE(ds.column("small").equal(loaded[1].array));
+
+  // A big-endian Fortran-order .npy is converted the same way, not copied into memory whole.
+  {
+    std::vector<int32_t> wide(kRecords * 8);
+    for (int64_t k = 0; k < 8; ++k)
+      for (int64_t i = 0; i < kRecords; ++i) wide[static_cast<size_t>(k * kRecords + i)] = static_cast<int32_t>(i * 8 + k);
+    testutil::write_file(dir.file("wide.npy"), testutil::npy_file(">i4", true, "(" + std::to_string(kRecords) + ", 8)",
+                                                                  testutil::element_bytes(wide, true)));
+  }
+  const int64_t before_wide = anonymous_bytes();
+  const PackSources wide = PackSources::from_arrays(std::vector<std::string>{"wide=" + dir.file("wide.npy")});
+  ASSERT_TRUE(wide.record_batch(kRecords - 10, 10, batch));
+  EXPECT_LT(anonymous_bytes() - before_wide, int64_t{16} << 20) << "the array holds 32 MiB";
+  EXPECT_EQ(batch[0].select(0, 9).select(0, 5).item<int32_t>(), static_cast<int32_t>((kRecords - 1) * 8 + 5));
+  EXPECT_TRUE(wide.record(3)[0].equal(tensor(std::vector<int32_t>{24, 25, 26, 27, 28, 29, 30, 31})));
+
+  // Nowhere to inflate to: the error names the member and the folder it needed.
+  const char* old_tmpdir = std::getenv("TMPDIR");
+  const std::string saved = old_tmpdir ? old_tmpdir : "";
+  ::setenv("TMPDIR", dir.file("missing").c_str(), 1);
+  const std::string message = error_of([&] { PackSources::from_arrays(std::vector<std::string>{dir.file("f.npz")}); });
+  if (old_tmpdir) ::setenv("TMPDIR", saved.c_str(), 1);
+  else ::unsetenv("TMPDIR");
+  EXPECT_NE(message.find("ids.npy"), std::string::npos) << message;
+  EXPECT_NE(message.find("Fortran-order"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace mmt
