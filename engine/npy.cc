@@ -114,25 +114,36 @@ Tensor npy_tensor_over(const UntypedStorage& storage, int64_t data_offset,
 UntypedStorage fortran_values_in_temporary_file(const NpyHeader& header, const std::string& what,
                                                 const std::function<void(int64_t, std::byte*, int64_t)>& read) {
   if (header.data_nbytes == 0) return UntypedStorage();
+  const int64_t nbytes = header.data_nbytes;
+  const char* tmpdir = std::getenv("TMPDIR");
   std::error_code ec;
   const std::filesystem::path folder = std::filesystem::temp_directory_path(ec);
   if (ec)
-    throw IoError(str(what, ": no temporary folder to convert this Fortran-order array in ($TMPDIR or /tmp): ",
-                      ec.message()));
+    throw IoError(str(what, ": no temporary folder to convert this Fortran-order array in (", nbytes,
+                      " bytes): TMPDIR is '", tmpdir ? tmpdir : "", "': ", ec.message()),
+                  ec.value());
   auto fail = [&](const char* step, int err) {
     throw IoError(str(what, ": cannot ", step, " a temporary file in ", folder.string(), " to convert this ",
-                      "Fortran-order array in (", header.data_nbytes, " bytes): ", std::strerror(err)),
+                      "Fortran-order array in (", nbytes, " bytes): ", std::strerror(err),
+                      "; set TMPDIR to a folder on a disk with room"),
                   err);
   };
   int fd = ::open(folder.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {  // no O_TMPFILE there
+  if (fd < 0 && errno != ENOENT && errno != ENOTDIR) {  // no O_TMPFILE there (or refused): a named one
     std::string name = (folder / "mmtensor-fortran-XXXXXX").string();
     fd = ::mkostemp(name.data(), O_CLOEXEC);
-    if (fd >= 0) ::unlink(name.c_str());
+    if (fd >= 0 && ::unlink(name.c_str()) != 0) {
+      const int err = errno;
+      ::close(fd);
+      fail("unlink", err);
+    }
   }
   if (fd < 0) fail("create", errno);
   FileCloser closer{fd};
-  const int64_t nbytes = header.data_nbytes;
+  // The space, reserved before the conversion starts: a full disk fails now, not after most
+  // of the array (or, on thin or remote storage, at a later write-back). Filesystems
+  // without fallocate simply write as they go.
+  if (::fallocate(fd, 0, 0, nbytes) != 0 && errno != EOPNOTSUPP && errno != ENOSYS) fail("reserve space for", errno);
   const int64_t element_bytes = element_size(header.dtype);
   const bool swap = element_bytes > 1 && header.big_endian != (std::endian::native == std::endian::big);
   const int64_t block_bytes = (int64_t{4} << 20) / element_bytes * element_bytes;

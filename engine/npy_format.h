@@ -75,8 +75,10 @@ struct NpyValues {
 // ($TMPDIR, or /tmp) that is mapped read-only. `read(offset, dst, n)` gives bytes
 // [offset, offset + n) of the values as they are. Why a file: in Fortran order a record's
 // values lie across the whole array, so they cannot be converted a batch of records at a
-// time, and an array larger than memory must still pack. IoError naming `what` and the
-// folder where the file cannot be made or written (a full disk).
+// time, and an array larger than memory must still pack. On a tmpfs (/tmp on some systems)
+// the file is in memory after all: set TMPDIR to a folder on a disk. The space is reserved
+// first (fallocate). IoError naming `what`, the folder and the size where the file cannot be
+// made, reserved or written (a full disk).
 UntypedStorage fortran_values_in_temporary_file(const NpyHeader& header, const std::string& what,
                                                 const std::function<void(int64_t, std::byte*, int64_t)>& read);
 
@@ -84,9 +86,8 @@ UntypedStorage fortran_values_in_temporary_file(const NpyHeader& header, const s
 NpyValues map_npy_values(const std::string& path);
 
 // The arrays of the .npz at `path`, in member order: stored members within the archive's
-// mapping; deflated ones read through a DeflatedMember when they hold C-order values (whose
-// records are contiguous bytes), else inflated into a temporary file
-// (fortran_values_in_temporary_file). Every check of load_npz()
+// mapping; deflated ones read through a DeflatedMember (the packer inflates C-order values a
+// batch of records at a time, Fortran-order ones into fortran_values_in_temporary_file). Every check of load_npz()
 // is made here, CRC-32s included, but for a DeflatedMember's size and CRC-32 (checked as its
 // last byte is read) and bool values (npy_tensor_over() checks them; the packer, as it reads).
 std::vector<NpyValues> map_npz_values(const std::string& path);

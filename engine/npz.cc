@@ -457,9 +457,9 @@ void DeflatedMember::read(int64_t offset, std::byte* dst, int64_t n) {
 
 namespace {
 
-// A deflated member as a DeflatedMember, its header read from the first bytes inflated, its
-// C-order values inflated a batch of records at a time as they are packed; Fortran-order
-// values are inflated into a temporary file now. nullopt for a member that holds nothing.
+// A deflated member as a DeflatedMember, its header read from the first bytes inflated: the
+// packer inflates C-order values a batch of records at a time, and Fortran-order ones into a
+// temporary file (fortran_values_in_temporary_file). nullopt for a member that holds nothing.
 std::optional<detail::NpyValues> stream_member(ZipReader& zip, const Member& m, std::string_view what,
                                                const UntypedStorage& archive) {
   detail::NpyValues values;
@@ -475,16 +475,6 @@ std::optional<detail::NpyValues> stream_member(ZipReader& zip, const Member& m, 
     throw FormatError(str(values.what, ": header declares ", values.header.data_nbytes,
                           " bytes of data but the member holds ", available, " bytes after the header"));
   if (values.header.data_nbytes == 0) return std::nullopt;
-  if (values.header.fortran_order) {
-    const int64_t data_offset = values.header.data_offset;
-    values.storage = detail::fortran_values_in_temporary_file(
-        values.header, values.what,
-        [&](int64_t offset, std::byte* dst, int64_t n) { deflated->read(data_offset + offset, dst, n); });
-    values.header.big_endian = std::endian::native == std::endian::big;  // converted on the way
-    values.header.data_offset = 0;
-    values.data_offset = 0;
-    return values;
-  }
   values.deflated = std::move(deflated);
   values.data_offset = values.header.data_offset;
   return values;

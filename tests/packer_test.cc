@@ -1,7 +1,11 @@
 // pack_dataset and PackSources: what the library refuses before it writes anything, so a pack
 // can never replace one of its own inputs or make a dataset of nothing.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
 
 #include <filesystem>
 #include <fstream>
@@ -182,6 +186,37 @@ int64_t anonymous_bytes() {
   return -1;
 }
 
+// The same with the shared memory it maps (a file on a tmpfs): memory either way.
+int64_t anonymous_and_shared_bytes() {
+  std::ifstream status("/proc/self/status");
+  int64_t bytes = 0;
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with("RssAnon:") || line.starts_with("RssShmem:")) bytes += std::stoll(line.substr(9)) * 1024;
+  return bytes;
+}
+
+// Sets an environment variable for a scope, and puts back what was there on every way out.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had_) ::setenv(name_, old_.c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
 // Values that cannot be used where they lie (a stored .npz member unaligned for its dtype, as
 // numpy's ZIP headers leave most; a big-endian .npy) are converted a batch at a time: records
 // come out right, and a large input is not copied into memory whole (it was: a 40 GB
@@ -304,11 +339,15 @@ TEST(PackerTest, FortranOrderDeflatedMembersAreInflatedIntoATemporaryFileNotInto
              {"small.npy", testutil::npy_file(">i2", true, "(" + records + ", 3)", testutil::element_bytes(small, true)),
               /*deflate=*/true}}));
   }
-  const int64_t before = anonymous_bytes();
+  // In a temporary folder on a disk: on a tmpfs the file would be memory after all.
+  const ScopedEnv tmpdir("TMPDIR", dir.path());
+  const int64_t before = anonymous_and_shared_bytes();
   const PackSources sources = PackSources::from_arrays(std::vector<std::string>{dir.file("f.npz")});
   std::vector<Tensor> batch;
   ASSERT_TRUE(sources.record_batch(kRecords - 10, 10, batch));
-  EXPECT_LT(anonymous_bytes() - before, int64_t{24} << 20) << "the members inflate to 70 MiB";
+  EXPECT_LT(anonymous_and_shared_bytes() - before, int64_t{24} << 20) << "the members inflate to 70 MiB";
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1)
+      << "the temporary file has no name: nothing but f.npz is in the folder";
   for (int64_t k = 0; k < 8; ++k) EXPECT_EQ(batch[0].select(0, 9).select(0, k).item<int64_t>(), id(kRecords - 1, k));
   for (int64_t k = 0; k < 3; ++k)
     EXPECT_EQ(batch[1].select(0, 9).select(0, k).item<int16_t>(), small_value(kRecords - 1, k));
@@ -329,22 +368,42 @@ TEST(PackerTest, FortranOrderDeflatedMembersAreInflatedIntoATemporaryFileNotInto
     testutil::write_file(dir.file("wide.npy"), testutil::npy_file(">i4", true, "(" + std::to_string(kRecords) + ", 8)",
                                                                   testutil::element_bytes(wide, true)));
   }
-  const int64_t before_wide = anonymous_bytes();
+  const int64_t before_wide = anonymous_and_shared_bytes();
   const PackSources wide = PackSources::from_arrays(std::vector<std::string>{"wide=" + dir.file("wide.npy")});
   ASSERT_TRUE(wide.record_batch(kRecords - 10, 10, batch));
-  EXPECT_LT(anonymous_bytes() - before_wide, int64_t{16} << 20) << "the array holds 32 MiB";
+  EXPECT_LT(anonymous_and_shared_bytes() - before_wide, int64_t{16} << 20) << "the array holds 32 MiB";
   EXPECT_EQ(batch[0].select(0, 9).select(0, 5).item<int32_t>(), static_cast<int32_t>((kRecords - 1) * 8 + 5));
   EXPECT_TRUE(wide.record(3)[0].equal(tensor(std::vector<int32_t>{24, 25, 26, 27, 28, 29, 30, 31})));
 
-  // Nowhere to inflate to: the error names the member and the folder it needed.
-  const char* old_tmpdir = std::getenv("TMPDIR");
-  const std::string saved = old_tmpdir ? old_tmpdir : "";
-  ::setenv("TMPDIR", dir.file("missing").c_str(), 1);
-  const std::string message = error_of([&] { PackSources::from_arrays(std::vector<std::string>{dir.file("f.npz")}); });
-  if (old_tmpdir) ::setenv("TMPDIR", saved.c_str(), 1);
-  else ::unsetenv("TMPDIR");
-  EXPECT_NE(message.find("ids.npy"), std::string::npos) << message;
-  EXPECT_NE(message.find("Fortran-order"), std::string::npos) << message;
+  // Nowhere to convert to, or no room there: the error names the member, what it needed,
+  // and the way out; the checks of the sources come first.
+  {
+    const ScopedEnv missing("TMPDIR", dir.file("missing"));
+    const std::string message = error_of([&] { PackSources::from_arrays(std::vector<std::string>{dir.file("f.npz")}); });
+    EXPECT_NE(message.find("ids.npy"), std::string::npos) << message;
+    EXPECT_NE(message.find("Fortran-order"), std::string::npos) << message;
+    EXPECT_NE(message.find(dir.file("missing")), std::string::npos) << message;
+    testutil::write_file(dir.file("five.npy"),
+                         testutil::npy_file("<i4", false, "(5,)", testutil::element_bytes(std::vector<int32_t>(5), false)));
+    EXPECT_THROW_WITH(
+        PackSources::from_arrays(std::vector<std::string>{"five=" + dir.file("five.npy"), dir.file("f.npz")}),
+        ValueError, "record counts disagree");
+  }
+  {
+    // A full disk, as a file size limit gives it (EFBIG, with SIGXFSZ ignored).
+    struct rlimit old_limit {};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+    void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = old_limit;
+    small.rlim_cur = 1 << 20;
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+    const std::string message = error_of([&] { PackSources::from_arrays(std::vector<std::string>{dir.file("f.npz")}); });
+    ::setrlimit(RLIMIT_FSIZE, &old_limit);
+    std::signal(SIGXFSZ, old_handler);
+    EXPECT_NE(message.find("ids.npy"), std::string::npos) << message;
+    EXPECT_NE(message.find(std::to_string(kRecords * 8 * 8) + " bytes"), std::string::npos) << message;
+    EXPECT_NE(message.find("set TMPDIR"), std::string::npos) << message;
+  }
 }
 
 }  // namespace

@@ -10,11 +10,14 @@
 //   "NAME=PATH"       an IDX file, gzip-compressed or not (MNIST's train-images-idx3-ubyte.gz)
 // whose record counts must agree. Values that cannot be used where they lie (big-endian, or
 // a stored member unaligned for its dtype, as numpy's ZIP headers leave most) are converted a
-// batch of records at a time: a large array is never copied into memory whole. A
-// Fortran-order array's records are not contiguous bytes, so one that cannot be used where
-// it lies (deflated, big-endian, unaligned) is converted once, when the sources are loaded,
-// into an unnamed temporary file in $TMPDIR (or /tmp) that is mapped: it needs that much
-// free space there, not memory. Or a class folder (ImageFolder's convention): one record
+// batch of records at a time: a large .npy or .npz array is never copied into memory whole.
+// A Fortran-order array's records are not contiguous bytes, so one that cannot be used where
+// it lies (deflated, big-endian, unaligned) is converted once, when the sources are loaded
+// (after the checks below), into an unnamed temporary file in $TMPDIR (or /tmp) that is
+// mapped: it needs that much free space there, not memory (on a tmpfs, that is memory: set
+// TMPDIR to a folder on a disk). An IDX file that is gzipped or holds multi-byte values
+// (stored big-endian) is read into memory whole: IDX datasets are MNIST-sized. Or a class
+// folder (ImageFolder's convention): one record
 // per file under DIR/CLASS/..., field "data" holding the file's bytes (uint8, variable
 // length) and field "label" (int64) the index of CLASS among the sorted class names, which
 // are stored in the metadata key "classes" as a JSON list.
