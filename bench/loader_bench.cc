@@ -37,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -58,29 +59,34 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// A dataset of `records` uint8 images of `shape`, written once per process into a temporary
-// folder that is removed at exit.
+// A dataset written once per process by `write(path)` into a temporary folder that is
+// removed at exit.
 class BenchDataset {
  public:
-  BenchDataset(const std::string& name, int64_t records, std::vector<int64_t> shape) {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("mmtensor-loader-bench-" + std::to_string(::getpid()));
+  BenchDataset(const std::string& name, const std::function<void(const std::string&)>& write)
+      : dir_(std::filesystem::temp_directory_path() / ("mmtensor-loader-bench-" + std::to_string(::getpid()))) {
     std::filesystem::create_directories(dir_);
     const std::string path = (dir_ / (name + ".mmt")).string();
-    Schema schema({Field::fixed("image", kUInt8, shape), Field::fixed("label", kInt64, {})});
-    WriterOptions options;
-    options.chunk_bytes = 4 << 20;
-    DatasetWriter writer = DatasetWriter::create(path, schema, options);
-    Tensor image = empty(shape, kUInt8);
-    uint8_t* pixels = image.mutable_data_ptr<uint8_t>();
-    for (int64_t i = 0; i < records; ++i) {
-      for (int64_t p = 0; p < image.numel(); ++p) pixels[p] = static_cast<uint8_t>(i * 31 + p);
-      writer.append({image, full({}, static_cast<double>(i % 1000), kInt64)});
-    }
-    writer.finish();
+    write(path);
     dataset_ = Dataset::open(path);
   }
+  // `records` uint8 images of `shape`, and an int64 label, in 4 MiB chunks.
+  BenchDataset(const std::string& name, int64_t records, std::vector<int64_t> shape)
+      : BenchDataset(name, [&](const std::string& path) {
+          Schema schema({Field::fixed("image", kUInt8, shape), Field::fixed("label", kInt64, {})});
+          WriterOptions options;
+          options.chunk_bytes = 4 << 20;
+          DatasetWriter writer = DatasetWriter::create(path, schema, options);
+          Tensor image = empty(shape, kUInt8);
+          uint8_t* pixels = image.mutable_data_ptr<uint8_t>();
+          for (int64_t i = 0; i < records; ++i) {
+            for (int64_t p = 0; p < image.numel(); ++p) pixels[p] = static_cast<uint8_t>(i * 31 + p);
+            writer.append({image, full({}, static_cast<double>(i % 1000), kInt64)});
+          }
+          writer.finish();
+        }) {}
   ~BenchDataset() {
+    dataset_ = Dataset();
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
@@ -115,52 +121,34 @@ const Dataset& device_dataset() {
   return data.dataset();
 }
 
-// Documents of 16..4096 int32 tokens (log-uniform lengths, about 2.9 KB on average), in
-// 1 MiB chunks, uncompressed; the same lengths in every run.
-class TokenDataset {
- public:
-  TokenDataset(const std::string& name, int64_t documents)
-      : dir_(std::filesystem::temp_directory_path() /
-             ("mmtensor-loader-bench-" + name + "-" + std::to_string(::getpid()))) {
-    std::filesystem::create_directories(dir_);
-    const std::string path = (dir_ / "tokens.mmt").string();
-    WriterOptions options;
-    options.chunk_bytes = 1 << 20;
-    DatasetWriter writer =
-        DatasetWriter::create(path, Schema({Field::ragged("tokens", kInt32, {kVariableDim})}), options);
-    std::mt19937_64 random(20240607);
-    std::uniform_real_distribution<double> log_length(std::log(16.0), std::log(4096.0));
-    for (int64_t i = 0; i < documents; ++i) {
-      Tensor doc = empty({static_cast<int64_t>(std::exp(log_length(random)))}, kInt32);
-      int32_t* values = doc.mutable_data_ptr<int32_t>();
-      for (int64_t t = 0; t < doc.numel(); ++t) values[t] = static_cast<int32_t>(i + t);
-      writer.append({doc});
-    }
-    writer.finish();
-    dataset_ = Dataset::open(path);
+// `documents` documents of 16..4096 int32 tokens (log-uniform lengths, about 2.9 KB on
+// average), in 1 MiB chunks, uncompressed; the same lengths in every run.
+void write_token_documents(const std::string& path, int64_t documents) {
+  WriterOptions options;
+  options.chunk_bytes = 1 << 20;
+  DatasetWriter writer =
+      DatasetWriter::create(path, Schema({Field::ragged("tokens", kInt32, {kVariableDim})}), options);
+  std::mt19937_64 random(20240607);
+  std::uniform_real_distribution<double> log_length(std::log(16.0), std::log(4096.0));
+  for (int64_t i = 0; i < documents; ++i) {
+    Tensor doc = empty({static_cast<int64_t>(std::exp(log_length(random)))}, kInt32);
+    int32_t* values = doc.mutable_data_ptr<int32_t>();
+    for (int64_t t = 0; t < doc.numel(); ++t) values[t] = static_cast<int32_t>(i + t);
+    writer.append({doc});
   }
-  ~TokenDataset() {
-    dataset_ = Dataset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  const Dataset& dataset() const { return dataset_; }
-
- private:
-  std::filesystem::path dir_;
-  Dataset dataset_;
-};
+  writer.finish();
+}
 
 // 20,000 documents, about 58 MB of tokens.
 const Dataset& token_dataset() {
-  static TokenDataset tokens("tokens", 20000);
+  static BenchDataset tokens("tokens", [](const std::string& path) { write_token_documents(path, 20000); });
   return tokens.dataset();
 }
 
 // 200,000 documents, about 580 MB, for cold reads: a random batch touches about one 1 MiB
 // chunk a document.
 const Dataset& cold_token_dataset() {
-  static TokenDataset tokens("cold-tokens", 200000);
+  static BenchDataset tokens("cold-tokens", [](const std::string& path) { write_token_documents(path, 200000); });
   return tokens.dataset();
 }
 

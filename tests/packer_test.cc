@@ -217,6 +217,18 @@ class ScopedEnv {
   std::string old_;
 };
 
+// Packs `sources` (an .npz of fields "ids" and "small") into out.mmt and checks the dataset
+// against them, at three records, and against load_npz(npz) whole.
+void expect_packed_as_loaded(const TempDir& dir, const PackSources& sources, const std::string& npz) {
+  pack_dataset(dir.file("out.mmt"), sources, {});
+  Dataset ds = Dataset::open(dir.file("out.mmt"));
+  const std::vector<int64_t> some{sources.records() - 1, 3, sources.records() / 2};
+  EXPECT_EQ(compare_with_sources(ds, sources, some), 3);
+  std::vector<NpzMember> loaded = load_npz(npz);
+  EXPECT_TRUE(ds.column("ids").equal(loaded[0].array));
+  EXPECT_TRUE(ds.column("small").equal(loaded[1].array));
+}
+
 // Values that cannot be used where they lie (a stored .npz member unaligned for its dtype, as
 // numpy's ZIP headers leave most; a big-endian .npy) are converted a batch at a time: records
 // come out right, and a large input is not copied into memory whole (it was: a 40 GB
@@ -296,13 +308,7 @@ TEST(PackerTest, DeflatedMembersAreInflatedABatchAtATime) {
   EXPECT_EQ(batch[1].select(0, 9).item<int16_t>(), static_cast<int16_t>((kRecords - 1) % 300));
   EXPECT_EQ(sources.record(5)[0].select(0, 2).item<int64_t>(), 42 - 3);  // a read behind: starts over
 
-  pack_dataset(dir.file("out.mmt"), sources, {});
-  Dataset ds = Dataset::open(dir.file("out.mmt"));
-  const std::vector<int64_t> some{kRecords - 1, 3, kRecords / 2};
-  EXPECT_EQ(compare_with_sources(ds, sources, some), 3);
-  std::vector<NpzMember> loaded = load_npz(dir.file("c.npz"));
-  EXPECT_TRUE(ds.column("ids").equal(loaded[0].array));
-  EXPECT_TRUE(ds.column("small").equal(loaded[1].array));
+  expect_packed_as_loaded(dir, sources, dir.file("c.npz"));
 
   // The central directory's CRC of the first member, flipped: found at its last byte.
   const size_t central = archive.size() - 22 - 2 * 46 - std::string("ids.npy").size() - std::string("small.npy").size();
@@ -352,13 +358,7 @@ TEST(PackerTest, FortranOrderDeflatedMembersAreInflatedIntoATemporaryFileNotInto
   for (int64_t k = 0; k < 3; ++k)
     EXPECT_EQ(batch[1].select(0, 9).select(0, k).item<int16_t>(), small_value(kRecords - 1, k));
 
-  pack_dataset(dir.file("out.mmt"), sources, {});
-  Dataset ds = Dataset::open(dir.file("out.mmt"));
-  const std::vector<int64_t> some{kRecords - 1, 3, kRecords / 2};
-  EXPECT_EQ(compare_with_sources(ds, sources, some), 3);
-  std::vector<NpzMember> loaded = load_npz(dir.file("f.npz"));
-  EXPECT_TRUE(ds.column("ids").equal(loaded[0].array));
-  EXPECT_TRUE(ds.column("small").equal(loaded[1].array));
+  expect_packed_as_loaded(dir, sources, dir.file("f.npz"));
 
   // A big-endian Fortran-order .npy is converted the same way, not copied into memory whole.
   {
