@@ -102,36 +102,21 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
   };
   // Used where they lie when they can be; otherwise converted batch by batch, but for a
   // Fortran-order array, whose records are not contiguous bytes: that one is converted whole
-  // into a temporary file, after the checks (a conversion of many GB must not end in "record
-  // counts disagree").
+  // into a temporary file, once every source is checked (a conversion of many GB must not end
+  // in "record counts disagree" with the next input).
+  std::vector<std::pair<size_t, detail::NpyValues>> fortran;  // column, values
   auto add_values = [&](const std::string& name, detail::NpyValues v, const std::string& origin) {
     const NpyHeader& h = v.header;
     const bool viewable =
         !v.deflated && (h.data_nbytes == 0 || detail::npy_viewable(v.storage.data() + v.data_offset, v.data_offset, h));
     if (viewable) return add_array(name, detail::npy_tensor_over(v.storage, v.data_offset, h, v.what), origin);
     add_field(name, h.dtype, h.shape, origin);
+    out.columns_.emplace_back();
     if (h.fortran_order) {
-      UntypedStorage converted;
-      if (v.deflated) {
-        converted = detail::fortran_values_in_temporary_file(h, v.what, [&](int64_t offset, std::byte* dst, int64_t n) {
-          v.deflated->read(v.data_offset + offset, dst, n);  // checks the CRC-32 at the end
-        });
-      } else {
-        // Out of the input's mapping, guarded as the batch conversions are.
-        const std::byte* from = v.storage.data() + v.data_offset;
-        const detail::MappedRegion region{&v.storage.filename(), v.storage.data(), v.storage.nbytes()};
-        converted = detail::fortran_values_in_temporary_file(h, v.what, [&](int64_t offset, std::byte* dst, int64_t n) {
-          detail::guard_mapped_reads(region, [&] { std::memcpy(dst, from + offset, static_cast<size_t>(n)); });
-        });
-      }
-      NpyHeader native = h;
-      native.big_endian = std::endian::native == std::endian::big;  // converted on the way
-      native.data_offset = 0;
-      out.columns_.push_back(detail::npy_tensor_over(converted, 0, native, v.what));
       out.converted_.emplace_back();
+      fortran.emplace_back(out.columns_.size() - 1, std::move(v));
       return;
     }
-    out.columns_.emplace_back();
     out.converted_.push_back({std::move(v.storage), std::move(v.deflated), v.data_offset, h.big_endian});
   };
   for (const std::string& spec : specs) {
@@ -158,6 +143,26 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
       add_array(name, load_idx(path), spec);
   }
   out.schema_ = Schema(std::move(fields));
+  for (auto& [column, v] : fortran) {
+    const NpyHeader& h = v.header;
+    UntypedStorage converted;
+    if (v.deflated) {
+      converted = detail::fortran_values_in_temporary_file(h, v.what, [&](int64_t offset, std::byte* dst, int64_t n) {
+        v.deflated->read(v.data_offset + offset, dst, n);  // checks the CRC-32 at the end
+      });
+    } else {
+      // Out of the input's mapping, guarded as the batch conversions are.
+      const std::byte* from = v.storage.data() + v.data_offset;
+      const detail::MappedRegion region{&v.storage.filename(), v.storage.data(), v.storage.nbytes()};
+      converted = detail::fortran_values_in_temporary_file(h, v.what, [&](int64_t offset, std::byte* dst, int64_t n) {
+        detail::guard_mapped_reads(region, [&] { std::memcpy(dst, from + offset, static_cast<size_t>(n)); });
+      });
+    }
+    NpyHeader native = h;
+    native.big_endian = std::endian::native == std::endian::big;  // converted on the way
+    native.data_offset = 0;
+    out.columns_[column] = detail::npy_tensor_over(converted, 0, native, v.what);
+  }
   return out;
 }
 

@@ -195,6 +195,29 @@ int64_t anonymous_and_shared_bytes() {
   return bytes;
 }
 
+// A limit on the size of files this process writes (RLIMIT_FSIZE), with SIGXFSZ ignored so
+// that a write past it fails with EFBIG, as on a full disk; both put back on every way out.
+class ScopedFileSizeLimit {
+ public:
+  explicit ScopedFileSizeLimit(rlim_t bytes) {
+    EXPECT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit_), 0);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limit = old_limit_;
+    limit.rlim_cur = bytes;
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  }
+  ~ScopedFileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_limit_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+  ScopedFileSizeLimit(const ScopedFileSizeLimit&) = delete;
+  ScopedFileSizeLimit& operator=(const ScopedFileSizeLimit&) = delete;
+
+ private:
+  struct rlimit old_limit_ {};
+  void (*old_handler_)(int) = nullptr;
+};
+
 // Sets an environment variable for a scope, and puts back what was there on every way out.
 class ScopedEnv {
  public:
@@ -345,7 +368,8 @@ TEST(PackerTest, FortranOrderDeflatedMembersAreInflatedIntoATemporaryFileNotInto
              {"small.npy", testutil::npy_file(">i2", true, "(" + records + ", 3)", testutil::element_bytes(small, true)),
               /*deflate=*/true}}));
   }
-  // In a temporary folder on a disk: on a tmpfs the file would be memory after all.
+  // The temporary file goes to the test's folder. On a disk its pages are the page cache's;
+  // on a tmpfs (where this check cannot see them: no process is charged for them) memory.
   const ScopedEnv tmpdir("TMPDIR", dir.path());
   const int64_t before = anonymous_and_shared_bytes();
   const PackSources sources = PackSources::from_arrays(std::vector<std::string>{dir.file("f.npz")});
@@ -383,26 +407,21 @@ TEST(PackerTest, FortranOrderDeflatedMembersAreInflatedIntoATemporaryFileNotInto
     EXPECT_NE(message.find("ids.npy"), std::string::npos) << message;
     EXPECT_NE(message.find("Fortran-order"), std::string::npos) << message;
     EXPECT_NE(message.find(dir.file("missing")), std::string::npos) << message;
-    testutil::write_file(dir.file("five.npy"),
-                         testutil::npy_file("<i4", false, "(5,)", testutil::element_bytes(std::vector<int32_t>(5), false)));
-    EXPECT_THROW_WITH(
-        PackSources::from_arrays(std::vector<std::string>{"five=" + dir.file("five.npy"), dir.file("f.npz")}),
-        ValueError, "record counts disagree");
   }
   {
     // A full disk, as a file size limit gives it (EFBIG, with SIGXFSZ ignored).
-    struct rlimit old_limit {};
-    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
-    void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);
-    struct rlimit small = old_limit;
-    small.rlim_cur = 1 << 20;
-    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+    const ScopedFileSizeLimit limit(1 << 20);
     const std::string message = error_of([&] { PackSources::from_arrays(std::vector<std::string>{dir.file("f.npz")}); });
-    ::setrlimit(RLIMIT_FSIZE, &old_limit);
-    std::signal(SIGXFSZ, old_handler);
     EXPECT_NE(message.find("ids.npy"), std::string::npos) << message;
     EXPECT_NE(message.find(std::to_string(kRecords * 8 * 8) + " bytes"), std::string::npos) << message;
     EXPECT_NE(message.find("set TMPDIR"), std::string::npos) << message;
+    // Every source is checked before anything is converted, whichever comes first: a
+    // conversion here would fail on the limit instead.
+    testutil::write_file(dir.file("five.npy"),
+                         testutil::npy_file("<i4", false, "(5,)", testutil::element_bytes(std::vector<int32_t>(5), false)));
+    for (const auto& inputs : {std::vector<std::string>{"five=" + dir.file("five.npy"), dir.file("f.npz")},
+                               std::vector<std::string>{dir.file("f.npz"), "five=" + dir.file("five.npy")}})
+      EXPECT_THROW_WITH(PackSources::from_arrays(inputs), ValueError, "record counts disagree");
   }
 }
 
