@@ -479,15 +479,11 @@ void Dataset::Impl::prefetch(std::span<const int64_t> indices, std::span<const s
     // Round 1: the section's last value end, and the records' value ends and extents when
     // the field is chosen. Only entries inside the chunk are hinted: locating the section
     // checks its header and reports one that runs past.
-    auto header_fits = [&](const RaggedChunk& chunk) {
-      int64_t words = 0, bytes = 0, end = 0;
-      return format::checked_mul(chunk.record_count, 1 + vdims, &words) && format::checked_mul(words, 8, &bytes) &&
-             format::checked_add(chunk.header, bytes, &end) && end <= chunk.decoded_bytes;
-    };
     std::vector<char> fits(ragged_chunks.size());
     for (size_t n = 0; n < ragged_chunks.size(); ++n) {
       const RaggedChunk& chunk = ragged_chunks[n];
-      fits[n] = header_fits(chunk);
+      int64_t header_end = 0;
+      fits[n] = format::ragged_header_fits(chunk.decoded_bytes, chunk.record_count, vdims, chunk.header, &header_end);
       if (!fits[n]) continue;
       const int64_t last_end = chunk.file_offset + chunk.header + 8 * (chunk.record_count - 1);
       hint(last_end, last_end + 8);

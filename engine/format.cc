@@ -242,15 +242,20 @@ int64_t first_ragged_section_offset(int64_t decoded_bytes, int64_t record_count,
   return next_section_offset(fixed_end);
 }
 
+bool ragged_header_fits(int64_t decoded_bytes, int64_t record_count, int64_t variable_dims, int64_t offset,
+                        int64_t* header_end) {
+  int64_t words = 0, bytes = 0;
+  return checked_mul(record_count, 1 + variable_dims, &words) && checked_mul(words, 8, &bytes) &&
+         checked_add(offset, bytes, header_end) && *header_end <= decoded_bytes;
+}
+
 RaggedSection ragged_section_at(const std::byte* chunk, int64_t decoded_bytes, int64_t record_count,
                                 const Field& field, int64_t offset, int64_t chunk_index) {
   const int64_t elem = element_size(field.dtype);
   RaggedSection s;
   s.ends_offset = offset;
-  int64_t header_words = 0, header_bytes = 0, header_end = 0;
-  bool ok = checked_mul(record_count, 1 + field.variable_dims(), &header_words) &&
-            checked_mul(header_words, 8, &header_bytes) && checked_add(offset, header_bytes, &header_end) &&
-            header_end <= decoded_bytes;
+  int64_t header_end = 0;
+  const bool ok = ragged_header_fits(decoded_bytes, record_count, field.variable_dims(), offset, &header_end);
   MMT_CHECK(ok, FormatError, "chunk ", chunk_index, ", field '", field.name, "': the ragged "
             "section header at decoded byte ", offset, " runs past the chunk's ", decoded_bytes, " bytes");
   s.extents_offset = offset + 8 * record_count;

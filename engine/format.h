@@ -157,6 +157,11 @@ inline int64_t next_section_offset(int64_t previous_end) {
 // Where the first ragged section starts; checks that the chunk's fixed region fits.
 int64_t first_ragged_section_offset(int64_t decoded_bytes, int64_t record_count, int64_t record_stride_bytes,
                                     int64_t chunk_index);
+// Whether a ragged section header (value ends, then extents: record_count * (1 +
+// variable_dims) u64 words) that starts at decoded byte `offset` fits in `decoded_bytes`,
+// with overflow-safe arithmetic; sets *header_end to where it ends when it does.
+bool ragged_header_fits(int64_t decoded_bytes, int64_t record_count, int64_t variable_dims, int64_t offset,
+                        int64_t* header_end);
 // The section of ragged field `field` that starts at decoded byte `offset` (the first one's
 // offset, or next_section_offset(previous.end_offset)), checked to lie inside the chunk.
 RaggedSection ragged_section_at(const std::byte* chunk, int64_t decoded_bytes, int64_t record_count,
