@@ -27,10 +27,7 @@ UntypedStorage read_file_bytes(const std::string& path) {
     int err = errno;
     throw IoError(str(path, ": cannot open: ", std::strerror(err)), err);
   }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  FileCloser closer{fd};
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
     throw IoError(str(path, ": is not a regular file"));
