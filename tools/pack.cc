@@ -156,6 +156,9 @@ void add_pack_command(CLI::App& app) {
       "  NAME=PATH       an IDX file, gzip-compressed or not (MNIST's *-idx3-ubyte.gz)\n"
       "  --folder DIR    one record per file: its bytes ('data') and the index of its\n"
       "                  class subfolder ('label'); class names go to the metadata\n"
+      "Arrays are read where they lie or converted a batch of records at a time. A\n"
+      "Fortran-order array that is compressed, big-endian or unaligned is converted once\n"
+      "into a temporary file in $TMPDIR (or /tmp): it needs that much free space there.\n"
       "Example:\n"
       "  mmt pack train.mmt images=train-images-idx3-ubyte.gz labels=train-labels-idx1-ubyte.gz --codec lz4");
   cmd->add_option("OUTPUT", args->output, "The dataset file to create")->required();
