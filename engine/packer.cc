@@ -143,7 +143,8 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
       add_array(name, load_idx(path), spec);
   }
   out.schema_ = Schema(std::move(fields));
-  for (auto& [column, v] : fortran) {
+  for (auto& pending : fortran) {
+    detail::NpyValues& v = pending.second;  // a name, not a structured binding: lambdas capture it
     const NpyHeader& h = v.header;
     UntypedStorage converted;
     if (v.deflated) {
@@ -161,7 +162,7 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
     NpyHeader native = h;
     native.big_endian = std::endian::native == std::endian::big;  // converted on the way
     native.data_offset = 0;
-    out.columns_[column] = detail::npy_tensor_over(converted, 0, native, v.what);
+    out.columns_[pending.first] = detail::npy_tensor_over(converted, 0, native, v.what);
   }
   return out;
 }
