@@ -7,7 +7,6 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <bit>
 #include <climits>
 #include <cstring>
 #include <optional>
