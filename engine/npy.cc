@@ -15,6 +15,7 @@
 
 #include "file_io.h"
 #include "import_util.h"
+#include "mapping_guard.h"
 #include "mmtensor/numpy_io.h"
 #include "npy_format.h"
 #include "temp_files.h"
@@ -80,13 +81,32 @@ std::string data_size_mismatch(const NpyHeader& header, int64_t available, std::
 
 }  // namespace
 
-Tensor npy_tensor_copy(const std::byte* data, const NpyHeader& header, std::string_view what) {
-  check_bools(data, header, what);
-  UntypedStorage storage = UntypedStorage::allocate(header.data_nbytes);
-  int64_t elem = element_size(header.dtype);
+namespace {
+
+// Runs `read` (reads of `storage`'s bytes) under the SIGBUS guard when the storage is a
+// file's mapping, so that a file cut short under the reader, or a disk error on reading it,
+// is an IoError naming it rather than the end of the process.
+template <typename Read>
+void read_storage(const UntypedStorage& storage, Read&& read) {
+  if (storage.filename().empty()) return read();
+  guard_mapped_reads(MappedRegion{&storage.filename(), storage.data(), storage.nbytes()}, std::forward<Read>(read));
+}
+
+// npy_tensor_copy(), reading `data` (inside `source`) under read_storage().
+Tensor copy_values(const UntypedStorage& source, const std::byte* data, const NpyHeader& header, std::string_view what) {
+  read_storage(source, [&] { check_bools(data, header, what); });
+  UntypedStorage storage = UntypedStorage::allocate(header.data_nbytes);  // outside the guard: it owns memory
+  const int64_t elem = element_size(header.dtype);
+  std::byte* out = storage.mutable_data();
   if (header.data_nbytes > 0)
-    copy_to_native(storage.mutable_data(), data, header.data_nbytes / elem, elem, header.big_endian);
+    read_storage(source, [&] { copy_to_native(out, data, header.data_nbytes / elem, elem, header.big_endian); });
   return layout_over(std::move(storage), header, 0);
+}
+
+}  // namespace
+
+Tensor npy_tensor_copy(const std::byte* data, const NpyHeader& header, std::string_view what) {
+  return copy_values(UntypedStorage(), data, header, what);
 }
 
 bool npy_viewable(const std::byte* data, int64_t data_offset, const NpyHeader& header) {
@@ -103,8 +123,8 @@ Tensor npy_tensor_over(const UntypedStorage& storage, int64_t data_offset,
   if (data_offset < 0 || header.data_nbytes > storage.nbytes() - data_offset)
     throw FormatError(data_size_mismatch(header, storage.nbytes() - data_offset, what));
   const std::byte* data = storage.data() + data_offset;
-  if (!npy_viewable(data, data_offset, header)) return npy_tensor_copy(data, header, what);
-  check_bools(data, header, what);
+  if (!npy_viewable(data, data_offset, header)) return copy_values(storage, data, header, what);
+  read_storage(storage, [&] { check_bools(data, header, what); });
   return layout_over(storage, header, data_offset / element_size(header.dtype));
 }
 
@@ -162,8 +182,13 @@ UntypedStorage fortran_values_in_temporary_file(const NpyHeader& header, const s
   }
   void* map = ::mmap(nullptr, static_cast<size_t>(nbytes), PROT_READ, MAP_SHARED, fd, 0);
   if (map == MAP_FAILED) fail("map", errno);
+  // Named, although the file has no name: the writer's copies out of a storage with a
+  // filename are guarded, so a disk error on reading the pages back (the page cache may
+  // have written them out and dropped them) fails the pack with an IoError naming the array,
+  // instead of killing the process with SIGBUS.
   return UntypedStorage::from_blob(
-      map, nbytes, [nbytes](void* p) { ::munmap(p, static_cast<size_t>(nbytes)); }, kCPU, /*read_only=*/true);
+      map, nbytes, [nbytes](void* p) { ::munmap(p, static_cast<size_t>(nbytes)); }, kCPU, /*read_only=*/true,
+      str("the temporary file in ", folder.string(), " holding ", what, " converted from Fortran order"));
 }
 
 NpyValues map_npy_values(const std::string& path) {

@@ -224,7 +224,7 @@ UntypedStorage UntypedStorage::allocate_pinned(int64_t nbytes) {
 
 UntypedStorage UntypedStorage::from_blob(void* data, int64_t nbytes,
                                          std::function<void(void*)> deleter, Device device,
-                                         bool read_only) {
+                                         bool read_only, std::string filename) {
   check_nbytes(nbytes, "from_blob");
   MMT_CHECK(data != nullptr || nbytes == 0, ValueError, "from_blob: null data with nbytes=", nbytes);
   auto impl = std::make_shared<StorageImpl>();
@@ -233,6 +233,7 @@ UntypedStorage UntypedStorage::from_blob(void* data, int64_t nbytes,
   impl->device = device;
   impl->read_only = read_only;
   impl->deleter = std::move(deleter);
+  impl->filename = std::move(filename);
   return UntypedStorage(std::move(impl));
 }
 

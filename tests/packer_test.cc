@@ -23,6 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::error_of;
 using testing::file_bytes;
+using testing::ScopedEnv;
 using testing::TempDir;
 
 void write_text(const fs::path& path, const std::string& text) {
@@ -216,28 +217,6 @@ class ScopedFileSizeLimit {
  private:
   struct rlimit old_limit_ {};
   void (*old_handler_)(int) = nullptr;
-};
-
-// Sets an environment variable for a scope, and puts back what was there on every way out.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (had_) ::setenv(name_, old_.c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
 };
 
 // Packs `sources` (an .npz of fields "ids" and "small") into out.mmt and checks the dataset

@@ -37,6 +37,7 @@
 namespace mmt {
 namespace {
 
+using testing::ScopedEnv;
 using testing::TempDir;
 namespace fs = std::filesystem;
 
@@ -431,6 +432,51 @@ TEST(ReliabilityTruncation, AnInputTruncatedWhileItIsPackedFailsThePackWithIoErr
     for (const auto& entry : fs::directory_iterator(dir.path())) entries += entry.path() != input;
     EXPECT_EQ(entries, 0) << "the writer's temporary is removed";
   }
+}
+
+// The mapping of /proc/self/maps that holds `address`, opened for writing through
+// /proc/self/map_files (which needs the right to ptrace oneself with the file's owner's
+// rights); -1 where the kernel refuses.
+int open_mapping_holding(const void* address) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  for (std::string line; std::getline(maps, line);) {
+    const std::string range = line.substr(0, line.find(' '));
+    const size_t dash = range.find('-');
+    const uintptr_t begin = std::stoull(range.substr(0, dash), nullptr, 16);
+    const uintptr_t end = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (at >= begin && at < end) return ::open(("/proc/self/map_files/" + range).c_str(), O_RDWR | O_CLOEXEC);
+  }
+  return -1;
+}
+
+// The temporary file a Fortran-order array is converted into is read back through a
+// mapping while the pack runs; the page cache may have written it out and dropped its pages
+// by then. A failure to read them back (here: the file cut short, as a disk error would
+// leave the pages unreadable) fails the pack with an IoError naming the array, never SIGBUS.
+TEST(ReliabilityTruncation, AConversionFileThatCannotBeReadBackFailsThePackWithIoError) {
+  if (kThreadSanitizer) GTEST_SKIP() << "the SIGBUS guard does not work under ThreadSanitizer";
+  TempDir dir;
+  constexpr int64_t kRecords = 4096;
+  std::vector<int32_t> wide(kRecords * 8);
+  for (size_t i = 0; i < wide.size(); ++i) wide[i] = static_cast<int32_t>(i);
+  testutil::write_file(dir.file("wide.npy"), testutil::npy_file(">i4", true, "(" + std::to_string(kRecords) + ", 8)",
+                                                                testutil::element_bytes(wide, true)));
+  const ScopedEnv tmpdir("TMPDIR", dir.path());
+  const PackSources sources = PackSources::from_arrays(std::vector<std::string>{"wide=" + dir.file("wide.npy")});
+  std::vector<Tensor> batch;
+  ASSERT_TRUE(sources.record_batch(0, 1, batch));
+  const std::string& name = batch[0].untyped_storage().filename();
+  EXPECT_NE(name.find("temporary file in " + dir.path().string()), std::string::npos) << name;
+  EXPECT_NE(name.find(dir.file("wide.npy") + " converted from Fortran order"), std::string::npos) << name;
+
+  const int fd = open_mapping_holding(batch[0].untyped_storage().data());
+  if (fd < 0) GTEST_SKIP() << "/proc/self/map_files refused the temporary file: " << std::strerror(errno);
+  ASSERT_EQ(::ftruncate(fd, 0), 0) << std::strerror(errno);
+  ::close(fd);
+  batch.clear();
+  EXPECT_TRUNCATION_ERROR(pack_dataset(dir.file("out.mmt"), sources, {}), dir.file("wide.npy") + " converted from Fortran order");
+  EXPECT_FALSE(fs::exists(dir.file("out.mmt")));
 }
 
 TEST(ReliabilityTruncation, UserCodeTouchingAZeroCopyViewAfterTruncationGetsSigbus) {

@@ -149,8 +149,12 @@ TEST(Storage, FromBlobRunsDeleter) {
     UntypedStorage s = UntypedStorage::from_blob(buffer, 16, [&](void*) { freed = true; });
     UntypedStorage copy = s;
     EXPECT_TRUE(copy.is_same(s));
+    EXPECT_EQ(s.filename(), "");
   }
   EXPECT_TRUE(freed);
+  // Memory the caller mapped from a file itself can say which file.
+  static char mapped[16];
+  EXPECT_EQ(UntypedStorage::from_blob(mapped, 16, [](void*) {}, kCPU, true, "/data/x.bin").filename(), "/data/x.bin");
 }
 
 TEST(Storage, PinnedMemoryFallsBackWithoutAGpu) {

@@ -72,8 +72,12 @@ class UntypedStorage {
   static UntypedStorage allocate_pinned(int64_t nbytes);
 
   // Wraps memory the caller owns; `deleter(data)` runs when the last handle goes away.
+  // `filename`: the file the bytes are mapped from, when the caller mapped one itself.
+  // filename() then reports it, and mmtensor's own copies out of the storage (the writer's)
+  // turn a SIGBUS there (the file cut short, a disk error on reading it back) into an IoError
+  // that names it, as they do for map_file() storages.
   static UntypedStorage from_blob(void* data, int64_t nbytes, std::function<void(void*)> deleter,
-                                  Device device = kCPU, bool read_only = false);
+                                  Device device = kCPU, bool read_only = false, std::string filename = {});
 
   int64_t nbytes() const;
   size_t size() const { return static_cast<size_t>(nbytes()); }  // torch: len(storage)
