@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -254,6 +255,29 @@ void BM_LoaderVsGetBatch(benchmark::State& state) {
   state.SetBytesProcessed(rounds.samples * (3 * side * side + 8));
 }
 
+// Why cold reads cannot be measured in the temporary folder ("" when they can): a small file
+// written there must leave the page cache on request (a tmpfs or ramfs keeps files in
+// memory). Checked before a cold benchmark writes its hundreds of megabytes.
+const std::string& cold_reads_unavailable() {
+  static const std::string why = [] {
+    const std::filesystem::path probe =
+        std::filesystem::temp_directory_path() / ("mmtensor-cold-probe-" + std::to_string(::getpid()));
+    {
+      std::FILE* f = std::fopen(probe.c_str(), "wb");
+      if (f == nullptr) return "cannot write " + probe.string() + ": " + std::strerror(errno);
+      const std::vector<char> page(1 << 16, 'x');
+      const bool written = std::fwrite(page.data(), 1, page.size(), f) == page.size();
+      if (std::fclose(f) != 0 || !written) return "cannot write " + probe.string();
+    }
+    std::string why_not;
+    const bool dropped = detail::drop_from_page_cache(probe.string(), &why_not);
+    std::error_code ec;
+    std::filesystem::remove(probe, ec);
+    return dropped ? std::string() : why_not;
+  }();
+  return why;
+}
+
 // Passes of `batches` random batches over a cold `path` (its pages dropped, the dataset opened
 // after), with read_ahead Never and Auto alternated; `delivered` counts a batch's bytes.
 template <typename Delivered>
@@ -325,6 +349,8 @@ void run_cold_random_passes(benchmark::State& state, const Dataset& written, int
 }
 
 void BM_LoaderColdRandom(benchmark::State& state) {
+  if (const std::string& why = cold_reads_unavailable(); !why.empty())
+    return state.SkipWithError(("no cold reads to measure: " + why).c_str());
   const int64_t record_bytes = state.range(0);
   const Dataset& written = record_bytes < 4096 ? small_records_dataset() : device_dataset();
   run_cold_random_passes(state, written, record_bytes < 4096 ? 40 : 16,
@@ -332,6 +358,8 @@ void BM_LoaderColdRandom(benchmark::State& state) {
 }
 
 void BM_LoaderColdRandomTokens(benchmark::State& state) {
+  if (const std::string& why = cold_reads_unavailable(); !why.empty())
+    return state.SkipWithError(("no cold reads to measure: " + why).c_str());
   run_cold_random_passes(state, cold_token_dataset(), 20,
                          [](const Batch& batch) { return batch["tokens"].nbytes(); });
 }
