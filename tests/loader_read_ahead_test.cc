@@ -196,6 +196,43 @@ TEST(LoaderReadAheadAutoTest, AWarmFileStopsBeingHintedAndAFileGoneColdIsHintedA
   EXPECT_GT(loader.stats().batches_read_ahead, before_cold) << "a cold file was not hinted again";
 }
 
+// When a gather's major fault turns hints back on, the batch being gathered is hinted too if
+// pieces of it are still to be gathered (here its ragged field's, gathered after its fixed
+// rows): their reads then run together rather than one fault at a time. A batch gathered in
+// one piece is not: its gather is already under way. No workers and a ring of two slots, so
+// the count is exact. Without workers the consumer gives the hints, before the pieces of the
+// batch it waits for: with a ragged piece left, it hints its own batch and the one scheduled
+// after it, then gathers the ragged piece; with none left, next() returns at once and the
+// next batch's hint waits for the next call.
+TEST(LoaderReadAheadAutoTest, TheFaultThatTurnsHintsOnAlsoHintsTheRestOfItsOwnBatch) {
+  if (detail::thread_storage_read_bytes() < 0) GTEST_SKIP() << "the kernel keeps no per-thread read_bytes";
+  TempDir dir;
+  const std::string path = write_loader_dataset(dir, 2000, {}, 64);
+  for (const bool with_ragged_piece : {true, false}) {
+    SCOPED_TRACE(with_ragged_piece ? "fields x and tokens: two pieces a batch" : "field x: one piece a batch");
+    Dataset dataset = Dataset::open(path);
+    LoaderOptions options;
+    options.batch_size = 8;
+    options.fields = with_ragged_piece ? std::vector<std::string>{"x", "tokens"} : std::vector<std::string>{"x"};
+    options.sampler.kind = SamplerKind::Random;
+    options.num_workers = 0;
+    options.prefetch_batches = 1;
+    options.pin_memory = false;
+    Loader loader(dataset, options);
+    (void)drain_epoch(loader);  // the whole file is read: warm from here, and hints go off
+    (void)drain_epoch(loader);
+    ASSERT_FALSE(loader.stats().reading_ahead) << "a warm epoch kept hinting";
+    dataset.advise(AccessAdvice::DontNeed);
+    if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
+    const int64_t before = loader.stats().batches_read_ahead;
+    const std::optional<Batch> batch = loader.next();  // its first rows fault: hints go on
+    ASSERT_TRUE(batch.has_value());
+    EXPECT_TRUE(loader.stats().reading_ahead);
+    EXPECT_EQ(loader.stats().batches_read_ahead - before, with_ragged_piece ? 2 : 0);
+    expect_batch_matches_dataset(*batch, dataset, options.fields);
+  }
+}
+
 TEST(DatasetPrefetchTest, AnUncompressedRecordIsHintedAloneNotItsWholeChunk) {
   if (detail::thread_storage_read_bytes() < 0) GTEST_SKIP() << "the kernel keeps no per-thread read_bytes";
   TempDir dir;
