@@ -6,6 +6,7 @@
 // records a few steps ahead, split across the shared thread pool by ranges of output rows
 // when the batch is large enough to pay for it.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -13,6 +14,7 @@
 
 #include "dataset_impl.h"
 #include "mmtensor/error.h"
+#include "page_cache.h"
 #include "strided_copy.h"
 #include "thread_pool.h"
 
@@ -33,6 +35,7 @@ inline void prefetch_range(const std::byte* p, int64_t nbytes) {
 
 // One fixed field of a batch: where its value lies in a record and where its rows go.
 struct FieldCopy {
+  size_t field = 0;  // its position in the schema
   const FieldPlan* plan = nullptr;
   std::byte* out = nullptr;
   int64_t out_record_bytes = 0;  // out's stride along the batch dimension, in bytes
@@ -66,6 +69,7 @@ FieldCopy plan_field_copy(const Dataset::Impl& d, std::string_view field, const 
   MMT_CHECK(out.sizes() == IntArrayRef(expected), ValueError, "get_batch: field '", field, "' of ", batch,
             " records needs an output of shape ", expected, ", got ", out.sizes());
   FieldCopy copy;
+  copy.field = f;
   copy.plan = &plan;
   if (batch == 0) return copy;
   copy.out = static_cast<std::byte*>(out.mutable_data_ptr());
@@ -366,13 +370,70 @@ void gather(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<
   split_rows(batch, record_bytes, threads, [&](int64_t lo, int64_t hi) { copy_rows(d, fields, lo, hi, record_at); });
 }
 
+// Hints the batch's fields (ReaderOptions::read_ahead). A hint never changes what a gather
+// returns: whatever fails here (a bad index, a damaged chunk entry) the gather reports.
+void hint_batch(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields) noexcept {
+  detail::ReadAheadPolicy& policy = *d.read_ahead;
+  try {
+    thread_local std::vector<size_t> positions;
+    positions.clear();
+    for (const FieldCopy& f : fields) positions.push_back(f.field);
+    const bool measure = policy.mode() == ReadAhead::Auto;
+    const int64_t read_before = measure ? detail::thread_storage_read_bytes() : -1;
+    d.prefetch(indices, positions);
+    const int64_t read_after = read_before >= 0 ? detail::thread_storage_read_bytes() : -1;
+    policy.note_hint(read_after >= 0 ? read_after - read_before : -1);
+    // Without read_bytes, a hint cannot tell a warm file: one hinted batch a fault.
+    if (measure && read_after < 0) policy.note_new_epoch();
+  } catch (...) {
+  }
+}
+
+// A gather that took this long may have waited for the disk: the next one on the thread is
+// checked (Auto, hints off). Below it, a warm gather pays for no check (a few system calls,
+// 1-3 us on a VM, against ~13 us for 256 784-byte records).
+constexpr auto kSlowGather = std::chrono::microseconds(100);
+
+// gather(), with the batch hinted first when ReaderOptions::read_ahead says so.
+void gather_reading_ahead(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields,
+                          int threads) {
+  detail::ReadAheadPolicy& policy = *d.read_ahead;
+  if (indices.size() < 2 || fields.empty() || policy.mode() == ReadAhead::Never ||
+      detail::ReadAheadPolicy::DatasetHintsOff::active())
+    return gather(d, indices, fields, threads);
+  thread_local bool last_gather_slow = false;  // per thread: major faults are counted per thread
+  if (!policy.hinting()) {  // Auto, and the page cache has not missed lately
+    const bool check = last_gather_slow || (d.first_batch_unchecked.load(std::memory_order_relaxed) &&
+                                            d.first_batch_unchecked.exchange(false, std::memory_order_relaxed));
+    int64_t faults_before = -1;
+    if (check && d.mincore_reports_page_cache) {
+      thread_local std::vector<size_t> positions;
+      positions.clear();
+      for (const FieldCopy& f : fields) positions.push_back(f.field);
+      if (d.batch_looks_cold(indices, positions)) policy.note_gather_faults(1);
+    } else if (check) {
+      faults_before = detail::thread_major_faults();  // mincore would not tell: the faults will
+    }
+    if (!policy.hinting()) {
+      const auto start = std::chrono::steady_clock::now();
+      gather(d, indices, fields, threads);
+      last_gather_slow = std::chrono::steady_clock::now() - start >= kSlowGather;
+      if (faults_before >= 0) policy.note_gather_faults(detail::thread_major_faults() - faults_before);
+      return;
+    }
+  }
+  hint_batch(d, indices, fields);
+  gather(d, indices, fields, threads);
+  last_gather_slow = true;  // when hints stop, the next gather is checked
+}
+
 }  // namespace
 
 void Dataset::get_batch(std::span<const int64_t> indices, std::string_view field, const Tensor& out,
                         int threads) const {
   const Impl& d = checked_impl(impl_);
   const FieldCopy copy = plan_field_copy(d, field, out, static_cast<int64_t>(indices.size()));
-  gather(d, indices, std::span<const FieldCopy>(&copy, 1), threads);
+  gather_reading_ahead(d, indices, std::span<const FieldCopy>(&copy, 1), threads);
 }
 
 void Dataset::get_batch(std::span<const int64_t> indices, std::span<const std::string> fields,
@@ -384,7 +445,7 @@ void Dataset::get_batch(std::span<const int64_t> indices, std::span<const std::s
   copies.clear();
   for (size_t k = 0; k < fields.size(); ++k)
     copies.push_back(plan_field_copy(d, fields[k], outs[k], static_cast<int64_t>(indices.size())));
-  gather(d, indices, copies, threads);
+  gather_reading_ahead(d, indices, copies, threads);
 }
 
 Tensor Dataset::get_batch(std::span<const int64_t> indices, std::string_view field, int threads) const {

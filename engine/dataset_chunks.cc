@@ -1,5 +1,8 @@
 // Chunk-level reading: finding a record's chunk, validating a chunk on first use, decoding
 // compressed chunks through the cache, and the full verify() pass.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -362,6 +365,44 @@ void Dataset::prefetch(std::span<const int64_t> indices, std::span<const std::st
   std::vector<size_t> chosen;
   for (const std::string& name : fields) chosen.push_back(d.schema->index_of(name));  // ValueError lists the fields
   d.prefetch(indices, chosen);
+}
+
+bool Dataset::Impl::batch_looks_cold(std::span<const int64_t> indices, std::span<const size_t> fields) const noexcept {
+  const FieldPlan* first_fixed = nullptr;
+  for (size_t f : fields)
+    if (plans[f].fixed) {
+      first_fixed = &plans[f];
+      break;
+    }
+  if (first_fixed == nullptr || indices.empty()) return false;
+  static const int64_t page = ::sysconf(_SC_PAGESIZE);
+  try {
+    const size_t n = indices.size();
+    for (const size_t k : {size_t{0}, n / 4, n / 2, 3 * n / 4}) {  // spread: a batch may start in cached records
+      const int64_t i = normalize_index(indices[k], "get_batch");
+      int64_t offset = 0;
+      if (contiguous) {
+        offset = data_offset + i * record_stride_bytes + first_fixed->offset_bytes;
+      } else {
+        const int64_t c = chunk_of(i);
+        const format::ChunkEntry e = check_entry(c);
+        check_chunk_holds(c, static_cast<int64_t>(e.first_record), e.record_count, i);
+        if (static_cast<Codec>(e.codec) != Codec::None) {
+          if (cache->holds(c)) continue;
+          offset = static_cast<int64_t>(e.file_offset);
+        } else {
+          offset = static_cast<int64_t>(e.file_offset) + (i - static_cast<int64_t>(e.first_record)) * record_stride_bytes +
+                   first_fixed->offset_bytes;
+        }
+      }
+      unsigned char resident = 1;
+      // The mapping starts on a page boundary; `offset` lies inside it (checked above).
+      void* at = const_cast<std::byte*>(base + offset / page * page);
+      if (::mincore(at, 1, &resident) == 0 && (resident & 1) == 0) return true;
+    }
+  } catch (...) {
+  }
+  return false;
 }
 
 void Dataset::Impl::prefetch(std::span<const int64_t> indices, std::span<const size_t> fields) const {

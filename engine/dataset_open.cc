@@ -10,6 +10,7 @@
 
 #include "checksum.h"
 #include "dataset_impl.h"
+#include "page_cache.h"
 #include "mmtensor/error.h"
 
 namespace mmt {
@@ -26,6 +27,10 @@ std::string in_file(const std::string& path, const std::string& message) {
 std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path, const ReaderOptions& options) {
   MMT_CHECK(options.cache_bytes >= 0, ValueError, "ReaderOptions::cache_bytes must be >= 0, got ",
             options.cache_bytes);
+  MMT_CHECK(options.read_ahead == ReadAhead::Auto || options.read_ahead == ReadAhead::Always ||
+                options.read_ahead == ReadAhead::Never,
+            ValueError, "ReaderOptions::read_ahead must be Auto, Always or Never, got ",
+            static_cast<int>(options.read_ahead));
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     int err = errno;
@@ -148,6 +153,8 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
               " but the footer counts ", footer.record_count, " records");
   }
   impl->cache = std::make_unique<detail::ChunkCache>(options.cache_bytes);
+  impl->read_ahead = std::make_unique<detail::ReadAheadPolicy>(options.read_ahead, /*auto_hints_from_start=*/false);
+  impl->mincore_reports_page_cache = detail::mincore_reports_page_cache(path, st.st_uid);
   impl->instance_id = next_instance_id.fetch_add(1, std::memory_order_relaxed);
   return impl;
 }
@@ -226,6 +233,11 @@ CacheStats Dataset::cache_stats() const {
   stats.decoded_bytes_live = d.decoded_memory->live.load(std::memory_order_relaxed);
   stats.decoded_bytes_peak = d.decoded_memory->peak.load(std::memory_order_relaxed);
   return stats;
+}
+
+ReadAheadStats Dataset::read_ahead_stats() const {
+  const Impl& d = checked_impl(impl_);
+  return {.batches_read_ahead = d.read_ahead->batches_hinted(), .reading_ahead = d.read_ahead->hinting()};
 }
 
 void Dataset::advise(AccessAdvice advice) const { checked_impl(impl_).file.advise(advice); }

@@ -215,6 +215,7 @@ void LoaderCore::fill_fixed_rows(const Piece& piece) {
     rows.push_back(ring.fixed_view(piece.slot, f, piece.rows, /*on_device=*/false)
                        .narrow(0, piece.row_begin, piece.row_end - piece.row_begin));
   try {
+    const ReadAheadPolicy::DatasetHintsOff hints_are_the_loaders;  // it hinted this batch by its own policy
     dataset.get_batch(indices, fixed_field_names, rows, /*threads=*/1);
   } catch (...) {
     rethrow_for_sample(dataset, piece, fixed_field_names, indices, piece.row_begin, std::current_exception());

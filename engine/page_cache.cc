@@ -61,6 +61,11 @@ int64_t thread_storage_read_bytes() noexcept {
 }
 int64_t process_storage_read_bytes() noexcept { return read_bytes_of("/proc/self/io"); }
 
+bool mincore_reports_page_cache(const std::string& path, uid_t file_owner) {
+  const uid_t user = ::geteuid();
+  return user == 0 || user == file_owner || ::faccessat(AT_FDCWD, path.c_str(), W_OK, AT_EACCESS) == 0;
+}
+
 std::optional<CachedPages> cached_pages(const std::string& path) {
   // A window at a time: the residency vector stays small however large the file (allocated
   // before the descriptor is opened, so nothing below throws).
@@ -71,11 +76,7 @@ std::optional<CachedPages> cached_pages(const std::string& path) {
   if (fd < 0) return std::nullopt;
   struct stat st {};
   bool ok = ::fstat(fd, &st) == 0;
-  // Since Linux 5.0 mincore() reports every page of a shared file mapping as resident unless
-  // the caller owns the file, may write it, or holds CAP_FOWNER (so that it cannot be used to
-  // spy on other users' reads): for anyone else the count would be made up.
-  const uid_t user = ::geteuid();
-  ok = ok && (user == 0 || user == st.st_uid || ::faccessat(AT_FDCWD, path.c_str(), W_OK, AT_EACCESS) == 0);
+  ok = ok && mincore_reports_page_cache(path, st.st_uid);
   CachedPages pages;
   const int64_t page_bytes = ::sysconf(_SC_PAGESIZE);
   pages.total = ok ? (static_cast<int64_t>(st.st_size) + page_bytes - 1) / page_bytes : 0;

@@ -3,6 +3,8 @@
 // (mmt bench --cold, the benchmarks, the tests). Linux only, as the rest of the engine.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -17,6 +19,12 @@ int64_t thread_major_faults() noexcept;
 int64_t thread_storage_read_bytes() noexcept;
 // The same for the whole process (/proc/self/io), or -1.
 int64_t process_storage_read_bytes() noexcept;
+
+// Whether mincore() of a shared mapping of the file `st` describes (at `path`) reports the
+// page cache to this user. Since Linux 5.0 it reports every page as resident unless the
+// caller owns the file, may write it, or holds CAP_FOWNER (so that it cannot be used to spy
+// on other users' reads): for anyone else its answer is made up. Root is trusted.
+bool mincore_reports_page_cache(const std::string& path, uid_t file_owner);
 
 // How many of a file's pages the page cache holds (mincore), of how many.
 struct CachedPages {

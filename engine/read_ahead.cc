@@ -1,7 +1,9 @@
-// The loader's read-ahead policy (read_ahead.h).
+// The read-ahead policy of loaders and of Dataset::get_batch (read_ahead.h).
 #include "read_ahead.h"
 
 namespace mmt::detail {
+
+thread_local bool ReadAheadPolicy::DatasetHintsOff::off_ = false;
 
 bool ReadAheadPolicy::note_gather_faults(int64_t major_faults) {
   if (mode_ != ReadAhead::Auto || major_faults <= 0) return false;

@@ -1,5 +1,7 @@
 // ReadAheadPolicy: when the loader asks the kernel to read a batch's pages before the batch
-// is gathered (LoaderOptions::read_ahead).
+// is gathered (LoaderOptions::read_ahead). Dataset::get_batch uses it too
+// (ReaderOptions::read_ahead), hinting its own batch just before gathering it, with Auto's
+// hints off at open and its gathers' faults watched as dataset.h says.
 //
 // Why. A gather from a cold file takes one page fault at a time: each waits for the disk,
 // and with the kernel's read-around each may read megabytes around one 784-byte record.
@@ -27,7 +29,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "mmtensor/loader.h"
+#include "mmtensor/dataset.h"
 #include "page_cache.h"
 
 namespace mmt::detail {
@@ -36,7 +38,12 @@ class ReadAheadPolicy {
  public:
   static constexpr int64_t kWarmHintsToStop = 8;
 
-  explicit ReadAheadPolicy(ReadAhead mode) : mode_(mode), hinting_(mode != ReadAhead::Never) {}
+  // Always hints from the start, Never never; Auto from the start when `auto_hints_from_start`
+  // (a loader: its first batches would otherwise each fault alone), else from the first
+  // major fault (Dataset::get_batch, whose file is often warm, and whose every call would
+  // pay for a hint).
+  explicit ReadAheadPolicy(ReadAhead mode, bool auto_hints_from_start = true)
+      : mode_(mode), hinting_(mode == ReadAhead::Always || (mode == ReadAhead::Auto && auto_hints_from_start)) {}
 
   ReadAhead mode() const { return mode_; }
   // Whether a batch scheduled now is hinted.
@@ -51,6 +58,21 @@ class ReadAheadPolicy {
   // Auto, without a read_bytes count: hints off until a gather faults again.
   void note_new_epoch();
   int64_t batches_hinted() const { return batches_hinted_.load(std::memory_order_relaxed); }
+
+  // Set for its lifetime on the calling thread: Dataset::get_batch gives no hint of its own
+  // there (a loader's gathers: the loader hints batches ahead of them by its own policy).
+  class DatasetHintsOff {
+   public:
+    DatasetHintsOff() : was_(off_) { off_ = true; }
+    ~DatasetHintsOff() { off_ = was_; }
+    DatasetHintsOff(const DatasetHintsOff&) = delete;
+    DatasetHintsOff& operator=(const DatasetHintsOff&) = delete;
+    static bool active() { return off_; }
+
+   private:
+    static thread_local bool off_;
+    bool was_;
+  };
 
  private:
   const ReadAhead mode_;

@@ -1,9 +1,11 @@
-// Read-ahead: the policy that decides when the loader hints a batch's pages to the kernel,
-// what Dataset::prefetch asks the kernel to read, and that hints never change a batch.
+// Read-ahead: the policy that decides when the loader (and Dataset::get_batch) hints a
+// batch's pages to the kernel, what Dataset::prefetch asks the kernel to read, and that
+// hints never change a batch.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -388,6 +390,127 @@ TEST(DatasetPrefetchTest, OnlyTheFieldsAskedForAreHinted) {
   const std::vector<std::string> unknown{"imgae"};
   const std::string message = testing::error_of([&] { dataset.prefetch(some, unknown); });
   EXPECT_NE(message.find("imgae"), std::string::npos) << message;
+}
+
+// get_batch's own read-ahead (ReaderOptions::read_ahead). 2000 records of 4160 bytes (a
+// float32 [1040] each, value = the record's index), 240 a chunk: 8.3 MB, each record on
+// pages of its own.
+std::string write_page_sized_records(const TempDir& dir) {
+  const std::string path = dir.file("pages.mmt");
+  Schema schema({Field::fixed("x", kFloat32, {1040}), Field::fixed("label", kInt64, {})});
+  WriterOptions writer_options;
+  writer_options.chunk_records = 240;
+  DatasetWriter writer = DatasetWriter::create(path, schema, writer_options);
+  for (int64_t i = 0; i < 2000; ++i)
+    writer.append({full({1040}, static_cast<double>(i), kFloat32), full({}, static_cast<double>(i), kInt64)});
+  writer.finish();
+  return path;
+}
+
+// `count` distinct records from `first` on, `step` apart, wrapping around 2000.
+std::vector<int64_t> spread_records(int64_t first, int64_t count, int64_t step = 7) {
+  std::vector<int64_t> indices;
+  for (int64_t k = 0; k < count; ++k) indices.push_back((first + k * step) % 2000);
+  return indices;
+}
+
+void expect_gathered(const Tensor& x, std::span<const int64_t> indices) {
+  for (size_t b = 0; b < indices.size(); ++b)
+    ASSERT_EQ(x[static_cast<int64_t>(b)][1039].item<float>(), static_cast<float>(indices[b])) << "row " << b;
+}
+
+// Auto (the default): a cold batch is hinted before it is gathered, from the first one on
+// (its pages found missing with mincore); a warm file is not hinted, and hints stop once
+// eight in a row found their batch cached.
+TEST(DatasetReadAheadTest, AutoHintsColdBatchesFromTheFirstAndStopsOnceTheyAreCached) {
+  if (detail::thread_storage_read_bytes() < 0) GTEST_SKIP() << "the kernel keeps no per-thread read_bytes";
+  TempDir dir;
+  const std::string path = write_page_sized_records(dir);
+  std::optional<Dataset> cold = open_cold(path);
+  if (!cold) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
+  Dataset& dataset = *cold;
+  EXPECT_EQ(dataset.read_ahead_stats().batches_read_ahead, 0);
+  EXPECT_FALSE(dataset.read_ahead_stats().reading_ahead) << "Auto starts with hints off";
+  const std::vector<int64_t> batch = spread_records(5, 64);
+  expect_gathered(dataset.get_batch(batch, "x"), batch);
+  EXPECT_EQ(dataset.read_ahead_stats().batches_read_ahead, 1) << "the first, cold batch was not hinted";
+  EXPECT_TRUE(dataset.read_ahead_stats().reading_ahead);
+  // The same records again: cached now, so each hint reads nothing; the eighth such stops them.
+  for (int64_t k = 0; k < ReadAheadPolicy::kWarmHintsToStop; ++k) expect_gathered(dataset.get_batch(batch, "x"), batch);
+  EXPECT_FALSE(dataset.read_ahead_stats().reading_ahead);
+  EXPECT_EQ(dataset.read_ahead_stats().batches_read_ahead, 1 + ReadAheadPolicy::kWarmHintsToStop);
+  for (int k = 0; k < 20; ++k) expect_gathered(dataset.get_batch(batch, "x"), batch);
+  EXPECT_EQ(dataset.read_ahead_stats().batches_read_ahead, 1 + ReadAheadPolicy::kWarmHintsToStop) << "a warm batch was hinted";
+
+  // A warm file is not hinted at all.
+  for (int64_t first = 0; first < 2000; first += 100) (void)dataset.get_batch(spread_records(first, 100, 1), "x");
+  Dataset warm = Dataset::open(path);
+  for (int k = 0; k < 10; ++k) (void)warm.get_batch(spread_records(k, 256), "x");
+  EXPECT_EQ(warm.read_ahead_stats().batches_read_ahead, 0);
+
+  // The file goes cold under the open dataset: a gather that waited for the disk has the next
+  // batch checked, which is hinted.
+  warm.advise(AccessAdvice::DontNeed);
+  dataset.advise(AccessAdvice::DontNeed);
+  if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path << " again";
+  for (int k = 0; k < 4 && warm.read_ahead_stats().batches_read_ahead == 0; ++k) {
+    const std::vector<int64_t> fresh = spread_records(11 * k + 1, 256, 3);
+    expect_gathered(warm.get_batch(fresh, "x"), fresh);
+  }
+  EXPECT_GE(warm.read_ahead_stats().batches_read_ahead, 1) << "a file gone cold was not hinted";
+}
+
+// Always hints every batch of two records or more, Never none; a record alone is never
+// hinted (nothing to read in parallel).
+TEST(DatasetReadAheadTest, AlwaysHintsEveryBatchAndNeverNone) {
+  TempDir dir;
+  const std::string path = write_page_sized_records(dir);
+  ReaderOptions options;
+  options.read_ahead = ReadAhead::Always;
+  const Dataset always = Dataset::open(path, options);
+  EXPECT_TRUE(always.read_ahead_stats().reading_ahead);
+  const std::vector<int64_t> batch = spread_records(3, 16);
+  const std::vector<std::string> fields{"x", "label"};
+  std::vector<Tensor> outs{empty({16, 1040}, kFloat32), empty({16}, kInt64)};
+  for (int k = 0; k < 3; ++k) always.get_batch(batch, fields, outs);
+  expect_gathered(outs[0], batch);
+  (void)always.get_batch(std::vector<int64_t>{4}, "label");
+  EXPECT_EQ(always.read_ahead_stats().batches_read_ahead, 3);
+
+  options.read_ahead = ReadAhead::Never;
+  always.advise(AccessAdvice::DontNeed);
+  (void)evict(path);  // cold where it can be; warm, Never hints nothing either
+  const Dataset never = Dataset::open(path, options);
+  for (int k = 0; k < 3; ++k) expect_gathered(never.get_batch(spread_records(k, 64), "x"), spread_records(k, 64));
+  EXPECT_EQ(never.read_ahead_stats().batches_read_ahead, 0);
+  EXPECT_FALSE(never.read_ahead_stats().reading_ahead);
+
+  options.read_ahead = static_cast<ReadAhead>(9);
+  const std::string message = testing::error_of([&] { (void)Dataset::open(path, options); });
+  EXPECT_NE(message.find("ReaderOptions::read_ahead must be Auto, Always or Never, got 9"), std::string::npos) << message;
+}
+
+// A loader hints its batches by its own policy, ahead of their gathers: its gathers never
+// add the dataset's hints (which would hint every batch twice).
+TEST(DatasetReadAheadTest, ALoadersGathersLeaveTheDatasetsReadAheadAlone) {
+  TempDir dir;
+  const std::string path = write_page_sized_records(dir);
+  ReaderOptions reader_options;
+  reader_options.read_ahead = ReadAhead::Always;
+  Dataset dataset = Dataset::open(path, reader_options);
+  LoaderOptions options;
+  options.batch_size = 64;
+  options.sampler.kind = SamplerKind::Random;
+  options.num_workers = 1;
+  options.pin_memory = false;
+  options.read_ahead = ReadAhead::Never;
+  Loader loader(dataset, options);
+  EXPECT_EQ(drain_epoch(loader).size(), 2000u);
+  EXPECT_EQ(dataset.read_ahead_stats().batches_read_ahead, 0);
+  EXPECT_EQ(loader.stats().batches_read_ahead, 0);
+  // The loader's workers and next() leave the calling thread as it was.
+  (void)dataset.get_batch(spread_records(0, 8), "x");
+  EXPECT_EQ(dataset.read_ahead_stats().batches_read_ahead, 1);
 }
 
 TEST(LoaderReadAheadOptionsTest, AnUnknownModeIsRefused) {

@@ -108,7 +108,11 @@ class Start {
     std::string why_not;
     MMT_CHECK(detail::drop_from_page_cache(args_.file, &why_not), IoError, "--cold: ", why_not);
     read_before_ = detail::process_storage_read_bytes();
-    ds = Dataset::open(args_.file);
+    // The batch gather hints each batch itself (prefetch, then get_batch): get_batch's own
+    // read-ahead would hint it twice.
+    ReaderOptions options;
+    options.read_ahead = ReadAhead::Never;
+    ds = Dataset::open(args_.file, options);
     return ds;
   }
   // Marks where the measured work ended: a loader's workers go on reading the next epoch's

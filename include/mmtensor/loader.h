@@ -98,8 +98,8 @@ inline constexpr int64_t kMaxEpoch = INT64_MAX;
 // them only while the page cache misses: from the start, and again from any major page
 // fault a gather takes, until eight hints in a row found their batch cached (Linux's
 // per-thread read_bytes; without it, until the epoch ends). Always hints every batch; Never
-// none.
-enum class ReadAhead : uint8_t { Auto, Always, Never };
+// none. (ReadAhead is declared in dataset.h: Dataset::get_batch has its own, ReaderOptions.
+// A loader's gathers use the loader's, never the dataset's.)
 
 struct LoaderOptions {
   int64_t batch_size = 1;
