@@ -20,6 +20,11 @@
 //       read=get: record by record with get(i), in order; adds the views of every sample
 //         (about 50 ns each) to the decoding, which at 784 bytes per record is ~80 ns.
 //   BM_Open/records: Dataset::open of a file of 1,000 or 100,000,000 records (ms; the same).
+//   BM_GetBatchColdRandom: 40 random batches of 256 784-byte records (600,000 of them,
+//     500 MB) gathered with get_batch from a cold file (its pages dropped before each pass,
+//     the dataset opened after), ReaderOptions::read_ahead Auto against Never, alternated:
+//     vs_never = time(Never) / time(Auto); read_amplification = bytes read from storage /
+//     bytes delivered. Skips itself where the temporary folder keeps files in memory.
 #include <benchmark/benchmark.h>
 #include <lz4.h>
 #include <unistd.h>
@@ -35,6 +40,7 @@
 
 #include "mmtensor/dataset.h"
 #include "mmtensor/dataset_writer.h"
+#include "cold_reads.h"
 #include "ratio.h"
 
 namespace {
@@ -275,6 +281,30 @@ void BM_Open(benchmark::State& state) {
   state.counters["records"] = static_cast<double>(state.range(0));
 }
 
+// get_batch of random batches from a cold file, with ReaderOptions::read_ahead Auto (the
+// default) against Never, alternated (bench/cold_reads.h).
+void BM_GetBatchColdRandom(benchmark::State& state) {
+  if (const std::string& why = bench::cold_reads_unavailable(); !why.empty())
+    return state.SkipWithError(("no cold reads to measure: " + why).c_str());
+  constexpr int64_t kBatches = 40, kBatch = 256;
+  bench::run_cold_random_passes(
+      state, bench::small_records_dataset(), [](const std::string& path, ReadAhead read_ahead, uint64_t seed) {
+        ReaderOptions options;
+        options.read_ahead = read_ahead;
+        const Dataset dataset = Dataset::open(path, options);
+        const std::vector<std::string> fields{"image", "label"};
+        const std::vector<Tensor> outs{empty({kBatch, 1, 28, 28}, kUInt8), empty({kBatch}, kInt64)};
+        std::mt19937_64 random(seed);
+        std::uniform_int_distribution<int64_t> record(0, dataset.size() - 1);
+        std::vector<int64_t> indices(kBatch);
+        for (int64_t b = 0; b < kBatches; ++b) {
+          for (int64_t& i : indices) i = record(random);
+          dataset.get_batch(indices, fields, outs, /*threads=*/1);
+        }
+        return kBatches * (outs[0].nbytes() + outs[1].nbytes());
+      });
+}
+
 }  // namespace
 
 BENCHMARK(BM_Get)->Unit(benchmark::kNanosecond);
@@ -289,3 +319,4 @@ BENCHMARK(BM_ReadCompressed)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_Open)->Arg(1000)->Arg(100000000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GetBatchColdRandom)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);

@@ -46,6 +46,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cold_reads.h"
 #include "cuda_stream.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/dataset_writer.h"
@@ -55,48 +56,7 @@
 namespace {
 
 using namespace mmt;
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// A dataset written once per process by `write(path)` into a temporary folder that is
-// removed at exit.
-class BenchDataset {
- public:
-  BenchDataset(const std::string& name, const std::function<void(const std::string&)>& write)
-      : dir_(std::filesystem::temp_directory_path() / ("mmtensor-loader-bench-" + std::to_string(::getpid()))) {
-    std::filesystem::create_directories(dir_);
-    const std::string path = (dir_ / (name + ".mmt")).string();
-    write(path);
-    dataset_ = Dataset::open(path);
-  }
-  // `records` uint8 images of `shape`, and an int64 label, in 4 MiB chunks.
-  BenchDataset(const std::string& name, int64_t records, std::vector<int64_t> shape)
-      : BenchDataset(name, [&](const std::string& path) {
-          Schema schema({Field::fixed("image", kUInt8, shape), Field::fixed("label", kInt64, {})});
-          WriterOptions options;
-          options.chunk_bytes = 4 << 20;
-          DatasetWriter writer = DatasetWriter::create(path, schema, options);
-          Tensor image = empty(shape, kUInt8);
-          uint8_t* pixels = image.mutable_data_ptr<uint8_t>();
-          for (int64_t i = 0; i < records; ++i) {
-            for (int64_t p = 0; p < image.numel(); ++p) pixels[p] = static_cast<uint8_t>(i * 31 + p);
-            writer.append({image, full({}, static_cast<double>(i % 1000), kInt64)});
-          }
-          writer.finish();
-        }) {}
-  ~BenchDataset() {
-    dataset_ = Dataset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  const Dataset& dataset() const { return dataset_; }
-
- private:
-  std::filesystem::path dir_;
-  Dataset dataset_;
-};
+using namespace mmt::bench;
 
 // CIFAR-sized records (3 KB: per-batch overheads show) and 48 KB records (bandwidth shows).
 const Dataset& host_dataset(int64_t side) {
@@ -106,12 +66,6 @@ const Dataset& host_dataset(int64_t side) {
   }
   static BenchDataset large("host128", 2048, {3, 128, 128});  // 96 MB
   return large.dataset();
-}
-
-// Fashion-MNIST-sized records (784 bytes; 500 MB in all), for cold reads.
-const Dataset& small_records_dataset() {
-  static BenchDataset data("small", 600000, {1, 28, 28});
-  return data.dataset();
 }
 
 const Dataset& device_dataset() {
@@ -193,11 +147,6 @@ Timed time_loader_epochs(const Dataset& dataset, const LoaderOptions& options, i
   return timed;
 }
 
-double median(std::vector<double> values) {
-  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
-  return values[values.size() / 2];
-}
-
 // The rounds of a loader benchmark: each times `epochs` loader epochs, then `reference` (given
 // the loader's indices, in the order they came) right after it. Returns the median of
 // reference time / loader time; adds the loader's time and samples to the totals.
@@ -255,97 +204,24 @@ void BM_LoaderVsGetBatch(benchmark::State& state) {
   state.SetBytesProcessed(rounds.samples * (3 * side * side + 8));
 }
 
-// Why cold reads cannot be measured in the temporary folder ("" when they can): a small file
-// written there must leave the page cache on request (a tmpfs or ramfs keeps files in
-// memory). Checked before a cold benchmark writes its hundreds of megabytes.
-const std::string& cold_reads_unavailable() {
-  static const std::string why = [] {
-    const std::filesystem::path probe =
-        std::filesystem::temp_directory_path() / ("mmtensor-cold-probe-" + std::to_string(::getpid()));
-    {
-      std::FILE* f = std::fopen(probe.c_str(), "wb");
-      if (f == nullptr) return "cannot write " + probe.string() + ": " + std::strerror(errno);
-      const std::vector<char> page(1 << 16, 'x');
-      const bool written = std::fwrite(page.data(), 1, page.size(), f) == page.size();
-      if (std::fclose(f) != 0 || !written) return "cannot write " + probe.string();
-    }
-    std::string why_not;
-    const bool dropped = detail::drop_from_page_cache(probe.string(), &why_not);
-    std::error_code ec;
-    std::filesystem::remove(probe, ec);
-    return dropped ? std::string() : why_not;
-  }();
-  return why;
-}
-
-// Passes of `batches` random batches over a cold `path` (its pages dropped, the dataset opened
-// after), with read_ahead Never and Auto alternated; `delivered` counts a batch's bytes.
+// A pass of `batches` random batches through a loader with 2 workers; `delivered` counts a
+// batch's bytes.
 template <typename Delivered>
-void run_cold_random_passes(benchmark::State& state, const Dataset& written, int64_t batches,
-                            Delivered delivered) {
-  // The written dataset's open read its header and chunk table through its mapping, and pages
-  // a mapping maps stay cached: let go of them (nothing here reads that mapping again).
-  written.advise(AccessAdvice::DontNeed);
-  const std::string path = written.path();
-  std::string why_not;
-  if (!detail::drop_from_page_cache(path, &why_not)) {
-    state.SkipWithError(("no cold reads to measure: " + why_not).c_str());
-    return;
-  }
-  struct Pass {
-    double seconds = 0;
-    int64_t delivered = 0;
-    int64_t read = 0;
+auto loader_pass(int64_t batches, Delivered delivered) {
+  return [batches, delivered](const std::string& path, ReadAhead read_ahead, uint64_t seed) {
+    Dataset dataset = Dataset::open(path);
+    LoaderOptions options;
+    options.batch_size = kHostBatch;
+    options.sampler.kind = SamplerKind::Random;
+    options.sampler.seed = seed;
+    options.num_workers = 2;
+    options.pin_memory = false;
+    options.read_ahead = read_ahead;
+    Loader loader(dataset, options);
+    int64_t bytes = 0;
+    for (int64_t b = 0; b < batches; ++b) bytes += delivered(*loader.next());
+    return bytes;
   };
-  uint64_t seed = 1;
-  auto pass = [&](ReadAhead read_ahead) -> std::optional<Pass> {
-    Pass result;
-    {
-      if (!detail::drop_from_page_cache(path, &why_not)) return std::nullopt;  // a warm pass measures nothing
-      const int64_t read_before = detail::process_storage_read_bytes();
-      const double t0 = now_seconds();
-      Dataset dataset = Dataset::open(path);
-      LoaderOptions options;
-      options.batch_size = kHostBatch;
-      options.sampler.kind = SamplerKind::Random;
-      options.sampler.seed = seed++;
-      options.num_workers = 2;
-      options.pin_memory = false;
-      options.read_ahead = read_ahead;
-      Loader loader(dataset, options);
-      for (int64_t b = 0; b < batches; ++b) result.delivered += delivered(*loader.next());
-      result.seconds = now_seconds() - t0;
-      result.read = detail::process_storage_read_bytes() - read_before;
-    }  // the loader stops and the mapping goes before the next pass evicts
-    return result;
-  };
-  std::vector<double> ratios;
-  double auto_seconds = 0, never_seconds = 0;
-  int64_t auto_delivered = 0, never_delivered = 0, auto_read = 0, never_read = 0;
-  for (auto _ : state) {
-    const std::optional<Pass> never_pass = pass(ReadAhead::Never);
-    const std::optional<Pass> hinted_pass = never_pass ? pass(ReadAhead::Auto) : std::nullopt;
-    if (!hinted_pass) {
-      state.SkipWithError(("a pass could not start cold: " + why_not).c_str());
-      return;
-    }
-    const Pass& never = *never_pass;
-    const Pass& hinted = *hinted_pass;
-    ratios.push_back(never.seconds / hinted.seconds);
-    auto_seconds += hinted.seconds;
-    never_seconds += never.seconds;
-    auto_delivered += hinted.delivered;
-    never_delivered += never.delivered;
-    auto_read += hinted.read;
-    never_read += never.read;
-    state.SetIterationTime(hinted.seconds);
-  }
-  state.counters["vs_never"] = median(ratios);
-  state.counters["auto_MB_per_s"] = auto_delivered / auto_seconds / 1e6;
-  state.counters["never_MB_per_s"] = never_delivered / never_seconds / 1e6;
-  state.counters["read_amplification_auto"] = static_cast<double>(auto_read) / auto_delivered;
-  state.counters["read_amplification_never"] = static_cast<double>(never_read) / never_delivered;
-  state.SetBytesProcessed(auto_delivered);
 }
 
 void BM_LoaderColdRandom(benchmark::State& state) {
@@ -353,15 +229,16 @@ void BM_LoaderColdRandom(benchmark::State& state) {
     return state.SkipWithError(("no cold reads to measure: " + why).c_str());
   const int64_t record_bytes = state.range(0);
   const Dataset& written = record_bytes < 4096 ? small_records_dataset() : device_dataset();
-  run_cold_random_passes(state, written, record_bytes < 4096 ? 40 : 16,
-                         [](const Batch& batch) { return batch["image"].nbytes() + batch["label"].nbytes(); });
+  run_cold_random_passes(state, written, loader_pass(record_bytes < 4096 ? 40 : 16, [](const Batch& batch) {
+                           return batch["image"].nbytes() + batch["label"].nbytes();
+                         }));
 }
 
 void BM_LoaderColdRandomTokens(benchmark::State& state) {
   if (const std::string& why = cold_reads_unavailable(); !why.empty())
     return state.SkipWithError(("no cold reads to measure: " + why).c_str());
-  run_cold_random_passes(state, cold_token_dataset(), 20,
-                         [](const Batch& batch) { return batch["tokens"].nbytes(); });
+  run_cold_random_passes(state, cold_token_dataset(),
+                         loader_pass(20, [](const Batch& batch) { return batch["tokens"].nbytes(); }));
 }
 
 void BM_LoaderTokensSequential(benchmark::State& state) {
