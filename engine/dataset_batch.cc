@@ -370,22 +370,32 @@ void gather(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<
   split_rows(batch, record_bytes, threads, [&](int64_t lo, int64_t hi) { copy_rows(d, fields, lo, hi, record_at); });
 }
 
-// Hints the batch's fields (ReaderOptions::read_ahead). A hint never changes what a gather
-// returns: whatever fails here (a bad index, a damaged chunk entry) the gather reports.
-void hint_batch(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields) noexcept {
+// The schema positions of a batch's fields, in per-thread scratch.
+std::span<const size_t> field_positions(std::span<const FieldCopy> fields) {
+  thread_local std::vector<size_t> positions;
+  positions.clear();
+  for (const FieldCopy& f : fields) positions.push_back(f.field);
+  return positions;
+}
+
+// Hints the batch's fields (ReaderOptions::read_ahead) and returns what that made the
+// kernel read (-1: unknown). A hint never changes what a gather returns: whatever fails here
+// (a bad index, a damaged chunk entry) the gather reports.
+int64_t hint_batch(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields) noexcept {
   detail::ReadAheadPolicy& policy = *d.read_ahead;
   try {
-    thread_local std::vector<size_t> positions;
-    positions.clear();
-    for (const FieldCopy& f : fields) positions.push_back(f.field);
+    const std::span<const size_t> positions = field_positions(fields);
     const bool measure = policy.mode() == ReadAhead::Auto;
     const int64_t read_before = measure ? detail::thread_storage_read_bytes() : -1;
     d.prefetch(indices, positions);
     const int64_t read_after = read_before >= 0 ? detail::thread_storage_read_bytes() : -1;
-    policy.note_hint(read_after >= 0 ? read_after - read_before : -1);
+    const int64_t read = read_after >= 0 ? read_after - read_before : -1;
+    policy.note_hint(read);
     // Without read_bytes, a hint cannot tell a warm file: one hinted batch a fault.
-    if (measure && read_after < 0) policy.note_new_epoch();
+    if (measure && read < 0) policy.note_new_epoch();
+    return read;
   } catch (...) {
+    return -1;
   }
 }
 
@@ -403,15 +413,19 @@ void gather_reading_ahead(const Dataset::Impl& d, std::span<const int64_t> indic
     return gather(d, indices, fields, threads);
   thread_local bool last_gather_slow = false;  // per thread: major faults are counted per thread
   if (!policy.hinting()) {  // Auto, and the page cache has not missed lately
-    const bool check = last_gather_slow || (d.first_batch_unchecked.load(std::memory_order_relaxed) &&
-                                            d.first_batch_unchecked.exchange(false, std::memory_order_relaxed));
+    const bool first = d.first_batch_unchecked.load(std::memory_order_relaxed) &&
+                       d.first_batch_unchecked.exchange(false, std::memory_order_relaxed);
     int64_t faults_before = -1;
-    if (check && d.mincore_reports_page_cache) {
-      thread_local std::vector<size_t> positions;
-      positions.clear();
-      for (const FieldCopy& f : fields) positions.push_back(f.field);
-      if (d.batch_looks_cold(indices, positions)) policy.note_gather_faults(1);
-    } else if (check) {
+    if ((first || last_gather_slow) && d.mincore_reports_page_cache) {
+      if (d.batch_looks_cold(indices, field_positions(fields))) policy.note_gather_faults(1);
+    } else if (first) {
+      // mincore would not tell, and the faults would tell too late (the kernel reads around
+      // every one): the first batch is hinted, and hints stay on if that read anything.
+      if (hint_batch(d, indices, fields) != 0) policy.note_gather_faults(1);
+      gather(d, indices, fields, threads);
+      last_gather_slow = true;
+      return;
+    } else if (last_gather_slow) {
       faults_before = detail::thread_major_faults();  // mincore would not tell: the faults will
     }
     if (!policy.hinting()) {

@@ -2,8 +2,12 @@
 // batch's pages to the kernel, what Dataset::prefetch asks the kernel to read, and that
 // hints never change a batch.
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <optional>
 #include <span>
 #include <string>
@@ -444,7 +448,9 @@ TEST(DatasetReadAheadTest, AutoHintsColdBatchesFromTheFirstAndStopsOnceTheyAreCa
 
   // A warm file is not hinted at all.
   for (int64_t first = 0; first < 2000; first += 100) (void)dataset.get_batch(spread_records(first, 100, 1), "x");
-  Dataset warm = Dataset::open(path);
+  ReaderOptions random_advice;  // no read-around below: the file stays cold where not read
+  random_advice.advice = AccessAdvice::Random;
+  Dataset warm = Dataset::open(path, random_advice);
   for (int k = 0; k < 10; ++k) (void)warm.get_batch(spread_records(k, 256), "x");
   EXPECT_EQ(warm.read_ahead_stats().batches_read_ahead, 0);
 
@@ -458,6 +464,55 @@ TEST(DatasetReadAheadTest, AutoHintsColdBatchesFromTheFirstAndStopsOnceTheyAreCa
     expect_gathered(warm.get_batch(fresh, "x"), fresh);
   }
   EXPECT_GE(warm.read_ahead_stats().batches_read_ahead, 1) << "a file gone cold was not hinted";
+}
+
+// Where mincore() would make its answer up (a file the reader neither owns nor may write),
+// the first batch is hinted to find out whether the file is cold: hints stay on when that
+// read anything, and stay off for a warm file. Run as another user in a child process.
+TEST(DatasetReadAheadTest, WhereMincoreWouldNotTellTheFirstBatchIsHintedToFindOut) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to read the file as a user who neither owns nor may write it";
+  if (detail::thread_storage_read_bytes() < 0) GTEST_SKIP() << "the kernel keeps no per-thread read_bytes";
+  TempDir dir;
+  const std::string path = write_page_sized_records(dir);
+  std::filesystem::permissions(dir.path(), std::filesystem::perms::others_read | std::filesystem::perms::others_exec,
+                               std::filesystem::perm_options::add);
+  std::filesystem::permissions(path, std::filesystem::perms::others_read, std::filesystem::perm_options::add);
+  if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // nobody; dumpable again, so that it may read its own /proc/thread-self/io.
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0 || ::prctl(PR_SET_DUMPABLE, 1) != 0) ::_exit(10);
+    if (detail::thread_storage_read_bytes() < 0) ::_exit(11);
+    try {
+      const std::vector<int64_t> batch = spread_records(5, 64);
+      ReaderOptions random_advice;  // the open's own reads must not read the small file around them
+      random_advice.advice = AccessAdvice::Random;
+      const Dataset cold = Dataset::open(path, random_advice);
+      const Tensor x = cold.get_batch(batch, "x");
+      if (x[63][0].item<float>() != static_cast<float>(batch[63])) ::_exit(12);
+      if (cold.read_ahead_stats().batches_read_ahead != 1 || !cold.read_ahead_stats().reading_ahead) ::_exit(13);
+      const Dataset warm = Dataset::open(path);
+      (void)warm.get_batch(batch, "x");
+      if (warm.read_ahead_stats().batches_read_ahead != 1 || warm.read_ahead_stats().reading_ahead) ::_exit(14);
+      for (int k = 0; k < 20; ++k) (void)warm.get_batch(batch, "x");
+      if (warm.read_ahead_stats().batches_read_ahead != 1) ::_exit(15);
+    } catch (...) {
+      ::_exit(16);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  const int code = WEXITSTATUS(status);
+  if (code == 10 || code == 11) GTEST_SKIP() << "cannot read as nobody here (" << code << ")";
+  EXPECT_NE(code, 12) << "the batch is wrong";
+  EXPECT_NE(code, 13) << "a cold first batch did not turn hints on";
+  EXPECT_NE(code, 14) << "a warm first batch was not hinted once, or left hints on";
+  EXPECT_NE(code, 15) << "a warm file went on being hinted";
+  EXPECT_NE(code, 16) << "an exception";
+  EXPECT_EQ(code, 0);
 }
 
 // Always hints every batch of two records or more, Never none; a record alone is never

@@ -58,8 +58,9 @@ struct ReaderOptions {
   // times a warm gather, so Auto hints only while the page cache misses. Hints are off at
   // open. The first batch, and the next batch after a gather that took 100 us or more on the
   // same thread, is checked: mincore() of a few of its records' pages, which turns hints on
-  // before that batch when one is missing (where mincore does not tell this user, for a file
-  // the user neither owns nor may write, the batch's major faults turn them on for the next).
+  // before that batch when one is missing. Where mincore does not tell this user (a file the
+  // user neither owns nor may write), the first batch is hinted to find out, and hints stay
+  // on if that read anything; later, a checked batch's major faults turn them on for the next.
   // A warm batch under 100 us pays for no check. Hints go off again after eight in a row
   // made the kernel read nothing (where Linux keeps no per-thread read_bytes, after each).
   // Always hints every batch of two or more records; Never none. A Loader's gathers follow
