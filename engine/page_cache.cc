@@ -62,8 +62,7 @@ int64_t thread_storage_read_bytes() noexcept {
 int64_t process_storage_read_bytes() noexcept { return read_bytes_of("/proc/self/io"); }
 
 bool mincore_reports_page_cache(const std::string& path, uid_t file_owner) {
-  const uid_t user = ::geteuid();
-  return user == 0 || user == file_owner || ::faccessat(AT_FDCWD, path.c_str(), W_OK, AT_EACCESS) == 0;
+  return ::geteuid() == file_owner || ::faccessat(AT_FDCWD, path.c_str(), W_OK, AT_EACCESS) == 0;
 }
 
 std::optional<CachedPages> cached_pages(const std::string& path) {

@@ -20,10 +20,13 @@ int64_t thread_storage_read_bytes() noexcept;
 // The same for the whole process (/proc/self/io), or -1.
 int64_t process_storage_read_bytes() noexcept;
 
-// Whether mincore() of a shared mapping of the file `st` describes (at `path`) reports the
-// page cache to this user. Since Linux 5.0 it reports every page as resident unless the
-// caller owns the file, may write it, or holds CAP_FOWNER (so that it cannot be used to spy
-// on other users' reads): for anyone else its answer is made up. Root is trusted.
+// Whether mincore() of a shared mapping of the file at `path` (owned by `file_owner`)
+// reports the page cache to this user. Since Linux 5.0 it reports every page as resident
+// unless the caller owns the file, may write it, or holds CAP_FOWNER over it (so that it
+// cannot be used to spy on other users' reads): for anyone else its answer is made up. True
+// when this user owns the file or may write it. Root is not trusted as such: root in a
+// container may hold no capability over a file owned outside it. Where CAP_FOWNER would have
+// been enough (root, a read-only mount), this says false: callers then do without mincore.
 bool mincore_reports_page_cache(const std::string& path, uid_t file_owner);
 
 // How many of a file's pages the page cache holds (mincore), of how many.
