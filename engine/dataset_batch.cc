@@ -6,6 +6,7 @@
 // records a few steps ahead, split across the shared thread pool by ranges of output rows
 // when the batch is large enough to pay for it.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -379,30 +380,63 @@ std::span<const size_t> field_positions(std::span<const FieldCopy> fields) {
 }
 
 // Hints the batch's fields (ReaderOptions::read_ahead) and returns what that made the
-// kernel read (-1: unknown). A hint never changes what a gather returns: whatever fails here
-// (a bad index, a damaged chunk entry) the gather reports.
+// kernel read (-1: unknown). Counts as a hint; what it found is the caller's to note. A hint
+// never changes what a gather returns: whatever fails here (a bad index, a damaged chunk
+// entry) the gather reports.
 int64_t hint_batch(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields) noexcept {
   detail::ReadAheadPolicy& policy = *d.read_ahead;
+  policy.count_hint();
   try {
     const std::span<const size_t> positions = field_positions(fields);
     const bool measure = policy.mode() == ReadAhead::Auto;
     const int64_t read_before = measure ? detail::thread_storage_read_bytes() : -1;
     d.prefetch(indices, positions);
     const int64_t read_after = read_before >= 0 ? detail::thread_storage_read_bytes() : -1;
-    const int64_t read = read_after >= 0 ? read_after - read_before : -1;
-    policy.note_hint(read);
-    // Without read_bytes, a hint cannot tell a warm file: one hinted batch a fault.
-    if (measure && read < 0) policy.note_new_epoch();
-    return read;
+    return read_after >= 0 ? read_after - read_before : -1;
   } catch (...) {
     return -1;
   }
 }
 
-// A gather that took this long may have waited for the disk: the next one on the thread is
-// checked (Auto, hints off). Below it, a warm gather pays for no check (a few system calls,
-// 1-3 us on a VM, against ~13 us for 256 784-byte records).
+// What a hint of a few of the batch's records (eight, spread over it) made the kernel read:
+// whether the batch is cold, where mincore() would not tell (-1: unknown). About 15 us.
+int64_t sample_read_bytes(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields) noexcept {
+  try {
+    constexpr size_t kSample = 8;
+    std::array<int64_t, kSample> sample{};
+    const size_t n = std::min(kSample, indices.size());
+    for (size_t k = 0; k < n; ++k) sample[k] = indices[k * indices.size() / n];
+    const int64_t read_before = detail::thread_storage_read_bytes();
+    if (read_before < 0) return -1;
+    d.prefetch(std::span<const int64_t>(sample.data(), n), field_positions(fields));
+    const int64_t read_after = detail::thread_storage_read_bytes();
+    return read_after >= 0 ? read_after - read_before : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+// Whether the batch's records lie within twice their count of one another: a sequential scan,
+// or a shard read in order. Auto leaves those to the kernel's own readahead, which runs ahead
+// of the reader; a hint just before the gather would read that batch alone, and keep the
+// kernel from running ahead (a cold sequential scan ran 3.5-4x slower hinted).
+bool records_are_dense(const Dataset::Impl& d, std::span<const int64_t> indices) {
+  uint64_t lowest = UINT64_MAX, highest = 0;
+  for (int64_t index : indices) {
+    const uint64_t i = static_cast<uint64_t>(index < 0 ? index + d.record_count : index);  // bad ones: the gather's to report
+    lowest = std::min(lowest, i);
+    highest = std::max(highest, i);
+  }
+  return highest - lowest < 2 * static_cast<uint64_t>(indices.size());
+}
+
+// A gather that took this long may have waited for the disk: the next batch of the same
+// dataset on the thread is checked (Auto, hints off), with mincore() (a few microseconds).
+// Below it, a warm gather pays for no check (~13 us for 256 784-byte records). Where mincore
+// would not tell, the check hints a sample of the batch (~15 us), so it waits for a slower
+// gather.
 constexpr auto kSlowGather = std::chrono::microseconds(100);
+constexpr auto kSlowGatherForSample = std::chrono::microseconds(500);
 
 // gather(), with the batch hinted first when ReaderOptions::read_ahead says so.
 void gather_reading_ahead(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields,
@@ -411,34 +445,61 @@ void gather_reading_ahead(const Dataset::Impl& d, std::span<const int64_t> indic
   if (indices.size() < 2 || fields.empty() || policy.mode() == ReadAhead::Never ||
       detail::ReadAheadPolicy::DatasetHintsOff::active())
     return gather(d, indices, fields, threads);
-  thread_local bool last_gather_slow = false;  // per thread: major faults are counted per thread
-  if (!policy.hinting()) {  // Auto, and the page cache has not missed lately
-    const bool first = d.first_batch_unchecked.load(std::memory_order_relaxed) &&
-                       d.first_batch_unchecked.exchange(false, std::memory_order_relaxed);
-    int64_t faults_before = -1;
-    if ((first || last_gather_slow) && d.mincore_reports_page_cache) {
-      if (d.batch_looks_cold(indices, field_positions(fields))) policy.note_gather_faults(1);
-    } else if (first) {
-      // mincore would not tell, and the faults would tell too late (the kernel reads around
-      // every one): the first batch is hinted, and hints stay on if that read anything.
-      if (hint_batch(d, indices, fields) != 0) policy.note_gather_faults(1);
-      gather(d, indices, fields, threads);
-      last_gather_slow = true;
-      return;
-    } else if (last_gather_slow) {
-      faults_before = detail::thread_major_faults();  // mincore would not tell: the faults will
+  if (policy.mode() == ReadAhead::Always) {
+    hint_batch(d, indices, fields);
+    return gather(d, indices, fields, threads);
+  }
+  // Auto. The last slow gather on this thread: of which dataset, and how slow. Per thread,
+  // because faults and read bytes are counted per thread; per dataset, so that a cold file
+  // read in turn with a warm one is still checked.
+  thread_local uint64_t slow_gather_of = 0;
+  thread_local std::chrono::nanoseconds slow_gather_took{0};
+  const bool after_slow = slow_gather_of == d.instance_id;
+  if (after_slow) slow_gather_of = 0;
+  const bool first = d.first_batch_unchecked.load(std::memory_order_relaxed) &&
+                     d.first_batch_unchecked.exchange(false, std::memory_order_relaxed);
+  const auto timed_gather = [&] {
+    const auto start = std::chrono::steady_clock::now();
+    gather(d, indices, fields, threads);
+    const auto took = std::chrono::steady_clock::now() - start;
+    if (took >= kSlowGather) {
+      slow_gather_of = d.instance_id;
+      slow_gather_took = took;
     }
+  };
+  if (records_are_dense(d, indices)) return timed_gather();  // the kernel's to read ahead
+  if (!policy.hinting()) {  // the page cache has not missed lately: is this batch cold?
+    int64_t faults_before = -1;
+    bool cold = false;
+    if (d.mincore_reports_page_cache) {
+      cold = (first || after_slow) && d.batch_looks_cold(indices, field_positions(fields));
+    } else if (first || (after_slow && slow_gather_took >= kSlowGatherForSample)) {
+      const int64_t read = sample_read_bytes(d, indices, fields);
+      cold = read > 0;
+      // Without read_bytes: the gather's major faults tell, for the next batch (pool threads
+      // fault too when there are several).
+      if (read < 0) faults_before = threads > 1 ? detail::process_major_faults() : detail::thread_major_faults();
+    }
+    if (cold) policy.note_gather_faults(1);
     if (!policy.hinting()) {
-      const auto start = std::chrono::steady_clock::now();
-      gather(d, indices, fields, threads);
-      last_gather_slow = std::chrono::steady_clock::now() - start >= kSlowGather;
-      if (faults_before >= 0) policy.note_gather_faults(detail::thread_major_faults() - faults_before);
+      timed_gather();
+      if (faults_before >= 0) {
+        const int64_t faults = (threads > 1 ? detail::process_major_faults() : detail::thread_major_faults()) - faults_before;
+        policy.note_gather_faults(faults);
+      }
       return;
     }
   }
-  hint_batch(d, indices, fields);
+  const int64_t read = hint_batch(d, indices, fields);
+  const auto start = std::chrono::steady_clock::now();
   gather(d, indices, fields, threads);
-  last_gather_slow = true;  // when hints stop, the next gather is checked
+  // Without read_bytes, a hinted gather that did not wait for the disk counts as a hint
+  // that found its batch cached.
+  policy.note_hint_found_cold(read >= 0 ? read > 0 : std::chrono::steady_clock::now() - start >= kSlowGather);
+  if (!policy.hinting()) {  // hints just stopped: the next batch is checked
+    slow_gather_of = d.instance_id;
+    slow_gather_took = kSlowGatherForSample;
+  }
 }
 
 }  // namespace

@@ -368,37 +368,43 @@ void Dataset::prefetch(std::span<const int64_t> indices, std::span<const std::st
 }
 
 bool Dataset::Impl::batch_looks_cold(std::span<const int64_t> indices, std::span<const size_t> fields) const noexcept {
-  const FieldPlan* first_fixed = nullptr;
+  // The largest field: a value already read (labels, say) says nothing about the images.
+  const FieldPlan* largest = nullptr;
   for (size_t f : fields)
-    if (plans[f].fixed) {
-      first_fixed = &plans[f];
-      break;
-    }
-  if (first_fixed == nullptr || indices.empty()) return false;
+    if (plans[f].fixed && (largest == nullptr || plans[f].value_bytes > largest->value_bytes)) largest = &plans[f];
+  if (largest == nullptr || largest->value_bytes == 0 || indices.empty()) return false;
   static const int64_t page = ::sysconf(_SC_PAGESIZE);
+  // Whether the page holding byte `offset` of the file is missing from the page cache. The
+  // mapping starts on a page boundary, and every offset below lies inside it (the index and
+  // the chunk entry are checked first).
+  const auto missing = [&](int64_t offset) {
+    unsigned char resident = 1;
+    void* at = const_cast<std::byte*>(base + offset / page * page);
+    return ::mincore(at, 1, &resident) == 0 && (resident & 1) == 0;
+  };
   try {
     const size_t n = indices.size();
     for (const size_t k : {size_t{0}, n / 4, n / 2, 3 * n / 4}) {  // spread: a batch may start in cached records
       const int64_t i = normalize_index(indices[k], "get_batch");
       int64_t offset = 0;
       if (contiguous) {
-        offset = data_offset + i * record_stride_bytes + first_fixed->offset_bytes;
+        offset = data_offset + i * record_stride_bytes + largest->offset_bytes;
       } else {
         const int64_t c = chunk_of(i);
-        const format::ChunkEntry e = check_entry(c);
+        const format::ChunkEntry e = entry_without_validating(c);
         check_chunk_holds(c, static_cast<int64_t>(e.first_record), e.record_count, i);
-        if (static_cast<Codec>(e.codec) != Codec::None) {
+        if (static_cast<Codec>(e.codec) != Codec::None) {  // read whole: its first and last pages
           if (cache->holds(c)) continue;
-          offset = static_cast<int64_t>(e.file_offset);
-        } else {
-          offset = static_cast<int64_t>(e.file_offset) + (i - static_cast<int64_t>(e.first_record)) * record_stride_bytes +
-                   first_fixed->offset_bytes;
+          if (missing(static_cast<int64_t>(e.file_offset)) ||
+              missing(static_cast<int64_t>(e.file_offset + e.stored_bytes) - 1))
+            return true;
+          continue;
         }
+        offset = static_cast<int64_t>(e.file_offset) + (i - static_cast<int64_t>(e.first_record)) * record_stride_bytes +
+                 largest->offset_bytes;
       }
-      unsigned char resident = 1;
-      // The mapping starts on a page boundary; `offset` lies inside it (checked above).
-      void* at = const_cast<std::byte*>(base + offset / page * page);
-      if (::mincore(at, 1, &resident) == 0 && (resident & 1) == 0) return true;
+      // The value's first and last pages (a 150 KB image spans 37).
+      if (missing(offset) || missing(offset + largest->value_bytes - 1)) return true;
     }
   } catch (...) {
   }

@@ -130,9 +130,9 @@ struct Dataset::Impl {
   mutable std::unique_ptr<detail::ChunkCache> cache;
   mutable std::unique_ptr<detail::ReadAheadPolicy> read_ahead;  // get_batch's (ReaderOptions::read_ahead)
   // Auto, hints off: get_batch checks whether a batch is cold on its first call (any thread),
-  // and on a thread whose previous gather was slow. With mincore when it tells this user
-  // about the page cache (detail::mincore_reports_page_cache), before the gather; else by
-  // the gather's major faults.
+  // and after this dataset's slow gather on the same thread (ReaderOptions::read_ahead): with
+  // mincore when it tells this user about the page cache (detail::mincore_reports_page_cache),
+  // else by hinting a sample of the batch.
   bool mincore_reports_page_cache = false;
   mutable std::atomic<bool> first_batch_unchecked{true};
   mutable std::atomic<int64_t> last_decoded_chunk{-1};  // to notice chunks decoded in order
@@ -202,10 +202,10 @@ struct Dataset::Impl {
   void check_chunk_holds(int64_t chunk, int64_t first_record, int64_t record_count, int64_t record) const;
   // Dataset::prefetch of the fields at schema positions `fields`.
   void prefetch(std::span<const int64_t> indices, std::span<const size_t> fields) const;
-  // Whether the page cache lacks the page where one of a few of these records' first fixed
-  // field (of `fields`) starts, or, compressed, its chunk's first page (unless the chunk
-  // cache holds the chunk): mincore() of up to four pages, a few microseconds. False when
-  // unsure (a bad index, a damaged chunk entry: the gather reports those).
+  // Whether the page cache lacks the first or last page of the largest fixed field's value
+  // (of `fields`) of one of four of these records, or, compressed, of its chunk (unless the
+  // chunk cache holds the chunk): mincore() of up to eight pages, a few microseconds. False
+  // when unsure (a bad index, a damaged chunk entry: the gather reports those).
   bool batch_looks_cold(std::span<const int64_t> indices, std::span<const size_t> fields) const noexcept;
   // Record `record`'s value of field `field`, as a view into `ref`.
   Tensor field_view(const ChunkRef& ref, int64_t record, size_t field) const;

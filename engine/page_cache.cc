@@ -51,6 +51,12 @@ int64_t thread_major_faults() noexcept {
   return static_cast<int64_t>(usage.ru_majflt);
 }
 
+int64_t process_major_faults() noexcept {
+  struct rusage usage {};
+  if (::getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<int64_t>(usage.ru_majflt);
+}
+
 int64_t thread_storage_read_bytes() noexcept {
   const int64_t bytes = read_bytes_of("/proc/thread-self/io");
   if (bytes >= 0) return bytes;

@@ -11,8 +11,9 @@
 
 namespace mmt::detail {
 
-// Major page faults the calling thread has taken so far.
+// Major page faults the calling thread has taken so far, and the whole process.
 int64_t thread_major_faults() noexcept;
+int64_t process_major_faults() noexcept;
 // Bytes the calling thread has had read from storage so far (read_bytes in
 // /proc/thread-self/io, which counts the reads a hint starts), or -1 when the kernel does
 // not keep that count.

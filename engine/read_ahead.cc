@@ -12,13 +12,18 @@ bool ReadAheadPolicy::note_gather_faults(int64_t major_faults) {
 }
 
 void ReadAheadPolicy::note_hint(int64_t read_bytes) {
-  batches_hinted_.fetch_add(1, std::memory_order_relaxed);
+  count_hint();
   if (mode_ != ReadAhead::Auto) return;
   if (read_bytes < 0) {
     read_bytes_unknown_.store(true, std::memory_order_relaxed);
     return;
   }
-  if (read_bytes > 0) {
+  note_hint_found_cold(read_bytes > 0);
+}
+
+void ReadAheadPolicy::note_hint_found_cold(bool cold) {
+  if (mode_ != ReadAhead::Auto) return;
+  if (cold) {
     warm_hints_in_a_row_.store(0, std::memory_order_relaxed);
     return;
   }

@@ -55,6 +55,11 @@ class ReadAheadPolicy {
   bool note_gather_faults(int64_t major_faults);
   // A hint was given; `read_bytes` is what it made the kernel read (-1: unknown).
   void note_hint(int64_t read_bytes);
+  // The same in two steps, for a caller that learns what a hint found later: a hint was
+  // given; then, Auto, whether it found its batch missing from the page cache (eight in a
+  // row that did not turn hints off).
+  void count_hint() { batches_hinted_.fetch_add(1, std::memory_order_relaxed); }
+  void note_hint_found_cold(bool cold);
   // Auto, without a read_bytes count: hints off until a gather faults again.
   void note_new_epoch();
   int64_t batches_hinted() const { return batches_hinted_.load(std::memory_order_relaxed); }

@@ -53,16 +53,23 @@ struct ReaderOptions {
   AccessAdvice advice = AccessAdvice::Normal;
   // Whether get_batch() first hints its batch (prefetch() of the fields it gathers), so that
   // a cold batch's reads are in flight together instead of one page fault at a time, each of
-  // which the kernel reads around (bench/RESULTS.md: 3.3x faster for random 784-byte records
-  // from disk, an eighth of the bytes read). A hint costs about a microsecond a record, many
-  // times a warm gather, so Auto hints only while the page cache misses. Hints are off at
-  // open. The first batch, and the next batch after a gather that took 100 us or more on the
-  // same thread, is checked: mincore() of a few of its records' pages, which turns hints on
-  // before that batch when one is missing. Where mincore does not tell this user (a file the
-  // user neither owns nor may write), the first batch is hinted to find out, and hints stay
-  // on if that read anything; later, a checked batch's major faults turn them on for the next.
-  // A warm batch under 100 us pays for no check. Hints go off again after eight in a row
-  // made the kernel read nothing (where Linux keeps no per-thread read_bytes, after each).
+  // which the kernel reads around (bench/RESULTS.md: about 5x faster for random 784-byte
+  // records from disk, an eighth of the bytes read). A hint costs about a microsecond a
+  // record, many times a warm gather, so Auto hints only while the page cache misses:
+  //   - hints are off at open;
+  //   - a batch is checked when it is the dataset's first, or when this dataset's previous
+  //     gather on the same thread took 100 us or more (or was the last hinted one): mincore()
+  //     of the first and last pages of the largest field's value of four of its records. A
+  //     missing page turns hints on, for this batch too. A warm gather under 100 us pays for
+  //     no check;
+  //   - where mincore does not tell this user (a file the user neither owns nor may write),
+  //     the check hints eight of the batch's records and looks at what that read (Linux's
+  //     per-thread read_bytes), and after a slow gather only when it took 500 us or more;
+  //   - a batch of neighbouring records (all within twice the batch size of one another: a
+  //     sequential scan, a shard read in order) is never hinted: the kernel's own readahead
+  //     runs ahead of such a reader, and a hint just before the gather would stop it;
+  //   - hints go off after eight in a row made the kernel read nothing (without read_bytes:
+  //     eight hinted gathers in a row under 100 us).
   // Always hints every batch of two or more records; Never none. A Loader's gathers follow
   // LoaderOptions::read_ahead instead, which hints batches ahead of their gathers.
   ReadAhead read_ahead = ReadAhead::Auto;
@@ -71,7 +78,7 @@ struct ReaderOptions {
 // What get_batch()'s read-ahead has done (ReaderOptions::read_ahead).
 struct ReadAheadStats {
   int64_t batches_read_ahead = 0;  // batches hinted
-  bool reading_ahead = false;      // whether the next batch will be
+  bool reading_ahead = false;      // whether hints are on (Auto: a checked batch may turn them on)
 };
 
 struct ChunkInfo {
