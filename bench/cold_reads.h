@@ -103,8 +103,10 @@ inline const std::string& cold_reads_unavailable() {
 }
 
 // Rounds of two passes over the cold file of `written` (its pages dropped before each pass),
-// one with read-ahead Never and one with Auto, alternated. `read_pass(path, mode, seed)`
-// opens the file, reads it with that read-ahead, and returns the bytes it delivered; each
+// one with read-ahead Never and one with Auto, alternated. `read_pass(path, mode, seed, end)`
+// opens the file, reads it with that read-ahead, calls end() after its last read (before its
+// loader stops and its dataset closes: their teardown is not timed, and what a loader's
+// workers read ahead after that is not counted), and returns the bytes it delivered; each
 // pass takes a new seed. The time of a pass includes the open.
 template <typename ReadPass>
 void run_cold_random_passes(benchmark::State& state, const Dataset& written, ReadPass read_pass) {
@@ -125,15 +127,15 @@ void run_cold_random_passes(benchmark::State& state, const Dataset& written, Rea
   uint64_t seed = 1;
   auto pass = [&](ReadAhead read_ahead) -> std::optional<Pass> {
     Pass result;
-    {
-      if (!detail::drop_from_page_cache(path, &why_not)) return std::nullopt;  // a warm pass measures nothing
-      const int64_t read_before = detail::process_storage_read_bytes();
-      const double t0 = now_seconds();
-      result.delivered = read_pass(path, read_ahead, seed++);
+    if (!detail::drop_from_page_cache(path, &why_not)) return std::nullopt;  // a warm pass measures nothing
+    const int64_t read_before = detail::process_storage_read_bytes();
+    const double t0 = now_seconds();
+    const auto end = [&] {
       result.seconds = now_seconds() - t0;
       result.read = detail::process_storage_read_bytes() - read_before;
-    }  // read_pass closed its dataset (and stopped its loader) before the next pass evicts
-    return result;
+    };
+    result.delivered = read_pass(path, read_ahead, seed++, end);
+    return result;  // read_pass closed its dataset (and stopped its loader) before the next pass evicts
   };
   std::vector<double> ratios;
   double auto_seconds = 0, never_seconds = 0;

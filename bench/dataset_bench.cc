@@ -25,6 +25,8 @@
 //     the dataset opened after), ReaderOptions::read_ahead Auto against Never, alternated:
 //     vs_never = time(Never) / time(Auto); read_amplification = bytes read from storage /
 //     bytes delivered. Skips itself where the temporary folder keeps files in memory.
+//   BM_GetBatchColdSequential: the same for 400 consecutive batches from a random record
+//     (80 MB): the kernel's readahead serves them; Auto must not slow them (vs_never ~1).
 #include <benchmark/benchmark.h>
 #include <lz4.h>
 #include <unistd.h>
@@ -283,25 +285,57 @@ void BM_Open(benchmark::State& state) {
 
 // get_batch of random batches from a cold file, with ReaderOptions::read_ahead Auto (the
 // default) against Never, alternated (bench/cold_reads.h).
+constexpr int64_t kColdBatches = 40, kColdBatch = 256;
+
 void BM_GetBatchColdRandom(benchmark::State& state) {
   if (const std::string& why = bench::cold_reads_unavailable(); !why.empty())
     return state.SkipWithError(("no cold reads to measure: " + why).c_str());
-  constexpr int64_t kBatches = 40, kBatch = 256;
   bench::run_cold_random_passes(
-      state, bench::small_records_dataset(), [](const std::string& path, ReadAhead read_ahead, uint64_t seed) {
+      state, bench::small_records_dataset(),
+      [](const std::string& path, ReadAhead read_ahead, uint64_t seed, const auto& end) {
         ReaderOptions options;
         options.read_ahead = read_ahead;
         const Dataset dataset = Dataset::open(path, options);
         const std::vector<std::string> fields{"image", "label"};
-        const std::vector<Tensor> outs{empty({kBatch, 1, 28, 28}, kUInt8), empty({kBatch}, kInt64)};
+        const std::vector<Tensor> outs{empty({kColdBatch, 1, 28, 28}, kUInt8), empty({kColdBatch}, kInt64)};
         std::mt19937_64 random(seed);
         std::uniform_int_distribution<int64_t> record(0, dataset.size() - 1);
-        std::vector<int64_t> indices(kBatch);
-        for (int64_t b = 0; b < kBatches; ++b) {
+        std::vector<int64_t> indices(kColdBatch);
+        for (int64_t b = 0; b < kColdBatches; ++b) {
           for (int64_t& i : indices) i = record(random);
           dataset.get_batch(indices, fields, outs, /*threads=*/1);
         }
-        return kBatches * (outs[0].nbytes() + outs[1].nbytes());
+        end();
+        return kColdBatches * (outs[0].nbytes() + outs[1].nbytes());
+      });
+}
+
+// The same for a run of consecutive batches: the kernel's own readahead serves it, and Auto
+// must leave it so (it does not hint batches of neighbouring records).
+constexpr int64_t kSequentialBatches = 400;  // 80 MB
+
+void BM_GetBatchColdSequential(benchmark::State& state) {
+  if (const std::string& why = bench::cold_reads_unavailable(); !why.empty())
+    return state.SkipWithError(("no cold reads to measure: " + why).c_str());
+  bench::run_cold_random_passes(
+      state, bench::small_records_dataset(),
+      [](const std::string& path, ReadAhead read_ahead, uint64_t seed, const auto& end) {
+        ReaderOptions options;
+        options.read_ahead = read_ahead;
+        const Dataset dataset = Dataset::open(path, options);
+        const std::vector<std::string> fields{"image", "label"};
+        const std::vector<Tensor> outs{empty({kColdBatch, 1, 28, 28}, kUInt8), empty({kColdBatch}, kInt64)};
+        std::mt19937_64 random(seed);
+        // A run of consecutive batches from a random place (a rank's shard, a resumed scan).
+        const int64_t runs = kSequentialBatches * kColdBatch;
+        int64_t next = std::uniform_int_distribution<int64_t>(0, dataset.size() - runs)(random);
+        std::vector<int64_t> indices(kColdBatch);
+        for (int64_t b = 0; b < kSequentialBatches; ++b) {
+          for (int64_t& i : indices) i = next++;
+          dataset.get_batch(indices, fields, outs, /*threads=*/1);
+        }
+        end();
+        return kSequentialBatches * (outs[0].nbytes() + outs[1].nbytes());
       });
 }
 
@@ -320,3 +354,4 @@ BENCHMARK(BM_ReadCompressed)
     ->UseRealTime();
 BENCHMARK(BM_Open)->Arg(1000)->Arg(100000000)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GetBatchColdRandom)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GetBatchColdSequential)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);

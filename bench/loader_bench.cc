@@ -208,7 +208,7 @@ void BM_LoaderVsGetBatch(benchmark::State& state) {
 // batch's bytes.
 template <typename Delivered>
 auto loader_pass(int64_t batches, Delivered delivered) {
-  return [batches, delivered](const std::string& path, ReadAhead read_ahead, uint64_t seed) {
+  return [batches, delivered](const std::string& path, ReadAhead read_ahead, uint64_t seed, const auto& end) {
     Dataset dataset = Dataset::open(path);
     LoaderOptions options;
     options.batch_size = kHostBatch;
@@ -220,6 +220,7 @@ auto loader_pass(int64_t batches, Delivered delivered) {
     Loader loader(dataset, options);
     int64_t bytes = 0;
     for (int64_t b = 0; b < batches; ++b) bytes += delivered(*loader.next());
+    end();
     return bytes;
   };
 }
