@@ -467,6 +467,7 @@ void gather_reading_ahead(const Dataset::Impl& d, std::span<const int64_t> indic
       slow_gather_took = took;
     }
   };
+  if (!policy.hinting() && !first && !after_slow) return timed_gather();  // warm lately: nothing to check
   if (records_are_dense(d, indices)) return timed_gather();  // the kernel's to read ahead
   if (!policy.hinting()) {  // the page cache has not missed lately: is this batch cold?
     int64_t faults_before = -1;
