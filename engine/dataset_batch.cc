@@ -5,6 +5,8 @@
 // are dense in the same order (else the engine's strided copy), with software prefetch of
 // records a few steps ahead, split across the shared thread pool by ranges of output rows
 // when the batch is large enough to pay for it.
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -416,10 +418,11 @@ int64_t sample_read_bytes(const Dataset::Impl& d, std::span<const int64_t> indic
   }
 }
 
-// Whether the batch's records lie within twice their count of one another: a sequential scan,
-// or a shard read in order. Auto leaves those to the kernel's own readahead, which runs ahead
-// of the reader; a hint just before the gather would read that batch alone, and keep the
-// kernel from running ahead (a cold sequential scan ran 3.5-4x slower hinted).
+// Whether the batch's records lie close together: within twice the pages they would fill
+// alone (a sequential scan, or a shard read in order, strided by the ranks as a distributed
+// sampler without shuffling reads it). Auto leaves those to the kernel's own readahead, which
+// runs ahead of the reader; a hint just before the gather would read that batch alone, and
+// keep the kernel from running ahead (a cold sequential scan ran 3.5-4x slower hinted).
 bool records_are_dense(const Dataset::Impl& d, std::span<const int64_t> indices) {
   uint64_t lowest = UINT64_MAX, highest = 0;
   for (int64_t index : indices) {
@@ -427,7 +430,47 @@ bool records_are_dense(const Dataset::Impl& d, std::span<const int64_t> indices)
     lowest = std::min(lowest, i);
     highest = std::max(highest, i);
   }
-  return highest - lowest < 2 * static_cast<uint64_t>(indices.size());
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t stride = static_cast<uint64_t>(std::max<int64_t>(d.record_stride_bytes, 1));
+  const uint64_t pages_alone = 2 * indices.size() * ((stride + page - 1) / page);
+  const uint64_t span = highest - lowest + 1;  // records; huge for a bad index (not dense)
+  return span <= pages_alone * page / stride;
+}
+
+// The major page faults a gather on `threads` threads is charged with: the calling thread's,
+// or the process's when pool threads copy too.
+int64_t major_faults(int threads) {
+  return threads > 1 ? detail::process_major_faults() : detail::thread_major_faults();
+}
+
+// Per thread (faults and read bytes are counted per thread), the datasets whose last gather
+// here was slow, and how slow: their next batch is checked. A few at once, so that datasets
+// read in turn on one thread do not erase each other's marks.
+struct SlowGatherMark {
+  uint64_t dataset = 0;  // Dataset::Impl::instance_id; 0: free
+  std::chrono::nanoseconds took{0};
+};
+constexpr size_t kSlowGatherMarks = 8;
+thread_local std::array<SlowGatherMark, kSlowGatherMarks> slow_gather_marks;
+thread_local size_t next_mark_to_replace = 0;
+
+void mark_slow_gather(uint64_t dataset, std::chrono::nanoseconds took) {
+  SlowGatherMark* slot = nullptr;
+  for (SlowGatherMark& mark : slow_gather_marks)
+    if (mark.dataset == dataset || (slot == nullptr && mark.dataset == 0)) slot = &mark;
+  if (slot == nullptr) slot = &slow_gather_marks[next_mark_to_replace++ % kSlowGatherMarks];
+  *slot = {dataset, took};
+}
+
+// Whether `dataset` has a mark here; takes it.
+bool take_slow_gather_mark(uint64_t dataset, std::chrono::nanoseconds& took) {
+  for (SlowGatherMark& mark : slow_gather_marks)
+    if (mark.dataset == dataset) {
+      took = mark.took;
+      mark.dataset = 0;
+      return true;
+    }
+  return false;
 }
 
 // A gather that took this long may have waited for the disk: the next batch of the same
@@ -449,23 +492,16 @@ void gather_reading_ahead(const Dataset::Impl& d, std::span<const int64_t> indic
     hint_batch(d, indices, fields);
     return gather(d, indices, fields, threads);
   }
-  // Auto. The last slow gather on this thread: of which dataset, and how slow. Per thread,
-  // because faults and read bytes are counted per thread; per dataset, so that a cold file
-  // read in turn with a warm one is still checked.
-  thread_local uint64_t slow_gather_of = 0;
-  thread_local std::chrono::nanoseconds slow_gather_took{0};
-  const bool after_slow = slow_gather_of == d.instance_id;
-  if (after_slow) slow_gather_of = 0;
+  // Auto. Whether this dataset's last gather on this thread was slow, and how slow.
+  std::chrono::nanoseconds slow_gather_took{0};
+  const bool after_slow = take_slow_gather_mark(d.instance_id, slow_gather_took);
   const bool first = d.first_batch_unchecked.load(std::memory_order_relaxed) &&
                      d.first_batch_unchecked.exchange(false, std::memory_order_relaxed);
   const auto timed_gather = [&] {
     const auto start = std::chrono::steady_clock::now();
     gather(d, indices, fields, threads);
     const auto took = std::chrono::steady_clock::now() - start;
-    if (took >= kSlowGather) {
-      slow_gather_of = d.instance_id;
-      slow_gather_took = took;
-    }
+    if (took >= kSlowGather) mark_slow_gather(d.instance_id, took);
   };
   if (!policy.hinting() && !first && !after_slow) return timed_gather();  // warm lately: nothing to check
   if (records_are_dense(d, indices)) return timed_gather();  // the kernel's to read ahead
@@ -479,28 +515,27 @@ void gather_reading_ahead(const Dataset::Impl& d, std::span<const int64_t> indic
       cold = read > 0;
       // Without read_bytes: the gather's major faults tell, for the next batch (pool threads
       // fault too when there are several).
-      if (read < 0) faults_before = threads > 1 ? detail::process_major_faults() : detail::thread_major_faults();
+      if (read < 0) faults_before = major_faults(threads);
     }
     if (cold) policy.note_gather_faults(1);
     if (!policy.hinting()) {
       timed_gather();
-      if (faults_before >= 0) {
-        const int64_t faults = (threads > 1 ? detail::process_major_faults() : detail::thread_major_faults()) - faults_before;
-        policy.note_gather_faults(faults);
-      }
+      if (faults_before >= 0) policy.note_gather_faults(major_faults(threads) - faults_before);
       return;
     }
   }
+  // Without read_bytes, what the hint found is told by mincore before it, where mincore
+  // tells, else by the gather's major faults after it.
+  const bool read_bytes_known = detail::thread_storage_read_bytes_known();
+  const bool looked_cold = !read_bytes_known && d.mincore_reports_page_cache &&
+                           d.batch_looks_cold(indices, field_positions(fields));
   const int64_t read = hint_batch(d, indices, fields);
-  const auto start = std::chrono::steady_clock::now();
+  const int64_t faults_before = read < 0 && !d.mincore_reports_page_cache ? major_faults(threads) : -1;
   gather(d, indices, fields, threads);
-  // Without read_bytes, a hinted gather that did not wait for the disk counts as a hint
-  // that found its batch cached.
-  policy.note_hint_found_cold(read >= 0 ? read > 0 : std::chrono::steady_clock::now() - start >= kSlowGather);
-  if (!policy.hinting()) {  // hints just stopped: the next batch is checked
-    slow_gather_of = d.instance_id;
-    slow_gather_took = kSlowGatherForSample;
-  }
+  if (read >= 0) policy.note_hint_found_cold(read > 0);
+  else if (d.mincore_reports_page_cache) policy.note_hint_found_cold(looked_cold);
+  else policy.note_hint_found_cold(faults_before >= 0 && major_faults(threads) > faults_before);
+  if (!policy.hinting()) mark_slow_gather(d.instance_id, kSlowGatherForSample);  // hints just stopped: check the next batch
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <memory>
 #include <unordered_map>
@@ -374,13 +375,22 @@ bool Dataset::Impl::batch_looks_cold(std::span<const int64_t> indices, std::span
     if (plans[f].fixed && (largest == nullptr || plans[f].value_bytes > largest->value_bytes)) largest = &plans[f];
   if (largest == nullptr || largest->value_bytes == 0 || indices.empty()) return false;
   static const int64_t page = ::sysconf(_SC_PAGESIZE);
-  // Whether the page holding byte `offset` of the file is missing from the page cache. The
-  // mapping starts on a page boundary, and every offset below lies inside it (the index and
-  // the chunk entry are checked first).
-  const auto missing = [&](int64_t offset) {
-    unsigned char resident = 1;
-    void* at = const_cast<std::byte*>(base + offset / page * page);
-    return ::mincore(at, 1, &resident) == 0 && (resident & 1) == 0;
+  // Whether a page of bytes [begin, end) of the file is missing from the page cache: every
+  // page up to 64 (one mincore call), else the first, middle and last. The mapping starts on
+  // a page boundary, and every range below lies inside it (the index and the chunk entry are
+  // checked first).
+  const auto missing = [&](int64_t begin, int64_t end) {
+    constexpr int64_t kMaxPages = 64;
+    std::array<unsigned char, kMaxPages> resident{};
+    const int64_t first_page = begin / page, last_page = (end - 1) / page;
+    const auto any_missing = [&](int64_t from, int64_t pages) {
+      resident.fill(1);
+      if (::mincore(const_cast<std::byte*>(base + from * page), static_cast<size_t>(pages * page), resident.data()) != 0)
+        return false;
+      return std::any_of(resident.begin(), resident.begin() + pages, [](unsigned char r) { return (r & 1) == 0; });
+    };
+    if (last_page - first_page < kMaxPages) return any_missing(first_page, last_page - first_page + 1);
+    return any_missing(first_page, 1) || any_missing((first_page + last_page) / 2, 1) || any_missing(last_page, 1);
   };
   try {
     const size_t n = indices.size();
@@ -395,16 +405,16 @@ bool Dataset::Impl::batch_looks_cold(std::span<const int64_t> indices, std::span
         check_chunk_holds(c, static_cast<int64_t>(e.first_record), e.record_count, i);
         if (static_cast<Codec>(e.codec) != Codec::None) {  // read whole: its first and last pages
           if (cache->holds(c)) continue;
-          if (missing(static_cast<int64_t>(e.file_offset)) ||
-              missing(static_cast<int64_t>(e.file_offset + e.stored_bytes) - 1))
+          if (missing(static_cast<int64_t>(e.file_offset), static_cast<int64_t>(e.file_offset + e.stored_bytes)))
             return true;
           continue;
         }
         offset = static_cast<int64_t>(e.file_offset) + (i - static_cast<int64_t>(e.first_record)) * record_stride_bytes +
                  largest->offset_bytes;
       }
-      // The value's first and last pages (a 150 KB image spans 37).
-      if (missing(offset) || missing(offset + largest->value_bytes - 1)) return true;
+      // The whole value: its first and last pages may be cached with its neighbours' fields
+      // (labels read already), and a 150 KB image spans 37.
+      if (missing(offset, offset + largest->value_bytes)) return true;
     }
   } catch (...) {
   }

@@ -157,8 +157,8 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   // Asked of the path: a file renamed onto it since the stat above (a writer replacing the
   // dataset) may not be the one mapped, and then mincore is not relied on.
   struct stat now {};
-  impl->mincore_reports_page_cache = ::stat(path.c_str(), &now) == 0 && now.st_dev == st.st_dev &&
-                                     now.st_ino == st.st_ino && detail::mincore_reports_page_cache(path, st.st_uid);
+  impl->mincore_reports_page_cache = detail::mincore_reports_page_cache(path, st.st_uid) &&
+                                     ::stat(path.c_str(), &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino;
   impl->instance_id = next_instance_id.fetch_add(1, std::memory_order_relaxed);
   return impl;
 }

@@ -65,6 +65,10 @@ int64_t thread_storage_read_bytes() noexcept {
   std::snprintf(task_io, sizeof task_io, "/proc/self/task/%ld/io", static_cast<long>(::syscall(SYS_gettid)));
   return read_bytes_of(task_io);
 }
+bool thread_storage_read_bytes_known() noexcept {
+  thread_local const bool known = thread_storage_read_bytes() >= 0;
+  return known;
+}
 int64_t process_storage_read_bytes() noexcept { return read_bytes_of("/proc/self/io"); }
 
 bool mincore_reports_page_cache(const std::string& path, uid_t file_owner) {

@@ -18,6 +18,8 @@ int64_t process_major_faults() noexcept;
 // /proc/thread-self/io, which counts the reads a hint starts), or -1 when the kernel does
 // not keep that count.
 int64_t thread_storage_read_bytes() noexcept;
+// Whether thread_storage_read_bytes() gives a count on this thread (asked once a thread).
+bool thread_storage_read_bytes_known() noexcept;
 // The same for the whole process (/proc/self/io), or -1.
 int64_t process_storage_read_bytes() noexcept;
 

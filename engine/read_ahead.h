@@ -1,7 +1,8 @@
 // ReadAheadPolicy: when the loader asks the kernel to read a batch's pages before the batch
 // is gathered (LoaderOptions::read_ahead). Dataset::get_batch uses it too
 // (ReaderOptions::read_ahead), hinting its own batch just before gathering it, with Auto's
-// hints off at open and its gathers' faults watched as dataset.h says.
+// hints off at open and turned on by its own checks of a batch (mincore, or a hinted sample),
+// as dataset.h says. The rules below are the loader's.
 //
 // Why. A gather from a cold file takes one page fault at a time: each waits for the disk,
 // and with the kernel's read-around each may read megabytes around one 784-byte record.

@@ -58,18 +58,22 @@ struct ReaderOptions {
   // record, many times a warm gather, so Auto hints only while the page cache misses:
   //   - hints are off at open;
   //   - a batch is checked when it is the dataset's first, or when this dataset's previous
-  //     gather on the same thread took 100 us or more (or was the last hinted one): mincore()
-  //     of the first and last pages of the largest field's value of four of its records. A
-  //     missing page turns hints on, for this batch too. A warm gather under 100 us pays for
-  //     no check;
+  //     gather on the same thread took 100 us or more (or was the last hinted one; each
+  //     thread keeps such marks for eight datasets at once): mincore() of the pages of the
+  //     largest field's value (up to 64 pages; else the first, middle and last) of four of its
+  //     records. A missing page turns hints on, for this batch too. A warm gather under
+  //     100 us pays for no check;
   //   - where mincore does not tell this user (a file the user neither owns nor may write),
   //     the check hints eight of the batch's records and looks at what that read (Linux's
-  //     per-thread read_bytes), and after a slow gather only when it took 500 us or more;
-  //   - a batch of neighbouring records (all within twice the batch size of one another: a
-  //     sequential scan, a shard read in order) is never hinted: the kernel's own readahead
-  //     runs ahead of such a reader, and a hint just before the gather would stop it;
-  //   - hints go off after eight in a row made the kernel read nothing (without read_bytes:
-  //     eight hinted gathers in a row under 100 us).
+  //     per-thread read_bytes; without it, the gather's major faults turn hints on for the
+  //     next batch), and after a slow gather only when it took 500 us or more;
+  //   - a batch of neighbouring records (within twice the pages its records would fill
+  //     alone: a sequential scan, a shard read in order) is never hinted, and uses up its
+  //     check (the dataset's first one too): the kernel's own readahead runs ahead of such a
+  //     reader, and a hint just before the gather would stop it;
+  //   - hints go off after eight in a row found their batch cached: they made the kernel read
+  //     nothing (without read_bytes: mincore found the batch cached before the hint, or,
+  //     where mincore does not tell, the gather took no major fault).
   // Always hints every batch of two or more records; Never none. A Loader's gathers follow
   // LoaderOptions::read_ahead instead, which hints batches ahead of their gathers.
   ReadAhead read_ahead = ReadAhead::Auto;
