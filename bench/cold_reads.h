@@ -130,11 +130,17 @@ void run_cold_random_passes(benchmark::State& state, const Dataset& written, Rea
     if (!detail::drop_from_page_cache(path, &why_not)) return std::nullopt;  // a warm pass measures nothing
     const int64_t read_before = detail::process_storage_read_bytes();
     const double t0 = now_seconds();
+    bool ended = false;
     const auto end = [&] {
       result.seconds = now_seconds() - t0;
       result.read = detail::process_storage_read_bytes() - read_before;
+      ended = true;
     };
     result.delivered = read_pass(path, read_ahead, seed++, end);
+    if (!ended) {
+      why_not = "the pass never called end()";
+      return std::nullopt;
+    }
     return result;  // read_pass closed its dataset (and stopped its loader) before the next pass evicts
   };
   std::vector<double> ratios;

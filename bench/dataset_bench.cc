@@ -25,8 +25,9 @@
 //     the dataset opened after), ReaderOptions::read_ahead Auto against Never, alternated:
 //     vs_never = time(Never) / time(Auto); read_amplification = bytes read from storage /
 //     bytes delivered. Skips itself where the temporary folder keeps files in memory.
-//   BM_GetBatchColdSequential: the same for 400 consecutive batches from a random record
-//     (80 MB): the kernel's readahead serves them; Auto must not slow them (vs_never ~1).
+//   BM_GetBatchColdSequential/stride: the same for 400 consecutive batches from a random
+//     record (80 MB), or 50 batches of one rank's share of 8 (every 8th record): the kernel's readahead
+//     serves them; Auto must not slow them (vs_never ~1).
 #include <benchmark/benchmark.h>
 #include <lz4.h>
 #include <unistd.h>
@@ -38,6 +39,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mmtensor/dataset.h"
@@ -310,8 +312,8 @@ void BM_GetBatchColdRandom(benchmark::State& state) {
       });
 }
 
-// The same for a run of consecutive batches: the kernel's own readahead serves it, and Auto
-// must leave it so (it does not hint batches of neighbouring records).
+// The same for a run of consecutive batches, or every `stride`-th record of a run: the kernel's
+// own readahead serves it, and Auto must leave it so (it does not hint neighbouring records).
 constexpr int64_t kSequentialBatches = 400;  // 80 MB
 
 void BM_GetBatchColdSequential(benchmark::State& state) {
@@ -319,23 +321,24 @@ void BM_GetBatchColdSequential(benchmark::State& state) {
     return state.SkipWithError(("no cold reads to measure: " + why).c_str());
   bench::run_cold_random_passes(
       state, bench::small_records_dataset(),
-      [](const std::string& path, ReadAhead read_ahead, uint64_t seed, const auto& end) {
+      [stride = state.range(0)](const std::string& path, ReadAhead read_ahead, uint64_t seed, const auto& end) {
         ReaderOptions options;
         options.read_ahead = read_ahead;
         const Dataset dataset = Dataset::open(path, options);
         const std::vector<std::string> fields{"image", "label"};
         const std::vector<Tensor> outs{empty({kColdBatch, 1, 28, 28}, kUInt8), empty({kColdBatch}, kInt64)};
         std::mt19937_64 random(seed);
-        // A run of consecutive batches from a random place (a rank's shard, a resumed scan).
-        const int64_t runs = kSequentialBatches * kColdBatch;
-        int64_t next = std::uniform_int_distribution<int64_t>(0, dataset.size() - runs)(random);
+        // A run of consecutive batches from a random place (a resumed scan), or one rank's
+        // share of them (a distributed sampler without shuffling: every `stride`-th record).
+        const int64_t batches = kSequentialBatches / stride, span = batches * kColdBatch * stride;
+        int64_t next = std::uniform_int_distribution<int64_t>(0, dataset.size() - span)(random);
         std::vector<int64_t> indices(kColdBatch);
-        for (int64_t b = 0; b < kSequentialBatches; ++b) {
-          for (int64_t& i : indices) i = next++;
+        for (int64_t b = 0; b < batches; ++b) {
+          for (int64_t& i : indices) i = std::exchange(next, next + stride);
           dataset.get_batch(indices, fields, outs, /*threads=*/1);
         }
         end();
-        return kSequentialBatches * (outs[0].nbytes() + outs[1].nbytes());
+        return batches * (outs[0].nbytes() + outs[1].nbytes());
       });
 }
 
@@ -354,4 +357,4 @@ BENCHMARK(BM_ReadCompressed)
     ->UseRealTime();
 BENCHMARK(BM_Open)->Arg(1000)->Arg(100000000)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GetBatchColdRandom)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_GetBatchColdSequential)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GetBatchColdSequential)->Arg(1)->Arg(8)->ArgName("stride")->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
