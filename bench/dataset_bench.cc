@@ -26,8 +26,8 @@
 //     vs_never = time(Never) / time(Auto); read_amplification = bytes read from storage /
 //     bytes delivered. Skips itself where the temporary folder keeps files in memory.
 //   BM_GetBatchColdSequential/stride: the same for 400 consecutive batches from a random
-//     record (80 MB), or 50 batches of one rank's share of 8 (every 8th record): the kernel's readahead
-//     serves them; Auto must not slow them (vs_never ~1).
+//     record (80 MB), or 50 batches of one rank's share of 8 (every 8th record): the
+//     kernel's readahead serves them; Auto must not slow them (vs_never ~1).
 #include <benchmark/benchmark.h>
 #include <lz4.h>
 #include <unistd.h>
@@ -285,61 +285,64 @@ void BM_Open(benchmark::State& state) {
   state.counters["records"] = static_cast<double>(state.range(0));
 }
 
-// get_batch of random batches from a cold file, with ReaderOptions::read_ahead Auto (the
-// default) against Never, alternated (bench/cold_reads.h).
-constexpr int64_t kColdBatches = 40, kColdBatch = 256;
+// Cold passes of get_batch (bench/cold_reads.h): the dataset opened with the pass's
+// read-ahead, then batches of kColdBatch records (image and label) gathered into one set of
+// buffers on one thread. `batches_for(dataset, random)` makes the pass's batch maker: it
+// fills a batch's indices and returns true, or returns false when the pass is done.
+constexpr int64_t kColdBatch = 256;
 
+template <typename BatchesFor>
+auto get_batch_pass(BatchesFor batches_for) {
+  return [batches_for](const std::string& path, ReadAhead read_ahead, uint64_t seed, const auto& end) {
+    ReaderOptions options;
+    options.read_ahead = read_ahead;
+    const Dataset dataset = Dataset::open(path, options);
+    const std::vector<std::string> fields{"image", "label"};
+    const std::vector<Tensor> outs{empty({kColdBatch, 1, 28, 28}, kUInt8), empty({kColdBatch}, kInt64)};
+    std::mt19937_64 random(seed);
+    auto next_batch = batches_for(dataset, random);
+    std::vector<int64_t> indices(kColdBatch);
+    int64_t batches = 0;
+    for (; next_batch(indices); ++batches) dataset.get_batch(indices, fields, outs, /*threads=*/1);
+    end();
+    return batches * (outs[0].nbytes() + outs[1].nbytes());
+  };
+}
+
+// 40 random batches, Auto against Never.
 void BM_GetBatchColdRandom(benchmark::State& state) {
   if (const std::string& why = bench::cold_reads_unavailable(); !why.empty())
     return state.SkipWithError(("no cold reads to measure: " + why).c_str());
-  bench::run_cold_random_passes(
-      state, bench::small_records_dataset(),
-      [](const std::string& path, ReadAhead read_ahead, uint64_t seed, const auto& end) {
-        ReaderOptions options;
-        options.read_ahead = read_ahead;
-        const Dataset dataset = Dataset::open(path, options);
-        const std::vector<std::string> fields{"image", "label"};
-        const std::vector<Tensor> outs{empty({kColdBatch, 1, 28, 28}, kUInt8), empty({kColdBatch}, kInt64)};
-        std::mt19937_64 random(seed);
-        std::uniform_int_distribution<int64_t> record(0, dataset.size() - 1);
-        std::vector<int64_t> indices(kColdBatch);
-        for (int64_t b = 0; b < kColdBatches; ++b) {
-          for (int64_t& i : indices) i = record(random);
-          dataset.get_batch(indices, fields, outs, /*threads=*/1);
-        }
-        end();
-        return kColdBatches * (outs[0].nbytes() + outs[1].nbytes());
-      });
+  bench::run_cold_random_passes(state, bench::small_records_dataset(),
+                                get_batch_pass([](const Dataset& dataset, std::mt19937_64& random) {
+                                  std::uniform_int_distribution<int64_t> record(0, dataset.size() - 1);
+                                  return [&random, record, left = 40](std::vector<int64_t>& indices) mutable {
+                                    if (left-- == 0) return false;
+                                    for (int64_t& i : indices) i = record(random);
+                                    return true;
+                                  };
+                                }));
 }
 
-// The same for a run of consecutive batches, or every `stride`-th record of a run: the kernel's
-// own readahead serves it, and Auto must leave it so (it does not hint neighbouring records).
-constexpr int64_t kSequentialBatches = 400;  // 80 MB
-
+// A run of consecutive batches from a random record (a resumed scan), or one rank's share of
+// such a run (a distributed sampler without shuffling: every `stride`-th record). The
+// kernel's own readahead serves it, and Auto must leave it so (it does not hint neighbouring
+// records).
 void BM_GetBatchColdSequential(benchmark::State& state) {
   if (const std::string& why = bench::cold_reads_unavailable(); !why.empty())
     return state.SkipWithError(("no cold reads to measure: " + why).c_str());
+  const int64_t stride = state.range(0), batches = 400 / stride;  // 80 MB, or 10 MB of every 8th record
   bench::run_cold_random_passes(
       state, bench::small_records_dataset(),
-      [stride = state.range(0)](const std::string& path, ReadAhead read_ahead, uint64_t seed, const auto& end) {
-        ReaderOptions options;
-        options.read_ahead = read_ahead;
-        const Dataset dataset = Dataset::open(path, options);
-        const std::vector<std::string> fields{"image", "label"};
-        const std::vector<Tensor> outs{empty({kColdBatch, 1, 28, 28}, kUInt8), empty({kColdBatch}, kInt64)};
-        std::mt19937_64 random(seed);
-        // A run of consecutive batches from a random place (a resumed scan), or one rank's
-        // share of them (a distributed sampler without shuffling: every `stride`-th record).
-        const int64_t batches = kSequentialBatches / stride, span = batches * kColdBatch * stride;
-        int64_t next = std::uniform_int_distribution<int64_t>(0, dataset.size() - span)(random);
-        std::vector<int64_t> indices(kColdBatch);
-        for (int64_t b = 0; b < batches; ++b) {
+      get_batch_pass([stride, batches](const Dataset& dataset, std::mt19937_64& random) {
+        const int64_t span = batches * kColdBatch * stride;
+        const int64_t first = std::uniform_int_distribution<int64_t>(0, dataset.size() - span)(random);
+        return [stride, next = first, left = batches](std::vector<int64_t>& indices) mutable {
+          if (left-- == 0) return false;
           for (int64_t& i : indices) i = std::exchange(next, next + stride);
-          dataset.get_batch(indices, fields, outs, /*threads=*/1);
-        }
-        end();
-        return batches * (outs[0].nbytes() + outs[1].nbytes());
-      });
+          return true;
+        };
+      }));
 }
 
 }  // namespace
