@@ -390,7 +390,7 @@ int64_t hint_batch(const Dataset::Impl& d, std::span<const int64_t> indices, std
   policy.count_hint();
   try {
     const std::span<const size_t> positions = field_positions(fields);
-    const bool measure = policy.mode() == ReadAhead::Auto;
+    const bool measure = policy.mode() == ReadAhead::Auto && detail::thread_storage_read_bytes_known();
     const int64_t read_before = measure ? detail::thread_storage_read_bytes() : -1;
     d.prefetch(indices, positions);
     const int64_t read_after = read_before >= 0 ? detail::thread_storage_read_bytes() : -1;
