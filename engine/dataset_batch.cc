@@ -390,11 +390,11 @@ int64_t hint_batch(const Dataset::Impl& d, std::span<const int64_t> indices, std
   policy.count_hint();
   try {
     const std::span<const size_t> positions = field_positions(fields);
-    const bool measure = policy.mode() == ReadAhead::Auto && detail::thread_storage_read_bytes_known();
-    const int64_t read_before = measure ? detail::thread_storage_read_bytes() : -1;
-    d.prefetch(indices, positions);
-    const int64_t read_after = read_before >= 0 ? detail::thread_storage_read_bytes() : -1;
-    return read_after >= 0 ? read_after - read_before : -1;
+    if (policy.mode() != ReadAhead::Auto || !detail::thread_storage_read_bytes_known()) {
+      d.prefetch(indices, positions);
+      return -1;
+    }
+    return detail::thread_storage_read_by([&] { d.prefetch(indices, positions); });
   } catch (...) {
     return -1;
   }
@@ -408,11 +408,9 @@ int64_t sample_read_bytes(const Dataset::Impl& d, std::span<const int64_t> indic
     std::array<int64_t, kSample> sample{};
     const size_t n = std::min(kSample, indices.size());
     for (size_t k = 0; k < n; ++k) sample[k] = indices[k * indices.size() / n];
-    const int64_t read_before = detail::thread_storage_read_bytes();
-    if (read_before < 0) return -1;
-    d.prefetch(std::span<const int64_t>(sample.data(), n), field_positions(fields));
-    const int64_t read_after = detail::thread_storage_read_bytes();
-    return read_after >= 0 ? read_after - read_before : -1;
+    if (!detail::thread_storage_read_bytes_known()) return -1;
+    return detail::thread_storage_read_by(
+        [&] { d.prefetch(std::span<const int64_t>(sample.data(), n), field_positions(fields)); });
   } catch (...) {
     return -1;
   }

@@ -190,10 +190,11 @@ void LoaderCore::read_ahead(const Piece& piece) noexcept {
     for (int64_t row = 0; row < piece.rows; ++row)
       indices[static_cast<size_t>(row)] = piece.order.rank_at(piece.start_consumed, first_sample + row);
     const bool auto_mode = read_ahead_policy.mode() == ReadAhead::Auto;
-    const int64_t read_before = auto_mode ? thread_storage_read_bytes() : -1;
-    dataset.prefetch(indices, field_names);  // the loaded fields' bytes only
-    const int64_t read_after = auto_mode && read_before >= 0 ? thread_storage_read_bytes() : -1;
-    read_ahead_policy.note_hint(read_after >= 0 ? read_after - read_before : -1);
+    const auto hint = [&] { dataset.prefetch(indices, field_names); };  // the loaded fields' bytes only
+    int64_t read = -1;
+    if (auto_mode) read = thread_storage_read_by(hint);
+    else hint();
+    read_ahead_policy.note_hint(read);
   } catch (...) {
   }
 }

@@ -20,6 +20,16 @@ int64_t process_major_faults() noexcept;
 int64_t thread_storage_read_bytes() noexcept;
 // Whether thread_storage_read_bytes() gives a count on this thread (asked once a thread).
 bool thread_storage_read_bytes_known() noexcept;
+// Runs fn() and returns what the calling thread had read from storage meanwhile: what a hint
+// made the kernel read. -1 when the kernel does not say.
+template <typename Fn>
+int64_t thread_storage_read_by(Fn&& fn) {
+  const int64_t before = thread_storage_read_bytes();
+  fn();
+  if (before < 0) return -1;
+  const int64_t after = thread_storage_read_bytes();
+  return after >= 0 ? after - before : -1;
+}
 // The same for the whole process (/proc/self/io), or -1.
 int64_t process_storage_read_bytes() noexcept;
 

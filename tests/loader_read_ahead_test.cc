@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "crafted_file_util.h"
@@ -65,9 +66,7 @@ void wait_for_reads_to_settle(const std::string& path) {
 // Bytes the calling thread had read from storage while fn() ran.
 template <typename Fn>
 int64_t bytes_read_by(Fn&& fn) {
-  const int64_t before = detail::thread_storage_read_bytes();
-  fn();
-  return detail::thread_storage_read_bytes() - before;
+  return detail::thread_storage_read_by(std::forward<Fn>(fn));
 }
 
 TEST(ReadAheadPolicyTest, AutoHintsFromTheStartUntilEightHintsInARowFoundTheirBatchCached) {
