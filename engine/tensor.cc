@@ -63,8 +63,16 @@ int64_t Tensor::wrap_dim(int64_t dim, int64_t ndim_plus) const {
   return detail::wrap_dim(dim, this->dim() + ndim_plus);
 }
 
-int64_t Tensor::size(int64_t d) const { return sizes_[wrap_dim(d)]; }
-int64_t Tensor::stride(int64_t d) const { return strides_[wrap_dim(d)]; }
+// Unlike the view operations, these do not wrap a 0-d tensor's dimension 0 or -1: a scalar
+// has no size to return (PyTorch raises too).
+int64_t Tensor::size(int64_t d) const {
+  MMT_CHECK(dim() > 0, IndexError, "size(", d, "): the tensor has no dimensions");
+  return sizes_[wrap_dim(d)];
+}
+int64_t Tensor::stride(int64_t d) const {
+  MMT_CHECK(dim() > 0, IndexError, "stride(", d, "): the tensor has no dimensions");
+  return strides_[wrap_dim(d)];
+}
 
 int64_t Tensor::numel() const {
   int64_t n = 1;
@@ -116,14 +124,7 @@ To item_as(const Tensor& t) {
   const void* p = host.data_ptr();
   return dispatch_scalar_type(t.dtype(), [p](auto tag) -> To {
     using T = decltype(tag);
-    if constexpr (std::is_same_v<T, bool>) {
-      // A bool byte from a file may be neither 0 nor 1; loading it as bool would be undefined.
-      uint8_t byte;
-      std::memcpy(&byte, p, 1);
-      return static_cast<To>(byte != 0);
-    }
-    T v;
-    std::memcpy(&v, p, sizeof(T));
+    const T v = load_element<T>(p);
     return static_cast<To>(static_cast<std::conditional_t<
         std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>>(v));
   });
@@ -143,19 +144,18 @@ std::vector<double> Tensor::to_double_vector() const {
   dispatch_scalar_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
     using Wide = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
-    for (size_t i = 0; i < out.size(); ++i) {
-      T v;
-      std::memcpy(&v, p + i * sizeof(T), sizeof(T));
-      out[i] = static_cast<double>(static_cast<Wide>(v));
-    }
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = static_cast<double>(static_cast<Wide>(load_element<T>(p + i * sizeof(T))));
   });
   return out;
 }
 
 bool Tensor::is_contiguous(MemoryFormat format) const {
   switch (format) {
+    case MemoryFormat::Preserve:  // a copy's instruction, not a layout
+      throw ValueError("is_contiguous: preserve memory format is unsupported (it says how clone() "
+                       "and empty_like() lay out a copy; name a layout)");
     case MemoryFormat::Contiguous:
-    case MemoryFormat::Preserve:
       return detail::is_contiguous_strides(sizes_, strides_);
     case MemoryFormat::ChannelsLast:
       return detail::is_channels_last_strides(sizes_, strides_);
@@ -187,8 +187,10 @@ DimVector contiguous_strides(IntArrayRef sizes) {
 
 DimVector strides_for(IntArrayRef sizes, MemoryFormat format) {
   switch (format) {
+    case MemoryFormat::Preserve:  // there is no input whose layout to keep
+      throw ValueError(detail::str("preserve memory format is unsupported for a new tensor of shape ", sizes,
+                                   " (use empty_like() or clone() to keep a tensor's layout)"));
     case MemoryFormat::Contiguous:
-    case MemoryFormat::Preserve:
       return contiguous_strides(sizes);
     case MemoryFormat::ChannelsLast: {
       MMT_CHECK(sizes.size() == 4, ValueError,

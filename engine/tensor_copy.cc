@@ -71,9 +71,7 @@ void copy_host(const Tensor& dst, const Tensor& src) {
       using From = decltype(src_tag);
       detail::for_each_element_pair(d, byte_strides(dst), s, byte_strides(src), dst.sizes(),
                                     [](char* out, const char* in) {
-                                      From v;
-                                      std::memcpy(&v, in, sizeof(From));
-                                      To w = convert_value<To>(v);
+                                      To w = convert_value<To>(load_element<From>(in));
                                       std::memcpy(out, &w, sizeof(To));
                                     });
     });
@@ -130,8 +128,7 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
 
 Tensor Tensor::contiguous(MemoryFormat format) const {
   MMT_CHECK(defined_, ValueError, "contiguous() of an undefined tensor");
-  if (format == MemoryFormat::Preserve) format = suggest_memory_format();
-  if (is_contiguous(format)) return *this;
+  if (is_contiguous(format)) return *this;  // refuses Preserve, as PyTorch does
   Tensor out = empty(sizes_, dtype_, device(), format);
   out.copy_(*this);
   return out;
@@ -192,9 +189,7 @@ bool Tensor::equal(const Tensor& other) const {
   return dispatch_scalar_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
     for (int64_t i = 0; i < n; ++i) {
-      T x, y;
-      std::memcpy(&x, pa + i * sizeof(T), sizeof(T));
-      std::memcpy(&y, pb + i * sizeof(T), sizeof(T));
+      const T x = load_element<T>(pa + i * sizeof(T)), y = load_element<T>(pb + i * sizeof(T));
       if (static_cast<Arith<T>>(x) != static_cast<Arith<T>>(y)) return false;
     }
     return true;

@@ -184,6 +184,8 @@ Tensor Tensor::expand(IntArrayRef sizes) const {
     }
     const size_t j = i - lead;
     int64_t target = sizes[i] == -1 ? sizes_[j] : sizes[i];
+    MMT_CHECK(target >= 0, ValueError, "expand: the expanded size ", sizes[i], " at dimension ", i,
+              " is negative (-1 keeps the existing size)");
     if (target == sizes_[j]) {
       out_sizes[i] = target;
       out_strides[i] = strides_[j];

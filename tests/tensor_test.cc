@@ -99,6 +99,60 @@ TEST(Tensor, OutOfRangeDimensionsAndIndices) {
   EXPECT_THROW(empty({2, 2, 2}).t(), ValueError);
 }
 
+// A 0-d tensor has no dimension to ask about: size(0) used to return a stale size (5 for
+// arange(5)[2]). PyTorch raises IndexError too. Views still wrap a scalar's dimension 0.
+TEST(Tensor, AScalarHasNoSizeOrStride) {
+  const Tensor scalar = arange(5)[2];
+  ASSERT_EQ(scalar.dim(), 0);
+  for (int64_t d : {0, -1}) {
+    EXPECT_THROW_WITH(scalar.size(d), IndexError, "the tensor has no dimensions");
+    EXPECT_THROW_WITH(scalar.stride(d), IndexError, "the tensor has no dimensions");
+  }
+  EXPECT_EQ(scalar.unsqueeze(0).sizes(), IntArrayRef({1}));
+  EXPECT_EQ(scalar.sizes(), IntArrayRef({}));
+}
+
+// expand() refuses a negative size on an existing dimension as on a new one: it used to make
+// a tensor of negative numel from expand({-2}) of a size-1 tensor.
+TEST(Tensor, ExpandRefusesNegativeSizes) {
+  const Tensor one = arange(1);
+  EXPECT_THROW_WITH(one.expand({-2}), ValueError, "is negative");
+  EXPECT_THROW_WITH(one.expand({-3, 1}), ValueError, "not allowed in a leading, non-existing dimension");
+  EXPECT_EQ(one.expand({-1}).sizes(), IntArrayRef({1}));
+  EXPECT_EQ(one.expand({4}).sizes(), IntArrayRef({4}));
+}
+
+// MemoryFormat::Preserve says how a copy keeps its input's layout; asked of a layout check,
+// contiguous() or a new tensor it names no layout, and PyTorch refuses it there too.
+TEST(Tensor, PreserveIsForCopiesOnly) {
+  const Tensor t = arange(24).view({1, 2, 3, 4}).contiguous(MemoryFormat::ChannelsLast);
+  EXPECT_THROW_WITH((void)t.is_contiguous(MemoryFormat::Preserve), ValueError, "preserve memory format");
+  EXPECT_THROW_WITH((void)t.contiguous(MemoryFormat::Preserve), ValueError, "preserve memory format");
+  EXPECT_THROW_WITH((void)empty({2, 3}, kFloat32, kCPU, MemoryFormat::Preserve), ValueError, "preserve memory format");
+  EXPECT_TRUE(t.clone(MemoryFormat::Preserve).is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(empty_like(t, MemoryFormat::Preserve).is_contiguous(MemoryFormat::ChannelsLast));
+}
+
+// A bool byte from a file may be 2..255 (FORMAT.md: readers take any nonzero byte as true).
+// Every way of reading elements reads it as true: loading it as a C++ bool is undefined
+// behaviour (UBSan's -fsanitize=bool flags it), and gave 2.0 from to_double_vector().
+TEST(Tensor, BoolBytesOtherThanZeroAndOneAreTrueEverywhere) {
+  Tensor flags = empty({4}, kBool);
+  const uint8_t bytes[4] = {0, 2, 1, 255};
+  std::memcpy(flags.mutable_data_ptr(), bytes, 4);
+  EXPECT_EQ(flags.to_vector<bool>(), (std::vector<bool>{false, true, true, true}));
+  EXPECT_EQ(flags.to_double_vector(), (std::vector<double>{0, 1, 1, 1}));
+  Tensor as_float = empty({4}, kFloat32), as_byte = empty({4}, kUInt8);
+  as_float.copy_(flags);
+  as_byte.copy_(flags);
+  EXPECT_EQ(as_float.to_vector<float>(), (std::vector<float>{0, 1, 1, 1}));
+  EXPECT_EQ(as_byte.to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1, 1, 1}));
+  Tensor canonical = empty({4}, kBool);
+  const uint8_t ones[4] = {0, 1, 1, 1};
+  std::memcpy(canonical.mutable_data_ptr(), ones, 4);
+  EXPECT_TRUE(flags.equal(canonical));
+}
+
 TEST(Tensor, ViewOperations) {
   Tensor x = arange(24).view({2, 3, 4});
   EXPECT_EQ(x.view({-1, 4}).sizes(), IntArrayRef({6, 4}));

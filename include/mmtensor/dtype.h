@@ -5,6 +5,7 @@
 #include <cstring>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 
 namespace mmt {
 
@@ -101,6 +102,22 @@ template <> struct ScalarTypeOf<BFloat16> { static constexpr ScalarType value = 
 template <> struct ScalarTypeOf<float> { static constexpr ScalarType value = kFloat32; };
 template <> struct ScalarTypeOf<double> { static constexpr ScalarType value = kFloat64; };
 template <typename T> inline constexpr ScalarType scalar_type_of = ScalarTypeOf<T>::value;
+
+// The element of type T stored at `p` (any alignment). A bool is read as its byte and true
+// when that byte is nonzero: a byte from a file may be neither 0 nor 1, and loading it as a
+// C++ bool would be undefined behaviour.
+template <typename T>
+T load_element(const void* p) {
+  if constexpr (std::is_same_v<T, bool>) {
+    uint8_t byte;
+    std::memcpy(&byte, p, 1);
+    return byte != 0;
+  } else {
+    T value;
+    std::memcpy(&value, p, sizeof(T));
+    return value;
+  }
+}
 
 // Calls fn(T{}) with the C++ type T of `t`; the one type switch the engine uses.
 template <typename Fn>

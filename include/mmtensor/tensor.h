@@ -4,9 +4,11 @@
 // storage_offset(); element (i, j, ...) lives at byte
 //     (storage_offset + i*stride[0] + j*stride[1] + ...) * element_size
 // of the storage. View operations (view, permute, transpose, select, narrow, slice, squeeze,
-// unsqueeze, flatten, expand) make new metadata over the same storage and never copy;
-// reshape() returns a view when the strides allow it and a copy otherwise; contiguous()
-// copies only when needed; clone() always copies.
+// unsqueeze, expand) make new metadata over the same storage and never copy; reshape() and
+// flatten() return a view when the strides allow it and a copy otherwise (writes to a copy
+// do not reach the original); contiguous() copies only when needed; clone() always copies.
+// MemoryFormat::Preserve is for copies (clone, empty_like): is_contiguous(), contiguous() and
+// empty() refuse it with ValueError, as PyTorch does.
 //
 // Lifetime: a Tensor holds shared ownership of its storage, so a view outlives the dataset,
 // mapping or tensor it came from.
@@ -63,7 +65,8 @@ class Tensor {
   IntArrayRef sizes() const { return sizes_; }
   IntArrayRef strides() const { return strides_; }
   IntArrayRef shape() const { return sizes_; }
-  // size(d) and stride(d) accept negative dimensions, as in PyTorch.
+  // size(d) and stride(d) accept negative dimensions, as in PyTorch; a 0-d tensor has none
+  // (IndexError).
   int64_t size(int64_t dim) const;
   int64_t stride(int64_t dim) const;
   int64_t storage_offset() const { return storage_offset_; }
@@ -112,11 +115,14 @@ class Tensor {
   uint64_t item_as_uint64() const;
   // All elements converted to double, in row-major order (for tests and printing).
   std::vector<double> to_double_vector() const;
+  // All elements as T (the tensor's own dtype), in row-major order; from the host or a device.
   template <typename T> std::vector<T> to_vector() const {
     check_dtype(scalar_type_of<T>);
-    Tensor c = contiguous();
-    const T* p = c.data_ptr<T>();
-    return std::vector<T>(p, p + c.numel());
+    const Tensor c = (is_cuda() ? cpu() : *this).contiguous();
+    const char* p = static_cast<const char*>(c.data_ptr());
+    std::vector<T> out(static_cast<size_t>(c.numel()));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = load_element<T>(p + i * sizeof(T));
+    return out;
   }
 
   // ---- views (no copies) ----
@@ -151,10 +157,14 @@ class Tensor {
   // Copies src's elements into this tensor (same sizes, or src broadcastable; any layouts,
   // any dtypes, host or device). Returns *this.
   const Tensor& copy_(const Tensor& src) const;
-  // Same layout class on another device; this tensor itself when already there.
+  // Same layout class on another device; this tensor itself when already there. The copy is
+  // always synchronous: non_blocking is accepted for PyTorch's signature (the Loader's copies
+  // are the asynchronous ones).
   Tensor to(Device device, bool non_blocking = false) const;
   Tensor cpu() const { return to(kCPU); }
-  // A copy in pinned host memory (this tensor when already pinned).
+  // A copy in pinned host memory (this tensor when already pinned). Without a CUDA device
+  // nothing can be pinned: the copy is ordinary memory (is_pinned() false, a note on stderr
+  // once), and each call copies again. PyTorch raises there instead.
   Tensor pin_memory() const;
   const Tensor& fill_(double value) const;
   const Tensor& zero_() const { return fill_(0.0); }
