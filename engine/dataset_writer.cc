@@ -306,6 +306,14 @@ void DatasetWriter::Impl::validate_record(std::span<const Tensor> values, int64_
       shape_ok = field.shape[d] == kVariableDim || field.shape[d] == value.sizes()[d];
     MMT_CHECK(shape_ok, ValueError, "record ", record, ", field '", field.name, "': expected shape ",
               field.shape, ", got ", value.sizes());
+    if (!field.is_fixed()) {
+      // What readers check (FORMAT.md): an empty value's extents, each counted as at least 1,
+      // still make strides that fit in int64.
+      int64_t span = 1;
+      for (int64_t size : value.sizes())
+        MMT_CHECK(format::checked_mul(span, std::max<int64_t>(size, 1), &span), ValueError, "record ", record,
+                  ", field '", field.name, "': the extents ", value.sizes(), " overflow int64 (each 0 counted as 1)");
+    }
     if (field.dtype == kBool) check_bool_bytes(value, 1, record, field);
     if (!field.is_fixed()) ragged_bytes += value.nbytes();
   }
@@ -402,17 +410,18 @@ int64_t DatasetWriter::Impl::validate_batch(std::span<const Tensor> values) cons
     MMT_CHECK(value.size(0) == batch, ValueError, "append_batch at record ", first, ", field '", field.name,
               "': holds ", value.size(0), " records but field '", schema[0].name, "' holds ", batch);
   }
-  if (batch <= 0) return 0;
+  // Checked for an empty batch too: a wrong dtype or shape is a bug whatever the batch holds.
   for (size_t f = 0; f < schema.size(); ++f) {
     const Field& field = schema[f];
-    if (!field.is_fixed()) continue;
     MMT_CHECK(values[f].dtype() == field.dtype, ValueError, "append_batch at record ", first, ", field '",
               field.name, "': expected dtype ", to_string(field.dtype), ", got ", to_string(values[f].dtype()));
+    if (!field.is_fixed()) continue;
     const IntArrayRef sizes = values[f].sizes();
     MMT_CHECK(IntArrayRef(sizes.data() + 1, sizes.size() - 1) == IntArrayRef(field.shape), ValueError,
               "append_batch at record ", first, ", field '", field.name, "': expected records of shape ",
               field.shape, ", got ", values[f].sizes(), " (B first)");
   }
+  if (batch <= 0) return 0;
   for (size_t f = 0; f < schema.size(); ++f)
     if (schema[f].dtype == kBool && values[f].dtype() == kBool) check_bool_bytes(values[f], batch, first, schema[f]);
   if (!schema.all_fixed()) {

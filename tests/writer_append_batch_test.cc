@@ -144,10 +144,16 @@ TEST(WriterAppendBatch, ABadBatchIsRefusedWholeAndTheWriterStaysUsable) {
             "append_batch at record 5, field 'image': expected [B, [28, 28]...] (3 dimensions), got [28, 28]");
   EXPECT_EQ(message_of({zeros({4, 28, 28}, kUInt8)}),
             "append_batch at record 5: expected 2 tensors (one per field), got 1");
-  // Nothing of the refused batches went in; an empty batch is a no-op.
-  writer.append_batch(std::vector<Tensor>{zeros({0, 28, 28}, kUInt8), zeros({0}, kInt64)});
+  // An empty batch is checked as any other (it used to be let through whatever it held).
+  EXPECT_EQ(message_of({zeros({0, 28, 28}, kUInt8), zeros({0}, kInt32)}),
+            "append_batch at record 5, field 'label': expected dtype int64, got int32");
+  EXPECT_EQ(message_of({zeros({0, 28, 27}, kUInt8), zeros({0}, kInt64)}),
+            "append_batch at record 5, field 'image': expected records of shape [28, 28], got [0, 28, 27] (B first)");
+  // Nothing of the refused batches went in; a sound empty batch is a no-op.
+  writer.append_batch({zeros({0, 28, 28}, kUInt8), zeros({0}, kInt64)});
   EXPECT_EQ(writer.size(), 5);
-  writer.append_batch(std::vector<Tensor>{full({2, 28, 28}, 9, kUInt8), full({2}, 7, kInt64)});
+  // The README's spelling: a braced list of the batch's tensors.
+  writer.append_batch({full({2, 28, 28}, 9, kUInt8), full({2}, 7, kInt64)});
   writer.finish();
   Dataset ds = Dataset::open(dir.file("b.mmt"));
   ASSERT_EQ(ds.size(), 7);

@@ -36,7 +36,7 @@ struct WriterOptions {
   CodecSpec codec;                    // per-chunk codec, none by default
   int64_t chunk_bytes = 1 << 20;      // target decoded bytes per chunk
   int64_t chunk_records = 0;          // > 0: this many records per chunk (overrides chunk_bytes)
-  int64_t alignment = 4096;           // chunk data alignment in the file; a power of two >= 64
+  int64_t alignment = 4096;           // chunk data alignment in the file; a power of two, 64 to 16 MiB
   int threads = 0;                    // compression threads (<= kMaxWriterThreads); 0 = one per core
   bool overwrite = false;             // replace an existing file at the path (atomically)
   Metadata metadata;                  // stored with the dataset
@@ -71,9 +71,12 @@ class DatasetWriter {
   // shape] (any strides), the same B for every field. The same file as B calls of append()
   // with values[f].select(0, i), made with one validation and one copy per field and chunk
   // instead of per record: for small records (a 28x28 image) the per-record work is most
-  // of an uncompressed pack. A bad batch (wrong dtype, shape or B) throws ValueError naming
-  // the field before anything is appended, and leaves the writer usable.
+  // of an uncompressed pack. A bad batch (wrong dtype, shape or B; also when B is 0) throws
+  // ValueError naming the field before anything is appended, and leaves the writer usable.
   void append_batch(std::span<const Tensor> values);
+  void append_batch(std::initializer_list<Tensor> values) {
+    append_batch(std::span<const Tensor>(values.begin(), values.size()));
+  }
 
   void set_metadata(std::string key, std::string value);
   int64_t size() const;  // records appended so far
@@ -82,7 +85,8 @@ class DatasetWriter {
   WriteStats stats() const;
 
   // Publishes the file atomically and returns the final figures. On failure the writer is
-  // aborted (nothing at the path, temporary removed) and the error is rethrown.
+  // aborted (the path keeps what it had: the old file, or nothing; the temporary is removed)
+  // and the error is rethrown.
   WriteStats finish();
   // Discards everything written; the target path is left as it was. Never throws.
   void abort() noexcept;
