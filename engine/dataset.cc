@@ -205,7 +205,9 @@ Tensor Dataset::get(int64_t index, std::string_view field) const {
 
 bool Dataset::column_is_view(std::string_view field) const {
   const Impl& d = checked_impl(impl_);
-  return d.contiguous && d.plans[d.schema->index_of(field)].fixed;
+  const bool fixed = d.plans[d.schema->index_of(field)].fixed;
+  // column() of one chunk's records is a view into that chunk (the mapping or its decoding).
+  return fixed && (d.contiguous || d.chunk_count == 1);
 }
 
 Tensor Dataset::column(std::string_view field) const { return column(field, 0, size()); }
@@ -245,14 +247,21 @@ Tensor Dataset::column(std::string_view field, int64_t start, int64_t stop) cons
   }
   // Otherwise a copy, gathered chunk by chunk, keeping the field's storage order. The chunk
   // entries of the range are checked first (no payload is read), so a corrupt record count
-  // cannot size the allocation.
-  for (int64_t record = start; record < stop;) {
+  // cannot size the allocation; nor can entries that share one payload (each counts its
+  // stored bytes towards what it may decode to), so their payloads must follow one another
+  // as verify() requires.
+  uint64_t previous_payload_end = 0;
+  for (int64_t record = start, previous = -1; record < stop;) {
     const int64_t c = d.chunk_of(record);
     const format::ChunkEntry e = d.check_entry(c);
     MMT_CHECK(e.first_record <= static_cast<uint64_t>(record) &&
                   static_cast<uint64_t>(record) < e.first_record + e.record_count,
               FormatError, d.path, ": chunk ", c, " holds records [", e.first_record, ", +", e.record_count,
               ") but the chunk table puts record ", record, " there");
+    MMT_CHECK(e.file_offset >= previous_payload_end, FormatError, d.path, ": chunk ", c, "'s payload at byte ",
+              e.file_offset, " overlaps chunk ", previous, "'s, which ends at byte ", previous_payload_end);
+    previous_payload_end = e.file_offset + e.stored_bytes;  // both checked against the file's size
+    previous = c;
     record = static_cast<int64_t>(e.first_record + e.record_count);
   }
   strides = DimVector{plan.value_bytes / plan.element_bytes};

@@ -561,6 +561,9 @@ Tensor Dataset::get_batch(std::span<const int64_t> indices, std::string_view fie
   const Impl& d = checked_impl(impl_);
   const size_t f = d.schema->index_of(field);
   const FieldPlan& plan = d.plans[f];
+  // A bad index is an IndexError before the batch is allocated (on an empty dataset, say,
+  // whose schema may describe values of any size).
+  for (const int64_t i : indices) d.normalize_index(i, "get_batch");
   DimVector sizes{static_cast<int64_t>(indices.size())};
   for (int64_t s : plan.sizes) sizes.push_back(s);
   // Keep the field's storage order (a channels-last field gives a channels-last batch).

@@ -91,9 +91,12 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   MMT_CHECK(impl->layout.record_stride_bytes == impl->record_stride_bytes, FormatError, path,
             ": the preamble's record_stride_bytes is ", impl->record_stride_bytes, " but the schema's "
             "record layout needs ", impl->layout.record_stride_bytes);
+  // Saturated: with no records the stride is not capped below, and nothing uses the figure.
   impl->min_decoded_bytes_per_record = impl->record_stride_bytes;
   for (size_t f : impl->layout.ragged_fields)
-    impl->min_decoded_bytes_per_record += 8 * (1 + block.schema[f].variable_dims());
+    if (!format::checked_add(impl->min_decoded_bytes_per_record, 8 * (1 + block.schema[f].variable_dims()),
+                             &impl->min_decoded_bytes_per_record))
+      impl->min_decoded_bytes_per_record = INT64_MAX;
   // One record lies inside one chunk, and a chunk decodes to at most the data region (stored
   // as is) or kMaxDecodedChunkBytes (compressed): a larger stride is corrupt, and would size
   // the allocations of column() and get_batch() before any chunk is looked at.
@@ -201,8 +204,13 @@ DatasetInfo Dataset::info() const {
   info.codec = d.codec;
   for (int64_t c = 0; c < d.chunk_count; ++c) {
     format::ChunkEntry entry = d.check_entry(c);
-    info.stored_bytes += static_cast<int64_t>(entry.stored_bytes);
-    info.decoded_bytes += static_cast<int64_t>(entry.decoded_bytes);
+    // Entries are checked one by one, not against each other (verify() does that): a table
+    // whose entries share payloads could sum past int64.
+    MMT_CHECK(format::checked_add(info.stored_bytes, static_cast<int64_t>(entry.stored_bytes), &info.stored_bytes) &&
+                  format::checked_add(info.decoded_bytes, static_cast<int64_t>(entry.decoded_bytes),
+                                      &info.decoded_bytes),
+              FormatError, d.path, ": the chunk sizes overflow int64 at chunk ", c,
+              " (do chunks share their payloads? mmt verify says)");
   }
   return info;
 }
@@ -228,7 +236,13 @@ ChunkInfo Dataset::chunk(int64_t chunk_index) const {
 
 int64_t Dataset::chunk_of(int64_t record_index) const {
   const Impl& d = checked_impl(impl_);
-  return d.chunk_of(d.normalize_index(record_index, "chunk_of"));
+  const int64_t record = d.normalize_index(record_index, "chunk_of");
+  const int64_t c = d.chunk_of(record);
+  // The binary search trusts the table's order: say which chunk holds the record only once
+  // its entry says so (a disordered table is a FormatError, as on every read).
+  const format::ChunkEntry e = d.entry_without_validating(c);
+  d.check_chunk_holds(c, static_cast<int64_t>(e.first_record), e.record_count, record);
+  return c;
 }
 
 CacheStats Dataset::cache_stats() const {

@@ -81,26 +81,40 @@ RaggedBatch Dataset::ragged_column(std::string_view field, int64_t start, int64_
     return out;
   }
 
-  // Pass 2: a copy, chunk by chunk; one memcpy per chunk when stored in logical order.
+  // Pass 2: a copy, chunk by chunk; one memcpy per chunk when stored in logical order. The
+  // chunk is read again (the mapping, or a chunk decoded again after eviction), so what it
+  // says now must agree with what pass 1 sized the buffer by: a file rewritten in place
+  // meanwhile must not make a copy run past the buffer or the chunk.
   out.values = empty({total}, plan.dtype);
   if (total == 0) return out;
   std::byte* values = static_cast<std::byte*>(out.values.mutable_data_ptr());
   const int64_t element_bytes = plan.element_bytes;
+  DimVector scratch_shape(static_cast<size_t>(ndim));
+  const auto changed = [&](const ChunkRef& ref, int64_t first, int64_t last) {
+    return FormatError(detail::str(d.path, ": chunk ", ref.index, ", field '", spec.name, "': the values of records [",
+                                   first, ", ", last, ") changed while they were read (is the file being rewritten?)"));
+  };
   for (int64_t record = start; record < stop;) {
     const ChunkRef ref = d.chunk_ref_holding(record);
     const int64_t chunk_stop = std::min(stop, ref.first_record + ref.record_count);
     const format::RaggedSection section = d.ragged_section(ref, f);
     if (logical_order) {
-      const Tensor first = d.ragged_view(ref, section, record, f);
-      const std::byte* src = static_cast<const std::byte*>(first.data_ptr());
+      const int64_t expected = offsets[chunk_stop - start] - offsets[record - start];
+      int64_t begin = 0, end = 0;
+      d.guarded_if_mapped(ref, [&] {
+        begin = d.read_ragged_value(ref, section, record, f, scratch_shape.data()).begin;
+        end = d.read_ragged_value(ref, section, chunk_stop - 1, f, scratch_shape.data()).end;
+      });
+      if (end - begin != expected) throw changed(ref, record, chunk_stop);
+      const std::byte* src = ref.storage.data() + ref.payload_offset_bytes + section.values_offset + begin * element_bytes;
       std::byte* dst = values + offsets[record - start] * element_bytes;
-      const size_t bytes = static_cast<size_t>((offsets[chunk_stop - start] - offsets[record - start]) * element_bytes);
-      d.guarded_if_mapped(ref, [&] { std::memcpy(dst, src, bytes); });
+      d.guarded_if_mapped(ref, [&] { std::memcpy(dst, src, static_cast<size_t>(expected * element_bytes)); });
       record = chunk_stop;
       continue;
     }
     for (; record < chunk_stop; ++record) {
       const Tensor value = d.ragged_view(ref, section, record, f);
+      if (value.numel() != offsets[record - start + 1] - offsets[record - start]) throw changed(ref, record, record + 1);
       if (value.numel() == 0) continue;
       const DimVector packed_strides = contiguous_strides(value.sizes());
       std::byte* dst = values + offsets[record - start] * element_bytes;

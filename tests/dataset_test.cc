@@ -199,6 +199,10 @@ TEST(DatasetTest, ZeroAndOneRecord) {
   EXPECT_EQ(zero.num_chunks(), 0);
   EXPECT_THROW(zero.get(0), IndexError);
   EXPECT_EQ(zero.column("x").sizes(), IntArrayRef({0, 2}));
+  // An index is checked before the batch is allocated: a schema's values may be of any size.
+  const std::vector<int64_t> first{0};
+  EXPECT_THROW_WITH(zero.get_batch(first, "x"), IndexError, "get_batch: record index 0 is out of range");
+  EXPECT_EQ(zero.get_batch(std::vector<int64_t>{}, "x").sizes(), IntArrayRef({0, 2}));
   zero.verify();
 
   write_dataset(dir.file("one.mmt"), schema, 1, {});
@@ -244,6 +248,23 @@ TEST(DatasetTest, ColumnIsOneViewOverTheMappedFile) {
   EXPECT_EQ(range.sizes(), IntArrayRef({10}));
   for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(range.at<int64_t>({i}), ((10 + i) * 31) % 97);
   EXPECT_THROW(ds.column("label", 5, 51), IndexError);
+}
+
+// One chunk: column() is a view into it (the decoded chunk, or the mapping of a ragged-schema
+// file), and column_is_view() says so; it used to say false.
+TEST(DatasetTest, AColumnOfOneChunkIsAViewAndSaysSo) {
+  TempDir dir;
+  Schema schema({Field::fixed("v", kInt32, {3})});
+  Dataset compressed = write_chunked(dir.file("one-lz4.mmt"), schema, 5, "lz4", 8);
+  ASSERT_EQ(compressed.num_chunks(), 1);
+  EXPECT_TRUE(compressed.column_is_view("v"));
+  EXPECT_TRUE(compressed.column("v").untyped_storage().is_same(compressed.get(0)["v"].untyped_storage()));
+  Schema ragged({Field::fixed("v", kInt32, {3}), Field::bytes("raw")});
+  Dataset mapped = write_chunked(dir.file("one-ragged.mmt"), ragged, 5, "none", 8);
+  ASSERT_EQ(mapped.num_chunks(), 1);
+  EXPECT_TRUE(mapped.column_is_view("v"));
+  EXPECT_EQ(mapped.column("v").untyped_storage().filename(), dir.file("one-ragged.mmt"));
+  EXPECT_FALSE(mapped.column_is_view("raw"));
 }
 
 TEST(DatasetTest, CompressedColumnIsAGatheredCopy) {

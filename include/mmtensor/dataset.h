@@ -182,6 +182,8 @@ class Dataset {
   // The loader uses it to refuse a resume on another dataset of the same size.
   uint64_t fingerprint() const;
   ChunkInfo chunk(int64_t chunk_index) const;  // validates the entry
+  // The chunk that holds a record (negative counts from the end); IndexError for a bad index,
+  // FormatError when the chunk table disagrees with itself.
   int64_t chunk_of(int64_t record_index) const;
 
   // The record at `index` (negative counts from the end, as in Python).
@@ -191,7 +193,8 @@ class Dataset {
 
   // A fixed field of every record as one [N, ...] tensor. A zero-copy view when the file's
   // chunks for that field are laid out contiguously (uncompressed, fixed-shape schema);
-  // otherwise a copy, gathered chunk by chunk (use column_is_view() to tell).
+  // otherwise a copy, gathered chunk by chunk (column_is_view() tells which, for the whole
+  // column).
   Tensor column(std::string_view field) const;
   // Records [start, stop) of a fixed field, with the same rule; and a range inside one chunk
   // is always a view, into the mapping or into the decoded chunk (lz4/zstd): reading a
