@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <unordered_set>
 
 #include "checksum.h"
 #include "mmtensor/error.h"
+#include "utf8.h"
 
 namespace mmt::format {
 namespace {
@@ -366,11 +368,29 @@ std::string encode_schema_block(const SchemaBlock& block) {
 SchemaBlock decode_schema_block(std::string_view text, int64_t file_offset) {
   check_before_parsing(text, file_offset);
   Json root;
+  // A key given twice in one object is refused (FORMAT.md): the parser would keep the last.
+  std::vector<std::unordered_set<std::string>> keys_by_depth;  // the keys of each open object
+  std::string duplicate_key;
+  const auto note_keys = [&](int, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) {
+      keys_by_depth.emplace_back();
+    } else if (event == Json::parse_event_t::object_end) {
+      keys_by_depth.pop_back();
+    } else if (event == Json::parse_event_t::key && duplicate_key.empty()) {
+      const std::string& key = parsed.get_ref<const std::string&>();
+      if (!keys_by_depth.back().insert(key).second) duplicate_key = key;
+    }
+    return true;
+  };
   try {
-    root = Json::parse(text.begin(), text.end());
+    root = Json::parse(text.begin(), text.end(), note_keys);
   } catch (const nlohmann::json::exception& e) {
     schema_error(file_offset, std::string("not valid JSON: ") + e.what());
   }
+  if (!duplicate_key.empty())
+    schema_error(file_offset, detail::is_safe_to_quote(duplicate_key, kMaxFieldNameBytes)
+                                  ? "the key \"" + duplicate_key + "\" appears twice in one object"
+                                  : detail::str("a key of ", duplicate_key.size(), " bytes appears twice in one object"));
   if (!root.is_object()) schema_error(file_offset, "the top level is not a JSON object");
   SchemaBlock block;
   auto fields = root.find("fields");
@@ -384,7 +404,10 @@ SchemaBlock decode_schema_block(std::string_view text, int64_t file_offset) {
     auto dtype = f.find("dtype");
     auto shape = f.find("shape");
     if (name == f.end() || !name->is_string()) schema_error(file_offset, where + ": \"name\" is missing or not a string");
-    where += " ('" + name->get<std::string>() + "')";
+    // Quoted only when harmless: a name of control bytes or megabytes is refused below, by
+    // Field's rules, without being printed.
+    if (detail::is_safe_to_quote(name->get_ref<const std::string&>(), kMaxFieldNameBytes))
+      where += " ('" + name->get<std::string>() + "')";
     if (dtype == f.end() || !dtype->is_string()) schema_error(file_offset, where + ": \"dtype\" is missing or not a string");
     if (shape == f.end()) schema_error(file_offset, where + ": \"shape\" is missing");
     std::optional<ScalarType> type = scalar_type_from_string(dtype->get<std::string>());

@@ -45,6 +45,10 @@ inline constexpr int64_t kMaxChunkRecords = 0xffffffffLL;  // record_count is a 
 inline constexpr uint64_t kMaxLz4Expansion = 255;
 inline constexpr uint64_t kMaxZstdExpansion = 32768;
 inline constexpr int kMaxSchemaNesting = 16;
+// Field limits (FORMAT.md "Schema"): generous, and they keep a hostile schema from asking
+// for absurd metadata.
+inline constexpr size_t kMaxFieldNameBytes = 1024;
+inline constexpr int64_t kMaxFieldRank = 64;
 // JSON values (array elements and object members) a schema block may hold, counted before
 // parsing: a parser builds a node per value, tens of times the text's size in memory.
 inline constexpr int64_t kMaxSchemaValues = int64_t{1} << 20;

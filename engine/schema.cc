@@ -2,15 +2,15 @@
 #include <sstream>
 
 #include "mmtensor/error.h"
+#include "format.h"
 #include "mmtensor/schema.h"
 #include "utf8.h"
 
 namespace mmt {
 namespace {
 
-// Generous limits that keep a hostile schema from asking for absurd metadata.
-constexpr int64_t kMaxFieldRank = 64;
-constexpr size_t kMaxFieldNameBytes = 1024;
+using format::kMaxFieldNameBytes;
+using format::kMaxFieldRank;
 
 bool is_identity(IntArrayRef order) {
   for (size_t i = 0; i < order.size(); ++i)
@@ -95,21 +95,17 @@ void Field::validate() const {
   MMT_CHECK(!name.empty(), ValueError, "a field needs a non-empty name");
   MMT_CHECK(name.size() <= kMaxFieldNameBytes, ValueError, "field name of ", name.size(),
             " bytes is longer than ", kMaxFieldNameBytes);
-  // Names become file names (`mmt export` writes NAME.npy) and JSON text: no path separator,
-  // no '.' or '..', no control characters, and valid UTF-8.
-  MMT_CHECK(name != "." && name != ".." && name.find('/') == std::string::npos, ValueError, "field name '", name,
-            "' cannot be a file name: it contains '/' or is '.' or '..'");
-  for (size_t i = 0; i < name.size(); ++i) {
-    const auto byte = static_cast<unsigned char>(name[i]);
-    // C0 controls and DEL, and the C1 controls U+0080..U+009F (UTF-8 C2 80..C2 9F), which
-    // some terminals obey too.
-    const bool c1 = byte == 0xC2 && i + 1 < name.size() && static_cast<unsigned char>(name[i + 1]) <= 0x9F;
-    MMT_CHECK(byte >= 0x20 && byte != 0x7F && !c1, ValueError, "field name of ", name.size(),
-              " bytes has a control character at byte ", i);
-  }
+  // Names become file names (`mmt export` writes NAME.npy) and JSON text: no control
+  // characters, valid UTF-8 (both checked before the name is quoted in any message), no path
+  // separator, no '.' or '..'.
+  const size_t control = detail::first_control_character(name);
+  MMT_CHECK(control == std::string::npos, ValueError, "field name of ", name.size(),
+            " bytes has a control character at byte ", control);
   const size_t invalid = detail::first_invalid_utf8(name);
   MMT_CHECK(invalid == std::string::npos, ValueError, "field name of ", name.size(),
             " bytes is not valid UTF-8 (byte ", invalid, ")");
+  MMT_CHECK(name != "." && name != ".." && name.find('/') == std::string::npos, ValueError, "field name '", name,
+            "' cannot be a file name: it contains '/' or is '.' or '..'");
   MMT_CHECK(is_valid_scalar_type_code(static_cast<uint8_t>(dtype)), ValueError, "field '", name,
             "': invalid dtype code ", static_cast<int>(dtype));
   MMT_CHECK(static_cast<int64_t>(shape.size()) <= kMaxFieldRank, ValueError, "field '", name,

@@ -43,4 +43,22 @@ inline size_t first_invalid_utf8(std::string_view text) {
   return std::string_view::npos;
 }
 
+// The offset of the first control character: C0 controls, DEL, or a C1 control U+0080..U+009F
+// (UTF-8 C2 80..C2 9F), which some terminals obey too; npos when there is none.
+inline size_t first_control_character(std::string_view text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const bool c1 = byte == 0xC2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) <= 0x9F;
+    if (byte < 0x20 || byte == 0x7F || c1) return i;
+  }
+  return std::string_view::npos;
+}
+
+// Whether text from a file may go into an error message as it is: well-formed UTF-8, no
+// control character (a terminal would obey it), and short.
+inline bool is_safe_to_quote(std::string_view text, size_t max_bytes) {
+  return text.size() <= max_bytes && first_invalid_utf8(text) == std::string_view::npos &&
+         first_control_character(text) == std::string_view::npos;
+}
+
 }  // namespace mmt::detail

@@ -209,7 +209,8 @@ TEST(CorruptionTest, AChunkTableOutOfOrderIsReportedByPrefetchAsByReading) {
   Dataset ds = Dataset::open(damaged);
   const std::vector<int64_t> one{second.first_record};  // searched for, it lands in chunk 0
   for (const std::string& message : {testing::error_of([&] { ds.prefetch(one); }),
-                                     testing::error_of([&] { (void)ds.get(second.first_record); })})
+                                     testing::error_of([&] { (void)ds.get(second.first_record); }),
+                                     testing::error_of([&] { (void)ds.chunk_of(second.first_record); })})
     EXPECT_NE(message.find("the chunk table is not ordered"), std::string::npos) << message;
   // The loader's hints swallow it; its gather reports it, naming the sample.
   LoaderOptions loader_options;
@@ -217,6 +218,28 @@ TEST(CorruptionTest, AChunkTableOutOfOrderIsReportedByPrefetchAsByReading) {
   loader_options.read_ahead = ReadAhead::Always;
   Loader loader(ds, loader_options);
   EXPECT_THROW((void)loader.next(), FormatError);
+}
+
+// Entries checked one at a time bound each chunk's decoded size by its own stored bytes; two
+// entries naming one payload would count those bytes twice, so column()'s copy of many
+// chunks could be sized past anything the file holds. Its pre-pass refuses overlapping
+// payloads, as verify() does.
+TEST(CorruptionTest, ChunksSharingOnePayloadCannotSizeAColumnCopy) {
+  TempDir dir;
+  std::vector<std::byte> bytes = read_file(write_fixed(dir, "lz4"));
+  const format::ChunkEntry first = format::peek_chunk_entry(bytes.data() + footer_of(bytes).chunk_table_offset);
+  rewrite_entry(bytes, 1, [&](format::ChunkEntry& e) {
+    e.file_offset = first.file_offset;
+    e.stored_bytes = first.stored_bytes;
+    e.decoded_bytes = first.decoded_bytes;
+  });
+  testing::reseal_payload(bytes, 1);  // chunk 1's checksum, seeded with its own index, holds
+  const std::string path = dir.file("shared-payload.mmt");
+  write_file(path, bytes);
+  Dataset ds = Dataset::open(path);
+  EXPECT_THROW_WITH((void)ds.column("x"), FormatError, "chunk 1's payload at byte");
+  EXPECT_THROW_WITH((void)ds.column("x"), FormatError, "overlaps chunk 0's");
+  EXPECT_THROW(ds.verify(), FormatError);
 }
 
 TEST(CorruptionTest, DecompressionBombIsRefusedBeforeAllocating) {
@@ -449,6 +472,55 @@ format::SchemaBlock schema_block_of(const std::vector<std::byte>& bytes) {
   return format::decode_schema_block(
       std::string_view(reinterpret_cast<const char*>(bytes.data() + footer.schema_offset), footer.schema_bytes),
       static_cast<int64_t>(footer.schema_offset));
+}
+
+// Replaces `from` with `to` (no longer) in the schema block's text, padded with JSON
+// whitespace after it so no offset moves, and reseals the block's checksum.
+void edit_schema_text(std::vector<std::byte>& bytes, const std::string& from, std::string to) {
+  const format::Footer footer = footer_of(bytes);
+  std::string json(reinterpret_cast<const char*>(bytes.data() + footer.schema_offset), footer.schema_bytes);
+  const size_t at = json.find(from);
+  ASSERT_NE(at, std::string::npos) << json;
+  ASSERT_LE(to.size(), from.size());
+  to.resize(from.size(), ' ');
+  json.replace(at, from.size(), to);
+  std::memcpy(bytes.data() + footer.schema_offset, json.data(), json.size());
+  rewrite_footer(bytes, [&](format::Footer& f) { f.schema_checksum = detail::checksum64(json.data(), json.size()); });
+}
+
+// A key twice in one object: nlohmann's parser keeps the last, another reader might keep the
+// first, and the two would read different schemas from one checksummed block.
+TEST(CorruptionTest, AKeyGivenTwiceInTheSchemaIsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("meta.mmt");
+  WriterOptions options;
+  options.alignment = 64;
+  options.metadata = {{"pad", std::string(40, 'x')}};
+  DatasetWriter writer = DatasetWriter::create(path, Schema({Field::fixed("x", kInt32, {})}), options);
+  writer.append({full({}, 1, kInt32)});
+  writer.finish();
+  std::vector<std::byte> bytes = read_file(path);
+  edit_schema_text(bytes, "\"pad\":\"" + std::string(40, 'x') + "\"", "\"pad\":\"a\",\"pad\":\"b\"");
+  write_file(path, bytes);
+  EXPECT_THROW_WITH(Dataset::open(path), FormatError, "the key \"pad\" appears twice in one object");
+}
+
+// A field name that the schema rules refuse for its control bytes is not echoed into the
+// message that refuses it (a terminal would obey an escape sequence there).
+TEST(CorruptionTest, AFieldNameOfControlBytesIsRefusedWithoutBeingPrinted) {
+  TempDir dir;
+  const std::string path = dir.file("name.mmt");
+  WriterOptions options;
+  options.alignment = 64;
+  DatasetWriter writer = DatasetWriter::create(path, Schema({Field::fixed("abcdefghijkl", kInt32, {})}), options);
+  writer.append({full({}, 1, kInt32)});
+  writer.finish();
+  std::vector<std::byte> bytes = read_file(path);
+  edit_schema_text(bytes, "\"abcdefghijkl\"", "\"\\u001b[2J\"");  // ESC [ 2 J: clear the screen
+  write_file(path, bytes);
+  const std::string message = testing::error_of([&] { (void)Dataset::open(path); });
+  EXPECT_NE(message.find("control character"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\x1b'), std::string::npos) << message;
 }
 
 TEST(CorruptionTest, AContiguousFileWithACompressedChunkIsRefused) {
