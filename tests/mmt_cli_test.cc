@@ -542,6 +542,24 @@ TEST_F(MmtCli, VerifyAndExportReportABoolByteOtherThanZeroAndOne) {
   EXPECT_FALSE(fs::exists(path("out")));
 }
 
+// .npy has no bfloat16: a plain export skips such a field with a note, as it skips ragged
+// ones (the whole export used to fail), and naming it with --field is refused with the reason.
+TEST_F(MmtCli, ExportSkipsABfloat16FieldAndRefusesItByName) {
+  {
+    DatasetWriter writer = DatasetWriter::create(
+        path("bf.mmt"), Schema({Field::fixed("w", kBFloat16, {2}), Field::fixed("label", kInt64, {})}));
+    writer.append_batch({zeros({3, 2}, kBFloat16), arange(3, kInt64)});
+    writer.finish();
+  }
+  RunResult exported = run_mmt({"export", path("bf.mmt"), path("out")});
+  EXPECT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_NE(exported.err.find("skipping field 'w': bfloat16 has no numpy dtype"), std::string::npos) << exported.err;
+  EXPECT_TRUE(load_npy(path("out/label.npy")).equal(arange(3, kInt64)));
+  EXPECT_FALSE(fs::exists(path("out/w.npy")));
+  EXPECT_FAILS_WITH(run_mmt({"export", path("bf.mmt"), path("out2"), "--field", "w"}), "bfloat16 has no numpy dtype");
+  EXPECT_FALSE(fs::exists(path("out2")));
+}
+
 TEST_F(MmtCli, GetPrintsLikePyTorch) {
   save("a.npy", arange(6, kInt64).view({3, 2}));
   save("b.npy", records(kFloat32, 3, {}));

@@ -1,5 +1,6 @@
 // mmt export FILE DIR: each fixed-shape field back as DIR/NAME.npy of shape [records, ...],
-// so `pack` then `export` gives the original arrays byte for byte.
+// so `pack` then `export` gives the original arrays byte for byte (for little-endian C-order
+// sources; a big-endian or Fortran-order one comes back with the same values in native C order).
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -65,12 +66,17 @@ void run_export(const ExportArgs& args) {
   }
   if (args.fields.empty()) {
     for (const Field& f : ds.schema()) {
-      if (f.is_fixed()) names.push_back(f.name);
-      else std::cerr << "mmt export: skipping field '" << printable(f.name)
-                     << "': its records vary in shape (use mmt get --raw for one record)\n";
+      if (!f.is_fixed())
+        std::cerr << "mmt export: skipping field '" << printable(f.name)
+                  << "': its records vary in shape (use mmt get --raw for one record)\n";
+      else if (f.dtype == kBFloat16)  // named with --field, it is refused below with the reason
+        std::cerr << "mmt export: skipping field '" << printable(f.name)
+                  << "': bfloat16 has no numpy dtype, so it cannot be written to .npy\n";
+      else
+        names.push_back(f.name);
     }
-    MMT_CHECK(!names.empty(), ValueError, args.file, ": no fixed-shape field to export; its fields vary in shape "
-              "from record to record (use mmt get --raw for one record)");
+    MMT_CHECK(!names.empty(), ValueError, args.file, ": no field to export; each varies in shape from record to "
+              "record or is bfloat16, which .npy cannot hold (use mmt get --raw for one record)");
   }
   std::vector<std::string> paths;
   for (const std::string& name : names) {

@@ -67,7 +67,7 @@ void add_get_command(CLI::App& app) {
   cmd->add_option("INDEX", args->index, "Record index (negative counts from the end)")->required();
   cmd->add_option("--field", args->field, "Only this field");
   CLI::Option* npy = cmd->add_option("--npy", args->npy, "Write the field to this .npy file instead of printing");
-  CLI::Option* raw = cmd->add_option("--raw", args->raw, "Write the field's bytes as they are (an encoded image, say)");
+  CLI::Option* raw = cmd->add_option("--raw", args->raw, "Write the field's elements in row-major order, nothing else (raw bytes, an encoded image say, as stored)");
   // An empty path would read as "not given" and print the record instead of writing it.
   for (CLI::Option* output : {npy, raw})
     output->check([](const std::string& value) {

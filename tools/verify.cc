@@ -1,8 +1,10 @@
 // mmt verify FILE [--against INPUT... | --folder DIR]: checks every structure and checksum,
 // and optionally that the records equal the inputs the dataset was packed from.
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <random>
+#include <unordered_set>
 
 #include "mmt_commands.h"
 #include "mmtensor/dataset.h"
@@ -31,9 +33,16 @@ void run_verify(const VerifyArgs& args) {
   PackSources sources = load_pack_sources(args.against, args.folder);
   std::vector<int64_t> indices;
   if (args.samples > 0 && args.samples < ds.size()) {
+    // `samples` distinct records (Floyd's sampling: O(samples) memory whatever the size), in
+    // file order, which reads the file forwards.
     std::mt19937_64 rng(args.seed);
-    std::uniform_int_distribution<int64_t> pick(0, ds.size() - 1);
-    for (int64_t i = 0; i < args.samples; ++i) indices.push_back(pick(rng));
+    std::unordered_set<int64_t> picked;
+    for (int64_t j = ds.size() - args.samples; j < ds.size(); ++j) {
+      const int64_t t = std::uniform_int_distribution<int64_t>(0, j)(rng);
+      picked.insert(picked.contains(t) ? j : t);
+    }
+    indices.assign(picked.begin(), picked.end());
+    std::sort(indices.begin(), indices.end());
   }
   int64_t compared = compare_with_sources(ds, sources, indices);
   std::cout << args.file << ": " << compared << (indices.empty() ? " records (all)" : " random records")
@@ -51,7 +60,7 @@ void add_verify_command(CLI::App& app) {
                   "Also compare the records with these pack inputs (same syntax as mmt pack)")
       ->expected(1, -1);
   cmd->add_option("--folder", args->folder, "Also compare the records with this class folder");
-  add_integer_option(cmd, "--samples", args->samples, "Compare this many random records instead of all (0: all)");
+  add_integer_option(cmd, "--samples", args->samples, "Compare this many distinct random records instead of all (0: all)");
   add_integer_option(cmd, "--seed", args->seed, "Seed for --samples");
   cmd->callback([args] { run_verify(*args); });
 }
