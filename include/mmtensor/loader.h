@@ -219,8 +219,9 @@ class Loader {
   // CUDA not built in). The first loader of a Dataset reads its chunk table once (64 bytes a
   // chunk) for the fingerprint its states record.
   Loader(Dataset dataset, LoaderOptions options);
-  // Resumes where `state` was taken. Throws ValueError when the state does not belong to
-  // this dataset and sampler (records, dataset fingerprint, kind, seed or window differ).
+  // Resumes where `state` was taken: the state's epoch and position are used, and
+  // options.epoch is ignored; a quasi-random window_chunks of 0 adopts the state's. Throws ValueError when the state does not belong to this
+  // dataset and sampler (records, dataset fingerprint, kind, seed or window differ).
   Loader(Dataset dataset, LoaderOptions options, const LoaderState& state);
   Loader(Loader&&) noexcept;
   Loader& operator=(Loader&&) noexcept;

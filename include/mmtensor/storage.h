@@ -53,7 +53,7 @@ class UntypedStorage {
   //                 smaller; writes reach the file.
   //   shared=false: the file must hold at least nbytes bytes; it is mapped copy-on-write and
   //                 changes never reach it.
-  // nbytes == 0 with shared=false maps the whole file. Throws IoError (missing file,
+  // nbytes == 0 maps the whole file (in either mode, as in PyTorch). Throws IoError (missing file,
   // directory, no permission) or ValueError (negative nbytes, file too small).
   static UntypedStorage from_file(const std::string& filename, bool shared, int64_t nbytes);
 
@@ -72,7 +72,8 @@ class UntypedStorage {
   static UntypedStorage allocate_pinned(int64_t nbytes);
 
   // Wraps memory the caller owns; `deleter(data)` runs when the last handle goes away.
-  // `filename`: the file the bytes are mapped from, when the caller mapped one itself.
+  // `filename`: the file the bytes are mapped from, when the caller mapped one itself (for a
+  // file without a name, an unlinked temporary, a description of it that error messages use).
   // filename() then reports it, and mmtensor's own copies out of the storage (the writer's)
   // turn a SIGBUS there (the file cut short, a disk error on reading it back) into an IoError
   // that names it, as they do for map_file() storages.
@@ -89,7 +90,8 @@ class UntypedStorage {
   bool is_cuda() const { return device().is_cuda(); }
   bool is_pinned() const;
   bool is_read_only() const;
-  // The mapped file's path; empty for storages not backed by a file.
+  // The mapped file's path (or, for a from_blob() storage over a nameless file, the
+  // description its caller gave); empty for storages not backed by a file.
   const std::string& filename() const;
   // True when both handles share the same bytes (torch: a.data_ptr() == b.data_ptr()).
   bool is_same(const UntypedStorage& other) const;
@@ -103,9 +105,12 @@ class UntypedStorage {
   // Sets every byte to `value`.
   UntypedStorage& fill_(uint8_t value);
   // A pinned host copy (or this storage itself if it is already pinned), as in PyTorch.
+  // Without a CUDA device, an ordinary copy (see allocate_pinned), made again on each call.
   UntypedStorage pin_memory() const;
 
-  // madvise() on [offset, offset + nbytes) of a mapped storage; a no-op for other storages.
+  // madvise() on [offset, offset + nbytes) of a storage from map_file()/from_file(); a no-op
+  // for other storages (from_blob() ones included, whatever their filename), and DontNeed is
+  // ignored on a copy-on-write mapping, where it would drop the process's own changes.
   void advise(AccessAdvice advice, int64_t offset = 0, int64_t nbytes = -1) const;
 
  private:
