@@ -93,9 +93,15 @@ Dataset::Impl::ValueRange Dataset::Impl::read_ragged_value(const ChunkRef& ref, 
   const uint64_t start = r == 0 ? 0 : format::load_u64(chunk + section.ends_offset + 8 * (r - 1));
   const uint64_t end = format::load_u64(chunk + section.ends_offset + 8 * r);
   const uint64_t total = static_cast<uint64_t>((section.end_offset - section.values_offset) / plan.element_bytes);
+  // Where a bad word lies: a file offset for an uncompressed chunk (read from the mapping),
+  // else an offset in the decoded chunk.
+  const auto at = [&](int64_t offset_in_chunk) {
+    return ref.storage.data() == base ? detail::str(" (byte offset ", ref.payload_offset_bytes + offset_in_chunk, ")")
+                                      : detail::str(" (decoded byte ", offset_in_chunk, ")");
+  };
   MMT_CHECK(start <= end && end <= total, FormatError, path, ": chunk ", ref.index, ", field '", field.name,
             "': record ", record, " has value range [", start, ", ", end, ") outside the field's ", total,
-            " values in this chunk");
+            " values in this chunk", at(section.ends_offset + 8 * r));
   const int64_t vdims = field.variable_dims();
   const size_t ndim = field.shape.size();
   int64_t numel = 1;
@@ -104,20 +110,21 @@ Dataset::Impl::ValueRange Dataset::Impl::read_ragged_value(const ChunkRef& ref, 
   for (size_t d = 0; d < ndim; ++d) {
     int64_t size = field.shape[d];
     if (size == kVariableDim) {
-      const uint64_t extent = format::load_u64(chunk + section.extents_offset + 8 * (r * vdims + extent_index++));
+      const int64_t extent_at = section.extents_offset + 8 * (r * vdims + extent_index++);
+      const uint64_t extent = format::load_u64(chunk + extent_at);
       MMT_CHECK(extent <= static_cast<uint64_t>(INT64_MAX), FormatError, path, ": chunk ", ref.index, ", field '",
-                field.name, "': record ", record, " has extent ", extent);
+                field.name, "': record ", record, " has extent ", extent, at(extent_at));
       size = static_cast<int64_t>(extent);
     }
     sizes[d] = size;
     MMT_CHECK(format::checked_mul(numel, size, &numel) &&
                   format::checked_mul(extent_product, std::max<int64_t>(size, 1), &extent_product),
               FormatError, path, ": chunk ", ref.index, ", field '", field.name, "': the extents of record ", record,
-              " overflow");
+              " overflow", at(section.extents_offset + 8 * r * vdims));
   }
   MMT_CHECK(static_cast<uint64_t>(numel) == end - start, FormatError, path, ": chunk ", ref.index, ", field '",
             field.name, "': record ", record, " has extents ", IntArrayRef(sizes, ndim), " (", numel,
-            " elements) but ", end - start, " values");
+            " elements) but ", end - start, " values", at(section.extents_offset + 8 * r * vdims));
   return {static_cast<int64_t>(start), static_cast<int64_t>(end)};
 }
 

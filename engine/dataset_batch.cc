@@ -165,7 +165,8 @@ struct ChunkedBatchPlan {
         decoded_bytes = static_cast<int64_t>(e.decoded_bytes);
       }
       MMT_CHECK(i >= first && i - first < count, FormatError, d.path,
-                ": the chunk table is not ordered: record ", i, " is not in chunk ", c);
+                ": the chunk table is not ordered: record ", i, " is not in chunk ", c, ", which holds records [",
+                first, ", +", count, ")");
       // The run of positions whose records lie in this chunk (sorted: they are consecutive).
       size_t end = k + 1;
       while (end < n && by_record[end].first - first < count) ++end;

@@ -56,9 +56,13 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   // The stat above only words the common errors; the mapping's own size is the truth (a
   // writer may have renamed another file onto the path in between).
   MMT_CHECK(impl->file_bytes > 0, FormatError, path, ": empty file, not an mmtensor dataset");
+  // Every read of the mapping here is guarded, as the engine's later ones are: a file cut
+  // short under the open is an IoError naming it, not a SIGBUS.
   try {
-    impl->preamble = format::decode_preamble(impl->base, impl->file_bytes);
-    impl->footer = format::decode_footer(impl->base, impl->file_bytes, impl->preamble);
+    impl->guarded([&] {
+      impl->preamble = format::decode_preamble(impl->base, impl->file_bytes);
+      impl->footer = format::decode_footer(impl->base, impl->file_bytes, impl->preamble);
+    });
   } catch (const FormatError& e) {
     if (dynamic_cast<const ChecksumError*>(&e)) throw ChecksumError(in_file(path, e.what()));
     throw FormatError(in_file(path, e.what()));
@@ -72,18 +76,27 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   impl->schema_offset = static_cast<int64_t>(footer.schema_offset);
   impl->chunk_table_offset = static_cast<int64_t>(footer.chunk_table_offset);
 
-  // The schema block: capped by decode_footer before anything is allocated for it.
-  const std::byte* schema_bytes = impl->base + impl->schema_offset;
-  MMT_CHECK(detail::checksum64(schema_bytes, footer.schema_bytes) == footer.schema_checksum, ChecksumError,
+  // The schema block: capped by decode_footer before anything is allocated for it. Copied
+  // once, then hashed and parsed from the copy: the bytes parsed are the bytes checked, even
+  // if the file changes under the mapping.
+  std::string schema_text(static_cast<size_t>(footer.schema_bytes), '\0');
+  int64_t nonzero_padding = -1;
+  impl->guarded([&] {
+    std::memcpy(schema_text.data(), impl->base + impl->schema_offset, schema_text.size());
+    for (int64_t i = impl->schema_offset + static_cast<int64_t>(footer.schema_bytes); i < impl->chunk_table_offset; ++i)
+      if (impl->base[i] != std::byte{0}) {
+        nonzero_padding = i;
+        break;
+      }
+  });
+  MMT_CHECK(detail::checksum64(schema_text.data(), schema_text.size()) == footer.schema_checksum, ChecksumError,
             path, ": schema block checksum mismatch (byte offset ", impl->schema_offset, ", ",
             footer.schema_bytes, " bytes)");
-  for (int64_t i = impl->schema_offset + static_cast<int64_t>(footer.schema_bytes); i < impl->chunk_table_offset; ++i)
-    MMT_CHECK(impl->base[i] == std::byte{0}, FormatError, path, ": padding byte at offset ", i,
-              " before the chunk table is not zero");
+  MMT_CHECK(nonzero_padding < 0, FormatError, path, ": padding byte at offset ", nonzero_padding,
+            " before the chunk table is not zero");
   format::SchemaBlock block;
   try {
-    block = format::decode_schema_block(
-        std::string_view(reinterpret_cast<const char*>(schema_bytes), footer.schema_bytes), impl->schema_offset);
+    block = format::decode_schema_block(schema_text, impl->schema_offset);
     impl->layout = format::compute_record_layout(block.schema);
   } catch (const Error& e) {
     throw FormatError(in_file(path, e.what()));

@@ -263,11 +263,13 @@ RaggedSection ragged_section_at(const std::byte* chunk, int64_t decoded_bytes, i
   s.extents_offset = offset + 8 * record_count;
   s.values_offset = next_section_offset(header_end);
   MMT_CHECK(s.values_offset <= decoded_bytes, FormatError, "chunk ", chunk_index, ", field '",
-            field.name, "': ragged values start past the chunk's end");
+            field.name, "': ragged values start at decoded byte ", s.values_offset, ", past the chunk's ",
+            decoded_bytes, " bytes");
   uint64_t last_end = load_u64(chunk + s.ends_offset + 8 * (record_count - 1));
   MMT_CHECK(last_end <= static_cast<uint64_t>((decoded_bytes - s.values_offset) / elem), FormatError,
             "chunk ", chunk_index, ", field '", field.name, "': ragged values (", last_end,
-            " elements) run past the chunk's ", decoded_bytes, " decoded bytes");
+            " elements, the last value end at decoded byte ", s.ends_offset + 8 * (record_count - 1),
+            ") run past the chunk's ", decoded_bytes, " decoded bytes");
   s.end_offset = s.values_offset + static_cast<int64_t>(last_end) * elem;
   return s;
 }
@@ -304,8 +306,10 @@ void check_before_parsing(std::string_view json, int64_t file_offset) {
   int depth = 0;
   int64_t separators = 0;
   bool in_string = false, escaped = false;
-  for (char c : json) {
-    if (c == '\0') schema_error(file_offset, "the JSON text contains a NUL byte");
+  for (size_t at = 0; at < json.size(); ++at) {
+    const char c = json[at];
+    const auto where = [&] { return detail::str(" (byte offset ", file_offset + static_cast<int64_t>(at), ")"); };
+    if (c == '\0') schema_error(file_offset, "the JSON text contains a NUL byte" + where());
     if (in_string) {
       if (escaped) escaped = false;
       else if (c == '\\') escaped = true;
@@ -313,11 +317,12 @@ void check_before_parsing(std::string_view json, int64_t file_offset) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > kMaxSchemaNesting) schema_error(file_offset, "JSON nested deeper than any schema needs");
+      if (++depth > kMaxSchemaNesting)
+        schema_error(file_offset, detail::str("JSON nested deeper than ", kMaxSchemaNesting, " levels", where()));
     } else if (c == ']' || c == '}') {
       --depth;
     } else if (c == ',' && ++separators >= kMaxSchemaValues) {
-      schema_error(file_offset, detail::str("the JSON holds more than ", kMaxSchemaValues, " values"));
+      schema_error(file_offset, detail::str("the JSON holds more than ", kMaxSchemaValues, " values", where()));
     }
   }
 }

@@ -25,8 +25,14 @@ Sampler Sampler::for_dataset(const Dataset& dataset, SamplerOptions options) {
     const int64_t chunks = dataset.num_chunks();
     counts.reserve(static_cast<size_t>(chunks));
     int64_t largest_chunk_bytes = 0;
-    for (int64_t c = 0; c < chunks; ++c) {
+    for (int64_t c = 0, next_first = 0; c < chunks; ++c) {
       const ChunkInfo chunk = dataset.chunk(c);
+      // The table's entries are checked one at a time; that they follow one another is the
+      // file's business too (a FormatError naming it, not the Sampler's ValueError).
+      MMT_CHECK(chunk.first_record == next_first, FormatError, dataset.path(), ": chunk ", c, " starts at record ",
+                chunk.first_record, " but the chunks before it end at record ", next_first,
+                " (the chunk table is damaged; mmt verify says more)");
+      next_first += chunk.record_count;
       counts.push_back(chunk.record_count);
       largest_chunk_bytes = std::max(largest_chunk_bytes, chunk.decoded_bytes);
     }

@@ -212,6 +212,11 @@ TEST(CorruptionTest, AChunkTableOutOfOrderIsReportedByPrefetchAsByReading) {
                                      testing::error_of([&] { (void)ds.get(second.first_record); }),
                                      testing::error_of([&] { (void)ds.chunk_of(second.first_record); })})
     EXPECT_NE(message.find("the chunk table is not ordered"), std::string::npos) << message;
+  // A quasi-random sampler reads the whole table: a FormatError naming the file, not the
+  // Sampler's ValueError about its arguments.
+  SamplerOptions quasi;
+  quasi.kind = SamplerKind::QuasiRandom;
+  EXPECT_THROW_WITH(Sampler::for_dataset(ds, quasi), FormatError, damaged + ": chunk 1 starts at record");
   // The loader's hints swallow it; its gather reports it, naming the sample.
   LoaderOptions loader_options;
   loader_options.batch_size = 60;
@@ -315,6 +320,9 @@ TEST(CorruptionTest, RaggedValueEndsThatGoBackAreCaughtBehindValidChecksums) {
   EXPECT_THROW_WITH(ds.get(2, "tokens"), FormatError, "chunk 0, field 'tokens': record 2 has value range [1, 0)");
   EXPECT_THROW_WITH(ds.ragged_column("tokens", 0, 4), FormatError, "record 2 has value range [1, 0)");
   EXPECT_THROW_WITH(ds.verify(), FormatError, "chunk 0, field 'tokens': record 2 has value range [1, 0)");
+  // ...and where: the file offset of the bad value end.
+  EXPECT_THROW_WITH(ds.get(2, "tokens"), FormatError,
+                    "(byte offset " + std::to_string(chunk.file_offset + section.ends_offset + 16) + ")");
 }
 
 // A bool value byte other than 0 or 1 in a chunk whose checksum was made valid again, as a
