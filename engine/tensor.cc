@@ -74,6 +74,12 @@ int64_t Tensor::stride(int64_t d) const {
   return strides_[wrap_dim(d)];
 }
 
+Tensor& Tensor::set_(UntypedStorage source, int64_t storage_offset, IntArrayRef size, IntArrayRef stride) {
+  MMT_CHECK(defined_, ValueError, "set_() of an undefined tensor (it has no dtype)");
+  *this = Tensor(std::move(source), dtype_, size, stride, storage_offset);  // checked, then assigned
+  return *this;
+}
+
 int64_t Tensor::numel() const {
   int64_t n = 1;
   for (int64_t s : sizes_) n *= s;  // bounded: checked when the view was made

@@ -32,9 +32,12 @@ Extent element_extent(IntArrayRef sizes, IntArrayRef strides) {
 }
 
 bool is_contiguous_strides(IntArrayRef sizes, IntArrayRef strides) {
+  // An empty tensor is contiguous whatever its strides, as in PyTorch: with a 0 anywhere, not
+  // only in a dimension met before the first mismatch.
+  for (int64_t size : sizes)
+    if (size == 0) return true;
   int64_t expected = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
-    if (sizes[i] == 0) return true;  // an empty tensor is contiguous
     if (sizes[i] == 1) continue;
     if (strides[i] != expected) return false;
     expected *= sizes[i];

@@ -47,9 +47,74 @@ TEST(SeedExamples, TransposeBreaksContiguity) {
   EXPECT_EQ(y.sizes(), IntArrayRef({3, 2}));
   EXPECT_EQ(y.strides(), IntArrayRef({1, 3}));
   EXPECT_FALSE(y.is_contiguous());
+  EXPECT_TRUE(y.is_same_storage(x));  // "same storage, different strides"
   Tensor z = y.contiguous();
   EXPECT_TRUE(z.is_contiguous());
   EXPECT_FALSE(z.is_same_storage(x));
+  // contiguous() of what already is contiguous is the tensor itself, no copy.
+  EXPECT_TRUE(x.contiguous().is_same_storage(x));
+  EXPECT_EQ(x.contiguous().data_ptr(), x.data_ptr());
+}
+
+// x = torch.arange(12).reshape(3, 4): contiguous; x.t() is not; x.t().contiguous() is.
+TEST(SeedExamples, ContiguityOfAReshapedRange) {
+  Tensor x = arange(12).reshape({3, 4});
+  EXPECT_TRUE(x.is_contiguous());
+  EXPECT_FALSE(x.t().is_contiguous());
+  EXPECT_TRUE(x.t().contiguous().is_contiguous());
+  EXPECT_EQ(x.t().contiguous().to_vector<int64_t>(), (std::vector<int64_t>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+}
+
+// The HDF5 example: images stored in chunks of 100 records, compressed; reading image 1000
+// decodes only the chunk that holds it (chunk 10), not the dataset.
+TEST(SeedExamples, ReadingOneRecordDecodesOnlyItsChunk) {
+  testing::TempDir dir;
+  const std::string path = dir.file("images.mmt");
+  WriterOptions options;
+  options.codec = CodecSpec::parse("zstd");
+  options.chunk_records = 100;
+  {
+    DatasetWriter writer = DatasetWriter::create(path, Schema({Field::fixed("images", kUInt8, {3, 8, 8})}), options);
+    for (int64_t i = 0; i < 1100; ++i) writer.append({full({3, 8, 8}, static_cast<double>(i % 251), kUInt8)});
+    writer.finish();
+  }
+  Dataset ds = Dataset::open(path);
+  ASSERT_EQ(ds.num_chunks(), 11);
+  EXPECT_EQ(ds.chunk_of(1000), 10);
+  const Tensor image = ds.get(1000)["images"];
+  EXPECT_EQ(ds.cache_stats().misses, 1);  // one chunk decoded
+  EXPECT_TRUE(image.equal(full({3, 8, 8}, 1000 % 251, kUInt8)));
+}
+
+// A float32 tensor of shape (3, 4) on the CPU: strides (16, 4) in bytes, (4, 1) in elements.
+TEST(SeedExamples, Float32MatrixStridesInBytes) {
+  Tensor a = arange(1, 13, 1, kFloat32).view({3, 4});
+  EXPECT_EQ(a.strides(), IntArrayRef({4, 1}));
+  EXPECT_EQ(a.stride(0) * a.element_size(), 16);
+  EXPECT_EQ(a.stride(1) * a.element_size(), 4);
+  EXPECT_EQ(a.device(), kCPU);
+  EXPECT_EQ(a.at<float>({2, 3}), 12.0f);
+}
+
+// torch.zeros(3).untyped_storage(): 12 zero bytes.
+TEST(SeedExamples, StorageOfZerosIsTwelveZeroBytes) {
+  Tensor t = zeros({3});
+  ASSERT_EQ(t.untyped_storage().nbytes(), 12);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(t.untyped_storage().data());
+  EXPECT_EQ(std::vector<uint8_t>(bytes, bytes + 12), std::vector<uint8_t>(12, 0));
+}
+
+// t.to("cpu") of a tensor already on the CPU is the tensor itself (no copy).
+TEST(SeedExamples, ToTheDeviceItIsOnDoesNotCopy) {
+  Tensor h = arange(6);
+  EXPECT_TRUE(h.to(kCPU).is_same_storage(h));
+  EXPECT_TRUE(h.cpu().is_same_storage(h));
+}
+
+// Allocations are aligned (64 bytes here), whatever their size.
+TEST(SeedExamples, AllocationsAreAligned) {
+  for (int64_t n : {1, 3, 1000, 4097})
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(empty({n}).data_ptr()) % 64, 0u) << n;
 }
 
 // 16.4: x = randn(1, 3, 224, 224).to(memory_format=channels_last) is channels-last contiguous.
@@ -61,6 +126,23 @@ TEST(SeedExamples, ChannelsLastConversion) {
   EXPECT_FALSE(x_cl.is_contiguous());
   EXPECT_TRUE(x_cl.equal(x));
   EXPECT_EQ(x_cl.at<float>({0, 2, 10, 20}), 2 * 224 * 224 + 10 * 224 + 20);
+  EXPECT_FALSE(x.is_contiguous(MemoryFormat::ChannelsLast));
+  // In memory, channels are innermost: pixel (0, 0)'s three channels, then pixel (0, 1)'s.
+  const auto* stored = reinterpret_cast<const float*>(x_cl.untyped_storage().data());
+  EXPECT_EQ(std::vector<float>(stored, stored + 4), (std::vector<float>{0, 50176, 100352, 1}));
+}
+
+// The same for a batch of 32: the channels-last copy has strides (150528, 1, 672, 3).
+TEST(SeedExamples, ChannelsLastConversionOfABatch) {
+  Tensor x = arange(32 * 3 * 224 * 224, kFloat32).view({32, 3, 224, 224});
+  Tensor cl = x.to(MemoryFormat::ChannelsLast);
+  EXPECT_EQ(cl.sizes(), IntArrayRef({32, 3, 224, 224}));
+  EXPECT_EQ(cl.strides(), IntArrayRef({150528, 1, 672, 3}));
+  EXPECT_TRUE(cl.is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(cl.equal(x));
+  const auto* stored = reinterpret_cast<const float*>(cl.untyped_storage().data());
+  EXPECT_EQ(std::vector<float>(stored, stored + 4), (std::vector<float>{0, 50176, 100352, 1}));
+  EXPECT_EQ(stored[150528], 150528.0f);  // image 1 starts one batch stride in
 }
 
 // torch.Storage text: t = torch.ones(3); its untyped storage is 12 bytes 0 0 128 63 x 3;
@@ -79,9 +161,15 @@ TEST(SeedExamples, UntypedStorageOfOnes) {
   UntypedStorage s1 = s0.clone();
   s1.fill_(0);
   EXPECT_FALSE(s1.is_same(s0));
-  Tensor reset(s1, t.dtype(), t.sizes(), t.strides(), t.storage_offset());
-  EXPECT_EQ(reset.to_string(), "tensor([0., 0., 0.])");
-  EXPECT_EQ(t.to_string(), "tensor([1., 1., 1.])");
+  // t.set_(s1, storage_offset=t.storage_offset(), stride=t.stride(), size=t.size())
+  Tensor view_of_ones = t;
+  t.set_(s1, t.storage_offset(), t.sizes(), t.strides());
+  EXPECT_EQ(t.to_string(), "tensor([0., 0., 0.])");
+  EXPECT_TRUE(t.untyped_storage().is_same(s1));
+  EXPECT_EQ(view_of_ones.to_string(), "tensor([1., 1., 1.])");  // other handles keep s0
+  // A geometry that does not fit the new storage is refused, and t is left as it was.
+  EXPECT_THROW(t.set_(s1, 1, t.sizes(), t.strides()), ValueError);
+  EXPECT_TRUE(t.untyped_storage().is_same(s1));
 }
 
 // "Tensor Storage" text: a float32 [2, 3] has strides (12, 4) bytes = (3, 1) elements, and
@@ -147,6 +235,12 @@ TEST(SeedExamples, SliceWithStep) {
   EXPECT_FALSE(b.is_contiguous());
   EXPECT_EQ(b.contiguous().to_vector<int64_t>(), (std::vector<int64_t>{0, 2, 4, 6, 8, 10}));
   EXPECT_EQ(b.to_string(), "tensor([[ 0,  2],\n        [ 4,  6],\n        [ 8, 10]])");
+  // The text's numbers are for 4-byte elements: byte strides (16, 8).
+  Tensor a32 = arange(12, kInt32).reshape({3, 4});
+  Tensor b32 = a32.slice(1, 0, kSliceEnd, 2);
+  EXPECT_EQ(b32.stride(0) * b32.element_size(), 16);
+  EXPECT_EQ(b32.stride(1) * b32.element_size(), 8);
+  EXPECT_FALSE(b32.is_contiguous());
 }
 
 // X = randn(32, 3, 224, 224): strides (150528, 50176, 224, 1); channels-last
@@ -220,6 +314,7 @@ TEST(SeedExamples, PermuteNhwcToNchw) {
 TEST(SeedExamples, StorageFormula) {
   Tensor x = tensor2d<int64_t>({{1, 2, 3}, {4, 5, 6}});
   EXPECT_EQ(storage_as_int64(x), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(x.strides(), IntArrayRef({3, 1}));
   EXPECT_EQ(x.storage_offset(), 0);
   auto storage = storage_as_int64(x);
   for (int64_t i = 0; i < 2; ++i)
@@ -250,6 +345,11 @@ TEST(SeedExamples, HiddenReferences) {
   EXPECT_GE(observed.use_count(), 2);
   Tensor c = y.clone();
   EXPECT_FALSE(c.is_same_storage(y));
+  // The clone holds the row's 80 bytes only; once the view goes, nothing else keeps the
+  // 800-byte storage alive.
+  EXPECT_EQ(c.untyped_storage().nbytes(), 80);
+  y = Tensor();
+  EXPECT_EQ(observed.use_count(), 1);
 }
 
 // Write raw bytes (tensor.numpy().tobytes()) and read them back as a tensor over a file

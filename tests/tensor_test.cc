@@ -200,6 +200,7 @@ TEST(Tensor, ReshapeCopiesOnlyWhenItMust) {
 
 TEST(Tensor, ContiguityRules) {
   EXPECT_TRUE(empty({0, 3}).t().is_contiguous());  // empty is contiguous
+  EXPECT_TRUE(empty({0, 4}).slice(1, 0, kSliceEnd, 2).is_contiguous());  // whatever its strides
   EXPECT_TRUE(empty({3, 1}).t().is_contiguous());  // size-1 dims are skipped
   Tensor nchw = empty({2, 3, 4, 5});
   EXPECT_FALSE(nchw.is_contiguous(MemoryFormat::ChannelsLast));

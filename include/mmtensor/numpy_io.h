@@ -96,8 +96,9 @@ struct NpzMember {
   Tensor array;
 };
 
-// Loads every array of an .npz file, in the archive's member order. Deflated members are
-// inflated into host memory. A stored member, with mmap=true, is a zero-copy read-only view of
+// Loads every array of an .npz file, in the archive's member order, at once (np.load loads a
+// member when it is indexed; the packer needs them all). Deflated members are inflated into
+// host memory. A stored member, with mmap=true, is a zero-copy read-only view of
 // the file when its data is in native byte order at an address aligned for its dtype (like
 // load_npy; numpy's zip headers often leave it unaligned, and byte arrays are always aligned);
 // otherwise it is copied into host memory. Members whose names do not end in ".npy" are

@@ -157,6 +157,10 @@ class Tensor {
   // Copies src's elements into this tensor (same sizes, or src broadcastable; any layouts,
   // any dtypes, host or device). Returns *this.
   const Tensor& copy_(const Tensor& src) const;
+  // torch's t.set_(source, storage_offset, size, stride): this tensor becomes a view of
+  // `source` with that geometry (checked as the constructor checks it) and keeps its dtype.
+  // It changes this handle only; other views of the old storage are untouched.
+  Tensor& set_(UntypedStorage source, int64_t storage_offset, IntArrayRef size, IntArrayRef stride);
   // Same layout class on another device; this tensor itself when already there. The copy is
   // always synchronous: non_blocking is accepted for PyTorch's signature (the Loader's copies
   // are the asynchronous ones).
