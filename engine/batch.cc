@@ -112,7 +112,12 @@ Batch LoaderCore::make_batch(int s, int64_t batch_epoch, const LoaderState& stat
   batch.number_ = slot.batch;
   batch.device_ = options.device;
   batch.state_after_ = state_after;
-  if (on_device) slot.copied.make_stream_wait(options.consumer_stream);
+  if (on_device) {
+    slot.copied.make_stream_wait(options.consumer_stream);
+    // The engine's own device copies of the batch (cpu(), clone(), to()) run on the legacy
+    // default stream: with another consumer stream, that one must wait for the copy too.
+    if (options.consumer_stream != nullptr) slot.copied.make_stream_wait(nullptr);
+  }
   return batch;
 }
 

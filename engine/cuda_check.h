@@ -10,13 +10,20 @@
 namespace mmt::cuda {
 
 // Throws CudaError "<what>[ of N bytes] failed: <runtime message>" unless status is success,
-// clearing the runtime's sticky error first so later calls are not poisoned.
+// clearing the thread's last error (this failure) first. A sticky error (an illegal address)
+// stays: nothing but a new process clears it.
 void check(cudaError_t status, const char* what, int64_t nbytes = -1);
+
+// Whether `device`'s primary context exists already (cuDevicePrimaryCtxGetState, reached
+// through the runtime's driver entry points; true when that cannot be asked).
+bool primary_context_active(int device) noexcept;
 
 // Makes `device` current for the calling thread while it lives (a thread's current device
 // is per thread), then restores the previous one. It touches the current device only when
-// it differs: since CUDA 12, cudaSetDevice creates that device's primary context, so setting
-// "back" to a device the thread never chose (0 by default) would open a context there.
+// it differs, and restores it only when that device's primary context exists: since CUDA
+// 12, cudaSetDevice creates the context, so setting "back" to a device the thread never
+// chose (0 by default) would open one there (0.3-0.5 GiB on GPU 0 for every process of a
+// multi-GPU job). The thread then keeps `device` current, as PyTorch's guards do.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);
@@ -38,7 +45,7 @@ void on_device_noexcept(int device, Fn&& fn) noexcept {
   const bool change = previous != device;
   if (change) cudaSetDevice(device);
   fn();
-  if (change) cudaSetDevice(previous);
+  if (change && primary_context_active(previous)) cudaSetDevice(previous);
 }
 
 }  // namespace mmt::cuda

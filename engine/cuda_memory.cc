@@ -1,5 +1,6 @@
 #include "cuda_memory.h"
 
+#include <optional>
 #include <string>
 
 #include "mmtensor/device.h"
@@ -12,7 +13,7 @@ namespace mmt::cuda {
 #if MMT_WITH_CUDA
 void check(cudaError_t status, const char* what, int64_t nbytes) {
   if (status == cudaSuccess) return;
-  cudaGetLastError();  // clear the sticky error so later calls are not poisoned
+  cudaGetLastError();  // this failure is reported here: later calls must not see it again
   throw CudaError(detail::str(what, (nbytes >= 0 ? detail::str(" of ", nbytes, " bytes") : ""),
                               " failed: ", cudaGetErrorString(status)));
 }
@@ -25,7 +26,28 @@ DeviceGuard::DeviceGuard(int device) {
   }
 }
 DeviceGuard::~DeviceGuard() {
-  if (changed_) cudaSetDevice(previous_);
+  if (changed_ && primary_context_active(previous_)) cudaSetDevice(previous_);
+}
+
+bool primary_context_active(int device) noexcept {
+  // cuDevicePrimaryCtxGetState(CUdevice, unsigned int* flags, int* active), without linking
+  // the driver library: the runtime hands out the driver's entry points.
+  using GetState = int (*)(int, unsigned int*, int*);
+  static const GetState get_state = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      fn = nullptr;
+    }
+    return reinterpret_cast<GetState>(fn);
+  }();
+  if (get_state == nullptr) return true;  // cannot tell: restore, as before
+  unsigned int flags = 0;
+  int active = 0;
+  return get_state(device, &flags, &active) != 0 || active != 0;  // an error: restore too
 }
 
 namespace {
@@ -80,7 +102,9 @@ void free_device(void* ptr, int device) noexcept {
   if (ptr) on_device_noexcept(device, [&] { cudaFree(ptr); });
 }
 
-void* malloc_host_pinned(int64_t nbytes) {
+void* malloc_host_pinned(int64_t nbytes, int device) {
+  std::optional<DeviceGuard> guard;
+  if (device >= 0) guard.emplace(device);
   void* ptr = nullptr;
   check(cudaHostAlloc(&ptr, static_cast<size_t>(nbytes), cudaHostAllocDefault), "cudaHostAlloc",
         nbytes);
@@ -95,12 +119,17 @@ void memcpy(void* dst, const void* src, int64_t nbytes, int device) {
   if (nbytes == 0) return;
   DeviceGuard guard(device);
   check(cudaMemcpy(dst, src, static_cast<size_t>(nbytes), cudaMemcpyDefault), "cudaMemcpy", nbytes);
+  // cudaMemcpy returns before a device-to-device copy is done: wait, so that the engine's
+  // copies are synchronous as documented (a clone() of a batch, then its release, must not
+  // race the slot's refill).
+  check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize after cudaMemcpy", nbytes);
 }
 
 void memset(void* dst, int value, int64_t nbytes, int device) {
   if (nbytes == 0) return;
   DeviceGuard guard(device);
   check(cudaMemset(dst, value, static_cast<size_t>(nbytes)), "cudaMemset", nbytes);
+  check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize after cudaMemset", nbytes);  // likewise
 }
 
 #else  // built without CUDA
@@ -118,7 +147,7 @@ void use_device(int) { unavailable("selecting a CUDA device"); }
 void synchronize_device_noexcept(int) noexcept {}
 void* malloc_device(int64_t, int) { unavailable("allocating CUDA memory"); }
 void free_device(void*, int) noexcept {}
-void* malloc_host_pinned(int64_t) { unavailable("allocating pinned memory"); }
+void* malloc_host_pinned(int64_t, int) { unavailable("allocating pinned memory"); }
 void free_host_pinned(void*) noexcept {}
 void memcpy(void*, const void*, int64_t, int) { unavailable("copying to or from a CUDA device"); }
 void memset(void*, int, int64_t, int) { unavailable("filling CUDA memory"); }

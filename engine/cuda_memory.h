@@ -18,11 +18,14 @@ void use_device(int device);
 void synchronize_device_noexcept(int device) noexcept;
 void* malloc_device(int64_t nbytes, int device);   // cudaMalloc on `device`
 void free_device(void* ptr, int device) noexcept;
-void* malloc_host_pinned(int64_t nbytes);          // cudaHostAlloc
+// cudaHostAlloc, with `device` current when >= 0 (else the thread's current device, whose
+// context it opens).
+void* malloc_host_pinned(int64_t nbytes, int device = -1);
 void free_host_pinned(void* ptr) noexcept;
 // cudaMemcpy with cudaMemcpyDefault (unified addressing works out the direction), issued
 // with `device` current: the CUDA side's device (the destination's when both are), so the
 // copy runs on that device's legacy default stream, which the loader orders batches before.
+// Both return once the work is done on the device (host-synchronous in every direction).
 void memcpy(void* dst, const void* src, int64_t nbytes, int device);
 void memset(void* dst, int value, int64_t nbytes, int device);
 

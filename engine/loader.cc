@@ -141,12 +141,21 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
 LoaderCore::~LoaderCore() {
   // Queued copies read the pinned ring and write the device buffers, and the consumer's
   // kernels may still read the device buffers of released batches: all must outlive them.
+  // Each wait on its own: one that fails must not skip the others, and the device's whole
+  // queue is the fallback.
+  bool drained = true;
   try {
     copy_stream.synchronize();
-    if (options.device.is_cuda())
-      for (Slot& slot : slots) slot.consumed.synchronize();
   } catch (...) {
+    drained = false;
   }
+  if (options.device.is_cuda())
+    for (Slot& slot : slots) try {
+        slot.consumed.synchronize();
+      } catch (...) {
+        drained = false;
+      }
+  if (!drained && options.device.is_cuda()) cuda::synchronize_device_noexcept(options.device.index);
 }
 
 void LoaderCore::start_workers() {

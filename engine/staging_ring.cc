@@ -21,8 +21,10 @@ int64_t align_up(int64_t bytes, int64_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
 
-UntypedStorage allocate_host(int64_t nbytes, bool pinned) {
-  return pinned ? UntypedStorage::allocate_pinned(nbytes)
+// Pinned with the loader's device current: its context, not the calling thread's (device 0
+// on a thread that never chose one).
+UntypedStorage allocate_host(int64_t nbytes, bool pinned, Device device) {
+  return pinned ? UntypedStorage::allocate_pinned(nbytes, device)
                 : UntypedStorage::allocate(nbytes, kCPU, StagingRing::kRegionAlignment);
 }
 
@@ -58,7 +60,7 @@ StagingRing::StagingRing(std::vector<Field> fields, int64_t slot_rows, int slots
   }
   slot_bytes_ = offset_bytes;
   const int64_t ring_bytes = checked_mul(slot_bytes_, slots_, "the staging ring");
-  host_ = allocate_host(ring_bytes, pin_memory_);
+  host_ = allocate_host(ring_bytes, pin_memory_, device_);
   if (device_.is_cuda()) device_ring_ = UntypedStorage::allocate(ring_bytes, device_);
   ragged_.assign(static_cast<size_t>(slots_), std::vector<RaggedBuffers>(static_cast<size_t>(ragged_count)));
 }
@@ -116,7 +118,7 @@ void StagingRing::reserve_values(int slot, size_t f, int64_t elements,
       if (consumer_done) consumer_done.synchronize();
       buffers.device = UntypedStorage::allocate(capacity_bytes, device_);
     }
-    buffers.host = allocate_host(capacity_bytes, pin_memory_);
+    buffers.host = allocate_host(capacity_bytes, pin_memory_, device_);
   }
   buffers.used_bytes = needed_bytes;
 }

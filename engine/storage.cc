@@ -118,12 +118,12 @@ std::byte* aligned_host_alloc(int64_t nbytes, size_t alignment) {
   return static_cast<std::byte*>(p);
 }
 
-void warn_pinned_fallback_once() {
+void warn_pinned_fallback_once(const std::string& why) {
   static std::once_flag once;
-  std::call_once(once, [] {
+  std::call_once(once, [&] {
     if (std::getenv("MMT_QUIET") == nullptr)
-      std::cerr << "mmtensor: no CUDA device; pinned memory falls back to ordinary host memory "
-                   "(is_pinned() is false)\n";
+      std::cerr << "mmtensor: " << why << "; pinned memory falls back to ordinary host memory "
+                << "(is_pinned() is false)\n";
   });
 }
 
@@ -205,18 +205,29 @@ UntypedStorage UntypedStorage::allocate(int64_t nbytes, Device device, size_t al
   return UntypedStorage(std::move(impl));
 }
 
-UntypedStorage UntypedStorage::allocate_pinned(int64_t nbytes) {
+UntypedStorage UntypedStorage::allocate_pinned(int64_t nbytes, Device for_device) {
   check_nbytes(nbytes, "allocate_pinned");
+  MMT_CHECK(!for_device.is_cuda() || for_device.index < cuda::device_count(), CudaError, "allocate_pinned for ",
+            for_device.str(), ": ", cuda::device_count(), " CUDA device(s) found");
+  // Page alignment keeps the fallback's copies as fast as a pinned buffer's would be.
   if (cuda::device_count() == 0) {
-    warn_pinned_fallback_once();
-    // Page alignment keeps the fallback's copies as fast as a pinned buffer's would be.
+    warn_pinned_fallback_once("no CUDA device");
     return allocate(nbytes, kCPU, 4096);
   }
   auto impl = std::make_shared<StorageImpl>();
   impl->nbytes = nbytes;
   impl->pinned = true;
   if (nbytes > 0) {
-    impl->data = static_cast<std::byte*>(cuda::malloc_host_pinned(nbytes));
+    try {
+      impl->data = static_cast<std::byte*>(
+          cuda::malloc_host_pinned(nbytes, for_device.is_cuda() ? static_cast<int>(for_device.index) : -1));
+    } catch (const CudaError& e) {
+      // No pinned memory to be had (the device held by another process in exclusive mode, a
+      // child forked after CUDA started, the pinned limit reached): ordinary memory still
+      // works, copies from it are only slower.
+      warn_pinned_fallback_once(e.what());
+      return allocate(nbytes, kCPU, 4096);
+    }
     impl->deleter = [](void* p) { cuda::free_host_pinned(p); };
   }
   return UntypedStorage(std::move(impl));

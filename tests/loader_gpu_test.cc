@@ -120,6 +120,34 @@ TEST_F(LoaderGpuTest, ASlotIsReusedOnlyAfterTheConsumersStreamIsDone) {
   }
 }
 
+// With a consumer stream of its own (non-blocking, as PyTorch's are), the engine's own copies
+// of a batch (cpu(), clone(); on the legacy default stream) must still see the batch's copy
+// and must be done before a release lets the slot be refilled: a clone taken just before the
+// release holds that batch, not a mix with the next.
+TEST_F(LoaderGpuTest, EngineCopiesOfABatchAreOrderedWithACustomConsumerStream) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 256));
+  cuda::Stream stream = cuda::Stream::create(0);
+  LoaderOptions options = cuda_options(SamplerKind::Random, 16, 2);
+  options.prefetch_batches = 1;
+  options.fields = {"image"};
+  options.consumer_stream = stream.get();
+  Loader loader(dataset, options);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    while (std::optional<Batch> batch = loader.next()) {
+      const std::vector<int64_t> indices(batch->indices().begin(), batch->indices().end());
+      const Tensor host = (*batch)["image"].cpu();  // no synchronize(): cpu() must wait itself
+      const Tensor kept = (*batch)["image"].clone();
+      batch->release();  // the slot may be refilled at once
+      const Tensor kept_host = kept.cpu();
+      for (size_t row = 0; row < indices.size(); ++row) {
+        const Tensor expected = dataset.get(indices[row], "image");
+        EXPECT_TRUE(host[static_cast<int64_t>(row)].equal(expected)) << "epoch " << epoch << " row " << row;
+        EXPECT_TRUE(kept_host[static_cast<int64_t>(row)].equal(expected)) << "epoch " << epoch << " row " << row;
+      }
+    }
+  }
+}
+
 TEST_F(LoaderGpuTest, SynchronizeMakesTheBatchReadableFromTheHost) {
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 40));
   Loader loader(dataset, cuda_options(SamplerKind::Sequential, 10));

@@ -43,11 +43,18 @@
 // of another device than the loader's is refused with CudaError (consumer_stream by the
 // constructor, others by wait()): no event can mark that device's work on a slot done. If
 // the wait cannot be queued, next() throws CudaError and the batch stays first in line:
-// state() does not count it. The thread that calls next()
-// should have the loader's device current (cudaSetDevice, or torch.cuda.set_device in a
-// multi-GPU job): next() helps gather, which may grow a pinned buffer, and CUDA makes
-// pinned allocations in the calling thread's current device's context (device 0, opened
-// for the purpose, on a thread that never chose one). The loader's own workers select it.
+// state() does not count it. The engine's own operations on a batch's device tensors
+// (cpu(), clone(), to(), copy_()) are host-synchronous and run on the legacy default stream,
+// which next() also makes wait for the copy; they are safe right away whatever the consumer
+// stream. Every stream given as consumer_stream or to wait() must live until the batch is
+// released (an event is recorded on it then), must not be cudaStreamPerThread unless the
+// batch is released on its consumer thread (that handle means "this thread's stream"), and
+// must not be capturing a CUDA graph at next() or release. The loader allocates its ring
+// with its device current; the thread that calls next() should have the loader's device
+// current too (cudaSetDevice, or torch.cuda.set_device in a multi-GPU job): next() helps
+// gather, which may grow a pinned buffer. Releasing and destroying may happen on any thread:
+// they select the loader's device and select back only to a device whose context exists,
+// so they open no context on device 0. The loader's own workers select it.
 //
 // Epochs and resume. next() returns std::nullopt once at the end of an epoch and the loader
 // moves on to the next epoch (prefetching it at once); set_epoch() jumps to any epoch.

@@ -66,10 +66,13 @@ class UntypedStorage {
   static UntypedStorage allocate(int64_t nbytes, Device device = kCPU,
                                  size_t alignment = kDefaultHostAlignment);
 
-  // Page-locked host memory (cudaHostAlloc) when a CUDA device is present. Without one it
-  // falls back to ordinary aligned host memory and is_pinned() reports false; the fallback is
-  // reported once on stderr unless MMT_QUIET is set.
-  static UntypedStorage allocate_pinned(int64_t nbytes);
+  // Page-locked host memory (cudaHostAlloc) when a CUDA device is present, allocated with
+  // `for_device` current when it is a CUDA device (else the calling thread's current device,
+  // whose context this opens). Without a device, or when the runtime cannot pin (a device in
+  // exclusive use elsewhere, a process forked after CUDA started), it falls back to ordinary
+  // page-aligned host memory and is_pinned() reports false; the fallback is reported once on
+  // stderr unless MMT_QUIET is set. CudaError for a CUDA device that does not exist.
+  static UntypedStorage allocate_pinned(int64_t nbytes, Device for_device = kCPU);
 
   // Wraps memory the caller owns; `deleter(data)` runs when the last handle goes away.
   // `filename`: the file the bytes are mapped from, when the caller mapped one itself (for a

@@ -155,7 +155,9 @@ class Tensor {
   // Always a new storage.
   Tensor clone(MemoryFormat format = MemoryFormat::Preserve) const;
   // Copies src's elements into this tensor (same sizes, or src broadcastable; any layouts,
-  // any dtypes, host or device). Returns *this.
+  // any dtypes, host or device). Returns *this. Into a device view with gaps between its
+  // elements, the whole span is read, changed and written back: a kernel writing those gaps
+  // at the same time on another stream would lose its writes.
   const Tensor& copy_(const Tensor& src) const;
   // torch's t.set_(source, storage_offset, size, stride): this tensor becomes a view of
   // `source` with that geometry (checked as the constructor checks it) and keeps its dtype.
