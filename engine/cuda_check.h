@@ -23,7 +23,8 @@ bool primary_context_active(int device) noexcept;
 // it differs, and restores it only when that device's primary context exists: since CUDA
 // 12, cudaSetDevice creates the context, so setting "back" to a device the thread never
 // chose (0 by default) would open one there (0.3-0.5 GiB on GPU 0 for every process of a
-// multi-GPU job). The thread then keeps `device` current, as PyTorch's guards do.
+// multi-GPU job). PyTorch's guards avoid that context too, and also remember the device its
+// code should see; mmtensor cannot, so such a thread is left with `device` current.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);

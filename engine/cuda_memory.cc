@@ -102,13 +102,27 @@ void free_device(void* ptr, int device) noexcept {
   if (ptr) on_device_noexcept(device, [&] { cudaFree(ptr); });
 }
 
-void* malloc_host_pinned(int64_t nbytes, int device) {
+void* malloc_host_pinned(int64_t nbytes, int device, std::string* cannot_pin) {
   std::optional<DeviceGuard> guard;
   if (device >= 0) guard.emplace(device);
   void* ptr = nullptr;
-  check(cudaHostAlloc(&ptr, static_cast<size_t>(nbytes), cudaHostAllocDefault), "cudaHostAlloc",
-        nbytes);
-  return ptr;
+  const cudaError_t status = cudaHostAlloc(&ptr, static_cast<size_t>(nbytes), cudaHostAllocDefault);
+  switch (status) {
+    case cudaSuccess:
+      return ptr;
+    case cudaErrorMemoryAllocation:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorNotPermitted:
+    case cudaErrorInitializationError:
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+      cudaGetLastError();
+      *cannot_pin = detail::str("cudaHostAlloc of ", nbytes, " bytes failed: ", cudaGetErrorString(status));
+      return nullptr;
+    default:
+      check(status, "cudaHostAlloc", nbytes);
+      return nullptr;
+  }
 }
 
 void free_host_pinned(void* ptr) noexcept {
@@ -147,7 +161,10 @@ void use_device(int) { unavailable("selecting a CUDA device"); }
 void synchronize_device_noexcept(int) noexcept {}
 void* malloc_device(int64_t, int) { unavailable("allocating CUDA memory"); }
 void free_device(void*, int) noexcept {}
-void* malloc_host_pinned(int64_t, int) { unavailable("allocating pinned memory"); }
+void* malloc_host_pinned(int64_t, int, std::string* cannot_pin) {
+  *cannot_pin = "mmtensor was built without CUDA";
+  return nullptr;
+}
 void free_host_pinned(void*) noexcept {}
 void memcpy(void*, const void*, int64_t, int) { unavailable("copying to or from a CUDA device"); }
 void memset(void*, int, int64_t, int) { unavailable("filling CUDA memory"); }

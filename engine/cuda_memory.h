@@ -19,8 +19,10 @@ void synchronize_device_noexcept(int device) noexcept;
 void* malloc_device(int64_t nbytes, int device);   // cudaMalloc on `device`
 void free_device(void* ptr, int device) noexcept;
 // cudaHostAlloc, with `device` current when >= 0 (else the thread's current device, whose
-// context it opens).
-void* malloc_host_pinned(int64_t nbytes, int device = -1);
+// context it opens). When the runtime cannot pin (no memory to pin, the device unavailable
+// or in exclusive use, a process forked after CUDA started) it returns nullptr and says why
+// in *cannot_pin; any other failure (a sticky error of an earlier kernel) throws CudaError.
+void* malloc_host_pinned(int64_t nbytes, int device, std::string* cannot_pin);
 void free_host_pinned(void* ptr) noexcept;
 // cudaMemcpy with cudaMemcpyDefault (unified addressing works out the direction), issued
 // with `device` current: the CUDA side's device (the destination's when both are), so the

@@ -74,11 +74,11 @@ void Event::synchronize() const {
 
 bool Event::is_complete() const {
   DeviceGuard current(device_);
-  // A launch error of the caller's, not yet fetched, stays for the caller to see.
-  const bool caller_error_pending = cudaPeekAtLastError() != cudaSuccess;
   const cudaError_t status = cudaEventQuery(event_);
   if (status == cudaErrorNotReady) {
-    if (!caller_error_pending) cudaGetLastError();  // "not ready" is an answer, not an error
+    // "Not ready" is an answer, but the runtime records it as the thread's last error: clear
+    // it, as PyTorch does after its queries, or the caller's next check would report it.
+    cudaGetLastError();
     return false;
   }
   check(status, "cudaEventQuery");
@@ -106,9 +106,8 @@ void copy_to_host_async(void* host_dst, const void* device_src, int64_t nbytes,
 int stream_device(CUstream_st* stream) noexcept {
   if (stream == nullptr) return -1;
   int device = -1;
-  const bool caller_error_pending = cudaPeekAtLastError() != cudaSuccess;  // left for the caller
   if (cudaStreamGetDevice(stream, &device) != cudaSuccess) {
-    if (!caller_error_pending) cudaGetLastError();  // an unanswered question, not an error
+    cudaGetLastError();  // an unanswered question, not an error for the caller's next check
     return -1;
   }
   return device;

@@ -218,14 +218,14 @@ UntypedStorage UntypedStorage::allocate_pinned(int64_t nbytes, Device for_device
   impl->nbytes = nbytes;
   impl->pinned = true;
   if (nbytes > 0) {
-    try {
-      impl->data = static_cast<std::byte*>(
-          cuda::malloc_host_pinned(nbytes, for_device.is_cuda() ? static_cast<int>(for_device.index) : -1));
-    } catch (const CudaError& e) {
+    std::string cannot_pin;
+    impl->data = static_cast<std::byte*>(cuda::malloc_host_pinned(
+        nbytes, for_device.is_cuda() ? static_cast<int>(for_device.index) : -1, &cannot_pin));
+    if (impl->data == nullptr) {
       // No pinned memory to be had (the device held by another process in exclusive mode, a
       // child forked after CUDA started, the pinned limit reached): ordinary memory still
-      // works, copies from it are only slower.
-      warn_pinned_fallback_once(e.what());
+      // works, copies from it are only slower. Other CUDA errors were thrown.
+      warn_pinned_fallback_once(cannot_pin);
       return allocate(nbytes, kCPU, 4096);
     }
     impl->deleter = [](void* p) { cuda::free_host_pinned(p); };

@@ -8,6 +8,7 @@
 #include "cuda_stream.h"
 #include "loader_test_util.h"
 #include "mmtensor/error.h"
+#include "mmtensor/dataset_writer.h"
 #include "mmtensor/loader.h"
 
 namespace mmt {
@@ -124,12 +125,25 @@ TEST_F(LoaderGpuTest, ASlotIsReusedOnlyAfterTheConsumersStreamIsDone) {
 // of a batch (cpu(), clone(); on the legacy default stream) must still see the batch's copy
 // and must be done before a release lets the slot be refilled: a clone taken just before the
 // release holds that batch, not a mix with the next.
+// Batches of 32 MiB: next() returns once a batch's copy is queued, so the copy is still
+// running when cpu() and clone() start, and the race is there to lose.
 TEST_F(LoaderGpuTest, EngineCopiesOfABatchAreOrderedWithACustomConsumerStream) {
-  Dataset dataset = Dataset::open(write_loader_dataset(dir, 256));
+  const std::string path = dir.file("large.mmt");
+  {
+    constexpr int64_t kRecordBytes = 4 << 20;
+    DatasetWriter writer = DatasetWriter::create(path, Schema({Field::fixed("image", kUInt8, {kRecordBytes})}));
+    Tensor record = empty({kRecordBytes}, kUInt8);
+    for (int64_t i = 0; i < 48; ++i) {
+      uint8_t* bytes = record.mutable_data_ptr<uint8_t>();
+      for (int64_t k = 0; k < kRecordBytes; ++k) bytes[k] = static_cast<uint8_t>(i * 7 + k % 13);
+      writer.append({record});
+    }
+    writer.finish();
+  }
+  Dataset dataset = Dataset::open(path);
   cuda::Stream stream = cuda::Stream::create(0);
-  LoaderOptions options = cuda_options(SamplerKind::Random, 16, 2);
+  LoaderOptions options = cuda_options(SamplerKind::Random, 8, 2);
   options.prefetch_batches = 1;
-  options.fields = {"image"};
   options.consumer_stream = stream.get();
   Loader loader(dataset, options);
   for (int epoch = 0; epoch < 2; ++epoch) {

@@ -46,15 +46,18 @@
 // state() does not count it. The engine's own operations on a batch's device tensors
 // (cpu(), clone(), to(), copy_()) are host-synchronous and run on the legacy default stream,
 // which next() also makes wait for the copy; they are safe right away whatever the consumer
-// stream. Every stream given as consumer_stream or to wait() must live until the batch is
-// released (an event is recorded on it then), must not be cudaStreamPerThread unless the
-// batch is released on its consumer thread (that handle means "this thread's stream"), and
-// must not be capturing a CUDA graph at next() or release. The loader allocates its ring
+// stream. (So with a consumer stream of your own, work queued on the legacy stream after
+// next() starts after that batch's copy.) Every stream given as consumer_stream or to
+// wait() must live until the batch is released (an event is recorded on it then), must
+// not be cudaStreamPerThread unless the batch is released on its consumer thread (that
+// handle means "this thread's stream"), and must not be capturing a CUDA graph at next()
+// or release. The loader allocates its ring
 // with its device current; the thread that calls next() should have the loader's device
 // current too (cudaSetDevice, or torch.cuda.set_device in a multi-GPU job): next() helps
 // gather, which may grow a pinned buffer. Releasing and destroying may happen on any thread:
 // they select the loader's device and select back only to a device whose context exists,
-// so they open no context on device 0. The loader's own workers select it.
+// so they open no context on device 0 (a thread that had chosen no device is left with the
+// loader's). The loader's own workers select it.
 //
 // Epochs and resume. next() returns std::nullopt once at the end of an epoch and the loader
 // moves on to the next epoch (prefetching it at once); set_epoch() jumps to any epoch.
@@ -227,8 +230,9 @@ class Loader {
   // chunk) for the fingerprint its states record.
   Loader(Dataset dataset, LoaderOptions options);
   // Resumes where `state` was taken: the state's epoch and position are used, and
-  // options.epoch is ignored; a quasi-random window_chunks of 0 adopts the state's. Throws ValueError when the state does not belong to this
-  // dataset and sampler (records, dataset fingerprint, kind, seed or window differ).
+  // options.epoch is ignored; a quasi-random window_chunks of 0 adopts the state's. Throws
+  // ValueError when the state does not belong to this dataset and sampler (records, dataset
+  // fingerprint, kind, seed or window differ).
   Loader(Dataset dataset, LoaderOptions options, const LoaderState& state);
   Loader(Loader&&) noexcept;
   Loader& operator=(Loader&&) noexcept;
