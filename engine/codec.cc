@@ -9,6 +9,7 @@
 #include "codec_engine.h"
 #include "mmtensor/codec.h"
 #include "mmtensor/error.h"
+#include "utf8.h"
 
 namespace mmt {
 
@@ -41,17 +42,16 @@ CodecSpec CodecSpec::parse(std::string_view text) {
     spec.codec = Codec::Zstd;
     max_level = ZSTD_maxCLevel();
   } else {
-    throw ValueError(detail::str("unknown codec '", text,
-                                 "': expected none, lz4, lz4:LEVEL, zstd or zstd:LEVEL"));
+    throw ValueError(detail::str("unknown codec ", detail::quoted(text),
+                                 ": expected none, lz4, lz4:LEVEL, zstd or zstd:LEVEL"));
   }
   if (has_level) {
-    MMT_CHECK(spec.codec != Codec::None, ValueError, "codec 'none' takes no level, got '", text,
-              "'");
+    MMT_CHECK(spec.codec != Codec::None, ValueError, "codec 'none' takes no level, got ", detail::quoted(text));
     int level = -1;
     auto [end, ec] = std::from_chars(level_text.data(), level_text.data() + level_text.size(), level);
     MMT_CHECK(ec == std::errc() && end == level_text.data() + level_text.size() && level >= 0 &&
                   level <= max_level,
-              ValueError, "codec '", text, "': level must be an integer in 0..", max_level);
+              ValueError, "codec ", detail::quoted(text), ": level must be an integer in 0..", max_level);
     spec.level = level;
   }
   return spec;
@@ -59,7 +59,10 @@ CodecSpec CodecSpec::parse(std::string_view text) {
 
 std::string CodecSpec::str() const {
   std::string out(to_string(codec));
-  if (codec != Codec::None && level != 0) out += ":" + std::to_string(level);
+  if (codec != Codec::None && level != 0) {
+    out += ':';  // not ":" + ...: gcc 12 warns falsely on it (-Wrestrict, its bug 105329)
+    out += std::to_string(level);
+  }
   return out;
 }
 

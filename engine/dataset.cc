@@ -104,8 +104,6 @@ Dataset::Impl::ValueRange Dataset::Impl::read_ragged_value(const ChunkRef& ref, 
             " values in this chunk", at(section.ends_offset + 8 * r));
   const int64_t vdims = field.variable_dims();
   const size_t ndim = field.shape.size();
-  int64_t numel = 1;
-  int64_t extent_product = 1;  // with empty dimensions counted as 1: what the strides span
   int64_t extent_index = 0;
   for (size_t d = 0; d < ndim; ++d) {
     int64_t size = field.shape[d];
@@ -117,11 +115,10 @@ Dataset::Impl::ValueRange Dataset::Impl::read_ragged_value(const ChunkRef& ref, 
       size = static_cast<int64_t>(extent);
     }
     sizes[d] = size;
-    MMT_CHECK(format::checked_mul(numel, size, &numel) &&
-                  format::checked_mul(extent_product, std::max<int64_t>(size, 1), &extent_product),
-              FormatError, path, ": chunk ", ref.index, ", field '", field.name, "': the extents of record ", record,
-              " overflow", at(section.extents_offset + 8 * r * vdims));
   }
+  int64_t numel = 0;
+  MMT_CHECK(format::ragged_value_elements(sizes, ndim, &numel), FormatError, path, ": chunk ", ref.index, ", field '",
+            field.name, "': the extents of record ", record, " overflow", at(section.extents_offset + 8 * r * vdims));
   MMT_CHECK(static_cast<uint64_t>(numel) == end - start, FormatError, path, ": chunk ", ref.index, ", field '",
             field.name, "': record ", record, " has extents ", IntArrayRef(sizes, ndim), " (", numel,
             " elements) but ", end - start, " values", at(section.extents_offset + 8 * r * vdims));
@@ -152,6 +149,13 @@ void Dataset::Impl::check_chunk_holds(int64_t chunk, int64_t first_record, int64
   MMT_CHECK(record >= first_record && record - first_record < record_count, FormatError, path,
             ": the chunk table is not ordered: binary search for record ", record, " found chunk ", chunk,
             " holding records [", first_record, ", +", record_count, ")");
+}
+
+format::ChunkEntry Dataset::Impl::entry_holding(int64_t record, int64_t* chunk) const {
+  *chunk = chunk_of(record);
+  const format::ChunkEntry e = entry_without_validating(*chunk);
+  check_chunk_holds(*chunk, static_cast<int64_t>(e.first_record), e.record_count, record);
+  return e;
 }
 
 ChunkRef Dataset::Impl::chunk_ref_holding(int64_t record) const {
@@ -259,12 +263,8 @@ Tensor Dataset::column(std::string_view field, int64_t start, int64_t stop) cons
   // as verify() requires.
   uint64_t previous_payload_end = 0;
   for (int64_t record = start, previous = -1; record < stop;) {
-    const int64_t c = d.chunk_of(record);
-    const format::ChunkEntry e = d.check_entry(c);
-    MMT_CHECK(e.first_record <= static_cast<uint64_t>(record) &&
-                  static_cast<uint64_t>(record) < e.first_record + e.record_count,
-              FormatError, d.path, ": chunk ", c, " holds records [", e.first_record, ", +", e.record_count,
-              ") but the chunk table puts record ", record, " there");
+    int64_t c = 0;
+    const format::ChunkEntry e = d.entry_holding(record, &c);
     MMT_CHECK(e.file_offset >= previous_payload_end, FormatError, d.path, ": chunk ", c, "'s payload at byte ",
               e.file_offset, " overlaps chunk ", previous, "'s, which ends at byte ", previous_payload_end);
     previous_payload_end = e.file_offset + e.stored_bytes;  // both checked against the file's size

@@ -164,9 +164,7 @@ struct ChunkedBatchPlan {
         count = static_cast<int64_t>(e.record_count);
         decoded_bytes = static_cast<int64_t>(e.decoded_bytes);
       }
-      MMT_CHECK(i >= first && i - first < count, FormatError, d.path,
-                ": the chunk table is not ordered: record ", i, " is not in chunk ", c, ", which holds records [",
-                first, ", +", count, ")");
+      d.check_chunk_holds(c, first, count, i);
       // The run of positions whose records lie in this chunk (sorted: they are consecutive).
       size_t end = k + 1;
       while (end < n && by_record[end].first - first < count) ++end;
@@ -308,18 +306,23 @@ void copy_in_bounded_groups(const Dataset::Impl& d, std::span<const FieldCopy> f
   }
 }
 
-void gather(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields,
-            int threads) {
-  const int64_t batch = static_cast<int64_t>(indices.size());
-  if (batch == 0 || fields.empty()) return;
-  // Fail before writing anything. One branch-free pass (an out-of-line check per index cost
-  // up to 1 us of a ~8 us 784-byte batch); the first bad index is then named by normalize_index.
+// IndexError naming the first index out of range. One branch-free pass (an out-of-line
+// check per index cost up to 1 us of a ~8 us 784-byte batch); the first bad index is then
+// named by normalize_index.
+void check_indices(const Dataset::Impl& d, std::span<const int64_t> indices) {
   const uint64_t records = static_cast<uint64_t>(d.record_count);
   bool any_out_of_range = false;
   for (int64_t index : indices)
     any_out_of_range |= static_cast<uint64_t>(index < 0 ? index + d.record_count : index) >= records;
   if (any_out_of_range) [[unlikely]]
     for (int64_t index : indices) d.normalize_index(index, "get_batch");
+}
+
+void gather(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields,
+            int threads) {
+  const int64_t batch = static_cast<int64_t>(indices.size());
+  if (batch == 0 || fields.empty()) return;
+  check_indices(d, indices);  // before writing anything
   int64_t record_bytes = 0;
   for (const FieldCopy& f : fields) record_bytes += f.plan->value_bytes;
 
@@ -564,7 +567,7 @@ Tensor Dataset::get_batch(std::span<const int64_t> indices, std::string_view fie
   const FieldPlan& plan = d.plans[f];
   // A bad index is an IndexError before the batch is allocated (on an empty dataset, say,
   // whose schema may describe values of any size).
-  for (const int64_t i : indices) d.normalize_index(i, "get_batch");
+  check_indices(d, indices);
   DimVector sizes{static_cast<int64_t>(indices.size())};
   for (int64_t s : plan.sizes) sizes.push_back(s);
   // Keep the field's storage order (a channels-last field gives a channels-last batch).

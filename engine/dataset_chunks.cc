@@ -400,9 +400,8 @@ bool Dataset::Impl::batch_looks_cold(std::span<const int64_t> indices, std::span
       if (contiguous) {
         offset = data_offset + i * record_stride_bytes + largest->offset_bytes;
       } else {
-        const int64_t c = chunk_of(i);
-        const format::ChunkEntry e = entry_without_validating(c);
-        check_chunk_holds(c, static_cast<int64_t>(e.first_record), e.record_count, i);
+        int64_t c = 0;
+        const format::ChunkEntry e = entry_holding(i, &c);
         if (static_cast<Codec>(e.codec) != Codec::None) {  // read whole: its first and last pages
           if (cache->holds(c)) continue;
           if (missing(static_cast<int64_t>(e.file_offset), static_cast<int64_t>(e.file_offset + e.stored_bytes)))

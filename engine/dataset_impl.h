@@ -200,6 +200,9 @@ struct Dataset::Impl {
   // That check alone: FormatError unless chunk `chunk` ([first_record, + record_count)) holds
   // `record`.
   void check_chunk_holds(int64_t chunk, int64_t first_record, int64_t record_count, int64_t record) const;
+  // The entry of the chunk holding `record` (in range), its index in *chunk: chunk_of's
+  // candidate, its entry (entry_without_validating) and check_chunk_holds in one.
+  format::ChunkEntry entry_holding(int64_t record, int64_t* chunk) const;
   // Dataset::prefetch of the fields at schema positions `fields`.
   void prefetch(std::span<const int64_t> indices, std::span<const size_t> fields) const;
   // Whether the page cache lacks the first or last page of the largest fixed field's value

@@ -249,12 +249,10 @@ ChunkInfo Dataset::chunk(int64_t chunk_index) const {
 
 int64_t Dataset::chunk_of(int64_t record_index) const {
   const Impl& d = checked_impl(impl_);
-  const int64_t record = d.normalize_index(record_index, "chunk_of");
-  const int64_t c = d.chunk_of(record);
   // The binary search trusts the table's order: say which chunk holds the record only once
   // its entry says so (a disordered table is a FormatError, as on every read).
-  const format::ChunkEntry e = d.entry_without_validating(c);
-  d.check_chunk_holds(c, static_cast<int64_t>(e.first_record), e.record_count, record);
+  int64_t c = 0;
+  d.entry_holding(d.normalize_index(record_index, "chunk_of"), &c);
   return c;
 }
 

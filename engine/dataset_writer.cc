@@ -306,14 +306,10 @@ void DatasetWriter::Impl::validate_record(std::span<const Tensor> values, int64_
       shape_ok = field.shape[d] == kVariableDim || field.shape[d] == value.sizes()[d];
     MMT_CHECK(shape_ok, ValueError, "record ", record, ", field '", field.name, "': expected shape ",
               field.shape, ", got ", value.sizes());
-    if (!field.is_fixed()) {
-      // What readers check (FORMAT.md): an empty value's extents, each counted as at least 1,
-      // still make strides that fit in int64.
-      int64_t span = 1;
-      for (int64_t size : value.sizes())
-        MMT_CHECK(format::checked_mul(span, std::max<int64_t>(size, 1), &span), ValueError, "record ", record,
-                  ", field '", field.name, "': the extents ", value.sizes(), " overflow int64 (each 0 counted as 1)");
-    }
+    int64_t elements = 0;  // what readers check: an empty value's strides must fit in int64 too
+    MMT_CHECK(field.is_fixed() || format::ragged_value_elements(value.sizes().data(), value.sizes().size(), &elements),
+              ValueError, "record ", record, ", field '", field.name, "': the extents ", value.sizes(),
+              " overflow int64 (each 0 counted as 1)");
     if (field.dtype == kBool) check_bool_bytes(value, 1, record, field);
     if (!field.is_fixed()) ragged_bytes += value.nbytes();
   }
@@ -415,9 +411,11 @@ int64_t DatasetWriter::Impl::validate_batch(std::span<const Tensor> values) cons
     const Field& field = schema[f];
     MMT_CHECK(values[f].dtype() == field.dtype, ValueError, "append_batch at record ", first, ", field '",
               field.name, "': expected dtype ", to_string(field.dtype), ", got ", to_string(values[f].dtype()));
-    if (!field.is_fixed()) continue;
     const IntArrayRef sizes = values[f].sizes();
-    MMT_CHECK(IntArrayRef(sizes.data() + 1, sizes.size() - 1) == IntArrayRef(field.shape), ValueError,
+    bool shape_ok = true;  // a ragged field's variable dimensions match anything
+    for (size_t d = 0; d < field.shape.size(); ++d)
+      shape_ok &= field.shape[d] == kVariableDim || field.shape[d] == sizes[d + 1];
+    MMT_CHECK(shape_ok, ValueError,
               "append_batch at record ", first, ", field '", field.name, "': expected records of shape ",
               field.shape, ", got ", values[f].sizes(), " (B first)");
   }

@@ -413,9 +413,7 @@ SchemaBlock decode_schema_block(std::string_view text, int64_t file_offset) {
   Json::sax_parse(text.begin(), text.end(), &keys);
   const std::string& duplicate_key = keys.duplicate;
   if (!duplicate_key.empty())
-    schema_error(file_offset, detail::is_safe_to_quote(duplicate_key, kMaxFieldNameBytes)
-                                  ? "the key \"" + duplicate_key + "\" appears twice in one object"
-                                  : detail::str("a key of ", duplicate_key.size(), " bytes appears twice in one object"));
+    schema_error(file_offset, "the key " + detail::quoted(duplicate_key) + " appears twice in one object");
   if (!root.is_object()) schema_error(file_offset, "the top level is not a JSON object");
   SchemaBlock block;
   auto fields = root.find("fields");
@@ -429,15 +427,14 @@ SchemaBlock decode_schema_block(std::string_view text, int64_t file_offset) {
     auto dtype = f.find("dtype");
     auto shape = f.find("shape");
     if (name == f.end() || !name->is_string()) schema_error(file_offset, where + ": \"name\" is missing or not a string");
-    // Quoted only when harmless: a name of control bytes or megabytes is refused below, by
-    // Field's rules, without being printed.
-    if (detail::is_safe_to_quote(name->get_ref<const std::string&>(), kMaxFieldNameBytes))
-      where += " ('" + name->get<std::string>() + "')";
+    // Text from the file is quoted only when harmless (detail::quoted): a name of control
+    // bytes or megabytes is refused below, by Field's rules, without being printed.
+    where += " (" + detail::quoted(name->get_ref<const std::string&>(), kMaxFieldNameBytes) + ")";
     if (dtype == f.end() || !dtype->is_string()) schema_error(file_offset, where + ": \"dtype\" is missing or not a string");
     if (shape == f.end()) schema_error(file_offset, where + ": \"shape\" is missing");
     std::optional<ScalarType> type = scalar_type_from_string(dtype->get<std::string>());
     if (!type || to_string(*type) != dtype->get<std::string>())
-      schema_error(file_offset, where + ": unknown dtype \"" + dtype->get<std::string>() + "\"");
+      schema_error(file_offset, where + ": unknown dtype " + detail::quoted(dtype->get_ref<const std::string&>()));
     Field field;
     field.name = name->get<std::string>();
     field.dtype = *type;
@@ -453,7 +450,7 @@ SchemaBlock decode_schema_block(std::string_view text, int64_t file_offset) {
   if (auto metadata = root.find("metadata"); metadata != root.end()) {
     if (!metadata->is_object()) schema_error(file_offset, "\"metadata\" is not an object");
     for (const auto& [key, value] : metadata->items()) {
-      if (!value.is_string()) schema_error(file_offset, "metadata value of '" + key + "' is not a string");
+      if (!value.is_string()) schema_error(file_offset, "metadata value of " + detail::quoted(key) + " is not a string");
       block.metadata.emplace(key, value.get<std::string>());
     }
   }

@@ -65,6 +65,18 @@ inline bool checked_mul(int64_t a, int64_t b, int64_t* out) {
 inline bool checked_add(int64_t a, int64_t b, int64_t* out) {
   return !__builtin_add_overflow(a, b, out) && *out >= 0;
 }
+// A ragged value's element count from its full shape (extents and fixed dimensions), false
+// when it overflows int64, or when the product with every 0 counted as 1 does (what the
+// value's strides span; FORMAT.md "On every access to a ragged value"). Writers refuse such
+// a value; readers refuse such a record.
+inline bool ragged_value_elements(const int64_t* sizes, size_t ndim, int64_t* numel) {
+  int64_t elements = 1, span = 1;
+  for (size_t d = 0; d < ndim; ++d)
+    if (!checked_mul(elements, sizes[d], &elements) || !checked_mul(span, sizes[d] > 1 ? sizes[d] : 1, &span))
+      return false;
+  *numel = elements;
+  return true;
+}
 // Rounds up to a power-of-two `alignment`; the caller keeps value far below INT64_MAX.
 constexpr int64_t round_up(int64_t value, int64_t alignment) {
   return (value + alignment - 1) & ~(alignment - 1);

@@ -172,9 +172,10 @@ bool Tensor::is_contiguous(MemoryFormat format) const {
 }
 
 MemoryFormat Tensor::suggest_memory_format() const {
-  if (dim() == 4 && !is_contiguous() && is_contiguous(MemoryFormat::ChannelsLast))
-    return MemoryFormat::ChannelsLast;
-  if (dim() == 5 && !is_contiguous() && is_contiguous(MemoryFormat::ChannelsLast3d))
+  // By the strides alone: an empty channels-last tensor still suggests channels-last.
+  const bool row_major = detail::is_row_major_strides(sizes_, strides_);
+  if (dim() == 4 && !row_major && is_contiguous(MemoryFormat::ChannelsLast)) return MemoryFormat::ChannelsLast;
+  if (dim() == 5 && !row_major && is_contiguous(MemoryFormat::ChannelsLast3d))
     return MemoryFormat::ChannelsLast3d;
   return MemoryFormat::Contiguous;
 }

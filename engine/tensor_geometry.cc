@@ -36,6 +36,10 @@ bool is_contiguous_strides(IntArrayRef sizes, IntArrayRef strides) {
   // only in a dimension met before the first mismatch.
   for (int64_t size : sizes)
     if (size == 0) return true;
+  return is_row_major_strides(sizes, strides);
+}
+
+bool is_row_major_strides(IntArrayRef sizes, IntArrayRef strides) {
   int64_t expected = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     if (sizes[i] == 1) continue;

@@ -23,6 +23,9 @@ struct Extent {
 Extent element_extent(IntArrayRef sizes, IntArrayRef strides);
 
 bool is_contiguous_strides(IntArrayRef sizes, IntArrayRef strides);
+// Row-major strides (size-1 dimensions skipped), an empty tensor included: what a layout is,
+// where is_contiguous_strides says every empty tensor is contiguous.
+bool is_row_major_strides(IntArrayRef sizes, IntArrayRef strides);
 bool is_channels_last_strides(IntArrayRef sizes, IntArrayRef strides);     // 4-d
 bool is_channels_last_3d_strides(IntArrayRef sizes, IntArrayRef strides);  // 5-d
 // True when the view covers a block of exactly numel elements with no overlaps or gaps,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace mmt::detail {
@@ -59,6 +60,23 @@ inline size_t first_control_character(std::string_view text) {
 inline bool is_safe_to_quote(std::string_view text, size_t max_bytes) {
   return text.size() <= max_bytes && first_invalid_utf8(text) == std::string_view::npos &&
          first_control_character(text) == std::string_view::npos;
+}
+
+// Text from a file or a user for an error message: in single quotes when it is safe to
+// show as it is, else described (a terminal would obey its control characters).
+inline std::string quoted(std::string_view text, size_t max_bytes = 1024) {
+  std::string out;  // appended piece by piece: gcc 12 warns falsely on "'" + ... (-Wrestrict, its bug 105329)
+  if (is_safe_to_quote(text, max_bytes)) {
+    out.reserve(text.size() + 2);
+    out.push_back('\'');
+    out.append(text);
+    out.push_back('\'');
+  } else {
+    out.push_back('(');
+    out.append(std::to_string(text.size()));
+    out.append(" bytes not shown: control characters, invalid UTF-8 or too long)");
+  }
+  return out;
 }
 
 }  // namespace mmt::detail

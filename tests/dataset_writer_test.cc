@@ -126,10 +126,28 @@ TEST(DatasetWriterTest, RaggedShapeChecksKeepFixedDims) {
   } catch (const ValueError& e) {
     EXPECT_STREQ(e.what(), "record 2, field 'pts': expected shape [-1, 3], got [5, 4]");
   }
+  // An empty batch is held to the fixed dimensions too.
+  EXPECT_THROW_WITH(writer.append_batch({zeros({0, 5, 4}, kFloat32)}), ValueError,
+                    "append_batch at record 2, field 'pts': expected records of shape [-1, 3], got [0, 5, 4]");
   writer.finish();
   Dataset ds = Dataset::open(dir.file("r.mmt"));
   EXPECT_EQ(ds.get(0, "pts").sizes(), IntArrayRef({5, 3}));
   EXPECT_EQ(ds.get(1, "pts").sizes(), IntArrayRef({0, 3}));
+}
+
+// An empty value whose extents, each 0 counted as 1, overflow int64: readers refuse such a
+// record (its strides could not be made), so the writer refuses to write it; it used to write
+// a file its own reader could not read.
+TEST(DatasetWriterTest, AnEmptyRaggedValueWhoseStridesOverflowIsRefused) {
+  TempDir dir;
+  DatasetWriter writer =
+      DatasetWriter::create(dir.file("r.mmt"), Schema({Field::ragged("v", kInt32, {kVariableDim, kVariableDim, 4})}));
+  const Tensor huge_but_empty = empty({0}, kInt32).as_strided({0, int64_t{1} << 62, 4}, {0, 0, 0}, 0);
+  ASSERT_EQ(huge_but_empty.numel(), 0);
+  EXPECT_THROW_WITH(writer.append({huge_but_empty}), ValueError, "record 0, field 'v': the extents [0, 4611686018427387904, 4] overflow int64");
+  writer.append({zeros({0, 7, 4}, kInt32)});
+  writer.finish();
+  EXPECT_EQ(Dataset::open(dir.file("r.mmt")).get(0, "v").sizes(), IntArrayRef({0, 7, 4}));
 }
 
 TEST(DatasetWriterTest, ExistingTargetIsKeptWithoutOverwrite) {

@@ -167,9 +167,11 @@ TEST(SeedExamples, UntypedStorageOfOnes) {
   EXPECT_EQ(t.to_string(), "tensor([0., 0., 0.])");
   EXPECT_TRUE(t.untyped_storage().is_same(s1));
   EXPECT_EQ(view_of_ones.to_string(), "tensor([1., 1., 1.])");  // other handles keep s0
-  // A geometry that does not fit the new storage is refused, and t is left as it was.
-  EXPECT_THROW(t.set_(s1, 1, t.sizes(), t.strides()), ValueError);
+  // A geometry that does not fit the storage is refused, and t is left as it was.
+  EXPECT_THROW(t.set_(s0, 1, t.sizes(), t.strides()), ValueError);
   EXPECT_TRUE(t.untyped_storage().is_same(s1));
+  EXPECT_EQ(t.storage_offset(), 0);
+  EXPECT_EQ(t.to_string(), "tensor([0., 0., 0.])");
 }
 
 // "Tensor Storage" text: a float32 [2, 3] has strides (12, 4) bytes = (3, 1) elements, and

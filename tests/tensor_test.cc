@@ -130,6 +130,8 @@ TEST(Tensor, PreserveIsForCopiesOnly) {
   EXPECT_THROW_WITH((void)t.contiguous(MemoryFormat::Preserve), ValueError, "preserve memory format");
   EXPECT_THROW_WITH((void)empty({2, 3}, kFloat32, kCPU, MemoryFormat::Preserve), ValueError, "preserve memory format");
   EXPECT_TRUE(t.clone(MemoryFormat::Preserve).is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(t.to(MemoryFormat::Preserve).is_same_storage(t));  // to()'s default in PyTorch
+  EXPECT_THROW((void)strides_for({2, 3}, MemoryFormat::Preserve), ValueError);
   EXPECT_TRUE(empty_like(t, MemoryFormat::Preserve).is_contiguous(MemoryFormat::ChannelsLast));
 }
 
@@ -201,6 +203,10 @@ TEST(Tensor, ReshapeCopiesOnlyWhenItMust) {
 TEST(Tensor, ContiguityRules) {
   EXPECT_TRUE(empty({0, 3}).t().is_contiguous());  // empty is contiguous
   EXPECT_TRUE(empty({0, 4}).slice(1, 0, kSliceEnd, 2).is_contiguous());  // whatever its strides
+  // ...but its layout is still its strides': an empty channels-last tensor suggests channels-last.
+  const Tensor empty_cl = empty({0, 3, 4, 4}, kFloat32, kCPU, MemoryFormat::ChannelsLast);
+  EXPECT_EQ(empty_cl.suggest_memory_format(), MemoryFormat::ChannelsLast);
+  EXPECT_TRUE(empty_like(empty_cl).is_contiguous(MemoryFormat::ChannelsLast));
   EXPECT_TRUE(empty({3, 1}).t().is_contiguous());  // size-1 dims are skipped
   Tensor nchw = empty({2, 3, 4, 5});
   EXPECT_FALSE(nchw.is_contiguous(MemoryFormat::ChannelsLast));

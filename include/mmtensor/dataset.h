@@ -192,9 +192,9 @@ class Dataset {
   Tensor get(int64_t index, std::string_view field) const;
 
   // A fixed field of every record as one [N, ...] tensor. A zero-copy view when the file's
-  // chunks for that field are laid out contiguously (uncompressed, fixed-shape schema);
-  // otherwise a copy, gathered chunk by chunk (column_is_view() tells which, for the whole
-  // column).
+  // chunks for that field are laid out contiguously (uncompressed, fixed-shape schema) or
+  // the file has one chunk; otherwise a copy, gathered chunk by chunk (column_is_view()
+  // tells which, for the whole column).
   Tensor column(std::string_view field) const;
   // Records [start, stop) of a fixed field, with the same rule; and a range inside one chunk
   // is always a view, into the mapping or into the decoded chunk (lz4/zstd): reading a

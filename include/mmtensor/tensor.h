@@ -7,8 +7,8 @@
 // unsqueeze, expand) make new metadata over the same storage and never copy; reshape() and
 // flatten() return a view when the strides allow it and a copy otherwise (writes to a copy
 // do not reach the original); contiguous() copies only when needed; clone() always copies.
-// MemoryFormat::Preserve is for copies (clone, empty_like): is_contiguous(), contiguous() and
-// empty() refuse it with ValueError, as PyTorch does.
+// MemoryFormat::Preserve is for copies (clone, empty_like, to): is_contiguous(), contiguous(),
+// empty() and strides_for() refuse it with ValueError, as PyTorch does.
 //
 // Lifetime: a Tensor holds shared ownership of its storage, so a view outlives the dataset,
 // mapping or tensor it came from.
@@ -150,8 +150,9 @@ class Tensor {
   MemoryFormat suggest_memory_format() const;
   // This tensor if it already is contiguous in `format`, else a copy that is.
   Tensor contiguous(MemoryFormat format = MemoryFormat::Contiguous) const;
-  // Same as contiguous(format): torch's x.to(memory_format=...).
-  Tensor to(MemoryFormat format) const { return contiguous(format); }
+  // torch's x.to(memory_format=...): contiguous(format), and this tensor for Preserve (to()'s
+  // default in PyTorch: nothing to change).
+  Tensor to(MemoryFormat format) const { return format == MemoryFormat::Preserve ? *this : contiguous(format); }
   // Always a new storage.
   Tensor clone(MemoryFormat format = MemoryFormat::Preserve) const;
   // Copies src's elements into this tensor (same sizes, or src broadcastable; any layouts,
@@ -168,9 +169,10 @@ class Tensor {
   // are the asynchronous ones).
   Tensor to(Device device, bool non_blocking = false) const;
   Tensor cpu() const { return to(kCPU); }
-  // A copy in pinned host memory (this tensor when already pinned). Without a CUDA device
-  // nothing can be pinned: the copy is ordinary memory (is_pinned() false, a note on stderr
-  // once), and each call copies again. PyTorch raises there instead.
+  // A copy in pinned host memory (this tensor when already pinned). Without a CUDA device,
+  // or when the device cannot pin (UntypedStorage::allocate_pinned), the copy is ordinary
+  // memory (is_pinned() false, a note on stderr once), and each call copies again. PyTorch
+  // raises there instead.
   Tensor pin_memory() const;
   const Tensor& fill_(double value) const;
   const Tensor& zero_() const { return fill_(0.0); }
