@@ -57,7 +57,10 @@
 // gather, which may grow a pinned buffer. Releasing and destroying may happen on any thread:
 // they select the loader's device and select back only to a device whose context exists,
 // so they open no context on device 0 (a thread that had chosen no device is left with the
-// loader's). The loader's own workers select it.
+// loader's). The loader's own workers select it. mmtensor links the CUDA runtime statically:
+// in a process that also loads libcudart (PyTorch), streams, events and device pointers
+// pass between the two (they belong to the driver), but each runtime keeps its own last
+// error, and cudaDeviceReset through either invalidates the other's objects.
 //
 // Epochs and resume. next() returns std::nullopt once at the end of an epoch and the loader
 // moves on to the next epoch (prefetching it at once); set_epoch() jumps to any epoch.
