@@ -256,6 +256,15 @@ DatasetWriter::~DatasetWriter() { abort(); }
 // ---------------------------------------------------------------------------------------------
 namespace {
 
+// Whether one value's sizes fit a field's shape: the same rank, and every dimension equal but
+// the field's variable ones (kVariableDim), which take any size.
+bool value_has_field_shape(const Field& field, IntArrayRef sizes) {
+  if (sizes.size() != field.shape.size()) return false;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (field.shape[d] != kVariableDim && field.shape[d] != sizes[d]) return false;
+  return true;
+}
+
 // A bool value holds only bytes 0 and 1 (FORMAT.md, "Schema"): numpy's importer refuses
 // others, and C++ reads them as undefined behaviour. A tensor made over foreign memory can
 // hold anything, so the writer looks before it writes.
@@ -301,10 +310,7 @@ void DatasetWriter::Impl::validate_record(std::span<const Tensor> values, int64_
     MMT_CHECK(value.defined(), ValueError, "record ", record, ", field '", field.name, "': undefined tensor");
     MMT_CHECK(value.dtype() == field.dtype, ValueError, "record ", record, ", field '", field.name,
               "': expected dtype ", to_string(field.dtype), ", got ", to_string(value.dtype()));
-    bool shape_ok = value.dim() == static_cast<int64_t>(field.shape.size());
-    for (size_t d = 0; shape_ok && d < field.shape.size(); ++d)
-      shape_ok = field.shape[d] == kVariableDim || field.shape[d] == value.sizes()[d];
-    MMT_CHECK(shape_ok, ValueError, "record ", record, ", field '", field.name, "': expected shape ",
+    MMT_CHECK(value_has_field_shape(field, value.sizes()), ValueError, "record ", record, ", field '", field.name, "': expected shape ",
               field.shape, ", got ", value.sizes());
     int64_t elements = 0;  // what readers check: an empty value's strides must fit in int64 too
     MMT_CHECK(field.is_fixed() || format::ragged_value_elements(value.sizes().data(), value.sizes().size(), &elements),
@@ -411,11 +417,8 @@ int64_t DatasetWriter::Impl::validate_batch(std::span<const Tensor> values) cons
     const Field& field = schema[f];
     MMT_CHECK(values[f].dtype() == field.dtype, ValueError, "append_batch at record ", first, ", field '",
               field.name, "': expected dtype ", to_string(field.dtype), ", got ", to_string(values[f].dtype()));
-    const IntArrayRef sizes = values[f].sizes();
-    bool shape_ok = true;  // a ragged field's variable dimensions match anything
-    for (size_t d = 0; d < field.shape.size(); ++d)
-      shape_ok &= field.shape[d] == kVariableDim || field.shape[d] == sizes[d + 1];
-    MMT_CHECK(shape_ok, ValueError,
+    const IntArrayRef sizes = values[f].sizes();  // [B, ...], its rank checked above
+    MMT_CHECK(value_has_field_shape(field, IntArrayRef(sizes.data() + 1, sizes.size() - 1)), ValueError,
               "append_batch at record ", first, ", field '", field.name, "': expected records of shape ",
               field.shape, ", got ", values[f].sizes(), " (B first)");
   }
