@@ -4,11 +4,15 @@
 // quasi-random sampling, by the chunk layout and the window. It never depends on threads,
 // timing, batch size or world size. Orders are computed, not stored: EpochOrder maps a
 // position to a record in O(1) (random) or O(log chunks) (quasi-random), so a sampler's
-// memory does not grow with the number of records (quasi-random keeps three int64 per chunk).
+// memory does not grow with the number of records (quasi-random keeps three int64 per chunk
+// and about 200 bytes per window of chunks).
 //
 // Kinds:
 //   - Sequential: 0, 1, ..., N-1.
-//   - Random: a keyed pseudo-random permutation of [0, N), a fresh one per (seed, epoch).
+//   - Random: a keyed pseudo-random permutation of [0, N), a fresh one per (seed, epoch),
+//     computed per position (a Feistel network, not a table). Its orders pass the tests a
+//     uniform shuffle passes: where each record lands, where pairs land, odd and even
+//     permutations equally often (tests/sampler_test.cc; bench/RESULTS.md, "Random orders").
 //   - QuasiRandom: chunk-aware. The chunk order is shuffled, consecutive groups of
 //     `window_chunks` chunks form windows, and the records of each window are shuffled
 //     together. A window's decoded chunks fit the chunk cache, so each compressed chunk is
@@ -17,8 +21,10 @@
 //
 // Distributed sampling (world_size W > 1) partitions the global order as PyTorch's
 // DistributedSampler does: rank r takes positions r, r + W, r + 2W, ... The tail that does
-// not divide by W is padded by repeating the first remaining positions (drop_tail = false,
-// every rank gets ceil(M / W) samples) or dropped (drop_tail = true, floor(M / W) samples).
+// not divide by W is padded by repeating the epoch's first positions 0, 1, ... (drop_tail =
+// false, every rank gets ceil(M / W) samples; after a resume too, so a resume with the same
+// world size pads exactly as the run it continues) or dropped (drop_tail = true,
+// floor(M / W) samples). M is the number of positions left: N, or N - consumed on a resume.
 //
 // RESUME RULE. `consumed` counts the leading positions of the epoch's global order that all
 // ranks together have taken. Starting from `consumed` = c, rank r takes positions c + r,
