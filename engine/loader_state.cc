@@ -15,10 +15,8 @@ namespace {
 
 using detail::hex64;
 
-// The entry `key` written by hex64(), or 0 when the state has none ("not recorded").
-uint64_t optional_hex64(const nlohmann::json& json, const char* key) {
-  const auto it = json.find(key);
-  if (it == json.end()) return 0;
+// The value of `entry`, a string written by hex64().
+uint64_t parse_hex64(const nlohmann::json::const_iterator& it, const char* key) {
   const std::string hex = it->is_string() ? it->get<std::string>() : std::string();
   uint64_t value = 0;
   bool well_formed = hex.size() == 18 && hex.starts_with("0x");
@@ -31,13 +29,19 @@ uint64_t optional_hex64(const nlohmann::json& json, const char* key) {
   return value;
 }
 
+// The entry `key` written by hex64(), or 0 when the state has none ("not recorded").
+uint64_t optional_hex64(const nlohmann::json& json, const char* key) {
+  const auto it = json.find(key);
+  return it == json.end() ? 0 : parse_hex64(it, key);
+}
+
 }  // namespace
 
 std::string LoaderState::to_string() const {
   nlohmann::json json = {
       {"version", kVersion},
       {"sampler", std::string(mmt::to_string(sampler))},
-      {"seed", seed},
+      {"seed", hex64(seed)},
       {"window_chunks", window_chunks},
       {"records", records},
       {"epoch", epoch},
@@ -82,19 +86,23 @@ LoaderState LoaderState::parse(std::string_view text) {
   }
   MMT_CHECK(json.is_object(), ValueError, "LoaderState: expected a JSON object, got ", json.dump());
   const int version = required<int>(json, "version");
-  MMT_CHECK(version == kVersion, ValueError, "LoaderState: version ", version,
-            " is not supported (this build reads version ", kVersion, ")");
+  MMT_CHECK(version == 1 || version == kVersion, ValueError, "LoaderState: version ", version,
+            " is not supported (this build reads versions 1 and ", kVersion, ")");
   LoaderState state;
   const std::string kind = required<std::string>(json, "sampler");
   const auto parsed_kind = sampler_kind_from_string(kind);
   MMT_CHECK(parsed_kind.has_value(), ValueError, "LoaderState: unknown sampler '", kind, "'");
   state.sampler = *parsed_kind;
-  // Seeds are unsigned 64-bit; JSON readers in other languages may have written them signed.
-  const auto& seed = json.find("seed");
-  MMT_CHECK(seed != json.end() && seed->is_number_integer(), ValueError,
-            "LoaderState: missing or non-integer entry 'seed'");
-  state.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
-                                          : static_cast<uint64_t>(seed->get<int64_t>());
+  const auto seed = json.find("seed");
+  MMT_CHECK(seed != json.end(), ValueError, "LoaderState: missing entry 'seed'");
+  if (version == kVersion) {
+    // A hex string, as chunk_layout: readers that hold JSON numbers as doubles keep it exact.
+    state.seed = parse_hex64(seed, "seed");
+  } else {
+    MMT_CHECK(seed->is_number_unsigned(), ValueError,
+              "LoaderState: entry 'seed' must be an integer in [0, 2^64), got ", seed->dump());
+    state.seed = seed->get<uint64_t>();
+  }
   // Absent in states written before it existed, and for orders that do not depend on the
   // chunks: read as 0, "not recorded".
   state.chunk_layout = optional_hex64(json, "chunk_layout");
@@ -111,6 +119,16 @@ LoaderState LoaderState::parse(std::string_view text) {
             " is outside [0, ", kMaxEpoch, ")");
   MMT_CHECK(state.consumed >= 0 && state.consumed <= state.records, ValueError,
             "LoaderState: consumed=", state.consumed, " is outside [0, records=", state.records, "]");
+  // Version 2 changed the random and quasi-random orders (uniform shuffles, sampler.h). A
+  // version-1 state in the middle of such an epoch counts positions of an order this build
+  // no longer makes: resuming by it would repeat some records and skip others. At an epoch's
+  // start or end it counts none, and resumes as well as ever.
+  const bool mid_epoch = state.consumed > 0 && state.consumed < state.records;
+  MMT_CHECK(version == kVersion || state.sampler == SamplerKind::Sequential || !mid_epoch, ValueError,
+            "LoaderState: this version-1 state stands in the middle of a ", kind, " epoch (consumed=",
+            state.consumed, " of ", state.records, "), whose order mmtensor no longer makes (its "
+            "shuffles changed in version 2): resuming would repeat some records and skip others. "
+            "Start the epoch over (consumed = 0) or go on with the next one");
   return state;
 }
 

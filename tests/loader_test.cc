@@ -500,29 +500,51 @@ TEST(LoaderState, RoundTripsThroughTextAndRejectsDamage) {
                      .dataset_fingerprint = 0x0123456789abcdefULL};
   EXPECT_EQ(LoaderState::parse(state.to_string()), state);
   EXPECT_NE(state.to_string().find(R"("dataset_fingerprint":"0x0123456789abcdef")"), std::string::npos);
-  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"random","seed":1,"window_chunks":0,"records":5,"epoch":0,"consumed":0,"dataset_fingerprint":1})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version":2,"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":0,"consumed":0,"dataset_fingerprint":1})"), ValueError);
+  // The seed is a hex string too, so that it survives a round trip through doubles; a
+  // number, a negative one above all, is refused.
+  EXPECT_NE(state.to_string().find(R"("seed":"0xffffffffffffffff")"), std::string::npos) << state.to_string();
+  for (const char* seed : {"1", "-1", R"("1")", R"("0x1")"})
+    EXPECT_THROW(LoaderState::parse(std::string(R"({"version":2,"sampler":"random","window_chunks":0,"records":5,"epoch":0,"consumed":0,"seed":)") + seed + "}"), ValueError) << seed;
   // The layout hash is a hex string: a reader that holds JSON numbers as doubles keeps it.
   EXPECT_NE(state.to_string().find(R"("chunk_layout":"0xfedcba9876543211")"), std::string::npos) << state.to_string();
-  EXPECT_EQ(LoaderState::parse(R"({"version":1,"sampler":"quasi_random","seed":1,"window_chunks":2,"records":5,"epoch":0,"consumed":0,"chunk_layout":"0x00000000000000ff"})").chunk_layout, 0xffu);
+  EXPECT_EQ(LoaderState::parse(R"({"version":2,"sampler":"quasi_random","seed":"0x0000000000000001","window_chunks":2,"records":5,"epoch":0,"consumed":0,"chunk_layout":"0x00000000000000ff"})").chunk_layout, 0xffu);
   for (const char* layout : {"255", R"("0xff")", R"("ff00000000000000ff")", R"("0x-000000000000ff")", R"("0x00000000000000fg")"})
-    EXPECT_THROW(LoaderState::parse(std::string(R"({"version":1,"sampler":"quasi_random","seed":1,"window_chunks":2,"records":5,"epoch":0,"consumed":0,"chunk_layout":)") + layout + "}"), ValueError) << layout;
+    EXPECT_THROW(LoaderState::parse(std::string(R"({"version":2,"sampler":"quasi_random","seed":"0x0000000000000001","window_chunks":2,"records":5,"epoch":0,"consumed":0,"chunk_layout":)") + layout + "}"), ValueError) << layout;
   // Only a quasi-random order depends on the chunks.
-  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"random","seed":1,"window_chunks":0,"records":5,"epoch":0,"consumed":0,"chunk_layout":"0x00000000000000ff"})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version":2,"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":0,"consumed":0,"chunk_layout":"0x00000000000000ff"})"), ValueError);
   // A state saved before chunk_layout existed reads as "not recorded".
-  EXPECT_EQ(LoaderState::parse(R"({"version":1,"sampler":"random","seed":1,"window_chunks":0,"records":5,"epoch":0,"consumed":0})").chunk_layout, 0u);
+  EXPECT_EQ(LoaderState::parse(R"({"version":2,"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":0,"consumed":0})").chunk_layout, 0u);
   EXPECT_THROW(LoaderState::parse("not json"), ValueError);
   EXPECT_THROW(LoaderState::parse("[1, 2]"), ValueError);
-  EXPECT_THROW(LoaderState::parse(R"({"version": 1})"), ValueError);
-  EXPECT_THROW(LoaderState::parse(R"({"version":2,"sampler":"random","seed":1,"window_chunks":0,"records":5,"epoch":0,"consumed":0})"), ValueError);
-  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"shuffle","seed":1,"window_chunks":0,"records":5,"epoch":0,"consumed":0})"), ValueError);
-  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"random","seed":1,"window_chunks":0,"records":5,"epoch":0,"consumed":6})"), ValueError);
-  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"random","seed":1,"window_chunks":0,"records":5,"epoch":0.5,"consumed":0})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version": 2})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version":3,"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":0,"consumed":0})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version":2,"sampler":"shuffle","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":0,"consumed":0})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version":2,"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":0,"consumed":6})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version":2,"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":0.5,"consumed":0})"), ValueError);
   // Out of range, not wrapped: 2^32+1 is not version 1, 2^64-1 is not epoch -1, and the
   // epoch after INT64_MAX - 1 would overflow.
-  EXPECT_THROW(LoaderState::parse(R"({"version":4294967297,"sampler":"random","seed":1,"window_chunks":0,"records":5,"epoch":0,"consumed":0})"), ValueError);
-  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"random","seed":1,"window_chunks":0,"records":5,"epoch":18446744073709551615,"consumed":0})"), ValueError);
-  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"random","seed":1,"window_chunks":0,"records":5,"epoch":9223372036854775807,"consumed":0})"), ValueError);
-  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"random","seed":1,"window_chunks":0,"records":5,"epoch":-1,"consumed":0})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version":4294967297,"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":0,"consumed":0})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version":2,"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":18446744073709551615,"consumed":0})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version":2,"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":9223372036854775807,"consumed":0})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version":2,"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":-1,"consumed":0})"), ValueError);
+}
+
+TEST(LoaderState, AVersion1StateResumesWhereItsOrderIsUnchanged) {
+  // Version 1 wrote the seed as a JSON number. Its sequential orders, and every epoch's start
+  // and end, are what they were; the middle of a random or quasi-random epoch is not (the
+  // shuffles changed in version 2), so resuming there would repeat and skip records.
+  const LoaderState sequential = LoaderState::parse(
+      R"({"version":1,"sampler":"sequential","seed":18446744073709551615,"window_chunks":0,"records":5,"epoch":3,"consumed":2})");
+  EXPECT_EQ(sequential.seed, 18446744073709551615ULL);
+  EXPECT_EQ(sequential.consumed, 2);
+  EXPECT_EQ(LoaderState::parse(R"({"version":1,"sampler":"random","seed":7,"window_chunks":0,"records":5,"epoch":3,"consumed":0})").seed, 7u);
+  EXPECT_EQ(LoaderState::parse(R"({"version":1,"sampler":"random","seed":7,"window_chunks":0,"records":5,"epoch":3,"consumed":5})").consumed, 5);
+  EXPECT_THROW_WITH(LoaderState::parse(R"({"version":1,"sampler":"random","seed":7,"window_chunks":0,"records":5,"epoch":3,"consumed":2})"),
+                    ValueError, "Start the epoch over");
+  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"quasi_random","seed":7,"window_chunks":2,"records":5,"epoch":3,"consumed":4})"), ValueError);
+  // A negative seed (a reader that held it signed) is refused, not wrapped to 2^64 - 1.
+  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"sequential","seed":-1,"window_chunks":0,"records":5,"epoch":3,"consumed":2})"), ValueError);
 }
 
 TEST_F(LoaderTest, RejectsBadOptions) {

@@ -140,10 +140,13 @@ struct LoaderStats {
 // Where a loader stands; see sampler.h for the meaning of `consumed` (positions of the
 // epoch's global order taken by all ranks together). Serialisable as one line of JSON.
 struct LoaderState {
-  static constexpr int kVersion = 1;
+  // 2: random and quasi-random orders are uniform shuffles (sampler.h), and the seed is a hex
+  // string. parse() reads version 1 too, except a state in the middle of a random or
+  // quasi-random epoch, whose order this build no longer makes (ValueError says so).
+  static constexpr int kVersion = 2;
 
   SamplerKind sampler = SamplerKind::Sequential;
-  uint64_t seed = 0;
+  uint64_t seed = 0;           // in the JSON, a hex string as chunk_layout
   int64_t window_chunks = 0;  // the quasi-random window the order was made with
   int64_t records = 0;        // the dataset's size: a resume on a dataset of another size is refused
   int64_t epoch = 0;
