@@ -19,6 +19,7 @@
 #include "mmtensor/error.h"
 #include "page_cache.h"
 #include "strided_copy.h"
+#include "tensor_geometry.h"
 #include "thread_pool.h"
 
 namespace mmt {
@@ -61,7 +62,8 @@ FieldCopy plan_field_copy(const Dataset::Impl& d, std::string_view field, const 
   const size_t f = d.schema->index_of(field);
   const FieldPlan& plan = d.plans[f];
   MMT_CHECK(plan.fixed, ValueError, "get_batch: field '", field, "' is ragged (shape ", (*d.schema)[f].shape,
-            "); only fixed-shape fields can be batched; read ragged values with get()");
+            "); only fixed-shape fields can be batched; read ragged values with ragged_column() (a range), "
+            "get() (one record) or a Loader (batches)");
   MMT_CHECK(out.defined(), ValueError, "get_batch: the output tensor for field '", field, "' is undefined");
   MMT_CHECK(!out.is_cuda(), ValueError, "get_batch: the output must be host memory (ordinary or pinned), "
             "got a tensor on ", out.device().str(), "; gather on the host, then copy with .to(device)");
@@ -71,6 +73,11 @@ FieldCopy plan_field_copy(const Dataset::Impl& d, std::string_view field, const 
   for (int64_t s : plan.sizes) expected.push_back(s);
   MMT_CHECK(out.sizes() == IntArrayRef(expected), ValueError, "get_batch: field '", field, "' of ", batch,
             " records needs an output of shape ", expected, ", got ", out.sizes());
+  // As copy_(): rows written to one place would leave a batch that depends on thread timing.
+  MMT_CHECK(detail::is_provably_non_overlapping(out.sizes(), out.strides()), ValueError,
+            "get_batch: the output tensor for field '", field, "' has elements that may share memory (strides ",
+            out.strides(), " for shape ", out.sizes(), "): more than one element of the written-to tensor "
+            "would refer to a single memory location. Please clone() the tensor first");
   FieldCopy copy;
   copy.field = f;
   copy.plan = &plan;
@@ -486,6 +493,8 @@ constexpr auto kSlowGatherForSample = std::chrono::microseconds(500);
 // gather(), with the batch hinted first when ReaderOptions::read_ahead says so.
 void gather_reading_ahead(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields,
                           int threads) {
+  MMT_CHECK(threads >= 1, ValueError, "get_batch: threads must be >= 1 (the calling thread counts as one), got ",
+            threads);
   detail::ReadAheadPolicy& policy = *d.read_ahead;
   if (indices.size() < 2 || fields.empty() || policy.mode() == ReadAhead::Never ||
       detail::ReadAheadPolicy::DatasetHintsOff::active())

@@ -89,6 +89,22 @@ bool is_non_overlapping_and_dense(IntArrayRef sizes, IntArrayRef strides) {
   return true;
 }
 
+bool is_provably_non_overlapping(IntArrayRef sizes, IntArrayRef strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (|stride|, size) of the dimensions of size >= 2
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return true;  // no elements
+    if (sizes[d] >= 2) dims.emplace_back(strides[d] < 0 ? -strides[d] : strides[d], sizes[d]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 0;  // the largest offset the dimensions so far reach, in elements
+  for (auto [stride, size] : dims) {
+    if (stride <= span) return false;
+    // A tensor's elements lie in its storage, so stride * (size - 1) fits in int64.
+    span += stride * (size - 1);
+  }
+  return true;
+}
+
 std::optional<DimVector> compute_view_strides(IntArrayRef old_sizes, IntArrayRef old_strides,
                                               IntArrayRef new_sizes) {
   DimVector new_strides(new_sizes.size(), 0);

@@ -31,6 +31,11 @@ bool is_channels_last_3d_strides(IntArrayRef sizes, IntArrayRef strides);  // 5-
 // True when the view covers a block of exactly numel elements with no overlaps or gaps,
 // in some dimension order (so it can be copied with one memcpy into the same strides).
 bool is_non_overlapping_and_dense(IntArrayRef sizes, IntArrayRef strides);
+// True when no two elements of the view share memory, by a sufficient test: taken by
+// increasing |stride|, each dimension of size >= 2 steps past everything the dimensions
+// before it span. Every view of a dense tensor (slices, narrowing, permutations, negative
+// strides) passes; an expanded one (stride 0) or an interleaving as_strided does not.
+bool is_provably_non_overlapping(IntArrayRef sizes, IntArrayRef strides);
 
 // The strides a view of `new_sizes` would need over memory laid out as (sizes, strides),
 // or nullopt when no such view exists (PyTorch's rule for view()).

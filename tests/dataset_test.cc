@@ -486,6 +486,29 @@ TEST(DatasetTest, GetBatchMatchesGetForEveryLayout) {
   }
 }
 
+TEST(DatasetTest, GetBatchRefusesAnOutputWhoseRowsShareMemoryAndThreadsBelowOne) {
+  TempDir dir;
+  Schema schema({Field::fixed("x", kInt32, {2}), Field::fixed("label", kInt64, {})});
+  write_dataset(dir.file("o.mmt"), schema, 10, {});
+  Dataset ds = Dataset::open(dir.file("o.mmt"));
+  const std::vector<int64_t> indices{1, 2, 3};
+  // Three rows written to one place: what the batch held would depend on thread timing.
+  EXPECT_THROW_WITH(ds.get_batch(indices, "label", zeros({1}, kInt64).expand({3})), ValueError,
+                    "may share memory");
+  EXPECT_THROW_WITH(ds.get_batch(indices, "x", zeros({3, 1}, kInt32).expand({3, 2})), ValueError,
+                    "may share memory");
+  // Rows of a larger buffer, reversed by a negative stride or transposed, share nothing.
+  Tensor big = zeros({4, 6}, kInt32);
+  ds.get_batch(indices, "x", big.as_strided({3, 2}, {-6, 2}, 18));
+  EXPECT_TRUE(big[3].slice(0, 0, 4, 2).equal(field_value(schema[0], 1)));
+  EXPECT_TRUE(big[1].slice(0, 0, 4, 2).equal(field_value(schema[0], 3)));
+  Tensor transposed = zeros({2, 3}, kInt32).t();
+  ds.get_batch(indices, "x", transposed);
+  EXPECT_TRUE(transposed[2].equal(field_value(schema[0], 3)));
+  for (int threads : {0, -7})
+    EXPECT_THROW_WITH(ds.get_batch(indices, "label", threads), ValueError, "threads must be >= 1");
+}
+
 // Gathers `batch` random records (every other one by its negative index) of a 100-record lz4
 // file in 7 chunks with `threads` threads, checks every row, and returns the cache's counts.
 CacheStats shuffled_batch_cache_stats(const Field& field, int batch, int threads, uint32_t seed) {
