@@ -111,9 +111,10 @@ const void* Tensor::element_ptr(IntArrayRef index, bool writable) const {
             " dimension(s) for a tensor of ", dim(), " dimension(s)");
   int64_t offset = storage_offset_;
   for (size_t d = 0; d < index.size(); ++d) {
-    MMT_CHECK(index[d] >= 0 && index[d] < sizes_[d], IndexError, "index ", index[d],
+    // Negative indices count from the end, as t[-1] does in PyTorch.
+    MMT_CHECK(index[d] >= -sizes_[d] && index[d] < sizes_[d], IndexError, "index ", index[d],
               " is out of bounds for dimension ", d, " with size ", sizes_[d]);
-    offset += index[d] * strides_[d];
+    offset += (index[d] < 0 ? index[d] + sizes_[d] : index[d]) * strides_[d];
   }
   const std::byte* base = writable ? storage_.mutable_data() : storage_.data();
   return base + offset * element_size();
@@ -262,12 +263,6 @@ Tensor zeros(IntArrayRef sizes, ScalarType dtype, Device device) {
   Tensor t = empty(sizes, dtype, device);
   UntypedStorage storage = t.untyped_storage();  // a handle: fills the tensor's bytes
   storage.fill_(0);
-  return t;
-}
-
-Tensor full(IntArrayRef sizes, double value, ScalarType dtype, Device device) {
-  Tensor t = empty(sizes, dtype, device);
-  t.fill_(value);
   return t;
 }
 

@@ -167,13 +167,24 @@ Tensor Tensor::pin_memory() const {
   return out;
 }
 
-const Tensor& Tensor::fill_(double value) const {
-  MMT_CHECK(defined_, ValueError, "fill_() of an undefined tensor");
-  if (numel() == 0) return *this;
-  Tensor scalar = empty({}, kFloat64);
-  std::memcpy(scalar.mutable_data_ptr(), &value, sizeof(double));
-  return copy_(scalar);
+namespace {
+
+// Fills `t` from a 0-d host tensor of `value`'s own dtype: copy_() converts it, so an
+// integer reaches an integer dtype without passing through a double.
+template <typename T>
+const Tensor& fill_from_scalar(const Tensor& t, T value) {
+  MMT_CHECK(t.defined(), ValueError, "fill_() of an undefined tensor");
+  if (t.numel() == 0) return t;
+  Tensor scalar = empty({}, scalar_type_of<T>);
+  std::memcpy(scalar.mutable_data_ptr(), &value, sizeof(T));
+  return t.copy_(scalar);
 }
+
+}  // namespace
+
+const Tensor& Tensor::fill_with(double value) const { return fill_from_scalar(*this, value); }
+const Tensor& Tensor::fill_with(int64_t value) const { return fill_from_scalar(*this, value); }
+const Tensor& Tensor::fill_with(uint64_t value) const { return fill_from_scalar(*this, value); }
 
 bool Tensor::equal(const Tensor& other) const {
   MMT_CHECK(defined_ && other.defined(), ValueError, "equal() with an undefined tensor");

@@ -93,8 +93,9 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   MMT_CHECK(start >= -size && start <= size, IndexError, "start out of range (expected to be in "
             "range of [", -size, ", ", size, "], but got ", start, ")");
   if (start < 0) start += size;
-  MMT_CHECK(length >= 0 && start <= size - length, IndexError, "start (", start, ") + length (",
-            length, ") exceeds dimension size (", size, ").");
+  MMT_CHECK(length >= 0, IndexError, "narrow(): length must be non-negative.");
+  MMT_CHECK(start <= size - length, IndexError, "start (", start, ") + length (", length,
+            ") exceeds dimension size (", size, ").");
   return slice(d, start, start + length, 1);
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 #include "mmtensor/mmtensor.h"
 #include "strided_copy.h"
@@ -89,6 +90,14 @@ TEST(Tensor, OutOfRangeDimensionsAndIndices) {
   EXPECT_THROW(t.at<int64_t>({0}), IndexError);
   EXPECT_THROW(t.at<float>({0, 0}), ValueError);  // dtype mismatch
   EXPECT_THROW(t.narrow(1, 2, 2), IndexError);
+  // Negative indices count from the end, as t[-1][-2] does in PyTorch; past -size is out.
+  EXPECT_EQ(t.at<int64_t>({-1, -2}), 4);
+  t.set<int64_t>({-2, -1}, 20);
+  EXPECT_EQ(t.at<int64_t>({0, 2}), 20);
+  msg = error_of([&] { t.at<int64_t>({0, -4}); });
+  EXPECT_NE(msg.find("index -4 is out of bounds for dimension 1 with size 3"), std::string::npos) << msg;
+  msg = error_of([&] { t.narrow(1, 0, -1); });
+  EXPECT_NE(msg.find("narrow(): length must be non-negative."), std::string::npos) << msg;
   EXPECT_THROW(t.permute({0, 0}), ValueError);
   EXPECT_THROW(t.permute({0}), ValueError);
   EXPECT_THROW(t.view({4, -1}), ValueError);
@@ -264,6 +273,24 @@ TEST(Tensor, FillAndFactories) {
   EXPECT_EQ(t.contiguous().to_vector<int64_t>(), std::vector<int64_t>(6, 7));
   EXPECT_THROW(tensor<int>({1, 2, 3}, {2, 2}), ValueError);
   EXPECT_EQ(tensor<float>({3.0f}, {}).dim(), 1);
+  // Integers stay exact: through a double, 2^60 + 1 became 2^60 (an id, a hash).
+  const int64_t big = (int64_t{1} << 60) + 1;
+  EXPECT_EQ(full({}, big, kInt64).item<int64_t>(), big);
+  EXPECT_EQ(full({2}, UINT64_MAX, kUInt64).to_vector<uint64_t>(), (std::vector<uint64_t>(2, UINT64_MAX)));
+  EXPECT_EQ(zeros({1}, kInt64).fill_(-big).item<int64_t>(), -big);
+  EXPECT_EQ(full({1}, 3, kFloat32).item<float>(), 3.0f);  // converted, as before
+  EXPECT_EQ(full({1}, true, kInt32).item<int32_t>(), 1);
+  const Tensor id = scalar_tensor(big);
+  EXPECT_EQ(id.dim(), 0);
+  EXPECT_EQ(id.dtype(), kInt64);
+  EXPECT_EQ(id.item<int64_t>(), big);
+  EXPECT_EQ(scalar_tensor<uint8_t>(7).to_string(), "tensor(7, dtype=torch.uint8)");
+}
+
+TEST(Tensor, DtypesAndDevicesPrintByName) {
+  std::ostringstream out;
+  out << arange(3).dtype() << " " << kBFloat16 << " " << arange(3).device() << " " << Device::parse("cuda:1");
+  EXPECT_EQ(out.str(), "int64 bfloat16 cpu cuda:1");
 }
 
 TEST(Tensor, EqualComparesValues) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <string_view>
 
@@ -23,6 +24,9 @@ struct Device {
   std::string str() const;  // "cpu" or "cuda:N"
   friend constexpr bool operator==(const Device&, const Device&) = default;
 };
+
+// std::cout << t.device() prints "cpu" or "cuda:N".
+inline std::ostream& operator<<(std::ostream& out, const Device& device) { return out << device.str(); }
 
 inline constexpr Device kCPU{};
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <ostream>
 #include <string_view>
 #include <type_traits>
 
@@ -67,6 +68,8 @@ constexpr bool is_signed(ScalarType t) {
 
 // "float32", "uint8", ... (PyTorch's names without the "torch." prefix).
 std::string_view to_string(ScalarType t);
+// std::cout << t.dtype() prints to_string(t), as print(t.dtype) prints torch.float32.
+inline std::ostream& operator<<(std::ostream& out, ScalarType t) { return out << to_string(t); }
 // The inverse of to_string; also accepts PyTorch's aliases ("float", "half", "long", "int"...).
 std::optional<ScalarType> scalar_type_from_string(std::string_view name);
 // True when the value is a valid ScalarType code (for decoding untrusted bytes).

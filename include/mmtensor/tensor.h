@@ -10,8 +10,16 @@
 // MemoryFormat::Preserve is for copies (clone, empty_like, to): is_contiguous(), contiguous(),
 // empty() and strides_for() refuse it with ValueError, as PyTorch does.
 //
+// Beyond PyTorch, deliberately: as_strided() and the strided constructor take negative
+// strides (numpy-style, bounds-checked), which PyTorch refuses; and copy_() from a source that
+// partly overlaps the destination copies as if the source were read first (memmove), where
+// PyTorch refuses. A destination with elements that share memory (expanded) is refused, as in
+// PyTorch.
+//
 // Lifetime: a Tensor holds shared ownership of its storage, so a view outlives the dataset,
-// mapping or tensor it came from.
+// mapping or tensor it came from. Memory is kept alive, not unchanged: a Loader batch's
+// tensors live in a ring slot that is refilled once the batch is released (loader.h), so a
+// tensor kept past that must be clone()d.
 //
 // Thread safety: const methods may be called from many threads at once. Writing elements
 // concurrently is the caller's business.
@@ -90,7 +98,8 @@ class Tensor {
     return static_cast<T*>(mutable_data_ptr());
   }
 
-  // Checked element access on host tensors: at<float>({1, 2}). Throws IndexError.
+  // Checked element access on host tensors: at<float>({1, 2}); negative indices count from
+  // the end, as in PyTorch (at<float>({-1, 0})). Throws IndexError.
   template <typename T> T at(IntArrayRef index) const {
     check_dtype(scalar_type_of<T>);
     return *static_cast<const T*>(element_ptr(index));
@@ -174,7 +183,16 @@ class Tensor {
   // memory (is_pinned() false, a note on stderr once), and each call copies again. PyTorch
   // raises there instead.
   Tensor pin_memory() const;
-  const Tensor& fill_(double value) const;
+  // Sets every element to `value`, converted to the dtype as copy_() converts. An integer
+  // value is converted from an integer, so it stays exact in an integer dtype:
+  // fill_(int64_t{1} << 60 | 1) on an int64 tensor (a double would have rounded it).
+  template <typename T>
+    requires std::is_arithmetic_v<T>
+  const Tensor& fill_(T value) const {
+    if constexpr (std::is_floating_point_v<T>) return fill_with(static_cast<double>(value));
+    else if constexpr (std::is_signed_v<T>) return fill_with(static_cast<int64_t>(value));
+    else return fill_with(static_cast<uint64_t>(value));
+  }
   const Tensor& zero_() const { return fill_(0.0); }
 
   // torch.equal: same sizes and the same values (dtypes must match).
@@ -189,6 +207,9 @@ class Tensor {
   }
 
  private:
+  const Tensor& fill_with(double value) const;
+  const Tensor& fill_with(int64_t value) const;
+  const Tensor& fill_with(uint64_t value) const;
   void check_dtype(ScalarType requested) const;
   const void* element_ptr(IntArrayRef index, bool writable = false) const;
   int64_t wrap_dim(int64_t dim, int64_t ndim_plus = 0) const;
@@ -215,7 +236,14 @@ Tensor empty_strided(IntArrayRef sizes, IntArrayRef strides, ScalarType dtype = 
                      Device device = kCPU, bool pin_memory = false);
 Tensor empty_like(const Tensor& t, MemoryFormat format = MemoryFormat::Preserve);
 Tensor zeros(IntArrayRef sizes, ScalarType dtype = kFloat32, Device device = kCPU);
-Tensor full(IntArrayRef sizes, double value, ScalarType dtype = kFloat32, Device device = kCPU);
+// A new tensor of `dtype` filled with `value` as fill_() fills it (integers exact).
+template <typename T>
+  requires std::is_arithmetic_v<T>
+Tensor full(IntArrayRef sizes, T value, ScalarType dtype = kFloat32, Device device = kCPU) {
+  Tensor out = empty(sizes, dtype, device);
+  out.fill_(value);
+  return out;
+}
 // 0, 1, ..., end-1 (int64 by default, like torch.arange with integer arguments).
 Tensor arange(int64_t end, ScalarType dtype = kInt64);
 Tensor arange(int64_t start, int64_t end, int64_t step = 1, ScalarType dtype = kInt64);
@@ -226,6 +254,10 @@ template <typename T>
 Tensor tensor(std::initializer_list<T> values, IntArrayRef sizes = {}) {
   return tensor(std::vector<T>(values), sizes);
 }
+// A 0-d tensor of T's dtype holding `value` exactly: scalar_tensor(int64_t{42}), or
+// scalar_tensor<uint8_t>(7). (tensor<T>({v}) is 1-d: empty sizes mean "as many as values".)
+template <typename T>
+Tensor scalar_tensor(T value);
 // A 2-d tensor from rows: tensor2d<int64_t>({{1, 2}, {3, 4}}).
 template <typename T>
 Tensor tensor2d(std::initializer_list<std::initializer_list<T>> rows);
@@ -246,6 +278,13 @@ Tensor tensor(const std::vector<T>& values, IntArrayRef sizes) {
     T* dst = out.mutable_data_ptr<T>();
     for (size_t i = 0; i < values.size(); ++i) dst[i] = values[i];
   }
+  return out;
+}
+
+template <typename T>
+Tensor scalar_tensor(T value) {
+  Tensor out = empty({}, scalar_type_of<T>);
+  *out.mutable_data_ptr<T>() = value;
   return out;
 }
 
