@@ -118,13 +118,16 @@ struct DatasetWriter::Impl {
   // alone over kMaxSchemaBytes, or kMaxSchemaValues entries) when it is set, not at finish()
   // after every record was written; finish() checks the encoded block exactly.
   void add_metadata(std::string key, std::string value);
-  enum class State { Open, Finished, Failed } state = State::Open;
+  enum class State { Open, Finished, Failed, Aborted } state = State::Open;
   std::atomic<int64_t> records{0}, chunks{0}, bytes_in{0}, bytes_out{0};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   void check_open() const {
     MMT_CHECK(state == State::Open, ValueError, "dataset writer for ", path, " is ",
-              state == State::Finished ? "finished" : "aborted after an error", "; create a new one");
+              state == State::Finished ? "finished"
+              : state == State::Aborted ? "aborted (abort() was called)"
+                                        : "aborted after an error",
+              "; create a new one");
   }
   void validate_record(std::span<const Tensor> values, int64_t record) const;
   void copy_record(std::span<const Tensor> values);
@@ -668,15 +671,17 @@ void DatasetWriter::append(const std::map<std::string, Tensor, std::less<>>& val
   MMT_CHECK(impl_, ValueError, "append on a moved-from DatasetWriter");
   const Schema& schema = impl_->schema;
   const int64_t record = impl_->records.load(std::memory_order_relaxed);
+  // Unknown names first: a misspelt name ('lable') is reported as itself, with the known
+  // fields listed, rather than as the field it was meant for being missing.
+  for (const auto& [name, value] : values) {
+    if (!schema.find(name)) schema.index_of(name);  // throws, listing the known fields
+  }
   std::vector<Tensor> ordered;
   ordered.reserve(schema.size());
   for (const Field& field : schema) {
     auto it = values.find(field.name);
     MMT_CHECK(it != values.end(), ValueError, "record ", record, ": field '", field.name, "' is missing");
     ordered.push_back(it->second);
-  }
-  for (const auto& [name, value] : values) {
-    if (!schema.find(name)) schema.index_of(name);  // throws, listing the known fields
   }
   append(std::span<const Tensor>(ordered));
 }
@@ -773,7 +778,9 @@ WriteStats DatasetWriter::finish() {
 }
 
 void DatasetWriter::abort() noexcept {
-  if (impl_ && impl_->state != Impl::State::Finished) impl_->abort_files();
+  if (!impl_ || impl_->state == Impl::State::Finished) return;
+  if (impl_->state == Impl::State::Open) impl_->state = Impl::State::Aborted;
+  impl_->abort_files();
 }
 
 }  // namespace mmt

@@ -54,6 +54,9 @@ TEST(DatasetWriterTest, ErrorsNameTheRecordAndField) {
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("unknown field 'lable'"), std::string::npos) << e.what();
   }
+  // A misspelt name is reported as itself, not as the field it was meant for being missing.
+  EXPECT_THROW_WITH(writer.append({{"image", zeros({1, 28, 28}, kUInt8)}, {"lable", zeros({}, kInt64)}}),
+                    ValueError, "unknown field 'lable'");
   // A refused record leaves the writer usable.
   writer.append({{"image", full({1, 28, 28}, 5, kUInt8)}, {"label", full({}, 17, kInt64)}});
   writer.finish();
@@ -222,7 +225,7 @@ TEST(DatasetWriterTest, DestroyedOrAbortedWriterLeavesNothing) {
   append_images(writer, 1000);
   writer.abort();
   EXPECT_TRUE(folder_entries(dir).empty());
-  EXPECT_THROW(append_images(writer, 1), ValueError);
+  EXPECT_THROW_WITH(append_images(writer, 1), ValueError, "aborted (abort() was called)");
   EXPECT_THROW(writer.finish(), ValueError);
 }
 

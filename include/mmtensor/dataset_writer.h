@@ -65,7 +65,8 @@ class DatasetWriter {
   // shape (any strides; written in the field's storage order).
   void append(std::span<const Tensor> values);
   void append(std::initializer_list<Tensor> values) { append(std::span<const Tensor>(values.begin(), values.size())); }
-  // Appends one record given by field name; every field must be present.
+  // Appends one record given by field name; every field must be present, and a name the
+  // schema lacks is refused (the message lists the fields it has).
   void append(const std::map<std::string, Tensor, std::less<>>& values);
   // Appends B records at once: one tensor per field, in schema order, each [B, ...field
   // shape] (any strides), the same B for every field. The same file as B calls of append()
@@ -73,6 +74,9 @@ class DatasetWriter {
   // instead of per record: for small records (a 28x28 image) the per-record work is most
   // of an uncompressed pack. A bad batch (wrong dtype, shape or B; also when B is 0) throws
   // ValueError naming the field before anything is appended, and leaves the writer usable.
+  // A ragged field's tensor is [B, ...] too, so every record of the batch gets the same
+  // extents (a [B, L] tensor for a [-1] field: B values of length L); records of different
+  // extents need append().
   void append_batch(std::span<const Tensor> values);
   void append_batch(std::initializer_list<Tensor> values) {
     append_batch(std::span<const Tensor>(values.begin(), values.size()));
@@ -88,8 +92,12 @@ class DatasetWriter {
   // aborted (the path keeps what it had: the old file, or nothing; the temporary is removed)
   // and the error is rethrown.
   WriteStats finish();
-  // Discards everything written; the target path is left as it was. Never throws.
+  // Discards everything written; the target path is left as it was. Never throws. After
+  // finish() it does nothing (the published file stays).
   void abort() noexcept;
+  // After finish(), abort(), or a failure past validation (a full disk, say), append,
+  // append_batch, set_metadata and finish throw ValueError ("... is finished; create a new
+  // one"); the writer is then only good for size(), schema(), path() and stats().
 
   struct Impl;
 
