@@ -196,10 +196,12 @@ class Dataset {
   // the file has one chunk; otherwise a copy, gathered chunk by chunk (column_is_view()
   // tells which, for the whole column).
   Tensor column(std::string_view field) const;
-  // Records [start, stop) of a fixed field, with the same rule; and a range inside one chunk
-  // is always a view, into the mapping or into the decoded chunk (lz4/zstd): reading a
-  // compressed column chunk by chunk (chunk(c).first_record, + record_count) decodes each
-  // chunk once and copies nothing. Such a view keeps its chunk alive.
+  // Records [start, stop) of a fixed field (0 <= start <= stop <= N: ranges take no
+  // negative bounds, unlike the indices of get() and get_batch()), with the same rule; and a
+  // range inside one chunk is always a view, into the mapping or into the decoded chunk
+  // (lz4/zstd): reading a compressed column chunk by chunk (chunk(c).first_record,
+  // + record_count) decodes each chunk once and copies nothing. Such a view keeps its chunk
+  // alive.
   Tensor column(std::string_view field, int64_t start, int64_t stop) const;
   bool column_is_view(std::string_view field) const;
   // Records [start, stop) of a ragged field, packed (a token stream read in order, say). When

@@ -125,7 +125,9 @@ struct LoaderOptions {
                                     // PyTorch's num_workers=0: no threads, easiest to debug)
   int prefetch_batches = 3;         // batches prepared ahead; the ring has this + 1 slots
   Device device = kCPU;             // cpu, or cuda:N for batches on that device
-  bool pin_memory = true;           // cpu batches in page-locked memory (always for cuda)
+  bool pin_memory = true;           // cpu batches in page-locked memory (always for cuda);
+                                    // without a CUDA device, ordinary memory and a note on
+                                    // stderr, once (MMT_QUIET=1 silences it), as PyTorch warns
   CUstream_st* consumer_stream = nullptr;  // cuda: the stream next() orders batches before
   ReadAhead read_ahead = ReadAhead::Auto;
 };

@@ -65,7 +65,8 @@ struct SamplerOptions {
   uint64_t seed = 0;
   // QuasiRandom: chunks per window. 0 = automatic: Sampler::for_dataset() makes a window a
   // third of the chunk cache budget (in largest decoded chunks): one window being finished,
-  // one being entered, and headroom; Sampler::create() uses kDefaultWindowChunks. With
+  // one being entered, and headroom; Sampler::create() (given the chunk layout, which
+  // quasi-random sampling always needs) uses kDefaultWindowChunks. With
   // world_size > 1 the automatic window uses the default budget (ReaderOptions), whatever
   // this process's, so that every rank computes the same order; to use another budget
   // across ranks, set the same window_chunks on all of them. A rank whose budget is below the
