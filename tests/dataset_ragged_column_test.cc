@@ -1,6 +1,7 @@
 // Dataset::ragged_column: a range of a ragged field's records packed as values + offsets +
 // shapes, as a token stream is read in order. Inside one chunk the values are a view into
-// the chunk; across chunks, or for a field stored in another order, a copy.
+// the chunk; across chunks, or for a field stored in another order, a copy. And
+// Dataset::get_ragged_batch: any records, packed the same way.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -120,6 +121,13 @@ TEST(RaggedColumnLayout, AFieldStoredInAnotherOrderComesBackInLogicalOrder) {
   const RaggedBatch packed = ds.ragged_column("planes", 1, 9);
   expect_matches_get(ds, packed, "planes", 1, 9);
   EXPECT_EQ(packed.shapes.select(0, 1).to_vector<int64_t>(), (std::vector<int64_t>{3, 2}));
+  // A batch of the same records in order packs the same way.
+  std::vector<int64_t> indices(8);
+  std::iota(indices.begin(), indices.end(), int64_t{1});
+  const RaggedBatch batch = ds.get_ragged_batch(indices, "planes");
+  EXPECT_TRUE(batch.values.equal(packed.values));
+  EXPECT_TRUE(batch.offsets.equal(packed.offsets));
+  EXPECT_TRUE(batch.shapes.equal(packed.shapes));
 }
 
 TEST(RaggedColumnErrors, AFixedFieldABadRangeAndAnUnknownFieldAreRefused) {
@@ -131,6 +139,30 @@ TEST(RaggedColumnErrors, AFixedFieldABadRangeAndAnUnknownFieldAreRefused) {
   EXPECT_THROW_WITH(ds.ragged_column("tokens", 0, kDocs + 1), IndexError, "0 <= start <= stop <= 300");
   EXPECT_THROW_WITH(ds.ragged_column("nope", 0, 1), ValueError, "unknown field 'nope'; the schema has 'tokens', 'id'");
   EXPECT_THROW_WITH(ds.column("tokens"), ValueError, "ragged_column()");
+}
+
+// get_ragged_batch: records in any order, packed as a range is.
+TEST_P(RaggedColumn, ABatchOfAnyRecordsIsPackedAsARangeIs) {
+  const Dataset ds = Dataset::open(write_tokens(dir, GetParam(), 64));
+  const std::vector<int64_t> indices{299, 0, 17, 17, -1, 150, 1, 64};  // repeats, negatives, across chunks
+  const RaggedBatch batch = ds.get_ragged_batch(indices, "tokens");
+  const std::vector<int64_t> offsets = batch.offsets.to_vector<int64_t>();
+  ASSERT_EQ(offsets.size(), indices.size() + 1);
+  for (size_t b = 0; b < indices.size(); ++b) {
+    const Tensor expected = ds.get(indices[b], "tokens");
+    EXPECT_TRUE(batch.values.narrow(0, offsets[b], offsets[b + 1] - offsets[b]).equal(expected)) << b;
+    EXPECT_EQ(batch.shapes.select(0, static_cast<int64_t>(b)).to_vector<int64_t>(), std::vector<int64_t>{expected.size(0)});
+  }
+  EXPECT_EQ(ds.get_ragged_batch(std::vector<int64_t>{}, "tokens").offsets.to_vector<int64_t>(), std::vector<int64_t>{0});
+}
+
+TEST(RaggedBatchErrors, AFixedFieldAndABadIndexAreRefused) {
+  TempDir dir;
+  const Dataset ds = Dataset::open(write_tokens(dir, "none", 64));
+  const std::vector<int64_t> in_range{1, 2};
+  EXPECT_THROW_WITH(ds.get_ragged_batch(in_range, "id"), ValueError, "gather it with get_batch()");
+  EXPECT_THROW(ds.get_ragged_batch(std::vector<int64_t>{1, kDocs}, "tokens"), IndexError);
+  EXPECT_THROW_WITH(ds.get_ragged_batch(in_range, "nope"), ValueError, "unknown field 'nope'");
 }
 
 }  // namespace

@@ -210,6 +210,11 @@ class Dataset {
   // otherwise the values are copied, chunk by chunk. `offsets` and `shapes` are always new
   // tensors. ValueError for a fixed field (use column()), IndexError for a bad range.
   RaggedBatch ragged_column(std::string_view field, int64_t start, int64_t stop) const;
+  // A ragged field of records `indices` (any order, repeats and negative indices as in
+  // get_batch), packed as ragged_column() packs a range: the batch a custom loop over token
+  // documents needs. Always a copy. ValueError for a fixed field (use get_batch()),
+  // IndexError for a bad index.
+  RaggedBatch get_ragged_batch(std::span<const int64_t> indices, std::string_view field) const;
 
   // Gathers a fixed field of records `indices` into `out`, a [B, ...field shape] tensor of the
   // field's dtype on the host (ordinary or pinned; any strides, contiguous is fastest), using
