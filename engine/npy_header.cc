@@ -8,6 +8,7 @@
 
 #include "import_util.h"
 #include "npy_format.h"
+#include "utf8.h"
 #include "mmtensor/numpy_io.h"
 
 namespace mmt {
@@ -47,7 +48,7 @@ class DictParser {
         check_once(have_shape, key);
         header.shape = parse_shape();
       } else {
-        fail(detail::str("unexpected key '", key, "' (an .npy header has exactly 'descr', ",
+        fail(detail::str("unexpected key '", detail::escaped(key), "' (an .npy header has exactly 'descr', ",
                          "'fortran_order' and 'shape')"));
       }
       skip_space();
@@ -76,7 +77,7 @@ class DictParser {
     throw FormatError(detail::str(what_, ": corrupt .npy header at character ", pos_, ": ", why));
   }
   void check_once(bool& seen, const std::string& key) {
-    if (seen) fail(detail::str("key '", key, "' appears twice"));
+    if (seen) fail(detail::str("key '", detail::escaped(key), "' appears twice"));
     seen = true;
   }
   char peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
@@ -88,7 +89,7 @@ class DictParser {
   void expect(char c) {
     if (!consume(c)) {
       if (pos_ >= text_.size()) fail(detail::str("expected '", c, "' but the header ended"));
-      fail(detail::str("expected '", c, "' but found '", text_[pos_], "'"));
+      fail(detail::str("expected '", c, "' but found '", detail::escaped(text_.substr(pos_, 1)), "'"));
     }
   }
   void skip_space() {
@@ -158,7 +159,7 @@ class DictParser {
 };
 
 [[noreturn]] void refuse_descr(std::string_view what, std::string_view descr, std::string_view why) {
-  throw FormatError(detail::str(what, ": unsupported dtype '", descr, "': ", why));
+  throw FormatError(detail::str(what, ": unsupported dtype '", detail::escaped(descr), "': ", why));
 }
 
 // Maps a descr such as "<f4" to the dtype and byte order, or explains the refusal.

@@ -18,6 +18,7 @@
 #include "mapping_guard.h"
 #include "mmtensor/numpy_io.h"
 #include "npy_format.h"
+#include "utf8.h"
 
 namespace mmt {
 namespace {
@@ -96,6 +97,10 @@ struct Member {
   uint64_t local_header_offset = 0;
 };
 
+// "member 'NAME'" for a message: the name comes from the archive, so it is escaped (a NUL in
+// it would end the message, a control character would reach the terminal).
+std::string member_label(const Member& m) { return str("member '", detail::escaped(m.name), "'"); }
+
 class ZipReader {
  public:
   ZipReader(std::span<const std::byte> bytes, std::string_view what) : bytes_(bytes), what_(what) {}
@@ -158,7 +163,7 @@ class ZipReader {
       m.stored_name.assign(reinterpret_cast<const char*>(h + kCentralHeaderBytes), name_len);
       m.name = member_name_text(m.stored_name, m.flags);
       apply_zip64_extra(m, disk_start, h + kCentralHeaderBytes + name_len, extra_len);
-      if (!seen.insert(m.name).second) fail(str("member '", m.name, "' appears twice"));
+      if (!seen.insert(m.name).second) fail(str(member_label(m), " appears twice"));
       members.push_back(std::move(m));
       pos += kCentralHeaderBytes + variable;
     }
@@ -174,7 +179,7 @@ class ZipReader {
 
   // The member's stored bytes (deflated or not), after checking its method and local header.
   std::span<const std::byte> locate_member(const Member& m) {
-    std::string where = str("member '", m.name, "'");
+    std::string where = member_label(m);
     if (m.flags & kFlagEncrypted) fail(str(where, " is encrypted"));
     if (m.method != kMethodStored && m.method != kMethodDeflated)
       fail(str(where, " uses compression method ", m.method,
@@ -194,13 +199,13 @@ class ZipReader {
                " run past the end of the file (", bytes_.size(), " bytes); is it truncated?"));
     std::string_view local_name(reinterpret_cast<const char*>(h + kLocalHeaderBytes), name_len);
     if (local_name != m.stored_name)
-      fail(str(where, ": the local header names it '", member_name_text(local_name, load_le16(h + 6)), "'"));
+      fail(str(where, ": the local header names it '", detail::escaped(member_name_text(local_name, load_le16(h + 6))), "'"));
     if (m.method == kMethodDeflated) check_deflate_ratio(m, where);
     return {bytes_.data() + data_offset, static_cast<size_t>(m.compressed_bytes)};
   }
 
   MemberBytes read_member(const Member& m) {
-    std::string where = str("member '", m.name, "'");
+    std::string where = member_label(m);
     const std::byte* data = locate_member(m).data();
     MemberBytes out;
     if (m.method == kMethodStored) {
@@ -251,12 +256,12 @@ class ZipReader {
     while (extra_len - pos >= 4) {
       uint16_t id = load_le16(extra + pos), size = load_le16(extra + pos + 2);
       pos += 4;
-      if (size > extra_len - pos) fail(str("member '", m.name, "': extra field runs past its entry"));
+      if (size > extra_len - pos) fail(str(member_label(m), ": extra field runs past its entry"));
       if (id == kZip64ExtraId) {
         const std::byte* f = extra + pos;
         size_t left = size;
         auto take64 = [&](uint64_t& out) {
-          if (left < 8) fail(str("member '", m.name, "': ZIP64 extra field is too short"));
+          if (left < 8) fail(str(member_label(m), ": ZIP64 extra field is too short"));
           out = load_le64(f);
           f += 8;
           left -= 8;
@@ -265,7 +270,7 @@ class ZipReader {
         if (need_compressed) take64(m.compressed_bytes), need_compressed = false;
         if (need_offset) take64(m.local_header_offset), need_offset = false;
         if (need_disk) {
-          if (left < 4) fail(str("member '", m.name, "': ZIP64 extra field is too short"));
+          if (left < 4) fail(str(member_label(m), ": ZIP64 extra field is too short"));
           disk_start = load_le32(f);
           need_disk = false;
         }
@@ -273,7 +278,7 @@ class ZipReader {
       pos += size;
     }
     if (need_uncompressed || need_compressed || need_offset)
-      fail(str("member '", m.name, "' needs a ZIP64 extra field but has none"));
+      fail(str(member_label(m), " needs a ZIP64 extra field but has none"));
     if (disk_start != 0) fail("multi-volume ZIP archives are not supported");
   }
 
@@ -463,9 +468,9 @@ std::optional<detail::NpyValues> stream_member(ZipReader& zip, const Member& m, 
                                                const UntypedStorage& archive) {
   detail::NpyValues values;
   values.name = m.name.substr(0, m.name.size() - 4);  // without ".npy"
-  values.what = str(what, ":", m.name);
+  values.what = str(what, ":", detail::escaped(m.name));
   auto deflated = std::make_shared<detail::DeflatedMember>(archive, zip.locate_member(m), m.uncompressed_bytes,
-                                                           m.crc32, str(what, ": member '", m.name, "'"));
+                                                           m.crc32, str(what, ": ", member_label(m)));
   std::vector<std::byte> prefix(static_cast<size_t>(std::min<uint64_t>(m.uncompressed_bytes, 12 + kMaxNpyHeaderBytes)));
   deflated->read(0, prefix.data(), static_cast<int64_t>(prefix.size()));
   values.header = parse_npy_header(prefix, values.what);
@@ -492,13 +497,13 @@ std::vector<detail::NpyValues> parse_npz_values(std::span<const std::byte> bytes
   uint64_t member_bytes_total = 0;
   for (const Member& m : zip.read_central_directory()) {
     if (m.compressed_bytes > bytes.size() - member_bytes_total)
-      throw FormatError(str(what, ": member '", m.name, "' brings the members' stored bytes past the ",
+      throw FormatError(str(what, ": ", member_label(m), " brings the members' stored bytes past the ",
                             bytes.size(), " bytes of the archive: members overlap, which a ZIP file never does"));
     member_bytes_total += m.compressed_bytes;
     constexpr std::string_view kSuffix = ".npy";
     if (m.name.size() <= kSuffix.size() || !m.name.ends_with(kSuffix))
-      throw FormatError(str(what, ": member '", m.name,
-                            "' is not an .npy array (an .npz holds only NAME.npy members)"));
+      throw FormatError(str(what, ": ", member_label(m),
+                            " is not an .npy array (an .npz holds only NAME.npy members)"));
     if (stream_deflated && backing && m.method == kMethodDeflated) {
       if (auto streamed = stream_member(zip, m, what, *backing)) {
         out.push_back(std::move(*streamed));
@@ -508,7 +513,7 @@ std::vector<detail::NpyValues> parse_npz_values(std::span<const std::byte> bytes
     auto member = zip.read_member(m);
     detail::NpyValues values;
     values.name = m.name.substr(0, m.name.size() - kSuffix.size());
-    values.what = str(what, ":", m.name);
+    values.what = str(what, ":", detail::escaped(m.name));
     values.header = parse_npy_header(member.bytes, values.what);
     int64_t available = static_cast<int64_t>(member.bytes.size()) - values.header.data_offset;
     if (available != values.header.data_nbytes)

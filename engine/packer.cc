@@ -75,10 +75,10 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
   PackSources out;
   std::vector<Field> fields;
   auto add_field = [&](const std::string& name, ScalarType dtype, IntArrayRef sizes, const std::string& origin) {
-    MMT_CHECK(!sizes.empty(), ValueError, origin, ": array '", name,
+    MMT_CHECK(!sizes.empty(), ValueError, origin, ": array '", detail::escaped(name),
               "' is 0-dimensional; packing needs a first dimension that indexes records");
     for (size_t i = 0; i < fields.size(); ++i)
-      MMT_CHECK(fields[i].name != name, ValueError, "field '", name, "' is given twice (",
+      MMT_CHECK(fields[i].name != name, ValueError, "field '", detail::escaped(name), "' is given twice (",
                 out.origins_[i], " and ", origin, ")");
     if (!fields.empty() && sizes[0] != out.records_)
       throw ValueError(str("record counts disagree: ", origin, " has ", sizes[0],
@@ -131,12 +131,14 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
       MMT_CHECK(!members.empty(), ValueError, path, ": the archive holds no arrays");
       for (detail::NpyValues& m : members) {
         const std::string member_name = m.name;
-        add_values(member_name, std::move(m), str(member_name, "=", path));
+        const std::string origin = m.what;  // "PATH:NAME.npy", the name escaped: it comes from the archive
+        add_values(member_name, std::move(m), origin);
       }
       continue;
     }
+    // "=a.npy" has the '=' already: the hint adds the name only, not a second '='.
     MMT_CHECK(!name.empty(), ValueError, "input '", spec, "' needs a field name: write NAME=",
-              spec);
+              spec.starts_with('=') ? std::string_view(spec).substr(1) : std::string_view(spec));
     if (kind == SourceKind::Npy)
       add_values(name, detail::map_npy_values(path), spec);
     else

@@ -62,6 +62,58 @@ inline bool is_safe_to_quote(std::string_view text, size_t max_bytes) {
          first_control_character(text) == std::string_view::npos;
 }
 
+// The length of the well-formed UTF-8 sequence at the start of `text`, or 0 when it is not
+// one (a stray continuation byte, a truncated or overlong sequence, a surrogate, past U+10FFFF).
+inline size_t utf8_sequence_length(std::string_view text) {
+  if (text.empty()) return 0;
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return 1;
+  const size_t length = lead >= 0xC2 && lead <= 0xDF ? 2 : lead >= 0xE0 && lead <= 0xEF ? 3
+                        : lead >= 0xF0 && lead <= 0xF4 ? 4 : 0;
+  if (length == 0 || text.size() < length) return 0;
+  for (size_t i = 1; i < length; ++i)
+    if ((byte(i) & 0xC0) != 0x80) return 0;
+  if ((lead == 0xE0 && byte(1) < 0xA0) || (lead == 0xED && byte(1) > 0x9F) ||
+      (lead == 0xF0 && byte(1) < 0x90) || (lead == 0xF4 && byte(1) > 0x8F))
+    return 0;
+  return length;
+}
+
+// `text` made safe to print and unambiguous to read: control characters (C0, DEL, and C1 as
+// UTF-8 or as lone bytes) and bytes that are not UTF-8 become \xNN or \u00NN, and a backslash
+// becomes \\ (so an escape in the output is never ambiguous); printable UTF-8 is kept as it
+// is. For text from a file (a field name, an .npy descr, an .npz member name) that goes into
+// an error message: a terminal would obey its control characters, and a NUL would end the
+// message where what() is read as a C string.
+inline std::string escaped(std::string_view text, bool escape_backslash = true) {
+  std::string out;
+  out.reserve(text.size());
+  const auto append_escape = [&](char kind, unsigned value) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    out.push_back('\\');
+    out.push_back(kind);
+    if (kind == 'u') out.append("00");
+    out.push_back(kHex[(value >> 4) & 0xF]);
+    out.push_back(kHex[value & 0xF]);
+  };
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const size_t length = c < 0x80 ? 1 : utf8_sequence_length(text.substr(i));
+    if (c == '\\') {
+      out.append(escape_backslash ? "\\\\" : "\\");
+    } else if (c < 0x20 || c == 0x7F || length == 0) {
+      append_escape('x', c);  // C0 controls, DEL, and bytes that are not UTF-8 (a lone 0x9b is CSI)
+    } else if (c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0) {
+      append_escape('u', static_cast<unsigned char>(text[i + 1]));  // C1: U+0080..U+009F
+    } else {
+      out.append(text.substr(i, length));
+    }
+    i += length == 0 ? 1 : length;
+  }
+  return out;
+}
+
 // Text from a file or a user for an error message: in single quotes when it is safe to
 // show as it is, else described (a terminal would obey its control characters).
 inline std::string quoted(std::string_view text, size_t max_bytes = 1024) {

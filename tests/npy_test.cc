@@ -243,6 +243,26 @@ TEST(Npy, CorruptHeadersAreRefusedWithTheRule) {
   refused(npy_file("|b1", false, "(2,)", Bytes{std::byte{1}, std::byte{2}}), "only 0 and 1");
 }
 
+// A NUL in a header string ended the message there (what() is a C string): "unsupported
+// dtype '<i4" and nothing after it. Text from the header is escaped, so the whole reason shows.
+TEST(Npy, ControlBytesFromTheHeaderAreEscapedInTheMessage) {
+  Bytes data = element_bytes(std::vector<float>{1, 2}, false);
+  using testutil::npy_with_dict;
+  const auto message = [&](const std::string& dict) {
+    std::string text = expect_format_error([&] { parse_npy(npy_with_dict(dict, data), "bad.npy"); });
+    EXPECT_EQ(text.find('\0'), std::string::npos) << "a NUL in the message";
+    EXPECT_EQ(std::string(text.c_str()), text) << "what() is cut short";
+    return text;
+  };
+  using namespace std::string_literals;
+  EXPECT_NE(message("{'descr': '<i4\0', 'fortran_order': False, 'shape': (2,)}"s)
+                .find("unsupported dtype '<i4\\x00': not a numeric type"), std::string::npos);
+  EXPECT_NE(message("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'a\0\x1b[2J': 1}"s)
+                .find("unexpected key 'a\\x00\\x1b[2J' (an .npy header has exactly"), std::string::npos);
+  EXPECT_NE(message("{'descr': '<f4'\0 'fortran_order': False, 'shape': (2,)}"s).find("but found '\\x00'"),
+            std::string::npos);
+}
+
 TEST(Npy, EveryTruncationOfAValidFileIsRefusedCleanly) {
   Bytes file = npy_bytes(counting(kFloat64, {3, 5}));
   for (size_t n = 0; n < file.size(); ++n) {

@@ -135,6 +135,27 @@ TEST(Npz, RefusesWhatIsNotANumpyArchive) {
   refused(zip_archive({{"x.npy", testutil::to_bytes("not an npy")}}), "odd.npz:x.npy: not an .npy");
 }
 
+// A NUL in a member name ended the message there: "member 'abc.npy" looked like a valid name,
+// and a name "a\0x.npy" became a message of one letter. Names are escaped as they are quoted.
+TEST(Npz, ControlBytesInMemberNamesAreEscapedInTheMessage) {
+  using namespace std::string_literals;
+  const auto refused = [](const Bytes& archive, const std::string& fragment) {
+    std::string message = expect_format_error([&] { parse_npz(archive, "odd.npz"); });
+    EXPECT_EQ(std::string(message.c_str()), message) << "what() is cut short";
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  };
+  refused(zip_archive({{"abc.npy\0.txt"s, npy_of(arange(3))}}),
+          "odd.npz: member 'abc.npy\\x00.txt' is not an .npy array");
+  refused(zip_archive({{"a\x1b[2J.npy"s, testutil::to_bytes("not an npy")}}),
+          "odd.npz:a\\x1b[2J.npy: not an .npy file");
+  refused(zip_archive({{"a\0.npy"s, npy_of(arange(3))}, {"a\0.npy"s, npy_of(arange(3))}}),
+          "member 'a\\x00.npy' appears twice");
+  // A member's own header is quoted with the escaped member name in front.
+  refused(zip_archive({{"x.npy", testutil::npy_with_dict("{'descr': '<i4\0', 'fortran_order': False, 'shape': (2,)}"s,
+                                                         Bytes(8))}}),
+          "odd.npz:x.npy: unsupported dtype '<i4\\x00': not a numeric type");
+}
+
 TEST(Npz, ForgedHugeSizeIsRefusedBeforeAllocating) {
   Bytes archive = zip_archive({{"x.npy", npy_of(arange(10)), true}}, /*zip64=*/true);
   // The ZIP64 extra field of the central directory entry: uncompressed size first.

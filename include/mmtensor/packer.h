@@ -69,7 +69,9 @@ class PackSources {
   const Metadata& metadata() const { return metadata_; }
   // Bytes of all record values, for progress and throughput figures.
   int64_t total_bytes() const { return total_bytes_; }
-  // Where each field comes from ("images=train-images-idx3-ubyte.gz"), in schema order.
+  // Where each field comes from, in schema order: the input as given
+  // ("images=train-images-idx3-ubyte.gz"), "PATH.npz:NAME.npy" for an .npz member (its name
+  // escaped), "data=DIR" and "label=DIR (class folders)" for a folder.
   const std::vector<std::string>& origins() const { return origins_; }
   // The files (arrays) or the folder (a class folder) the sources read: pack_dataset refuses
   // an output that is one of them or lies inside the folder, which would replace an input.
