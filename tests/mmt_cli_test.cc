@@ -432,6 +432,31 @@ TEST_F(MmtCli, NamesAndMetadataCannotDriveTheTerminal) {
   EXPECT_EQ(j["metadata"]["key" + crafted].get<std::string>(), "value" + crafted);
 }
 
+// Text from an input file reaches the message whole and escaped once: a NUL in a descr or an
+// .npz member name ended the message there ("mmt pack: error: a" was all), and the tool
+// doubled the backslash of an escape ("the magic \\x93NUMPY").
+TEST_F(MmtCli, TextFromInputFilesIsEscapedOnceAndShownWhole) {
+  using namespace std::string_literals;
+  testutil::write_file(path("nul.npy"),
+                       testutil::npy_with_dict("{'descr': '<i4\0', 'fortran_order': False, 'shape': (2,)}"s, Bytes(8)));
+  testutil::write_file(path("nulname.npz"), testutil::zip_archive({{"a\0x.npy"s, testutil::npy_file("<i4", false, "(2,)", Bytes(8))}}));
+  testutil::write_file(path("nul2.npz"), testutil::zip_archive({{"abc.npy\0.txt"s, testutil::npy_file("<i4", false, "(2,)", Bytes(8))}}));
+  testutil::write_file(path("nomagic.npy"), testutil::to_bytes("NUMPY but not really"));
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("o.mmt"), "x=" + path("nul.npy")}),
+                    "nul.npy: unsupported dtype '<i4\\x00': not a numeric type mmtensor supports\n");
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("o.mmt"), path("nulname.npz")}),
+                    "nulname.npz:a\\x00x.npy (an array of shape [2]): field name of 3 bytes has a control character at byte 1\n");
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("o.mmt"), path("nul2.npz")}),
+                    "nul2.npz: member 'abc.npy\\x00.txt' is not an .npy array (an .npz holds only NAME.npy members)\n");
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("o.mmt"), "x=" + path("nomagic.npy")}),
+                    "nomagic.npy: not an .npy file: the magic \\x93NUMPY is missing\n");
+  // A field name quoted by the tool itself is escaped once too.
+  save("a.npy", arange(3, kInt64));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a\\b=" + path("a.npy")}).exit_code, 0);
+  EXPECT_FAILS_WITH(run_mmt({"export", path("a.mmt"), path("out"), "--field", "a\\b", "--field", "a\\b"}),
+                    "--field 'a\\\\b' is given twice\n");
+}
+
 TEST_F(MmtCli, VerifyFindsACorruptChunk) {
   save("a.npy", records(kInt64, 2000, {16}));
   ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy"), "--chunk-bytes", "64K"}).exit_code, 0);

@@ -8,6 +8,7 @@
 
 #include "mmt_commands.h"
 #include "mmtensor/error.h"
+#include "utf8.h"
 
 namespace mmt::tool {
 
@@ -35,52 +36,9 @@ std::string human_seconds(double seconds) {
   return text;
 }
 
-namespace {
+std::string printable(std::string_view text) { return detail::escaped(text); }
 
-// The length of the UTF-8 sequence at the start of `text`, or 0 when it is not one (a
-// stray continuation byte, a truncated or overlong sequence, a surrogate, past U+10FFFF).
-size_t utf8_sequence_length(std::string_view text) {
-  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
-  const unsigned char lead = byte(0);
-  size_t length = lead >= 0xC2 && lead <= 0xDF ? 2 : lead >= 0xE0 && lead <= 0xEF ? 3
-                  : lead >= 0xF0 && lead <= 0xF4 ? 4 : 0;
-  if (length == 0 || text.size() < length) return 0;
-  for (size_t i = 1; i < length; ++i)
-    if ((byte(i) & 0xC0) != 0x80) return 0;
-  if ((lead == 0xE0 && byte(1) < 0xA0) || (lead == 0xED && byte(1) > 0x9F) ||
-      (lead == 0xF0 && byte(1) < 0x90) || (lead == 0xF4 && byte(1) > 0x8F))
-    return 0;
-  return length;
-}
-
-}  // namespace
-
-std::string printable(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  const auto append_escaped = [&](const char* format, unsigned value) {
-    char escape[8];
-    std::snprintf(escape, sizeof escape, format, value);
-    out += escape;
-  };
-  for (size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    const size_t length = c < 0x80 ? 1 : utf8_sequence_length(text.substr(i));
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c < 0x20 || c == 0x7F) {
-      append_escaped("\\x%02x", c);  // C0 controls and DEL
-    } else if (length == 0) {
-      append_escaped("\\x%02x", c);  // not UTF-8: a lone 0x9b is CSI to a terminal in 8-bit mode
-    } else if (c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0) {
-      append_escaped("\\u%04x", static_cast<unsigned char>(text[i + 1]));  // C1: U+0080..U+009F
-    } else {
-      out.append(text.substr(i, length));
-    }
-    i += std::max<size_t>(length, 1);
-  }
-  return out;
-}
+std::string printable_message(std::string_view message) { return detail::escaped(message, /*escape_backslash=*/false); }
 
 int64_t parse_byte_size(const std::string& text, const std::string& option) {
   size_t digits = 0;

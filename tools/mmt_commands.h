@@ -41,6 +41,12 @@ std::string human_seconds(double seconds);
 // crafted dataset cannot move the cursor, retitle the window or clear the screen, and an
 // escape in the output is never ambiguous. Printable UTF-8 is kept as it is.
 std::string printable(std::string_view text);
+// An error message made safe to print: its control characters and bytes that are not UTF-8
+// escaped as printable() escapes them, its backslashes kept. The engine and the subcommands
+// escape the text from files they quote (printable(), detail::escaped()), so doubling the
+// backslashes here would double those escapes ("the magic \\x93NUMPY"); this pass is the
+// guard for text no one escaped.
+std::string printable_message(std::string_view message);
 // Parses "4096", "64K", "1M", "2MiB", "1G" (binary multiples) into bytes; ValueError otherwise.
 int64_t parse_byte_size(const std::string& text, const std::string& option);
 // Parses a whole decimal integer: an optional sign, then digits only, within int64 (no

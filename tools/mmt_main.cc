@@ -52,10 +52,10 @@ int run(CLI::App& app, int argc, char** argv) {
     return e.code;
   } catch (const mmt::Error& e) {
     // A message may quote a field name or a value from the file: escaped, as info prints them.
-    std::cerr << command() << ": error: " << mmt::tool::printable(e.what()) << "\n";
+    std::cerr << command() << ": error: " << mmt::tool::printable_message(e.what()) << "\n";
     return mmt::tool::kExitError;
   } catch (const std::exception& e) {
-    std::cerr << command() << ": error: " << mmt::tool::printable(e.what()) << "\n";
+    std::cerr << command() << ": error: " << mmt::tool::printable_message(e.what()) << "\n";
     return mmt::tool::kExitError;
   }
   return 0;
