@@ -393,8 +393,10 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
   for (int64_t i = 0; i < sources.records();) {
     if (options.cancel && options.cancel->load(std::memory_order_relaxed)) {
       writer.abort();
-      throw PackCancelled(str("packing ", path, " was interrupted after ", i, " of ",
-                              sources.records(), " records; ", path, " was left as it was"));
+      std::error_code ec;
+      const bool existed = fs::exists(fs::symlink_status(path, ec));  // only an old file, --force's
+      throw PackCancelled(str("packing ", path, " was interrupted after ", i, " of ", sources.records(),
+                              " records; ", path, existed ? " was left as it was" : " was not created"));
     }
     const int64_t count = std::min(batch_records, sources.records() - i);
     if (sources.record_batch(i, count, values)) {

@@ -140,13 +140,20 @@ int remove_dead_temporaries(const std::string& target) {
   return removed;
 }
 
-std::string write_temporary(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces) {
+std::string write_temporary(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces,
+                            const WriteCheckpoint& checkpoint) {
   remove_dead_temporaries(target);  // what writers of this target killed earlier left
   std::string temp;
   io::WritableFile file = create_temporary(target, temp);
   try {
-    for (std::span<const std::byte> piece : pieces)
-      if (!piece.empty()) file.write(piece.data(), static_cast<int64_t>(piece.size()));
+    for (std::span<const std::byte> piece : pieces) {
+      for (size_t done = 0; done < piece.size();) {
+        const size_t n = checkpoint ? std::min<size_t>(piece.size() - done, kCheckpointBytes) : piece.size() - done;
+        file.write(piece.data() + done, static_cast<int64_t>(n));
+        done += n;
+        if (checkpoint) checkpoint();
+      }
+    }
     file.fsync();
     file.close();
   } catch (...) {
@@ -158,10 +165,11 @@ std::string write_temporary(const std::string& target, std::initializer_list<std
 }
 
 void write_file_atomically(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces,
-                           bool replace) {
+                           bool replace, const WriteCheckpoint& checkpoint) {
   io::check_output_target(target, true, "");  // never a device, pipe, folder or link
-  const std::string temp = write_temporary(target, pieces);
+  const std::string temp = write_temporary(target, pieces, checkpoint);
   try {
+    if (checkpoint) checkpoint();
     io::rename_file(temp, target, replace);
   } catch (...) {
     remove_quietly(temp);
@@ -179,7 +187,7 @@ void StagedFiles::stage(const std::string& target, std::initializer_list<std::sp
   io::check_output_target(target, replace_, "it is kept (this write replaces no file)");  // nor a device or link
   staged_.push_back({target, ""});  // reserved first: the push cannot fail after the write
   try {
-    staged_.back().temporary = write_temporary(target, pieces);
+    staged_.back().temporary = write_temporary(target, pieces, checkpoint_);
   } catch (...) {
     staged_.pop_back();
     throw;
@@ -187,6 +195,7 @@ void StagedFiles::stage(const std::string& target, std::initializer_list<std::sp
 }
 
 void StagedFiles::publish() {
+  if (checkpoint_) checkpoint_();  // the last moment to stop with every target as it was
   struct Placed {
     std::string target;
     std::string previous;  // a hard link to the file it replaced; empty if it created one

@@ -12,9 +12,11 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "file_io.h"
@@ -34,11 +36,19 @@ io::WritableFile create_temporary(const std::string& target, std::string& temp_p
 // never an error (housekeeping must not fail a write).
 int remove_dead_temporaries(const std::string& target);
 
+// Called between the steps of a write below: after each kCheckpointBytes written, and before
+// the rename that publishes (before the first, for StagedFiles). A caller that must stop (mmt
+// on Ctrl-C) throws from it; the write then undoes itself as after any failure: the
+// temporary is removed and the target keeps what it had. Empty: no checkpoints.
+using WriteCheckpoint = std::function<void()>;
+inline constexpr int64_t kCheckpointBytes = int64_t{16} << 20;
+
 // Writes `pieces`, in order, to a fresh temporary beside `target`, fsyncs and closes it, and
 // returns its path: the first half of write_file_atomically, for a caller that puts several
 // files in place together. On failure the temporary is removed. Removes the dead temporaries
 // of `target` first.
-std::string write_temporary(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces);
+std::string write_temporary(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces,
+                            const WriteCheckpoint& checkpoint = {});
 
 // Writes `pieces`, in order, to a temporary beside `target`, fsyncs it and renames it onto
 // `target` (replacing an existing regular file only when `replace`; a device, pipe, folder
@@ -48,7 +58,7 @@ std::string write_temporary(const std::string& target, std::initializer_list<std
 // step, the file and the system's reason. For files written whole (.npy files, raw values);
 // datasets go through DatasetWriter.
 void write_file_atomically(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces,
-                           bool replace);
+                           bool replace, const WriteCheckpoint& checkpoint = {});
 
 // Files that change together, all or none (`mmt export`'s .npy files). stage() writes each to
 // a temporary beside its target and fsyncs it; until publish() no target has changed, so a
@@ -62,7 +72,8 @@ class StagedFiles {
  public:
   // With `replace`, existing regular files are replaced; without it, a target that exists
   // (even one that appeared after stage()) is refused by the rename.
-  explicit StagedFiles(bool replace) : replace_(replace) {}
+  explicit StagedFiles(bool replace, WriteCheckpoint checkpoint = {})
+      : replace_(replace), checkpoint_(std::move(checkpoint)) {}
   ~StagedFiles();
   StagedFiles(const StagedFiles&) = delete;
   StagedFiles& operator=(const StagedFiles&) = delete;
@@ -76,6 +87,7 @@ class StagedFiles {
     std::string temporary;  // empty once renamed onto the target
   };
   bool replace_;
+  WriteCheckpoint checkpoint_;
   std::vector<Staged> staged_;
 };
 

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -47,6 +48,7 @@ struct RunOptions {
   // fixed delay could land before mmt installed its handlers, or after it finished).
   std::string interrupt_once_exists;
   int interrupt_signal = SIGINT;
+  std::function<void()> instead_of_signal;  // run this then, and send no signal
   const char* stdout_path = nullptr;   // write stdout there instead of capturing it ("/dev/full")
 };
 
@@ -91,9 +93,11 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
         if (entry.path().filename().native().starts_with(wanted.filename().native())) return true;
       return false;
     };
+    // Looked for often: `get` writes its file in a few milliseconds.
     while (!(ended = ::waitpid(pid, &status, WNOHANG) == pid) && !appeared())
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    if (!ended) ::kill(pid, options.interrupt_signal);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (!ended && options.instead_of_signal) options.instead_of_signal();
+    else if (!ended) ::kill(pid, options.interrupt_signal);
   }
   if (!ended) ::waitpid(pid, &status, 0);
   RunResult result;
@@ -865,8 +869,88 @@ TEST_F(MmtCli, CtrlCAndOtherStopSignalsAbortAndLeaveNothing) {
                           {.interrupt_once_exists = path("out.mmt.tmp-"), .interrupt_signal = signal_number});
     EXPECT_EQ(r.exit_code, 128 + signal_number) << r.err;
     EXPECT_NE(r.err.find("interrupted"), std::string::npos) << r.err;
+    // It said "out.mmt was left as it was" of a file that never existed.
+    EXPECT_NE(r.err.find("; " + path("out.mmt") + " was not created"), std::string::npos) << r.err;
     EXPECT_EQ(listing(), before) << "no output and no temporary left";
   }
+}
+
+// export and get --npy/--raw died of the signal, leaving their temporary (up to the whole
+// file) and the folder export had made. They stop as pack does now: at the next step of the
+// write, with everything they made removed, the reason on stderr and 128 + the signal.
+TEST_F(MmtCli, ExportAndGetStopCleanlyOnCtrlCAndOtherStopSignals) {
+  // Two fields of 32 MB (export writes the first while the second is still to come), and a
+  // record of 48 MB for get.
+  save("x.npy", full({2, 16 << 20}, 1, kUInt8));
+  save("y.npy", full({2, 16 << 20}, 2, kUInt8));
+  ASSERT_EQ(run_mmt({"pack", path("xy.mmt"), "x=" + path("x.npy"), "y=" + path("y.npy"), "--quiet"}).exit_code, 0);
+  save("one.npy", full({1, 48 << 20}, 3, kUInt8));
+  ASSERT_EQ(run_mmt({"pack", path("one.mmt"), "v=" + path("one.npy"), "--quiet"}).exit_code, 0);
+  std::set<std::string> before = listing();
+  // The signal goes once the temporary appears; on a loaded machine the command may still end
+  // first (status 0). Its output is then undone and it runs again: the test is of a stop mid-write.
+  const auto interrupted = [&](const std::vector<std::string>& args, const RunOptions& options,
+                               const std::function<void()>& undo) {
+    RunResult r;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      r = run_mmt(args, options);
+      if (r.exit_code != 0) break;
+      undo();
+    }
+    return r;
+  };
+  const auto remove_out = [&] { fs::remove_all(path("out")); };
+  const auto remove_got = [&] { fs::remove(path("got")); };
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    SCOPED_TRACE(::strsignal(signal_number));
+    const RunResult exported =
+        interrupted({"export", path("xy.mmt"), path("out")},
+                    {.interrupt_once_exists = path("out/x.npy.tmp-"), .interrupt_signal = signal_number}, remove_out);
+    EXPECT_EQ(exported.exit_code, 128 + signal_number) << exported.err;
+    EXPECT_NE(exported.err.find("mmt export: interrupted: " + path("out/x.npy") + " and " + path("out/y.npy") +
+                                " were not written; the folder " + path("out") + ", which this run created, was removed"),
+              std::string::npos) << exported.err;
+    EXPECT_EQ(exported.out, "");
+    EXPECT_EQ(listing(), before) << "no folder, no output and no temporary left";
+  }
+  for (const char* option : {"--npy", "--raw"}) {
+    for (int signal_number : {SIGINT, SIGTERM}) {
+      SCOPED_TRACE(option);
+      const RunResult got =
+          interrupted({"get", path("one.mmt"), "0", option, path("got")},
+                      {.interrupt_once_exists = path("got.tmp-"), .interrupt_signal = signal_number}, remove_got);
+      EXPECT_EQ(got.exit_code, 128 + signal_number) << got.err;
+      EXPECT_NE(got.err.find("mmt get: interrupted: " + path("got") + " was not written"), std::string::npos) << got.err;
+      EXPECT_EQ(listing(), before) << "no output and no temporary left";
+    }
+  }
+  // Over an existing file (--force), that file keeps what it had.
+  const auto precious = [&] { testutil::write_file(path("got"), testutil::to_bytes("precious")); };
+  precious();
+  const RunResult forced = interrupted({"get", path("one.mmt"), "0", "--raw", path("got"), "--force"},
+                                       {.interrupt_once_exists = path("got.tmp-")}, precious);
+  EXPECT_EQ(forced.exit_code, 128 + SIGINT) << forced.err;
+  EXPECT_NE(forced.err.find(" was not written; the file already there was left as it was"), std::string::npos)
+      << forced.err;
+  EXPECT_EQ(slurp(path("got")), "precious");
+}
+
+// Two packs to one new path: the loser said "rename of out.mmt.tmp-... to out.mmt: File
+// exists" and "out.mmt was not created", which exists (the other made it).
+TEST_F(MmtCli, APackThatLosesTheRaceToItsPathSaysAnotherProcessCreatedIt) {
+  Tensor values = empty({2048, 2048}, kFloat32);
+  values.copy_(arange(2048 * 2048, kFloat64).view({2048, 2048}));
+  save("big.npy", values);
+  const RunResult r = run_mmt(
+      {"pack", path("race.mmt"), "x=" + path("big.npy"), "--codec", "zstd:19", "--threads", "1"},
+      {.interrupt_once_exists = path("race.mmt.tmp-"),
+       .instead_of_signal = [&] { testutil::write_file(path("race.mmt"), testutil::to_bytes("the winner")); }});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("mmt pack: another process created " + path("race.mmt") +
+                       " meanwhile; it was kept, and this run's dataset was not written"),
+            std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("was not created"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(path("race.mmt")), "the winner");
 }
 
 TEST_F(MmtCli, BenchReportsBesideMemcpy) {

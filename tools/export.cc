@@ -11,6 +11,7 @@
 #include "mmtensor/dataset.h"
 #include "mmtensor/dataset_writer.h"
 #include "import_util.h"
+#include "interrupt.h"
 #include "mmtensor/numpy_io.h"
 #include "output_file.h"
 
@@ -48,6 +49,18 @@ void refuse_non_bool_bytes(const Tensor& column, const std::string& field, const
   throw FormatError(detail::str(file, ": field '", printable(field), "': record ", at / per_record,
                                 " holds the bool byte ", static_cast<int>(static_cast<uint8_t>(bytes[at])),
                                 " (bool values are 0 or 1); mmt verify reports its chunk"));
+}
+
+// Removes the folders an export made (deepest first), each only if empty; whether it
+// removed the first of them, the folder the export wrote into.
+bool remove_made_folders(const std::vector<fs::path>& made_folders) {
+  bool removed_first = false;
+  std::error_code ignored;
+  for (size_t i = 0; i < made_folders.size(); ++i) {
+    const bool removed = fs::remove(made_folders[i], ignored);
+    if (i == 0) removed_first = removed;
+  }
+  return removed_first;
 }
 
 void run_export(const ExportArgs& args) {
@@ -99,22 +112,28 @@ void run_export(const ExportArgs& args) {
     if (folder == folder.parent_path()) break;
   }
   std::ostringstream written;  // printed once the whole export stands
+  StopSignals stop_signals;  // Ctrl-C undoes the export as a failure does
   try {
     std::error_code ec;
     fs::create_directories(args.dir, ec);
     MMT_CHECK(!ec && fs::is_directory(args.dir), IoError, "cannot create folder ", args.dir, ": ",
               ec ? ec.message() : "a file is in the way");
-    detail::StagedFiles files(args.force);
+    detail::StagedFiles files(args.force, StopSignals::check);
     for (size_t k = 0; k < names.size(); ++k) {
       Tensor column = ds.column(names[k]);  // checks (and hashes) every chunk under it
+      StopSignals::check();
       if (column.dtype() == kBool) refuse_non_bool_bytes(column, names[k], args.file);
       stage_npy_file(files, paths[k], column);
       written << printable(paths[k]) << "  " << to_string(column.dtype()) << " " << column.sizes() << "\n";
     }
     files.publish();
+  } catch (const Interrupted& e) {
+    std::string what = not_written(paths);
+    if (remove_made_folders(made_folders))
+      what.append(detail::str("; the folder ", args.dir, ", which this run created, was removed"));
+    exit_interrupted("mmt export", e.signal_number(), what);
   } catch (...) {
-    std::error_code ignored;
-    for (const fs::path& folder : made_folders) fs::remove(folder, ignored);  // deepest first; only if empty
+    remove_made_folders(made_folders);
     throw;
   }
   std::cout << written.str();

@@ -2,7 +2,10 @@
 // PyTorch prints tensors, or one field written to a file.
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "interrupt.h"
 #include "mmt_commands.h"
 #include "mmtensor/dataset.h"
 #include "output_file.h"
@@ -19,12 +22,12 @@ struct GetArgs {
   bool force = false;
 };
 
-void write_raw(const std::string& path, const Tensor& t, bool force) {
+void write_raw(const std::string& path, const Tensor& t, bool force, const detail::WriteCheckpoint& checkpoint) {
   const Tensor c = t.contiguous();
   std::span<const std::byte> bytes;
   if (c.nbytes() > 0)
     bytes = {static_cast<const std::byte*>(c.data_ptr()), static_cast<size_t>(c.nbytes())};
-  write_output_file(path, bytes, force);
+  write_output_file(path, bytes, force, checkpoint);
 }
 
 void run_get(const GetArgs& args) {
@@ -39,9 +42,20 @@ void run_get(const GetArgs& args) {
                 "--field (", ds.schema().size(), " fields here)");
       field = ds.schema()[0].name;
     }
-    Tensor value = ds.get(index, field);
-    if (!args.npy.empty()) write_npy_file(args.npy, value, args.force);
-    if (!args.raw.empty()) write_raw(args.raw, value, args.force);
+    std::vector<std::string> pending;  // the outputs not written yet
+    for (const std::string* output : {&args.npy, &args.raw})
+      if (!output->empty()) pending.push_back(*output);
+    StopSignals stop_signals;
+    try {
+      Tensor value = ds.get(index, field);
+      if (!args.npy.empty()) {
+        write_npy_file(args.npy, value, args.force, StopSignals::check);
+        pending.erase(pending.begin());
+      }
+      if (!args.raw.empty()) write_raw(args.raw, value, args.force, StopSignals::check);
+    } catch (const Interrupted& e) {
+      exit_interrupted("mmt get", e.signal_number(), not_written(pending));
+    }
     return;
   }
   if (!args.field.empty()) {

@@ -16,10 +16,11 @@ void check_output_path(const std::string& path, bool force, const std::string& r
   io::check_output_target(path, force, "pass --force to replace it");
 }
 
-void write_output_file(const std::string& path, std::span<const std::byte> bytes, bool force) {
+void write_output_file(const std::string& path, std::span<const std::byte> bytes, bool force,
+                       const detail::WriteCheckpoint& checkpoint) {
   check_output_path(path, force);
   // Without --force the rename refuses a file that appeared since the check (no clobber).
-  detail::write_file_atomically(path, {bytes}, /*replace=*/force);
+  detail::write_file_atomically(path, {bytes}, /*replace=*/force, checkpoint);
 }
 
 namespace {
@@ -37,10 +38,10 @@ void with_npy_bytes(const Tensor& t, Write&& write) {
 
 }  // namespace
 
-void write_npy_file(const std::string& path, const Tensor& t, bool force) {
+void write_npy_file(const std::string& path, const Tensor& t, bool force, const detail::WriteCheckpoint& checkpoint) {
   with_npy_bytes(t, [&](std::span<const std::byte> header, std::span<const std::byte> data) {
     check_output_path(path, force);
-    detail::write_file_atomically(path, {header, data}, /*replace=*/force);
+    detail::write_file_atomically(path, {header, data}, /*replace=*/force, checkpoint);
   });
 }
 

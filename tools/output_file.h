@@ -21,11 +21,15 @@ void check_output_path(const std::string& path, bool force, const std::string& r
 // Writes `bytes` to a temporary file beside `path`, fsyncs it and renames it onto `path`
 // (over an existing file only with `force`). On failure the temporary is removed and `path`
 // keeps what it had; the IoError names the step, the file and the system's reason.
-void write_output_file(const std::string& path, std::span<const std::byte> bytes, bool force);
+// `checkpoint` runs between the steps (detail::WriteCheckpoint): StopSignals::check stops the
+// write there, cleanly, on Ctrl-C.
+void write_output_file(const std::string& path, std::span<const std::byte> bytes, bool force,
+                       const detail::WriteCheckpoint& checkpoint = {});
 
 // The same for `t` as an .npy file (the bytes save_npy writes), without a copy of a
 // contiguous tensor.
-void write_npy_file(const std::string& path, const Tensor& t, bool force);
+void write_npy_file(const std::string& path, const Tensor& t, bool force,
+                    const detail::WriteCheckpoint& checkpoint = {});
 
 // Writes `t` as an .npy file to a temporary of `files`, to be put at `path` by its publish().
 void stage_npy_file(detail::StagedFiles& files, const std::string& path, const Tensor& t);

@@ -1,7 +1,6 @@
 // mmt pack OUTPUT INPUT... : builds a dataset from .npy, .npz, IDX files or a class folder.
-#include <array>
-#include <atomic>
 #include <bit>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +8,7 @@
 #include <memory>
 
 #include "format.h"
+#include "interrupt.h"
 #include "mmt_commands.h"
 #include "mmtensor/codec.h"
 #include "mmtensor/packer.h"
@@ -17,41 +17,6 @@
 
 namespace mmt::tool {
 namespace {
-
-std::atomic<bool> g_interrupted{false};
-std::atomic<int> g_stop_signal{0};  // the first signal that asked to stop
-
-extern "C" void on_interrupt(int signal_number) {
-  int none = 0;
-  g_stop_signal.compare_exchange_strong(none, signal_number);
-  g_interrupted.store(true);
-}
-
-// Ctrl-C, TERM, HUP (the terminal or ssh connection went away) and QUIT ask the packing loop
-// to stop; it aborts the writer, which removes its temporary file, so the output path keeps
-// what it had. A second such signal kills at once (SA_RESETHAND): the output is untouched
-// then too, only the temporary may remain. A signal the parent set to be ignored (nohup, a
-// background job) stays ignored: the user asked for the pack to survive it.
-class InterruptGuard {
- public:
-  InterruptGuard() {
-    struct sigaction action {};
-    action.sa_handler = on_interrupt;
-    action.sa_flags = SA_RESETHAND;
-    sigemptyset(&action.sa_mask);
-    for (size_t i = 0; i < kSignals.size(); ++i) {
-      sigaction(kSignals[i], nullptr, &old_[i]);
-      if (old_[i].sa_handler != SIG_IGN) sigaction(kSignals[i], &action, nullptr);
-    }
-  }
-  ~InterruptGuard() {
-    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &old_[i], nullptr);
-  }
-
- private:
-  static constexpr std::array<int, 4> kSignals{SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-  std::array<struct sigaction, kSignals.size()> old_{};
-};
 
 struct PackArgs {
   std::string output;
@@ -98,24 +63,33 @@ void run_pack(const PackArgs& args) {
   ProgressBar bar("packing", sources.records(), sources.total_bytes());
   PackOptions pack_options;
   pack_options.writer = std::move(options);
-  pack_options.cancel = &g_interrupted;
+  pack_options.cancel = &StopSignals::flag();
   if (bar.enabled())
     pack_options.on_progress = [&](const WriteStats& s) { bar.update(s.records, s.bytes_in); };
 
   WriteStats stats;
   {
-    InterruptGuard guard;
+    StopSignals stop_signals;
     try {
       stats = pack_dataset(args.output, sources, std::move(pack_options));
     } catch (const PackCancelled& e) {
       bar.finish();
-      std::cerr << "mmt pack: interrupted: " << printable(e.what()) << "\n";
-      throw ExitStatus{exit_status_for_signal(g_stop_signal.load())};
+      exit_interrupted("mmt pack", StopSignals::signal_number(), e.what());
     } catch (const Error& e) {
       bar.finish();
-      std::cerr << "mmt pack: error: " << printable(e.what()) << "\n"
-                << "mmt pack: " << args.output
-                << (args.force ? " was left as it was\n" : " was not created\n");
+      std::cerr << "mmt pack: error: " << printable_message(e.what()) << "\n";
+      const auto* io_error = dynamic_cast<const IoError*>(&e);
+      std::error_code ec;
+      if (io_error && io_error->errno_value() == EEXIST && !args.force)
+        // The path was free when checked above; the rename (or the writer's create) refused
+        // what appeared there since: another pack to the same path won the race.
+        std::cerr << "mmt pack: another process created " << printable(args.output)
+                  << " meanwhile; it was kept, and this run's dataset was not written\n";
+      else
+        std::cerr << "mmt pack: " << printable(args.output)
+                  << (std::filesystem::exists(std::filesystem::symlink_status(args.output, ec))
+                          ? " was left as it was\n"
+                          : " was not created\n");
       throw ExitStatus{kExitError};
     }
   }

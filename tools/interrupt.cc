@@ -1,0 +1,68 @@
+#include "interrupt.h"
+
+#include <filesystem>
+#include <iostream>
+
+#include "mmt_commands.h"
+
+namespace mmt::tool {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_stop_signal{0};  // the first signal that asked to stop
+
+extern "C" void on_stop_signal(int signal_number) {
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, signal_number);
+  g_interrupted.store(true);
+}
+
+}  // namespace
+
+Interrupted::Interrupted(int signal_number)
+    : Error(detail::str("interrupted by signal ", signal_number)), signal_number_(signal_number) {}
+
+StopSignals::StopSignals() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  action.sa_flags = SA_RESETHAND;
+  sigemptyset(&action.sa_mask);
+  for (size_t i = 0; i < kSignals.size(); ++i) {
+    sigaction(kSignals[i], nullptr, &old_[i]);
+    if (old_[i].sa_handler != SIG_IGN) sigaction(kSignals[i], &action, nullptr);
+  }
+}
+
+StopSignals::~StopSignals() {
+  for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &old_[i], nullptr);
+}
+
+const std::atomic<bool>& StopSignals::flag() { return g_interrupted; }
+
+int StopSignals::signal_number() { return g_stop_signal.load(); }
+
+void StopSignals::check() {
+  if (g_interrupted.load(std::memory_order_relaxed)) throw Interrupted(g_stop_signal.load());
+}
+
+std::string not_written(const std::vector<std::string>& paths) {
+  std::string text;
+  int existing = 0;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (i > 0) text.append(i + 1 == paths.size() ? " and " : ", ");
+    text.append(paths[i]);
+    std::error_code ec;
+    if (std::filesystem::exists(std::filesystem::symlink_status(paths[i], ec))) ++existing;
+  }
+  text.append(paths.size() == 1 ? " was not written" : " were not written");
+  if (existing == 1) text.append("; the file already there was left as it was");
+  if (existing > 1) text.append("; the files already there were left as they were");
+  return text;
+}
+
+void exit_interrupted(const std::string& command, int signal_number, const std::string& what) {
+  std::cerr << command << ": interrupted: " << printable_message(what) << "\n";
+  throw ExitStatus{exit_status_for_signal(signal_number)};
+}
+
+}  // namespace mmt::tool
