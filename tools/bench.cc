@@ -3,6 +3,7 @@
 // from host memory), so the figures compare across machines as ratios. --cold starts each
 // measurement from storage instead of the page cache.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -67,21 +68,23 @@ std::vector<int64_t> random_indices(std::mt19937_64& rng, int64_t count, int64_t
   return out;
 }
 
-// The options alone, checked before the dataset is opened.
-void check_options(const BenchArgs& args) {
+// --seconds: a finite decimal number in (0, kMaxSecondsPerMeasurement]; CLI11's own conversion
+// said only "Could not convert: --seconds = abc".
+double parse_seconds(const std::string& text) {
+  double seconds = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seconds);
+  MMT_CHECK(!text.empty() && error != std::errc::invalid_argument && end == text.data() + text.size(), ValueError,
+            "--seconds '", text, "' is not a number (write 0.5 or 2)");
   // Written so that NaN fails too (every comparison with NaN is false).
-  MMT_CHECK(std::isfinite(args.seconds) && args.seconds > 0 && args.seconds <= kMaxSecondsPerMeasurement,
+  MMT_CHECK(error == std::errc() && std::isfinite(seconds) && seconds > 0 && seconds <= kMaxSecondsPerMeasurement,
             ValueError, "--seconds must be a time > 0 and at most ", kMaxSecondsPerMeasurement,
-            " (per measurement), got ", args.seconds);
-  MMT_CHECK(args.threads >= 1 && args.threads <= kMaxLoaderWorkers, ValueError, "--threads must be in [1, ",
-            kMaxLoaderWorkers, "], got ", args.threads);
-  MMT_CHECK(args.batch >= 1 && args.batch <= kMaxBatchRecords, ValueError, "--batch must be in [1, ",
-            kMaxBatchRecords, "] records, got ", args.batch);
+            " (per measurement), got ", text);
+  return seconds;
 }
 
 // The batch's size in memory, once the dataset's record size is known.
 void check_batch_bytes(const BenchArgs& args, int64_t record_bytes) {
-  MMT_CHECK(record_bytes == 0 || args.batch <= kMaxBatchBytes / record_bytes, ValueError, "--batch ",
+  MMT_CHECK(record_bytes == 0 || args.batch <= kMaxBatchBytes / record_bytes, UsageError, "--batch ",
             args.batch, " makes batches of ", human_bytes(static_cast<double>(args.batch) * record_bytes),
             " (", record_bytes, " bytes a record); the limit is ", human_bytes(kMaxBatchBytes),
             ", so at most ", kMaxBatchBytes / record_bytes, " records here");
@@ -137,7 +140,6 @@ class Start {
 };
 
 void run_bench(const BenchArgs& args) {
-  check_options(args);
   Dataset ds = Dataset::open(args.file);
   MMT_CHECK(ds.size() > 0, ValueError, args.file, " has no records to read");
   Start start(args);
@@ -297,11 +299,13 @@ void add_bench_command(CLI::App& app) {
       "bench", "Measure random access, batch gather and loader throughput beside memcpy");
   cmd->add_option("FILE", args->file, "The dataset file")->required();
   cmd->add_flag("--json", args->json, "Print one JSON object");
-  cmd->add_option("--seconds", args->seconds, "Time per measurement, at most 3600 (each runs at least one step)")
-      ->capture_default_str();
-  add_integer_option(cmd, "--batch", args->batch, "Batch size in records: at most 1048576, and at most 1 GiB of fixed fields");
+  add_parsed_option(cmd, "--seconds", args->seconds, "Time per measurement, at most 3600 (each runs at least one step)",
+                    parse_seconds)->default_str("1");
+  add_integer_option(cmd, "--batch", args->batch, "Batch size in records: at most 1048576, and at most 1 GiB of fixed fields",
+                     int64_t{1}, kMaxBatchRecords);
   add_integer_option(cmd, "--threads", args->threads,
-                     "Gather threads, 1 to 1024 (the loader: threads - 1 workers, at least 1, and the consumer)");
+                     "Gather threads, 1 to 1024 (the loader: threads - 1 workers, at least 1, and the consumer)", 1,
+                     static_cast<int>(kMaxLoaderWorkers));
   add_integer_option(cmd, "--seed", args->seed, "Seed of the random indices");
   cmd->add_flag("--cold", args->cold,
                 "Start each measurement from storage: drop the file's pages from the page cache and reopen it "

@@ -41,48 +41,58 @@ std::string printable(std::string_view text) { return detail::escaped(text); }
 std::string printable_message(std::string_view message) { return detail::escaped(message, /*escape_backslash=*/false); }
 
 int64_t parse_byte_size(const std::string& text, const std::string& option) {
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  MMT_CHECK(digits > 0 && digits <= 18, ValueError, option, ": '", text,
-            "' is not a size (write 4096, 64K, 1M or 1G)");
-  int64_t value = std::stoll(text.substr(0, digits));
-  std::string suffix = text.substr(digits);
+  // The suffix is the letters at the end; what comes before must be a whole decimal number.
+  size_t suffix_at = text.size();
+  while (suffix_at > 0 && std::isalpha(static_cast<unsigned char>(text[suffix_at - 1]))) --suffix_at;
+  const std::string number = text.substr(0, suffix_at);
+  std::string suffix = text.substr(suffix_at);
   for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const auto is_digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  MMT_CHECK(std::any_of(number.begin(), number.end(), is_digit), ValueError, option, ": '", text,
+            "' is not a size (write 4096, 64K, 1M or 1G)");
+  MMT_CHECK(std::all_of(number.begin(), number.end(), is_digit), ValueError, option, ": '", text, "': the number '",
+            number, "' is not a whole decimal number (write decimal digits, then K, M or G if wanted: 4096, 1536K, 1M)");
   int shift = 0;
   if (suffix.empty() || suffix == "B") shift = 0;
   else if (suffix == "K" || suffix == "KB" || suffix == "KIB") shift = 10;
   else if (suffix == "M" || suffix == "MB" || suffix == "MIB") shift = 20;
   else if (suffix == "G" || suffix == "GB" || suffix == "GIB") shift = 30;
-  else throw ValueError(detail::str(option, ": unknown size suffix in '", text, "' (use K, M or G)"));
-  MMT_CHECK(value <= (INT64_MAX >> shift), ValueError, option, ": '", text, "' is too large");
+  else throw ValueError(detail::str(option, ": unknown size suffix '", text.substr(suffix_at), "' in '", text,
+                                    "' (use K, M or G)"));
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), value);
+  MMT_CHECK(error == std::errc() && end == number.data() + number.size() && value <= (INT64_MAX >> shift),
+            ValueError, option, ": '", text, "' is too large");
   return value << shift;
 }
 
-int64_t parse_int64(const std::string& text, const std::string& what) {
+int64_t parse_int64(const std::string& text, const std::string& what, int64_t min, int64_t max) {
   const bool has_sign = !text.empty() && (text[0] == '+' || text[0] == '-');
   const std::string_view digits = std::string_view(text).substr(has_sign ? 1 : 0);
   const auto is_digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  // The hint offers a negative value only where one is allowed.
   MMT_CHECK(!digits.empty() && std::all_of(digits.begin(), digits.end(), is_digit), ValueError, what, " '",
-            text, "' is not an integer (write 17 or -1: an optional sign, then digits only)");
+            text, "' is not an integer (",
+            min < 0 ? "write 17 or -1: an optional sign, then digits only" : "write 17: digits only", ")");
   // Only the range is left to check; from_chars reports it instead of clamping (it takes a
   // '-' but not a '+').
   const char* first = text.data() + (text[0] == '+' ? 1 : 0);
   int64_t value = 0;
   const auto [end, error] = std::from_chars(first, text.data() + text.size(), value);
-  MMT_CHECK(error == std::errc() && end == text.data() + text.size(), ValueError, what, " '", text,
-            "' is out of range: it must be within [", INT64_MIN, ", ", INT64_MAX, "]");
+  MMT_CHECK(error == std::errc() && end == text.data() + text.size() && value >= min && value <= max, ValueError,
+            what, " '", text, "' is out of range: it must be within [", min, ", ", max, "]");
   return value;
 }
 
-uint64_t parse_uint64(const std::string& text, const std::string& what) {
+uint64_t parse_uint64(const std::string& text, const std::string& what, uint64_t max) {
   const std::string_view digits = std::string_view(text).substr(!text.empty() && text[0] == '+' ? 1 : 0);
   const auto is_digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
   MMT_CHECK(!digits.empty() && std::all_of(digits.begin(), digits.end(), is_digit), ValueError, what, " '",
             text, "' is not a non-negative integer (write 17: digits only)");
   uint64_t value = 0;
   const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  MMT_CHECK(error == std::errc() && end == digits.data() + digits.size(), ValueError, what, " '", text,
-            "' is out of range: it must be within [0, ", UINT64_MAX, "]");
+  MMT_CHECK(error == std::errc() && end == digits.data() + digits.size() && value <= max, ValueError, what, " '",
+            text, "' is out of range: it must be within [0, ", max, "]");
   return value;
 }
 

@@ -31,7 +31,12 @@ void write_raw(const std::string& path, const Tensor& t, bool force, const detai
 }
 
 void run_get(const GetArgs& args) {
-  const int64_t index = parse_int64(args.index, "INDEX");
+  int64_t index = 0;
+  try {
+    index = parse_int64(args.index, "INDEX");
+  } catch (const ValueError& e) {
+    throw UsageError(e.what());  // a bad command line, as a bad option value is
+  }
   if (!args.npy.empty()) check_output_path(args.npy, args.force, args.file);
   if (!args.raw.empty()) check_output_path(args.raw, args.force, args.file);
   Dataset ds = Dataset::open(args.file);

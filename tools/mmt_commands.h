@@ -12,6 +12,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "mmtensor/error.h"
+
 namespace mmt::tool {
 
 // Thrown by a subcommand to end with `code` (after printing what it has to say).
@@ -20,7 +22,7 @@ struct ExitStatus {
 };
 
 inline constexpr int kExitError = 1;        // any failure: bad input, I/O, an unsound file
-inline constexpr int kExitUsage = 2;        // a bad command line (any CLI11 parse error)
+inline constexpr int kExitUsage = 2;        // a bad command line: a parse error, a refused option value
 // Stopped by a signal: 128 + its number, as shells report it (130 for SIGINT, 143 for SIGTERM).
 inline constexpr int exit_status_for_signal(int signal_number) { return 128 + signal_number; }
 
@@ -49,44 +51,60 @@ std::string printable(std::string_view text);
 std::string printable_message(std::string_view message);
 // Parses "4096", "64K", "1M", "2MiB", "1G" (binary multiples) into bytes; ValueError otherwise.
 int64_t parse_byte_size(const std::string& text, const std::string& option);
-// Parses a whole decimal integer: an optional sign, then digits only, within int64 (no
-// spaces, hex or suffixes, nothing clamped). ValueError naming `what` otherwise.
-int64_t parse_int64(const std::string& text, const std::string& what);
-// The same for an unsigned value within uint64 (a seed): an optional '+', then digits only.
-uint64_t parse_uint64(const std::string& text, const std::string& what);
+// Parses a whole decimal integer: an optional sign, then digits only, within [min, max] (no
+// spaces, hex or suffixes, nothing clamped). ValueError naming `what`, and the real range,
+// otherwise; the hint suggests a negative value only when `min` allows one.
+int64_t parse_int64(const std::string& text, const std::string& what, int64_t min = INT64_MIN,
+                    int64_t max = INT64_MAX);
+// The same for an unsigned value within [0, max] (a seed): an optional '+', then digits only.
+uint64_t parse_uint64(const std::string& text, const std::string& what, uint64_t max = UINT64_MAX);
 
-// Adds an integer option whose text is parsed strictly (parse_int64 / parse_uint64, then the
-// range of `Int`): CLI11's own conversion takes '' as 0 and clamps what is out of range. A
-// bad value ends the command as a usage error naming the option and what was typed.
+// A bad command line found after the parse (an empty --folder, an option that needs another):
+// main() reports it as it reports CLI11's parse errors, "mmt SUB: error: ..." and kExitUsage.
+class UsageError : public ValueError {
+ public:
+  using ValueError::ValueError;
+};
+
+// Adds an integer option whose text is parsed strictly (parse_int64 / parse_uint64) within
+// [min, max]: CLI11's own conversion takes '' as 0 and clamps what is out of range. A bad
+// value ends the command as a usage error naming the option, what was typed and the range.
 template <typename Int>
-CLI::Option* add_integer_option(CLI::App* cmd, const std::string& name, Int& target, const std::string& help) {
+CLI::Option* add_integer_option(CLI::App* cmd, const std::string& name, Int& target, const std::string& help,
+                                Int min = std::numeric_limits<Int>::min(), Int max = std::numeric_limits<Int>::max()) {
   const std::string flag = name;
   CLI::Option* option = cmd->add_option_function<std::string>(
       name,
-      [&target, flag](const std::string& text) {
+      [&target, flag, min, max](const std::string& text) {
         try {
-          if constexpr (std::is_unsigned_v<Int>) {
-            const uint64_t value = parse_uint64(text, flag);
-            if (value > static_cast<uint64_t>(std::numeric_limits<Int>::max()))
-              throw CLI::ValidationError(flag + " '" + text + "' is out of range: it must be within [0, " +
-                                         std::to_string(std::numeric_limits<Int>::max()) + "]");
-            target = static_cast<Int>(value);
-          } else {
-            const int64_t value = parse_int64(text, flag);
-            if (value < static_cast<int64_t>(std::numeric_limits<Int>::min()) ||
-                value > static_cast<int64_t>(std::numeric_limits<Int>::max()))
-              throw CLI::ValidationError(flag + " '" + text + "' is out of range: it must be within [" +
-                                         std::to_string(std::numeric_limits<Int>::min()) + ", " +
-                                         std::to_string(std::numeric_limits<Int>::max()) + "]");
-            target = static_cast<Int>(value);
-          }
+          if constexpr (std::is_unsigned_v<Int>)
+            target = static_cast<Int>(parse_uint64(text, flag, static_cast<uint64_t>(max)));
+          else
+            target = static_cast<Int>(parse_int64(text, flag, static_cast<int64_t>(min), static_cast<int64_t>(max)));
         } catch (const std::exception& e) {
-          if (dynamic_cast<const CLI::Error*>(&e)) throw;
           throw CLI::ValidationError(e.what());  // parse_*64 name the option themselves
         }
       },
       help);
   option->default_str(std::to_string(target))->type_name(std::is_unsigned_v<Int> ? "UINT" : "INT");
+  return option;
+}
+
+// Adds an option whose value `parse` turns into `target` (a size, a codec): a ValueError from
+// it ends the command as a usage error, as a bad integer does.
+template <typename T, typename Parse>
+CLI::Option* add_parsed_option(CLI::App* cmd, const std::string& name, T& target, const std::string& help,
+                               Parse parse) {
+  CLI::Option* option = cmd->add_option_function<std::string>(
+      name,
+      [&target, parse](const std::string& text) {
+        try {
+          target = parse(text);
+        } catch (const std::exception& e) {
+          throw CLI::ValidationError(e.what());
+        }
+      },
+      help);
   return option;
 }
 

@@ -44,12 +44,19 @@ int run(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // app.exit prints --help (status 0) or the reason. CLI11 gives each kind of parse error
-    // its own code (105 for a bad value, 106 for a missing option...); mmt's contract is one
-    // status for every bad command line, as getopt-based tools have it.
-    return app.exit(e) == 0 ? 0 : mmt::tool::kExitUsage;
+    // --help and --version end the parse too, with status 0: app.exit prints them.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    // CLI11 gives each kind of parse error its own code (105 for a bad value, 106 for a
+    // missing option...); mmt's contract is one status for every bad command line, as
+    // getopt-based tools have it, and one form for every message.
+    std::cerr << command() << ": error: " << mmt::tool::printable_message(e.what()) << "\n"
+              << command() << ": run '" << command() << " --help' for the usage\n";
+    return mmt::tool::kExitUsage;
   } catch (const mmt::tool::ExitStatus& e) {
     return e.code;
+  } catch (const mmt::tool::UsageError& e) {
+    std::cerr << command() << ": error: " << mmt::tool::printable_message(e.what()) << "\n";
+    return mmt::tool::kExitUsage;
   } catch (const mmt::Error& e) {
     // A message may quote a field name or a value from the file: escaped, as info prints them.
     std::cerr << command() << ": error: " << mmt::tool::printable_message(e.what()) << "\n";

@@ -22,29 +22,45 @@ struct PackArgs {
   std::string output;
   std::vector<std::string> inputs;
   std::string folder;
-  std::string codec = "none";
-  std::string chunk_bytes = "1M";
-  std::string align = "4096";
+  CodecSpec codec;
+  int64_t chunk_bytes = int64_t{1} << 20;
+  int64_t align = 4096;
   int threads = 0;
   bool force = false;
   bool quiet = false;
 };
 
-// The writer's own rules, checked here first so a refusal names the flag the user typed
-// (the writer would name WriterOptions fields). The thread cap also keeps a typo such as
-// --threads 100000 from asking for that many threads.
+// The writer's own rules, checked as the command line is parsed, so a refusal is a usage
+// error that names the flag the user typed (the writer would name WriterOptions fields), and
+// comes before any input is loaded.
+int64_t parse_chunk_bytes(const std::string& text) {
+  const int64_t bytes = parse_byte_size(text, "--chunk-bytes");
+  MMT_CHECK(bytes > 0, ValueError, "--chunk-bytes must be > 0, got ", text);
+  return bytes;
+}
+
+int64_t parse_alignment(const std::string& text) {
+  const int64_t bytes = parse_byte_size(text, "--align");
+  MMT_CHECK(bytes >= format::kMinAlignment && bytes <= format::kMaxAlignment &&
+                std::has_single_bit(static_cast<uint64_t>(bytes)),
+            ValueError, "--align must be a power of two from ", format::kMinAlignment, " to ",
+            format::kMaxAlignment >> 20, "M (", format::kMaxAlignment, "), got ", text);
+  return bytes;
+}
+
+CodecSpec parse_codec(const std::string& text) {
+  try {
+    return CodecSpec::parse(text);
+  } catch (const ValueError& e) {
+    throw ValueError(detail::str("--codec: ", e.what()));
+  }
+}
+
 WriterOptions writer_options(const PackArgs& args) {
   WriterOptions options;
-  options.codec = CodecSpec::parse(args.codec);
-  options.chunk_bytes = parse_byte_size(args.chunk_bytes, "--chunk-bytes");
-  MMT_CHECK(options.chunk_bytes > 0, ValueError, "--chunk-bytes must be > 0, got ", args.chunk_bytes);
-  options.alignment = parse_byte_size(args.align, "--align");
-  MMT_CHECK(options.alignment >= format::kMinAlignment && options.alignment <= format::kMaxAlignment &&
-                std::has_single_bit(static_cast<uint64_t>(options.alignment)),
-            ValueError, "--align must be a power of two from ", format::kMinAlignment, " to ",
-            format::kMaxAlignment >> 20, "M (", format::kMaxAlignment, "), got ", args.align);
-  MMT_CHECK(args.threads >= 0 && args.threads <= kMaxWriterThreads, ValueError, "--threads must be in [0, ",
-            kMaxWriterThreads, "] (0: one per core), got ", args.threads);
+  options.codec = args.codec;
+  options.chunk_bytes = args.chunk_bytes;
+  options.alignment = args.align;
   options.threads = args.threads;
   options.overwrite = args.force;
   return options;
@@ -139,10 +155,14 @@ void add_pack_command(CLI::App& app) {
   cmd->add_option("OUTPUT", args->output, "The dataset file to create")->required();
   cmd->add_option("INPUT", args->inputs, "Inputs (see below)");
   cmd->add_option("--folder", args->folder, "A folder of class subfolders to pack instead of arrays");
-  cmd->add_option("--codec", args->codec, "none, lz4[:LEVEL] or zstd[:LEVEL]")->capture_default_str();
-  cmd->add_option("--chunk-bytes", args->chunk_bytes, "Target decoded bytes per chunk (e.g. 1M)")->capture_default_str();
-  cmd->add_option("--align", args->align, "Chunk alignment in the file, a power of two from 64 to 16M")->capture_default_str();
-  add_integer_option(cmd, "--threads", args->threads, "Compression threads, 0 to 1024 (0: one per core)");
+  add_parsed_option(cmd, "--codec", args->codec, "none, lz4[:LEVEL] or zstd[:LEVEL]", parse_codec)->default_str("none");
+  add_parsed_option(cmd, "--chunk-bytes", args->chunk_bytes, "Target decoded bytes per chunk (e.g. 1M)",
+                    parse_chunk_bytes)->default_str("1M");
+  add_parsed_option(cmd, "--align", args->align, "Chunk alignment in the file, a power of two from 64 to 16M",
+                    parse_alignment)->default_str("4096");
+  // The cap keeps a typo such as --threads 100000 from asking for that many threads.
+  add_integer_option(cmd, "--threads", args->threads, "Compression threads, 0 to 1024 (0: one per core)", 0,
+                     static_cast<int>(kMaxWriterThreads));
   cmd->add_flag("--force", args->force, "Replace OUTPUT if it exists");
   cmd->add_flag("--quiet", args->quiet, "Print no summary");
   cmd->callback([args] { run_pack(*args); });

@@ -22,7 +22,6 @@ struct VerifyArgs {
 };
 
 void run_verify(const VerifyArgs& args) {
-  MMT_CHECK(args.samples >= 0, ValueError, "--samples must be >= 0 (0: compare every record), got ", args.samples);
   Dataset ds = Dataset::open(args.file);
   ds.verify();
   DatasetInfo info = ds.info();
@@ -60,7 +59,8 @@ void add_verify_command(CLI::App& app) {
                   "Also compare the records with these pack inputs (same syntax as mmt pack)")
       ->expected(1, -1);
   cmd->add_option("--folder", args->folder, "Also compare the records with this class folder");
-  add_integer_option(cmd, "--samples", args->samples, "Compare this many distinct random records instead of all (0: all)");
+  add_integer_option(cmd, "--samples", args->samples, "Compare this many distinct random records instead of all (0: all)",
+                     int64_t{0});
   add_integer_option(cmd, "--seed", args->seed, "Seed for --samples");
   cmd->callback([args] { run_verify(*args); });
 }
