@@ -60,12 +60,18 @@ std::pair<std::string, std::string> split_spec(const std::string& spec) {
 
 std::string describe_sizes(IntArrayRef sizes) { return str(sizes); }
 
-// Exact bytes, so NaNs compare equal to themselves and -0.0 differs from 0.0.
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || !(a.sizes() == b.sizes())) return false;
-  if (a.numel() == 0) return true;
+// The offset of the first byte at which `a` and `b` differ, in row-major order; 0 when their
+// dtypes or shapes differ; -1 when they are the same. Exact bytes, so NaNs compare equal to
+// themselves and -0.0 differs from 0.0.
+int64_t first_difference(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || !(a.sizes() == b.sizes())) return 0;
+  if (a.numel() == 0) return -1;
   Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(ca.data_ptr(), cb.data_ptr(), static_cast<size_t>(ca.nbytes())) == 0;
+  const auto* pa = static_cast<const std::byte*>(ca.data_ptr());
+  const auto* pb = static_cast<const std::byte*>(cb.data_ptr());
+  const size_t n = static_cast<size_t>(ca.nbytes());
+  if (std::memcmp(pa, pb, n) == 0) return -1;
+  return std::mismatch(pa, pa + n, pb).first - pa;
 }
 
 }  // namespace
@@ -279,6 +285,12 @@ PackSources PackSources::from_folder(const std::string& dir) {
   return out;
 }
 
+std::string PackSources::record_origin(size_t field, int64_t index) const {
+  if (files_.empty() || index < 0 || index >= records_) return origins_.at(field);
+  const std::string& file = files_[static_cast<size_t>(index)];
+  return field == 0 ? file : str("the class folder of ", file);
+}
+
 std::vector<Tensor> PackSources::record(int64_t index) const {
   std::vector<Tensor> values;
   record(index, values);
@@ -421,24 +433,41 @@ int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
                              std::span<const int64_t> indices) {
   const Schema& expected = sources.schema();
   const Schema& actual = dataset.schema();
-  if (!(expected == actual)) {
-    std::string want, have;
-    for (const Field& f : expected) want += str(" ", f.name, ":", to_string(f.dtype), f.shape);
-    for (const Field& f : actual) have += str(" ", f.name, ":", to_string(f.dtype), f.shape);
-    throw FormatError(str(dataset.path(), ": schema differs from the sources: the sources give",
-                          want, "; the dataset has", have));
+  // By name, not position: the sources may name the fields in another order, or only some of
+  // them (a check of one field of a large dataset). Every field they name must be in the
+  // dataset, with the same dtype and shape.
+  std::vector<std::string> dataset_fields;
+  for (const Field& f : actual) dataset_fields.push_back(str("'", detail::escaped(f.name), "'"));
+  for (size_t f = 0; f < expected.size(); ++f) {
+    const Field& want = expected[f];
+    const auto have = std::find_if(actual.begin(), actual.end(), [&](const Field& a) { return a.name == want.name; });
+    if (have == actual.end()) {
+      std::string names;
+      for (const std::string& name : dataset_fields) names += (names.empty() ? "" : ", ") + name;
+      throw FormatError(str(dataset.path(), ": the sources give field '", detail::escaped(want.name), "' (",
+                            sources.origins()[f], "), which the dataset lacks; its fields are ", names));
+    }
+    if (have->dtype != want.dtype || !(have->shape == want.shape))
+      throw FormatError(str(dataset.path(), ": field '", detail::escaped(want.name), "' is ", to_string(have->dtype),
+                            IntArrayRef(have->shape), " in the dataset but ", to_string(want.dtype),
+                            IntArrayRef(want.shape), " in its source ", sources.origins()[f]));
   }
   MMT_CHECK(dataset.size() == sources.records(), FormatError, dataset.path(), ": holds ",
             dataset.size(), " records but the sources have ", sources.records());
+  std::vector<Tensor> values;
   auto check = [&](int64_t index) {
-    Sample sample = dataset.get(index);
-    std::vector<Tensor> values = sources.record(index);
+    sources.record(index, values);
     for (size_t f = 0; f < values.size(); ++f) {
-      if (!same_bytes(sample[f], values[f]))
-        throw FormatError(str(dataset.path(), ": record ", index, ", field '", expected[f].name,
-                              "' differs from its source ", sources.origins()[f], " (dataset: ",
-                              to_string(sample[f].dtype()), sample[f].sizes(), ", source: ",
-                              to_string(values[f].dtype()), values[f].sizes(), ")"));
+      const Tensor stored = dataset.get(index, expected[f].name);
+      const int64_t at = first_difference(stored, values[f]);
+      if (at < 0) continue;
+      std::string where;  // the byte, when both hold the same number of bytes
+      if (stored.dtype() == values[f].dtype() && stored.sizes() == values[f].sizes())
+        where = str(" at byte ", at, " of the value");
+      throw FormatError(str(dataset.path(), ": record ", index, ", field '", detail::escaped(expected[f].name),
+                            "' differs from its source ", sources.record_origin(f, index), where, " (dataset: ",
+                            to_string(stored.dtype()), stored.sizes(), ", source: ", to_string(values[f].dtype()),
+                            values[f].sizes(), ")"));
     }
   };
   if (indices.empty()) {

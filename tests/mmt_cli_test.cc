@@ -461,6 +461,54 @@ TEST_F(MmtCli, TextFromInputFilesIsEscapedOnceAndShownWhole) {
                     "--field 'a\\\\b' is given twice\n");
 }
 
+// verify --against matched fields by position ("schema differs" for the right fields in
+// another order, or a subset); verify --folder "" and --against "" compared nothing (or gave
+// the wrong reason); --samples without a source did nothing; a folder record that differed
+// was named "data=DIR". And get --field "" printed every field.
+TEST_F(MmtCli, VerifyComparesByNameAndRefusesAnEmptySource) {
+  save("a.npy", records(kInt32, 5, {3}));
+  save("b.npy", records(kUInt8, 5, {}));
+  ASSERT_EQ(run_mmt({"pack", path("o.mmt"), "a=" + path("a.npy"), "b=" + path("b.npy")}).exit_code, 0);
+  const RunResult reordered = run_mmt({"verify", path("o.mmt"), "--against", "b=" + path("b.npy"), "a=" + path("a.npy")});
+  EXPECT_EQ(reordered.exit_code, 0) << reordered.err;
+  EXPECT_NE(reordered.out.find("5 records (all) equal their sources byte for byte (fields b, a)"), std::string::npos)
+      << reordered.out;
+  const RunResult subset = run_mmt({"verify", path("o.mmt"), "--against", "a=" + path("a.npy")});
+  EXPECT_EQ(subset.exit_code, 0) << subset.err;
+  EXPECT_NE(subset.out.find("(field a; not compared, as the sources do not give them: b)"), std::string::npos)
+      << subset.out;
+  EXPECT_FAILS_WITH(run_mmt({"verify", path("o.mmt"), "--against", "c=" + path("a.npy")}),
+                    "the sources give field 'c' (c=" + path("a.npy") + "), which the dataset lacks; its fields are 'a', 'b'");
+  EXPECT_FAILS_WITH(run_mmt({"verify", path("o.mmt"), "--against", "b=" + path("a.npy")}),
+                    "field 'b' is uint8[] in the dataset but int32[3] in its source b=");
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused{
+      {{"verify", path("o.mmt"), "--folder", ""}, "mmt verify: error: --folder is empty"},
+      {{"verify", path("o.mmt"), "--against", ""}, "mmt verify: error: --against has an empty input"},
+      {{"verify", path("o.mmt"), "--samples", "2"}, "mmt verify: error: --samples chooses the records to compare with "
+                                                    "the sources: it needs --against or --folder"},
+      {{"verify", path("o.mmt"), "--seed", "2"}, "mmt verify: error: --seed chooses the records"},
+      {{"pack", path("p.mmt"), "--folder", ""}, "mmt pack: error: --folder is empty"},
+      {{"get", path("o.mmt"), "0", "--field", ""}, "mmt get: error: --field is empty"},
+      {{"get", path("o.mmt"), "0", "--field", "", "--npy", path("x.npy")}, "mmt get: error: --field is empty"},
+      {{"export", path("o.mmt"), path("out"), "--field", ""}, "mmt export: error: --field is empty"},
+  };
+  for (const auto& [args, message] : refused) {
+    const RunResult r = run_mmt(args);
+    EXPECT_EQ(r.exit_code, 2) << message << "\n" << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "") << message;
+  }
+  EXPECT_FALSE(fs::exists(path("out")));
+
+  fs::create_directories(path("f1/cat"));
+  testutil::write_file(path("f1/cat/a.jpg"), testutil::to_bytes("meow"));
+  ASSERT_EQ(run_mmt({"pack", path("f.mmt"), "--folder", path("f1")}).exit_code, 0);
+  testutil::write_file(path("f1/cat/a.jpg"), testutil::to_bytes("meoW"));
+  EXPECT_FAILS_WITH(run_mmt({"verify", path("f.mmt"), "--folder", path("f1")}),
+                    "record 0, field 'data' differs from its source " + path("f1/cat/a.jpg") + " at byte 3 of the value");
+}
+
 TEST_F(MmtCli, VerifyFindsACorruptChunk) {
   save("a.npy", records(kInt64, 2000, {16}));
   ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy"), "--chunk-bytes", "64K"}).exit_code, 0);
@@ -653,7 +701,8 @@ TEST_F(MmtCli, IntegerOptionsAreParsedStrictly) {
     EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
   }
   EXPECT_FALSE(fs::exists(path("b.mmt")));
-  EXPECT_EQ(run_mmt({"verify", path("a.mmt"), "--samples", "+2", "--seed", "18446744073709551615"}).exit_code, 0);
+  EXPECT_EQ(run_mmt({"verify", path("a.mmt"), "--against", "a=" + path("a.npy"), "--samples", "+2", "--seed",
+                     "18446744073709551615"}).exit_code, 0);
 }
 
 // A bad option value read "--threads 'abc' is not an integer (write 17 or -1 ...)" with no

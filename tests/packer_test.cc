@@ -108,6 +108,55 @@ TEST(PackerTest, AnArrayNameThatCannotBeAFieldNameNamesItsSource) {
   EXPECT_NE(zero.find("(an array of shape [3, 0, 4]): field 'z': shape [0, 4] has dimension 0"), std::string::npos) << zero;
 }
 
+// verify --against matched fields by position: the right fields in another order, or some of
+// them, were "schema differs" with two lists that looked alike. By name now; a subset is
+// compared as given; a field the dataset lacks, or of another dtype or shape, is named.
+TEST(PackerTest, ComparingWithSourcesMatchesFieldsByName) {
+  TempDir dir;
+  save_npy(dir.file("a.npy"), arange(6, kInt32).view({2, 3}));
+  save_npy(dir.file("b.npy"), arange(2, kUInt8));
+  save_npy(dir.file("c.npy"), arange(2, kInt64));
+  save_npy(dir.file("wide.npy"), arange(8, kInt32).view({2, 4}));
+  const auto sources = [&](std::vector<std::string> specs) {
+    for (std::string& spec : specs) spec = spec.substr(0, 2) + dir.file(spec.substr(2));
+    return PackSources::from_arrays(specs);
+  };
+  pack_dataset(dir.file("o.mmt"), sources({"a=a.npy", "b=b.npy"}), {});
+  const Dataset ds = Dataset::open(dir.file("o.mmt"));
+  EXPECT_EQ(compare_with_sources(ds, sources({"b=b.npy", "a=a.npy"})), 2);
+  EXPECT_EQ(compare_with_sources(ds, sources({"a=a.npy"})), 2);
+  EXPECT_EQ(compare_with_sources(ds, sources({"b=b.npy"}), std::vector<int64_t>{1}), 1);
+  const std::string missing = error_of([&] { compare_with_sources(ds, sources({"a=a.npy", "c=c.npy"})); });
+  EXPECT_NE(missing.find("the sources give field 'c' (c=" + dir.file("c.npy") +
+                         "), which the dataset lacks; its fields are 'a', 'b'"), std::string::npos) << missing;
+  const std::string retyped = error_of([&] { compare_with_sources(ds, sources({"b=c.npy"})); });
+  EXPECT_NE(retyped.find("field 'b' is uint8[] in the dataset but int64[] in its source b="), std::string::npos)
+      << retyped;
+  const std::string reshaped = error_of([&] { compare_with_sources(ds, sources({"a=wide.npy"})); });
+  EXPECT_NE(reshaped.find("field 'a' is int32[3] in the dataset but int32[4] in its source a="), std::string::npos)
+      << reshaped;
+  // Same dtype and shape, other values: the first byte that differs.
+  save_npy(dir.file("a2.npy"), tensor(std::vector<int32_t>{0, 1, 2, 3, 4, 9}).view({2, 3}));
+  const std::string differs = error_of([&] { compare_with_sources(ds, sources({"a=a2.npy"})); });
+  EXPECT_NE(differs.find("record 1, field 'a' differs from its source a=" + dir.file("a2.npy") +
+                         " at byte 8 of the value (dataset: int32[3], source: int32[3])"), std::string::npos)
+      << differs;
+}
+
+// A folder record that differs named its source "data=DIR", which the user never typed; it
+// names the file now, and the first byte that differs.
+TEST(PackerTest, AFolderRecordThatDiffersNamesItsFile) {
+  TempDir dir;
+  write_text(dir.path() / "f1" / "cat" / "a.jpg", "meow");
+  write_text(dir.path() / "f1" / "dog" / "b.jpg", "woof");
+  pack_dataset(dir.file("o.mmt"), PackSources::from_folder(dir.file("f1")), {});
+  write_text(dir.path() / "f1" / "cat" / "a.jpg", "meoW");
+  const std::string message =
+      error_of([&] { compare_with_sources(Dataset::open(dir.file("o.mmt")), PackSources::from_folder(dir.file("f1"))); });
+  EXPECT_NE(message.find("record 0, field 'data' differs from its source " + (dir.path() / "f1" / "cat" / "a.jpg").string() +
+                         " at byte 3 of the value"), std::string::npos) << message;
+}
+
 // A file in the current folder whose name holds '=' ("train=v2.npz") is that file, when the
 // text after the '=' names no file: it was read as field "train" of the missing "v2.npz".
 TEST(PackerTest, AFileNameWithAnEqualsSignIsAPath) {

@@ -70,6 +70,7 @@ void run_export(const ExportArgs& args) {
   // the file system as it was.
   std::vector<std::string> names;
   for (const std::string& name : args.fields) {
+    if (name.empty()) throw UsageError("--field is empty: name a field to export");
     const Field& f = ds.schema()[ds.schema().index_of(name)];  // an unknown name lists the known ones
     MMT_CHECK(std::find(names.begin(), names.end(), name) == names.end(), ValueError, "--field '", printable(name),
               "' is given twice");

@@ -20,6 +20,7 @@ struct GetArgs {
   std::string npy;
   std::string raw;
   bool force = false;
+  const CLI::Option* field_option = nullptr;  // given, even empty
 };
 
 void write_raw(const std::string& path, const Tensor& t, bool force, const detail::WriteCheckpoint& checkpoint) {
@@ -37,6 +38,9 @@ void run_get(const GetArgs& args) {
   } catch (const ValueError& e) {
     throw UsageError(e.what());  // a bad command line, as a bad option value is
   }
+  // An empty name would read as "no --field" and print every field.
+  if (args.field_option->count() > 0 && args.field.empty())
+    throw UsageError("--field is empty: name the field to print or write");
   if (!args.npy.empty()) check_output_path(args.npy, args.force, args.file);
   if (!args.raw.empty()) check_output_path(args.raw, args.force, args.file);
   Dataset ds = Dataset::open(args.file);
@@ -84,7 +88,7 @@ void add_get_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("get", "Print one record (PyTorch's style) or write a field to .npy");
   cmd->add_option("FILE", args->file, "The dataset file")->required();
   cmd->add_option("INDEX", args->index, "Record index (negative counts from the end)")->required();
-  cmd->add_option("--field", args->field, "Only this field");
+  args->field_option = cmd->add_option("--field", args->field, "Only this field");
   CLI::Option* npy = cmd->add_option("--npy", args->npy, "Write the field to this .npy file instead of printing");
   CLI::Option* raw = cmd->add_option("--raw", args->raw, "Write the field's elements in row-major order, nothing else (raw bytes, an encoded image say, as stored)");
   // An empty path would read as "not given" and print the record instead of writing it.

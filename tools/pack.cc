@@ -28,6 +28,7 @@ struct PackArgs {
   int threads = 0;
   bool force = false;
   bool quiet = false;
+  const CLI::Option* folder_option = nullptr;  // given, even empty
 };
 
 // The writer's own rules, checked as the command line is parsed, so a refusal is a usage
@@ -69,6 +70,8 @@ WriterOptions writer_options(const PackArgs& args) {
 void run_pack(const PackArgs& args) {
   // The writer would refuse it too, but only after the inputs were loaded, and in its words.
   MMT_CHECK(!args.output.empty(), ValueError, "OUTPUT is empty: name the dataset file to create (e.g. train.mmt)");
+  if (args.folder_option->count() > 0 && args.folder.empty())
+    throw UsageError("--folder is empty: name the class folder to pack");
   WriterOptions options = writer_options(args);
   // Checked before loading anything, so a long import is not wasted on a refusal; the
   // writer checks again when it publishes (the file may appear meanwhile).
@@ -154,7 +157,8 @@ void add_pack_command(CLI::App& app) {
       "  mmt pack train.mmt images=train-images-idx3-ubyte.gz labels=train-labels-idx1-ubyte.gz --codec lz4");
   cmd->add_option("OUTPUT", args->output, "The dataset file to create")->required();
   cmd->add_option("INPUT", args->inputs, "Inputs (see below)");
-  cmd->add_option("--folder", args->folder, "A folder of class subfolders to pack instead of arrays");
+  args->folder_option =
+      cmd->add_option("--folder", args->folder, "A folder of class subfolders to pack instead of arrays");
   add_parsed_option(cmd, "--codec", args->codec, "none, lz4[:LEVEL] or zstd[:LEVEL]", parse_codec)->default_str("none");
   add_parsed_option(cmd, "--chunk-bytes", args->chunk_bytes, "Target decoded bytes per chunk (e.g. 1M)",
                     parse_chunk_bytes)->default_str("1M");

@@ -19,9 +19,42 @@ struct VerifyArgs {
   std::string folder;
   int64_t samples = 0;
   uint64_t seed = 0;
+  // Which options were given: an empty value is not an absent one.
+  const CLI::Option* against_option = nullptr;
+  const CLI::Option* folder_option = nullptr;
+  const CLI::Option* samples_option = nullptr;
+  const CLI::Option* seed_option = nullptr;
 };
 
+// Refusals of the command line, before the dataset is read: a comparison asked for with an
+// empty source must not pass as "no comparison asked for".
+void check_options(const VerifyArgs& args) {
+  if (args.folder_option->count() > 0 && args.folder.empty())
+    throw UsageError("--folder is empty: name the class folder to compare the dataset with");
+  for (const std::string& input : args.against)
+    if (input.empty())
+      throw UsageError("--against has an empty input: give NAME=PATH.npy, PATH.npz or NAME=PATH, as to mmt pack");
+  const bool comparing = args.against_option->count() > 0 || args.folder_option->count() > 0;
+  if (!comparing && (args.samples_option->count() > 0 || args.seed_option->count() > 0))
+    throw UsageError(detail::str(args.samples_option->count() > 0 ? "--samples" : "--seed",
+                                 " chooses the records to compare with the sources: it needs --against or --folder"));
+}
+
+// "a, b" for the fields the sources give; the dataset's others, not compared, after them.
+std::string compared_fields(const Schema& dataset, const Schema& sources) {
+  std::string compared, skipped;
+  for (const Field& f : sources) compared += detail::str(compared.empty() ? "" : ", ", printable(f.name));
+  for (const Field& f : dataset) {
+    const bool given = std::any_of(sources.begin(), sources.end(), [&](const Field& s) { return s.name == f.name; });
+    if (!given) skipped += detail::str(skipped.empty() ? "" : ", ", printable(f.name));
+  }
+  std::string text = detail::str(sources.size() == 1 ? "field " : "fields ", compared);
+  if (!skipped.empty()) text += detail::str("; not compared, as the sources do not give them: ", skipped);
+  return text;
+}
+
 void run_verify(const VerifyArgs& args) {
+  check_options(args);
   Dataset ds = Dataset::open(args.file);
   ds.verify();
   DatasetInfo info = ds.info();
@@ -45,7 +78,7 @@ void run_verify(const VerifyArgs& args) {
   }
   int64_t compared = compare_with_sources(ds, sources, indices);
   std::cout << args.file << ": " << compared << (indices.empty() ? " records (all)" : " random records")
-            << " equal their sources byte for byte\n";
+            << " equal their sources byte for byte (" << compared_fields(ds.schema(), sources.schema()) << ")\n";
 }
 
 }  // namespace
@@ -55,13 +88,16 @@ void add_verify_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "verify", "Check every structure and checksum; exit 0 when sound, 1 with the chunk and fault otherwise");
   cmd->add_option("FILE", args->file, "The dataset file")->required();
-  cmd->add_option("--against", args->against,
-                  "Also compare the records with these pack inputs (same syntax as mmt pack)")
-      ->expected(1, -1);
-  cmd->add_option("--folder", args->folder, "Also compare the records with this class folder");
-  add_integer_option(cmd, "--samples", args->samples, "Compare this many distinct random records instead of all (0: all)",
-                     int64_t{0});
-  add_integer_option(cmd, "--seed", args->seed, "Seed for --samples");
+  args->against_option =
+      cmd->add_option("--against", args->against,
+                      "Also compare the records with these pack inputs (same syntax as mmt pack); fields are "
+                      "matched by name, and a subset of the dataset's fields may be given")
+          ->expected(1, -1);
+  args->folder_option = cmd->add_option("--folder", args->folder, "Also compare the records with this class folder");
+  args->samples_option = add_integer_option(cmd, "--samples", args->samples,
+                                            "Compare this many distinct random records instead of all (0: all)",
+                                            int64_t{0});
+  args->seed_option = add_integer_option(cmd, "--seed", args->seed, "Seed for --samples");
   cmd->callback([args] { run_verify(*args); });
 }
 

@@ -73,6 +73,9 @@ class PackSources {
   // ("images=train-images-idx3-ubyte.gz"), "PATH.npz:NAME.npy" for an .npz member (its name
   // escaped), "data=DIR" and "label=DIR (class folders)" for a folder.
   const std::vector<std::string>& origins() const { return origins_; }
+  // Where record `index` of `field` comes from: for a folder, the record's file ("data") or
+  // "the class folder of FILE" ("label"); for arrays, origins()[field].
+  std::string record_origin(size_t field, int64_t index) const;
   // The files (arrays) or the folder (a class folder) the sources read: pack_dataset refuses
   // an output that is one of them or lies inside the folder, which would replace an input.
   const std::vector<std::string>& input_paths() const { return input_paths_; }
@@ -132,9 +135,13 @@ struct PackOptions {
 // ValueError, before anything is written, when sources.check_output(path) refuses it.
 WriteStats pack_dataset(const std::string& path, const PackSources& sources, PackOptions options);
 
-// Compares records of `dataset` with `sources` (schema and values); `indices` empty means
-// every record. The records are compared in ascending order; throws FormatError naming the
-// first that differs (and its field). Returns the number of records compared.
+// Compares records of `dataset` with `sources`; `indices` empty means every record. Fields
+// are matched by name, in any order, and only those the sources give are compared (the
+// sources may give a subset of the dataset's fields). Throws FormatError naming the field
+// when one the sources give is missing from the dataset or has another dtype or shape, when
+// the record counts differ, and for the first record that differs (in ascending order): its
+// field, its source (for a folder, the file) and the first byte that differs. Returns the
+// number of records compared.
 int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
                              std::span<const int64_t> indices = {});
 
