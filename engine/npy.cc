@@ -135,13 +135,16 @@ UntypedStorage fortran_values_in_temporary_file(const NpyHeader& header, const s
                                                 const std::function<void(int64_t, std::byte*, int64_t)>& read) {
   if (header.data_nbytes == 0) return UntypedStorage();
   const int64_t nbytes = header.data_nbytes;
+  // $TMPDIR, or /tmp when it is unset or empty (`TMPDIR= cmd` is a common way to unset it,
+  // and Python's tempfile skips an empty one too).
   const char* tmpdir = std::getenv("TMPDIR");
+  const std::filesystem::path folder = tmpdir && *tmpdir ? tmpdir : "/tmp";
   std::error_code ec;
-  const std::filesystem::path folder = std::filesystem::temp_directory_path(ec);
-  if (ec)
+  if (!std::filesystem::is_directory(folder, ec))
     throw IoError(str(what, ": no temporary folder to convert this Fortran-order array in (", nbytes,
-                      " bytes): TMPDIR is '", tmpdir ? tmpdir : "", "': ", ec.message()),
-                  ec.value());
+                      " bytes): ", tmpdir && *tmpdir ? "TMPDIR is '" : "'", folder.string(), "': ",
+                      ec ? ec.message() : std::string("not a folder")),
+                  ec ? ec.value() : ENOTDIR);
   auto fail = [&](const char* step, int err) {
     throw IoError(str(what, ": cannot ", step, " a temporary file in ", folder.string(), " to convert this ",
                       "Fortran-order array in (", nbytes, " bytes): ", std::strerror(err),

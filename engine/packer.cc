@@ -14,6 +14,7 @@
 #include <utility>
 #include <nlohmann/json.hpp>
 
+#include "gzip_reader.h"
 #include "import_util.h"
 #include "mapping_guard.h"
 #include "npy_format.h"
@@ -31,6 +32,37 @@ enum class SourceKind { Npy, Npz, Idx };
 
 // The file's kind from its first bytes, so a misnamed file still loads; the extension decides
 // only when the bytes are no known magic (then the loader for that kind explains what is wrong).
+bool is_npy_or_npz(const char* magic, size_t got) {
+  return (got >= 6 && std::memcmp(magic, "\x93NUMPY", 6) == 0) ||
+         (got >= 4 && (std::memcmp(magic, "PK\x03\x04", 4) == 0 || std::memcmp(magic, "PK\x05\x06", 4) == 0));
+}
+
+// A compressed file that only IDX could be (IDX is the one kind that may be gzipped) would be
+// refused as "not an IDX magic", which does not say what is wrong: a gzipped .npy or .npz,
+// or another compressor's file, is named as such.
+void refuse_compressed_input(const std::string& path, const char* magic, size_t got) {
+  if (got >= 2 && static_cast<unsigned char>(magic[0]) == 0x1f && static_cast<unsigned char>(magic[1]) == 0x8b) {
+    char inner[6] = {};
+    size_t inner_got = 0;
+    try {
+      const detail::InputFile file = detail::map_input_file(path);
+      detail::GzipReader gz(file.bytes, path);
+      inner_got = gz.read(reinterpret_cast<std::byte*>(inner), sizeof inner);
+    } catch (const Error&) {
+      return;  // a corrupt stream: the IDX reader says so
+    }
+    MMT_CHECK(!is_npy_or_npz(inner, inner_got), FormatError, path, ": a gzip-compressed .npy/.npz is not supported ",
+              "(only IDX files may be gzipped); decompress it first (gunzip)");
+    return;
+  }
+  const char* compressor = nullptr;
+  if (got >= 3 && std::memcmp(magic, "BZh", 3) == 0) compressor = "bzip2";
+  if (got >= 6 && std::memcmp(magic, "\xfd" "7zXZ\0", 6) == 0) compressor = "xz";
+  if (got >= 4 && std::memcmp(magic, "\x28\xb5\x2f\xfd", 4) == 0) compressor = "zstd";
+  MMT_CHECK(compressor == nullptr, FormatError, path, ": a ", compressor, "-compressed file is not supported ",
+            "(only IDX files may be compressed, with gzip); decompress it first");
+}
+
 SourceKind sniff_kind(const std::string& path) {
   detail::regular_file_size(path);  // IoError for a missing file or a folder, naming it
   char magic[6] = {};
@@ -40,6 +72,7 @@ SourceKind sniff_kind(const std::string& path) {
     if (got == 6 && std::memcmp(magic, "\x93NUMPY", 6) == 0) return SourceKind::Npy;
     if (got >= 4 && std::memcmp(magic, "PK\x03\x04", 4) == 0) return SourceKind::Npz;
     if (got >= 4 && std::memcmp(magic, "PK\x05\x06", 4) == 0) return SourceKind::Npz;  // empty
+    refuse_compressed_input(path, magic, got);
   }
   if (path.ends_with(".npy")) return SourceKind::Npy;
   if (path.ends_with(".npz")) return SourceKind::Npz;
@@ -92,6 +125,12 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
                            ") but ", out.origins_[0], " has ", out.records_));
     out.records_ = sizes[0];
     std::vector<int64_t> record_shape(sizes.begin() + 1, sizes.end());
+    // numpy allows a 0 anywhere; a field's fixed dimensions are >= 1 (records of no values
+    // would be no record at all), so say that in the user's terms, not the schema's.
+    for (size_t d = 1; d < sizes.size(); ++d)
+      MMT_CHECK(sizes[d] != 0, ValueError, origin, ": the array's shape ", describe_sizes(sizes), " has size 0 in ",
+                "dimension ", d, ", so each record would hold no values; such arrays cannot be packed, because a ",
+                "field's fixed dimensions must be >= 1");
     try {
       fields.push_back(Field::fixed(name, dtype, record_shape));
       fields.back().validate();
@@ -126,6 +165,7 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
     out.converted_.push_back({std::move(v.storage), std::move(v.deflated), v.data_offset, h.big_endian});
   };
   for (const std::string& spec : specs) {
+    MMT_CHECK(!spec.empty(), ValueError, "an input is empty: give NAME=PATH.npy, PATH.npz or NAME=PATH (IDX)");
     auto [name, path] = split_spec(spec);
     MMT_CHECK(!path.empty(), ValueError, "input '", spec, "' has no path after '='");
     SourceKind kind = sniff_kind(path);

@@ -135,6 +135,16 @@ TEST(Idx, CorruptGzipAndOverflowingShapesAreRefused) {
   EXPECT_NE(message.find("more than a gzip stream"), std::string::npos) << message;
 }
 
+// A CRC-32 mismatch read "corrupt gzip data (incorrect data check-3)": zlib's return code was
+// appended to its reason.
+TEST(Idx, CorruptGzipIsExplainedWithoutZlibCodes) {
+  Bytes gz = testutil::gzip_bytes(idx_file(0x08, {1000}, pixels(1000)));
+  gz[gz.size() - 8] ^= std::byte{0x01};  // the trailer's CRC-32
+  const std::string message = expect_format_error([&] { parse_idx(gz, "bad.gz"); });
+  EXPECT_NE(message.find("bad.gz: corrupt gzip data (incorrect data check)"), std::string::npos) << message;
+  EXPECT_EQ(message.find("-3"), std::string::npos) << message;
+}
+
 TEST(Idx, MissingFileIsAnIoError) {
   TempFolder dir;
   EXPECT_THROW(load_idx(dir / "missing"), IoError);

@@ -102,10 +102,61 @@ TEST(PackerTest, AnArrayNameThatCannotBeAFieldNameNamesItsSource) {
   const std::string dotdot = error_of([&] { PackSources::from_arrays(std::vector<std::string>{"..=" + dir.file("a.npy")}); });
   EXPECT_NE(dotdot.find("..=" + dir.file("a.npy") + " (an array of shape [4]): field name '..'"), std::string::npos)
       << dotdot;
-  // A dimension of 0 past the first: the message gives the array's whole shape.
+  // A dimension of 0 past the first: the message gives the array's whole shape, and the rule in
+  // the user's terms (it said "dimensions are >= 1, or -1 for variable", a schema detail).
   save_npy(dir.file("z.npy"), zeros({3, 0, 4}));
   const std::string zero = error_of([&] { PackSources::from_arrays(std::vector<std::string>{"z=" + dir.file("z.npy")}); });
-  EXPECT_NE(zero.find("(an array of shape [3, 0, 4]): field 'z': shape [0, 4] has dimension 0"), std::string::npos) << zero;
+  EXPECT_NE(zero.find("z.npy: the array's shape [3, 0, 4] has size 0 in dimension 1, so each record would hold no "
+                      "values; such arrays cannot be packed, because a field's fixed dimensions must be >= 1"),
+            std::string::npos) << zero;
+  EXPECT_EQ(zero.find("-1 for variable"), std::string::npos) << zero;
+}
+
+// "=a.npy" got the hint "write NAME==a.npy", which names the file "=a.npy".
+TEST(PackerTest, TheHintForAMissingFieldNameAddsOnlyTheName) {
+  TempDir dir;
+  save_npy(dir.file("a.npy"), arange(4));
+  const fs::path was = fs::current_path();
+  fs::current_path(dir.path());
+  const std::string message = error_of([] { PackSources::from_arrays(std::vector<std::string>{"=a.npy"}); });
+  const std::string empty = error_of([] { PackSources::from_arrays(std::vector<std::string>{""}); });
+  fs::current_path(was);
+  EXPECT_NE(message.find("input '=a.npy' needs a field name: write NAME=a.npy"), std::string::npos) << message;
+  EXPECT_NE(empty.find("an input is empty"), std::string::npos) << empty;  // not "has no path after '='"
+}
+
+// A compressed .npy or .npz was taken for IDX (the one kind that may be gzipped) and refused as
+// "magic 0x... is not an IDX magic"; a bare ok.npz.gz first got the hint "write NAME=ok.npz.gz".
+TEST(PackerTest, ACompressedNpyOrNpzIsNamedAsSuch) {
+  TempDir dir;
+  save_npy(dir.file("a.npy"), arange(4));
+  testutil::write_file(dir.file("a.npy.gz"), testutil::gzip_bytes(testutil::read_file(dir.file("a.npy"))));
+  testutil::write_file(dir.file("ok.npz.gz"),
+                       testutil::gzip_bytes(testutil::zip_archive({{"a.npy", testutil::read_file(dir.file("a.npy"))}})));
+  testutil::write_file(dir.file("a.npy.bz2"), testutil::to_bytes("BZh91AY&SY not really"));
+  for (const std::string& spec : {"a=" + dir.file("a.npy.gz"), dir.file("ok.npz.gz")}) {
+    const std::string message = error_of([&] { PackSources::from_arrays(std::vector<std::string>{spec}); });
+    EXPECT_NE(message.find(".gz: a gzip-compressed .npy/.npz is not supported (only IDX files may be gzipped)"),
+              std::string::npos) << message;
+  }
+  const std::string bz2 = error_of([&] { PackSources::from_arrays(std::vector<std::string>{"a=" + dir.file("a.npy.bz2")}); });
+  EXPECT_NE(bz2.find("a.npy.bz2: a bzip2-compressed file is not supported"), std::string::npos) << bz2;
+  // A gzipped IDX file is still what it always was.
+  testutil::Bytes idx{std::byte{0}, std::byte{0}, std::byte{0x08}, std::byte{1}, std::byte{0}, std::byte{0},
+                      std::byte{0}, std::byte{2}, std::byte{7}, std::byte{9}};
+  testutil::write_file(dir.file("labels-idx1-ubyte.gz"), testutil::gzip_bytes(idx));
+  EXPECT_EQ(PackSources::from_arrays(std::vector<std::string>{"y=" + dir.file("labels-idx1-ubyte.gz")}).records(), 2);
+}
+
+// `TMPDIR= mmt pack ...` failed with "TMPDIR is '': No such file or directory" where a
+// Fortran-order array needs converting; an empty TMPDIR is an unset one, as for Python's tempfile.
+TEST(PackerTest, AnEmptyTmpdirIsTreatedAsUnset) {
+  TempDir dir;
+  testutil::write_file(dir.file("f.npy"), testutil::npy_file(">i4", true, "(3, 2)",
+                                                             testutil::element_bytes(std::vector<int32_t>{0, 2, 4, 1, 3, 5}, true)));
+  const ScopedEnv empty("TMPDIR", "");
+  const PackSources sources = PackSources::from_arrays(std::vector<std::string>{"f=" + dir.file("f.npy")});
+  EXPECT_TRUE(sources.record(1)[0].equal(tensor(std::vector<int32_t>{2, 3})));
 }
 
 // verify --against matched fields by position: the right fields in another order, or some of
