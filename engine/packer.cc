@@ -225,7 +225,7 @@ namespace {
 // `folders_seen` (device, inode) spans every class, so a link from one class to another
 // is caught as well.
 std::vector<std::string> files_under(const fs::path& class_dir, std::set<std::pair<dev_t, ino_t>>& folders_seen,
-                                     std::vector<std::pair<uint64_t, uint64_t>>& linked_files) {
+                                     std::vector<std::pair<uint64_t, uint64_t>>& linked_files, int64_t& hidden) {
   std::vector<std::string> files;
   const auto note_folder = [&](const fs::path& folder) {
     struct stat st {};
@@ -246,6 +246,7 @@ std::vector<std::string> files_under(const fs::path& class_dir, std::set<std::pa
     std::error_code kind_error;  // not found: a dangling link, reported as such below
     const bool is_folder = entry.is_directory(kind_error);
     if (entry.path().filename().string().starts_with(".")) {
+      ++hidden;
       if (is_folder) it.disable_recursion_pending();
     } else if (kind_error && kind_error != std::errc::no_such_file_or_directory) {
       throw IoError(str(entry.path().string(), ": cannot tell what it is: ", kind_error.message()), kind_error.value());
@@ -281,7 +282,10 @@ PackSources PackSources::from_folder(const std::string& dir) {
   try {
     for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
       std::string leaf = entry.path().filename().string();
-      if (leaf.starts_with(".")) continue;
+      if (leaf.starts_with(".")) {
+        ++out.hidden_skipped_;
+        continue;
+      }
       if (entry.is_directory()) {
         classes.push_back(leaf);
         continue;
@@ -296,7 +300,8 @@ PackSources PackSources::from_folder(const std::string& dir) {
                 ": the class folder's name is not valid UTF-8 (byte ", invalid, "); rename it");
     }
     for (size_t label = 0; label < classes.size(); ++label) {
-      std::vector<std::string> files = files_under(fs::path(dir) / classes[label], folders_seen, out.linked_input_files_);
+      std::vector<std::string> files = files_under(fs::path(dir) / classes[label], folders_seen, out.linked_input_files_,
+                                                     out.hidden_skipped_);
       std::sort(files.begin(), files.end());
       for (std::string& f : files) {
         out.total_bytes_ += static_cast<int64_t>(fs::file_size(f)) + 8;

@@ -509,6 +509,25 @@ TEST_F(MmtCli, VerifyComparesByNameAndRefusesAnEmptySource) {
                     "record 0, field 'data' differs from its source " + path("f1/cat/a.jpg") + " at byte 3 of the value");
 }
 
+// Hidden files and folders under --folder were skipped without a word; --help says so now, and
+// the summary counts them.
+TEST_F(MmtCli, PackSaysHowManyHiddenEntriesItSkipped) {
+  EXPECT_NE(run_mmt({"pack", "--help"}).out.find("Hidden files and folders (names starting with '.', such as"),
+            std::string::npos);
+  fs::create_directories(path("imgs/cat/.ipynb_checkpoints"));
+  testutil::write_file(path("imgs/cat/a.jpg"), testutil::to_bytes("meow"));
+  testutil::write_file(path("imgs/cat/.DS_Store"), testutil::to_bytes("x"));
+  testutil::write_file(path("imgs/cat/.ipynb_checkpoints/a.jpg"), testutil::to_bytes("stale"));
+  const RunResult r = run_mmt({"pack", path("f.mmt"), "--folder", path("imgs")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("  skipped 2 hidden files or folders (names starting with '.') under " + path("imgs")),
+            std::string::npos) << r.out;
+  fs::remove_all(path("imgs/cat/.ipynb_checkpoints"));
+  fs::remove(path("imgs/cat/.DS_Store"));
+  const RunResult clean = run_mmt({"pack", path("g.mmt"), "--folder", path("imgs")});
+  EXPECT_EQ(clean.out.find("hidden"), std::string::npos) << clean.out;
+}
+
 TEST_F(MmtCli, VerifyFindsACorruptChunk) {
   save("a.npy", records(kInt64, 2000, {16}));
   ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy"), "--chunk-bytes", "64K"}).exit_code, 0);

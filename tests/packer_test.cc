@@ -159,6 +159,19 @@ TEST(PackerTest, AnEmptyTmpdirIsTreatedAsUnset) {
   EXPECT_TRUE(sources.record(1)[0].equal(tensor(std::vector<int32_t>{2, 3})));
 }
 
+// Hidden files and folders are skipped under a class folder, and counted, so the pack summary
+// can say how many.
+TEST(PackerTest, HiddenEntriesOfAClassFolderAreCounted) {
+  TempDir dir;
+  const fs::path root = dir.path() / "photos";
+  write_text(root / "cat" / "a.jpg", "a");
+  write_text(root / "cat" / ".DS_Store", "x");
+  write_text(root / "cat" / ".ipynb_checkpoints" / "a-checkpoint.jpg", "stale");  // one, with what is under it
+  write_text(root / ".git" / "HEAD", "ref");
+  EXPECT_EQ(PackSources::from_folder(root.string()).hidden_skipped(), 3);
+  EXPECT_EQ(PackSources().hidden_skipped(), 0);
+}
+
 // verify --against matched fields by position: the right fields in another order, or some of
 // them, were "schema differs" with two lists that looked alike. By name now; a subset is
 // compared as given; a field the dataset lacks, or of another dtype or shape, is named.

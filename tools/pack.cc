@@ -124,6 +124,11 @@ void run_pack(const PackArgs& args) {
             << human_bytes(stats.bytes_out) << ", ratio " << ratio_text << ", "
             << human_bytes(rate) << "/s, " << stats.chunks << " chunks, codec "
             << codec.str() << "\n";
+  if (sources.hidden_skipped() > 0)
+    std::cout << "  skipped " << sources.hidden_skipped() << " hidden file"
+              << (sources.hidden_skipped() == 1 ? "" : "s") << " or folder"
+              << (sources.hidden_skipped() == 1 ? "" : "s") << " (names starting with '.') under "
+              << printable(args.folder) << "\n";
 }
 
 }  // namespace
@@ -148,7 +153,9 @@ void add_pack_command(CLI::App& app) {
       "  PATH.npz        one field per array in the archive\n"
       "  NAME=PATH       an IDX file, gzip-compressed or not (MNIST's *-idx3-ubyte.gz)\n"
       "  --folder DIR    one record per file: its bytes ('data') and the index of its\n"
-      "                  class subfolder ('label'); class names go to the metadata\n"
+      "                  class subfolder ('label'); class names go to the metadata.\n"
+      "                  Hidden files and folders (names starting with '.', such as\n"
+      "                  .DS_Store) are skipped; the summary says how many\n"
       "Arrays are read where they lie or converted a batch of records at a time; a\n"
       "gzipped IDX file, or one of multi-byte values, is read into memory whole. A\n"
       "Fortran-order array that is compressed, big-endian or unaligned is converted once\n"

@@ -60,8 +60,9 @@ class PackSources {
  public:
   // Arrays given as "NAME=PATH" or "PATH.npz" specs (see above).
   static PackSources from_arrays(std::span<const std::string> specs);
-  // A class folder; files whose names start with '.' are skipped, and a file directly in
-  // DIR (not in a class folder) is refused.
+  // A class folder; files and folders whose names start with '.' (".DS_Store",
+  // ".ipynb_checkpoints") are skipped, folders with everything under them, and a file
+  // directly in DIR (not in a class folder) is refused.
   static PackSources from_folder(const std::string& dir);
 
   int64_t records() const { return records_; }
@@ -69,6 +70,8 @@ class PackSources {
   const Metadata& metadata() const { return metadata_; }
   // Bytes of all record values, for progress and throughput figures.
   int64_t total_bytes() const { return total_bytes_; }
+  // Hidden files and folders from_folder() skipped (a skipped folder counts once); 0 for arrays.
+  int64_t hidden_skipped() const { return hidden_skipped_; }
   // Where each field comes from, in schema order: the input as given
   // ("images=train-images-idx3-ubyte.gz"), "PATH.npz:NAME.npy" for an .npz member (its name
   // escaped), "data=DIR" and "label=DIR (class folders)" for a folder.
@@ -96,6 +99,7 @@ class PackSources {
  private:
   int64_t records_ = 0;
   int64_t total_bytes_ = 0;
+  int64_t hidden_skipped_ = 0;
   Schema schema_;
   Metadata metadata_;
   std::vector<std::string> origins_;
