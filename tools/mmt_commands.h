@@ -33,6 +33,11 @@ void add_get_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 
+// Said by a subcommand once its output file stands ("out.mmt was written and is complete"):
+// a later failure to write standard output (a full disk, a closed pipe) is reported with it,
+// so a user whose script sees the failure knows the work was not lost.
+void note_published(std::string what);
+
 // "1.5 MB", "47.0 MB", "3.2 GB" (decimal units, as disk sizes are quoted).
 std::string human_bytes(double bytes);
 // "0.42 s", "1 min 05 s".

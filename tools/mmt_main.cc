@@ -6,10 +6,20 @@
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mmt_commands.h"
 #include "mmtensor/mmtensor.h"
+
+namespace mmt::tool {
+namespace {
+std::string g_published;  // note_published's text
+}  // namespace
+
+void note_published(std::string what) { g_published = std::move(what); }
+
+}  // namespace mmt::tool
 
 namespace {
 
@@ -77,8 +87,10 @@ int check_standard_output(int status) {
   const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) || std::cout.fail();
   if (!failed) return status;
   const int err = errno;
-  std::cerr << "mmt: cannot write to standard output" << (err ? ": " : "") << (err ? std::strerror(err) : "")
-            << "\n";
+  std::cerr << "mmt: cannot write to standard output" << (err ? ": " : "") << (err ? std::strerror(err) : "");
+  if (!mmt::tool::g_published.empty())
+    std::cerr << " (" << mmt::tool::printable(mmt::tool::g_published) << ")";
+  std::cerr << "\n";
   return status != 0 ? status : mmt::tool::kExitError;
 }
 

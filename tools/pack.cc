@@ -113,7 +113,10 @@ void run_pack(const PackArgs& args) {
     }
   }
   bar.finish();
+  // From here on the dataset stands: a summary that cannot be printed says so.
+  note_published(detail::str(args.output, " was written and is complete"));
   if (args.quiet) return;
+  std::signal(SIGPIPE, SIG_IGN);  // `mmt pack ... | head -0`: EPIPE, reported with that note, not a silent death
   double ratio = stats.bytes_out > 0 ? static_cast<double>(stats.bytes_in) / stats.bytes_out : 0;
   double rate = stats.seconds > 0 ? stats.bytes_in / stats.seconds : 0;
   char ratio_text[32];
