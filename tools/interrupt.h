@@ -51,13 +51,13 @@ class StopSignals {
   std::array<struct sigaction, kSignals.size()> old_{};
 };
 
-// Ends `command` ("mmt get") after an interruption: says on stderr what was not written
-// ("mmt get: interrupted: out.npy was not written") and throws ExitStatus with 128 + the
-// signal's number, as shells report a process a signal stopped.
 // "out.npy was not written", "a.npy and b.npy were not written", then "; the file already
 // there was left as it was" when one is there: what an interrupted write left at its outputs.
 std::string not_written(const std::vector<std::string>& paths);
 
+// Ends `command` ("mmt get") after an interruption: says on stderr what was not written
+// ("mmt get: interrupted: out.npy was not written") and throws ExitStatus with 128 + the
+// signal's number, as shells report a process a signal stopped.
 [[noreturn]] void exit_interrupted(const std::string& command, int signal_number, const std::string& what);
 
 }  // namespace mmt::tool
