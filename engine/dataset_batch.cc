@@ -62,8 +62,8 @@ FieldCopy plan_field_copy(const Dataset::Impl& d, std::string_view field, const 
   const size_t f = d.schema->index_of(field);
   const FieldPlan& plan = d.plans[f];
   MMT_CHECK(plan.fixed, ValueError, "get_batch: field '", field, "' is ragged (shape ", (*d.schema)[f].shape,
-            "); only fixed-shape fields can be batched; read ragged values with ragged_column() (a range), "
-            "get() (one record) or a Loader (batches)");
+            "); only fixed-shape fields can be batched here; gather ragged values with get_ragged_batch(), "
+            "or read a range with ragged_column()");
   MMT_CHECK(out.defined(), ValueError, "get_batch: the output tensor for field '", field, "' is undefined");
   MMT_CHECK(!out.is_cuda(), ValueError, "get_batch: the output must be host memory (ordinary or pinned), "
             "got a tensor on ", out.device().str(), "; gather on the host, then copy with .to(device)");
@@ -568,42 +568,6 @@ void Dataset::get_batch(std::span<const int64_t> indices, std::span<const std::s
   for (size_t k = 0; k < fields.size(); ++k)
     copies.push_back(plan_field_copy(d, fields[k], outs[k], static_cast<int64_t>(indices.size())));
   gather_reading_ahead(d, indices, copies, threads);
-}
-
-RaggedBatch Dataset::get_ragged_batch(std::span<const int64_t> indices, std::string_view field) const {
-  const Impl& d = checked_impl(impl_);
-  const Field& spec = (*d.schema)[d.schema->index_of(field)];
-  MMT_CHECK(!spec.is_fixed(), ValueError, "get_ragged_batch: field '", field, "' has a fixed shape ", spec.shape,
-            "; gather it with get_batch()");
-  check_indices(d, indices);
-  const int64_t batch = static_cast<int64_t>(indices.size());
-  const auto ndim = static_cast<int64_t>(spec.shape.size());
-  RaggedBatch out;
-  out.offsets = empty({batch + 1}, kInt64);
-  out.shapes = empty({batch, ndim}, kInt64);
-  int64_t* offsets = out.offsets.mutable_data_ptr<int64_t>();
-  int64_t* shapes = out.shapes.mutable_data_ptr<int64_t>();
-  // Two passes, sizes then values, so that no more than one record's chunk is held at a time
-  // (a view keeps its decoded chunk alive: B views could hold B chunks). The second pass
-  // finds what the first did, or the file changed under the reader.
-  int64_t total = 0;
-  for (int64_t b = 0; b < batch; ++b) {
-    const Tensor value = get(indices[b], field);
-    offsets[b] = total;
-    for (int64_t k = 0; k < ndim; ++k) shapes[b * ndim + k] = value.size(k);
-    MMT_CHECK(format::checked_add(total, value.numel(), &total), FormatError, d.path, ": get_ragged_batch: field '",
-              field, "' of ", batch, " records holds more than 2^63 elements");
-  }
-  offsets[batch] = total;
-  out.values = empty({total}, spec.dtype);
-  for (int64_t b = 0; b < batch; ++b) {
-    const Tensor value = get(indices[b], field);
-    const int64_t numel = offsets[b + 1] - offsets[b];
-    MMT_CHECK(value.numel() == numel, FormatError, d.path, ": get_ragged_batch: record ", indices[b], " of field '",
-              field, "' holds ", value.numel(), " elements, ", numel, " a moment ago: was the file changed?");
-    if (numel > 0) out.values.narrow(0, offsets[b], numel).view(value.sizes()).copy_(value);
-  }
-  return out;
 }
 
 Tensor Dataset::get_batch(std::span<const int64_t> indices, std::string_view field, int threads) const {

@@ -274,6 +274,12 @@ TEST_P(TruncatedUnderReader, EngineReadsFailWithIoErrorAndTheHandleSurvives) {
     // an uncompressed chunk, so that read must be guarded too.
     if (GetParam().ragged && std::string(GetParam().codec) == "none")
       EXPECT_TRUNCATION_ERROR(ds.get(kRecords - 1, "tokens"), copy);
+    // The ragged copies read values out of the mapping (or decode chunks from it) under the
+    // guard as well.
+    if (GetParam().ragged) {
+      EXPECT_TRUNCATION_ERROR(ds.get_ragged_batch(indices, "tokens"), copy);
+      EXPECT_TRUNCATION_ERROR(ds.ragged_column("tokens", 0, kRecords), copy);
+    }
     // prefetch reads the chunk table, and where a ragged value lies, from the file: guarded
     // too. Over one contiguous column it reads nothing (pages past the end are only hinted).
     if (GetParam().ragged || std::string(GetParam().codec) != "none") EXPECT_TRUNCATION_ERROR(ds.prefetch(indices), copy);
