@@ -1,6 +1,7 @@
 #include "mmtensor/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <numeric>
 
 #include "checksum.h"
@@ -28,24 +29,25 @@ uint64_t derive_key(uint64_t a, uint64_t b) { return mix64(a + 0x9e3779b97f4a7c1
 // of one part to the other, modulo its size. Two choices make its permutations as good as a
 // uniform shuffle's by every statistic we measured (bench/RESULTS.md, "Random orders"):
 //   - Addition, not XOR: XOR with a constant is an even permutation of a part of >= 2 bits,
-//     so a XOR network only ever makes even permutations (half of all orders never occur).
-//     Adding an odd constant is an odd permutation of a part of any size.
+//     so a XOR network only ever makes even permutations of its domain (when n is the
+//     domain's size, half of all orders never occur; cycle walking into a smaller n mixes
+//     parities only a little: 37 odd orders in 2000 at n = 1000). Adding an odd constant is
+//     an odd permutation of a part of any size.
 //   - More rounds when the parts are small: over a few bits a round's hash is a random
 //     function of a tiny domain, far from a random permutation, and 6 rounds left records
 //     of a 5-record epoch 8% more likely in some places than others.
+// Round r hashes with key + (r + 1) * golden ratio, splitmix64's stream: nothing to derive or
+// store per round, so a permutation is a few words and free to make (quasi-random makes one
+// per position, for the window the position falls in).
 class KeyedPermutation {
  public:
-  static constexpr int kMaxRounds = 16;
-
-  KeyedPermutation(uint64_t n, uint64_t key) : n_(n) {
-    int bits = 2;
-    while (bits < 64 && (uint64_t{1} << bits) < n) ++bits;
+  KeyedPermutation(uint64_t n, uint64_t key) : n_(n), key_(key) {
+    const int bits = std::max(2, static_cast<int>(std::bit_width(n - (n > 0))));  // 2^bits >= n
     high_bits_ = bits / 2;
     low_bits_ = bits - high_bits_;
     high_mask_ = (uint64_t{1} << high_bits_) - 1;
     low_mask_ = (uint64_t{1} << low_bits_) - 1;
-    rounds_ = high_bits_ >= 4 ? 6 : high_bits_ == 3 ? 10 : kMaxRounds;  // measured, see above
-    for (int r = 0; r < rounds_; ++r) round_keys_[r] = derive_key(key, static_cast<uint64_t>(r));
+    rounds_ = high_bits_ >= 4 ? 6 : high_bits_ == 3 ? 10 : 16;  // measured, see above
   }
 
   uint64_t operator()(uint64_t x) const {
@@ -58,19 +60,24 @@ class KeyedPermutation {
   }
 
  private:
+  static constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+
   uint64_t encrypt(uint64_t x) const {
     uint64_t high = x >> low_bits_, low = x & low_mask_;
+    uint64_t round_key = key_;
     for (int r = 0; r < rounds_; r += 2) {  // rounds_ is even
-      high = (high + mix64(low ^ round_keys_[r])) & high_mask_;
-      low = (low + mix64(high ^ round_keys_[r + 1])) & low_mask_;
+      round_key += kGolden;
+      high = (high + mix64(low ^ round_key)) & high_mask_;
+      round_key += kGolden;
+      low = (low + mix64(high ^ round_key)) & low_mask_;
     }
     return (high << low_bits_) | low;
   }
 
   uint64_t n_;
-  int high_bits_ = 1, low_bits_ = 1, rounds_ = kMaxRounds;
+  uint64_t key_;
+  int high_bits_ = 1, low_bits_ = 1, rounds_ = 16;
   uint64_t high_mask_ = 1, low_mask_ = 1;
-  uint64_t round_keys_[kMaxRounds] = {};
 };
 
 }  // namespace
@@ -106,10 +113,8 @@ struct EpochOrder::Tables {
   std::vector<int64_t> slot_chunk;
   std::vector<int64_t> slot_first_position;  // slots + 1 entries
   // QuasiRandom, per window of window_chunks slots: the records before it (windows + 1
-  // entries: searched instead of every slot's), and the shuffle of its records (its round
-  // keys derived once, not per position).
+  // entries: searched instead of every slot's).
   std::vector<int64_t> window_first_position;
-  std::vector<KeyedPermutation> window_order;
 };
 
 Sampler Sampler::create(int64_t num_records, SamplerOptions options,
@@ -184,14 +189,7 @@ EpochOrder Sampler::epoch(int64_t epoch) const {
     const int64_t window = layout_->options.window_chunks;
     const int64_t windows = chunks / window + (chunks % window != 0);
     tables->window_first_position.resize(static_cast<size_t>(windows) + 1);
-    tables->window_order.reserve(static_cast<size_t>(windows));
-    for (int64_t w = 0; w < windows; ++w) {
-      const int64_t begin = tables->slot_first_position[w * window];
-      const int64_t end = tables->slot_first_position[std::min(chunks, (w + 1) * window)];
-      tables->window_first_position[w] = begin;
-      tables->window_order.emplace_back(static_cast<uint64_t>(end - begin),
-                                        derive_key(tables->epoch_key, static_cast<uint64_t>(w)));
-    }
+    for (int64_t w = 0; w < windows; ++w) tables->window_first_position[w] = tables->slot_first_position[w * window];
     tables->window_first_position[windows] = position;
   }
   return EpochOrder(std::move(tables), epoch);
@@ -218,8 +216,9 @@ int64_t EpochOrder::operator[](int64_t position) const {
       static_cast<int64_t>(std::upper_bound(window_first.begin(), window_first.end(), position) -
                            window_first.begin()) - 1;
   const int64_t base = window_first[window_index];
-  const int64_t target =
-      base + static_cast<int64_t>(tables_->window_order[window_index](static_cast<uint64_t>(position - base)));
+  const KeyedPermutation within(static_cast<uint64_t>(window_first[window_index + 1] - base),
+                                derive_key(tables_->epoch_key, static_cast<uint64_t>(window_index)));
+  const int64_t target = base + static_cast<int64_t>(within(static_cast<uint64_t>(position - base)));
   const auto& first = tables_->slot_first_position;
   const int64_t slots = static_cast<int64_t>(tables_->slot_chunk.size());
   const int64_t window = layout.options.window_chunks;

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "mmtensor/error.h"
+#include "mmtensor/loader.h"
 
 namespace mmt {
 namespace {
@@ -52,6 +53,45 @@ TEST(Sampler, RandomIsAPermutationForEverySize) {
     Sampler sampler = Sampler::create(n, kind_options(SamplerKind::Random, 42));
     for (int64_t epoch = 0; epoch < 3; ++epoch)
       EXPECT_TRUE(is_permutation_of_range(sampler.epoch(epoch).to_vector(), n)) << "n=" << n;
+  }
+}
+
+// The orders a checkpoint's positions refer to. A LoaderState of version 2 resumes by
+// position in these orders, so they must not change while the version stays: changing them
+// means bumping LoaderState::kVersion and refusing the old version's mid-epoch states, as
+// loader_state.cc does for version 1.
+TEST(Sampler, TheOrdersOfLoaderStateVersion2AreFixed) {
+  static_assert(LoaderState::kVersion == 2, "new orders: update these values with the version");
+  const auto first_five = [](const EpochOrder& order) {
+    std::vector<int64_t> out;
+    for (int64_t p = 0; p < 5; ++p) out.push_back(order[p]);
+    return out;
+  };
+  const auto random = [](int64_t n) { return Sampler::create(n, kind_options(SamplerKind::Random, 7)).epoch(3); };
+  EXPECT_EQ(first_five(random(5)), (std::vector<int64_t>{0, 3, 4, 2, 1}));
+  EXPECT_EQ(first_five(random(1000)), (std::vector<int64_t>{479, 293, 257, 983, 18}));
+  EXPECT_EQ(first_five(random(int64_t{1} << 40)),
+            (std::vector<int64_t>{460956584137, 157228309304, 976293090901, 340598837911, 212704659647}));
+  SamplerOptions options = kind_options(SamplerKind::QuasiRandom, 5);
+  options.window_chunks = 2;
+  const EpochOrder quasi = Sampler::create(56, options, {5, 0, 17, 1, 0, 33}).epoch(1);
+  std::vector<int64_t> first_twelve;
+  for (int64_t p = 0; p < 12; ++p) first_twelve.push_back(quasi[p]);
+  EXPECT_EQ(first_twelve, (std::vector<int64_t>{1, 0, 2, 3, 4, 20, 22, 16, 13, 17, 18, 7}));
+}
+
+// Far past what a test can enumerate: positions still map into [0, n), distinct.
+TEST(Sampler, RandomOrdersOfHugeEpochsStayInRange) {
+  for (int64_t n : {int64_t{1} << 62, (int64_t{1} << 62) + 1, INT64_MAX - 2}) {
+    const EpochOrder order = Sampler::create(n, kind_options(SamplerKind::Random, 3)).epoch(0);
+    std::set<int64_t> seen;
+    for (int64_t p : {int64_t{0}, int64_t{1}, n / 2, n - 2, n - 1}) {
+      const int64_t record = order[p];
+      EXPECT_GE(record, 0) << n;
+      EXPECT_LT(record, n) << n;
+      seen.insert(record);
+    }
+    EXPECT_EQ(seen.size(), 5u) << n;
   }
 }
 

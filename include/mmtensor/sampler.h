@@ -5,7 +5,7 @@
 // timing, batch size or world size. Orders are computed, not stored: EpochOrder maps a
 // position to a record in O(1) (random) or O(log chunks) (quasi-random), so a sampler's
 // memory does not grow with the number of records (quasi-random keeps three int64 per chunk
-// and about 200 bytes per window of chunks).
+// and one per window of chunks).
 //
 // Kinds:
 //   - Sequential: 0, 1, ..., N-1.
