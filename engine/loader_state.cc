@@ -15,7 +15,8 @@ namespace {
 
 using detail::hex64;
 
-// The value of `entry`, a string written by hex64().
+// The value at `it` (the entry `key`): "0x" and 16 hex digits, as hex64() writes it (upper
+// case digits are read too).
 uint64_t parse_hex64(const nlohmann::json::const_iterator& it, const char* key) {
   const std::string hex = it->is_string() ? it->get<std::string>() : std::string();
   uint64_t value = 0;
@@ -99,9 +100,11 @@ LoaderState LoaderState::parse(std::string_view text) {
     // A hex string, as chunk_layout: readers that hold JSON numbers as doubles keep it exact.
     state.seed = parse_hex64(seed, "seed");
   } else {
-    MMT_CHECK(seed->is_number_unsigned(), ValueError,
-              "LoaderState: entry 'seed' must be an integer in [0, 2^64), got ", seed->dump());
-    state.seed = seed->get<uint64_t>();
+    // Version 1 wrote a JSON number; readers in other languages may have stored it signed
+    // (2^64 - 1 as -1), and version-1 builds read it back that way, so this one does too.
+    MMT_CHECK(seed->is_number_integer(), ValueError, "LoaderState: entry 'seed' must be an integer, got ",
+              seed->dump());
+    state.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
   }
   // Absent in states written before it existed, and for orders that do not depend on the
   // chunks: read as 0, "not recorded".
@@ -122,7 +125,8 @@ LoaderState LoaderState::parse(std::string_view text) {
   // Version 2 changed the random and quasi-random orders (uniform shuffles, sampler.h). A
   // version-1 state in the middle of such an epoch counts positions of an order this build
   // no longer makes: resuming by it would repeat some records and skip others. At an epoch's
-  // start or end it counts none, and resumes as well as ever.
+  // start it counts none, and resumes as well as ever. (A Loader writes an epoch's end as the
+  // next epoch's start; consumed == records comes from hand-made states, and is as safe.)
   const bool mid_epoch = state.consumed > 0 && state.consumed < state.records;
   MMT_CHECK(version == kVersion || state.sampler == SamplerKind::Sequential || !mid_epoch, ValueError,
             "LoaderState: this version-1 state stands in the middle of a ", kind, " epoch (consumed=",

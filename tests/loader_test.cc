@@ -543,8 +543,10 @@ TEST(LoaderState, AVersion1StateResumesWhereItsOrderIsUnchanged) {
   EXPECT_THROW_WITH(LoaderState::parse(R"({"version":1,"sampler":"random","seed":7,"window_chunks":0,"records":5,"epoch":3,"consumed":2})"),
                     ValueError, "Start the epoch over");
   EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"quasi_random","seed":7,"window_chunks":2,"records":5,"epoch":3,"consumed":4})"), ValueError);
-  // A negative seed (a reader that held it signed) is refused, not wrapped to 2^64 - 1.
-  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"sequential","seed":-1,"window_chunks":0,"records":5,"epoch":3,"consumed":2})"), ValueError);
+  // A negative version-1 seed is one a reader held signed: read back as version-1 builds did.
+  EXPECT_EQ(LoaderState::parse(R"({"version":1,"sampler":"sequential","seed":-1,"window_chunks":0,"records":5,"epoch":3,"consumed":2})").seed,
+            18446744073709551615ULL);
+  EXPECT_THROW(LoaderState::parse(R"({"version":1,"sampler":"sequential","seed":"7","window_chunks":0,"records":5,"epoch":3,"consumed":2})"), ValueError);
 }
 
 TEST_F(LoaderTest, RejectsBadOptions) {
