@@ -76,8 +76,8 @@ FieldCopy plan_field_copy(const Dataset::Impl& d, std::string_view field, const 
   // As copy_(): rows written to one place would leave a batch that depends on thread timing.
   MMT_CHECK(detail::is_provably_non_overlapping(out.sizes(), out.strides()), ValueError,
             "get_batch: the output tensor for field '", field, "' has elements that may share memory (strides ",
-            out.strides(), " for shape ", out.sizes(), "): more than one element of the written-to tensor "
-            "would refer to a single memory location. Please clone() the tensor first");
+            out.strides(), " for shape ", out.sizes(), ": they cannot be shown disjoint); clone() it, or pass a "
+            "contiguous tensor");
   FieldCopy copy;
   copy.field = f;
   copy.plan = &plan;

@@ -220,8 +220,9 @@ class Dataset {
   // field's dtype on the host (ordinary or pinned; any strides, contiguous is fastest), using
   // up to `threads` threads (>= 1; the calling thread counts as one). Indices may be negative,
   // counting from the end as in get(). An output whose elements may share memory (expanded,
-  // say) is refused with ValueError, as copy_() refuses it; with several fields, the outputs
-  // must not share elements either. From a cold file, the batch's pages are first hinted to
+  // say) is refused with ValueError: strides that cannot be shown disjoint are refused, a
+  // stricter test than copy_()'s (clone() such an output, or pass a contiguous one). With
+  // several fields, the outputs must not share elements either; that is not checked. From a cold file, the batch's pages are first hinted to
   // the kernel as ReaderOptions::read_ahead says.
   void get_batch(std::span<const int64_t> indices, std::string_view field, const Tensor& out,
                  int threads = 1) const;
