@@ -1,5 +1,7 @@
 #include "interrupt.h"
 
+#include <array>
+#include <csignal>
 #include <filesystem>
 #include <iostream>
 
@@ -8,13 +10,21 @@
 namespace mmt::tool {
 namespace {
 
+// Touched by the signal handler: lock-free atomics, which are async-signal-safe.
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
 std::atomic<bool> g_interrupted{false};
 std::atomic<int> g_stop_signal{0};  // the first signal that asked to stop
+// Which of StopSignals::kSignals the handler is installed for (set before installing it).
+std::array<std::atomic<bool>, StopSignals::kSignals.size()> g_caught{};
 
 extern "C" void on_stop_signal(int signal_number) {
   int none = 0;
   g_stop_signal.compare_exchange_strong(none, signal_number);
   g_interrupted.store(true);
+  // A second stop signal of any kind kills at once (SA_RESETHAND resets only this one):
+  // signal() is async-signal-safe.
+  for (size_t i = 0; i < StopSignals::kSignals.size(); ++i)
+    if (g_caught[i].load()) std::signal(StopSignals::kSignals[i], SIG_DFL);
 }
 
 }  // namespace
@@ -23,18 +33,24 @@ Interrupted::Interrupted(int signal_number)
     : Error(detail::str("interrupted by signal ", signal_number)), signal_number_(signal_number) {}
 
 StopSignals::StopSignals() {
+  g_interrupted.store(false);  // a new write starts uninterrupted
+  g_stop_signal.store(0);
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   action.sa_flags = SA_RESETHAND;
   sigemptyset(&action.sa_mask);
   for (size_t i = 0; i < kSignals.size(); ++i) {
     sigaction(kSignals[i], nullptr, &old_[i]);
-    if (old_[i].sa_handler != SIG_IGN) sigaction(kSignals[i], &action, nullptr);
+    g_caught[i].store(old_[i].sa_handler != SIG_IGN);
+    if (g_caught[i].load()) sigaction(kSignals[i], &action, nullptr);
   }
 }
 
 StopSignals::~StopSignals() {
-  for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &old_[i], nullptr);
+  for (size_t i = 0; i < kSignals.size(); ++i) {
+    sigaction(kSignals[i], &old_[i], nullptr);
+    g_caught[i].store(false);
+  }
 }
 
 const std::atomic<bool>& StopSignals::flag() { return g_interrupted; }

@@ -4,7 +4,7 @@
 // INT (Ctrl-C), TERM, HUP (the terminal or ssh connection went away) and QUIT set a flag
 // that the writing code checks between its steps; the step that sees it throws Interrupted,
 // and the write cleans up as after any failure: its temporaries are removed and the output
-// paths keep what they had. A second such signal kills at once (SA_RESETHAND): the outputs
+// paths keep what they had. A second such signal, of any of the four, kills at once: the outputs
 // are untouched then too, only a temporary may remain (the next writer of its target removes
 // it). A signal the parent set to be ignored (nohup, a background job) stays ignored: the user
 // asked for the command to survive it.
@@ -34,6 +34,8 @@ class Interrupted : public Error {
 // was there before.
 class StopSignals {
  public:
+  static constexpr std::array<int, 4> kSignals{SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
   StopSignals();
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
@@ -47,7 +49,6 @@ class StopSignals {
   static void check();
 
  private:
-  static constexpr std::array<int, 4> kSignals{SIGINT, SIGTERM, SIGHUP, SIGQUIT};
   std::array<struct sigaction, kSignals.size()> old_{};
 };
 
