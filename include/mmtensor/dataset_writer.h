@@ -96,8 +96,9 @@ class DatasetWriter {
   // finish() it does nothing (the published file stays).
   void abort() noexcept;
   // After finish(), abort(), or a failure past validation (a full disk, say), append,
-  // append_batch, set_metadata and finish throw ValueError ("... is finished; create a new
-  // one"); the writer is then only good for size(), schema(), path() and stats().
+  // append_batch, set_metadata and finish throw ValueError saying that the writer is
+  // finished, or aborted and why; the writer is then only good for size(), schema(), path()
+  // and stats().
 
   struct Impl;
 
