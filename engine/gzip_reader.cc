@@ -1,5 +1,7 @@
 #include "gzip_reader.h"
 
+#include <new>
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -63,7 +65,7 @@ size_t GzipReader::read(std::byte* dst, size_t n) {
     if (rc == Z_BUF_ERROR && zs.avail_in == 0 && input_pos_ == input_.size())
       throw FormatError(str(what_, ": the gzip stream is truncated (it ends after ",
                             position_ + static_cast<int64_t>(produced), " decompressed bytes)"));
-    if (rc == Z_MEM_ERROR) throw Error(str(what_, ": out of memory while decompressing gzip data"));
+    if (rc == Z_MEM_ERROR) throw std::bad_alloc();  // as every other allocation failure
     if (rc != Z_OK && rc != Z_BUF_ERROR)  // zlib's reason, never its bare return code ("-3")
       throw FormatError(str(what_, ": corrupt gzip data (", zs.msg ? zs.msg : "zlib gives no reason", ")"));
   }

@@ -48,8 +48,8 @@ void refuse_compressed_input(const std::string& path, const char* magic, size_t 
       const detail::InputFile file = detail::map_input_file(path);
       detail::GzipReader gz(file.bytes, path);
       inner_got = gz.read(reinterpret_cast<std::byte*>(inner), sizeof inner);
-    } catch (const Error&) {
-      return;  // a corrupt stream: the IDX reader says so
+    } catch (const FormatError&) {
+      return;  // a corrupt stream: the IDX reader says so (an I/O error, or no memory, is thrown as it is)
     }
     MMT_CHECK(!is_npy_or_npz(inner, inner_got), FormatError, path, ": a gzip-compressed .npy/.npz is not supported ",
               "(only IDX files may be gzipped); decompress it first (gunzip)");

@@ -116,11 +116,17 @@ TEST(PackerTest, AnArrayNameThatCannotBeAFieldNameNamesItsSource) {
 TEST(PackerTest, TheHintForAMissingFieldNameAddsOnlyTheName) {
   TempDir dir;
   save_npy(dir.file("a.npy"), arange(4));
-  const fs::path was = fs::current_path();
-  fs::current_path(dir.path());
-  const std::string message = error_of([] { PackSources::from_arrays(std::vector<std::string>{"=a.npy"}); });
-  const std::string empty = error_of([] { PackSources::from_arrays(std::vector<std::string>{""}); });
-  fs::current_path(was);
+  std::string message, empty;
+  {
+    // Back to where the test binary was, whatever happens: later tests use relative paths too.
+    struct WorkingDirectory {
+      fs::path was = fs::current_path();
+      ~WorkingDirectory() { fs::current_path(was); }
+    } restore;
+    fs::current_path(dir.path());
+    message = error_of([] { PackSources::from_arrays(std::vector<std::string>{"=a.npy"}); });
+    empty = error_of([] { PackSources::from_arrays(std::vector<std::string>{""}); });
+  }
   EXPECT_NE(message.find("input '=a.npy' needs a field name: write NAME=a.npy"), std::string::npos) << message;
   EXPECT_NE(empty.find("an input is empty"), std::string::npos) << empty;  // not "has no path after '='"
 }

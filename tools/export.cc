@@ -128,6 +128,8 @@ void run_export(const ExportArgs& args) {
       written << printable(paths[k]) << "  " << to_string(column.dtype()) << " " << column.sizes() << "\n";
     }
     files.publish();
+    note_published(paths.size() == 1 ? detail::str(paths[0], " was written and is complete")
+                                     : detail::str("the ", paths.size(), " files were written and are complete"));
   } catch (const Interrupted& e) {
     std::string what = not_written(paths);
     if (remove_made_folders(made_folders))

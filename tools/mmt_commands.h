@@ -78,6 +78,8 @@ template <typename Int>
 CLI::Option* add_integer_option(CLI::App* cmd, const std::string& name, Int& target, const std::string& help,
                                 Int min = std::numeric_limits<Int>::min(), Int max = std::numeric_limits<Int>::max()) {
   const std::string flag = name;
+  if constexpr (std::is_unsigned_v<Int>)  // parse_uint64 takes no lower bound
+    MMT_CHECK(min == 0, ValueError, "add_integer_option(", name, "): an unsigned option's minimum must be 0");
   CLI::Option* option = cmd->add_option_function<std::string>(
       name,
       [&target, flag, min, max](const std::string& text) {
