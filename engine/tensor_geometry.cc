@@ -90,17 +90,28 @@ bool is_non_overlapping_and_dense(IntArrayRef sizes, IntArrayRef strides) {
 }
 
 bool is_provably_non_overlapping(IntArrayRef sizes, IntArrayRef strides) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (|stride|, size) of the dimensions of size >= 2
+  // |stride| and size of the dimensions of size >= 2, sorted by |stride| (insertion sort:
+  // a handful of dimensions, and no heap allocation on get_batch's path).
+  DimVector abs_strides, dim_sizes;
   for (size_t d = 0; d < sizes.size(); ++d) {
     if (sizes[d] == 0) return true;  // no elements
-    if (sizes[d] >= 2) dims.emplace_back(strides[d] < 0 ? -strides[d] : strides[d], sizes[d]);
+    if (sizes[d] < 2) continue;
+    const int64_t stride = strides[d] < 0 ? -strides[d] : strides[d];
+    size_t at = abs_strides.size();
+    abs_strides.push_back(stride);
+    dim_sizes.push_back(sizes[d]);
+    for (; at > 0 && abs_strides[at - 1] > stride; --at) {
+      abs_strides[at] = abs_strides[at - 1];
+      dim_sizes[at] = dim_sizes[at - 1];
+    }
+    abs_strides[at] = stride;
+    dim_sizes[at] = sizes[d];
   }
-  std::sort(dims.begin(), dims.end());
   int64_t span = 0;  // the largest offset the dimensions so far reach, in elements
-  for (auto [stride, size] : dims) {
-    if (stride <= span) return false;
+  for (size_t k = 0; k < abs_strides.size(); ++k) {
+    if (abs_strides[k] <= span) return false;
     // A tensor's elements lie in its storage, so stride * (size - 1) fits in int64.
-    span += stride * (size - 1);
+    span += abs_strides[k] * (dim_sizes[k] - 1);
   }
   return true;
 }

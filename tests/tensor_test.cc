@@ -10,6 +10,7 @@
 
 #include "mmtensor/mmtensor.h"
 #include "strided_copy.h"
+#include "tensor_geometry.h"
 #include "test_util.h"
 
 namespace mmt {
@@ -285,6 +286,18 @@ TEST(Tensor, FillAndFactories) {
   EXPECT_EQ(id.dtype(), kInt64);
   EXPECT_EQ(id.item<int64_t>(), big);
   EXPECT_EQ(scalar_tensor<uint8_t>(7).to_string(), "tensor(7, dtype=torch.uint8)");
+}
+
+TEST(TensorGeometry, NonOverlapIsProvenForViewsOfDenseTensorsOnly) {
+  using detail::is_provably_non_overlapping;
+  EXPECT_TRUE(is_provably_non_overlapping({3, 2}, {2, 1}));    // contiguous
+  EXPECT_TRUE(is_provably_non_overlapping({3, 2}, {1, 3}));    // transposed
+  EXPECT_TRUE(is_provably_non_overlapping({3, 2}, {-6, 2}));   // rows reversed, every other column
+  EXPECT_TRUE(is_provably_non_overlapping({1, 5}, {0, 1}));    // a size-1 dimension's stride is moot
+  EXPECT_TRUE(is_provably_non_overlapping({0, 3}, {0, 0}));    // no elements
+  EXPECT_FALSE(is_provably_non_overlapping({3}, {0}));         // expanded
+  EXPECT_FALSE(is_provably_non_overlapping({3, 2}, {1, 1}));   // rows overlap
+  EXPECT_FALSE(is_provably_non_overlapping({3, 2}, {2, 3}));   // distinct offsets, interleaved: not proven
 }
 
 TEST(Tensor, DtypesAndDevicesPrintByName) {
