@@ -186,9 +186,7 @@ void LoaderCore::read_ahead(const Piece& piece) noexcept {
   try {
     thread_local std::vector<int64_t> indices;
     indices.resize(static_cast<size_t>(piece.rows));
-    const int64_t first_sample = piece.batch * options.batch_size;
-    for (int64_t row = 0; row < piece.rows; ++row)
-      indices[static_cast<size_t>(row)] = piece.order.rank_at(piece.start_consumed, first_sample + row);
+    piece.order.rank_records(piece.start_consumed, piece.batch * options.batch_size, indices);
     const bool auto_mode = read_ahead_policy.mode() == ReadAhead::Auto;
     const auto hint = [&] { dataset.prefetch(indices, field_names); };  // the loaded fields' bytes only
     int64_t read = -1;
@@ -201,11 +199,9 @@ void LoaderCore::read_ahead(const Piece& piece) noexcept {
 
 void LoaderCore::fill_fixed_rows(const Piece& piece) {
   Slot& slot = slots[piece.slot];
-  const int64_t first_sample = piece.batch * options.batch_size;
-  for (int64_t row = piece.row_begin; row < piece.row_end; ++row)
-    slot.indices[row] = piece.order.rank_at(piece.start_consumed, first_sample + row);
-  const std::span<const int64_t> indices(slot.indices.data() + piece.row_begin,
-                                         static_cast<size_t>(piece.row_end - piece.row_begin));
+  const std::span<int64_t> indices(slot.indices.data() + piece.row_begin,
+                                   static_cast<size_t>(piece.row_end - piece.row_begin));
+  piece.order.rank_records(piece.start_consumed, piece.batch * options.batch_size + piece.row_begin, indices);
   // Every fixed field in one call: over a compressed file the piece is sorted and its chunks
   // looked up once, not once per field.
   thread_local std::vector<Tensor> rows;
@@ -275,9 +271,8 @@ void LoaderCore::pack_ragged_field(const Piece& piece) {
       rethrow_for_sample(dataset, piece, field_name, failed, part.row_begin, std::current_exception());
     }
   };
-  const int64_t first_sample = piece.batch * options.batch_size;
-  for (int64_t row = 0; row < piece.rows; ++row)
-    indices[row] = piece.order.rank_at(piece.start_consumed, first_sample + row);
+  piece.order.rank_records(piece.start_consumed, piece.batch * options.batch_size,
+                           std::span<int64_t>(indices.data(), static_cast<size_t>(piece.rows)));
   int64_t total_elements = 0;
   for (int64_t row = 0; row < piece.rows;) {
     Part& part = parts.emplace_back();

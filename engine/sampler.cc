@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <numeric>
+#include <span>
 
 #include "checksum.h"
 #include "mmtensor/error.h"
@@ -98,17 +99,45 @@ std::optional<SamplerKind> sampler_kind_from_string(std::string_view name) {
   return std::nullopt;
 }
 
+IndexList::IndexList() {
+  static const auto empty = std::make_shared<const std::vector<int64_t>>();
+  indices_ = empty;
+}
+IndexList::IndexList(std::vector<int64_t> indices)
+    : indices_(std::make_shared<const std::vector<int64_t>>(std::move(indices))) {}
+IndexList::IndexList(std::initializer_list<int64_t> indices)
+    : indices_(std::make_shared<const std::vector<int64_t>>(indices)) {}
+
+bool operator==(const IndexList& a, const IndexList& b) {
+  return a.indices_ == b.indices_ || *a.indices_ == *b.indices_;
+}
+
+// The order is made over "positions" 0..M-1 and mapped to records at the end: a position is
+// the record itself without a subset, the subset's entry for Sequential and Random, and an
+// entry of the sorted subset for QuasiRandom, whose chunks are then runs of that sorted list.
 struct Sampler::Layout {
   SamplerOptions options;
-  int64_t records = 0;
-  std::vector<int64_t> chunk_first_record;  // chunks + 1 entries; empty unless QuasiRandom
-  uint64_t chunk_layout_hash = 0;           // of chunk_first_record; 0 when it is empty
+  int64_t records = 0;    // the dataset's
+  int64_t positions = 0;  // an epoch's: the subset's size, or records
+  // QuasiRandom: where each chunk's positions begin (chunks + 1 entries; empty otherwise).
+  // With a subset, only the chunks holding some of its records count, each with as many
+  // positions as it holds entries.
+  std::vector<int64_t> chunk_first_record;
+  uint64_t chunk_layout_hash = 0;  // of chunk_first_record; 0 when it is empty
+  uint64_t subset_hash = 0;        // of options.subset's entries; 0 without one
+  // What a position maps to: options.subset (Sequential, Random) or its sorted copy
+  // (QuasiRandom); std::nullopt without a subset.
+  std::optional<IndexList> position_records;
+
+  int64_t record_at(int64_t position) const {
+    return position_records ? (*position_records)[position] : position;
+  }
 };
 
 struct EpochOrder::Tables {
   std::shared_ptr<const Sampler::Layout> layout;
   uint64_t epoch_key = 0;
-  KeyedPermutation records{0, 0};  // Random: built once per epoch, not per position
+  KeyedPermutation positions{0, 0};  // Random: built once per epoch, not per position
   // QuasiRandom: the chunk in each shuffled slot, and records before each slot.
   std::vector<int64_t> slot_chunk;
   std::vector<int64_t> slot_first_position;  // slots + 1 entries
@@ -135,21 +164,53 @@ Sampler Sampler::create(int64_t num_records, SamplerOptions options,
             " records and world_size ", options.world_size, " overflow a position");
   auto layout = std::make_shared<Layout>();
   layout->records = num_records;
+  layout->positions = num_records;
+  if (options.subset) {
+    const IndexList& subset = *options.subset;
+    MMT_CHECK(subset.size() <= INT64_MAX - options.world_size, ValueError, "Sampler: a subset of ",
+              subset.size(), " entries and world_size ", options.world_size, " overflow a position");
+    for (int64_t i = 0; i < subset.size(); ++i)
+      MMT_CHECK(subset[i] >= 0 && subset[i] < num_records, ValueError, "Sampler: subset entry ", i, " is ",
+                subset[i], ", outside [0, ", num_records, ") (the records the order is drawn from)");
+    layout->positions = subset.size();
+    layout->subset_hash = detail::checksum64(subset.begin(), static_cast<size_t>(subset.size()) * sizeof(int64_t)) | 1;
+    layout->position_records = subset;
+  }
   if (options.kind == SamplerKind::QuasiRandom) {
     MMT_CHECK(!chunk_record_counts.empty() || num_records == 0, ValueError,
               "Sampler: quasi-random sampling needs the chunk layout (chunk_record_counts)");
-    layout->chunk_first_record.reserve(chunk_record_counts.size() + 1);
-    layout->chunk_first_record.push_back(0);
+    std::vector<int64_t> chunk_first;  // the records', chunks + 1 entries
+    chunk_first.reserve(chunk_record_counts.size() + 1);
+    chunk_first.push_back(0);
     int64_t total = 0;
     for (size_t i = 0; i < chunk_record_counts.size(); ++i) {
       const int64_t count = chunk_record_counts[i];
       MMT_CHECK(count >= 0 && count <= num_records - total, ValueError, "Sampler: chunk ", i,
                 " holds ", count, " records, which does not fit in num_records=", num_records);
       total += count;
-      layout->chunk_first_record.push_back(total);
+      chunk_first.push_back(total);
     }
     MMT_CHECK(total == num_records, ValueError, "Sampler: the chunk layout holds ", total,
               " records but num_records is ", num_records);
+    if (options.subset) {
+      // Sorted by record, the subset's entries of one chunk are a run: that run is the chunk.
+      std::span<const int64_t> entries = options.subset->span();
+      if (!std::is_sorted(entries.begin(), entries.end())) {
+        std::vector<int64_t> sorted(entries.begin(), entries.end());
+        std::sort(sorted.begin(), sorted.end());
+        layout->position_records = IndexList(std::move(sorted));
+        entries = layout->position_records->span();
+      }
+      layout->chunk_first_record.push_back(0);
+      size_t next = 0;
+      for (size_t c = 0; c + 1 < chunk_first.size(); ++c) {
+        const size_t run_begin = next;
+        while (next < entries.size() && entries[next] < chunk_first[c + 1]) ++next;
+        if (next > run_begin) layout->chunk_first_record.push_back(static_cast<int64_t>(next));
+      }
+    } else {
+      layout->chunk_first_record = std::move(chunk_first);
+    }
     if (options.window_chunks == 0) options.window_chunks = kDefaultWindowChunks;
     // Never 0, so that "no layout" (the other kinds) cannot equal a layout's hash.
     layout->chunk_layout_hash = detail::checksum64(layout->chunk_first_record.data(),
@@ -160,19 +221,21 @@ Sampler Sampler::create(int64_t num_records, SamplerOptions options,
 }
 
 int64_t Sampler::num_records() const { return layout_->records; }
+int64_t Sampler::epoch_size() const { return layout_->positions; }
 int64_t Sampler::num_chunks() const {
   return layout_->chunk_first_record.empty()
              ? 0 : static_cast<int64_t>(layout_->chunk_first_record.size()) - 1;
 }
 const SamplerOptions& Sampler::options() const { return layout_->options; }
 uint64_t Sampler::chunk_layout_hash() const { return layout_->chunk_layout_hash; }
+uint64_t Sampler::subset_hash() const { return layout_->subset_hash; }
 
 EpochOrder Sampler::epoch(int64_t epoch) const {
   auto tables = std::make_shared<EpochOrder::Tables>();
   tables->layout = layout_;
   tables->epoch_key = derive_key(mix64(layout_->options.seed), static_cast<uint64_t>(epoch));
   if (layout_->options.kind == SamplerKind::Random)
-    tables->records = KeyedPermutation(static_cast<uint64_t>(layout_->records), tables->epoch_key);
+    tables->positions = KeyedPermutation(static_cast<uint64_t>(layout_->positions), tables->epoch_key);
   if (layout_->options.kind == SamplerKind::QuasiRandom) {
     const int64_t chunks = num_chunks();
     const KeyedPermutation chunk_order(static_cast<uint64_t>(chunks), tables->epoch_key);
@@ -195,18 +258,22 @@ EpochOrder Sampler::epoch(int64_t epoch) const {
   return EpochOrder(std::move(tables), epoch);
 }
 
-int64_t EpochOrder::size() const { return tables_ ? tables_->layout->records : 0; }
+int64_t EpochOrder::size() const { return tables_ ? tables_->layout->positions : 0; }
 
 int64_t EpochOrder::operator[](int64_t position) const {
   const int64_t n = size();
   MMT_CHECK(position >= 0 && position < n, IndexError, "EpochOrder: position ", position,
             " is out of range for an epoch of ", n, " records");
+  return tables_->layout->record_at(unmapped(position));
+}
+
+int64_t EpochOrder::unmapped(int64_t position) const {
   const Sampler::Layout& layout = *tables_->layout;
   switch (layout.options.kind) {
     case SamplerKind::Sequential:
       return position;
     case SamplerKind::Random:
-      return static_cast<int64_t>(tables_->records(static_cast<uint64_t>(position)));
+      return static_cast<int64_t>(tables_->positions(static_cast<uint64_t>(position)));
     case SamplerKind::QuasiRandom: break;
   }
   // Find the window holding `position` (upper_bound passes empty windows: the one found is
@@ -261,10 +328,29 @@ int64_t EpochOrder::rank_position(int64_t consumed, int64_t j) const {
 }
 
 std::vector<int64_t> EpochOrder::rank_indices(int64_t consumed) const {
-  const int64_t count = rank_size(consumed);
-  std::vector<int64_t> out(static_cast<size_t>(count));
-  for (int64_t j = 0; j < count; ++j) out[j] = rank_at(consumed, j);
+  std::vector<int64_t> out(static_cast<size_t>(rank_size(consumed)));
+  rank_records(consumed, 0, out);
   return out;
+}
+
+void EpochOrder::rank_records(int64_t consumed, int64_t first, std::span<int64_t> out) const {
+  const int64_t count = rank_size(consumed);
+  const auto rows = static_cast<int64_t>(out.size());
+  MMT_CHECK(first >= 0 && first <= count && rows <= count - first, IndexError, "EpochOrder: samples [", first, ", ",
+            first + rows, ") are out of range: this rank takes ", count, " samples after position ", consumed);
+  if (rows == 0) return;
+  const Sampler::Layout& layout = *tables_->layout;
+  const int64_t n = size(), world = layout.options.world_size;
+  for (int64_t j = 0; j < rows; ++j) {
+    const int64_t position = consumed + (first + j) * world + layout.options.rank;  // as rank_position()
+    out[j] = unmapped(position < n ? position : (position - n) % n);
+  }
+  if (!layout.position_records) return;
+  // A random entry of a list of millions misses the caches (~150 ns from DRAM, measured in
+  // bench/sampler_bench.cc): touch them all first, so the misses overlap.
+  const int64_t* list = layout.position_records->begin();
+  for (int64_t j = 0; j < rows; ++j) __builtin_prefetch(list + out[j]);
+  for (int64_t j = 0; j < rows; ++j) out[j] = list[out[j]];
 }
 
 int64_t EpochOrder::consumed_after(int64_t consumed, int64_t taken) const {

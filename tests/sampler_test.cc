@@ -56,12 +56,12 @@ TEST(Sampler, RandomIsAPermutationForEverySize) {
   }
 }
 
-// The orders a checkpoint's positions refer to. A LoaderState of version 2 resumes by
-// position in these orders, so they must not change while the version stays: changing them
-// means bumping LoaderState::kVersion and refusing the old version's mid-epoch states, as
-// loader_state.cc does for version 1.
+// The orders a checkpoint's positions refer to. A LoaderState of version 2 or 3 (which
+// added subsets, not new orders) resumes by position in these orders, so they must not
+// change while the version stays: changing them means bumping LoaderState::kVersion and
+// refusing the old versions' mid-epoch states, as loader_state.cc does for version 1.
 TEST(Sampler, TheOrdersOfLoaderStateVersion2AreFixed) {
-  static_assert(LoaderState::kVersion == 2, "new orders: update these values with the version");
+  static_assert(LoaderState::kVersion == 3, "new orders: update these values with the version");
   const auto first_five = [](const EpochOrder& order) {
     std::vector<int64_t> out;
     for (int64_t p = 0; p < 5; ++p) out.push_back(order[p]);
@@ -392,6 +392,151 @@ TEST(SamplerLimits, AnUnknownKindAndPositionsPastInt64AreRefused) {
   options.world_size = 2;
   EXPECT_THROW(Sampler::create(INT64_MAX, options), ValueError);  // padding would pass INT64_MAX
   EXPECT_EQ(Sampler::create(INT64_MAX - 2, options).epoch(0).rank_size(), (INT64_MAX - 2) / 2 + 1);
+}
+
+// Subsets: a train/validation split of one file, as torch.utils.data.Subset gives.
+
+std::vector<int64_t> sorted_copy(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+TEST(SamplerSubset, SequentialVisitsTheListInItsOrder) {
+  SamplerOptions options = kind_options(SamplerKind::Sequential);
+  options.subset = IndexList{9, 3, 3, 0, 7};  // a record listed twice is visited twice
+  const Sampler sampler = Sampler::create(10, options);
+  EXPECT_EQ(sampler.num_records(), 10);
+  EXPECT_EQ(sampler.epoch_size(), 5);
+  EXPECT_EQ(sampler.epoch(4).to_vector(), (std::vector<int64_t>{9, 3, 3, 0, 7}));
+}
+
+TEST(SamplerSubset, RandomShufflesTheListAndOnlyTheList) {
+  std::vector<int64_t> train;
+  for (int64_t i = 0; i < 1000; ++i)
+    if (i % 10 != 0) train.push_back(i);  // every tenth record is held out
+  SamplerOptions options = kind_options(SamplerKind::Random, 3);
+  options.subset = train;
+  const Sampler sampler = Sampler::create(1000, options);
+  std::vector<int64_t> previous;
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    const std::vector<int64_t> order = sampler.epoch(epoch).to_vector();
+    EXPECT_EQ(sorted_copy(order), train) << "epoch " << epoch;
+    EXPECT_NE(order, previous);
+    previous = order;
+  }
+  // The same shuffle as the whole file's, applied to the list: every entry lands first
+  // about equally often (5 entries, 20000 epochs).
+  options.subset = IndexList{11, 22, 33, 44, 55};
+  const Sampler small = Sampler::create(100, options);
+  std::vector<int> counts(5);
+  for (int64_t epoch = 0; epoch < 20000; ++epoch) ++counts[static_cast<size_t>(small.epoch(epoch)[0] / 11 - 1)];
+  EXPECT_LT(chi_squared(counts, 4000), chi_squared_bound(4));
+}
+
+TEST(SamplerSubset, QuasiRandomReadsOnlyTheChunksTheListTouchesAWindowAtATime) {
+  const int64_t per_chunk = 100, chunks = 40, window = 4;
+  // Records of even chunks only, unsorted: 20 chunks of 50 entries.
+  std::vector<int64_t> subset;
+  for (int64_t c = chunks - 2; c >= 0; c -= 2)
+    for (int64_t r = 0; r < per_chunk; r += 2) subset.push_back(c * per_chunk + r);
+  SamplerOptions options = kind_options(SamplerKind::QuasiRandom, 9);
+  options.window_chunks = window;
+  options.subset = subset;
+  const Sampler sampler = Sampler::create(per_chunk * chunks, options, chunks_of(per_chunk * chunks, per_chunk));
+  EXPECT_EQ(sampler.num_chunks(), chunks / 2);  // the odd chunks are not part of the order
+  const EpochOrder order = sampler.epoch(1);
+  const std::vector<int64_t> all = order.to_vector();
+  EXPECT_EQ(sorted_copy(all), sorted_copy(subset));
+  const int64_t per_window = window * per_chunk / 2;
+  for (int64_t w = 0; w < chunks / 2 / window; ++w) {
+    std::set<int64_t> window_chunks;
+    for (int64_t p = w * per_window; p < (w + 1) * per_window; ++p) window_chunks.insert(order[p] / per_chunk);
+    EXPECT_EQ(window_chunks.size(), static_cast<size_t>(window)) << "window " << w;
+    for (int64_t chunk : window_chunks) EXPECT_EQ(chunk % 2, 0);
+  }
+  // A sorted list gives the same order as the same entries unsorted.
+  options.subset = sorted_copy(subset);
+  EXPECT_EQ(Sampler::create(per_chunk * chunks, options, chunks_of(per_chunk * chunks, per_chunk)).epoch(1).to_vector(),
+            all);
+}
+
+TEST(SamplerSubset, DistributedRanksTogetherCoverTheListOnce) {
+  const int64_t n = 200;
+  std::vector<int64_t> subset;
+  for (int64_t i = 0; i < n; i += 3) subset.push_back(i);  // 67 entries: padded over 4 ranks
+  for (SamplerKind kind : {SamplerKind::Sequential, SamplerKind::Random, SamplerKind::QuasiRandom}) {
+    SamplerOptions options = kind_options(kind, 8);
+    options.subset = subset;
+    std::vector<int64_t> all;
+    for (const Sampler& s : ranks(n, 4, options, chunks_of(n, 16))) {
+      const std::vector<int64_t> mine = s.epoch(0).rank_indices();
+      EXPECT_EQ(mine.size(), 17u) << to_string(kind);
+      all.insert(all.end(), mine.begin(), mine.end());
+    }
+    std::set<int64_t> distinct(all.begin(), all.end());
+    EXPECT_EQ(std::vector<int64_t>(distinct.begin(), distinct.end()), subset) << to_string(kind);
+    EXPECT_EQ(all.size(), 68u);  // one padded sample
+  }
+}
+
+TEST(SamplerSubset, AnEmptyListMakesEmptyEpochsAndBadEntriesAreNamed) {
+  for (SamplerKind kind : {SamplerKind::Sequential, SamplerKind::Random, SamplerKind::QuasiRandom}) {
+    SamplerOptions options = kind_options(kind);
+    options.subset = IndexList{};
+    const Sampler sampler = Sampler::create(10, options, {4, 6});
+    EXPECT_EQ(sampler.epoch_size(), 0);
+    EXPECT_EQ(sampler.epoch(0).rank_size(), 0);
+    EXPECT_NE(sampler.subset_hash(), 0u);  // an empty subset is still not "no subset"
+  }
+  SamplerOptions options = kind_options(SamplerKind::Random);
+  options.subset = IndexList{0, 5, 10};
+  try {
+    Sampler::create(10, options);
+    ADD_FAILURE() << "an entry past the last record was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("subset entry 2 is 10, outside [0, 10)"), std::string::npos) << e.what();
+  }
+  options.subset = IndexList{-1};
+  EXPECT_THROW(Sampler::create(10, options), ValueError);
+}
+
+TEST(Sampler, RankRecordsGivesABatchOfRankAtInOneCall) {
+  std::vector<int64_t> subset;
+  for (int64_t i = 0; i < 500; i += 7) subset.push_back(i);
+  for (SamplerKind kind : {SamplerKind::Sequential, SamplerKind::Random, SamplerKind::QuasiRandom})
+    for (bool with_subset : {false, true}) {
+      SamplerOptions options = kind_options(kind, 12);
+      if (with_subset) options.subset = subset;
+      for (const Sampler& sampler : ranks(500, 3, options, chunks_of(500, 32))) {
+        const EpochOrder order = sampler.epoch(5);
+        const int64_t consumed = 11, count = order.rank_size(consumed);
+        std::vector<int64_t> batch(static_cast<size_t>(count - 4));
+        order.rank_records(consumed, 4, batch);
+        for (int64_t j = 0; j < count - 4; ++j)
+          ASSERT_EQ(batch[static_cast<size_t>(j)], order.rank_at(consumed, 4 + j)) << to_string(kind) << " j=" << j;
+        std::vector<int64_t> one_too_many(static_cast<size_t>(count - 3));
+        EXPECT_THROW(order.rank_records(consumed, 4, one_too_many), IndexError);
+        EXPECT_THROW(order.rank_records(consumed, -1, std::span<int64_t>()), IndexError);
+        order.rank_records(consumed, count, std::span<int64_t>());  // an empty batch at the end
+      }
+    }
+}
+
+TEST(SamplerSubset, TheHashTellsListsApartAndCopiesShareTheList) {
+  const auto hash = [](std::optional<IndexList> subset) {
+    SamplerOptions options = kind_options(SamplerKind::Random);
+    options.subset = std::move(subset);
+    return Sampler::create(10, options).subset_hash();
+  };
+  EXPECT_EQ(hash(std::nullopt), 0u);
+  EXPECT_EQ(hash(IndexList{1, 2, 3}), hash(std::vector<int64_t>{1, 2, 3}));
+  EXPECT_NE(hash(IndexList{1, 2, 3}), hash(IndexList{3, 2, 1}));  // the order matters to Sequential
+  EXPECT_NE(hash(IndexList{1, 2, 3}), hash(IndexList{1, 2}));
+  const IndexList list(std::vector<int64_t>(1000, 4));
+  const IndexList copy = list;  // NOLINT(performance-unnecessary-copy-initialization): the point
+  EXPECT_EQ(copy.begin(), list.begin());
+  EXPECT_EQ(copy, list);
+  EXPECT_EQ(IndexList{}.size(), 0);
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 // timing, batch size or world size. Orders are computed, not stored: EpochOrder maps a
 // position to a record in O(1) (random) or O(log chunks) (quasi-random), so a sampler's
 // memory does not grow with the number of records (quasi-random keeps three int64 per chunk
-// and one per window of chunks).
+// and one per window of chunks). A subset (below) is the one thing kept per entry: the list
+// itself, shared, and for quasi-random a sorted copy unless the list is sorted already.
 //
 // Kinds:
 //   - Sequential: 0, 1, ..., N-1.
@@ -18,6 +19,14 @@
 //     together. A window's decoded chunks fit the chunk cache, so each compressed chunk is
 //     decoded once per epoch and a dataset larger than memory is read with locality, while a
 //     batch still mixes records of many chunks.
+//
+// Subsets. SamplerOptions::subset limits an epoch to a list of records (a train/validation
+// split inside one file; a record listed k times is visited k times an epoch, which
+// oversamples it). The epoch's order is then a permutation of the list's M entries, made as
+// above with positions in place of records: Sequential visits the list in its order, Random
+// shuffles it, QuasiRandom groups its entries by chunk (the list sorted by record) and
+// shuffles chunks and windows of chunks as above, counting only the chunks the list touches.
+// Everything below (N, the resume rule) then counts the list's entries: N = M.
 //
 // Distributed sampling (world_size W > 1) partitions the global order as PyTorch's
 // DistributedSampler does: rank r takes positions r, r + W, r + 2W, ... The tail that does
@@ -44,7 +53,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <initializer_list>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -59,6 +70,27 @@ std::optional<SamplerKind> sampler_kind_from_string(std::string_view name);
 
 // Chunks shuffled together by a quasi-random sampler made without a dataset.
 inline constexpr int64_t kDefaultWindowChunks = 16;
+
+// An immutable list of record indices, shared by its copies: options that hold one copy a
+// pointer, so a subset of millions of records costs its 8 bytes an entry once.
+class IndexList {
+ public:
+  IndexList();  // empty
+  IndexList(std::vector<int64_t> indices);  // NOLINT(google-explicit-constructor): .subset = ids
+  IndexList(std::initializer_list<int64_t> indices);
+
+  int64_t size() const { return static_cast<int64_t>(indices_->size()); }
+  bool empty() const { return indices_->empty(); }
+  int64_t operator[](int64_t i) const { return (*indices_)[static_cast<size_t>(i)]; }
+  std::span<const int64_t> span() const { return *indices_; }
+  const int64_t* begin() const { return indices_->data(); }
+  const int64_t* end() const { return indices_->data() + indices_->size(); }
+  // Equal entries in the same order (a shared list compares equal at once).
+  friend bool operator==(const IndexList& a, const IndexList& b);
+
+ private:
+  std::shared_ptr<const std::vector<int64_t>> indices_;
+};
 
 struct SamplerOptions {
   SamplerKind kind = SamplerKind::Sequential;
@@ -79,6 +111,10 @@ struct SamplerOptions {
   int world_size = 1;     // number of ranks sharing the epoch
   bool drop_tail = false; // distributed: drop the tail that does not divide by world_size
                           // instead of padding it (PyTorch's DistributedSampler drop_last)
+  // The records an epoch visits, as torch.utils.data.Subset or SubsetRandomSampler: each
+  // entry once an epoch, in [0, num_records) (ValueError naming the first that is not).
+  // std::nullopt: every record. An empty list: none (epochs of no batches).
+  std::optional<IndexList> subset;
 };
 
 class Sampler;
@@ -89,7 +125,7 @@ class EpochOrder {
   EpochOrder() = default;
 
   int64_t epoch() const { return epoch_; }
-  int64_t size() const;  // N: records in the global order
+  int64_t size() const;  // N: positions in the global order (the subset's size, or the records)
   // The record at `position` of the global order; IndexError outside [0, N).
   int64_t operator[](int64_t position) const;
   std::vector<int64_t> to_vector() const;  // the whole global order (N int64: for inspection)
@@ -102,6 +138,10 @@ class EpochOrder {
   // The record of this rank's j-th sample from `consumed`.
   int64_t rank_at(int64_t consumed, int64_t j) const { return (*this)[rank_position(consumed, j)]; }
   std::vector<int64_t> rank_indices(int64_t consumed = 0) const;
+  // rank_at(consumed, first + j) for every j of `out`, in one call: with a subset, the
+  // list's entries are fetched together rather than one cache miss after another (a
+  // loader's batch). IndexError unless [first, first + out.size()) lies in [0, rank_size).
+  void rank_records(int64_t consumed, int64_t first, std::span<int64_t> out) const;
   // `consumed` after every rank took `taken` samples starting from `consumed`.
   int64_t consumed_after(int64_t consumed, int64_t taken) const;
 
@@ -109,6 +149,8 @@ class EpochOrder {
 
  private:
   friend class Sampler;
+  // Where `position` (in [0, N)) lands: the record, or with a subset the entry of the list.
+  int64_t unmapped(int64_t position) const;
   EpochOrder(std::shared_ptr<const Tables> tables, int64_t epoch) : tables_(std::move(tables)), epoch_(epoch) {}
   std::shared_ptr<const Tables> tables_;
   int64_t epoch_ = 0;
@@ -119,13 +161,16 @@ class Sampler {
   // For `num_records` records. QuasiRandom needs the chunk layout: chunk_record_counts[i]
   // records in chunk i, summing to num_records, chunks in record order. Throws ValueError for
   // negative sizes, a layout that does not sum to num_records, rank outside [0, world_size),
-  // world_size < 1 or window_chunks < 0.
+  // world_size < 1, window_chunks < 0 or a subset entry outside [0, num_records).
   static Sampler create(int64_t num_records, SamplerOptions options,
                         std::vector<int64_t> chunk_record_counts = {});
   // For an open dataset: reads its chunk layout, and its cache budget for an automatic window.
   static Sampler for_dataset(const Dataset& dataset, SamplerOptions options);
 
-  int64_t num_records() const;
+  int64_t num_records() const;  // the records the order is drawn from (the dataset's size)
+  int64_t epoch_size() const;   // positions an epoch has: the subset's size, or num_records()
+  // The chunks the order is made from (QuasiRandom; 0 for the other kinds): with a subset,
+  // those holding at least one of its records.
   int64_t num_chunks() const;
   // The options with window_chunks resolved (never 0 for QuasiRandom).
   const SamplerOptions& options() const;
@@ -133,6 +178,9 @@ class Sampler {
   // whose order depends on num_records alone. Equal layouts give equal hashes; a loader state
   // keeps it, so a resume on a re-chunked file of the same size is refused, not misordered.
   uint64_t chunk_layout_hash() const;
+  // A 64-bit hash of the subset's entries in their order, 0 without a subset; a loader state
+  // keeps it, so a resume with another subset (of any size) is refused.
+  uint64_t subset_hash() const;
   // The order of `epoch` (any value, negative included: it only keys the shuffle).
   EpochOrder epoch(int64_t epoch) const;
 
