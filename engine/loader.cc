@@ -66,10 +66,16 @@ LoaderOptions checked(LoaderOptions options, const Dataset& dataset) {
 // epoch (at least one slot row, for an empty dataset), so a batch_size far above the dataset
 // does not allocate, and pin, memory no batch can use.
 int64_t slot_rows(int64_t batch_size, const Sampler& sampler) {
-  const int64_t records = sampler.num_records();
+  const int64_t records = sampler.epoch_size();
   const int64_t world = sampler.options().world_size;
   const int64_t most_per_rank = records / world + (records % world != 0);
   return std::clamp<int64_t>(most_per_rank, 1, batch_size);
+}
+
+// "with a subset of 5 records (0x...)" or "without a subset", for the resume check.
+std::string subset_description(uint64_t hash, int64_t size) {
+  if (hash == 0) return "without a subset";
+  return detail::str("with a subset of ", size, " entries (hash ", detail::hex64(hash), ")");
 }
 
 SamplerOptions resumed_sampler_options(SamplerOptions options, const LoaderState* state) {
@@ -118,6 +124,10 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
               to_string(state.sampler), " sampler; the options ask for ", to_string(mine.kind));
     MMT_CHECK(state.seed == mine.seed, ValueError, "Loader: the state was saved with seed ",
               state.seed, "; the options say ", mine.seed);
+    MMT_CHECK(state.subset_hash == sampler.subset_hash(), ValueError, "Loader: the state was saved ",
+              subset_description(state.subset_hash, state.subset_size), "; the options give ",
+              subset_description(sampler.subset_hash(), sampler.epoch_size()),
+              " (a resume must visit the same list, or the rest of its epoch would be other records)");
     MMT_CHECK(mine.kind != SamplerKind::QuasiRandom || state.window_chunks == mine.window_chunks,
               ValueError, "Loader: the state was saved with a window of ", state.window_chunks,
               " chunks; the options say ", mine.window_chunks, " (0 adopts the state's)");
@@ -129,8 +139,8 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
               detail::hex64(state.dataset_fingerprint), ", this file's is ", detail::hex64(dataset_fingerprint), ": another file of ",
               dataset.size(), " records, or this one re-packed); to resume on a re-packed copy of the same records, "
               "clear the state's dataset_fingerprint");
-    MMT_CHECK(state.consumed >= 0 && state.consumed <= state.records, ValueError,
-              "Loader: the state's consumed=", state.consumed, " is outside [0, ", state.records, "]");
+    MMT_CHECK(state.consumed >= 0 && state.consumed <= sampler.epoch_size(), ValueError,
+              "Loader: the state's consumed=", state.consumed, " is outside [0, ", sampler.epoch_size(), "]");
     first_epoch = state.epoch;
     consumed = state.consumed;
   }
@@ -223,7 +233,9 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
                               .epoch = new_epoch,
                               .consumed = consumed,
                               .chunk_layout = sampler.chunk_layout_hash(),
-                              .dataset_fingerprint = dataset_fingerprint};
+                              .dataset_fingerprint = dataset_fingerprint,
+                              .subset_hash = sampler.subset_hash(),
+                              .subset_size = sampler.subset_hash() != 0 ? sampler.epoch_size() : 0};
   try {
     schedule_locked();
   } catch (...) {

@@ -40,7 +40,7 @@ uint64_t optional_hex64(const nlohmann::json& json, const char* key) {
 
 std::string LoaderState::to_string() const {
   nlohmann::json json = {
-      {"version", kVersion},
+      {"version", subset_hash != 0 ? kVersion : 2},
       {"sampler", std::string(mmt::to_string(sampler))},
       {"seed", hex64(seed)},
       {"window_chunks", window_chunks},
@@ -50,6 +50,10 @@ std::string LoaderState::to_string() const {
   };
   if (chunk_layout != 0) json["chunk_layout"] = hex64(chunk_layout);
   if (dataset_fingerprint != 0) json["dataset_fingerprint"] = hex64(dataset_fingerprint);
+  if (subset_hash != 0) {
+    json["subset_hash"] = hex64(subset_hash);
+    json["subset_size"] = subset_size;
+  }
   return json.dump();
 }
 
@@ -87,8 +91,8 @@ LoaderState LoaderState::parse(std::string_view text) {
   }
   MMT_CHECK(json.is_object(), ValueError, "LoaderState: expected a JSON object, got ", json.dump());
   const int version = required<int>(json, "version");
-  MMT_CHECK(version == 1 || version == kVersion, ValueError, "LoaderState: version ", version,
-            " is not supported (this build reads versions 1 and ", kVersion, ")");
+  MMT_CHECK(version >= 1 && version <= kVersion, ValueError, "LoaderState: version ", version,
+            " is not supported (this build reads versions 1 to ", kVersion, ")");
   LoaderState state;
   const std::string kind = required<std::string>(json, "sampler");
   const auto parsed_kind = sampler_kind_from_string(kind);
@@ -96,7 +100,7 @@ LoaderState LoaderState::parse(std::string_view text) {
   state.sampler = *parsed_kind;
   const auto seed = json.find("seed");
   MMT_CHECK(seed != json.end(), ValueError, "LoaderState: missing entry 'seed'");
-  if (version == kVersion) {
+  if (version >= 2) {
     // A hex string, as chunk_layout: readers that hold JSON numbers as doubles keep it exact.
     state.seed = parse_hex64(seed, "seed");
   } else {
@@ -112,6 +116,18 @@ LoaderState LoaderState::parse(std::string_view text) {
   MMT_CHECK(state.chunk_layout == 0 || state.sampler == SamplerKind::QuasiRandom, ValueError, "LoaderState: a ", kind,
             " order does not depend on the chunk layout, yet the state names one (", hex64(state.chunk_layout), ")");
   state.dataset_fingerprint = optional_hex64(json, "dataset_fingerprint");
+  // A subset came with version 3: an older state has none. A state that has one holds both
+  // entries, and the hash of any list is not 0.
+  const bool has_subset = json.contains("subset_hash") || json.contains("subset_size");
+  MMT_CHECK(!has_subset || version >= 3, ValueError, "LoaderState: a version-", version,
+            " state cannot name a subset (subsets came with version 3)");
+  if (has_subset) {
+    state.subset_hash = optional_hex64(json, "subset_hash");
+    MMT_CHECK(state.subset_hash != 0, ValueError, "LoaderState: entry 'subset_hash' is missing or 0, yet "
+              "'subset_size' is there");
+    state.subset_size = required<int64_t>(json, "subset_size");
+    MMT_CHECK(state.subset_size >= 0, ValueError, "LoaderState: negative subset_size in ", text);
+  }
   state.window_chunks = required<int64_t>(json, "window_chunks");
   state.records = required<int64_t>(json, "records");
   state.epoch = required<int64_t>(json, "epoch");
@@ -120,15 +136,19 @@ LoaderState LoaderState::parse(std::string_view text) {
             "LoaderState: negative records or window_chunks in ", text);
   MMT_CHECK(state.epoch >= 0 && state.epoch < kMaxEpoch, ValueError, "LoaderState: epoch ", state.epoch,
             " is outside [0, ", kMaxEpoch, ")");
-  MMT_CHECK(state.consumed >= 0 && state.consumed <= state.records, ValueError,
-            "LoaderState: consumed=", state.consumed, " is outside [0, records=", state.records, "]");
+  if (has_subset)
+    MMT_CHECK(state.consumed >= 0 && state.consumed <= state.subset_size, ValueError, "LoaderState: consumed=",
+              state.consumed, " is outside [0, subset_size=", state.subset_size, "]");
+  else
+    MMT_CHECK(state.consumed >= 0 && state.consumed <= state.records, ValueError,
+              "LoaderState: consumed=", state.consumed, " is outside [0, records=", state.records, "]");
   // Version 2 changed the random and quasi-random orders (uniform shuffles, sampler.h). A
   // version-1 state in the middle of such an epoch counts positions of an order this build
   // no longer makes: resuming by it would repeat some records and skip others. At an epoch's
   // start it counts none, and resumes as well as ever. (A Loader writes an epoch's end as the
   // next epoch's start; consumed == records comes from hand-made states, and is as safe.)
   const bool mid_epoch = state.consumed > 0 && state.consumed < state.records;
-  MMT_CHECK(version == kVersion || state.sampler == SamplerKind::Sequential || !mid_epoch, ValueError,
+  MMT_CHECK(version >= 2 || state.sampler == SamplerKind::Sequential || !mid_epoch, ValueError,
             "LoaderState: this version-1 state stands in the middle of a ", kind, " epoch (consumed=",
             state.consumed, " of ", state.records, "), whose order mmtensor no longer makes (its "
             "shuffles changed in version 2): resuming would repeat some records and skip others. "

@@ -62,6 +62,11 @@
 // pass between the two (they belong to the driver), but each runtime keeps its own last
 // error, and cudaDeviceReset through either invalidates the other's objects.
 //
+// Subsets. options.sampler.subset limits every epoch to a list of records (sampler.h), as
+// torch.utils.data.Subset does: a training and a validation loader over one file. The
+// batches' indices() are then the listed records; a state records the list's hash and size,
+// and a resume with another list is refused.
+//
 // Epochs and resume. next() returns std::nullopt once at the end of an epoch and the loader
 // moves on to the next epoch (prefetching it at once); set_epoch() jumps to any epoch.
 // state() (or Batch::state()) after any batch, passed to Loader(dataset, options, state),
@@ -143,16 +148,20 @@ struct LoaderStats {
 // epoch's global order taken by all ranks together). Serialisable as one line of JSON.
 struct LoaderState {
   // 2: random and quasi-random orders are uniform shuffles (sampler.h), and the seed is a hex
-  // string. parse() reads version 1 too, except a state in the middle of a random or
-  // quasi-random epoch, whose order this build no longer makes (ValueError says so).
-  static constexpr int kVersion = 2;
+  // string. 3: a subset may be given (subset_hash, subset_size); the orders are version 2's.
+  // to_string() writes the oldest version that holds the state: 2 without a subset, so that
+  // builds from before subsets resume it, and 3 with one, which they refuse by its version
+  // rather than misread. parse() reads versions 1 to 3; of version 1, not a state in the
+  // middle of a random or quasi-random epoch, whose order this build no longer makes
+  // (ValueError says so).
+  static constexpr int kVersion = 3;
 
   SamplerKind sampler = SamplerKind::Sequential;
   uint64_t seed = 0;           // in the JSON, a hex string as chunk_layout
   int64_t window_chunks = 0;  // the quasi-random window the order was made with
   int64_t records = 0;        // the dataset's size: a resume on a dataset of another size is refused
   int64_t epoch = 0;
-  int64_t consumed = 0;
+  int64_t consumed = 0;       // in [0, records], or [0, subset_size] with a subset
   // Sampler::chunk_layout_hash() of the order (QuasiRandom), 0 otherwise: a resume on a file
   // with the same records in other chunks is refused. A state without it (0) is not checked.
   // In the JSON, a hex string ("0x..."): readers that hold numbers as doubles keep it exact.
@@ -162,6 +171,11 @@ struct LoaderState {
   // written before it existed, or cleared by a user who means to resume on a re-packed copy)
   // is not checked. In the JSON, a hex string as chunk_layout.
   uint64_t dataset_fingerprint = 0;
+  // With a subset (SamplerOptions::subset): Sampler::subset_hash() and the subset's size; a
+  // resume with another subset, or none, is refused. 0 and 0 without one. In the JSON,
+  // subset_hash is a hex string as chunk_layout.
+  uint64_t subset_hash = 0;
+  int64_t subset_size = 0;
 
   std::string to_string() const;
   // The inverse of to_string(); throws ValueError naming the missing or malformed entry.
