@@ -17,18 +17,43 @@ namespace {
 // Threads and slots beyond these are a mistake, not a configuration.
 constexpr int kMaxPrefetchBatches = 1024;
 
-std::vector<Field> selected_fields(const Dataset& dataset, const std::vector<std::string>& names) {
+// The ring's fields: the dataset fields loaded as stored, then the transforms' outputs.
+std::vector<Field> selected_fields(const Dataset& dataset, const LoaderOptions& options) {
   const Schema& schema = dataset.schema();
   MMT_CHECK(!schema.empty(), ValueError, "Loader: dataset ", dataset.path(), " has no fields");
   std::vector<Field> fields;
-  if (names.empty()) return schema.fields();
-  for (const std::string& name : names) {
+  if (options.fields.empty() && options.transforms.empty()) return schema.fields();
+  for (const std::string& name : options.fields) {
     const Field& field = schema[schema.index_of(name)];  // ValueError lists the known names
     for (const Field& chosen : fields)
       MMT_CHECK(chosen.name != name, ValueError, "Loader: field '", name, "' is listed twice");
     fields.push_back(field);
   }
+  for (const SampleTransform& transform : options.transforms) {
+    for (const Field& chosen : fields)
+      MMT_CHECK(chosen.name != transform.name, ValueError, "Loader: transform '", transform.name,
+                "' fills a batch field of that name, which ",
+                &chosen < fields.data() + options.fields.size() ? "options.fields loads too"
+                                                                 : "another transform fills already");
+    for (const std::string& input : transform.inputs) (void)schema.index_of(input);  // lists the known names
+    MMT_CHECK(static_cast<bool>(transform.fn), ValueError, "Loader: transform '", transform.name, "' has no fn");
+    try {
+      fields.push_back(Field::fixed(transform.name, transform.dtype, transform.shape));
+    } catch (const Error& e) {
+      throw ValueError(detail::str("Loader: transform '", transform.name, "': ", e.what()));
+    }
+  }
   return fields;
+}
+
+// The dataset fields a loader reads: those it loads and the transforms' inputs, each once.
+std::vector<std::string> read_field_names(const LoaderOptions& options, const std::vector<Field>& loaded) {
+  std::vector<std::string> names;
+  for (const Field& field : loaded) names.push_back(field.name);
+  for (const SampleTransform& transform : options.transforms)
+    for (const std::string& input : transform.inputs)
+      if (std::find(names.begin(), names.end(), input) == names.end()) names.push_back(input);
+  return names;
 }
 
 LoaderOptions checked(LoaderOptions options, const Dataset& dataset) {
@@ -91,18 +116,23 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
       options(checked(std::move(options_in), dataset)),
       sampler(Sampler::for_dataset(dataset, resumed_sampler_options(options.sampler, resume_from))),
       dataset_fingerprint(dataset.fingerprint()),
-      ring(selected_fields(dataset, options.fields), slot_rows(options.batch_size, sampler),
+      ring(selected_fields(dataset, options), slot_rows(options.batch_size, sampler),
            options.prefetch_batches + 1, options.device, options.pin_memory),
       read_ahead_policy(options.read_ahead) {
   options.sampler = sampler.options();
+  const size_t loaded = ring.fields().size() - options.transforms.size();
+  std::vector<Field> loaded_fields;
   for (size_t f = 0; f < ring.fields().size(); ++f) {
     field_names.push_back(ring.fields()[f].field.name);
-    if (ring.fields()[f].ragged) ragged_fields.push_back(f);
+    if (f >= loaded) transform_fields.push_back(f);
+    else if (ring.fields()[f].ragged) ragged_fields.push_back(f);
     else {
       fixed_fields.push_back(f);
       fixed_field_names.push_back(ring.fields()[f].field.name);
     }
+    if (f < loaded) loaded_fields.push_back(ring.fields()[f].field);
   }
+  read_fields = read_field_names(options, loaded_fields);
   ragged_hold_limit_bytes = detail::decode_hold_limit_bytes(dataset.cache_stats().budget_bytes);
   slots.resize(static_cast<size_t>(ring.slots()));
   for (Slot& slot : slots) {

@@ -89,6 +89,8 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   void run_piece(const Piece& piece);
   void fill_fixed_rows(const Piece& piece);
   void pack_ragged_field(const Piece& piece);
+  // Runs options.transforms for the piece's rows, whose records are `indices`.
+  void run_transforms(const Piece& piece, std::span<const int64_t> indices);
   void read_ahead(const Piece& piece) noexcept;
   // Runs gather(); in Auto mode with hints off, one piece a batch counts the major faults it
   // takes, and the first that takes one turns hints on for the batches already scheduled.
@@ -109,6 +111,8 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   std::vector<size_t> ragged_fields;     // positions in ring.fields()
   std::vector<size_t> fixed_fields;      // positions in ring.fields()
   std::vector<std::string> fixed_field_names;  // their names, for one get_batch per piece
+  std::vector<size_t> transform_fields;  // positions in ring.fields(), one per options.transforms
+  std::vector<std::string> read_fields;  // the dataset fields read: loaded and transform inputs
   int64_t ragged_hold_limit_bytes = 0;  // decodes a ragged piece may hold before it spills
   ReadAheadPolicy read_ahead_policy;
 

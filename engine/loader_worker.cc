@@ -188,7 +188,7 @@ void LoaderCore::read_ahead(const Piece& piece) noexcept {
     indices.resize(static_cast<size_t>(piece.rows));
     piece.order.rank_records(piece.start_consumed, piece.batch * options.batch_size, indices);
     const bool auto_mode = read_ahead_policy.mode() == ReadAhead::Auto;
-    const auto hint = [&] { dataset.prefetch(indices, field_names); };  // the loaded fields' bytes only
+    const auto hint = [&] { dataset.prefetch(indices, read_fields); };  // the fields read, and only those
     int64_t read = -1;
     if (auto_mode) read = thread_storage_read_by(hint);
     else hint();
@@ -211,11 +211,73 @@ void LoaderCore::fill_fixed_rows(const Piece& piece) {
   for (size_t f : fixed_fields)
     rows.push_back(ring.fixed_view(piece.slot, f, piece.rows, /*on_device=*/false)
                        .narrow(0, piece.row_begin, piece.row_end - piece.row_begin));
-  try {
-    const ReadAheadPolicy::DatasetHintsOff hints_are_the_loaders;  // it hinted this batch by its own policy
-    dataset.get_batch(indices, fixed_field_names, rows, /*threads=*/1);
-  } catch (...) {
-    rethrow_for_sample(dataset, piece, fixed_field_names, indices, piece.row_begin, std::current_exception());
+  if (!fixed_fields.empty()) try {
+      const ReadAheadPolicy::DatasetHintsOff hints_are_the_loaders;  // it hinted this batch by its own policy
+      dataset.get_batch(indices, fixed_field_names, rows, /*threads=*/1);
+    } catch (...) {
+      rethrow_for_sample(dataset, piece, fixed_field_names, indices, piece.row_begin, std::current_exception());
+    }
+  if (!transform_fields.empty()) run_transforms(piece, indices);
+}
+
+namespace {
+
+// SampleTransform::Input::seed: splitmix64's finaliser over the sampler's seed, the epoch and
+// the position, so that neighbouring positions get unrelated seeds.
+uint64_t sample_seed(uint64_t seed, int64_t epoch, int64_t position) {
+  uint64_t z = seed;
+  for (const uint64_t word : {static_cast<uint64_t>(epoch), static_cast<uint64_t>(position)}) {
+    z += 0x9e3779b97f4a7c15ULL ^ word;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+  }
+  return z;
+}
+
+}  // namespace
+
+void LoaderCore::run_transforms(const Piece& piece, std::span<const int64_t> indices) {
+  thread_local std::vector<Tensor> inputs;
+  struct ReleaseInputs {  // views that pin decoded chunks: never kept past the piece
+    ~ReleaseInputs() { inputs.clear(); }
+  } release_inputs;
+  const int64_t first_sample = piece.batch * options.batch_size;
+  for (size_t t = 0; t < options.transforms.size(); ++t) {
+    const SampleTransform& transform = options.transforms[t];
+    const Tensor out = ring.fixed_view(piece.slot, transform_fields[t], piece.rows, /*on_device=*/false);
+    for (int64_t row = piece.row_begin; row < piece.row_end; ++row) {
+      const int64_t index = indices[static_cast<size_t>(row - piece.row_begin)];
+      bool reading = true;
+      try {
+        inputs.clear();
+        for (const std::string& input : transform.inputs) inputs.push_back(dataset.get(index, input));
+        reading = false;
+        const int64_t position = piece.order.rank_position(piece.start_consumed, first_sample + row);
+        const SampleTransform::Input in{index, inputs, sample_seed(options.sampler.seed, piece.order.epoch(), position)};
+        transform.fn(in, out[row]);
+      } catch (...) {
+        const std::string context = detail::str("Loader: epoch ", piece.order.epoch(), ", batch ", piece.batch,
+                                                ", sample ", index, " (row ", row, "), transform '", transform.name, "'");
+        if (reading) {  // the engine's error (a damaged chunk): its own type, and the chunk
+          std::string chunk = "?";
+          try {
+            chunk = std::to_string(dataset.chunk_of(index));
+          } catch (...) {
+          }
+          rethrow_with_context(std::current_exception(), detail::str(context, ", reading its inputs in chunk ", chunk));
+        }
+        try {
+          std::rethrow_exception(std::current_exception());
+        } catch (const std::bad_alloc&) {
+          throw;
+        } catch (const std::exception& e) {
+          std::throw_with_nested(Error(detail::str(context, ": ", e.what())));
+        } catch (...) {
+          std::throw_with_nested(Error(detail::str(context, ": an exception that is not a std::exception")));
+        }
+      }
+    }
   }
 }
 

@@ -86,6 +86,32 @@ TEST_F(LoaderGpuTest, DeviceBatchesHoldWhatGetReturns) {
   }
 }
 
+TEST_F(LoaderGpuTest, TransformOutputsArriveOnTheDevice) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 50, CodecSpec::parse("lz4")));
+  LoaderOptions options = cuda_options(SamplerKind::Random, 8);
+  options.fields = {"label"};
+  options.transforms = {{.name = "doubled",
+                         .inputs = {"x"},
+                         .dtype = kFloat32,
+                         .shape = {4},
+                         .fn = [](const SampleTransform::Input& in, const Tensor& out) {
+                           const std::vector<float> x = in.fields[0].to_vector<float>();
+                           for (int k = 0; k < 4; ++k) out.mutable_data_ptr<float>()[k] = 2 * x[k];
+                         }}};
+  Loader loader(dataset, options);
+  int64_t rows = 0;
+  while (std::optional<Batch> batch = loader.next()) {
+    ASSERT_TRUE((*batch)["doubled"].is_cuda());
+    const Tensor host = (*batch)["doubled"].cpu();
+    for (int64_t row = 0; row < batch->size(); ++row, ++rows) {
+      const int64_t i = batch->indices()[row];
+      EXPECT_EQ(host[row].to_vector<float>(),
+                (std::vector<float>{20.0f * i, 20.0f * i + 2, 20.0f * i + 4, 20.0f * i + 6}));
+    }
+  }
+  EXPECT_EQ(rows, 50);
+}
+
 TEST_F(LoaderGpuTest, SameOrderAsOnTheHost) {
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 120));
   LoaderOptions options = cuda_options(SamplerKind::Random, 16, 3);

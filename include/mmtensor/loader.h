@@ -86,6 +86,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -119,9 +120,47 @@ inline constexpr int64_t kMaxEpoch = INT64_MAX;
 // none. (ReadAhead is declared in dataset.h: Dataset::get_batch has its own, ReaderOptions.
 // A loader's gathers use the loader's, never the dataset's.)
 
+// A per-sample stage the loader's workers run: it fills one fixed-shape field of the batch
+// from a record's stored fields, so that decoding (an encoded image in a bytes field),
+// cropping or normalising happens on the workers, off the training thread, as a PyTorch
+// Dataset's transform does in DataLoader workers and an FFCV pipeline's decoder does.
+//
+//   .transforms = {{.name = "image", .inputs = {"jpeg"}, .dtype = kUInt8, .shape = {3, 224, 224},
+//                   .fn = [](const SampleTransform::Input& in, const Tensor& out) {
+//                     decode_and_crop(in.fields[0], in.seed, out.mutable_data_ptr<uint8_t>());
+//                   }}}
+//
+// fn is called once per sample, on any worker thread (or the consumer's, which helps), for
+// several samples at once: it must be safe to call concurrently. It writes the sample's
+// output into `out`, a contiguous [shape] tensor of `dtype` in the batch's staging buffer
+// (whatever it leaves unwritten holds an earlier batch's bytes). `in.fields` are the record's
+// `inputs`, in that order, as Dataset::get returns them: views into the mapped file or a
+// decoded chunk, valid for the call (a ragged field's value has its own shape; a bytes field
+// is 1-d uint8). `in.seed` is a 64-bit value fixed by (sampler seed, epoch, the sample's
+// position in the epoch's order): seed an augmentation's random numbers with it and the
+// batches are the same whatever the number of workers, and again after a resume.
+// An exception from fn reaches next() as mmt::Error naming the epoch, batch, sample and
+// transform, with fn's exception nested (std::rethrow_if_nested gives it back).
+struct SampleTransform {
+  struct Input {
+    int64_t index = 0;               // the record
+    std::span<const Tensor> fields;  // its inputs, in SampleTransform::inputs order
+    uint64_t seed = 0;
+  };
+  std::string name;                  // batch[name]: [B, ...shape]; may reuse an input's name
+  std::vector<std::string> inputs;   // the dataset fields fn reads, fixed or ragged
+  ScalarType dtype = kFloat32;       // of the output
+  DimVector shape;                   // one sample's output; every dimension >= 1
+  std::function<void(const Input& in, const Tensor& out)> fn;
+};
+
 struct LoaderOptions {
   int64_t batch_size = 1;
-  std::vector<std::string> fields;  // the fields to load, in this order; empty: every field
+  // The dataset fields to load as they are stored, in this order; empty: every field, unless
+  // transforms are given, then none (list the ones to load beside the transforms' outputs).
+  std::vector<std::string> fields;
+  // Batch fields made per sample on the workers, after `fields` in the batch (above).
+  std::vector<SampleTransform> transforms;
   SamplerOptions sampler;           // kind, seed, quasi-random window, rank / world_size
   int64_t epoch = 0;                // the first epoch, in [0, kMaxEpoch)
   bool drop_last = false;           // drop this rank's final, partial batch of each epoch

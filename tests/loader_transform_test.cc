@@ -1,0 +1,229 @@
+// SampleTransform: per-sample stages the loader's workers run, filling batch fields from a
+// record's stored fields (loader.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "loader_test_util.h"
+#include "mmtensor/error.h"
+#include "mmtensor/loader.h"
+#include "test_util.h"
+
+namespace mmt {
+namespace {
+
+using testing::TempDir;
+using testing::write_loader_dataset;
+
+// "padded": the ragged "tokens" of a record (i % 5 values) padded with -1 to a fixed [5],
+// the decode of a variable-length value into a fixed-shape batch field.
+SampleTransform pad_tokens() {
+  return {.name = "padded",
+          .inputs = {"tokens"},
+          .dtype = kInt32,
+          .shape = {5},
+          .fn = [](const SampleTransform::Input& in, const Tensor& out) {
+            const Tensor& tokens = in.fields[0];
+            int32_t* dst = out.mutable_data_ptr<int32_t>();
+            std::fill(dst, dst + 5, -1);
+            const std::vector<int32_t> values = tokens.to_vector<int32_t>();
+            std::copy(values.begin(), values.end(), dst);
+          }};
+}
+
+// "scaled": x * 2 + label, from two inputs, as float32 [4].
+SampleTransform scale_x() {
+  return {.name = "scaled",
+          .inputs = {"x", "label"},
+          .dtype = kFloat32,
+          .shape = {4},
+          .fn = [](const SampleTransform::Input& in, const Tensor& out) {
+            const std::vector<float> x = in.fields[0].to_vector<float>();
+            const double label = static_cast<double>(in.fields[1].item<int64_t>());
+            for (int k = 0; k < 4; ++k) out.mutable_data_ptr<float>()[k] = static_cast<float>(2 * x[k] + label);
+          }};
+}
+
+// "seed": the sample's seed and record, as int64 [2].
+SampleTransform record_seed() {
+  return {.name = "seed",
+          .inputs = {},
+          .dtype = kInt64,
+          .shape = {2},
+          .fn = [](const SampleTransform::Input& in, const Tensor& out) {
+            out.mutable_data_ptr<int64_t>()[0] = static_cast<int64_t>(in.seed);
+            out.mutable_data_ptr<int64_t>()[1] = in.index;
+          }};
+}
+
+class LoaderTransformTest : public ::testing::Test {
+ protected:
+  TempDir dir;
+};
+
+TEST_F(LoaderTransformTest, WorkersFillTheTransformsFieldsFromEachRecord) {
+  for (CodecSpec codec : {CodecSpec{}, CodecSpec::parse("lz4")}) {
+    Dataset dataset = Dataset::open(write_loader_dataset(dir, 70, codec, 16, "d" + codec.str() + ".mmt"));
+    LoaderOptions options{.batch_size = 8, .fields = {"label"}, .transforms = {pad_tokens(), scale_x()},
+                          .sampler = {.kind = SamplerKind::Random, .seed = 3}, .num_workers = 2};
+    Loader loader(dataset, options);
+    std::set<int64_t> seen;
+    while (std::optional<Batch> batch = loader.next()) {
+      EXPECT_EQ(batch->is_ragged("padded"), false);
+      EXPECT_EQ((*batch)["padded"].sizes().vec(), (std::vector<int64_t>{batch->size(), 5}));
+      EXPECT_EQ((*batch)["scaled"].dtype(), kFloat32);
+      EXPECT_THROW_WITH((void)(*batch)["x"], ValueError, "it holds 'label', 'padded', 'scaled'");
+      for (int64_t row = 0; row < batch->size(); ++row) {
+        const int64_t i = batch->indices()[row];
+        seen.insert(i);
+        EXPECT_EQ((*batch)["label"][row].item<int64_t>(), i);
+        const std::vector<int32_t> padded = (*batch)["padded"][row].to_vector<int32_t>();
+        for (int64_t t = 0; t < 5; ++t)
+          EXPECT_EQ(padded[t], t < i % 5 ? static_cast<int32_t>(i * 100 + t) : -1) << "record " << i << " t " << t;
+        const std::vector<float> scaled = (*batch)["scaled"][row].to_vector<float>();
+        for (int k = 0; k < 4; ++k) EXPECT_EQ(scaled[k], static_cast<float>(2 * (10 * i + k) + i)) << "record " << i;
+      }
+    }
+    EXPECT_EQ(seen.size(), 70u);
+  }
+}
+
+TEST_F(LoaderTransformTest, WithTransformsAndNoFieldsListedOnlyTheOutputsAreLoaded) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 10));
+  Loader loader(dataset, {.batch_size = 4, .transforms = {scale_x()}});
+  std::optional<Batch> batch = loader.next();
+  ASSERT_TRUE(batch);
+  EXPECT_THROW_WITH((void)(*batch)["image"], ValueError, "it holds 'scaled')");
+  // An output may take the name of an input it replaces: "x" decoded into "x".
+  SampleTransform x_again = scale_x();
+  x_again.name = "x";
+  Loader renamed(dataset, {.batch_size = 4, .transforms = {x_again}});
+  EXPECT_EQ((*renamed.next())["x"][1].to_vector<float>(), (std::vector<float>{21, 23, 25, 27}));
+}
+
+// The seeds of an epoch: one per sample, fixed by (seed, epoch, position).
+std::vector<std::pair<int64_t, int64_t>> seeds_of_epoch(Loader& loader) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  while (std::optional<Batch> batch = loader.next()) {
+    const Tensor& seeds = (*batch)["seed"];
+    for (int64_t row = 0; row < batch->size(); ++row) {
+      EXPECT_EQ(seeds[row][1].item<int64_t>(), batch->indices()[row]);
+      out.emplace_back(seeds[row][0].item<int64_t>(), seeds[row][1].item<int64_t>());
+    }
+  }
+  return out;
+}
+
+TEST_F(LoaderTransformTest, SeedsAreTheSameWhateverTheWorkersAndAfterAResume) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 60, CodecSpec::parse("zstd"), 8));
+  LoaderOptions options{.batch_size = 7, .transforms = {record_seed()},
+                        .sampler = {.kind = SamplerKind::QuasiRandom, .seed = 11}, .epoch = 2};
+  options.num_workers = 0;
+  Loader reference_loader(dataset, options);
+  const auto reference = seeds_of_epoch(reference_loader);
+  ASSERT_EQ(reference.size(), 60u);
+  std::set<int64_t> distinct;
+  for (const auto& [seed, index] : reference) distinct.insert(seed);
+  EXPECT_EQ(distinct.size(), 60u);  // every sample its own
+  for (int workers : {1, 3}) {
+    options.num_workers = workers;
+    Loader loader(dataset, options);
+    EXPECT_EQ(seeds_of_epoch(loader), reference) << workers << " workers";
+  }
+  // A resume continues with the same seeds for the same samples.
+  Loader interrupted(dataset, options);
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  for (int b = 0; b < 3; ++b) {
+    std::optional<Batch> batch = interrupted.next();
+    for (int64_t row = 0; row < batch->size(); ++row)
+      seen.emplace_back((*batch)["seed"][row][0].item<int64_t>(), batch->indices()[row]);
+  }
+  Loader resumed(dataset, options, interrupted.state());
+  const auto rest = seeds_of_epoch(resumed);
+  seen.insert(seen.end(), rest.begin(), rest.end());
+  EXPECT_EQ(seen, reference);
+  // Another epoch, another seed for every sample.
+  const auto next_epoch = seeds_of_epoch(reference_loader);
+  std::map<int64_t, int64_t> seed_of_record;
+  for (const auto& [seed, index] : reference) seed_of_record[index] = seed;
+  int same = 0;
+  for (const auto& [seed, index] : next_epoch) same += seed_of_record[index] == seed;
+  EXPECT_EQ(same, 0);
+}
+
+TEST_F(LoaderTransformTest, ATransformsExceptionNamesTheSampleAndKeepsTheOriginal) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 30));
+  SampleTransform failing = scale_x();
+  failing.fn = [](const SampleTransform::Input& in, const Tensor& out) {
+    if (in.index == 17) throw std::runtime_error("cannot decode");
+    out.zero_();
+  };
+  for (int workers : {0, 2}) {
+    Loader loader(dataset, {.batch_size = 5, .transforms = {failing}, .num_workers = workers});
+    bool thrown = false;
+    try {
+      while (loader.next()) {
+      }
+    } catch (const Error& e) {
+      thrown = true;
+      EXPECT_NE(std::string(e.what()).find("batch 3, sample 17 (row 2), transform 'scaled': cannot decode"),
+                std::string::npos) << e.what();
+      try {
+        std::rethrow_if_nested(e);
+        ADD_FAILURE() << "the transform's exception is not nested";
+      } catch (const std::runtime_error& original) {
+        EXPECT_STREQ(original.what(), "cannot decode");
+      }
+    }
+    EXPECT_TRUE(thrown) << workers << " workers";
+    EXPECT_THROW(loader.next(), Error);  // sticky until set_epoch
+    loader.set_epoch(1);
+  }
+}
+
+TEST_F(LoaderTransformTest, BadTransformsAreRefusedWithTheReason) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 10));
+  const auto refused = [&](SampleTransform transform, const std::string& text, std::vector<std::string> fields = {}) {
+    LoaderOptions options{.batch_size = 2, .fields = std::move(fields), .transforms = {std::move(transform)}};
+    EXPECT_THROW_WITH(Loader(dataset, options), ValueError, text);
+  };
+  SampleTransform t = scale_x();
+  t.inputs = {"x", "lable"};
+  refused(t, "lable");
+  t = scale_x();
+  t.fn = nullptr;
+  refused(t, "transform 'scaled' has no fn");
+  t = scale_x();
+  t.name = "label";
+  refused(t, "options.fields loads too", {"label"});
+  t = scale_x();
+  t.shape = {4, 0};
+  refused(t, "transform 'scaled'");
+  t.shape = {-1};
+  refused(t, "transform 'scaled'");
+  t = scale_x();
+  t.name = "";
+  refused(t, "transform ''");
+  LoaderOptions twice{.batch_size = 2, .transforms = {scale_x(), scale_x()}};
+  EXPECT_THROW_WITH(Loader(dataset, twice), ValueError, "another transform fills already");
+}
+
+TEST_F(LoaderTransformTest, ReadAheadHintsTheTransformsInputsNotTheirOutputs) {
+  // The hints name dataset fields: an output's name ("padded") is none, and must not be hinted.
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 40));
+  Loader loader(dataset, {.batch_size = 8, .transforms = {pad_tokens()}, .num_workers = 2,
+                          .read_ahead = ReadAhead::Always});
+  int64_t rows = 0;
+  while (std::optional<Batch> batch = loader.next()) rows += batch->size();
+  EXPECT_EQ(rows, 40);
+  EXPECT_GT(loader.stats().batches_read_ahead, 0);
+}
+
+}  // namespace
+}  // namespace mmt
