@@ -14,13 +14,17 @@
 //
 // Lifetime: Dataset is a handle; copies share one mapping and one cache. Views outlive the
 // Dataset they came from.
+// Iteration: a Dataset is a random-access range of its samples in index order
+// (Dataset::iterator): `for (Sample s : ds)`, `ds | std::views::drop(10)`.
 // Thread safety: every const method may be called from many threads at once.
 // Errors: IndexError for an index out of range; ValueError for an unknown field (the message
 // lists the known ones) or a dtype/shape mismatch; FormatError / ChecksumError for a damaged
 // file, naming the chunk, byte offset and field.
 #pragma once
 
+#include <compare>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string>
@@ -162,6 +166,9 @@ struct RaggedBatch {
 
 class Dataset {
  public:
+  class iterator;
+  using const_iterator = iterator;
+
   // Opens and validates the preamble, footer and schema. Throws IoError (missing file, no
   // permission), FormatError (not an mmtensor file, unknown version, truncated, corrupt).
   static Dataset open(const std::string& path, ReaderOptions options = {});
@@ -190,6 +197,10 @@ class Dataset {
   Sample get(int64_t index) const;
   Sample operator[](int64_t index) const { return get(index); }
   Tensor get(int64_t index, std::string_view field) const;
+  // The samples in index order, get(0) to get(size() - 1): see Dataset::iterator. ValueError
+  // for an empty handle, as every accessor.
+  iterator begin() const;
+  iterator end() const;
 
   // A fixed field of every record as one [N, ...] tensor. A zero-copy view when the file's
   // chunks for that field are laid out contiguously (uncompressed, fixed-shape schema) or
@@ -262,6 +273,79 @@ class Dataset {
  private:
   explicit Dataset(std::shared_ptr<const Impl> impl);
   std::shared_ptr<const Impl> impl_;
+};
+
+// A position among a Dataset's samples: a pointer to the Dataset and an index, nothing more.
+// It models std::random_access_iterator with Sample, a value, as its reference type: *it is
+// get(it.index()) (views into the mapping when uncompressed, as get() gives; no allocation
+// beyond get()'s) and it[n] is get(it.index() + n). Moving it is integer arithmetic on the
+// index, unchecked; dereferencing checks the position: IndexError outside [begin(), end())
+// (get() alone would take -1 as the last record). As with std::views::iota's iterators,
+// which also yield values, C++17 algorithms see an input iterator (iterator_category),
+// std::ranges ones a random-access one (iterator_concept); it is not writable, so
+// std::ranges::sort and the like do not take it.
+//
+// Lifetime, as with a std container's iterators: an iterator refers to the Dataset object it
+// came from (not to the file, nor to copies of that handle). Destroying that Dataset, moving
+// from it or assigning to it invalidates its iterators; using one after that is undefined.
+// The Samples they gave are unaffected: a Sample holds its storage (shared ownership) and
+// outlives every iterator and every Dataset handle. Iterators of different Dataset objects
+// must not be compared or subtracted.
+// Thread safety: a value type; dereferencing calls get(), which many threads may call at once.
+class Dataset::iterator {
+ public:
+  using value_type = Sample;
+  using reference = Sample;
+  using difference_type = int64_t;
+  using iterator_concept = std::random_access_iterator_tag;
+  using iterator_category = std::input_iterator_tag;
+
+  iterator() = default;  // a singular iterator: it may be assigned, compared with another singular one
+
+  Sample operator*() const;
+  Sample operator[](difference_type n) const;
+  int64_t index() const { return index_; }
+
+  iterator& operator++() {
+    ++index_;
+    return *this;
+  }
+  iterator operator++(int) {
+    iterator old = *this;
+    ++index_;
+    return old;
+  }
+  iterator& operator--() {
+    --index_;
+    return *this;
+  }
+  iterator operator--(int) {
+    iterator old = *this;
+    --index_;
+    return old;
+  }
+  iterator& operator+=(difference_type n) {
+    index_ += n;
+    return *this;
+  }
+  iterator& operator-=(difference_type n) {
+    index_ -= n;
+    return *this;
+  }
+  friend iterator operator+(iterator it, difference_type n) { return it += n; }
+  friend iterator operator+(difference_type n, iterator it) { return it += n; }
+  friend iterator operator-(iterator it, difference_type n) { return it -= n; }
+  friend difference_type operator-(const iterator& a, const iterator& b) { return a.index_ - b.index_; }
+  // By index alone: iterators of one Dataset (see above).
+  friend bool operator==(const iterator& a, const iterator& b) { return a.index_ == b.index_; }
+  friend std::strong_ordering operator<=>(const iterator& a, const iterator& b) { return a.index_ <=> b.index_; }
+
+ private:
+  friend class Dataset;
+  iterator(const Dataset* dataset, int64_t index) : dataset_(dataset), index_(index) {}
+
+  const Dataset* dataset_ = nullptr;
+  int64_t index_ = 0;
 };
 
 }  // namespace mmt
