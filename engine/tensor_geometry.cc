@@ -1,6 +1,7 @@
 #include "tensor_geometry.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 #include "mmtensor/error.h"
@@ -114,6 +115,48 @@ bool is_provably_non_overlapping(IntArrayRef sizes, IntArrayRef strides) {
     span += abs_strides[k] * (dim_sizes[k] - 1);
   }
   return true;
+}
+
+ByteFootprint byte_footprint(const Tensor& t) {
+  ByteFootprint f;
+  f.device = t.device();
+  if (t.numel() == 0) return f;
+  f.empty = false;
+  // A tensor's elements lie in its storage, so its reach in bytes fits in int64.
+  const int64_t element_bytes = t.element_size();
+  const intptr_t first = reinterpret_cast<intptr_t>(t.data_ptr());
+  const IntArrayRef sizes = t.sizes(), strides = t.strides();
+  const Extent whole = element_extent(sizes, strides);
+  f.lowest = first + whole.min_offset * element_bytes;
+  f.highest = first + whole.max_offset * element_bytes + element_bytes - 1;
+  if (sizes.empty()) {  // one element: a single row
+    f.row_lowest = first;
+    f.row_bytes = element_bytes;
+    return f;
+  }
+  const Extent row = element_extent(IntArrayRef(sizes.data() + 1, sizes.size() - 1),
+                                    IntArrayRef(strides.data() + 1, strides.size() - 1));
+  f.row_lowest = first + row.min_offset * element_bytes;
+  f.row_bytes = (row.max_offset - row.min_offset + 1) * element_bytes;
+  f.row_stride = sizes[0] > 1 ? (strides[0] < 0 ? -strides[0] : strides[0]) * element_bytes : 0;
+  return f;
+}
+
+bool is_provably_disjoint(const ByteFootprint& a, const ByteFootprint& b) {
+  if (a.empty || b.empty || a.device != b.device) return true;
+  if (a.highest < b.lowest || b.highest < a.lowest) return true;
+  // Each row of a starts at a.row_lowest plus a multiple of a.row_stride, so of s, and
+  // likewise for b: modulo s, a's rows cover [0, a.row_bytes) and b's [gap, gap + b.row_bytes).
+  // (s is 0 when neither has two rows: the extents alone decide.)
+  const int64_t s = std::gcd(a.row_stride, b.row_stride);
+  if (s == 0) return false;
+  int64_t gap = static_cast<int64_t>(b.row_lowest - a.row_lowest) % s;
+  if (gap < 0) gap += s;
+  return gap >= a.row_bytes && gap + b.row_bytes <= s;
+}
+
+bool is_provably_disjoint(const Tensor& a, const Tensor& b) {
+  return is_provably_disjoint(byte_footprint(a), byte_footprint(b));
 }
 
 std::optional<DimVector> compute_view_strides(IntArrayRef old_sizes, IntArrayRef old_strides,

@@ -36,6 +36,31 @@ bool is_non_overlapping_and_dense(IntArrayRef sizes, IntArrayRef strides);
 // before it span. Every view of a dense tensor (slices, narrowing, permutations, negative
 // strides) passes; an expanded one (stride 0) or an interleaving as_strided does not.
 bool is_provably_non_overlapping(IntArrayRef sizes, IntArrayRef strides);
+// True when no byte of `a` is a byte of `b`, by a sufficient test on addresses, whatever
+// their storages (two from_blob() storages over one buffer do alias):
+//   - their byte extents, [lowest byte, highest byte], do not meet (separate buffers, or
+//     slices of one buffer one after the other: the halves of a batch); or
+//   - they take turns along dimension 0, a row at a time: with S the gcd of their
+//     dimension-0 strides in bytes, a row of `a` and a row of `b` fit side by side in S, at
+//     offsets modulo S that keep them apart (columns of one [B, K] buffer, fields of an
+//     array of records, even of different dtypes).
+// Views interleaved more finely (columns 0 and 2 against 1 and 3) are not proven disjoint.
+// An empty tensor shares nothing, nor do tensors on different devices.
+bool is_provably_disjoint(const Tensor& a, const Tensor& b);
+// The same test in two steps, for comparing each pair of many tensors: a footprint per
+// tensor (O(dim)), then O(1) a pair. Neither allocates.
+struct ByteFootprint {
+  bool empty = true;
+  Device device;
+  intptr_t lowest = 0;      // the view's lowest byte's address
+  intptr_t highest = 0;     // its highest byte's
+  // Its slices along dimension 0 (a 0-d tensor: one slice of one element).
+  intptr_t row_lowest = 0;  // slice 0's lowest byte's address
+  int64_t row_bytes = 0;    // from a slice's lowest byte to its highest, inclusive
+  int64_t row_stride = 0;   // |stride(0)| in bytes; 0 for a single slice
+};
+ByteFootprint byte_footprint(const Tensor& t);
+bool is_provably_disjoint(const ByteFootprint& a, const ByteFootprint& b);
 
 // The strides a view of `new_sizes` would need over memory laid out as (sizes, strides),
 // or nullopt when no such view exists (PyTorch's rule for view()).

@@ -300,6 +300,42 @@ TEST(TensorGeometry, NonOverlapIsProvenForViewsOfDenseTensorsOnly) {
   EXPECT_FALSE(is_provably_non_overlapping({3, 2}, {2, 3}));   // distinct offsets, interleaved: not proven
 }
 
+TEST(TensorGeometry, DisjointnessOfTwoTensorsIsProvenByExtentsOrByRows) {
+  using detail::is_provably_disjoint;
+  const Tensor a = zeros({4, 6}, kInt32), b = zeros({4, 6}, kInt32);
+  EXPECT_TRUE(is_provably_disjoint(a, b));                                      // separate buffers
+  EXPECT_FALSE(is_provably_disjoint(a, a));                                     // the same tensor
+  EXPECT_FALSE(is_provably_disjoint(a[1], a.narrow(1, 2, 1)));                  // one shared element
+  EXPECT_TRUE(is_provably_disjoint(a.narrow(0, 0, 2), a.narrow(0, 2, 2)));      // halves
+  EXPECT_FALSE(is_provably_disjoint(a.narrow(0, 0, 3), a.narrow(0, 2, 2)));     // a shared row
+  EXPECT_TRUE(is_provably_disjoint(a.narrow(1, 0, 2), a.narrow(1, 2, 4)));      // columns: rows take turns
+  EXPECT_TRUE(is_provably_disjoint(a.narrow(1, 4, 2), a.narrow(1, 0, 4)));      // the same, either order
+  EXPECT_TRUE(is_provably_disjoint(a.select(1, 5), a.narrow(1, 0, 5)));         // a 1-d column
+  EXPECT_FALSE(is_provably_disjoint(a.narrow(1, 0, 3), a.narrow(1, 2, 3)));     // columns that overlap
+  EXPECT_TRUE(is_provably_disjoint(a.slice(0, 0, 4, 2), a.slice(0, 1, 4, 2)));  // even and odd rows
+  EXPECT_TRUE(is_provably_disjoint(a.slice(0, 0, 4, 2).narrow(1, 0, 3),         // rows 2 apart and 1 apart
+                                   a.narrow(0, 1, 1).narrow(1, 0, 3)));
+  // Reversed rows (a negative stride) take turns too.
+  EXPECT_TRUE(is_provably_disjoint(a.as_strided({4, 2}, {-6, 1}, 18), a.narrow(1, 2, 4)));
+  // Interleaved within a row (columns 0, 2, 4 against 1, 3, 5): disjoint, but not proven.
+  EXPECT_FALSE(is_provably_disjoint(a.slice(1, 0, 6, 2), a.slice(1, 1, 6, 2)));
+  // Fields of an array of 16-byte records: an int32 pair at byte 0, an int64 at byte 8.
+  const UntypedStorage records = UntypedStorage::allocate(4 * 16);
+  const Tensor pairs(records, kInt32, {4, 2}, {4, 1}, 0), labels(records, kInt64, {4}, {2}, 1);
+  EXPECT_TRUE(is_provably_disjoint(pairs, labels));
+  EXPECT_FALSE(is_provably_disjoint(Tensor(records, kInt32, {4, 3}, {4, 1}, 0), labels));  // a pair and a half
+  // Two storages over one buffer alias: addresses are compared, not storages.
+  const UntypedStorage alias = UntypedStorage::from_blob(a.mutable_data_ptr(), a.nbytes(), [](void*) {});
+  EXPECT_FALSE(is_provably_disjoint(Tensor(alias, kInt32, {6}, 6), a[1]));
+  EXPECT_TRUE(is_provably_disjoint(Tensor(alias, kInt32, {6}, 6), a[2]));
+  // Nothing to share: empty tensors; 0-d tensors compare by their one element.
+  EXPECT_TRUE(is_provably_disjoint(a.narrow(0, 0, 0), a));
+  EXPECT_FALSE(is_provably_disjoint(a[0][0], a[0].narrow(0, 0, 1)));
+  EXPECT_TRUE(is_provably_disjoint(a[0][0], a[0][1]));
+  EXPECT_TRUE(is_provably_disjoint(a[0][0], a.narrow(1, 1, 1)));  // one element beside a column
+  EXPECT_FALSE(is_provably_disjoint(a[2][1], a.narrow(1, 1, 1)));
+}
+
 TEST(Tensor, DtypesAndDevicesPrintByName) {
   std::ostringstream out;
   out << arange(3).dtype() << " " << kBFloat16 << " " << arange(3).device() << " " << Device::parse("cuda:1");
