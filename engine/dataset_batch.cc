@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,7 @@ struct FieldCopy {
   int64_t out_record_bytes = 0;  // out's stride along the batch dimension, in bytes
   bool memcpy_ok = false;        // out[b] has the field's strides and is dense
   DimVector out_strides;         // out[b]'s strides, for the strided path
+  detail::ByteFootprint out_footprint;  // where out's bytes lie (several fields: none may share any)
 
   // Copies the value that starts at `record` (a record's first byte) into row b of out.
   void copy_row(int64_t b, const std::byte* record) const {
@@ -91,6 +93,31 @@ FieldCopy plan_field_copy(const Dataset::Impl& d, std::string_view field, const 
     same_layout = same_layout && (plan.sizes[k] == 1 || copy.out_strides[k] == plan.strides[k]);
   copy.memcpy_ok = same_layout;
   return copy;
+}
+
+// "[first, last] of its storage": where an output's bytes lie, for an error message.
+std::string storage_bytes(const Tensor& t) {
+  const detail::Extent e = detail::element_extent(t.sizes(), t.strides());
+  const int64_t element_bytes = t.element_size();
+  return detail::str("[", (t.storage_offset() + e.min_offset) * element_bytes, ", ",
+                     (t.storage_offset() + e.max_offset) * element_bytes + element_bytes - 1, "]");
+}
+
+// Threads write each field's rows in an unspecified order: outputs that share bytes would
+// leave a batch that depends on timing. After each output alone has been checked, each pair
+// is compared by footprint: no allocation, and O(1) a pair for the handful of fields a batch has.
+void check_outputs_share_nothing(std::span<const std::string> fields, std::span<const Tensor> outs,
+                                 std::span<FieldCopy> copies) {
+  for (size_t j = 0; j < copies.size(); ++j) {
+    copies[j].out_footprint = detail::byte_footprint(outs[j]);
+    for (size_t k = 0; k < j; ++k)
+      MMT_CHECK(detail::is_provably_disjoint(copies[k].out_footprint, copies[j].out_footprint), ValueError,
+                "get_batch: the output tensors for fields '", fields[k], "' (outs[", k, "]) and '", fields[j],
+                "' (outs[", j, "]) may share memory (bytes ", storage_bytes(outs[k]), " and ", storage_bytes(outs[j]),
+                outs[k].is_same_storage(outs[j]) ? " of one storage" : " of storages over the same memory",
+                ": they cannot be shown disjoint); pass a separate tensor for each field, or views of one buffer "
+                "whose bytes do not meet (its halves, say, or its columns)");
+  }
 }
 
 // Sorts (record, batch position) pairs by record, keeping positions in order among equal
@@ -567,6 +594,7 @@ void Dataset::get_batch(std::span<const int64_t> indices, std::span<const std::s
   copies.clear();
   for (size_t k = 0; k < fields.size(); ++k)
     copies.push_back(plan_field_copy(d, fields[k], outs[k], static_cast<int64_t>(indices.size())));
+  check_outputs_share_nothing(fields, outs, copies);
   gather_reading_ahead(d, indices, copies, threads);
 }
 

@@ -607,6 +607,73 @@ TEST(DatasetTest, GetBatchOfSeveralFieldsRefusesWhatOneFieldRefuses) {
   ds.get_batch(indices, std::span<const std::string>(), std::span<const Tensor>());  // nothing to do
 }
 
+// Outputs of several fields must not share memory with each other (threads would write both
+// fields to the same bytes in an unspecified order): what may overlap is refused, naming both
+// fields, before anything is written; separate buffers and disjoint views of one pass.
+TEST(DatasetTest, GetBatchOfSeveralFieldsRefusesOutputsThatMayShareMemory) {
+  TempDir dir;
+  Schema schema({Field::fixed("x", kInt32, {2}), Field::fixed("y", kInt32, {2}), Field::fixed("label", kInt64, {})});
+  for (const char* codec : {"none", "lz4"}) {
+    WriterOptions options;
+    options.codec = CodecSpec::parse(codec);
+    options.chunk_records = 4;
+    options.overwrite = true;
+    write_dataset(dir.file("m.mmt"), schema, 10, options);
+    Dataset ds = Dataset::open(dir.file("m.mmt"));
+    const std::vector<int64_t> indices{7, 1, -1};
+    const std::vector<std::string> x_y{"x", "y"};
+    auto expect_rows = [&](const Tensor& out, size_t f) {
+      for (size_t b = 0; b < indices.size(); ++b)
+        EXPECT_TRUE(out[static_cast<int64_t>(b)].equal(field_value(schema[f], (indices[b] + 10) % 10)))
+            << codec << " field " << f << " row " << b;
+    };
+
+    // The same tensor for two fields.
+    const Tensor same = full({3, 2}, -1, kInt32);
+    EXPECT_THROW_WITH(ds.get_batch(indices, x_y, std::vector{same, same}), ValueError,
+                      "the output tensors for fields 'x' (outs[0]) and 'y' (outs[1]) may share memory (bytes [0, 23] "
+                      "and [0, 23] of one storage: they cannot be shown disjoint)");
+    EXPECT_TRUE(same.equal(full({3, 2}, -1, kInt32))) << "written before the refusal";
+    // The same field twice, into one tensor: refused too (the message tells the two apart).
+    EXPECT_THROW_WITH(ds.get_batch(indices, std::vector<std::string>{"x", "x"}, std::vector{same, same}), ValueError,
+                      "fields 'x' (outs[0]) and 'x' (outs[1])");
+    // Two interleaved views of one buffer that share a column: refused, whichever pair.
+    const Tensor three_columns = zeros({3, 3}, kInt32);
+    const std::vector<std::string> label_x_y{"label", "x", "y"};
+    EXPECT_THROW_WITH(ds.get_batch(indices, label_x_y,
+                                   std::vector{zeros({3}, kInt64), three_columns.narrow(1, 0, 2),
+                                               three_columns.narrow(1, 1, 2)}),
+                      ValueError, "fields 'x' (outs[1]) and 'y' (outs[2]) may share memory (bytes [0, 31] and [4, 35]");
+    // Two storages over the same memory: addresses are compared, not storages.
+    const UntypedStorage alias =
+        UntypedStorage::from_blob(same.mutable_data_ptr(), same.nbytes(), [](void*) {});
+    EXPECT_THROW_WITH(ds.get_batch(indices, x_y, std::vector{same, Tensor(alias, kInt32, {3, 2})}), ValueError,
+                      "of storages over the same memory");
+
+    // Separate buffers.
+    std::vector<Tensor> separate{empty({3, 2}, kInt32), empty({3, 2}, kInt32)};
+    ds.get_batch(indices, x_y, separate, 2);
+    expect_rows(separate[0], 0);
+    expect_rows(separate[1], 1);
+    // The two halves of one buffer.
+    const Tensor halves = zeros({6, 2}, kInt32);
+    ds.get_batch(indices, x_y, std::vector{halves.narrow(0, 0, 3), halves.narrow(0, 3, 3)});
+    expect_rows(halves.narrow(0, 0, 3), 0);
+    expect_rows(halves.narrow(0, 3, 3), 1);
+    // Columns of one buffer: the rows take turns.
+    const Tensor four_columns = zeros({3, 4}, kInt32);
+    ds.get_batch(indices, x_y, std::vector{four_columns.narrow(1, 2, 2), four_columns.narrow(1, 0, 2)}, 2);
+    expect_rows(four_columns.narrow(1, 2, 2), 0);
+    expect_rows(four_columns.narrow(1, 0, 2), 1);
+    // An array of 16-byte records: x at byte 0, label at byte 8, of different dtypes.
+    const UntypedStorage records = UntypedStorage::allocate(3 * 16);
+    const Tensor x_rows(records, kInt32, {3, 2}, {4, 1}, 0), labels(records, kInt64, {3}, {2}, 1);
+    ds.get_batch(indices, std::vector<std::string>{"x", "label"}, std::vector{x_rows, labels});
+    expect_rows(x_rows, 0);
+    expect_rows(labels, 2);
+  }
+}
+
 // Records past 65,536 need more than two passes of the batch sort by record; duplicates keep
 // their positions.
 TEST(DatasetTest, ShuffledBatchOverManyRecordsComesBackInBatchOrder) {

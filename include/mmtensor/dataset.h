@@ -232,15 +232,21 @@ class Dataset {
   // up to `threads` threads (>= 1; the calling thread counts as one). Indices may be negative,
   // counting from the end as in get(). An output whose elements may share memory (expanded,
   // say) is refused with ValueError: strides that cannot be shown disjoint are refused, a
-  // stricter test than copy_()'s (clone() such an output, or pass a contiguous one). With
-  // several fields, the outputs must not share elements either; that is not checked. From a cold file, the batch's pages are first hinted to
-  // the kernel as ReaderOptions::read_ahead says.
+  // stricter test than copy_()'s (clone() such an output, or pass a contiguous one). From a
+  // cold file, the batch's pages are first hinted to the kernel as ReaderOptions::read_ahead
+  // says.
   void get_batch(std::span<const int64_t> indices, std::string_view field, const Tensor& out,
                  int threads = 1) const;
   Tensor get_batch(std::span<const int64_t> indices, std::string_view field, int threads = 1) const;
   // Several fixed fields of the same records at once: outs[k] receives fields[k], each as
   // above. Faster than one call per field over compressed or ragged-schema files, where a
-  // shuffled batch is sorted and its chunks looked up once for all the fields.
+  // shuffled batch is sorted and its chunks looked up once for all the fields. Outputs that
+  // may share memory with each other (one tensor given twice, overlapping views of one
+  // buffer) are refused with ValueError naming both fields, nothing written, by a sufficient
+  // test as above: outputs whose bytes [lowest, highest] do not meet pass (separate tensors,
+  // the halves of one buffer); so do views that take turns row by row, each row's bytes
+  // apart from the other's (the columns of one [B, K] buffer, the fields of an array of
+  // records); views interleaved more finely within a row are refused even when disjoint.
   void get_batch(std::span<const int64_t> indices, std::span<const std::string> fields,
                  std::span<const Tensor> outs, int threads = 1) const;
 
