@@ -3,7 +3,8 @@
 // The reader follows the central directory (the archive's table of contents at its end), not
 // a scan of local headers, and checks each member's local header against it. ZIP64 is
 // handled where numpy produces it: the ZIP64 end-of-central-directory record and the ZIP64
-// extra field carrying 64-bit sizes and offsets.
+// extra field carrying 64-bit sizes and offsets. Bytes around the archive are allowed where
+// Python's zipfile allows them (find_end_of_central_directory, find_archive_start).
 #include <zlib.h>
 
 #include <algorithm>
@@ -38,6 +39,9 @@ constexpr size_t kZip64LocatorBytes = 20;
 constexpr size_t kZip64EndOfCentralDirBytes = 56;
 constexpr size_t kCentralHeaderBytes = 46;
 constexpr size_t kLocalHeaderBytes = 30;
+// The most bytes after the end-of-central-directory record that Python's zipfile looks
+// through for it (a 65535-byte comment and then some).
+constexpr size_t kMaxBytesAfterEndOfCentralDir = 65536;
 constexpr uint16_t kZip64ExtraId = 0x0001;
 constexpr uint16_t kMethodStored = 0;
 constexpr uint16_t kMethodDeflated = 8;
@@ -106,33 +110,27 @@ class ZipReader {
   ZipReader(std::span<const std::byte> bytes, std::string_view what) : bytes_(bytes), what_(what) {}
 
   std::vector<Member> read_central_directory() {
-    size_t eocd = find_end_of_central_directory();
+    const size_t eocd = find_end_of_central_directory();
     const std::byte* p = bytes_.data() + eocd;
     uint64_t disk = load_le16(p + 4), cd_disk = load_le16(p + 6);
     uint64_t entries = load_le16(p + 10);
     uint64_t cd_bytes = load_le32(p + 12);
     uint64_t cd_offset = load_le32(p + 16);
-    size_t cd_end_limit = eocd;
+    // Where the central directory ends: at the end record, or at the ZIP64 one before it.
+    size_t directory_end = eocd;
     if (eocd >= kZip64LocatorBytes &&
         load_le32(bytes_.data() + eocd - kZip64LocatorBytes) == kZip64LocatorSignature) {
-      const std::byte* loc = bytes_.data() + eocd - kZip64LocatorBytes;
-      uint64_t record = load_le64(loc + 8);
-      if (record > bytes_.size() || kZip64EndOfCentralDirBytes > bytes_.size() - record)
-        fail(str("ZIP64 end-of-central-directory offset ", record, " is past the end of the file"));
+      const size_t record = find_zip64_end_of_central_directory(eocd - kZip64LocatorBytes);
       const std::byte* z = bytes_.data() + record;
-      if (load_le32(z) != kZip64EndOfCentralDirSignature)
-        fail(str("no ZIP64 end-of-central-directory record at offset ", record));
       disk = load_le32(z + 16);
       cd_disk = load_le32(z + 20);
       entries = load_le64(z + 32);
       cd_bytes = load_le64(z + 40);
       cd_offset = load_le64(z + 48);
-      cd_end_limit = static_cast<size_t>(record);
+      directory_end = record;
     }
     if (disk != 0 || cd_disk != 0) fail("multi-volume ZIP archives are not supported");
-    if (cd_offset > cd_end_limit || cd_bytes > cd_end_limit - cd_offset)
-      fail(str("central directory (offset ", cd_offset, ", ", cd_bytes,
-               " bytes) lies outside the file"));
+    const size_t archive_start = find_archive_start(eocd, directory_end, entries, cd_bytes, cd_offset);
     if (entries > cd_bytes / kCentralHeaderBytes)
       fail(str("central directory claims ", entries, " entries but holds only ", cd_bytes,
                " bytes"));
@@ -140,8 +138,9 @@ class ZipReader {
     std::vector<Member> members;
     members.reserve(static_cast<size_t>(entries));
     std::set<std::string> seen;
-    size_t pos = static_cast<size_t>(cd_offset);
-    size_t end = static_cast<size_t>(cd_offset + cd_bytes);
+    // find_archive_start() checked that the directory lies within the file.
+    size_t pos = archive_start + static_cast<size_t>(cd_offset);
+    const size_t end = pos + static_cast<size_t>(cd_bytes);
     for (uint64_t i = 0; i < entries; ++i) {
       if (kCentralHeaderBytes > end - pos) fail(str("central directory entry ", i, " is truncated"));
       const std::byte* h = bytes_.data() + pos;
@@ -163,6 +162,10 @@ class ZipReader {
       m.stored_name.assign(reinterpret_cast<const char*>(h + kCentralHeaderBytes), name_len);
       m.name = member_name_text(m.stored_name, m.flags);
       apply_zip64_extra(m, disk_start, h + kCentralHeaderBytes + name_len, extra_len);
+      // Offsets count from the archive's start; from here on they are offsets in the file.
+      if (m.local_header_offset > bytes_.size() - archive_start)
+        fail(str(member_label(m), ": local header offset ", m.local_header_offset, " is past the end of the file"));
+      m.local_header_offset += archive_start;
       if (!seen.insert(m.name).second) fail(str(member_label(m), " appears twice"));
       members.push_back(std::move(m));
       pos += kCentralHeaderBytes + variable;
@@ -230,19 +233,80 @@ class ZipReader {
     throw FormatError(str(what_, ": ", why));
   }
 
+  // The end-of-central-directory record (EOCD). The format puts it last, followed only by its
+  // comment, so the record whose comment length reaches exactly the end of the file is the
+  // one. Failing that, the last record signature whose 22 bytes are all there, within the
+  // last 64 KiB + 22 bytes: what Python's zipfile (and so np.load) takes, so that bytes
+  // appended after an archive (`cat x.npz more > y.npz`) or a comment length that runs past
+  // the end of the file do not hide an archive numpy reads. Such a record is trusted no more
+  // than the exact one: the central directory it points to must be there, signatures and all.
   size_t find_end_of_central_directory() const {
     if (bytes_.size() < kEndOfCentralDirBytes)
       fail(str("not a ZIP archive: ", bytes_.size(), " bytes is too short"));
-    // The record sits at the very end, followed only by a comment of at most 65535 bytes.
-    size_t last = bytes_.size() - kEndOfCentralDirBytes;
-    size_t first = last > 65535 ? last - 65535 : 0;
+    const size_t last = bytes_.size() - kEndOfCentralDirBytes;
+    const size_t first = last > kMaxBytesAfterEndOfCentralDir ? last - kMaxBytesAfterEndOfCentralDir : 0;
+    std::optional<size_t> last_signature;
     for (size_t pos = last + 1; pos-- > first;) {
       const std::byte* p = bytes_.data() + pos;
-      if (load_le32(p) == kEndOfCentralDirSignature &&
-          load_le16(p + 20) == bytes_.size() - pos - kEndOfCentralDirBytes)
-        return pos;
+      if (load_le32(p) != kEndOfCentralDirSignature) continue;
+      if (load_le16(p + 20) == last - pos) return pos;
+      if (!last_signature) last_signature = pos;
     }
-    fail("not a ZIP archive: no end-of-central-directory record");
+    if (last_signature) return *last_signature;
+    const size_t searched = bytes_.size() - first;
+    if (load_le32(bytes_.data()) == kLocalHeaderSignature)
+      fail(str("no end-of-central-directory record in the last ", searched, " bytes, though the file starts as a ZIP ",
+               "archive does: it is truncated, or more than 64 KiB of other bytes follow the archive"));
+    if (std::memcmp(bytes_.data(), "\x93NUMPY", 6) == 0)
+      fail("not a ZIP archive: no end-of-central-directory record; it is an .npy file, not an .npz");
+    fail(str("not a ZIP archive: no end-of-central-directory record in its last ", searched, " bytes"));
+  }
+
+  // The ZIP64 end-of-central-directory record of the locator at `locator`: where the locator
+  // says; or, as zipfile reads it, just before the locator, where writers put it: in an
+  // archive that follows other bytes (below), the locator's offset counts from the
+  // archive's start, not the file's.
+  size_t find_zip64_end_of_central_directory(size_t locator) const {
+    const uint64_t declared = load_le64(bytes_.data() + locator + 8);
+    const auto holds_record = [&](uint64_t at) {
+      return at <= locator && kZip64EndOfCentralDirBytes <= locator - at &&
+             load_le32(bytes_.data() + at) == kZip64EndOfCentralDirSignature;
+    };
+    if (holds_record(declared)) return static_cast<size_t>(declared);
+    if (locator >= kZip64EndOfCentralDirBytes && holds_record(locator - kZip64EndOfCentralDirBytes))
+      return locator - kZip64EndOfCentralDirBytes;
+    fail(str("the ZIP64 end-of-central-directory locator at offset ", locator, " points to offset ", declared,
+             ", but no ZIP64 end-of-central-directory record is there or just before the locator; the "
+             "archive is truncated or corrupt"));
+  }
+
+  // How many bytes precede the archive in the file (a self-extractor's stub, a file it was
+  // appended to): the archive's offsets count from its own start. Found as zipfile finds it,
+  // from where the central directory actually lies: it ends where the (ZIP64) end record
+  // begins, at `directory_end`, so it starts `cd_bytes` before; the difference from
+  // `cd_offset`, its offset in the archive, is the prefix. Failing that, the directory may
+  // lie where `cd_offset` says with a gap before the end record (the format allows it;
+  // zipfile does not read it). Either way, the directory lies within the file and starts
+  // with a central header's signature (when it holds any entry).
+  size_t find_archive_start(size_t eocd, size_t directory_end, uint64_t entries, uint64_t cd_bytes,
+                            uint64_t cd_offset) const {
+    const auto holds_directory = [&](uint64_t at) {
+      return entries == 0 || (at <= bytes_.size() && kCentralHeaderBytes <= bytes_.size() - at &&
+                              load_le32(bytes_.data() + at) == kCentralHeaderSignature);
+    };
+    const std::string record = str("the end-of-central-directory record at offset ", eocd);
+    if (cd_bytes > directory_end)
+      fail(str(record, " gives a central directory of ", cd_bytes, " bytes, more than the ", directory_end,
+               " bytes before it; the archive is truncated at its start or corrupt"));
+    const size_t located = directory_end - static_cast<size_t>(cd_bytes);
+    if (located >= cd_offset && holds_directory(located)) return located - static_cast<size_t>(cd_offset);
+    if (cd_offset <= directory_end && cd_bytes <= directory_end - cd_offset && holds_directory(cd_offset)) return 0;
+    if (located < cd_offset && holds_directory(located))
+      fail(str(record, " places the central directory at offset ", cd_offset, ", but it lies at offset ", located,
+               ", before it: ", cd_offset - located, " bytes are missing from the archive's start, or it is corrupt"));
+    fail(str(record, " gives a central directory of ", cd_bytes, " bytes at offset ", cd_offset,
+             ", but none is there, nor just before the record (offset ", located,
+             "); the archive is truncated or corrupt"));
   }
 
   // Fields saturated at 0xFFFF... in the fixed header are carried in the ZIP64 extra field,

@@ -271,6 +271,21 @@ TEST_F(MmtCli, NpzInputsStoredAndDeflated) {
   }
 }
 
+// An .npz inside other bytes (a stub before it, bytes appended after it), as Python's zipfile
+// reads it: packed and verified, where pack said "no end-of-central-directory record".
+TEST_F(MmtCli, NpzWithBytesAroundTheArchivePacksAndVerifies) {
+  Tensor x = records(kFloat32, 6, {3});
+  Bytes wrapped = testutil::to_bytes("#!/bin/sh\nexit 0\n");
+  testutil::append(wrapped, testutil::zip_archive({{"x.npy", npy_bytes(x), /*deflate=*/true}}));
+  testutil::append(wrapped, "appended");
+  testutil::write_file(path("in.npz"), wrapped);
+  RunResult packed = run_mmt({"pack", path("w.mmt"), path("in.npz")});
+  ASSERT_EQ(packed.exit_code, 0) << packed.err;
+  EXPECT_TRUE(Dataset::open(path("w.mmt")).column("x").equal(x));
+  RunResult verified = run_mmt({"verify", path("w.mmt"), "--against", path("in.npz")});
+  EXPECT_EQ(verified.exit_code, 0) << verified.err;
+}
+
 TEST_F(MmtCli, IdxPlainAndGzipRoundTrip) {
   Bytes images = {std::byte{0}, std::byte{0}, std::byte{0x08}, std::byte{3}};
   for (uint32_t d : {5u, 3u, 2u})

@@ -156,6 +156,102 @@ TEST(Npz, ControlBytesInMemberNamesAreEscapedInTheMessage) {
           "odd.npz:x.npy: unsupported dtype '<i4\\x00': not a numeric type");
 }
 
+// Layouts Python's zipfile opens (np.load through it, but for the stub: np.load sniffs the
+// first bytes for "PK"): bytes appended after the archive, an end record whose comment length
+// runs past the end of the file, and bytes before the archive (a self-extractor's stub),
+// whose offsets then count from the archive's start. They were refused as "no
+// end-of-central-directory record".
+TEST(Npz, ReadsArchivesWithBytesAroundThemAsZipfileDoes) {
+  for (bool zip64 : {false, true}) {
+    for (bool deflate : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "zip64 " << zip64 << ", deflate " << deflate);
+      const Bytes archive = zip_archive(two_arrays(deflate), zip64);
+      Bytes appended = archive;
+      testutil::append(appended, "garbage after the archive");
+      expect_two_arrays(parse_npz(appended, "appended.npz"));
+      Bytes overshoot = archive;  // the comment length is the end record's last field
+      overshoot[overshoot.size() - 2] = std::byte{100};
+      expect_two_arrays(parse_npz(overshoot, "overshoot.npz"));
+      Bytes prefixed = testutil::to_bytes("#!/bin/sh\nexec unzip \"$0\"\n");
+      testutil::append(prefixed, archive);
+      expect_two_arrays(parse_npz(prefixed, "prefixed.npz"));
+      testutil::append(prefixed, "and after");
+      expect_two_arrays(parse_npz(prefixed, "both.npz"));
+      // The packer's way in: mapped, deflated members inflated in pieces.
+      TempFolder dir;
+      testutil::write_file(dir / "p.npz", prefixed);
+      std::vector<NpzMember> mapped = load_npz(dir / "p.npz");
+      expect_two_arrays(mapped);
+    }
+  }
+  // Up to 64 KiB after the end record, as zipfile looks; beyond, the record is not found.
+  Bytes far = zip_archive(two_arrays(false));
+  far.resize(far.size() + 65536, std::byte{'x'});
+  expect_two_arrays(parse_npz(far, "far.npz"));
+  far.push_back(std::byte{'x'});
+  EXPECT_EQ(expect_format_error([&] { parse_npz(far, "far.npz"); }),
+            "far.npz: no end-of-central-directory record in the last 65558 bytes, though the file starts as a ZIP "
+            "archive does: it is truncated, or more than 64 KiB of other bytes follow the archive");
+}
+
+// An end record whose comment reaches the end of the file exactly is the archive's, even when
+// its comment holds another record's signature (zipfile would take that one).
+TEST(Npz, AnEndRecordThatFitsExactlyWinsOverASignatureInItsComment) {
+  Bytes archive = zip_archive(two_arrays(false));
+  Bytes comment = testutil::to_bytes("PK\x05\x06 is in this comment, and 22 bytes after it.");
+  archive[archive.size() - 2] = std::byte{static_cast<unsigned char>(comment.size())};
+  testutil::append(archive, comment);
+  expect_two_arrays(parse_npz(archive, "comment.npz"));
+}
+
+// Where an end record is found but what it describes is not there, the message says so and
+// where, instead of "no end-of-central-directory record".
+TEST(Npz, AnEndRecordThatPointsNowhereIsNamedWithWhatIsMissing) {
+  const Bytes archive = zip_archive(two_arrays(false));
+  const size_t eocd = archive.size() - 22;
+  const size_t cd_bytes = 2 * 46 + 10 + 10, cd_offset = eocd - cd_bytes;
+  const std::string record = "odd.npz: the end-of-central-directory record at offset ";
+  // Bytes cut from the front: the directory lies before where the record says.
+  const Bytes cut(archive.begin() + 10, archive.end());
+  EXPECT_EQ(expect_format_error([&] { parse_npz(cut, "odd.npz"); }),
+            record + std::to_string(eocd - 10) + " places the central directory at offset " +
+                std::to_string(cd_offset) + ", but it lies at offset " + std::to_string(cd_offset - 10) +
+                ", before it: 10 bytes are missing from the archive's start, or it is corrupt");
+  // A directory larger than everything before the record.
+  Bytes huge = archive;
+  huge[eocd + 15] = std::byte{0x7F};  // the directory's size, its high byte
+  EXPECT_EQ(expect_format_error([&] { parse_npz(huge, "odd.npz"); }),
+            record + std::to_string(eocd) + " gives a central directory of " +
+                std::to_string(0x7F000000u + cd_bytes) + " bytes, more than the " + std::to_string(eocd) +
+                " bytes before it; the archive is truncated at its start or corrupt");
+  // No directory where it says nor just before the record.
+  Bytes damaged = archive;
+  damaged[cd_offset] = std::byte{'X'};
+  EXPECT_EQ(expect_format_error([&] { parse_npz(damaged, "odd.npz"); }),
+            record + std::to_string(eocd) + " gives a central directory of " + std::to_string(cd_bytes) +
+                " bytes at offset " + std::to_string(cd_offset) + ", but none is there, nor just before the record (offset " +
+                std::to_string(cd_offset) + "); the archive is truncated or corrupt");
+  // A ZIP64 locator with no record where it points nor before it.
+  Bytes zip64 = zip_archive(two_arrays(false), /*zip64=*/true);
+  const size_t locator = zip64.size() - 22 - 20, zip64_record = locator - 56;
+  zip64[zip64_record] = std::byte{'X'};
+  EXPECT_EQ(expect_format_error([&] { parse_npz(zip64, "odd.npz"); }),
+            "odd.npz: the ZIP64 end-of-central-directory locator at offset " + std::to_string(locator) +
+                " points to offset " + std::to_string(zip64_record) +
+                ", but no ZIP64 end-of-central-directory record is there or just before the locator; the archive "
+                "is truncated or corrupt");
+  // A member's offset past the end of the file, once shifted by the bytes before the archive.
+  Bytes far = archive;
+  far[eocd - 10 - 4 + 3] = std::byte{0x7F};  // the last entry's local header offset, its high byte
+  EXPECT_NE(expect_format_error([&] { parse_npz(far, "odd.npz"); }).find("member 'labels.npy': local header offset "),
+            std::string::npos);
+}
+
+TEST(Npz, AnNpyFileIsNotTakenForAnArchive) {
+  EXPECT_EQ(expect_format_error([&] { parse_npz(npy_of(arange(3)), "x.npz"); }),
+            "x.npz: not a ZIP archive: no end-of-central-directory record; it is an .npy file, not an .npz");
+}
+
 TEST(Npz, ForgedHugeSizeIsRefusedBeforeAllocating) {
   Bytes archive = zip_archive({{"x.npy", npy_of(arange(10)), true}}, /*zip64=*/true);
   // The ZIP64 extra field of the central directory entry: uncompressed size first.
@@ -224,8 +320,15 @@ import zipfile
 with zipfile.ZipFile('forced64.npz', 'w', compression=zipfile.ZIP_DEFLATED) as z:
     with z.open('a.npy', 'w', force_zip64=True) as f:
         np.lib.format.write_array(f, a)
+# What numpy and zipfile read around an archive: bytes after it (np.load too), bytes before
+# it (zipfile; np.load looks for "PK" at the start and refuses).
+raw = open('small.npz', 'rb').read()
+open('appended.npz', 'wb').write(raw + b'garbage')
+open('prefixed.npz', 'wb').write(b'#!/bin/sh\n' + raw)
+assert np.array_equal(np.load('appended.npz')['a'], a)
+assert np.array_equal(np.lib.npyio.NpzFile(open('prefixed.npz', 'rb'))['a'], a)
 )"), 0);
-  for (const char* name : {"plain.npz", "small.npz"}) {
+  for (const char* name : {"plain.npz", "small.npz", "appended.npz", "prefixed.npz"}) {
     SCOPED_TRACE(name);
     std::vector<NpzMember> members = load_npz(dir / name);
     ASSERT_EQ(members.size(), 3u);

@@ -5,7 +5,11 @@
 // writes (never evaluated); the shape's element and byte counts are checked for overflow;
 // the data must fill the rest of the file exactly. ZIP members are located through the
 // central directory (ZIP64 records and extra fields included), may be stored or deflated,
-// and have their CRC-32 checked before any of their bytes are used.
+// and have their CRC-32 checked before any of their bytes are used. An archive is read where
+// Python's zipfile reads it: with up to 64 KiB of other bytes after it, an end record whose
+// comment length runs past the end of the file, or other bytes before it (a self-extractor's
+// stub; its offsets then count from the archive's start, and np.load itself refuses such a
+// file, as it looks for "PK" at the start).
 //
 // Supported element types: every numeric dtype numpy and mmtensor share, and bool
 // ('|b1', '|u1', '|i1', '<i2', '<u2', '<i4', '<u4', '<i8', '<u8', '<f2', '<f4', '<f8' and
