@@ -68,18 +68,39 @@ void read_all_at(int fd, std::byte* data, size_t n, int64_t offset, const std::s
   }
 }
 
-std::string data_size_mismatch(const NpyHeader& header, int64_t available, std::string_view what) {
-  std::ostringstream shape;
-  shape << "(";
-  for (size_t i = 0; i < header.shape.size(); ++i)
-    shape << (i ? ", " : "") << header.shape[i];
-  shape << (header.shape.size() == 1 ? ",)" : ")");
-  return str(what, ": header declares shape ", shape.str(), " of ", header.descr, " = ",
-             header.data_nbytes, " bytes but the file holds ", available,
-             " bytes after the header");
-}
-
 }  // namespace
+
+void check_npy_data_size(const NpyHeader& header, uint64_t available_bytes, std::string_view what, bool in_archive) {
+  const uint64_t declared = static_cast<uint64_t>(header.data_nbytes);
+  if (available_bytes == declared) return;
+  std::string shape = "(";
+  for (size_t i = 0; i < header.shape.size(); ++i) shape.append(i ? ", " : "").append(std::to_string(header.shape[i]));
+  shape.append(header.shape.size() == 1 ? ",)" : ")");
+  std::string message = str(what, ": header declares shape ", shape, " of ", header.descr, " = ", declared, " bytes but the ",
+                            in_archive ? "member" : "file", " holds ", available_bytes, " bytes after the header");
+  if (available_bytes < declared) throw FormatError(message);
+  // np.load reads the declared bytes and ignores the rest. Refused here all the same: bytes
+  // after an array usually mean a header whose shape is out of date (rows appended to the
+  // file without rewriting it), and packing the declared rows would drop the others without
+  // a word. The message counts them, and says how to cut them off if they are not data.
+  const uint64_t extra = available_bytes - declared;
+  message.append(str(": ", extra, extra == 1 ? " byte follows" : " bytes follow", " the array"));
+  if (!header.fortran_order && !header.shape.empty()) {
+    uint64_t row_bytes = static_cast<uint64_t>(element_size(header.dtype));
+    for (size_t i = 1; i < header.shape.size(); ++i) row_bytes *= static_cast<uint64_t>(header.shape[i]);
+    if (row_bytes > 0 && extra % row_bytes == 0)
+      message.append(str(", as many as ", extra / row_bytes, extra == row_bytes ? " more row" : " more rows",
+                         " along the first dimension"));
+  }
+  message.append(". np.load ignores such bytes; mmtensor refuses them, as they usually mean a shape out of date (rows "
+                 "appended without rewriting the header), which packing would silently cut short. If they are data, ");
+  if (in_archive)
+    message.append("save the array again with its whole shape; if not, save the member again without them (np.savez)");
+  else
+    message.append(str("write the whole shape into the header; if not, cut them off: truncate -s ",
+                       static_cast<uint64_t>(header.data_offset) + declared, " FILE"));
+  throw FormatError(message);
+}
 
 namespace {
 
@@ -120,8 +141,11 @@ bool npy_viewable(const std::byte* data, int64_t data_offset, const NpyHeader& h
 
 Tensor npy_tensor_over(const UntypedStorage& storage, int64_t data_offset,
                        const NpyHeader& header, std::string_view what) {
-  if (data_offset < 0 || header.data_nbytes > storage.nbytes() - data_offset)
-    throw FormatError(data_size_mismatch(header, storage.nbytes() - data_offset, what));
+  if (data_offset < 0 || data_offset > storage.nbytes())
+    throw FormatError(str(what, ": the data's offset ", data_offset, " lies outside its ", storage.nbytes(), " bytes"));
+  // More bytes than declared are allowed here: `storage` may be a whole .npz archive.
+  if (header.data_nbytes > storage.nbytes() - data_offset)
+    check_npy_data_size(header, static_cast<uint64_t>(storage.nbytes() - data_offset), what);
   const std::byte* data = storage.data() + data_offset;
   if (!npy_viewable(data, data_offset, header)) return copy_values(storage, data, header, what);
   read_storage(storage, [&] { check_bools(data, header, what); });
@@ -216,9 +240,7 @@ NpyHeader read_npy_header(const std::string& path) {
   std::vector<std::byte> prefix(static_cast<size_t>(prefix_bytes));
   detail::read_all_at(fd, prefix.data(), prefix.size(), 0, path);
   NpyHeader header = parse_npy_header(prefix, path);
-  int64_t available = file_bytes - header.data_offset;
-  if (available != header.data_nbytes)
-    throw FormatError(detail::data_size_mismatch(header, available, path));
+  detail::check_npy_data_size(header, static_cast<uint64_t>(file_bytes - header.data_offset), path);
   return header;
 }
 
@@ -240,9 +262,7 @@ Tensor load_npy(const std::string& path, bool mmap) {
 
 Tensor parse_npy(std::span<const std::byte> bytes, std::string_view what) {
   NpyHeader header = parse_npy_header(bytes, what);
-  int64_t available = static_cast<int64_t>(bytes.size()) - header.data_offset;
-  if (available != header.data_nbytes)
-    throw FormatError(detail::data_size_mismatch(header, available, what));
+  detail::check_npy_data_size(header, bytes.size() - static_cast<size_t>(header.data_offset), what);
   return detail::npy_tensor_copy(bytes.data() + header.data_offset, header, what);
 }
 

@@ -20,6 +20,13 @@ namespace mmt::detail {
 // the data starts on a 64-byte boundary, as numpy writes it.
 std::string npy_header_bytes(ScalarType dtype, IntArrayRef shape);
 
+// Throws FormatError unless `available_bytes`, what follows the header in the file (or in
+// the .npz member, with `in_archive`), are exactly the data the header declares. Bytes after
+// the data are refused although np.load ignores them (why: check_npy_data_size in npy.cc);
+// the message counts them and says how to remove them.
+void check_npy_data_size(const NpyHeader& header, uint64_t available_bytes, std::string_view what,
+                         bool in_archive = false);
+
 // The tensor described by `header` whose data starts at byte `data_offset` of `storage`
 // (which must hold header.data_nbytes bytes from there). A view over `storage` when the data
 // is in native byte order and aligned for its dtype; otherwise a host copy in native order.

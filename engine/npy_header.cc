@@ -1,6 +1,10 @@
 // The .npy header: magic, version, length, and the Python dict literal numpy writes, e.g.
 //   {'descr': '<f4', 'fortran_order': False, 'shape': (60000, 28, 28), }
-// parsed by a small strict parser (never evaluated), and its inverse for writing.
+// parsed by a small parser (never evaluated), and its inverse for writing. np.load reads the
+// dict with Python's ast.literal_eval; this parser takes the subset of Python's syntax that
+// writers of .npy files use (other writers than numpy's included: whitespace and newlines
+// anywhere between the tokens, either quote), and refuses what literal_eval refuses (a
+// dimension with a leading zero) where it could otherwise read a number numpy does not.
 #include <bit>
 #include <cctype>
 #include <optional>
@@ -66,7 +70,7 @@ class DictParser {
     // numpy pads with spaces and ends with a newline; anything else is not its writer's.
     while (pos_ < text_.size()) {
       char c = text_[pos_];
-      if (c != ' ' && c != '\n' && c != '\t' && c != '\r' && c != '\0')
+      if (!is_space(c) && c != '\0')
         fail("unexpected text after the header dict");
       ++pos_;
     }
@@ -92,8 +96,11 @@ class DictParser {
       fail(detail::str("expected '", c, "' but found '", detail::escaped(text_.substr(pos_, 1)), "'"));
     }
   }
+  // Python's whitespace between the tokens of a bracketed expression: space, tab, form feed
+  // and line breaks (a writer that puts each key on a line of its own; np.load reads it).
+  static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\f' || c == '\n' || c == '\r'; }
   void skip_space() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t')) ++pos_;
+    while (pos_ < text_.size() && is_space(text_[pos_])) ++pos_;
   }
   // A quoted string without escapes: no key or descr numpy writes needs one.
   std::string parse_string() {
@@ -123,6 +130,17 @@ class DictParser {
   }
   int64_t parse_int() {
     if (!std::isdigit(static_cast<unsigned char>(peek()))) fail("expected a non-negative integer");
+    // Python reads no decimal integer with a leading zero but zero itself ("0", "00"), so
+    // np.load refuses "(03, 2)"; reading it as 3 would accept a file numpy does not.
+    const size_t start = pos_;
+    size_t end = pos_;
+    while (end < text_.size() && std::isdigit(static_cast<unsigned char>(text_[end]))) ++end;
+    const std::string_view digits = text_.substr(start, end - start);
+    if (digits.size() > 1 && digits[0] == '0' && digits.find_first_not_of('0') != std::string_view::npos) {
+      const std::string_view value = digits.substr(digits.find_first_not_of('0'));
+      fail(detail::str("dimension '", digits, "' has a leading zero, which Python's integer syntax (and so np.load) ",
+                       "refuses; write ", value));
+    }
     int64_t value = 0;
     while (std::isdigit(static_cast<unsigned char>(peek()))) {
       int digit = text_[pos_] - '0';
@@ -162,15 +180,54 @@ class DictParser {
   throw FormatError(detail::str(what, ": unsupported dtype '", detail::escaped(descr), "': ", why));
 }
 
-// Maps a descr such as "<f4" to the dtype and byte order, or explains the refusal.
+constexpr std::string_view kAcceptedDescrs =
+    "mmtensor reads a type string of b1, u1, i1, i2, u2, i4, u4, i8, u8, f2, f4 or f8, after a byte order '<', "
+    "'>', '=' or '|' or alone (native order), or one of the names bool, int8, uint8, int16, uint16, int32, "
+    "uint32, int64, uint64, float16, float32 and float64";
+
+// The names numpy gives these types (str(a.dtype)), which np.load also reads as a descr.
+// They carry their size, so they mean one type to every writer.
+constexpr struct {
+  std::string_view name;
+  ScalarType dtype;
+} kSizedNames[] = {{"bool", kBool},       {"int8", kInt8},       {"uint8", kUInt8},     {"int16", kInt16},
+                   {"uint16", kUInt16},   {"int32", kInt32},     {"uint32", kUInt32},   {"int64", kInt64},
+                   {"uint64", kUInt64},   {"float16", kFloat16}, {"float32", kFloat32}, {"float64", kFloat64}};
+
+// Names and one-letter codes np.load also reads, but whose size is not in them: some differ
+// between platforms ('int', 'l' and 'long' are 8 bytes in numpy on Linux, 4 on Windows) or
+// from C ('float' is numpy's float64 but C's 4-byte float), so a writer may have meant
+// another type than numpy reads. Refused with the sized spellings to use instead.
+constexpr std::string_view kUnsizedNames[] = {
+    "int",      "uint",      "float",  "double", "single", "half", "short", "ushort", "byte", "ubyte", "intc",
+    "uintc",    "int_",      "intp",   "uintp",  "long",   "ulong", "longlong", "ulonglong", "float_", "bool_",
+    "bool8",    "int0",      "uint0",  "?",      "b",      "B",    "h",     "H",      "i",    "I",     "l",
+    "L",        "q",         "Q",      "p",      "P",      "e",    "f",     "d"};
+
+// Maps a descr such as "<f4", "i4" or "float32" to the dtype and byte order, or explains the
+// refusal. A type string without a byte order, or with '|' ("not applicable") on a
+// multi-byte type, is in native order, as numpy reads it.
 void resolve_descr(NpyHeader& header, std::string_view what) {
   const std::string& d = header.descr;
   auto refuse = [&](std::string_view why) { refuse_descr(what, d, why); };
-  if (d.size() < 2) refuse("not a numpy type string");
-  char order = d[0];
-  if (order != '<' && order != '>' && order != '|' && order != '=')
-    refuse("expected a byte order '<', '>', '|' or '=' first");
-  std::string_view code = std::string_view(d).substr(1);
+  const bool native_big = std::endian::native == std::endian::big;
+  for (const auto& n : kSizedNames) {
+    if (n.name != d) continue;
+    header.dtype = n.dtype;
+    header.big_endian = element_size(n.dtype) > 1 && native_big;
+    return;
+  }
+  for (std::string_view name : kUnsizedNames)
+    if (name == d)
+      refuse(detail::str("numpy reads this name, but its size is not in it (for some such names it differs between ",
+                         "platforms, or from C's type of that name); name the type the data holds with its size: ",
+                         kAcceptedDescrs));
+  std::string_view code = d;
+  char order = '=';
+  if (!code.empty() && (code[0] == '<' || code[0] == '>' || code[0] == '=' || code[0] == '|')) {
+    order = code[0];
+    code.remove_prefix(1);
+  }
   static constexpr struct {
     std::string_view code;
     ScalarType dtype;
@@ -180,23 +237,21 @@ void resolve_descr(NpyHeader& header, std::string_view what) {
   for (const auto& t : kTypes) {
     if (t.code != code) continue;
     header.dtype = t.dtype;
-    if (element_size(t.dtype) == 1) {
-      header.big_endian = false;
-    } else {
-      if (order == '|') refuse("a multi-byte type needs a byte order '<' or '>'");
-      header.big_endian = order == '>' || (order == '=' && std::endian::native == std::endian::big);
-    }
+    header.big_endian = element_size(t.dtype) > 1 && (order == '>' || (order != '<' && native_big));
     return;
   }
-  switch (code[0]) {
-    case 'O': refuse_descr(what, d, "object arrays hold pickled Python objects, which mmtensor never loads");
-    case 'U': case 'S': case 'a': refuse_descr(what, d, "string arrays are not supported");
-    case 'c': refuse_descr(what, d, "complex numbers are not supported");
-    case 'M': case 'm': refuse_descr(what, d, "datetime and timedelta arrays are not supported");
-    case 'V': refuse_descr(what, d, "void (raw record) arrays are not supported");
-    case 'f': refuse_descr(what, d, "only float16, float32 and float64 are supported among floats");
-    default: refuse_descr(what, d, "not a numeric type mmtensor supports");
-  }
+  const auto starts = [&](std::string_view prefix) { return code.starts_with(prefix); };
+  if (code.empty()) refuse(detail::str("not a numpy type string; ", kAcceptedDescrs));
+  if (code[0] == 'O' || code == "object")
+    refuse("object arrays hold pickled Python objects, which mmtensor never loads");
+  if (code[0] == 'U' || code[0] == 'S' || code[0] == 'a' || starts("str") || starts("bytes") || starts("unicode"))
+    refuse("string arrays are not supported");
+  if (code[0] == 'c') refuse("complex numbers are not supported");
+  if (code[0] == 'M' || code[0] == 'm' || starts("datetime") || starts("timedelta"))
+    refuse("datetime and timedelta arrays are not supported");
+  if (code[0] == 'V' || code == "void") refuse("void (raw record) arrays are not supported");
+  if (code[0] == 'f') refuse(detail::str("only float16, float32 and float64 are supported among floats; ", kAcceptedDescrs));
+  refuse(detail::str("not a numeric type mmtensor supports; ", kAcceptedDescrs));
 }
 
 }  // namespace

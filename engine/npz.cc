@@ -538,10 +538,8 @@ std::optional<detail::NpyValues> stream_member(ZipReader& zip, const Member& m, 
   std::vector<std::byte> prefix(static_cast<size_t>(std::min<uint64_t>(m.uncompressed_bytes, 12 + kMaxNpyHeaderBytes)));
   deflated->read(0, prefix.data(), static_cast<int64_t>(prefix.size()));
   values.header = parse_npy_header(prefix, values.what);
-  const uint64_t available = m.uncompressed_bytes - static_cast<uint64_t>(values.header.data_offset);
-  if (available != static_cast<uint64_t>(values.header.data_nbytes))
-    throw FormatError(str(values.what, ": header declares ", values.header.data_nbytes,
-                          " bytes of data but the member holds ", available, " bytes after the header"));
+  detail::check_npy_data_size(values.header, m.uncompressed_bytes - static_cast<uint64_t>(values.header.data_offset),
+                              values.what, /*in_archive=*/true);
   if (values.header.data_nbytes == 0) return std::nullopt;
   values.deflated = std::move(deflated);
   values.data_offset = values.header.data_offset;
@@ -579,10 +577,8 @@ std::vector<detail::NpyValues> parse_npz_values(std::span<const std::byte> bytes
     values.name = m.name.substr(0, m.name.size() - kSuffix.size());
     values.what = str(what, ":", detail::escaped(m.name));
     values.header = parse_npy_header(member.bytes, values.what);
-    int64_t available = static_cast<int64_t>(member.bytes.size()) - values.header.data_offset;
-    if (available != values.header.data_nbytes)
-      throw FormatError(str(values.what, ": header declares ", values.header.data_nbytes,
-                            " bytes of data but the member holds ", available, " bytes after the header"));
+    detail::check_npy_data_size(values.header, member.bytes.size() - static_cast<size_t>(values.header.data_offset),
+                                values.what, /*in_archive=*/true);
     const std::byte* data = member.bytes.data() + values.header.data_offset;
     if (member.inflated.nbytes() != 0) {
       values.storage = std::move(member.inflated);

@@ -286,6 +286,33 @@ TEST_F(MmtCli, NpzWithBytesAroundTheArchivePacksAndVerifies) {
   EXPECT_EQ(verified.exit_code, 0) << verified.err;
 }
 
+// Headers np.load reads that pack refused: a type string without a byte order, numpy's dtype
+// name, a dict over several lines. Bytes after an array are still refused (np.load ignores
+// them), with their count and the way to cut them off; in an .npz, through the packer's own
+// way of reading deflated members too.
+TEST_F(MmtCli, PackReadsTheHeadersNumpyReadsAndCountsBytesAfterAnArray) {
+  const Bytes ints = testutil::element_bytes(std::vector<int32_t>{1, 2, 3, 4, 5, 6}, false);
+  testutil::write_file(path("a.npy"), testutil::npy_with_dict("{'descr': 'i4',\n 'fortran_order': False,\n 'shape': (3, 2)}", ints));
+  testutil::write_file(path("b.npy"), testutil::npy_file("float64", false, "(3,)", Bytes(24)));
+  RunResult packed = run_mmt({"pack", path("ab.mmt"), "a=" + path("a.npy"), "b=" + path("b.npy")});
+  ASSERT_EQ(packed.exit_code, 0) << packed.err;
+  Dataset ds = Dataset::open(path("ab.mmt"));
+  EXPECT_TRUE(ds.column("a").equal(parse_npy(testutil::npy_file("<i4", false, "(3, 2)", ints), "ref.npy")));
+  EXPECT_EQ(ds.column("b").dtype(), kFloat64);
+
+  Bytes longer = testutil::npy_file("<i4", false, "(3, 2)", ints);
+  testutil::append(longer, testutil::element_bytes(std::vector<int32_t>{7, 8}, false));
+  testutil::write_file(path("long.npy"), longer);
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("l.mmt"), "a=" + path("long.npy")}),
+                    "mmt pack: error: " + path("long.npy") + ": header declares shape (3, 2) of <i4 = 24 bytes but the file "
+                    "holds 32 bytes after the header: 8 bytes follow the array, as many as 1 more row along the first "
+                    "dimension. np.load ignores such bytes");
+  testutil::write_file(path("long.npz"), testutil::zip_archive({{"a.npy", longer, /*deflate=*/true}}));
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("l.mmt"), path("long.npz")}),
+                    path("long.npz") + ":a.npy: header declares shape (3, 2) of <i4 = 24 bytes but the member holds 32 bytes");
+  EXPECT_FALSE(fs::exists(path("l.mmt")));
+}
+
 TEST_F(MmtCli, IdxPlainAndGzipRoundTrip) {
   Bytes images = {std::byte{0}, std::byte{0}, std::byte{0x08}, std::byte{3}};
   for (uint32_t d : {5u, 3u, 2u})
@@ -462,7 +489,10 @@ TEST_F(MmtCli, TextFromInputFilesIsEscapedOnceAndShownWhole) {
   testutil::write_file(path("nul2.npz"), testutil::zip_archive({{"abc.npy\0.txt"s, testutil::npy_file("<i4", false, "(2,)", Bytes(8))}}));
   testutil::write_file(path("nomagic.npy"), testutil::to_bytes("NUMPY but not really"));
   EXPECT_FAILS_WITH(run_mmt({"pack", path("o.mmt"), "x=" + path("nul.npy")}),
-                    "nul.npy: unsupported dtype '<i4\\x00': not a numeric type mmtensor supports\n");
+                    "nul.npy: unsupported dtype '<i4\\x00': not a numeric type mmtensor supports; mmtensor reads a type "
+                    "string of b1, u1, i1, i2, u2, i4, u4, i8, u8, f2, f4 or f8, after a byte order '<', '>', '=' or '|' "
+                    "or alone (native order), or one of the names bool, int8, uint8, int16, uint16, int32, uint32, int64, "
+                    "uint64, float16, float32 and float64\n");
   EXPECT_FAILS_WITH(run_mmt({"pack", path("o.mmt"), path("nulname.npz")}),
                     "nulname.npz:a\\x00x.npy (an array of shape [2]): field name of 3 bytes has a control character at byte 1\n");
   EXPECT_FAILS_WITH(run_mmt({"pack", path("o.mmt"), path("nul2.npz")}),

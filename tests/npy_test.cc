@@ -179,9 +179,32 @@ TEST(Npy, TruncatedDataNamesTheShapeAndTheBytes) {
   TempFolder dir;
   testutil::write_file(dir / "x.npy", file);
   EXPECT_THROW(load_npy(dir / "x.npy"), FormatError);
-  // Extra bytes after the data are refused too: the file is not what its header says.
-  Bytes longer = npy_file("<u1", false, "(2,)", Bytes(3));
-  EXPECT_THROW(parse_npy(longer, "long.npy"), FormatError);
+}
+
+// np.load reads the declared bytes and ignores what follows; mmtensor refuses a file with
+// bytes after its array (a shape out of date would be packed short without a word), and
+// says how many there are, whether they make whole rows, and how to cut them off.
+TEST(Npy, BytesAfterTheArrayAreRefusedAndCounted) {
+  const Bytes rows = npy_file("<i4", false, "(2, 3)", Bytes(24 + 36));
+  EXPECT_EQ(expect_format_error([&] { parse_npy(rows, "long.npy"); }),
+            "long.npy: header declares shape (2, 3) of <i4 = 24 bytes but the file holds 60 bytes after the header: 36 "
+            "bytes follow the array, as many as 3 more rows along the first dimension. np.load ignores such bytes; "
+            "mmtensor refuses them, as they usually mean a shape out of date (rows appended without rewriting the "
+            "header), which packing would silently cut short. If they are data, write the whole shape into the "
+            "header; if not, cut them off: truncate -s 152 FILE");
+  TempFolder dir;
+  testutil::write_file(dir / "long.npy", rows);
+  EXPECT_NE(expect_format_error([&] { load_npy(dir / "long.npy"); }).find(": 36 bytes follow the array, as many as 3"),
+            std::string::npos);
+  // Cut as the message says, the file loads.
+  std::filesystem::resize_file(dir / "long.npy", 152);
+  EXPECT_EQ(load_npy(dir / "long.npy").sizes(), IntArrayRef({2, 3}));
+  // Bytes that are not whole rows are not called rows.
+  const std::string odd = expect_format_error([&] { parse_npy(npy_file("<u1", false, "(2, 2)", Bytes(5)), "odd.npy"); });
+  EXPECT_NE(odd.find(": 1 byte follows the array. np.load ignores"), std::string::npos) << odd;
+  const std::string row = expect_format_error([&] { parse_npy(npy_file("<u1", false, "(2, 2)", Bytes(6)), "row.npy"); });
+  EXPECT_NE(row.find(": 2 bytes follow the array, as many as 1 more row along the first dimension."), std::string::npos)
+      << row;
 }
 
 TEST(Npy, CorruptHeadersAreRefusedWithTheRule) {
@@ -239,8 +262,95 @@ TEST(Npy, CorruptHeadersAreRefusedWithTheRule) {
   refused(npy_file("<c8", false, "(1,)", data), "complex");
   refused(npy_file("<U1", false, "(2,)", data), "string");
   refused(npy_file("<f16", false, "(1,)", data), "unsupported dtype '<f16'");
-  refused(npy_file("|f4", false, "(2,)", data), "byte order");
+  refused(npy_with_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (03, 2)}", data),
+          "bad.npy: corrupt .npy header at character 51: dimension '03' has a leading zero, which Python's integer "
+          "syntax (and so np.load) refuses; write 3");
+  refused(npy_file("<int32", false, "(2,)", data), "unsupported dtype '<int32': not a numeric type mmtensor supports; "
+          "mmtensor reads a type string of b1, u1, i1, i2, u2, i4, u4, i8, u8, f2, f4 or f8, after a byte order '<', "
+          "'>', '=' or '|' or alone (native order), or one of the names bool, int8, uint8, int16, uint16, int32, "
+          "uint32, int64, uint64, float16, float32 and float64");
+  for (const char* unsized : {"int", "float", "l", "f", "double", "bool_"})
+    refused(npy_file(unsized, false, "(2,)", data),
+            "unsupported dtype '" + std::string(unsized) + "': numpy reads this name, but its size is not in it");
   refused(npy_file("|b1", false, "(2,)", Bytes{std::byte{1}, std::byte{2}}), "only 0 and 1");
+}
+
+// What np.load reads beside numpy's own spelling of the header: a type string without a byte
+// order (native, as numpy reads it; '|' on a multi-byte type too), the dtype's name as numpy
+// prints it, whitespace and line breaks between the dict's tokens, and zero written as "00".
+TEST(Npy, ReadsTheHeaderSpellingsNumpyReads) {
+  const Bytes ints = element_bytes(std::vector<int32_t>{1, -2}, false);
+  const Tensor expected = parse_npy(npy_file("<i4", false, "(2,)", ints), "ref.npy");
+  for (const char* descr : {"i4", "=i4", "|i4", "int32"}) {
+    SCOPED_TRACE(descr);
+    const Tensor t = parse_npy(npy_file(descr, false, "(2,)", ints), "x.npy");
+    EXPECT_EQ(t.dtype(), kInt32);
+    EXPECT_TRUE(t.equal(expected));
+  }
+  const struct {
+    const char* name;
+    ScalarType dtype;
+  } names[] = {{"bool", kBool},      {"int8", kInt8},      {"uint8", kUInt8},     {"int16", kInt16},
+               {"uint16", kUInt16},  {"int32", kInt32},    {"uint32", kUInt32},   {"int64", kInt64},
+               {"uint64", kUInt64},  {"float16", kFloat16}, {"float32", kFloat32}, {"float64", kFloat64}};
+  for (const auto& n : names) {
+    SCOPED_TRACE(n.name);
+    const Tensor t = parse_npy(npy_file(n.name, false, "(3,)", Bytes(3 * element_size(n.dtype))), "x.npy");
+    EXPECT_EQ(t.dtype(), n.dtype);
+    EXPECT_EQ(t.sizes(), IntArrayRef({3}));
+  }
+  const Bytes floats = element_bytes(std::vector<float>{1.5f, 2.5f}, false);
+  EXPECT_EQ(parse_npy(npy_file("f4", false, "(2,)", floats), "x.npy").to_double_vector(), (std::vector<double>{1.5, 2.5}));
+  using testutil::npy_with_dict;
+  for (const char* dict : {"{'descr': '<i4',\n 'fortran_order': False,\n 'shape': (2,)\n}",
+                           "\n{\"descr\":\t\"<i4\",\r\n\"fortran_order\" : False ,\f'shape' : ( 2 , ) , }",
+                           "{'descr': 'int32', 'fortran_order': False, 'shape': (\n  2,\n)}"}) {
+    SCOPED_TRACE(dict);
+    EXPECT_TRUE(parse_npy(npy_with_dict(dict, ints), "x.npy").equal(expected));
+  }
+  EXPECT_EQ(parse_npy(npy_with_dict("{'descr': '<i4', 'fortran_order': False, 'shape': (00, 7)}", {}), "x.npy").sizes(),
+            IntArrayRef({0, 7}));
+}
+
+// The same headers given to numpy itself: each one mmtensor reads, np.load reads to the same
+// values, and each one mmtensor refuses as numpy does, np.load refuses. (Bytes after the data
+// and type names without a size are refused on purpose where numpy reads them: tests above.)
+TEST(Npy, AgreesWithNumpyOnTheHeadersItReadsAndRefuses) {
+  std::string python = testutil::python_with_numpy();
+  if (python.empty()) GTEST_SKIP() << "python3 with numpy not available";
+  TempFolder dir;
+  const Bytes ints = element_bytes(std::vector<int32_t>{1, -2}, false);
+  const std::vector<std::pair<std::string, bool>> dicts{
+      {"{'descr': 'i4', 'fortran_order': False, 'shape': (2,)}", true},
+      {"{'descr': '|i4', 'fortran_order': False, 'shape': (2,)}", true},
+      {"{'descr': 'int32', 'fortran_order': False, 'shape': (2,)}", true},
+      {"{'descr': '<i4',\n 'fortran_order': False,\r\n\f'shape': (2,)\n}", true},
+      {"\n{'descr': '<i4', 'fortran_order': False, 'shape': (00002,)}", false},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (02,)}", false},
+      {"{'descr': '<int32', 'fortran_order': False, 'shape': (2,)}", false},
+  };
+  for (size_t i = 0; i < dicts.size(); ++i) {
+    testutil::write_file(dir / ("h" + std::to_string(i) + ".npy"), testutil::npy_with_dict(dicts[i].first, ints));
+    SCOPED_TRACE(dicts[i].first);
+    if (dicts[i].second) {
+      EXPECT_TRUE(load_npy(dir / ("h" + std::to_string(i) + ".npy")).equal(parse_npy(npy_file("<i4", false, "(2,)", ints), "r")));
+    } else {
+      EXPECT_THROW(load_npy(dir / ("h" + std::to_string(i) + ".npy")), FormatError);
+    }
+  }
+  std::string expected = "[";
+  for (const auto& d : dicts) expected += d.second ? "True, " : "False, ";
+  expected += "]";
+  ASSERT_EQ(testutil::run_python(python, dir.path(), R"(
+import sys
+verdicts = []
+for i in range()" + std::to_string(dicts.size()) + R"():
+    try:
+        verdicts.append(np.load('h%d.npy' % i).tolist() == [1, -2])
+    except ValueError:
+        verdicts.append(False)
+sys.exit(0 if verdicts == )" + expected + R"( else 'numpy read them as %s' % verdicts)
+)"), 0);
 }
 
 // A NUL in a header string ended the message there (what() is a C string): "unsupported

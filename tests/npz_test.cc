@@ -252,6 +252,20 @@ TEST(Npz, AnNpyFileIsNotTakenForAnArchive) {
             "x.npz: not a ZIP archive: no end-of-central-directory record; it is an .npy file, not an .npz");
 }
 
+// A member with bytes after its array is refused as an .npy file is (np.load ignores them),
+// with the advice for an archive: save the member again.
+TEST(Npz, AMemberWithBytesAfterItsArrayIsRefusedAndCounted) {
+  for (bool deflate : {false, true}) {
+    const Bytes member = testutil::npy_file("<i8", false, "(2,)", Bytes(16 + 8));
+    EXPECT_EQ(expect_format_error([&] { parse_npz(zip_archive({{"x.npy", member, deflate}}), "a.npz"); }),
+              "a.npz:x.npy: header declares shape (2,) of <i8 = 16 bytes but the member holds 24 bytes after the "
+              "header: 8 bytes follow the array, as many as 1 more row along the first dimension. np.load ignores "
+              "such bytes; mmtensor refuses them, as they usually mean a shape out of date (rows appended without "
+              "rewriting the header), which packing would silently cut short. If they are data, save the array "
+              "again with its whole shape; if not, save the member again without them (np.savez)");
+  }
+}
+
 TEST(Npz, ForgedHugeSizeIsRefusedBeforeAllocating) {
   Bytes archive = zip_archive({{"x.npy", npy_of(arange(10)), true}}, /*zip64=*/true);
   // The ZIP64 extra field of the central directory entry: uncompressed size first.

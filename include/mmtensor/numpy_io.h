@@ -1,9 +1,14 @@
 // NumPy's file formats: .npy (one array) and .npz (a ZIP archive of .npy members).
 //
 // Reading trusts nothing in the file. The header is capped at kMaxNpyHeaderBytes before
-// anything is allocated; its dict is parsed by a strict parser for the Python literal numpy
-// writes (never evaluated); the shape's element and byte counts are checked for overflow;
-// the data must fill the rest of the file exactly. ZIP members are located through the
+// anything is allocated; its dict is parsed (never evaluated) by a parser for the part of
+// Python's literal syntax that .npy writers use: either quote, whitespace and line breaks
+// between the tokens (np.load reads them), but not a dimension with a leading zero such as
+// "03" (Python, and so np.load, refuses it); the shape's element and byte counts are checked
+// for overflow; the data must fill the rest of the file exactly. Bytes after the array, which
+// np.load ignores, are refused on purpose: they usually mean a shape out of date (rows appended
+// without rewriting the header), which would be packed short without a word; the message
+// counts them and says how to cut them off. ZIP members are located through the
 // central directory (ZIP64 records and extra fields included), may be stored or deflated,
 // and have their CRC-32 checked before any of their bytes are used. An archive is read where
 // Python's zipfile reads it: with up to 64 KiB of other bytes after it, an end record whose
@@ -13,8 +18,14 @@
 //
 // Supported element types: every numeric dtype numpy and mmtensor share, and bool
 // ('|b1', '|u1', '|i1', '<i2', '<u2', '<i4', '<u4', '<i8', '<u8', '<f2', '<f4', '<f8' and
-// their '>' variants). Structured, object, string, complex and datetime arrays are refused
-// with a FormatError naming the descr. A bool array whose bytes are not 0 or 1 is refused.
+// their '>' variants). As np.load reads them: a type string without a byte order ('i4'), or
+// with '=', or with '|' on a multi-byte type, is in native order; numpy's names of these
+// types ('bool', 'int8', 'uint8', ... 'int64', 'uint64', 'float16', 'float32', 'float64')
+// are read too. Names np.load reads that do not carry a size ('int', 'float', 'double', 'l',
+// 'f', ...) are refused: some differ between platforms or from C's type of that name ('float'
+// is numpy's float64, C's 4-byte float), so the file's writer may have meant another type.
+// Structured, object, string, complex and datetime arrays are refused with a FormatError
+// naming the descr. A bool array whose bytes are not 0 or 1 is refused.
 //
 // Layout: a C-order array comes back contiguous; a Fortran-order array comes back as a view
 // with column-major strides over the same bytes (as numpy does), so t.is_contiguous() is
@@ -66,7 +77,7 @@ struct NpyHeader {
 NpyHeader parse_npy_header(std::span<const std::byte> bytes, std::string_view what);
 
 // Reads and validates the header of the .npy file at `path`, and that the file holds exactly
-// the data it declares.
+// the data it declares (no fewer bytes, and none after them).
 NpyHeader read_npy_header(const std::string& path);
 
 // Loads an .npy file. With mmap=true and data in native byte order at an address aligned for
