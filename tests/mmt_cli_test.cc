@@ -10,7 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <set>
@@ -50,6 +53,10 @@ struct RunOptions {
   int interrupt_signal = SIGINT;
   std::function<void()> instead_of_signal;  // run this then, and send no signal
   const char* stdout_path = nullptr;   // write stdout there instead of capturing it ("/dev/full")
+  // Stdout is a pipe (SIGPIPE at its default action, as in a shell), whose read end this gets
+  // while mmt runs; closed (unless it set the fd to -1 after closing it) once mmt has ended.
+  std::function<void(int& read_fd, pid_t pid)> with_stdout_pipe;
+  bool stdout_is_terminal = false;  // stdout is a pseudo-terminal (nothing of it is captured)
 };
 
 std::string slurp(const std::string& path) {
@@ -61,10 +68,26 @@ std::string slurp(const std::string& path) {
 RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {}) {
   TempFolder capture;
   std::string out_path = capture / "out", err_path = capture / "err";
+  int pipe_fds[2] = {-1, -1};
+  if (options.with_stdout_pipe && ::pipe(pipe_fds) != 0) ADD_FAILURE() << "pipe: " << std::strerror(errno);
+  int terminal = -1;  // the pseudo-terminal's controlling side, held open while mmt runs
+  std::string terminal_path;
+  if (options.stdout_is_terminal) {
+    terminal = ::posix_openpt(O_RDWR | O_NOCTTY);
+    if (terminal < 0 || ::grantpt(terminal) != 0 || ::unlockpt(terminal) != 0) ADD_FAILURE() << "no pseudo-terminal";
+    else terminal_path = ::ptsname(terminal);
+  }
+  const bool own_stdout = options.stdout_path || options.with_stdout_pipe || options.stdout_is_terminal;
   pid_t pid = ::fork();
   if (pid == 0) {
-    int out = options.stdout_path ? ::open(options.stdout_path, O_WRONLY)
-                                  : ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int out = options.stdout_path       ? ::open(options.stdout_path, O_WRONLY)
+              : options.with_stdout_pipe ? pipe_fds[1]
+              : options.stdout_is_terminal ? ::open(terminal_path.c_str(), O_WRONLY | O_NOCTTY)
+                                           : ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (options.with_stdout_pipe) {
+      ::close(pipe_fds[0]);
+      ::signal(SIGPIPE, SIG_DFL);  // as a shell starts a command, whatever the test runner does
+    }
     int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(out, 1);
     ::dup2(err, 2);
@@ -85,6 +108,10 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
   }
   int status = 0;
   bool ended = false;
+  if (options.with_stdout_pipe) {
+    ::close(pipe_fds[1]);
+    options.with_stdout_pipe(pipe_fds[0], pid);
+  }
   if (!options.interrupt_once_exists.empty()) {
     const fs::path wanted(options.interrupt_once_exists);
     const auto appeared = [&] {
@@ -100,9 +127,11 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
     else if (!ended) ::kill(pid, options.interrupt_signal);
   }
   if (!ended) ::waitpid(pid, &status, 0);
+  if (pipe_fds[0] >= 0) ::close(pipe_fds[0]);
+  if (terminal >= 0) ::close(terminal);
   RunResult result;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (!options.stdout_path) result.out = slurp(out_path);
+  if (!own_stdout) result.out = slurp(out_path);
   result.err = slurp(err_path);
   return result;
 }
@@ -872,6 +901,93 @@ TEST_F(MmtCli, GetWritesANewFileOrReplacesARegularOneWithForce) {
   EXPECT_FAILS_WITH(full_forced, "File too large");
   EXPECT_EQ(listing(), before) << "no output and no temporary left";
   EXPECT_TRUE(load_npy(path("out")).equal(second)) << "the old file is kept";
+}
+
+// "-" is standard output for get --npy and --raw, so values can be piped; it wrote a file
+// named "-" (--npy) or was refused (--raw /dev/stdout: "a symbolic link"). Nothing but the
+// field goes to standard output then.
+TEST_F(MmtCli, GetWritesToStandardOutputForADash) {
+  save("a.npy", records(kInt32, 3, {4}));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "x=" + path("a.npy")}).exit_code, 0);
+  const Tensor second = records(kInt32, 3, {4})[1];
+  const bool dash_existed = fs::exists("-");
+  RunResult raw = run_mmt({"get", path("a.mmt"), "1", "--raw", "-"});
+  ASSERT_EQ(raw.exit_code, 0) << raw.err;
+  EXPECT_EQ(raw.out, std::string(static_cast<const char*>(second.data_ptr()), 16));
+  EXPECT_EQ(raw.err, "");
+  RunResult npy = run_mmt({"get", path("a.mmt"), "1", "--npy", "-"});
+  ASSERT_EQ(npy.exit_code, 0) << npy.err;
+  EXPECT_TRUE(parse_npy(testutil::to_bytes(npy.out), "stdout").equal(second));
+  if (!dash_existed) {
+    EXPECT_FALSE(fs::exists("-")) << "a file named - was written";
+  }
+  // One to standard output, the other to a file; a file named "-" through a path.
+  RunResult both = run_mmt({"get", path("a.mmt"), "1", "--npy", "-", "--raw", path("-")});
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  EXPECT_TRUE(parse_npy(testutil::to_bytes(both.out), "stdout").equal(second));
+  EXPECT_EQ(fs::file_size(path("-")), 16u);
+  // Both to standard output would be one stream of two things.
+  RunResult mixed = run_mmt({"get", path("a.mmt"), "1", "--npy", "-", "--raw", "-"});
+  EXPECT_EQ(mixed.exit_code, 2);
+  EXPECT_EQ(mixed.err, "mmt get: error: --npy - and --raw - would mix both into one stream; send one of them to a file\n");
+  EXPECT_EQ(mixed.out, "");
+  EXPECT_NE(run_mmt({"get", "--help"}).out.find("-: to standard output"), std::string::npos);
+}
+
+// A write to standard output that fails says why and exits 1: a full device, or a reader that
+// stopped reading (EPIPE: mmt ignores SIGPIPE, which killed it without a word).
+TEST_F(MmtCli, GetToStandardOutputReportsAFailedWrite) {
+  save("a.npy", records(kUInt8, 2, {1 << 20}));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "x=" + path("a.npy")}).exit_code, 0);
+  if (fs::exists("/dev/full")) {
+    RunResult full = run_mmt({"get", path("a.mmt"), "0", "--raw", "-"}, {.stdout_path = "/dev/full"});
+    EXPECT_EQ(full.exit_code, 1);
+    EXPECT_EQ(full.err, "mmt get: error: cannot write to standard output: No space left on device (0 of 1048576 bytes "
+                        "written)\n");
+  }
+  // The reader takes the first bytes, then goes away.
+  RunResult closed = run_mmt({"get", path("a.mmt"), "0", "--npy", "-"},
+                             {.with_stdout_pipe = [](int& fd, pid_t) {
+                               char first[16];
+                               EXPECT_EQ(::read(fd, first, sizeof first), 16);
+                               ::close(fd);
+                               fd = -1;
+                             }});
+  EXPECT_EQ(closed.exit_code, 1) << "128 + 13 is death by SIGPIPE";
+  EXPECT_NE(closed.err.find("mmt get: error: cannot write to standard output: Broken pipe ("), std::string::npos)
+      << closed.err;
+  EXPECT_NE(closed.err.find(" of 1048704 bytes written; the program reading it stopped before the end)\n"),
+            std::string::npos) << closed.err;
+}
+
+// Binary bytes are not written to a terminal unless asked (as gzip and zstd have it).
+TEST_F(MmtCli, GetToStandardOutputRefusesATerminalWithoutForce) {
+  save("a.npy", records(kUInt8, 2, {4}));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "x=" + path("a.npy")}).exit_code, 0);
+  RunResult refused = run_mmt({"get", path("a.mmt"), "0", "--raw", "-"}, {.stdout_is_terminal = true});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_EQ(refused.err, "mmt get: error: standard output is a terminal, and --raw - writes binary bytes there: redirect "
+                         "it (> FILE) or pipe it (| PROGRAM), or pass --force to write them to the terminal anyway\n");
+  RunResult forced = run_mmt({"get", path("a.mmt"), "0", "--raw", "-", "--force"}, {.stdout_is_terminal = true});
+  EXPECT_EQ(forced.exit_code, 0) << forced.err;
+}
+
+// Ctrl-C while the field goes to a reader that is slow to take it: stopped at the next write,
+// 128 + the signal, and stderr says the field is not whole on standard output.
+TEST_F(MmtCli, GetToStandardOutputStopsOnCtrlC) {
+  save("one.npy", full({1, 48 << 20}, 3, kUInt8));
+  ASSERT_EQ(run_mmt({"pack", path("one.mmt"), "v=" + path("one.npy"), "--quiet"}).exit_code, 0);
+  RunResult stopped = run_mmt({"get", path("one.mmt"), "0", "--raw", "-"},
+                              {.with_stdout_pipe = [](int& fd, pid_t pid) {
+                                // Once bytes come, the write has begun, and the pipe (64 KiB)
+                                // holds it up: the signal lands in it. The read end stays
+                                // open until mmt has ended, so the write cannot fail first.
+                                char first[4096];
+                                EXPECT_GT(::read(fd, first, sizeof first), 0);
+                                ::kill(pid, SIGINT);
+                              }});
+  EXPECT_EQ(stopped.exit_code, 128 + SIGINT) << stopped.err;
+  EXPECT_EQ(stopped.err, "mmt get: interrupted: the field was not written whole to standard output\n");
 }
 
 TEST_F(MmtCli, ExportNeverReplacesANonRegularFile) {

@@ -1,5 +1,7 @@
 // mmt get FILE INDEX [--field NAME] [--npy OUT.npy | --raw OUT]: one record, printed as
-// PyTorch prints tensors, or one field written to a file.
+// PyTorch prints tensors, or one field written to a file or, with "-", to standard output.
+#include <unistd.h>
+
 #include <iostream>
 #include <memory>
 #include <string>
@@ -31,6 +33,31 @@ void write_raw(const std::string& path, const Tensor& t, bool force, const detai
   write_output_file(path, bytes, force, checkpoint);
 }
 
+// What an interrupted get left at its outputs: files not written (as they were), and part of
+// the field, or none of it, on standard output.
+std::string not_written_outputs(const std::vector<std::string>& pending) {
+  std::vector<std::string> files;
+  for (const std::string& output : pending)
+    if (!is_standard_output(output)) files.push_back(output);
+  std::string text = files.empty() ? std::string() : not_written(files);
+  if (files.size() < pending.size())
+    text.append(text.empty() ? "" : "; ").append("the field was not written whole to standard output");
+  return text;
+}
+
+// With "-", the field goes to standard output, and nothing else does: get prints no text then
+// (errors go to stderr), so the stream holds the values alone.
+void check_standard_output_target(const GetArgs& args) {
+  if (is_standard_output(args.npy) && is_standard_output(args.raw))
+    throw UsageError("--npy - and --raw - would mix both into one stream; send one of them to a file");
+  const char* option = is_standard_output(args.npy) ? "--npy" : is_standard_output(args.raw) ? "--raw" : nullptr;
+  // As gzip and zstd do: binary bytes on a terminal are garbage at best, and escape sequences
+  // at worst.
+  MMT_CHECK(option == nullptr || args.force || ::isatty(STDOUT_FILENO) == 0, ValueError,
+            "standard output is a terminal, and ", option, " - writes binary bytes there: redirect it (> FILE) or ",
+            "pipe it (| PROGRAM), or pass --force to write them to the terminal anyway");
+}
+
 void run_get(const GetArgs& args) {
   int64_t index = 0;
   try {
@@ -41,8 +68,9 @@ void run_get(const GetArgs& args) {
   // An empty name would read as "no --field" and print every field.
   if (args.field_option->count() > 0 && args.field.empty())
     throw UsageError("--field is empty: name the field to print or write");
-  if (!args.npy.empty()) check_output_path(args.npy, args.force, args.file);
-  if (!args.raw.empty()) check_output_path(args.raw, args.force, args.file);
+  check_standard_output_target(args);
+  for (const std::string* output : {&args.npy, &args.raw})
+    if (!output->empty() && !is_standard_output(*output)) check_output_path(*output, args.force, args.file);
   Dataset ds = Dataset::open(args.file);
   if (!args.npy.empty() || !args.raw.empty()) {
     std::string field = args.field;
@@ -63,7 +91,7 @@ void run_get(const GetArgs& args) {
       }
       if (!args.raw.empty()) write_raw(args.raw, value, args.force, StopSignals::check);
     } catch (const Interrupted& e) {
-      exit_interrupted("mmt get", e.signal_number(), not_written(pending));
+      exit_interrupted("mmt get", e.signal_number(), not_written_outputs(pending));
     }
     return;
   }
@@ -89,14 +117,20 @@ void add_get_command(CLI::App& app) {
   cmd->add_option("FILE", args->file, "The dataset file")->required();
   cmd->add_option("INDEX", args->index, "Record index (negative counts from the end)")->required();
   args->field_option = cmd->add_option("--field", args->field, "Only this field");
-  CLI::Option* npy = cmd->add_option("--npy", args->npy, "Write the field to this .npy file instead of printing");
-  CLI::Option* raw = cmd->add_option("--raw", args->raw, "Write the field's elements in row-major order, nothing else (raw bytes, an encoded image say, as stored)");
+  CLI::Option* npy = cmd->add_option("--npy", args->npy,
+                                     "Write the field to this .npy file instead of printing (-: to standard output, "
+                                     "for a pipe; ./- names a file called -)");
+  CLI::Option* raw = cmd->add_option("--raw", args->raw,
+                                     "Write the field's elements in row-major order, nothing else (raw bytes, an "
+                                     "encoded image say, as stored); -: to standard output");
   // An empty path would read as "not given" and print the record instead of writing it.
   for (CLI::Option* output : {npy, raw})
     output->check([](const std::string& value) {
       return value.empty() ? std::string("the path is empty; name the file to write") : std::string();
     });
-  cmd->add_flag("--force", args->force, "Replace an existing --npy or --raw file (a regular file only)");
+  cmd->add_flag("--force", args->force,
+                "Replace an existing --npy or --raw file (a regular file only); with -, write to standard output "
+                "even when it is a terminal");
   cmd->callback([args] { run_get(*args); });
 }
 

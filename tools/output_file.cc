@@ -1,6 +1,13 @@
 #include "output_file.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
+#include <iostream>
 
 #include "file_io.h"
 #include "mmt_commands.h"
@@ -16,8 +23,36 @@ void check_output_path(const std::string& path, bool force, const std::string& r
   io::check_output_target(path, force, "pass --force to replace it");
 }
 
+bool is_standard_output(const std::string& path) { return path == "-"; }
+
+void write_standard_output(std::initializer_list<std::span<const std::byte>> pieces,
+                           const detail::WriteCheckpoint& checkpoint) {
+  std::signal(SIGPIPE, SIG_IGN);
+  std::cout.flush();  // text printed before goes out first
+  uint64_t total_bytes = 0, written_bytes = 0;
+  for (std::span<const std::byte> piece : pieces) total_bytes += piece.size();
+  for (std::span<const std::byte> piece : pieces) {
+    while (!piece.empty()) {
+      if (checkpoint) checkpoint();
+      const size_t n = std::min<size_t>(piece.size(), static_cast<size_t>(detail::kCheckpointBytes));
+      const ssize_t done = ::write(STDOUT_FILENO, piece.data(), n);
+      if (done < 0 && errno == EINTR) continue;
+      if (done <= 0) {
+        const int err = done < 0 ? errno : EIO;
+        throw IoError(detail::str("cannot write to standard output: ", std::strerror(err), " (", written_bytes, " of ",
+                                  total_bytes, " bytes written",
+                                  err == EPIPE ? "; the program reading it stopped before the end" : "", ")"),
+                      err);
+      }
+      piece = piece.subspan(static_cast<size_t>(done));
+      written_bytes += static_cast<uint64_t>(done);
+    }
+  }
+}
+
 void write_output_file(const std::string& path, std::span<const std::byte> bytes, bool force,
                        const detail::WriteCheckpoint& checkpoint) {
+  if (is_standard_output(path)) return write_standard_output({bytes}, checkpoint);
   check_output_path(path, force);
   // Without --force the rename refuses a file that appeared since the check (no clobber).
   detail::write_file_atomically(path, {bytes}, /*replace=*/force, checkpoint);
@@ -40,6 +75,7 @@ void with_npy_bytes(const Tensor& t, Write&& write) {
 
 void write_npy_file(const std::string& path, const Tensor& t, bool force, const detail::WriteCheckpoint& checkpoint) {
   with_npy_bytes(t, [&](std::span<const std::byte> header, std::span<const std::byte> data) {
+    if (is_standard_output(path)) return write_standard_output({header, data}, checkpoint);
     check_output_path(path, force);
     detail::write_file_atomically(path, {header, data}, /*replace=*/force, checkpoint);
   });
