@@ -4,6 +4,13 @@
 //     against Dataset::get_batch alone on the same indices with the same thread count.
 //     vs_get_batch = time(get_batch) / time(loader): the pipeline's cost; target >= 0.9.
 //     Run with threads 1 and 2: loader_samples_per_s shows the scaling.
+//   BM_LoaderTransform/threads/side: one epoch (random, uncompressed, warm, batch 256) whose
+//     uint8 [3, side, side] images become normalised float32 on the loader's workers (a
+//     SampleTransform: (x / 255 - 0.5) / 0.25), against the consumer doing it: get_batch of
+//     the images on one thread, then the same arithmetic on the batch. vs_consumer =
+//     time(consumer) / time(loader): at 1 thread what the per-sample stage costs (get(), the
+//     call, a row view: near 1 is free), at 2 what moving the work off the training thread
+//     gives.
 //   BM_LoaderToDevice/workers: host-to-device throughput of the loader (cuda:0, warm,
 //     uncompressed [3, 224, 224] uint8 records, batch 256) against pinned cudaMemcpyAsync of
 //     the same batch bytes on one stream. vs_pinned_memcpy = loader bytes/s / memcpy bytes/s;
@@ -204,6 +211,47 @@ void BM_LoaderVsGetBatch(benchmark::State& state) {
   state.SetBytesProcessed(rounds.samples * (3 * side * side + 8));
 }
 
+// The normalisation of BM_LoaderTransform, over `count` values.
+void normalise(const uint8_t* in, float* out, int64_t count) {
+  for (int64_t k = 0; k < count; ++k) out[k] = (static_cast<float>(in[k]) * (1.0f / 255) - 0.5f) * 4.0f;
+}
+
+void BM_LoaderTransform(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t side = state.range(1);
+  const int64_t values = 3 * side * side;
+  const Dataset& dataset = host_dataset(side);
+  LoaderOptions options;
+  options.batch_size = kHostBatch;
+  options.transforms = {{.name = "image",
+                         .inputs = {"image"},
+                         .dtype = kFloat32,
+                         .shape = {3, side, side},
+                         .fn = [values](const SampleTransform::Input& in, const Tensor& out) {
+                           normalise(in.fields[0].data_ptr<uint8_t>(), out.mutable_data_ptr<float>(), values);
+                         }}};
+  options.sampler.kind = SamplerKind::Random;
+  options.num_workers = threads;
+  options.pin_memory = false;
+  const int epochs = static_cast<int>(std::max<int64_t>(1, 64 * kHostBatch / dataset.size()));
+  Tensor images = empty({kHostBatch, 3, side, side}, kUInt8);
+  Tensor normalised = empty({kHostBatch, 3, side, side}, kFloat32);
+  images.fill_(0);
+  normalised.fill_(0);
+  const LoaderRounds rounds = run_loader_rounds(state, dataset, options, epochs, [&](const std::vector<int64_t>& order) {
+    for (size_t first = 0; first < order.size(); first += kHostBatch) {
+      const size_t rows = std::min<size_t>(kHostBatch, order.size() - first);
+      const std::span<const int64_t> indices(order.data() + first, rows);
+      dataset.get_batch(indices, "image", images.narrow(0, 0, static_cast<int64_t>(rows)), 1);
+      normalise(images.data_ptr<uint8_t>(), normalised.mutable_data_ptr<float>(), static_cast<int64_t>(rows) * values);
+      benchmark::ClobberMemory();
+    }
+  });
+  state.counters["vs_consumer"] = rounds.median_ratio;
+  state.counters["loader_samples_per_s"] = rounds.samples / rounds.loader_seconds;
+  state.SetBytesProcessed(rounds.samples * values * 4);
+}
+
 // A pass of `batches` random batches through a loader with 2 workers; `delivered` counts a
 // batch's bytes.
 template <typename Delivered>
@@ -335,6 +383,9 @@ void BM_LoaderToDevice(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_LoaderVsGetBatch)->ArgsProduct({{1, 2}, {32, 128}})->ArgNames({"threads", "side"})
+    ->Iterations(9)
+    ->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LoaderTransform)->ArgsProduct({{1, 2}, {32, 128}})->ArgNames({"threads", "side"})
     ->Iterations(9)
     ->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LoaderColdRandom)->Arg(784)->Arg(150528)->ArgName("record_bytes")->Iterations(5)

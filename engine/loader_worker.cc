@@ -1,6 +1,7 @@
 // The loader's workers: gather fixed fields and pack ragged ones straight into ring slots,
 // queue the device copy of a completed slot, and turn failures into errors that name the
 // batch, sample, chunk and field.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -222,6 +223,10 @@ void LoaderCore::fill_fixed_rows(const Piece& piece) {
 
 namespace {
 
+// The bytes of a transform's input prefetched a row ahead: all of a small record; the head
+// of a large one, whose fn streams the rest behind the hardware prefetcher.
+constexpr int64_t kTransformPrefetchBytes = 4096;
+
 // SampleTransform::Input::seed: splitmix64's finaliser over the sampler's seed, the epoch and
 // the position, so that neighbouring positions get unrelated seeds.
 uint64_t sample_seed(uint64_t seed, int64_t epoch, int64_t position) {
@@ -238,44 +243,64 @@ uint64_t sample_seed(uint64_t seed, int64_t epoch, int64_t position) {
 }  // namespace
 
 void LoaderCore::run_transforms(const Piece& piece, std::span<const int64_t> indices) {
-  thread_local std::vector<Tensor> inputs;
+  // One row ahead: the next record's inputs are looked up, and their first bytes prefetched,
+  // before fn runs on this one, so that fn does not start on a cache miss (a record picked at
+  // random is in memory, not in the caches, even when the file is warm). Two rows' views at
+  // most are held: over a compressed file, each may pin a decoded chunk.
+  thread_local std::vector<Tensor> current, ahead;
   struct ReleaseInputs {  // views that pin decoded chunks: never kept past the piece
-    ~ReleaseInputs() { inputs.clear(); }
+    ~ReleaseInputs() {
+      current.clear();
+      ahead.clear();
+    }
   } release_inputs;
   const int64_t first_sample = piece.batch * options.batch_size;
+  const auto index_of = [&](int64_t row) { return indices[static_cast<size_t>(row - piece.row_begin)]; };
   for (size_t t = 0; t < options.transforms.size(); ++t) {
     const SampleTransform& transform = options.transforms[t];
-    const Tensor out = ring.fixed_view(piece.slot, transform_fields[t], piece.rows, /*on_device=*/false);
-    for (int64_t row = piece.row_begin; row < piece.row_end; ++row) {
-      const int64_t index = indices[static_cast<size_t>(row - piece.row_begin)];
-      bool reading = true;
+    const auto read = [&](int64_t row, std::vector<Tensor>& into) -> std::exception_ptr {
       try {
-        inputs.clear();
-        for (const std::string& input : transform.inputs) inputs.push_back(dataset.get(index, input));
-        reading = false;
-        const int64_t position = piece.order.rank_position(piece.start_consumed, first_sample + row);
-        const SampleTransform::Input in{index, inputs, sample_seed(options.sampler.seed, piece.order.epoch(), position)};
-        transform.fn(in, out[row]);
+        into.clear();
+        for (const std::string& input : transform.inputs) into.push_back(dataset.get(index_of(row), input));
+        for (const Tensor& view : into) {
+          const auto* bytes = static_cast<const char*>(view.data_ptr());
+          const int64_t prefetched = std::min<int64_t>(view.nbytes(), kTransformPrefetchBytes);
+          for (int64_t b = 0; b < prefetched; b += 64) __builtin_prefetch(bytes + b);
+        }
+        return nullptr;
       } catch (...) {
-        const std::string context = detail::str("Loader: epoch ", piece.order.epoch(), ", batch ", piece.batch,
-                                                ", sample ", index, " (row ", row, "), transform '", transform.name, "'");
-        if (reading) {  // the engine's error (a damaged chunk): its own type, and the chunk
-          std::string chunk = "?";
-          try {
-            chunk = std::to_string(dataset.chunk_of(index));
-          } catch (...) {
-          }
-          rethrow_with_context(std::current_exception(), detail::str(context, ", reading its inputs in chunk ", chunk));
-        }
+        return std::current_exception();
+      }
+    };
+    const Tensor out = ring.fixed_view(piece.slot, transform_fields[t], piece.rows, /*on_device=*/false);
+    std::exception_ptr ahead_error = read(piece.row_begin, ahead);
+    for (int64_t row = piece.row_begin; row < piece.row_end; ++row) {
+      std::swap(current, ahead);
+      const std::exception_ptr read_error = std::move(ahead_error);
+      if (!read_error && row + 1 < piece.row_end) ahead_error = read(row + 1, ahead);
+      const int64_t index = index_of(row);
+      const auto context = [&] {  // only on the way out: not a string per sample
+        return detail::str("Loader: epoch ", piece.order.epoch(), ", batch ", piece.batch, ", sample ", index,
+                           " (row ", row, "), transform '", transform.name, "'");
+      };
+      if (read_error) {  // the engine's error (a damaged chunk): its own type, and the chunk
+        std::string chunk = "?";
         try {
-          std::rethrow_exception(std::current_exception());
-        } catch (const std::bad_alloc&) {
-          throw;
-        } catch (const std::exception& e) {
-          std::throw_with_nested(Error(detail::str(context, ": ", e.what())));
+          chunk = std::to_string(dataset.chunk_of(index));
         } catch (...) {
-          std::throw_with_nested(Error(detail::str(context, ": an exception that is not a std::exception")));
         }
+        rethrow_with_context(read_error, detail::str(context(), ", reading its inputs in chunk ", chunk));
+      }
+      try {
+        const int64_t position = piece.order.rank_position(piece.start_consumed, first_sample + row);
+        const SampleTransform::Input in{index, current, sample_seed(options.sampler.seed, piece.order.epoch(), position)};
+        transform.fn(in, out[row]);
+      } catch (const std::bad_alloc&) {
+        throw;
+      } catch (const std::exception& e) {
+        std::throw_with_nested(Error(detail::str(context(), ": ", e.what())));
+      } catch (...) {
+        std::throw_with_nested(Error(detail::str(context(), ": an exception that is not a std::exception")));
       }
     }
   }
