@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu_prefetch.h"
 #include "dataset_impl.h"
 #include "mmtensor/error.h"
 #include "page_cache.h"
@@ -34,8 +35,7 @@ constexpr int64_t kPrefetchDistance = 6;
 constexpr int64_t kPrefetchBytes = 2048;
 
 inline void prefetch_range(const std::byte* p, int64_t nbytes) {
-  const int64_t n = std::min(nbytes, kPrefetchBytes);
-  for (int64_t off = 0; off < n; off += 64) __builtin_prefetch(p + off, 0, 0);
+  detail::prefetch_bytes</*kLocality=*/0>(p, nbytes, kPrefetchBytes);
 }
 
 // One fixed field of a batch: where its value lies in a record and where its rows go.

@@ -21,21 +21,41 @@ constexpr int kMaxPrefetchBatches = 1024;
 std::vector<Field> selected_fields(const Dataset& dataset, const LoaderOptions& options) {
   const Schema& schema = dataset.schema();
   MMT_CHECK(!schema.empty(), ValueError, "Loader: dataset ", dataset.path(), " has no fields");
+  const auto is_output = [&](const std::string& name) {
+    return std::any_of(options.transforms.begin(), options.transforms.end(),
+                       [&](const SampleTransform& transform) { return transform.name == name; });
+  };
   std::vector<Field> fields;
-  if (options.fields.empty() && options.transforms.empty()) return schema.fields();
-  for (const std::string& name : options.fields) {
-    const Field& field = schema[schema.index_of(name)];  // ValueError lists the known names
-    for (const Field& chosen : fields)
-      MMT_CHECK(chosen.name != name, ValueError, "Loader: field '", name, "' is listed twice");
-    fields.push_back(field);
+  if (options.fields.empty()) {
+    // Every stored field that no transform takes over: one a transform reads, or one whose
+    // name an output takes, comes back as the transform made it, not also as stored. (A
+    // name in a non-empty `fields` that an output has is that output, too.)
+    for (const Field& field : schema.fields()) {
+      const bool read_by_a_transform = std::any_of(
+          options.transforms.begin(), options.transforms.end(), [&](const SampleTransform& transform) {
+            return std::find(transform.inputs.begin(), transform.inputs.end(), field.name) != transform.inputs.end();
+          });
+      if (!read_by_a_transform && !is_output(field.name)) fields.push_back(field);
+    }
+  }
+  for (size_t i = 0; i < options.fields.size(); ++i) {
+    const std::string& name = options.fields[i];
+    for (size_t j = 0; j < i; ++j)
+      MMT_CHECK(options.fields[j] != name, ValueError, "Loader: field '", name, "' is listed twice");
+    if (is_output(name)) continue;  // the transform's output, not the stored field of that name
+    fields.push_back(schema[schema.index_of(name)]);  // ValueError lists the known names
   }
   for (const SampleTransform& transform : options.transforms) {
     for (const Field& chosen : fields)
       MMT_CHECK(chosen.name != transform.name, ValueError, "Loader: transform '", transform.name,
-                "' fills a batch field of that name, which ",
-                &chosen < fields.data() + options.fields.size() ? "options.fields loads too"
-                                                                 : "another transform fills already");
-    for (const std::string& input : transform.inputs) (void)schema.index_of(input);  // lists the known names
+                "' fills a batch field of that name, which another transform fills already");
+    for (const std::string& input : transform.inputs) {
+      try {
+        (void)schema.index_of(input);
+      } catch (const ValueError& e) {  // it lists the known names
+        throw ValueError(detail::str("Loader: transform '", transform.name, "', input '", input, "': ", e.what()));
+      }
+    }
     MMT_CHECK(static_cast<bool>(transform.fn), ValueError, "Loader: transform '", transform.name, "' has no fn");
     try {
       fields.push_back(Field::fixed(transform.name, transform.dtype, transform.shape));
@@ -97,10 +117,10 @@ int64_t slot_rows(int64_t batch_size, const Sampler& sampler) {
   return std::clamp<int64_t>(most_per_rank, 1, batch_size);
 }
 
-// "with a subset of 5 records (0x...)" or "without a subset", for the resume check.
+// "a subset of 5 entries (hash 0x...)" or "no subset", for the resume check.
 std::string subset_description(uint64_t hash, int64_t size) {
-  if (hash == 0) return "without a subset";
-  return detail::str("with a subset of ", size, " entries (hash ", detail::hex64(hash), ")");
+  if (hash == 0) return "no subset";
+  return detail::str("a subset of ", size, " entries (hash ", detail::hex64(hash), ")");
 }
 
 SamplerOptions resumed_sampler_options(SamplerOptions options, const LoaderState* state) {
@@ -154,8 +174,8 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
               to_string(state.sampler), " sampler; the options ask for ", to_string(mine.kind));
     MMT_CHECK(state.seed == mine.seed, ValueError, "Loader: the state was saved with seed ",
               state.seed, "; the options say ", mine.seed);
-    MMT_CHECK(state.subset_hash == sampler.subset_hash(), ValueError, "Loader: the state was saved ",
-              subset_description(state.subset_hash, state.subset_size), "; the options give ",
+    MMT_CHECK(state.subset_hash == sampler.subset_hash(), ValueError, "Loader: the state was saved with ",
+              subset_description(state.subset_hash, state.subset_size), ", but the options give ",
               subset_description(sampler.subset_hash(), sampler.epoch_size()),
               " (a resume must visit the same list, or the rest of its epoch would be other records)");
     MMT_CHECK(mine.kind != SamplerKind::QuasiRandom || state.window_chunks == mine.window_chunks,

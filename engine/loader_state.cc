@@ -123,8 +123,8 @@ LoaderState LoaderState::parse(std::string_view text) {
             " state cannot name a subset (subsets came with version 3)");
   if (has_subset) {
     state.subset_hash = optional_hex64(json, "subset_hash");
-    MMT_CHECK(state.subset_hash != 0, ValueError, "LoaderState: entry 'subset_hash' is missing or 0, yet "
-              "'subset_size' is there");
+    MMT_CHECK(state.subset_hash != 0, ValueError, "LoaderState: entry 'subset_hash' is ",
+              json.contains("subset_hash") ? "0, which no subset hashes to" : "missing, yet 'subset_size' is there");
     state.subset_size = required<int64_t>(json, "subset_size");
     MMT_CHECK(state.subset_size >= 0, ValueError, "LoaderState: negative subset_size in ", text);
   }

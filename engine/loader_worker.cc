@@ -7,10 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "cpu_prefetch.h"
 #include "cuda_memory.h"
 #include "loader_core.h"
 #include "mapping_guard.h"
 #include "mmtensor/error.h"
+#include "splitmix.h"
 #include "strided_copy.h"
 #include "thread_pool.h"
 
@@ -64,6 +66,15 @@ void copy_guarded(const Dataset& dataset, const Tensor& value, std::byte* dst) {
   });
 }
 
+// The chunk holding `index`, for an error message: "?" when the chunk table cannot say.
+std::string chunk_of_or_unknown(const Dataset& dataset, int64_t index) {
+  try {
+    return std::to_string(dataset.chunk_of(index));
+  } catch (...) {
+    return "?";
+  }
+}
+
 // Reading or copying failed somewhere in `indices`: find the first record (and of its fields,
 // the first) that fails on its own, so the error names the sample, its chunk and the field;
 // without one, name the batch.
@@ -89,15 +100,10 @@ void copy_guarded(const Dataset& dataset, const Tensor& value, std::byte* dst) {
         sample_error = std::current_exception();
       }
       if (!sample_error) continue;
-      std::string chunk = "?";
-      try {
-        chunk = std::to_string(dataset.chunk_of(indices[i]));
-      } catch (...) {
-      }
       rethrow_with_context(sample_error,
                            detail::str("Loader: epoch ", piece.order.epoch(), ", batch ", piece.batch,
                                        ", sample ", indices[i], " (row ", first_row + static_cast<int64_t>(i),
-                                       "), chunk ", chunk, ", field '", field, "'"));
+                                       "), chunk ", chunk_of_or_unknown(dataset, indices[i]), ", field '", field, "'"));
     }
   }
   std::string names;
@@ -227,17 +233,10 @@ namespace {
 // of a large one, whose fn streams the rest behind the hardware prefetcher.
 constexpr int64_t kTransformPrefetchBytes = 4096;
 
-// SampleTransform::Input::seed: splitmix64's finaliser over the sampler's seed, the epoch and
-// the position, so that neighbouring positions get unrelated seeds.
+// SampleTransform::Input::seed: unrelated seeds for neighbouring positions and epochs.
 uint64_t sample_seed(uint64_t seed, int64_t epoch, int64_t position) {
-  uint64_t z = seed;
-  for (const uint64_t word : {static_cast<uint64_t>(epoch), static_cast<uint64_t>(position)}) {
-    z += 0x9e3779b97f4a7c15ULL ^ word;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-  }
-  return z;
+  return detail::derive_key(detail::derive_key(detail::mix64(seed), static_cast<uint64_t>(epoch)),
+                            static_cast<uint64_t>(position));
 }
 
 }  // namespace
@@ -262,11 +261,8 @@ void LoaderCore::run_transforms(const Piece& piece, std::span<const int64_t> ind
       try {
         into.clear();
         for (const std::string& input : transform.inputs) into.push_back(dataset.get(index_of(row), input));
-        for (const Tensor& view : into) {
-          const auto* bytes = static_cast<const char*>(view.data_ptr());
-          const int64_t prefetched = std::min<int64_t>(view.nbytes(), kTransformPrefetchBytes);
-          for (int64_t b = 0; b < prefetched; b += 64) __builtin_prefetch(bytes + b);
-        }
+        for (const Tensor& view : into)
+          detail::prefetch_bytes</*kLocality=*/3>(view.data_ptr(), view.nbytes(), kTransformPrefetchBytes);
         return nullptr;
       } catch (...) {
         return std::current_exception();
@@ -284,15 +280,13 @@ void LoaderCore::run_transforms(const Piece& piece, std::span<const int64_t> ind
                            " (row ", row, "), transform '", transform.name, "'");
       };
       if (read_error) {  // the engine's error (a damaged chunk): its own type, and the chunk
-        std::string chunk = "?";
-        try {
-          chunk = std::to_string(dataset.chunk_of(index));
-        } catch (...) {
-        }
-        rethrow_with_context(read_error, detail::str(context(), ", reading its inputs in chunk ", chunk));
+        rethrow_with_context(read_error, detail::str(context(), ", reading its inputs in chunk ",
+                                                     chunk_of_or_unknown(dataset, index)));
       }
       try {
-        const int64_t position = piece.order.rank_position(piece.start_consumed, first_sample + row);
+        // The position before padding wraps it: a repeated record is augmented anew.
+        const int64_t position = piece.start_consumed + (first_sample + row) * options.sampler.world_size +
+                                 options.sampler.rank;
         const SampleTransform::Input in{index, current, sample_seed(options.sampler.seed, piece.order.epoch(), position)};
         transform.fn(in, out[row]);
       } catch (const std::bad_alloc&) {

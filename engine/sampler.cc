@@ -6,19 +6,15 @@
 #include <span>
 
 #include "checksum.h"
+#include "splitmix.h"
 #include "mmtensor/error.h"
 
 namespace mmt {
 
 namespace {
 
-uint64_t mix64(uint64_t z) {  // the splitmix64 finaliser: full avalanche, cheap
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-uint64_t derive_key(uint64_t a, uint64_t b) { return mix64(a + 0x9e3779b97f4a7c15ULL * (b + 1)); }
+using detail::derive_key;
+using detail::mix64;
 
 // A keyed bijection of [0, n) that needs no table. Storing a shuffled index array would cost
 // 4-8 bytes per record; this costs nothing, and any position of an epoch can be computed
@@ -173,7 +169,6 @@ Sampler Sampler::create(int64_t num_records, SamplerOptions options,
       MMT_CHECK(subset[i] >= 0 && subset[i] < num_records, ValueError, "Sampler: subset entry ", i, " is ",
                 subset[i], ", outside [0, ", num_records, ") (the records the order is drawn from)");
     layout->positions = subset.size();
-    layout->subset_hash = detail::checksum64(subset.begin(), static_cast<size_t>(subset.size()) * sizeof(int64_t)) | 1;
     layout->position_records = subset;
   }
   if (options.kind == SamplerKind::QuasiRandom) {
@@ -212,9 +207,16 @@ Sampler Sampler::create(int64_t num_records, SamplerOptions options,
       layout->chunk_first_record = std::move(chunk_first);
     }
     if (options.window_chunks == 0) options.window_chunks = kDefaultWindowChunks;
+    // (The subset's hash comes below, once position_records is the sorted list.)
     // Never 0, so that "no layout" (the other kinds) cannot equal a layout's hash.
     layout->chunk_layout_hash = detail::checksum64(layout->chunk_first_record.data(),
                                                    layout->chunk_first_record.size() * sizeof(int64_t)) | 1;
+  }
+  if (layout->position_records) {
+    // Of the list the order is made from: the subset as given, or sorted for QuasiRandom,
+    // whose order does not depend on the list's order (a list rebuilt from a set resumes).
+    const IndexList& list = *layout->position_records;
+    layout->subset_hash = detail::checksum64(list.begin(), static_cast<size_t>(list.size()) * sizeof(int64_t)) | 1;
   }
   layout->options = options;
   return Sampler(std::move(layout));

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -67,6 +68,19 @@ class LoaderTransformTest : public ::testing::Test {
   TempDir dir;
 };
 
+// The seeds of an epoch: one per sample, fixed by (seed, epoch, position).
+std::vector<std::pair<int64_t, int64_t>> seeds_of_epoch(Loader& loader) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  while (std::optional<Batch> batch = loader.next()) {
+    const Tensor& seeds = (*batch)["seed"];
+    for (int64_t row = 0; row < batch->size(); ++row) {
+      EXPECT_EQ(seeds[row][1].item<int64_t>(), batch->indices()[row]);
+      out.emplace_back(seeds[row][0].item<int64_t>(), seeds[row][1].item<int64_t>());
+    }
+  }
+  return out;
+}
+
 TEST_F(LoaderTransformTest, WorkersFillTheTransformsFieldsFromEachRecord) {
   for (CodecSpec codec : {CodecSpec{}, CodecSpec::parse("lz4")}) {
     Dataset dataset = Dataset::open(write_loader_dataset(dir, 70, codec, 16, "d" + codec.str() + ".mmt"));
@@ -94,30 +108,102 @@ TEST_F(LoaderTransformTest, WorkersFillTheTransformsFieldsFromEachRecord) {
   }
 }
 
-TEST_F(LoaderTransformTest, WithTransformsAndNoFieldsListedOnlyTheOutputsAreLoaded) {
+TEST_F(LoaderTransformTest, WithNoFieldsListedEveryStoredFieldNoTransformTakesOverIsLoaded) {
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 10));
+  // scale_x reads "x" and "label": those come back only as its output.
   Loader loader(dataset, {.batch_size = 4, .transforms = {scale_x()}});
   std::optional<Batch> batch = loader.next();
   ASSERT_TRUE(batch);
-  EXPECT_THROW_WITH((void)(*batch)["image"], ValueError, "it holds 'scaled')");
+  EXPECT_THROW_WITH((void)(*batch)["label"], ValueError, "it holds 'image', 'tokens', 'scaled')");
   // An output may take the name of an input it replaces: "x" decoded into "x".
   SampleTransform x_again = scale_x();
   x_again.name = "x";
   Loader renamed(dataset, {.batch_size = 4, .transforms = {x_again}});
-  EXPECT_EQ((*renamed.next())["x"][1].to_vector<float>(), (std::vector<float>{21, 23, 25, 27}));
+  std::optional<Batch> renamed_batch = renamed.next();
+  EXPECT_EQ((*renamed_batch)["x"][1].to_vector<float>(), (std::vector<float>{21, 23, 25, 27}));
+  EXPECT_THROW_WITH((void)(*renamed_batch)["label"], ValueError, "it holds 'image', 'tokens', 'x')");
+  // Listed fields: a name an output has is that output. Only outputs: nothing as stored.
+  Loader listed(dataset, {.batch_size = 4, .fields = {"x", "label"}, .transforms = {x_again}});
+  std::optional<Batch> listed_batch = listed.next();
+  EXPECT_EQ((*listed_batch)["x"][1].to_vector<float>(), (std::vector<float>{21, 23, 25, 27}));
+  EXPECT_EQ((*listed_batch)["label"][1].item<int64_t>(), 1);
+  Loader only_outputs(dataset, {.batch_size = 4, .fields = {"scaled"}, .transforms = {scale_x()}});
+  EXPECT_THROW_WITH((void)(*only_outputs.next())["x"], ValueError, "it holds 'scaled')");
 }
 
-// The seeds of an epoch: one per sample, fixed by (seed, epoch, position).
-std::vector<std::pair<int64_t, int64_t>> seeds_of_epoch(Loader& loader) {
-  std::vector<std::pair<int64_t, int64_t>> out;
+TEST_F(LoaderTransformTest, ATransformRunsBesideALoadedRaggedField) {
+  // Row pieces (fixed fields and transforms) and ragged pieces fill one slot side by side.
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 50, CodecSpec::parse("lz4"), 8));
+  Loader loader(dataset, {.batch_size = 6, .fields = {"tokens", "label"}, .transforms = {pad_tokens()},
+                          .sampler = {.kind = SamplerKind::Random, .seed = 4}, .num_workers = 2});
+  int64_t rows = 0;
   while (std::optional<Batch> batch = loader.next()) {
-    const Tensor& seeds = (*batch)["seed"];
-    for (int64_t row = 0; row < batch->size(); ++row) {
-      EXPECT_EQ(seeds[row][1].item<int64_t>(), batch->indices()[row]);
-      out.emplace_back(seeds[row][0].item<int64_t>(), seeds[row][1].item<int64_t>());
+    testing::expect_batch_matches_dataset(*batch, dataset, {"tokens", "label"});
+    const RaggedBatch& tokens = batch->ragged("tokens");
+    const std::vector<int64_t> offsets = tokens.offsets.to_vector<int64_t>();
+    const std::vector<int32_t> values = tokens.values.to_vector<int32_t>();
+    for (int64_t row = 0; row < batch->size(); ++row, ++rows) {
+      const std::vector<int32_t> padded = (*batch)["padded"][row].to_vector<int32_t>();
+      const int64_t length = offsets[row + 1] - offsets[row];
+      for (int64_t t = 0; t < 5; ++t)
+        EXPECT_EQ(padded[t], t < length ? values[offsets[row] + t] : -1) << "row " << row;
     }
   }
-  return out;
+  EXPECT_EQ(rows, 50);
+}
+
+TEST_F(LoaderTransformTest, ADamagedInputIsReportedWithItsTypeSampleAndChunk) {
+  const std::string path = write_loader_dataset(dir, 64, CodecSpec::parse("lz4"), 16);
+  int64_t damaged_first = 0;
+  {
+    Dataset dataset = Dataset::open(path);
+    const ChunkInfo chunk = dataset.chunk(2);
+    damaged_first = chunk.first_record;
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    char byte = 0;
+    file.seekg(chunk.file_offset + chunk.stored_bytes / 2);
+    file.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x5a);
+    file.seekp(chunk.file_offset + chunk.stored_bytes / 2);
+    file.write(&byte, 1);
+  }
+  Dataset dataset = Dataset::open(path);
+  // Only the output: the transform's read is the first to meet the damage.
+  Loader loader(dataset, {.batch_size = 8, .fields = {"scaled"}, .transforms = {scale_x()}});
+  try {
+    while (loader.next()) {
+    }
+    ADD_FAILURE() << "a damaged chunk went unnoticed";
+  } catch (const ChecksumError& e) {
+    EXPECT_NE(std::string(e.what()).find("sample " + std::to_string(damaged_first) + " (row 0), transform 'scaled', "
+                                         "reading its inputs in chunk 2"),
+              std::string::npos) << e.what();
+  }
+}
+
+TEST_F(LoaderTransformTest, SeedsFollowTheSubsetAndRanksAndAPaddedRepeatGetsItsOwn) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 40));
+  std::vector<int64_t> subset = {3, 5, 7, 11, 13, 17, 19};  // 7 entries over 2 ranks: one padded
+  std::map<int64_t, std::vector<int64_t>> seeds_of_record;
+  int64_t samples = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    LoaderOptions options{.batch_size = 2, .transforms = {record_seed()},
+                          .sampler = {.kind = SamplerKind::Random, .seed = 9, .rank = rank, .world_size = 2,
+                                      .subset = subset}};
+    Loader loader(dataset, options);
+    for (const auto& [seed, index] : seeds_of_epoch(loader)) {
+      seeds_of_record[index].push_back(seed);
+      ++samples;
+    }
+  }
+  EXPECT_EQ(samples, 8);
+  EXPECT_EQ(seeds_of_record.size(), 7u);
+  std::set<int64_t> distinct;
+  for (const auto& [index, seeds] : seeds_of_record) {
+    EXPECT_TRUE(std::binary_search(subset.begin(), subset.end(), index)) << index;
+    distinct.insert(seeds.begin(), seeds.end());
+  }
+  EXPECT_EQ(distinct.size(), 8u);  // the padded repeat's seed is not its original's
 }
 
 TEST_F(LoaderTransformTest, SeedsAreTheSameWhateverTheWorkersAndAfterAResume) {
@@ -195,13 +281,13 @@ TEST_F(LoaderTransformTest, BadTransformsAreRefusedWithTheReason) {
   };
   SampleTransform t = scale_x();
   t.inputs = {"x", "lable"};
-  refused(t, "lable");
+  refused(t, "transform 'scaled', input 'lable': ");
   t = scale_x();
   t.fn = nullptr;
   refused(t, "transform 'scaled' has no fn");
   t = scale_x();
-  t.name = "label";
-  refused(t, "options.fields loads too", {"label"});
+  t.fn = [](const SampleTransform::Input&, const Tensor&) {};
+  refused(t, "field 'x' is listed twice", {"x", "x"});
   t = scale_x();
   t.shape = {4, 0};
   refused(t, "transform 'scaled'");

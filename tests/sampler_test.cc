@@ -530,8 +530,16 @@ TEST(SamplerSubset, TheHashTellsListsApartAndCopiesShareTheList) {
   };
   EXPECT_EQ(hash(std::nullopt), 0u);
   EXPECT_EQ(hash(IndexList{1, 2, 3}), hash(std::vector<int64_t>{1, 2, 3}));
-  EXPECT_NE(hash(IndexList{1, 2, 3}), hash(IndexList{3, 2, 1}));  // the order matters to Sequential
+  EXPECT_NE(hash(IndexList{1, 2, 3}), hash(IndexList{3, 2, 1}));  // the order matters to Random
   EXPECT_NE(hash(IndexList{1, 2, 3}), hash(IndexList{1, 2}));
+  // Not to QuasiRandom, which sorts the list: its hash is the sorted list's.
+  const auto quasi_hash = [](IndexList subset) {
+    SamplerOptions options = kind_options(SamplerKind::QuasiRandom);
+    options.subset = std::move(subset);
+    return Sampler::create(10, options, {5, 5}).subset_hash();
+  };
+  EXPECT_EQ(quasi_hash(IndexList{1, 7, 3}), quasi_hash(IndexList{3, 1, 7}));
+  EXPECT_NE(quasi_hash(IndexList{1, 7, 3}), quasi_hash(IndexList{1, 7, 4}));
   const IndexList list(std::vector<int64_t>(1000, 4));
   const IndexList copy = list;  // NOLINT(performance-unnecessary-copy-initialization): the point
   EXPECT_EQ(copy.begin(), list.begin());

@@ -136,11 +136,17 @@ inline constexpr int64_t kMaxEpoch = INT64_MAX;
 // (whatever it leaves unwritten holds an earlier batch's bytes). `in.fields` are the record's
 // `inputs`, in that order, as Dataset::get returns them: views into the mapped file or a
 // decoded chunk, valid for the call (a ragged field's value has its own shape; a bytes field
-// is 1-d uint8). `in.seed` is a 64-bit value fixed by (sampler seed, epoch, the sample's
+// is 1-d uint8). They may be strided: a field stored channels-last comes as a [C, H, W]
+// view with HWC strides, so call .contiguous() (which copies only then) before reading one
+// as flat memory. `in.seed` is a 64-bit value fixed by (sampler seed, epoch, the sample's
 // position in the epoch's order): seed an augmentation's random numbers with it and the
-// batches are the same whatever the number of workers, and again after a resume.
+// batches are the same whatever the number of workers, and again after a resume. A padded
+// position of distributed sampling (a record repeated to even the ranks out) has its own
+// seed, so the repeat is augmented anew. Every transform of a sample gets the same seed
+// (an image and its mask cropped alike); mix in a constant of your own for independent draws.
 // An exception from fn reaches next() as mmt::Error naming the epoch, batch, sample and
-// transform, with fn's exception nested (std::rethrow_if_nested gives it back).
+// transform, with fn's exception nested (std::rethrow_if_nested gives it back); only
+// std::bad_alloc passes through as it is.
 struct SampleTransform {
   struct Input {
     int64_t index = 0;               // the record
@@ -156,10 +162,14 @@ struct SampleTransform {
 
 struct LoaderOptions {
   int64_t batch_size = 1;
-  // The dataset fields to load as they are stored, in this order; empty: every field, unless
-  // transforms are given, then none (list the ones to load beside the transforms' outputs).
+  // The batch's fields: stored fields, loaded as they are stored, in this order. A name a
+  // transform's output has means that output, not a stored field of the same name; outputs
+  // come after the stored fields, and are in the batch whether listed or not (list only
+  // outputs to load nothing as stored). Empty: every stored field but those a transform
+  // takes over (reads, or replaces by an output of the same name), so adding a transform
+  // keeps the rest of the batch (the labels) as it was.
   std::vector<std::string> fields;
-  // Batch fields made per sample on the workers, after `fields` in the batch (above).
+  // Batch fields made per sample on the workers (above).
   std::vector<SampleTransform> transforms;
   SamplerOptions sampler;           // kind, seed, quasi-random window, rank / world_size
   int64_t epoch = 0;                // the first epoch, in [0, kMaxEpoch)
@@ -211,8 +221,8 @@ struct LoaderState {
   // is not checked. In the JSON, a hex string as chunk_layout.
   uint64_t dataset_fingerprint = 0;
   // With a subset (SamplerOptions::subset): Sampler::subset_hash() and the subset's size; a
-  // resume with another subset, or none, is refused. 0 and 0 without one. In the JSON,
-  // subset_hash is a hex string as chunk_layout.
+  // resume with another subset, or none, is refused. 0 and 0 without one (to_string() writes
+  // neither when subset_hash is 0). In the JSON, subset_hash is a hex string as chunk_layout.
   uint64_t subset_hash = 0;
   int64_t subset_size = 0;
 
@@ -293,7 +303,7 @@ class Loader {
   // Resumes where `state` was taken: the state's epoch and position are used, and
   // options.epoch is ignored; a quasi-random window_chunks of 0 adopts the state's. Throws
   // ValueError when the state does not belong to this dataset and sampler (records, dataset
-  // fingerprint, kind, seed or window differ).
+  // fingerprint, kind, seed, subset, window or quasi-random chunk layout differ).
   Loader(Dataset dataset, LoaderOptions options, const LoaderState& state);
   Loader(Loader&&) noexcept;
   Loader& operator=(Loader&&) noexcept;

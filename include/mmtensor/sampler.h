@@ -178,8 +178,12 @@ class Sampler {
   // whose order depends on num_records alone. Equal layouts give equal hashes; a loader state
   // keeps it, so a resume on a re-chunked file of the same size is refused, not misordered.
   uint64_t chunk_layout_hash() const;
-  // A 64-bit hash of the subset's entries in their order, 0 without a subset; a loader state
-  // keeps it, so a resume with another subset (of any size) is refused.
+  // A 64-bit hash of the subset's entries, 0 without a subset; a loader state keeps it, so a
+  // resume with another subset (of any size) is refused. In their order for Sequential and
+  // Random, whose orders follow it; sorted for QuasiRandom, whose order does not.
+  // (chunk_layout_hash() with a subset covers how its entries fall into chunks, which is
+  // all the quasi-random order takes from the file's layout: a re-chunked file that gives
+  // the same runs gives the same order, and resumes.)
   uint64_t subset_hash() const;
   // The order of `epoch` (any value, negative included: it only keys the shuffle).
   EpochOrder epoch(int64_t epoch) const;
