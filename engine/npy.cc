@@ -70,14 +70,15 @@ void read_all_at(int fd, std::byte* data, size_t n, int64_t offset, const std::s
 
 }  // namespace
 
-void check_npy_data_size(const NpyHeader& header, uint64_t available_bytes, std::string_view what, bool in_archive) {
+void check_npy_data_size(const NpyHeader& header, uint64_t available_bytes, std::string_view what, NpySource source) {
   const uint64_t declared = static_cast<uint64_t>(header.data_nbytes);
   if (available_bytes == declared) return;
   std::string shape = "(";
   for (size_t i = 0; i < header.shape.size(); ++i) shape.append(i ? ", " : "").append(std::to_string(header.shape[i]));
   shape.append(header.shape.size() == 1 ? ",)" : ")");
   std::string message = str(what, ": header declares shape ", shape, " of ", header.descr, " = ", declared, " bytes but the ",
-                            in_archive ? "member" : "file", " holds ", available_bytes, " bytes after the header");
+                            source == NpySource::ArchiveMember ? "member" : source == NpySource::Buffer ? "buffer" : "file",
+                            " holds ", available_bytes, " bytes after the header");
   if (available_bytes < declared) throw FormatError(message);
   // np.load reads the declared bytes and ignores the rest. Refused here all the same: bytes
   // after an array usually mean a header whose shape is out of date (rows appended to the
@@ -94,11 +95,18 @@ void check_npy_data_size(const NpyHeader& header, uint64_t available_bytes, std:
   }
   message.append(". np.load ignores such bytes; mmtensor refuses them, as they usually mean a shape out of date (rows "
                  "appended without rewriting the header), which packing would silently cut short. If they are data, ");
-  if (in_archive)
-    message.append("save the array again with its whole shape; if not, save the member again without them (np.savez)");
-  else
-    message.append(str("write the whole shape into the header; if not, cut them off: truncate -s ",
-                       static_cast<uint64_t>(header.data_offset) + declared, " FILE"));
+  const uint64_t whole = static_cast<uint64_t>(header.data_offset) + declared;
+  switch (source) {
+    case NpySource::ArchiveMember:
+      message.append("save the array again with its whole shape; if not, save the member again without them (np.savez)");
+      break;
+    case NpySource::Buffer:
+      message.append(str("write the whole shape into the header; if not, pass only the first ", whole, " bytes"));
+      break;
+    case NpySource::File:
+      message.append(str("write the whole shape into the header; if not, cut them off: truncate -s ", whole, " FILE"));
+      break;
+  }
   throw FormatError(message);
 }
 
@@ -262,7 +270,8 @@ Tensor load_npy(const std::string& path, bool mmap) {
 
 Tensor parse_npy(std::span<const std::byte> bytes, std::string_view what) {
   NpyHeader header = parse_npy_header(bytes, what);
-  detail::check_npy_data_size(header, bytes.size() - static_cast<size_t>(header.data_offset), what);
+  detail::check_npy_data_size(header, bytes.size() - static_cast<size_t>(header.data_offset), what,
+                              detail::NpySource::Buffer);
   return detail::npy_tensor_copy(bytes.data() + header.data_offset, header, what);
 }
 

@@ -16,16 +16,23 @@
 
 namespace mmt::detail {
 
+// The first bytes of every .npy file (and .npz member).
+inline constexpr char kNpyMagic[] = "\x93NUMPY";
+inline constexpr size_t kNpyMagicBytes = 6;
+
 // The preamble and the header dict of a C-order array, padded with spaces and a newline so
 // the data starts on a 64-byte boundary, as numpy writes it.
 std::string npy_header_bytes(ScalarType dtype, IntArrayRef shape);
 
-// Throws FormatError unless `available_bytes`, what follows the header in the file (or in
-// the .npz member, with `in_archive`), are exactly the data the header declares. Bytes after
+// Where an .npy's bytes came from, for the advice on bytes after the data.
+enum class NpySource { File, ArchiveMember, Buffer };
+
+// Throws FormatError unless `available_bytes`, what follows the header in the file (or the
+// .npz member, or the caller's buffer), are exactly the data the header declares. Bytes after
 // the data are refused although np.load ignores them (why: check_npy_data_size in npy.cc);
-// the message counts them and says how to remove them.
+// the message counts them and says how to remove them from that source.
 void check_npy_data_size(const NpyHeader& header, uint64_t available_bytes, std::string_view what,
-                         bool in_archive = false);
+                         NpySource source = NpySource::File);
 
 // The tensor described by `header` whose data starts at byte `data_offset` of `storage`
 // (which must hold header.data_nbytes bytes from there). A view over `storage` when the data

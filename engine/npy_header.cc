@@ -18,8 +18,8 @@
 namespace mmt {
 namespace {
 
-constexpr char kNpyMagic[] = "\x93NUMPY";
-constexpr size_t kNpyMagicBytes = 6;
+using detail::kNpyMagic;
+using detail::kNpyMagicBytes;
 // numpy aligns the data to 64 bytes so it can be mapped and used in place.
 constexpr size_t kNpyHeaderAlignment = 64;
 
@@ -194,10 +194,12 @@ constexpr struct {
                    {"uint16", kUInt16},   {"int32", kInt32},     {"uint32", kUInt32},   {"int64", kInt64},
                    {"uint64", kUInt64},   {"float16", kFloat16}, {"float32", kFloat32}, {"float64", kFloat64}};
 
-// Names and one-letter codes np.load also reads, but whose size is not in them: some differ
+// Names and one-letter codes np.load also reads, but whose size is not in them. Some differ
 // between platforms ('int', 'l' and 'long' are 8 bytes in numpy on Linux, 4 on Windows) or
 // from C ('float' is numpy's float64 but C's 4-byte float), so a writer may have meant
-// another type than numpy reads. Refused with the sized spellings to use instead.
+// another type than numpy reads; others ('f', 'd', 'h') are fixed, but one rule (only
+// spellings that carry the size) is easier to state and to follow than a list. Refused with
+// the sized spellings to use instead.
 constexpr std::string_view kUnsizedNames[] = {
     "int",      "uint",      "float",  "double", "single", "half", "short", "ushort", "byte", "ubyte", "intc",
     "uintc",    "int_",      "intp",   "uintp",  "long",   "ulong", "longlong", "ulonglong", "float_", "bool_",
@@ -219,9 +221,9 @@ void resolve_descr(NpyHeader& header, std::string_view what) {
   }
   for (std::string_view name : kUnsizedNames)
     if (name == d)
-      refuse(detail::str("numpy reads this name, but its size is not in it (for some such names it differs between ",
-                         "platforms, or from C's type of that name); name the type the data holds with its size: ",
-                         kAcceptedDescrs));
+      refuse(detail::str("numpy reads this name too, but mmtensor takes only spellings that carry the size (some ",
+                         "names without it, such as 'int', 'l' and 'float', mean another size on another platform, or ",
+                         "in C), so write the type the data holds with its size: ", kAcceptedDescrs));
   std::string_view code = d;
   char order = '=';
   if (!code.empty() && (code[0] == '<' || code[0] == '>' || code[0] == '=' || code[0] == '|')) {

@@ -257,7 +257,7 @@ class ZipReader {
     if (load_le32(bytes_.data()) == kLocalHeaderSignature)
       fail(str("no end-of-central-directory record in the last ", searched, " bytes, though the file starts as a ZIP ",
                "archive does: it is truncated, or more than 64 KiB of other bytes follow the archive"));
-    if (std::memcmp(bytes_.data(), "\x93NUMPY", 6) == 0)
+    if (std::memcmp(bytes_.data(), detail::kNpyMagic, detail::kNpyMagicBytes) == 0)
       fail("not a ZIP archive: no end-of-central-directory record; it is an .npy file, not an .npz");
     fail(str("not a ZIP archive: no end-of-central-directory record in its last ", searched, " bytes"));
   }
@@ -539,7 +539,7 @@ std::optional<detail::NpyValues> stream_member(ZipReader& zip, const Member& m, 
   deflated->read(0, prefix.data(), static_cast<int64_t>(prefix.size()));
   values.header = parse_npy_header(prefix, values.what);
   detail::check_npy_data_size(values.header, m.uncompressed_bytes - static_cast<uint64_t>(values.header.data_offset),
-                              values.what, /*in_archive=*/true);
+                              values.what, detail::NpySource::ArchiveMember);
   if (values.header.data_nbytes == 0) return std::nullopt;
   values.deflated = std::move(deflated);
   values.data_offset = values.header.data_offset;
@@ -578,7 +578,7 @@ std::vector<detail::NpyValues> parse_npz_values(std::span<const std::byte> bytes
     values.what = str(what, ":", detail::escaped(m.name));
     values.header = parse_npy_header(member.bytes, values.what);
     detail::check_npy_data_size(values.header, member.bytes.size() - static_cast<size_t>(values.header.data_offset),
-                                values.what, /*in_archive=*/true);
+                                values.what, detail::NpySource::ArchiveMember);
     const std::byte* data = member.bytes.data() + values.header.data_offset;
     if (member.inflated.nbytes() != 0) {
       values.storage = std::move(member.inflated);

@@ -33,7 +33,7 @@ enum class SourceKind { Npy, Npz, Idx };
 // The file's kind from its first bytes, so a misnamed file still loads; the extension decides
 // only when the bytes are no known magic (then the loader for that kind explains what is wrong).
 bool is_npy_or_npz(const char* magic, size_t got) {
-  return (got >= 6 && std::memcmp(magic, "\x93NUMPY", 6) == 0) ||
+  return (got >= detail::kNpyMagicBytes && std::memcmp(magic, detail::kNpyMagic, detail::kNpyMagicBytes) == 0) ||
          (got >= 4 && (std::memcmp(magic, "PK\x03\x04", 4) == 0 || std::memcmp(magic, "PK\x05\x06", 4) == 0));
 }
 
@@ -69,7 +69,8 @@ SourceKind sniff_kind(const std::string& path) {
   if (FILE* f = std::fopen(path.c_str(), "rb")) {
     size_t got = std::fread(magic, 1, sizeof(magic), f);
     std::fclose(f);
-    if (got == 6 && std::memcmp(magic, "\x93NUMPY", 6) == 0) return SourceKind::Npy;
+    if (got == detail::kNpyMagicBytes && std::memcmp(magic, detail::kNpyMagic, detail::kNpyMagicBytes) == 0)
+      return SourceKind::Npy;
     if (got >= 4 && std::memcmp(magic, "PK\x03\x04", 4) == 0) return SourceKind::Npz;
     if (got >= 4 && std::memcmp(magic, "PK\x05\x06", 4) == 0) return SourceKind::Npz;  // empty
     refuse_compressed_input(path, magic, got);
