@@ -8,9 +8,10 @@
 //     uint8 [3, side, side] images become normalised float32 on the loader's workers (a
 //     SampleTransform: (x / 255 - 0.5) / 0.25), against the consumer doing it: get_batch of
 //     the images on one thread, then the same arithmetic on the batch. vs_consumer =
-//     time(consumer) / time(loader): at 1 thread what the per-sample stage costs (get(), the
-//     call, a row view: near 1 is free), at 2 what moving the work off the training thread
-//     gives.
+//     time(consumer) / time(loader): what moving the work off the training thread gives.
+//     With 1 worker the consumer's thread helps gather, so the loader has two threads
+//     against the reference's one; the stage's own cost per sample (get(), the call, a row
+//     view) is in bench/RESULTS.md, measured apart.
 //   BM_LoaderToDevice/workers: host-to-device throughput of the loader (cuda:0, warm,
 //     uncompressed [3, 224, 224] uint8 records, batch 256) against pinned cudaMemcpyAsync of
 //     the same batch bytes on one stream. vs_pinned_memcpy = loader bytes/s / memcpy bytes/s;
