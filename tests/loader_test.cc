@@ -807,21 +807,8 @@ TEST_F(LoaderTest, ABatchSizeAboveTheDatasetAllocatesOnlyWhatAnEpochHolds) {
 
 TEST_F(LoaderTest, AWorkerErrorNamesTheSampleAndChunk) {
   const std::string path = write_loader_dataset(dir, 160, CodecSpec{Codec::LZ4, 0});
-  int64_t damaged_first = 0, damaged_count = 0;
-  {
-    Dataset dataset = Dataset::open(path);
-    const ChunkInfo chunk = dataset.chunk(3);
-    damaged_first = chunk.first_record;
-    damaged_count = chunk.record_count;
-    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
-    file.seekp(chunk.file_offset + chunk.stored_bytes / 2);
-    char byte = 0;
-    file.seekg(chunk.file_offset + chunk.stored_bytes / 2);
-    file.read(&byte, 1);
-    byte = static_cast<char>(byte ^ 0x5a);
-    file.seekp(chunk.file_offset + chunk.stored_bytes / 2);
-    file.write(&byte, 1);
-  }
+  const ChunkInfo damaged = testing::damage_chunk(path, 3);
+  const int64_t damaged_first = damaged.first_record, damaged_count = damaged.record_count;
   Dataset dataset = Dataset::open(path);
   // Every field, and the ragged field alone (a sequential batch of it is read as runs).
   for (const std::vector<std::string>& fields : {std::vector<std::string>{}, std::vector<std::string>{"tokens"}}) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,24 @@ inline std::string write_loader_dataset(const TempDir& dir, int64_t records, Cod
   }
   writer.finish();
   return path;
+}
+
+// Flips a byte in the middle of chunk `chunk_index`'s stored bytes, as a disk error would,
+// and returns the chunk's entry (its records are the ones a reader must now refuse).
+inline ChunkInfo damage_chunk(const std::string& path, int64_t chunk_index) {
+  ChunkInfo chunk;
+  {
+    Dataset dataset = Dataset::open(path);
+    chunk = dataset.chunk(chunk_index);
+  }
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  char byte = 0;
+  file.seekg(chunk.file_offset + chunk.stored_bytes / 2);
+  file.read(&byte, 1);
+  byte = static_cast<char>(byte ^ 0x5a);
+  file.seekp(chunk.file_offset + chunk.stored_bytes / 2);
+  file.write(&byte, 1);
+  return chunk;
 }
 
 // Every field of every row equals dataset.get(index, field); host tensors only.

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -154,19 +153,7 @@ TEST_F(LoaderTransformTest, ATransformRunsBesideALoadedRaggedField) {
 
 TEST_F(LoaderTransformTest, ADamagedInputIsReportedWithItsTypeSampleAndChunk) {
   const std::string path = write_loader_dataset(dir, 64, CodecSpec::parse("lz4"), 16);
-  int64_t damaged_first = 0;
-  {
-    Dataset dataset = Dataset::open(path);
-    const ChunkInfo chunk = dataset.chunk(2);
-    damaged_first = chunk.first_record;
-    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
-    char byte = 0;
-    file.seekg(chunk.file_offset + chunk.stored_bytes / 2);
-    file.read(&byte, 1);
-    byte = static_cast<char>(byte ^ 0x5a);
-    file.seekp(chunk.file_offset + chunk.stored_bytes / 2);
-    file.write(&byte, 1);
-  }
+  const int64_t damaged_first = testing::damage_chunk(path, 2).first_record;
   Dataset dataset = Dataset::open(path);
   // Only the output: the transform's read is the first to meet the damage.
   Loader loader(dataset, {.batch_size = 8, .fields = {"scaled"}, .transforms = {scale_x()}});
