@@ -1,6 +1,8 @@
 // The loader's scheduling: epochs, slot assignment, hand-out and return of batches.
 // The workers' side is in loader_worker.cc; the layout of the buffers in staging_ring.cc.
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 
 #include "checksum.h"
 #include "chunk_cache.h"
@@ -88,6 +90,8 @@ LoaderOptions checked(LoaderOptions options, const Dataset& dataset) {
                 options.read_ahead == ReadAhead::Never,
             ValueError, "Loader: read_ahead must be Auto, Always or Never, got ",
             static_cast<int>(options.read_ahead));
+  MMT_CHECK(options.timeout.count() >= 0, ValueError, "Loader: timeout must be >= 0 ms (0: no limit), got ",
+            options.timeout.count(), " ms");
   MMT_CHECK(options.prefetch_batches >= 1 && options.prefetch_batches <= kMaxPrefetchBatches,
             ValueError, "Loader: prefetch_batches must be in [1, ", kMaxPrefetchBatches, "], got ",
             options.prefetch_batches);
@@ -398,6 +402,7 @@ std::optional<Batch> LoaderCore::next() {
             " staging slots are held by live batches; release a batch before calling next(), "
             "or raise prefetch_batches");
   const int s = delivery.front();
+  const auto wait_started = std::chrono::steady_clock::now();
   while (slots[s].state != SlotState::Ready) {
     // Rather than sleep, the consumer gathers what is left of the batch it waits for: its
     // core is idle anyway, and a hand-off through the scheduler is saved.
@@ -407,7 +412,16 @@ std::optional<Batch> LoaderCore::next() {
       return p.slot == s || (p.read_ahead && (options.num_workers == 0 || p.batch == slots[s].batch));
     });
     if (mine == pieces.end()) {
-      slot_done.wait(lock);
+      if (options.timeout.count() == 0) {
+        slot_done.wait(lock);
+      } else if (slot_done.wait_until(lock, wait_started + options.timeout) == std::cv_status::timeout &&
+                 slots[s].state != SlotState::Ready) {
+        // Nothing changes: the batch stays first in line for the next call.
+        throw IoError(detail::str("Loader: epoch ", epoch, ", batch ", slots[s].batch, " was not ready after ",
+                                  options.timeout.count(), " ms (LoaderOptions::timeout): the workers are still "
+                                  "gathering it (a slow or hung read?); next() again goes on waiting for it"),
+                      ETIMEDOUT);
+      }
       if (failure) std::rethrow_exception(failure);
       continue;
     }

@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 #include "loader_test_util.h"
 #include "mmtensor/error.h"
@@ -258,6 +261,47 @@ TEST_F(LoaderTransformTest, ATransformsExceptionNamesTheSampleAndKeepsTheOrigina
     EXPECT_THROW(loader.next(), Error);  // sticky until set_epoch
     loader.set_epoch(1);
   }
+}
+
+// A worker stuck on a slow read (here a transform that sleeps on a worker thread) makes
+// next() give up after options.timeout, and a later next() gets the batch.
+TEST_F(LoaderTransformTest, NextGivesUpAfterTheTimeoutAndALaterCallGetsTheBatch) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 16));
+  const std::thread::id consumer = std::this_thread::get_id();
+  std::atomic<bool> worker_in_batch_0{false};
+  SampleTransform slow = scale_x();
+  slow.fn = [consumer, &worker_in_batch_0](const SampleTransform::Input& in, const Tensor& out) {
+    if (in.index < 8 && std::this_thread::get_id() != consumer) {
+      worker_in_batch_0 = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    }
+    out.zero_();
+  };
+  Loader loader(dataset, {.batch_size = 8, .transforms = {slow}, .num_workers = 1,
+                          .timeout = std::chrono::milliseconds(20)});
+  // Once the worker holds a piece of batch 0, next() gathers the rest and must wait for it.
+  for (int polls = 0; !worker_in_batch_0 && polls < 10000; ++polls)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(worker_in_batch_0);
+  int timeouts = 0;
+  std::optional<Batch> batch;
+  while (!batch) {
+    try {
+      batch = loader.next();
+      ASSERT_TRUE(batch);
+    } catch (const IoError& e) {
+      ++timeouts;
+      EXPECT_EQ(e.errno_value(), ETIMEDOUT);
+      EXPECT_NE(std::string(e.what()).find("epoch 0, batch 0 was not ready after 20 ms"), std::string::npos) << e.what();
+      ASSERT_LT(timeouts, 100);
+    }
+  }
+  EXPECT_GE(timeouts, 1);
+  EXPECT_EQ(batch->number(), 0);  // the batch waited for, not a later one
+  EXPECT_EQ(batch->indices()[0], 0);
+  batch.reset();
+  EXPECT_EQ(testing::drain_epoch(loader).size(), 8u);
+  EXPECT_THROW(Loader(dataset, {.batch_size = 8, .timeout = std::chrono::milliseconds(-1)}), ValueError);
 }
 
 TEST_F(LoaderTransformTest, BadTransformsAreRefusedWithTheReason) {

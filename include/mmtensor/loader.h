@@ -84,6 +84,7 @@
 // released on any thread.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -176,7 +177,10 @@ struct LoaderOptions {
   bool drop_last = false;           // drop this rank's final, partial batch of each epoch
   int num_workers = 1;              // background gather threads, 0..kMaxLoaderWorkers; 0 loads
                                     // each batch inside next(), on the caller's thread (as
-                                    // PyTorch's num_workers=0: no threads, easiest to debug)
+                                    // PyTorch's num_workers=0: no threads, easiest to debug).
+                                    // They live as long as the loader, across epochs (what
+                                    // PyTorch's persistent_workers=True asks for), and start
+                                    // each next epoch while its predecessor's last batch is used
   int prefetch_batches = 3;         // batches prepared ahead; the ring has this + 1 slots
   Device device = kCPU;             // cpu, or cuda:N for batches on that device
   bool pin_memory = true;           // cpu batches in page-locked memory (always for cuda);
@@ -184,6 +188,11 @@ struct LoaderOptions {
                                     // stderr, once (MMT_QUIET=1 silences it), as PyTorch warns
   CUstream_st* consumer_stream = nullptr;  // cuda: the stream next() orders batches before
   ReadAhead read_ahead = ReadAhead::Auto;
+  // The longest next() waits for its batch (as DataLoader's timeout): past it, next() throws
+  // IoError (errno ETIMEDOUT) naming the batch, and the batch stays first in line, so a later
+  // next() goes on waiting for it. 0: no limit. The limit is checked while next() waits for
+  // the workers; rows it gathers itself meanwhile are not cut short (a read cannot be).
+  std::chrono::milliseconds timeout{0};
 };
 
 struct LoaderStats {
