@@ -203,11 +203,7 @@ TEST_F(LoaderGpuTest, ResumeMidEpochOnTheDevice) {
   Loader reference_loader(dataset, options);
   const std::vector<int64_t> reference = drain_epoch(reference_loader);
   Loader loader(dataset, options);
-  std::vector<int64_t> seen;
-  for (int b = 0; b < 4; ++b) {
-    std::optional<Batch> batch = loader.next();
-    seen.insert(seen.end(), batch->indices().begin(), batch->indices().end());
-  }
+  std::vector<int64_t> seen = testing::take_batches(loader, 4);
   Loader resumed(dataset, options, LoaderState::parse(loader.state().to_string()));
   const std::vector<int64_t> rest = drain_epoch(resumed);
   seen.insert(seen.end(), rest.begin(), rest.end());

@@ -404,10 +404,8 @@ TEST_F(LoaderTest, ElasticResumeCoversTheRestOfTheEpochExactlyOnce) {
   LoaderState saved;
   for (int rank = 0; rank < 4; ++rank) {  // four ranks take three batches each
     Loader loader(dataset, on_rank(options, rank, 4));
-    for (int b = 0; b < 3; ++b) {
-      std::optional<Batch> batch = loader.next();
-      seen.insert(seen.end(), batch->indices().begin(), batch->indices().end());
-    }
+    const std::vector<int64_t> mine = testing::take_batches(loader, 3);
+    seen.insert(seen.end(), mine.begin(), mine.end());
     if (rank > 0) {
       EXPECT_EQ(loader.state(), saved);  // every rank agrees on the state
     }
@@ -506,11 +504,7 @@ TEST_F(LoaderTest, ASubsetResumesMidEpochAndRefusesAnotherList) {
     Loader reference_loader(dataset, options);
     const std::vector<int64_t> reference = drain_epoch(reference_loader);
     Loader loader(dataset, options);
-    std::vector<int64_t> seen;
-    for (int b = 0; b < 3; ++b) {
-      std::optional<Batch> batch = loader.next();
-      seen.insert(seen.end(), batch->indices().begin(), batch->indices().end());
-    }
+    std::vector<int64_t> seen = testing::take_batches(loader, 3);
     const LoaderState state = LoaderState::parse(loader.state().to_string());
     EXPECT_EQ(state.consumed, 15);
     EXPECT_EQ(state.subset_size, 45);
@@ -579,10 +573,8 @@ TEST_F(LoaderTest, ASubsetSurvivesAnElasticResume) {
   LoaderState saved;
   for (int rank = 0; rank < 4; ++rank) {  // four ranks take two batches of 5 each
     Loader loader(dataset, on_rank(options, rank, 4));
-    for (int b = 0; b < 2; ++b) {
-      std::optional<Batch> batch = loader.next();
-      seen.insert(seen.end(), batch->indices().begin(), batch->indices().end());
-    }
+    const std::vector<int64_t> mine = testing::take_batches(loader, 2);
+    seen.insert(seen.end(), mine.begin(), mine.end());
     saved = loader.state();
   }
   EXPECT_EQ(saved.consumed, 40);

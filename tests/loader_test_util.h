@@ -100,4 +100,19 @@ inline std::vector<int64_t> drain_epoch(Loader& loader, std::vector<int64_t>* ba
   return order;
 }
 
+// Takes the next `batches` batches (each must come: a failure is recorded otherwise) and
+// returns their indices in the order they came.
+inline std::vector<int64_t> take_batches(Loader& loader, int batches) {
+  std::vector<int64_t> order;
+  for (int b = 0; b < batches; ++b) {
+    std::optional<Batch> batch = loader.next();
+    if (!batch) {
+      ADD_FAILURE() << "the epoch ended after " << b << " of " << batches << " batches";
+      break;
+    }
+    order.insert(order.end(), batch->indices().begin(), batch->indices().end());
+  }
+  return order;
+}
+
 }  // namespace mmt::testing
