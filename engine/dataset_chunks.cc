@@ -26,13 +26,10 @@ struct LastChunk {
   uint64_t owner = 0;
   ChunkRef ref;
 };
-// initial-exec: the library is compiled position-independent, where a thread_local would
-// otherwise go through __tls_get_addr on every access (two thirds of chunk_ref's time when
-// get(i) reads a compressed chunk record by record). The variable is small, so the static
-// TLS block has room for it even when the library is loaded with dlopen.
-#if defined(__GNUC__)
-__attribute__((tls_model("initial-exec")))
-#endif
+// Linked into a program, the linker turns its accesses into direct ones (local-exec); in
+// a module loaded with dlopen (the Python one) they go through __tls_get_addr. It is not
+// declared initial-exec: see t_guard_frame in mapping_guard.cc for why the module could not
+// load then.
 thread_local LastChunk last_chunk;
 
 

@@ -11,9 +11,14 @@
 namespace mmt::detail {
 namespace {
 
-// initial-exec: reading a thread_local in a signal handler must not allocate, which a lazily
-// allocated (dynamic) TLS block could.
-__attribute__((tls_model("initial-exec"))) thread_local GuardFrame* t_guard_frame = nullptr;
+// The signal handler reads this, and a read must not allocate there. Linked into a program,
+// the linker puts it in the static TLS block (no allocation ever). Loaded with dlopen (the
+// Python module), a thread's block for it is allocated on the thread's first access, and a
+// guard writes it before its guarded reads, so a fault that is ours finds it allocated. It
+// is not declared initial-exec: that would force the whole module's TLS, the CUDA runtime's
+// 4 KiB page-aligned block included, into the few static bytes glibc keeps for dlopen,
+// and the module would not load ("cannot allocate memory in static TLS block").
+thread_local GuardFrame* t_guard_frame = nullptr;
 
 std::atomic<bool> g_installed{false};
 std::mutex g_install_mutex;
