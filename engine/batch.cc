@@ -53,6 +53,11 @@ size_t Batch::field_position(std::string_view field) const {
   throw ValueError(detail::str("Batch: no field '", field, "' in this batch (it holds ", known, ")"));
 }
 
+const std::vector<std::string>& Batch::field_names() const {
+  MMT_CHECK(core_ != nullptr, ValueError, "Batch: this batch was released");
+  return core_->field_names;
+}
+
 const Tensor& Batch::operator[](std::string_view field) const {
   return fields_[field_position(field)].values;
 }

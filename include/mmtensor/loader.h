@@ -272,6 +272,9 @@ class Batch {
   const Tensor& operator[](std::string_view field) const;
   bool is_ragged(std::string_view field) const;
   const RaggedBatch& ragged(std::string_view field) const;  // ValueError for a fixed field
+  // The batch's fields, in order: the loaded stored fields, then the transforms' outputs.
+  // ValueError for a released batch.
+  const std::vector<std::string>& field_names() const;
 
   // CUDA: makes `stream` wait for this batch's copy (no host wait) and adds it to the
   // streams whose queued work must finish before the slot is reused. A no-op on cpu: a
