@@ -11,7 +11,8 @@ packages=(build-essential cmake ninja-build pkg-config
           libboost-dev liblz4-dev libzstd-dev libxxhash-dev zlib1g-dev
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
           clang libclang-rt-14-dev dataset-fashion-mnist
-          python3-numpy)  # the .npy/.npz interop tests check against numpy itself
+          python3-numpy   # the .npy/.npz interop tests check against numpy itself
+          python3-dev pybind11-dev libdlpack-dev)  # the Python module
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

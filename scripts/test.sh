@@ -27,7 +27,7 @@ fi
 if want asan; then
 step "AddressSanitizer + UndefinedBehaviorSanitizer"
 CMAKE_BUILD_TYPE=Debug "$here/scripts/setup.sh" "$here/build-asan" \
-  -DMMT_SANITIZE=address,undefined -DMMT_BUILD_BENCH=OFF
+  -DMMT_SANITIZE=address,undefined -DMMT_BUILD_BENCH=OFF -DMMT_BUILD_PYTHON=OFF
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$here/build-asan" --output-on-failure -j "$jobs" --timeout 900
 fi
@@ -35,7 +35,7 @@ fi
 if want tsan; then
 step "ThreadSanitizer (concurrency tests)"
 CMAKE_BUILD_TYPE=RelWithDebInfo "$here/scripts/setup.sh" "$here/build-tsan" \
-  -DMMT_SANITIZE=thread -DMMT_BUILD_BENCH=OFF -DMMT_BUILD_TOOLS=OFF
+  -DMMT_SANITIZE=thread -DMMT_BUILD_BENCH=OFF -DMMT_BUILD_TOOLS=OFF -DMMT_BUILD_PYTHON=OFF
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir "$here/build-tsan" --output-on-failure -j "$jobs" --timeout 900 \
   -R 'Concurren|Thread|Loader|Cache|Parallel'
@@ -45,7 +45,7 @@ if want fuzz; then
 step "fuzz targets: replay the corpora, then fuzz briefly"
 CC=clang CXX=clang++ CMAKE_BUILD_TYPE=RelWithDebInfo "$here/scripts/setup.sh" "$here/build-fuzz" \
   -DMMT_BUILD_FUZZ=ON -DMMT_BUILD_TESTS=OFF -DMMT_BUILD_BENCH=OFF -DMMT_BUILD_TOOLS=OFF \
-  -DMMT_SANITIZE=address,undefined -DMMT_WITH_CUDA=OFF
+  -DMMT_SANITIZE=address,undefined -DMMT_WITH_CUDA=OFF -DMMT_BUILD_PYTHON=OFF
 for fuzzer in "$here"/build-fuzz/*_fuzzer; do
   [ -x "$fuzzer" ] || continue
   name="$(basename "$fuzzer" _fuzzer)"

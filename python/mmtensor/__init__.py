@@ -1,0 +1,45 @@
+"""mmtensor: memory-mapped datasets for ML training.
+
+The Python face of the C++ engine (include/mmtensor/). A dataset's fields come back as
+mmtensor.Tensor views, straight into the mapped file when uncompressed; they reach NumPy
+(t.numpy(), np.asarray(t)) and PyTorch (torch.from_dlpack(t)) without a copy.
+
+    import mmtensor
+    ds = mmtensor.Dataset("train.mmt")
+    ds[0]["image"].numpy()                      # read-only view into the file
+    loader = mmtensor.Loader(ds, batch_size=256, sampler="random", seed=7, num_workers=2)
+    for batch in loader:                        # one epoch
+        images = batch["image"].numpy()         # [256, ...], valid while `images` lives
+
+Errors: IndexError, ValueError, KeyError (an unknown field), OSError with its errno
+(FileNotFoundError, TimeoutError...), and mmtensor.FormatError / ChecksumError / CudaError,
+which derive from mmtensor.Error.
+"""
+from collections.abc import Mapping
+
+from ._mmtensor import (  # noqa: F401
+    Batch,
+    ChecksumError,
+    CudaError,
+    Dataset,
+    DatasetWriter,
+    Error,
+    Field,
+    FormatError,
+    Loader,
+    RaggedBatch,
+    Sample,
+    Tensor,
+    __version__,
+    cuda_is_available,
+)
+
+# A Sample and a Batch are read-only mappings of field name to value: dict(sample) works,
+# and isinstance(sample, Mapping) holds.
+Mapping.register(Sample)
+Mapping.register(Batch)
+
+__all__ = [
+    "Batch", "ChecksumError", "CudaError", "Dataset", "DatasetWriter", "Error", "Field",
+    "FormatError", "Loader", "RaggedBatch", "Sample", "Tensor", "cuda_is_available",
+]

@@ -1,0 +1,60 @@
+// What the pieces of the Python module share: the Tensor wrapper, conversions between NumPy
+// arrays and mmt::Tensor, and the functions that add each class to the module.
+//
+// Ownership. A Python Tensor holds an mmt::Tensor, whose storage is shared: a view into a
+// dataset's mapping keeps the mapping alive however long Python keeps the object (or a NumPy
+// array or torch tensor made from it, whose base is that object). A tensor taken from a
+// loader's batch also holds the batch, so the ring slot it views is not refilled while any
+// Python object still views it.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mmtensor/mmtensor.h"
+
+namespace mmt::python {
+
+namespace py = pybind11;
+
+struct PyTensor {
+  Tensor tensor;
+  std::shared_ptr<Batch> batch;  // the loader batch the tensor views, if any
+};
+
+// A Python Tensor for `tensor` (holding `batch` too, when given).
+py::object wrap(Tensor tensor, std::shared_ptr<Batch> batch = nullptr);
+
+// A Python RaggedBatch (values, offsets, shapes), holding `batch` too, when given.
+py::object wrap_ragged(RaggedBatch ragged, std::shared_ptr<Batch> batch = nullptr);
+
+// NumPy's dtype for a ScalarType; TypeError for bfloat16, which NumPy lacks.
+py::dtype numpy_dtype(ScalarType type);
+// The ScalarType of a NumPy dtype; TypeError naming it for one mmtensor has no type for.
+ScalarType scalar_type_of(const py::dtype& dtype);
+ScalarType parse_dtype(const py::handle& dtype);  // "float32", np.float32, np.dtype(...)
+
+// A view of a NumPy array (any strides, host memory) as an mmt::Tensor; the tensor's storage
+// holds a reference to the array, so it stays valid as long as the tensor. `writable` refuses
+// a read-only array.
+Tensor tensor_of_array(const py::array& array, bool writable);
+// A value given to mmtensor as a field's value or a batch's output: an mmtensor Tensor, or
+// anything NumPy turns into an array (a list, a number, a torch CPU tensor), or for a uint8
+// field bytes, bytearray or memoryview (an encoded image as read). A value that is
+// not already an array is converted to `dtype`; an array of another dtype is refused, since a
+// silent cast could lose data.
+Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::string& what);
+// Record indices from any integer sequence or array, as int64.
+std::vector<int64_t> indices_of(const py::handle& indices);
+
+void bind_tensor(py::module_& m);
+void bind_dataset(py::module_& m);
+void bind_writer(py::module_& m);
+void bind_loader(py::module_& m);
+
+}  // namespace mmt::python

@@ -1,0 +1,331 @@
+// mmtensor.Field, mmtensor.Dataset, its Sample and RaggedBatch, from Python.
+//
+// The GIL is released while the engine reads (get_batch, column, verify, prefetch...), so
+// Python threads that read one Dataset do so in parallel, as C++ threads do.
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+
+namespace mmt::python {
+
+namespace {
+
+py::list dims_list(IntArrayRef dims) {
+  py::list out;
+  for (int64_t d : dims) out.append(d);
+  return out;
+}
+
+std::string field_repr(const Field& f) {
+  std::string text = "Field('" + f.name + "', '" + std::string(to_string(f.dtype)) + "', " +
+                     py::repr(py::tuple(dims_list(f.shape))).cast<std::string>();
+  if (!f.stored_in_logical_order()) text += ", storage_order=" + py::repr(py::tuple(dims_list(f.storage_order))).cast<std::string>();
+  return text + ")";
+}
+
+ReadAhead parse_read_ahead(const std::string& text) {
+  if (text == "auto") return ReadAhead::Auto;
+  if (text == "always") return ReadAhead::Always;
+  if (text == "never") return ReadAhead::Never;
+  throw py::value_error("read_ahead must be 'auto', 'always' or 'never', not '" + text + "'");
+}
+
+AccessAdvice parse_advice(const std::string& text) {
+  if (text == "normal") return AccessAdvice::Normal;
+  if (text == "random") return AccessAdvice::Random;
+  if (text == "sequential") return AccessAdvice::Sequential;
+  if (text == "will_need") return AccessAdvice::WillNeed;
+  if (text == "dont_need") return AccessAdvice::DontNeed;
+  throw py::value_error("advice must be 'normal', 'random', 'sequential', 'will_need' or 'dont_need', not '" + text + "'");
+}
+
+// A sample's field by name, as a mapping does it: KeyError (listing the fields) for a name
+// the record lacks.
+const Tensor& sample_field(const Sample& sample, const std::string& name) {
+  if (!sample.schema().find(name)) {
+    std::string known;
+    for (const Field& f : sample.schema()) known += (known.empty() ? "'" : ", '") + f.name + "'";
+    throw py::key_error("no field '" + name + "' (the dataset has " + known + ")");
+  }
+  return sample[name];
+}
+
+py::dict chunk_dict(const ChunkInfo& c) {
+  py::dict d;
+  d["index"] = c.index;
+  d["first_record"] = c.first_record;
+  d["record_count"] = c.record_count;
+  d["file_offset"] = c.file_offset;
+  d["stored_bytes"] = c.stored_bytes;
+  d["decoded_bytes"] = c.decoded_bytes;
+  d["codec"] = std::string(to_string(c.codec));
+  d["checksum"] = c.checksum;
+  return d;
+}
+
+// The values of one ragged record, shaped: what batch.values[offsets[i]:offsets[i+1]] holds.
+py::object ragged_item(const RaggedBatch& batch, int64_t i, const std::shared_ptr<Batch>& owner) {
+  const int64_t n = batch.offsets.numel() - 1;
+  if (i < 0) i += n;
+  if (i < 0 || i >= n) throw py::index_error("RaggedBatch: index out of range for " + std::to_string(n) + " records");
+  Tensor offsets = batch.offsets.cpu();
+  Tensor shapes = batch.shapes.cpu();
+  const int64_t start = offsets.at<int64_t>({i}), stop = offsets.at<int64_t>({i + 1});
+  DimVector shape;
+  for (int64_t d = 0; d < shapes.sizes()[1]; ++d) shape.push_back(shapes.at<int64_t>({i, d}));
+  return wrap(batch.values.narrow(0, start, stop - start).view(shape), owner);
+}
+
+}  // namespace
+
+// A ragged field's values for several records, packed; shared with the loader's batches.
+struct PyRaggedBatch {
+  RaggedBatch batch;
+  std::shared_ptr<Batch> owner;
+};
+
+void bind_ragged(py::module_& m) {
+  py::class_<PyRaggedBatch>(m, "RaggedBatch", R"doc(
+A ragged field's values for several records, packed: values (1-d, each record's values in
+row-major order, one after the other), offsets (int64 [B+1]: record i is
+values[offsets[i]:offsets[i+1]]) and shapes (int64 [B, ndim]). rb[i] is record i's value,
+shaped.)doc")
+      .def_property_readonly("values", [](const PyRaggedBatch& r) { return wrap(r.batch.values, r.owner); })
+      .def_property_readonly("offsets", [](const PyRaggedBatch& r) { return wrap(r.batch.offsets, r.owner); })
+      .def_property_readonly("shapes", [](const PyRaggedBatch& r) { return wrap(r.batch.shapes, r.owner); })
+      .def("__len__", [](const PyRaggedBatch& r) { return r.batch.offsets.numel() - 1; })
+      .def("__getitem__", [](const PyRaggedBatch& r, int64_t i) { return ragged_item(r.batch, i, r.owner); })
+      .def("__repr__", [](const PyRaggedBatch& r) {
+        return "<mmtensor.RaggedBatch of " + std::to_string(r.batch.offsets.numel() - 1) + " records, " +
+               std::to_string(r.batch.values.numel()) + " " + std::string(to_string(r.batch.values.dtype())) + " values>";
+      });
+}
+
+py::object wrap_ragged(RaggedBatch batch, std::shared_ptr<Batch> owner) {
+  return py::cast(PyRaggedBatch{std::move(batch), std::move(owner)});
+}
+
+void bind_dataset(py::module_& m) {
+  bind_ragged(m);
+
+  py::class_<Field>(m, "Field", R"doc(
+A named field of every record: a dtype and a per-record shape, with -1 for a variable
+extent (a ragged field: token sequences [-1], raw bytes Field.bytes(name)). storage_order
+stores the dimensions in another physical order (channels_last=True stores [C, H, W] as HWC);
+values still read back in the logical shape, with strides to match.)doc")
+      .def(py::init([](std::string name, const py::object& dtype, std::vector<int64_t> shape,
+                       std::optional<std::vector<int64_t>> storage_order, bool channels_last) {
+             const ScalarType type = parse_dtype(dtype);
+             const bool fixed = std::find(shape.begin(), shape.end(), kVariableDim) == shape.end();
+             Field f = fixed ? Field::fixed(std::move(name), type, shape) : Field::ragged(std::move(name), type, shape);
+             if (storage_order) f.with_storage_order(*storage_order);
+             if (channels_last) f.stored_channels_last();
+             f.validate();
+             return f;
+           }),
+           py::arg("name"), py::arg("dtype"), py::arg("shape") = std::vector<int64_t>{}, py::kw_only(),
+           py::arg("storage_order") = py::none(), py::arg("channels_last") = false)
+      .def_static("bytes", &Field::bytes, py::arg("name"), "A uint8 [-1] field: raw bytes such as an encoded JPEG")
+      .def_readonly("name", &Field::name)
+      .def_property_readonly("dtype", [](const Field& f) { return std::string(to_string(f.dtype)); })
+      .def_property_readonly("shape", [](const Field& f) { return py::tuple(dims_list(f.shape)); })
+      .def_property_readonly("storage_order", [](const Field& f) { return py::tuple(dims_list(f.storage_order)); })
+      .def_property_readonly("is_fixed", &Field::is_fixed)
+      .def("__eq__", [](const Field& a, const Field& b) { return a == b; })
+      .def("__repr__", &field_repr);
+
+  py::class_<Sample>(m, "Sample", R"doc(
+One record: a read-only mapping from field name to Tensor (views into the file, zero-copy,
+when its chunk is uncompressed). sample.index is the record's index.)doc")
+      .def_property_readonly("index", &Sample::index)
+      .def("__getitem__", [](const Sample& s, const std::string& name) { return wrap(sample_field(s, name)); })
+      .def("__len__", &Sample::size)
+      .def("__contains__", [](const Sample& s, const std::string& name) { return s.schema().find(name).has_value(); })
+      .def("keys", [](const Sample& s) {
+        py::list names;
+        for (const Field& f : s.schema()) names.append(f.name);
+        return names;
+      })
+      .def("__iter__", [](const Sample& s) {
+        py::list names;
+        for (const Field& f : s.schema()) names.append(f.name);
+        return py::iter(names);
+      })
+      .def("values", [](const Sample& s) {
+        py::list out;
+        for (size_t i = 0; i < s.size(); ++i) out.append(wrap(s[i]));
+        return out;
+      })
+      .def("items", [](const Sample& s) {
+        py::list out;
+        for (size_t i = 0; i < s.size(); ++i) out.append(py::make_tuple(s.schema()[i].name, wrap(s[i])));
+        return out;
+      })
+      .def("__repr__", [](const Sample& s) {
+        std::string text = "<mmtensor.Sample " + std::to_string(s.index()) + ":";
+        for (const Field& f : s.schema()) text += " " + f.name;
+        return text + ">";
+      });
+
+  py::class_<Dataset>(m, "Dataset", R"doc(
+A dataset file opened for random access by record index.
+
+    ds = mmtensor.Dataset("train.mmt")
+    image = ds[17]["image"].numpy()      # a read-only view into the file, no copy
+    batch = ds.get_batch(indices, "image", threads=2)
+
+Opening reads the preamble, footer and schema only (milliseconds for any size); nothing in the
+file is trusted. Views outlive the Dataset. Every method may be called from many threads.)doc")
+      .def(py::init([](const std::string& path, int64_t cache_bytes, bool verify_checksums, bool verify_uncompressed,
+                       const std::string& advice, const std::string& read_ahead) {
+             ReaderOptions options;
+             options.cache_bytes = cache_bytes;
+             options.verify_checksums = verify_checksums;
+             options.verify_uncompressed = verify_uncompressed;
+             options.advice = parse_advice(advice);
+             options.read_ahead = parse_read_ahead(read_ahead);
+             py::gil_scoped_release nogil;
+             return Dataset::open(path, options);
+           }),
+           py::arg("path"), py::kw_only(), py::arg("cache_bytes") = ReaderOptions{}.cache_bytes,
+           py::arg("verify_checksums") = true, py::arg("verify_uncompressed") = false, py::arg("advice") = "normal",
+           py::arg("read_ahead") = "auto")
+      .def("__len__", &Dataset::size)
+      .def("__getitem__", [](const Dataset& ds, int64_t index) {
+        py::gil_scoped_release nogil;
+        return ds.get(index);
+      }, py::arg("index"))
+      .def("__iter__", [](const Dataset& ds) { return py::make_iterator(ds.begin(), ds.end()); }, py::keep_alive<0, 1>())
+      .def("get", [](const Dataset& ds, int64_t index, const std::string& field) {
+        Tensor t;
+        {
+          py::gil_scoped_release nogil;
+          t = ds.get(index, field);
+        }
+        return wrap(std::move(t));
+      }, py::arg("index"), py::arg("field"))
+      .def_property_readonly("path", &Dataset::path)
+      .def_property_readonly("fields", [](const Dataset& ds) { return ds.schema().fields(); })
+      .def_property_readonly("metadata", [](const Dataset& ds) { return ds.metadata(); })
+      .def_property_readonly("num_chunks", &Dataset::num_chunks)
+      .def("chunk", [](const Dataset& ds, int64_t i) { return chunk_dict(ds.chunk(i)); })
+      .def("chunk_of", &Dataset::chunk_of)
+      .def("fingerprint", &Dataset::fingerprint)
+      .def("info", [](const Dataset& ds) {
+        const DatasetInfo info = ds.info();
+        py::dict d;
+        d["format_version"] = info.format_version;
+        d["records"] = info.records;
+        d["chunks"] = info.chunks;
+        d["file_bytes"] = info.file_bytes;
+        d["alignment"] = info.alignment;
+        d["codec"] = info.codec.str();
+        d["stored_bytes"] = info.stored_bytes;
+        d["decoded_bytes"] = info.decoded_bytes;
+        return d;
+      })
+      .def("column", [](const Dataset& ds, const std::string& field, std::optional<int64_t> start,
+                        std::optional<int64_t> stop) {
+        Tensor t;
+        {
+          py::gil_scoped_release nogil;
+          t = start || stop ? ds.column(field, start.value_or(0), stop.value_or(ds.size())) : ds.column(field);
+        }
+        return wrap(std::move(t));
+      }, py::arg("field"), py::arg("start") = py::none(), py::arg("stop") = py::none(),
+         "A fixed field of records [start, stop) as one [N, ...] tensor: a view when the chunks allow (column_is_view)")
+      .def("column_is_view", &Dataset::column_is_view, py::arg("field"))
+      .def("ragged_column", [](const Dataset& ds, const std::string& field, std::optional<int64_t> start,
+                               std::optional<int64_t> stop) {
+        RaggedBatch r;
+        {
+          py::gil_scoped_release nogil;
+          r = ds.ragged_column(field, start.value_or(0), stop.value_or(ds.size()));
+        }
+        return wrap_ragged(std::move(r), nullptr);
+      }, py::arg("field"), py::arg("start") = py::none(), py::arg("stop") = py::none())
+      .def("get_ragged_batch", [](const Dataset& ds, const py::object& indices, const std::string& field) {
+        const std::vector<int64_t> idx = indices_of(indices);
+        RaggedBatch r;
+        {
+          py::gil_scoped_release nogil;
+          r = ds.get_ragged_batch(idx, field);
+        }
+        return wrap_ragged(std::move(r), nullptr);
+      }, py::arg("indices"), py::arg("field"))
+      .def("get_batch", [](const Dataset& ds, const py::object& indices, const py::object& fields,
+                           const py::object& out, int threads) -> py::object {
+        const std::vector<int64_t> idx = indices_of(indices);
+        const bool one = py::isinstance<py::str>(fields);
+        std::vector<std::string> names;
+        if (one) names.push_back(fields.cast<std::string>());
+        else names = fields.cast<std::vector<std::string>>();
+        std::vector<Tensor> outs;
+        if (out.is_none()) {
+          for (const std::string& name : names) {
+            const Field& f = ds.schema()[ds.schema().index_of(name)];
+            if (!f.is_fixed()) throw py::value_error("get_batch: field '" + name + "' is ragged; use get_ragged_batch()");
+            DimVector shape{static_cast<int64_t>(idx.size())};
+            for (int64_t d : f.shape) shape.push_back(d);
+            outs.push_back(empty(shape, f.dtype));
+          }
+        } else {
+          // Outputs the caller gives: one array (or Tensor) per field, written in place.
+          std::vector<py::object> given;
+          if (one) given.push_back(out);
+          else for (const py::handle& o : out) given.push_back(py::reinterpret_borrow<py::object>(o));
+          if (given.size() != names.size())
+            throw py::value_error("get_batch: " + std::to_string(names.size()) + " fields but " + std::to_string(given.size()) + " outputs");
+          for (const py::object& o : given)
+            outs.push_back(py::isinstance<PyTensor>(o) ? o.cast<const PyTensor&>().tensor
+                                                       : tensor_of_array(py::array(o), /*writable=*/true));
+        }
+        {
+          py::gil_scoped_release nogil;
+          ds.get_batch(idx, names, outs, threads);
+        }
+        if (!out.is_none()) return out;
+        if (one) return wrap(outs[0]);
+        py::dict result;
+        for (size_t k = 0; k < names.size(); ++k) result[py::str(names[k])] = wrap(outs[k]);
+        return result;
+      }, py::arg("indices"), py::arg("fields"), py::kw_only(), py::arg("out") = py::none(), py::arg("threads") = 1,
+         R"doc(
+Gathers fixed fields of records `indices` (any order, repeats, negative from the end).
+One field name: a [B, ...] Tensor. A list of names: a dict of them. out= writes into
+arrays you give (a writable NumPy array of the field's dtype and shape, any strides; one per
+field) and returns them. threads: threads to gather with, the calling one counted.)doc")
+      .def("prefetch", [](const Dataset& ds, const py::object& indices, const py::object& fields) {
+        const std::vector<int64_t> idx = indices_of(indices);
+        if (fields.is_none()) {
+          py::gil_scoped_release nogil;
+          ds.prefetch(idx);
+        } else {
+          const auto names = fields.cast<std::vector<std::string>>();
+          py::gil_scoped_release nogil;
+          ds.prefetch(idx, names);
+        }
+      }, py::arg("indices"), py::arg("fields") = py::none())
+      .def("advise", [](const Dataset& ds, const std::string& advice) { ds.advise(parse_advice(advice)); })
+      .def("verify", &Dataset::verify, py::call_guard<py::gil_scoped_release>(),
+           "Checks every chunk's entry, checksum and decoding; raises the first problem found")
+      .def("cache_stats", [](const Dataset& ds) {
+        const CacheStats s = ds.cache_stats();
+        py::dict d;
+        d["hits"] = s.hits;
+        d["misses"] = s.misses;
+        d["evictions"] = s.evictions;
+        d["bytes_cached"] = s.bytes_cached;
+        d["budget_bytes"] = s.budget_bytes;
+        d["decoded_bytes_live"] = s.decoded_bytes_live;
+        d["decoded_bytes_peak"] = s.decoded_bytes_peak;
+        return d;
+      })
+      .def("__repr__", [](const Dataset& ds) {
+        std::string text = "<mmtensor.Dataset '" + ds.path() + "': " + std::to_string(ds.size()) + " records;";
+        for (const Field& f : ds.schema()) text += " " + field_repr(f);
+        return text + ">";
+      });
+}
+
+}  // namespace mmt::python

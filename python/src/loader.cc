@@ -1,0 +1,235 @@
+// mmtensor.Loader and its Batch, from Python.
+//
+// The loader's workers are C++ threads that never take the GIL; next() releases it while it
+// waits, so a training loop's other Python threads run meanwhile. A batch's tensors hold the
+// batch: its ring slot is refilled only once every Python object viewing it is gone (or
+// release() is called), so a NumPy array or torch tensor made from a batch never sees the
+// next batch's bytes. Per-sample transforms (LoaderOptions::transforms) are C++ only: a
+// Python function called from the workers would serialise them on the GIL.
+#include <pybind11/stl.h>
+
+#include <mutex>
+
+#include "bindings.h"
+
+namespace mmt::python {
+
+namespace {
+
+// One thread drives a C++ Loader; the mutex makes calls from several Python threads take
+// turns instead of racing. It is taken with the GIL released, so a thread waiting for it
+// never holds up the thread inside next().
+struct PyLoader {
+  std::unique_ptr<Loader> loader;
+  std::mutex mutex;
+};
+
+struct PyBatch {
+  std::shared_ptr<Batch> batch;
+
+  const Batch& get() const {
+    if (!batch->valid()) throw py::value_error("Batch: this batch was released");
+    return *batch;
+  }
+};
+
+struct PyEpochIterator {
+  py::object loader;  // the Python Loader, kept alive
+  bool done = false;
+};
+
+py::object next_batch(PyLoader& self) {
+  std::optional<Batch> batch;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard lock(self.mutex);
+    batch = self.loader->next();
+  }
+  if (!batch) return py::none();
+  return py::cast(PyBatch{std::make_shared<Batch>(std::move(*batch))});
+}
+
+py::object batch_field(const PyBatch& self, const std::string& name) {
+  const Batch& b = self.get();
+  const auto& names = b.field_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    std::string known;
+    for (const std::string& n : names) known += (known.empty() ? "'" : ", '") + n + "'";
+    throw py::key_error("no field '" + name + "' in this batch (it holds " + known + ")");
+  }
+  if (b.is_ragged(name)) return wrap_ragged(b.ragged(name), self.batch);
+  return wrap(b[name], self.batch);
+}
+
+template <typename T>
+T with_lock(PyLoader& self, T (Loader::*method)() const) {
+  py::gil_scoped_release nogil;
+  std::lock_guard lock(self.mutex);
+  return ((*self.loader).*method)();
+}
+
+}  // namespace
+
+void bind_loader(py::module_& m) {
+  py::class_<PyBatch>(m, "Batch", R"doc(
+A batch on loan from its loader: a mapping from field name to a [B, ...] Tensor (fixed
+fields) or a RaggedBatch (ragged fields), in host memory or on the loader's CUDA device.
+Tensors taken from it keep it (and its ring slot) alive; release() gives the slot back at
+once, after which those tensors must no longer be used. `with loader.next() as batch:`
+releases at the end of the block.)doc")
+      .def("__getitem__", &batch_field, py::arg("field"))
+      .def("__contains__", [](const PyBatch& self, const std::string& name) {
+        const auto& names = self.get().field_names();
+        return std::find(names.begin(), names.end(), name) != names.end();
+      })
+      .def("keys", [](const PyBatch& self) { return self.get().field_names(); })
+      .def("__iter__", [](const PyBatch& self) { return py::iter(py::cast(self.get().field_names())); })
+      .def("__len__", [](const PyBatch& self) { return self.get().field_names().size(); })
+      .def("values", [](const PyBatch& self) {
+        py::list out;
+        for (const std::string& name : self.get().field_names()) out.append(batch_field(self, name));
+        return out;
+      })
+      .def("items", [](const PyBatch& self) {
+        py::list out;
+        for (const std::string& name : self.get().field_names()) out.append(py::make_tuple(name, batch_field(self, name)));
+        return out;
+      })
+      .def_property_readonly("size", [](const PyBatch& self) { return self.get().size(); }, "Rows: batch_size, or fewer")
+      .def_property_readonly("epoch", [](const PyBatch& self) { return self.get().epoch(); })
+      .def_property_readonly("number", [](const PyBatch& self) { return self.get().number(); })
+      .def_property_readonly("device", [](const PyBatch& self) { return self.get().device().str(); })
+      .def_property_readonly("indices", [](const PyBatch& self) {
+        // A copy: the indices live in the loader, which may be gone before this tensor.
+        const std::span<const int64_t> indices = self.get().indices();
+        Tensor out = empty({static_cast<int64_t>(indices.size())}, kInt64);
+        std::copy(indices.begin(), indices.end(), out.mutable_data_ptr<int64_t>());
+        return wrap(std::move(out));
+      }, "The record index of each row (int64 [B])")
+      .def("state", [](const PyBatch& self) { return self.get().state().to_string(); },
+           "The loader's state just after this batch (JSON): Loader(..., state=...) continues after it")
+      .def("synchronize", [](const PyBatch& self) {
+        const Batch& b = self.get();
+        py::gil_scoped_release nogil;
+        b.synchronize();
+      }, "CUDA: waits until the batch is on the device")
+      .def("wait", [](PyBatch& self, int64_t stream) {
+        self.get();
+        self.batch->wait(reinterpret_cast<CUstream_st*>(static_cast<intptr_t>(stream)));
+      }, py::arg("stream"),
+         "CUDA: makes `stream` (a cudaStream_t as an int: torch's stream.cuda_stream) wait for the batch's copy")
+      .def("release", [](PyBatch& self) { self.batch->release(); })
+      .def("__enter__", [](const py::object& self) { return self; })
+      .def("__exit__", [](PyBatch& self, const py::object&, const py::object&, const py::object&) {
+        self.batch->release();
+        return false;
+      })
+      .def("__repr__", [](const PyBatch& self) {
+        if (!self.batch->valid()) return std::string("<mmtensor.Batch (released)>");
+        std::string text = "<mmtensor.Batch " + std::to_string(self.batch->number()) + " of epoch " +
+                           std::to_string(self.batch->epoch()) + ": " + std::to_string(self.batch->size()) + " rows;";
+        for (const std::string& name : self.batch->field_names()) text += " " + name;
+        return text + ">";
+      });
+
+  py::class_<PyEpochIterator>(m, "_EpochIterator")
+      .def("__iter__", [](const py::object& self) { return self; })
+      .def("__next__", [](PyEpochIterator& self) {
+        if (self.done) throw py::stop_iteration();
+        py::object batch = next_batch(self.loader.cast<PyLoader&>());
+        if (batch.is_none()) {
+          self.done = true;
+          throw py::stop_iteration();
+        }
+        return batch;
+      });
+
+  py::class_<PyLoader>(m, "Loader", R"doc(
+Batches of a Dataset, gathered by worker threads into a pinned staging ring and, with
+device="cuda:N", copied to the GPU asynchronously.
+
+    loader = mmtensor.Loader(ds, batch_size=256, sampler="random", seed=7, num_workers=4)
+    for epoch in range(10):
+        loader.set_epoch(epoch)
+        for batch in loader:                         # one epoch
+            x = torch.from_dlpack(batch["image"])    # no copy; on the GPU with device="cuda:0"
+
+sampler: "sequential", "random" or "quasi_random" (chunk-aware: each compressed chunk is
+decoded once an epoch). rank/world_size split each epoch as DistributedSampler does; subset
+limits it to a list of records. state() after any batch (JSON text) resumes exactly there:
+Loader(ds, ..., state=text). timeout (seconds): how long next() waits before TimeoutError.)doc")
+      .def(py::init([](const Dataset& dataset, int64_t batch_size, std::optional<std::vector<std::string>> fields,
+                       const std::string& sampler, uint64_t seed, int64_t window_chunks, int rank, int world_size,
+                       bool drop_tail, const py::object& subset, int64_t epoch, bool drop_last, int num_workers,
+                       int prefetch_batches, const std::string& device, bool pin_memory, const std::string& read_ahead,
+                       std::optional<double> timeout, const py::object& state) {
+             LoaderOptions options;
+             options.batch_size = batch_size;
+             if (fields) options.fields = *fields;
+             const auto kind = sampler_kind_from_string(sampler);
+             if (!kind) throw py::value_error("sampler must be 'sequential', 'random' or 'quasi_random', not '" + sampler + "'");
+             options.sampler.kind = *kind;
+             options.sampler.seed = seed;
+             options.sampler.window_chunks = window_chunks;
+             options.sampler.rank = rank;
+             options.sampler.world_size = world_size;
+             options.sampler.drop_tail = drop_tail;
+             if (!subset.is_none()) options.sampler.subset = IndexList(indices_of(subset));
+             options.epoch = epoch;
+             options.drop_last = drop_last;
+             options.num_workers = num_workers;
+             options.prefetch_batches = prefetch_batches;
+             options.device = Device::parse(device);
+             options.pin_memory = pin_memory;
+             if (read_ahead == "auto") options.read_ahead = ReadAhead::Auto;
+             else if (read_ahead == "always") options.read_ahead = ReadAhead::Always;
+             else if (read_ahead == "never") options.read_ahead = ReadAhead::Never;
+             else throw py::value_error("read_ahead must be 'auto', 'always' or 'never', not '" + read_ahead + "'");
+             if (timeout) {
+               if (!(*timeout >= 0) || *timeout > 1e9) throw py::value_error("timeout must be a number of seconds >= 0");
+               options.timeout = std::chrono::milliseconds(static_cast<int64_t>(*timeout * 1000.0 + 0.5));
+               if (*timeout > 0 && options.timeout.count() == 0) options.timeout = std::chrono::milliseconds(1);
+             }
+             std::optional<LoaderState> resume;
+             if (!state.is_none()) {
+               std::string text = py::isinstance<py::str>(state)
+                                      ? state.cast<std::string>()
+                                      : py::module_::import("json").attr("dumps")(state).cast<std::string>();
+               resume = LoaderState::parse(text);
+             }
+             auto self = std::make_unique<PyLoader>();
+             py::gil_scoped_release nogil;
+             self->loader = resume ? std::make_unique<Loader>(dataset, std::move(options), *resume)
+                                   : std::make_unique<Loader>(dataset, std::move(options));
+             return self;
+           }),
+           py::arg("dataset"), py::kw_only(), py::arg("batch_size") = 1, py::arg("fields") = py::none(),
+           py::arg("sampler") = "sequential", py::arg("seed") = 0, py::arg("window_chunks") = 0, py::arg("rank") = 0,
+           py::arg("world_size") = 1, py::arg("drop_tail") = false, py::arg("subset") = py::none(), py::arg("epoch") = 0,
+           py::arg("drop_last") = false, py::arg("num_workers") = 1, py::arg("prefetch_batches") = 3,
+           py::arg("device") = "cpu", py::arg("pin_memory") = true, py::arg("read_ahead") = "auto",
+           py::arg("timeout") = py::none(), py::arg("state") = py::none())
+      .def("next", &next_batch, "The next batch of the epoch, or None at its end (the loader then moves to the next epoch)")
+      .def("__iter__", [](const py::object& self) { return PyEpochIterator{self}; },
+           "The rest of the current epoch, batch by batch")
+      .def("__len__", [](PyLoader& self) { return with_lock(self, &Loader::batches_in_epoch); })
+      .def("set_epoch", [](PyLoader& self, int64_t epoch) {
+        py::gil_scoped_release nogil;
+        std::lock_guard lock(self.mutex);
+        self.loader->set_epoch(epoch);
+      }, py::arg("epoch"))
+      .def_property_readonly("epoch", [](PyLoader& self) { return with_lock(self, &Loader::epoch); })
+      .def("state", [](PyLoader& self) { return with_lock(self, &Loader::state).to_string(); },
+           "Where the loader stands after the last batch next() returned, as JSON text")
+      .def_property_readonly("ring_slots", [](PyLoader& self) { return with_lock(self, &Loader::ring_slots); })
+      .def_property_readonly("ring_bytes", [](PyLoader& self) { return with_lock(self, &Loader::ring_bytes); })
+      .def("stats", [](PyLoader& self) {
+        const LoaderStats s = with_lock(self, &Loader::stats);
+        py::dict d;
+        d["batches_read_ahead"] = s.batches_read_ahead;
+        d["reading_ahead"] = s.reading_ahead;
+        return d;
+      });
+}
+
+}  // namespace mmt::python

@@ -1,0 +1,247 @@
+"""The Python API's Dataset and DatasetWriter, checked against NumPy."""
+import gc
+import os
+import tempfile
+import threading
+import unittest
+
+import numpy as np
+
+import mmtensor
+
+
+def write(path, fields, records, **options):
+    with mmtensor.DatasetWriter(path, fields, **options) as writer:
+        writer.append_batch(records)
+    return path
+
+
+class DatasetTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        rng = np.random.default_rng(5)
+        self.images = rng.integers(0, 256, size=(300, 3, 8, 6), dtype=np.uint8)
+        self.labels = rng.integers(-5, 5, size=300).astype(np.int64)
+        self.weights = rng.standard_normal((300, 4)).astype(np.float16)
+        self.flags = rng.integers(0, 2, size=(300, 2)).astype(bool)
+        self.fields = [mmtensor.Field("image", "uint8", [3, 8, 6], channels_last=True),
+                       mmtensor.Field("label", "int64"),
+                       mmtensor.Field("weight", np.float16, [4]),
+                       mmtensor.Field("flag", "bool", [2])]
+        self.records = {"image": self.images, "label": self.labels, "weight": self.weights, "flag": self.flags}
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.dir.name, name)
+
+    def test_every_codec_reads_back_what_was_written(self):
+        for codec in ["none", "lz4", "zstd:3"]:
+            with self.subTest(codec=codec):
+                ds = mmtensor.Dataset(write(self.path(codec + ".mmt"), self.fields, self.records,
+                                            codec=codec, chunk_bytes=4096))
+                self.assertEqual(len(ds), 300)
+                self.assertGreater(ds.num_chunks, 1)
+                for i in [0, 1, 77, 299, -1]:
+                    sample = ds[i]
+                    self.assertEqual(sample.index, i % 300)
+                    np.testing.assert_array_equal(sample["image"].numpy(), self.images[i])
+                    self.assertEqual(sample["label"].item(), self.labels[i])
+                    np.testing.assert_array_equal(np.asarray(sample["weight"]), self.weights[i])
+                    np.testing.assert_array_equal(sample["flag"].numpy(), self.flags[i])
+                for name, source in self.records.items():
+                    np.testing.assert_array_equal(ds.column(name).numpy(), source)
+                    np.testing.assert_array_equal(ds.column(name, 10, 20).numpy(), source[10:20])
+                ds.verify()
+
+    def test_an_uncompressed_sample_is_a_read_only_view_into_the_file(self):
+        path = write(self.path("x.mmt"), self.fields, self.records)
+        ds = mmtensor.Dataset(path)
+        image = ds[5]["image"]
+        self.assertEqual(image.filename, path)
+        self.assertTrue(image.is_read_only)
+        array = image.numpy()
+        self.assertFalse(array.flags.writeable)
+        with self.assertRaises(ValueError):
+            array[0, 0, 0] = 1
+        # Stored channels-last: the logical shape [3, 8, 6] with HWC strides, as in PyTorch.
+        self.assertEqual(image.shape, (3, 8, 6))
+        self.assertEqual(image.stride(), (1, 18, 3))
+        self.assertEqual(array.strides, (1, 18, 3))
+        self.assertTrue(ds.column_is_view("label"))
+        column = ds.column("label").numpy()
+        self.assertTrue(np.shares_memory(column, ds[0]["label"].numpy()) or column.ctypes.data ==
+                        ds[0]["label"].numpy().ctypes.data)
+
+    def test_views_outlive_the_dataset(self):
+        ds = mmtensor.Dataset(write(self.path("x.mmt"), self.fields, self.records, codec="lz4"))
+        array = ds[42]["image"].numpy()
+        column = ds.column("weight").numpy()
+        del ds
+        gc.collect()
+        np.testing.assert_array_equal(array, self.images[42])
+        np.testing.assert_array_equal(column, self.weights)
+
+    def test_get_batch_gathers_any_indices_into_new_or_given_arrays(self):
+        ds = mmtensor.Dataset(write(self.path("x.mmt"), self.fields, self.records, codec="zstd", chunk_bytes=2048))
+        indices = np.array([299, 0, 5, 5, -2])
+        np.testing.assert_array_equal(ds.get_batch(indices, "image", threads=2).numpy(), self.images[indices])
+        both = ds.get_batch(list(indices), ["label", "flag"])
+        np.testing.assert_array_equal(both["label"].numpy(), self.labels[indices])
+        np.testing.assert_array_equal(both["flag"].numpy(), self.flags[indices])
+        out = np.zeros((5, 3, 8, 6), np.uint8)
+        self.assertIs(ds.get_batch(indices, "image", out=out), out)
+        np.testing.assert_array_equal(out, self.images[indices])
+        strided = np.zeros((5, 8), np.int64)[:, ::2]  # every other column of a wider buffer
+        ds.get_batch(indices, "weight", out=np.zeros((5, 4), np.float16))
+        with self.assertRaises(ValueError):
+            ds.get_batch(indices, "label", out=strided)  # [5, 4] is not the label's shape [5]
+        with self.assertRaises(ValueError):
+            ds.get_batch(indices, "image", out=np.zeros((5, 3, 8, 6), np.int16))
+        read_only = np.zeros((5,), np.int64)
+        read_only.setflags(write=False)
+        with self.assertRaises(ValueError):
+            ds.get_batch(indices, "label", out=read_only)
+        with self.assertRaises(IndexError):
+            ds.get_batch([300], "label")
+
+    def test_ragged_fields(self):
+        rng = np.random.default_rng(1)
+        documents = [rng.integers(0, 50000, size=n).astype(np.int32) for n in [3, 0, 17, 1, 400, 9]]
+        fields = [mmtensor.Field("tokens", "int32", [-1]), mmtensor.Field.bytes("raw")]
+        path = self.path("ragged.mmt")
+        with mmtensor.DatasetWriter(path, fields, codec="lz4", chunk_bytes=512) as writer:
+            for doc in documents:
+                writer.append({"tokens": doc, "raw": doc.tobytes()})  # bytes as read from a file
+        ds = mmtensor.Dataset(path)
+        self.assertFalse(ds.fields[0].is_fixed)
+        for i, doc in enumerate(documents):
+            np.testing.assert_array_equal(ds[i]["tokens"].numpy(), doc)
+            self.assertEqual(ds[i]["raw"].numpy().tobytes(), doc.tobytes())
+        batch = ds.get_ragged_batch([4, 0, 2], "tokens")
+        self.assertEqual(len(batch), 3)
+        np.testing.assert_array_equal(batch.offsets.numpy(), [0, 400, 403, 420])
+        for k, i in enumerate([4, 0, 2]):
+            np.testing.assert_array_equal(batch[k].numpy(), documents[i])
+        whole = ds.ragged_column("tokens")
+        np.testing.assert_array_equal(whole.values.numpy(), np.concatenate(documents))
+        with self.assertRaises(ValueError):
+            ds.get_batch([0], "tokens")
+
+    def test_metadata_info_and_chunks(self):
+        path = write(self.path("x.mmt"), self.fields, self.records, codec="lz4", chunk_records=64,
+                     metadata={"source": "test", "classes": "a,b"})
+        ds = mmtensor.Dataset(path)
+        self.assertEqual(ds.metadata, {"source": "test", "classes": "a,b"})
+        info = ds.info()
+        self.assertEqual(info["records"], 300)
+        self.assertEqual(info["chunks"], 5)
+        self.assertEqual(info["codec"], "lz4")
+        self.assertEqual(ds.chunk(1)["first_record"], 64)
+        self.assertEqual(ds.chunk_of(130), 2)
+        self.assertEqual(ds.fields, self.fields)
+        self.assertNotEqual(ds.fingerprint(), 0)
+
+    def test_dlpack_hands_numpy_the_same_memory(self):
+        ds = mmtensor.Dataset(write(self.path("x.mmt"), self.fields, self.records))
+        image = ds[3]["image"]
+        array = np.from_dlpack(image)
+        np.testing.assert_array_equal(array, self.images[3])
+        self.assertEqual(array.ctypes.data, image.numpy().ctypes.data)
+        self.assertEqual(image.__dlpack_device__(), (1, 0))
+
+    def test_threads_read_one_dataset_at_once(self):
+        ds = mmtensor.Dataset(write(self.path("x.mmt"), self.fields, self.records, codec="lz4", chunk_bytes=4096))
+        failures = []
+
+        def reader(seed):
+            rng = np.random.default_rng(seed)
+            for _ in range(30):
+                indices = rng.integers(0, 300, size=16)
+                if not np.array_equal(ds.get_batch(indices, "image").numpy(), self.images[indices]):
+                    failures.append(seed)
+
+        threads = [threading.Thread(target=reader, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(failures, [])
+
+
+class ErrorTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.fields = [mmtensor.Field("x", "float32", [4]), mmtensor.Field("y", "int64")]
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.dir.name, name)
+
+    def test_bad_indices_and_names(self):
+        path = write(self.path("x.mmt"), self.fields, {"x": np.ones((10, 4), np.float32), "y": np.arange(10)})
+        ds = mmtensor.Dataset(path)
+        with self.assertRaisesRegex(IndexError, "out of range"):
+            ds[10]
+        with self.assertRaisesRegex(KeyError, "'x', 'y'"):
+            ds[0]["z"]
+        with self.assertRaises(ValueError):
+            ds.column("z")
+
+    def test_missing_foreign_and_damaged_files(self):
+        with self.assertRaises(FileNotFoundError):
+            mmtensor.Dataset(self.path("missing.mmt"))
+        foreign = self.path("foreign.mmt")
+        with open(foreign, "wb") as f:
+            f.write(b"not a dataset at all" * 100)
+        with self.assertRaises(mmtensor.FormatError):
+            mmtensor.Dataset(foreign)
+        path = write(self.path("x.mmt"), self.fields, {"x": np.ones((10, 4), np.float32), "y": np.arange(10)},
+                     codec="zstd")
+        offset = mmtensor.Dataset(path).chunk(0)["file_offset"]
+        with open(path, "r+b") as f:
+            f.seek(offset + 5)
+            byte = f.read(1)
+            f.seek(offset + 5)
+            f.write(bytes([byte[0] ^ 0x40]))
+        with self.assertRaisesRegex(mmtensor.ChecksumError, "chunk 0"):
+            mmtensor.Dataset(path)[0]
+        self.assertTrue(issubclass(mmtensor.ChecksumError, mmtensor.Error))
+
+    def test_a_failed_write_leaves_no_file(self):
+        path = self.path("never.mmt")
+        with self.assertRaises(RuntimeError):
+            with mmtensor.DatasetWriter(path, self.fields) as writer:
+                writer.append({"x": np.zeros(4, np.float32), "y": 1})
+                raise RuntimeError("the script failed")
+        self.assertFalse(os.path.exists(path))
+        self.assertEqual(os.listdir(self.dir.name), [])
+
+    def test_values_of_the_wrong_kind_are_refused(self):
+        with mmtensor.DatasetWriter(self.path("x.mmt"), self.fields) as writer:
+            with self.assertRaisesRegex(ValueError, "dtype float32"):
+                writer.append({"x": np.zeros(4, np.float64), "y": 1})
+            with self.assertRaisesRegex(ValueError, "'y' is missing"):
+                writer.append({"x": np.zeros(4, np.float32)})
+            with self.assertRaisesRegex(ValueError, "unknown|no field"):
+                writer.append({"x": np.zeros(4, np.float32), "y": 1, "z": 2})
+            with self.assertRaises(ValueError):
+                writer.append({"x": np.zeros(5, np.float32), "y": 1})
+            writer.append([[1, 2, 3, 4], 7])  # a sequence in schema order, converted
+            self.assertEqual(len(writer), 1)
+        ds = mmtensor.Dataset(self.path("x.mmt"))
+        self.assertEqual(ds[0]["x"].tolist(), [1.0, 2.0, 3.0, 4.0])
+        self.assertEqual(int(ds[0]["y"]), 7)
+        with self.assertRaises(OSError):  # exists already
+            mmtensor.DatasetWriter(self.path("x.mmt"), self.fields)
+        with self.assertRaises(ValueError):
+            mmtensor.DatasetWriter(self.path("y.mmt"), self.fields, codec="gzip")
+        with self.assertRaises(ValueError):
+            mmtensor.Field("bad", "complex64", [2])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,148 @@
+"""The Python API's Loader: every sample once an epoch, batches equal to get_batch, resume,
+distributed ranks, subsets, and batches that stay valid while Python views them."""
+import gc
+import json
+import os
+import tempfile
+import unittest
+
+import numpy as np
+
+import mmtensor
+
+RECORDS = 1000
+
+
+class LoaderTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        rng = np.random.default_rng(3)
+        cls.images = rng.integers(0, 256, size=(RECORDS, 4, 4), dtype=np.uint8)
+        cls.labels = np.arange(RECORDS, dtype=np.int64)
+        cls.tokens = [rng.integers(0, 100, size=int(n)).astype(np.int32) for n in rng.integers(0, 9, size=RECORDS)]
+        cls.path = os.path.join(cls.dir.name, "data.mmt")
+        fields = [mmtensor.Field("image", "uint8", [4, 4]), mmtensor.Field("label", "int64"),
+                  mmtensor.Field("tokens", "int32", [-1])]
+        with mmtensor.DatasetWriter(cls.path, fields, codec="lz4", chunk_records=100) as writer:
+            for i in range(RECORDS):
+                writer.append({"image": cls.images[i], "label": cls.labels[i], "tokens": cls.tokens[i]})
+        cls.ds = mmtensor.Dataset(cls.path)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def epoch_labels(self, loader):
+        return np.concatenate([batch["label"].numpy().copy() for batch in loader])
+
+    def test_an_epoch_visits_every_record_once_and_batches_hold_their_records(self):
+        for sampler in ["sequential", "random", "quasi_random"]:
+            with self.subTest(sampler=sampler):
+                loader = mmtensor.Loader(self.ds, batch_size=64, sampler=sampler, seed=11, num_workers=2)
+                self.assertEqual(len(loader), 16)
+                seen = []
+                for batch in loader:
+                    indices = batch.indices.numpy()
+                    np.testing.assert_array_equal(batch["image"].numpy(), self.images[indices])
+                    np.testing.assert_array_equal(batch["label"].numpy(), indices)
+                    tokens = batch["tokens"]
+                    for row, i in enumerate(indices):
+                        np.testing.assert_array_equal(tokens[row].numpy(), self.tokens[i])
+                    seen.extend(indices.tolist())
+                self.assertEqual(sorted(seen), list(range(RECORDS)))
+                self.assertEqual(loader.epoch, 1)  # the loader moved on to the next epoch
+
+    def test_the_order_depends_on_seed_and_epoch_not_on_workers(self):
+        a = self.epoch_labels(mmtensor.Loader(self.ds, batch_size=50, sampler="random", seed=4, num_workers=0))
+        b = self.epoch_labels(mmtensor.Loader(self.ds, batch_size=50, sampler="random", seed=4, num_workers=3))
+        c = self.epoch_labels(mmtensor.Loader(self.ds, batch_size=50, sampler="random", seed=4, epoch=1))
+        np.testing.assert_array_equal(a, b)
+        self.assertFalse(np.array_equal(a, c))
+
+    def test_a_state_resumes_the_exact_sequence(self):
+        options = dict(batch_size=30, sampler="quasi_random", seed=9, num_workers=2)
+        whole = self.epoch_labels(mmtensor.Loader(self.ds, **options))
+        loader = mmtensor.Loader(self.ds, **options)
+        first = [loader.next()["label"].numpy().copy() for _ in range(7)]
+        state = loader.state()
+        self.assertEqual(json.loads(state)["consumed"], 210)
+        del loader
+        rest = self.epoch_labels(mmtensor.Loader(self.ds, state=state, **options))
+        np.testing.assert_array_equal(np.concatenate(first + [rest]), whole)
+        # A dict (json.loads of the text) resumes as well.
+        again = self.epoch_labels(mmtensor.Loader(self.ds, state=json.loads(state), **options))
+        np.testing.assert_array_equal(again, rest)
+        with self.assertRaises(ValueError):  # another seed's order cannot continue this state
+            mmtensor.Loader(self.ds, state=state, **dict(options, seed=10))
+
+    def test_ranks_and_subsets_split_the_epoch(self):
+        parts = [self.epoch_labels(mmtensor.Loader(self.ds, batch_size=32, sampler="random", seed=1, rank=r,
+                                                   world_size=3, drop_tail=True))
+                 for r in range(3)]
+        together = np.concatenate(parts)
+        self.assertEqual(len(together), 999)
+        self.assertEqual(len(np.unique(together)), 999)
+        subset = np.arange(0, RECORDS, 7)
+        labels = self.epoch_labels(mmtensor.Loader(self.ds, batch_size=16, sampler="random", subset=subset))
+        np.testing.assert_array_equal(np.sort(labels), subset)
+        with self.assertRaises(ValueError):
+            mmtensor.Loader(self.ds, batch_size=16, subset=[RECORDS])
+
+    def test_fields_drop_last_and_options(self):
+        loader = mmtensor.Loader(self.ds, batch_size=300, fields=["label"], drop_last=True)
+        batches = list(loader)
+        self.assertEqual([b.size for b in batches], [300, 300, 300])
+        self.assertEqual(batches[0].keys(), ["label"])
+        with self.assertRaisesRegex(KeyError, "'label'"):
+            batches[0]["image"]
+        with self.assertRaises(ValueError):
+            mmtensor.Loader(self.ds, batch_size=0)
+        with self.assertRaises(ValueError):
+            mmtensor.Loader(self.ds, fields=["nope"])
+        with self.assertRaises(ValueError):
+            mmtensor.Loader(self.ds, sampler="shuffled")
+
+    def test_a_batch_stays_valid_while_python_views_it(self):
+        loader = mmtensor.Loader(self.ds, batch_size=100, sampler="random", seed=2, prefetch_batches=1)
+        self.assertEqual(loader.ring_slots, 2)
+        first = loader.next()
+        kept = first["image"].numpy()
+        kept_indices = first.indices.numpy().copy()
+        del first
+        second = loader.next()["label"].numpy()
+        # Both slots are viewed now: the loader says so instead of overwriting one.
+        with self.assertRaisesRegex(ValueError, "slot"):
+            loader.next()
+        np.testing.assert_array_equal(kept, self.images[kept_indices])
+        del kept, second
+        gc.collect()
+        self.assertIsNotNone(loader.next())
+
+    def test_release_ends_a_batch(self):
+        loader = mmtensor.Loader(self.ds, batch_size=10)
+        with loader.next() as batch:
+            self.assertEqual(batch.number, 0)
+            self.assertEqual(batch.epoch, 0)
+            self.assertEqual(batch.device, "cpu")
+        with self.assertRaisesRegex(ValueError, "released"):
+            batch["label"]
+        self.assertIn("released", repr(batch))
+
+    def test_cuda_batches_reach_torch_without_a_copy(self):
+        if not mmtensor.cuda_is_available():
+            self.skipTest("no CUDA device")
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("no PyTorch")
+        loader = mmtensor.Loader(self.ds, batch_size=64, sampler="random", seed=5, device="cuda:0", num_workers=2)
+        for batch in loader:
+            images = torch.from_dlpack(batch["image"])
+            self.assertTrue(images.is_cuda)
+            indices = batch.indices.numpy()
+            np.testing.assert_array_equal(images.cpu().numpy(), self.images[indices])
+
+
+if __name__ == "__main__":
+    unittest.main()
