@@ -27,7 +27,7 @@ fi
 if want asan; then
 step "AddressSanitizer + UndefinedBehaviorSanitizer"
 CMAKE_BUILD_TYPE=Debug "$here/scripts/setup.sh" "$here/build-asan" \
-  -DMMT_SANITIZE=address,undefined -DMMT_BUILD_BENCH=OFF -DMMT_BUILD_PYTHON=OFF
+  -DMMT_SANITIZE=address,undefined -DMMT_BUILD_BENCH=OFF
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$here/build-asan" --output-on-failure -j "$jobs" --timeout 900
 fi
