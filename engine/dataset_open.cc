@@ -191,6 +191,7 @@ int64_t Dataset::size() const { return checked_impl(impl_).record_count; }
 const Schema& Dataset::schema() const { return *checked_impl(impl_).schema; }
 const Metadata& Dataset::metadata() const { return checked_impl(impl_).metadata; }
 const std::string& Dataset::path() const { return checked_impl(impl_).path; }
+const ReaderOptions& Dataset::options() const { return checked_impl(impl_).options; }
 int64_t Dataset::num_chunks() const { return checked_impl(impl_).chunk_count; }
 
 uint64_t Dataset::fingerprint() const {

@@ -180,6 +180,7 @@ class Dataset {
   const Schema& schema() const;
   const Metadata& metadata() const;
   const std::string& path() const;
+  const ReaderOptions& options() const;  // as given to open()
   DatasetInfo info() const;
   int64_t num_chunks() const;
   // A 64-bit hash of the file's chunk table and footer, which hold every chunk's place, sizes,
