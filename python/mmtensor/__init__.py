@@ -15,7 +15,7 @@ Errors: IndexError, ValueError, KeyError (an unknown field), OSError with its er
 (FileNotFoundError, TimeoutError...), and mmtensor.FormatError / ChecksumError / CudaError,
 which derive from mmtensor.Error.
 """
-from collections.abc import Mapping
+from collections.abc import Mapping as _Mapping
 
 from ._mmtensor import (  # noqa: F401
     Batch,
@@ -36,8 +36,8 @@ from ._mmtensor import (  # noqa: F401
 
 # A Sample and a Batch are read-only mappings of field name to value: dict(sample) works,
 # and isinstance(sample, Mapping) holds.
-Mapping.register(Sample)
-Mapping.register(Batch)
+_Mapping.register(Sample)
+_Mapping.register(Batch)
 
 __all__ = [
     "Batch", "ChecksumError", "CudaError", "Dataset", "DatasetWriter", "Error", "Field",

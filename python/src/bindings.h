@@ -22,6 +22,22 @@ namespace mmt::python {
 
 namespace py = pybind11;
 
+// Releases the GIL for engine work, as py::gil_scoped_release, with one difference: its
+// destructor may throw. A daemon thread inside an engine call when the interpreter exits is
+// ended by PyEval_RestoreThread with pthread_exit, a forced unwind; through pybind11's
+// noexcept destructor that is std::terminate (the whole process aborts at exit), here the
+// thread ends as Python means it to (pybind11's dispatcher lets the unwind pass).
+class ReleaseGil {
+ public:
+  ReleaseGil() : state_(PyEval_SaveThread()) {}
+  ReleaseGil(const ReleaseGil&) = delete;
+  ReleaseGil& operator=(const ReleaseGil&) = delete;
+  ~ReleaseGil() noexcept(false) { PyEval_RestoreThread(state_); }
+
+ private:
+  PyThreadState* state_;
+};
+
 struct PyTensor {
   Tensor tensor;
   std::shared_ptr<Batch> batch;  // the loader batch the tensor views, if any
@@ -49,8 +65,12 @@ Tensor tensor_of_array(const py::array& array, bool writable);
 // not already an array is converted to `dtype`; an array of another dtype is refused, since a
 // silent cast could lose data.
 Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::string& what);
-// Record indices from any integer sequence or array, as int64.
-std::vector<int64_t> indices_of(const py::handle& indices);
+// Record indices from any integer sequence or array, as int64; also a boolean mask of
+// `mask_length` entries (the records), where one is taken (mask_length >= 0).
+std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length = -1);
+
+// A file path from a str or any os.PathLike (pathlib.Path).
+std::string path_of(const py::handle& path);
 
 void bind_tensor(py::module_& m);
 void bind_dataset(py::module_& m);

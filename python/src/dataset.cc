@@ -76,6 +76,26 @@ py::object ragged_item(const RaggedBatch& batch, int64_t i, const std::shared_pt
   return wrap(batch.values.narrow(0, start, stop - start).view(shape), owner);
 }
 
+// Field names given as one str or an iterable of them; TypeError otherwise.
+std::vector<std::string> field_names_of(const py::handle& fields, const std::string& what) {
+  if (py::isinstance<py::str>(fields)) return {fields.cast<std::string>()};
+  if (fields.is_none() || !py::isinstance<py::iterable>(fields) || py::isinstance<py::bytes>(fields))
+    throw py::type_error(what + ": fields must be a field name or a list of them");
+  std::vector<std::string> names;
+  for (const py::handle& name : fields) {
+    if (!py::isinstance<py::str>(name)) throw py::type_error(what + ": a field name must be a str, not " +
+                                                             py::repr(name).cast<std::string>());
+    names.push_back(name.cast<std::string>());
+  }
+  return names;
+}
+
+// A range bound as Python slices take it: negative counts from the end, None is `fallback`.
+int64_t python_bound(std::optional<int64_t> bound, int64_t fallback, int64_t size) {
+  if (!bound) return fallback;
+  return *bound < 0 ? *bound + size : *bound;
+}
+
 }  // namespace
 
 // A ragged field's values for several records, packed; shared with the loader's batches.
@@ -131,7 +151,27 @@ values still read back in the logical shape, with strides to match.)doc")
       .def_property_readonly("shape", [](const Field& f) { return py::tuple(dims_list(f.shape)); })
       .def_property_readonly("storage_order", [](const Field& f) { return py::tuple(dims_list(f.storage_order)); })
       .def_property_readonly("is_fixed", &Field::is_fixed)
-      .def("__eq__", [](const Field& a, const Field& b) { return a == b; })
+      .def("__eq__", [](const Field& a, const py::object& b) -> py::object {
+        if (!py::isinstance<Field>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+        return py::bool_(a == b.cast<const Field&>());
+      })
+      .def("__hash__", [](const Field& f) {
+        return py::hash(py::make_tuple(f.name, static_cast<int>(f.dtype), py::tuple(dims_list(f.shape)),
+                                       py::tuple(dims_list(f.storage_order))));
+      })
+      .def(py::pickle(
+          [](const Field& f) {
+            return py::make_tuple(f.name, std::string(to_string(f.dtype)), dims_list(f.shape), dims_list(f.storage_order));
+          },
+          [](const py::tuple& t) {
+            Field f;
+            f.name = t[0].cast<std::string>();
+            f.dtype = parse_dtype(t[1]);
+            f.shape = t[2].cast<std::vector<int64_t>>();
+            f.storage_order = t[3].cast<std::vector<int64_t>>();
+            f.validate();
+            return f;
+          }))
       .def("__repr__", &field_repr);
 
   py::class_<Sample>(m, "Sample", R"doc(
@@ -140,7 +180,13 @@ when its chunk is uncompressed). sample.index is the record's index.)doc")
       .def_property_readonly("index", &Sample::index)
       .def("__getitem__", [](const Sample& s, const std::string& name) { return wrap(sample_field(s, name)); })
       .def("__len__", &Sample::size)
-      .def("__contains__", [](const Sample& s, const std::string& name) { return s.schema().find(name).has_value(); })
+      .def("__contains__", [](const Sample& s, const py::object& name) {
+        return py::isinstance<py::str>(name) && s.schema().find(name.cast<std::string>()).has_value();
+      })
+      .def("get", [](const Sample& s, const std::string& name, const py::object& fallback) -> py::object {
+        if (!s.schema().find(name)) return fallback;
+        return wrap(s[name]);
+      }, py::arg("field"), py::arg("default") = py::none())
       .def("keys", [](const Sample& s) {
         py::list names;
         for (const Field& f : s.schema()) names.append(f.name);
@@ -175,8 +221,13 @@ A dataset file opened for random access by record index.
     batch = ds.get_batch(indices, "image", threads=2)
 
 Opening reads the preamble, footer and schema only (milliseconds for any size); nothing in the
-file is trusted. Views outlive the Dataset. Every method may be called from many threads.)doc")
-      .def(py::init([](const std::string& path, int64_t cache_bytes, bool verify_checksums, bool verify_uncompressed,
+file is trusted: offsets and sizes are checked before use, and a compressed chunk's checksum
+before it is decoded. An uncompressed chunk's values are hashed only with
+verify_uncompressed=True (hashing a 1 MiB chunk to serve one record would cost more than the
+read), so damage inside them is found by verify() or `mmt verify`. Views outlive the
+Dataset; it pickles as its path and options (opened again where it is unpickled). Every
+method may be called from many threads.)doc")
+      .def(py::init([](const py::object& path, int64_t cache_bytes, bool verify_checksums, bool verify_uncompressed,
                        const std::string& advice, const std::string& read_ahead) {
              ReaderOptions options;
              options.cache_bytes = cache_bytes;
@@ -184,22 +235,66 @@ file is trusted. Views outlive the Dataset. Every method may be called from many
              options.verify_uncompressed = verify_uncompressed;
              options.advice = parse_advice(advice);
              options.read_ahead = parse_read_ahead(read_ahead);
-             py::gil_scoped_release nogil;
-             return Dataset::open(path, options);
+             const std::string file = path_of(path);
+             ReleaseGil nogil;
+             return Dataset::open(file, options);
            }),
            py::arg("path"), py::kw_only(), py::arg("cache_bytes") = ReaderOptions{}.cache_bytes,
            py::arg("verify_checksums") = true, py::arg("verify_uncompressed") = false, py::arg("advice") = "normal",
            py::arg("read_ahead") = "auto")
       .def("__len__", &Dataset::size)
-      .def("__getitem__", [](const Dataset& ds, int64_t index) {
-        py::gil_scoped_release nogil;
-        return ds.get(index);
-      }, py::arg("index"))
+      // Pickled as its path and options, and opened again where it is unpickled: what a torch
+      // DataLoader's worker processes need under "spawn" (a mapping cannot be sent).
+      .def(py::pickle(
+          [](const Dataset& ds) {
+            const ReaderOptions& o = ds.options();
+            return py::make_tuple(ds.path(), o.cache_bytes, o.verify_checksums, o.verify_uncompressed,
+                                  static_cast<int>(o.advice), static_cast<int>(o.read_ahead));
+          },
+          [](const py::tuple& t) {
+            ReaderOptions o;
+            o.cache_bytes = t[1].cast<int64_t>();
+            o.verify_checksums = t[2].cast<bool>();
+            o.verify_uncompressed = t[3].cast<bool>();
+            o.advice = static_cast<AccessAdvice>(t[4].cast<int>());
+            o.read_ahead = static_cast<ReadAhead>(t[5].cast<int>());
+            const auto path = t[0].cast<std::string>();
+            ReleaseGil nogil;
+            return Dataset::open(path, o);
+          }))
+      .def("__getitem__", [](const Dataset& ds, const py::object& key) -> py::object {
+        // An int, or an integer scalar (np.int64); an ndarray has __index__ too but is a list.
+        if (PyIndex_Check(key.ptr()) && !py::isinstance<py::array>(key)) {
+          const auto index = key.cast<int64_t>();
+          Sample sample;
+          {
+            ReleaseGil nogil;
+            sample = ds.get(index);
+          }
+          return py::cast(std::move(sample));
+        }
+        // A slice, a list of indices, an index array or a boolean mask: a list of samples.
+        std::vector<int64_t> indices;
+        if (py::isinstance<py::slice>(key)) {
+          py::ssize_t start, stop, step, length;
+          if (!key.cast<py::slice>().compute(static_cast<py::ssize_t>(ds.size()), &start, &stop, &step, &length))
+            throw py::error_already_set();
+          for (py::ssize_t k = 0; k < length; ++k) indices.push_back(start + k * step);
+        } else {
+          indices = indices_of(key, ds.size());
+        }
+        std::vector<Sample> samples(indices.size());
+        {
+          ReleaseGil nogil;
+          for (size_t k = 0; k < indices.size(); ++k) samples[k] = ds.get(indices[k]);
+        }
+        return py::cast(std::move(samples));
+      }, py::arg("index"), "ds[i]: a Sample; ds[a:b], ds[[i, j]], ds[mask]: a list of them (get_batch() stacks a field)")
       .def("__iter__", [](const Dataset& ds) { return py::make_iterator(ds.begin(), ds.end()); }, py::keep_alive<0, 1>())
       .def("get", [](const Dataset& ds, int64_t index, const std::string& field) {
         Tensor t;
         {
-          py::gil_scoped_release nogil;
+          ReleaseGil nogil;
           t = ds.get(index, field);
         }
         return wrap(std::move(t));
@@ -228,38 +323,38 @@ file is trusted. Views outlive the Dataset. Every method may be called from many
                         std::optional<int64_t> stop) {
         Tensor t;
         {
-          py::gil_scoped_release nogil;
-          t = start || stop ? ds.column(field, start.value_or(0), stop.value_or(ds.size())) : ds.column(field);
+          ReleaseGil nogil;
+          t = start || stop ? ds.column(field, python_bound(start, 0, ds.size()), python_bound(stop, ds.size(), ds.size()))
+                            : ds.column(field);
         }
         return wrap(std::move(t));
       }, py::arg("field"), py::arg("start") = py::none(), py::arg("stop") = py::none(),
-         "A fixed field of records [start, stop) as one [N, ...] tensor: a view when the chunks allow (column_is_view)")
+         "A fixed field of records [start, stop) (negative from the end, as in a slice) as one [N, ...] tensor: "
+         "a view when the chunks allow (column_is_view)")
       .def("column_is_view", &Dataset::column_is_view, py::arg("field"))
       .def("ragged_column", [](const Dataset& ds, const std::string& field, std::optional<int64_t> start,
                                std::optional<int64_t> stop) {
         RaggedBatch r;
         {
-          py::gil_scoped_release nogil;
-          r = ds.ragged_column(field, start.value_or(0), stop.value_or(ds.size()));
+          ReleaseGil nogil;
+          r = ds.ragged_column(field, python_bound(start, 0, ds.size()), python_bound(stop, ds.size(), ds.size()));
         }
         return wrap_ragged(std::move(r), nullptr);
       }, py::arg("field"), py::arg("start") = py::none(), py::arg("stop") = py::none())
       .def("get_ragged_batch", [](const Dataset& ds, const py::object& indices, const std::string& field) {
-        const std::vector<int64_t> idx = indices_of(indices);
+        const std::vector<int64_t> idx = indices_of(indices, ds.size());
         RaggedBatch r;
         {
-          py::gil_scoped_release nogil;
+          ReleaseGil nogil;
           r = ds.get_ragged_batch(idx, field);
         }
         return wrap_ragged(std::move(r), nullptr);
       }, py::arg("indices"), py::arg("field"))
       .def("get_batch", [](const Dataset& ds, const py::object& indices, const py::object& fields,
                            const py::object& out, int threads) -> py::object {
-        const std::vector<int64_t> idx = indices_of(indices);
+        const std::vector<int64_t> idx = indices_of(indices, ds.size());
         const bool one = py::isinstance<py::str>(fields);
-        std::vector<std::string> names;
-        if (one) names.push_back(fields.cast<std::string>());
-        else names = fields.cast<std::vector<std::string>>();
+        const std::vector<std::string> names = field_names_of(fields, "get_batch");
         std::vector<Tensor> outs;
         if (out.is_none()) {
           for (const std::string& name : names) {
@@ -272,16 +367,30 @@ file is trusted. Views outlive the Dataset. Every method may be called from many
         } else {
           // Outputs the caller gives: one array (or Tensor) per field, written in place.
           std::vector<py::object> given;
-          if (one) given.push_back(out);
-          else for (const py::handle& o : out) given.push_back(py::reinterpret_borrow<py::object>(o));
+          if (one) {
+            given.push_back(out);
+          } else if (py::isinstance<py::dict>(out)) {  // by field name, as get_batch returns them
+            auto by_name = out.cast<py::dict>();
+            for (const std::string& name : names) {
+              if (!by_name.contains(name)) throw py::key_error("get_batch: out= has no array for field '" + name + "'");
+              given.push_back(by_name[py::str(name)]);
+            }
+          } else {
+            for (const py::handle& o : out) given.push_back(py::reinterpret_borrow<py::object>(o));
+          }
           if (given.size() != names.size())
             throw py::value_error("get_batch: " + std::to_string(names.size()) + " fields but " + std::to_string(given.size()) + " outputs");
-          for (const py::object& o : given)
-            outs.push_back(py::isinstance<PyTensor>(o) ? o.cast<const PyTensor&>().tensor
-                                                       : tensor_of_array(py::array(o), /*writable=*/true));
+          for (const py::object& o : given) {
+            // Only an array written in place: NumPy would copy anything else into a temporary,
+            // and the gathered values would be lost with it.
+            if (py::isinstance<PyTensor>(o)) outs.push_back(o.cast<const PyTensor&>().tensor);
+            else if (py::isinstance<py::array>(o)) outs.push_back(tensor_of_array(py::reinterpret_borrow<py::array>(o), true));
+            else throw py::type_error("get_batch: out= takes NumPy arrays (or mmtensor Tensors), not " +
+                                      py::str(py::type::of(o).attr("__name__")).cast<std::string>());
+          }
         }
         {
-          py::gil_scoped_release nogil;
+          ReleaseGil nogil;
           ds.get_batch(idx, names, outs, threads);
         }
         if (!out.is_none()) return out;
@@ -292,22 +401,23 @@ file is trusted. Views outlive the Dataset. Every method may be called from many
       }, py::arg("indices"), py::arg("fields"), py::kw_only(), py::arg("out") = py::none(), py::arg("threads") = 1,
          R"doc(
 Gathers fixed fields of records `indices` (any order, repeats, negative from the end).
-One field name: a [B, ...] Tensor. A list of names: a dict of them. out= writes into
-arrays you give (a writable NumPy array of the field's dtype and shape, any strides; one per
-field) and returns them. threads: threads to gather with, the calling one counted.)doc")
+Indices may also be a boolean mask of len(ds). One field name: a [B, ...] Tensor. A list of
+names: a dict of them. out= writes into arrays you give (a writable NumPy array of the
+field's dtype and shape, any strides; for several fields a list in their order or a dict by
+name) and returns `out`. threads: threads to gather with, the calling one counted.)doc")
       .def("prefetch", [](const Dataset& ds, const py::object& indices, const py::object& fields) {
-        const std::vector<int64_t> idx = indices_of(indices);
+        const std::vector<int64_t> idx = indices_of(indices, ds.size());
         if (fields.is_none()) {
-          py::gil_scoped_release nogil;
+          ReleaseGil nogil;
           ds.prefetch(idx);
         } else {
-          const auto names = fields.cast<std::vector<std::string>>();
-          py::gil_scoped_release nogil;
+          const std::vector<std::string> names = field_names_of(fields, "prefetch");
+          ReleaseGil nogil;
           ds.prefetch(idx, names);
         }
       }, py::arg("indices"), py::arg("fields") = py::none())
       .def("advise", [](const Dataset& ds, const std::string& advice) { ds.advise(parse_advice(advice)); })
-      .def("verify", &Dataset::verify, py::call_guard<py::gil_scoped_release>(),
+      .def("verify", &Dataset::verify, py::call_guard<ReleaseGil>(),
            "Checks every chunk's entry, checksum and decoding; raises the first problem found")
       .def("cache_stats", [](const Dataset& ds) {
         const CacheStats s = ds.cache_stats();
@@ -322,8 +432,8 @@ field) and returns them. threads: threads to gather with, the calling one counte
         return d;
       })
       .def("__repr__", [](const Dataset& ds) {
-        std::string text = "<mmtensor.Dataset '" + ds.path() + "': " + std::to_string(ds.size()) + " records;";
-        for (const Field& f : ds.schema()) text += " " + field_repr(f);
+        std::string text = detail::str("<mmtensor.Dataset '", ds.path(), "': ", ds.size(), " records;");
+        for (const Field& f : ds.schema()) text.append(" ").append(field_repr(f));
         return text + ">";
       });
 }

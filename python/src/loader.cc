@@ -22,13 +22,22 @@ namespace {
 struct PyLoader {
   std::unique_ptr<Loader> loader;
   std::mutex mutex;
+
+  Loader& get() {
+    if (!loader) throw py::value_error("Loader: closed");
+    return *loader;
+  }
 };
 
+// The Python Batch holds one reference to the C++ batch; every tensor taken from it holds
+// another, and the ring slot goes back to the loader when the last of them goes. release()
+// drops the Batch object's own reference only, so arrays still viewing the slot keep it:
+// the workers never refill memory a NumPy array or torch tensor still shows.
 struct PyBatch {
   std::shared_ptr<Batch> batch;
 
   const Batch& get() const {
-    if (!batch->valid()) throw py::value_error("Batch: this batch was released");
+    if (!batch || !batch->valid()) throw py::value_error("Batch: this batch was released");
     return *batch;
   }
 };
@@ -40,10 +49,17 @@ struct PyEpochIterator {
 
 py::object next_batch(PyLoader& self) {
   std::optional<Batch> batch;
-  {
-    py::gil_scoped_release nogil;
+  try {
+    ReleaseGil nogil;
     std::lock_guard lock(self.mutex);
-    batch = self.loader->next();
+    batch = self.get().next();
+  } catch (const ValueError& e) {
+    // Every slot held: from Python that is tensors (or arrays made from them) kept from
+    // earlier batches, which the C++ advice (release a batch) does not cover.
+    if (std::string_view(e.what()).find("slots are held") == std::string_view::npos) throw;
+    throw py::value_error(std::string(e.what()) +
+                          ". From Python: tensors, NumPy arrays and torch tensors viewing earlier batches hold "
+                          "their slots; keep copies (np.array(t), t.clone()) of what you keep across steps");
   }
   if (!batch) return py::none();
   return py::cast(PyBatch{std::make_shared<Batch>(std::move(*batch))});
@@ -63,9 +79,9 @@ py::object batch_field(const PyBatch& self, const std::string& name) {
 
 template <typename T>
 T with_lock(PyLoader& self, T (Loader::*method)() const) {
-  py::gil_scoped_release nogil;
+  ReleaseGil nogil;
   std::lock_guard lock(self.mutex);
-  return ((*self.loader).*method)();
+  return (self.get().*method)();
 }
 
 }  // namespace
@@ -74,14 +90,22 @@ void bind_loader(py::module_& m) {
   py::class_<PyBatch>(m, "Batch", R"doc(
 A batch on loan from its loader: a mapping from field name to a [B, ...] Tensor (fixed
 fields) or a RaggedBatch (ragged fields), in host memory or on the loader's CUDA device.
-Tensors taken from it keep it (and its ring slot) alive; release() gives the slot back at
-once, after which those tensors must no longer be used. `with loader.next() as batch:`
-releases at the end of the block.)doc")
+Tensors taken from it (and NumPy arrays or torch tensors made from those) keep its ring slot:
+the loader refills a slot only when nothing views it. release(), or the end of
+`with loader.next() as batch:`, lets the Batch object go; the slot follows with its last
+tensor. Keeping tensors of many batches runs the ring out of slots: copy what you keep
+(np.array(t), t.clone()).)doc")
       .def("__getitem__", &batch_field, py::arg("field"))
-      .def("__contains__", [](const PyBatch& self, const std::string& name) {
+      .def("__contains__", [](const PyBatch& self, const py::object& name) {
+        if (!py::isinstance<py::str>(name)) return false;
         const auto& names = self.get().field_names();
-        return std::find(names.begin(), names.end(), name) != names.end();
+        return std::find(names.begin(), names.end(), name.cast<std::string>()) != names.end();
       })
+      .def("get", [](const PyBatch& self, const std::string& name, const py::object& fallback) -> py::object {
+        const auto& names = self.get().field_names();
+        if (std::find(names.begin(), names.end(), name) == names.end()) return fallback;
+        return batch_field(self, name);
+      }, py::arg("field"), py::arg("default") = py::none())
       .def("keys", [](const PyBatch& self) { return self.get().field_names(); })
       .def("__iter__", [](const PyBatch& self) { return py::iter(py::cast(self.get().field_names())); })
       .def("__len__", [](const PyBatch& self) { return self.get().field_names().size(); })
@@ -97,7 +121,9 @@ releases at the end of the block.)doc")
       })
       .def_property_readonly("size", [](const PyBatch& self) { return self.get().size(); }, "Rows: batch_size, or fewer")
       .def_property_readonly("epoch", [](const PyBatch& self) { return self.get().epoch(); })
-      .def_property_readonly("number", [](const PyBatch& self) { return self.get().number(); })
+      .def_property_readonly("number", [](const PyBatch& self) { return self.get().number(); },
+                             "The batch's number in this rank's epoch, counted from where the loader started it "
+                             "(0 for the epoch's first batch, or for the first batch after a resume)")
       .def_property_readonly("device", [](const PyBatch& self) { return self.get().device().str(); })
       .def_property_readonly("indices", [](const PyBatch& self) {
         // A copy: the indices live in the loader, which may be gone before this tensor.
@@ -109,23 +135,30 @@ releases at the end of the block.)doc")
       .def("state", [](const PyBatch& self) { return self.get().state().to_string(); },
            "The loader's state just after this batch (JSON): Loader(..., state=...) continues after it")
       .def("synchronize", [](const PyBatch& self) {
-        const Batch& b = self.get();
-        py::gil_scoped_release nogil;
-        b.synchronize();
+        self.get();
+        std::shared_ptr<Batch> batch = self.batch;  // alive even if another thread releases meanwhile
+        ReleaseGil nogil;
+        batch->synchronize();
       }, "CUDA: waits until the batch is on the device")
       .def("wait", [](PyBatch& self, int64_t stream) {
         self.get();
         self.batch->wait(reinterpret_cast<CUstream_st*>(static_cast<intptr_t>(stream)));
-      }, py::arg("stream"),
-         "CUDA: makes `stream` (a cudaStream_t as an int: torch's stream.cuda_stream) wait for the batch's copy")
-      .def("release", [](PyBatch& self) { self.batch->release(); })
+      }, py::arg("stream"), R"doc(
+CUDA: makes `stream` (a cudaStream_t as an int: torch's stream.cuda_stream) wait for the
+batch's copy, and the slot's reuse wait for the work queued on it. DLPack consumers
+(torch.from_dlpack) do this by themselves; __cuda_array_interface__ ones (CuPy, Numba) on a
+stream of their own must call it. A no-op for a cpu batch: a pinned cpu batch copied to a
+GPU with non_blocking=True must be kept until that copy is done (or use device="cuda:N",
+where the loader makes the copies and orders the slot's reuse itself).)doc")
+      .def("release", [](PyBatch& self) { self.batch.reset(); },
+           "Lets the batch go: its slot returns to the loader now, or when the last tensor taken from it goes")
       .def("__enter__", [](const py::object& self) { return self; })
       .def("__exit__", [](PyBatch& self, const py::object&, const py::object&, const py::object&) {
-        self.batch->release();
+        self.batch.reset();
         return false;
       })
       .def("__repr__", [](const PyBatch& self) {
-        if (!self.batch->valid()) return std::string("<mmtensor.Batch (released)>");
+        if (!self.batch || !self.batch->valid()) return std::string("<mmtensor.Batch (released)>");
         std::string text = "<mmtensor.Batch " + std::to_string(self.batch->number()) + " of epoch " +
                            std::to_string(self.batch->epoch()) + ": " + std::to_string(self.batch->size()) + " rows;";
         for (const std::string& name : self.batch->field_names()) text += " " + name;
@@ -156,12 +189,19 @@ device="cuda:N", copied to the GPU asynchronously.
 
 sampler: "sequential", "random" or "quasi_random" (chunk-aware: each compressed chunk is
 decoded once an epoch). rank/world_size split each epoch as DistributedSampler does; subset
-limits it to a list of records. state() after any batch (JSON text) resumes exactly there:
-Loader(ds, ..., state=text). timeout (seconds): how long next() waits before TimeoutError.)doc")
+limits it to a list of records (or a boolean mask). state() after any batch (JSON text)
+resumes exactly there: Loader(ds, ..., state=text). timeout (seconds): how long next() waits
+before TimeoutError. pin_memory: pinned host batches; by default when a CUDA device exists.
+
+`for batch in loader` runs through the rest of the current epoch: after a break, the next
+loop picks up where that one stopped; set_epoch(e) starts an epoch over. A cpu batch copied
+to a GPU with non_blocking=True must be kept until the copy is done; device="cuda:N" makes
+the copies on the loader's side and orders the slot's reuse after them. close() (or a with
+block) stops the workers.)doc")
       .def(py::init([](const Dataset& dataset, int64_t batch_size, std::optional<std::vector<std::string>> fields,
                        const std::string& sampler, uint64_t seed, int64_t window_chunks, int rank, int world_size,
                        bool drop_tail, const py::object& subset, int64_t epoch, bool drop_last, int num_workers,
-                       int prefetch_batches, const std::string& device, bool pin_memory, const std::string& read_ahead,
+                       int prefetch_batches, const std::string& device, std::optional<bool> pin_memory, const std::string& read_ahead,
                        std::optional<double> timeout, const py::object& state) {
              LoaderOptions options;
              options.batch_size = batch_size;
@@ -174,13 +214,15 @@ Loader(ds, ..., state=text). timeout (seconds): how long next() waits before Tim
              options.sampler.rank = rank;
              options.sampler.world_size = world_size;
              options.sampler.drop_tail = drop_tail;
-             if (!subset.is_none()) options.sampler.subset = IndexList(indices_of(subset));
+             if (!subset.is_none()) options.sampler.subset = IndexList(indices_of(subset, dataset.size()));
              options.epoch = epoch;
              options.drop_last = drop_last;
              options.num_workers = num_workers;
              options.prefetch_batches = prefetch_batches;
              options.device = Device::parse(device);
-             options.pin_memory = pin_memory;
+             // Unsaid: pinned where pinning means something (a CUDA device is present), so a
+             // CPU-only machine gets no note about falling back.
+             options.pin_memory = pin_memory.value_or(options.device.is_cuda() || cuda_is_available());
              if (read_ahead == "auto") options.read_ahead = ReadAhead::Auto;
              else if (read_ahead == "always") options.read_ahead = ReadAhead::Always;
              else if (read_ahead == "never") options.read_ahead = ReadAhead::Never;
@@ -198,7 +240,7 @@ Loader(ds, ..., state=text). timeout (seconds): how long next() waits before Tim
                resume = LoaderState::parse(text);
              }
              auto self = std::make_unique<PyLoader>();
-             py::gil_scoped_release nogil;
+             ReleaseGil nogil;
              self->loader = resume ? std::make_unique<Loader>(dataset, std::move(options), *resume)
                                    : std::make_unique<Loader>(dataset, std::move(options));
              return self;
@@ -207,17 +249,44 @@ Loader(ds, ..., state=text). timeout (seconds): how long next() waits before Tim
            py::arg("sampler") = "sequential", py::arg("seed") = 0, py::arg("window_chunks") = 0, py::arg("rank") = 0,
            py::arg("world_size") = 1, py::arg("drop_tail") = false, py::arg("subset") = py::none(), py::arg("epoch") = 0,
            py::arg("drop_last") = false, py::arg("num_workers") = 1, py::arg("prefetch_batches") = 3,
-           py::arg("device") = "cpu", py::arg("pin_memory") = true, py::arg("read_ahead") = "auto",
+           py::arg("device") = "cpu", py::arg("pin_memory") = py::none(), py::arg("read_ahead") = "auto",
            py::arg("timeout") = py::none(), py::arg("state") = py::none())
       .def("next", &next_batch, "The next batch of the epoch, or None at its end (the loader then moves to the next epoch)")
       .def("__iter__", [](const py::object& self) { return PyEpochIterator{self}; },
            "The rest of the current epoch, batch by batch")
-      .def("__len__", [](PyLoader& self) { return with_lock(self, &Loader::batches_in_epoch); })
+      .def("__len__", [](PyLoader& self) { return with_lock(self, &Loader::batches_in_epoch); },
+           "Batches this rank yields in the current epoch from where it was started: the whole epoch, "
+           "or after a resume the batches left (as batch.number counts from there)")
       .def("set_epoch", [](PyLoader& self, int64_t epoch) {
-        py::gil_scoped_release nogil;
+        ReleaseGil nogil;
         std::lock_guard lock(self.mutex);
-        self.loader->set_epoch(epoch);
-      }, py::arg("epoch"))
+        self.get().set_epoch(epoch);
+      }, py::arg("epoch"), R"doc(
+Restarts at the beginning of `epoch` (as DistributedSampler.set_epoch before each epoch). It
+does nothing when the loader is there already with no batch taken since it was made: so a
+loader resumed mid-epoch from a state keeps its place through the set_epoch(state's epoch)
+an epoch loop begins with, while on a loader that has taken batches it restarts the epoch.)doc")
+      .def("close", [](PyLoader& self) {
+        std::unique_ptr<Loader> loader;
+        {
+          ReleaseGil nogil;
+          std::lock_guard lock(self.mutex);
+          loader = std::move(self.loader);
+          loader.reset();  // stops and joins the workers; batches still held stay valid
+        }
+      }, "Stops and joins the workers now (the loader is unusable after); batches still held stay valid")
+      .def("__enter__", [](const py::object& self) { return self; })
+      .def("__exit__", [](const py::object& self, const py::object&, const py::object&, const py::object&) {
+        self.attr("close")();
+        return false;
+      })
+      .def("__repr__", [](PyLoader& self) {
+        if (!self.loader) return std::string("<mmtensor.Loader (closed)>");
+        const LoaderOptions& o = with_lock(self, &Loader::options);
+        return "<mmtensor.Loader batch_size=" + std::to_string(o.batch_size) + " sampler=" +
+               std::string(to_string(o.sampler.kind)) + " epoch=" + std::to_string(with_lock(self, &Loader::epoch)) +
+               " workers=" + std::to_string(o.num_workers) + " device=" + o.device.str() + ">";
+      })
       .def_property_readonly("epoch", [](PyLoader& self) { return with_lock(self, &Loader::epoch); })
       .def("state", [](PyLoader& self) { return with_lock(self, &Loader::state).to_string(); },
            "Where the loader stands after the last batch next() returned, as JSON text")

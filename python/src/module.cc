@@ -6,6 +6,7 @@
 // foreign file raises mmtensor.FormatError (mmtensor.ChecksumError when a checksum does not
 // match), and CUDA failures mmtensor.CudaError; all three derive from mmtensor.Error.
 #include <cerrno>
+#include <string_view>
 
 #include "bindings.h"
 
@@ -55,7 +56,10 @@ PYBIND11_MODULE(_mmtensor, m) {
     } catch (const mmt::CudaError& e) {
       PyErr_SetString(cuda_error, e.what());
     } catch (const mmt::Error& e) {
-      PyErr_SetString(error, e.what());
+      // The engine reports a failed allocation as an Error that starts so; Python's word for
+      // it is MemoryError.
+      if (std::string_view(e.what()).starts_with("out of memory")) PyErr_SetString(PyExc_MemoryError, e.what());
+      else PyErr_SetString(error, e.what());
     }
   });
 

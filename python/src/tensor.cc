@@ -47,19 +47,54 @@ void capsule_destructor(PyObject* capsule) {
   if (managed && managed->deleter) managed->deleter(managed);
 }
 
-py::capsule to_dlpack(const PyTensor& self, const py::object& stream) {
-  const Tensor& t = self.tensor;
+// A tensor of a released batch views a slot the loader may be refilling: refuse to hand it on.
+void check_live(const PyTensor& self) {
+  if (self.batch && !self.batch->valid())
+    throw py::value_error("the batch this tensor views was released; its slot may hold another batch now");
+}
+
+// The DLPack protocol's producer side (the unversioned capsule, which every consumer takes).
+// A tensor over a read-only mapping (a dataset file) is handed on as a copy: DLPack before
+// 1.0 has no read-only flag, so a consumer (torch.from_dlpack) would get a writable tensor,
+// and writing it (an in-place x.div_(255)) would crash the process. copy=False asks for the
+// view anyway and is refused for such a tensor; NumPy (numpy()) shares it read-only.
+py::capsule to_dlpack(const PyTensor& self, const py::object& stream, const py::object& max_version,
+                      const py::object& dl_device, const py::object& copy) {
+  (void)max_version;  // a producer without versioned capsules answers with the old kind
+  check_live(self);
+  Tensor t = self.tensor;
+  if (!dl_device.is_none()) {
+    const auto wanted = dl_device.cast<py::tuple>();
+    const int type = wanted[0].cast<int>(), index = wanted[1].cast<int>();
+    const bool same = t.device().is_cuda() ? type == kDLCUDA && index == t.device().index : type == kDLCPU;
+    if (!same) throw py::buffer_error("__dlpack__: the tensor is on " + t.device().str() + "; copy it there first");
+  }
   if (t.device().is_cuda() && !stream.is_none()) {
     // The consumer's stream must wait for the batch's copy to the device. An int: 1 is the
-    // legacy default stream, 2 the per-thread one, anything else a cudaStream_t; -1 asks
-    // for no ordering. A loader batch orders its copy before that stream (and the slot's
-    // reuse after it); other device tensors (clone(), to()) are complete already.
+    // legacy default stream, anything else a cudaStream_t; -1 asks for no ordering. A loader
+    // batch orders its copy before that stream (and the slot's reuse after it); other device
+    // tensors (clone(), to()) are complete already.
+    if (!py::isinstance<py::int_>(stream)) throw py::type_error("__dlpack__: stream must be an int (a cudaStream_t), or None");
     const auto handle = stream.cast<int64_t>();
     if (handle == 0) throw py::value_error("__dlpack__: stream 0 is ambiguous for CUDA; pass 1 for the legacy default stream");
+    // The per-thread default stream means "the releasing thread's", and a batch may be
+    // released on another thread (a garbage-collected torch tensor): its reuse could not be
+    // ordered after the consumer's work.
+    if (handle == 2 && self.batch)
+      throw py::buffer_error("__dlpack__: a loader batch cannot be ordered before the per-thread default stream; "
+                             "use the legacy default stream or a stream of your own");
     if (handle != -1 && self.batch) self.batch->wait(reinterpret_cast<CUstream_st*>(static_cast<intptr_t>(handle)));
   }
+  const bool read_only = t.untyped_storage().is_read_only();
+  if (!copy.is_none() && !copy.cast<bool>() && read_only)
+    throw py::buffer_error("__dlpack__: this tensor views a file mapped read-only, which DLPack cannot mark as such; "
+                           "take a copy (copy=True), or share it read-only with numpy()");
+  if ((!copy.is_none() && copy.cast<bool>()) || read_only) {
+    ReleaseGil nogil;
+    t = t.clone();
+  }
   auto context = std::make_unique<DLPackContext>();
-  context->owner = self;
+  context->owner = PyTensor{t, t.untyped_storage().is_same(self.tensor.untyped_storage()) ? self.batch : nullptr};
   context->shape.assign(t.sizes().begin(), t.sizes().end());
   context->strides.assign(t.strides().begin(), t.strides().end());
   DLTensor& dl = context->managed.dl_tensor;
@@ -80,6 +115,7 @@ py::capsule to_dlpack(const PyTensor& self, const py::object& stream) {
 
 py::array to_numpy(const py::object& self_object) {
   const PyTensor& self = self_object.cast<const PyTensor&>();
+  check_live(self);
   const Tensor& t = self.tensor;
   if (t.device().is_cuda())
     throw py::type_error("Tensor.numpy(): the tensor is on " + t.device().str() +
@@ -153,13 +189,31 @@ ScalarType scalar_type_of(const py::dtype& dtype) {
 }
 
 ScalarType parse_dtype(const py::handle& dtype) {
-  if (py::isinstance<py::str>(dtype)) {
-    const auto name = dtype.cast<std::string>();
-    if (auto type = scalar_type_from_string(name)) return *type;
-    throw py::value_error("unknown dtype '" + name + "' (mmtensor has bool, uint8, int8, int16, uint16, int32, "
-                          "uint32, int64, uint64, float16, bfloat16, float32, float64)");
+  if (dtype.is_none()) throw py::type_error("a dtype is needed (NumPy would read None as float64)");
+  std::string name = py::isinstance<py::str>(dtype) ? dtype.cast<std::string>() : std::string();
+  // A torch.dtype prints as "torch.float32".
+  if (name.empty() && !py::isinstance<py::dtype>(dtype) && !py::isinstance<py::type>(dtype)) {
+    const auto text = py::str(dtype).cast<std::string>();
+    if (text.rfind("torch.", 0) == 0) name = text.substr(6);
   }
-  return scalar_type_of(py::dtype::from_args(py::reinterpret_borrow<py::object>(dtype)));
+  if (!name.empty()) {
+    // mmtensor's own names (PyTorch's, without "torch."): float32, uint8, bfloat16...
+    for (int code = 0; code < kNumScalarTypes; ++code)
+      if (to_string(static_cast<ScalarType>(code)) == name) return static_cast<ScalarType>(code);
+    // Names that PyTorch and NumPy read differently ("float": float32 in PyTorch, float64 in
+    // NumPy and Python) are refused rather than guessed.
+    for (const char* ambiguous : {"float", "double", "half", "int", "long", "short"})
+      if (name == ambiguous)
+        throw py::value_error("dtype '" + name + "' is ambiguous (PyTorch and NumPy read it differently); "
+                              "name the size: float32, float64, int32, int64...");
+  }
+  try {
+    return scalar_type_of(py::dtype::from_args(py::reinterpret_borrow<py::object>(dtype)));  // "f4", "<i8", np.uint8
+  } catch (const py::error_already_set&) {
+    throw py::value_error("unknown dtype " + py::repr(dtype).cast<std::string>() +
+                          " (mmtensor has bool, uint8, int8, int16, uint16, int32, uint32, int64, uint64, "
+                          "float16, bfloat16, float32, float64; NumPy's dtypes and names are taken too)");
+  }
 }
 
 Tensor tensor_of_array(const py::array& array, bool writable) {
@@ -181,15 +235,20 @@ Tensor tensor_of_array(const py::array& array, bool writable) {
   const auto element = static_cast<int64_t>(array.itemsize());
   auto* first = static_cast<std::byte*>(const_cast<void*>(array.data())) + low * element;
   const int64_t nbytes = (high - low + 1) * element;
-  // The deleter drops the array's reference; it may run on a thread without the GIL.
-  auto* reference = new py::object(array);
+  // The deleter drops the array's reference, taking the GIL (it runs where the tensor's last
+  // handle goes, so far always a thread that holds it). Once the interpreter is finalizing
+  // the GIL cannot be taken, and the reference is left: the process is ending.
+  auto reference = std::make_unique<py::object>(array);
+  py::object* held = reference.get();
   UntypedStorage storage = UntypedStorage::from_blob(
       first, nbytes,
-      [reference](void*) {
+      [held](void*) {
+        if (_Py_IsFinalizing()) return;
         py::gil_scoped_acquire gil;
-        delete reference;
+        delete held;
       },
       kCPU, /*read_only=*/!array.writeable());
+  reference.release();  // the storage's deleter owns it now
   return Tensor(std::move(storage), type, sizes, strides, -low);
 }
 
@@ -209,28 +268,79 @@ Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::str
   if (dtype == kUInt8 && (py::isinstance<py::bytes>(value) || py::isinstance<py::bytearray>(value) ||
                           py::isinstance<py::memoryview>(value)))
     return tensor_of_array(np.attr("frombuffer")(value, np.attr("uint8")), false);
-  return tensor_of_array(np.attr("asarray")(value, numpy_dtype(dtype)), false);
+  if (py::isinstance<py::str>(value))
+    throw py::type_error(what + ": a str is not a value of dtype " + std::string(to_string(dtype)) +
+                         (dtype == kUInt8 ? " (for a bytes field, pass s.encode())" : ""));
+  // Lists, numbers, NumPy scalars: converted only when every value survives the conversion
+  // exactly (300 does not fit uint8, 3.7 is not an int64); NumPy's casts would wrap or truncate.
+  py::array natural = np.attr("asarray")(value);
+  const char kind = natural.dtype().kind();
+  if (kind != 'b' && kind != 'i' && kind != 'u' && kind != 'f')
+    throw py::type_error(what + ": expected numbers of dtype " + std::string(to_string(dtype)) + ", got " +
+                         py::str(static_cast<const py::object&>(natural.dtype())).cast<std::string>() + " values");
+  py::array converted = natural.attr("astype")(numpy_dtype(dtype));
+  const bool exact = np.attr("array_equal")(converted.attr("astype")(natural.dtype()), natural,
+                                            py::arg("equal_nan") = kind == 'f' && is_floating_point(dtype))
+                         .cast<bool>();
+  if (!exact)
+    throw py::value_error(what + ": " + py::repr(value).cast<std::string>().substr(0, 80) + " does not fit dtype " +
+                          std::string(to_string(dtype)) + " exactly (convert it yourself if rounding is meant)");
+  return tensor_of_array(converted, false);
 }
 
-std::vector<int64_t> indices_of(const py::handle& indices) {
+std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length) {
   py::module_ np = py::module_::import("numpy");
   py::array array = np.attr("asarray")(indices);
   if (array.ndim() != 1) throw py::value_error("indices must be one-dimensional");
+  if (array.dtype().kind() == 'b') {
+    // A boolean mask, as NumPy takes one: the positions where it is true.
+    if (mask_length < 0) throw py::type_error("a boolean mask is not taken here; pass np.flatnonzero(mask)");
+    if (array.size() != mask_length)
+      throw py::index_error("a boolean mask of " + std::to_string(array.size()) + " entries for " +
+                            std::to_string(mask_length) + " records");
+    array = np.attr("flatnonzero")(array);
+  }
   if (array.size() > 0 && array.dtype().kind() != 'i' && array.dtype().kind() != 'u')
     throw py::type_error("indices must be integers, got " +
                          py::str(static_cast<const py::object&>(array.dtype())).cast<std::string>());
+  if (array.dtype().kind() == 'u' && array.itemsize() == 8 && array.size() > 0 &&
+      array.attr("max")().cast<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    throw py::index_error("index " + py::str(array.attr("max")()).cast<std::string>() + " is out of range");
   auto as_int64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
   return std::vector<int64_t>(as_int64.data(), as_int64.data() + as_int64.size());
 }
 
+std::string path_of(const py::handle& path) {
+  py::module_ os = py::module_::import("os");
+  auto text = os.attr("fsdecode")(os.attr("fspath")(path)).cast<std::string>();
+  if (text.find('\0') != std::string::npos) throw py::value_error("embedded null byte in path");  // as open() says
+  return text;
+}
+
 void bind_tensor(py::module_& m) {
-  py::class_<PyTensor>(m, "Tensor", R"doc(
+  py::class_<PyTensor>(m, "Tensor", py::buffer_protocol(), R"doc(
 A strided view of typed memory: a dataset's mapping, a decoded chunk, a loader batch.
 
 It reaches NumPy and PyTorch without a copy: t.numpy() or np.asarray(t) (read-only when it
 views a dataset file), torch.from_dlpack(t) (also for CUDA tensors and bfloat16), and for
-CUDA tensors __cuda_array_interface__. Every such view keeps the memory alive. A view into
-a file mapped read-only must not be written through DLPack: clone() it first.)doc")
+CUDA tensors __cuda_array_interface__; the buffer protocol gives memoryview(t) and bytes(t).
+Every such view keeps the memory alive. A view into a file mapped read-only must not be
+written through DLPack: clone() it first. Indexing (t[0], t[:, 3]) and iteration go through
+NumPy and give NumPy arrays; for arithmetic, convert first.)doc")
+      .def_buffer([](const PyTensor& s) -> py::buffer_info {
+        check_live(s);
+        const Tensor& t = s.tensor;
+        if (t.device().is_cuda()) throw py::buffer_error("a CUDA tensor has no host buffer; use cpu() first");
+        std::vector<py::ssize_t> shape(t.sizes().begin(), t.sizes().end()), strides;
+        for (int64_t stride : t.strides()) strides.push_back(static_cast<py::ssize_t>(stride * t.element_size()));
+        std::string format = numpy_dtype(t.dtype()).attr("char").cast<std::string>();
+        return py::buffer_info(const_cast<void*>(t.data_ptr()), t.element_size(), format, t.dim(), shape, strides,
+                               t.untyped_storage().is_read_only());
+      })
+      .def("__getitem__", [](const py::object& self, const py::object& key) -> py::object {
+        py::array array = to_numpy(self);  // named: an accessor of a temporary would dangle
+        return array[key];
+      })
       .def_property_readonly("shape", [](const PyTensor& s) { return int_tuple(s.tensor.sizes()); })
       .def("size", [](const PyTensor& s) { return int_tuple(s.tensor.sizes()); })
       .def("stride", [](const PyTensor& s) { return int_tuple(s.tensor.strides()); },
@@ -253,17 +363,44 @@ a file mapped read-only must not be written through DLPack: clone() it first.)do
         if (s.tensor.dim() == 0) throw py::type_error("len() of a 0-d tensor");
         return s.tensor.sizes()[0];
       })
-      .def("clone", [](const PyTensor& s) { return wrap(s.tensor.clone()); },
-           "A copy in memory of its own (contiguous, or the layout kept), writable")
-      .def("contiguous", [](const PyTensor& s) {
-        return s.tensor.is_contiguous() ? py::cast(s) : wrap(s.tensor.contiguous(), s.batch);
+      .def("clone", [](const PyTensor& s) {
+        check_live(s);
+        Tensor out;
+        {
+          ReleaseGil nogil;
+          out = s.tensor.clone();
+        }
+        return wrap(std::move(out));
+      }, "A copy in memory of its own (the layout kept), writable; it holds no batch slot")
+      .def("contiguous", [](const py::object& self) -> py::object {
+        const PyTensor& s = self.cast<const PyTensor&>();
+        if (s.tensor.is_contiguous()) return self;
+        check_live(s);
+        Tensor out;
+        {
+          ReleaseGil nogil;
+          out = s.tensor.contiguous();
+        }
+        return wrap(std::move(out));  // a copy: it holds no batch slot
       })
-      .def("cpu", [](const PyTensor& s) {
-        return s.tensor.device().is_cpu() ? py::cast(s) : wrap(s.tensor.cpu());
+      .def("cpu", [](const py::object& self) -> py::object {
+        const PyTensor& s = self.cast<const PyTensor&>();
+        if (s.tensor.device().is_cpu()) return self;
+        check_live(s);
+        Tensor out;
+        {
+          ReleaseGil nogil;
+          out = s.tensor.cpu();
+        }
+        return wrap(std::move(out));
       })
       .def("float", [](const PyTensor& s) {
+        check_live(s);
         Tensor out = empty(s.tensor.sizes(), kFloat32);
-        out.copy_(s.tensor.cpu());
+        {
+          ReleaseGil nogil;
+          out.copy_(s.tensor.cpu());
+        }
         return wrap(std::move(out));
       }, "A float32 copy on the host (how a bfloat16 value reaches NumPy)")
       .def("item", [](const PyTensor& s) -> py::object {
@@ -280,14 +417,24 @@ a file mapped read-only must not be written through DLPack: clone() it first.)do
         return s.tensor.item<int64_t>();
       })
       .def("tolist", [](const py::object& self) { return to_numpy(self).attr("tolist")(); })
+      // Before __index__, which bytes() would otherwise take as a length.
+      .def("__bytes__", [](const py::object& self) { return to_numpy(self).attr("tobytes")(); },
+           "The elements' bytes in row-major order")
       .def("numpy", &to_numpy, "A NumPy array viewing the same memory (read-only for a file mapped read-only)")
       .def("__array__", [](const py::object& self, const py::object& dtype, const py::object& copy) {
         py::object array = to_numpy(self);
-        if (!dtype.is_none()) array = array.attr("astype")(dtype, py::arg("copy") = false);
+        const bool never_copy = !copy.is_none() && !copy.cast<bool>();
+        if (!dtype.is_none() && !py::dtype::from_args(dtype).equal(array.attr("dtype").cast<py::dtype>())) {
+          if (never_copy) throw py::value_error("__array__: a dtype conversion needs a copy, and copy=False was asked");
+          return array.attr("astype")(dtype);
+        }
         if (!copy.is_none() && copy.cast<bool>()) array = array.attr("copy")();
         return array;
       }, py::arg("dtype") = py::none(), py::arg("copy") = py::none())
-      .def("__dlpack__", &to_dlpack, py::arg("stream") = py::none())
+      .def("__dlpack__", &to_dlpack, py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
+           py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
+           "DLPack export (torch.from_dlpack, np.from_dlpack): the same memory, or a copy for a view into a "
+           "read-only file mapping, which DLPack cannot mark read-only")
       .def("__dlpack_device__", [](const PyTensor& s) {
         return s.tensor.device().is_cuda() ? py::make_tuple(static_cast<int>(kDLCUDA), s.tensor.device().index)
                                            : py::make_tuple(static_cast<int>(kDLCPU), 0);
@@ -295,6 +442,8 @@ a file mapped read-only must not be written through DLPack: clone() it first.)do
       .def_property_readonly("__cuda_array_interface__", [](const PyTensor& s) {
         const Tensor& t = s.tensor;
         if (!t.device().is_cuda()) throw py::attribute_error("__cuda_array_interface__: the tensor is on the host");
+        if (t.dtype() == kBFloat16) throw py::attribute_error("__cuda_array_interface__ has no bfloat16; use DLPack");
+        check_live(s);
         py::dict interface;
         interface["shape"] = int_tuple(t.sizes());
         interface["typestr"] = typestr(t.dtype());
@@ -303,15 +452,18 @@ a file mapped read-only must not be written through DLPack: clone() it first.)do
         for (int64_t i = 0; i < t.dim(); ++i) strides[i] = py::int_(t.strides()[i] * t.element_size());
         interface["strides"] = strides;
         interface["version"] = 3;
-        // The loader ordered the copy before the legacy default stream (next() does, unless
-        // the loader was given a consumer stream, which then is the one to name here).
+        // next() ordered the copy before the legacy default stream. A consumer on another
+        // stream must call batch.wait(stream) too, so that the slot's reuse waits for it.
         interface["stream"] = 1;
         return interface;
       })
       .def("__repr__", [](const PyTensor& s) {
         if (s.tensor.device().is_cuda()) return "<mmtensor.Tensor shape=" + py::repr(int_tuple(s.tensor.sizes())).cast<std::string>() +
                                                 " dtype=" + std::string(to_string(s.tensor.dtype())) + " device=" + s.tensor.device().str() + ">";
-        return s.tensor.to_string();
+        // The C++ printout is PyTorch's, dtype=torch.uint8 included; here there is no torch.
+        std::string text = s.tensor.to_string();
+        for (size_t at; (at = text.find("torch.")) != std::string::npos;) text.erase(at, 6);
+        return text;
       });
 }
 

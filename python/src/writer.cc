@@ -5,6 +5,7 @@
 // exception, so a failed script leaves the target path as it was.
 #include <pybind11/stl.h>
 
+#include <mutex>
 #include <optional>
 
 #include "bindings.h"
@@ -15,9 +16,12 @@ namespace {
 
 // The C++ writer (move-only), and whether finish() or abort() has been called, so that a
 // context manager's exit after an explicit finish() does nothing more.
+// One thread drives a C++ writer; the mutex makes Python threads that share one take turns
+// (taken with the GIL released, as the loader's). The writer is only used under it.
 struct PyWriter {
   std::optional<DatasetWriter> writer;
   bool closed = false;
+  std::mutex mutex;
 
   DatasetWriter& get() {
     if (!writer) throw py::value_error("DatasetWriter: closed");
@@ -28,10 +32,15 @@ struct PyWriter {
 // One record's or batch's values in schema order, from a dict by field name or a sequence
 // in schema order. The tensors view the Python values (converted first when they are not
 // arrays) and hold references to them.
+// Whether a value gives fields by name: a dict, or any mapping (a Sample, a Batch).
+bool is_by_name(const py::handle& value) {
+  return py::isinstance<py::dict>(value) || (py::hasattr(value, "keys") && !py::isinstance<py::array>(value));
+}
+
 std::vector<Tensor> values_in_schema_order(const Schema& schema, const py::handle& record, const std::string& what) {
   std::vector<Tensor> values;
-  if (py::isinstance<py::dict>(record)) {
-    auto dict = py::reinterpret_borrow<py::dict>(record);
+  if (is_by_name(record)) {
+    py::dict dict(py::reinterpret_borrow<py::object>(record));
     for (const auto& item : dict) {
       const auto name = py::str(item.first).cast<std::string>();
       if (!schema.find(name)) schema.index_of(name);  // throws ValueError listing the fields
@@ -49,6 +58,30 @@ std::vector<Tensor> values_in_schema_order(const Schema& schema, const py::handl
   for (size_t i = 0; i < schema.size(); ++i)
     values.push_back(tensor_of_value(sequence[i], schema[i].dtype, what + ", field '" + schema[i].name + "'"));
   return values;
+}
+
+// The rows of a batch whose ragged fields are given as lists (or tuples) of values, one per
+// record; std::nullopt when every field is one array (append_batch's own form).
+std::optional<py::ssize_t> ragged_rows(const Schema& schema, const py::handle& batch) {
+  const bool by_name = is_by_name(batch);
+  if (!by_name && !py::isinstance<py::sequence>(batch)) return std::nullopt;
+  if (!by_name && py::len(batch) != schema.size()) return std::nullopt;  // values_in_schema_order says so
+  for (size_t f = 0; f < schema.size(); ++f) {
+    if (schema[f].is_fixed()) continue;
+    if (by_name && !py::dict(py::reinterpret_borrow<py::object>(batch)).contains(schema[f].name)) continue;
+    py::object value = by_name ? py::object(batch[py::str(schema[f].name)]) : py::object(batch[py::int_(f)]);
+    if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) return static_cast<py::ssize_t>(py::len(value));
+  }
+  return std::nullopt;
+}
+
+// Takes the writer's mutex with the GIL released: a thread never waits for it while holding
+// the GIL, which the holder may need before it lets go.
+std::unique_lock<std::mutex> lock_writer(PyWriter& self) {
+  std::unique_lock lock(self.mutex, std::defer_lock);
+  ReleaseGil nogil;
+  lock.lock();
+  return lock;
 }
 
 py::dict stats_dict(const WriteStats& s) {
@@ -75,7 +108,7 @@ Builds a dataset file record by record; finish() publishes it atomically.
 A value is a NumPy array of the field's dtype (any strides), or anything NumPy converts (a
 list, a number); an array of another dtype is refused rather than cast. Chunks are
 compressed on `threads` threads (0: one per core).)doc")
-      .def(py::init([](const std::string& path, std::vector<Field> fields, const std::string& codec,
+      .def(py::init([](const py::object& path, std::vector<Field> fields, const std::string& codec,
                        int64_t chunk_bytes, int64_t chunk_records, int64_t alignment, int threads, bool overwrite,
                        const Metadata& metadata) {
              WriterOptions options;
@@ -87,51 +120,95 @@ compressed on `threads` threads (0: one per core).)doc")
              options.overwrite = overwrite;
              options.metadata = metadata;
              Schema schema(std::move(fields));
-             py::gil_scoped_release nogil;
-             return PyWriter{DatasetWriter::create(path, std::move(schema), std::move(options))};
+             const std::string file = path_of(path);
+             ReleaseGil nogil;
+             auto self = std::make_unique<PyWriter>();
+             self->writer.emplace(DatasetWriter::create(file, std::move(schema), std::move(options)));
+             return self;
            }),
            py::arg("path"), py::arg("fields"), py::kw_only(), py::arg("codec") = "none",
            py::arg("chunk_bytes") = WriterOptions{}.chunk_bytes, py::arg("chunk_records") = 0,
            py::arg("alignment") = WriterOptions{}.alignment, py::arg("threads") = 0, py::arg("overwrite") = false,
            py::arg("metadata") = Metadata{})
       .def("append", [](PyWriter& self, const py::object& record) {
+        const auto lock = lock_writer(self);
         DatasetWriter& w = self.get();
         const std::vector<Tensor> values = values_in_schema_order(w.schema(), record, "record " + std::to_string(w.size()));
-        py::gil_scoped_release nogil;
+        ReleaseGil nogil;
         w.append(values);
       }, py::arg("record"), "Appends one record: a dict by field name, or a sequence in schema order")
       .def("append_batch", [](PyWriter& self, const py::object& batch) {
+        const auto lock = lock_writer(self);
         DatasetWriter& w = self.get();
+        if (const auto rows = ragged_rows(w.schema(), batch)) {
+          // A ragged field given as a list of values, each its own extent: record by record.
+          for (py::ssize_t i = 0; i < *rows; ++i) {
+            py::dict record;
+            for (size_t f = 0; f < w.schema().size(); ++f) {
+              const std::string& name = w.schema()[f].name;
+              const bool by_name = is_by_name(batch);
+              if (by_name && !py::dict(batch).contains(name))
+                throw py::value_error("append_batch: field '" + name + "' is missing");
+              py::object column = by_name ? py::object(batch[py::str(name)]) : py::object(batch[py::int_(f)]);
+              if (py::len(column) != static_cast<size_t>(*rows))
+                throw py::value_error("append_batch: field '" + name + "' has " + std::to_string(py::len(column)) +
+                                      " values for a batch of " + std::to_string(*rows) + " records");
+              record[py::str(name)] = column[py::int_(i)];
+            }
+            const std::vector<Tensor> values =
+                values_in_schema_order(w.schema(), record, "record " + std::to_string(w.size()));
+            ReleaseGil nogil;
+            w.append(values);
+          }
+          return;
+        }
         const std::vector<Tensor> values = values_in_schema_order(w.schema(), batch, "batch from record " + std::to_string(w.size()));
-        py::gil_scoped_release nogil;
+        ReleaseGil nogil;
         w.append_batch(values);
-      }, py::arg("batch"), "Appends B records at once: each field's value is [B, ...field shape]")
+      }, py::arg("batch"), R"doc(
+Appends B records at once: each field's value is [B, ...field shape]. A ragged field's
+value may be a list of B values of their own extents (token lists of different lengths);
+the batch is then appended record by record, and a bad record stops it there, after the
+records before it.)doc")
       .def("set_metadata", [](PyWriter& self, std::string key, std::string value) {
+        const auto lock = lock_writer(self);
         self.get().set_metadata(std::move(key), std::move(value));
       })
       .def("finish", [](PyWriter& self) {
+        const auto lock = lock_writer(self);
         WriteStats stats;
         DatasetWriter& w = self.get();
         self.closed = true;  // finish() aborts on failure: either way the writer is done
         {
-          py::gil_scoped_release nogil;
+          ReleaseGil nogil;
           stats = w.finish();
         }
         return stats_dict(stats);
       }, "Publishes the file (fsync, rename, fsync of the folder) and returns the figures")
       .def("abort", [](PyWriter& self) {
+        const auto lock = lock_writer(self);
         if (self.writer) self.writer->abort();
         self.closed = true;
       }, "Discards everything written; the target path is left as it was")
-      .def("stats", [](PyWriter& self) { return stats_dict(self.get().stats()); })
-      .def_property_readonly("path", [](PyWriter& self) { return self.get().path(); })
-      .def("__len__", [](PyWriter& self) { return self.get().size(); })
+      .def("stats", [](PyWriter& self) {
+        const auto lock = lock_writer(self);
+        return stats_dict(self.get().stats());
+      })
+      .def_property_readonly("path", [](PyWriter& self) {
+        const auto lock = lock_writer(self);
+        return self.get().path();
+      })
+      .def("__len__", [](PyWriter& self) {
+        const auto lock = lock_writer(self);
+        return self.get().size();
+      })
       .def("__enter__", [](const py::object& self) { return self; })
       .def("__exit__", [](PyWriter& self, const py::object& type, const py::object&, const py::object&) {
+        const auto lock = lock_writer(self);
         if (!self.writer || self.closed) return false;
         self.closed = true;
         if (type.is_none()) {
-          py::gil_scoped_release nogil;
+          ReleaseGil nogil;
           self.writer->finish();
         } else {
           self.writer->abort();

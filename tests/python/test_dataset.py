@@ -143,13 +143,21 @@ class DatasetTest(unittest.TestCase):
         self.assertEqual(ds.fields, self.fields)
         self.assertNotEqual(ds.fingerprint(), 0)
 
-    def test_dlpack_hands_numpy_the_same_memory(self):
+    def test_dlpack_shares_writable_memory_and_copies_a_read_only_file_view(self):
         ds = mmtensor.Dataset(write(self.path("x.mmt"), self.fields, self.records))
+        batch = ds.get_batch([3, 4], "image")
+        array = np.from_dlpack(batch)
+        np.testing.assert_array_equal(array, self.images[[3, 4]])
+        self.assertEqual(array.ctypes.data, batch.numpy().ctypes.data)
+        self.assertEqual(batch.__dlpack_device__(), (1, 0))
+        # DLPack before 1.0 cannot say read-only, and a consumer writing into the file's
+        # read-only mapping would crash: such a view is handed over as a copy.
         image = ds[3]["image"]
-        array = np.from_dlpack(image)
-        np.testing.assert_array_equal(array, self.images[3])
-        self.assertEqual(array.ctypes.data, image.numpy().ctypes.data)
-        self.assertEqual(image.__dlpack_device__(), (1, 0))
+        copied = np.from_dlpack(image)
+        np.testing.assert_array_equal(copied, self.images[3])
+        self.assertNotEqual(copied.ctypes.data, image.numpy().ctypes.data)
+        with self.assertRaises(BufferError):
+            image.__dlpack__(copy=False)
 
     def test_threads_read_one_dataset_at_once(self):
         ds = mmtensor.Dataset(write(self.path("x.mmt"), self.fields, self.records, codec="lz4", chunk_bytes=4096))
@@ -239,9 +247,155 @@ class ErrorTest(unittest.TestCase):
             mmtensor.DatasetWriter(self.path("x.mmt"), self.fields)
         with self.assertRaises(ValueError):
             mmtensor.DatasetWriter(self.path("y.mmt"), self.fields, codec="gzip")
-        with self.assertRaises(ValueError):
+        with self.assertRaises(TypeError):
             mmtensor.Field("bad", "complex64", [2])
 
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PythonConventionsTest(unittest.TestCase):
+    """What a NumPy or PyTorch user does without reading the docs."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.fields = [mmtensor.Field("x", "uint8", [3]), mmtensor.Field("y", "int64")]
+        self.x = np.arange(30, dtype=np.uint8).reshape(10, 3)
+        self.file = os.path.join(self.dir.name, "x.mmt")
+        write(self.file, self.fields, {"x": self.x, "y": np.arange(10)})
+        self.ds = mmtensor.Dataset(self.file)
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_values_are_converted_only_when_exact(self):
+        path = os.path.join(self.dir.name, "w.mmt")
+        with mmtensor.DatasetWriter(path, self.fields) as writer:
+            with self.assertRaisesRegex(ValueError, "does not fit dtype uint8"):
+                writer.append({"x": [300, -1, 0], "y": 1})
+            with self.assertRaisesRegex(ValueError, "does not fit dtype int64"):
+                writer.append({"x": [1, 2, 3], "y": 3.7})
+            with self.assertRaises(ValueError):
+                writer.append({"x": [1, 2, 3], "y": np.float64(3.9)})
+            with self.assertRaises(TypeError):
+                writer.append({"x": [1, 2, 3], "y": "5"})
+            writer.append({"x": [1, 2, 3], "y": 3.0})   # exact: taken
+            writer.append({"x": b"\x04\x05\x06", "y": True})
+            writer.append(self.ds[7])                   # a Sample is a record by name
+            self.assertEqual(len(writer), 3)
+        copy = mmtensor.Dataset(path)
+        self.assertEqual([copy[i]["y"].item() for i in range(3)], [3, 1, 7])
+        self.assertEqual(copy[1]["x"].tolist(), [4, 5, 6])
+        np.testing.assert_array_equal(copy[2]["x"].numpy(), self.x[7])
+
+    def test_dtype_names(self):
+        self.assertEqual(mmtensor.Field("a", "f4").dtype, "float32")
+        self.assertEqual(mmtensor.Field("a", np.int16).dtype, "int16")
+        self.assertEqual(mmtensor.Field("a", np.dtype("<u8")).dtype, "uint64")
+        self.assertEqual(mmtensor.Field("a", "bfloat16").dtype, "bfloat16")
+        for ambiguous in ["float", "int", "long", "double"]:
+            with self.assertRaisesRegex(ValueError, "ambiguous"):
+                mmtensor.Field("a", ambiguous)
+        with self.assertRaises(TypeError):
+            mmtensor.Field("a", None)
+
+    def test_slices_lists_and_masks_of_records(self):
+        self.assertEqual([s.index for s in self.ds[2:8:3]], [2, 5])
+        self.assertEqual([s.index for s in self.ds[[9, 0]]], [9, 0])
+        mask = np.zeros(10, bool)
+        mask[[1, 4]] = True
+        self.assertEqual([s.index for s in self.ds[mask]], [1, 4])
+        np.testing.assert_array_equal(self.ds.get_batch(mask, "x").numpy(), self.x[[1, 4]])
+        with self.assertRaises(IndexError):
+            self.ds[np.zeros(3, bool)]
+        with self.assertRaises(IndexError):
+            self.ds.get_batch(np.array([2**64 - 1], np.uint64), "x")
+        np.testing.assert_array_equal(self.ds.column("x", -3).numpy(), self.x[-3:])
+        np.testing.assert_array_equal(self.ds.column("x", 2, -2).numpy(), self.x[2:-2])
+
+    def test_get_batch_outputs(self):
+        out = {"x": np.zeros((2, 3), np.uint8), "y": np.zeros(2, np.int64)}
+        self.assertIs(self.ds.get_batch([4, 6], ["x", "y"], out=out), out)
+        np.testing.assert_array_equal(out["x"], self.x[[4, 6]])
+        np.testing.assert_array_equal(out["y"], [4, 6])
+        with self.assertRaises(TypeError):  # NumPy would copy a list: the result would be lost
+            self.ds.get_batch([4], "y", out=[0])
+        with self.assertRaises(TypeError):
+            self.ds.get_batch([4], None)
+        with self.assertRaises(TypeError):
+            self.ds.get_batch([4], ["x", 3])
+
+    def test_tensors_index_iterate_and_give_their_bytes(self):
+        t = self.ds.column("x")
+        np.testing.assert_array_equal(t[2], self.x[2])
+        np.testing.assert_array_equal(t[:, 1], self.x[:, 1])
+        self.assertEqual(len(list(t)), 10)
+        self.assertEqual(bytes(self.ds[1]["x"]), bytes([3, 4, 5]))
+        view = memoryview(self.ds[1]["x"])
+        self.assertTrue(view.readonly)
+        self.assertEqual(view.tolist(), [3, 4, 5])
+        self.assertNotIn("torch", repr(self.ds[1]["x"]))
+        with self.assertRaises(ValueError):
+            self.ds[1]["x"].__array__(np.int64, copy=False)
+        np.testing.assert_array_equal(np.asarray(self.ds[1]["x"], dtype=np.int64), [3, 4, 5])
+
+    def test_mappings_paths_and_pickling(self):
+        import pathlib
+        import pickle
+        sample = self.ds[3]
+        self.assertIsNone(sample.get("z"))
+        self.assertEqual(sample.get("y").item(), 3)
+        self.assertNotIn(0, sample)
+        self.assertEqual(dict(sample).keys(), {"x", "y"})
+        self.assertEqual(len(mmtensor.Dataset(pathlib.Path(self.file))), 10)
+        with self.assertRaisesRegex(ValueError, "null"):
+            mmtensor.Dataset(self.file + "\0x")
+        again = pickle.loads(pickle.dumps(mmtensor.Dataset(self.file, cache_bytes=1 << 20)))
+        self.assertEqual(again.path, self.file)
+        self.assertEqual(again[5]["y"].item(), 5)
+        self.assertEqual(pickle.loads(pickle.dumps(self.fields)), self.fields)
+        self.assertEqual(len({self.fields[0], mmtensor.Field("x", "uint8", [3])}), 1)
+        self.assertNotEqual(self.fields[0], "x")
+
+    def test_ragged_batches_may_be_lists_of_values(self):
+        path = os.path.join(self.dir.name, "r.mmt")
+        fields = [mmtensor.Field("tokens", "int32", [-1]), mmtensor.Field("label", "int64")]
+        docs = [np.arange(n, dtype=np.int32) for n in [2, 0, 5]]
+        with mmtensor.DatasetWriter(path, fields) as writer:
+            writer.append_batch({"tokens": docs, "label": np.array([7, 8, 9])})
+        ds = mmtensor.Dataset(path)
+        self.assertEqual(len(ds), 3)
+        for i, doc in enumerate(docs):
+            np.testing.assert_array_equal(ds[i]["tokens"].numpy(), doc)
+            self.assertEqual(ds[i]["label"].item(), 7 + i)
+
+    def test_threads_sharing_a_writer_take_turns(self):
+        path = os.path.join(self.dir.name, "t.mmt")
+        with mmtensor.DatasetWriter(path, self.fields, codec="lz4", chunk_records=7) as writer:
+            def append():
+                for _ in range(50):
+                    writer.append_batch({"x": self.x, "y": np.arange(10)})
+            threads = [threading.Thread(target=append) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        ds = mmtensor.Dataset(path)
+        self.assertEqual(len(ds), 2000)
+        ds.verify()
+
+    def test_a_daemon_thread_inside_the_engine_at_exit_does_not_abort_the_process(self):
+        import subprocess
+        import sys
+        script = (
+            "import threading, numpy as np, mmtensor\n"
+            f"ds = mmtensor.Dataset({self.file!r})\n"
+            "def read():\n"
+            "    while True:\n"
+            "        ds.get_batch(np.arange(10), 'x', threads=2)\n"
+            "threading.Thread(target=read, daemon=True).start()\n"
+            "import time; time.sleep(0.2)\n")
+        for _ in range(3):
+            done = subprocess.run([sys.executable, "-c", script], env=dict(os.environ), capture_output=True, timeout=60)
+            self.assertEqual(done.returncode, 0, done.stderr.decode())

@@ -112,7 +112,7 @@ class LoaderTest(unittest.TestCase):
         del first
         second = loader.next()["label"].numpy()
         # Both slots are viewed now: the loader says so instead of overwriting one.
-        with self.assertRaisesRegex(ValueError, "slot"):
+        with self.assertRaisesRegex(ValueError, "keep copies"):
             loader.next()
         np.testing.assert_array_equal(kept, self.images[kept_indices])
         del kept, second
@@ -128,6 +128,25 @@ class LoaderTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "released"):
             batch["label"]
         self.assertIn("released", repr(batch))
+
+    def test_release_lets_the_batch_go_but_not_the_slot_under_live_views(self):
+        loader = mmtensor.Loader(self.ds, batch_size=100, sampler="random", seed=8, prefetch_batches=1, num_workers=1)
+        with loader.next() as batch:
+            kept = batch["image"].numpy()
+            indices = batch.indices.numpy().copy()
+        for _ in range(6):  # the other slot goes round; the kept one is not refilled
+            loader.next()
+        np.testing.assert_array_equal(kept, self.images[indices])
+
+    def test_close_repr_and_with(self):
+        with mmtensor.Loader(self.ds, batch_size=10, sampler="random", num_workers=2) as loader:
+            self.assertIn("batch_size=10", repr(loader))
+            self.assertIn("sampler=random", repr(loader))
+            batch = loader.next()
+        self.assertIn("closed", repr(loader))
+        with self.assertRaisesRegex(ValueError, "closed"):
+            loader.next()
+        np.testing.assert_array_equal(batch["label"].numpy(), batch.indices.numpy())  # batches outlive it
 
     def test_cuda_batches_reach_torch_without_a_copy(self):
         if not mmtensor.cuda_is_available():
