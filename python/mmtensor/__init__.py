@@ -11,7 +11,7 @@ mmtensor.Tensor views, straight into the mapped file when uncompressed; they rea
     for batch in loader:                        # one epoch
         images = batch["image"].numpy()         # [256, ...], valid while `images` lives
 
-Errors: IndexError, ValueError, KeyError (an unknown field), OSError with its errno
+Errors: IndexError, ValueError, KeyError (an unknown field of a sample or batch), OSError with its errno
 (FileNotFoundError, TimeoutError...), and mmtensor.FormatError / ChecksumError / CudaError,
 which derive from mmtensor.Error.
 """

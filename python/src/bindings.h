@@ -59,11 +59,14 @@ ScalarType parse_dtype(const py::handle& dtype);  // "float32", np.float32, np.d
 // holds a reference to the array, so it stays valid as long as the tensor. `writable` refuses
 // a read-only array.
 Tensor tensor_of_array(const py::array& array, bool writable);
-// A value given to mmtensor as a field's value or a batch's output: an mmtensor Tensor, or
-// anything NumPy turns into an array (a list, a number, a torch CPU tensor), or for a uint8
-// field bytes, bytearray or memoryview (an encoded image as read). A value that is
-// not already an array is converted to `dtype`; an array of another dtype is refused, since a
-// silent cast could lose data.
+// A view of a host tensor of another library (a torch CPU tensor) through its __dlpack__;
+// the tensor's storage holds the producer's memory until it goes.
+Tensor tensor_of_dlpack(const py::handle& producer);
+// A field's value for the writer: an mmtensor Tensor, a NumPy array of `dtype`, a DLPack
+// producer of `dtype` (a torch CPU tensor, bfloat16 included), bytes, bytearray or memoryview
+// for a uint8 field (an encoded image as read), or numbers NumPy turns into an array (a list,
+// a number), converted to `dtype` only when every value survives exactly. An array or tensor
+// of another dtype is refused: a silent cast could lose data.
 Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::string& what);
 // Record indices from any integer sequence or array, as int64; also a boolean mask of
 // `mask_length` entries (the records), where one is taken (mask_length >= 0).

@@ -385,7 +385,8 @@ method may be called from many threads.)doc")
             // and the gathered values would be lost with it.
             if (py::isinstance<PyTensor>(o)) outs.push_back(o.cast<const PyTensor&>().tensor);
             else if (py::isinstance<py::array>(o)) outs.push_back(tensor_of_array(py::reinterpret_borrow<py::array>(o), true));
-            else throw py::type_error("get_batch: out= takes NumPy arrays (or mmtensor Tensors), not " +
+            else if (py::hasattr(o, "__dlpack__")) outs.push_back(tensor_of_dlpack(o));  // a torch CPU tensor
+            else throw py::type_error("get_batch: out= takes NumPy arrays, torch CPU tensors or mmtensor Tensors, not " +
                                       py::str(py::type::of(o).attr("__name__")).cast<std::string>());
           }
         }

@@ -4,6 +4,8 @@
 #include <dlpack/dlpack.h>
 
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include "bindings.h"
 
@@ -216,6 +218,45 @@ ScalarType parse_dtype(const py::handle& dtype) {
   }
 }
 
+// The lowest and highest element offsets that sizes and strides reach (0 and 0 when empty):
+// a storage over foreign memory starts at the lowest and spans high - low + 1 elements.
+static std::pair<int64_t, int64_t> element_span(IntArrayRef sizes, IntArrayRef strides) {
+  int64_t low = 0, high = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) return {0, 0};
+    (strides[i] < 0 ? low : high) += strides[i] * (sizes[i] - 1);
+  }
+  return {low, high};
+}
+
+static std::optional<ScalarType> scalar_type_of(DLDataType type) {
+  if (type.lanes != 1) return std::nullopt;
+  const int bits = type.bits;
+  switch (type.code) {
+    case kDLBoolCode: if (bits == 8) return kBool; break;
+    case kDLFloat:
+      if (bits == 16) return kFloat16;
+      if (bits == 32) return kFloat32;
+      if (bits == 64) return kFloat64;
+      break;
+    case kDLBfloat: if (bits == 16) return kBFloat16; break;
+    case kDLInt:
+      if (bits == 8) return kInt8;
+      if (bits == 16) return kInt16;
+      if (bits == 32) return kInt32;
+      if (bits == 64) return kInt64;
+      break;
+    case kDLUInt:
+      if (bits == 8) return kUInt8;
+      if (bits == 16) return kUInt16;
+      if (bits == 32) return kUInt32;
+      if (bits == 64) return kUInt64;
+      break;
+    default: break;
+  }
+  return std::nullopt;
+}
+
 Tensor tensor_of_array(const py::array& array, bool writable) {
   if (writable && !array.writeable()) throw py::value_error("the output array is read-only");
   const ScalarType type = scalar_type_of(array.dtype());
@@ -226,12 +267,7 @@ Tensor tensor_of_array(const py::array& array, bool writable) {
       throw py::value_error("an array whose strides are not whole elements is not taken; pass np.ascontiguousarray(a)");
     strides.push_back(array.strides(i) / array.itemsize());
   }
-  // The storage spans the elements the strides reach; it starts at the lowest one.
-  int64_t low = 0, high = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] == 0) { low = high = 0; break; }
-    (strides[i] < 0 ? low : high) += strides[i] * (sizes[i] - 1);
-  }
+  const auto [low, high] = element_span(sizes, strides);
   const auto element = static_cast<int64_t>(array.itemsize());
   auto* first = static_cast<std::byte*>(const_cast<void*>(array.data())) + low * element;
   const int64_t nbytes = (high - low + 1) * element;
@@ -252,6 +288,50 @@ Tensor tensor_of_array(const py::array& array, bool writable) {
   return Tensor(std::move(storage), type, sizes, strides, -low);
 }
 
+Tensor tensor_of_dlpack(const py::handle& producer) {
+  py::object capsule = producer.attr("__dlpack__")();
+  if (!PyCapsule_IsValid(capsule.ptr(), "dltensor"))
+    throw py::type_error("__dlpack__ did not give a DLPack capsule (or gave one already used)");
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  PyCapsule_SetName(capsule.ptr(), "used_dltensor");  // ours now: the capsule will not free it
+  // Until the storage owns it, an error frees it here.
+  std::unique_ptr<DLManagedTensor, void (*)(DLManagedTensor*)> owner(managed, [](DLManagedTensor* m) {
+    if (m->deleter) m->deleter(m);
+  });
+  const DLTensor& dl = managed->dl_tensor;
+  if (dl.device.device_type != kDLCPU && dl.device.device_type != kDLCUDAHost)
+    throw py::type_error("a tensor on a device is not taken here; pass a host tensor (.cpu())");
+  const std::optional<ScalarType> type = scalar_type_of(dl.dtype);
+  if (!type) throw py::type_error("mmtensor has no type for DLPack's type code " + std::to_string(dl.dtype.code) + ", " +
+                                  std::to_string(dl.dtype.bits) + " bits, " + std::to_string(dl.dtype.lanes) + " lanes");
+  if (dl.ndim < 0 || dl.ndim > 64) throw py::value_error("a DLPack tensor of " + std::to_string(dl.ndim) + " dimensions");
+  DimVector sizes, strides;
+  for (int d = 0; d < dl.ndim; ++d) sizes.push_back(dl.shape[d]);
+  if (dl.strides) {
+    for (int d = 0; d < dl.ndim; ++d) strides.push_back(dl.strides[d]);
+  } else {  // compact row-major, as the protocol says a null strides means
+    strides.resize(sizes.size());
+    int64_t step = 1;
+    for (int d = dl.ndim - 1; d >= 0; --d) {
+      strides[d] = step;
+      step *= std::max<int64_t>(sizes[d], 1);
+    }
+  }
+  const auto [low, high] = element_span(sizes, strides);
+  const int64_t element = element_size(*type);
+  auto* first = static_cast<std::byte*>(dl.data) + dl.byte_offset + low * element;
+  UntypedStorage storage = UntypedStorage::from_blob(
+      first, (high - low + 1) * element,
+      [managed](void*) {
+        if (_Py_IsFinalizing()) return;  // the producer's deleter may need the interpreter
+        py::gil_scoped_acquire gil;
+        if (managed->deleter) managed->deleter(managed);
+      },
+      kCPU);
+  owner.release();  // the storage's deleter frees it now
+  return Tensor(std::move(storage), *type, sizes, strides, -low);
+}
+
 Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::string& what) {
   if (py::isinstance<PyTensor>(value)) return value.cast<const PyTensor&>().tensor;
   if (py::isinstance<py::array>(value)) {
@@ -262,7 +342,14 @@ Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::str
                             " (cast it with astype() if that is meant)");
     return tensor_of_array(array, false);
   }
-  if (dtype == kBFloat16) throw py::type_error(what + ": a bfloat16 value must be an mmtensor Tensor");
+  if (py::hasattr(value, "__dlpack__")) {  // a torch tensor, or any DLPack producer
+    Tensor t = tensor_of_dlpack(value);
+    if (t.dtype() != dtype)
+      throw py::value_error(what + ": expected dtype " + std::string(to_string(dtype)) + ", got " +
+                            std::string(to_string(t.dtype())) + " (convert it if that is meant)");
+    return t;
+  }
+  if (dtype == kBFloat16) throw py::type_error(what + ": a bfloat16 value must be a DLPack tensor (torch.bfloat16)");
   py::module_ np = py::module_::import("numpy");
   // Raw bytes (an encoded image read from a file) for a bytes field, as they are.
   if (dtype == kUInt8 && (py::isinstance<py::bytes>(value) || py::isinstance<py::bytearray>(value) ||

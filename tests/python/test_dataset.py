@@ -399,3 +399,41 @@ class PythonConventionsTest(unittest.TestCase):
         for _ in range(3):
             done = subprocess.run([sys.executable, "-c", script], env=dict(os.environ), capture_output=True, timeout=60)
             self.assertEqual(done.returncode, 0, done.stderr.decode())
+
+
+class ForeignTensorTest(unittest.TestCase):
+    """Tensors of other libraries (torch) reach mmtensor through DLPack; NumPy stands in."""
+
+    class Producer:
+        """A DLPack producer that is not a NumPy array, as a torch CPU tensor is."""
+
+        def __init__(self, array):
+            self.array = array
+
+        def __dlpack__(self, stream=None):
+            return self.array.__dlpack__()
+
+        def __dlpack_device__(self):
+            return self.array.__dlpack_device__()
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.path = os.path.join(self.dir.name, "d.mmt")
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_dlpack_values_are_written_and_dlpack_outputs_filled_in_place(self):
+        fields = [mmtensor.Field("x", "int16", [2, 3]), mmtensor.Field("y", "float32")]
+        x = np.arange(24, dtype=np.int16).reshape(4, 2, 3)
+        with mmtensor.DatasetWriter(self.path, fields) as writer:
+            writer.append_batch({"x": self.Producer(x), "y": self.Producer(np.ones(4, np.float32))})
+            writer.append({"x": self.Producer(x[0].T.copy().T), "y": 2.0})  # Fortran-order strides
+            with self.assertRaisesRegex(ValueError, "expected dtype int16"):
+                writer.append({"x": self.Producer(x[0].astype(np.int32)), "y": 1.0})
+        ds = mmtensor.Dataset(self.path)
+        np.testing.assert_array_equal(ds.column("x").numpy()[:4], x)
+        np.testing.assert_array_equal(ds[4]["x"].numpy(), x[0])
+        out = np.zeros((2, 2, 3), np.int16)
+        ds.get_batch([3, 1], "x", out=self.Producer(out))
+        np.testing.assert_array_equal(out, x[[3, 1]])
