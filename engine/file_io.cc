@@ -172,7 +172,8 @@ void check_output_target(const std::string& path, bool replace, const std::strin
   }
   MMT_CHECK(S_ISREG(st.st_mode), IoError, path, " is ", kind_of(st.st_mode),
             "; only a regular file is replaced, even when asked to overwrite");
-  MMT_CHECK(replace, IoError, path, " already exists; ", how_to_replace);
+  // EEXIST, as open(O_EXCL) would say: callers (and Python's FileExistsError) tell it apart.
+  if (!replace) throw IoError(detail::str(path, " already exists; ", how_to_replace), EEXIST);
 }
 
 void rename_file(const std::string& from, const std::string& to, bool replace) {

@@ -5,6 +5,7 @@
 // exception, so a failed script leaves the target path as it was.
 #include <pybind11/stl.h>
 
+#include <cerrno>
 #include <mutex>
 #include <optional>
 
@@ -123,7 +124,13 @@ compressed on `threads` threads (0: one per core).)doc")
              const std::string file = path_of(path);
              ReleaseGil nogil;
              auto self = std::make_unique<PyWriter>();
-             self->writer.emplace(DatasetWriter::create(file, std::move(schema), std::move(options)));
+             try {
+               self->writer.emplace(DatasetWriter::create(file, std::move(schema), std::move(options)));
+             } catch (const IoError& e) {
+               if (e.errno_value() != EEXIST || overwrite) throw;
+               // The engine's advice names the C++ option; say it in this API's words.
+               throw IoError(file + " already exists; pass overwrite=True to replace it", EEXIST);
+             }
              return self;
            }),
            py::arg("path"), py::arg("fields"), py::kw_only(), py::arg("codec") = "none",

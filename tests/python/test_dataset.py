@@ -243,7 +243,7 @@ class ErrorTest(unittest.TestCase):
         ds = mmtensor.Dataset(self.path("x.mmt"))
         self.assertEqual(ds[0]["x"].tolist(), [1.0, 2.0, 3.0, 4.0])
         self.assertEqual(int(ds[0]["y"]), 7)
-        with self.assertRaises(OSError):  # exists already
+        with self.assertRaisesRegex(FileExistsError, "overwrite=True"):
             mmtensor.DatasetWriter(self.path("x.mmt"), self.fields)
         with self.assertRaises(ValueError):
             mmtensor.DatasetWriter(self.path("y.mmt"), self.fields, codec="gzip")
