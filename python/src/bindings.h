@@ -72,6 +72,9 @@ Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::str
 // `mask_length` entries (the records), where one is taken (mask_length >= 0).
 std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length = -1);
 
+// ReadAhead from its Python spelling: "auto", "always" or "never".
+ReadAhead parse_read_ahead(const std::string& text);
+
 // A file path from a str or any os.PathLike (pathlib.Path).
 std::string path_of(const py::handle& path);
 

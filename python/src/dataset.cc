@@ -23,13 +23,6 @@ std::string field_repr(const Field& f) {
   return text + ")";
 }
 
-ReadAhead parse_read_ahead(const std::string& text) {
-  if (text == "auto") return ReadAhead::Auto;
-  if (text == "always") return ReadAhead::Always;
-  if (text == "never") return ReadAhead::Never;
-  throw py::value_error("read_ahead must be 'auto', 'always' or 'never', not '" + text + "'");
-}
-
 AccessAdvice parse_advice(const std::string& text) {
   if (text == "normal") return AccessAdvice::Normal;
   if (text == "random") return AccessAdvice::Random;
@@ -97,6 +90,13 @@ int64_t python_bound(std::optional<int64_t> bound, int64_t fallback, int64_t siz
 }
 
 }  // namespace
+
+ReadAhead parse_read_ahead(const std::string& text) {
+  if (text == "auto") return ReadAhead::Auto;
+  if (text == "always") return ReadAhead::Always;
+  if (text == "never") return ReadAhead::Never;
+  throw py::value_error("read_ahead must be 'auto', 'always' or 'never', not '" + text + "'");
+}
 
 // A ragged field's values for several records, packed; shared with the loader's batches.
 struct PyRaggedBatch {

@@ -223,10 +223,7 @@ block) stops the workers.)doc")
              // Unsaid: pinned where pinning means something (a CUDA device is present), so a
              // CPU-only machine gets no note about falling back.
              options.pin_memory = pin_memory.value_or(options.device.is_cuda() || cuda_is_available());
-             if (read_ahead == "auto") options.read_ahead = ReadAhead::Auto;
-             else if (read_ahead == "always") options.read_ahead = ReadAhead::Always;
-             else if (read_ahead == "never") options.read_ahead = ReadAhead::Never;
-             else throw py::value_error("read_ahead must be 'auto', 'always' or 'never', not '" + read_ahead + "'");
+             options.read_ahead = parse_read_ahead(read_ahead);
              if (timeout) {
                if (!(*timeout >= 0) || *timeout > 1e9) throw py::value_error("timeout must be a number of seconds >= 0");
                options.timeout = std::chrono::milliseconds(static_cast<int64_t>(*timeout * 1000.0 + 0.5));
