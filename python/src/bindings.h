@@ -12,7 +12,10 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <optional>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -26,7 +29,9 @@ namespace py = pybind11;
 // destructor may throw. A daemon thread inside an engine call when the interpreter exits is
 // ended by PyEval_RestoreThread with pthread_exit, a forced unwind; through pybind11's
 // noexcept destructor that is std::terminate (the whole process aborts at exit), here the
-// thread ends as Python means it to (pybind11's dispatcher lets the unwind pass).
+// thread ends as Python means it to (pybind11's dispatcher lets the unwind pass). Use it
+// through without_gil(), which keeps an engine error from being in flight meanwhile: a forced
+// unwind that meets an exception being thrown is std::terminate too.
 class ReleaseGil {
  public:
   ReleaseGil() : state_(PyEval_SaveThread()) {}
@@ -37,6 +42,36 @@ class ReleaseGil {
  private:
   PyThreadState* state_;
 };
+
+// fn() with the GIL released; its exception, if any, is thrown once the GIL is back.
+template <typename Fn>
+auto without_gil(Fn&& fn) -> decltype(fn()) {
+  using Result = decltype(fn());
+  std::exception_ptr error;
+  if constexpr (std::is_void_v<Result>) {
+    {
+      ReleaseGil nogil;
+      try {
+        fn();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+  } else {
+    std::optional<Result> result;
+    {
+      ReleaseGil nogil;
+      try {
+        result.emplace(fn());
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+    return std::move(*result);
+  }
+}
 
 struct PyTensor {
   Tensor tensor;

@@ -236,8 +236,7 @@ method may be called from many threads.)doc")
              options.advice = parse_advice(advice);
              options.read_ahead = parse_read_ahead(read_ahead);
              const std::string file = path_of(path);
-             ReleaseGil nogil;
-             return Dataset::open(file, options);
+             return without_gil([&] { return Dataset::open(file, options); });
            }),
            py::arg("path"), py::kw_only(), py::arg("cache_bytes") = ReaderOptions{}.cache_bytes,
            py::arg("verify_checksums") = true, py::arg("verify_uncompressed") = false, py::arg("advice") = "normal",
@@ -247,9 +246,12 @@ method may be called from many threads.)doc")
       // DataLoader's worker processes need under "spawn" (a mapping cannot be sent).
       .def(py::pickle(
           [](const Dataset& ds) {
+            // The absolute path (a worker may run elsewhere) and the fingerprint, so that a
+            // file replaced in between is refused rather than read as the one pickled.
             const ReaderOptions& o = ds.options();
-            return py::make_tuple(ds.path(), o.cache_bytes, o.verify_checksums, o.verify_uncompressed,
-                                  static_cast<int>(o.advice), static_cast<int>(o.read_ahead));
+            const auto path = py::module_::import("os").attr("path").attr("abspath")(ds.path());
+            return py::make_tuple(path, o.cache_bytes, o.verify_checksums, o.verify_uncompressed,
+                                  static_cast<int>(o.advice), static_cast<int>(o.read_ahead), ds.fingerprint());
           },
           [](const py::tuple& t) {
             ReaderOptions o;
@@ -259,19 +261,25 @@ method may be called from many threads.)doc")
             o.advice = static_cast<AccessAdvice>(t[4].cast<int>());
             o.read_ahead = static_cast<ReadAhead>(t[5].cast<int>());
             const auto path = t[0].cast<std::string>();
-            ReleaseGil nogil;
-            return Dataset::open(path, o);
+            const auto fingerprint = t[6].cast<uint64_t>();
+            Dataset ds = without_gil([&] { return Dataset::open(path, o); });
+            if (without_gil([&] { return ds.fingerprint(); }) != fingerprint)
+              throw py::value_error("unpickling a Dataset: " + path + " is no longer the file that was pickled "
+                                    "(its chunks differ); open it anew if that is meant");
+            return ds;
           }))
       .def("__getitem__", [](const Dataset& ds, const py::object& key) -> py::object {
-        // An int, or an integer scalar (np.int64); an ndarray has __index__ too but is a list.
-        if (PyIndex_Check(key.ptr()) && !py::isinstance<py::array>(key)) {
-          const auto index = key.cast<int64_t>();
-          Sample sample;
-          {
-            ReleaseGil nogil;
-            sample = ds.get(index);
-          }
-          return py::cast(std::move(sample));
+        // One index: an int, an integer scalar (np.int64) or a 0-d integer array or tensor.
+        // Arrays and tensors of one element define __index__ too; with a dimension they are
+        // lists of indices here, as NumPy reads a[np.array([3])].
+        py::module_ np = py::module_::import("numpy");
+        const bool one_index = py::isinstance<py::int_>(key) || py::isinstance(key, np.attr("integer")) ||
+                               (PyIndex_Check(key.ptr()) && np.attr("ndim")(key).cast<int>() == 0);
+        if (one_index) {
+          int overflow = 0;
+          const long long index = PyLong_AsLongLongAndOverflow(py::reinterpret_steal<py::object>(PyNumber_Index(key.ptr())).ptr(), &overflow);
+          if (overflow) throw py::index_error("record index " + py::str(key).cast<std::string>() + " is out of range");
+          return py::cast(without_gil([&] { return ds.get(index); }));
         }
         // A slice, a list of indices, an index array or a boolean mask: a list of samples.
         std::vector<int64_t> indices;
@@ -281,23 +289,17 @@ method may be called from many threads.)doc")
             throw py::error_already_set();
           for (py::ssize_t k = 0; k < length; ++k) indices.push_back(start + k * step);
         } else {
-          indices = indices_of(key, ds.size());
+          indices = indices_of(np.attr("asarray")(key), ds.size());
         }
         std::vector<Sample> samples(indices.size());
-        {
-          ReleaseGil nogil;
+        without_gil([&] {
           for (size_t k = 0; k < indices.size(); ++k) samples[k] = ds.get(indices[k]);
-        }
+        });
         return py::cast(std::move(samples));
       }, py::arg("index"), "ds[i]: a Sample; ds[a:b], ds[[i, j]], ds[mask]: a list of them (get_batch() stacks a field)")
       .def("__iter__", [](const Dataset& ds) { return py::make_iterator(ds.begin(), ds.end()); }, py::keep_alive<0, 1>())
       .def("get", [](const Dataset& ds, int64_t index, const std::string& field) {
-        Tensor t;
-        {
-          ReleaseGil nogil;
-          t = ds.get(index, field);
-        }
-        return wrap(std::move(t));
+        return wrap(without_gil([&] { return ds.get(index, field); }));
       }, py::arg("index"), py::arg("field"))
       .def_property_readonly("path", &Dataset::path)
       .def_property_readonly("fields", [](const Dataset& ds) { return ds.schema().fields(); })
@@ -321,34 +323,23 @@ method may be called from many threads.)doc")
       })
       .def("column", [](const Dataset& ds, const std::string& field, std::optional<int64_t> start,
                         std::optional<int64_t> stop) {
-        Tensor t;
-        {
-          ReleaseGil nogil;
-          t = start || stop ? ds.column(field, python_bound(start, 0, ds.size()), python_bound(stop, ds.size(), ds.size()))
-                            : ds.column(field);
-        }
-        return wrap(std::move(t));
+        return wrap(without_gil([&] {
+          return start || stop ? ds.column(field, python_bound(start, 0, ds.size()), python_bound(stop, ds.size(), ds.size()))
+                               : ds.column(field);
+        }));
       }, py::arg("field"), py::arg("start") = py::none(), py::arg("stop") = py::none(),
          "A fixed field of records [start, stop) (negative from the end, as in a slice) as one [N, ...] tensor: "
          "a view when the chunks allow (column_is_view)")
       .def("column_is_view", &Dataset::column_is_view, py::arg("field"))
       .def("ragged_column", [](const Dataset& ds, const std::string& field, std::optional<int64_t> start,
                                std::optional<int64_t> stop) {
-        RaggedBatch r;
-        {
-          ReleaseGil nogil;
-          r = ds.ragged_column(field, python_bound(start, 0, ds.size()), python_bound(stop, ds.size(), ds.size()));
-        }
-        return wrap_ragged(std::move(r), nullptr);
+        return wrap_ragged(without_gil([&] {
+          return ds.ragged_column(field, python_bound(start, 0, ds.size()), python_bound(stop, ds.size(), ds.size()));
+        }), nullptr);
       }, py::arg("field"), py::arg("start") = py::none(), py::arg("stop") = py::none())
       .def("get_ragged_batch", [](const Dataset& ds, const py::object& indices, const std::string& field) {
         const std::vector<int64_t> idx = indices_of(indices, ds.size());
-        RaggedBatch r;
-        {
-          ReleaseGil nogil;
-          r = ds.get_ragged_batch(idx, field);
-        }
-        return wrap_ragged(std::move(r), nullptr);
+        return wrap_ragged(without_gil([&] { return ds.get_ragged_batch(idx, field); }), nullptr);
       }, py::arg("indices"), py::arg("field"))
       .def("get_batch", [](const Dataset& ds, const py::object& indices, const py::object& fields,
                            const py::object& out, int threads) -> py::object {
@@ -390,10 +381,7 @@ method may be called from many threads.)doc")
                                       py::str(py::type::of(o).attr("__name__")).cast<std::string>());
           }
         }
-        {
-          ReleaseGil nogil;
-          ds.get_batch(idx, names, outs, threads);
-        }
+        without_gil([&] { ds.get_batch(idx, names, outs, threads); });
         if (!out.is_none()) return out;
         if (one) return wrap(outs[0]);
         py::dict result;
@@ -409,16 +397,14 @@ name) and returns `out`. threads: threads to gather with, the calling one counte
       .def("prefetch", [](const Dataset& ds, const py::object& indices, const py::object& fields) {
         const std::vector<int64_t> idx = indices_of(indices, ds.size());
         if (fields.is_none()) {
-          ReleaseGil nogil;
-          ds.prefetch(idx);
+          without_gil([&] { ds.prefetch(idx); });
         } else {
           const std::vector<std::string> names = field_names_of(fields, "prefetch");
-          ReleaseGil nogil;
-          ds.prefetch(idx, names);
+          without_gil([&] { ds.prefetch(idx, names); });
         }
       }, py::arg("indices"), py::arg("fields") = py::none())
       .def("advise", [](const Dataset& ds, const std::string& advice) { ds.advise(parse_advice(advice)); })
-      .def("verify", &Dataset::verify, py::call_guard<ReleaseGil>(),
+      .def("verify", [](const Dataset& ds) { without_gil([&] { ds.verify(); }); },
            "Checks every chunk's entry, checksum and decoding; raises the first problem found")
       .def("cache_stats", [](const Dataset& ds) {
         const CacheStats s = ds.cache_stats();

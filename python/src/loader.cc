@@ -49,14 +49,29 @@ struct PyEpochIterator {
 
 py::object next_batch(PyLoader& self) {
   std::optional<Batch> batch;
+  const auto take = [&] {
+    return without_gil([&] {
+      std::lock_guard lock(self.mutex);
+      return self.get().next();
+    });
+  };
+  const auto every_slot_held = [](const ValueError& e) {
+    return std::string_view(e.what()).find("slots are held") != std::string_view::npos;
+  };
   try {
-    ReleaseGil nogil;
-    std::lock_guard lock(self.mutex);
-    batch = self.get().next();
+    try {
+      batch = take();
+    } catch (const ValueError& e) {
+      // Every slot held. A batch's tensors caught in a reference cycle (a traceback kept in a
+      // local, say) hold their slot until the cycle collector runs: run it, and try again.
+      if (!every_slot_held(e)) throw;
+      py::module_::import("gc").attr("collect")();
+      batch = take();
+    }
   } catch (const ValueError& e) {
-    // Every slot held: from Python that is tensors (or arrays made from them) kept from
+    // Still every slot held: from Python that is tensors (or arrays made from them) kept from
     // earlier batches, which the C++ advice (release a batch) does not cover.
-    if (std::string_view(e.what()).find("slots are held") == std::string_view::npos) throw;
+    if (!every_slot_held(e)) throw;
     throw py::value_error(std::string(e.what()) +
                           ". From Python: tensors, NumPy arrays and torch tensors viewing earlier batches hold "
                           "their slots; keep copies (np.array(t), t.clone()) of what you keep across steps");
@@ -77,11 +92,13 @@ py::object batch_field(const PyBatch& self, const std::string& name) {
   return wrap(b[name], self.batch);
 }
 
-template <typename T>
-T with_lock(PyLoader& self, T (Loader::*method)() const) {
-  ReleaseGil nogil;
-  std::lock_guard lock(self.mutex);
-  return (self.get().*method)();
+// fn(loader) under the loader's mutex, taken with the GIL released.
+template <typename Fn>
+auto with_lock(PyLoader& self, Fn&& fn) {
+  return without_gil([&] {
+    std::lock_guard lock(self.mutex);
+    return fn(self.get());
+  });
 }
 
 }  // namespace
@@ -137,8 +154,7 @@ tensor. Keeping tensors of many batches runs the ring out of slots: copy what yo
       .def("synchronize", [](const PyBatch& self) {
         self.get();
         std::shared_ptr<Batch> batch = self.batch;  // alive even if another thread releases meanwhile
-        ReleaseGil nogil;
-        batch->synchronize();
+        without_gil([&] { batch->synchronize(); });
       }, "CUDA: waits until the batch is on the device")
       .def("wait", [](PyBatch& self, int64_t stream) {
         self.get();
@@ -237,9 +253,10 @@ block) stops the workers.)doc")
                resume = LoaderState::parse(text);
              }
              auto self = std::make_unique<PyLoader>();
-             ReleaseGil nogil;
-             self->loader = resume ? std::make_unique<Loader>(dataset, std::move(options), *resume)
-                                   : std::make_unique<Loader>(dataset, std::move(options));
+             self->loader = without_gil([&] {
+               return resume ? std::make_unique<Loader>(dataset, std::move(options), *resume)
+                             : std::make_unique<Loader>(dataset, std::move(options));
+             });
              return self;
            }),
            py::arg("dataset"), py::kw_only(), py::arg("batch_size") = 1, py::arg("fields") = py::none(),
@@ -251,26 +268,21 @@ block) stops the workers.)doc")
       .def("next", &next_batch, "The next batch of the epoch, or None at its end (the loader then moves to the next epoch)")
       .def("__iter__", [](const py::object& self) { return PyEpochIterator{self}; },
            "The rest of the current epoch, batch by batch")
-      .def("__len__", [](PyLoader& self) { return with_lock(self, &Loader::batches_in_epoch); },
+      .def("__len__", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.batches_in_epoch(); }); },
            "Batches this rank yields in the current epoch from where it was started: the whole epoch, "
            "or after a resume the batches left (as batch.number counts from there)")
       .def("set_epoch", [](PyLoader& self, int64_t epoch) {
-        ReleaseGil nogil;
-        std::lock_guard lock(self.mutex);
-        self.get().set_epoch(epoch);
+        with_lock(self, [&](Loader& loader) { loader.set_epoch(epoch); });
       }, py::arg("epoch"), R"doc(
 Restarts at the beginning of `epoch` (as DistributedSampler.set_epoch before each epoch). It
 does nothing when the loader is there already with no batch taken since it was made: so a
 loader resumed mid-epoch from a state keeps its place through the set_epoch(state's epoch)
 an epoch loop begins with, while on a loader that has taken batches it restarts the epoch.)doc")
       .def("close", [](PyLoader& self) {
-        std::unique_ptr<Loader> loader;
-        {
-          ReleaseGil nogil;
+        without_gil([&] {
           std::lock_guard lock(self.mutex);
-          loader = std::move(self.loader);
-          loader.reset();  // stops and joins the workers; batches still held stay valid
-        }
+          self.loader.reset();  // stops and joins the workers; batches still held stay valid
+        });
       }, "Stops and joins the workers now (the loader is unusable after); batches still held stay valid")
       .def("__enter__", [](const py::object& self) { return self; })
       .def("__exit__", [](const py::object& self, const py::object&, const py::object&, const py::object&) {
@@ -278,19 +290,21 @@ an epoch loop begins with, while on a loader that has taken batches it restarts 
         return false;
       })
       .def("__repr__", [](PyLoader& self) {
-        if (!self.loader) return std::string("<mmtensor.Loader (closed)>");
-        const LoaderOptions& o = with_lock(self, &Loader::options);
-        return "<mmtensor.Loader batch_size=" + std::to_string(o.batch_size) + " sampler=" +
-               std::string(to_string(o.sampler.kind)) + " epoch=" + std::to_string(with_lock(self, &Loader::epoch)) +
-               " workers=" + std::to_string(o.num_workers) + " device=" + o.device.str() + ">";
+        return without_gil([&] {
+          std::lock_guard lock(self.mutex);  // close() on another thread waits for this
+          if (!self.loader) return std::string("<mmtensor.Loader (closed)>");
+          const LoaderOptions& o = self.loader->options();
+          return detail::str("<mmtensor.Loader batch_size=", o.batch_size, " sampler=", to_string(o.sampler.kind),
+                             " epoch=", self.loader->epoch(), " workers=", o.num_workers, " device=", o.device.str(), ">");
+        });
       })
-      .def_property_readonly("epoch", [](PyLoader& self) { return with_lock(self, &Loader::epoch); })
-      .def("state", [](PyLoader& self) { return with_lock(self, &Loader::state).to_string(); },
+      .def_property_readonly("epoch", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.epoch(); }); })
+      .def("state", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.state().to_string(); }); },
            "Where the loader stands after the last batch next() returned, as JSON text")
-      .def_property_readonly("ring_slots", [](PyLoader& self) { return with_lock(self, &Loader::ring_slots); })
-      .def_property_readonly("ring_bytes", [](PyLoader& self) { return with_lock(self, &Loader::ring_bytes); })
+      .def_property_readonly("ring_slots", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.ring_slots(); }); })
+      .def_property_readonly("ring_bytes", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.ring_bytes(); }); })
       .def("stats", [](PyLoader& self) {
-        const LoaderStats s = with_lock(self, &Loader::stats);
+        const LoaderStats s = with_lock(self, [](Loader& l) { return l.stats(); });
         py::dict d;
         d["batches_read_ahead"] = s.batches_read_ahead;
         d["reading_ahead"] = s.reading_ahead;

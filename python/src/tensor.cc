@@ -13,6 +13,15 @@ namespace mmt::python {
 
 namespace {
 
+// Whether the interpreter is shutting down, when the GIL can no longer be taken.
+bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
 // DLPack 0.8 added a code for bool; the 0.6 header Debian 12 ships predates it. PyTorch 2
 // and NumPy 1.25 read it.
 constexpr uint8_t kDLBoolCode = 6;
@@ -91,10 +100,7 @@ py::capsule to_dlpack(const PyTensor& self, const py::object& stream, const py::
   if (!copy.is_none() && !copy.cast<bool>() && read_only)
     throw py::buffer_error("__dlpack__: this tensor views a file mapped read-only, which DLPack cannot mark as such; "
                            "take a copy (copy=True), or share it read-only with numpy()");
-  if ((!copy.is_none() && copy.cast<bool>()) || read_only) {
-    ReleaseGil nogil;
-    t = t.clone();
-  }
+  if ((!copy.is_none() && copy.cast<bool>()) || read_only) t = without_gil([&] { return t.clone(); });
   auto context = std::make_unique<DLPackContext>();
   context->owner = PyTensor{t, t.untyped_storage().is_same(self.tensor.untyped_storage()) ? self.batch : nullptr};
   context->shape.assign(t.sizes().begin(), t.sizes().end());
@@ -279,7 +285,7 @@ Tensor tensor_of_array(const py::array& array, bool writable) {
   UntypedStorage storage = UntypedStorage::from_blob(
       first, nbytes,
       [held](void*) {
-        if (_Py_IsFinalizing()) return;
+        if (interpreter_finalizing()) return;
         py::gil_scoped_acquire gil;
         delete held;
       },
@@ -317,13 +323,17 @@ Tensor tensor_of_dlpack(const py::handle& producer) {
       step *= std::max<int64_t>(sizes[d], 1);
     }
   }
+  int64_t numel = 1;
+  for (int64_t size : sizes) numel *= size;
+  if (numel == 0) return empty(sizes, *type);  // no elements: the producer may give no pointer (torch does not)
+  if (dl.data == nullptr) throw py::value_error("a DLPack tensor with elements and no data pointer");
   const auto [low, high] = element_span(sizes, strides);
   const int64_t element = element_size(*type);
   auto* first = static_cast<std::byte*>(dl.data) + dl.byte_offset + low * element;
   UntypedStorage storage = UntypedStorage::from_blob(
       first, (high - low + 1) * element,
       [managed](void*) {
-        if (_Py_IsFinalizing()) return;  // the producer's deleter may need the interpreter
+        if (interpreter_finalizing()) return;  // the producer's deleter may need the interpreter
         py::gil_scoped_acquire gil;
         if (managed->deleter) managed->deleter(managed);
       },
@@ -331,6 +341,23 @@ Tensor tensor_of_dlpack(const py::handle& producer) {
   owner.release();  // the storage's deleter frees it now
   return Tensor(std::move(storage), *type, sizes, strides, -low);
 }
+
+// NumPy's floating-point warnings off for a scope (np.errstate(all="ignore")).
+class NumpyErrorsIgnored {
+ public:
+  explicit NumpyErrorsIgnored(const py::module_& np) : state_(np.attr("errstate")(py::arg("all") = "ignore")) {
+    state_.attr("__enter__")();
+  }
+  ~NumpyErrorsIgnored() {
+    try {
+      state_.attr("__exit__")(py::none(), py::none(), py::none());
+    } catch (...) {  // a destructor must not throw; the settings stay changed at worst
+    }
+  }
+
+ private:
+  py::object state_;
+};
 
 Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::string& what) {
   if (py::isinstance<PyTensor>(value)) return value.cast<const PyTensor&>().tensor;
@@ -358,20 +385,41 @@ Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::str
   if (py::isinstance<py::str>(value))
     throw py::type_error(what + ": a str is not a value of dtype " + std::string(to_string(dtype)) +
                          (dtype == kUInt8 ? " (for a bytes field, pass s.encode())" : ""));
-  // Lists, numbers, NumPy scalars: converted only when every value survives the conversion
-  // exactly (300 does not fit uint8, 3.7 is not an int64); NumPy's casts would wrap or truncate.
+  // Lists, numbers, NumPy scalars. An integer field takes them only when every value is an
+  // integer in its range (300 does not fit uint8, -1 not uint64, 3.7 is not an int64): NumPy's
+  // casts would wrap or truncate. A floating field takes any finite number, rounded to its
+  // precision as every float is (0.1 into float32), but not one it cannot hold (1e40 into
+  // float32 would become inf).
   py::array natural = np.attr("asarray")(value);
   const char kind = natural.dtype().kind();
   if (kind != 'b' && kind != 'i' && kind != 'u' && kind != 'f')
     throw py::type_error(what + ": expected numbers of dtype " + std::string(to_string(dtype)) + ", got " +
                          py::str(static_cast<const py::object&>(natural.dtype())).cast<std::string>() + " values");
-  py::array converted = natural.attr("astype")(numpy_dtype(dtype));
-  const bool exact = np.attr("array_equal")(converted.attr("astype")(natural.dtype()), natural,
-                                            py::arg("equal_nan") = kind == 'f' && is_floating_point(dtype))
-                         .cast<bool>();
-  if (!exact)
+  const auto refuse = [&] {
     throw py::value_error(what + ": " + py::repr(value).cast<std::string>().substr(0, 80) + " does not fit dtype " +
-                          std::string(to_string(dtype)) + " exactly (convert it yourself if rounding is meant)");
+                          std::string(to_string(dtype)) + (is_floating_point(dtype) ? "" : " exactly") +
+                          " (convert it yourself if that is meant)");
+  };
+  const NumpyErrorsIgnored quiet(np);  // a refused conversion prints no NumPy warning
+  py::array converted = natural.attr("astype")(numpy_dtype(dtype));
+  bool fits = true;
+  if (natural.size() > 0) {
+    if (is_floating_point(dtype)) {
+      // Finite values stay finite (an inf or nan given stays what it is).
+      fits = np.attr("array_equal")(np.attr("isfinite")(converted), np.attr("isfinite")(natural)).cast<bool>();
+    } else if (dtype == kBool) {
+      fits = np.attr("array_equal")(converted.attr("astype")(natural.dtype()), natural).cast<bool>();
+    } else {
+      if (kind == 'f')
+        fits = np.attr("all")(np.attr("isfinite")(natural)).cast<bool>() &&
+               np.attr("array_equal")(np.attr("floor")(natural), natural).cast<bool>();
+      // Compared as Python ints, exact at any size, not in NumPy's mixed-sign arithmetic.
+      py::object info = np.attr("iinfo")(numpy_dtype(dtype));
+      fits = fits && py::int_(natural.attr("min")()) >= info.attr("min") &&
+             py::int_(natural.attr("max")()) <= info.attr("max");
+    }
+  }
+  if (!fits) refuse();
   return tensor_of_array(converted, false);
 }
 
@@ -452,43 +500,27 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc")
       })
       .def("clone", [](const PyTensor& s) {
         check_live(s);
-        Tensor out;
-        {
-          ReleaseGil nogil;
-          out = s.tensor.clone();
-        }
-        return wrap(std::move(out));
+        return wrap(without_gil([&] { return s.tensor.clone(); }));
       }, "A copy in memory of its own (the layout kept), writable; it holds no batch slot")
       .def("contiguous", [](const py::object& self) -> py::object {
         const PyTensor& s = self.cast<const PyTensor&>();
         if (s.tensor.is_contiguous()) return self;
         check_live(s);
-        Tensor out;
-        {
-          ReleaseGil nogil;
-          out = s.tensor.contiguous();
-        }
-        return wrap(std::move(out));  // a copy: it holds no batch slot
+        return wrap(without_gil([&] { return s.tensor.contiguous(); }));  // a copy: it holds no batch slot
       })
       .def("cpu", [](const py::object& self) -> py::object {
         const PyTensor& s = self.cast<const PyTensor&>();
         if (s.tensor.device().is_cpu()) return self;
         check_live(s);
-        Tensor out;
-        {
-          ReleaseGil nogil;
-          out = s.tensor.cpu();
-        }
-        return wrap(std::move(out));
+        return wrap(without_gil([&] { return s.tensor.cpu(); }));
       })
       .def("float", [](const PyTensor& s) {
         check_live(s);
-        Tensor out = empty(s.tensor.sizes(), kFloat32);
-        {
-          ReleaseGil nogil;
+        return wrap(without_gil([&] {
+          Tensor out = empty(s.tensor.sizes(), kFloat32);
           out.copy_(s.tensor.cpu());
-        }
-        return wrap(std::move(out));
+          return out;
+        }));
       }, "A float32 copy on the host (how a bfloat16 value reaches NumPy)")
       .def("item", [](const PyTensor& s) -> py::object {
         if (s.tensor.numel() != 1) throw py::value_error("item(): the tensor has " + std::to_string(s.tensor.numel()) + " elements, not 1");

@@ -5,6 +5,7 @@
 // exception, so a failed script leaves the target path as it was.
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cerrno>
 #include <mutex>
 #include <optional>
@@ -15,13 +16,16 @@ namespace mmt::python {
 
 namespace {
 
-// The C++ writer (move-only), and whether finish() or abort() has been called, so that a
-// context manager's exit after an explicit finish() does nothing more.
-// One thread drives a C++ writer; the mutex makes Python threads that share one take turns
-// (taken with the GIL released, as the loader's). The writer is only used under it.
+// The C++ writer (move-only) and what the Python side needs without touching it. One thread
+// drives a C++ writer: the mutex makes Python threads that share one take turns. It is taken
+// with the GIL released and held only around calls into the writer, never while Python code
+// runs (values are converted before), so neither another thread nor this one (a signal
+// handler, a __del__) can wait on it forever.
 struct PyWriter {
-  std::optional<DatasetWriter> writer;
-  bool closed = false;
+  std::optional<DatasetWriter> writer;  // used under `mutex` only
+  bool closed = false;                  // finish() or abort() called; under `mutex`
+  Schema schema;                        // the writer's, immutable
+  std::atomic<int64_t> appended{0};     // records appended, for messages
   std::mutex mutex;
 
   DatasetWriter& get() {
@@ -29,6 +33,15 @@ struct PyWriter {
     return *writer;
   }
 };
+
+// fn() under the writer's mutex, with the GIL released.
+template <typename Fn>
+auto locked(PyWriter& self, Fn&& fn) {
+  return without_gil([&] {
+    std::lock_guard lock(self.mutex);
+    return fn();
+  });
+}
 
 // One record's or batch's values in schema order, from a dict by field name or a sequence
 // in schema order. The tensors view the Python values (converted first when they are not
@@ -71,18 +84,11 @@ std::optional<py::ssize_t> ragged_rows(const Schema& schema, const py::handle& b
     if (schema[f].is_fixed()) continue;
     if (by_name && !py::dict(py::reinterpret_borrow<py::object>(batch)).contains(schema[f].name)) continue;
     py::object value = by_name ? py::object(batch[py::str(schema[f].name)]) : py::object(batch[py::int_(f)]);
-    if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) return static_cast<py::ssize_t>(py::len(value));
+    // A list or tuple of values, or a RaggedBatch (a loader batch's, being copied).
+    if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value) || py::hasattr(value, "offsets"))
+      return static_cast<py::ssize_t>(py::len(value));
   }
   return std::nullopt;
-}
-
-// Takes the writer's mutex with the GIL released: a thread never waits for it while holding
-// the GIL, which the holder may need before it lets go.
-std::unique_lock<std::mutex> lock_writer(PyWriter& self) {
-  std::unique_lock lock(self.mutex, std::defer_lock);
-  ReleaseGil nogil;
-  lock.lock();
-  return lock;
 }
 
 py::dict stats_dict(const WriteStats& s) {
@@ -122,10 +128,10 @@ compressed on `threads` threads (0: one per core).)doc")
              options.metadata = metadata;
              Schema schema(std::move(fields));
              const std::string file = path_of(path);
-             ReleaseGil nogil;
              auto self = std::make_unique<PyWriter>();
+             self->schema = schema;
              try {
-               self->writer.emplace(DatasetWriter::create(file, std::move(schema), std::move(options)));
+               self->writer.emplace(without_gil([&] { return DatasetWriter::create(file, std::move(schema), std::move(options)); }));
              } catch (const IoError& e) {
                if (e.errno_value() != EEXIST || overwrite) throw;
                // The engine's advice names the C++ option; say it in this API's words.
@@ -138,22 +144,21 @@ compressed on `threads` threads (0: one per core).)doc")
            py::arg("alignment") = WriterOptions{}.alignment, py::arg("threads") = 0, py::arg("overwrite") = false,
            py::arg("metadata") = Metadata{})
       .def("append", [](PyWriter& self, const py::object& record) {
-        const auto lock = lock_writer(self);
-        DatasetWriter& w = self.get();
-        const std::vector<Tensor> values = values_in_schema_order(w.schema(), record, "record " + std::to_string(w.size()));
-        ReleaseGil nogil;
-        w.append(values);
+        const std::vector<Tensor> values = values_in_schema_order(self.schema, record, "record " + std::to_string(self.appended));
+        locked(self, [&] {
+          self.get().append(values);
+          self.appended = self.get().size();
+        });
       }, py::arg("record"), "Appends one record: a dict by field name, or a sequence in schema order")
       .def("append_batch", [](PyWriter& self, const py::object& batch) {
-        const auto lock = lock_writer(self);
-        DatasetWriter& w = self.get();
-        if (const auto rows = ragged_rows(w.schema(), batch)) {
+        const Schema& schema = self.schema;
+        if (const auto rows = ragged_rows(schema, batch)) {
           // A ragged field given as a list of values, each its own extent: record by record.
+          const bool by_name = is_by_name(batch);
           for (py::ssize_t i = 0; i < *rows; ++i) {
             py::dict record;
-            for (size_t f = 0; f < w.schema().size(); ++f) {
-              const std::string& name = w.schema()[f].name;
-              const bool by_name = is_by_name(batch);
+            for (size_t f = 0; f < schema.size(); ++f) {
+              const std::string& name = schema[f].name;
               if (by_name && !py::dict(batch).contains(name))
                 throw py::value_error("append_batch: field '" + name + "' is missing");
               py::object column = by_name ? py::object(batch[py::str(name)]) : py::object(batch[py::int_(f)]);
@@ -162,64 +167,53 @@ compressed on `threads` threads (0: one per core).)doc")
                                       " values for a batch of " + std::to_string(*rows) + " records");
               record[py::str(name)] = column[py::int_(i)];
             }
-            const std::vector<Tensor> values =
-                values_in_schema_order(w.schema(), record, "record " + std::to_string(w.size()));
-            ReleaseGil nogil;
-            w.append(values);
+            const std::vector<Tensor> values = values_in_schema_order(schema, record, "record " + std::to_string(self.appended));
+            locked(self, [&] {
+              self.get().append(values);
+              self.appended = self.get().size();
+            });
           }
           return;
         }
-        const std::vector<Tensor> values = values_in_schema_order(w.schema(), batch, "batch from record " + std::to_string(w.size()));
-        ReleaseGil nogil;
-        w.append_batch(values);
+        const std::vector<Tensor> values =
+            values_in_schema_order(schema, batch, "batch from record " + std::to_string(self.appended));
+        locked(self, [&] {
+          self.get().append_batch(values);
+          self.appended = self.get().size();
+        });
       }, py::arg("batch"), R"doc(
 Appends B records at once: each field's value is [B, ...field shape]. A ragged field's
 value may be a list of B values of their own extents (token lists of different lengths);
 the batch is then appended record by record, and a bad record stops it there, after the
 records before it.)doc")
       .def("set_metadata", [](PyWriter& self, std::string key, std::string value) {
-        const auto lock = lock_writer(self);
-        self.get().set_metadata(std::move(key), std::move(value));
+        locked(self, [&] { self.get().set_metadata(std::move(key), std::move(value)); });
       })
       .def("finish", [](PyWriter& self) {
-        const auto lock = lock_writer(self);
-        WriteStats stats;
-        DatasetWriter& w = self.get();
-        self.closed = true;  // finish() aborts on failure: either way the writer is done
-        {
-          ReleaseGil nogil;
-          stats = w.finish();
-        }
-        return stats_dict(stats);
+        return stats_dict(locked(self, [&] {
+          DatasetWriter& w = self.get();
+          self.closed = true;  // finish() aborts on failure: either way the writer is done
+          return w.finish();
+        }));
       }, "Publishes the file (fsync, rename, fsync of the folder) and returns the figures")
       .def("abort", [](PyWriter& self) {
-        const auto lock = lock_writer(self);
-        if (self.writer) self.writer->abort();
-        self.closed = true;
+        locked(self, [&] {
+          if (self.writer) self.writer->abort();
+          self.closed = true;
+        });
       }, "Discards everything written; the target path is left as it was")
-      .def("stats", [](PyWriter& self) {
-        const auto lock = lock_writer(self);
-        return stats_dict(self.get().stats());
-      })
-      .def_property_readonly("path", [](PyWriter& self) {
-        const auto lock = lock_writer(self);
-        return self.get().path();
-      })
-      .def("__len__", [](PyWriter& self) {
-        const auto lock = lock_writer(self);
-        return self.get().size();
-      })
+      .def("stats", [](PyWriter& self) { return stats_dict(locked(self, [&] { return self.get().stats(); })); })
+      .def_property_readonly("path", [](PyWriter& self) { return locked(self, [&] { return self.get().path(); }); })
+      .def("__len__", [](PyWriter& self) { return locked(self, [&] { return self.get().size(); }); })
       .def("__enter__", [](const py::object& self) { return self; })
       .def("__exit__", [](PyWriter& self, const py::object& type, const py::object&, const py::object&) {
-        const auto lock = lock_writer(self);
-        if (!self.writer || self.closed) return false;
-        self.closed = true;
-        if (type.is_none()) {
-          ReleaseGil nogil;
-          self.writer->finish();
-        } else {
-          self.writer->abort();
-        }
+        const bool clean = type.is_none();
+        locked(self, [&] {
+          if (!self.writer || self.closed) return;
+          self.closed = true;
+          if (clean) self.writer->finish();
+          else self.writer->abort();
+        });
         return false;  // an exception goes on
       });
 }

@@ -280,6 +280,8 @@ class PythonConventionsTest(unittest.TestCase):
                 writer.append({"x": [1, 2, 3], "y": np.float64(3.9)})
             with self.assertRaises(TypeError):
                 writer.append({"x": [1, 2, 3], "y": "5"})
+            with self.assertRaises(ValueError):  # same width, other sign: NumPy would wrap
+                writer.append({"x": [1, 2, 3], "y": 2**63})
             writer.append({"x": [1, 2, 3], "y": 3.0})   # exact: taken
             writer.append({"x": b"\x04\x05\x06", "y": True})
             writer.append(self.ds[7])                   # a Sample is a record by name
@@ -288,6 +290,20 @@ class PythonConventionsTest(unittest.TestCase):
         self.assertEqual([copy[i]["y"].item() for i in range(3)], [3, 1, 7])
         self.assertEqual(copy[1]["x"].tolist(), [4, 5, 6])
         np.testing.assert_array_equal(copy[2]["x"].numpy(), self.x[7])
+
+    def test_integers_fit_their_range_and_floats_round(self):
+        path = os.path.join(self.dir.name, "n.mmt")
+        fields = [mmtensor.Field("u", "uint64"), mmtensor.Field("i", "int32"), mmtensor.Field("f", "float32")]
+        with mmtensor.DatasetWriter(path, fields) as writer:
+            for bad in [{"u": -1}, {"i": np.uint32(2**32 - 1)}, {"i": 2**31}, {"f": 1e40}, {"i": float("nan")}]:
+                with self.subTest(bad=bad), self.assertRaises(ValueError):
+                    writer.append(dict({"u": 0, "i": 0, "f": 0.0}, **bad))
+            writer.append({"u": 2**64 - 1, "i": -2**31, "f": 0.1})
+            writer.append({"u": np.uint8(7), "i": True, "f": float("inf")})
+        ds = mmtensor.Dataset(path)
+        self.assertEqual([ds[0]["u"].item(), ds[0]["i"].item()], [2**64 - 1, -2**31])
+        self.assertAlmostEqual(ds[0]["f"].item(), 0.1, places=6)
+        self.assertEqual([ds[1]["u"].item(), ds[1]["i"].item(), ds[1]["f"].item()], [7, 1, float("inf")])
 
     def test_dtype_names(self):
         self.assertEqual(mmtensor.Field("a", "f4").dtype, "float32")
@@ -306,6 +322,12 @@ class PythonConventionsTest(unittest.TestCase):
         mask = np.zeros(10, bool)
         mask[[1, 4]] = True
         self.assertEqual([s.index for s in self.ds[mask]], [1, 4])
+        self.assertEqual(self.ds[np.int64(5)].index, 5)
+        self.assertEqual(self.ds[np.array(6)].index, 6)  # 0-d: one index
+        self.assertEqual([s.index for s in self.ds[np.array([3])]], [3])  # 1-d: a list, as NumPy reads it
+        self.assertEqual([s.index for s in self.ds[self.ds.column("y", 0, 2)]], [0, 1])  # a tensor of indices
+        with self.assertRaises(IndexError):
+            self.ds[2**70]
         np.testing.assert_array_equal(self.ds.get_batch(mask, "x").numpy(), self.x[[1, 4]])
         with self.assertRaises(IndexError):
             self.ds[np.zeros(3, bool)]
@@ -354,6 +376,10 @@ class PythonConventionsTest(unittest.TestCase):
         again = pickle.loads(pickle.dumps(mmtensor.Dataset(self.file, cache_bytes=1 << 20)))
         self.assertEqual(again.path, self.file)
         self.assertEqual(again[5]["y"].item(), 5)
+        pickled = pickle.dumps(self.ds)
+        write(self.file, self.fields, {"x": self.x[::-1].copy(), "y": np.arange(10)}, overwrite=True)
+        with self.assertRaisesRegex(ValueError, "no longer the file"):
+            pickle.loads(pickled)
         self.assertEqual(pickle.loads(pickle.dumps(self.fields)), self.fields)
         self.assertEqual(len({self.fields[0], mmtensor.Field("x", "uint8", [3])}), 1)
         self.assertNotEqual(self.fields[0], "x")
@@ -398,6 +424,16 @@ class PythonConventionsTest(unittest.TestCase):
             "import time; time.sleep(0.2)\n")
         for _ in range(3):
             done = subprocess.run([sys.executable, "-c", script], env=dict(os.environ), capture_output=True, timeout=60)
+            self.assertEqual(done.returncode, 0, done.stderr.decode())
+        # The same while the engine call is throwing (a damaged file): the error must not be
+        # in flight when the thread is ended.
+        with open(self.file, "r+b") as f:
+            f.seek(mmtensor.Dataset(self.file).chunk(0)["file_offset"])
+            f.write(b"\xff" * 8)
+        failing = script.replace("ds.get_batch(np.arange(10), 'x', threads=2)",
+                                 "\n        try:\n            ds.verify()\n        except mmtensor.Error:\n            pass")
+        for _ in range(5):
+            done = subprocess.run([sys.executable, "-c", failing], env=dict(os.environ), capture_output=True, timeout=60)
             self.assertEqual(done.returncode, 0, done.stderr.decode())
 
 

@@ -138,6 +138,33 @@ class LoaderTest(unittest.TestCase):
             loader.next()
         np.testing.assert_array_equal(kept, self.images[indices])
 
+    def test_batches_held_by_a_reference_cycle_are_collected_rather_than_refused(self):
+        loader = mmtensor.Loader(self.ds, batch_size=10, prefetch_batches=1)
+        gc.disable()
+        try:
+            for _ in range(6):
+                cycle = [loader.next()["label"]]
+                cycle.append(cycle)  # only the cycle collector frees it
+                del cycle
+        finally:
+            gc.enable()
+
+    def test_a_batch_is_written_back_as_it_came(self):
+        path = os.path.join(self.dir.name, "copy.mmt")
+        fields = [mmtensor.Field("image", "uint8", [4, 4]), mmtensor.Field("label", "int64"),
+                  mmtensor.Field("tokens", "int32", [-1])]
+        loader = mmtensor.Loader(self.ds, batch_size=64, sampler="random", seed=3)
+        order = []
+        with mmtensor.DatasetWriter(path, fields, overwrite=True) as writer:
+            for batch in loader:
+                writer.append_batch(batch)  # a mapping, its ragged field a RaggedBatch
+                order.extend(batch.indices.numpy().tolist())
+        copy = mmtensor.Dataset(path)
+        self.assertEqual(len(copy), RECORDS)
+        for k in [0, 17, RECORDS - 1]:
+            np.testing.assert_array_equal(copy[k]["image"].numpy(), self.images[order[k]])
+            np.testing.assert_array_equal(copy[k]["tokens"].numpy(), self.tokens[order[k]])
+
     def test_close_repr_and_with(self):
         with mmtensor.Loader(self.ds, batch_size=10, sampler="random", num_workers=2) as loader:
             self.assertIn("batch_size=10", repr(loader))
