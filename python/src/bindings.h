@@ -78,6 +78,9 @@ struct PyTensor {
   std::shared_ptr<Batch> batch;  // the loader batch the tensor views, if any
 };
 
+// Sizes, strides or a shape as a Python tuple of ints.
+py::tuple int_tuple(IntArrayRef values);
+
 // A Python Tensor for `tensor` (holding `batch` too, when given).
 py::object wrap(Tensor tensor, std::shared_ptr<Batch> batch = nullptr);
 

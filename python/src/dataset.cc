@@ -10,16 +10,10 @@ namespace mmt::python {
 
 namespace {
 
-py::list dims_list(IntArrayRef dims) {
-  py::list out;
-  for (int64_t d : dims) out.append(d);
-  return out;
-}
-
 std::string field_repr(const Field& f) {
   std::string text = "Field('" + f.name + "', '" + std::string(to_string(f.dtype)) + "', " +
-                     py::repr(py::tuple(dims_list(f.shape))).cast<std::string>();
-  if (!f.stored_in_logical_order()) text += ", storage_order=" + py::repr(py::tuple(dims_list(f.storage_order))).cast<std::string>();
+                     py::repr(int_tuple(f.shape)).cast<std::string>();
+  if (!f.stored_in_logical_order()) text += ", storage_order=" + py::repr(int_tuple(f.storage_order)).cast<std::string>();
   return text + ")";
 }
 
@@ -148,20 +142,20 @@ values still read back in the logical shape, with strides to match.)doc")
       .def_static("bytes", &Field::bytes, py::arg("name"), "A uint8 [-1] field: raw bytes such as an encoded JPEG")
       .def_readonly("name", &Field::name)
       .def_property_readonly("dtype", [](const Field& f) { return std::string(to_string(f.dtype)); })
-      .def_property_readonly("shape", [](const Field& f) { return py::tuple(dims_list(f.shape)); })
-      .def_property_readonly("storage_order", [](const Field& f) { return py::tuple(dims_list(f.storage_order)); })
+      .def_property_readonly("shape", [](const Field& f) { return int_tuple(f.shape); })
+      .def_property_readonly("storage_order", [](const Field& f) { return int_tuple(f.storage_order); })
       .def_property_readonly("is_fixed", &Field::is_fixed)
       .def("__eq__", [](const Field& a, const py::object& b) -> py::object {
         if (!py::isinstance<Field>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
         return py::bool_(a == b.cast<const Field&>());
       })
       .def("__hash__", [](const Field& f) {
-        return py::hash(py::make_tuple(f.name, static_cast<int>(f.dtype), py::tuple(dims_list(f.shape)),
-                                       py::tuple(dims_list(f.storage_order))));
+        return py::hash(py::make_tuple(f.name, static_cast<int>(f.dtype), int_tuple(f.shape),
+                                       int_tuple(f.storage_order)));
       })
       .def(py::pickle(
           [](const Field& f) {
-            return py::make_tuple(f.name, std::string(to_string(f.dtype)), dims_list(f.shape), dims_list(f.storage_order));
+            return py::make_tuple(f.name, std::string(to_string(f.dtype)), int_tuple(f.shape), int_tuple(f.storage_order));
           },
           [](const py::tuple& t) {
             Field f;

@@ -137,24 +137,14 @@ py::array to_numpy(const py::object& self_object) {
   return array;
 }
 
-const char* typestr(ScalarType type) {
-  switch (type) {
-    case ScalarType::Bool: return "|b1";
-    case ScalarType::UInt8: return "|u1";
-    case ScalarType::Int8: return "|i1";
-    case ScalarType::Int16: return "<i2";
-    case ScalarType::UInt16: return "<u2";
-    case ScalarType::Int32: return "<i4";
-    case ScalarType::UInt32: return "<u4";
-    case ScalarType::Int64: return "<i8";
-    case ScalarType::UInt64: return "<u8";
-    case ScalarType::Float16: return "<f2";
-    case ScalarType::Float32: return "<f4";
-    case ScalarType::Float64: return "<f8";
-    case ScalarType::BFloat16: break;
-  }
-  throw py::type_error("bfloat16 has no NumPy type; use torch.from_dlpack(t), or t.float()");
+// NumPy's (and __cuda_array_interface__'s) type string: "<f4", "|u1"... as in .npy headers.
+std::string typestr(ScalarType type) {
+  if (type == kBFloat16) throw py::type_error("bfloat16 has no NumPy type; use torch.from_dlpack(t), or t.float()");
+  return npy_descr(type);
 }
+
+
+}  // namespace
 
 py::tuple int_tuple(IntArrayRef values) {
   py::tuple out(values.size());
@@ -162,13 +152,11 @@ py::tuple int_tuple(IntArrayRef values) {
   return out;
 }
 
-}  // namespace
-
 py::object wrap(Tensor tensor, std::shared_ptr<Batch> batch) {
   return py::cast(PyTensor{std::move(tensor), std::move(batch)});
 }
 
-py::dtype numpy_dtype(ScalarType type) { return py::dtype(std::string(typestr(type))); }
+py::dtype numpy_dtype(ScalarType type) { return py::dtype(typestr(type)); }
 
 ScalarType scalar_type_of(const py::dtype& dtype) {
   const char kind = dtype.kind();
