@@ -112,9 +112,12 @@ Builds a dataset file record by record; finish() publishes it atomically.
         w.append_batch({"image": images, "label": labels})   # [N, 28, 28] and [N]
     # a clean exit calls finish(); an exception calls abort(): no file appears
 
-A value is a NumPy array of the field's dtype (any strides), or anything NumPy converts (a
-list, a number); an array of another dtype is refused rather than cast. Chunks are
-compressed on `threads` threads (0: one per core).)doc")
+A value is a NumPy array or a torch CPU tensor (any DLPack producer) of the field's dtype,
+any strides; bytes for a uint8 field; or a list or number, which an integer field takes only
+as integers in its range and a float field rounds (refusing overflow). An array of another
+dtype is refused rather than cast. A record may be a dict by name (or any mapping: a Sample,
+a Batch) or a sequence in schema order. Chunks are compressed on `threads` threads (0: one
+per core).)doc")
       .def(py::init([](const py::object& path, std::vector<Field> fields, const std::string& codec,
                        int64_t chunk_bytes, int64_t chunk_records, int64_t alignment, int threads, bool overwrite,
                        const Metadata& metadata) {
