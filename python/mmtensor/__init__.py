@@ -32,6 +32,7 @@ from ._mmtensor import (  # noqa: F401
     Tensor,
     __version__,
     cuda_is_available,
+    pack,
 )
 
 # A Sample and a Batch are read-only mappings of field name to value: dict(sample) works,
@@ -41,5 +42,5 @@ _Mapping.register(Batch)
 
 __all__ = [
     "Batch", "ChecksumError", "CudaError", "Dataset", "DatasetWriter", "Error", "Field",
-    "FormatError", "Loader", "RaggedBatch", "Sample", "Tensor", "cuda_is_available",
+    "FormatError", "Loader", "RaggedBatch", "Sample", "Tensor", "cuda_is_available", "pack",
 ]

@@ -110,6 +110,9 @@ Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::str
 // `mask_length` entries (the records), where one is taken (mask_length >= 0).
 std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length = -1);
 
+// A writer's figures as a dict: records, chunks, bytes_in, bytes_out, seconds.
+py::dict stats_dict(const WriteStats& stats);
+
 // ReadAhead from its Python spelling: "auto", "always" or "never".
 ReadAhead parse_read_ahead(const std::string& text);
 
@@ -120,5 +123,6 @@ void bind_tensor(py::module_& m);
 void bind_dataset(py::module_& m);
 void bind_writer(py::module_& m);
 void bind_loader(py::module_& m);
+void bind_pack(py::module_& m);
 
 }  // namespace mmt::python

@@ -67,6 +67,7 @@ PYBIND11_MODULE(_mmtensor, m) {
   bind_dataset(m);
   bind_writer(m);
   bind_loader(m);
+  bind_pack(m);
 
   m.def("cuda_is_available", &mmt::cuda_is_available, "Whether a CUDA device is present and mmtensor was built with CUDA");
 }

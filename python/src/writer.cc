@@ -91,6 +91,9 @@ std::optional<py::ssize_t> ragged_rows(const Schema& schema, const py::handle& b
   return std::nullopt;
 }
 
+
+}  // namespace
+
 py::dict stats_dict(const WriteStats& s) {
   py::dict d;
   d["records"] = s.records;
@@ -100,8 +103,6 @@ py::dict stats_dict(const WriteStats& s) {
   d["seconds"] = s.seconds;
   return d;
 }
-
-}  // namespace
 
 void bind_writer(py::module_& m) {
   py::class_<PyWriter>(m, "DatasetWriter", R"doc(

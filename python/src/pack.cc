@@ -1,0 +1,91 @@
+// mmtensor.pack(): the packer `mmt pack` runs (.npy, .npz, IDX files, class folders), from
+// Python, with Ctrl-C honoured: the packing thread looks at Python's signals with each
+// progress report and cancels, leaving the output path as it was.
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <cerrno>
+#include <optional>
+
+#include "bindings.h"
+
+namespace mmt::python {
+
+namespace {
+
+// "NAME=PATH" specs from a dict {name: path} or a list of specs (and "PATH.npz").
+std::vector<std::string> array_specs(const py::handle& inputs) {
+  std::vector<std::string> specs;
+  if (py::isinstance<py::dict>(inputs)) {
+    for (const auto& item : inputs.cast<py::dict>())
+      specs.push_back(py::str(item.first).cast<std::string>() + "=" + path_of(item.second));
+    return specs;
+  }
+  if (py::isinstance<py::str>(inputs) || !py::isinstance<py::iterable>(inputs))
+    throw py::type_error("pack: inputs must be a dict {field: path} or a list of 'NAME=PATH' / 'PATH.npz'");
+  for (const py::handle& spec : inputs) specs.push_back(path_of(spec));
+  return specs;
+}
+
+}  // namespace
+
+void bind_pack(py::module_& m) {
+  m.def("pack", [](const py::object& output, const py::object& inputs, const py::object& folder, const std::string& codec,
+                   int64_t chunk_bytes, int64_t chunk_records, int64_t alignment, int threads, bool overwrite,
+                   const Metadata& metadata) {
+    if (inputs.is_none() == folder.is_none()) throw py::value_error("pack: give inputs= (arrays) or folder= (a class folder), one of them");
+    const std::string path = path_of(output);
+    const std::vector<std::string> specs = inputs.is_none() ? std::vector<std::string>{} : array_specs(inputs);
+    const std::string dir = folder.is_none() ? std::string() : path_of(folder);
+    PackOptions options;
+    options.writer.codec = CodecSpec::parse(codec);
+    options.writer.chunk_bytes = chunk_bytes;
+    options.writer.chunk_records = chunk_records;
+    options.writer.alignment = alignment;
+    options.writer.threads = threads;
+    options.writer.overwrite = overwrite;
+    options.writer.metadata = metadata;
+    // Python's signal handlers run only between bytecodes; the packing thread checks them at
+    // each progress report (every 0.1 s) and cancels on an exception (KeyboardInterrupt).
+    std::atomic<bool> cancel{false};
+    std::optional<py::error_already_set> interrupted;
+    options.cancel = &cancel;
+    options.on_progress = [&](const WriteStats&) {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) {
+        interrupted.emplace();  // takes the pending exception
+        cancel = true;
+      }
+    };
+    try {
+      const WriteStats stats = without_gil([&] {
+        const PackSources sources = dir.empty() ? PackSources::from_arrays(specs) : PackSources::from_folder(dir);
+        return pack_dataset(path, sources, options);
+      });
+      return stats_dict(stats);
+    } catch (const PackCancelled&) {
+      if (interrupted) throw *interrupted;
+      throw;
+    } catch (const IoError& e) {
+      if (e.errno_value() != EEXIST || overwrite) throw;
+      throw IoError(path + " already exists; pass overwrite=True to replace it", EEXIST);
+    }
+  }, py::arg("output"), py::arg("inputs") = py::none(), py::kw_only(), py::arg("folder") = py::none(),
+     py::arg("codec") = "none", py::arg("chunk_bytes") = WriterOptions{}.chunk_bytes, py::arg("chunk_records") = 0,
+     py::arg("alignment") = WriterOptions{}.alignment, py::arg("threads") = 0, py::arg("overwrite") = false,
+     py::arg("metadata") = Metadata{}, R"doc(
+Packs files into a dataset at `output`, as `mmt pack` does, and returns the figures.
+
+    mmtensor.pack("train.mmt", {"images": "train-images-idx3-ubyte.gz",
+                                "labels": "train-labels-idx1-ubyte.gz"}, codec="lz4")
+    mmtensor.pack("x.mmt", ["x=features.npy", "arrays.npz"])
+    mmtensor.pack("photos.mmt", folder="photos/", codec="zstd")   # DIR/CLASS/FILE
+
+inputs: a dict {field: path} or a list of "NAME=PATH" and "PATH.npz" (.npy, .npz and IDX
+files, gzipped or not); folder: a class folder instead, one record per file (field "data",
+its bytes; "label", its class's index; the class names in metadata["classes"]). Large
+arrays are read where they lie, not into memory. The file appears complete or not at all:
+an error or Ctrl-C (KeyboardInterrupt) leaves `output` as it was.)doc");
+}
+
+}  // namespace mmt::python

@@ -1,0 +1,81 @@
+"""mmtensor.pack(): the packer of `mmt pack` from Python."""
+import os
+import signal
+import tempfile
+import threading
+import unittest
+
+import numpy as np
+
+import mmtensor
+
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+class PackTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.dir.name, name)
+
+    def test_arrays_from_npy_and_npz(self):
+        x = np.arange(60, dtype=np.float32).reshape(20, 3)
+        y = np.arange(20, dtype=np.int16)
+        np.save(self.path("x.npy"), x)
+        np.savez_compressed(self.path("more.npz"), y=y)
+        stats = mmtensor.pack(self.path("a.mmt"), {"x": self.path("x.npy")}, codec="zstd")
+        self.assertEqual(stats["records"], 20)
+        np.testing.assert_array_equal(mmtensor.Dataset(self.path("a.mmt")).column("x").numpy(), x)
+        mmtensor.pack(self.path("b.mmt"), ["x=" + self.path("x.npy"), self.path("more.npz")])
+        ds = mmtensor.Dataset(self.path("b.mmt"))
+        np.testing.assert_array_equal(ds.column("y").numpy(), y)
+        with self.assertRaisesRegex(FileExistsError, "overwrite=True"):
+            mmtensor.pack(self.path("b.mmt"), ["x=" + self.path("x.npy")])
+        with self.assertRaises(FileNotFoundError):
+            mmtensor.pack(self.path("c.mmt"), {"x": self.path("missing.npy")})
+        self.assertFalse(os.path.exists(self.path("c.mmt")))
+        with self.assertRaises(ValueError):
+            mmtensor.pack(self.path("c.mmt"))
+
+    def test_a_class_folder(self):
+        for cls, names in {"cat": ["a.jpg", "b.jpg"], "dog": ["c.jpg"]}.items():
+            os.makedirs(self.path(os.path.join("photos", cls)))
+            for name in names:
+                with open(self.path(os.path.join("photos", cls, name)), "wb") as f:
+                    f.write(name.encode() * 3)
+        mmtensor.pack(self.path("p.mmt"), folder=self.path("photos"), codec="lz4")
+        ds = mmtensor.Dataset(self.path("p.mmt"))
+        self.assertEqual(len(ds), 3)
+        self.assertEqual(ds.metadata["classes"], '["cat","dog"]')
+        self.assertEqual(sorted((bytes(s["data"]), s["label"].item()) for s in ds),
+                         [(b"a.jpga.jpga.jpg", 0), (b"b.jpgb.jpgb.jpg", 0), (b"c.jpgc.jpgc.jpg", 1)])
+
+    @unittest.skipUnless(os.path.exists(FASHION), "no dataset-fashion-mnist")
+    def test_idx_files(self):
+        mmtensor.pack(self.path("f.mmt"), {"images": os.path.join(FASHION, "train-images-idx3-ubyte.gz"),
+                                           "labels": os.path.join(FASHION, "train-labels-idx1-ubyte.gz")})
+        ds = mmtensor.Dataset(self.path("f.mmt"))
+        self.assertEqual(len(ds), 60000)
+        self.assertEqual(ds[0]["images"].shape, (28, 28))
+
+    def test_ctrl_c_cancels_and_leaves_nothing(self):
+        # Slow to compress (zstd at its highest level), so the interrupt comes mid-pack.
+        rng = np.random.default_rng(0)
+        np.save(self.path("big.npy"), rng.integers(0, 16, size=(4096, 4096), dtype=np.uint8))
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        try:
+            with self.assertRaises(KeyboardInterrupt):
+                mmtensor.pack(self.path("big.mmt"), {"x": self.path("big.npy")}, codec="zstd:19", threads=1)
+        finally:
+            timer.cancel()
+        self.assertFalse(os.path.exists(self.path("big.mmt")))
+        self.assertEqual(sorted(os.listdir(self.dir.name)), ["big.npy"])
+
+
+if __name__ == "__main__":
+    unittest.main()
