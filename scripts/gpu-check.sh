@@ -15,12 +15,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 case "${1:-}" in
   prepare)
     cmake -S . -B build-rel -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-    ninja -C build-rel mmtensor_tests mmtensor_bench
+    ninja -C build-rel mmtensor_tests mmtensor_bench _mmtensor
     rm -rf build-rel/carried-libs
     mkdir -p build-rel/carried-libs
     # Everything the binaries load except the C/C++ runtime, which any Debian 12-era system
     # (glibc 2.34+, GCC 12's libstdc++) has; copied under the name the loader asks for.
-    for binary in build-rel/mmtensor_tests build-rel/mmtensor_bench; do
+    for binary in build-rel/mmtensor_tests build-rel/mmtensor_bench build-rel/python/mmtensor/_mmtensor*.so; do
       ldd "$binary" | awk '$3 ~ /^\// {print $1, $3}'
     done | sort -u | while read -r soname path; do
       case "$soname" in
@@ -28,6 +28,9 @@ case "${1:-}" in
         *) cp -L "$path" "build-rel/carried-libs/$soname" ;;
       esac
     done
+    # The Python version the module is for (CMake's interpreter), for `run` to compare.
+    python="$(sed -n 's/^_\{0,1\}Python_EXECUTABLE:[A-Z]*=//p' build-rel/CMakeCache.txt | head -1)"
+    "$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' > build-rel/python/built-for-python
     ls build-rel/carried-libs
     du -sh build-rel
     ;;
@@ -44,6 +47,16 @@ case "${1:-}" in
     grep -q '^\[  FAILED  \]' "$out/gpu-tests.txt" && status=1
     build-rel/mmtensor_bench --benchmark_filter=LoaderToDevice --benchmark_out="$out/loader-to-device.json" \
       --benchmark_out_format=json 2>&1 | tee "$out/loader-to-device.txt" || status=1
+    # The Python module's CUDA batches through torch.from_dlpack, where that python is the
+    # version the module was built for (CPython's ABI differs between minor versions).
+    wanted="$(cat build-rel/python/built-for-python)"
+    if [ "$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "$wanted" ]; then
+      PYTHONPATH="$PWD/build-rel/python:$PWD/tests/python" python3 -m unittest -v \
+        test_loader.LoaderTest.test_cuda_batches_reach_torch_without_a_copy 2>&1 \
+        | tee "$out/python-gpu.txt" || status=1
+    else
+      echo "python GPU test skipped: the module is built for Python $wanted" | tee "$out/python-gpu.txt"
+    fi
     # The peer at the same worker counts as BM_LoaderToDevice (processes instead of threads).
     for workers in 4 8 14; do
       python3 bench/peer_dataloader.py --workers "$workers" | tee -a "$out/peer-dataloader.jsonl" || status=1
