@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "dataset_concat.h"
 #include "dataset_impl.h"
 #include "mmtensor/error.h"
 
@@ -177,6 +178,8 @@ const FieldPlan& fixed_plan(const Dataset::Impl& d, size_t f, const char* what) 
 }  // namespace
 
 Sample Dataset::get(int64_t index) const {
+  if (concat_) [[unlikely]]
+    return concat_->get(index);
   const Impl& d = checked_impl(impl_);
   const int64_t i = d.normalize_index(index, "get");
   Sample sample(d.schema, i);
@@ -208,6 +211,10 @@ Sample Dataset::get(int64_t index) const {
 }
 
 Tensor Dataset::get(int64_t index, std::string_view field) const {
+  if (concat_) {
+    const Location at = locate(index);
+    return concat_->parts[at.part].get(at.index, field);
+  }
   const Impl& d = checked_impl(impl_);
   const size_t f = d.schema->index_of(field);
   const int64_t i = d.normalize_index(index, "get");
@@ -215,6 +222,14 @@ Tensor Dataset::get(int64_t index, std::string_view field) const {
 }
 
 bool Dataset::column_is_view(std::string_view field) const {
+  if (concat_) {  // the whole column spans the parts (every part but one may be empty, though)
+    size_t holding = 0, parts_holding = 0;
+    for (size_t p = 0; p < concat_->parts.size(); ++p)
+      if (concat_->parts[p].size() > 0) ++parts_holding, holding = p;
+    if (parts_holding <= 1) return concat_->parts[holding].column_is_view(field);
+    concat_->parts[0].column_is_view(field);  // an unknown field: ValueError all the same
+    return false;
+  }
   const Impl& d = checked_impl(impl_);
   const bool fixed = d.plans[d.schema->index_of(field)].fixed;
   // column() of one chunk's records is a view into that chunk (the mapping or its decoding).
@@ -224,6 +239,7 @@ bool Dataset::column_is_view(std::string_view field) const {
 Tensor Dataset::column(std::string_view field) const { return column(field, 0, size()); }
 
 Tensor Dataset::column(std::string_view field, int64_t start, int64_t stop) const {
+  if (concat_) return concat_->column(field, start, stop);
   const Impl& d = checked_impl(impl_);
   const size_t f = d.schema->index_of(field);
   const FieldPlan& plan = fixed_plan(d, f, "column");

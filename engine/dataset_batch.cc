@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cpu_prefetch.h"
+#include "dataset_concat.h"
 #include "dataset_impl.h"
 #include "mmtensor/error.h"
 #include "page_cache.h"
@@ -38,6 +39,17 @@ inline void prefetch_range(const std::byte* p, int64_t nbytes) {
   detail::prefetch_bytes</*kLocality=*/0>(p, nbytes, kPrefetchBytes);
 }
 
+// Which output row batch position b is written to: b itself for get_batch, or a row of a
+// larger batch when a concatenation gathers one part's records (detail::gather_rows). A
+// template parameter, so the common path pays nothing for the indirection.
+struct SameRows {
+  int64_t operator()(int64_t b) const { return b; }
+};
+struct MappedRows {
+  const int64_t* rows;
+  int64_t operator()(int64_t b) const { return rows[b]; }
+};
+
 // One fixed field of a batch: where its value lies in a record and where its rows go.
 struct FieldCopy {
   size_t field = 0;  // its position in the schema
@@ -48,9 +60,9 @@ struct FieldCopy {
   DimVector out_strides;         // out[b]'s strides, for the strided path
   detail::ByteFootprint out_footprint;  // where out's bytes lie (several fields: none may share any)
 
-  // Copies the value that starts at `record` (a record's first byte) into row b of out.
-  void copy_row(int64_t b, const std::byte* record) const {
-    std::byte* dst = out + b * out_record_bytes;
+  // Copies the value that starts at `record` (a record's first byte) into row `row` of out.
+  void copy_row(int64_t row, const std::byte* record) const {
+    std::byte* dst = out + row * out_record_bytes;
     const std::byte* src = record + plan->offset_bytes;
     if (memcpy_ok)
       std::memcpy(dst, src, static_cast<size_t>(plan->value_bytes));
@@ -235,15 +247,15 @@ struct ChunkedBatchPlan {
 // Kept out of line, and called from inside the guard: in a function that calls sigsetjmp (the
 // guard), every variable live across it stays in memory, and this loop reloaded its bounds,
 // addresses and counter from the stack around each memcpy.
-template <typename RecordAt>
+template <typename RecordAt, typename RowOf>
 [[gnu::noinline]] void copy_rows_unguarded(std::span<const FieldCopy> fields, int64_t lo, int64_t hi,
-                                           const RecordAt record_at) {
+                                           const RecordAt record_at, const RowOf row_of) {
   for (const FieldCopy& field : fields) {
     const int64_t offset = field.plan->offset_bytes, value_bytes = field.plan->value_bytes;
     if (!field.memcpy_ok) {
       for (int64_t b = lo; b < hi; ++b) {
         if (b + kPrefetchDistance < hi) prefetch_range(record_at(b + kPrefetchDistance) + offset, value_bytes);
-        field.copy_row(b, record_at(b));
+        field.copy_row(row_of(b), record_at(b));
       }
       continue;
     }
@@ -251,16 +263,16 @@ template <typename RecordAt>
     const int64_t out_record_bytes = field.out_record_bytes;
     for (int64_t b = lo; b < hi; ++b) {
       if (b + kPrefetchDistance < hi) prefetch_range(record_at(b + kPrefetchDistance) + offset, value_bytes);
-      std::memcpy(out + b * out_record_bytes, record_at(b) + offset, static_cast<size_t>(value_bytes));
+      std::memcpy(out + row_of(b) * out_record_bytes, record_at(b) + offset, static_cast<size_t>(value_bytes));
     }
   }
 }
 
-template <typename RecordAt>
+template <typename RecordAt, typename RowOf>
 void copy_rows(const Dataset::Impl& d, std::span<const FieldCopy> fields, int64_t lo, int64_t hi,
-               const RecordAt& record_at) {
+               const RecordAt& record_at, const RowOf& row_of) {
   // The records may lie in the mapping: a file truncated under us fails with IoError.
-  d.guarded([&] { copy_rows_unguarded(fields, lo, hi, record_at); });
+  d.guarded([&] { copy_rows_unguarded(fields, lo, hi, record_at, row_of); });
 }
 
 // Runs copy(lo, hi) over the batch's rows, split across up to `threads` threads when the
@@ -299,14 +311,15 @@ void for_each_on_threads(int64_t n, int threads, const Fn& fn) {
 
 // Sorted positions [begin, end) of a planned batch, each to its row: the rows are scattered
 // (record order), so this is for batches copied in groups, not the common path.
+template <typename RowOf>
 void copy_positions(const Dataset::Impl& d, std::span<const FieldCopy> fields, const ChunkedBatchPlan& plan,
-                    size_t begin, size_t end) {
+                    size_t begin, size_t end, const RowOf& row_of) {
   if (begin == end) return;
   d.guarded([&] {
     for (const FieldCopy& field : fields)
       for (size_t j = begin; j < end; ++j) {
         const auto b = static_cast<size_t>(plan.by_record[j].second);
-        field.copy_row(static_cast<int64_t>(b), plan.record_at[b]);
+        field.copy_row(row_of(static_cast<int64_t>(b)), plan.record_at[b]);
       }
   });
 }
@@ -314,15 +327,15 @@ void copy_positions(const Dataset::Impl& d, std::span<const FieldCopy> fields, c
 // A batch whose chunks to decode exceed `hold_limit` bytes: the records of cached chunks are
 // copied first, then the pending chunks in groups of at most `hold_limit` bytes (or one
 // chunk), each group decoded (decode(begin, end) over pending indices), copied and let go.
-template <typename Decode>
+template <typename Decode, typename RowOf>
 void copy_in_bounded_groups(const Dataset::Impl& d, std::span<const FieldCopy> fields, ChunkedBatchPlan& plan,
-                            int64_t hold_limit, int threads, const Decode& decode) {
+                            int64_t hold_limit, int threads, const Decode& decode, const RowOf& row_of) {
   size_t cursor = 0;  // positions between pending runs lie in cached chunks, located already
   for (const PendingRun& run : plan.pending) {
-    copy_positions(d, fields, plan, cursor, run.begin);
+    copy_positions(d, fields, plan, cursor, run.begin, row_of);
     cursor = run.end;
   }
-  copy_positions(d, fields, plan, cursor, plan.by_record.size());
+  copy_positions(d, fields, plan, cursor, plan.by_record.size(), row_of);
   for (size_t k = 0; k < plan.first_pending_slot; ++k) plan.held[k] = UntypedStorage();  // copied: let go
   for (size_t group = 0; group < plan.pending.size();) {
     size_t group_end = group + 1;
@@ -333,7 +346,7 @@ void copy_in_bounded_groups(const Dataset::Impl& d, std::span<const FieldCopy> f
     // Each run is its own records, so its own rows: runs copy on every thread allowed.
     for_each_on_threads(static_cast<int64_t>(group_end - group), threads, [&](int64_t k) {
       const PendingRun& run = plan.pending[group + static_cast<size_t>(k)];
-      copy_positions(d, fields, plan, run.begin, run.end);
+      copy_positions(d, fields, plan, run.begin, run.end, row_of);
     });
     for (size_t k = group; k < group_end; ++k) plan.held[plan.first_pending_slot + k] = UntypedStorage();  // let go
     group = group_end;
@@ -352,8 +365,9 @@ void check_indices(const Dataset::Impl& d, std::span<const int64_t> indices) {
     for (int64_t index : indices) d.normalize_index(index, "get_batch");
 }
 
+template <typename RowOf>
 void gather(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields,
-            int threads) {
+            int threads, const RowOf& row_of) {
   const int64_t batch = static_cast<int64_t>(indices.size());
   if (batch == 0 || fields.empty()) return;
   check_indices(d, indices);  // before writing anything
@@ -375,7 +389,8 @@ void gather(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<
       const int64_t index = index_at[b];
       return data + (index < 0 ? index + count : index) * stride;
     };
-    split_rows(batch, record_bytes, threads, [&](int64_t lo, int64_t hi) { copy_rows(d, fields, lo, hi, record_at); });
+    split_rows(batch, record_bytes, threads,
+               [&](int64_t lo, int64_t hi) { copy_rows(d, fields, lo, hi, record_at, row_of); });
     return;
   }
 
@@ -402,13 +417,14 @@ void gather(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<
   int64_t pending_bytes = 0;
   for (const PendingRun& run : plan.pending) pending_bytes += run.decoded_bytes;
   if (pending_bytes > hold_limit && plan.pending.size() > 1) {
-    copy_in_bounded_groups(d, fields, plan, hold_limit, threads, decode);
+    copy_in_bounded_groups(d, fields, plan, hold_limit, threads, decode, row_of);
     return;
   }
   decode(0, plan.pending.size());
   const std::byte* const* addresses = plan.record_at.data();
   const auto record_at = [addresses](int64_t b) { return addresses[b]; };
-  split_rows(batch, record_bytes, threads, [&](int64_t lo, int64_t hi) { copy_rows(d, fields, lo, hi, record_at); });
+  split_rows(batch, record_bytes, threads,
+             [&](int64_t lo, int64_t hi) { copy_rows(d, fields, lo, hi, record_at, row_of); });
 }
 
 // The schema positions of a batch's fields, in per-thread scratch.
@@ -518,17 +534,18 @@ constexpr auto kSlowGather = std::chrono::microseconds(100);
 constexpr auto kSlowGatherForSample = std::chrono::microseconds(500);
 
 // gather(), with the batch hinted first when ReaderOptions::read_ahead says so.
+template <typename RowOf = SameRows>
 void gather_reading_ahead(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields,
-                          int threads) {
+                          int threads, const RowOf& row_of = {}) {
   MMT_CHECK(threads >= 1, ValueError, "get_batch: threads must be >= 1 (the calling thread counts as one), got ",
             threads);
   detail::ReadAheadPolicy& policy = *d.read_ahead;
   if (indices.size() < 2 || fields.empty() || policy.mode() == ReadAhead::Never ||
       detail::ReadAheadPolicy::DatasetHintsOff::active())
-    return gather(d, indices, fields, threads);
+    return gather(d, indices, fields, threads, row_of);
   if (policy.mode() == ReadAhead::Always) {
     hint_batch(d, indices, fields);
-    return gather(d, indices, fields, threads);
+    return gather(d, indices, fields, threads, row_of);
   }
   // Auto. Whether this dataset's last gather on this thread was slow, and how slow.
   std::chrono::nanoseconds slow_gather_took{0};
@@ -537,7 +554,7 @@ void gather_reading_ahead(const Dataset::Impl& d, std::span<const int64_t> indic
                      d.first_batch_unchecked.exchange(false, std::memory_order_relaxed);
   const auto timed_gather = [&] {
     const auto start = std::chrono::steady_clock::now();
-    gather(d, indices, fields, threads);
+    gather(d, indices, fields, threads, row_of);
     const auto took = std::chrono::steady_clock::now() - start;
     if (took >= kSlowGather) mark_slow_gather(d.instance_id, took);
   };
@@ -569,17 +586,41 @@ void gather_reading_ahead(const Dataset::Impl& d, std::span<const int64_t> indic
                            d.batch_looks_cold(indices, field_positions(fields));
   const int64_t read = hint_batch(d, indices, fields);
   const int64_t faults_before = read < 0 && !d.mincore_reports_page_cache ? major_faults(threads) : -1;
-  gather(d, indices, fields, threads);
+  gather(d, indices, fields, threads, row_of);
   if (read >= 0) policy.note_hint_found_cold(read > 0);
   else if (d.mincore_reports_page_cache) policy.note_hint_found_cold(looked_cold);
   else policy.note_hint_found_cold(faults_before >= 0 && major_faults(threads) > faults_before);
   if (!policy.hinting()) mark_slow_gather(d.instance_id, kSlowGatherForSample);  // hints just stopped: check the next batch
 }
 
+// The copies for fields `fields` into `outs` of `batch` rows, each checked, and checked to
+// share no memory with each other; in the calling thread's scratch.
+std::span<const FieldCopy> plan_copies(const Dataset::Impl& d, std::span<const std::string> fields,
+                                       std::span<const Tensor> outs, int64_t batch) {
+  MMT_CHECK(fields.size() == outs.size(), ValueError, "get_batch: ", fields.size(), " fields but ", outs.size(),
+            " output tensors; pass one output per field");
+  thread_local std::vector<FieldCopy> copies;
+  copies.clear();
+  for (size_t k = 0; k < fields.size(); ++k) copies.push_back(plan_field_copy(d, fields[k], outs[k], batch));
+  check_outputs_share_nothing(fields, outs, copies);
+  return copies;
+}
+
 }  // namespace
+
+void detail::gather_rows(const Dataset::Impl& part, std::span<const int64_t> indices, const int64_t* rows,
+                         int64_t batch, std::span<const std::string> fields, std::span<const Tensor> outs,
+                         int threads) {
+  gather_reading_ahead(part, indices, plan_copies(part, fields, outs, batch), threads, MappedRows{rows});
+}
 
 void Dataset::get_batch(std::span<const int64_t> indices, std::string_view field, const Tensor& out,
                         int threads) const {
+  if (concat_) {
+    const std::string name(field);
+    return concat_->get_batch(indices, std::span<const std::string>(&name, 1), std::span<const Tensor>(&out, 1),
+                              threads);
+  }
   const Impl& d = checked_impl(impl_);
   const FieldCopy copy = plan_field_copy(d, field, out, static_cast<int64_t>(indices.size()));
   gather_reading_ahead(d, indices, std::span<const FieldCopy>(&copy, 1), threads);
@@ -587,24 +628,22 @@ void Dataset::get_batch(std::span<const int64_t> indices, std::string_view field
 
 void Dataset::get_batch(std::span<const int64_t> indices, std::span<const std::string> fields,
                         std::span<const Tensor> outs, int threads) const {
+  if (concat_) return concat_->get_batch(indices, fields, outs, threads);
   const Impl& d = checked_impl(impl_);
-  MMT_CHECK(fields.size() == outs.size(), ValueError, "get_batch: ", fields.size(), " fields but ", outs.size(),
-            " output tensors; pass one output per field");
-  thread_local std::vector<FieldCopy> copies;
-  copies.clear();
-  for (size_t k = 0; k < fields.size(); ++k)
-    copies.push_back(plan_field_copy(d, fields[k], outs[k], static_cast<int64_t>(indices.size())));
-  check_outputs_share_nothing(fields, outs, copies);
-  gather_reading_ahead(d, indices, copies, threads);
+  gather_reading_ahead(d, indices, plan_copies(d, fields, outs, static_cast<int64_t>(indices.size())), threads);
 }
 
 Tensor Dataset::get_batch(std::span<const int64_t> indices, std::string_view field, int threads) const {
-  const Impl& d = checked_impl(impl_);
+  // A concatenation's parts share one schema, so the first part plans the output.
+  const Impl& d = concat_ ? checked_impl(concat_->parts[0].impl_) : checked_impl(impl_);
   const size_t f = d.schema->index_of(field);
   const FieldPlan& plan = d.plans[f];
   // A bad index is an IndexError before the batch is allocated (on an empty dataset, say,
   // whose schema may describe values of any size).
-  check_indices(d, indices);
+  if (concat_)
+    for (int64_t index : indices) concat_->normalize_index(index, "get_batch");
+  else
+    check_indices(d, indices);
   DimVector sizes{static_cast<int64_t>(indices.size())};
   for (int64_t s : plan.sizes) sizes.push_back(s);
   // Keep the field's storage order (a channels-last field gives a channels-last batch).

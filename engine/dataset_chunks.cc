@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "codec_engine.h"
+#include "dataset_concat.h"
 #include "dataset_impl.h"
 #include "import_util.h"
 #include "mmtensor/error.h"
@@ -218,7 +219,7 @@ std::optional<ChunkRef> Dataset::Impl::cached_chunk_ref(int64_t c) const {
     ref.payload_offset_bytes = static_cast<int64_t>(e.file_offset);
     return ref;
   }
-  std::optional<UntypedStorage> decoded = cache->find(c);
+  std::optional<UntypedStorage> decoded = cache->find(cache_key(c));
   if (!decoded) return std::nullopt;
   ref.storage = *std::move(decoded);
   last_chunk.owner = instance_id;
@@ -231,7 +232,7 @@ ChunkRef Dataset::Impl::chunk_ref(int64_t c) const {
   // A compressed chunk the cache does not hold (its entry was validated just now).
   const format::ChunkEntry e = validated_entry(c);
   ChunkRef ref = ref_without_storage(e, c);
-  ref.storage = cache->get_or_decode(c, [&] {
+  ref.storage = cache->get_or_decode(cache_key(c), [&] {
     // Chunks decoded in order: ask the kernel for the next one while this one decodes.
     // A hint only: a damaged next entry is reported when that chunk is read, not here.
     if (last_decoded_chunk.exchange(c, std::memory_order_relaxed) == c - 1 && c + 1 < chunk_count) {
@@ -290,6 +291,10 @@ void Dataset::Impl::verify_bool_values(const ChunkRef& ref) const {
 
 // ---- Dataset methods that work chunk by chunk ----
 void Dataset::verify() const {
+  if (concat_) {  // each part names its own path in what it finds
+    for (const Dataset& part : concat_->parts) part.verify();
+    return;
+  }
   const Impl& d = checked_impl(impl_);
   d.file.advise(AccessAdvice::Sequential);
   // The reader's own hint comes back however verify() ends, a corrupt chunk included.
@@ -352,6 +357,7 @@ void Dataset::verify() const {
 }
 
 void Dataset::prefetch(std::span<const int64_t> indices) const {
+  if (concat_) return concat_->prefetch(indices, {}, /*every_field=*/true);
   const Impl& d = checked_impl(impl_);
   std::vector<size_t> every_field(d.schema->size());
   for (size_t f = 0; f < every_field.size(); ++f) every_field[f] = f;
@@ -359,6 +365,7 @@ void Dataset::prefetch(std::span<const int64_t> indices) const {
 }
 
 void Dataset::prefetch(std::span<const int64_t> indices, std::span<const std::string> fields) const {
+  if (concat_) return concat_->prefetch(indices, fields, /*every_field=*/false);
   const Impl& d = checked_impl(impl_);
   std::vector<size_t> chosen;
   for (const std::string& name : fields) chosen.push_back(d.schema->index_of(name));  // ValueError lists the fields
@@ -400,7 +407,7 @@ bool Dataset::Impl::batch_looks_cold(std::span<const int64_t> indices, std::span
         int64_t c = 0;
         const format::ChunkEntry e = entry_holding(i, &c);
         if (static_cast<Codec>(e.codec) != Codec::None) {  // read whole: its first and last pages
-          if (cache->holds(c)) continue;
+          if (cache->holds(cache_key(c))) continue;
           if (missing(static_cast<int64_t>(e.file_offset), static_cast<int64_t>(e.file_offset + e.stored_bytes)))
             return true;
           continue;
@@ -488,7 +495,7 @@ void Dataset::Impl::prefetch(std::span<const int64_t> indices, std::span<const s
     if (static_cast<Codec>(e.codec) != Codec::None) {
       // Read whole to be decoded, and not at all when its decoded bytes are cached (or being
       // decoded).
-      if (!cache->holds(c) && whole_chunks_hinted.insert(c).second)
+      if (!cache->holds(cache_key(c)) && whole_chunks_hinted.insert(c).second)
         hint(chunk_offset, chunk_offset + static_cast<int64_t>(e.stored_bytes));
       continue;
     }

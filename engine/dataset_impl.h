@@ -127,7 +127,11 @@ struct Dataset::Impl {
   // Slots that reached state 2. Once it equals chunk_count, hot paths skip the per-record
   // check (and the division that finds the record's chunk).
   mutable std::atomic<int64_t> validated_count{0};
-  mutable std::unique_ptr<detail::ChunkCache> cache;
+  // The decoded-chunk cache, this file's own, or shared by the parts of a concatenation
+  // (Dataset::open_concat), where this file's chunk c is key cache_key_base + c.
+  std::shared_ptr<detail::ChunkCache> cache;
+  int64_t cache_key_base = 0;
+  int64_t cache_key(int64_t chunk) const { return cache_key_base + chunk; }
   mutable std::unique_ptr<detail::ReadAheadPolicy> read_ahead;  // get_batch's (ReaderOptions::read_ahead)
   // Auto, hints off: get_batch checks whether a batch is cold on its first call (any thread),
   // and after this dataset's slow gather on the same thread (ReaderOptions::read_ahead): with
@@ -154,7 +158,15 @@ struct Dataset::Impl {
     return fn();
   }
 
-  static std::shared_ptr<const Impl> open(const std::string& path, const ReaderOptions& options);
+  // Opens `path`. A concatenation passes the cache its parts share (and this part's first
+  // key, and the decoded-memory count they share); otherwise the file gets its own.
+  struct SharedCache {
+    std::shared_ptr<detail::ChunkCache> cache;
+    int64_t key_base = 0;
+    std::shared_ptr<DecodedMemory> decoded_memory;
+  };
+  static std::shared_ptr<const Impl> open(const std::string& path, const ReaderOptions& options,
+                                          const SharedCache* shared_cache = nullptr);
 
   // Python-style index -> [0, record_count); IndexError naming `what` otherwise.
   int64_t normalize_index(int64_t index, const char* what) const;

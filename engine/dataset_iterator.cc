@@ -18,11 +18,11 @@ Sample sample_at(const Dataset* dataset, int64_t position) {
 }  // namespace
 
 Dataset::iterator Dataset::begin() const {
-  checked_impl(impl_);  // an empty handle throws here, as end() does
+  (void)size();  // an empty handle throws here, as end() does
   return iterator(this, 0);
 }
 
-Dataset::iterator Dataset::end() const { return iterator(this, checked_impl(impl_).record_count); }
+Dataset::iterator Dataset::end() const { return iterator(this, size()); }
 
 Sample Dataset::iterator::operator*() const { return sample_at(dataset_, index_); }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "checksum.h"
+#include "dataset_concat.h"
 #include "dataset_impl.h"
 #include "page_cache.h"
 #include "mmtensor/error.h"
@@ -24,7 +25,8 @@ std::string in_file(const std::string& path, const std::string& message) {
 
 }  // namespace
 
-std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path, const ReaderOptions& options) {
+std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path, const ReaderOptions& options,
+                                                          const SharedCache* shared_cache) {
   MMT_CHECK(options.cache_bytes >= 0, ValueError, "ReaderOptions::cache_bytes must be >= 0, got ",
             options.cache_bytes);
   MMT_CHECK(options.read_ahead == ReadAhead::Auto || options.read_ahead == ReadAhead::Always ||
@@ -168,7 +170,13 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
               impl->chunk_count - 1, ") ends at record ", last.first_record + last.record_count,
               " but the footer counts ", footer.record_count, " records");
   }
-  impl->cache = std::make_unique<detail::ChunkCache>(options.cache_bytes);
+  if (shared_cache != nullptr) {
+    impl->cache = shared_cache->cache;
+    impl->cache_key_base = shared_cache->key_base;
+    impl->decoded_memory = shared_cache->decoded_memory;
+  } else {
+    impl->cache = std::make_shared<detail::ChunkCache>(options.cache_bytes);
+  }
   impl->read_ahead = std::make_unique<detail::ReadAheadPolicy>(options.read_ahead, /*auto_hints_from_start=*/false);
   // Asked of the path: a file renamed onto it since the stat above (a writer replacing the
   // dataset) may not be the one mapped, and then mincore is not relied on.
@@ -187,14 +195,22 @@ Dataset Dataset::open(const std::string& path, ReaderOptions options) {
   return Dataset(Impl::open(path, options));
 }
 
-int64_t Dataset::size() const { return checked_impl(impl_).record_count; }
-const Schema& Dataset::schema() const { return *checked_impl(impl_).schema; }
-const Metadata& Dataset::metadata() const { return checked_impl(impl_).metadata; }
-const std::string& Dataset::path() const { return checked_impl(impl_).path; }
-const ReaderOptions& Dataset::options() const { return checked_impl(impl_).options; }
-int64_t Dataset::num_chunks() const { return checked_impl(impl_).chunk_count; }
+int64_t Dataset::size() const { return concat_ ? concat_->size() : checked_impl(impl_).record_count; }
+const Schema& Dataset::schema() const { return concat_ ? *concat_->schema : *checked_impl(impl_).schema; }
+const Metadata& Dataset::metadata() const { return concat_ ? concat_->metadata : checked_impl(impl_).metadata; }
+const std::string& Dataset::path() const { return concat_ ? concat_->path : checked_impl(impl_).path; }
+const ReaderOptions& Dataset::options() const { return concat_ ? concat_->options : checked_impl(impl_).options; }
+int64_t Dataset::num_chunks() const { return concat_ ? concat_->num_chunks() : checked_impl(impl_).chunk_count; }
 
 uint64_t Dataset::fingerprint() const {
+  if (concat_) {
+    uint64_t hash = concat_->fingerprint.load(std::memory_order_relaxed);
+    if (hash == 0) {
+      hash = concat_->compute_fingerprint();
+      concat_->fingerprint.store(hash, std::memory_order_relaxed);
+    }
+    return hash;
+  }
   const Impl& d = checked_impl(impl_);
   uint64_t hash = d.fingerprint.load(std::memory_order_relaxed);
   if (hash != 0) return hash;
@@ -208,6 +224,7 @@ uint64_t Dataset::fingerprint() const {
 }
 
 DatasetInfo Dataset::info() const {
+  if (concat_) return concat_->info();
   const Impl& d = checked_impl(impl_);
   DatasetInfo info;
   info.format_version = d.preamble.format_version;
@@ -230,6 +247,7 @@ DatasetInfo Dataset::info() const {
 }
 
 ChunkInfo Dataset::chunk(int64_t chunk_index) const {
+  if (concat_) return concat_->chunk(chunk_index);
   const Impl& d = checked_impl(impl_);
   MMT_CHECK(chunk_index >= 0 && chunk_index < d.chunk_count, IndexError, "chunk index ", chunk_index,
             " is out of range for a dataset of ", d.chunk_count, " chunks");
@@ -249,6 +267,10 @@ ChunkInfo Dataset::chunk(int64_t chunk_index) const {
 }
 
 int64_t Dataset::chunk_of(int64_t record_index) const {
+  if (concat_) {
+    const Location at = locate(record_index);
+    return concat_->first_chunk[at.part] + concat_->parts[at.part].chunk_of(at.index);
+  }
   const Impl& d = checked_impl(impl_);
   // The binary search trusts the table's order: say which chunk holds the record only once
   // its entry says so (a disordered table is a FormatError, as on every read).
@@ -258,6 +280,7 @@ int64_t Dataset::chunk_of(int64_t record_index) const {
 }
 
 CacheStats Dataset::cache_stats() const {
+  if (concat_) return concat_->cache_stats();
   const Impl& d = checked_impl(impl_);
   CacheStats stats = d.cache->stats();
   stats.decoded_bytes_live = d.decoded_memory->live.load(std::memory_order_relaxed);
@@ -266,10 +289,17 @@ CacheStats Dataset::cache_stats() const {
 }
 
 ReadAheadStats Dataset::read_ahead_stats() const {
+  if (concat_) return concat_->read_ahead_stats();
   const Impl& d = checked_impl(impl_);
   return {.batches_read_ahead = d.read_ahead->batches_hinted(), .reading_ahead = d.read_ahead->hinting()};
 }
 
-void Dataset::advise(AccessAdvice advice) const { checked_impl(impl_).file.advise(advice); }
+void Dataset::advise(AccessAdvice advice) const {
+  if (concat_) {
+    for (const Dataset& part : concat_->parts) part.advise(advice);
+    return;
+  }
+  checked_impl(impl_).file.advise(advice);
+}
 
 }  // namespace mmt

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "dataset_concat.h"
 #include "dataset_impl.h"
 #include "mmtensor/error.h"
 #include "strided_copy.h"
@@ -39,6 +40,7 @@ void copy_ragged_value(const Dataset::Impl& d, const ChunkRef& ref, const format
 }  // namespace
 
 RaggedBatch Dataset::get_ragged_batch(std::span<const int64_t> indices, std::string_view field) const {
+  if (concat_) return concat_->get_ragged_batch(indices, field);
   const Impl& d = checked_impl(impl_);
   const size_t f = d.schema->index_of(field);
   const Field& spec = (*d.schema)[f];
@@ -78,6 +80,7 @@ RaggedBatch Dataset::get_ragged_batch(std::span<const int64_t> indices, std::str
 }
 
 RaggedBatch Dataset::ragged_column(std::string_view field, int64_t start, int64_t stop) const {
+  if (concat_) return concat_->ragged_column(field, start, stop);
   const Impl& d = checked_impl(impl_);
   const size_t f = d.schema->index_of(field);
   const Field& spec = (*d.schema)[f];

@@ -154,6 +154,7 @@ class Sample {
   size_t count_ = 0;
   Tensor inline_[kInlineFields];
   std::unique_ptr<Tensor[]> overflow_;
+  friend class Dataset;  // a concatenation renumbers its parts' samples
 };
 
 // Values of a ragged field for several samples, packed: what Dataset::ragged_column returns
@@ -173,8 +174,44 @@ class Dataset {
   // permission), FormatError (not an mmtensor file, unknown version, truncated, corrupt).
   static Dataset open(const std::string& path, ReaderOptions options = {});
 
+  // Several dataset files read as one, in the order given, as torch.utils.data.ConcatDataset
+  // reads its datasets: record i of the concatenation is record i - (records of the parts
+  // before it) of its part. Shards packed in parallel, by several processes or machines, are
+  // read (and loaded, sampled, resumed) as one dataset without being merged into one file.
+  //   - Every part must have the same fields (names, dtypes, shapes and storage orders), else
+  //     ValueError naming the first part that differs and how. The metadata is the union of
+  //     the parts'; a key whose value differs between two parts (class names of folder shards
+  //     packed from different class lists, say) is a ValueError naming the key and both parts.
+  //   - open_concat() opens every path with `options` and gives the parts one chunk cache, of
+  //     options.cache_bytes in all. concat() takes handles already open (their caches stay
+  //     theirs); parts that are concatenations themselves are flattened. One part gives that
+  //     part back. An empty list is a ValueError. Opening stays O(1) per part.
+  //   - Each part stays a file of its own: get() of a record in an uncompressed part is a view
+  //     into that part's mapping, get_batch() gathers a batch spread over parts in one pass
+  //     (each output row written once), and column() or ragged_column() of a range inside one
+  //     part is whatever that part gives (a view, when it can). A range spanning parts is
+  //     copied. Chunks are numbered across the parts in order (chunk(c).first_record counts
+  //     across parts too; its file_offset is in its part's file). Errors about a part's bytes
+  //     name that part's path.
+  //   - path() is the parts' paths joined by ", "; parts() gives them as handles. info() adds
+  //     up the parts (file_bytes, chunks, records, stored and decoded bytes); its alignment,
+  //     codec and format_version are the first part's. options() are those given to
+  //     open_concat() (concat(): the first part's). fingerprint() hashes the parts' sizes and
+  //     fingerprints, in order: a loader state resumes only on the same parts in the same
+  //     order. cache_stats() is the shared cache's, or the parts' summed (concat()).
+  static Dataset open_concat(const std::vector<std::string>& paths, ReaderOptions options = {});
+  static Dataset concat(const std::vector<Dataset>& parts);
+
   Dataset();  // an empty handle; every accessor throws ValueError until assigned from open()
-  bool is_open() const { return impl_ != nullptr; }
+  bool is_open() const { return impl_ != nullptr || concat_ != nullptr; }
+  // The files this dataset reads, as handles in order: {*this} for one file.
+  std::vector<Dataset> parts() const;
+  // Which part holds record `index` (negative counts from the end), and its index there.
+  struct Location {
+    size_t part = 0;
+    int64_t index = 0;
+  };
+  Location locate(int64_t index) const;
 
   int64_t size() const;
   const Schema& schema() const;
@@ -276,10 +313,13 @@ class Dataset {
   ReadAheadStats read_ahead_stats() const;
 
   struct Impl;
+  struct Concat;
 
  private:
   explicit Dataset(std::shared_ptr<const Impl> impl);
-  std::shared_ptr<const Impl> impl_;
+  explicit Dataset(std::shared_ptr<const Concat> concat);
+  std::shared_ptr<const Impl> impl_;      // one file
+  std::shared_ptr<const Concat> concat_;  // or several (then impl_ is null)
 };
 
 // A position among a Dataset's samples: a pointer to the Dataset and an index, nothing more.

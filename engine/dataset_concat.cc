@@ -1,0 +1,471 @@
+// Dataset::open_concat and Dataset::concat: several dataset files read as one. Records,
+// chunks and batches go to the part that holds them; a batch spread over several parts is
+// gathered part by part straight into the caller's rows (each row written once, no staging
+// copy), and a range spanning parts is copied piece by piece.
+#include "dataset_concat.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <unordered_set>
+
+#include "checksum.h"
+#include "chunk_cache.h"
+#include "dataset_impl.h"
+#include "format.h"
+#include "mmtensor/error.h"
+#include "thread_pool.h"
+
+namespace mmt {
+namespace {
+
+std::string describe(const Field& f) {
+  std::string text = detail::str("'", f.name, "' ", to_string(f.dtype), " ", f.shape);
+  if (!f.stored_in_logical_order()) text += detail::str(" stored in order ", f.storage_order);
+  return text;
+}
+
+std::string field_names(const Schema& schema) {
+  std::string names;
+  for (const Field& f : schema) names += (names.empty() ? "'" : ", '") + f.name + "'";
+  return names;
+}
+
+// How `other`'s fields differ from `first`'s, for the error.
+std::string schema_difference(const Schema& first, const Schema& other) {
+  if (first.size() != other.size())
+    return detail::str("it has ", other.size(), " fields (", field_names(other), "), the first part ", first.size(),
+                       " (", field_names(first), ")");
+  for (size_t j = 0; j < first.size(); ++j)
+    if (!(first[j] == other[j]))
+      return detail::str("its field ", j, " is ", describe(other[j]), ", the first part's ", describe(first[j]));
+  return "they differ";
+}
+
+// A metadata value in a message: quoted, and cut short when long (a list of classes, say).
+std::string quoted(const std::string& value) {
+  constexpr size_t kShown = 80;
+  if (value.size() <= kShown) return "\"" + value + "\"";
+  return detail::str("\"", value.substr(0, kShown), "...\" (", value.size(), " bytes)");
+}
+
+std::string part_name(const Dataset::Concat& c, size_t p) { return detail::str("part ", p, " (", c.parts[p].path(), ")"); }
+
+// A batch's records grouped by part: part p's are local[begin[p], begin[p + 1]), in batch
+// order, and rows[k] is where local[k] stood in the batch. In the calling thread's scratch.
+struct BatchByPart {
+  std::vector<size_t> part_at;  // by batch position
+  std::vector<int64_t> begin;   // parts + 1
+  std::vector<int64_t> local;
+  std::vector<int64_t> rows;
+  size_t parts_used = 0;
+  int64_t largest = 0;  // records of the part with the most
+
+  void group(const Dataset::Concat& c, std::span<const int64_t> indices, const char* what) {
+    const size_t parts = c.parts.size();
+    const size_t n = indices.size();
+    part_at.resize(n);
+    begin.assign(parts + 1, 0);
+    for (size_t b = 0; b < n; ++b) {  // every index checked before anything is read
+      const size_t p = c.part_of_record(c.normalize_index(indices[b], what));
+      part_at[b] = p;
+      ++begin[p + 1];
+    }
+    parts_used = 0;
+    largest = 0;
+    for (size_t p = 0; p < parts; ++p) {
+      parts_used += begin[p + 1] > 0;
+      largest = std::max(largest, begin[p + 1]);
+      begin[p + 1] += begin[p];
+    }
+    local.resize(n);
+    rows.resize(n);
+    std::vector<int64_t>& next = fill_cursor;
+    next.assign(begin.begin(), begin.end() - 1);
+    for (size_t b = 0; b < n; ++b) {
+      const size_t p = part_at[b];
+      const int64_t i = indices[b] < 0 ? indices[b] + c.size() : indices[b];
+      local[static_cast<size_t>(next[p])] = i - c.first_record[p];
+      rows[static_cast<size_t>(next[p]++)] = static_cast<int64_t>(b);
+    }
+  }
+  std::span<const int64_t> local_of(size_t p) const {
+    return std::span<const int64_t>(local).subspan(static_cast<size_t>(begin[p]),
+                                                   static_cast<size_t>(begin[p + 1] - begin[p]));
+  }
+
+ private:
+  std::vector<int64_t> fill_cursor;
+};
+
+// Copies `pieces` (1-d tensors) one after another into a new 1-d tensor of `dtype`.
+Tensor concatenate_values(const std::vector<Tensor>& pieces, ScalarType dtype) {
+  int64_t total = 0;
+  for (const Tensor& piece : pieces) total += piece.numel();
+  Tensor out = empty({total}, dtype);
+  int64_t at = 0;
+  for (const Tensor& piece : pieces) {
+    if (piece.numel() > 0) out.narrow(0, at, piece.numel()).copy_(piece);
+    at += piece.numel();
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- building ----
+
+std::shared_ptr<const Dataset::Concat> Dataset::Concat::make(std::vector<Dataset> given, const ReaderOptions& options,
+                                                             bool shares_cache) {
+  auto c = std::make_shared<Concat>();
+  for (size_t k = 0; k < given.size(); ++k) {
+    MMT_CHECK(given[k].is_open(), ValueError, "Dataset::concat: part ", k,
+              " is an empty Dataset handle; open it with Dataset::open() first");
+    if (given[k].concat_)
+      c->parts.insert(c->parts.end(), given[k].concat_->parts.begin(), given[k].concat_->parts.end());
+    else
+      c->parts.push_back(std::move(given[k]));
+  }
+  MMT_CHECK(!c->parts.empty(), ValueError, "Dataset::concat: no datasets given");
+  c->schema = c->parts[0].impl_->schema;
+  c->options = options;
+  c->shares_cache = shares_cache;
+  c->first_record.push_back(0);
+  c->first_chunk.push_back(0);
+  std::map<std::string, size_t, std::less<>> key_from;  // which part a metadata key came from first
+  for (size_t p = 0; p < c->parts.size(); ++p) {
+    const Impl& part = *c->parts[p].impl_;
+    MMT_CHECK(*part.schema == *c->schema, ValueError, "Dataset::concat: ", part_name(*c, p),
+              " has other fields than part 0 (", c->parts[0].path(), "): ", schema_difference(*c->schema, *part.schema),
+              "; the parts of one dataset must have the same fields");
+    for (const auto& [key, value] : part.metadata) {
+      const auto [it, inserted] = c->metadata.emplace(key, value);
+      if (inserted) {
+        key_from.emplace(key, p);
+        continue;
+      }
+      MMT_CHECK(it->second == value, ValueError, "Dataset::concat: metadata '", key, "' is ", quoted(it->second),
+                " in ", part_name(*c, key_from.at(key)), " but ", quoted(value), " in ", part_name(*c, p),
+                "; the parts of one dataset must agree on their metadata (shards of class folders must be packed "
+                "with the same classes, or their labels mean different things)");
+    }
+    int64_t records = 0, chunks = 0;
+    MMT_CHECK(format::checked_add(c->first_record.back(), part.record_count, &records) &&
+                  format::checked_add(c->first_chunk.back(), part.chunk_count, &chunks),
+              ValueError, "Dataset::concat: the parts' records or chunks overflow int64 at ", part_name(*c, p));
+    c->first_record.push_back(records);
+    c->first_chunk.push_back(chunks);
+    if (p > 0) c->path += ", ";
+    c->path += part.path;
+  }
+  return c;
+}
+
+Dataset::Dataset(std::shared_ptr<const Concat> concat) : concat_(std::move(concat)) {}
+
+Dataset Dataset::concat(const std::vector<Dataset>& parts) {
+  std::shared_ptr<const Concat> c =
+      Concat::make(parts, parts.empty() || !parts[0].is_open() ? ReaderOptions{} : parts[0].options(),
+                   /*shares_cache=*/false);
+  if (c->parts.size() == 1) return c->parts[0];
+  return Dataset(std::move(c));
+}
+
+Dataset Dataset::open_concat(const std::vector<std::string>& paths, ReaderOptions options) {
+  MMT_CHECK(!paths.empty(), ValueError, "Dataset::open_concat: no paths given");
+  if (paths.size() == 1) return open(paths[0], options);
+  // The first part's cache (and its count of decoded memory) serves every part: one budget
+  // for the whole dataset, whatever the number of shards.
+  std::vector<Dataset> parts;
+  parts.reserve(paths.size());
+  Impl::SharedCache shared;
+  for (const std::string& path : paths) {
+    std::shared_ptr<const Impl> part = Impl::open(path, options, parts.empty() ? nullptr : &shared);
+    if (parts.empty()) {
+      shared.cache = part->cache;
+      shared.decoded_memory = part->decoded_memory;
+    }
+    MMT_CHECK(format::checked_add(shared.key_base, part->chunk_count, &shared.key_base), ValueError,
+              "Dataset::open_concat: the parts' chunks overflow int64 at ", path);
+    parts.push_back(Dataset(std::move(part)));
+  }
+  return Dataset(Concat::make(std::move(parts), options, /*shares_cache=*/true));
+}
+
+std::vector<Dataset> Dataset::parts() const {
+  if (concat_) return concat_->parts;
+  checked_impl(impl_);
+  return {*this};
+}
+
+Dataset::Location Dataset::locate(int64_t index) const {
+  if (!concat_) return {0, checked_impl(impl_).normalize_index(index, "locate")};
+  const int64_t i = concat_->normalize_index(index, "locate");
+  const size_t p = concat_->part_of_record(i);
+  return {p, i - concat_->first_record[p]};
+}
+
+// ---- lookups ----
+
+int64_t Dataset::Concat::normalize_index(int64_t index, const char* what) const {
+  const int64_t records = size();
+  const int64_t i = index < 0 ? index + records : index;
+  if (i < 0 || i >= records) [[unlikely]]
+    throw IndexError(detail::str(what, ": record index ", index, " is out of range for a dataset of ", records,
+                                 " records in ", parts.size(), " parts",
+                                 records > 0 ? detail::str(" (valid: ", -records, "..", records - 1, ")")
+                                             : std::string()));
+  return i;
+}
+
+size_t Dataset::Concat::part_of_record(int64_t record) const {
+  // The last part whose first record is <= record; empty parts before it are skipped.
+  return static_cast<size_t>(std::upper_bound(first_record.begin() + 1, first_record.end(), record) -
+                             (first_record.begin() + 1));
+}
+
+size_t Dataset::Concat::part_of_chunk(int64_t chunk) const {
+  return static_cast<size_t>(std::upper_bound(first_chunk.begin() + 1, first_chunk.end(), chunk) -
+                             (first_chunk.begin() + 1));
+}
+
+DatasetInfo Dataset::Concat::info() const {
+  DatasetInfo total;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const DatasetInfo part = parts[p].info();
+    if (p == 0) {
+      total.format_version = part.format_version;
+      total.alignment = part.alignment;
+      total.codec = part.codec;
+    }
+    MMT_CHECK(format::checked_add(total.file_bytes, part.file_bytes, &total.file_bytes) &&
+                  format::checked_add(total.stored_bytes, part.stored_bytes, &total.stored_bytes) &&
+                  format::checked_add(total.decoded_bytes, part.decoded_bytes, &total.decoded_bytes),
+              FormatError, "the sizes of the parts overflow int64 at ", part_name(*this, p));
+  }
+  total.records = size();
+  total.chunks = num_chunks();
+  return total;
+}
+
+uint64_t Dataset::Concat::compute_fingerprint() const {
+  // Each part's record count and fingerprint, in order: the same files in another order (or
+  // another file in one place) make another dataset.
+  std::vector<uint64_t> words;
+  words.reserve(2 * parts.size());
+  for (const Dataset& part : parts) {
+    words.push_back(static_cast<uint64_t>(part.size()));
+    words.push_back(part.fingerprint());
+  }
+  const uint64_t hash = detail::checksum64(words.data(), words.size() * sizeof(uint64_t), /*seed=*/parts.size());
+  return hash == 0 ? 1 : hash;
+}
+
+ChunkInfo Dataset::Concat::chunk(int64_t chunk_index) const {
+  MMT_CHECK(chunk_index >= 0 && chunk_index < num_chunks(), IndexError, "chunk index ", chunk_index,
+            " is out of range for a dataset of ", num_chunks(), " chunks in ", parts.size(), " parts");
+  const size_t p = part_of_chunk(chunk_index);
+  ChunkInfo info = parts[p].chunk(chunk_index - first_chunk[p]);
+  info.index = chunk_index;
+  info.first_record += first_record[p];
+  return info;
+}
+
+Sample Dataset::Concat::get(int64_t index) const {
+  const int64_t i = normalize_index(index, "get");
+  const size_t p = part_of_record(i);
+  Sample sample = parts[p].get(i - first_record[p]);
+  sample.index_ = i;
+  return sample;
+}
+
+// ---- ranges ----
+
+Tensor Dataset::Concat::column(std::string_view field, int64_t start, int64_t stop) const {
+  MMT_CHECK(start >= 0 && start <= stop && stop <= size(), IndexError, "column('", field, "', ", start, ", ", stop,
+            "): the range must satisfy 0 <= start <= stop <= ", size());
+  if (start == stop) return parts[0].column(field, 0, 0);
+  const size_t first = part_of_record(start), last = part_of_record(stop - 1);
+  if (first == last) return parts[first].column(field, start - first_record[first], stop - first_record[first]);
+  // Across parts: a copy, in the field's storage order, filled part by part.
+  Tensor out;
+  for (size_t p = first; p <= last; ++p) {
+    const int64_t lo = std::max(start, first_record[p]), hi = std::min(stop, first_record[p + 1]);
+    if (lo == hi) continue;  // an empty part
+    const Tensor piece = parts[p].column(field, lo - first_record[p], hi - first_record[p]);
+    if (!out.defined()) {
+      DimVector sizes{stop - start}, strides{1};
+      for (size_t d = 1; d < piece.sizes().size(); ++d) sizes.push_back(piece.size(static_cast<int64_t>(d)));
+      int64_t value_numel = 1;
+      for (size_t d = 1; d < sizes.size(); ++d) value_numel *= sizes[d];
+      strides[0] = value_numel;
+      for (size_t d = 1; d < piece.strides().size(); ++d) strides.push_back(piece.stride(static_cast<int64_t>(d)));
+      out = empty_strided(sizes, strides, piece.dtype());
+    }
+    out.narrow(0, lo - start, hi - lo).copy_(piece);
+  }
+  return out;
+}
+
+RaggedBatch Dataset::Concat::ragged_column(std::string_view field, int64_t start, int64_t stop) const {
+  MMT_CHECK(start >= 0 && start <= stop && stop <= size(), IndexError, "ragged_column('", field, "', ", start, ", ",
+            stop, "): the range must satisfy 0 <= start <= stop <= ", size());
+  if (start == stop) return parts[0].ragged_column(field, 0, 0);
+  const size_t first = part_of_record(start), last = part_of_record(stop - 1);
+  if (first == last)
+    return parts[first].ragged_column(field, start - first_record[first], stop - first_record[first]);
+  std::vector<RaggedBatch> pieces;
+  for (size_t p = first; p <= last; ++p) {
+    const int64_t lo = std::max(start, first_record[p]), hi = std::min(stop, first_record[p + 1]);
+    if (lo < hi) pieces.push_back(parts[p].ragged_column(field, lo - first_record[p], hi - first_record[p]));
+  }
+  const int64_t n = stop - start;
+  const int64_t ndim = pieces[0].shapes.size(1);
+  RaggedBatch out;
+  out.offsets = empty({n + 1}, kInt64);
+  out.shapes = empty({n, ndim}, kInt64);
+  int64_t* offsets = out.offsets.mutable_data_ptr<int64_t>();
+  offsets[0] = 0;
+  int64_t row = 0;
+  std::vector<Tensor> values;
+  for (const RaggedBatch& piece : pieces) {
+    const int64_t rows = piece.shapes.size(0);
+    const int64_t* piece_offsets = piece.offsets.data_ptr<int64_t>();
+    for (int64_t r = 0; r < rows; ++r) offsets[row + r + 1] = offsets[row] + piece_offsets[r + 1];
+    if (rows * ndim > 0) out.shapes.narrow(0, row, rows).copy_(piece.shapes);
+    values.push_back(piece.values);
+    row += rows;
+  }
+  out.values = concatenate_values(values, pieces[0].values.dtype());
+  return out;
+}
+
+RaggedBatch Dataset::Concat::get_ragged_batch(std::span<const int64_t> indices, std::string_view field) const {
+  thread_local BatchByPart scratch;
+  BatchByPart& by_part = scratch;
+  by_part.group(*this, indices, "get_ragged_batch");
+  const size_t only = by_part.parts_used == 1 ? by_part.part_at[0] : parts.size();
+  if (indices.empty() || only < parts.size())
+    return parts[indices.empty() ? 0 : only].get_ragged_batch(by_part.local_of(indices.empty() ? 0 : only), field);
+  // Each part's records in one call, then interleaved back into the batch's order.
+  std::vector<RaggedBatch> pieces(parts.size());
+  for (size_t p = 0; p < parts.size(); ++p)
+    if (by_part.begin[p + 1] > by_part.begin[p]) pieces[p] = parts[p].get_ragged_batch(by_part.local_of(p), field);
+  const int64_t batch = static_cast<int64_t>(indices.size());
+  const RaggedBatch& some = pieces[by_part.part_at[0]];
+  const int64_t ndim = some.shapes.size(1);
+  const int64_t element_bytes = some.values.element_size();
+  RaggedBatch out;
+  out.offsets = empty({batch + 1}, kInt64);
+  out.shapes = empty({batch, ndim}, kInt64);
+  int64_t* offsets = out.offsets.mutable_data_ptr<int64_t>();
+  int64_t* shapes = out.shapes.mutable_data_ptr<int64_t>();
+  std::vector<int64_t> next_row(parts.size(), 0);  // each part's rows are in batch order
+  offsets[0] = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const size_t p = by_part.part_at[static_cast<size_t>(b)];
+    const int64_t r = next_row[p]++;
+    const int64_t* piece_offsets = pieces[p].offsets.data_ptr<int64_t>();
+    offsets[b + 1] = offsets[b] + piece_offsets[r + 1] - piece_offsets[r];
+    std::memcpy(shapes + b * ndim, pieces[p].shapes.data_ptr<int64_t>() + r * ndim, static_cast<size_t>(ndim) * 8);
+  }
+  out.values = empty({offsets[batch]}, some.values.dtype());
+  auto* values = static_cast<std::byte*>(out.values.mutable_data_ptr());
+  std::fill(next_row.begin(), next_row.end(), 0);
+  for (int64_t b = 0; b < batch; ++b) {
+    const size_t p = by_part.part_at[static_cast<size_t>(b)];
+    const int64_t r = next_row[p]++;
+    const int64_t* piece_offsets = pieces[p].offsets.data_ptr<int64_t>();
+    const auto* piece_values = static_cast<const std::byte*>(pieces[p].values.data_ptr());
+    std::memcpy(values + offsets[b] * element_bytes, piece_values + piece_offsets[r] * element_bytes,
+                static_cast<size_t>((offsets[b + 1] - offsets[b]) * element_bytes));
+  }
+  return out;
+}
+
+// ---- batches ----
+
+void Dataset::Concat::get_batch(std::span<const int64_t> indices, std::span<const std::string> fields,
+                                std::span<const Tensor> outs, int threads) const {
+  MMT_CHECK(threads >= 1, ValueError, "get_batch: threads must be >= 1 (the calling thread counts as one), got ",
+            threads);
+  thread_local BatchByPart scratch;
+  BatchByPart& by_part = scratch;  // the pool's threads below reach it through this reference
+  by_part.group(*this, indices, "get_batch");
+  if (by_part.parts_used <= 1) {  // a batch inside one part (or none): that part's own gather
+    const size_t p = indices.empty() ? 0 : by_part.part_at[0];
+    return parts[p].get_batch(by_part.local_of(p), fields, outs, threads);
+  }
+  const int64_t batch = static_cast<int64_t>(indices.size());
+  const auto gather_part = [&](size_t p, int part_threads) {
+    if (by_part.begin[p + 1] == by_part.begin[p]) return;
+    detail::gather_rows(*parts[p].impl_, by_part.local_of(p), by_part.rows.data() + by_part.begin[p], batch, fields,
+                        outs, part_threads);
+  };
+  // Parts side by side, one thread each, when no part holds most of the batch (a shuffled
+  // batch over shards); else one after another, each split across the threads as a single
+  // file's batch is. Small records from many shards would otherwise leave each part's share
+  // too small to split.
+  if (threads > 1 && 4 * by_part.largest <= 3 * batch) {
+    detail::ThreadPool::shared().parallel_for(static_cast<int64_t>(parts.size()), threads,
+                                              [&](int64_t p) { gather_part(static_cast<size_t>(p), 1); });
+    return;
+  }
+  for (size_t p = 0; p < parts.size(); ++p) gather_part(p, threads);
+}
+
+void Dataset::Concat::prefetch(std::span<const int64_t> indices, std::span<const std::string> fields,
+                               bool every_field) const {
+  thread_local BatchByPart scratch;
+  BatchByPart& by_part = scratch;
+  by_part.group(*this, indices, "prefetch");
+  for (size_t p = 0; p < parts.size(); ++p) {
+    if (by_part.begin[p + 1] == by_part.begin[p]) {
+      if (!every_field && p == 0) parts[0].prefetch({}, fields);  // unknown field names: ValueError all the same
+      continue;
+    }
+    if (every_field)
+      parts[p].prefetch(by_part.local_of(p));
+    else
+      parts[p].prefetch(by_part.local_of(p), fields);
+  }
+}
+
+// ---- statistics ----
+
+CacheStats Dataset::Concat::cache_stats() const {
+  // Parts opened together share one cache; parts concatenated from handles have their own
+  // (a handle given twice, one). Each cache and each count of decoded memory once.
+  CacheStats total;
+  std::unordered_set<const void*> caches, memories;
+  for (const Dataset& part : parts) {
+    const Impl& d = *part.impl_;
+    if (caches.insert(d.cache.get()).second) {
+      const CacheStats s = d.cache->stats();
+      total.hits += s.hits;
+      total.misses += s.misses;
+      total.evictions += s.evictions;
+      total.bytes_cached += s.bytes_cached;
+      total.budget_bytes += s.budget_bytes;
+    }
+    if (memories.insert(d.decoded_memory.get()).second) {
+      total.decoded_bytes_live += d.decoded_memory->live.load(std::memory_order_relaxed);
+      total.decoded_bytes_peak += d.decoded_memory->peak.load(std::memory_order_relaxed);  // each part's own peak
+    }
+  }
+  return total;
+}
+
+ReadAheadStats Dataset::Concat::read_ahead_stats() const {
+  ReadAheadStats total;
+  std::unordered_set<const Impl*> seen;
+  for (const Dataset& part : parts) {
+    if (!seen.insert(part.impl_.get()).second) continue;
+    const ReadAheadStats s = part.read_ahead_stats();
+    total.batches_read_ahead += s.batches_read_ahead;
+    total.reading_ahead = total.reading_ahead || s.reading_ahead;
+  }
+  return total;
+}
+
+}  // namespace mmt
