@@ -31,6 +31,7 @@ from ._mmtensor import (  # noqa: F401
     Sample,
     Tensor,
     __version__,
+    concat,
     cuda_is_available,
     pack,
 )
@@ -42,5 +43,5 @@ _Mapping.register(Batch)
 
 __all__ = [
     "Batch", "ChecksumError", "CudaError", "Dataset", "DatasetWriter", "Error", "Field",
-    "FormatError", "Loader", "RaggedBatch", "Sample", "Tensor", "cuda_is_available", "pack",
+    "FormatError", "Loader", "RaggedBatch", "Sample", "Tensor", "concat", "cuda_is_available", "pack",
 ]

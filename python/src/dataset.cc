@@ -214,6 +214,13 @@ A dataset file opened for random access by record index.
     image = ds[17]["image"].numpy()      # a read-only view into the file, no copy
     batch = ds.get_batch(indices, "image", threads=2)
 
+A list of paths opens shards as one dataset, in that order (as torch's ConcatDataset):
+record i is in the shard that holds it (ds.locate(i) says which), every method works across
+them, and the shards share one cache_bytes budget. Their fields must be equal and their
+metadata must agree; mmtensor.concat() joins Datasets already open.
+
+    ds = mmtensor.Dataset(sorted(glob.glob("train-*.mmt")))
+
 Opening reads the preamble, footer and schema only (milliseconds for any size); nothing in the
 file is trusted: offsets and sizes are checked before use, and a compressed chunk's checksum
 before it is decoded. An uncompressed chunk's values are hashed only with
@@ -229,6 +236,11 @@ method may be called from many threads.)doc")
              options.verify_uncompressed = verify_uncompressed;
              options.advice = parse_advice(advice);
              options.read_ahead = parse_read_ahead(read_ahead);
+             if (py::isinstance<py::list>(path) || py::isinstance<py::tuple>(path)) {
+               std::vector<std::string> files;
+               for (const py::handle& item : path) files.push_back(path_of(item));
+               return without_gil([&] { return Dataset::open_concat(files, options); });
+             }
              const std::string file = path_of(path);
              return without_gil([&] { return Dataset::open(file, options); });
            }),
@@ -242,8 +254,18 @@ method may be called from many threads.)doc")
           [](const Dataset& ds) {
             // The absolute path (a worker may run elsewhere) and the fingerprint, so that a
             // file replaced in between is refused rather than read as the one pickled.
+            // Shards as the list of their paths.
             const ReaderOptions& o = ds.options();
-            const auto path = py::module_::import("os").attr("path").attr("abspath")(ds.path());
+            const py::object abspath = py::module_::import("os").attr("path").attr("abspath");
+            const std::vector<Dataset> parts = ds.parts();
+            py::object path;
+            if (parts.size() == 1) {
+              path = abspath(ds.path());
+            } else {
+              py::list paths;
+              for (const Dataset& part : parts) paths.append(abspath(part.path()));
+              path = std::move(paths);
+            }
             return py::make_tuple(path, o.cache_bytes, o.verify_checksums, o.verify_uncompressed,
                                   static_cast<int>(o.advice), static_cast<int>(o.read_ahead), ds.fingerprint());
           },
@@ -254,11 +276,17 @@ method may be called from many threads.)doc")
             o.verify_uncompressed = t[3].cast<bool>();
             o.advice = static_cast<AccessAdvice>(t[4].cast<int>());
             o.read_ahead = static_cast<ReadAhead>(t[5].cast<int>());
-            const auto path = t[0].cast<std::string>();
             const auto fingerprint = t[6].cast<uint64_t>();
-            Dataset ds = without_gil([&] { return Dataset::open(path, o); });
+            Dataset ds;
+            if (py::isinstance<py::list>(t[0])) {
+              const auto paths = t[0].cast<std::vector<std::string>>();
+              ds = without_gil([&] { return Dataset::open_concat(paths, o); });
+            } else {
+              const auto path = t[0].cast<std::string>();
+              ds = without_gil([&] { return Dataset::open(path, o); });
+            }
             if (without_gil([&] { return ds.fingerprint(); }) != fingerprint)
-              throw py::value_error("unpickling a Dataset: " + path + " is no longer the file that was pickled "
+              throw py::value_error("unpickling a Dataset: " + ds.path() + " is no longer what was pickled "
                                     "(its chunks differ); open it anew if that is meant");
             return ds;
           }))
@@ -295,7 +323,18 @@ method may be called from many threads.)doc")
       .def("get", [](const Dataset& ds, int64_t index, const std::string& field) {
         return wrap(without_gil([&] { return ds.get(index, field); }));
       }, py::arg("index"), py::arg("field"))
-      .def_property_readonly("path", &Dataset::path)
+      .def_property_readonly("path", &Dataset::path,
+                             "The file's path; for shards, their paths joined by ', ' (see paths)")
+      .def_property_readonly("paths", [](const Dataset& ds) {
+        std::vector<std::string> paths;
+        for (const Dataset& part : ds.parts()) paths.push_back(part.path());
+        return paths;
+      }, "The files read, in order: [path] for one file")
+      .def_property_readonly("parts", &Dataset::parts, "The files read, as Datasets, in order: [self] for one file")
+      .def("locate", [](const Dataset& ds, int64_t index) {
+        const Dataset::Location at = ds.locate(index);
+        return py::make_tuple(at.part, at.index);
+      }, py::arg("index"), "(part, index in that part) of record `index` (negative counts from the end)")
       .def_property_readonly("fields", [](const Dataset& ds) { return ds.schema().fields(); })
       .def_property_readonly("metadata", [](const Dataset& ds) { return ds.metadata(); })
       .def_property_readonly("num_chunks", &Dataset::num_chunks)
@@ -413,10 +452,23 @@ name) and returns `out`. threads: threads to gather with, the calling one counte
         return d;
       })
       .def("__repr__", [](const Dataset& ds) {
-        std::string text = detail::str("<mmtensor.Dataset '", ds.path(), "': ", ds.size(), " records;");
+        const std::vector<Dataset> parts = ds.parts();
+        std::string text =
+            parts.size() == 1
+                ? detail::str("<mmtensor.Dataset '", ds.path(), "': ", ds.size(), " records;")
+                : detail::str("<mmtensor.Dataset of ", parts.size(), " parts ('", parts.front().path(), "' .. '",
+                              parts.back().path(), "'): ", ds.size(), " records;");
         for (const Field& f : ds.schema()) text.append(" ").append(field_repr(f));
         return text + ">";
       });
+
+  m.def("concat", [](const std::vector<Dataset>& datasets) { return Dataset::concat(datasets); },
+        py::arg("datasets"), R"doc(
+Datasets read as one, in the order given (as torch.utils.data.ConcatDataset): record i is in
+the dataset that holds it. Each keeps its own options and cache; Dataset([paths]) opens shards
+with one shared cache budget instead. Fields must be equal and metadata must agree
+(ValueError naming the part and the difference); concatenations given are flattened, and one
+dataset is given back as it is.)doc");
 }
 
 }  // namespace mmt::python

@@ -178,6 +178,75 @@ class DatasetTest(unittest.TestCase):
         self.assertEqual(failures, [])
 
 
+class ShardsTest(unittest.TestCase):
+    """Shards read as one dataset: Dataset([paths]) and mmtensor.concat()."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        rng = np.random.default_rng(3)
+        self.x = rng.standard_normal((90, 5)).astype(np.float32)
+        self.fields = [mmtensor.Field("x", "float32", [5]), mmtensor.Field("i", "int64"),
+                       mmtensor.Field("tokens", "int32", [-1])]
+        self.paths = []
+        for k, (lo, hi) in enumerate([(0, 40), (40, 40), (40, 90)]):  # the middle shard is empty
+            tokens = [np.full(i % 4, i, dtype=np.int32) for i in range(lo, hi)]
+            self.paths.append(write(os.path.join(self.dir.name, f"s{k}.mmt"), self.fields,
+                                    {"x": self.x[lo:hi], "i": np.arange(lo, hi), "tokens": tokens},
+                                    codec="lz4" if k else "none", chunk_records=16))
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_shards_read_as_one_dataset(self):
+        import pickle
+        ds = mmtensor.Dataset(self.paths, cache_bytes=1 << 20)
+        self.assertEqual(len(ds), 90)
+        self.assertEqual(ds.paths, self.paths)
+        self.assertEqual(ds.path, ", ".join(self.paths))
+        self.assertEqual([len(p) for p in ds.parts], [40, 0, 50])
+        self.assertEqual(ds.locate(45), (2, 5))
+        self.assertEqual(ds.locate(-1), (2, 49))
+        self.assertIn("3 parts", repr(ds))
+        self.assertEqual(ds[41].index, 41)
+        np.testing.assert_array_equal(ds[41]["x"].numpy(), self.x[41])
+        np.testing.assert_array_equal(ds[-1]["tokens"].numpy(), np.full(89 % 4, 89, np.int32))
+        indices = np.random.default_rng(0).integers(-90, 90, size=200)
+        np.testing.assert_array_equal(ds.get_batch(indices, "x", threads=2).numpy(), self.x[indices])
+        np.testing.assert_array_equal(ds.get_batch(indices, "i").numpy(), np.arange(90)[indices])
+        np.testing.assert_array_equal(ds.column("x").numpy(), self.x)
+        np.testing.assert_array_equal(ds.column("x", 30, 60).numpy(), self.x[30:60])
+        self.assertEqual([s.index for s in ds[38:42]], [38, 39, 40, 41])
+        self.assertEqual(ds.cache_stats()["budget_bytes"], 1 << 20)
+        ds.verify()
+        again = pickle.loads(pickle.dumps(ds))
+        self.assertEqual(again.paths, self.paths)
+        self.assertEqual(again.fingerprint(), ds.fingerprint())
+        with mmtensor.Loader(ds, batch_size=16, sampler="quasi_random", seed=1, num_workers=2) as loader:
+            seen = []
+            for batch in loader:
+                np.testing.assert_array_equal(batch["i"].numpy(), batch.indices)
+                seen.extend(batch.indices.tolist())
+        self.assertEqual(sorted(seen), list(range(90)))
+
+    def test_concat_joins_open_datasets_and_refuses_mismatched_ones(self):
+        a, b = mmtensor.Dataset(self.paths[0]), mmtensor.Dataset(self.paths[2])
+        ab = mmtensor.concat([a, b])
+        self.assertEqual(len(ab), 90)
+        self.assertEqual(ab[40]["i"].item(), 40)
+        self.assertEqual(len(mmtensor.concat([ab, a])), 130)  # flattened
+        self.assertEqual(mmtensor.concat([a]).path, a.path)
+        other = write(os.path.join(self.dir.name, "o.mmt"), [mmtensor.Field("x", "float64", [5])],
+                      {"x": np.zeros((2, 5))})
+        with self.assertRaisesRegex(ValueError, "part 1 .* has other fields"):
+            mmtensor.Dataset([self.paths[0], other])
+        with self.assertRaisesRegex(ValueError, "no paths given"):
+            mmtensor.Dataset([])
+        with self.assertRaises(FileNotFoundError):
+            mmtensor.Dataset([self.paths[0], os.path.join(self.dir.name, "missing.mmt")])
+        with self.assertRaisesRegex(IndexError, "in 2 parts"):
+            ab[90]
+
+
 class ErrorTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
