@@ -65,26 +65,14 @@ class BenchFiles {
 
   // Records of one uint8 image [record_bytes] and an int64 label, written with `codec`.
   const std::string& images(int64_t record_bytes, int64_t records, const std::string& codec) {
-    const std::string key = std::to_string(record_bytes) + "x" + std::to_string(records) + "-" + codec;
-    auto it = paths_.find(key);
-    if (it != paths_.end()) return it->second;
-    const std::string path = (dir_ / (key + ".mmt")).string();
-    WriterOptions options;
-    options.codec = CodecSpec::parse(codec);
-    options.chunk_bytes = 1 << 20;
-    DatasetWriter writer = DatasetWriter::create(
-        path, Schema({Field::fixed("image", kUInt8, {record_bytes}), Field::fixed("label", kInt64, {})}), options);
-    Tensor image = empty({record_bytes}, kUInt8);
-    uint8_t* pixels = image.mutable_data_ptr<uint8_t>();
-    std::mt19937 rng(7);
-    for (int64_t i = 0; i < records; ++i) {
-      // Fashion-MNIST-like: a dark background with a noisy object, so codecs have work to do.
-      for (int64_t p = 0; p < record_bytes; ++p)
-        pixels[p] = (p / 28 + i) % 4 == 0 ? 0 : static_cast<uint8_t>(((p * 3 + i) & 0xf0) | (rng() & 0x7));
-      writer.append({image, full({}, static_cast<double>(i % 10), kInt64)});
-    }
-    writer.finish();
-    return paths_.emplace(key, path).first->second;
+    return images_range(record_bytes, 0, records, codec);
+  }
+  // The same records in `parts` shards of equal size (Dataset::open_concat reads them as one).
+  std::vector<std::string> image_shards(int64_t record_bytes, int64_t records, int64_t parts) {
+    std::vector<std::string> paths;
+    for (int64_t p = 0; p < parts; ++p)
+      paths.push_back(images_range(record_bytes, records * p / parts, records * (p + 1) / parts, "none"));
+    return paths;
   }
 
   // `records` one-byte records: the smallest record the format has.
@@ -103,6 +91,31 @@ class BenchFiles {
   }
 
  private:
+  // Records [begin, end) of the images() numbering.
+  const std::string& images_range(int64_t record_bytes, int64_t begin, int64_t end, const std::string& codec) {
+    const std::string key = std::to_string(record_bytes) + "x" + std::to_string(end) +
+                            (begin > 0 ? "from" + std::to_string(begin) : std::string()) + "-" + codec;
+    auto it = paths_.find(key);
+    if (it != paths_.end()) return it->second;
+    const std::string path = (dir_ / (key + ".mmt")).string();
+    WriterOptions options;
+    options.codec = CodecSpec::parse(codec);
+    options.chunk_bytes = 1 << 20;
+    DatasetWriter writer = DatasetWriter::create(
+        path, Schema({Field::fixed("image", kUInt8, {record_bytes}), Field::fixed("label", kInt64, {})}), options);
+    Tensor image = empty({record_bytes}, kUInt8);
+    uint8_t* pixels = image.mutable_data_ptr<uint8_t>();
+    std::mt19937 rng(7);
+    for (int64_t i = begin; i < end; ++i) {
+      // Fashion-MNIST-like: a dark background with a noisy object, so codecs have work to do.
+      for (int64_t p = 0; p < record_bytes; ++p)
+        pixels[p] = (p / 28 + i) % 4 == 0 ? 0 : static_cast<uint8_t>(((p * 3 + i) & 0xf0) | (rng() & 0x7));
+      writer.append({image, full({}, static_cast<double>(i % 10), kInt64)});
+    }
+    writer.finish();
+    return paths_.emplace(key, path).first->second;
+  }
+
   BenchFiles() {
     dir_ = std::filesystem::temp_directory_path() / ("mmtensor-dataset-bench-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
@@ -345,9 +358,84 @@ void BM_GetBatchColdSequential(benchmark::State& state) {
       }));
 }
 
+// Shards read as one (Dataset::open_concat) against the same records in one file, both
+// uncompressed and warm, the same random indices alternated in one run.
+//   BM_GetShards: get(i) ns per sample over 8 shards; vs_one_file = time(one file) /
+//     time(shards), 4096 gets at a time (the lookup of the part, and the sample renumbered).
+//   BM_GetBatchShards/record_bytes/threads: get_batch of 256 random records spread over 8
+//     shards into one buffer; vs_one_file as above (our target >= 0.9: a batch over shards
+//     is gathered part by part straight into its rows, not staged and copied again), and
+//     vs_memcpy. vs_one_file is a ratio of medians of single batches timed in turn.
+constexpr int64_t kShards = 8;
+
+// time(reference) / time(subject), each the median of `rounds` single calls made in turn.
+// For calls of a few microseconds, where a median of per-round quotients (ratio.h) swung
+// between 0.4 and 1.2 from run to run here: each call inherits the caches the other left.
+double ratio_of_medians(const std::function<void()>& subject, const std::function<void()>& reference, int rounds) {
+  std::vector<double> s, r;
+  for (int i = 0; i < rounds; ++i) {
+    s.push_back(bench::seconds_of(subject));
+    r.push_back(bench::seconds_of(reference));
+  }
+  std::nth_element(s.begin(), s.begin() + rounds / 2, s.end());
+  std::nth_element(r.begin(), r.begin() + rounds / 2, r.end());
+  return r[static_cast<size_t>(rounds / 2)] / s[static_cast<size_t>(rounds / 2)];
+}
+
+void BM_GetShards(benchmark::State& state) {
+  const int64_t records = 100000;
+  const Dataset one = Dataset::open(BenchFiles::get().images(784, records, "none"));
+  const Dataset shards = Dataset::open_concat(BenchFiles::get().image_shards(784, records, kShards));
+  const std::vector<int64_t> indices = random_indices(1 << 16, records, 1);
+  for (int64_t i = 0; i < records; ++i) one.get(i), shards.get(i);  // first-use checks
+  size_t k = 0;
+  for (auto _ : state) {
+    Sample s = shards.get(indices[k++ & 0xffff]);
+    benchmark::DoNotOptimize(s[0].data_ptr());
+  }
+  state.SetItemsProcessed(state.iterations());
+  const auto gets = [&](const Dataset& ds) {
+    return [&ds, &indices, &k] {
+      for (int r = 0; r < 4096; ++r) {
+        Sample s = ds.get(indices[k++ & 0xffff]);
+        benchmark::DoNotOptimize(s[0].data_ptr());
+      }
+    };
+  };
+  state.counters["vs_one_file"] = ratio_of_medians(gets(shards), gets(one), 2001);
+}
+
+void BM_GetBatchShards(benchmark::State& state) {
+  const int64_t record_bytes = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  const int64_t batch = 256;
+  const int64_t records = record_bytes >= 100000 ? 1200 : 100000;
+  const Dataset one = Dataset::open(BenchFiles::get().images(record_bytes, records, "none"));
+  const Dataset shards = Dataset::open_concat(BenchFiles::get().image_shards(record_bytes, records, kShards));
+  Tensor out = empty({batch, record_bytes}, kUInt8);
+  std::vector<std::vector<int64_t>> batches;
+  for (uint32_t b = 0; b < 64; ++b) batches.push_back(random_indices(batch, records, 100 + b));
+  for (const auto& indices : batches) one.get_batch(indices, "image", out, threads), shards.get_batch(indices, "image", out, threads);
+  size_t round = 0;
+  const auto gather = [&](const Dataset& ds) {
+    return [&ds, &batches, &round, &out, threads] { ds.get_batch(batches[round++ % batches.size()], "image", out, threads); };
+  };
+  for (auto _ : state) gather(shards)();
+  state.SetBytesProcessed(state.iterations() * batch * record_bytes);
+  state.counters["vs_one_file"] = ratio_of_medians(gather(shards), gather(one), record_bytes >= 100000 ? 201 : 20001);
+  bench::MemcpyReference one_memcpy(static_cast<size_t>(batch * record_bytes));
+  state.counters["vs_memcpy"] = bench::median_speed_ratio(gather(shards), one_memcpy, 101);
+}
+
 }  // namespace
 
 BENCHMARK(BM_Get)->Unit(benchmark::kNanosecond);
+BENCHMARK(BM_GetShards)->Unit(benchmark::kNanosecond);
+BENCHMARK(BM_GetBatchShards)
+    ->ArgsProduct({{784, 150528}, {1, 2}})
+    ->ArgNames({"record_bytes", "threads"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK(BM_GetBatch)
     ->ArgsProduct({{784, 150528}, {1, 2}})
     ->ArgNames({"record_bytes", "threads"})

@@ -212,7 +212,7 @@ Sample Dataset::get(int64_t index) const {
 
 Tensor Dataset::get(int64_t index, std::string_view field) const {
   if (concat_) {
-    const Location at = locate(index);
+    const Location at = concat_->locate(index, "get");
     return concat_->parts[at.part].get(at.index, field);
   }
   const Impl& d = checked_impl(impl_);

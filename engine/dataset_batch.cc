@@ -252,6 +252,9 @@ template <typename RecordAt, typename RowOf>
                                            const RecordAt record_at, const RowOf row_of) {
   for (const FieldCopy& field : fields) {
     const int64_t offset = field.plan->offset_bytes, value_bytes = field.plan->value_bytes;
+    // The first rows too, so that their misses overlap rather than come one after another
+    // (a concatenation copies each part's share of a batch as its own range).
+    for (int64_t b = lo; b < std::min(hi, lo + kPrefetchDistance); ++b) prefetch_range(record_at(b) + offset, value_bytes);
     if (!field.memcpy_ok) {
       for (int64_t b = lo; b < hi; ++b) {
         if (b + kPrefetchDistance < hi) prefetch_range(record_at(b + kPrefetchDistance) + offset, value_bytes);
@@ -608,10 +611,33 @@ std::span<const FieldCopy> plan_copies(const Dataset::Impl& d, std::span<const s
 
 }  // namespace
 
-void detail::gather_rows(const Dataset::Impl& part, std::span<const int64_t> indices, const int64_t* rows,
-                         int64_t batch, std::span<const std::string> fields, std::span<const Tensor> outs,
-                         int threads) {
-  gather_reading_ahead(part, indices, plan_copies(part, fields, outs, batch), threads, MappedRows{rows});
+void detail::gather_parts(std::span<const PartRows> parts, int64_t batch, std::span<const std::string> fields,
+                          std::span<const Tensor> outs, int threads) {
+  // Planned once: the parts' schemas are equal, so are their record layouts and plans.
+  const std::span<const FieldCopy> copies = plan_copies(*parts[0].part, fields, outs, batch);
+  // Parts side by side, one thread each, when there are parts enough for the threads, none
+  // holds most of the batch (a shuffled batch over many shards), and the batch pays for
+  // waking helpers; else one after another, each split across the threads as a single file's
+  // batch is. Small records from many shards would otherwise leave each part's share too
+  // small to split.
+  int64_t record_bytes = 0, largest = 0;
+  for (const FieldCopy& f : copies) record_bytes += f.plan->value_bytes;
+  for (const PartRows& p : parts) largest = std::max<int64_t>(largest, static_cast<int64_t>(p.indices.size()));
+  const bool side_by_side = threads > 1 && parts.size() >= static_cast<size_t>(threads) && 4 * largest <= 3 * batch &&
+                            batch * record_bytes >= 2 * kMinBytesPerThread;
+  if (side_by_side) {
+    // The calling thread's "hints off" (a loader hinting its batches itself) holds on the
+    // pool's threads too.
+    const bool hints_off = detail::ReadAheadPolicy::DatasetHintsOff::active();
+    detail::ThreadPool::shared().parallel_for(static_cast<int64_t>(parts.size()), threads, [&](int64_t k) {
+      const PartRows& p = parts[static_cast<size_t>(k)];
+      std::optional<detail::ReadAheadPolicy::DatasetHintsOff> off;
+      if (hints_off) off.emplace();
+      gather_reading_ahead(*p.part, p.indices, copies, 1, MappedRows{p.rows});
+    });
+    return;
+  }
+  for (const PartRows& p : parts) gather_reading_ahead(*p.part, p.indices, copies, threads, MappedRows{p.rows});
 }
 
 void Dataset::get_batch(std::span<const int64_t> indices, std::string_view field, const Tensor& out,

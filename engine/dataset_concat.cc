@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <unordered_set>
 
 #include "checksum.h"
@@ -14,7 +15,8 @@
 #include "dataset_impl.h"
 #include "format.h"
 #include "mmtensor/error.h"
-#include "thread_pool.h"
+#include "read_ahead.h"
+#include "strided_copy.h"
 
 namespace mmt {
 namespace {
@@ -59,23 +61,24 @@ struct BatchByPart {
   std::vector<int64_t> local;
   std::vector<int64_t> rows;
   size_t parts_used = 0;
-  int64_t largest = 0;  // records of the part with the most
 
   void group(const Dataset::Concat& c, std::span<const int64_t> indices, const char* what) {
     const size_t parts = c.parts.size();
     const size_t n = indices.size();
     part_at.resize(n);
     begin.assign(parts + 1, 0);
+    const int64_t records = c.size();
     for (size_t b = 0; b < n; ++b) {  // every index checked before anything is read
-      const size_t p = c.part_of_record(c.normalize_index(indices[b], what));
+      int64_t i = indices[b] < 0 ? indices[b] + records : indices[b];
+      if (static_cast<uint64_t>(i) >= static_cast<uint64_t>(records)) [[unlikely]]
+        i = c.normalize_index(indices[b], what);  // throws
+      const size_t p = c.part_of_record(i);
       part_at[b] = p;
       ++begin[p + 1];
     }
     parts_used = 0;
-    largest = 0;
     for (size_t p = 0; p < parts; ++p) {
       parts_used += begin[p + 1] > 0;
-      largest = std::max(largest, begin[p + 1]);
       begin[p + 1] += begin[p];
     }
     local.resize(n);
@@ -98,25 +101,24 @@ struct BatchByPart {
   std::vector<int64_t> fill_cursor;
 };
 
-// Copies `pieces` (1-d tensors) one after another into a new 1-d tensor of `dtype`.
-Tensor concatenate_values(const std::vector<Tensor>& pieces, ScalarType dtype) {
-  int64_t total = 0;
-  for (const Tensor& piece : pieces) total += piece.numel();
-  Tensor out = empty({total}, dtype);
-  int64_t at = 0;
-  for (const Tensor& piece : pieces) {
-    if (piece.numel() > 0) out.narrow(0, at, piece.numel()).copy_(piece);
-    at += piece.numel();
-  }
-  return out;
+// Copies `src` (of part `part`: a view into its mapping, or memory of its own) into `dst`,
+// of the same sizes, under the part's guard: a part truncated under the reader gives
+// IoError, as a single file's copies do.
+void copy_from_part(const Dataset::Impl& part, const Tensor& dst, const Tensor& src) {
+  if (src.numel() == 0) return;
+  const DimVector sizes(src.sizes()), dst_strides(dst.strides()), src_strides(src.strides());
+  void* to = dst.mutable_data_ptr();
+  const void* from = src.data_ptr();
+  const int64_t element_bytes = src.element_size();
+  part.guarded([&] { detail::copy_strided(to, dst_strides, from, src_strides, sizes, element_bytes); });
 }
 
 }  // namespace
 
 // ---- building ----
 
-std::shared_ptr<const Dataset::Concat> Dataset::Concat::make(std::vector<Dataset> given, const ReaderOptions& options,
-                                                             bool shares_cache) {
+std::shared_ptr<const Dataset::Concat> Dataset::Concat::make(std::vector<Dataset> given,
+                                                             const ReaderOptions& options) {
   auto c = std::make_shared<Concat>();
   for (size_t k = 0; k < given.size(); ++k) {
     MMT_CHECK(given[k].is_open(), ValueError, "Dataset::concat: part ", k,
@@ -129,7 +131,6 @@ std::shared_ptr<const Dataset::Concat> Dataset::Concat::make(std::vector<Dataset
   MMT_CHECK(!c->parts.empty(), ValueError, "Dataset::concat: no datasets given");
   c->schema = c->parts[0].impl_->schema;
   c->options = options;
-  c->shares_cache = shares_cache;
   c->first_record.push_back(0);
   c->first_chunk.push_back(0);
   std::map<std::string, size_t, std::less<>> key_from;  // which part a metadata key came from first
@@ -165,8 +166,7 @@ Dataset::Dataset(std::shared_ptr<const Concat> concat) : concat_(std::move(conca
 
 Dataset Dataset::concat(const std::vector<Dataset>& parts) {
   std::shared_ptr<const Concat> c =
-      Concat::make(parts, parts.empty() || !parts[0].is_open() ? ReaderOptions{} : parts[0].options(),
-                   /*shares_cache=*/false);
+      Concat::make(parts, parts.empty() || !parts[0].is_open() ? ReaderOptions{} : parts[0].options());
   if (c->parts.size() == 1) return c->parts[0];
   return Dataset(std::move(c));
 }
@@ -189,7 +189,7 @@ Dataset Dataset::open_concat(const std::vector<std::string>& paths, ReaderOption
               "Dataset::open_concat: the parts' chunks overflow int64 at ", path);
     parts.push_back(Dataset(std::move(part)));
   }
-  return Dataset(Concat::make(std::move(parts), options, /*shares_cache=*/true));
+  return Dataset(Concat::make(std::move(parts), options));
 }
 
 std::vector<Dataset> Dataset::parts() const {
@@ -200,9 +200,13 @@ std::vector<Dataset> Dataset::parts() const {
 
 Dataset::Location Dataset::locate(int64_t index) const {
   if (!concat_) return {0, checked_impl(impl_).normalize_index(index, "locate")};
-  const int64_t i = concat_->normalize_index(index, "locate");
-  const size_t p = concat_->part_of_record(i);
-  return {p, i - concat_->first_record[p]};
+  return concat_->locate(index, "locate");
+}
+
+Dataset::Location Dataset::Concat::locate(int64_t index, const char* what) const {
+  const int64_t i = normalize_index(index, what);
+  const size_t p = part_of_record(i);
+  return {p, i - first_record[p]};
 }
 
 // ---- lookups ----
@@ -219,9 +223,18 @@ int64_t Dataset::Concat::normalize_index(int64_t index, const char* what) const 
 }
 
 size_t Dataset::Concat::part_of_record(int64_t record) const {
-  // The last part whose first record is <= record; empty parts before it are skipped.
-  return static_cast<size_t>(std::upper_bound(first_record.begin() + 1, first_record.end(), record) -
-                             (first_record.begin() + 1));
+  // The number of parts that end at or before `record`: the part holding it, empty parts
+  // before it skipped. A search without branches on the record (a shuffled batch would
+  // mispredict about half of them): this runs once per record of every batch.
+  const int64_t* const ends = first_record.data() + 1;
+  const int64_t* at = ends;
+  size_t len = parts.size();
+  while (len > 1) {
+    const size_t half = len / 2;
+    at += at[half - 1] <= record ? half : 0;
+    len -= half;
+  }
+  return static_cast<size_t>(at - ends) + (*at <= record ? 1 : 0);
 }
 
 size_t Dataset::Concat::part_of_chunk(int64_t chunk) const {
@@ -302,7 +315,7 @@ Tensor Dataset::Concat::column(std::string_view field, int64_t start, int64_t st
       for (size_t d = 1; d < piece.strides().size(); ++d) strides.push_back(piece.stride(static_cast<int64_t>(d)));
       out = empty_strided(sizes, strides, piece.dtype());
     }
-    out.narrow(0, lo - start, hi - lo).copy_(piece);
+    copy_from_part(*parts[p].impl_, out.narrow(0, lo - start, hi - lo), piece);
   }
   return out;
 }
@@ -315,9 +328,12 @@ RaggedBatch Dataset::Concat::ragged_column(std::string_view field, int64_t start
   if (first == last)
     return parts[first].ragged_column(field, start - first_record[first], stop - first_record[first]);
   std::vector<RaggedBatch> pieces;
+  std::vector<const Impl*> piece_parts;
   for (size_t p = first; p <= last; ++p) {
     const int64_t lo = std::max(start, first_record[p]), hi = std::min(stop, first_record[p + 1]);
-    if (lo < hi) pieces.push_back(parts[p].ragged_column(field, lo - first_record[p], hi - first_record[p]));
+    if (lo == hi) continue;
+    pieces.push_back(parts[p].ragged_column(field, lo - first_record[p], hi - first_record[p]));
+    piece_parts.push_back(parts[p].impl_.get());
   }
   const int64_t n = stop - start;
   const int64_t ndim = pieces[0].shapes.size(1);
@@ -327,16 +343,20 @@ RaggedBatch Dataset::Concat::ragged_column(std::string_view field, int64_t start
   int64_t* offsets = out.offsets.mutable_data_ptr<int64_t>();
   offsets[0] = 0;
   int64_t row = 0;
-  std::vector<Tensor> values;
   for (const RaggedBatch& piece : pieces) {
     const int64_t rows = piece.shapes.size(0);
     const int64_t* piece_offsets = piece.offsets.data_ptr<int64_t>();
     for (int64_t r = 0; r < rows; ++r) offsets[row + r + 1] = offsets[row] + piece_offsets[r + 1];
     if (rows * ndim > 0) out.shapes.narrow(0, row, rows).copy_(piece.shapes);
-    values.push_back(piece.values);
     row += rows;
   }
-  out.values = concatenate_values(values, pieces[0].values.dtype());
+  // The values one piece after another (a piece may be a view into its part's mapping).
+  out.values = empty({offsets[n]}, pieces[0].values.dtype());
+  for (size_t k = 0, at = 0; k < pieces.size(); ++k) {
+    const int64_t count = pieces[k].values.numel();
+    copy_from_part(*piece_parts[k], out.values.narrow(0, static_cast<int64_t>(at), count), pieces[k].values);
+    at += static_cast<size_t>(count);
+  }
   return out;
 }
 
@@ -396,22 +416,24 @@ void Dataset::Concat::get_batch(std::span<const int64_t> indices, std::span<cons
     const size_t p = indices.empty() ? 0 : by_part.part_at[0];
     return parts[p].get_batch(by_part.local_of(p), fields, outs, threads);
   }
-  const int64_t batch = static_cast<int64_t>(indices.size());
-  const auto gather_part = [&](size_t p, int part_threads) {
-    if (by_part.begin[p + 1] == by_part.begin[p]) return;
-    detail::gather_rows(*parts[p].impl_, by_part.local_of(p), by_part.rows.data() + by_part.begin[p], batch, fields,
-                        outs, part_threads);
-  };
-  // Parts side by side, one thread each, when no part holds most of the batch (a shuffled
-  // batch over shards); else one after another, each split across the threads as a single
-  // file's batch is. Small records from many shards would otherwise leave each part's share
-  // too small to split.
-  if (threads > 1 && 4 * by_part.largest <= 3 * batch) {
-    detail::ThreadPool::shared().parallel_for(static_cast<int64_t>(parts.size()), threads,
-                                              [&](int64_t p) { gather_part(static_cast<size_t>(p), 1); });
-    return;
+  thread_local std::vector<detail::PartRows> used;
+  used.clear();
+  for (size_t p = 0; p < parts.size(); ++p)
+    if (by_part.begin[p + 1] > by_part.begin[p])
+      used.push_back({parts[p].impl_.get(), by_part.local_of(p), by_part.rows.data() + by_part.begin[p]});
+  // Always: the whole batch hinted at once, every part's records in flight together, then
+  // gathered without the parts' own hints (a part holding one record of the batch would not
+  // hint it). Auto decides part by part, each on its share.
+  std::optional<detail::ReadAheadPolicy::DatasetHintsOff> hints_off;
+  if (options.read_ahead == ReadAhead::Always && indices.size() >= 2 &&
+      !detail::ReadAheadPolicy::DatasetHintsOff::active()) {
+    try {
+      prefetch(indices, fields, /*every_field=*/false);
+    } catch (const Error&) {  // a hint: a damaged entry is the gather's to report
+    }
+    hints_off.emplace();
   }
-  for (size_t p = 0; p < parts.size(); ++p) gather_part(p, threads);
+  detail::gather_parts(used, static_cast<int64_t>(indices.size()), fields, outs, threads);
 }
 
 void Dataset::Concat::prefetch(std::span<const int64_t> indices, std::span<const std::string> fields,
@@ -435,8 +457,12 @@ void Dataset::Concat::prefetch(std::span<const int64_t> indices, std::span<const
 
 CacheStats Dataset::Concat::cache_stats() const {
   // Parts opened together share one cache; parts concatenated from handles have their own
-  // (a handle given twice, one). Each cache and each count of decoded memory once.
+  // (a handle given twice, one). Each cache and each count of decoded memory once. The
+  // budget is the smallest cache's: what a run of chunks can count on staying cached (the
+  // quasi-random sampler sizes its window by it, and the loader what a piece may hold),
+  // since nothing keeps those chunks spread over the parts' caches.
   CacheStats total;
+  total.budget_bytes = -1;
   std::unordered_set<const void*> caches, memories;
   for (const Dataset& part : parts) {
     const Impl& d = *part.impl_;
@@ -446,7 +472,7 @@ CacheStats Dataset::Concat::cache_stats() const {
       total.misses += s.misses;
       total.evictions += s.evictions;
       total.bytes_cached += s.bytes_cached;
-      total.budget_bytes += s.budget_bytes;
+      total.budget_bytes = total.budget_bytes < 0 ? s.budget_bytes : std::min(total.budget_bytes, s.budget_bytes);
     }
     if (memories.insert(d.decoded_memory.get()).second) {
       total.decoded_bytes_live += d.decoded_memory->live.load(std::memory_order_relaxed);

@@ -24,12 +24,10 @@ struct Dataset::Concat {
   Metadata metadata;                     // the union of the parts'
   std::string path;                      // the parts' paths joined by ", "
   ReaderOptions options;
-  bool shares_cache = false;  // open_concat(): every part uses the first part's cache
   mutable std::atomic<uint64_t> fingerprint{0};  // 0 until computed
 
   // Checks the parts against each other and builds the tables; flattens nested ones.
-  static std::shared_ptr<const Concat> make(std::vector<Dataset> parts, const ReaderOptions& options,
-                                            bool shares_cache);
+  static std::shared_ptr<const Concat> make(std::vector<Dataset> parts, const ReaderOptions& options);
 
   int64_t size() const { return first_record.back(); }
   int64_t num_chunks() const { return first_chunk.back(); }
@@ -39,6 +37,8 @@ struct Dataset::Concat {
   // hold nothing and are never returned.
   size_t part_of_record(int64_t record) const;
   size_t part_of_chunk(int64_t chunk) const;
+  // Dataset::locate, with `what` naming the caller in an IndexError.
+  Location locate(int64_t index, const char* what) const;
 
   DatasetInfo info() const;
   uint64_t compute_fingerprint() const;
@@ -56,12 +56,17 @@ struct Dataset::Concat {
 
 namespace detail {
 
-// For a concatenation's get_batch (dataset_batch.cc): gathers records `indices` of one part
-// (in range for that part) of `fields` into rows rows[k] of `outs`, each a [batch, ...]
-// output checked as get_batch checks it. ReaderOptions::read_ahead applies as for the part's
-// own get_batch.
-void gather_rows(const Dataset::Impl& part, std::span<const int64_t> indices, const int64_t* rows, int64_t batch,
-                 std::span<const std::string> fields, std::span<const Tensor> outs, int threads);
+// For a concatenation's get_batch (dataset_batch.cc): gathers each part's records `indices`
+// (in range for that part) into rows rows[k] of `outs`, each a [batch, ...] output checked
+// as get_batch checks it, on up to `threads` threads. Every part must have the same schema.
+// ReaderOptions::read_ahead applies to each part as to its own get_batch.
+struct PartRows {
+  const Dataset::Impl* part = nullptr;
+  std::span<const int64_t> indices;
+  const int64_t* rows = nullptr;
+};
+void gather_parts(std::span<const PartRows> parts, int64_t batch, std::span<const std::string> fields,
+                  std::span<const Tensor> outs, int threads);
 
 }  // namespace detail
 }  // namespace mmt

@@ -268,7 +268,7 @@ ChunkInfo Dataset::chunk(int64_t chunk_index) const {
 
 int64_t Dataset::chunk_of(int64_t record_index) const {
   if (concat_) {
-    const Location at = locate(record_index);
+    const Location at = concat_->locate(record_index, "chunk_of");
     return concat_->first_chunk[at.part] + concat_->parts[at.part].chunk_of(at.index);
   }
   const Impl& d = checked_impl(impl_);

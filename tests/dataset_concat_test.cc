@@ -302,7 +302,19 @@ TEST(DatasetConcat, OpenConcatGivesThePartsOneCacheBudget) {
   // Handles concatenated keep their own caches: the stats add them up, each once.
   const Dataset a = Dataset::open(paths[0], options), b = Dataset::open(paths[1], options);
   const Dataset ab = Dataset::concat({a, b, a});
-  EXPECT_EQ(ab.cache_stats().budget_bytes, 2 * options.cache_bytes);
+  EXPECT_EQ(ab.cache_stats().budget_bytes, options.cache_bytes);  // the smallest part's: what a window can count on
+}
+
+TEST(DatasetConcat, APartTruncatedUnderTheReaderGivesIoErrorNotSigbus) {
+  TempDir dir;
+  const std::string a = write_range(dir.file("a.mmt"), 0, 40, "none", 8);
+  const std::string b = write_range(dir.file("b.mmt"), 40, 80, "none", 8);
+  const Dataset ds = Dataset::open_concat({a, b});
+  std::filesystem::resize_file(b, 4096);  // the data of b's chunks is gone, its mapping stays
+  EXPECT_THROW_WITH(ds.column("x", 0, 80), IoError, b);
+  EXPECT_THROW_WITH(ds.ragged_column("tokens", 30, 60), IoError, b);
+  const std::vector<int64_t> indices = {0, 70, 5, 50};
+  EXPECT_THROW_WITH(ds.get_batch(indices, "x"), IoError, b);
 }
 
 TEST(DatasetConcat, VerifyAndReadsNameTheDamagedPart) {

@@ -198,7 +198,14 @@ class Dataset {
   //     codec and format_version are the first part's. options() are those given to
   //     open_concat() (concat(): the first part's). fingerprint() hashes the parts' sizes and
   //     fingerprints, in order: a loader state resumes only on the same parts in the same
-  //     order. cache_stats() is the shared cache's, or the parts' summed (concat()).
+  //     order. cache_stats() is the shared cache's; after concat(), the counts of the parts'
+  //     caches added up (each cache once), and budget_bytes the smallest part's budget (what
+  //     the quasi-random sampler can count on keeping cached).
+  //   - ReaderOptions::read_ahead: Always hints a batch over all its parts at once; Auto
+  //     decides part by part, on each part's share of the batch. A Loader hints its batches
+  //     itself (prefetch() over the parts), whatever the number of parts. A batch gathered on
+  //     several threads may hold each part's decoded chunks (a quarter of its cache budget)
+  //     on each thread.
   static Dataset open_concat(const std::vector<std::string>& paths, ReaderOptions options = {});
   static Dataset concat(const std::vector<Dataset>& parts);
 
