@@ -640,6 +640,24 @@ void detail::gather_parts(std::span<const PartRows> parts, int64_t batch, std::s
   for (const PartRows& p : parts) gather_reading_ahead(*p.part, p.indices, copies, threads, MappedRows{p.rows});
 }
 
+void detail::gather_records(const Dataset::Impl& layout, std::span<const int64_t> indices,
+                            const ContiguousParts& parts, const GuardedRegions& regions,
+                            std::span<const std::string> fields, std::span<const Tensor> outs, int threads) {
+  const int64_t batch = static_cast<int64_t>(indices.size());
+  const std::span<const FieldCopy> copies = plan_copies(layout, fields, outs, batch);
+  if (batch == 0 || copies.empty()) return;
+  int64_t record_bytes = 0;
+  for (const FieldCopy& f : copies) record_bytes += f.plan->value_bytes;
+  // Captured by value, as the single-file path does: each copying thread keeps them in
+  // registers.
+  const int64_t* const index_at = indices.data();
+  const auto record_at = [index_at, parts](int64_t b) { return parts.record(index_at[b]); };
+  split_rows(batch, record_bytes, threads, [&](int64_t lo, int64_t hi) {
+    guard_mapped_reads(regions.regions, regions.lowest, regions.end,
+                       [&] { copy_rows_unguarded(copies, lo, hi, record_at, SameRows{}); });
+  });
+}
+
 void Dataset::get_batch(std::span<const int64_t> indices, std::string_view field, const Tensor& out,
                         int threads) const {
   if (concat_) {

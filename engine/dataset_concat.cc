@@ -5,6 +5,7 @@
 #include "dataset_concat.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -159,6 +160,17 @@ std::shared_ptr<const Dataset::Concat> Dataset::Concat::make(std::vector<Dataset
     if (p > 0) c->path += ", ";
     c->path += part.path;
   }
+  c->contiguous = true;
+  c->regions.lowest = UINTPTR_MAX;
+  for (const Dataset& handle : c->parts) {
+    const Impl& part = *handle.impl_;
+    c->contiguous = c->contiguous && part.contiguous;
+    c->part_data.push_back(part.base + part.data_offset);
+    c->regions.regions.push_back(detail::MappedRegion{&part.path, part.base, part.file_bytes});
+    const auto begin = reinterpret_cast<uintptr_t>(part.base);
+    c->regions.lowest = std::min(c->regions.lowest, begin);
+    c->regions.end = std::max(c->regions.end, begin + static_cast<uintptr_t>(part.file_bytes));
+  }
   return c;
 }
 
@@ -223,18 +235,7 @@ int64_t Dataset::Concat::normalize_index(int64_t index, const char* what) const 
 }
 
 size_t Dataset::Concat::part_of_record(int64_t record) const {
-  // The number of parts that end at or before `record`: the part holding it, empty parts
-  // before it skipped. A search without branches on the record (a shuffled batch would
-  // mispredict about half of them): this runs once per record of every batch.
-  const int64_t* const ends = first_record.data() + 1;
-  const int64_t* at = ends;
-  size_t len = parts.size();
-  while (len > 1) {
-    const size_t half = len / 2;
-    at += at[half - 1] <= record ? half : 0;
-    len -= half;
-  }
-  return static_cast<size_t>(at - ends) + (*at <= record ? 1 : 0);
+  return detail::part_holding(first_record.data() + 1, parts.size(), record);
 }
 
 size_t Dataset::Concat::part_of_chunk(int64_t chunk) const {
@@ -409,6 +410,23 @@ void Dataset::Concat::get_batch(std::span<const int64_t> indices, std::span<cons
                                 std::span<const Tensor> outs, int threads) const {
   MMT_CHECK(threads >= 1, ValueError, "get_batch: threads must be >= 1 (the calling thread counts as one), got ",
             threads);
+  // Warm batches of contiguous parts: one run over the whole batch. Cold ones, or chunked
+  // parts: part by part (each part's read-ahead policy sees its share).
+  const bool hints_off = detail::ReadAheadPolicy::DatasetHintsOff::active();
+  const ReadAhead mode = hints_off ? ReadAhead::Never : options.read_ahead;
+  if (contiguous && (mode != ReadAhead::Auto || !gather_per_part.load(std::memory_order_relaxed))) {
+    if (mode == ReadAhead::Always && indices.size() >= 2) {
+      try {
+        prefetch(indices, fields, /*every_field=*/false);  // every part's records in flight together
+      } catch (const Error&) {  // a hint: a damaged entry is the gather's to report
+      }
+    }
+    const auto start = std::chrono::steady_clock::now();
+    gather_records_at(indices, fields, outs, threads);
+    if (mode == ReadAhead::Auto && looks_cold(std::chrono::steady_clock::now() - start, outs))
+      gather_per_part.store(true, std::memory_order_relaxed);
+    return;
+  }
   thread_local BatchByPart scratch;
   BatchByPart& by_part = scratch;  // the pool's threads below reach it through this reference
   by_part.group(*this, indices, "get_batch");
@@ -424,16 +442,56 @@ void Dataset::Concat::get_batch(std::span<const int64_t> indices, std::span<cons
   // Always: the whole batch hinted at once, every part's records in flight together, then
   // gathered without the parts' own hints (a part holding one record of the batch would not
   // hint it). Auto decides part by part, each on its share.
-  std::optional<detail::ReadAheadPolicy::DatasetHintsOff> hints_off;
-  if (options.read_ahead == ReadAhead::Always && indices.size() >= 2 &&
-      !detail::ReadAheadPolicy::DatasetHintsOff::active()) {
+  std::optional<detail::ReadAheadPolicy::DatasetHintsOff> parts_hints_off;
+  if (mode == ReadAhead::Always && indices.size() >= 2) {
     try {
       prefetch(indices, fields, /*every_field=*/false);
     } catch (const Error&) {  // a hint: a damaged entry is the gather's to report
     }
-    hints_off.emplace();
+    parts_hints_off.emplace();
   }
+  const auto start = std::chrono::steady_clock::now();
   detail::gather_parts(used, static_cast<int64_t>(indices.size()), fields, outs, threads);
+  if (contiguous && mode == ReadAhead::Auto && !looks_cold(std::chrono::steady_clock::now() - start, outs)) {
+    bool hinting = false;
+    for (const detail::PartRows& p : used) hinting = hinting || p.part->read_ahead->hinting();
+    if (!hinting) gather_per_part.store(false, std::memory_order_relaxed);
+  }
+}
+
+bool Dataset::Concat::looks_cold(std::chrono::nanoseconds took, std::span<const Tensor> outs) {
+  // Slower than 2 GB/s, and long enough to tell: a warm gather runs at 8-16 GB/s here, a cold
+  // one at the disk's random-read speed (under 1.1 GB/s for 150 KB records, far less for
+  // small ones).
+  int64_t bytes = 0;
+  for (const Tensor& out : outs) bytes += out.numel() * out.element_size();
+  const double seconds = std::chrono::duration<double>(took).count();
+  return took >= std::chrono::microseconds(100) && static_cast<double>(bytes) < 2e9 * seconds;
+}
+
+void Dataset::Concat::gather_records_at(std::span<const int64_t> indices, std::span<const std::string> fields,
+                                        std::span<const Tensor> outs, int threads) const {
+  // Every index checked (one pass without branches, as a single file's gather), and, until
+  // every chunk has been, every record's chunk validated, before anything is written.
+  const int64_t records = size();
+  bool any_out_of_range = false;
+  for (int64_t index : indices)
+    any_out_of_range |= static_cast<uint64_t>(index < 0 ? index + records : index) >= static_cast<uint64_t>(records);
+  if (any_out_of_range) [[unlikely]]
+    for (int64_t index : indices) normalize_index(index, "get_batch");
+  if (!all_validated.load(std::memory_order_acquire)) [[unlikely]] {
+    for (int64_t index : indices) {
+      const Location at = locate(index, "get_batch");
+      const Impl& part = *parts[at.part].impl_;
+      part.ensure_validated(at.index / part.records_per_chunk);
+    }
+    bool all = true;
+    for (const Dataset& part : parts) all = all && part.impl_->all_chunks_validated();
+    if (all) all_validated.store(true, std::memory_order_release);
+  }
+  const detail::ContiguousParts where{part_data.data(), first_record.data(), parts.size(),
+                                      parts[0].impl_->record_stride_bytes, records};
+  detail::gather_records(*parts[0].impl_, indices, where, regions, fields, outs, threads);
 }
 
 void Dataset::Concat::prefetch(std::span<const int64_t> indices, std::span<const std::string> fields,

@@ -6,15 +6,57 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "mapping_guard.h"
 #include "mmtensor/dataset.h"
 
 namespace mmt {
+namespace detail {
+
+// The part holding `record`, given the parts' ends (ends[p] = first record after part p, in
+// order): the number of parts that end at or before it, empty parts before it skipped. A
+// search without branches on the record (a shuffled batch would mispredict about half of
+// them): it runs once per record of every batch.
+inline size_t part_holding(const int64_t* ends, size_t parts, int64_t record) {
+  const int64_t* at = ends;
+  size_t len = parts;
+  while (len > 1) {
+    const size_t half = len / 2;
+    at += at[half - 1] <= record ? half : 0;
+    len -= half;
+  }
+  return static_cast<size_t>(at - ends) + (*at <= record ? 1 : 0);
+}
+
+// Where a concatenation of contiguous parts keeps record i of part p: part_data[p] +
+// (i - firsts[p]) * stride, p = part_holding(firsts + 1, parts, i).
+struct ContiguousParts {
+  const std::byte* const* part_data = nullptr;
+  const int64_t* firsts = nullptr;  // parts + 1 entries
+  size_t parts = 0;
+  int64_t stride = 0;  // record_stride_bytes, the same in every part
+  int64_t records = 0;
+  const std::byte* record(int64_t index) const {
+    const int64_t i = index < 0 ? index + records : index;
+    const size_t p = part_holding(firsts + 1, parts, i);
+    return part_data[p] + (i - firsts[p]) * stride;
+  }
+};
+
+// Several mappings guarded as one (mapping_guard.h): the parts' files.
+struct GuardedRegions {
+  std::vector<MappedRegion> regions;
+  uintptr_t lowest = 0;
+  uintptr_t end = 0;
+};
+
+}  // namespace detail
 
 struct Dataset::Concat {
   std::vector<Dataset> parts;         // single files (never concatenations), in order; at least two
@@ -25,6 +67,17 @@ struct Dataset::Concat {
   std::string path;                      // the parts' paths joined by ", "
   ReaderOptions options;
   mutable std::atomic<uint64_t> fingerprint{0};  // 0 until computed
+  // Every part uncompressed with fixed fields back to back (kFlagContiguousFixedLayout): a
+  // batch's records are addresses, and get_batch copies the whole batch in one run
+  // (detail::gather_records) instead of part by part.
+  bool contiguous = false;
+  std::vector<const std::byte*> part_data;  // contiguous: each part's first record
+  detail::GuardedRegions regions;          // every part's mapping
+  mutable std::atomic<bool> all_validated{false};  // every part's chunks validated (stays true)
+  // ReaderOptions::read_ahead Auto: the next batch goes part by part, where each part's own
+  // policy checks whether its share is cold and hints it. Set at first, and after a gather
+  // that looked cold; cleared after a warm one with no part hinting.
+  mutable std::atomic<bool> gather_per_part{true};
 
   // Checks the parts against each other and builds the tables; flattens nested ones.
   static std::shared_ptr<const Concat> make(std::vector<Dataset> parts, const ReaderOptions& options);
@@ -50,6 +103,11 @@ struct Dataset::Concat {
   void get_batch(std::span<const int64_t> indices, std::span<const std::string> fields, std::span<const Tensor> outs,
                  int threads) const;
   void prefetch(std::span<const int64_t> indices, std::span<const std::string> fields, bool every_field) const;
+  // get_batch of contiguous parts as one run (detail::gather_records).
+  void gather_records_at(std::span<const int64_t> indices, std::span<const std::string> fields,
+                         std::span<const Tensor> outs, int threads) const;
+  // Whether a gather of `outs` that took `took` looks like one that waited for the disk.
+  static bool looks_cold(std::chrono::nanoseconds took, std::span<const Tensor> outs);
   CacheStats cache_stats() const;
   ReadAheadStats read_ahead_stats() const;
 };
@@ -67,6 +125,15 @@ struct PartRows {
 };
 void gather_parts(std::span<const PartRows> parts, int64_t batch, std::span<const std::string> fields,
                   std::span<const Tensor> outs, int threads);
+
+// For a concatenation of contiguous parts (dataset_batch.cc): copies row b of `outs` from
+// record indices[b] (in range, its chunk validated; `parts` says where it is, in one of
+// `regions`), the whole batch as one run over up to `threads` threads, prefetching across
+// the parts as across one file. The copying threads find the records themselves. `layout`
+// is any part (their record layouts are equal).
+void gather_records(const Dataset::Impl& layout, std::span<const int64_t> indices, const ContiguousParts& parts,
+                    const GuardedRegions& regions, std::span<const std::string> fields,
+                    std::span<const Tensor> outs, int threads);
 
 }  // namespace detail
 }  // namespace mmt

@@ -90,4 +90,15 @@ void throw_mapping_fault(const MappedRegion& region, uintptr_t fault_address) {
                 EFAULT);
 }
 
+void throw_fault_in_regions(std::span<const MappedRegion> regions, uintptr_t fault_address) {
+  for (const MappedRegion& region : regions) {
+    const auto begin = reinterpret_cast<uintptr_t>(region.base);
+    if (fault_address >= begin && fault_address - begin < static_cast<uintptr_t>(region.nbytes))
+      throw_mapping_fault(region, fault_address);
+  }
+  throw IoError(str("SIGBUS reading address ", fault_address, ", in none of the dataset's ", regions.size(),
+                    " mapped files (a file-backed buffer given to the reader was truncated?)"),
+                EFAULT);
+}
+
 }  // namespace mmt::detail

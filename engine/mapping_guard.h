@@ -30,6 +30,7 @@
 #include <csetjmp>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -60,20 +61,21 @@ void set_current_guard_frame(GuardFrame* frame) noexcept;
 // The IoError for a fault at `fault_address` inside `region`.
 [[noreturn]] void throw_mapping_fault(const MappedRegion& region, uintptr_t fault_address);
 
-// Runs fn() with a SIGBUS raised by a read inside `region` turned into IoError. Returns what
-// fn returns; exceptions from fn pass through unchanged.
-template <typename Fn>
-decltype(auto) guard_mapped_reads(const MappedRegion& region, Fn&& fn) {
+// Runs fn() with a SIGBUS raised by a read inside [begin, begin + nbytes) turned into
+// on_fault(fault_address), which must throw. Returns what fn returns; exceptions from fn pass
+// through unchanged.
+template <typename Fn, typename OnFault>
+decltype(auto) guard_reads(uintptr_t begin, uintptr_t nbytes, Fn&& fn, const OnFault& on_fault) {
   install_sigbus_handler();
   GuardFrame frame;
-  frame.begin = reinterpret_cast<uintptr_t>(region.base);
-  frame.nbytes = static_cast<uintptr_t>(region.nbytes);
+  frame.begin = begin;
+  frame.nbytes = nbytes;
   frame.previous = current_guard_frame();
   // savemask 0: no sigprocmask call per section. The handler runs with SA_NODEFER, so the
   // thread's mask is already right when siglongjmp lands here.
   if (sigsetjmp(frame.jump, 0) != 0) {
     set_current_guard_frame(frame.previous);
-    throw_mapping_fault(region, frame.fault_address);
+    on_fault(frame.fault_address);
   }
   set_current_guard_frame(&frame);
   // try/catch rather than an RAII pop: nothing with a destructor lives between the setjmp and
@@ -91,6 +93,25 @@ decltype(auto) guard_mapped_reads(const MappedRegion& region, Fn&& fn) {
     set_current_guard_frame(frame.previous);
     throw;
   }
+}
+
+// Runs fn() with a SIGBUS raised by a read inside `region` turned into IoError.
+template <typename Fn>
+decltype(auto) guard_mapped_reads(const MappedRegion& region, Fn&& fn) {
+  return guard_reads(reinterpret_cast<uintptr_t>(region.base), static_cast<uintptr_t>(region.nbytes),
+                     std::forward<Fn>(fn), [&](uintptr_t fault_address) { throw_mapping_fault(region, fault_address); });
+}
+
+// The same for reads from any of several mappings (the parts of a concatenation): one guard
+// over the range from the lowest to the highest of them. A fault in one of them is that
+// file's IoError; a fault between them (in memory the guarded code also touches, a caller's
+// output mapped from a file, say) is an IoError too, rather than the death of the process.
+// `regions` must not be empty.
+[[noreturn]] void throw_fault_in_regions(std::span<const MappedRegion> regions, uintptr_t fault_address);
+template <typename Fn>
+decltype(auto) guard_mapped_reads(std::span<const MappedRegion> regions, uintptr_t lowest, uintptr_t end, Fn&& fn) {
+  return guard_reads(lowest, end - lowest, std::forward<Fn>(fn),
+                     [&](uintptr_t fault_address) { throw_fault_in_regions(regions, fault_address); });
 }
 
 }  // namespace mmt::detail

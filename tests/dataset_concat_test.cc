@@ -328,6 +328,63 @@ TEST(DatasetConcat, VerifyAndReadsNameTheDamagedPart) {
   EXPECT_NO_THROW(ds.get(19));
 }
 
+// Fixed fields only, uncompressed, chunked by size: contiguous files, whose batches over
+// several parts are gathered as one run (each record found by address) rather than part by part.
+std::string write_fixed_range(const std::string& path, int64_t begin, int64_t end, int64_t alignment = 4096) {
+  WriterOptions options;
+  options.alignment = alignment;
+  options.threads = 1;
+  options.chunk_bytes = 4096;  // several chunks a part
+  DatasetWriter writer = DatasetWriter::create(
+      path, Schema({Field::fixed("x", kFloat32, {4}), Field::fixed("label", kInt64, {})}), options);
+  for (int64_t i = begin; i < end; ++i) {
+    std::vector<float> x;
+    for (int k = 0; k < 4; ++k) x.push_back(static_cast<float>(10 * i + k));
+    writer.append({tensor(x), full({}, static_cast<double>(i), kInt64)});
+  }
+  writer.finish();
+  return path;
+}
+
+TEST(DatasetConcat, ContiguousPartsGatherAsOneRunUnderEveryReadAhead) {
+  TempDir dir;
+  const std::vector<int64_t> bounds = {0, 1000, 1000, 2500, 2501, 4000};  // an empty part, a one-record part
+  std::vector<std::string> paths;
+  for (size_t p = 0; p + 1 < bounds.size(); ++p)
+    paths.push_back(write_fixed_range(dir.file("f" + std::to_string(p) + ".mmt"), bounds[p], bounds[p + 1]));
+  const Dataset whole = Dataset::open(write_fixed_range(dir.file("whole.mmt"), 0, 4000));
+  ASSERT_TRUE(whole.column_is_view("x"));  // the layout this test is about
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<int64_t> pick(-4000, 3999);
+  for (ReadAhead read_ahead : {ReadAhead::Auto, ReadAhead::Always, ReadAhead::Never}) {
+    ReaderOptions options;
+    options.read_ahead = read_ahead;
+    const Dataset ds = Dataset::open_concat(paths, options);
+    for (int round = 0; round < 20; ++round)  // Auto: the first batches part by part, then as one run
+      for (int threads : {1, 2}) {
+        std::vector<int64_t> indices(static_cast<size_t>(round == 19 ? 3000 : 1 + round * 37));  // 3000: split over threads
+        for (int64_t& i : indices) i = pick(rng);
+        Tensor x = empty({static_cast<int64_t>(indices.size()), 4}, kFloat32);
+        Tensor label = empty({static_cast<int64_t>(indices.size()), 2}, kInt64).select(1, 1);  // strided rows
+        ds.get_batch(indices, std::vector<std::string>{"x", "label"}, std::vector<Tensor>{x, label}, threads);
+        ASSERT_TRUE(x.equal(whole.get_batch(indices, "x"))) << "round " << round << " threads " << threads;
+        ASSERT_TRUE(label.equal(whole.get_batch(indices, "label"))) << "round " << round;
+      }
+    // A bad index anywhere in the batch: IndexError, and nothing written.
+    Tensor out = zeros({3}, kInt64);
+    EXPECT_THROW_WITH(ds.get_batch(std::vector<int64_t>{0, 3999, 4000}, "label", out), IndexError,
+                      "record index 4000");
+    EXPECT_EQ(out.to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0}));
+  }
+  // A part truncated under the reader: IoError naming it, on both ways of gathering.
+  const Dataset ds = Dataset::open_concat(paths);
+  const std::vector<int64_t> spread = {5, 1200, 3000, 2500, 3999, 17};
+  for (int warm = 0; warm < 4; ++warm) (void)ds.get_batch(spread, "x");  // Auto settles on one run
+  std::filesystem::resize_file(paths[4], 4096);
+  EXPECT_THROW_WITH(ds.get_batch(spread, "x"), IoError, paths[4]);
+  EXPECT_THROW_WITH(ds.get_batch(spread, "x", 2), IoError, paths[4]);
+}
+
 TEST(DatasetConcat, LoaderCoversEveryRecordOnceAndResumesOnTheSameParts) {
   TempDir dir;
   const Shards shards(dir, "lz4", 6);
