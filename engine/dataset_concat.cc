@@ -410,17 +410,23 @@ void Dataset::Concat::get_batch(std::span<const int64_t> indices, std::span<cons
                                 std::span<const Tensor> outs, int threads) const {
   MMT_CHECK(threads >= 1, ValueError, "get_batch: threads must be >= 1 (the calling thread counts as one), got ",
             threads);
-  // Warm batches of contiguous parts: one run over the whole batch. Cold ones, or chunked
-  // parts: part by part (each part's read-ahead policy sees its share).
   const bool hints_off = detail::ReadAheadPolicy::DatasetHintsOff::active();
   const ReadAhead mode = hints_off ? ReadAhead::Never : options.read_ahead;
-  if (contiguous && (mode != ReadAhead::Auto || !gather_per_part.load(std::memory_order_relaxed))) {
-    if (mode == ReadAhead::Always && indices.size() >= 2) {
-      try {
-        prefetch(indices, fields, /*every_field=*/false);  // every part's records in flight together
+  // Always: the whole batch hinted at once, every part's records in flight together, and then
+  // gathered without the parts' own hints (a part holding one record of a batch would not
+  // hint it).
+  std::optional<detail::ReadAheadPolicy::DatasetHintsOff> parts_hints_off;
+  if (mode == ReadAhead::Always) {
+    if (indices.size() >= 2) try {
+        prefetch(indices, fields, /*every_field=*/false);
       } catch (const Error&) {  // a hint: a damaged entry is the gather's to report
       }
-    }
+    parts_hints_off.emplace();
+  }
+  // Warm batches of contiguous parts: one run over the whole batch. Otherwise (chunked parts;
+  // Auto's first batch, and any after one that looked cold) part by part, where each part's
+  // read-ahead policy checks whether its share is cold and hints it.
+  if (contiguous && (mode != ReadAhead::Auto || !gather_per_part.load(std::memory_order_relaxed))) {
     const auto start = std::chrono::steady_clock::now();
     gather_records_at(indices, fields, outs, threads);
     if (mode == ReadAhead::Auto && looks_cold(std::chrono::steady_clock::now() - start, outs))
@@ -439,17 +445,6 @@ void Dataset::Concat::get_batch(std::span<const int64_t> indices, std::span<cons
   for (size_t p = 0; p < parts.size(); ++p)
     if (by_part.begin[p + 1] > by_part.begin[p])
       used.push_back({parts[p].impl_.get(), by_part.local_of(p), by_part.rows.data() + by_part.begin[p]});
-  // Always: the whole batch hinted at once, every part's records in flight together, then
-  // gathered without the parts' own hints (a part holding one record of the batch would not
-  // hint it). Auto decides part by part, each on its share.
-  std::optional<detail::ReadAheadPolicy::DatasetHintsOff> parts_hints_off;
-  if (mode == ReadAhead::Always && indices.size() >= 2) {
-    try {
-      prefetch(indices, fields, /*every_field=*/false);
-    } catch (const Error&) {  // a hint: a damaged entry is the gather's to report
-    }
-    parts_hints_off.emplace();
-  }
   const auto start = std::chrono::steady_clock::now();
   detail::gather_parts(used, static_cast<int64_t>(indices.size()), fields, outs, threads);
   if (contiguous && mode == ReadAhead::Auto && !looks_cold(std::chrono::steady_clock::now() - start, outs)) {

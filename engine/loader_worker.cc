@@ -61,7 +61,9 @@ void copy_guarded(const Dataset& dataset, const Tensor& value, std::byte* dst) {
   const DimVector packed_strides = contiguous_strides(value.sizes());
   const UntypedStorage& source = value.untyped_storage();
   const int64_t element_bytes = element_size(value.dtype());
-  detail::guard_mapped_reads(detail::MappedRegion{&dataset.path(), source.data(), source.nbytes()}, [&] {
+  // The storage's own file (a part's, when the dataset is several) names a fault best.
+  const std::string& file = source.filename().empty() ? dataset.path() : source.filename();
+  detail::guard_mapped_reads(detail::MappedRegion{&file, source.data(), source.nbytes()}, [&] {
     detail::copy_strided(dst, packed_strides, value.data_ptr(), value.strides(), value.sizes(), element_bytes);
   });
 }

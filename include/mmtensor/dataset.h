@@ -187,10 +187,10 @@ class Dataset {
   //     theirs); parts that are concatenations themselves are flattened. One part gives that
   //     part back. An empty list is a ValueError. Opening stays O(1) per part.
   //   - Each part stays a file of its own: get() of a record in an uncompressed part is a view
-  //     into that part's mapping, get_batch() gathers a batch spread over parts in one pass
-  //     (each output row written once), and column() or ragged_column() of a range inside one
-  //     part is whatever that part gives (a view, when it can). A range spanning parts is
-  //     copied. Chunks are numbered across the parts in order (chunk(c).first_record counts
+  //     into that part's mapping; get_batch() writes each output row once, straight from its
+  //     part (over uncompressed fixed-field parts, the whole batch as one run, as from one
+  //     file; otherwise part by part); column() or ragged_column() of a range inside one part
+  //     is whatever that part gives (a view, when it can). A range spanning parts is copied. Chunks are numbered across the parts in order (chunk(c).first_record counts
   //     across parts too; its file_offset is in its part's file). Errors about a part's bytes
   //     name that part's path.
   //   - path() is the parts' paths joined by ", "; parts() gives them as handles. info() adds
@@ -202,7 +202,8 @@ class Dataset {
   //     caches added up (each cache once), and budget_bytes the smallest part's budget (what
   //     the quasi-random sampler can count on keeping cached).
   //   - ReaderOptions::read_ahead: Always hints a batch over all its parts at once; Auto
-  //     decides part by part, on each part's share of the batch. A Loader hints its batches
+  //     decides part by part, on each part's share of the batch (the first batch, and any
+  //     after one that looked cold, go part by part to let it). A Loader hints its batches
   //     itself (prefetch() over the parts), whatever the number of parts. A batch gathered on
   //     several threads may hold each part's decoded chunks (a quarter of its cache budget)
   //     on each thread.
