@@ -119,6 +119,11 @@ ReadAhead parse_read_ahead(const std::string& text);
 // A file path from a str or any os.PathLike (pathlib.Path).
 std::string path_of(const py::handle& path);
 
+// Inside a catch of the engine's IoError from creating `path` (a writer, a pack): an existing
+// target (EEXIST, overwrite not asked for) in this API's words, since the engine's advice
+// names the C++ option; anything else as it was.
+[[noreturn]] void rethrow_create_error(const IoError& e, const std::string& path, bool overwrite);
+
 void bind_tensor(py::module_& m);
 void bind_dataset(py::module_& m);
 void bind_writer(py::module_& m);

@@ -30,9 +30,11 @@ AccessAdvice parse_advice(const std::string& text) {
 // the record lacks.
 const Tensor& sample_field(const Sample& sample, const std::string& name) {
   if (!sample.schema().find(name)) {
-    std::string known;
-    for (const Field& f : sample.schema()) known += (known.empty() ? "'" : ", '") + f.name + "'";
-    throw py::key_error("no field '" + name + "' (the dataset has " + known + ")");
+    try {
+      (void)sample.schema().index_of(name);  // the engine's message, which lists the fields
+    } catch (const ValueError& e) {
+      throw py::key_error(e.what());
+    }
   }
   return sample[name];
 }

@@ -84,9 +84,11 @@ py::object batch_field(const PyBatch& self, const std::string& name) {
   const Batch& b = self.get();
   const auto& names = b.field_names();
   if (std::find(names.begin(), names.end(), name) == names.end()) {
-    std::string known;
-    for (const std::string& n : names) known += (known.empty() ? "'" : ", '") + n + "'";
-    throw py::key_error("no field '" + name + "' in this batch (it holds " + known + ")");
+    try {
+      (void)b[name];  // the engine's message, which lists the batch's fields
+    } catch (const ValueError& e) {
+      throw py::key_error(e.what());
+    }
   }
   if (b.is_ragged(name)) return wrap_ragged(b.ragged(name), self.batch);
   return wrap(b[name], self.batch);

@@ -67,8 +67,7 @@ void bind_pack(py::module_& m) {
       if (interrupted) throw *interrupted;
       throw;
     } catch (const IoError& e) {
-      if (e.errno_value() != EEXIST || overwrite) throw;
-      throw IoError(path + " already exists; pass overwrite=True to replace it", EEXIST);
+      rethrow_create_error(e, path, overwrite);
     }
   }, py::arg("output"), py::arg("inputs") = py::none(), py::kw_only(), py::arg("folder") = py::none(),
      py::arg("codec") = "none", py::arg("chunk_bytes") = WriterOptions{}.chunk_bytes, py::arg("chunk_records") = 0,

@@ -14,6 +14,11 @@
 
 namespace mmt::python {
 
+void rethrow_create_error(const IoError& e, const std::string& path, bool overwrite) {
+  if (e.errno_value() != EEXIST || overwrite) throw;
+  throw IoError(path + " already exists; pass overwrite=True to replace it", EEXIST);
+}
+
 namespace {
 
 // The C++ writer (move-only) and what the Python side needs without touching it. One thread
@@ -137,9 +142,7 @@ per core).)doc")
              try {
                self->writer.emplace(without_gil([&] { return DatasetWriter::create(file, std::move(schema), std::move(options)); }));
              } catch (const IoError& e) {
-               if (e.errno_value() != EEXIST || overwrite) throw;
-               // The engine's advice names the C++ option; say it in this API's words.
-               throw IoError(file + " already exists; pass overwrite=True to replace it", EEXIST);
+               rethrow_create_error(e, file, overwrite);
              }
              return self;
            }),
