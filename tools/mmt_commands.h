@@ -97,6 +97,9 @@ CLI::Option* add_integer_option(CLI::App* cmd, const std::string& name, Int& tar
   return option;
 }
 
+// What the subcommands that read a dataset say of FILE: Dataset::open_concat reads the files.
+inline constexpr const char* kFilesHelp = "The dataset file, or several shards read as one dataset, in order";
+
 // Adds an option whose value `parse` turns into `target` (a size, a codec): a ValueError from
 // it ends the command as a usage error, as a bad integer does.
 template <typename T, typename Parse>
