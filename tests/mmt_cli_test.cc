@@ -191,7 +191,8 @@ TEST_F(MmtCli, EveryBadCommandLineExitsTwoWithTheReason) {
   const std::vector<std::vector<std::string>> bad{
       {},                                        // no subcommand
       {"info"},                                  // a required argument missing
-      {"get", "a.mmt", "0", "1"},                // one too many
+      {"export", "a.mmt"},                       // FILE... DIR with no DIR
+      {"get", "a.mmt"},                          // FILE... INDEX with no INDEX
       {"bench", "a.mmt", "--batch", "many"},     // a value of the wrong kind
       {"pack", "out.mmt", "x=a.npy", "--nope"},  // an unknown option
       {"bench", "a.mmt", "--threads"},           // an option without its value
@@ -1356,6 +1357,9 @@ TEST_F(MmtCliShards, HelpSaysShardsAreReadAsOne) {
     EXPECT_NE(help.out.find("FILE...\n"), std::string::npos) << sub << ": " << help.out;
     EXPECT_NE(help.out.find("several shards read as one dataset, in order"), std::string::npos) << help.out;
   }
+  // The positionals' usage says which word repeats (CLI11 alone wrote "FILE... DIR...").
+  EXPECT_NE(run_mmt({"export", "--help"}).out.find("Usage: mmt export [OPTIONS] FILE... DIR\n"), std::string::npos);
+  EXPECT_NE(run_mmt({"get", "--help"}).out.find("Usage: mmt get [OPTIONS] FILE... INDEX\n"), std::string::npos);
 }
 
 TEST_F(MmtCliShards, InfoAddsUpThePartsAndListsThem) {
@@ -1433,6 +1437,37 @@ TEST_F(MmtCliShards, VerifyChecksEveryPartAndNamesADamagedOne) {
   EXPECT_EQ(bad.out.find("sound"), std::string::npos) << bad.out;
 }
 
+TEST_F(MmtCliShards, ExportAndGetReadTheConcatenation) {
+  const RunResult exported = run_mmt(over_shards("export", {path("out")}));
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_TRUE(load_npy(path("out/x.npy")).equal(x_));
+  EXPECT_TRUE(load_npy(path("out/y.npy")).equal(y_));
+  // Two shards, one field. (--field takes every word after it that the positionals can spare:
+  // before three or more of them, it would take a shard too, and fail as an unknown field.)
+  const RunResult one_field = run_mmt({"export", shards_[0], shards_[1], path("out-x"), "--field", "x"});
+  ASSERT_EQ(one_field.exit_code, 0) << one_field.err;
+  EXPECT_TRUE(load_npy(path("out-x/x.npy")).equal(x_.slice(0, 0, 18)));
+  EXPECT_FALSE(fs::exists(path("out-x/y.npy")));
+
+  // Records are numbered across the shards: 12 is the second shard's third.
+  const RunResult got = run_mmt(over_shards("get", {"12", "--field", "x", "--npy", path("12.npy")}));
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_TRUE(load_npy(path("12.npy")).equal(x_[12]));
+  EXPECT_EQ(run_mmt(over_shards("get", {"-1", "--field", "y"})).out,
+            run_mmt({"get", shards_[2], "6", "--field", "y"}).out);
+  EXPECT_FAILS_WITH(run_mmt(over_shards("get", {"25"})), "out of range for a dataset of 25 records in 3 parts");
+  // Only the last word is the index: a second one is said to be taken for a file.
+  const RunResult two = run_mmt({"get", shards_[0], "0", "1"});
+  EXPECT_EQ(two.exit_code, 2);
+  EXPECT_NE(two.err.find("'0' is taken for a dataset file, and there is none of that name"), std::string::npos)
+      << two.err;
+  // No output replaces any of the shards being read.
+  const Bytes before = testutil::read_file(shards_[2]);
+  EXPECT_FAILS_WITH(run_mmt(over_shards("get", {"0", "--field", "x", "--npy", shards_[2], "--force"})),
+                    "is the dataset being read (" + shards_[2] + ")");
+  EXPECT_EQ(testutil::read_file(shards_[2]), before);
+}
+
 TEST_F(MmtCliShards, BenchMeasuresTheConcatenation) {
   const RunResult r = run_mmt(over_shards("bench", {"--json", "--seconds", "0.02", "--batch", "8"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -1465,7 +1500,8 @@ TEST_F(MmtCliShards, PartsThatDisagreeAreRefusedNamingThePart) {
   ASSERT_EQ(packed.exit_code, 0) << packed.err;
   const std::vector<std::string> mixed{shards_[0], path("z.mmt")};
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"info"}, {"verify"}, {"bench", "--seconds", "0.02"}}) {
+       {std::vector<std::string>{"info"}, {"verify"}, {"bench", "--seconds", "0.02"}, {"export", path("out")},
+        {"get", "0"}}) {
     std::vector<std::string> command{args[0]};
     command.insert(command.end(), mixed.begin(), mixed.end());
     command.insert(command.end(), args.begin() + 1, args.end());
@@ -1476,6 +1512,7 @@ TEST_F(MmtCliShards, PartsThatDisagreeAreRefusedNamingThePart) {
               std::string::npos) << r.err;
     EXPECT_EQ(r.out, "") << args[0];
   }
+  EXPECT_FALSE(fs::exists(path("out")));
 
   // Metadata that disagrees (the class names of folder shards, say) names the key and both parts.
   const std::pair<const char*, const char*> labelled[] = {{"cats-first.mmt", "cat,dog"}, {"dogs-first.mmt", "dog,cat"}};
