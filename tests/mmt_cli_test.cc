@@ -191,7 +191,8 @@ TEST_F(MmtCli, EveryBadCommandLineExitsTwoWithTheReason) {
   const std::vector<std::vector<std::string>> bad{
       {},                                        // no subcommand
       {"info"},                                  // a required argument missing
-      {"info", "a.mmt", "b.mmt"},                // one too many
+      {"export", "a.mmt"},                       // FILE... DIR with no DIR
+      {"get", "a.mmt"},                          // FILE... INDEX with no INDEX
       {"bench", "a.mmt", "--batch", "many"},     // a value of the wrong kind
       {"pack", "out.mmt", "x=a.npy", "--nope"},  // an unknown option
       {"bench", "a.mmt", "--threads"},           // an option without its value
@@ -1308,6 +1309,227 @@ TEST_F(MmtCli, BenchRefusesOptionsItCannotRun) {
     EXPECT_FAILS_WITH(bench({"--batch", batch}), "' is out of range: it must be within [1, 1048576]");
   // 300000 records of 4 kB: 1.2 GB a batch.
   EXPECT_FAILS_WITH(bench({"--batch", "300000"}), "--batch 300000 makes batches of 1.2 GB");
+}
+
+
+// ---- shards: several files read as one dataset (Dataset::open_concat) ----
+
+// Three shards of one dataset (x int32 [3], y uint8), 10, 8 and 7 records whose values run on
+// from shard to shard, stored uncompressed, lz4 and zstd, in chunks of a few records.
+class MmtCliShards : public MmtCli {
+ protected:
+  void SetUp() override {
+    MmtCli::SetUp();
+    if (IsSkipped()) return;
+    const int64_t counts[] = {10, 8, 7};
+    const char* codecs[] = {"none", "lz4", "zstd"};
+    int64_t first = 0;
+    for (size_t k = 0; k < 3; ++k) {
+      const std::string name(1, static_cast<char>('a' + k));
+      save(name + "-x.npy", x_.slice(0, first, first + counts[k]));
+      save(name + "-y.npy", y_.slice(0, first, first + counts[k]));
+      shards_.push_back(path(name + ".mmt"));
+      const RunResult packed = run_mmt({"pack", shards_.back(), "x=" + path(name + "-x.npy"),
+                                        "y=" + path(name + "-y.npy"), "--codec", codecs[k], "--chunk-bytes", "64",
+                                        "--quiet"});
+      ASSERT_EQ(packed.exit_code, 0) << packed.err;
+      first += counts[k];
+    }
+    save("x.npy", x_);
+    save("y.npy", y_);
+  }
+  // `command`, then the shards, then `after`.
+  std::vector<std::string> over_shards(const std::string& command, const std::vector<std::string>& after = {}) const {
+    std::vector<std::string> args{command};
+    args.insert(args.end(), shards_.begin(), shards_.end());
+    args.insert(args.end(), after.begin(), after.end());
+    return args;
+  }
+
+  const Tensor x_ = records(kInt32, 25, {3});
+  const Tensor y_ = records(kUInt8, 25, {});
+  std::vector<std::string> shards_;
+};
+
+TEST_F(MmtCliShards, HelpSaysShardsAreReadAsOne) {
+  for (const char* sub : {"info", "verify", "bench"}) {
+    const RunResult help = run_mmt({sub, "--help"});
+    EXPECT_NE(help.out.find("FILE...\n"), std::string::npos) << sub << ": " << help.out;
+    EXPECT_NE(help.out.find("several shards read as one dataset, in order"), std::string::npos) << help.out;
+  }
+  // The positionals' usage says which word repeats (CLI11 alone wrote "FILE... DIR...").
+  EXPECT_NE(run_mmt({"export", "--help"}).out.find("Usage: mmt export [OPTIONS] FILE... DIR\n"), std::string::npos);
+  EXPECT_NE(run_mmt({"get", "--help"}).out.find("Usage: mmt get [OPTIONS] FILE... INDEX\n"), std::string::npos);
+}
+
+TEST_F(MmtCliShards, InfoAddsUpThePartsAndListsThem) {
+  int64_t chunks = 0, file_bytes = 0;
+  for (const std::string& shard : shards_) {
+    chunks += Dataset::open(shard).num_chunks();
+    file_bytes += static_cast<int64_t>(fs::file_size(shard));
+  }
+  ASSERT_GT(chunks, 3) << "several chunks a shard";
+  const RunResult text = run_mmt(over_shards("info"));
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  for (const std::string& line : std::vector<std::string>{
+           "files      3, read as one dataset in this order (", "records    25\n",
+           "chunks     " + std::to_string(chunks) + " (", "codec      mixed: ",
+           "  " + shards_[0] + "  10 records (0..9), ", "  " + shards_[1] + "  8 records (10..17), ",
+           "  " + shards_[2] + "  7 records (18..24), "})
+    EXPECT_NE(text.out.find(line), std::string::npos) << line << "\n" << text.out;
+  EXPECT_NE(text.out.find(std::to_string(file_bytes) + " bytes in all)"), std::string::npos) << text.out;
+
+  const RunResult json = run_mmt(over_shards("info", {"--json"}));
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["records"], 25);
+  EXPECT_EQ(j["chunks"], chunks);
+  EXPECT_EQ(j["file_bytes"], file_bytes);
+  EXPECT_EQ(j["path"], shards_[0] + ", " + shards_[1] + ", " + shards_[2]);
+  EXPECT_EQ(j["codec"], "mixed");
+  char fingerprint[19];  // what a loader's state over these shards names
+  std::snprintf(fingerprint, sizeof fingerprint, "0x%016llx",
+                static_cast<unsigned long long>(Dataset::open_concat(shards_).fingerprint()));
+  EXPECT_EQ(j["fingerprint"], fingerprint);
+  ASSERT_EQ(j["parts"].size(), 3u);
+  const int64_t first_records[] = {0, 10, 18}, counts[] = {10, 8, 7};
+  const char* codecs[] = {"none", "lz4", "zstd"};
+  for (size_t k = 0; k < 3; ++k) {
+    const nlohmann::json& part = j["parts"][k];
+    EXPECT_EQ(part["path"], shards_[k]);
+    EXPECT_EQ(part["first_record"], first_records[k]);
+    EXPECT_EQ(part["records"], counts[k]);
+    EXPECT_EQ(part["chunks"], Dataset::open(shards_[k]).num_chunks());
+    EXPECT_EQ(part["file_bytes"], fs::file_size(shards_[k]));
+    EXPECT_EQ(std::string(part["codec"]).rfind(codecs[k], 0), 0u) << part["codec"];
+  }
+  // One file's object is what it always was.
+  const nlohmann::json one = nlohmann::json::parse(run_mmt({"info", shards_[0], "--json"}).out);
+  EXPECT_FALSE(one.contains("parts"));
+  EXPECT_EQ(one["path"], shards_[0]);
+  EXPECT_EQ(one["codec"], "none");
+}
+
+TEST_F(MmtCliShards, VerifyChecksEveryPartAndNamesADamagedOne) {
+  const RunResult sound = run_mmt(over_shards("verify"));
+  ASSERT_EQ(sound.exit_code, 0) << sound.err;
+  const int64_t chunks = Dataset::open_concat(shards_).num_chunks();
+  EXPECT_NE(sound.out.find(": sound: 3 files, 25 records in " + std::to_string(chunks) +
+                           " chunks, every structure and checksum checked\n"),
+            std::string::npos) << sound.out;
+  // The concatenation's records are those of the arrays the shards were cut from.
+  const RunResult compared = run_mmt(over_shards("verify", {"--against", "x=" + path("x.npy"), "y=" + path("y.npy")}));
+  EXPECT_EQ(compared.exit_code, 0) << compared.err;
+  EXPECT_NE(compared.out.find("25 records (all) equal their sources byte for byte"), std::string::npos)
+      << compared.out;
+  const RunResult sampled = run_mmt(over_shards("verify", {"--against", "x=" + path("x.npy"), "--samples", "5"}));
+  EXPECT_EQ(sampled.exit_code, 0) << sampled.err;
+  EXPECT_NE(sampled.out.find("5 random records equal their sources"), std::string::npos) << sampled.out;
+
+  // A byte flipped in the middle shard's second chunk: the fault is named with that shard.
+  const ChunkInfo chunk = Dataset::open(shards_[1]).chunk(1);
+  Bytes bytes = testutil::read_file(shards_[1]);
+  bytes[static_cast<size_t>(chunk.file_offset + chunk.stored_bytes / 2)] ^= std::byte{0x10};
+  testutil::write_file(shards_[1], bytes);
+  const RunResult bad = run_mmt(over_shards("verify"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("mmt verify: error: " + shards_[1] + ": chunk 1 "), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.out.find("sound"), std::string::npos) << bad.out;
+}
+
+TEST_F(MmtCliShards, ExportAndGetReadTheConcatenation) {
+  const RunResult exported = run_mmt(over_shards("export", {path("out")}));
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_TRUE(load_npy(path("out/x.npy")).equal(x_));
+  EXPECT_TRUE(load_npy(path("out/y.npy")).equal(y_));
+  // Two shards, one field. (--field takes every word after it that the positionals can spare:
+  // before three or more of them, it would take a shard too, and fail as an unknown field.)
+  const RunResult one_field = run_mmt({"export", shards_[0], shards_[1], path("out-x"), "--field", "x"});
+  ASSERT_EQ(one_field.exit_code, 0) << one_field.err;
+  EXPECT_TRUE(load_npy(path("out-x/x.npy")).equal(x_.slice(0, 0, 18)));
+  EXPECT_FALSE(fs::exists(path("out-x/y.npy")));
+
+  // Records are numbered across the shards: 12 is the second shard's third.
+  const RunResult got = run_mmt(over_shards("get", {"12", "--field", "x", "--npy", path("12.npy")}));
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_TRUE(load_npy(path("12.npy")).equal(x_[12]));
+  EXPECT_EQ(run_mmt(over_shards("get", {"-1", "--field", "y"})).out,
+            run_mmt({"get", shards_[2], "6", "--field", "y"}).out);
+  EXPECT_FAILS_WITH(run_mmt(over_shards("get", {"25"})), "out of range for a dataset of 25 records in 3 parts");
+  // Only the last word is the index: a second one is said to be taken for a file.
+  const RunResult two = run_mmt({"get", shards_[0], "0", "1"});
+  EXPECT_EQ(two.exit_code, 2);
+  EXPECT_NE(two.err.find("'0' is taken for a dataset file, and there is none of that name"), std::string::npos)
+      << two.err;
+  // No output replaces any of the shards being read.
+  const Bytes before = testutil::read_file(shards_[2]);
+  EXPECT_FAILS_WITH(run_mmt(over_shards("get", {"0", "--field", "x", "--npy", shards_[2], "--force"})),
+                    "is the dataset being read (" + shards_[2] + ")");
+  EXPECT_EQ(testutil::read_file(shards_[2]), before);
+}
+
+TEST_F(MmtCliShards, BenchMeasuresTheConcatenation) {
+  const RunResult r = run_mmt(over_shards("bench", {"--json", "--seconds", "0.02", "--batch", "8"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["records"], 25);
+  EXPECT_EQ(j["file"], shards_[0] + ", " + shards_[1] + ", " + shards_[2]);
+  ASSERT_EQ(j["parts"].size(), 3u);
+  EXPECT_EQ(j["parts"][1]["path"], shards_[1]);
+  EXPECT_EQ(j["parts"][1]["records"], 8);
+  for (const char* key : {"random_get", "batch_gather", "loader"})
+    EXPECT_GT(j[key]["samples_per_second"].get<double>(), 0) << key;
+  EXPECT_GE(j["loader"]["epochs"].get<int64_t>(), 1);
+  const RunResult one = run_mmt({"bench", shards_[0], "--json", "--seconds", "0.02"});
+  EXPECT_FALSE(nlohmann::json::parse(one.out).contains("parts")) << "a single file's report is unchanged";
+
+  const RunResult cold = run_mmt(over_shards("bench", {"--cold", "--seconds", "0.02", "--batch", "8"}));
+  if (cold.exit_code != 0) {  // a tmpfs keeps the files in memory: said, and nothing measured
+    EXPECT_FAILS_WITH(cold, "--cold: ");
+    return;
+  }
+  EXPECT_NE(cold.out.find(": 25 records in 3 files, "), std::string::npos) << cold.out;
+  EXPECT_NE(cold.out.find("each measurement from a cold page cache"), std::string::npos) << cold.out;
+}
+
+TEST_F(MmtCliShards, PartsThatDisagreeAreRefusedNamingThePart) {
+  // Another dtype for x in a fourth file.
+  save("z-x.npy", records(kFloat32, 4, {3}));
+  save("z-y.npy", records(kUInt8, 4, {}));
+  const RunResult packed = run_mmt({"pack", path("z.mmt"), "x=" + path("z-x.npy"), "y=" + path("z-y.npy"), "--quiet"});
+  ASSERT_EQ(packed.exit_code, 0) << packed.err;
+  const std::vector<std::string> mixed{shards_[0], path("z.mmt")};
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"info"}, {"verify"}, {"bench", "--seconds", "0.02"}, {"export", path("out")},
+        {"get", "0"}}) {
+    std::vector<std::string> command{args[0]};
+    command.insert(command.end(), mixed.begin(), mixed.end());
+    command.insert(command.end(), args.begin() + 1, args.end());
+    const RunResult r = run_mmt(command);
+    EXPECT_EQ(r.exit_code, 1) << args[0];
+    EXPECT_NE(r.err.find("mmt " + args[0] + ": error: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("part 1 (" + path("z.mmt") + ") has other fields than part 0 (" + shards_[0] + ")"),
+              std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "") << args[0];
+  }
+  EXPECT_FALSE(fs::exists(path("out")));
+
+  // Metadata that disagrees (the class names of folder shards, say) names the key and both parts.
+  const std::pair<const char*, const char*> labelled[] = {{"cats-first.mmt", "cat,dog"}, {"dogs-first.mmt", "dog,cat"}};
+  for (const auto& [name, classes] : labelled) {
+    WriterOptions options;
+    options.metadata = {{"classes", classes}};
+    DatasetWriter writer = DatasetWriter::create(path(name), Schema({Field::fixed("label", kInt64, {})}), options);
+    writer.append({full({}, 1, kInt64)});
+    writer.finish();
+  }
+  EXPECT_FAILS_WITH(run_mmt({"info", path("cats-first.mmt"), path("dogs-first.mmt")}),
+                    "metadata 'classes' is \"cat,dog\" in part 0 (" + path("cats-first.mmt") +
+                        ") but \"dog,cat\" in part 1 (" + path("dogs-first.mmt") + ")");
+
+  // A missing shard is named.
+  EXPECT_FAILS_WITH(run_mmt({"info", shards_[0], path("missing.mmt")}), "missing.mmt");
+  EXPECT_FAILS_WITH(run_mmt({"verify", shards_[0], path("missing.mmt")}), "missing.mmt");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// mmt bench FILE [--json] [--cold]: random-access, batch-gather and loader throughput on a
-// dataset, each beside the memcpy reference measured in the same run (the same bytes gathered
-// from host memory), so the figures compare across machines as ratios. --cold starts each
-// measurement from storage instead of the page cache.
+// mmt bench FILE... [--json] [--cold]: random-access, batch-gather and loader throughput on a
+// dataset (one file, or shards read as one), each beside the memcpy reference measured in the
+// same run (the same bytes gathered from host memory), so the figures compare across machines
+// as ratios. --cold starts each measurement from storage instead of the page cache.
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -30,7 +30,7 @@ constexpr int64_t kMaxBatchRecords = int64_t{1} << 20;
 constexpr int64_t kMaxBatchBytes = int64_t{1} << 30;
 
 struct BenchArgs {
-  std::string file;
+  std::vector<std::string> files;
   bool json = false;
   double seconds = 1.0;
   int64_t batch = 256;
@@ -98,7 +98,7 @@ nlohmann::json rate_json(const Rate& r) {
 }
 
 // Where each measurement starts. Warm: the dataset stays open, its pages cached. Cold: the
-// dataset is closed (pages it has mapped would stay cached), the file's pages are dropped
+// dataset is closed (pages it has mapped would stay cached), every file's pages are dropped
 // from the page cache, and the dataset is opened again; what the measurement then had read
 // from storage is reported beside it.
 class Start {
@@ -108,14 +108,16 @@ class Start {
   Dataset& open_for_measurement(Dataset& ds) {
     if (!args_.cold) return ds;
     ds = Dataset();
-    std::string why_not;
-    MMT_CHECK(detail::drop_from_page_cache(args_.file, &why_not), IoError, "--cold: ", why_not);
+    for (const std::string& file : args_.files) {
+      std::string why_not;
+      MMT_CHECK(detail::drop_from_page_cache(file, &why_not), IoError, "--cold: ", why_not);
+    }
     read_before_ = detail::process_storage_read_bytes();
     // The batch gather hints each batch itself (prefetch, then get_batch): get_batch's own
     // read-ahead would hint it twice.
     ReaderOptions options;
     options.read_ahead = ReadAhead::Never;
-    ds = Dataset::open(args_.file, options);
+    ds = Dataset::open_concat(args_.files, options);
     return ds;
   }
   // Marks where the measured work ended: a loader's workers go on reading the next epoch's
@@ -140,8 +142,8 @@ class Start {
 };
 
 void run_bench(const BenchArgs& args) {
-  Dataset ds = Dataset::open(args.file);
-  MMT_CHECK(ds.size() > 0, ValueError, args.file, " has no records to read");
+  Dataset ds = Dataset::open_concat(args.files);
+  MMT_CHECK(ds.size() > 0, ValueError, ds.path(), args.files.size() > 1 ? " have" : " has", " no records to read");
   Start start(args);
   std::mt19937_64 rng(args.seed);
   std::vector<std::string> fixed_fields;
@@ -152,9 +154,15 @@ void run_bench(const BenchArgs& args) {
       fixed_record_bytes += f.fixed_nbytes();
     }
   check_batch_bytes(args, fixed_record_bytes);
-  nlohmann::json report = {{"file", args.file}, {"records", ds.size()},
+  nlohmann::json report = {{"file", ds.path()}, {"records", ds.size()},
                            {"codec", ds.info().codec.str()}, {"batch_size", args.batch},
                            {"threads", args.threads}, {"cold", args.cold}};
+  if (args.files.size() > 1) {  // as mmt info --json lists them; a single file's report is unchanged
+    nlohmann::json parts = nlohmann::json::array();
+    for (const Dataset& part : ds.parts())
+      parts.push_back({{"path", part.path()}, {"records", part.size()}, {"codec", part.info().codec.str()}});
+    report["parts"] = std::move(parts);
+  }
 
   // Warm state, as the figures promise: when the decoded chunks fit the chunk cache, every
   // chunk is used (decoded) once first. Otherwise the first second of a compressed file
@@ -271,8 +279,9 @@ void run_bench(const BenchArgs& args) {
     std::printf("  %-16s %12.0f samples/s  %10s/s%s\n", what, r.samples_per_second(),
                 human_bytes(r.bytes_per_second()).c_str(), from_storage.c_str());
   };
-  std::printf("%s: %lld records, codec %s, batch %lld, %d thread(s)%s\n", printable(args.file).c_str(),
-              static_cast<long long>(ds.size()), ds.info().codec.str().c_str(),
+  const std::string in_files = args.files.size() > 1 ? detail::str(" in ", args.files.size(), " files") : std::string();
+  std::printf("%s: %lld records%s, codec %s, batch %lld, %d thread(s)%s\n", printable(ds.path()).c_str(),
+              static_cast<long long>(ds.size()), in_files.c_str(), ds.info().codec.str().c_str(),
               static_cast<long long>(args.batch), args.threads,
               args.cold ? ", each measurement from a cold page cache" : "");
   line("random get", random_get, "random_get");
@@ -297,7 +306,7 @@ void add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand(
       "bench", "Measure random access, batch gather and loader throughput beside memcpy");
-  cmd->add_option("FILE", args->file, "The dataset file")->required();
+  cmd->add_option("FILE", args->files, kFilesHelp)->required();
   cmd->add_flag("--json", args->json, "Print one JSON object");
   add_parsed_option(cmd, "--seconds", args->seconds, "Time per measurement, at most 3600 (each runs at least one step)",
                     parse_seconds)->default_str("1");
@@ -308,7 +317,7 @@ void add_bench_command(CLI::App& app) {
                      static_cast<int>(kMaxLoaderWorkers));
   add_integer_option(cmd, "--seed", args->seed, "Seed of the random indices");
   cmd->add_flag("--cold", args->cold,
-                "Start each measurement from storage: drop the file's pages from the page cache and reopen it "
+                "Start each measurement from storage: drop the files' pages from the page cache and reopen them "
                 "(reports the bytes read from storage; not on a tmpfs). The loader runs whole epochs, so a cold "
                 "one may take longer than --seconds");
   cmd->callback([args] { run_bench(*args); });

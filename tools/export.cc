@@ -1,4 +1,5 @@
-// mmt export FILE DIR: each fixed-shape field back as DIR/NAME.npy of shape [records, ...],
+// mmt export FILE... DIR: each fixed-shape field back as DIR/NAME.npy of shape [records, ...]
+// (of all the records, for shards read as one dataset),
 // so `pack` then `export` gives the original arrays byte for byte (for little-endian C-order
 // sources; a big-endian or Fortran-order one comes back with the same values in native C order).
 #include <algorithm>
@@ -21,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ExportArgs {
-  std::string file;
+  std::vector<std::string> files;
   std::string dir;
   std::vector<std::string> fields;
   bool force = false;
@@ -31,23 +32,29 @@ struct ExportArgs {
 // uncompressed ones too (by default the reader skips those: random access reads one record,
 // and hashing would read its whole chunk). column() checks the chunks under it, also when it
 // is one view over a contiguous file.
-Dataset open_for_export(const std::string& path) {
+Dataset open_for_export(const std::vector<std::string>& files) {
   ReaderOptions options;
   options.verify_uncompressed = true;
-  return Dataset::open(path, options);
+  return Dataset::open_concat(files, options);
 }
 
 // A bool byte other than 0 or 1 is damage (FORMAT.md) that the checksums cannot see when the
 // writer put it there; an .npy of it would be refused by `mmt pack` and read by numpy as a
-// value no bool holds. Named with its record, as `mmt verify` names its chunk.
-void refuse_non_bool_bytes(const Tensor& column, const std::string& field, const std::string& file) {
+// value no bool holds. Named with its file and record there, as `mmt verify` names its chunk.
+void refuse_non_bool_bytes(const Dataset& ds, const Tensor& column, const std::string& field) {
   const Tensor values = column.contiguous();
   const auto* bytes = static_cast<const std::byte*>(values.data_ptr());
   const int64_t at = detail::first_invalid_bool(bytes, values.numel());
   if (at < 0) return;
   const int64_t per_record = values.numel() / std::max<int64_t>(values.size(0), 1);
-  throw FormatError(detail::str(file, ": field '", printable(field), "': record ", at / per_record,
-                                " holds the bool byte ", static_cast<int>(static_cast<uint8_t>(bytes[at])),
+  const int64_t record = at / per_record;
+  const Dataset::Location where = ds.locate(record);
+  const std::vector<Dataset> parts = ds.parts();
+  const std::string in_concatenation =
+      parts.size() > 1 ? detail::str(" (record ", record, " of the ", parts.size(), " files)") : std::string();
+  throw FormatError(detail::str(parts[where.part].path(), ": field '", printable(field), "': record ", where.index,
+                                in_concatenation, " holds the bool byte ",
+                                static_cast<int>(static_cast<uint8_t>(bytes[at])),
                                 " (bool values are 0 or 1); mmt verify reports its chunk"));
 }
 
@@ -65,7 +72,7 @@ bool remove_made_folders(const std::vector<fs::path>& made_folders) {
 
 void run_export(const ExportArgs& args) {
   MMT_CHECK(!args.dir.empty(), ValueError, "DIR is empty: name the folder to write the .npy files into");
-  Dataset ds = open_for_export(args.file);
+  Dataset ds = open_for_export(args.files);
   // Every refusal before any write (the folder included), so an export either runs or leaves
   // the file system as it was.
   std::vector<std::string> names;
@@ -89,7 +96,7 @@ void run_export(const ExportArgs& args) {
       else
         names.push_back(f.name);
     }
-    MMT_CHECK(!names.empty(), ValueError, args.file, ": no field to export; each varies in shape from record to "
+    MMT_CHECK(!names.empty(), ValueError, ds.path(), ": no field to export; each varies in shape from record to "
               "record or is bfloat16, which .npy cannot hold (use mmt get --raw for one record)");
   }
   std::vector<std::string> paths;
@@ -99,7 +106,7 @@ void run_export(const ExportArgs& args) {
               " bytes): NAME.npy would be longer than the 255 bytes of a file name (writers now cap names at ",
               kMaxWrittenFieldNameBytes, " bytes); export the other fields with --field");
     paths.push_back((fs::path(args.dir) / (name + ".npy")).string());
-    check_output_path(paths.back(), args.force, args.file);
+    check_output_path(paths.back(), args.force, args.files);
   }
   // What cannot be known before writing (a damaged chunk met by column(), a name the file
   // system finds too long, a full disk) undoes the export. Every .npy is written to a
@@ -123,7 +130,7 @@ void run_export(const ExportArgs& args) {
     for (size_t k = 0; k < names.size(); ++k) {
       Tensor column = ds.column(names[k]);  // checks (and hashes) every chunk under it
       StopSignals::check();
-      if (column.dtype() == kBool) refuse_non_bool_bytes(column, names[k], args.file);
+      if (column.dtype() == kBool) refuse_non_bool_bytes(ds, column, names[k]);
       stage_npy_file(files, paths[k], column);
       written << printable(paths[k]) << "  " << to_string(column.dtype()) << " " << column.sizes() << "\n";
     }
@@ -147,8 +154,9 @@ void run_export(const ExportArgs& args) {
 void add_export_command(CLI::App& app) {
   auto args = std::make_shared<ExportArgs>();
   CLI::App* cmd = app.add_subcommand("export", "Write each fixed-shape field to DIR/NAME.npy");
-  cmd->add_option("FILE", args->file, "The dataset file")->required();
-  cmd->add_option("DIR", args->dir, "The folder to write into (created if missing)")->required();
+  add_files_then_option(cmd, "DIR", args->files, args->dir,
+                        "The dataset file (or several shards read as one dataset, in order), then the folder to "
+                        "write into (created if missing)");
   cmd->add_option("--field", args->fields, "Only these fields");
   cmd->add_flag("--force", args->force, "Replace existing .npy files");
   cmd->callback([args] { run_export(*args); });

@@ -1,7 +1,9 @@
-// mmt get FILE INDEX [--field NAME] [--npy OUT.npy | --raw OUT]: one record, printed as
-// PyTorch prints tensors, or one field written to a file or, with "-", to standard output.
+// mmt get FILE... INDEX [--field NAME] [--npy OUT.npy | --raw OUT]: one record (numbered
+// across the files, for shards read as one dataset), printed as PyTorch prints tensors, or one
+// field written to a file or, with "-", to standard output.
 #include <unistd.h>
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -16,7 +18,7 @@ namespace mmt::tool {
 namespace {
 
 struct GetArgs {
-  std::string file;
+  std::vector<std::string> files;
   std::string index;  // parsed strictly by parse_int64: CLI11 takes '' as 0 and clamps
   std::string field;
   std::string npy;
@@ -58,6 +60,15 @@ void check_standard_output_target(const GetArgs& args) {
             "pipe it (| PROGRAM), or pass --force to write them to the terminal anyway");
 }
 
+bool is_integer(const std::string& text) {
+  try {
+    (void)parse_int64(text, "");
+    return true;
+  } catch (const ValueError&) {
+    return false;
+  }
+}
+
 void run_get(const GetArgs& args) {
   int64_t index = 0;
   try {
@@ -65,13 +76,21 @@ void run_get(const GetArgs& args) {
   } catch (const ValueError& e) {
     throw UsageError(e.what());  // a bad command line, as a bad option value is
   }
+  // Only the last word is INDEX: `mmt get x.mmt 3 4`, asking for two records, would read 3 as
+  // a shard and fail to open it, which would not say why.
+  for (const std::string& file : args.files) {
+    std::error_code unknown;
+    if (!std::filesystem::exists(file, unknown) && is_integer(file))
+      throw UsageError(detail::str("'", printable(file), "' is taken for a dataset file, and there is none of that "
+                                   "name: get reads one record, whose INDEX comes last, after the file or files"));
+  }
   // An empty name would read as "no --field" and print every field.
   if (args.field_option->count() > 0 && args.field.empty())
     throw UsageError("--field is empty: name the field to print or write");
   check_standard_output_target(args);
   for (const std::string* output : {&args.npy, &args.raw})
-    if (!output->empty() && !is_standard_output(*output)) check_output_path(*output, args.force, args.file);
-  Dataset ds = Dataset::open(args.file);
+    if (!output->empty() && !is_standard_output(*output)) check_output_path(*output, args.force, args.files);
+  Dataset ds = Dataset::open_concat(args.files);
   if (!args.npy.empty() || !args.raw.empty()) {
     std::string field = args.field;
     if (field.empty()) {
@@ -114,8 +133,9 @@ void run_get(const GetArgs& args) {
 void add_get_command(CLI::App& app) {
   auto args = std::make_shared<GetArgs>();
   CLI::App* cmd = app.add_subcommand("get", "Print one record (PyTorch's style) or write a field to .npy");
-  cmd->add_option("FILE", args->file, "The dataset file")->required();
-  cmd->add_option("INDEX", args->index, "Record index (negative counts from the end)")->required();
+  add_files_then_option(cmd, "INDEX", args->files, args->index,
+                        "The dataset file (or several shards read as one dataset, in order), then the record's "
+                        "index (negative counts from the end; for shards, counted across them)");
   args->field_option = cmd->add_option("--field", args->field, "Only this field");
   CLI::Option* npy = cmd->add_option("--npy", args->npy,
                                      "Write the field to this .npy file instead of printing (-: to standard output, "

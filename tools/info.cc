@@ -1,4 +1,5 @@
-// mmt info FILE [--json]: what a dataset holds and how it is stored.
+// mmt info FILE... [--json]: what a dataset holds and how it is stored; for several files
+// (shards read as one dataset), the whole and each part.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -44,8 +45,35 @@ double ratio(const DatasetInfo& info) {
   return info.stored_bytes > 0 ? static_cast<double>(info.decoded_bytes) / info.stored_bytes : 0.0;
 }
 
+// One file of a concatenation, as info lists it.
+struct PartSummary {
+  std::string path;
+  int64_t first_record = 0;  // its record 0's index in the concatenation
+  DatasetInfo info;
+};
+
+std::vector<PartSummary> summarize_parts(const Dataset& ds) {
+  std::vector<PartSummary> parts;
+  int64_t first_record = 0;
+  for (const Dataset& part : ds.parts()) {
+    parts.push_back({part.path(), first_record, part.info()});
+    first_record += parts.back().info.records;
+  }
+  return parts;
+}
+
+// The concatenation's info() gives the first part's codec; shards packed with different
+// codecs would be misdescribed by it, so they are called mixed and each part's is listed.
+std::string codec_text(const DatasetInfo& info, const std::vector<PartSummary>& parts) {
+  const std::string codec = info.codec.str();
+  for (const PartSummary& part : parts)
+    if (part.info.codec.str() != codec) return "mixed";
+  return codec;
+}
+
 nlohmann::json info_json(const Dataset& ds) {
   DatasetInfo info = ds.info();
+  const std::vector<PartSummary> parts = summarize_parts(ds);
   nlohmann::json fields = nlohmann::json::array();
   for (const Field& f : ds.schema()) {
     nlohmann::json field = {{"name", f.name},
@@ -58,31 +86,73 @@ nlohmann::json info_json(const Dataset& ds) {
   }
   nlohmann::json metadata = nlohmann::json::object();
   for (const auto& [key, value] : ds.metadata()) metadata[key] = value;
-  return {{"path", ds.path()},
-          {"format_version", info.format_version},
-          {"fingerprint", detail::hex64(ds.fingerprint())},
-          {"file_bytes", info.file_bytes},
-          {"records", info.records},
-          {"chunks", info.chunks},
-          {"alignment", info.alignment},
-          {"codec", info.codec.str()},
-          {"stored_bytes", info.stored_bytes},
-          {"decoded_bytes", info.decoded_bytes},
-          {"ratio", ratio(info)},
-          {"fields", fields},
-          {"metadata", metadata}};
+  nlohmann::json out = {{"path", ds.path()},
+                        {"format_version", info.format_version},
+                        {"fingerprint", detail::hex64(ds.fingerprint())},
+                        {"file_bytes", info.file_bytes},
+                        {"records", info.records},
+                        {"chunks", info.chunks},
+                        {"alignment", info.alignment},
+                        {"codec", codec_text(info, parts)},
+                        {"stored_bytes", info.stored_bytes},
+                        {"decoded_bytes", info.decoded_bytes},
+                        {"ratio", ratio(info)},
+                        {"fields", fields},
+                        {"metadata", metadata}};
+  // Only for several files: a single file's object stays as it always was.
+  if (parts.size() > 1) {
+    nlohmann::json listed = nlohmann::json::array();
+    for (const PartSummary& part : parts)
+      listed.push_back({{"path", part.path},
+                        {"first_record", part.first_record},
+                        {"records", part.info.records},
+                        {"chunks", part.info.chunks},
+                        {"file_bytes", part.info.file_bytes},
+                        {"codec", part.info.codec.str()}});
+    out["parts"] = std::move(listed);
+  }
+  return out;
+}
+
+// "files      2, read as one dataset in this order (...)" and a line for each file.
+void print_parts(const DatasetInfo& info, const std::vector<PartSummary>& parts) {
+  std::cout << "files      " << parts.size() << ", read as one dataset in this order ("
+            << human_bytes(info.file_bytes) << ", " << info.file_bytes << " bytes in all)\n";
+  std::vector<std::string> paths;
+  size_t path_width = 0;
+  for (const PartSummary& part : parts) {
+    paths.push_back(printable(part.path));
+    path_width = std::max(path_width, paths.back().size());
+  }
+  std::fflush(stdout);  // printf and cout share stdout
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const DatasetInfo& part = parts[p].info;
+    // Where the part's records are in the concatenation's numbering (what get takes).
+    const std::string range = part.records == 0 ? std::string()
+                                                : detail::str(" (", parts[p].first_record, "..",
+                                                              parts[p].first_record + part.records - 1, ")");
+    std::printf("  %-*s  %lld records%s, %lld chunks, %s (%lld bytes), %s\n", static_cast<int>(path_width),
+                paths[p].c_str(), static_cast<long long>(part.records), range.c_str(),
+                static_cast<long long>(part.chunks), human_bytes(part.file_bytes).c_str(),
+                static_cast<long long>(part.file_bytes), part.codec.str().c_str());
+  }
+  std::fflush(stdout);
 }
 
 void print_text(const Dataset& ds) {
   DatasetInfo info = ds.info();
+  const std::vector<PartSummary> parts = summarize_parts(ds);
   char ratio_text[32];
   std::snprintf(ratio_text, sizeof ratio_text, "%.2fx", ratio(info));
-  std::cout << "file       " << printable(ds.path()) << " (" << human_bytes(info.file_bytes) << ", "
-            << info.file_bytes << " bytes)\n"
-            << "format     version " << info.format_version << "\n"
+  if (parts.size() > 1)
+    print_parts(info, parts);
+  else
+    std::cout << "file       " << printable(ds.path()) << " (" << human_bytes(info.file_bytes) << ", "
+              << info.file_bytes << " bytes)\n";
+  std::cout << "format     version " << info.format_version << "\n"
             << "records    " << info.records << "\n"
             << "chunks     " << info.chunks << " (aligned to " << info.alignment << " bytes)\n"
-            << "codec      " << info.codec.str() << ": " << human_bytes(info.decoded_bytes)
+            << "codec      " << codec_text(info, parts) << ": " << human_bytes(info.decoded_bytes)
             << " of values stored in " << human_bytes(info.stored_bytes) << ", ratio "
             << ratio_text << "\n"
             << "fingerprint " << detail::hex64(ds.fingerprint()) << " (what a loader's saved state names)\n"
@@ -108,15 +178,16 @@ void print_text(const Dataset& ds) {
 
 void add_info_command(CLI::App& app) {
   struct Args {
-    std::string file;
+    std::vector<std::string> files;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("info", "Show a dataset's records, fields, chunks, codec and metadata");
-  cmd->add_option("FILE", args->file, "The dataset file")->required();
-  cmd->add_flag("--json", args->json, "Print one JSON object (stable keys, for scripts)");
+  cmd->add_option("FILE", args->files, kFilesHelp)->required();
+  cmd->add_flag("--json", args->json,
+                "Print one JSON object (stable keys, for scripts; for several files, a \"parts\" array too)");
   cmd->callback([args] {
-    Dataset ds = Dataset::open(args->file);
+    Dataset ds = Dataset::open_concat(args->files);
     // JSON escapes control characters itself; bytes that are not UTF-8 (which it cannot
     // hold) become U+FFFD instead of failing the command.
     if (args->json) std::cout << info_json(ds).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";

@@ -97,6 +97,16 @@ CLI::Option* add_integer_option(CLI::App* cmd, const std::string& name, Int& tar
   return option;
 }
 
+// What the subcommands that read a dataset say of FILE: Dataset::open_concat reads the files.
+inline constexpr const char* kFilesHelp = "The dataset file, or several shards read as one dataset, in order";
+
+// Adds the positionals "FILE... <last_name>": the dataset's files, then one more word (export's
+// DIR, get's INDEX). CLI11 gives a repeated positional every word, leaving none for a
+// positional after it, so the words are taken as one list (as cp takes SOURCE... DIRECTORY)
+// and its last word is split off into `last`.
+CLI::Option* add_files_then_option(CLI::App* cmd, const std::string& last_name, std::vector<std::string>& files,
+                                   std::string& last, const std::string& help);
+
 // Adds an option whose value `parse` turns into `target` (a size, a codec): a ValueError from
 // it ends the command as a usage error, as a bad integer does.
 template <typename T, typename Parse>

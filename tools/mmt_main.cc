@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,20 @@ std::string g_published;  // note_published's text
 }  // namespace
 
 void note_published(std::string what) { g_published = std::move(what); }
+
+CLI::Option* add_files_then_option(CLI::App* cmd, const std::string& last_name, std::vector<std::string>& files,
+                                   std::string& last, const std::string& help) {
+  auto split = [&files, &last](const std::vector<std::string>& words) {
+    files.assign(words.begin(), words.end() - 1);
+    last = words.back();
+  };
+  // At least two words, so that `--field x a.mmt out` still leaves a.mmt and out to these, as
+  // when FILE and DIR were two positionals (CLI11 stops a repeated option short of the words
+  // the positionals need at least).
+  return cmd->add_option_function<std::vector<std::string>>("FILE... " + last_name, split, help)
+      ->required()
+      ->expected(2, -1);
+}
 
 }  // namespace mmt::tool
 
@@ -43,6 +58,23 @@ bool check_subcommand_name(CLI::App& app, int argc, char** argv) {
   }
   return true;  // none given: CLI11 says one is required
 }
+
+// CLI11 writes a repeated positional as NAME... in the usage line, and TEXT ... beside it in
+// the list. "FILE... DIR" (add_files_then_option) says itself which part repeats.
+class Formatter : public CLI::Formatter {
+ public:
+  std::string make_option_usage(const CLI::Option* opt) const override {
+    return names_its_repeats(opt) ? opt->get_name() : CLI::Formatter::make_option_usage(opt);
+  }
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    return names_its_repeats(opt) ? " " + get_label("REQUIRED") : CLI::Formatter::make_option_opts(opt);
+  }
+
+ private:
+  static bool names_its_repeats(const CLI::Option* opt) {
+    return opt->get_positional() && opt->get_name().find("...") != std::string::npos;
+  }
+};
 
 // Parses the command line and runs the chosen subcommand; returns the exit status.
 int run(CLI::App& app, int argc, char** argv) {
@@ -106,6 +138,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("mmt ") + mmt::version());
   app.require_subcommand(1);
   app.fallthrough(false);
+  app.formatter(std::make_shared<Formatter>());  // before the subcommands, which take the app's
   mmt::tool::add_pack_command(app);
   mmt::tool::add_info_command(app);
   mmt::tool::add_verify_command(app);

@@ -16,10 +16,12 @@
 
 namespace mmt::tool {
 
-void check_output_path(const std::string& path, bool force, const std::string& reading) {
-  std::error_code ec;
-  MMT_CHECK(reading.empty() || !std::filesystem::equivalent(path, reading, ec), ValueError, "the output ",
-            printable(path), " is the dataset being read (", printable(reading), "): writing it would destroy it");
+void check_output_path(const std::string& path, bool force, const std::vector<std::string>& reading) {
+  for (const std::string& file : reading) {
+    std::error_code ec;
+    MMT_CHECK(!std::filesystem::equivalent(path, file, ec), ValueError, "the output ", printable(path),
+              " is the dataset being read (", printable(file), "): writing it would destroy it");
+  }
   io::check_output_target(path, force, "pass --force to replace it");
 }
 

@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "mmtensor/tensor.h"
 #include "temp_files.h"
@@ -15,10 +16,10 @@
 namespace mmt::tool {
 
 // Throws IoError unless `path` is free to write: absent, or a regular file and `force`; and
-// ValueError, whatever `force` says, when it is the file `reading` (the dataset the command
-// reads, by any name: a link, a hard link). Called before any work, so a long read is not
-// wasted on a refusal.
-void check_output_path(const std::string& path, bool force, const std::string& reading = "");
+// ValueError, whatever `force` says, when it is one of the files `reading` (the dataset the
+// command reads, each of its shards, by any name: a link, a hard link). Called before any
+// work, so a long read is not wasted on a refusal.
+void check_output_path(const std::string& path, bool force, const std::vector<std::string>& reading = {});
 
 // Whether `path` names standard output: "-", as for most tools, so that values can be piped
 // (`mmt get x.mmt 0 --raw - | ...`). A file named "-" is reached as ./-.
