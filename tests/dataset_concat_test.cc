@@ -214,8 +214,9 @@ TEST_P(DatasetConcatTest, ColumnsAcrossPartsAreCopiesAndInsideOneAreThePartsOwn)
     for (const char* field : {"x", "label", "image"}) {
       const Tensor got = ds.column(field, start, stop);
       expect_same_tensor(got, whole.column(field, start, stop), std::string(field) + " " + range);
-      if (std::string(field) == "image" && stop > start)  // channels-last stays channels-last
+      if (std::string(field) == "image" && stop > start) {  // channels-last stays channels-last
         EXPECT_EQ(got.stride(1), 1) << range;
+      }
     }
     expect_same_ragged(ds.ragged_column("tokens", start, stop), whole.ragged_column("tokens", start, stop),
                        "tokens " + range);
