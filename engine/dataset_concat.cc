@@ -22,6 +22,11 @@
 namespace mmt {
 namespace {
 
+// A gather this slow may have waited for the disk: the next batch is checked (as a single
+// file's get_batch does, dataset_batch.cc). A warm 256-record batch of 784-byte records takes
+// about 20 us.
+constexpr auto kSlowGather = std::chrono::microseconds(100);
+
 std::string describe(const Field& f) {
   std::string text = detail::str("'", f.name, "' ", to_string(f.dtype), " ", f.shape);
   if (!f.stored_in_logical_order()) text += detail::str(" stored in order ", f.storage_order);
@@ -423,16 +428,25 @@ void Dataset::Concat::get_batch(std::span<const int64_t> indices, std::span<cons
       }
     parts_hints_off.emplace();
   }
-  // Warm batches of contiguous parts: one run over the whole batch. Otherwise (chunked parts;
-  // Auto's first batch, and any after one that looked cold) part by part, where each part's
-  // read-ahead policy checks whether its share is cold and hints it.
-  if (contiguous && (mode != ReadAhead::Auto || !gather_per_part.load(std::memory_order_relaxed))) {
+  // Contiguous parts: the whole batch in one run. Auto checks the first batch, and the next
+  // batch after a slow gather (on any thread), with mincore() of a few of its records, and
+  // hints the whole batch when they are not cached, as a single file's get_batch does; a
+  // warm gather pays for no check.
+  if (contiguous) {
+    if (mode == ReadAhead::Auto && indices.size() >= 2 && check_next_batch.load(std::memory_order_relaxed) &&
+        check_next_batch.exchange(false, std::memory_order_relaxed) && sample_looks_cold(indices, fields)) {
+      try {
+        prefetch(indices, fields, /*every_field=*/false);
+      } catch (const Error&) {  // a hint: a damaged entry is the gather's to report
+      }
+    }
     const auto start = std::chrono::steady_clock::now();
     gather_records_at(indices, fields, outs, threads);
-    if (mode == ReadAhead::Auto && looks_cold(std::chrono::steady_clock::now() - start, outs))
-      gather_per_part.store(true, std::memory_order_relaxed);
+    if (mode == ReadAhead::Auto && std::chrono::steady_clock::now() - start >= kSlowGather)
+      check_next_batch.store(true, std::memory_order_relaxed);
     return;
   }
+  // Otherwise part by part, where each part's read-ahead policy checks its own share.
   thread_local BatchByPart scratch;
   BatchByPart& by_part = scratch;  // the pool's threads below reach it through this reference
   by_part.group(*this, indices, "get_batch");
@@ -445,23 +459,26 @@ void Dataset::Concat::get_batch(std::span<const int64_t> indices, std::span<cons
   for (size_t p = 0; p < parts.size(); ++p)
     if (by_part.begin[p + 1] > by_part.begin[p])
       used.push_back({parts[p].impl_.get(), by_part.local_of(p), by_part.rows.data() + by_part.begin[p]});
-  const auto start = std::chrono::steady_clock::now();
   detail::gather_parts(used, static_cast<int64_t>(indices.size()), fields, outs, threads);
-  if (contiguous && mode == ReadAhead::Auto && !looks_cold(std::chrono::steady_clock::now() - start, outs)) {
-    bool hinting = false;
-    for (const detail::PartRows& p : used) hinting = hinting || p.part->read_ahead->hinting();
-    if (!hinting) gather_per_part.store(false, std::memory_order_relaxed);
-  }
 }
 
-bool Dataset::Concat::looks_cold(std::chrono::nanoseconds took, std::span<const Tensor> outs) {
-  // Slower than 2 GB/s, and long enough to tell: a warm gather runs at 8-16 GB/s here, a cold
-  // one at the disk's random-read speed (under 1.1 GB/s for 150 KB records, far less for
-  // small ones).
-  int64_t bytes = 0;
-  for (const Tensor& out : outs) bytes += out.numel() * out.element_size();
-  const double seconds = std::chrono::duration<double>(took).count();
-  return took >= std::chrono::microseconds(100) && static_cast<double>(bytes) < 2e9 * seconds;
+bool Dataset::Concat::sample_looks_cold(std::span<const int64_t> indices,
+                                        std::span<const std::string> fields) const noexcept {
+  try {
+    std::vector<size_t> positions;
+    for (const std::string& name : fields) positions.push_back(schema->index_of(name));
+    const size_t n = indices.size();
+    for (const size_t k : {size_t{0}, n / 4, n / 2, 3 * n / 4}) {  // spread: a batch may start in cached records
+      const int64_t index = indices[k];
+      if (index < -size() || index >= size()) return false;  // the gather's to report
+      const Location at = locate(index, "get_batch");
+      const Impl& part = *parts[at.part].impl_;
+      if (part.mincore_reports_page_cache && part.batch_looks_cold(std::span<const int64_t>(&at.index, 1), positions))
+        return true;
+    }
+  } catch (...) {  // unsure: no hint (the gather reports what is wrong)
+  }
+  return false;
 }
 
 void Dataset::Concat::gather_records_at(std::span<const int64_t> indices, std::span<const std::string> fields,

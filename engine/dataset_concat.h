@@ -74,10 +74,9 @@ struct Dataset::Concat {
   std::vector<const std::byte*> part_data;  // contiguous: each part's first record
   detail::GuardedRegions regions;          // every part's mapping
   mutable std::atomic<bool> all_validated{false};  // every part's chunks validated (stays true)
-  // ReaderOptions::read_ahead Auto: the next batch goes part by part, where each part's own
-  // policy checks whether its share is cold and hints it. Set at first, and after a gather
-  // that looked cold; cleared after a warm one with no part hinting.
-  mutable std::atomic<bool> gather_per_part{true};
+  // ReaderOptions::read_ahead Auto over contiguous parts: whether the next batch is checked
+  // for pages missing from the page cache (first, and after a slow gather).
+  mutable std::atomic<bool> check_next_batch{true};
 
   // Checks the parts against each other and builds the tables; flattens nested ones.
   static std::shared_ptr<const Concat> make(std::vector<Dataset> parts, const ReaderOptions& options);
@@ -106,8 +105,9 @@ struct Dataset::Concat {
   // get_batch of contiguous parts as one run (detail::gather_records).
   void gather_records_at(std::span<const int64_t> indices, std::span<const std::string> fields,
                          std::span<const Tensor> outs, int threads) const;
-  // Whether a gather of `outs` that took `took` looks like one that waited for the disk.
-  static bool looks_cold(std::chrono::nanoseconds took, std::span<const Tensor> outs);
+  // Whether four of the batch's records (spread over it) miss pages of the page cache, where
+  // mincore() tells (Impl::batch_looks_cold); false when unsure.
+  bool sample_looks_cold(std::span<const int64_t> indices, std::span<const std::string> fields) const noexcept;
   CacheStats cache_stats() const;
   ReadAheadStats read_ahead_stats() const;
 };

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <mutex>
 
 #include "mmtensor/error.h"
@@ -96,7 +97,9 @@ void throw_fault_in_regions(std::span<const MappedRegion> regions, uintptr_t fau
     if (fault_address >= begin && fault_address - begin < static_cast<uintptr_t>(region.nbytes))
       throw_mapping_fault(region, fault_address);
   }
-  throw IoError(str("SIGBUS reading address ", fault_address, ", in none of the dataset's ", regions.size(),
+  char address[32];
+  std::snprintf(address, sizeof address, "0x%llx", static_cast<unsigned long long>(fault_address));
+  throw IoError(str("SIGBUS reading address ", address, ", in none of the dataset's ", regions.size(),
                     " mapped files (a file-backed buffer given to the reader was truncated?)"),
                 EFAULT);
 }

@@ -376,7 +376,7 @@ TEST(DatasetConcat, ContiguousPartsGatherAsOneRunUnderEveryReadAhead) {
     ReaderOptions options;
     options.read_ahead = read_ahead;
     const Dataset ds = Dataset::open_concat(paths, options);
-    for (int round = 0; round < 20; ++round)  // Auto: the first batches part by part, then as one run
+    for (int round = 0; round < 20; ++round)  // Auto: the first batch checked (and hinted when cold)
       for (int threads : {1, 2}) {
         std::vector<int64_t> indices(static_cast<size_t>(round == 19 ? 3000 : 1 + round * 37));  // 3000: split over threads
         for (int64_t& i : indices) i = pick(rng);
@@ -396,7 +396,7 @@ TEST(DatasetConcat, ContiguousPartsGatherAsOneRunUnderEveryReadAhead) {
   if (kThreadSanitizer) return;  // the SIGBUS guard does not work under ThreadSanitizer
   const Dataset ds = Dataset::open_concat(paths);
   const std::vector<int64_t> spread = {5, 1200, 3000, 2500, 3999, 17};
-  for (int warm = 0; warm < 4; ++warm) (void)ds.get_batch(spread, "x");  // Auto settles on one run
+  for (int warm = 0; warm < 4; ++warm) (void)ds.get_batch(spread, "x");  // its pages in use
   std::filesystem::resize_file(paths[4], 4096);
   EXPECT_THROW_WITH(ds.get_batch(spread, "x"), IoError, paths[4]);
   EXPECT_THROW_WITH(ds.get_batch(spread, "x", 2), IoError, paths[4]);

@@ -1442,12 +1442,16 @@ TEST_F(MmtCliShards, ExportAndGetReadTheConcatenation) {
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   EXPECT_TRUE(load_npy(path("out/x.npy")).equal(x_));
   EXPECT_TRUE(load_npy(path("out/y.npy")).equal(y_));
-  // Two shards, one field. (--field takes every word after it that the positionals can spare:
-  // before three or more of them, it would take a shard too, and fail as an unknown field.)
+  // Two shards, one field; --field takes one name each time, so before the files too.
   const RunResult one_field = run_mmt({"export", shards_[0], shards_[1], path("out-x"), "--field", "x"});
   ASSERT_EQ(one_field.exit_code, 0) << one_field.err;
   EXPECT_TRUE(load_npy(path("out-x/x.npy")).equal(x_.slice(0, 0, 18)));
   EXPECT_FALSE(fs::exists(path("out-x/y.npy")));
+  const RunResult fields_first =
+      run_mmt({"export", "--field", "y", "--field", "x", shards_[0], shards_[1], shards_[2], path("out-yx")});
+  ASSERT_EQ(fields_first.exit_code, 0) << fields_first.err;
+  EXPECT_TRUE(load_npy(path("out-yx/x.npy")).equal(x_));
+  EXPECT_TRUE(load_npy(path("out-yx/y.npy")).equal(y_));
 
   // Records are numbered across the shards: 12 is the second shard's third.
   const RunResult got = run_mmt(over_shards("get", {"12", "--field", "x", "--npy", path("12.npy")}));

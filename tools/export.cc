@@ -157,7 +157,9 @@ void add_export_command(CLI::App& app) {
   add_files_then_option(cmd, "DIR", args->files, args->dir,
                         "The dataset file (or several shards read as one dataset, in order), then the folder to "
                         "write into (created if missing)");
-  cmd->add_option("--field", args->fields, "Only these fields");
+  // One name per --field: a repeated option must not take the files that follow it.
+  cmd->add_option("--field", args->fields, "Only this field (repeat for several)")
+      ->allow_extra_args(false);
   cmd->add_flag("--force", args->force, "Replace existing .npy files");
   cmd->callback([args] { run_export(*args); });
 }

@@ -201,9 +201,11 @@ class Dataset {
   //     order. cache_stats() is the shared cache's; after concat(), the counts of the parts'
   //     caches added up (each cache once), and budget_bytes the smallest part's budget (what
   //     the quasi-random sampler can count on keeping cached).
-  //   - ReaderOptions::read_ahead: Always hints a batch over all its parts at once; Auto
-  //     decides part by part, on each part's share of the batch (the first batch, and any
-  //     after one that looked cold, go part by part to let it). A Loader hints its batches
+  //   - ReaderOptions::read_ahead: Always hints a batch over all its parts at once. Auto,
+  //     over uncompressed fixed-field parts: the first batch, and the next one after a gather
+  //     of 100 us or more, is checked (mincore() of four of its records, where mincore tells
+  //     this user) and hinted whole when cold; over other parts, each part decides on its
+  //     own share of the batch, as its own get_batch would. A Loader hints its batches
   //     itself (prefetch() over the parts), whatever the number of parts. A batch gathered on
   //     several threads may hold each part's decoded chunks (a quarter of its cache budget)
   //     on each thread.
