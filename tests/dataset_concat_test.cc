@@ -23,48 +23,13 @@ namespace {
 
 using testing::TempDir;
 
-// The SIGBUS guard's siglongjmp does not work under ThreadSanitizer, which runs signal
-// handlers its own way: the truncation checks skip there (reliability_truncation_test.cc).
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kThreadSanitizer = true;
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
+using testing::kThreadSanitizer;
 
-Schema concat_schema() {
-  return Schema({Field::fixed("x", kFloat32, {4}), Field::fixed("label", kInt64, {}),
-                 Field::fixed("image", kUInt8, {3, 4, 4}).stored_channels_last(),
-                 Field::ragged("tokens", kInt32, {kVariableDim})});
-}
-
-// Records [begin, end) of one numbering, so that shards of [0, N) and one file of [0, N)
-// hold the same records: x = 10*i + k, label = i, image bytes (7i + p) & 0xff, i % 5 tokens.
+// Records [begin, end) of write_loader_records' numbering, so that shards of [0, N) and one
+// file of [0, N) hold the same records.
 std::string write_range(const std::string& path, int64_t begin, int64_t end, const char* codec = "none",
                         int64_t chunk_records = 8, Metadata metadata = {}) {
-  WriterOptions options;
-  options.codec = CodecSpec::parse(codec);
-  options.chunk_records = chunk_records;
-  options.threads = 1;
-  options.metadata = std::move(metadata);
-  DatasetWriter writer = DatasetWriter::create(path, concat_schema(), options);
-  for (int64_t i = begin; i < end; ++i) {
-    std::vector<float> x;
-    for (int k = 0; k < 4; ++k) x.push_back(static_cast<float>(10 * i + k));
-    std::vector<uint8_t> image(48);
-    for (size_t p = 0; p < image.size(); ++p) image[p] = static_cast<uint8_t>((i * 7 + p) & 0xff);
-    std::vector<int32_t> tokens;
-    for (int64_t t = 0; t < i % 5; ++t) tokens.push_back(static_cast<int32_t>(i * 100 + t));
-    writer.append({tensor(x), full({}, static_cast<double>(i), kInt64), tensor(image, {3, 4, 4}),
-                   tokens.empty() ? empty({0}, kInt32) : tensor(tokens)});
-  }
-  writer.finish();
-  return path;
+  return testing::write_loader_records(path, begin, end, CodecSpec::parse(codec), chunk_records, std::move(metadata));
 }
 
 // Shards of [0, 100) (one of them empty) and the same records in one file.
@@ -247,8 +212,7 @@ TEST(DatasetConcat, PartsThatDoNotBelongTogetherAreRefused) {
                     "part 1 (" + dir.file("other.mmt") + ") has other fields than part 0 (" + a + "): it has 2 fields");
   const std::string wider = dir.file("wider.mmt");
   {
-    Schema schema = concat_schema();
-    std::vector<Field> fields = schema.fields();
+    std::vector<Field> fields = Dataset::open(a).schema().fields();
     fields[2] = Field::fixed("image", kUInt8, {3, 4, 4});  // row-major, not channels-last
     DatasetWriter::create(wider, Schema(fields)).finish();
   }

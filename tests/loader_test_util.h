@@ -15,10 +15,11 @@
 
 namespace mmt::testing {
 
-// Records: "x" float32 [4] = 10*i + k; "label" int64 [] = i; "image" uint8 [3, 4, 4] stored
-// channels-last; "tokens" int32 ragged [-1] of length i % 5 (zero-length included).
-inline std::string write_loader_dataset(const TempDir& dir, int64_t records, CodecSpec codec = {},
-                                        int64_t chunk_records = 16, const std::string& name = "data.mmt") {
+// Records [begin, end): "x" float32 [4] = 10*i + k; "label" int64 [] = i; "image" uint8
+// [3, 4, 4] stored channels-last; "tokens" int32 ragged [-1] of length i % 5 (zero-length
+// included). Shards of [0, N) hold the same records as one file of [0, N).
+inline std::string write_loader_records(const std::string& path, int64_t begin, int64_t end, CodecSpec codec = {},
+                                        int64_t chunk_records = 16, Metadata metadata = {}) {
   Schema schema({Field::fixed("x", kFloat32, {4}), Field::fixed("label", kInt64, {}),
                  Field::fixed("image", kUInt8, {3, 4, 4}).stored_channels_last(),
                  Field::ragged("tokens", kInt32, {kVariableDim})});
@@ -26,9 +27,9 @@ inline std::string write_loader_dataset(const TempDir& dir, int64_t records, Cod
   options.codec = codec;
   options.chunk_records = chunk_records;
   options.threads = 1;
-  const std::string path = dir.file(name);
+  options.metadata = std::move(metadata);
   DatasetWriter writer = DatasetWriter::create(path, schema, options);
-  for (int64_t i = 0; i < records; ++i) {
+  for (int64_t i = begin; i < end; ++i) {
     std::vector<float> x;
     for (int k = 0; k < 4; ++k) x.push_back(static_cast<float>(10 * i + k));
     std::vector<uint8_t> image(48);
@@ -40,6 +41,12 @@ inline std::string write_loader_dataset(const TempDir& dir, int64_t records, Cod
   }
   writer.finish();
   return path;
+}
+
+// write_loader_records of [0, records) into dir/name.
+inline std::string write_loader_dataset(const TempDir& dir, int64_t records, CodecSpec codec = {},
+                                        int64_t chunk_records = 16, const std::string& name = "data.mmt") {
+  return write_loader_records(dir.file(name), 0, records, codec, chunk_records);
 }
 
 // Flips a byte in the middle of chunk `chunk_index`'s stored bytes, as a disk error would,

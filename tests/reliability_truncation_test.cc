@@ -77,20 +77,7 @@ std::vector<int64_t> all_indices() {
   return indices;
 }
 
-// ThreadSanitizer runs signal handlers its own way (deferred, from its runtime): the guard's
-// siglongjmp out of a SIGBUS handler does not work under it, so the guard's tests skip there
-// (the release and AddressSanitizer builds run them).
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kThreadSanitizer = true;
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
+using testing::kThreadSanitizer;
 
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kAddressSanitizer = true;
