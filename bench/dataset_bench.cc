@@ -415,7 +415,10 @@ void BM_GetBatchShards(benchmark::State& state) {
   Tensor out = empty({batch, record_bytes}, kUInt8);
   std::vector<std::vector<int64_t>> batches;
   for (uint32_t b = 0; b < 64; ++b) batches.push_back(random_indices(batch, records, 100 + b));
-  for (const auto& indices : batches) one.get_batch(indices, "image", out, threads), shards.get_batch(indices, "image", out, threads);
+  for (const auto& indices : batches) {  // first-use checks
+    one.get_batch(indices, "image", out, threads);
+    shards.get_batch(indices, "image", out, threads);
+  }
   size_t round = 0;
   const auto gather = [&](const Dataset& ds) {
     return [&ds, &batches, &round, &out, threads] { ds.get_batch(batches[round++ % batches.size()], "image", out, threads); };

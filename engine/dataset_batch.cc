@@ -40,7 +40,7 @@ inline void prefetch_range(const std::byte* p, int64_t nbytes) {
 }
 
 // Which output row batch position b is written to: b itself for get_batch, or a row of a
-// larger batch when a concatenation gathers one part's records (detail::gather_rows). A
+// larger batch when a concatenation gathers one part's records (detail::gather_parts). A
 // template parameter, so the common path pays nothing for the indirection.
 struct SameRows {
   int64_t operator()(int64_t b) const { return b; }

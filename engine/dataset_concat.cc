@@ -1,7 +1,8 @@
 // Dataset::open_concat and Dataset::concat: several dataset files read as one. Records,
-// chunks and batches go to the part that holds them; a batch spread over several parts is
-// gathered part by part straight into the caller's rows (each row written once, no staging
-// copy), and a range spanning parts is copied piece by piece.
+// chunks and batches go to the part that holds them. A batch spread over several parts is
+// written straight into the caller's rows, each once, with no staging copy: in one run over
+// contiguous parts (records found by address across them), else part by part. A range
+// spanning parts is copied piece by piece.
 #include "dataset_concat.h"
 
 #include <algorithm>

@@ -190,9 +190,10 @@ class Dataset {
   //     into that part's mapping; get_batch() writes each output row once, straight from its
   //     part (over uncompressed fixed-field parts, the whole batch as one run, as from one
   //     file; otherwise part by part); column() or ragged_column() of a range inside one part
-  //     is whatever that part gives (a view, when it can). A range spanning parts is copied. Chunks are numbered across the parts in order (chunk(c).first_record counts
-  //     across parts too; its file_offset is in its part's file). Errors about a part's bytes
-  //     name that part's path.
+  //     is whatever that part gives (a view, when it can). A range spanning parts is copied.
+  //     Chunks are numbered across the parts in order (chunk(c).first_record counts across
+  //     parts too; its file_offset is in the file of the part locate(first_record) names).
+  //     Errors about a part's bytes name that part's path.
   //   - path() is the parts' paths joined by ", "; parts() gives them as handles. info() adds
   //     up the parts (file_bytes, chunks, records, stored and decoded bytes); its alignment,
   //     codec and format_version are the first part's. options() are those given to
