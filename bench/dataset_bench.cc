@@ -169,7 +169,7 @@ class IdealTwoThreadGather {
     for (int64_t b = lo; b < hi; ++b) {
       if (b + 6 < hi) {
         const std::byte* ahead = base_ + indices[static_cast<size_t>(b + 6)] * stride_;
-        for (int64_t off = 0; off < std::min<int64_t>(record_bytes_, 2048); off += 64) __builtin_prefetch(ahead + off, 0, 0);
+        for (int64_t off = 0; off < std::min<int64_t>(record_bytes_, 2048); off += 64) __builtin_prefetch(ahead + off, 0, 2);
       }
       std::memcpy(out_ + b * record_bytes_, base_ + indices[static_cast<size_t>(b)] * stride_, static_cast<size_t>(record_bytes_));
     }

@@ -35,8 +35,12 @@ constexpr int64_t kMinBytesPerThread = 32 << 10;
 constexpr int64_t kPrefetchDistance = 6;
 constexpr int64_t kPrefetchBytes = 2048;
 
+// Locality 2 (prefetcht1), not 0: on an Intel Xeon VM (AVX-512, family 6 model 167) a
+// prefetchnta per line stalled the gather, three times slower than no prefetch at all, where
+// prefetcht0/t1 gain 10-25% (bench/RESULTS.md, "Gather prefetch hint"). AMD Zen, where the
+// non-temporal hint was first chosen, fetches t0, t1 and t2 alike.
 inline void prefetch_range(const std::byte* p, int64_t nbytes) {
-  detail::prefetch_bytes</*kLocality=*/0>(p, nbytes, kPrefetchBytes);
+  detail::prefetch_bytes</*kLocality=*/2>(p, nbytes, kPrefetchBytes);
 }
 
 // Which output row batch position b is written to: b itself for get_batch, or a row of a
@@ -649,7 +653,9 @@ void detail::gather_records(const Dataset::Impl& layout, std::span<const int64_t
   int64_t record_bytes = 0;
   for (const FieldCopy& f : copies) record_bytes += f.plan->value_bytes;
   // Captured by value, as the single-file path does: each copying thread keeps them in
-  // registers.
+  // registers. The shard is looked up for each address the copy needs, not once per row
+  // ahead of it: the lookups then run while earlier rows' lines are in flight, where a
+  // first pass over the rows made the batch slower (bench/RESULTS.md, "Gather prefetch hint").
   const int64_t* const index_at = indices.data();
   const auto record_at = [index_at, parts](int64_t b) { return parts.record(index_at[b]); };
   split_rows(batch, record_bytes, threads, [&](int64_t lo, int64_t hi) {
