@@ -31,7 +31,12 @@ Batch& Batch::operator=(Batch&& other) noexcept {
 void Batch::release() noexcept {
   if (!core_) return;
   fields_.clear();  // the views go first: the slot may be refilled as soon as it is free
-  core_->release_slot(slot_, consumer_stream_, other_streams_);
+  if (detail::inherited_through_fork(core_->fork_generation))
+    // In the child of a fork the loader's lock may be held for ever by a worker that stayed
+    // in the parent: the slot is not handed back, and the loader is never destroyed here.
+    detail::abandon_after_fork(new std::shared_ptr<detail::LoaderCore>(std::move(core_)));
+  else
+    core_->release_slot(slot_, consumer_stream_, other_streams_);
   other_streams_.clear();
   core_.reset();
   slot_ = -1;

@@ -1,11 +1,67 @@
 #include "chunk_cache.h"
 
+#include <pthread.h>
+
+#include <unordered_set>
+
 #include "mmtensor/error.h"
 
 namespace mmt::detail {
+namespace {
+
+// Every live cache, for the fork handlers. Never destroyed: a cache may be destroyed after
+// static destruction began (a Dataset kept in a static object).
+struct LiveCaches {
+  std::mutex mutex;
+  std::unordered_set<ChunkCache*> caches;
+};
+
+LiveCaches& live_caches() {
+  static LiveCaches* const live = new LiveCaches;
+  return *live;
+}
+
+}  // namespace
 
 ChunkCache::ChunkCache(int64_t budget_bytes) : budget_bytes_(budget_bytes) {
   MMT_CHECK(budget_bytes >= 0, ValueError, "chunk cache budget must be >= 0 bytes, got ", budget_bytes);
+  [[maybe_unused]] static const bool registered =
+      pthread_atfork(&lock_all_before_fork, &unlock_all_in_parent, &unlock_all_in_child) == 0;
+  LiveCaches& live = live_caches();
+  std::lock_guard lock(live.mutex);
+  live.caches.insert(this);
+}
+
+ChunkCache::~ChunkCache() {
+  LiveCaches& live = live_caches();
+  std::lock_guard lock(live.mutex);
+  live.caches.erase(this);
+}
+
+// The registry's lock first, then each cache's: no thread takes them in the other order (a
+// cache's methods never touch the registry), so this cannot deadlock.
+void ChunkCache::lock_all_before_fork() noexcept {
+  LiveCaches& live = live_caches();
+  live.mutex.lock();
+  for (ChunkCache* cache : live.caches) cache->mutex_.lock();
+}
+
+void ChunkCache::unlock_all_in_parent() noexcept {
+  LiveCaches& live = live_caches();
+  for (ChunkCache* cache : live.caches) cache->mutex_.unlock();
+  live.mutex.unlock();
+}
+
+void ChunkCache::unlock_all_in_child() noexcept {
+  // The child has one thread, the one that forked; no thread of it waits on these futures
+  // (their promises are on the stacks of threads that stayed behind). A later request for
+  // such a chunk decodes it here.
+  LiveCaches& live = live_caches();
+  for (ChunkCache* cache : live.caches) {
+    cache->in_flight_.clear();
+    cache->mutex_.unlock();
+  }
+  live.mutex.unlock();
 }
 
 std::optional<UntypedStorage> ChunkCache::find(int64_t key) {

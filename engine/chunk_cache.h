@@ -6,7 +6,8 @@
 //   eviction only drops the cache's own reference.
 // - A chunk larger than the whole budget is decoded and returned but not kept.
 //
-// Thread safety: every method may be called from many threads at once.
+// Thread safety: every method may be called from many threads at once. A cache is usable in
+// the child of a fork() (see fork_safety.h): what its threads were decoding is decoded again.
 #pragma once
 
 #include <atomic>
@@ -31,6 +32,9 @@ inline int64_t decode_hold_limit_bytes(int64_t cache_budget_bytes) { return cach
 class ChunkCache {
  public:
   explicit ChunkCache(int64_t budget_bytes);
+  ~ChunkCache();
+  ChunkCache(const ChunkCache&) = delete;
+  ChunkCache& operator=(const ChunkCache&) = delete;
 
   // The decoded chunk `key`, from the cache or from decode() (called at most once at a time
   // per key). decode()'s exception reaches every thread waiting for that key; nothing is
@@ -57,6 +61,12 @@ class ChunkCache {
     std::list<int64_t>::iterator lru_position;
   };
   void evict_until_fits(int64_t incoming_bytes);  // mutex_ held
+  // fork(): every live cache's mutex is taken before it and given back on both sides; the
+  // child also forgets the decodes in flight, which only the parent's threads can finish
+  // (fork_safety.h). Without that, a child asking for such a chunk would wait forever.
+  static void lock_all_before_fork() noexcept;
+  static void unlock_all_in_parent() noexcept;
+  static void unlock_all_in_child() noexcept;
 
   const int64_t budget_bytes_;
   mutable std::mutex mutex_;

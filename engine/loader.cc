@@ -520,7 +520,21 @@ LoaderState LoaderCore::state() const {
 namespace {
 detail::LoaderCore& live(const std::shared_ptr<detail::LoaderCore>& core) {
   MMT_CHECK(core != nullptr, ValueError, "Loader: this loader was moved from");
+  if (detail::inherited_through_fork(core->fork_generation))
+    detail::throw_inherited_through_fork(
+        "Loader", "Make a new Loader in this process; the Dataset it read is good here too.");
   return *core;
+}
+
+// Stops and joins the workers, or in the child of a fork lets the loader go untouched: its
+// workers stayed in the parent, and one of them may hold its lock (fork_safety.h).
+void stop(std::shared_ptr<detail::LoaderCore>& core) noexcept {
+  if (!core) return;
+  if (detail::inherited_through_fork(core->fork_generation)) {
+    detail::abandon_after_fork(new std::shared_ptr<detail::LoaderCore>(std::move(core)));
+    return;
+  }
+  core->stop_workers();
 }
 }  // namespace
 
@@ -538,15 +552,13 @@ Loader::Loader(Loader&&) noexcept = default;
 
 Loader& Loader::operator=(Loader&& other) noexcept {
   if (this != &other) {
-    if (core_) core_->stop_workers();
+    stop(core_);
     core_ = std::move(other.core_);
   }
   return *this;
 }
 
-Loader::~Loader() {
-  if (core_) core_->stop_workers();
-}
+Loader::~Loader() { stop(core_); }
 
 std::optional<Batch> Loader::next() { return live(core_).next(); }
 

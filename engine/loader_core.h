@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cuda_stream.h"
+#include "fork_safety.h"
 #include "mmtensor/loader.h"
 #include "read_ahead.h"
 #include "staging_ring.h"
@@ -101,6 +102,9 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   Batch make_batch(int slot, int64_t batch_epoch, const LoaderState& state_after);
 
   // Immutable after construction.
+  // fork_safety.h: in a child of the process that made it, the loader's workers are absent
+  // and `mutex` may be held for ever; the Loader and its batches then touch nothing.
+  const uint64_t fork_generation = detail::fork_generation();
   Dataset dataset;
   LoaderOptions options;  // options.sampler with the window resolved
   Sampler sampler;

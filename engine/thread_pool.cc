@@ -1,10 +1,13 @@
 #include "thread_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
 #include <system_error>
 
+#include "fork_safety.h"
 #include "mmtensor/error.h"
 
 namespace mmt::detail {
@@ -101,11 +104,43 @@ int ThreadPool::hardware_threads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+namespace {
+
+// The shared pool, made on first use and destroyed at exit. In the child of a fork it is
+// forgotten (its workers stayed in the parent) and the child makes its own on first use.
+struct SharedPool {
+  std::mutex mutex;  // serializes the making, and is held across fork() so none is half made
+  std::atomic<ThreadPool*> pool{nullptr};
+  ~SharedPool() { delete pool.load(std::memory_order_acquire); }
+};
+
+SharedPool& shared_pool() {
+  static SharedPool holder;
+  return holder;
+}
+
+void lock_shared_pool_before_fork() noexcept { shared_pool().mutex.lock(); }
+void unlock_shared_pool_in_parent() noexcept { shared_pool().mutex.unlock(); }
+void forget_shared_pool_in_child() noexcept {
+  // Not destroyed: its destructor would join workers that are not here.
+  abandon_after_fork(shared_pool().pool.exchange(nullptr, std::memory_order_acq_rel));
+  shared_pool().mutex.unlock();
+}
+
+}  // namespace
+
 ThreadPool& ThreadPool::shared() {
+  SharedPool& holder = shared_pool();
+  if (ThreadPool* pool = holder.pool.load(std::memory_order_acquire)) return *pool;
+  std::lock_guard lock(holder.mutex);
+  if (ThreadPool* pool = holder.pool.load(std::memory_order_relaxed)) return *pool;
+  [[maybe_unused]] static const bool registered =
+      pthread_atfork(lock_shared_pool_before_fork, unlock_shared_pool_in_parent, forget_shared_pool_in_child) == 0;
   // parallel_for's caller is one of the threads, so one worker per other core: a worker more
   // would spin beside the caller on a core that has none to spare.
-  static ThreadPool pool(std::max(1, hardware_threads() - 1));
-  return pool;
+  auto* pool = new ThreadPool(std::max(1, hardware_threads() - 1));
+  holder.pool.store(pool, std::memory_order_release);
+  return *pool;
 }
 
 void ThreadPool::enqueue(std::function<void()> task) {

@@ -12,6 +12,11 @@
 //
 // Thread safety: every method may be called from many threads at once. A task's exception is
 // delivered through its future (submit) or rethrown by parallel_for in the calling thread.
+//
+// fork(): the child of a process gets a shared() pool of its own on first use. Any other pool
+// is the parent's, and the child must neither use nor destroy it (its workers, and the
+// waiters its condition variable counts, stayed in the parent): the writer that owns one
+// lets it go in a child (fork_safety.h).
 #pragma once
 
 #include <atomic>

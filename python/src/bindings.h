@@ -11,9 +11,12 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <type_traits>
 #include <string>
@@ -41,6 +44,26 @@ class ReleaseGil {
 
  private:
   PyThreadState* state_;
+};
+
+// A Python object's lock that the child of a fork() never takes. torch DataLoader workers
+// and multiprocessing fork by default, and a thread of the parent (another Python thread in
+// loader.next(), the GIL released) may hold it at that moment and for ever after in the
+// child. The engine's Loader and DatasetWriter refuse to be used in the child and say why
+// (fork_safety.h), so there is nothing left there for the lock to protect.
+class ForkAwareMutex {
+ public:
+  void lock() {
+    if (in_owner_process()) mutex_.lock();
+  }
+  void unlock() {
+    if (in_owner_process()) mutex_.unlock();
+  }
+
+ private:
+  bool in_owner_process() const { return ::getpid() == owner_; }
+  std::mutex mutex_;
+  const pid_t owner_ = ::getpid();
 };
 
 // fn() with the GIL released; its exception, if any, is thrown once the GIL is back.

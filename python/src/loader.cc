@@ -21,7 +21,7 @@ namespace {
 // never holds up the thread inside next().
 struct PyLoader {
   std::unique_ptr<Loader> loader;
-  std::mutex mutex;
+  ForkAwareMutex mutex;  // see bindings.h
 
   Loader& get() {
     if (!loader) throw py::value_error("Loader: closed");

@@ -31,7 +31,7 @@ struct PyWriter {
   bool closed = false;                  // finish() or abort() called; under `mutex`
   Schema schema;                        // the writer's, immutable
   std::atomic<int64_t> appended{0};     // records appended, for messages
-  std::mutex mutex;
+  ForkAwareMutex mutex;  // see bindings.h
 
   DatasetWriter& get() {
     if (!writer) throw py::value_error("DatasetWriter: closed");

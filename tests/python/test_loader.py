@@ -175,6 +175,39 @@ class LoaderTest(unittest.TestCase):
             loader.next()
         np.testing.assert_array_equal(batch["label"].numpy(), batch.indices.numpy())  # batches outlive it
 
+    def test_a_forked_child_reads_on_while_the_parents_loader_runs(self):
+        # torch DataLoader workers and multiprocessing fork by default on Linux: the child of
+        # a process whose loader threads are decoding must neither hang nor read wrong bytes.
+        loader = mmtensor.Loader(self.ds, batch_size=16, sampler="random", num_workers=2, prefetch_batches=4)
+        first = loader.next()
+        pid = os.fork()
+        if pid == 0:
+            import signal
+            import traceback
+            signal.alarm(30)
+            code = 0
+            try:
+                with self.assertRaisesRegex(ValueError, "forked from its parent.*Make a new Loader"):
+                    loader.next()
+                with self.assertRaisesRegex(ValueError, "forked"):
+                    len(loader)
+                np.testing.assert_array_equal(first["label"].numpy(), first.indices.numpy())
+                loader.close()  # lets the parent's loader go without waiting for its threads
+                indices = np.arange(0, RECORDS, 7)
+                batch = self.ds.get_batch(indices, "image", threads=2)
+                np.testing.assert_array_equal(np.asarray(batch), self.images[indices])
+                own = mmtensor.Loader(self.ds, batch_size=64, sampler="random", num_workers=2)
+                np.testing.assert_array_equal(np.sort(self.epoch_labels(own)), self.labels)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0, "the child failed, or hung (-14: SIGALRM)")
+        first.release()
+        self.assertEqual(len(self.epoch_labels(loader)), RECORDS - 16)  # the parent's goes on
+        loader.close()
+
     def test_cuda_batches_reach_torch_without_a_copy(self):
         if not mmtensor.cuda_is_available():
             self.skipTest("no CUDA device")

@@ -1,0 +1,41 @@
+// fork() copies only the thread that calls it. Whatever the process's other threads were
+// doing stays half done in the child: a lock they held stays locked, a chunk they were
+// decoding never arrives, a pool's or a loader's workers are simply not there. Python's
+// multiprocessing and PyTorch's DataLoader workers fork by default on Linux, so a process
+// using mmtensor on several threads is forked in the middle of its work as a matter of course.
+//
+// What the library does about it:
+// - State shared by every object of a kind (each chunk cache's map, the shared thread pool)
+//   is made whole for the child by pthread_atfork handlers: its lock is taken before the fork
+//   and given back on both sides, and the child drops what only the parent's threads could
+//   finish (decodes in flight; the pool and its workers).
+// - An object that owns threads (a Loader, a DatasetWriter, a ThreadPool) records the
+//   generation it was made in. Used in a child, it throws ValueError saying so; destroyed in
+//   a child, it lets its memory go without joining or waiting for threads that are not there,
+//   and without touching the parent's files.
+// - A Dataset needs nothing: its mapping, views and cached chunks are as good in the child.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace mmt::detail {
+
+// How many fork()s separate the calling process from the first one that called this: 0
+// there, one more in each child (a pthread_atfork child handler, registered on the first
+// call). An object records it when made; another value later means it came through fork().
+uint64_t fork_generation() noexcept;
+
+inline bool inherited_through_fork(uint64_t generation) noexcept { return generation != fork_generation(); }
+
+// In the child of a fork: lets `object` (the parent's: a loader, a writer, the shared pool)
+// go without destroying it, since its destructor would wait for threads that are not here,
+// yet keeps it reachable so that a leak checker does not report it. Its memory is a copy of
+// the parent's.
+void abandon_after_fork(const void* object) noexcept;
+
+// Throws ValueError: `what` (a "Loader", a "DatasetWriter") was made before this process was
+// forked from its parent, and its threads stayed there; `remedy` says what to do instead.
+[[noreturn]] void throw_inherited_through_fork(std::string_view what, std::string_view remedy);
+
+}  // namespace mmt::detail
