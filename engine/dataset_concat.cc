@@ -257,6 +257,8 @@ DatasetInfo Dataset::Concat::info() const {
       total.format_version = part.format_version;
       total.alignment = part.alignment;
       total.codec = part.codec;
+    } else if (part.codec != total.codec) {
+      total.codecs_differ = true;
     }
     MMT_CHECK(format::checked_add(total.file_bytes, part.file_bytes, &total.file_bytes) &&
                   format::checked_add(total.stored_bytes, part.stored_bytes, &total.stored_bytes) &&
@@ -265,6 +267,7 @@ DatasetInfo Dataset::Concat::info() const {
   }
   total.records = size();
   total.chunks = num_chunks();
+  total.parts = static_cast<int64_t>(parts.size());
   return total;
 }
 
@@ -288,6 +291,7 @@ ChunkInfo Dataset::Concat::chunk(int64_t chunk_index) const {
   ChunkInfo info = parts[p].chunk(chunk_index - first_chunk[p]);
   info.index = chunk_index;
   info.first_record += first_record[p];
+  info.part = static_cast<int64_t>(p);
   return info;
 }
 

@@ -99,6 +99,11 @@ TEST_P(DatasetConcatTest, SamplesChunksAndLookupsMatchOneFile) {
     const ChunkInfo chunk = ds.chunk(c);
     EXPECT_EQ(chunk.index, c);
     EXPECT_EQ(chunk.first_record, next_first) << "chunk " << c;
+    // Its part, and where in that part's file it lies.
+    const Dataset::Location at = ds.locate(chunk.first_record);
+    ASSERT_EQ(chunk.part, static_cast<int64_t>(at.part)) << "chunk " << c;
+    const Dataset part = ds.parts()[at.part];
+    EXPECT_EQ(chunk.file_offset, part.chunk(part.chunk_of(at.index)).file_offset) << "chunk " << c;
     for (int64_t r = chunk.first_record; r < chunk.first_record + chunk.record_count; ++r)
       ASSERT_EQ(ds.chunk_of(r), c) << "record " << r;
     next_first += chunk.record_count;
@@ -109,6 +114,9 @@ TEST_P(DatasetConcatTest, SamplesChunksAndLookupsMatchOneFile) {
   const DatasetInfo info = ds.info();
   EXPECT_EQ(info.records, 100);
   EXPECT_EQ(info.chunks, chunks);
+  EXPECT_EQ(info.parts, 4);
+  EXPECT_FALSE(info.codecs_differ);
+  EXPECT_EQ(ds.parts()[1].info().parts, 1);
   int64_t file_bytes = 0;
   for (const std::string& path : shards.paths) file_bytes += static_cast<int64_t>(std::filesystem::file_size(path));
   EXPECT_EQ(info.file_bytes, file_bytes);
@@ -246,6 +254,12 @@ TEST(DatasetConcat, HandlesFlattenAndOnePartIsThatPart) {
   ASSERT_EQ(ab_c.parts().size(), 3u);
   EXPECT_EQ(ab_c.size(), 30);
   for (int64_t i = 0; i < 30; ++i) ASSERT_EQ(ab_c.get(i, "label").item<int64_t>(), i);
+  // Parts packed with different codecs: info() says so, and keeps the first part's codec.
+  const Dataset mixed = Dataset::concat({a, Dataset::open(write_range(dir.file("d.mmt"), 30, 40, "zstd:5"))});
+  EXPECT_TRUE(mixed.info().codecs_differ);
+  EXPECT_EQ(mixed.info().codec, CodecSpec{});
+  EXPECT_EQ(mixed.chunk(mixed.num_chunks() - 1).codec, Codec::Zstd);
+  EXPECT_FALSE(ab_c.info().codecs_differ);
   // The same file twice is a dataset twice as long (oversampling a shard).
   const Dataset twice = Dataset::concat({a, a});
   EXPECT_EQ(twice.size(), 20);

@@ -62,14 +62,9 @@ std::vector<PartSummary> summarize_parts(const Dataset& ds) {
   return parts;
 }
 
-// The concatenation's info() gives the first part's codec; shards packed with different
-// codecs would be misdescribed by it, so they are called mixed and each part's is listed.
-std::string codec_text(const DatasetInfo& info, const std::vector<PartSummary>& parts) {
-  const std::string codec = info.codec.str();
-  for (const PartSummary& part : parts)
-    if (part.info.codec.str() != codec) return "mixed";
-  return codec;
-}
+// Shards packed with different codecs would be misdescribed by the first part's codec, so
+// they are called mixed and each part's is listed.
+std::string codec_text(const DatasetInfo& info) { return info.codecs_differ ? "mixed" : info.codec.str(); }
 
 nlohmann::json info_json(const Dataset& ds) {
   DatasetInfo info = ds.info();
@@ -93,7 +88,7 @@ nlohmann::json info_json(const Dataset& ds) {
                         {"records", info.records},
                         {"chunks", info.chunks},
                         {"alignment", info.alignment},
-                        {"codec", codec_text(info, parts)},
+                        {"codec", codec_text(info)},
                         {"stored_bytes", info.stored_bytes},
                         {"decoded_bytes", info.decoded_bytes},
                         {"ratio", ratio(info)},
@@ -152,7 +147,7 @@ void print_text(const Dataset& ds) {
   std::cout << "format     version " << info.format_version << "\n"
             << "records    " << info.records << "\n"
             << "chunks     " << info.chunks << " (aligned to " << info.alignment << " bytes)\n"
-            << "codec      " << codec_text(info, parts) << ": " << human_bytes(info.decoded_bytes)
+            << "codec      " << codec_text(info) << ": " << human_bytes(info.decoded_bytes)
             << " of values stored in " << human_bytes(info.stored_bytes) << ", ratio "
             << ratio_text << "\n"
             << "fingerprint " << detail::hex64(ds.fingerprint()) << " (what a loader's saved state names)\n"

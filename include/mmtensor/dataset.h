@@ -93,7 +93,8 @@ struct ChunkInfo {
   int64_t index = 0;
   int64_t first_record = 0;
   int64_t record_count = 0;
-  int64_t file_offset = 0;    // bytes
+  int64_t part = 0;           // which of parts() holds it: 0 for one file
+  int64_t file_offset = 0;    // bytes, in that part's file
   int64_t stored_bytes = 0;   // bytes in the file
   int64_t decoded_bytes = 0;  // bytes after decoding
   Codec codec = Codec::None;
@@ -109,6 +110,10 @@ struct DatasetInfo {
   CodecSpec codec;             // the codec the writer was asked for
   int64_t stored_bytes = 0;    // sum of chunks' stored bytes
   int64_t decoded_bytes = 0;   // sum of chunks' decoded bytes
+  int64_t parts = 1;           // files: more than one for a concatenation
+  // A concatenation whose parts were written with different codecs (codec is then the first
+  // part's; each part's own info() tells its own).
+  bool codecs_differ = false;
 };
 
 struct CacheStats {
@@ -192,11 +197,12 @@ class Dataset {
   //     file; otherwise part by part); column() or ragged_column() of a range inside one part
   //     is whatever that part gives (a view, when it can). A range spanning parts is copied.
   //     Chunks are numbered across the parts in order (chunk(c).first_record counts across
-  //     parts too; its file_offset is in the file of the part locate(first_record) names).
+  //     parts too; chunk(c).part names the part whose file its file_offset is in).
   //     Errors about a part's bytes name that part's path.
   //   - path() is the parts' paths joined by ", "; parts() gives them as handles. info() adds
-  //     up the parts (file_bytes, chunks, records, stored and decoded bytes); its alignment,
-  //     codec and format_version are the first part's. options() are those given to
+  //     up the parts (file_bytes, chunks, records, stored and decoded bytes) and counts them;
+  //     its alignment, codec and format_version are the first part's (codecs_differ says
+  //     when another part's codec is not). options() are those given to
   //     open_concat() (concat(): the first part's). fingerprint() hashes the parts' sizes and
   //     fingerprints, in order: a loader state resumes only on the same parts in the same
   //     order. cache_stats() is the shared cache's; after concat(), the counts of the parts'

@@ -44,6 +44,7 @@ py::dict chunk_dict(const ChunkInfo& c) {
   d["index"] = c.index;
   d["first_record"] = c.first_record;
   d["record_count"] = c.record_count;
+  d["part"] = c.part;
   d["file_offset"] = c.file_offset;
   d["stored_bytes"] = c.stored_bytes;
   d["decoded_bytes"] = c.decoded_bytes;
@@ -351,9 +352,10 @@ method may be called from many threads.)doc")
         d["chunks"] = info.chunks;
         d["file_bytes"] = info.file_bytes;
         d["alignment"] = info.alignment;
-        d["codec"] = info.codec.str();
+        d["codec"] = info.codecs_differ ? std::string("mixed") : info.codec.str();  // as `mmt info`
         d["stored_bytes"] = info.stored_bytes;
         d["decoded_bytes"] = info.decoded_bytes;
+        d["parts"] = info.parts;
         return d;
       })
       .def("column", [](const Dataset& ds, const std::string& field, std::optional<int64_t> start,
