@@ -7,6 +7,17 @@
 #include "mmtensor/error.h"
 
 namespace mmt {
+namespace {
+
+// A device batch's events and streams belong to the CUDA context of the process that made
+// the loader; the child of a fork cannot use them.
+void check_device_batch_is_this_process(const detail::LoaderCore& core) {
+  if (detail::inherited_through_fork(core.made_in_generation))
+    detail::throw_inherited_through_fork("Batch on " + core.options.device.str(),
+                                         "Take batches from a Loader made in this process.");
+}
+
+}  // namespace
 
 Batch::Batch(Batch&& other) noexcept { *this = std::move(other); }
 
@@ -31,7 +42,7 @@ Batch& Batch::operator=(Batch&& other) noexcept {
 void Batch::release() noexcept {
   if (!core_) return;
   fields_.clear();  // the views go first: the slot may be refilled as soon as it is free
-  if (detail::inherited_through_fork(core_->fork_generation))
+  if (detail::inherited_through_fork(core_->made_in_generation))
     // In the child of a fork the loader's lock may be held for ever by a worker that stayed
     // in the parent: the slot is not handed back, and the loader is never destroyed here.
     detail::abandon_after_fork(new std::shared_ptr<detail::LoaderCore>(std::move(core_)));
@@ -50,6 +61,12 @@ std::span<const int64_t> Batch::indices() const {
 
 size_t Batch::field_position(std::string_view field) const {
   MMT_CHECK(core_ != nullptr, ValueError, "Batch: this batch was released");
+  // CUDA keeps pinned pages out of a fork's child (and device memory is the parent's
+  // context's): the views would fault. Ordinary host memory came along with the process.
+  if (detail::inherited_through_fork(core_->made_in_generation))
+    MMT_CHECK(!device_.is_cuda() && !core_->ring.host_storage().is_pinned(), ValueError,
+              "Batch: taken in the parent of this forked process, in ", device_.is_cuda() ? "device" : "pinned",
+              " memory, which a forked child does not have; take batches from a Loader made in this process");
   const std::vector<std::string>& names = core_->field_names;
   for (size_t f = 0; f < names.size(); ++f)
     if (names[f] == field) return f;
@@ -82,6 +99,7 @@ const RaggedBatch& Batch::ragged(std::string_view field) const {
 void Batch::wait(CUstream_st* stream) {
   MMT_CHECK(core_ != nullptr, ValueError, "Batch: this batch was released");
   if (!device_.is_cuda()) return;
+  check_device_batch_is_this_process(*core_);
   const int stream_device = cuda::stream_device(stream);
   MMT_CHECK(stream_device < 0 || stream_device == device_.index, CudaError, "Batch::wait: the stream belongs to cuda:",
             stream_device, ", not to the batch's device ", device_.str(), "; copy the batch there instead");
@@ -93,7 +111,9 @@ void Batch::wait(CUstream_st* stream) {
 
 void Batch::synchronize() const {
   MMT_CHECK(core_ != nullptr, ValueError, "Batch: this batch was released");
-  if (device_.is_cuda()) core_->slots[slot_].copied.synchronize();
+  if (!device_.is_cuda()) return;
+  check_device_batch_is_this_process(*core_);
+  core_->slots[slot_].copied.synchronize();
 }
 
 namespace detail {

@@ -23,10 +23,13 @@ LiveCaches& live_caches() {
 
 }  // namespace
 
+// Registered when the library is loaded, not on first use: a fork racing a first use could
+// otherwise leave the registration's guard taken in the child.
+const bool ChunkCache::fork_handlers_registered_ =
+    pthread_atfork(&lock_all_before_fork, &unlock_all_in_parent, &unlock_all_in_child) == 0;
+
 ChunkCache::ChunkCache(int64_t budget_bytes) : budget_bytes_(budget_bytes) {
   MMT_CHECK(budget_bytes >= 0, ValueError, "chunk cache budget must be >= 0 bytes, got ", budget_bytes);
-  [[maybe_unused]] static const bool registered =
-      pthread_atfork(&lock_all_before_fork, &unlock_all_in_parent, &unlock_all_in_child) == 0;
   LiveCaches& live = live_caches();
   std::lock_guard lock(live.mutex);
   live.caches.insert(this);

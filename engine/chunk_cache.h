@@ -67,6 +67,7 @@ class ChunkCache {
   static void lock_all_before_fork() noexcept;
   static void unlock_all_in_parent() noexcept;
   static void unlock_all_in_child() noexcept;
+  static const bool fork_handlers_registered_;
 
   const int64_t budget_bytes_;
   mutable std::mutex mutex_;

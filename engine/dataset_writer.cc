@@ -96,7 +96,7 @@ void copy_from(const Tensor& source, void* dst, IntArrayRef dst_strides) {
 struct DatasetWriter::Impl {
   // fork_safety.h: a writer inherited by the child of a fork is the parent's to finish; the
   // child can neither use it nor, on destruction, remove its temporary file.
-  const uint64_t fork_generation = detail::fork_generation();
+  const uint64_t made_in_generation = detail::fork_generation();
   std::string path;
   std::string temp_path;
   Schema schema;
@@ -127,7 +127,7 @@ struct DatasetWriter::Impl {
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   void check_open() const {
-    if (detail::inherited_through_fork(fork_generation))
+    if (detail::inherited_through_fork(made_in_generation))
       detail::throw_inherited_through_fork(
           detail::str("DatasetWriter for ", path),
           "Append and finish in the process that made it, which still owns its temporary file.");
@@ -786,13 +786,16 @@ WriteStats DatasetWriter::finish() {
 }
 
 void DatasetWriter::abort() noexcept {
-  if (!impl_ || impl_->state == Impl::State::Finished) return;
-  if (detail::inherited_through_fork(impl_->fork_generation)) {
+  if (!impl_) return;
+  // Before the Finished test: a writer forked inside finish() is Finished while its pool is
+  // still the parent's.
+  if (detail::inherited_through_fork(impl_->made_in_generation)) {
     // The temporary file and the compression threads are the parent's: removing the one
     // would lose its dataset, joining the others would wait for ever. Let the copy go.
     detail::abandon_after_fork(impl_.release());
     return;
   }
+  if (impl_->state == Impl::State::Finished) return;
   if (impl_->state == Impl::State::Open) impl_->state = Impl::State::Aborted;
   impl_->abort_files();
 }

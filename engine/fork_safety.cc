@@ -16,14 +16,13 @@ std::atomic<uint64_t> g_fork_generation{0};
 
 void count_fork_in_child() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
 
+// Registered when the library is loaded, not on first use: a fork racing a first use could
+// otherwise leave the registration's guard taken in the child.
+[[maybe_unused]] const bool g_counting_forks = pthread_atfork(nullptr, nullptr, count_fork_in_child) == 0;
+
 }  // namespace
 
-uint64_t fork_generation() noexcept {
-  // Registered once, on the first call: an object that records a generation makes that call
-  // before any fork it must notice.
-  [[maybe_unused]] static const bool registered = pthread_atfork(nullptr, nullptr, count_fork_in_child) == 0;
-  return g_fork_generation.load(std::memory_order_relaxed);
-}
+uint64_t fork_generation() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
 
 void abandon_after_fork(const void* object) noexcept {
   static std::mutex* const mutex = new std::mutex;

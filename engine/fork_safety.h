@@ -9,10 +9,14 @@
 //   is made whole for the child by pthread_atfork handlers: its lock is taken before the fork
 //   and given back on both sides, and the child drops what only the parent's threads could
 //   finish (decodes in flight; the pool and its workers).
-// - An object that owns threads (a Loader, a DatasetWriter, a ThreadPool) records the
-//   generation it was made in. Used in a child, it throws ValueError saying so; destroyed in
-//   a child, it lets its memory go without joining or waiting for threads that are not there,
-//   and without touching the parent's files.
+// - A Loader and a DatasetWriter (which own threads) record the generation they were made
+//   in. Used in a child, they throw ValueError saying so; destroyed there, they are let go
+//   (abandon_after_fork) without waiting for threads that are not there, taking their locks
+//   or removing the parent's temporary file. A Batch of such a loader stays readable in the
+//   child when it is in ordinary host memory; pinned and device memory are not in the child
+//   (CUDA keeps pinned pages out of children), and the Batch then refuses with ValueError.
+//   Tensors taken from such a batch before the fork cannot be guarded: touching them in the
+//   child faults.
 // - A Dataset needs nothing: its mapping, views and cached chunks are as good in the child.
 #pragma once
 

@@ -520,7 +520,7 @@ LoaderState LoaderCore::state() const {
 namespace {
 detail::LoaderCore& live(const std::shared_ptr<detail::LoaderCore>& core) {
   MMT_CHECK(core != nullptr, ValueError, "Loader: this loader was moved from");
-  if (detail::inherited_through_fork(core->fork_generation))
+  if (detail::inherited_through_fork(core->made_in_generation))
     detail::throw_inherited_through_fork(
         "Loader", "Make a new Loader in this process; the Dataset it read is good here too.");
   return *core;
@@ -530,7 +530,7 @@ detail::LoaderCore& live(const std::shared_ptr<detail::LoaderCore>& core) {
 // workers stayed in the parent, and one of them may hold its lock (fork_safety.h).
 void stop(std::shared_ptr<detail::LoaderCore>& core) noexcept {
   if (!core) return;
-  if (detail::inherited_through_fork(core->fork_generation)) {
+  if (detail::inherited_through_fork(core->made_in_generation)) {
     detail::abandon_after_fork(new std::shared_ptr<detail::LoaderCore>(std::move(core)));
     return;
   }

@@ -104,7 +104,7 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   // Immutable after construction.
   // fork_safety.h: in a child of the process that made it, the loader's workers are absent
   // and `mutex` may be held for ever; the Loader and its batches then touch nothing.
-  const uint64_t fork_generation = detail::fork_generation();
+  const uint64_t made_in_generation = detail::fork_generation();
   Dataset dataset;
   LoaderOptions options;  // options.sampler with the window resolved
   Sampler sampler;

@@ -127,6 +127,11 @@ void forget_shared_pool_in_child() noexcept {
   shared_pool().mutex.unlock();
 }
 
+// Registered when the library is loaded, not when the pool is made: registering then would
+// happen under the mutex the handlers take.
+[[maybe_unused]] const bool g_shared_pool_fork_handlers =
+    pthread_atfork(lock_shared_pool_before_fork, unlock_shared_pool_in_parent, forget_shared_pool_in_child) == 0;
+
 }  // namespace
 
 ThreadPool& ThreadPool::shared() {
@@ -134,8 +139,6 @@ ThreadPool& ThreadPool::shared() {
   if (ThreadPool* pool = holder.pool.load(std::memory_order_acquire)) return *pool;
   std::lock_guard lock(holder.mutex);
   if (ThreadPool* pool = holder.pool.load(std::memory_order_relaxed)) return *pool;
-  [[maybe_unused]] static const bool registered =
-      pthread_atfork(lock_shared_pool_before_fork, unlock_shared_pool_in_parent, forget_shared_pool_in_child) == 0;
   // parallel_for's caller is one of the threads, so one worker per other core: a worker more
   // would spin beside the caller on a core that has none to spare.
   auto* pool = new ThreadPool(std::max(1, hardware_threads() - 1));
