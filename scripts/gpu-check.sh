@@ -42,7 +42,7 @@ case "${1:-}" in
     nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.max,pcie.link.width.max --format=csv \
       | tee "$out/gpu.txt"
     status=0
-    build-rel/mmtensor_tests --gtest_filter='LoaderGpuTest.*:Storage.Cuda*:Storage.Pinned*:*Device*' \
+    build-rel/mmtensor_tests --gtest_filter='LoaderGpuTest.*:Storage.Cuda*:Storage.Pinned*:*Device*:ForkSafety.*' \
       2>&1 | tee "$out/gpu-tests.txt" | grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) ' || status=1
     grep -q '^\[  FAILED  \]' "$out/gpu-tests.txt" && status=1
     build-rel/mmtensor_bench --benchmark_filter=LoaderToDevice --benchmark_out="$out/loader-to-device.json" \
