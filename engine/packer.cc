@@ -428,7 +428,19 @@ void PackSources::check_output(const std::string& path) const {
               input_paths_.at(0), " leads to: packing would replace it");
 }
 
+RecordRange shard_records(int64_t records, int64_t shard, int64_t shards) {
+  MMT_CHECK(shards >= 1 && shard >= 0 && shard < shards, ValueError, "shard ", shard, " of ", shards,
+            ": a shard is numbered from 0 to the number of shards - 1, and there is at least one shard");
+  MMT_CHECK(records >= 0, ValueError, "shard_records: ", records, " records");
+  // In 128 bits: shard * records may pass int64 for a large count of records.
+  const auto bound = [&](int64_t k) {
+    return static_cast<int64_t>(static_cast<__int128>(records) * k / shards);
+  };
+  return {bound(shard), bound(shard + 1)};
+}
+
 WriteStats pack_dataset(const std::string& path, const PackSources& sources, PackOptions options) {
+  const RecordRange range = shard_records(sources.records(), options.shard, options.shards);
   sources.check_output(path);
   WriterOptions writer_options = options.writer;
   Metadata metadata = sources.metadata();
@@ -448,15 +460,15 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
     if (field.is_fixed()) record_bytes += field.fixed_nbytes();
   const int64_t batch_records = std::clamp<int64_t>(kBatchBytes / record_bytes, 1, kBatchRecords);
   std::vector<Tensor> values;
-  for (int64_t i = 0; i < sources.records();) {
+  for (int64_t i = range.begin; i < range.end;) {
     if (options.cancel && options.cancel->load(std::memory_order_relaxed)) {
       writer.abort();
       std::error_code ec;
       const bool existed = fs::exists(fs::symlink_status(path, ec));  // only an old file, --force's
-      throw PackCancelled(str("packing ", path, " was interrupted after ", i, " of ", sources.records(),
+      throw PackCancelled(str("packing ", path, " was interrupted after ", i - range.begin, " of ", range.size(),
                               " records; ", path, existed ? " was left as it was" : " was not created"));
     }
-    const int64_t count = std::min(batch_records, sources.records() - i);
+    const int64_t count = std::min(batch_records, range.end - i);
     if (sources.record_batch(i, count, values)) {
       writer.append_batch(std::span<const Tensor>(values));
       i += count;

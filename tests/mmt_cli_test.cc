@@ -1351,6 +1351,45 @@ class MmtCliShards : public MmtCli {
   std::vector<std::string> shards_;
 };
 
+// --shard K/N: N packs of one share each, as parallel processes would run them, read back as
+// the whole inputs.
+TEST_F(MmtCliShards, PackShardPacksOneShareAndTheSharesReadAsTheInputs) {
+  std::vector<std::string> parts;
+  const int64_t sizes[] = {6, 6, 6, 7};  // 25 records: k * 25 / 4 rounded down
+  int64_t first = 0;
+  for (int k = 0; k < 4; ++k) {
+    parts.push_back(path("part-" + std::to_string(k) + ".mmt"));
+    const std::string share = std::to_string(k) + "/4";
+    const RunResult packed = run_mmt({"pack", parts.back(), "x=" + path("x.npy"), "y=" + path("y.npy"), "--shard",
+                                      share, "--codec", "lz4"});
+    ASSERT_EQ(packed.exit_code, 0) << packed.err;
+    EXPECT_NE(packed.out.find("packed " + std::to_string(sizes[k]) + " records"), std::string::npos) << packed.out;
+    EXPECT_NE(packed.out.find("shard " + std::to_string(k) + " of 4 (numbered from 0): records [" +
+                              std::to_string(first) + ", " + std::to_string(first + sizes[k]) + ") of the inputs' 25"),
+              std::string::npos)
+        << packed.out;
+    first += sizes[k];
+  }
+  std::vector<std::string> verify{"verify"};
+  verify.insert(verify.end(), parts.begin(), parts.end());
+  for (const std::string& input : {"x=" + path("x.npy"), "y=" + path("y.npy")}) verify.push_back(input);
+  verify.insert(verify.end() - 2, "--against");
+  const RunResult verified = run_mmt(verify);
+  EXPECT_EQ(verified.exit_code, 0) << verified.out << verified.err;
+  const Dataset whole = Dataset::open_concat(parts);
+  ASSERT_EQ(whole.size(), 25);
+  for (int64_t i = 0; i < 25; ++i) ASSERT_EQ(whole.get(i, "y").item<uint8_t>(), y_.select(0, i).item<uint8_t>());
+  // Shares that are not one of the shards are usage errors, and create nothing.
+  for (const auto& [share, message] : std::vector<std::pair<std::string, std::string>>{
+           {"4/4", "--shard's K"}, {"-1/4", "--shard's K"}, {"0/0", "--shard's N"}, {"2", "--shard takes K/N"},
+           {"a/b", "--shard's N"}}) {
+    const RunResult r = run_mmt({"pack", path("bad.mmt"), "x=" + path("x.npy"), "--shard=" + share});
+    EXPECT_EQ(r.exit_code, 2) << share << ": " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << share << ": " << r.err;
+    EXPECT_FALSE(fs::exists(path("bad.mmt")));
+  }
+}
+
 TEST_F(MmtCliShards, HelpSaysShardsAreReadAsOne) {
   for (const char* sub : {"info", "verify", "bench"}) {
     const RunResult help = run_mmt({sub, "--help"});

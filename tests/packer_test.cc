@@ -213,6 +213,71 @@ TEST(PackerTest, ComparingWithSourcesMatchesFieldsByName) {
       << differs;
 }
 
+// Shards tile the records in order, sizes differing by at most one, for any count.
+TEST(PackerTest, ShardRecordsTileTheRecordsInOrder) {
+  for (int64_t records : {0, 1, 7, 25, 1000}) {
+    for (int64_t shards : {1, 2, 3, 4, 9}) {
+      int64_t next = 0;
+      for (int64_t k = 0; k < shards; ++k) {
+        const RecordRange r = shard_records(records, k, shards);
+        ASSERT_EQ(r.begin, next) << records << " records, shard " << k << " of " << shards;
+        EXPECT_TRUE(r.size() == records / shards || r.size() == records / shards + 1);
+        next = r.end;
+      }
+      EXPECT_EQ(next, records);
+    }
+  }
+  // No overflow where shard * records passes int64.
+  const int64_t huge = int64_t{1} << 62;
+  EXPECT_EQ(shard_records(huge, 3, 4).begin, huge / 4 * 3);
+  EXPECT_THROW(shard_records(10, 4, 4), ValueError);
+  EXPECT_THROW(shard_records(10, -1, 4), ValueError);
+  EXPECT_THROW(shard_records(10, 0, 0), ValueError);
+}
+
+// Shards packed one by one (as parallel processes would) read as the whole: arrays, and a
+// class folder whose every shard keeps the full class list (so the shards concatenate), even
+// a shard holding no record.
+TEST(PackerTest, ShardsPackedApartReadAsOnePackOfEverything) {
+  TempDir dir;
+  save_npy(dir.file("a.npy"), arange(30, kInt32).view({10, 3}));
+  const PackSources arrays = PackSources::from_arrays(std::vector<std::string>{"a=" + dir.file("a.npy")});
+  std::vector<std::string> parts;
+  for (int64_t k = 0; k < 3; ++k) {
+    PackOptions options;
+    options.shard = k;
+    options.shards = 3;
+    options.writer.codec = CodecSpec::parse(k == 1 ? "lz4" : "none");
+    parts.push_back(dir.file("a" + std::to_string(k) + ".mmt"));
+    EXPECT_EQ(pack_dataset(parts.back(), arrays, options).records, k == 2 ? 4 : 3);
+  }
+  const Dataset whole = Dataset::open_concat(parts);
+  EXPECT_EQ(compare_with_sources(whole, arrays), 10);
+  PackOptions bad;
+  bad.shard = 3;
+  bad.shards = 3;
+  EXPECT_THROW_WITH(pack_dataset(dir.file("bad.mmt"), arrays, bad), ValueError, "shard 3 of 3");
+  EXPECT_FALSE(fs::exists(dir.file("bad.mmt")));
+
+  write_text(dir.path() / "photos" / "cat" / "a.jpg", "meow");
+  write_text(dir.path() / "photos" / "dog" / "b.jpg", "woof");
+  write_text(dir.path() / "photos" / "emu" / "c.jpg", "hmm");
+  const PackSources folder = PackSources::from_folder(dir.file("photos"));
+  std::vector<std::string> folder_parts;
+  for (int64_t k = 0; k < 4; ++k) {  // 3 files in 4 shards: shard 0 holds none
+    PackOptions options;
+    options.shard = k;
+    options.shards = 4;
+    folder_parts.push_back(dir.file("p" + std::to_string(k) + ".mmt"));
+    pack_dataset(folder_parts.back(), folder, options);
+    EXPECT_EQ(Dataset::open(folder_parts.back()).metadata().at("classes"), R"(["cat","dog","emu"])");
+  }
+  EXPECT_EQ(Dataset::open(folder_parts[0]).size(), 0);
+  const Dataset photos = Dataset::open_concat(folder_parts);
+  EXPECT_EQ(compare_with_sources(photos, folder), 3);
+  EXPECT_EQ(photos.get(2, "label").item<int64_t>(), 2);
+}
+
 // A folder record that differs named its source "data=DIR", which the user never typed; it
 // names the file now, and the first byte that differs.
 TEST(PackerTest, AFolderRecordThatDiffersNamesItsFile) {

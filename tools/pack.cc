@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <utility>
 
 #include "format.h"
 #include "interrupt.h"
@@ -28,8 +29,19 @@ struct PackArgs {
   int threads = 0;
   bool force = false;
   bool quiet = false;
+  std::pair<int64_t, int64_t> shard{0, 1};  // --shard K/N: share K of N
   const CLI::Option* folder_option = nullptr;  // given, even empty
 };
+
+// "K/N": share K (from 0) of N. At most a million shards: more is a typo, not a plan.
+std::pair<int64_t, int64_t> parse_shard(const std::string& text) {
+  const size_t slash = text.find('/');
+  MMT_CHECK(slash != std::string::npos, ValueError, "--shard takes K/N (share K of N, K from 0), got '", text, "'");
+  constexpr int64_t kMaxShards = 1'000'000;
+  const int64_t shards = parse_int64(text.substr(slash + 1), "--shard's N", 1, kMaxShards);
+  const int64_t shard = parse_int64(text.substr(0, slash), "--shard's K", 0, shards - 1);
+  return {shard, shards};
+}
 
 // The writer's own rules, checked as the command line is parsed, so a refusal is a usage
 // error that names the flag the user typed (the writer would name WriterOptions fields), and
@@ -79,9 +91,16 @@ void run_pack(const PackArgs& args) {
 
   CodecSpec codec = options.codec;
   PackSources sources = load_pack_sources(args.inputs, args.folder);
-  ProgressBar bar("packing", sources.records(), sources.total_bytes());
+  const auto [shard, shards] = args.shard;
+  const RecordRange range = shard_records(sources.records(), shard, shards);
+  // A shard's share of the bytes, for the progress bar: exact for arrays, near for a folder.
+  const auto share_bytes = static_cast<int64_t>(
+      sources.records() > 0 ? static_cast<__int128>(sources.total_bytes()) * range.size() / sources.records() : 0);
+  ProgressBar bar("packing", range.size(), share_bytes);
   PackOptions pack_options;
   pack_options.writer = std::move(options);
+  pack_options.shard = shard;
+  pack_options.shards = shards;
   pack_options.cancel = &StopSignals::flag();
   if (bar.enabled())
     pack_options.on_progress = [&](const WriteStats& s) { bar.update(s.records, s.bytes_in); };
@@ -127,6 +146,10 @@ void run_pack(const PackArgs& args) {
             << human_bytes(stats.bytes_out) << ", ratio " << ratio_text << ", "
             << human_bytes(rate) << "/s, " << stats.chunks << " chunks, codec "
             << codec.str() << "\n";
+  if (shards > 1)
+    std::cout << "  shard " << shard << " of " << shards << " (numbered from 0): records [" << range.begin << ", "
+              << range.end << ") of the inputs' " << sources.records()
+              << "; the shards read as one dataset in that order (mmt info SHARD...)\n";
   if (sources.hidden_skipped() > 0)
     std::cout << "  skipped " << sources.hidden_skipped() << " hidden file"
               << (sources.hidden_skipped() == 1 ? "" : "s") << " or folder"
@@ -163,8 +186,12 @@ void add_pack_command(CLI::App& app) {
       "gzipped IDX file, or one of multi-byte values, is read into memory whole. A\n"
       "Fortran-order array that is compressed, big-endian or unaligned is converted once\n"
       "into a temporary file in $TMPDIR (or /tmp): it needs that much free space there.\n"
+      "--shard K/N packs one share of the records, so N processes (or machines) pack a\n"
+      "large dataset in parallel; every shard keeps the whole schema and metadata, and\n"
+      "the N files read as one dataset, in order: mmt info out-0.mmt ... out-(N-1).mmt.\n"
       "Example:\n"
-      "  mmt pack train.mmt images=train-images-idx3-ubyte.gz labels=train-labels-idx1-ubyte.gz --codec lz4");
+      "  mmt pack train.mmt images=train-images-idx3-ubyte.gz labels=train-labels-idx1-ubyte.gz --codec lz4\n"
+      "  for k in 0 1 2 3; do mmt pack part-$k.mmt --folder photos/ --shard $k/4 & done; wait");
   cmd->add_option("OUTPUT", args->output, "The dataset file to create")->required();
   cmd->add_option("INPUT", args->inputs, "Inputs (see below)");
   args->folder_option =
@@ -177,6 +204,9 @@ void add_pack_command(CLI::App& app) {
   // The cap keeps a typo such as --threads 100000 from asking for that many threads.
   add_integer_option(cmd, "--threads", args->threads, "Compression threads, 0 to 1024 (0: one per core)", 0,
                      static_cast<int>(kMaxWriterThreads));
+  add_parsed_option(cmd, "--shard", args->shard,
+                    "Pack only share K of N (K from 0): records K*R/N up to (K+1)*R/N of the R inputs",
+                    parse_shard)->type_name("K/N");
   cmd->add_flag("--force", args->force, "Replace OUTPUT if it exists");
   cmd->add_flag("--quiet", args->quiet, "Print no summary");
   cmd->callback([args] { run_pack(*args); });

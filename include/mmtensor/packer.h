@@ -125,8 +125,24 @@ class PackSources {
   std::vector<std::pair<uint64_t, uint64_t>> linked_input_files_;
 };
 
+// The records of shard `shard` of `shards` of a set of `records`: [begin, end) with begin =
+// shard * records / shards (rounded down), so the shards tile the records in order and differ
+// in size by at most one. ValueError unless 0 <= shard < shards.
+struct RecordRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+};
+RecordRange shard_records(int64_t records, int64_t shard, int64_t shards);
+
 struct PackOptions {
   WriterOptions writer;
+  // Packs only shard `shard` of `shards` (shard_records()). Each shard is a dataset of its
+  // own with the whole sources' schema and metadata (a class folder's full class list), so
+  // the shards, packed in parallel (processes or machines), read as the dataset one pack of
+  // everything makes: Dataset::open_concat of the files in shard order, or `mmt info A B...`.
+  int64_t shard = 0;
+  int64_t shards = 1;
   // Called from the packing thread about every progress_interval_seconds, and once at the end.
   std::function<void(const WriteStats&)> on_progress;
   double progress_interval_seconds = 0.1;
@@ -134,9 +150,10 @@ struct PackOptions {
   const std::atomic<bool>* cancel = nullptr;
 };
 
-// Writes every record of `sources` to a new dataset at `path` and returns the writer's final
-// figures. The sources' metadata is stored with options.writer.metadata added over it.
-// ValueError, before anything is written, when sources.check_output(path) refuses it.
+// Writes every record of `sources` (or of options' shard of them) to a new dataset at `path`
+// and returns the writer's final figures. The sources' metadata is stored with options.writer.metadata added over it.
+// ValueError, before anything is written, when sources.check_output(path) refuses it or the
+// shard is not one of the shards.
 WriteStats pack_dataset(const std::string& path, const PackSources& sources, PackOptions options);
 
 // Compares records of `dataset` with `sources`; `indices` empty means every record. Fields

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cerrno>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include "bindings.h"
 
@@ -32,7 +34,7 @@ std::vector<std::string> array_specs(const py::handle& inputs) {
 void bind_pack(py::module_& m) {
   m.def("pack", [](const py::object& output, const py::object& inputs, const py::object& folder, const std::string& codec,
                    int64_t chunk_bytes, int64_t chunk_records, int64_t alignment, int threads, bool overwrite,
-                   const Metadata& metadata) {
+                   const Metadata& metadata, std::optional<std::pair<int64_t, int64_t>> shard) {
     if (inputs.is_none() == folder.is_none()) throw py::value_error("pack: give inputs= (arrays) or folder= (a class folder), one of them");
     const std::string path = path_of(output);
     const std::vector<std::string> specs = inputs.is_none() ? std::vector<std::string>{} : array_specs(inputs);
@@ -45,6 +47,7 @@ void bind_pack(py::module_& m) {
     options.writer.threads = threads;
     options.writer.overwrite = overwrite;
     options.writer.metadata = metadata;
+    if (shard) std::tie(options.shard, options.shards) = *shard;
     // Python's signal handlers run only between bytecodes; the packing thread checks them at
     // each progress report (every 0.1 s) and cancels on an exception (KeyboardInterrupt).
     std::atomic<bool> cancel{false};
@@ -72,7 +75,7 @@ void bind_pack(py::module_& m) {
   }, py::arg("output"), py::arg("inputs") = py::none(), py::kw_only(), py::arg("folder") = py::none(),
      py::arg("codec") = "none", py::arg("chunk_bytes") = WriterOptions{}.chunk_bytes, py::arg("chunk_records") = 0,
      py::arg("alignment") = WriterOptions{}.alignment, py::arg("threads") = 0, py::arg("overwrite") = false,
-     py::arg("metadata") = Metadata{}, R"doc(
+     py::arg("metadata") = Metadata{}, py::arg("shard") = py::none(), R"doc(
 Packs files into a dataset at `output`, as `mmt pack` does, and returns the figures.
 
     mmtensor.pack("train.mmt", {"images": "train-images-idx3-ubyte.gz",
@@ -84,7 +87,9 @@ inputs: a dict {field: path} or a list of "NAME=PATH" and "PATH.npz" (.npy, .npz
 files, gzipped or not); folder: a class folder instead, one record per file (field "data",
 its bytes; "label", its class's index; the class names in metadata["classes"]). Large
 arrays are read where they lie, not into memory. The file appears complete or not at all:
-an error or Ctrl-C (KeyboardInterrupt) leaves `output` as it was.)doc");
+an error or Ctrl-C (KeyboardInterrupt) leaves `output` as it was. shard=(k, n) packs only
+share k of n (k from 0), so n processes pack in parallel; Dataset([the n files]) reads
+them as one, in order.)doc");
 }
 
 }  // namespace mmt::python

@@ -41,6 +41,18 @@ class PackTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             mmtensor.pack(self.path("c.mmt"))
 
+    def test_shards_packed_apart_read_as_the_whole(self):
+        x = np.arange(60, dtype=np.float32).reshape(20, 3)
+        np.save(self.path("x.npy"), x)
+        paths = [self.path(f"part-{k}.mmt") for k in range(3)]
+        for k, path in enumerate(paths):
+            stats = mmtensor.pack(path, {"x": self.path("x.npy")}, shard=(k, 3), codec="lz4")
+            self.assertEqual(stats["records"], [6, 7, 7][k])
+        np.testing.assert_array_equal(mmtensor.Dataset(paths).column("x").numpy(), x)
+        with self.assertRaisesRegex(ValueError, "shard 3 of 3"):
+            mmtensor.pack(self.path("bad.mmt"), {"x": self.path("x.npy")}, shard=(3, 3))
+        self.assertFalse(os.path.exists(self.path("bad.mmt")))
+
     def test_a_class_folder(self):
         for cls, names in {"cat": ["a.jpg", "b.jpg"], "dog": ["c.jpg"]}.items():
             os.makedirs(self.path(os.path.join("photos", cls)))
