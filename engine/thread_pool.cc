@@ -156,7 +156,9 @@ void ThreadPool::enqueue(std::function<void()> task) {
 }
 
 void ThreadPool::worker_loop() {
-  uint64_t last_visited = generation_.load(std::memory_order_acquire);
+  // 0, the generation the pool was made with, not the current one: a loop published before
+  // this thread got going (the first batch after the pool is made) still gets its help.
+  uint64_t last_visited = 0;
   while (true) {
     auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
     // The queue and the loop slot are polled after every pause (a batch of a few

@@ -9,8 +9,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "chunk_cache.h"
 #include "loader_test_util.h"
@@ -87,14 +89,14 @@ TEST(ForkSafety, ChildGetsASharedThreadPoolOfItsOwn) {
   detail::ThreadPool& pool = detail::ThreadPool::shared();
   std::atomic<int> busy{0};
   std::atomic<bool> finish{false};
-  // The parent's workers are busy in a parallel_for when it forks.
-  std::thread parent_loop([&] {
-    pool.parallel_for(2, 2, [&](int64_t) {
+  // Every worker of the parent's pool is busy with a task when it forks.
+  std::vector<std::future<void>> tasks;
+  for (int w = 0; w < pool.size(); ++w)
+    tasks.push_back(pool.submit([&] {
       ++busy;
       while (!finish) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    });
-  });
-  while (busy < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }));
+  while (busy < pool.size()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const int child = run_in_child([] {
     detail::ThreadPool& own = detail::ThreadPool::shared();
     EXPECT_EQ(own.submit([] { return 42; }).get(), 42);
@@ -104,7 +106,7 @@ TEST(ForkSafety, ChildGetsASharedThreadPoolOfItsOwn) {
   });
   EXPECT_EQ(child, 0) << "the child waited for the parent's workers (142: SIGALRM) or failed";
   finish = true;
-  parent_loop.join();
+  for (std::future<void>& task : tasks) task.get();
   EXPECT_EQ(pool.submit([] { return 7; }).get(), 7);  // the parent's pool is unharmed
 }
 
