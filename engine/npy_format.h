@@ -63,9 +63,14 @@ class DeflatedMember {
 
   // Inflated bytes [offset, offset + n) of the member, into `dst`.
   void read(int64_t offset, std::byte* dst, int64_t n);
+  // Inflates (and drops) what the reads so far left after their end, so that the member's
+  // size and CRC-32 are checked: for a reader that stops short of the end (a pack of one
+  // shard), which would otherwise never check them.
+  void check_rest();
 
  private:
   struct Stream;
+  void skip_to(uint64_t offset);  // mutex_ held; inflates and drops up to `offset`
   std::mutex mutex_;
   std::unique_ptr<Stream> stream_;
 };

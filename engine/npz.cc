@@ -509,15 +509,32 @@ void DeflatedMember::read(int64_t offset, std::byte* dst, int64_t n) {
   MMT_CHECK(offset >= 0 && n >= 0, ValueError, s.what, ": read of ", n, " bytes at ", offset);
   try {
     if (static_cast<uint64_t>(offset) < s.position) s.start();
-    std::vector<std::byte> skipped;
-    while (s.position < static_cast<uint64_t>(offset)) {
-      skipped.resize(static_cast<size_t>(std::min<uint64_t>(offset - s.position, 1 << 16)));
-      s.inflate_into(skipped.data(), skipped.size());
-    }
+    skip_to(static_cast<uint64_t>(offset));
     s.inflate_into(dst, static_cast<uint64_t>(n));
   } catch (...) {
     s.start();  // a later read starts over instead of resuming a stream left part-way
     throw;
+  }
+}
+
+void DeflatedMember::check_rest() {
+  std::lock_guard lock(mutex_);
+  // At the end already: the read that got there checked it.
+  if (stream_->position == stream_->inflated_bytes) return;
+  try {
+    skip_to(stream_->inflated_bytes);  // the last piece checks the size and the CRC-32
+  } catch (...) {
+    stream_->start();
+    throw;
+  }
+}
+
+void DeflatedMember::skip_to(uint64_t offset) {
+  Stream& s = *stream_;
+  std::vector<std::byte> skipped;
+  while (s.position < offset) {
+    skipped.resize(static_cast<size_t>(std::min<uint64_t>(offset - s.position, 1 << 16)));
+    s.inflate_into(skipped.data(), skipped.size());
   }
 }
 

@@ -358,6 +358,11 @@ void PackSources::record(int64_t index, std::vector<Tensor>& values) const {
   values[1] = full({}, static_cast<double>(labels_[static_cast<size_t>(index)]), kInt64);
 }
 
+void PackSources::check_unread_inputs() const {
+  for (const ConvertedColumn& column : converted_)
+    if (column.deflated) column.deflated->check_rest();
+}
+
 bool PackSources::record_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const {
   MMT_CHECK(start >= 0 && count >= 0 && start <= records_ - count, IndexError, "records [", start, ", ",
             start + count, ") are out of range for ", records_, " records");
@@ -482,6 +487,10 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
       last_report = Clock::now();
     }
   }
+  // A shard that ends before the last record stopped reading a deflated member short of its
+  // end, where its CRC-32 is checked: read the rest, so no shard is published from a corrupt
+  // archive (each shard's process checks the whole member, as a pack of everything does).
+  if (range.end < sources.records()) sources.check_unread_inputs();
   WriteStats stats = writer.finish();
   if (options.on_progress) options.on_progress(stats);
   return stats;

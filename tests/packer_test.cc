@@ -503,6 +503,12 @@ TEST(PackerTest, DeflatedMembersAreInflatedABatchAtATime) {
   const PackSources bad = PackSources::from_arrays(std::vector<std::string>{dir.file("bad.npz")});
   EXPECT_THROW_WITH(pack_dataset(dir.file("bad.mmt"), bad, {}), ChecksumError, "member 'ids.npy': CRC-32 mismatch");
   EXPECT_FALSE(fs::exists(dir.file("bad.mmt")));
+  // A shard that stops before the member's end reads the rest, so it is refused too.
+  PackOptions first_half;
+  first_half.shards = 2;
+  EXPECT_THROW_WITH(pack_dataset(dir.file("bad.mmt"), bad, first_half), ChecksumError,
+                    "member 'ids.npy': CRC-32 mismatch");
+  EXPECT_FALSE(fs::exists(dir.file("bad.mmt")));
 }
 
 // A Fortran-order array's records are not contiguous bytes, so a deflated one cannot be

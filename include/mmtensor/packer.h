@@ -95,6 +95,10 @@ class PackSources {
   // DatasetWriter::append_batch. Array sources only: returns false (and leaves `values`
   // alone) for a folder, whose records are separate files.
   bool record_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const;
+  // Reads what the reads so far left unread of each deflated .npz member, so that its CRC-32
+  // is checked even when only some records were read (pack_dataset of a shard calls it):
+  // ChecksumError or FormatError naming the member.
+  void check_unread_inputs() const;
 
  private:
   int64_t records_ = 0;
