@@ -267,7 +267,7 @@ DatasetInfo Dataset::Concat::info() const {
   }
   total.records = size();
   total.chunks = num_chunks();
-  total.parts = static_cast<int64_t>(parts.size());
+  total.part_count = static_cast<int64_t>(parts.size());
   return total;
 }
 

@@ -114,9 +114,9 @@ TEST_P(DatasetConcatTest, SamplesChunksAndLookupsMatchOneFile) {
   const DatasetInfo info = ds.info();
   EXPECT_EQ(info.records, 100);
   EXPECT_EQ(info.chunks, chunks);
-  EXPECT_EQ(info.parts, 4);
+  EXPECT_EQ(info.part_count, 4);
   EXPECT_FALSE(info.codecs_differ);
-  EXPECT_EQ(ds.parts()[1].info().parts, 1);
+  EXPECT_EQ(ds.parts()[1].info().part_count, 1);
   int64_t file_bytes = 0;
   for (const std::string& path : shards.paths) file_bytes += static_cast<int64_t>(std::filesystem::file_size(path));
   EXPECT_EQ(info.file_bytes, file_bytes);

@@ -155,7 +155,7 @@ void run_bench(const BenchArgs& args) {
     }
   check_batch_bytes(args, fixed_record_bytes);
   nlohmann::json report = {{"file", ds.path()}, {"records", ds.size()},
-                           {"codec", ds.info().codec.str()}, {"batch_size", args.batch},
+                           {"codec", codec_text(ds.info())}, {"batch_size", args.batch},
                            {"threads", args.threads}, {"cold", args.cold}};
   if (args.files.size() > 1) {  // as mmt info --json lists them; a single file's report is unchanged
     nlohmann::json parts = nlohmann::json::array();
@@ -281,7 +281,7 @@ void run_bench(const BenchArgs& args) {
   };
   const std::string in_files = args.files.size() > 1 ? detail::str(" in ", args.files.size(), " files") : std::string();
   std::printf("%s: %lld records%s, codec %s, batch %lld, %d thread(s)%s\n", printable(ds.path()).c_str(),
-              static_cast<long long>(ds.size()), in_files.c_str(), ds.info().codec.str().c_str(),
+              static_cast<long long>(ds.size()), in_files.c_str(), codec_text(ds.info()).c_str(),
               static_cast<long long>(args.batch), args.threads,
               args.cold ? ", each measurement from a cold page cache" : "");
   line("random get", random_get, "random_get");

@@ -12,6 +12,8 @@
 
 namespace mmt::tool {
 
+std::string codec_text(const DatasetInfo& info) { return info.codecs_differ ? "mixed" : info.codec.str(); }
+
 std::string human_bytes(double bytes) {
   static const char* const kUnits[] = {"B", "kB", "MB", "GB", "TB", "PB"};
   int unit = 0;

@@ -62,10 +62,6 @@ std::vector<PartSummary> summarize_parts(const Dataset& ds) {
   return parts;
 }
 
-// Shards packed with different codecs would be misdescribed by the first part's codec, so
-// they are called mixed and each part's is listed.
-std::string codec_text(const DatasetInfo& info) { return info.codecs_differ ? "mixed" : info.codec.str(); }
-
 nlohmann::json info_json(const Dataset& ds) {
   DatasetInfo info = ds.info();
   const std::vector<PartSummary> parts = summarize_parts(ds);

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "mmtensor/dataset.h"
 #include "mmtensor/error.h"
 
 namespace mmt::tool {
@@ -40,6 +41,9 @@ void note_published(std::string what);
 
 // "1.5 MB", "47.0 MB", "3.2 GB" (decimal units, as disk sizes are quoted).
 std::string human_bytes(double bytes);
+// A dataset's codec as the commands print it: "mixed" for shards packed with different
+// codecs (info() would give the first part's), else the codec ("zstd:3").
+std::string codec_text(const DatasetInfo& info);
 // "0.42 s", "1 min 05 s".
 std::string human_seconds(double seconds);
 // `text` (a field name, a metadata value: bytes from a file anyone may have made) made safe

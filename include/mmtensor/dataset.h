@@ -110,7 +110,7 @@ struct DatasetInfo {
   CodecSpec codec;             // the codec the writer was asked for
   int64_t stored_bytes = 0;    // sum of chunks' stored bytes
   int64_t decoded_bytes = 0;   // sum of chunks' decoded bytes
-  int64_t parts = 1;           // files: more than one for a concatenation
+  int64_t part_count = 1;      // files: more than one for a concatenation (parts())
   // A concatenation whose parts were written with different codecs (codec is then the first
   // part's; each part's own info() tells its own).
   bool codecs_differ = false;

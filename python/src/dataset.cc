@@ -355,7 +355,7 @@ method may be called from many threads.)doc")
         d["codec"] = info.codecs_differ ? std::string("mixed") : info.codec.str();  // as `mmt info`
         d["stored_bytes"] = info.stored_bytes;
         d["decoded_bytes"] = info.decoded_bytes;
-        d["parts"] = info.parts;
+        d["part_count"] = info.part_count;  // "parts" is the property listing them
         return d;
       })
       .def("column", [](const Dataset& ds, const std::string& field, std::optional<int64_t> start,

@@ -218,10 +218,10 @@ class ShardsTest(unittest.TestCase):
         self.assertEqual([s.index for s in ds[38:42]], [38, 39, 40, 41])
         self.assertEqual(ds.cache_stats()["budget_bytes"], 1 << 20)
         info = ds.info()
-        self.assertEqual((info["parts"], info["codec"], info["records"]), (3, "mixed", 90))  # none, lz4
+        self.assertEqual((info["part_count"], info["codec"], info["records"]), (3, "mixed", 90))  # none, lz4
         last = ds.chunk(ds.num_chunks - 1)
         self.assertEqual((last["part"], last["codec"]), (2, "lz4"))
-        self.assertEqual(ds.parts[2].info()["parts"], 1)
+        self.assertEqual(ds.parts[2].info()["part_count"], 1)
         ds.verify()
         again = pickle.loads(pickle.dumps(ds))
         self.assertEqual(again.paths, self.paths)
