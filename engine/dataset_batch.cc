@@ -37,7 +37,7 @@ constexpr int64_t kPrefetchBytes = 2048;
 
 // Locality 2 (prefetcht1), not 0: on an Intel Xeon VM (AVX-512, family 6 model 167) a
 // prefetchnta per line stalled the gather, three times slower than no prefetch at all, where
-// prefetcht0/t1 gain 10-25% (bench/RESULTS.md, "Gather prefetch hint"). AMD Zen, where the
+// prefetcht0/t1 gain about 10-15% (bench/RESULTS.md, "Gather prefetch hint"). AMD Zen, where the
 // non-temporal hint was first chosen, fetches t0, t1 and t2 alike.
 inline void prefetch_range(const std::byte* p, int64_t nbytes) {
   detail::prefetch_bytes</*kLocality=*/2>(p, nbytes, kPrefetchBytes);

@@ -25,9 +25,9 @@
 
 namespace mmt::detail {
 
-// How many fork()s separate the calling process from the first one that called this: 0
-// there, one more in each child (a pthread_atfork child handler, registered on the first
-// call). An object records it when made; another value later means it came through fork().
+// How many fork()s separate the calling process from the one that loaded the library: 0
+// there, one more in each child (a pthread_atfork child handler, registered at load). An
+// object records it when made; another value later means it came through fork().
 uint64_t fork_generation() noexcept;
 
 inline bool inherited_through_fork(uint64_t generation) noexcept { return generation != fork_generation(); }

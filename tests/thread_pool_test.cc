@@ -109,5 +109,26 @@ TEST(ThreadPoolParallelFor, WorkersThatSleptAreWokenForALoop) {
   EXPECT_EQ(threads.size(), 2u) << "the sleeping worker never joined a loop";
 }
 
+// The first loop of a new pool, published before its worker has started running, is still
+// helped: the worker once took the generation it saw at start as visited already.
+TEST(ThreadPoolParallelFor, AWorkerThatStartsLateHelpsTheFirstLoop) {
+  for (int round = 0; round < 20; ++round) {
+    ThreadPool pool(1);
+    std::atomic<bool> second_ran{false};
+    bool helped = false;
+    pool.parallel_for(2, 2, [&](int64_t i) {
+      if (i == 1) {
+        second_ran = true;
+        return;
+      }
+      // Index 0 (the caller's) waits, up to 5 s, for a helper to run index 1.
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!second_ran && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+      helped = second_ran;
+    });
+    ASSERT_TRUE(helped) << "round " << round << ": the new pool's worker did not help its first loop";
+  }
+}
+
 }  // namespace
 }  // namespace mmt

@@ -188,10 +188,11 @@ void add_pack_command(CLI::App& app) {
       "into a temporary file in $TMPDIR (or /tmp): it needs that much free space there.\n"
       "--shard K/N packs one share of the records, so N processes (or machines) pack a\n"
       "large dataset in parallel; every shard keeps the whole schema and metadata, and\n"
-      "the N files read as one dataset, in order: mmt info out-0.mmt ... out-(N-1).mmt.\n"
+      "the N files read as one dataset, in order (mmt info part-*.mmt). Name them so that\n"
+      "they sort in that order (part-00.mmt ... part-15.mmt, not part-0 ... part-15).\n"
       "Example:\n"
       "  mmt pack train.mmt images=train-images-idx3-ubyte.gz labels=train-labels-idx1-ubyte.gz --codec lz4\n"
-      "  for k in 0 1 2 3; do mmt pack part-$k.mmt --folder photos/ --shard $k/4 & done; wait");
+      "  for k in 00 01 02 03; do mmt pack part-$k.mmt --folder photos/ --shard $k/4 & done; wait");
   cmd->add_option("OUTPUT", args->output, "The dataset file to create")->required();
   cmd->add_option("INPUT", args->inputs, "Inputs (see below)");
   args->folder_option =
