@@ -77,19 +77,8 @@ std::vector<int64_t> all_indices() {
   return indices;
 }
 
+using testing::kAddressSanitizer;
 using testing::kThreadSanitizer;
-
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAddressSanitizer = true;
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
 
 // Runs `fn` in a forked child; returns the signal that ended it (0 for a normal exit).
 // AddressSanitizer reports a SIGBUS it did not expect and ends the process its own way
