@@ -47,7 +47,10 @@ void bind_pack(py::module_& m) {
     options.writer.threads = threads;
     options.writer.overwrite = overwrite;
     options.writer.metadata = metadata;
-    if (shard) std::tie(options.shard, options.shards) = *shard;
+    if (shard) {
+      std::tie(options.shard, options.shards) = *shard;
+      (void)shard_records(0, options.shard, options.shards);  // a bad shard fails before inputs load
+    }
     // Python's signal handlers run only between bytecodes; the packing thread checks them at
     // each progress report (every 0.1 s) and cancels on an exception (KeyboardInterrupt).
     std::atomic<bool> cancel{false};

@@ -51,6 +51,8 @@ class PackTest(unittest.TestCase):
         np.testing.assert_array_equal(mmtensor.Dataset(paths).column("x").numpy(), x)
         with self.assertRaisesRegex(ValueError, "shard 3 of 3"):
             mmtensor.pack(self.path("bad.mmt"), {"x": self.path("x.npy")}, shard=(3, 3))
+        with self.assertRaisesRegex(ValueError, "shard -1 of 3"):  # refused before the inputs are read
+            mmtensor.pack(self.path("bad.mmt"), {"x": self.path("missing.npy")}, shard=(-1, 3))
         self.assertFalse(os.path.exists(self.path("bad.mmt")))
 
     def test_a_class_folder(self):
