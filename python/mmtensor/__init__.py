@@ -11,6 +11,9 @@ mmtensor.Tensor views, straight into the mapped file when uncompressed; they rea
     for batch in loader:                        # one epoch
         images = batch["image"].numpy()         # [256, ...], valid while `images` lives
 
+torch.utils.data.DataLoader takes a Dataset with collate_fn=mmtensor.collate_torch (or
+mmtensor.collate for NumPy arrays); mmtensor.Loader is the fast path.
+
 Errors: IndexError, ValueError, KeyError (an unknown field of a sample or batch), OSError with its errno
 (FileNotFoundError, TimeoutError...), and mmtensor.FormatError / ChecksumError / CudaError,
 which derive from mmtensor.Error.
@@ -35,6 +38,7 @@ from ._mmtensor import (  # noqa: F401
     cuda_is_available,
     pack,
 )
+from .collate import collate, collate_torch  # noqa: F401
 
 # A Sample and a Batch are read-only mappings of field name to value: dict(sample) works,
 # and isinstance(sample, Mapping) holds.
@@ -43,5 +47,6 @@ _Mapping.register(Batch)
 
 __all__ = [
     "Batch", "ChecksumError", "CudaError", "Dataset", "DatasetWriter", "Error", "Field",
-    "FormatError", "Loader", "RaggedBatch", "Sample", "Tensor", "concat", "cuda_is_available", "pack",
+    "FormatError", "Loader", "RaggedBatch", "Sample", "Tensor", "collate", "collate_torch", "concat",
+    "cuda_is_available", "pack",
 ]

@@ -175,6 +175,8 @@ values still read back in the logical shape, with strides to match.)doc")
 One record: a read-only mapping from field name to Tensor (views into the file, zero-copy,
 when its chunk is uncompressed). sample.index is the record's index.)doc")
       .def_property_readonly("index", &Sample::index)
+      .def_property_readonly("fields", [](const Sample& s) { return s.schema().fields(); },
+                             "The record's fields (Field: name, dtype, shape, is_fixed), in schema order")
       .def("__getitem__", [](const Sample& s, const std::string& name) { return wrap(sample_field(s, name)); })
       .def("__len__", &Sample::size)
       .def("__contains__", [](const Sample& s, const py::object& name) {

@@ -1,0 +1,79 @@
+"""collate functions that let PyTorch's DataLoader batch mmtensor samples.
+
+torch.utils.data.DataLoader(dataset, batch_size=...) hands each batch's list of samples to a
+collate_fn. Its default_collate knows torch tensors, NumPy arrays and numbers, not
+mmtensor.Tensor, so a Dataset given to a DataLoader needs one of these:
+
+    loader = DataLoader(mmtensor.Dataset("train.mmt"), batch_size=64, shuffle=True,
+                        num_workers=4, collate_fn=mmtensor.collate_torch, pin_memory=True)
+
+Both return {field: value} in the dataset's field order, plus "index" (the records'
+indices, int64) unless a field has that name. A fixed-shape field becomes one [B, ...]
+array copied once from the samples' views (contiguous, writable, its own memory: safe to keep
+across steps and to modify). A ragged field becomes a list of B arrays, each a copy (a
+batch of sequences of different lengths is the caller's to pad or pack).
+
+mmtensor.Loader does the same work without Python in the loop (C++ threads gather straight
+into pinned memory) and is the fast path; these are for code built around DataLoader.
+"""
+import numpy as np
+
+__all__ = ["collate", "collate_torch"]
+
+
+def _checked(samples):
+    samples = list(samples)
+    if not samples:
+        raise ValueError("collate: no samples to collate")
+    fields = samples[0].fields
+    names = [f.name for f in fields]
+    for k, sample in enumerate(samples[1:], start=1):
+        if [f.name for f in sample.fields] != names:
+            raise ValueError(f"collate: sample {k} (record {sample.index}) has fields {[f.name for f in sample.fields]}, "
+                             f"sample 0 (record {samples[0].index}) has {names}: samples of one dataset only")
+    return samples, fields
+
+
+def _stack(samples, name):
+    first = np.asarray(samples[0][name])
+    out = np.empty((len(samples),) + first.shape, dtype=first.dtype)
+    for row, sample in enumerate(samples):
+        value = np.asarray(sample[name])
+        if value.shape != first.shape:  # shards with different shapes for one name
+            raise ValueError(f"collate: field '{name}' of record {sample.index} has shape {list(value.shape)}, "
+                             f"record {samples[0].index}'s has {list(first.shape)}")
+        out[row] = value
+    return out
+
+
+def collate(samples):
+    """A list of mmtensor.Sample as one batch of NumPy arrays (see the module's doc)."""
+    samples, fields = _checked(samples)
+    batch = {}
+    for field in fields:
+        if field.is_fixed:
+            batch[field.name] = _stack(samples, field.name)
+        else:
+            batch[field.name] = [np.array(sample[field.name]) for sample in samples]
+    batch.setdefault("index", np.array([sample.index for sample in samples], dtype=np.int64))
+    return batch
+
+
+def collate_torch(samples):
+    """A list of mmtensor.Sample as one batch of torch CPU tensors (see the module's doc).
+    bfloat16 fields, which NumPy has no type for, come through DLPack."""
+    import torch
+
+    samples, fields = _checked(samples)
+    batch = {}
+    for field in fields:
+        name = field.name
+        if field.dtype == "bfloat16":
+            values = [torch.from_dlpack(sample[name]) for sample in samples]
+            batch[name] = torch.stack(values) if field.is_fixed else [v.clone() for v in values]
+        elif field.is_fixed:
+            batch[name] = torch.from_numpy(_stack(samples, name))
+        else:
+            batch[name] = [torch.from_numpy(np.array(sample[name])) for sample in samples]
+    batch.setdefault("index", torch.tensor([sample.index for sample in samples], dtype=torch.int64))
+    return batch

@@ -1,0 +1,128 @@
+"""mmtensor.collate and collate_torch: the collate_fn that lets torch's DataLoader batch a
+Dataset's samples (its default_collate knows NumPy and torch, not mmtensor.Tensor)."""
+import os
+import pickle
+import tempfile
+import unittest
+
+import numpy as np
+
+import mmtensor
+
+RECORDS = 200
+
+
+class CollateTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        rng = np.random.default_rng(9)
+        cls.images = rng.integers(0, 256, size=(RECORDS, 3, 5, 4), dtype=np.uint8)
+        cls.labels = rng.integers(0, 10, size=RECORDS).astype(np.int64)
+        cls.tokens = [rng.integers(0, 100, size=int(n)).astype(np.int32) for n in rng.integers(0, 7, size=RECORDS)]
+        fields = [mmtensor.Field("image", "uint8", [3, 5, 4], channels_last=True),  # strided views
+                  mmtensor.Field("label", "int64"), mmtensor.Field("tokens", "int32", [-1])]
+        cls.paths = {}
+        for codec in ["none", "lz4"]:
+            path = os.path.join(cls.dir.name, codec + ".mmt")
+            with mmtensor.DatasetWriter(path, fields, codec=codec, chunk_records=32) as writer:
+                writer.append_batch({"image": cls.images, "label": cls.labels, "tokens": cls.tokens})
+            cls.paths[codec] = path
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def test_a_batch_of_samples_becomes_arrays_that_own_their_memory(self):
+        for codec, path in self.paths.items():
+            with self.subTest(codec=codec):
+                ds = mmtensor.Dataset(path)
+                indices = [17, 3, 199, 64, 3]
+                batch = mmtensor.collate([ds[i] for i in indices])  # what DataLoader does
+                self.assertEqual(list(batch), ["image", "label", "tokens", "index"])
+                np.testing.assert_array_equal(batch["index"], indices)
+                self.assertEqual(batch["image"].shape, (5, 3, 5, 4))
+                np.testing.assert_array_equal(batch["image"], self.images[indices])
+                np.testing.assert_array_equal(batch["label"], self.labels[indices])
+                self.assertEqual(batch["label"].dtype, np.int64)
+                for row, i in enumerate(indices):
+                    np.testing.assert_array_equal(batch["tokens"][row], self.tokens[i])
+                for value in [batch["image"], batch["label"]] + batch["tokens"]:
+                    self.assertTrue(value.flags.writeable and value.flags.c_contiguous and value.flags.owndata)
+                batch["image"][0] = 0  # a copy: the file is untouched
+                np.testing.assert_array_equal(ds[17]["image"].numpy(), self.images[17])
+                # DataLoader workers send batches to the main process by pickling them.
+                again = pickle.loads(pickle.dumps(batch))
+                np.testing.assert_array_equal(again["tokens"][2], self.tokens[199])
+
+    def test_a_field_named_index_keeps_its_values(self):
+        path = os.path.join(self.dir.name, "index.mmt")
+        with mmtensor.DatasetWriter(path, [mmtensor.Field("index", "int32")]) as writer:
+            writer.append_batch({"index": np.arange(10, 20, dtype=np.int32)})
+        ds = mmtensor.Dataset(path)
+        batch = mmtensor.collate([ds[0], ds[5]])
+        np.testing.assert_array_equal(batch["index"], [10, 15])
+
+    def test_no_samples_or_samples_of_different_datasets_are_refused(self):
+        with self.assertRaisesRegex(ValueError, "no samples"):
+            mmtensor.collate([])
+        other = os.path.join(self.dir.name, "other.mmt")
+        with mmtensor.DatasetWriter(other, [mmtensor.Field("x", "float32", [2])]) as writer:
+            writer.append_batch({"x": np.zeros((3, 2), np.float32)})
+        ds = mmtensor.Dataset(self.paths["none"])
+        with self.assertRaisesRegex(ValueError, r"sample 1 \(record 2\) has fields \['x'\]"):
+            mmtensor.collate([ds[0], mmtensor.Dataset(other)[2]])
+
+    def test_collate_torch_makes_what_collate_makes_through_torchs_conversions(self):
+        # Runs without PyTorch: a stand-in module with the calls collate_torch makes, each
+        # doing what torch's does for CPU data (NumPy in place of torch tensors).
+        import sys
+        import types
+        stand_in = types.SimpleNamespace(from_numpy=lambda a: a, stack=np.stack, from_dlpack=np.from_dlpack,
+                                         int64=np.int64, tensor=lambda v, dtype: np.array(v, dtype=dtype))
+        real = sys.modules.get("torch")
+        sys.modules["torch"] = types.ModuleType("torch")
+        sys.modules["torch"].__dict__.update(vars(stand_in))
+        try:
+            ds = mmtensor.Dataset(self.paths["lz4"])
+            samples = [ds[i] for i in [5, 150, 0]]
+            got, want = mmtensor.collate_torch(samples), mmtensor.collate(samples)
+        finally:
+            if real is None:
+                del sys.modules["torch"]
+            else:
+                sys.modules["torch"] = real
+        self.assertEqual(list(got), list(want))
+        for name in ["image", "label", "index"]:
+            np.testing.assert_array_equal(got[name], want[name])
+        for a, b in zip(got["tokens"], want["tokens"]):
+            np.testing.assert_array_equal(a, b)
+
+    def test_torch_dataloader_with_collate_torch(self):
+        try:
+            import torch
+            from torch.utils.data import DataLoader
+        except ImportError:
+            self.skipTest("no PyTorch")
+        ds = mmtensor.Dataset(self.paths["lz4"])
+        loader = DataLoader(ds, batch_size=16, shuffle=True, num_workers=2, collate_fn=mmtensor.collate_torch)
+        seen = []
+        for batch in loader:
+            indices = batch["index"].numpy()
+            self.assertEqual(batch["image"].dtype, torch.uint8)
+            np.testing.assert_array_equal(batch["image"].numpy(), self.images[indices])
+            np.testing.assert_array_equal(batch["label"].numpy(), self.labels[indices])
+            np.testing.assert_array_equal(batch["tokens"][0].numpy(), self.tokens[indices[0]])
+            seen.extend(indices.tolist())
+        self.assertEqual(sorted(seen), list(range(RECORDS)))
+        path = os.path.join(self.dir.name, "bf16.mmt")
+        values = torch.randn(6, 3).to(torch.bfloat16)
+        with mmtensor.DatasetWriter(path, [mmtensor.Field("w", "bfloat16", [3])]) as writer:
+            writer.append_batch({"w": values})
+        bf16 = mmtensor.Dataset(path)
+        batch = mmtensor.collate_torch([bf16[i] for i in [4, 1]])
+        self.assertTrue(torch.equal(batch["w"], values[[4, 1]]))
+
+
+if __name__ == "__main__":
+    unittest.main()
