@@ -455,6 +455,41 @@ TEST(DatasetTest, ConcurrentReadersOnACompressedFileWithATinyCache) {
   EXPECT_GT(stats.evictions, 0);
 }
 
+// Batches big enough to be split between threads (tens of KB and up): the caller walks its
+// pieces up from the front, helpers walk theirs down from the back, in pieces that shrink
+// toward the middle; every row must still land where it belongs, in the contiguous and the
+// strided (channels-last) copy, whatever the batch size and thread count.
+TEST(DatasetTest, GetBatchSplitBetweenThreadsMatchesGet) {
+  TempDir dir;
+  Schema schema({Field::fixed("image", kUInt8, {4, 16, 16}), Field::fixed("y", kInt32, {3})});
+  for (const char* codec : {"none", "lz4"}) {
+    WriterOptions options;
+    options.codec = CodecSpec::parse(codec);
+    options.chunk_records = 64;
+    options.overwrite = true;
+    write_dataset(dir.file("split.mmt"), schema, 1500, options);
+    const Dataset ds = Dataset::open(dir.file("split.mmt"));
+    std::mt19937_64 random(11);
+    for (int64_t batch : {int64_t{64}, int64_t{65}, int64_t{255}, int64_t{256}, int64_t{1000}, int64_t{1500}}) {
+      std::vector<int64_t> indices(static_cast<size_t>(batch));
+      for (int64_t& i : indices) i = static_cast<int64_t>(random() % 3000) - 1500;  // negatives too
+      for (int threads : {2, 3, 4}) {
+        const Tensor out = ds.get_batch(indices, "image", threads);
+        Tensor channels_last = empty({batch, 4, 16, 16}, kUInt8, kCPU, MemoryFormat::ChannelsLast);
+        ds.get_batch(indices, "image", channels_last, threads);
+        for (int64_t b = 0; b < batch; ++b) {
+          const int64_t i = indices[static_cast<size_t>(b)] < 0 ? indices[static_cast<size_t>(b)] + 1500
+                                                                : indices[static_cast<size_t>(b)];
+          const Tensor want = field_value(schema[0], i);
+          ASSERT_TRUE(out[b].equal(want)) << codec << " batch " << batch << " threads " << threads << " row " << b;
+          ASSERT_TRUE(channels_last[b].equal(want)) << codec << " batch " << batch << " threads " << threads
+                                                    << " row " << b << " (channels-last)";
+        }
+      }
+    }
+  }
+}
+
 TEST(DatasetTest, GetBatchMatchesGetForEveryLayout) {
   TempDir dir;
   Schema schema({Field::fixed("image", kUInt8, {3, 8, 8}), Field::fixed("y", kFloat32, {2})});
