@@ -55,12 +55,15 @@ struct ThreadPool::Loop {
   }
 
   // Runs unclaimed indices until none is left. After the first exception the remaining
-  // indices are claimed but skipped, so the loop still ends.
+  // indices are claimed but skipped, so the loop still ends. A thread claiming from the back
+  // runs its claim top-down, so that each thread moves one way through the indices from its
+  // first claim to its last (get_batch's copies prefetch ahead in that direction).
   void drain(bool from_back) {
     for (int64_t count = first_claim;; count = 1) {
       const auto [lo, hi] = claim(from_back, count);
       if (lo == hi) return;
-      for (int64_t i = lo; i < hi; ++i) {
+      for (int64_t k = 0; k < hi - lo; ++k) {
+        const int64_t i = from_back ? hi - 1 - k : lo + k;
         try {
           if (!failed.load(std::memory_order_relaxed)) (*fn)(i);
         } catch (...) {

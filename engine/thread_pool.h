@@ -74,7 +74,8 @@ class ThreadPool {
 
   // Calls fn(i) for every i in [0, n), on at most `parallelism` threads of which the calling
   // thread is one, and returns when all calls are done. Rethrows the first exception (the
-  // remaining indices are skipped).
+  // remaining indices are skipped). The calling thread takes indices in increasing order from
+  // the front, the other threads in decreasing order from the back (get_batch relies on it).
   void parallel_for(int64_t n, int parallelism, const std::function<void(int64_t)>& fn);
 
  private:
