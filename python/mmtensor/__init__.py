@@ -38,7 +38,7 @@ from ._mmtensor import (  # noqa: F401
     cuda_is_available,
     pack,
 )
-from .collate import collate, collate_torch  # noqa: F401
+from ._collate import collate, collate_torch  # noqa: F401
 
 # A Sample and a Batch are read-only mappings of field name to value: dict(sample) works,
 # and isinstance(sample, Mapping) holds.

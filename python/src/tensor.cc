@@ -144,6 +144,64 @@ std::string typestr(ScalarType type) {
 }
 
 
+// The buffer protocol's view of a host tensor (memoryview(t), bytes(t), np.asarray(t)). Throws
+// for a released batch, a CUDA tensor or bfloat16, which have none.
+py::buffer_info buffer_of(const PyTensor& s) {
+  check_live(s);
+  const Tensor& t = s.tensor;
+  if (t.device().is_cuda()) throw py::buffer_error("a CUDA tensor has no host buffer; use cpu() first");
+  std::vector<py::ssize_t> shape(t.sizes().begin(), t.sizes().end()), strides;
+  for (int64_t stride : t.strides()) strides.push_back(static_cast<py::ssize_t>(stride * t.element_size()));
+  std::string format = numpy_dtype(t.dtype()).attr("char").cast<std::string>();
+  return py::buffer_info(const_cast<void*>(t.data_ptr()), t.element_size(), format, t.dim(), shape, strides,
+                         t.untyped_storage().is_read_only());
+}
+
+// Tensor's bf_getbuffer, in place of pybind11's. pybind11 2.10 (Debian 12's) lets an
+// exception from a def_buffer callback run out through C, into std::terminate: np.asarray of
+// a bfloat16 or CUDA tensor ended the process. Here a refusal becomes a BufferError, which
+// memoryview(t) raises and NumPy takes as "no buffer", going on to __array__ and its message.
+// The view is filled as pybind11 fills it, and pybind11's bf_releasebuffer deletes the
+// buffer_info kept in view->internal.
+extern "C" int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
+  if (view == nullptr) {
+    PyErr_SetString(PyExc_BufferError, "mmtensor.Tensor: no view to fill");
+    return -1;
+  }
+  std::memset(view, 0, sizeof(Py_buffer));
+  std::unique_ptr<py::buffer_info> info;
+  try {
+    info = std::make_unique<py::buffer_info>(buffer_of(py::handle(obj).cast<const PyTensor&>()));
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return -1;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_BufferError, e.what());
+    return -1;
+  }
+  if ((flags & PyBUF_WRITABLE) == PyBUF_WRITABLE && info->readonly) {
+    PyErr_SetString(PyExc_BufferError, "mmtensor.Tensor: a writable buffer was asked of read-only memory (a "
+                                       "dataset file mapped read-only); clone() it first");
+    return -1;
+  }
+  view->buf = info->ptr;
+  view->itemsize = info->itemsize;
+  view->len = info->itemsize;
+  for (py::ssize_t extent : info->shape) view->len *= extent;
+  view->readonly = info->readonly ? 1 : 0;
+  view->ndim = 1;
+  if ((flags & PyBUF_FORMAT) == PyBUF_FORMAT) view->format = const_cast<char*>(info->format.c_str());
+  if ((flags & PyBUF_STRIDES) == PyBUF_STRIDES) {
+    view->ndim = static_cast<int>(info->ndim);
+    view->shape = info->shape.data();
+    view->strides = info->strides.data();
+  }
+  view->internal = info.release();
+  view->obj = obj;
+  Py_INCREF(obj);
+  return 0;
+}
+
 }  // namespace
 
 py::tuple int_tuple(IntArrayRef values) {
@@ -441,7 +499,7 @@ std::string path_of(const py::handle& path) {
 }
 
 void bind_tensor(py::module_& m) {
-  py::class_<PyTensor>(m, "Tensor", py::buffer_protocol(), R"doc(
+  py::class_<PyTensor> tensor_class(m, "Tensor", py::buffer_protocol(), R"doc(
 A strided view of typed memory: a dataset's mapping, a decoded chunk, a loader batch.
 
 It reaches NumPy and PyTorch without a copy: t.numpy() or np.asarray(t) (read-only when it
@@ -449,17 +507,9 @@ views a dataset file), torch.from_dlpack(t) (also for CUDA tensors and bfloat16)
 CUDA tensors __cuda_array_interface__; the buffer protocol gives memoryview(t) and bytes(t).
 Every such view keeps the memory alive. A view into a file mapped read-only must not be
 written through DLPack: clone() it first. Indexing (t[0], t[:, 3]) and iteration go through
-NumPy and give NumPy arrays; for arithmetic, convert first.)doc")
-      .def_buffer([](const PyTensor& s) -> py::buffer_info {
-        check_live(s);
-        const Tensor& t = s.tensor;
-        if (t.device().is_cuda()) throw py::buffer_error("a CUDA tensor has no host buffer; use cpu() first");
-        std::vector<py::ssize_t> shape(t.sizes().begin(), t.sizes().end()), strides;
-        for (int64_t stride : t.strides()) strides.push_back(static_cast<py::ssize_t>(stride * t.element_size()));
-        std::string format = numpy_dtype(t.dtype()).attr("char").cast<std::string>();
-        return py::buffer_info(const_cast<void*>(t.data_ptr()), t.element_size(), format, t.dim(), shape, strides,
-                               t.untyped_storage().is_read_only());
-      })
+NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
+  tensor_class
+      .def_buffer(&buffer_of)  // pybind11's slot is replaced below by tensor_getbuffer
       .def("__getitem__", [](const py::object& self, const py::object& key) -> py::object {
         py::array array = to_numpy(self);  // named: an accessor of a temporary would dangle
         return array[key];
@@ -572,6 +622,8 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc")
         for (size_t at; (at = text.find("torch.")) != std::string::npos;) text.erase(at, 6);
         return text;
       });
+  // The buffer protocol goes through tensor_getbuffer, which turns a refusal into BufferError.
+  reinterpret_cast<PyTypeObject*>(tensor_class.ptr())->tp_as_buffer->bf_getbuffer = &tensor_getbuffer;
 }
 
 }  // namespace mmt::python

@@ -5,11 +5,65 @@ import pickle
 import tempfile
 import unittest
 
+import ctypes
+
 import numpy as np
 
 import mmtensor
 
 RECORDS = 200
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
+
+
+class BFloat16Values:
+    """bfloat16 values (float32 rounded toward zero) offered through DLPack, as torch would
+    offer a bfloat16 tensor: NumPy has no such type, and these tests run without torch. The
+    object and its capsules' structures live as long as the object (tests keep it)."""
+
+    def __init__(self, values):
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        self.bits = (values.view(np.uint32) >> 16).astype(np.uint16)
+        self.shape = (ctypes.c_int64 * values.ndim)(*values.shape)
+        self.deleter = _DELETER(lambda managed: None)
+        self.kept = []
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+    def __dlpack__(self, stream=None, **kwargs):
+        managed = _DLManagedTensor()
+        managed.dl_tensor.data = self.bits.ctypes.data
+        managed.dl_tensor.device = _DLDevice(1, 0)
+        managed.dl_tensor.ndim = self.bits.ndim
+        managed.dl_tensor.dtype = _DLDataType(4, 16, 1)  # kDLBfloat, 16 bits
+        managed.dl_tensor.shape = self.shape
+        managed.deleter = self.deleter
+        self.kept.append(managed)
+        new_capsule = ctypes.pythonapi.PyCapsule_New
+        new_capsule.restype = ctypes.py_object
+        new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new_capsule(ctypes.addressof(managed), b"dltensor", None)
 
 
 class CollateTest(unittest.TestCase):
@@ -70,8 +124,34 @@ class CollateTest(unittest.TestCase):
         with mmtensor.DatasetWriter(other, [mmtensor.Field("x", "float32", [2])]) as writer:
             writer.append_batch({"x": np.zeros((3, 2), np.float32)})
         ds = mmtensor.Dataset(self.paths["none"])
-        with self.assertRaisesRegex(ValueError, r"sample 1 \(record 2\) has fields \['x'\]"):
+        with self.assertRaisesRegex(ValueError, r"sample 1 \(record 2\) has fields \[Field\('x'"):
             mmtensor.collate([ds[0], mmtensor.Dataset(other)[2]])
+        # The same names with another dtype: refused, not cast to sample 0's.
+        as_float = os.path.join(self.dir.name, "float_labels.mmt")
+        fields = [mmtensor.Field("image", "uint8", [3, 5, 4], channels_last=True),
+                  mmtensor.Field("label", "float32"), mmtensor.Field("tokens", "int32", [-1])]
+        with mmtensor.DatasetWriter(as_float, fields) as writer:
+            writer.append_batch({"image": self.images[:2], "label": np.array([0.5, 1.5], np.float32),
+                                 "tokens": self.tokens[:2]})
+        with self.assertRaisesRegex(ValueError, "one schema only"):
+            mmtensor.collate([ds[0], mmtensor.Dataset(as_float)[1]])
+
+    def test_bfloat16_is_refused_by_numpy_paths_with_an_error_not_an_abort(self):
+        path = os.path.join(self.dir.name, "bf16.mmt")
+        values = BFloat16Values(np.arange(12, dtype=np.float32).reshape(4, 3) / 4)
+        with mmtensor.DatasetWriter(path, [mmtensor.Field("w", "bfloat16", [3])]) as writer:
+            writer.append_batch({"w": values})
+        ds = mmtensor.Dataset(path)
+        t = ds[1]["w"]
+        self.assertEqual(t.dtype, "bfloat16")
+        np.testing.assert_array_equal(t.float().numpy(), [0.75, 1.0, 1.25])
+        # These used to end the process (an exception thrown through pybind11's buffer slot).
+        with self.assertRaisesRegex(TypeError, "bfloat16 has no NumPy type"):
+            np.asarray(t)
+        with self.assertRaises(BufferError):
+            memoryview(t)
+        with self.assertRaisesRegex(TypeError, "field 'w' is bfloat16.*collate_torch"):
+            mmtensor.collate([ds[0], ds[1]])
 
     def test_collate_torch_makes_what_collate_makes_through_torchs_conversions(self):
         # Runs without PyTorch: a stand-in module with the calls collate_torch makes, each

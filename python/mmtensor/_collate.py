@@ -8,7 +8,9 @@ mmtensor.Tensor, so a Dataset given to a DataLoader needs one of these:
                         num_workers=4, collate_fn=mmtensor.collate_torch, pin_memory=True)
 
 Both return {field: value} in the dataset's field order, plus "index" (the records'
-indices, int64) unless a field has that name. A fixed-shape field becomes one [B, ...]
+indices in their Dataset, int64) unless a field has that name. (mmtensor.Dataset([a, b])
+numbers records across its files; torch's ConcatDataset of two Datasets does not, so there
+"index" is each record's index in its own file.) Samples must share one schema. A fixed-shape field becomes one [B, ...]
 array copied once from the samples' views (contiguous, writable, its own memory: safe to keep
 across steps and to modify). A ragged field becomes a list of B arrays, each a copy (a
 batch of sequences of different lengths is the caller's to pad or pack).
@@ -26,11 +28,11 @@ def _checked(samples):
     if not samples:
         raise ValueError("collate: no samples to collate")
     fields = samples[0].fields
-    names = [f.name for f in fields]
     for k, sample in enumerate(samples[1:], start=1):
-        if [f.name for f in sample.fields] != names:
-            raise ValueError(f"collate: sample {k} (record {sample.index}) has fields {[f.name for f in sample.fields]}, "
-                             f"sample 0 (record {samples[0].index}) has {names}: samples of one dataset only")
+        if sample.fields != fields:  # name, dtype, shape and layout: a batch has one of each
+            raise ValueError(f"collate: sample {k} (record {sample.index}) has fields {sample.fields}, "
+                             f"sample 0 (record {samples[0].index}) has {fields}: samples of datasets with "
+                             "one schema only")
     return samples, fields
 
 
@@ -47,8 +49,13 @@ def _stack(samples, name):
 
 
 def collate(samples):
-    """A list of mmtensor.Sample as one batch of NumPy arrays (see the module's doc)."""
+    """A list of mmtensor.Sample as one batch of NumPy arrays (see the module's doc). A bfloat16
+    field, which NumPy has no type for, is refused: collate_torch takes it."""
     samples, fields = _checked(samples)
+    for field in fields:
+        if field.dtype == "bfloat16":
+            raise TypeError(f"collate: field '{field.name}' is bfloat16, which NumPy has no type for; "
+                            "use mmtensor.collate_torch")
     batch = {}
     for field in fields:
         if field.is_fixed:
