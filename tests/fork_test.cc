@@ -55,9 +55,10 @@ int run_in_child(const std::function<void()>& body, unsigned seconds = 20) {
 // Forking a process with busy threads is the case under test. ThreadSanitizer does not
 // support threads started after such a fork, and GCC 12's AddressSanitizer allocator is not
 // fork-safe (test_util.h): its child can hang in malloc whatever mmtensor does.
-#define SKIP_UNDER_SANITIZERS()                                                                 \
-  if (kThreadSanitizer) GTEST_SKIP() << "ThreadSanitizer: no threads after a multi-threaded fork"; \
-  if (kAddressSanitizer) GTEST_SKIP() << "GCC 12's AddressSanitizer allocator is not fork-safe"
+#define SKIP_UNDER_SANITIZERS()                                                          \
+  if (kThreadSanitizer || kAddressSanitizer)                                             \
+  GTEST_SKIP() << (kThreadSanitizer ? "ThreadSanitizer: no threads after a multi-threaded fork" \
+                                    : "GCC 12's AddressSanitizer allocator is not fork-safe")
 
 TEST(ForkSafety, ChildDecodesAChunkThatTheParentWasDecodingWhenItForked) {
   SKIP_UNDER_SANITIZERS();
