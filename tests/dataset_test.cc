@@ -488,6 +488,24 @@ TEST(DatasetTest, GetBatchSplitBetweenThreadsMatchesGet) {
       }
     }
   }
+  // Shards read as one take the same split, each record looked up in its part.
+  std::vector<std::string> parts;
+  for (int p = 0; p < 3; ++p) {
+    WriterOptions options;
+    options.chunk_records = 64;
+    parts.push_back(dir.file("part-" + std::to_string(p) + ".mmt"));
+    write_dataset(parts.back(), schema, 500, options);
+  }
+  const Dataset shards = Dataset::open_concat(parts);
+  std::mt19937_64 random(12);
+  for (int64_t batch : {int64_t{64}, int64_t{257}, int64_t{1500}}) {
+    std::vector<int64_t> indices(static_cast<size_t>(batch));
+    for (int64_t& i : indices) i = static_cast<int64_t>(random() % 1500);
+    const Tensor out = shards.get_batch(indices, "image", 2);
+    for (int64_t b = 0; b < batch; ++b)
+      ASSERT_TRUE(out[b].equal(shards.get(indices[static_cast<size_t>(b)], "image")))
+          << "shards, batch " << batch << " row " << b;
+  }
 }
 
 TEST(DatasetTest, GetBatchMatchesGetForEveryLayout) {
