@@ -40,17 +40,19 @@
 
 namespace mmt::testing {
 
+// Which sanitizer the tests were built with: GCC says so with __SANITIZE_*__, clang with
+// __has_feature (which GCC 12 lacks).
+#if defined(__has_feature)
+#define MMT_TEST_HAS_FEATURE(feature) __has_feature(feature)
+#else
+#define MMT_TEST_HAS_FEATURE(feature) 0
+#endif
+
 // ThreadSanitizer runs signal handlers its own way (deferred, from its runtime): the SIGBUS
 // guard's siglongjmp out of a handler does not work under it, so the guard's tests skip there
 // (the release and AddressSanitizer builds run them).
-#if defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_THREAD__) || MMT_TEST_HAS_FEATURE(thread_sanitizer)
 inline constexpr bool kThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-inline constexpr bool kThreadSanitizer = true;
-#else
-inline constexpr bool kThreadSanitizer = false;
-#endif
 #else
 inline constexpr bool kThreadSanitizer = false;
 #endif
@@ -59,14 +61,8 @@ inline constexpr bool kThreadSanitizer = false;
 // that in 2023, llvm-project#75290): a child forked while another thread is inside malloc
 // can wait for ever on that thread's allocator lock at its first allocation. Tests that fork
 // a busy process skip there; the release build runs them.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || MMT_TEST_HAS_FEATURE(address_sanitizer)
 inline constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool kAddressSanitizer = true;
-#else
-inline constexpr bool kAddressSanitizer = false;
-#endif
 #else
 inline constexpr bool kAddressSanitizer = false;
 #endif
