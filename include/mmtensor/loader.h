@@ -180,7 +180,12 @@ struct LoaderOptions {
                                     // PyTorch's num_workers=0: no threads, easiest to debug).
                                     // They live as long as the loader, across epochs (what
                                     // PyTorch's persistent_workers=True asks for), and start
-                                    // each next epoch while its predecessor's last batch is used
+                                    // each next epoch while its predecessor's last batch is used.
+                                    // next() gathers rows of the batch it waits for too, so on
+                                    // C cores C - 1 workers keep every core busy; more share
+                                    // the cores and run slower on warm, uncompressed data
+                                    // (2 workers on 2 cores: 0.7-0.9 of 1 worker's rate,
+                                    // bench/RESULTS.md). Decoding or transforms may want more.
   int prefetch_batches = 3;         // batches prepared ahead; the ring has this + 1 slots
   Device device = kCPU;             // cpu, or cuda:N for batches on that device
   bool pin_memory = true;           // cpu batches in page-locked memory (always for cuda);
