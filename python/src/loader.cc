@@ -210,6 +210,8 @@ decoded once an epoch). rank/world_size split each epoch as DistributedSampler d
 limits it to a list of records (or a boolean mask). state() after any batch (JSON text)
 resumes exactly there: Loader(ds, ..., state=text). timeout (seconds): how long next() waits
 before TimeoutError. pin_memory: pinned host batches; by default when a CUDA device exists.
+num_workers: threads, not processes; next() gathers rows of the batch it waits for too, so on
+C cores C - 1 workers keep every core busy for warm, uncompressed data.
 
 `for batch in loader` runs through the rest of the current epoch: after a break, the next
 loop picks up where that one stopped; set_epoch(e) starts an epoch over. A cpu batch copied
