@@ -184,6 +184,24 @@ extern "C" int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
                                        "dataset file mapped read-only); clone() it first");
     return -1;
   }
+  // A consumer that takes no strides (or asks for C order) reads the bytes as one row-major
+  // run: only a C-contiguous tensor is that. (pybind11's slot handed such a consumer the
+  // first len bytes of any view, in whatever order they lay.)
+  bool c_contiguous = true;
+  for (py::ssize_t d = info->ndim - 1, expected = info->itemsize; d >= 0; --d) {
+    const auto k = static_cast<size_t>(d);
+    if (info->shape[k] != 1 && info->strides[k] != expected) c_contiguous = false;
+    expected *= info->shape[k];
+  }
+  const bool wants_strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES;
+  const bool wants_c_order = (flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS ||
+                             (flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS ||
+                             (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS;
+  if (!c_contiguous && (!wants_strides || wants_c_order)) {
+    PyErr_SetString(PyExc_BufferError, "mmtensor.Tensor: a contiguous buffer was asked of a strided view; "
+                                       "contiguous() or np.asarray(t) first");
+    return -1;
+  }
   view->buf = info->ptr;
   view->itemsize = info->itemsize;
   view->len = info->itemsize;
@@ -191,10 +209,10 @@ extern "C" int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
   view->readonly = info->readonly ? 1 : 0;
   view->ndim = 1;
   if ((flags & PyBUF_FORMAT) == PyBUF_FORMAT) view->format = const_cast<char*>(info->format.c_str());
-  if ((flags & PyBUF_STRIDES) == PyBUF_STRIDES) {
+  if ((flags & PyBUF_ND) == PyBUF_ND) {
     view->ndim = static_cast<int>(info->ndim);
     view->shape = info->shape.data();
-    view->strides = info->strides.data();
+    if (wants_strides) view->strides = info->strides.data();
   }
   view->internal = info.release();
   view->obj = obj;

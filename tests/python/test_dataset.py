@@ -74,6 +74,25 @@ class DatasetTest(unittest.TestCase):
         self.assertTrue(np.shares_memory(column, ds[0]["label"].numpy()) or column.ctypes.data ==
                         ds[0]["label"].numpy().ctypes.data)
 
+    def test_the_buffer_protocol_gives_row_major_bytes_only_of_a_contiguous_view(self):
+        ds = mmtensor.Dataset(write(self.path("buffer.mmt"), self.fields, self.records))
+        image, weight = ds[3]["image"], ds[3]["weight"]  # image is stored channels-last: strided
+        self.assertFalse(image.is_contiguous())
+        view = memoryview(image)  # strides given: the view as it lies
+        self.assertEqual((view.shape, view.strides), ((3, 8, 6), (1, 18, 3)))
+        np.testing.assert_array_equal(np.asarray(image), self.images[3])
+        # A consumer that reads the bytes in a row (hashing, writing to a file) must not get
+        # them in storage order.
+        import hashlib
+        with self.assertRaisesRegex(BufferError, "contiguous buffer was asked of a strided view"):
+            hashlib.sha256(image)
+        self.assertEqual(hashlib.sha256(image.contiguous()).digest(), hashlib.sha256(self.images[3].tobytes()).digest())
+        self.assertEqual(hashlib.sha256(weight).digest(), hashlib.sha256(self.weights[3].tobytes()).digest())
+        import ctypes
+        self.assertTrue(memoryview(weight).readonly)  # a view into the file is never writable
+        with self.assertRaisesRegex(TypeError, "not writable"):
+            (ctypes.c_char * weight.nbytes).from_buffer(weight)
+
     def test_views_outlive_the_dataset(self):
         ds = mmtensor.Dataset(write(self.path("x.mmt"), self.fields, self.records, codec="lz4"))
         array = ds[42]["image"].numpy()
