@@ -10,10 +10,11 @@ mmtensor.Tensor, so a Dataset given to a DataLoader needs one of these:
 Both return {field: value} in the dataset's field order, plus "index" (the records'
 indices in their Dataset, int64) unless a field has that name. (mmtensor.Dataset([a, b])
 numbers records across its files; torch's ConcatDataset of two Datasets does not, so there
-"index" is each record's index in its own file.) Samples must share one schema. A fixed-shape field becomes one [B, ...]
-array copied once from the samples' views (contiguous, writable, its own memory: safe to keep
-across steps and to modify). A ragged field becomes a list of B arrays, each a copy (a
-batch of sequences of different lengths is the caller's to pad or pack).
+"index" is each record's index in its own file.) Samples must share one schema. A
+fixed-shape field becomes one [B, ...] array copied once from the samples' views
+(contiguous, writable, its own memory: safe to keep across steps and to modify). A ragged
+field becomes a list of B arrays, each a copy (a batch of sequences of different lengths is
+the caller's to pad or pack).
 
 mmtensor.Loader does the same work without Python in the loop (C++ threads gather straight
 into pinned memory) and is the fast path; these are for code built around DataLoader.
@@ -37,14 +38,11 @@ def _checked(samples):
 
 
 def _stack(samples, name):
+    """A fixed field of every sample (one shape and dtype: _checked) as one new array."""
     first = np.asarray(samples[0][name])
     out = np.empty((len(samples),) + first.shape, dtype=first.dtype)
     for row, sample in enumerate(samples):
-        value = np.asarray(sample[name])
-        if value.shape != first.shape:  # shards with different shapes for one name
-            raise ValueError(f"collate: field '{name}' of record {sample.index} has shape {list(value.shape)}, "
-                             f"record {samples[0].index}'s has {list(first.shape)}")
-        out[row] = value
+        out[row] = np.asarray(sample[name])
     return out
 
 

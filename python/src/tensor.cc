@@ -144,7 +144,7 @@ std::string typestr(ScalarType type) {
 }
 
 
-// The buffer protocol's view of a host tensor (memoryview(t), bytes(t), np.asarray(t)). Throws
+// The buffer protocol's view of a host tensor (memoryview(t), np.asarray(t), hashlib). Throws
 // for a released batch, a CUDA tensor or bfloat16, which have none.
 py::buffer_info buffer_of(const PyTensor& s) {
   check_live(s);
@@ -527,7 +527,6 @@ Every such view keeps the memory alive. A view into a file mapped read-only must
 written through DLPack: clone() it first. Indexing (t[0], t[:, 3]) and iteration go through
 NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
   tensor_class
-      .def_buffer(&buffer_of)  // pybind11's slot is replaced below by tensor_getbuffer
       .def("__getitem__", [](const py::object& self, const py::object& key) -> py::object {
         py::array array = to_numpy(self);  // named: an accessor of a temporary would dangle
         return array[key];
@@ -640,7 +639,8 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
         for (size_t at; (at = text.find("torch.")) != std::string::npos;) text.erase(at, 6);
         return text;
       });
-  // The buffer protocol goes through tensor_getbuffer, which turns a refusal into BufferError.
+  // py::buffer_protocol() gave the type pybind11's two buffer slots. The get slot is ours;
+  // pybind11's release slot stays, and deletes the buffer_info tensor_getbuffer keeps.
   reinterpret_cast<PyTypeObject*>(tensor_class.ptr())->tp_as_buffer->bf_getbuffer = &tensor_getbuffer;
 }
 
