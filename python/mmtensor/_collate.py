@@ -21,6 +21,8 @@ into pinned memory) and is the fast path; these are for code built around DataLo
 """
 import numpy as np
 
+from ._mmtensor import Sample
+
 __all__ = ["collate", "collate_torch"]
 
 
@@ -46,9 +48,18 @@ def _stack(samples, name):
     return out
 
 
+def _unbatched(batch):
+    """The one row of a batch of one sample: what DataLoader(batch_size=None) hands on."""
+    return {name: value[0] for name, value in batch.items()}
+
+
 def collate(samples):
-    """A list of mmtensor.Sample as one batch of NumPy arrays (see the module's doc). A bfloat16
-    field, which NumPy has no type for, is refused: collate_torch takes it."""
+    """A list of mmtensor.Sample as one batch of NumPy arrays (see the module's doc). A single
+    Sample (DataLoader(batch_size=None) passes them one at a time) comes back as its own
+    arrays, without the batch dimension. A bfloat16 field, which NumPy has no type for, is
+    refused: collate_torch takes it."""
+    if isinstance(samples, Sample):
+        return _unbatched(collate([samples]))
     samples, fields = _checked(samples)
     for field in fields:
         if field.dtype == "bfloat16":
@@ -65,10 +76,13 @@ def collate(samples):
 
 
 def collate_torch(samples):
-    """A list of mmtensor.Sample as one batch of torch CPU tensors (see the module's doc).
-    bfloat16 fields, which NumPy has no type for, come through DLPack."""
+    """A list of mmtensor.Sample as one batch of torch CPU tensors (see the module's doc); a
+    single Sample as its own tensors, as collate does. bfloat16 fields, which NumPy has no
+    type for, come through DLPack."""
     import torch
 
+    if isinstance(samples, Sample):
+        return _unbatched(collate_torch([samples]))
     samples, fields = _checked(samples)
     batch = {}
     for field in fields:

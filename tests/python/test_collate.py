@@ -109,6 +109,18 @@ class CollateTest(unittest.TestCase):
                 again = pickle.loads(pickle.dumps(batch))
                 np.testing.assert_array_equal(again["tokens"][2], self.tokens[199])
 
+    def test_one_sample_alone_comes_back_without_the_batch_dimension(self):
+        # DataLoader(batch_size=None) hands collate_fn one sample at a time.
+        ds = mmtensor.Dataset(self.paths["lz4"])
+        one = mmtensor.collate(ds[42])
+        self.assertEqual(list(one), ["image", "label", "tokens", "index"])
+        np.testing.assert_array_equal(one["image"], self.images[42])
+        self.assertEqual(one["image"].shape, (3, 5, 4))
+        self.assertEqual(int(one["label"]), self.labels[42])
+        np.testing.assert_array_equal(one["tokens"], self.tokens[42])
+        self.assertEqual(int(one["index"]), 42)
+        self.assertTrue(one["image"].flags.writeable)
+
     def test_a_field_named_index_keeps_its_values(self):
         path = os.path.join(self.dir.name, "index.mmt")
         with mmtensor.DatasetWriter(path, [mmtensor.Field("index", "int32")]) as writer:
@@ -167,6 +179,7 @@ class CollateTest(unittest.TestCase):
             ds = mmtensor.Dataset(self.paths["lz4"])
             samples = [ds[i] for i in [5, 150, 0]]
             got, want = mmtensor.collate_torch(samples), mmtensor.collate(samples)
+            one = mmtensor.collate_torch(ds[150])
         finally:
             if real is None:
                 del sys.modules["torch"]
@@ -177,6 +190,9 @@ class CollateTest(unittest.TestCase):
             np.testing.assert_array_equal(got[name], want[name])
         for a, b in zip(got["tokens"], want["tokens"]):
             np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(one["image"], want["image"][1])
+        np.testing.assert_array_equal(one["tokens"], want["tokens"][1])
+        self.assertEqual(int(one["index"]), 150)
 
     def test_torch_dataloader_with_collate_torch(self):
         try:
