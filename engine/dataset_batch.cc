@@ -528,7 +528,7 @@ bool records_are_dense(const Dataset::Impl& d, std::span<const int64_t> indices)
     lowest = std::min(lowest, i);
     highest = std::max(highest, i);
   }
-  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const auto page = static_cast<uint64_t>(detail::page_bytes());
   const uint64_t stride = static_cast<uint64_t>(std::max<int64_t>(d.record_stride_bytes, 1));
   const uint64_t pages_alone = 2 * indices.size() * ((stride + page - 1) / page);
   const uint64_t span = highest - lowest + 1;  // records; huge for a bad index (not dense)

@@ -16,6 +16,7 @@
 #include "dataset_impl.h"
 #include "import_util.h"
 #include "mmtensor/error.h"
+#include "page_cache.h"
 
 namespace mmt {
 namespace {
@@ -378,7 +379,7 @@ bool Dataset::Impl::batch_looks_cold(std::span<const int64_t> indices, std::span
   for (size_t f : fields)
     if (plans[f].fixed && (largest == nullptr || plans[f].value_bytes > largest->value_bytes)) largest = &plans[f];
   if (largest == nullptr || largest->value_bytes == 0 || indices.empty()) return false;
-  static const int64_t page = ::sysconf(_SC_PAGESIZE);
+  const int64_t page = detail::page_bytes();
   // Whether a page of bytes [begin, end) of the file is missing from the page cache: every
   // page up to 64 (one mincore call), else the first, middle and last. The mapping starts on
   // a page boundary, and every range below lies inside it (the index and the chunk entry are

@@ -4,8 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <mutex>
-#include <vector>
+#include <new>
 
 #include "mmtensor/error.h"
 
@@ -24,13 +23,21 @@ void count_fork_in_child() { g_fork_generation.fetch_add(1, std::memory_order_re
 
 uint64_t fork_generation() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
 
+namespace {
+// What abandon_after_fork() keeps reachable: a list pushed onto without a lock, since it is
+// called from a fork handler (the shared pool's), and a lock there could be one that a thread
+// of a process forked again held at that fork. Zero-initialised: no guard to take either.
+struct Abandoned {
+  const void* object;
+  Abandoned* next;
+};
+std::atomic<Abandoned*> g_abandoned{nullptr};
+}  // namespace
+
 void abandon_after_fork(const void* object) noexcept {
-  static std::mutex* const mutex = new std::mutex;
-  static std::vector<const void*>* const abandoned = new std::vector<const void*>;
-  std::lock_guard lock(*mutex);
-  try {
-    abandoned->push_back(object);
-  } catch (...) {  // out of memory: then it is merely unreachable, which is still safe
+  auto* node = new (std::nothrow) Abandoned{object, g_abandoned.load(std::memory_order_relaxed)};
+  if (node == nullptr) return;  // out of memory: then it is merely unreachable, which is still safe
+  while (!g_abandoned.compare_exchange_weak(node->next, node, std::memory_order_release, std::memory_order_relaxed)) {
   }
 }
 

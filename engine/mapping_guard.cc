@@ -1,5 +1,6 @@
 #include "mapping_guard.h"
 
+#include <pthread.h>
 #include <signal.h>
 
 #include <atomic>
@@ -24,6 +25,12 @@ thread_local GuardFrame* t_guard_frame = nullptr;
 std::atomic<bool> g_installed{false};
 std::mutex g_install_mutex;
 struct sigaction g_previous_action {};
+
+// fork() in the middle of the first installation would leave the child a locked mutex and
+// no handler (fork_safety.h): the lock is held across fork() and given back on both sides.
+// Registered when the library is loaded, as the other fork handlers are.
+[[maybe_unused]] const bool g_install_fork_handlers = pthread_atfork(
+    [] { g_install_mutex.lock(); }, [] { g_install_mutex.unlock(); }, [] { g_install_mutex.unlock(); }) == 0;
 
 // Hands a fault we do not own to the handler that was installed before ours.
 void chain_to_previous(int signal_number, siginfo_t* info, void* context) {

@@ -87,7 +87,7 @@ std::optional<CachedPages> cached_pages(const std::string& path) {
   bool ok = ::fstat(fd, &st) == 0;
   ok = ok && mincore_reports_page_cache(path, st.st_uid);
   CachedPages pages;
-  const int64_t page_bytes = ::sysconf(_SC_PAGESIZE);
+  const int64_t page_bytes = detail::page_bytes();
   pages.total = ok ? (static_cast<int64_t>(st.st_size) + page_bytes - 1) / page_bytes : 0;
   for (int64_t first = 0; ok && first < pages.total; first += kWindowPages) {
     const int64_t count = std::min(kWindowPages, pages.total - first);

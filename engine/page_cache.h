@@ -4,12 +4,18 @@
 #pragma once
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
 namespace mmt::detail {
+
+// The page size. Asked each time (glibc answers from memory, without a system call) rather
+// than kept in a function-local static: a thread inside that static's first initialisation
+// when the process forks would leave its guard taken in the child for ever (fork_safety.h).
+inline int64_t page_bytes() noexcept { return ::sysconf(_SC_PAGESIZE); }
 
 // Major page faults the calling thread has taken so far, and the whole process.
 int64_t thread_major_faults() noexcept;

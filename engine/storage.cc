@@ -19,6 +19,7 @@
 
 #include "cuda_memory.h"
 #include "mmtensor/error.h"
+#include "page_cache.h"
 
 namespace bip = boost::interprocess;
 
@@ -314,7 +315,7 @@ void UntypedStorage::advise(AccessAdvice advice, int64_t offset, int64_t nbytes)
   if (nbytes < 0 || nbytes > impl_->nbytes - offset) nbytes = impl_->nbytes - offset;
   if (nbytes == 0) return;
   // madvise wants a page-aligned start; the mapping itself begins on a page boundary.
-  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto page = static_cast<uintptr_t>(detail::page_bytes());
   uintptr_t start = reinterpret_cast<uintptr_t>(impl_->data) + static_cast<uintptr_t>(offset);
   uintptr_t aligned = start & ~(page - 1);
   size_t length = static_cast<size_t>(nbytes) + (start - aligned);

@@ -90,10 +90,9 @@ __attribute__((target("avx2"))) void interleave_planes_avx2(char* dst, const cha
   interleave_planes_body<E, K>(dst, src, plane_stride, n);
 }
 
-bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
-}
+// Asked each time (a load and a test of what libgcc found at startup), not kept in a
+// function-local static, whose guard a fork could leave taken (fork_safety.h).
+bool cpu_has_avx2() { return __builtin_cpu_supports("avx2"); }
 
 #define MMT_INTERLEAVE_AVX2 1
 #endif

@@ -11,8 +11,6 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
-#include <unistd.h>
-
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -22,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "fork_safety.h"  // engine/, for ForkAwareMutex
 #include "mmtensor/mmtensor.h"
 
 namespace mmt::python {
@@ -50,7 +49,9 @@ class ReleaseGil {
 // and multiprocessing fork by default, and a thread of the parent (another Python thread in
 // loader.next(), the GIL released) may hold it at that moment and for ever after in the
 // child. The engine's Loader and DatasetWriter refuse to be used in the child and say why
-// (fork_safety.h), so there is nothing left there for the lock to protect.
+// (fork_safety.h), so there is nothing left there for the lock to protect. The process is
+// told by its fork generation, not its pid: a descendant may be given a pid that was the
+// owner's.
 class ForkAwareMutex {
  public:
   void lock() {
@@ -61,9 +62,9 @@ class ForkAwareMutex {
   }
 
  private:
-  bool in_owner_process() const { return ::getpid() == owner_; }
+  bool in_owner_process() const { return !detail::inherited_through_fork(made_in_generation_); }
   std::mutex mutex_;
-  const pid_t owner_ = ::getpid();
+  const uint64_t made_in_generation_ = detail::fork_generation();
 };
 
 // fn() with the GIL released; its exception, if any, is thrown once the GIL is back.
