@@ -3,7 +3,10 @@ distributed ranks, subsets, and batches that stay valid while Python views them.
 import gc
 import json
 import os
+import shutil
+import subprocess
 import tempfile
+import time
 import unittest
 
 import numpy as np
@@ -11,6 +14,38 @@ import numpy as np
 import mmtensor
 
 RECORDS = 1000
+
+
+def wait_for_child(pid, seconds):
+    """The child's exit code, or None when it is still running after `seconds`: it is then
+    killed, after its threads' native stacks (gdb, where installed) are printed, so that a
+    hang in CI shows where it was."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    print(f"\nchild {pid} still running after {seconds} s; its threads:\n{native_stacks(pid)}", flush=True)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return None
+
+
+def native_stacks(pid):
+    """Each thread's native stack (gdb), or where in the kernel it waits (/proc)."""
+    if shutil.which("gdb"):
+        return subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
+                              capture_output=True, text=True, timeout=120).stdout
+
+    def read(tid, name):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/{name}") as f:
+                return f.read().strip()
+        except OSError as e:
+            return f"({e.strerror})"
+    return "\n".join(f"thread {tid} ({read(tid, 'comm')}): wchan {read(tid, 'wchan')}, syscall {read(tid, 'syscall')}"
+                     f"\n{read(tid, 'stack')}" for tid in sorted(os.listdir(f"/proc/{pid}/task")))
 
 
 class LoaderTest(unittest.TestCase):
@@ -187,9 +222,9 @@ class LoaderTest(unittest.TestCase):
         pinned = first["label"].is_pinned()
         pid = os.fork()
         if pid == 0:
-            import signal
+            import faulthandler
             import traceback
-            signal.alarm(30)
+            faulthandler.dump_traceback_later(25)  # where a hung child's Python code waits
             code = 0
             try:
                 with self.assertRaisesRegex(ValueError, "forked from its parent.*Make a new Loader"):
@@ -211,8 +246,7 @@ class LoaderTest(unittest.TestCase):
                 traceback.print_exc()
                 code = 1
             os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        self.assertEqual(os.waitstatus_to_exitcode(status), 0, "the child failed, or hung (-14: SIGALRM)")
+        self.assertEqual(wait_for_child(pid, 30), 0, "the child failed, or hung (None: its stacks are above)")
         first.release()
         self.assertEqual(len(self.epoch_labels(loader)), RECORDS - 16)  # the parent's goes on
         loader.close()
