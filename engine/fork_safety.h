@@ -18,6 +18,11 @@
 //   Tensors taken from such a batch before the fork cannot be guarded: touching them in the
 //   child faults.
 // - A Dataset needs nothing: its mapping, views and cached chunks are as good in the child.
+// - No worker thread (a loader's, a pool's) may be the first to initialise a function-local
+//   static: a thread inside that first initialisation at the fork leaves the static's guard
+//   taken in the child, whose first use then waits for ever. Values the workers need are
+//   asked for each time (page_bytes()), made when the library is loaded, or made on the
+//   caller's thread before any worker starts (the CUDA device count, when a loader is made).
 #pragma once
 
 #include <cstdint>
