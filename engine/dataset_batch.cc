@@ -516,24 +516,6 @@ int64_t sample_read_bytes(const Dataset::Impl& d, std::span<const int64_t> indic
   }
 }
 
-// Whether the batch's records lie close together: within twice the pages they would fill
-// alone (a sequential scan, or a shard read in order, strided by the ranks as a distributed
-// sampler without shuffling reads it). Auto leaves those to the kernel's own readahead, which
-// runs ahead of the reader; a hint just before the gather would read that batch alone, and
-// keep the kernel from running ahead (a cold sequential scan ran 3.5-4x slower hinted).
-bool records_are_dense(const Dataset::Impl& d, std::span<const int64_t> indices) {
-  uint64_t lowest = UINT64_MAX, highest = 0;
-  for (int64_t index : indices) {
-    const uint64_t i = static_cast<uint64_t>(index < 0 ? index + d.record_count : index);  // bad ones: the gather's to report
-    lowest = std::min(lowest, i);
-    highest = std::max(highest, i);
-  }
-  const auto page = static_cast<uint64_t>(detail::page_bytes());
-  const uint64_t stride = static_cast<uint64_t>(std::max<int64_t>(d.record_stride_bytes, 1));
-  const uint64_t pages_alone = 2 * indices.size() * ((stride + page - 1) / page);
-  const uint64_t span = highest - lowest + 1;  // records; huge for a bad index (not dense)
-  return span <= pages_alone * page / stride;
-}
 
 // The major page faults a gather on `threads` threads is charged with: the calling thread's,
 // or the process's when pool threads copy too.
@@ -571,13 +553,8 @@ bool take_slow_gather_mark(uint64_t dataset, std::chrono::nanoseconds& took) {
   return false;
 }
 
-// A gather that took this long may have waited for the disk: the next batch of the same
-// dataset on the thread is checked (Auto, hints off), with mincore() (a few microseconds).
-// Below it, a warm gather pays for no check (~13 us for 256 784-byte records). Where mincore
-// would not tell, the check hints a sample of the batch (~15 us), so it waits for a slower
-// gather.
-constexpr auto kSlowGather = std::chrono::microseconds(100);
-constexpr auto kSlowGatherForSample = std::chrono::microseconds(500);
+using detail::kSlowGather;  // read_ahead.h: when the next batch of a dataset on the thread is checked
+using detail::kSlowGatherForSample;
 
 // gather(), with the batch hinted first when ReaderOptions::read_ahead says so.
 template <typename RowOf = SameRows>
@@ -605,7 +582,8 @@ void gather_reading_ahead(const Dataset::Impl& d, std::span<const int64_t> indic
     if (took >= kSlowGather) mark_slow_gather(d.instance_id, took);
   };
   if (!policy.hinting() && !first && !after_slow) return timed_gather();  // warm lately: nothing to check
-  if (records_are_dense(d, indices)) return timed_gather();  // the kernel's to read ahead
+  if (detail::records_are_dense(indices, d.record_count, d.record_stride_bytes))
+    return timed_gather();  // the kernel's to read ahead
   if (!policy.hinting()) {  // the page cache has not missed lately: is this batch cold?
     int64_t faults_before = -1;
     bool cold = false;
@@ -681,6 +659,20 @@ void detail::gather_parts(std::span<const PartRows> parts, int64_t batch, std::s
     return;
   }
   for (const PartRows& p : parts) gather_reading_ahead(*p.part, p.indices, copies, threads, MappedRows{p.rows});
+}
+
+bool detail::records_are_dense(std::span<const int64_t> indices, int64_t record_count, int64_t record_stride_bytes) {
+  uint64_t lowest = UINT64_MAX, highest = 0;
+  for (int64_t index : indices) {
+    const uint64_t i = static_cast<uint64_t>(index < 0 ? index + record_count : index);  // bad ones: the gather's to report
+    lowest = std::min(lowest, i);
+    highest = std::max(highest, i);
+  }
+  const auto page = static_cast<uint64_t>(detail::page_bytes());
+  const uint64_t stride = static_cast<uint64_t>(std::max<int64_t>(record_stride_bytes, 1));
+  const uint64_t pages_alone = 2 * indices.size() * ((stride + page - 1) / page);
+  const uint64_t span = highest - lowest + 1;  // records; huge for a bad index (not dense)
+  return span <= pages_alone * page / stride;
 }
 
 void detail::gather_records(const Dataset::Impl& layout, std::span<const int64_t> indices,

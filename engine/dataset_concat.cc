@@ -23,11 +23,6 @@
 namespace mmt {
 namespace {
 
-// A gather this slow may have waited for the disk: the next batch is checked (as a single
-// file's get_batch does, dataset_batch.cc). A warm 256-record batch of 784-byte records takes
-// about 20 us.
-constexpr auto kSlowGather = std::chrono::microseconds(100);
-
 std::string describe(const Field& f) {
   std::string text = detail::str("'", f.name, "' ", to_string(f.dtype), " ", f.shape);
   if (!f.stored_in_logical_order()) text += detail::str(" stored in order ", f.storage_order);
@@ -425,30 +420,38 @@ void Dataset::Concat::get_batch(std::span<const int64_t> indices, std::span<cons
   // Always: the whole batch hinted at once, every part's records in flight together, and then
   // gathered without the parts' own hints (a part holding one record of a batch would not
   // hint it).
+  const auto hint_whole_batch = [&] {
+    batches_hinted.fetch_add(1, std::memory_order_relaxed);
+    try {
+      prefetch(indices, fields, /*every_field=*/false);
+    } catch (const Error&) {  // a hint: a damaged entry is the gather's to report
+    }
+  };
   std::optional<detail::ReadAheadPolicy::DatasetHintsOff> parts_hints_off;
   if (mode == ReadAhead::Always) {
-    if (indices.size() >= 2) try {
-        prefetch(indices, fields, /*every_field=*/false);
-      } catch (const Error&) {  // a hint: a damaged entry is the gather's to report
-      }
+    if (indices.size() >= 2) hint_whole_batch();
     parts_hints_off.emplace();
   }
   // Contiguous parts: the whole batch in one run. Auto checks the first batch, and the next
-  // batch after a slow gather (on any thread), with mincore() of a few of its records, and
-  // hints the whole batch when they are not cached, as a single file's get_batch does; a
-  // warm gather pays for no check.
+  // batch after a slow gather (on any thread), with a few of its records, and hints the whole
+  // batch when they are not cached, as a single file's get_batch does; a warm gather pays for
+  // no check.
   if (contiguous) {
-    if (mode == ReadAhead::Auto && indices.size() >= 2 && check_next_batch.load(std::memory_order_relaxed) &&
-        check_next_batch.exchange(false, std::memory_order_relaxed) && sample_looks_cold(indices, fields)) {
-      try {
-        prefetch(indices, fields, /*every_field=*/false);
-      } catch (const Error&) {  // a hint: a damaged entry is the gather's to report
+    if (mode == ReadAhead::Auto && indices.size() >= 2 && check_next_batch_ns.load(std::memory_order_relaxed) != 0) {
+      const std::chrono::nanoseconds last_took(check_next_batch_ns.exchange(0, std::memory_order_relaxed));
+      // Neighbouring records use the check up unhinted, as a single file's do.
+      if (last_took.count() != 0 &&
+          !detail::records_are_dense(indices, size(), parts[0].impl_->record_stride_bytes)) {
+        const bool cold = sample_looks_cold(indices, fields, /*may_hint_sample=*/last_took >= detail::kSlowGatherForSample);
+        last_check_found_cold.store(cold, std::memory_order_relaxed);
+        if (cold) hint_whole_batch();
       }
     }
     const auto start = std::chrono::steady_clock::now();
     gather_records_at(indices, fields, outs, threads);
-    if (mode == ReadAhead::Auto && std::chrono::steady_clock::now() - start >= kSlowGather)
-      check_next_batch.store(true, std::memory_order_relaxed);
+    const std::chrono::nanoseconds took = std::chrono::steady_clock::now() - start;
+    if (mode == ReadAhead::Auto && took >= detail::kSlowGather)
+      check_next_batch_ns.store(std::max<int64_t>(took.count(), 1), std::memory_order_relaxed);
     return;
   }
   // Otherwise part by part, where each part's read-ahead policy checks its own share.
@@ -467,8 +470,8 @@ void Dataset::Concat::get_batch(std::span<const int64_t> indices, std::span<cons
   detail::gather_parts(used, static_cast<int64_t>(indices.size()), fields, outs, threads);
 }
 
-bool Dataset::Concat::sample_looks_cold(std::span<const int64_t> indices,
-                                        std::span<const std::string> fields) const noexcept {
+bool Dataset::Concat::sample_looks_cold(std::span<const int64_t> indices, std::span<const std::string> fields,
+                                        bool may_hint_sample) const noexcept {
   try {
     std::vector<size_t> positions;
     for (const std::string& name : fields) positions.push_back(schema->index_of(name));
@@ -478,8 +481,13 @@ bool Dataset::Concat::sample_looks_cold(std::span<const int64_t> indices,
       if (index < -size() || index >= size()) return false;  // the gather's to report
       const Location at = locate(index, "get_batch");
       const Impl& part = *parts[at.part].impl_;
-      if (part.mincore_reports_page_cache && part.batch_looks_cold(std::span<const int64_t>(&at.index, 1), positions))
-        return true;
+      const std::span<const int64_t> record(&at.index, 1);
+      if (part.mincore_reports_page_cache) {
+        if (part.batch_looks_cold(record, positions)) return true;
+      } else if (may_hint_sample && detail::thread_storage_read_bytes_known() &&
+                 detail::thread_storage_read_by([&] { part.prefetch(record, positions); }) > 0) {
+        return true;  // mincore would have made its answer up for this user (a file it neither owns nor may write)
+      }
     }
   } catch (...) {  // unsure: no hint (the gather reports what is wrong)
   }
@@ -566,6 +574,8 @@ ReadAheadStats Dataset::Concat::read_ahead_stats() const {
     total.batches_read_ahead += s.batches_read_ahead;
     total.reading_ahead = total.reading_ahead || s.reading_ahead;
   }
+  total.batches_read_ahead += batches_hinted.load(std::memory_order_relaxed);
+  total.reading_ahead = total.reading_ahead || last_check_found_cold.load(std::memory_order_relaxed);
   return total;
 }
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -74,9 +75,15 @@ struct Dataset::Concat {
   std::vector<const std::byte*> part_data;  // contiguous: each part's first record
   detail::GuardedRegions regions;          // every part's mapping
   mutable std::atomic<bool> all_validated{false};  // every part's chunks validated (stays true)
-  // ReaderOptions::read_ahead Auto over contiguous parts: whether the next batch is checked
-  // for pages missing from the page cache (first, and after a slow gather).
-  mutable std::atomic<bool> check_next_batch{true};
+  // ReaderOptions::read_ahead Auto over contiguous parts: how long the last gather took when
+  // the next batch is to be checked for pages missing from the page cache (it was slow), 0
+  // when it is not; the first batch counts as the slowest, and is checked every way.
+  mutable std::atomic<int64_t> check_next_batch_ns{std::numeric_limits<int64_t>::max()};
+  // The concatenation's own hints of whole batches (Always, or Auto finding a batch cold), and
+  // whether Auto's last check found its batch cold: read_ahead_stats() counts them with the
+  // parts' own.
+  mutable std::atomic<int64_t> batches_hinted{0};
+  mutable std::atomic<bool> last_check_found_cold{false};
 
   // Checks the parts against each other and builds the tables; flattens nested ones.
   static std::shared_ptr<const Concat> make(std::vector<Dataset> parts, const ReaderOptions& options);
@@ -105,9 +112,12 @@ struct Dataset::Concat {
   // get_batch of contiguous parts as one run (detail::gather_records).
   void gather_records_at(std::span<const int64_t> indices, std::span<const std::string> fields,
                          std::span<const Tensor> outs, int threads) const;
-  // Whether four of the batch's records (spread over it) miss pages of the page cache, where
-  // mincore() tells (Impl::batch_looks_cold); false when unsure.
-  bool sample_looks_cold(std::span<const int64_t> indices, std::span<const std::string> fields) const noexcept;
+  // Whether four of the batch's records (spread over it) miss pages of the page cache: told by
+  // mincore() where it tells this user about a part (Impl::batch_looks_cold), else, when
+  // `may_hint_sample`, by hinting the record and reading what that made the kernel read (as a
+  // single file's Auto does); false when unsure.
+  bool sample_looks_cold(std::span<const int64_t> indices, std::span<const std::string> fields,
+                         bool may_hint_sample) const noexcept;
   CacheStats cache_stats() const;
   ReadAheadStats read_ahead_stats() const;
 };
@@ -134,6 +144,15 @@ void gather_parts(std::span<const PartRows> parts, int64_t batch, std::span<cons
 void gather_records(const Dataset::Impl& layout, std::span<const int64_t> indices, const ContiguousParts& parts,
                     const GuardedRegions& regions, std::span<const std::string> fields,
                     std::span<const Tensor> outs, int threads);
+
+// Whether a batch's records (Python-style indices into `record_count` records laid out
+// `record_stride_bytes` apart) lie close together: within twice the pages they would fill
+// alone (a sequential scan, or a shard read in order, strided by the ranks as a distributed
+// sampler without shuffling reads it). Auto read-ahead leaves those to the kernel's own
+// readahead, which runs ahead of the reader; a hint just before the gather would read that
+// batch alone, and keep the kernel from running ahead (a cold sequential scan ran 3.5-4x
+// slower hinted). dataset_batch.cc.
+bool records_are_dense(std::span<const int64_t> indices, int64_t record_count, int64_t record_stride_bytes);
 
 }  // namespace detail
 }  // namespace mmt

@@ -28,12 +28,21 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 #include "mmtensor/dataset.h"
 #include "page_cache.h"
 
 namespace mmt::detail {
+
+// Dataset::get_batch's Auto (ReaderOptions::read_ahead), a single file's and shards' read as
+// one: a gather this slow may have waited for the disk, so the next batch is checked with
+// mincore() (a few microseconds); below it, a warm gather pays for no check (~13 us for 256
+// 784-byte records). Where mincore would not tell, the check hints a sample of the batch and
+// reads what that made the kernel read (~15 us), so it waits for a slower gather.
+inline constexpr auto kSlowGather = std::chrono::microseconds(100);
+inline constexpr auto kSlowGatherForSample = std::chrono::microseconds(500);
 
 class ReadAheadPolicy {
  public:

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -406,17 +407,28 @@ bool four_kib_pages() { return ::sysconf(_SC_PAGESIZE) == 4096; }
 
 // get_batch's own read-ahead (ReaderOptions::read_ahead). 2000 records of 4160 bytes (a
 // float32 [1040] each, value = the record's index), 240 a chunk: 8.3 MB, each record on
-// pages of its own.
-std::string write_page_sized_records(const TempDir& dir) {
-  const std::string path = dir.file("pages.mmt");
+// pages of its own; or records [first, stop) of them, a shard of the 2000, `chunk_records` a
+// chunk.
+std::string write_page_sized_records(const TempDir& dir, const std::string& name = "pages.mmt", int64_t first = 0,
+                                     int64_t stop = 2000, int64_t chunk_records = 240) {
+  const std::string path = dir.file(name);
   Schema schema({Field::fixed("x", kFloat32, {1040}), Field::fixed("label", kInt64, {})});
   WriterOptions writer_options;
-  writer_options.chunk_records = 240;
+  writer_options.chunk_records = chunk_records;
   DatasetWriter writer = DatasetWriter::create(path, schema, writer_options);
-  for (int64_t i = 0; i < 2000; ++i)
+  for (int64_t i = first; i < stop; ++i)
     writer.append({full({1040}, static_cast<double>(i), kFloat32), full({}, static_cast<double>(i), kInt64)});
   writer.finish();
   return path;
+}
+
+// The 2000 records in three shards, read as one by Dataset::open_concat. Chunks of 256
+// records fill whole pages, so each shard's records lie back to back (the contiguous fixed
+// layout), and a batch over the shards is gathered as one run.
+std::vector<std::string> write_page_sized_shards(const TempDir& dir) {
+  return {write_page_sized_records(dir, "shard-0.mmt", 0, 700, 256),
+          write_page_sized_records(dir, "shard-1.mmt", 700, 1300, 256),
+          write_page_sized_records(dir, "shard-2.mmt", 1300, 2000, 256)};
 }
 
 // `count` distinct records from `first` on, `step` apart, wrapping around 2000.
@@ -438,7 +450,7 @@ bool hints_are_charged_to_the_thread(const std::string& path) {
   if (detail::thread_storage_read_bytes() < 0) return false;
   std::optional<Dataset> cold = open_cold(path);
   if (!cold) return false;
-  const int64_t read = bytes_read_by([&] { cold->prefetch(std::vector<int64_t>{1000}); });
+  const int64_t read = bytes_read_by([&] { cold->prefetch(std::vector<int64_t>{cold->size() / 2}); });
   cold->advise(AccessAdvice::DontNeed);
   *cold = Dataset();
   return read > 0 && evict(path);
@@ -488,57 +500,145 @@ TEST(DatasetReadAheadTest, AutoHintsColdBatchesFromTheFirstAndStopsOnceTheyAreCa
   EXPECT_GE(warm.read_ahead_stats().batches_read_ahead, 1) << "a file gone cold was not hinted";
 }
 
+// Exit codes of run_as_nobody: the child could not become nobody or read the files (the
+// test skips), or body() threw.
+constexpr int kCannotBeNobody = 10, kNobodyCannotRead = 11, kBodyThrew = 16;
+
+// Runs body() in a child process as the user nobody, who neither owns nor may write the
+// files `paths` (made readable to others first), so that mincore() would make its answer up
+// for that user; returns the child's exit code: body()'s result, or one of the above.
+int run_as_nobody(const TempDir& dir, const std::vector<std::string>& paths, const std::function<int()>& body) {
+  std::filesystem::permissions(dir.path(), std::filesystem::perms::others_read | std::filesystem::perms::others_exec,
+                               std::filesystem::perm_options::add);
+  for (const std::string& path : paths)
+    std::filesystem::permissions(path, std::filesystem::perms::others_read, std::filesystem::perm_options::add);
+  const pid_t child = ::fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    // nobody; dumpable again, so that it may read its own /proc/thread-self/io.
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0 || ::prctl(PR_SET_DUMPABLE, 1) != 0) ::_exit(kCannotBeNobody);
+    if (detail::thread_storage_read_bytes() < 0) ::_exit(kNobodyCannotRead);
+    for (const std::string& path : paths)
+      if (::access(path.c_str(), R_OK) != 0) ::_exit(kNobodyCannotRead);
+    int code = kBodyThrew;
+    try {
+      code = body();
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+// Why a test reading as nobody cannot run here, or nothing.
+std::optional<std::string> cannot_read_as_nobody() {
+  if (::geteuid() != 0) return "needs root, to read the file as a user who neither owns nor may write it";
+  // The child allocates, and the parent's pool threads may be inside malloc: under GCC 12's
+  // AddressSanitizer, whose allocator is not fork-safe (test_util.h), that child can hang.
+  if (testing::kAddressSanitizer) return "GCC 12's AddressSanitizer allocator is not fork-safe";
+  return std::nullopt;
+}
+
 // Where mincore() would make its answer up (a file the reader neither owns nor may write),
 // a sample of the first batch (eight records) is hinted to find out whether the file is
 // cold: hints go on when that read anything, and stay off for a warm file. Run as another
 // user in a child process.
 TEST(DatasetReadAheadTest, WhereMincoreWouldNotTellTheFirstBatchIsSampledToFindOut) {
   if (!four_kib_pages()) GTEST_SKIP() << "records laid out for 4 KiB pages";
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to read the file as a user who neither owns nor may write it";
+  if (const auto why = cannot_read_as_nobody()) GTEST_SKIP() << *why;
   TempDir dir;
   const std::string path = write_page_sized_records(dir);
   if (!hints_are_charged_to_the_thread(path)) GTEST_SKIP() << "reads of " << path << " are not charged to the thread";
-  std::filesystem::permissions(dir.path(), std::filesystem::perms::others_read | std::filesystem::perms::others_exec,
-                               std::filesystem::perm_options::add);
-  std::filesystem::permissions(path, std::filesystem::perms::others_read, std::filesystem::perm_options::add);
   if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
-  // The child allocates, and the parent's pool threads may be inside malloc: under GCC 12's
-  // AddressSanitizer, whose allocator is not fork-safe (test_util.h), that child can hang.
-  if (testing::kAddressSanitizer) GTEST_SKIP() << "GCC 12's AddressSanitizer allocator is not fork-safe";
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    // nobody; dumpable again, so that it may read its own /proc/thread-self/io.
-    if (::setgid(65534) != 0 || ::setuid(65534) != 0 || ::prctl(PR_SET_DUMPABLE, 1) != 0) ::_exit(10);
-    if (detail::thread_storage_read_bytes() < 0 || ::access(path.c_str(), R_OK) != 0) ::_exit(11);
-    try {
-      const std::vector<int64_t> batch = spread_records(5, 64);
-      ReaderOptions random_advice;  // the open's own reads must not read the small file around them
-      random_advice.advice = AccessAdvice::Random;
-      const Dataset cold = Dataset::open(path, random_advice);
-      const Tensor x = cold.get_batch(batch, "x");
-      if (x[63][0].item<float>() != static_cast<float>(batch[63])) ::_exit(12);
-      if (cold.read_ahead_stats().batches_read_ahead != 1 || !cold.read_ahead_stats().reading_ahead) ::_exit(13);
-      const Dataset warm = Dataset::open(path);
-      (void)warm.get_batch(batch, "x");
-      if (warm.read_ahead_stats().batches_read_ahead != 0 || warm.read_ahead_stats().reading_ahead) ::_exit(14);
-      for (int k = 0; k < 20; ++k) (void)warm.get_batch(batch, "x");
-      if (warm.read_ahead_stats().batches_read_ahead != 0) ::_exit(15);
-    } catch (...) {
-      ::_exit(16);
-    }
-    ::_exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  const int code = WEXITSTATUS(status);
-  if (code == 10 || code == 11) GTEST_SKIP() << "cannot read as nobody here (" << code << ")";
+  const int code = run_as_nobody(dir, {path}, [&] {
+    const std::vector<int64_t> batch = spread_records(5, 64);
+    ReaderOptions random_advice;  // the open's own reads must not read the small file around them
+    random_advice.advice = AccessAdvice::Random;
+    const Dataset cold = Dataset::open(path, random_advice);
+    const Tensor x = cold.get_batch(batch, "x");
+    if (x[63][0].item<float>() != static_cast<float>(batch[63])) return 12;
+    if (cold.read_ahead_stats().batches_read_ahead != 1 || !cold.read_ahead_stats().reading_ahead) return 13;
+    const Dataset warm = Dataset::open(path);
+    (void)warm.get_batch(batch, "x");
+    if (warm.read_ahead_stats().batches_read_ahead != 0 || warm.read_ahead_stats().reading_ahead) return 14;
+    for (int k = 0; k < 20; ++k) (void)warm.get_batch(batch, "x");
+    if (warm.read_ahead_stats().batches_read_ahead != 0) return 15;
+    return 0;
+  });
+  if (code == kCannotBeNobody || code == kNobodyCannotRead) GTEST_SKIP() << "cannot read as nobody here (" << code << ")";
   EXPECT_NE(code, 12) << "the batch is wrong";
   EXPECT_NE(code, 13) << "a cold first batch did not turn hints on";
   EXPECT_NE(code, 14) << "a warm first batch was hinted, or turned hints on";
   EXPECT_NE(code, 15) << "a warm file went on being hinted";
-  EXPECT_NE(code, 16) << "an exception";
+  EXPECT_NE(code, kBodyThrew) << "an exception";
+  EXPECT_EQ(code, 0);
+}
+
+// Shards read as one, uncompressed (one run over the parts): Auto checks the first batch,
+// hints it whole when it is cold, and read_ahead_stats() counts that hint; a batch of
+// neighbouring records is left to the kernel; a warm set of shards is not hinted.
+TEST(DatasetReadAheadTest, ShardsReadAsOneHintAColdFirstBatchWholeAndCountIt) {
+  if (!four_kib_pages()) GTEST_SKIP() << "records laid out for 4 KiB pages";
+  TempDir dir;
+  const std::vector<std::string> paths = write_page_sized_shards(dir);
+  if (!hints_are_charged_to_the_thread(paths[1])) GTEST_SKIP() << "reads of " << paths[1] << " are not charged to the thread";
+  for (const std::string& path : paths)
+    if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
+  ReaderOptions random_advice;  // the open's own reads must not read the small files around them
+  random_advice.advice = AccessAdvice::Random;
+  const Dataset cold = Dataset::open_concat(paths, random_advice);
+  ASSERT_TRUE(cold.parts()[0].column_is_view("x"));  // the layout this test is about
+  EXPECT_EQ(cold.read_ahead_stats().batches_read_ahead, 0);
+  const std::vector<int64_t> batch = spread_records(5, 64, 29);  // in every shard
+  expect_gathered(cold.get_batch(batch, "x"), batch);
+  EXPECT_EQ(cold.read_ahead_stats().batches_read_ahead, 1) << "the cold first batch was not hinted, or not counted";
+  EXPECT_TRUE(cold.read_ahead_stats().reading_ahead);
+  // Neighbours across a shard's end, cold: gathered unhinted (and slow, so the next batch is
+  // checked), then a cold random batch, hinted.
+  const std::vector<int64_t> run = spread_records(600, 200, 1);
+  expect_gathered(cold.get_batch(run, "x"), run);
+  EXPECT_EQ(cold.read_ahead_stats().batches_read_ahead, 1) << "a batch of neighbouring records was hinted";
+  const std::vector<int64_t> random = spread_records(1001, 64, 13);
+  expect_gathered(cold.get_batch(random, "x"), random);
+  EXPECT_EQ(cold.read_ahead_stats().batches_read_ahead, 2) << "a cold random batch after a slow gather was not hinted";
+
+  for (int64_t first = 0; first < 2000; first += 100) (void)cold.get_batch(spread_records(first, 100, 1), "x");
+  const Dataset warm = Dataset::open_concat(paths, random_advice);
+  for (int k = 0; k < 10; ++k) (void)warm.get_batch(spread_records(k, 256), "x");
+  EXPECT_EQ(warm.read_ahead_stats().batches_read_ahead, 0);
+  EXPECT_FALSE(warm.read_ahead_stats().reading_ahead);
+}
+
+// The same where mincore() would make its answer up: the first batch's four checked records
+// are hinted, and what that read says the shards are cold. Run as another user in a child.
+TEST(DatasetReadAheadTest, ShardsWhereMincoreWouldNotTellAreSampledToFindOut) {
+  if (!four_kib_pages()) GTEST_SKIP() << "records laid out for 4 KiB pages";
+  if (const auto why = cannot_read_as_nobody()) GTEST_SKIP() << *why;
+  TempDir dir;
+  const std::vector<std::string> paths = write_page_sized_shards(dir);
+  if (!hints_are_charged_to_the_thread(paths[1])) GTEST_SKIP() << "reads of " << paths[1] << " are not charged to the thread";
+  for (const std::string& path : paths)
+    if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
+  const int code = run_as_nobody(dir, paths, [&] {
+    const std::vector<int64_t> batch = spread_records(5, 64, 29);
+    ReaderOptions random_advice;
+    random_advice.advice = AccessAdvice::Random;
+    const Dataset cold = Dataset::open_concat(paths, random_advice);
+    const Tensor x = cold.get_batch(batch, "x");
+    if (x[63][0].item<float>() != static_cast<float>(batch[63])) return 12;
+    if (cold.read_ahead_stats().batches_read_ahead != 1 || !cold.read_ahead_stats().reading_ahead) return 13;
+    const Dataset warm = Dataset::open_concat(paths);
+    for (int k = 0; k < 20; ++k) (void)warm.get_batch(batch, "x");
+    if (warm.read_ahead_stats().batches_read_ahead != 0 || warm.read_ahead_stats().reading_ahead) return 14;
+    return 0;
+  });
+  if (code == kCannotBeNobody || code == kNobodyCannotRead) GTEST_SKIP() << "cannot read as nobody here (" << code << ")";
+  EXPECT_NE(code, 12) << "the batch is wrong";
+  EXPECT_NE(code, 13) << "a cold first batch was not hinted";
+  EXPECT_NE(code, 14) << "warm shards were hinted";
+  EXPECT_NE(code, kBodyThrew) << "an exception";
   EXPECT_EQ(code, 0);
 }
 
