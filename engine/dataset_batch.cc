@@ -481,41 +481,33 @@ std::span<const size_t> field_positions(std::span<const FieldCopy> fields) {
   return positions;
 }
 
-// Hints the batch's fields (ReaderOptions::read_ahead) and returns what that made the
-// kernel read (-1: unknown). Counts as a hint; what it found is the caller's to note. A hint
-// never changes what a gather returns: whatever fails here (a bad index, a damaged chunk
-// entry) the gather reports.
-int64_t hint_batch(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields) noexcept {
-  detail::ReadAheadPolicy& policy = *d.read_ahead;
-  policy.count_hint();
+// Runs prefetch() (a hint to the kernel) and returns what it made the kernel read: -1 when
+// not `measured`, or where the kernel does not say. A hint never changes what a gather
+// returns: whatever fails here (a bad index, a damaged chunk entry) the gather reports.
+template <typename Prefetch>
+int64_t hint_and_measure(bool measured, const Prefetch& prefetch) noexcept {
   try {
-    const std::span<const size_t> positions = field_positions(fields);
-    if (policy.mode() != ReadAhead::Auto || !detail::thread_storage_read_bytes_known()) {
-      d.prefetch(indices, positions);
+    if (!measured || !detail::thread_storage_read_bytes_known()) {
+      prefetch();
       return -1;
     }
-    return detail::thread_storage_read_by([&] { d.prefetch(indices, positions); });
+    return detail::thread_storage_read_by(prefetch);
   } catch (...) {
     return -1;
   }
 }
 
-// What a hint of a few of the batch's records (eight, spread over it) made the kernel read:
-// whether the batch is cold, where mincore() would not tell (-1: unknown). About 15 us.
-int64_t sample_read_bytes(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields) noexcept {
-  try {
-    constexpr size_t kSample = 8;
-    std::array<int64_t, kSample> sample{};
-    const size_t n = std::min(kSample, indices.size());
-    for (size_t k = 0; k < n; ++k) sample[k] = indices[k * indices.size() / n];
-    if (!detail::thread_storage_read_bytes_known()) return -1;
-    return detail::thread_storage_read_by(
-        [&] { d.prefetch(std::span<const int64_t>(sample.data(), n), field_positions(fields)); });
-  } catch (...) {
-    return -1;
+// A few of the batch's records (eight, spread over it): what Auto hints to find out whether a
+// batch is cold where mincore() would not tell. About 15 us.
+struct HintSample {
+  static constexpr size_t kRecords = 8;
+  std::array<int64_t, kRecords> indices{};
+  size_t size = 0;
+  explicit HintSample(std::span<const int64_t> batch) : size(std::min(kRecords, batch.size())) {
+    for (size_t k = 0; k < size; ++k) indices[k] = batch[k * batch.size() / size];
   }
-}
-
+  std::span<const int64_t> records() const { return {indices.data(), size}; }
+};
 
 // The major page faults a gather on `threads` threads is charged with: the calling thread's,
 // or the process's when pool threads copy too.
@@ -527,7 +519,7 @@ int64_t major_faults(int threads) {
 // here was slow, and how slow: their next batch is checked. A few at once, so that datasets
 // read in turn on one thread do not erase each other's marks.
 struct SlowGatherMark {
-  uint64_t dataset = 0;  // Dataset::Impl::instance_id; 0: free
+  uint64_t dataset = 0;  // an instance_id (Dataset::Impl::new_instance_id); 0: free
   std::chrono::nanoseconds took{0};
 };
 constexpr size_t kSlowGatherMarks = 8;
@@ -556,41 +548,104 @@ bool take_slow_gather_mark(uint64_t dataset, std::chrono::nanoseconds& took) {
 using detail::kSlowGather;  // read_ahead.h: when the next batch of a dataset on the thread is checked
 using detail::kSlowGatherForSample;
 
-// gather(), with the batch hinted first when ReaderOptions::read_ahead says so.
-template <typename RowOf = SameRows>
-void gather_reading_ahead(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields,
-                          int threads, const RowOf& row_of = {}) {
+// What get_batch's read-ahead (read_ahead_gather) asks of what it gathers from: one file
+// (FileBatch), or contiguous shards read as one (ShardsBatch). Each gives
+//   policy(), instance_id(), first_batch_unchecked(): the reader's read-ahead state;
+//   reads_nothing(): no field asked for;
+//   dense(indices): detail::records_are_dense in its layout;
+//   mincore_tells(): whether mincore() tells this user about the page cache of every file;
+//   looks_cold(indices): mincore() of a few of the batch's records (where it tells);
+//   read_by_sample_hint(indices): a HintSample hinted, and what that read (-1: unknown);
+//   read_by_hint(indices): the batch hinted, counted as a hint, and what that read (-1:
+//     unknown, or not measured outside Auto);
+//   gather(indices, threads).
+template <typename RowOf>
+struct FileBatch {
+  const Dataset::Impl& d;
+  std::span<const FieldCopy> fields;
+  const RowOf& row_of;
+
+  detail::ReadAheadPolicy& policy() const { return *d.read_ahead; }
+  uint64_t instance_id() const { return d.instance_id; }
+  std::atomic<bool>& first_batch_unchecked() const { return d.first_batch_unchecked; }
+  bool reads_nothing() const { return fields.empty(); }
+  bool dense(std::span<const int64_t> indices) const {
+    return detail::records_are_dense(indices, d.record_count, d.record_stride_bytes);
+  }
+  bool mincore_tells() const { return d.mincore_reports_page_cache; }
+  bool looks_cold(std::span<const int64_t> indices) const { return d.batch_looks_cold(indices, field_positions(fields)); }
+  int64_t read_by_sample_hint(std::span<const int64_t> indices) const {
+    const HintSample sample(indices);
+    return hint_and_measure(true, [&] { d.prefetch(sample.records(), field_positions(fields)); });
+  }
+  int64_t read_by_hint(std::span<const int64_t> indices) const {
+    policy().count_hint();
+    return hint_and_measure(policy().mode() == ReadAhead::Auto, [&] { d.prefetch(indices, field_positions(fields)); });
+  }
+  void gather(std::span<const int64_t> indices, int threads) const { mmt::gather(d, indices, fields, threads, row_of); }
+};
+
+struct ShardsBatch {
+  const Dataset::Concat& c;
+  std::span<const std::string> fields;
+  std::span<const Tensor> outs;
+
+  detail::ReadAheadPolicy& policy() const { return *c.read_ahead; }
+  uint64_t instance_id() const { return c.instance_id; }
+  std::atomic<bool>& first_batch_unchecked() const { return c.first_batch_unchecked; }
+  bool reads_nothing() const { return fields.empty(); }
+  bool dense(std::span<const int64_t> indices) const {
+    return detail::records_are_dense(indices, c.size(), c.layout().record_stride_bytes);
+  }
+  bool mincore_tells() const { return c.mincore_reports_page_cache; }
+  bool looks_cold(std::span<const int64_t> indices) const { return c.sample_looks_cold(indices, fields); }
+  int64_t read_by_sample_hint(std::span<const int64_t> indices) const {
+    const HintSample sample(indices);
+    return hint_and_measure(true, [&] { c.prefetch(sample.records(), fields, /*every_field=*/false); });
+  }
+  int64_t read_by_hint(std::span<const int64_t> indices) const {
+    policy().count_hint();
+    return hint_and_measure(policy().mode() == ReadAhead::Auto,
+                            [&] { c.prefetch(indices, fields, /*every_field=*/false); });
+  }
+  void gather(std::span<const int64_t> indices, int threads) const { c.gather_records_at(indices, fields, outs, threads); }
+};
+
+// batch.gather(), with the batch hinted first when ReaderOptions::read_ahead says so.
+template <typename Batch>
+void read_ahead_gather(const Batch& batch, std::span<const int64_t> indices, int threads) {
   MMT_CHECK(threads >= 1, ValueError, "get_batch: threads must be >= 1 (the calling thread counts as one), got ",
             threads);
-  detail::ReadAheadPolicy& policy = *d.read_ahead;
-  if (indices.size() < 2 || fields.empty() || policy.mode() == ReadAhead::Never ||
+  detail::ReadAheadPolicy& policy = batch.policy();
+  if (indices.size() < 2 || batch.reads_nothing() || policy.mode() == ReadAhead::Never ||
       detail::ReadAheadPolicy::DatasetHintsOff::active())
-    return gather(d, indices, fields, threads, row_of);
+    return batch.gather(indices, threads);
   if (policy.mode() == ReadAhead::Always) {
-    hint_batch(d, indices, fields);
-    return gather(d, indices, fields, threads, row_of);
+    batch.read_by_hint(indices);
+    return batch.gather(indices, threads);
   }
   // Auto. Whether this dataset's last gather on this thread was slow, and how slow.
   std::chrono::nanoseconds slow_gather_took{0};
-  const bool after_slow = take_slow_gather_mark(d.instance_id, slow_gather_took);
-  const bool first = d.first_batch_unchecked.load(std::memory_order_relaxed) &&
-                     d.first_batch_unchecked.exchange(false, std::memory_order_relaxed);
+  const uint64_t id = batch.instance_id();
+  const bool after_slow = take_slow_gather_mark(id, slow_gather_took);
+  std::atomic<bool>& unchecked = batch.first_batch_unchecked();
+  const bool first = unchecked.load(std::memory_order_relaxed) && unchecked.exchange(false, std::memory_order_relaxed);
   const auto timed_gather = [&] {
     const auto start = std::chrono::steady_clock::now();
-    gather(d, indices, fields, threads, row_of);
+    batch.gather(indices, threads);
     const auto took = std::chrono::steady_clock::now() - start;
-    if (took >= kSlowGather) mark_slow_gather(d.instance_id, took);
+    if (took >= kSlowGather) mark_slow_gather(id, took);
   };
   if (!policy.hinting() && !first && !after_slow) return timed_gather();  // warm lately: nothing to check
-  if (detail::records_are_dense(indices, d.record_count, d.record_stride_bytes))
-    return timed_gather();  // the kernel's to read ahead
+  if (batch.dense(indices)) return timed_gather();  // the kernel's to read ahead
+  const bool mincore_tells = batch.mincore_tells();
   if (!policy.hinting()) {  // the page cache has not missed lately: is this batch cold?
     int64_t faults_before = -1;
     bool cold = false;
-    if (d.mincore_reports_page_cache) {
-      cold = (first || after_slow) && d.batch_looks_cold(indices, field_positions(fields));
+    if (mincore_tells) {
+      cold = (first || after_slow) && batch.looks_cold(indices);
     } else if (first || (after_slow && slow_gather_took >= kSlowGatherForSample)) {
-      const int64_t read = sample_read_bytes(d, indices, fields);
+      const int64_t read = batch.read_by_sample_hint(indices);
       cold = read > 0;
       // Without read_bytes: the gather's major faults tell, for the next batch (pool threads
       // fault too when there are several).
@@ -606,15 +661,21 @@ void gather_reading_ahead(const Dataset::Impl& d, std::span<const int64_t> indic
   // Without read_bytes, what the hint found is told by mincore before it, where mincore
   // tells, else by the gather's major faults after it.
   const bool read_bytes_known = detail::thread_storage_read_bytes_known();
-  const bool looked_cold = !read_bytes_known && d.mincore_reports_page_cache &&
-                           d.batch_looks_cold(indices, field_positions(fields));
-  const int64_t read = hint_batch(d, indices, fields);
-  const int64_t faults_before = read < 0 && !d.mincore_reports_page_cache ? major_faults(threads) : -1;
-  gather(d, indices, fields, threads, row_of);
+  const bool looked_cold = !read_bytes_known && mincore_tells && batch.looks_cold(indices);
+  const int64_t read = batch.read_by_hint(indices);
+  const int64_t faults_before = read < 0 && !mincore_tells ? major_faults(threads) : -1;
+  batch.gather(indices, threads);
   if (read >= 0) policy.note_hint_found_cold(read > 0);
-  else if (d.mincore_reports_page_cache) policy.note_hint_found_cold(looked_cold);
+  else if (mincore_tells) policy.note_hint_found_cold(looked_cold);
   else policy.note_hint_found_cold(faults_before >= 0 && major_faults(threads) > faults_before);
-  if (!policy.hinting()) mark_slow_gather(d.instance_id, kSlowGatherForSample);  // hints just stopped: check the next batch
+  if (!policy.hinting()) mark_slow_gather(id, kSlowGatherForSample);  // hints just stopped: check the next batch
+}
+
+// One file's gather, hinted first as ReaderOptions::read_ahead says.
+template <typename RowOf = SameRows>
+void gather_reading_ahead(const Dataset::Impl& d, std::span<const int64_t> indices, std::span<const FieldCopy> fields,
+                          int threads, const RowOf& row_of = {}) {
+  read_ahead_gather(FileBatch<RowOf>{d, fields, row_of}, indices, threads);
 }
 
 // The copies for fields `fields` into `outs` of `batch` rows, each checked, and checked to
@@ -673,6 +734,12 @@ bool detail::records_are_dense(std::span<const int64_t> indices, int64_t record_
   const uint64_t pages_alone = 2 * indices.size() * ((stride + page - 1) / page);
   const uint64_t span = highest - lowest + 1;  // records; huge for a bad index (not dense)
   return span <= pages_alone * page / stride;
+}
+
+void detail::gather_shards_reading_ahead(const Dataset::Concat& c, std::span<const int64_t> indices,
+                                         std::span<const std::string> fields, std::span<const Tensor> outs,
+                                         int threads) {
+  read_ahead_gather(ShardsBatch{c, fields, outs}, indices, threads);
 }
 
 void detail::gather_records(const Dataset::Impl& layout, std::span<const int64_t> indices,

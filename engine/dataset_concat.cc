@@ -161,11 +161,15 @@ std::shared_ptr<const Dataset::Concat> Dataset::Concat::make(std::vector<Dataset
     if (p > 0) c->path += ", ";
     c->path += part.path;
   }
+  c->read_ahead = std::make_unique<detail::ReadAheadPolicy>(c->options.read_ahead, /*auto_hints_from_start=*/false);
+  c->instance_id = Impl::new_instance_id();
   c->contiguous = true;
+  c->mincore_reports_page_cache = true;
   c->regions.lowest = UINTPTR_MAX;
   for (const Dataset& handle : c->parts) {
     const Impl& part = *handle.impl_;
     c->contiguous = c->contiguous && part.contiguous;
+    c->mincore_reports_page_cache = c->mincore_reports_page_cache && part.mincore_reports_page_cache;
     c->part_data.push_back(part.base + part.data_offset);
     c->regions.regions.push_back(detail::MappedRegion{&part.path, part.base, part.file_bytes});
     const auto begin = reinterpret_cast<uintptr_t>(part.base);
@@ -415,44 +419,21 @@ void Dataset::Concat::get_batch(std::span<const int64_t> indices, std::span<cons
                                 std::span<const Tensor> outs, int threads) const {
   MMT_CHECK(threads >= 1, ValueError, "get_batch: threads must be >= 1 (the calling thread counts as one), got ",
             threads);
-  const bool hints_off = detail::ReadAheadPolicy::DatasetHintsOff::active();
-  const ReadAhead mode = hints_off ? ReadAhead::Never : options.read_ahead;
+  // Contiguous parts: the whole batch in one run, hinted first as a single file's would be.
+  if (contiguous) return detail::gather_shards_reading_ahead(*this, indices, fields, outs, threads);
   // Always: the whole batch hinted at once, every part's records in flight together, and then
   // gathered without the parts' own hints (a part holding one record of a batch would not
   // hint it).
-  const auto hint_whole_batch = [&] {
-    batches_hinted.fetch_add(1, std::memory_order_relaxed);
-    try {
-      prefetch(indices, fields, /*every_field=*/false);
-    } catch (const Error&) {  // a hint: a damaged entry is the gather's to report
-    }
-  };
   std::optional<detail::ReadAheadPolicy::DatasetHintsOff> parts_hints_off;
-  if (mode == ReadAhead::Always) {
-    if (indices.size() >= 2) hint_whole_batch();
-    parts_hints_off.emplace();
-  }
-  // Contiguous parts: the whole batch in one run. Auto checks the first batch, and the next
-  // batch after a slow gather (on any thread), with a few of its records, and hints the whole
-  // batch when they are not cached, as a single file's get_batch does; a warm gather pays for
-  // no check.
-  if (contiguous) {
-    if (mode == ReadAhead::Auto && indices.size() >= 2 && check_next_batch_ns.load(std::memory_order_relaxed) != 0) {
-      const std::chrono::nanoseconds last_took(check_next_batch_ns.exchange(0, std::memory_order_relaxed));
-      // Neighbouring records use the check up unhinted, as a single file's do.
-      if (last_took.count() != 0 &&
-          !detail::records_are_dense(indices, size(), parts[0].impl_->record_stride_bytes)) {
-        const bool cold = sample_looks_cold(indices, fields, /*may_hint_sample=*/last_took >= detail::kSlowGatherForSample);
-        last_check_found_cold.store(cold, std::memory_order_relaxed);
-        if (cold) hint_whole_batch();
+  if (options.read_ahead == ReadAhead::Always && !detail::ReadAheadPolicy::DatasetHintsOff::active()) {
+    if (indices.size() >= 2) {
+      read_ahead->count_hint();
+      try {
+        prefetch(indices, fields, /*every_field=*/false);
+      } catch (const Error&) {  // a hint: a damaged entry is the gather's to report
       }
     }
-    const auto start = std::chrono::steady_clock::now();
-    gather_records_at(indices, fields, outs, threads);
-    const std::chrono::nanoseconds took = std::chrono::steady_clock::now() - start;
-    if (mode == ReadAhead::Auto && took >= detail::kSlowGather)
-      check_next_batch_ns.store(std::max<int64_t>(took.count(), 1), std::memory_order_relaxed);
-    return;
+    parts_hints_off.emplace();
   }
   // Otherwise part by part, where each part's read-ahead policy checks its own share.
   thread_local BatchByPart scratch;
@@ -470,8 +451,8 @@ void Dataset::Concat::get_batch(std::span<const int64_t> indices, std::span<cons
   detail::gather_parts(used, static_cast<int64_t>(indices.size()), fields, outs, threads);
 }
 
-bool Dataset::Concat::sample_looks_cold(std::span<const int64_t> indices, std::span<const std::string> fields,
-                                        bool may_hint_sample) const noexcept {
+bool Dataset::Concat::sample_looks_cold(std::span<const int64_t> indices,
+                                        std::span<const std::string> fields) const noexcept {
   try {
     std::vector<size_t> positions;
     for (const std::string& name : fields) positions.push_back(schema->index_of(name));
@@ -481,13 +462,8 @@ bool Dataset::Concat::sample_looks_cold(std::span<const int64_t> indices, std::s
       if (index < -size() || index >= size()) return false;  // the gather's to report
       const Location at = locate(index, "get_batch");
       const Impl& part = *parts[at.part].impl_;
-      const std::span<const int64_t> record(&at.index, 1);
-      if (part.mincore_reports_page_cache) {
-        if (part.batch_looks_cold(record, positions)) return true;
-      } else if (may_hint_sample && detail::thread_storage_read_bytes_known() &&
-                 detail::thread_storage_read_by([&] { part.prefetch(record, positions); }) > 0) {
-        return true;  // mincore would have made its answer up for this user (a file it neither owns nor may write)
-      }
+      if (part.mincore_reports_page_cache && part.batch_looks_cold(std::span<const int64_t>(&at.index, 1), positions))
+        return true;
     }
   } catch (...) {  // unsure: no hint (the gather reports what is wrong)
   }
@@ -574,8 +550,8 @@ ReadAheadStats Dataset::Concat::read_ahead_stats() const {
     total.batches_read_ahead += s.batches_read_ahead;
     total.reading_ahead = total.reading_ahead || s.reading_ahead;
   }
-  total.batches_read_ahead += batches_hinted.load(std::memory_order_relaxed);
-  total.reading_ahead = total.reading_ahead || last_check_found_cold.load(std::memory_order_relaxed);
+  total.batches_read_ahead += read_ahead->batches_hinted();
+  total.reading_ahead = total.reading_ahead || (contiguous && read_ahead->hinting());
   return total;
 }
 

@@ -8,13 +8,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "mapping_guard.h"
+#include "read_ahead.h"
 #include "mmtensor/dataset.h"
 
 namespace mmt {
@@ -75,20 +75,20 @@ struct Dataset::Concat {
   std::vector<const std::byte*> part_data;  // contiguous: each part's first record
   detail::GuardedRegions regions;          // every part's mapping
   mutable std::atomic<bool> all_validated{false};  // every part's chunks validated (stays true)
-  // ReaderOptions::read_ahead Auto over contiguous parts: how long the last gather took when
-  // the next batch is to be checked for pages missing from the page cache (it was slow), 0
-  // when it is not; the first batch counts as the slowest, and is checked every way.
-  mutable std::atomic<int64_t> check_next_batch_ns{std::numeric_limits<int64_t>::max()};
-  // The concatenation's own hints of whole batches (Always, or Auto finding a batch cold), and
-  // whether Auto's last check found its batch cold: read_ahead_stats() counts them with the
-  // parts' own.
-  mutable std::atomic<int64_t> batches_hinted{0};
-  mutable std::atomic<bool> last_check_found_cold{false};
+  // ReaderOptions::read_ahead for whole batches over the parts: over contiguous parts, the
+  // policy a single file's get_batch follows (detail::gather_shards_reading_ahead), and
+  // Always's hints over other parts; read_ahead_stats() counts its hints with the parts'.
+  std::unique_ptr<detail::ReadAheadPolicy> read_ahead;
+  uint64_t instance_id = 0;  // Impl::new_instance_id(): keys get_batch's per-thread marks
+  bool mincore_reports_page_cache = false;  // for every part (Impl::mincore_reports_page_cache)
+  mutable std::atomic<bool> first_batch_unchecked{true};
 
   // Checks the parts against each other and builds the tables; flattens nested ones.
   static std::shared_ptr<const Concat> make(std::vector<Dataset> parts, const ReaderOptions& options);
 
   int64_t size() const { return first_record.back(); }
+  // The first part, whose record layout every part shares (their schemas are equal).
+  const Impl& layout() const { return *parts[0].impl_; }
   int64_t num_chunks() const { return first_chunk.back(); }
   // Python-style index -> [0, size()); IndexError naming `what` otherwise.
   int64_t normalize_index(int64_t index, const char* what) const;
@@ -112,12 +112,9 @@ struct Dataset::Concat {
   // get_batch of contiguous parts as one run (detail::gather_records).
   void gather_records_at(std::span<const int64_t> indices, std::span<const std::string> fields,
                          std::span<const Tensor> outs, int threads) const;
-  // Whether four of the batch's records (spread over it) miss pages of the page cache: told by
-  // mincore() where it tells this user about a part (Impl::batch_looks_cold), else, when
-  // `may_hint_sample`, by hinting the record and reading what that made the kernel read (as a
-  // single file's Auto does); false when unsure.
-  bool sample_looks_cold(std::span<const int64_t> indices, std::span<const std::string> fields,
-                         bool may_hint_sample) const noexcept;
+  // Whether four of the batch's records (spread over it) miss pages of the page cache, where
+  // mincore() tells (Impl::batch_looks_cold); false when unsure.
+  bool sample_looks_cold(std::span<const int64_t> indices, std::span<const std::string> fields) const noexcept;
   CacheStats cache_stats() const;
   ReadAheadStats read_ahead_stats() const;
 };
@@ -144,6 +141,12 @@ void gather_parts(std::span<const PartRows> parts, int64_t batch, std::span<cons
 void gather_records(const Dataset::Impl& layout, std::span<const int64_t> indices, const ContiguousParts& parts,
                     const GuardedRegions& regions, std::span<const std::string> fields,
                     std::span<const Tensor> outs, int threads);
+
+// For a concatenation of contiguous parts (dataset_batch.cc): gather_records() over the
+// whole batch, with ReaderOptions::read_ahead deciding whether the batch is hinted first, as
+// a single file's get_batch decides (Concat::read_ahead).
+void gather_shards_reading_ahead(const Dataset::Concat& c, std::span<const int64_t> indices,
+                                 std::span<const std::string> fields, std::span<const Tensor> outs, int threads);
 
 // Whether a batch's records (Python-style indices into `record_count` records laid out
 // `record_stride_bytes` apart) lie close together: within twice the pages they would fill

@@ -123,6 +123,9 @@ struct Dataset::Impl {
   int64_t chunk_table_offset = 0;
   bool contiguous = false;  // kFlagContiguousFixedLayout, checked against the schema
   uint64_t instance_id = 0;  // unique per open(), keys per-thread shortcuts
+  // A new instance_id: files and concatenations (whose get_batch keeps per-thread marks too)
+  // draw from one count, so no two live readers share one.
+  static uint64_t new_instance_id();
   std::unique_ptr<ValidatedChunk, decltype(&std::free)> validated_chunks{nullptr, &std::free};
   // Slots that reached state 2. Once it equals chunk_count, hot paths skip the per-record
   // check (and the division that finds the record's chunk).

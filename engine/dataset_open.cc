@@ -183,9 +183,11 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   struct stat now {};
   impl->mincore_reports_page_cache = detail::mincore_reports_page_cache(path, st.st_uid) &&
                                      ::stat(path.c_str(), &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino;
-  impl->instance_id = next_instance_id.fetch_add(1, std::memory_order_relaxed);
+  impl->instance_id = new_instance_id();
   return impl;
 }
+
+uint64_t Dataset::Impl::new_instance_id() { return next_instance_id.fetch_add(1, std::memory_order_relaxed); }
 
 // ---- Dataset: handle and accessors ----
 Dataset::Dataset() = default;
