@@ -49,10 +49,11 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   } catch (const ValueError& e) {
     throw IoError(detail::str("cannot map dataset ", path, ": ", e.what()));
   }
-  // Before the first read: the open's own reads (preamble, footer, schema) follow the advice,
-  // so Random opens a cold file without reading around them (megabytes with a large
-  // read_ahead_kb).
-  impl->file.advise(options.advice);
+  // The open's own reads (preamble, footer, schema, a chunk entry or two) are a few pages at
+  // either end of the file: made without the kernel's read-around, which on a disk with a
+  // large read_ahead_kb reads megabytes around each (16 MB an open at 8 MiB, paid again for
+  // every shard of a set opened together). The reader's advice applies once they are done.
+  impl->file.advise(AccessAdvice::Random);
   impl->base = impl->file.data();
   impl->file_bytes = impl->file.nbytes();
   // The stat above only words the common errors; the mapping's own size is the truth (a
@@ -184,6 +185,7 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   impl->mincore_reports_page_cache = detail::mincore_reports_page_cache(path, st.st_uid) &&
                                      ::stat(path.c_str(), &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino;
   impl->instance_id = new_instance_id();
+  if (options.advice != AccessAdvice::Random) impl->file.advise(options.advice);
   return impl;
 }
 

@@ -642,6 +642,24 @@ TEST(DatasetReadAheadTest, ShardsWhereMincoreWouldNotTellAreSampledToFindOut) {
   EXPECT_EQ(code, 0);
 }
 
+// Opening a cold file reads a few pages at either end of it, whatever the advice: not the
+// megabytes the kernel's read-around would add to each (read_ahead_kb), which a set of shards
+// opened together paid for every shard.
+TEST(DatasetOpenTest, AColdOpenReadsAFewPagesWhateverTheAdvice) {
+  TempDir dir;
+  const std::string path = write_page_sized_records(dir);  // 8.3 MB
+  if (!hints_are_charged_to_the_thread(path)) GTEST_SKIP() << "reads of " << path << " are not charged to the thread";
+  for (AccessAdvice advice : {AccessAdvice::Normal, AccessAdvice::Sequential, AccessAdvice::Random}) {
+    if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
+    ReaderOptions options;
+    options.advice = advice;
+    Dataset dataset;
+    const int64_t read = bytes_read_by([&] { dataset = Dataset::open(path, options); });
+    EXPECT_LE(read, 64 << 10) << "advice " << static_cast<int>(advice);
+    expect_gathered(dataset.get_batch(std::vector<int64_t>{1999, 0}, "x"), std::vector<int64_t>{1999, 0});
+  }
+}
+
 // A batch of records close together (a sequential scan, a shard read in order) is left to the
 // kernel's own readahead, which runs ahead of the reader: hinting it just before the gather
 // would read it alone (3.5-4x slower for a cold sequential scan). A random batch after it is

@@ -51,9 +51,11 @@ struct ReaderOptions {
   // random access to a cold file. Structure (offsets, sizes, ragged extents) is always
   // checked; Dataset::verify() and `mmt verify` hash every chunk.
   bool verify_uncompressed = false;
-  // madvise for the whole mapping at open. Normal keeps the kernel's adaptive readahead:
-  // Random would make a cold sequential scan fault one page at a time (about 10 MB/s where
-  // Normal reads at disk speed); choose Random only for a cold file read at random.
+  // madvise for the whole mapping, from the end of the open (whose own few reads at either end
+  // of the file are made without read-around, whatever this says). Normal keeps the kernel's
+  // adaptive readahead: Random would make a cold sequential scan fault one page at a time
+  // (about 10 MB/s where Normal reads at disk speed); choose Random only for a cold file read
+  // at random.
   AccessAdvice advice = AccessAdvice::Normal;
   // Whether get_batch() first hints its batch (prefetch() of the fields it gathers), so that
   // a cold batch's reads are in flight together instead of one page fault at a time, each of
