@@ -34,32 +34,40 @@ inline double median(std::vector<double> values) {
 }
 
 
-// A dataset written once per process by `write(path)` into a temporary folder that is
-// removed at exit.
+// A dataset written once per process by `write(path, part)` into a temporary folder that is
+// removed at exit: one file, or `parts` shards read as one (Dataset::open_concat).
 class BenchDataset {
  public:
-  BenchDataset(const std::string& name, const std::function<void(const std::string&)>& write)
+  BenchDataset(const std::string& name, const std::function<void(const std::string&, int64_t)>& write,
+               int64_t parts = 1)
       : dir_(std::filesystem::temp_directory_path() / ("mmtensor-bench-" + std::to_string(::getpid()))) {
     std::filesystem::create_directories(dir_);
-    const std::string path = (dir_ / (name + ".mmt")).string();
-    write(path);
-    dataset_ = Dataset::open(path);
+    std::vector<std::string> paths;
+    for (int64_t part = 0; part < parts; ++part) {
+      paths.push_back((dir_ / (name + (parts > 1 ? "-" + std::to_string(part) : "") + ".mmt")).string());
+      write(paths.back(), part);
+    }
+    dataset_ = Dataset::open_concat(paths);
   }
-  // `records` uint8 images of `shape`, and an int64 label, in 4 MiB chunks.
-  BenchDataset(const std::string& name, int64_t records, std::vector<int64_t> shape)
-      : BenchDataset(name, [&](const std::string& path) {
-          Schema schema({Field::fixed("image", kUInt8, shape), Field::fixed("label", kInt64, {})});
-          WriterOptions options;
-          options.chunk_bytes = 4 << 20;
-          DatasetWriter writer = DatasetWriter::create(path, schema, options);
-          Tensor image = empty(shape, kUInt8);
-          uint8_t* pixels = image.mutable_data_ptr<uint8_t>();
-          for (int64_t i = 0; i < records; ++i) {
-            for (int64_t p = 0; p < image.numel(); ++p) pixels[p] = static_cast<uint8_t>(i * 31 + p);
-            writer.append({image, full({}, static_cast<double>(i % 1000), kInt64)});
-          }
-          writer.finish();
-        }) {}
+  // `records` uint8 images of `shape`, and an int64 label, in 4 MiB chunks; in `parts` shards
+  // of consecutive records.
+  BenchDataset(const std::string& name, int64_t records, std::vector<int64_t> shape, int64_t parts = 1)
+      : BenchDataset(
+            name,
+            [&](const std::string& path, int64_t part) {
+              Schema schema({Field::fixed("image", kUInt8, shape), Field::fixed("label", kInt64, {})});
+              WriterOptions options;
+              options.chunk_bytes = 4 << 20;
+              DatasetWriter writer = DatasetWriter::create(path, schema, options);
+              Tensor image = empty(shape, kUInt8);
+              uint8_t* pixels = image.mutable_data_ptr<uint8_t>();
+              for (int64_t i = records * part / parts; i < records * (part + 1) / parts; ++i) {
+                for (int64_t p = 0; p < image.numel(); ++p) pixels[p] = static_cast<uint8_t>(i * 31 + p);
+                writer.append({image, full({}, static_cast<double>(i % 1000), kInt64)});
+              }
+              writer.finish();
+            },
+            parts) {}
   ~BenchDataset() {
     dataset_ = Dataset();
     std::error_code ec;
@@ -76,6 +84,11 @@ class BenchDataset {
 // process, whichever benchmark asks first.
 inline const Dataset& small_records_dataset() {
   static BenchDataset data("small", 600000, {1, 28, 28});
+  return data.dataset();
+}
+// The same records in 8 shards, read as one.
+inline const Dataset& small_records_shards() {
+  static BenchDataset data("small-shard", 600000, {1, 28, 28}, 8);
   return data.dataset();
 }
 
@@ -102,9 +115,10 @@ inline const std::string& cold_reads_unavailable() {
   return why;
 }
 
-// Rounds of two passes over the cold file of `written` (its pages dropped before each pass),
-// one with read-ahead Never and one with Auto, alternated. `read_pass(path, mode, seed, end)`
-// opens the file, reads it with that read-ahead, calls end() after its last read (before its
+// Rounds of two passes over the cold files of `written` (one, or its shards; their pages
+// dropped before each pass), one with read-ahead Never and one with Auto, alternated.
+// `read_pass(paths, mode, seed, end)` opens the files (Dataset::open_concat), reads them with
+// that read-ahead, calls end() after its last read (before its
 // loader stops and its dataset closes: their teardown is not timed, and what a loader's
 // workers read ahead after that is not counted), and returns the bytes it delivered; each
 // pass takes a new seed. The time of a pass includes the open.
@@ -113,9 +127,15 @@ void run_cold_random_passes(benchmark::State& state, const Dataset& written, Rea
   // The written dataset's open read its header and chunk table through its mapping, and pages
   // a mapping maps stay cached: let go of them (nothing here reads that mapping again).
   written.advise(AccessAdvice::DontNeed);
-  const std::string path = written.path();
+  std::vector<std::string> paths;
+  for (const Dataset& part : written.parts()) paths.push_back(part.path());
   std::string why_not;
-  if (!detail::drop_from_page_cache(path, &why_not)) {
+  const auto drop_all = [&] {
+    for (const std::string& path : paths)
+      if (!detail::drop_from_page_cache(path, &why_not)) return false;
+    return true;
+  };
+  if (!drop_all()) {
     state.SkipWithError(("no cold reads to measure: " + why_not).c_str());
     return;
   }
@@ -127,7 +147,7 @@ void run_cold_random_passes(benchmark::State& state, const Dataset& written, Rea
   uint64_t seed = 1;
   auto pass = [&](ReadAhead read_ahead) -> std::optional<Pass> {
     Pass result;
-    if (!detail::drop_from_page_cache(path, &why_not)) return std::nullopt;  // a warm pass measures nothing
+    if (!drop_all()) return std::nullopt;  // a warm pass measures nothing
     const int64_t read_before = detail::process_storage_read_bytes();
     const double t0 = now_seconds();
     bool ended = false;
@@ -136,7 +156,7 @@ void run_cold_random_passes(benchmark::State& state, const Dataset& written, Rea
       result.read = detail::process_storage_read_bytes() - read_before;
       ended = true;
     };
-    result.delivered = read_pass(path, read_ahead, seed++, end);
+    result.delivered = read_pass(paths, read_ahead, seed++, end);
     if (!ended) {
       why_not = "the pass never called end()";
       return std::nullopt;

@@ -306,10 +306,10 @@ constexpr int64_t kColdBatch = 256;
 
 template <typename BatchesFor>
 auto get_batch_pass(BatchesFor batches_for) {
-  return [batches_for](const std::string& path, ReadAhead read_ahead, uint64_t seed, const auto& end) {
+  return [batches_for](const std::vector<std::string>& paths, ReadAhead read_ahead, uint64_t seed, const auto& end) {
     ReaderOptions options;
     options.read_ahead = read_ahead;
-    const Dataset dataset = Dataset::open(path, options);
+    const Dataset dataset = Dataset::open_concat(paths, options);
     const std::vector<std::string> fields{"image", "label"};
     const std::vector<Tensor> outs{empty({kColdBatch, 1, 28, 28}, kUInt8), empty({kColdBatch}, kInt64)};
     std::mt19937_64 random(seed);
@@ -322,11 +322,12 @@ auto get_batch_pass(BatchesFor batches_for) {
   };
 }
 
-// 40 random batches, Auto against Never.
+// 40 random batches, Auto against Never: from one file, or (shards:1) from the same records
+// in 8 shards read as one.
 void BM_GetBatchColdRandom(benchmark::State& state) {
   if (const std::string& why = bench::cold_reads_unavailable(); !why.empty())
     return state.SkipWithError(("no cold reads to measure: " + why).c_str());
-  bench::run_cold_random_passes(state, bench::small_records_dataset(),
+  bench::run_cold_random_passes(state, state.range(0) ? bench::small_records_shards() : bench::small_records_dataset(),
                                 get_batch_pass([](const Dataset& dataset, std::mt19937_64& random) {
                                   std::uniform_int_distribution<int64_t> record(0, dataset.size() - 1);
                                   return [&random, record, left = 40](std::vector<int64_t>& indices) mutable {
@@ -450,5 +451,5 @@ BENCHMARK(BM_ReadCompressed)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_Open)->Arg(1000)->Arg(100000000)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_GetBatchColdRandom)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GetBatchColdRandom)->Arg(0)->Arg(1)->ArgName("shards")->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GetBatchColdSequential)->Arg(1)->Arg(8)->ArgName("stride")->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);

@@ -104,14 +104,14 @@ void write_token_documents(const std::string& path, int64_t documents) {
 
 // 20,000 documents, about 58 MB of tokens.
 const Dataset& token_dataset() {
-  static BenchDataset tokens("tokens", [](const std::string& path) { write_token_documents(path, 20000); });
+  static BenchDataset tokens("tokens", [](const std::string& path, int64_t) { write_token_documents(path, 20000); });
   return tokens.dataset();
 }
 
 // 200,000 documents, about 580 MB, for cold reads: a random batch touches about one 1 MiB
 // chunk a document.
 const Dataset& cold_token_dataset() {
-  static BenchDataset tokens("cold-tokens", [](const std::string& path) { write_token_documents(path, 200000); });
+  static BenchDataset tokens("cold-tokens", [](const std::string& path, int64_t) { write_token_documents(path, 200000); });
   return tokens.dataset();
 }
 
@@ -257,8 +257,9 @@ void BM_LoaderTransform(benchmark::State& state) {
 // batch's bytes.
 template <typename Delivered>
 auto loader_pass(int64_t batches, Delivered delivered) {
-  return [batches, delivered](const std::string& path, ReadAhead read_ahead, uint64_t seed, const auto& end) {
-    Dataset dataset = Dataset::open(path);
+  return [batches, delivered](const std::vector<std::string>& paths, ReadAhead read_ahead, uint64_t seed,
+                              const auto& end) {
+    Dataset dataset = Dataset::open_concat(paths);
     LoaderOptions options;
     options.batch_size = kHostBatch;
     options.sampler.kind = SamplerKind::Random;
