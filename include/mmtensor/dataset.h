@@ -211,16 +211,14 @@ class Dataset {
   //     caches added up (each cache once), and budget_bytes the smallest part's budget (what
   //     the quasi-random sampler can count on keeping cached).
   //   - ReaderOptions::read_ahead: Always hints a batch over all its parts at once. Auto,
-  //     over uncompressed fixed-field parts: the first batch, and the next one after a gather
-  //     of 100 us or more, is checked (mincore() of four of its records where mincore tells
-  //     this user; elsewhere, for the first batch and after a gather of 500 us or more,
-  //     those records hinted and what that read) and hinted whole when cold, unless its
-  //     records are neighbours (left to the kernel, as for one file); over other parts, each
-  //     part decides on its own share of the batch, as its own get_batch would.
-  //     read_ahead_stats() counts the whole batches hinted with the parts' own hints. A
-  //     Loader hints its batches itself (prefetch() over the parts), whatever the number of
-  //     parts. A batch gathered on several threads may hold each part's decoded chunks (a
-  //     quarter of its cache budget) on each thread.
+  //     over uncompressed fixed-field parts, decides for the whole batch over the parts by
+  //     the rules of one file (ReaderOptions::read_ahead), mincore() telling only where it
+  //     tells this user about every part; over other parts, each part decides on its own
+  //     share of the batch, as its own get_batch would. read_ahead_stats() counts the whole
+  //     batches hinted with the parts' own hints. A Loader hints its batches itself
+  //     (prefetch() over the parts), whatever the number of parts. A batch gathered on
+  //     several threads may hold each part's decoded chunks (a quarter of its cache budget)
+  //     on each thread.
   static Dataset open_concat(const std::vector<std::string>& paths, ReaderOptions options = {});
   static Dataset concat(const std::vector<Dataset>& parts);
 
