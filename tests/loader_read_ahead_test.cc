@@ -500,36 +500,54 @@ TEST(DatasetReadAheadTest, AutoHintsColdBatchesFromTheFirstAndStopsOnceTheyAreCa
   EXPECT_GE(warm.read_ahead_stats().batches_read_ahead, 1) << "a file gone cold was not hinted";
 }
 
-// Exit codes of run_as_nobody: the child could not become nobody or read the files (the
-// test skips), or body() threw.
-constexpr int kCannotBeNobody = 10, kNobodyCannotRead = 11, kBodyThrew = 16;
+// What a run_as_nobody() child found: `skipped` where it could not read as nobody (then
+// `failure` says why); otherwise what went wrong, or "" when nothing did.
+struct NobodyRun {
+  bool skipped = false;
+  std::string failure;
+};
 
 // Runs body() in a child process as the user nobody, who neither owns nor may write the
 // files `paths` (made readable to others first), so that mincore() would make its answer up
-// for that user; returns the child's exit code: body()'s result, or one of the above.
-int run_as_nobody(const TempDir& dir, const std::vector<std::string>& paths, const std::function<int()>& body) {
+// for that user. body() returns what went wrong ("" when nothing did); the child sends it
+// back through a pipe.
+NobodyRun run_as_nobody(const TempDir& dir, const std::vector<std::string>& paths,
+                        const std::function<std::string()>& body) {
   std::filesystem::permissions(dir.path(), std::filesystem::perms::others_read | std::filesystem::perms::others_exec,
                                std::filesystem::perm_options::add);
   for (const std::string& path : paths)
     std::filesystem::permissions(path, std::filesystem::perms::others_read, std::filesystem::perm_options::add);
+  constexpr int kSkipped = 10;
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return {false, "pipe failed"};
   const pid_t child = ::fork();
-  if (child < 0) return -1;
+  if (child < 0) return {false, "fork failed"};
   if (child == 0) {
+    ::close(pipe_fds[0]);
+    const auto finish = [&](int code, const std::string& message) {
+      (void)!::write(pipe_fds[1], message.data(), message.size());
+      ::_exit(code);
+    };
     // nobody; dumpable again, so that it may read its own /proc/thread-self/io.
-    if (::setgid(65534) != 0 || ::setuid(65534) != 0 || ::prctl(PR_SET_DUMPABLE, 1) != 0) ::_exit(kCannotBeNobody);
-    if (detail::thread_storage_read_bytes() < 0) ::_exit(kNobodyCannotRead);
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0 || ::prctl(PR_SET_DUMPABLE, 1) != 0)
+      finish(kSkipped, "cannot become nobody here");
+    if (detail::thread_storage_read_bytes() < 0) finish(kSkipped, "nobody cannot read its own read_bytes here");
     for (const std::string& path : paths)
-      if (::access(path.c_str(), R_OK) != 0) ::_exit(kNobodyCannotRead);
-    int code = kBodyThrew;
+      if (::access(path.c_str(), R_OK) != 0) finish(kSkipped, "nobody cannot read " + path + " here");
     try {
-      code = body();
-    } catch (...) {
+      finish(0, body());
+    } catch (const std::exception& e) {
+      finish(0, std::string("an exception: ") + e.what());
     }
-    ::_exit(code);
   }
+  ::close(pipe_fds[1]);
+  std::string message;
+  char buffer[256];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;) message.append(buffer, static_cast<size_t>(n));
+  ::close(pipe_fds[0]);
   int status = 0;
-  if (::waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
+  if (::waitpid(child, &status, 0) != child || !WIFEXITED(status)) return {false, "the child did not exit normally"};
+  return {WEXITSTATUS(status) == kSkipped, message};
 }
 
 // Why a test reading as nobody cannot run here, or nothing.
@@ -552,28 +570,25 @@ TEST(DatasetReadAheadTest, WhereMincoreWouldNotTellTheFirstBatchIsSampledToFindO
   const std::string path = write_page_sized_records(dir);
   if (!hints_are_charged_to_the_thread(path)) GTEST_SKIP() << "reads of " << path << " are not charged to the thread";
   if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
-  const int code = run_as_nobody(dir, {path}, [&] {
+  const NobodyRun run = run_as_nobody(dir, {path}, [&]() -> std::string {
     const std::vector<int64_t> batch = spread_records(5, 64);
     ReaderOptions random_advice;  // the open's own reads must not read the small file around them
     random_advice.advice = AccessAdvice::Random;
     const Dataset cold = Dataset::open(path, random_advice);
     const Tensor x = cold.get_batch(batch, "x");
-    if (x[63][0].item<float>() != static_cast<float>(batch[63])) return 12;
-    if (cold.read_ahead_stats().batches_read_ahead != 1 || !cold.read_ahead_stats().reading_ahead) return 13;
+    if (x[63][0].item<float>() != static_cast<float>(batch[63])) return "the batch is wrong";
+    if (cold.read_ahead_stats().batches_read_ahead != 1 || !cold.read_ahead_stats().reading_ahead)
+      return "a cold first batch did not turn hints on";
     const Dataset warm = Dataset::open(path);
     (void)warm.get_batch(batch, "x");
-    if (warm.read_ahead_stats().batches_read_ahead != 0 || warm.read_ahead_stats().reading_ahead) return 14;
+    if (warm.read_ahead_stats().batches_read_ahead != 0 || warm.read_ahead_stats().reading_ahead)
+      return "a warm first batch was hinted, or turned hints on";
     for (int k = 0; k < 20; ++k) (void)warm.get_batch(batch, "x");
-    if (warm.read_ahead_stats().batches_read_ahead != 0) return 15;
-    return 0;
+    if (warm.read_ahead_stats().batches_read_ahead != 0) return "a warm file went on being hinted";
+    return "";
   });
-  if (code == kCannotBeNobody || code == kNobodyCannotRead) GTEST_SKIP() << "cannot read as nobody here (" << code << ")";
-  EXPECT_NE(code, 12) << "the batch is wrong";
-  EXPECT_NE(code, 13) << "a cold first batch did not turn hints on";
-  EXPECT_NE(code, 14) << "a warm first batch was hinted, or turned hints on";
-  EXPECT_NE(code, 15) << "a warm file went on being hinted";
-  EXPECT_NE(code, kBodyThrew) << "an exception";
-  EXPECT_EQ(code, 0);
+  if (run.skipped) GTEST_SKIP() << run.failure;
+  EXPECT_EQ(run.failure, "");
 }
 
 // Shards read as one, uncompressed (one run over the parts): Auto checks the first batch,
@@ -621,25 +636,23 @@ TEST(DatasetReadAheadTest, ShardsWhereMincoreWouldNotTellAreSampledToFindOut) {
   if (!hints_are_charged_to_the_thread(paths[1])) GTEST_SKIP() << "reads of " << paths[1] << " are not charged to the thread";
   for (const std::string& path : paths)
     if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
-  const int code = run_as_nobody(dir, paths, [&] {
+  const NobodyRun run = run_as_nobody(dir, paths, [&]() -> std::string {
     const std::vector<int64_t> batch = spread_records(5, 64, 29);
     ReaderOptions random_advice;
     random_advice.advice = AccessAdvice::Random;
     const Dataset cold = Dataset::open_concat(paths, random_advice);
     const Tensor x = cold.get_batch(batch, "x");
-    if (x[63][0].item<float>() != static_cast<float>(batch[63])) return 12;
-    if (cold.read_ahead_stats().batches_read_ahead != 1 || !cold.read_ahead_stats().reading_ahead) return 13;
+    if (x[63][0].item<float>() != static_cast<float>(batch[63])) return "the batch is wrong";
+    if (cold.read_ahead_stats().batches_read_ahead != 1 || !cold.read_ahead_stats().reading_ahead)
+      return "a cold first batch was not hinted";
     const Dataset warm = Dataset::open_concat(paths);
     for (int k = 0; k < 20; ++k) (void)warm.get_batch(batch, "x");
-    if (warm.read_ahead_stats().batches_read_ahead != 0 || warm.read_ahead_stats().reading_ahead) return 14;
-    return 0;
+    if (warm.read_ahead_stats().batches_read_ahead != 0 || warm.read_ahead_stats().reading_ahead)
+      return "warm shards were hinted";
+    return "";
   });
-  if (code == kCannotBeNobody || code == kNobodyCannotRead) GTEST_SKIP() << "cannot read as nobody here (" << code << ")";
-  EXPECT_NE(code, 12) << "the batch is wrong";
-  EXPECT_NE(code, 13) << "a cold first batch was not hinted";
-  EXPECT_NE(code, 14) << "warm shards were hinted";
-  EXPECT_NE(code, kBodyThrew) << "an exception";
-  EXPECT_EQ(code, 0);
+  if (run.skipped) GTEST_SKIP() << run.failure;
+  EXPECT_EQ(run.failure, "");
 }
 
 // Opening a cold file reads a few pages at either end of it, whatever the advice: not the
