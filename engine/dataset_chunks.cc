@@ -303,7 +303,7 @@ void Dataset::verify() const {
     const Impl& d;
     ~RestoreAdvice() {
       try {
-        d.file.advise(d.options.advice);
+        d.apply_reader_advice();
       } catch (...) {  // a hint: nothing to report from a destructor
       }
     }

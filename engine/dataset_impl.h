@@ -123,6 +123,10 @@ struct Dataset::Impl {
   int64_t chunk_table_offset = 0;
   bool contiguous = false;  // kFlagContiguousFixedLayout, checked against the schema
   uint64_t instance_id = 0;  // unique per open(), keys per-thread shortcuts
+  // Gives the mapping the advice ReaderOptions::advice says, whatever other advice it had
+  // (the open's reads, verify()'s scan): Normal, Random and Sequential set how faults read
+  // around, WillNeed and DontNeed leave that as it was, so they go on top of Normal.
+  void apply_reader_advice() const;
   // A new instance_id: files and concatenations (whose get_batch keeps per-thread marks too)
   // draw from one count, so no two live readers share one.
   static uint64_t new_instance_id();

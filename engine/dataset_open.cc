@@ -185,8 +185,14 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   impl->mincore_reports_page_cache = detail::mincore_reports_page_cache(path, st.st_uid) &&
                                      ::stat(path.c_str(), &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino;
   impl->instance_id = new_instance_id();
-  if (options.advice != AccessAdvice::Random) impl->file.advise(options.advice);
+  impl->apply_reader_advice();
   return impl;
+}
+
+void Dataset::Impl::apply_reader_advice() const {
+  if (options.advice == AccessAdvice::WillNeed || options.advice == AccessAdvice::DontNeed)
+    file.advise(AccessAdvice::Normal);
+  file.advise(options.advice);
 }
 
 uint64_t Dataset::Impl::new_instance_id() { return next_instance_id.fetch_add(1, std::memory_order_relaxed); }
