@@ -118,10 +118,10 @@ inline const std::string& cold_reads_unavailable() {
 // Rounds of two passes over the cold files of `written` (one, or its shards; their pages
 // dropped before each pass), one with read-ahead Never and one with Auto, alternated.
 // `read_pass(paths, mode, seed, end)` opens the files (Dataset::open_concat), reads them with
-// that read-ahead, calls end() after its last read (before its
-// loader stops and its dataset closes: their teardown is not timed, and what a loader's
-// workers read ahead after that is not counted), and returns the bytes it delivered; each
-// pass takes a new seed. The time of a pass includes the open.
+// that read-ahead, calls end() after its last read (before its loader stops and its dataset
+// closes: their teardown is not timed, and what a loader's workers read ahead after that is
+// not counted), and returns the bytes it delivered; each pass takes a new seed. The time of a
+// pass includes the open.
 template <typename ReadPass>
 void run_cold_random_passes(benchmark::State& state, const Dataset& written, ReadPass read_pass) {
   // The written dataset's open read its header and chunk table through its mapping, and pages

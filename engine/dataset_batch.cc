@@ -507,6 +507,12 @@ struct HintSample {
     for (size_t k = 0; k < size; ++k) indices[k] = batch[k * batch.size() / size];
   }
   std::span<const int64_t> records() const { return {indices.data(), size}; }
+  // What prefetch() of the sample made the kernel read; -1, and no hint, where the kernel
+  // does not say (the hint would tell nothing, and cost as much).
+  template <typename Prefetch>
+  int64_t measured(const Prefetch& prefetch) const noexcept {
+    return detail::thread_storage_read_bytes_known() ? hint_and_measure(true, prefetch) : -1;
+  }
 };
 
 // The major page faults a gather on `threads` threads is charged with: the calling thread's,
@@ -576,7 +582,7 @@ struct FileBatch {
   bool looks_cold(std::span<const int64_t> indices) const { return d.batch_looks_cold(indices, field_positions(fields)); }
   int64_t read_by_sample_hint(std::span<const int64_t> indices) const {
     const HintSample sample(indices);
-    return hint_and_measure(true, [&] { d.prefetch(sample.records(), field_positions(fields)); });
+    return sample.measured([&] { d.prefetch(sample.records(), field_positions(fields)); });
   }
   int64_t read_by_hint(std::span<const int64_t> indices) const {
     policy().count_hint();
@@ -601,7 +607,7 @@ struct ShardsBatch {
   bool looks_cold(std::span<const int64_t> indices) const { return c.sample_looks_cold(indices, fields); }
   int64_t read_by_sample_hint(std::span<const int64_t> indices) const {
     const HintSample sample(indices);
-    return hint_and_measure(true, [&] { c.prefetch(sample.records(), fields, /*every_field=*/false); });
+    return sample.measured([&] { c.prefetch(sample.records(), fields, /*every_field=*/false); });
   }
   int64_t read_by_hint(std::span<const int64_t> indices) const {
     policy().count_hint();

@@ -426,7 +426,7 @@ void Dataset::Concat::get_batch(std::span<const int64_t> indices, std::span<cons
   // hint it).
   std::optional<detail::ReadAheadPolicy::DatasetHintsOff> parts_hints_off;
   if (options.read_ahead == ReadAhead::Always && !detail::ReadAheadPolicy::DatasetHintsOff::active()) {
-    if (indices.size() >= 2) {
+    if (indices.size() >= 2 && !fields.empty()) {
       read_ahead->count_hint();
       try {
         prefetch(indices, fields, /*every_field=*/false);
@@ -462,8 +462,7 @@ bool Dataset::Concat::sample_looks_cold(std::span<const int64_t> indices,
       if (index < -size() || index >= size()) return false;  // the gather's to report
       const Location at = locate(index, "get_batch");
       const Impl& part = *parts[at.part].impl_;
-      if (part.mincore_reports_page_cache && part.batch_looks_cold(std::span<const int64_t>(&at.index, 1), positions))
-        return true;
+      if (part.batch_looks_cold(std::span<const int64_t>(&at.index, 1), positions)) return true;
     }
   } catch (...) {  // unsure: no hint (the gather reports what is wrong)
   }

@@ -56,7 +56,6 @@ struct GuardedRegions {
   uintptr_t lowest = 0;
   uintptr_t end = 0;
 };
-
 }  // namespace detail
 
 struct Dataset::Concat {
@@ -112,8 +111,9 @@ struct Dataset::Concat {
   // get_batch of contiguous parts as one run (detail::gather_records).
   void gather_records_at(std::span<const int64_t> indices, std::span<const std::string> fields,
                          std::span<const Tensor> outs, int threads) const;
-  // Whether four of the batch's records (spread over it) miss pages of the page cache, where
-  // mincore() tells (Impl::batch_looks_cold); false when unsure.
+  // Whether four of the batch's records (spread over it) miss pages of the page cache
+  // (Impl::batch_looks_cold); only where mincore() tells about every part
+  // (mincore_reports_page_cache). False when unsure.
   bool sample_looks_cold(std::span<const int64_t> indices, std::span<const std::string> fields) const noexcept;
   CacheStats cache_stats() const;
   ReadAheadStats read_ahead_stats() const;
@@ -147,15 +147,6 @@ void gather_records(const Dataset::Impl& layout, std::span<const int64_t> indice
 // a single file's get_batch decides (Concat::read_ahead).
 void gather_shards_reading_ahead(const Dataset::Concat& c, std::span<const int64_t> indices,
                                  std::span<const std::string> fields, std::span<const Tensor> outs, int threads);
-
-// Whether a batch's records (Python-style indices into `record_count` records laid out
-// `record_stride_bytes` apart) lie close together: within twice the pages they would fill
-// alone (a sequential scan, or a shard read in order, strided by the ranks as a distributed
-// sampler without shuffling reads it). Auto read-ahead leaves those to the kernel's own
-// readahead, which runs ahead of the reader; a hint just before the gather would read that
-// batch alone, and keep the kernel from running ahead (a cold sequential scan ran 3.5-4x
-// slower hinted). dataset_batch.cc.
-bool records_are_dense(std::span<const int64_t> indices, int64_t record_count, int64_t record_stride_bytes);
 
 }  // namespace detail
 }  // namespace mmt

@@ -23,6 +23,9 @@
 //   taken in the child, whose first use then waits for ever. Values the workers need are
 //   asked for each time (page_bytes()), made when the library is loaded, or made on the
 //   caller's thread before any worker starts (the CUDA device count, when a loader is made).
+//   A static whose own fork handler uses it (the shared pool's holder, the chunk caches'
+//   registry) is safe too: the handler, run before every fork, waits out its first
+//   initialisation.
 #pragma once
 
 #include <cstdint>
