@@ -766,12 +766,16 @@ TEST(DatasetReadAheadTest, AColdFileReadInTurnWithAWarmOneIsStillChecked) {
   ASSERT_FALSE(cold->read_ahead_stats().reading_ahead);
   // Uses up the check that follows the last hint, on a warm batch. A warm gather that took
   // 100 us or more (dataset.h's mark: a loaded machine, a sanitizer) would leave a check for
-  // the next batch, so repeat until one, timed from outside, took less.
-  for (int attempt = 0; attempt < 100; ++attempt) {
+  // the next batch, so repeat until one, timed from outside, took less. Where none does (an
+  // AddressSanitizer build beside another test on CI's two cores), the next batch is checked
+  // rightly, and what follows cannot be seen.
+  bool warm_gather_was_fast = false;
+  for (int attempt = 0; attempt < 1000 && !warm_gather_was_fast; ++attempt) {
     const auto start = std::chrono::steady_clock::now();
     (void)cold->get_batch(few, "x");
-    if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(100)) break;
+    warm_gather_was_fast = std::chrono::steady_clock::now() - start < std::chrono::microseconds(100);
   }
+  if (!warm_gather_was_fast) GTEST_SKIP() << "no warm gather of 16 records took under 100 us here";
   const int64_t before = cold->read_ahead_stats().batches_read_ahead;
   // New records: gathered unhinted (nothing to check: the last gather was fast) and slow, so
   // the next batch is checked, although the warm dataset gathers in between on this thread.
