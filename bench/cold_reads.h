@@ -50,20 +50,28 @@ class BenchDataset {
     dataset_ = Dataset::open_concat(paths);
   }
   // `records` uint8 images of `shape`, and an int64 label, in 4 MiB chunks; in `parts` shards
-  // of consecutive records.
-  BenchDataset(const std::string& name, int64_t records, std::vector<int64_t> shape, int64_t parts = 1)
+  // of consecutive records. With `captions`, each record also has a caption of 0..31 bytes
+  // (a ragged field: the records are then not laid out back to back, and shards of them are
+  // read part by part).
+  BenchDataset(const std::string& name, int64_t records, std::vector<int64_t> shape, int64_t parts = 1,
+               bool captions = false)
       : BenchDataset(
             name,
             [&](const std::string& path, int64_t part) {
-              Schema schema({Field::fixed("image", kUInt8, shape), Field::fixed("label", kInt64, {})});
+              std::vector<Field> fields{Field::fixed("image", kUInt8, shape), Field::fixed("label", kInt64, {})};
+              if (captions) fields.push_back(Field::bytes("caption"));
               WriterOptions options;
               options.chunk_bytes = 4 << 20;
-              DatasetWriter writer = DatasetWriter::create(path, schema, options);
+              DatasetWriter writer = DatasetWriter::create(path, Schema(fields), options);
               Tensor image = empty(shape, kUInt8);
               uint8_t* pixels = image.mutable_data_ptr<uint8_t>();
               for (int64_t i = records * part / parts; i < records * (part + 1) / parts; ++i) {
                 for (int64_t p = 0; p < image.numel(); ++p) pixels[p] = static_cast<uint8_t>(i * 31 + p);
-                writer.append({image, full({}, static_cast<double>(i % 1000), kInt64)});
+                Tensor label = full({}, static_cast<double>(i % 1000), kInt64);
+                if (captions)
+                  writer.append({image, label, full({i % 32}, static_cast<double>('a' + i % 26), kUInt8)});
+                else
+                  writer.append({image, label});
               }
               writer.finish();
             },
@@ -90,6 +98,13 @@ inline const Dataset& small_records_dataset() {
 inline const Dataset& small_records_shards() {
   static BenchDataset data("small-shard", 600000, {1, 28, 28}, 8);
   return data.dataset();
+}
+// The same records with a caption each (not back to back), in one file or in 8 shards.
+inline const Dataset& captioned_records(bool shards) {
+  static BenchDataset file("captioned", 600000, {1, 28, 28}, 1, /*captions=*/true);
+  if (!shards) return file.dataset();
+  static BenchDataset in_shards("captioned-shard", 600000, {1, 28, 28}, 8, /*captions=*/true);
+  return in_shards.dataset();
 }
 
 // Why cold reads cannot be measured in the temporary folder ("" when they can): a small file

@@ -323,11 +323,15 @@ auto get_batch_pass(BatchesFor batches_for) {
 }
 
 // 40 random batches, Auto against Never: from one file, or (shards:1) from the same records
-// in 8 shards read as one.
+// in 8 shards read as one; (captions:1) records with a ragged caption too, whose shards are
+// read part by part.
 void BM_GetBatchColdRandom(benchmark::State& state) {
   if (const std::string& why = bench::cold_reads_unavailable(); !why.empty())
     return state.SkipWithError(("no cold reads to measure: " + why).c_str());
-  bench::run_cold_random_passes(state, state.range(0) ? bench::small_records_shards() : bench::small_records_dataset(),
+  const bool shards = state.range(0) != 0, captions = state.range(1) != 0;
+  const Dataset& written = captions ? bench::captioned_records(shards)
+                                    : shards ? bench::small_records_shards() : bench::small_records_dataset();
+  bench::run_cold_random_passes(state, written,
                                 get_batch_pass([](const Dataset& dataset, std::mt19937_64& random) {
                                   std::uniform_int_distribution<int64_t> record(0, dataset.size() - 1);
                                   return [&random, record, left = 40](std::vector<int64_t>& indices) mutable {
@@ -451,5 +455,5 @@ BENCHMARK(BM_ReadCompressed)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_Open)->Arg(1000)->Arg(100000000)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_GetBatchColdRandom)->Arg(0)->Arg(1)->ArgName("shards")->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GetBatchColdRandom)->ArgsProduct({{0, 1}, {0, 1}})->ArgNames({"shards", "captions"})->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GetBatchColdSequential)->Arg(1)->Arg(8)->ArgName("stride")->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
