@@ -555,7 +555,7 @@ using detail::kSlowGather;  // read_ahead.h: when the next batch of a dataset on
 using detail::kSlowGatherForSample;
 
 // What get_batch's read-ahead (read_ahead_gather) asks of what it gathers from: one file
-// (FileBatch), or contiguous shards read as one (ShardsBatch). Each gives
+// (FileBatch), or shards read as one (ShardsBatch). Each gives
 //   policy(), instance_id(), first_batch_unchecked(): the reader's read-ahead state;
 //   reads_nothing(): no field asked for;
 //   dense(indices): detail::records_are_dense in its layout;
@@ -614,7 +614,13 @@ struct ShardsBatch {
     return hint_and_measure(policy().mode() == ReadAhead::Auto,
                             [&] { c.prefetch(indices, fields, /*every_field=*/false); });
   }
-  void gather(std::span<const int64_t> indices, int threads) const { c.gather_records_at(indices, fields, outs, threads); }
+  // Records of parts with other layouts are in no one run: part by part, without the parts'
+  // own hints (this batch's hint, if any, was over every part at once).
+  void gather(std::span<const int64_t> indices, int threads) const {
+    if (c.contiguous) return c.gather_records_at(indices, fields, outs, threads);
+    const detail::ReadAheadPolicy::DatasetHintsOff parts_hints_off;
+    c.gather_part_by_part(indices, fields, outs, threads);
+  }
 };
 
 // batch.gather(), with the batch hinted first when ReaderOptions::read_ahead says so.

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <optional>
 #include <unordered_set>
 
 #include "checksum.h"
@@ -417,25 +416,14 @@ RaggedBatch Dataset::Concat::get_ragged_batch(std::span<const int64_t> indices, 
 
 void Dataset::Concat::get_batch(std::span<const int64_t> indices, std::span<const std::string> fields,
                                 std::span<const Tensor> outs, int threads) const {
-  MMT_CHECK(threads >= 1, ValueError, "get_batch: threads must be >= 1 (the calling thread counts as one), got ",
-            threads);
-  // Contiguous parts: the whole batch in one run, hinted first as a single file's would be.
-  if (contiguous) return detail::gather_shards_reading_ahead(*this, indices, fields, outs, threads);
-  // Always: the whole batch hinted at once, every part's records in flight together, and then
-  // gathered without the parts' own hints (a part holding one record of a batch would not
-  // hint it).
-  std::optional<detail::ReadAheadPolicy::DatasetHintsOff> parts_hints_off;
-  if (options.read_ahead == ReadAhead::Always && !detail::ReadAheadPolicy::DatasetHintsOff::active()) {
-    if (indices.size() >= 2 && !fields.empty()) {
-      read_ahead->count_hint();
-      try {
-        prefetch(indices, fields, /*every_field=*/false);
-      } catch (const Error&) {  // a hint: a damaged entry is the gather's to report
-      }
-    }
-    parts_hints_off.emplace();
-  }
-  // Otherwise part by part, where each part's read-ahead policy checks its own share.
+  // One read-ahead decision for the whole batch, whatever parts it falls in: a part's share
+  // of a shuffled batch over many shards is a few records, too few for the part to tell a cold
+  // batch by, and a check per part would cost as much as one for the batch.
+  detail::gather_shards_reading_ahead(*this, indices, fields, outs, threads);
+}
+
+void Dataset::Concat::gather_part_by_part(std::span<const int64_t> indices, std::span<const std::string> fields,
+                                          std::span<const Tensor> outs, int threads) const {
   thread_local BatchByPart scratch;
   BatchByPart& by_part = scratch;  // the pool's threads below reach it through this reference
   by_part.group(*this, indices, "get_batch");
@@ -550,7 +538,7 @@ ReadAheadStats Dataset::Concat::read_ahead_stats() const {
     total.reading_ahead = total.reading_ahead || s.reading_ahead;
   }
   total.batches_read_ahead += read_ahead->batches_hinted();
-  total.reading_ahead = total.reading_ahead || (contiguous && read_ahead->hinting());
+  total.reading_ahead = total.reading_ahead || read_ahead->hinting();
   return total;
 }
 

@@ -74,9 +74,10 @@ struct Dataset::Concat {
   std::vector<const std::byte*> part_data;  // contiguous: each part's first record
   detail::GuardedRegions regions;          // every part's mapping
   mutable std::atomic<bool> all_validated{false};  // every part's chunks validated (stays true)
-  // ReaderOptions::read_ahead for whole batches over the parts: over contiguous parts, the
-  // policy a single file's get_batch follows (detail::gather_shards_reading_ahead), and
-  // Always's hints over other parts; read_ahead_stats() counts its hints with the parts'.
+  // ReaderOptions::read_ahead for whole batches over the parts: the policy a single file's
+  // get_batch follows, over the whole batch whatever parts it falls in
+  // (detail::gather_shards_reading_ahead; the parts' own policies stay out of it);
+  // read_ahead_stats() counts its hints with the parts'.
   std::unique_ptr<detail::ReadAheadPolicy> read_ahead;
   uint64_t instance_id = 0;  // Impl::new_instance_id(): keys get_batch's per-thread marks
   bool mincore_reports_page_cache = false;  // for every part (Impl::mincore_reports_page_cache)
@@ -108,7 +109,12 @@ struct Dataset::Concat {
   void get_batch(std::span<const int64_t> indices, std::span<const std::string> fields, std::span<const Tensor> outs,
                  int threads) const;
   void prefetch(std::span<const int64_t> indices, std::span<const std::string> fields, bool every_field) const;
-  // get_batch of contiguous parts as one run (detail::gather_records).
+  // get_batch's gathers, without a hint of their own: of contiguous parts, as one run
+  // (detail::gather_records); of others, part by part (detail::gather_parts, or a part's own
+  // get_batch for a batch inside one part), the calling thread's hints off
+  // (ReadAheadPolicy::DatasetHintsOff) holding on the pool's threads too.
+  void gather_part_by_part(std::span<const int64_t> indices, std::span<const std::string> fields,
+                           std::span<const Tensor> outs, int threads) const;
   void gather_records_at(std::span<const int64_t> indices, std::span<const std::string> fields,
                          std::span<const Tensor> outs, int threads) const;
   // Whether four of the batch's records (spread over it) miss pages of the page cache
@@ -142,9 +148,10 @@ void gather_records(const Dataset::Impl& layout, std::span<const int64_t> indice
                     const GuardedRegions& regions, std::span<const std::string> fields,
                     std::span<const Tensor> outs, int threads);
 
-// For a concatenation of contiguous parts (dataset_batch.cc): gather_records() over the
-// whole batch, with ReaderOptions::read_ahead deciding whether the batch is hinted first, as
-// a single file's get_batch decides (Concat::read_ahead).
+// For a concatenation's get_batch (dataset_batch.cc): the whole batch gathered
+// (Concat::gather_records_at over contiguous parts, else Concat::gather_part_by_part with the
+// parts' hints off), with ReaderOptions::read_ahead deciding whether the batch is hinted
+// first, over all its parts at once, as a single file's get_batch decides (Concat::read_ahead).
 void gather_shards_reading_ahead(const Dataset::Concat& c, std::span<const int64_t> indices,
                                  std::span<const std::string> fields, std::span<const Tensor> outs, int threads);
 

@@ -176,6 +176,36 @@ TEST_P(DatasetConcatTest, BatchesSpreadOverPartsMatchOneFile) {
   EXPECT_THROW_WITH(ds.prefetch(each, std::vector<std::string>{"nope"}), ValueError, "'label'");
 }
 
+// Whatever ReaderOptions::read_ahead says (one decision for the whole batch over the parts,
+// the parts' own read-ahead left out), a batch is what one file gives, and a bad index
+// writes nothing.
+TEST_P(DatasetConcatTest, BatchesMatchOneFileUnderEveryReadAhead) {
+  const Shards shards(dir, GetParam());
+  const Dataset whole = Dataset::open(shards.whole);
+  std::mt19937_64 rng(13);
+  std::uniform_int_distribution<int64_t> pick(-100, 99);
+  for (ReadAhead read_ahead : {ReadAhead::Auto, ReadAhead::Always, ReadAhead::Never}) {
+    ReaderOptions options;
+    options.read_ahead = read_ahead;
+    const Dataset ds = Dataset::open_concat(shards.paths, options);
+    for (int round = 0; round < 12; ++round)
+      for (int threads : {1, 2}) {
+        std::vector<int64_t> indices(static_cast<size_t>(1 + round * 29));
+        for (int64_t& i : indices) i = pick(rng);
+        const std::string what = "round " + std::to_string(round) + " threads " + std::to_string(threads);
+        expect_same_tensor(ds.get_batch(indices, "image", threads), whole.get_batch(indices, "image"), what);
+        expect_same_tensor(ds.get_batch(indices, "label", threads), whole.get_batch(indices, "label"), what);
+      }
+    for (const Dataset& part : ds.parts())
+      EXPECT_EQ(part.read_ahead_stats().batches_read_ahead, 0) << "a part hinted its own share of a batch";
+    EXPECT_EQ(ds.read_ahead_stats().batches_read_ahead > 0, read_ahead == ReadAhead::Always);
+    Tensor out = zeros({3}, kInt64);
+    EXPECT_THROW_WITH(ds.get_batch(std::vector<int64_t>{0, 99, 100}, "label", out), IndexError,
+                      "record index 100 is out of range");
+    EXPECT_EQ(out.to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0}));
+  }
+}
+
 TEST_P(DatasetConcatTest, ColumnsAcrossPartsAreCopiesAndInsideOneAreThePartsOwn) {
   const Shards shards(dir, GetParam());
   const Dataset ds = Dataset::open_concat(shards.paths);

@@ -427,11 +427,32 @@ std::string write_page_sized_records(const TempDir& dir, const std::string& name
 
 // The 2000 records in three shards, read as one by Dataset::open_concat. Chunks of 256
 // records fill whole pages, so each shard's records lie back to back (the contiguous fixed
-// layout), and a batch over the shards is gathered as one run.
-std::vector<std::string> write_page_sized_shards(const TempDir& dir) {
-  return {write_page_sized_records(dir, "shard-0.mmt", 0, 700, 256),
-          write_page_sized_records(dir, "shard-1.mmt", 700, 1300, 256),
-          write_page_sized_records(dir, "shard-2.mmt", 1300, 2000, 256)};
+// layout), and a batch over the shards is gathered as one run; chunks of 240 do not, and a
+// batch is gathered part by part.
+std::vector<std::string> write_page_sized_shards(const TempDir& dir, int64_t chunk_records = 256) {
+  return {write_page_sized_records(dir, "shard-0.mmt", 0, 700, chunk_records),
+          write_page_sized_records(dir, "shard-1.mmt", 700, 1300, chunk_records),
+          write_page_sized_records(dir, "shard-2.mmt", 1300, 2000, chunk_records)};
+}
+
+// Shards laid out back to back (gathered as one run), or not (gathered part by part): Auto
+// decides for the whole batch either way.
+struct ShardLayout {
+  int64_t chunk_records;
+  bool one_run;
+};
+std::string shard_layout_name(const ::testing::TestParamInfo<ShardLayout>& info) {
+  return info.param.one_run ? "OneRun" : "PartByPart";
+}
+class ShardsReadAheadTest : public ::testing::TestWithParam<ShardLayout> {};
+INSTANTIATE_TEST_SUITE_P(Layouts, ShardsReadAheadTest, ::testing::Values(ShardLayout{256, true}, ShardLayout{240, false}),
+                         shard_layout_name);
+
+// Whether each part's own read-ahead hinted nothing (the concatenation's decides for it).
+bool parts_hinted_nothing(const Dataset& shards) {
+  for (const Dataset& part : shards.parts())
+    if (part.read_ahead_stats().batches_read_ahead != 0) return false;
+  return true;
 }
 
 // `count` distinct records from `first` on, `step` apart, wrapping around 2000.
@@ -600,20 +621,21 @@ TEST(DatasetReadAheadTest, WhereMincoreWouldNotTellTheFirstBatchIsSampledToFindO
   EXPECT_EQ(run.failure, "");
 }
 
-// Shards read as one, uncompressed (one run over the parts): Auto checks the first batch,
-// hints it whole when it is cold, and read_ahead_stats() counts that hint; a batch of
-// neighbouring records is left to the kernel; a warm set of shards is not hinted.
-TEST(DatasetReadAheadTest, ShardsReadAsOneHintAColdFirstBatchWholeAndCountIt) {
+// Shards read as one: Auto checks the first batch, hints it whole (over all its parts at
+// once, the parts' own read-ahead left out) when it is cold, and read_ahead_stats() counts
+// that one hint; a batch of neighbouring records is left to the kernel; a warm set of shards
+// is not hinted.
+TEST_P(ShardsReadAheadTest, ShardsReadAsOneHintAColdFirstBatchWholeAndCountIt) {
   if (!four_kib_pages()) GTEST_SKIP() << "records laid out for 4 KiB pages";
   TempDir dir;
-  const std::vector<std::string> paths = write_page_sized_shards(dir);
+  const std::vector<std::string> paths = write_page_sized_shards(dir, GetParam().chunk_records);
   if (!hints_are_charged_to_the_thread(paths[1])) GTEST_SKIP() << "reads of " << paths[1] << " are not charged to the thread";
   for (const std::string& path : paths)
     if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
   ReaderOptions random_advice;  // the open's own reads must not read the small files around them
   random_advice.advice = AccessAdvice::Random;
   const Dataset cold = Dataset::open_concat(paths, random_advice);
-  ASSERT_TRUE(cold.parts()[0].column_is_view("x"));  // the layout this test is about
+  ASSERT_EQ(cold.parts()[0].column_is_view("x"), GetParam().one_run);  // the layout this test is about
   EXPECT_EQ(cold.read_ahead_stats().batches_read_ahead, 0);
   const std::vector<int64_t> batch = spread_records(5, 64, 29);  // in every shard
   expect_gathered(cold.get_batch(batch, "x"), batch);
@@ -628,6 +650,7 @@ TEST(DatasetReadAheadTest, ShardsReadAsOneHintAColdFirstBatchWholeAndCountIt) {
   const std::vector<int64_t> random = spread_records(1001, 64, 13);
   expect_gathered(cold.get_batch(random, "x"), random);
   EXPECT_EQ(cold.read_ahead_stats().batches_read_ahead, 2) << "a cold random batch was not hinted";
+  EXPECT_TRUE(parts_hinted_nothing(cold)) << "a part hinted its own share of a batch";
 
   for (int64_t first = 0; first < 2000; first += 100) (void)cold.get_batch(spread_records(first, 100, 1), "x");
   const Dataset warm = Dataset::open_concat(paths, random_advice);
@@ -638,11 +661,11 @@ TEST(DatasetReadAheadTest, ShardsReadAsOneHintAColdFirstBatchWholeAndCountIt) {
 
 // The same where mincore() would make its answer up: eight of the first batch's records are
 // hinted, and what that read says the shards are cold. Run as another user in a child.
-TEST(DatasetReadAheadTest, ShardsWhereMincoreWouldNotTellAreSampledToFindOut) {
+TEST_P(ShardsReadAheadTest, ShardsWhereMincoreWouldNotTellAreSampledToFindOut) {
   if (!four_kib_pages()) GTEST_SKIP() << "records laid out for 4 KiB pages";
   if (const auto why = cannot_read_as_nobody()) GTEST_SKIP() << *why;
   TempDir dir;
-  const std::vector<std::string> paths = write_page_sized_shards(dir);
+  const std::vector<std::string> paths = write_page_sized_shards(dir, GetParam().chunk_records);
   if (!hints_are_charged_to_the_thread(paths[1])) GTEST_SKIP() << "reads of " << paths[1] << " are not charged to the thread";
   for (const std::string& path : paths)
     if (!evict(path)) GTEST_SKIP() << "cannot drop pages from the page cache of " << path;
@@ -654,7 +677,8 @@ TEST(DatasetReadAheadTest, ShardsWhereMincoreWouldNotTellAreSampledToFindOut) {
     const Tensor x = cold.get_batch(batch, "x");
     if (x[63][0].item<float>() != static_cast<float>(batch[63])) return "the batch is wrong";
     if (cold.read_ahead_stats().batches_read_ahead != 1 || !cold.read_ahead_stats().reading_ahead)
-      return "a cold first batch was not hinted";
+      return "a cold first batch was not hinted once, as a whole";
+    if (!parts_hinted_nothing(cold)) return "a part hinted its own share of the batch";
     const Dataset warm = Dataset::open_concat(paths);
     for (int k = 0; k < 20; ++k) (void)warm.get_batch(batch, "x");
     if (warm.read_ahead_stats().batches_read_ahead != 0 || warm.read_ahead_stats().reading_ahead)

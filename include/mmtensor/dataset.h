@@ -210,13 +210,13 @@ class Dataset {
   //     order. cache_stats() is the shared cache's; after concat(), the counts of the parts'
   //     caches added up (each cache once), and budget_bytes the smallest part's budget (what
   //     the quasi-random sampler can count on keeping cached).
-  //   - ReaderOptions::read_ahead: Always hints a batch over all its parts at once. Auto,
-  //     over uncompressed fixed-field parts, decides for the whole batch over the parts by
-  //     the rules of one file (ReaderOptions::read_ahead), mincore() telling only where it
-  //     tells this user about every part; over other parts, each part decides on its own
-  //     share of the batch, as its own get_batch would. read_ahead_stats() counts the whole
-  //     batches hinted with the parts' own hints. A Loader hints its batches itself
-  //     (prefetch() over the parts), whatever the number of parts. A batch gathered on
+  //   - ReaderOptions::read_ahead (concat(): the first part's) decides for get_batch's whole
+  //     batch, whatever parts it falls in, by the rules of one file: Always hints it over all
+  //     its parts at once; Auto checks it as one file's batch (mincore() telling only where
+  //     it tells this user about every part), and hints it over all its parts at once. The
+  //     parts' own read-ahead stays out of it (their get_batch still follows it).
+  //     read_ahead_stats() counts these batches with the parts' own. A Loader hints its
+  //     batches itself (prefetch() over the parts), whatever the number of parts. A batch gathered on
   //     several threads may hold each part's decoded chunks (a quarter of its cache budget)
   //     on each thread.
   static Dataset open_concat(const std::vector<std::string>& paths, ReaderOptions options = {});
