@@ -551,7 +551,7 @@ bool take_slow_gather_mark(uint64_t dataset, std::chrono::nanoseconds& took) {
   return false;
 }
 
-using detail::kSlowGather;  // read_ahead.h: when the next batch of a dataset on the thread is checked
+// read_ahead.h: when the next batch of a dataset on the thread is checked
 using detail::kSlowGatherForSample;
 
 // What get_batch's read-ahead (read_ahead_gather) asks of what it gathers from: one file
@@ -642,22 +642,27 @@ void read_ahead_gather(const Batch& batch, std::span<const int64_t> indices, int
   const bool after_slow = take_slow_gather_mark(id, slow_gather_took);
   std::atomic<bool>& unchecked = batch.first_batch_unchecked();
   const bool first = unchecked.load(std::memory_order_relaxed) && unchecked.exchange(false, std::memory_order_relaxed);
-  const auto timed_gather = [&] {
+  // found_warm: a check found this batch in the page cache; its time is then what a warm
+  // gather takes, and later ones are slow only well beyond it (ReadAheadPolicy::slow_gather).
+  const auto timed_gather = [&](bool found_warm = false) {
     const auto start = std::chrono::steady_clock::now();
     batch.gather(indices, threads);
     const auto took = std::chrono::steady_clock::now() - start;
-    if (took >= kSlowGather) mark_slow_gather(id, took);
+    if (found_warm) policy.note_warm_gather(took, indices.size());
+    if (took >= policy.slow_gather(indices.size())) mark_slow_gather(id, took);
   };
   if (!policy.hinting() && !first && !after_slow) return timed_gather();  // warm lately: nothing to check
   if (batch.dense(indices)) return timed_gather();  // the kernel's to read ahead
   const bool mincore_tells = batch.mincore_tells();
   if (!policy.hinting()) {  // the page cache has not missed lately: is this batch cold?
     int64_t faults_before = -1;
-    bool cold = false;
+    bool checked = false, cold = false;
     if (mincore_tells) {
-      cold = (first || after_slow) && batch.looks_cold(indices);
+      checked = first || after_slow;
+      cold = checked && batch.looks_cold(indices);
     } else if (first || (after_slow && slow_gather_took >= kSlowGatherForSample)) {
       const int64_t read = batch.read_by_sample_hint(indices);
+      checked = read >= 0;
       cold = read > 0;
       // Without read_bytes: the gather's major faults tell, for the next batch (pool threads
       // fault too when there are several).
@@ -665,7 +670,7 @@ void read_ahead_gather(const Batch& batch, std::span<const int64_t> indices, int
     }
     if (cold) policy.note_gather_faults(1);
     if (!policy.hinting()) {
-      timed_gather();
+      timed_gather(checked && !cold);
       if (faults_before >= 0) policy.note_gather_faults(major_faults(threads) - faults_before);
       return;
     }

@@ -121,6 +121,22 @@ TEST(ReadAheadPolicyTest, AlwaysAndNeverDoNotAdapt) {
   EXPECT_FALSE(never.watching_faults());
 }
 
+// get_batch's Auto: a gather is slow (its dataset's next batch checked) from 100 us, and from
+// twice the time per record of the last batch a check found cached, whichever is longer.
+TEST(ReadAheadPolicyTest, ASlowGatherIsSlowAgainstTheLastWarmOne) {
+  using std::chrono::microseconds;
+  ReadAheadPolicy policy(ReadAhead::Auto, /*auto_hints_from_start=*/false);
+  EXPECT_EQ(policy.slow_gather(256), detail::kSlowGather);  // no warm gather seen yet
+  policy.note_warm_gather(microseconds(90), 256);           // records scattered over shards, say
+  EXPECT_NEAR(policy.slow_gather(256).count(), 180'000, 1);  // in ns (kept per record in ps)
+  EXPECT_NEAR(policy.slow_gather(512).count(), 360'000, 1);
+  EXPECT_EQ(policy.slow_gather(16), detail::kSlowGather);  // never under 100 us
+  policy.note_warm_gather(microseconds(13), 256);          // the last one counts, not the slowest
+  EXPECT_EQ(policy.slow_gather(256), detail::kSlowGather);
+  policy.note_warm_gather(microseconds(50), 0);  // an empty batch says nothing
+  EXPECT_EQ(policy.slow_gather(256), detail::kSlowGather);
+}
+
 TEST(ReadAheadPolicyTest, ThreadCountsAreReadable) {
   EXPECT_GE(detail::thread_major_faults(), 0);
   const int64_t read = detail::thread_storage_read_bytes();

@@ -64,11 +64,13 @@ struct ReaderOptions {
   // record, many times a warm gather, so Auto hints only while the page cache misses:
   //   - hints are off at open;
   //   - a batch is checked when it is the dataset's first, or when this dataset's previous
-  //     gather on the same thread took 100 us or more (or was the last hinted one; each
-  //     thread keeps such marks for eight datasets at once): mincore() of the pages of the
-  //     largest field's value (up to 64 pages; else the first, middle and last) of four of its
-  //     records. A missing page turns hints on, for this batch too. A warm gather under
-  //     100 us pays for no check;
+  //     gather on the same thread was slow (or was the last hinted one; each thread keeps
+  //     such marks for eight datasets at once): mincore() of the pages of the largest
+  //     field's value (up to 64 pages; else the first, middle and last) of four of its
+  //     records. A missing page turns hints on, for this batch too. Slow is 100 us or more,
+  //     and at least twice the time per record of the last batch a check found cached: a
+  //     warm gather pays for no check, whether it takes 13 us (256 784-byte records back to
+  //     back) or 100 us (the same records scattered over shards read part by part);
   //   - where mincore does not tell this user (a file the user neither owns nor may write),
   //     the check hints eight of the batch's records and looks at what that read (Linux's
   //     per-thread read_bytes; without it, the gather's major faults turn hints on for the
