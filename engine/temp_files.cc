@@ -140,13 +140,31 @@ int remove_dead_temporaries(const std::string& target) {
   return removed;
 }
 
+namespace {
+
+// `pieces` one after another, as a streamed write asks for them; empty ones skipped (an
+// empty span is the end). The list must outlive the write.
+NextBytes each_piece(std::initializer_list<std::span<const std::byte>> pieces) {
+  return [next_piece = pieces.begin(), end = pieces.end()]() mutable {
+    while (next_piece != end && next_piece->empty()) ++next_piece;
+    return next_piece == end ? std::span<const std::byte>() : *next_piece++;
+  };
+}
+
+}  // namespace
+
 std::string write_temporary(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces,
                             const WriteCheckpoint& checkpoint) {
+  return write_temporary_streamed(target, each_piece(pieces), checkpoint);
+}
+
+std::string write_temporary_streamed(const std::string& target, const NextBytes& next,
+                                     const WriteCheckpoint& checkpoint) {
   remove_dead_temporaries(target);  // what writers of this target killed earlier left
   std::string temp;
   io::WritableFile file = create_temporary(target, temp);
   try {
-    for (std::span<const std::byte> piece : pieces) {
+    for (std::span<const std::byte> piece = next(); !piece.empty(); piece = next()) {
       for (size_t done = 0; done < piece.size();) {
         const size_t n = checkpoint ? std::min<size_t>(piece.size() - done, kCheckpointBytes) : piece.size() - done;
         file.write(piece.data() + done, static_cast<int64_t>(n));
@@ -184,10 +202,14 @@ StagedFiles::~StagedFiles() {
 }
 
 void StagedFiles::stage(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces) {
+  stage_streamed(target, each_piece(pieces));
+}
+
+void StagedFiles::stage_streamed(const std::string& target, const NextBytes& next) {
   io::check_output_target(target, replace_, "it is kept (this write replaces no file)");  // nor a device or link
   staged_.push_back({target, ""});  // reserved first: the push cannot fail after the write
   try {
-    staged_.back().temporary = write_temporary(target, pieces, checkpoint_);
+    staged_.back().temporary = write_temporary_streamed(target, next, checkpoint_);
   } catch (...) {
     staged_.pop_back();
     throw;

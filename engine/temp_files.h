@@ -49,6 +49,13 @@ inline constexpr int64_t kCheckpointBytes = int64_t{16} << 20;
 // of `target` first.
 std::string write_temporary(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces,
                             const WriteCheckpoint& checkpoint = {});
+// The same for bytes made while they are written, so that a file larger than memory needs
+// none of it at once: next() gives the next bytes (valid until it is called again; never
+// empty before the end), and an empty span once there are no more. What next() throws undoes
+// the write as any failure.
+using NextBytes = std::function<std::span<const std::byte>()>;
+std::string write_temporary_streamed(const std::string& target, const NextBytes& next,
+                                     const WriteCheckpoint& checkpoint = {});
 
 // Writes `pieces`, in order, to a temporary beside `target`, fsyncs it and renames it onto
 // `target` (replacing an existing regular file only when `replace`; a device, pipe, folder
@@ -79,6 +86,8 @@ class StagedFiles {
   StagedFiles& operator=(const StagedFiles&) = delete;
 
   void stage(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces);
+  // The same, the bytes made while they are written (write_temporary_streamed).
+  void stage_streamed(const std::string& target, const NextBytes& next);
   void publish();
 
  private:

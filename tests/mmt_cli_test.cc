@@ -283,6 +283,32 @@ TEST_F(MmtCli, ExportIsByteForByteWhatNumpyWrites) {
   EXPECT_EQ(run_mmt({"export", path("x.mmt"), path("back"), "--force"}).exit_code, 0);
 }
 
+// A field is exported a piece of records at a time (16 MiB), not read into memory whole: the
+// pieces, whose ends fall inside chunks, make the same bytes numpy wrote, uncompressed and
+// compressed.
+TEST_F(MmtCli, ExportOfAFieldLargerThanAPieceIsByteForByte) {
+  Tensor images = empty({5000, 3, 37, 37}, kUInt8);  // 20.5 MB, 4107 bytes a record
+  uint8_t* pixels = images.mutable_data_ptr<uint8_t>();
+  for (int64_t i = 0; i < images.numel(); ++i) pixels[i] = static_cast<uint8_t>(i * 7 % 251);
+  Tensor labels = records(kInt16, 5000, {});
+  save("images.npy", images);
+  save("labels.npy", labels);
+  for (const char* codec : {"none", "zstd:1"}) {
+    SCOPED_TRACE(codec);
+    const std::string out = path(std::string("big-") + codec + ".mmt");
+    ASSERT_EQ(run_mmt({"pack", out, "images=" + path("images.npy"), "labels=" + path("labels.npy"), "--codec", codec,
+                       "--chunk-bytes", "1000000"})
+                  .exit_code,
+              0);
+    const std::string back = path(std::string("back-") + codec);
+    RunResult exported = run_mmt({"export", out, back});
+    ASSERT_EQ(exported.exit_code, 0) << exported.err;
+    EXPECT_NE(exported.out.find("uint8 [5000, 3, 37, 37]"), std::string::npos) << exported.out;
+    EXPECT_EQ(testutil::read_file(back + "/images.npy"), testutil::read_file(path("images.npy")));
+    EXPECT_EQ(testutil::read_file(back + "/labels.npy"), testutil::read_file(path("labels.npy")));
+  }
+}
+
 TEST_F(MmtCli, NpzInputsStoredAndDeflated) {
   for (bool deflate : {false, true}) {
     SCOPED_TRACE(deflate);

@@ -2,6 +2,7 @@
 // (of all the records, for shards read as one dataset),
 // so `pack` then `export` gives the original arrays byte for byte (for little-endian C-order
 // sources; a big-endian or Fortran-order one comes back with the same values in native C order).
+// A field is written a piece of records at a time, so a field larger than memory exports too.
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "mmtensor/dataset_writer.h"
 #include "import_util.h"
 #include "interrupt.h"
+#include "npy_format.h"
 #include "mmtensor/numpy_io.h"
 #include "output_file.h"
 
@@ -41,13 +43,13 @@ Dataset open_for_export(const std::vector<std::string>& files) {
 // A bool byte other than 0 or 1 is damage (FORMAT.md) that the checksums cannot see when the
 // writer put it there; an .npy of it would be refused by `mmt pack` and read by numpy as a
 // value no bool holds. Named with its file and record there, as `mmt verify` names its chunk.
-void refuse_non_bool_bytes(const Dataset& ds, const Tensor& column, const std::string& field) {
-  const Tensor values = column.contiguous();
+// `values`: records [first_record, ...) of the field, contiguous.
+void refuse_non_bool_bytes(const Dataset& ds, const Tensor& values, int64_t first_record, const std::string& field) {
   const auto* bytes = static_cast<const std::byte*>(values.data_ptr());
   const int64_t at = detail::first_invalid_bool(bytes, values.numel());
   if (at < 0) return;
   const int64_t per_record = values.numel() / std::max<int64_t>(values.size(0), 1);
-  const int64_t record = at / per_record;
+  const int64_t record = first_record + at / per_record;
   const Dataset::Location where = ds.locate(record);
   const std::vector<Dataset> parts = ds.parts();
   const std::string in_concatenation =
@@ -56,6 +58,46 @@ void refuse_non_bool_bytes(const Dataset& ds, const Tensor& column, const std::s
                                 in_concatenation, " holds the bool byte ",
                                 static_cast<int>(static_cast<uint8_t>(bytes[at])),
                                 " (bool values are 0 or 1); mmt verify reports its chunk"));
+}
+
+// How many bytes of a field an export holds in memory at once: its records are read, checked
+// and written this many at a time (at least one record).
+constexpr int64_t kExportPieceBytes = int64_t{16} << 20;
+
+// Writes field `field` of every record of `ds` as an .npy file to a temporary of `files`, to
+// be put at `path` by its publish(): the header, then pieces of records (column(field, first,
+// stop), each checked: every chunk under it, and bool bytes), so that memory holds one piece,
+// never the whole field. Returns the array's shape.
+DimVector stage_field(detail::StagedFiles& files, const Dataset& ds, const std::string& field,
+                      const std::string& path) {
+  const Field& f = ds.schema()[ds.schema().index_of(field)];
+  const int64_t records = ds.size();
+  DimVector sizes{records};
+  int64_t record_bytes = element_size(f.dtype);
+  for (int64_t s : f.shape) {
+    sizes.push_back(s);
+    record_bytes *= s;
+  }
+  const int64_t records_per_piece = std::max<int64_t>(1, kExportPieceBytes / std::max<int64_t>(record_bytes, 1));
+  const std::string header = detail::npy_header_bytes(f.dtype, sizes);
+  bool header_written = false;
+  int64_t next_record = 0;
+  Tensor piece;  // the bytes handed out last, alive until the next call
+  files.stage_streamed(path, [&]() -> std::span<const std::byte> {
+    if (!header_written) {
+      header_written = true;
+      return std::as_bytes(std::span(header));
+    }
+    while (next_record < records) {
+      const int64_t first = next_record;
+      next_record = std::min(records, first + records_per_piece);
+      piece = ds.column(field, first, next_record).contiguous();  // checks (and hashes) every chunk under it
+      if (f.dtype == kBool) refuse_non_bool_bytes(ds, piece, first, field);
+      if (piece.nbytes() > 0) return {static_cast<const std::byte*>(piece.data_ptr()), static_cast<size_t>(piece.nbytes())};
+    }
+    return {};
+  });
+  return sizes;
 }
 
 // Removes the folders an export made (deepest first), each only if empty; whether it
@@ -128,11 +170,9 @@ void run_export(const ExportArgs& args) {
               ec ? ec.message() : "a file is in the way");
     detail::StagedFiles files(args.force, StopSignals::check);
     for (size_t k = 0; k < names.size(); ++k) {
-      Tensor column = ds.column(names[k]);  // checks (and hashes) every chunk under it
-      StopSignals::check();
-      if (column.dtype() == kBool) refuse_non_bool_bytes(ds, column, names[k]);
-      stage_npy_file(files, paths[k], column);
-      written << printable(paths[k]) << "  " << to_string(column.dtype()) << " " << column.sizes() << "\n";
+      const DimVector sizes = stage_field(files, ds, names[k], paths[k]);
+      written << printable(paths[k]) << "  " << to_string(ds.schema()[ds.schema().index_of(names[k])].dtype) << " "
+              << sizes << "\n";
     }
     files.publish();
     note_published(paths.size() == 1 ? detail::str(paths[0], " was written and is complete")

@@ -83,10 +83,4 @@ void write_npy_file(const std::string& path, const Tensor& t, bool force, const 
   });
 }
 
-void stage_npy_file(detail::StagedFiles& files, const std::string& path, const Tensor& t) {
-  with_npy_bytes(t, [&](std::span<const std::byte> header, std::span<const std::byte> data) {
-    files.stage(path, {header, data});
-  });
-}
-
 }  // namespace mmt::tool

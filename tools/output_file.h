@@ -48,7 +48,4 @@ void write_output_file(const std::string& path, std::span<const std::byte> bytes
 void write_npy_file(const std::string& path, const Tensor& t, bool force,
                     const detail::WriteCheckpoint& checkpoint = {});
 
-// Writes `t` as an .npy file to a temporary of `files`, to be put at `path` by its publish().
-void stage_npy_file(detail::StagedFiles& files, const std::string& path, const Tensor& t);
-
 }  // namespace mmt::tool
