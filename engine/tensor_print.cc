@@ -188,8 +188,10 @@ std::string Tensor::to_string() const {
     if (!default_dtype) suffixes.push_back("dtype=torch." + std::string(mmt::to_string(dtype_)));
   }
   std::string out = prefix + body;
-  int64_t last_line = static_cast<int64_t>(out.size() - (out.rfind('\n') == std::string::npos
-                                                             ? 0 : out.rfind('\n')) + 1);
+  // PyTorch's count (_add_suffixes: len(s) - s.rfind("\n") + 1), two more than the line's
+  // length when there is no newline (rfind gives -1), which decides where its dtype wraps.
+  const size_t newline = out.rfind('\n');
+  int64_t last_line = static_cast<int64_t>(newline == std::string::npos ? out.size() + 2 : out.size() - newline + 1);
   for (const auto& s : suffixes) {
     if (last_line + static_cast<int64_t>(s.size()) + 2 > kLineWidth) {
       out += ",\n" + std::string(indent, ' ') + s;

@@ -361,6 +361,15 @@ TEST(TensorPrint, LikePyTorch) {
   EXPECT_EQ(tensor<float>({1e-5f, 1.0f}).to_string(), "tensor([1.0000e-05, 1.0000e+00])");
   EXPECT_EQ(tensor<double>({-1.0, 0.5}).to_string(), "tensor([-1.0000,  0.5000], dtype=torch.float64)");
   EXPECT_EQ(arange(2000).to_string(), "tensor([   0,    1,    2,  ..., 1997, 1998, 1999])");
+  // At the 80-column edge PyTorch counts a one-line tensor's line as two longer than it is
+  // (torch/_tensor_str.py _add_suffixes: len(s) - s.rfind("\n") + 1), so the dtype moves to a
+  // line of its own one column early; so does ours.
+  Tensor digits = empty({1, 17}, kUInt8);
+  for (int64_t i = 0; i < 17; ++i) digits.mutable_data_ptr<uint8_t>()[i] = static_cast<uint8_t>(i % 10);
+  EXPECT_EQ(digits.to_string(),
+            "tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5, 6]],\n       dtype=torch.uint8)");
+  EXPECT_EQ(digits.narrow(1, 0, 16).to_string(),
+            "tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5]], dtype=torch.uint8)");
   std::string big = arange(30 * 40).view({30, 40}).to_string();
   EXPECT_NE(big.find("[   0,    1,    2,  ...,   37,   38,   39]"), std::string::npos) << big;
   EXPECT_NE(big.find("        ...,\n"), std::string::npos) << big;

@@ -119,8 +119,9 @@ void run_get(const GetArgs& args) {
     return;
   }
   Sample sample = ds.get(index);
-  // A dict of tensors, as printing a PyTorch sample dict shows it; the names come from the
-  // file, so they are escaped.
+  // A dict of tensors, one field a line, as pprint.pprint shows a PyTorch sample dict too wide
+  // for one line (print() would put it on one); the names come from the file, so they are
+  // escaped.
   std::cout << "{";
   for (size_t i = 0; i < sample.size(); ++i) {
     std::cout << (i ? ",\n " : "") << "'" << printable(ds.schema()[i].name) << "': " << sample[i].to_string();
