@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -310,21 +311,27 @@ TEST_F(MmtCli, ExportOfAFieldLargerThanAPieceIsByteForByte) {
 }
 
 TEST_F(MmtCli, NpzInputsStoredAndDeflated) {
-  for (bool deflate : {false, true}) {
-    SCOPED_TRACE(deflate);
-    Tensor x = records(kFloat32, 6, {3});
-    Tensor y = records(kInt64, 6, {});
-    testutil::write_file(path("in.npz"), testutil::zip_archive({{"x.npy", npy_bytes(x), deflate},
-                                                                {"y.npy", npy_bytes(y), deflate}}));
-    std::string out = path(deflate ? "d.mmt" : "s.mmt");
-    RunResult packed = run_mmt({"pack", out, path("in.npz"), "--codec", "zstd"});
-    ASSERT_EQ(packed.exit_code, 0) << packed.err;
-    Dataset ds = Dataset::open(out);
-    ASSERT_EQ(ds.schema().size(), 2u);
-    EXPECT_EQ(ds.schema()[0].name, "x");
-    EXPECT_TRUE(ds.column("x").equal(x));
-    EXPECT_TRUE(ds.column("y").equal(y));
-  }
+  for (bool deflate : {false, true})
+    for (const char* codec : {"none", "lz4", "zstd"}) {
+      SCOPED_TRACE(std::string(deflate ? "deflated, " : "stored, ") + codec);
+      Tensor x = records(kFloat32, 6, {3});
+      Tensor y = records(kInt64, 6, {});
+      testutil::write_file(path("in.npz"), testutil::zip_archive({{"x.npy", npy_bytes(x), deflate},
+                                                                  {"y.npy", npy_bytes(y), deflate}}));
+      std::string out = path(std::string(deflate ? "d-" : "s-") + codec + ".mmt");
+      RunResult packed = run_mmt({"pack", out, path("in.npz"), "--codec", codec, "--chunk-bytes", "64"});
+      ASSERT_EQ(packed.exit_code, 0) << packed.err;
+      Dataset ds = Dataset::open(out);
+      ASSERT_EQ(ds.schema().size(), 2u);
+      EXPECT_EQ(ds.schema()[0].name, "x");
+      EXPECT_TRUE(ds.column("x").equal(x));
+      EXPECT_TRUE(ds.column("y").equal(y));
+      // export gives back the members' bytes.
+      const std::string back = out + ".export";
+      ASSERT_EQ(run_mmt({"export", out, back}).exit_code, 0);
+      EXPECT_EQ(testutil::read_file(back + "/x.npy"), npy_bytes(x));
+      EXPECT_EQ(testutil::read_file(back + "/y.npy"), npy_bytes(y));
+    }
 }
 
 // An .npz inside other bytes (a stub before it, bytes appended after it), as Python's zipfile
@@ -380,12 +387,20 @@ TEST_F(MmtCli, IdxPlainAndGzipRoundTrip) {
   testutil::write_file(path("images-idx3-ubyte"), images);
   testutil::write_file(path("labels-idx1-int.gz"), testutil::gzip_bytes(labels));
   std::vector<std::string> inputs{"image=" + path("images-idx3-ubyte"), "label=" + path("labels-idx1-int.gz")};
-  std::vector<std::string> args{"pack", path("m.mmt")};
-  args.insert(args.end(), inputs.begin(), inputs.end());
-  ASSERT_EQ(run_mmt(args).exit_code, 0);
-  Dataset ds = Dataset::open(path("m.mmt"));
-  EXPECT_TRUE(ds.column("image").equal(load_idx(path("images-idx3-ubyte"))));
-  EXPECT_EQ(ds.get(2, "label").item<int>(), -7);
+  for (const char* codec : {"lz4", "zstd", "none"}) {  // m.mmt, checked below, is the last
+    SCOPED_TRACE(codec);
+    std::vector<std::string> args{"pack", path("m.mmt"), "--force", "--codec", codec, "--chunk-bytes", "32"};
+    args.insert(args.end(), inputs.begin(), inputs.end());
+    ASSERT_EQ(run_mmt(args).exit_code, 0);
+    Dataset ds = Dataset::open(path("m.mmt"));
+    EXPECT_TRUE(ds.column("image").equal(load_idx(path("images-idx3-ubyte"))));
+    EXPECT_EQ(ds.get(2, "label").item<int>(), -7);
+    ASSERT_EQ(run_mmt({"export", path("m.mmt"), path("m-export"), "--force"}).exit_code, 0);
+    EXPECT_TRUE(load_npy(path("m-export/image.npy")).equal(load_idx(path("images-idx3-ubyte"))));
+    EXPECT_TRUE(load_npy(path("m-export/label.npy")).equal(load_idx(path("labels-idx1-int.gz"))));
+    ASSERT_EQ(run_mmt({"get", path("m.mmt"), "3", "--field", "image", "--npy", path("m3.npy"), "--force"}).exit_code, 0);
+    EXPECT_TRUE(load_npy(path("m3.npy")).equal(load_idx(path("images-idx3-ubyte"))[3]));
+  }
   std::vector<std::string> verify{"verify", path("m.mmt"), "--samples", "3", "--against"};
   verify.insert(verify.end(), inputs.begin(), inputs.end());
   RunResult ok = run_mmt(verify);
@@ -431,18 +446,23 @@ TEST_F(MmtCli, FolderOfClassesPacksBytesAndLabels) {
   testutil::write_file(path("imgs/dog/nested/z.jpg"), testutil::to_bytes(std::string(70000, 'z')));
   testutil::write_file(path("imgs/dog/.hidden"), testutil::to_bytes("skipped"));
   testutil::write_file(path("imgs/dog/empty.jpg"), {});
-  RunResult packed = run_mmt({"pack", path("f.mmt"), "--folder", path("imgs"), "--codec", "lz4", "--chunk-bytes", "16K"});
-  ASSERT_EQ(packed.exit_code, 0) << packed.err;
-  Dataset ds = Dataset::open(path("f.mmt"));
-  ASSERT_EQ(ds.size(), 4);
-  EXPECT_EQ(ds.metadata().at("classes"), R"(["cat","dog"])");
   std::vector<std::pair<std::string, int>> expected{{"imgs/cat/a.jpg", 0}, {"imgs/cat/b.jpg", 0},
                                                     {"imgs/dog/empty.jpg", 1}, {"imgs/dog/nested/z.jpg", 1}};
-  for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(ds.get(i, "label").item<int>(), expected[i].second) << i;
-    RunResult raw = run_mmt({"get", path("f.mmt"), std::to_string(i), "--field", "data", "--raw", path("raw.bin"), "--force"});
-    ASSERT_EQ(raw.exit_code, 0) << raw.err;
-    EXPECT_EQ(testutil::read_file(path("raw.bin")), testutil::read_file(path(expected[i].first))) << i;
+  for (const char* codec : {"none", "zstd", "lz4"}) {  // f.mmt, used below, is the last
+    SCOPED_TRACE(codec);
+    RunResult packed = run_mmt(
+        {"pack", path("f.mmt"), "--force", "--folder", path("imgs"), "--codec", codec, "--chunk-bytes", "16K"});
+    ASSERT_EQ(packed.exit_code, 0) << packed.err;
+    Dataset ds = Dataset::open(path("f.mmt"));
+    ASSERT_EQ(ds.size(), 4);
+    EXPECT_EQ(ds.metadata().at("classes"), R"(["cat","dog"])");
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(ds.get(i, "label").item<int>(), expected[i].second) << i;
+      RunResult raw =
+          run_mmt({"get", path("f.mmt"), std::to_string(i), "--field", "data", "--raw", path("raw.bin"), "--force"});
+      ASSERT_EQ(raw.exit_code, 0) << raw.err;
+      EXPECT_EQ(testutil::read_file(path("raw.bin")), testutil::read_file(path(expected[i].first))) << i;
+    }
   }
   RunResult info = run_mmt({"info", path("f.mmt"), "--json"});
   ASSERT_EQ(info.exit_code, 0) << info.err;
@@ -488,6 +508,46 @@ TEST_F(MmtCli, InfoTextAndJson) {
   EXPECT_NE(text.out.find(std::string("fingerprint ") + fingerprint), std::string::npos) << text.out;
   EXPECT_FAILS_WITH(run_mmt({"info", path("missing.mmt")}), "missing.mmt");
   EXPECT_FAILS_WITH(run_mmt({"info", path("a.npy")}), "a.npy");
+}
+
+// The --json object's keys are what scripts rely on (README, "The mmt command"): each one is
+// pinned here, for one file, a field of each kind, and shards read as one.
+TEST_F(MmtCli, InfoJsonKeysArePinned) {
+  const auto keys = [](const nlohmann::json& object) {
+    std::vector<std::string> names;
+    for (const auto& item : object.items()) names.push_back(item.key());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  using Keys = std::vector<std::string>;
+  const Keys dataset_keys{"alignment", "chunks",   "codec",   "decoded_bytes", "fields", "file_bytes", "fingerprint",
+                          "format_version", "metadata", "path", "ratio", "records", "stored_bytes"};
+  const Keys fixed_field{"dtype", "fixed", "name", "record_bytes", "shape", "storage_order"};
+  const Keys ragged_field{"dtype", "fixed", "name", "shape", "storage_order"};
+  const Keys part_keys{"chunks", "codec", "file_bytes", "first_record", "path", "records"};
+  fs::create_directories(path("imgs/a"));
+  testutil::write_file(path("imgs/a/x.bin"), testutil::to_bytes("xy"));
+  ASSERT_EQ(run_mmt({"pack", path("f.mmt"), "--folder", path("imgs")}).exit_code, 0);
+  ASSERT_EQ(run_mmt({"pack", path("g.mmt"), "--folder", path("imgs")}).exit_code, 0);
+  RunResult one = run_mmt({"info", path("f.mmt"), "--json"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const nlohmann::json j = nlohmann::json::parse(one.out);
+  EXPECT_EQ(keys(j), dataset_keys);
+  ASSERT_EQ(j["fields"].size(), 2u);
+  EXPECT_EQ(keys(j["fields"][0]), ragged_field);  // data: the file's bytes
+  EXPECT_EQ(j["fields"][0]["shape"], nlohmann::json::array({-1}));
+  EXPECT_EQ(keys(j["fields"][1]), fixed_field);  // label
+  EXPECT_TRUE(j["metadata"].is_object());
+  RunResult both = run_mmt({"info", path("f.mmt"), path("g.mmt"), "--json"});
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  const nlohmann::json shards = nlohmann::json::parse(both.out);
+  Keys with_parts = dataset_keys;
+  with_parts.push_back("parts");
+  std::sort(with_parts.begin(), with_parts.end());
+  EXPECT_EQ(keys(shards), with_parts);
+  ASSERT_EQ(shards["parts"].size(), 2u);
+  EXPECT_EQ(keys(shards["parts"][1]), part_keys);
+  EXPECT_EQ(shards["parts"][1]["first_record"], 1);
 }
 
 TEST_F(MmtCli, NamesAndMetadataCannotDriveTheTerminal) {
