@@ -34,8 +34,14 @@ inline constexpr size_t kMaxWrittenFieldNameBytes = 251;
 
 struct WriterOptions {
   CodecSpec codec;                    // per-chunk codec, none by default
-  int64_t chunk_bytes = 1 << 20;      // target decoded bytes per chunk
-  int64_t chunk_records = 0;          // > 0: this many records per chunk (overrides chunk_bytes)
+  // Target decoded bytes per chunk. For an uncompressed file of fixed fields only, rounded to
+  // whole multiples of the alignment (records back to back: column() is then one view).
+  int64_t chunk_bytes = 1 << 20;
+  // > 0: exactly this many records per chunk (overrides chunk_bytes). Taken as given: an
+  // uncompressed file of fixed fields keeps its records back to back (one column view, the
+  // gather's fastest path) only when count * record stride is a multiple of the alignment;
+  // otherwise column() of many chunks is a copy (Dataset::column_is_view() tells).
+  int64_t chunk_records = 0;
   int64_t alignment = 4096;           // chunk data alignment in the file; a power of two, 64 to 16 MiB
   int threads = 0;                    // compression threads (<= kMaxWriterThreads); 0 = one per core
   bool overwrite = false;             // replace an existing file at the path (atomically)
