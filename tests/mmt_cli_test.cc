@@ -3,6 +3,7 @@
 // output path (missing files, mismatched counts, unsupported dtypes, corrupt headers, wrong
 // magics, unreadable folder files, an existing output, a full disk, Ctrl-C).
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -58,6 +60,9 @@ struct RunOptions {
   // while mmt runs; closed (unless it set the fd to -1 after closing it) once mmt has ended.
   std::function<void(int& read_fd, pid_t pid)> with_stdout_pipe;
   bool stdout_is_terminal = false;  // stdout is a pseudo-terminal (nothing of it is captured)
+  // Run as this user (and group) instead: as root, the way to meet a file its permissions
+  // make unreadable. Exit status 126 when the child could not become that user.
+  std::optional<uid_t> as_user;
 };
 
 std::string slurp(const std::string& path) {
@@ -99,6 +104,9 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
       limit.rlim_cur = limit.rlim_max = static_cast<rlim_t>(options.file_size_limit_bytes);
       ::setrlimit(RLIMIT_FSIZE, &limit);
     }
+    if (options.as_user && (::setgroups(0, nullptr) != 0 || ::setgid(*options.as_user) != 0 ||
+                            ::setuid(*options.as_user) != 0))
+      ::_exit(126);
     // mmt leaves a signal ignored when it starts ignored (nohup): the test's own run may be.
     if (!options.interrupt_once_exists.empty()) ::signal(options.interrupt_signal, SIG_DFL);
     std::vector<char*> argv{const_cast<char*>(kMmt.c_str())};
@@ -1113,12 +1121,22 @@ TEST_F(MmtCli, BadInputsGiveAClearMessageAndLeaveNothing) {
   EXPECT_FAILS_WITH(run_mmt({"pack", out}), "no inputs");
   EXPECT_EQ(listing(), before) << "nothing new in the folder";
 
-  if (::geteuid() != 0) {  // root reads anything, so permissions cannot make a file unreadable
-    fs::permissions(path("classes/a/ok.bin"), fs::perms::none);
-    fs::remove(path("classes/a/dangling.bin"));
-    EXPECT_FAILS_WITH(run_mmt({"pack", out, "--folder", path("classes")}), "ok.bin");
-    EXPECT_EQ(listing(), before);
+  // A file that cannot be read. Root reads anything, so as root mmt runs as nobody, in a
+  // test folder opened to it (where it can reach its own binary).
+  fs::permissions(path("classes/a/ok.bin"), fs::perms::none);
+  fs::remove(path("classes/a/dangling.bin"));
+  before = listing();
+  RunOptions unprivileged;
+  if (::geteuid() == 0) {
+    constexpr uid_t kNobody = 65534;
+    fs::permissions(dir_.path(), fs::perms::all);
+    unprivileged.as_user = kNobody;
+    if (run_mmt({"--version"}, unprivileged).exit_code != 0)
+      GTEST_SKIP() << "running as root, and mmt cannot run as nobody here (" << kMmt << " out of its reach)";
   }
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "--folder", path("classes")}, unprivileged),
+                    path("classes/a/ok.bin") + ": cannot open: Permission denied");
+  EXPECT_EQ(listing(), before);
 }
 
 TEST_F(MmtCli, PackOptionsAreCheckedUnderTheirFlagNames) {
