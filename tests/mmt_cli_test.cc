@@ -60,6 +60,9 @@ struct RunOptions {
   // while mmt runs; closed (unless it set the fd to -1 after closing it) once mmt has ended.
   std::function<void(int& read_fd, pid_t pid)> with_stdout_pipe;
   bool stdout_is_terminal = false;  // stdout is a pseudo-terminal (nothing of it is captured)
+  // stderr is a pseudo-terminal; what mmt writes there (as the terminal passes it on: "\n"
+  // becomes "\r\n") is RunResult::err.
+  bool stderr_is_terminal = false;
   // Run as this user (and group) instead: as root, the way to meet a file its permissions
   // make unreadable. Exit status 126 when the child could not become that user.
   std::optional<uid_t> as_user;
@@ -83,6 +86,15 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
     if (terminal < 0 || ::grantpt(terminal) != 0 || ::unlockpt(terminal) != 0) ADD_FAILURE() << "no pseudo-terminal";
     else terminal_path = ::ptsname(terminal);
   }
+  int error_terminal = -1;
+  std::string error_terminal_path;
+  if (options.stderr_is_terminal) {
+    error_terminal = ::posix_openpt(O_RDWR | O_NOCTTY);
+    if (error_terminal < 0 || ::grantpt(error_terminal) != 0 || ::unlockpt(error_terminal) != 0)
+      ADD_FAILURE() << "no pseudo-terminal";
+    else
+      error_terminal_path = ::ptsname(error_terminal);
+  }
   const bool own_stdout = options.stdout_path || options.with_stdout_pipe || options.stdout_is_terminal;
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -94,7 +106,8 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
       ::close(pipe_fds[0]);
       ::signal(SIGPIPE, SIG_DFL);  // as a shell starts a command, whatever the test runner does
     }
-    int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = options.stderr_is_terminal ? ::open(error_terminal_path.c_str(), O_WRONLY | O_NOCTTY)
+                                         : ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(out, 1);
     ::dup2(err, 2);
     if (options.file_size_limit_bytes >= 0) {
@@ -115,6 +128,19 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
     ::execv(kMmt.c_str(), argv.data());
     ::_exit(127);
   }
+  // The terminal's buffer holds a few KiB: it is read while mmt runs, until mmt has closed it
+  // (EIO), so a long progress bar cannot block mmt.
+  std::string terminal_err;
+  std::thread drain_terminal;
+  if (error_terminal >= 0)
+    drain_terminal = std::thread([&] {
+      char buffer[4096];
+      for (ssize_t n; (n = ::read(error_terminal, buffer, sizeof buffer)) != 0;) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
+        terminal_err.append(buffer, static_cast<size_t>(n));
+      }
+    });
   int status = 0;
   bool ended = false;
   if (options.with_stdout_pipe) {
@@ -138,10 +164,12 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
   if (!ended) ::waitpid(pid, &status, 0);
   if (pipe_fds[0] >= 0) ::close(pipe_fds[0]);
   if (terminal >= 0) ::close(terminal);
+  if (drain_terminal.joinable()) drain_terminal.join();  // mmt has ended: the read meets EIO
+  if (error_terminal >= 0) ::close(error_terminal);
   RunResult result;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (!own_stdout) result.out = slurp(out_path);
-  result.err = slurp(err_path);
+  result.err = options.stderr_is_terminal ? terminal_err : slurp(err_path);
   return result;
 }
 
@@ -1056,6 +1084,20 @@ TEST_F(MmtCli, GetToStandardOutputReportsAFailedWrite) {
 }
 
 // Binary bytes are not written to a terminal unless asked (as gzip and zstd have it).
+// pack draws its progress on a terminal (records, speed, time left), and clears it when done;
+// into a pipe or a file it writes no bar: not one carriage return or escape.
+TEST_F(MmtCli, PackDrawsProgressOnATerminalOnly) {
+  save("a.npy", records(kFloat32, 2000, {64}));
+  RunResult drawn = run_mmt({"pack", path("t.mmt"), "a=" + path("a.npy")}, {.stderr_is_terminal = true});
+  ASSERT_EQ(drawn.exit_code, 0) << drawn.err;
+  for (const char* part : {"\rpacking [", "] 100%  2000/2000 records  ", "/s  ETA ", "\x1b[K"})
+    EXPECT_NE(drawn.err.find(part), std::string::npos) << part << " in " << ::testing::PrintToString(drawn.err);
+  EXPECT_TRUE(drawn.err.ends_with("\r\x1b[K")) << "the bar is cleared: " << ::testing::PrintToString(drawn.err);
+  RunResult piped = run_mmt({"pack", path("p.mmt"), "a=" + path("a.npy")});
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  EXPECT_EQ(piped.err.find_first_of("\r\x1b"), std::string::npos) << ::testing::PrintToString(piped.err);
+}
+
 TEST_F(MmtCli, GetToStandardOutputRefusesATerminalWithoutForce) {
   save("a.npy", records(kUInt8, 2, {4}));
   ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "x=" + path("a.npy")}).exit_code, 0);
