@@ -551,8 +551,25 @@ bool take_slow_gather_mark(uint64_t dataset, std::chrono::nanoseconds& took) {
   return false;
 }
 
-// read_ahead.h: when the next batch of a dataset on the thread is checked
+using detail::kSlowGather;  // read_ahead.h: when the next batch of a dataset on the thread is checked
 using detail::kSlowGatherForSample;
+
+// Per thread: the major page faults counted at its last slow gather (of any dataset), the
+// thread's own [0] and the process's [1] (a gather with pool threads); -1: none yet.
+thread_local std::array<int64_t, 2> faults_at_last_slow_gather = {-1, -1};
+
+// Whether a gather on `threads` threads that took `took` may have waited for the disk: it
+// was slow, and major faults were taken since this thread's last slow gather (read_ahead.h:
+// a warm gather may be slow too). Unsure (the first time, or no count): yes. One getrusage,
+// for slow gathers only.
+bool gather_may_have_read_disk(std::chrono::nanoseconds took, int threads) {
+  if (took < kSlowGather) return false;
+  const int64_t now = major_faults(threads);
+  int64_t& before = faults_at_last_slow_gather[threads > 1 ? 1 : 0];
+  const bool faulted = now < 0 || before < 0 || now > before;
+  before = now;
+  return faulted;
+}
 
 // What get_batch's read-ahead (read_ahead_gather) asks of what it gathers from: one file
 // (FileBatch), or shards read as one (ShardsBatch). Each gives
@@ -614,11 +631,9 @@ struct ShardsBatch {
     return hint_and_measure(policy().mode() == ReadAhead::Auto,
                             [&] { c.prefetch(indices, fields, /*every_field=*/false); });
   }
-  // Records of parts with other layouts are in no one run: part by part, without the parts'
-  // own hints (this batch's hint, if any, was over every part at once).
+  // Records of parts with other layouts are in no one run: part by part.
   void gather(std::span<const int64_t> indices, int threads) const {
     if (c.contiguous) return c.gather_records_at(indices, fields, outs, threads);
-    const detail::ReadAheadPolicy::DatasetHintsOff parts_hints_off;
     c.gather_part_by_part(indices, fields, outs, threads);
   }
 };
@@ -642,27 +657,24 @@ void read_ahead_gather(const Batch& batch, std::span<const int64_t> indices, int
   const bool after_slow = take_slow_gather_mark(id, slow_gather_took);
   std::atomic<bool>& unchecked = batch.first_batch_unchecked();
   const bool first = unchecked.load(std::memory_order_relaxed) && unchecked.exchange(false, std::memory_order_relaxed);
-  // found_warm: a check found this batch in the page cache; its time is then what a warm
-  // gather takes, and later ones are slow only well beyond it (ReadAheadPolicy::slow_gather).
-  const auto timed_gather = [&](bool found_warm = false) {
+  const auto timed_gather = [&] {
     const auto start = std::chrono::steady_clock::now();
     batch.gather(indices, threads);
     const auto took = std::chrono::steady_clock::now() - start;
-    if (found_warm) policy.note_warm_gather(took, indices.size());
-    if (took >= policy.slow_gather(indices.size())) mark_slow_gather(id, took);
+    if (gather_may_have_read_disk(took, threads)) mark_slow_gather(id, took);
   };
   if (!policy.hinting() && !first && !after_slow) return timed_gather();  // warm lately: nothing to check
   if (batch.dense(indices)) return timed_gather();  // the kernel's to read ahead
   const bool mincore_tells = batch.mincore_tells();
   if (!policy.hinting()) {  // the page cache has not missed lately: is this batch cold?
     int64_t faults_before = -1;
-    bool checked = false, cold = false;
+    bool cold = false;
     if (mincore_tells) {
-      checked = first || after_slow;
-      cold = checked && batch.looks_cold(indices);
+      policy.count_check();  // first || after_slow, or the early return above was taken
+      cold = batch.looks_cold(indices);
     } else if (first || (after_slow && slow_gather_took >= kSlowGatherForSample)) {
+      policy.count_check();
       const int64_t read = batch.read_by_sample_hint(indices);
-      checked = read >= 0;
       cold = read > 0;
       // Without read_bytes: the gather's major faults tell, for the next batch (pool threads
       // fault too when there are several).
@@ -670,7 +682,7 @@ void read_ahead_gather(const Batch& batch, std::span<const int64_t> indices, int
     }
     if (cold) policy.note_gather_faults(1);
     if (!policy.hinting()) {
-      timed_gather(checked && !cold);
+      timed_gather();
       if (faults_before >= 0) policy.note_gather_faults(major_faults(threads) - faults_before);
       return;
     }

@@ -424,6 +424,7 @@ void Dataset::Concat::get_batch(std::span<const int64_t> indices, std::span<cons
 
 void Dataset::Concat::gather_part_by_part(std::span<const int64_t> indices, std::span<const std::string> fields,
                                           std::span<const Tensor> outs, int threads) const {
+  const detail::ReadAheadPolicy::DatasetHintsOff parts_hints_off;  // held on the pool's threads too (gather_parts)
   thread_local BatchByPart scratch;
   BatchByPart& by_part = scratch;  // the pool's threads below reach it through this reference
   by_part.group(*this, indices, "get_batch");
@@ -535,9 +536,11 @@ ReadAheadStats Dataset::Concat::read_ahead_stats() const {
     if (!seen.insert(part.impl_.get()).second) continue;
     const ReadAheadStats s = part.read_ahead_stats();
     total.batches_read_ahead += s.batches_read_ahead;
+    total.batches_checked += s.batches_checked;
     total.reading_ahead = total.reading_ahead || s.reading_ahead;
   }
   total.batches_read_ahead += read_ahead->batches_hinted();
+  total.batches_checked += read_ahead->batches_checked();
   total.reading_ahead = total.reading_ahead || read_ahead->hinting();
   return total;
 }

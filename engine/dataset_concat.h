@@ -109,10 +109,10 @@ struct Dataset::Concat {
   void get_batch(std::span<const int64_t> indices, std::span<const std::string> fields, std::span<const Tensor> outs,
                  int threads) const;
   void prefetch(std::span<const int64_t> indices, std::span<const std::string> fields, bool every_field) const;
-  // get_batch's gathers, without a hint of their own: of contiguous parts, as one run
-  // (detail::gather_records); of others, part by part (detail::gather_parts, or a part's own
-  // get_batch for a batch inside one part), the calling thread's hints off
-  // (ReadAheadPolicy::DatasetHintsOff) holding on the pool's threads too.
+  // get_batch's gathers, without a hint of their own (the batch's hint, if any, was
+  // Concat::read_ahead's, over all its parts at once): part by part (detail::gather_parts,
+  // or a part's own get_batch for a batch inside one part), the parts' own hints off; and, of
+  // contiguous parts, as one run (detail::gather_records).
   void gather_part_by_part(std::span<const int64_t> indices, std::span<const std::string> fields,
                            std::span<const Tensor> outs, int threads) const;
   void gather_records_at(std::span<const int64_t> indices, std::span<const std::string> fields,
@@ -130,7 +130,9 @@ namespace detail {
 // For a concatenation's get_batch (dataset_batch.cc): gathers each part's records `indices`
 // (in range for that part) into rows rows[k] of `outs`, each a [batch, ...] output checked
 // as get_batch checks it, on up to `threads` threads. Every part must have the same schema.
-// ReaderOptions::read_ahead applies to each part as to its own get_batch.
+// A part hints its share as its own get_batch would, unless the calling thread holds
+// ReadAheadPolicy::DatasetHintsOff (Concat::gather_part_by_part does), which then holds on
+// the pool's threads too.
 struct PartRows {
   const Dataset::Impl* part = nullptr;
   std::span<const int64_t> indices;

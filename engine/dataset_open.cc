@@ -301,7 +301,9 @@ CacheStats Dataset::cache_stats() const {
 ReadAheadStats Dataset::read_ahead_stats() const {
   if (concat_) return concat_->read_ahead_stats();
   const Impl& d = checked_impl(impl_);
-  return {.batches_read_ahead = d.read_ahead->batches_hinted(), .reading_ahead = d.read_ahead->hinting()};
+  return {.batches_read_ahead = d.read_ahead->batches_hinted(),
+          .reading_ahead = d.read_ahead->hinting(),
+          .batches_checked = d.read_ahead->batches_checked()};
 }
 
 void Dataset::advise(AccessAdvice advice) const {

@@ -44,12 +44,11 @@ namespace mmt::detail {
 // batch and reads what that made the kernel read (~15 us), so it waits for a slower gather.
 inline constexpr auto kSlowGather = std::chrono::microseconds(100);
 inline constexpr auto kSlowGatherForSample = std::chrono::microseconds(500);
-// Nor is a gather slow under twice the time a record took in the last batch a check found
-// warm (ReadAheadPolicy::slow_gather): a warm gather may itself take 100 us or more (records
-// scattered over a file larger than the CPU's caches, part by part over shards), and a check
-// of every batch would cost it 5-15%; a batch that misses the page cache takes a disk read
-// per missing record, many times that.
-inline constexpr int kSlowGatherOverWarm = 2;
+// A slow gather that took no major page fault (of the gathering thread, or of the process
+// when pool threads gather too) since the thread's last slow gather has read nothing from the
+// disk, and leaves no check: a warm gather may itself take 100 us or more (records scattered
+// over a file larger than the CPU's caches, shards read part by part), and a check of every
+// such batch cost it 5-15%.
 
 // Whether a batch's records (Python-style indices into `record_count` records laid out
 // `record_stride_bytes` apart) lie close together: within twice the pages they would fill
@@ -89,12 +88,9 @@ class ReadAheadPolicy {
   // Auto, without a read_bytes count: hints off until a gather faults again.
   void note_new_epoch();
   int64_t batches_hinted() const { return batches_hinted_.load(std::memory_order_relaxed); }
-
-  // Dataset::get_batch's Auto: a gather of `records` records that a check found warm took
-  // `took`; and how long a gather of `records` must take to be slow (kSlowGather, or
-  // kSlowGatherOverWarm times the warm time per record, whichever is longer).
-  void note_warm_gather(std::chrono::nanoseconds took, size_t records);
-  std::chrono::nanoseconds slow_gather(size_t records) const;
+  // Dataset::get_batch's Auto: a batch was checked (mincore, or a hinted sample).
+  void count_check() { batches_checked_.fetch_add(1, std::memory_order_relaxed); }
+  int64_t batches_checked() const { return batches_checked_.load(std::memory_order_relaxed); }
 
   // Set for its lifetime on the calling thread: Dataset::get_batch gives no hint of its own
   // there (a loader's gathers: the loader hints batches ahead of them by its own policy).
@@ -117,7 +113,7 @@ class ReadAheadPolicy {
   std::atomic<int64_t> warm_hints_in_a_row_{0};
   std::atomic<bool> read_bytes_unknown_{false};
   std::atomic<int64_t> batches_hinted_{0};
-  std::atomic<int64_t> warm_gather_ps_per_record_{0};  // picoseconds; 0: no warm gather noted yet
+  std::atomic<int64_t> batches_checked_{0};
 };
 
 }  // namespace mmt::detail

@@ -201,8 +201,24 @@ TEST_P(DatasetConcatTest, BatchesMatchOneFileUnderEveryReadAhead) {
     EXPECT_EQ(ds.read_ahead_stats().batches_read_ahead > 0, read_ahead == ReadAhead::Always);
     Tensor out = zeros({3}, kInt64);
     EXPECT_THROW_WITH(ds.get_batch(std::vector<int64_t>{0, 99, 100}, "label", out), IndexError,
-                      "record index 100 is out of range");
+                      "get_batch: record index 100 is out of range");
     EXPECT_EQ(out.to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0}));
+  }
+  // Handles opened with other read-aheads: the first one's decides for the whole batch.
+  ReaderOptions never, always;
+  never.read_ahead = ReadAhead::Never;
+  always.read_ahead = ReadAhead::Always;
+  std::vector<Dataset> never_first, always_first;
+  for (const std::string& p : shards.paths) {
+    never_first.push_back(Dataset::open(p, never_first.empty() ? never : always));
+    always_first.push_back(Dataset::open(p, always_first.empty() ? always : never));
+  }
+  const std::vector<int64_t> spread = {0, 50, 99, 10, 60};
+  for (const auto& [handles, hinted] : {std::pair{&never_first, false}, std::pair{&always_first, true}}) {
+    const Dataset ds = Dataset::concat(*handles);
+    expect_same_tensor(ds.get_batch(spread, "image"), whole.get_batch(spread, "image"), "concat of handles");
+    EXPECT_EQ(ds.read_ahead_stats().batches_read_ahead, hinted ? 1 : 0);
+    for (const Dataset& part : ds.parts()) EXPECT_EQ(part.read_ahead_stats().batches_read_ahead, 0);
   }
 }
 

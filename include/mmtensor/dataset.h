@@ -67,10 +67,12 @@ struct ReaderOptions {
   //     gather on the same thread was slow (or was the last hinted one; each thread keeps
   //     such marks for eight datasets at once): mincore() of the pages of the largest
   //     field's value (up to 64 pages; else the first, middle and last) of four of its
-  //     records. A missing page turns hints on, for this batch too. Slow is 100 us or more,
-  //     and at least twice the time per record of the last batch a check found cached: a
-  //     warm gather pays for no check, whether it takes 13 us (256 784-byte records back to
-  //     back) or 100 us (the same records scattered over shards read part by part);
+  //     records. A missing page turns hints on, for this batch too. Slow is 100 us or more
+  //     with a major page fault taken (by the thread, or by the process when pool threads
+  //     gather too) since the thread's last slow gather: a warm gather pays for no check,
+  //     whether it takes 13 us (256 784-byte records back to back) or 100 us (the same
+  //     records scattered over shards read part by part). read_ahead_stats() counts the
+  //     checks;
   //   - where mincore does not tell this user (a file the user neither owns nor may write),
   //     the check hints eight of the batch's records and looks at what that read (Linux's
   //     per-thread read_bytes; without it, the gather's major faults turn hints on for the
@@ -91,6 +93,7 @@ struct ReaderOptions {
 struct ReadAheadStats {
   int64_t batches_read_ahead = 0;  // batches hinted
   bool reading_ahead = false;      // whether hints are on (Auto: a checked batch may turn them on)
+  int64_t batches_checked = 0;     // Dataset::get_batch's Auto: batches checked for missing pages
 };
 
 struct ChunkInfo {
@@ -218,9 +221,9 @@ class Dataset {
   //     it tells this user about every part), and hints it over all its parts at once. The
   //     parts' own read-ahead stays out of it (their get_batch still follows it).
   //     read_ahead_stats() counts these batches with the parts' own. A Loader hints its
-  //     batches itself (prefetch() over the parts), whatever the number of parts. A batch gathered on
-  //     several threads may hold each part's decoded chunks (a quarter of its cache budget)
-  //     on each thread.
+  //     batches itself (prefetch() over the parts), whatever the number of parts. A batch
+  //     gathered on several threads may hold each part's decoded chunks (a quarter of its
+  //     cache budget) on each thread.
   static Dataset open_concat(const std::vector<std::string>& paths, ReaderOptions options = {});
   static Dataset concat(const std::vector<Dataset>& parts);
 
