@@ -188,8 +188,8 @@ std::string Tensor::to_string() const {
     if (!default_dtype) suffixes.push_back("dtype=torch." + std::string(mmt::to_string(dtype_)));
   }
   std::string out = prefix + body;
-  // PyTorch's count (_add_suffixes: len(s) - s.rfind("\n") + 1), two more than the line's
-  // length when there is no newline (rfind gives -1), which decides where its dtype wraps.
+  // PyTorch's count (_add_suffixes: len(s) - s.rfind("\n") + 1), which decides where its
+  // dtype wraps: two more than the last line's length (rfind gives -1 without a newline).
   const size_t newline = out.rfind('\n');
   int64_t last_line = static_cast<int64_t>(newline == std::string::npos ? out.size() + 2 : out.size() - newline + 1);
   for (const auto& s : suffixes) {

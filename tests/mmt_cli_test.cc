@@ -82,18 +82,25 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
   int terminal = -1;  // the pseudo-terminal's controlling side, held open while mmt runs
   std::string terminal_path;
   if (options.stdout_is_terminal) {
-    terminal = ::posix_openpt(O_RDWR | O_NOCTTY);
+    terminal = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (terminal < 0 || ::grantpt(terminal) != 0 || ::unlockpt(terminal) != 0) ADD_FAILURE() << "no pseudo-terminal";
-    else terminal_path = ::ptsname(terminal);
+    else if (const char* name = ::ptsname(terminal)) terminal_path = name;
   }
-  int error_terminal = -1;
-  std::string error_terminal_path;
+  // Both sides opened here: the terminal side is mmt's stderr, and once mmt has ended (or
+  // never started) nothing holds it open, so reading the other side ends (EIO).
+  int error_terminal = -1, error_terminal_side = -1;
   if (options.stderr_is_terminal) {
-    error_terminal = ::posix_openpt(O_RDWR | O_NOCTTY);
-    if (error_terminal < 0 || ::grantpt(error_terminal) != 0 || ::unlockpt(error_terminal) != 0)
-      ADD_FAILURE() << "no pseudo-terminal";
-    else
-      error_terminal_path = ::ptsname(error_terminal);
+    error_terminal = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    const char* name = error_terminal >= 0 && ::grantpt(error_terminal) == 0 && ::unlockpt(error_terminal) == 0
+                           ? ::ptsname(error_terminal)
+                           : nullptr;
+    if (name != nullptr) error_terminal_side = ::open(name, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+    if (error_terminal_side < 0) {
+      ADD_FAILURE() << "no pseudo-terminal for stderr";
+      if (error_terminal >= 0) ::close(error_terminal);
+      error_terminal = -1;
+      options.stderr_is_terminal = false;
+    }
   }
   const bool own_stdout = options.stdout_path || options.with_stdout_pipe || options.stdout_is_terminal;
   pid_t pid = ::fork();
@@ -106,7 +113,7 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
       ::close(pipe_fds[0]);
       ::signal(SIGPIPE, SIG_DFL);  // as a shell starts a command, whatever the test runner does
     }
-    int err = options.stderr_is_terminal ? ::open(error_terminal_path.c_str(), O_WRONLY | O_NOCTTY)
+    int err = options.stderr_is_terminal ? error_terminal_side
                                          : ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(out, 1);
     ::dup2(err, 2);
@@ -132,6 +139,7 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
   // (EIO), so a long progress bar cannot block mmt.
   std::string terminal_err;
   std::thread drain_terminal;
+  if (error_terminal_side >= 0) ::close(error_terminal_side);  // mmt's now (or no one's, if fork failed)
   if (error_terminal >= 0)
     drain_terminal = std::thread([&] {
       char buffer[4096];
@@ -344,6 +352,34 @@ TEST_F(MmtCli, ExportOfAFieldLargerThanAPieceIsByteForByte) {
     EXPECT_EQ(testutil::read_file(back + "/images.npy"), testutil::read_file(path("images.npy")));
     EXPECT_EQ(testutil::read_file(back + "/labels.npy"), testutil::read_file(path("labels.npy")));
   }
+  // Two shards read as one: the first piece spans both.
+  for (const char* share : {"0/2", "1/2"})
+    ASSERT_EQ(run_mmt({"pack", path(std::string("shard-") + share[0] + ".mmt"), "images=" + path("images.npy"),
+                       "--shard", share, "--quiet"})
+                  .exit_code,
+              0);
+  RunResult exported = run_mmt({"export", path("shard-0.mmt"), path("shard-1.mmt"), path("back-shards")});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_EQ(testutil::read_file(path("back-shards/images.npy")), testutil::read_file(path("images.npy")));
+}
+
+// A bool byte other than 0 or 1 in a later piece of an export is named by its record in the
+// whole field, not in its piece.
+TEST_F(MmtCli, ExportNamesABadBoolByteInALaterPieceByItsRecord) {
+  {
+    WriterOptions options;
+    options.chunk_records = 100;
+    DatasetWriter writer = DatasetWriter::create(path("m.mmt"), Schema({Field::fixed("mask", kBool, {4096})}), options);
+    writer.append_batch(std::vector<Tensor>{zeros({5000, 4096}, kBool)});  // 20 MB: pieces of 4096 records
+    writer.finish();
+  }
+  const int64_t offset = Dataset::open(path("m.mmt")).get(4500)["mask"].storage_offset() + 7;  // bytes: bool
+  testutil::Bytes bytes = testutil::read_file(path("m.mmt"));
+  bytes[static_cast<size_t>(offset)] = std::byte{2};
+  testing::reseal_payload(bytes, 45);  // record 4500's chunk
+  testutil::write_file(path("m.mmt"), bytes);
+  EXPECT_FAILS_WITH(run_mmt({"export", path("m.mmt"), path("out")}), "field 'mask': record 4500 holds the bool byte 2");
+  EXPECT_FALSE(fs::exists(path("out")));
 }
 
 TEST_F(MmtCli, NpzInputsStoredAndDeflated) {
@@ -1173,8 +1209,12 @@ TEST_F(MmtCli, BadInputsGiveAClearMessageAndLeaveNothing) {
     constexpr uid_t kNobody = 65534;
     fs::permissions(dir_.path(), fs::perms::all);
     unprivileged.as_user = kNobody;
-    if (run_mmt({"--version"}, unprivileged).exit_code != 0)
-      GTEST_SKIP() << "running as root, and mmt cannot run as nobody here (" << kMmt << " out of its reach)";
+    // nobody must reach mmt, the inputs and the folder written to (not so where a folder
+    // above them is closed to others, or where root's umask closed what it made).
+    const std::string probe = path("probe.mmt");
+    const bool reachable = run_mmt({"pack", probe, "x=" + path("ten.npy"), "--quiet"}, unprivileged).exit_code == 0;
+    fs::remove(probe);
+    if (!reachable) GTEST_SKIP() << "running as root, and mmt cannot run as nobody on this test's folder here";
   }
   EXPECT_FAILS_WITH(run_mmt({"pack", out, "--folder", path("classes")}, unprivileged),
                     path("classes/a/ok.bin") + ": cannot open: Permission denied");

@@ -78,7 +78,13 @@ DimVector stage_field(detail::StagedFiles& files, const Dataset& ds, const std::
     sizes.push_back(s);
     record_bytes *= s;
   }
-  const int64_t records_per_piece = std::max<int64_t>(1, kExportPieceBytes / std::max<int64_t>(record_bytes, 1));
+  // Sized by what reading a record costs too: a small field of a compressed file decodes
+  // whole records' worth of chunks (an int64 label beside a 150 KB image), and Ctrl-C is
+  // answered between pieces.
+  const DatasetInfo info = ds.info();
+  const int64_t decoded_per_record = records > 0 ? info.decoded_bytes / records : 0;
+  const int64_t piece_cost_per_record = std::max<int64_t>({record_bytes, decoded_per_record, 1});
+  const int64_t records_per_piece = std::max<int64_t>(1, kExportPieceBytes / piece_cost_per_record);
   const std::string header = detail::npy_header_bytes(f.dtype, sizes);
   bool header_written = false;
   int64_t next_record = 0;

@@ -472,8 +472,8 @@ name) and returns `out`. threads: threads to gather with, the calling one counte
         py::arg("datasets"), R"doc(
 Datasets read as one, in the order given (as torch.utils.data.ConcatDataset): record i is in
 the dataset that holds it. Each keeps its own options and cache, but get_batch over the
-whole follows the first's read_ahead (one decision for a batch, whatever parts it falls in);
-Dataset([paths]) opens shards with one shared cache budget instead. Fields must be equal and metadata must agree
+whole follows the first's read_ahead (one decision for a batch, whatever parts it falls
+in); Dataset([paths]) opens shards with one shared cache budget instead. Fields must be equal and metadata must agree
 (ValueError naming the part and the difference); concatenations given are flattened, and one
 dataset is given back as it is.)doc");
 }
