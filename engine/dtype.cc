@@ -21,6 +21,8 @@ std::string_view to_string(ScalarType t) {
     case ScalarType::BFloat16: return "bfloat16";
     case ScalarType::Float32: return "float32";
     case ScalarType::Float64: return "float64";
+    case ScalarType::ComplexFloat: return "complex64";
+    case ScalarType::ComplexDouble: return "complex128";
   }
   return "invalid";
 }
@@ -38,6 +40,8 @@ std::optional<ScalarType> scalar_type_from_string(std::string_view name) {
   if (name == "long") return kInt64;
   if (name == "int") return kInt32;
   if (name == "short") return kInt16;
+  if (name == "cfloat") return kComplex64;
+  if (name == "cdouble") return kComplex128;
   return std::nullopt;
 }
 

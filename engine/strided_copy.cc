@@ -35,6 +35,7 @@ void copy_run_any(char* dst, int64_t dst_stride, const char* src, int64_t src_st
     case 2: return copy_run<Element<2>>(dst, dst_stride, src, src_stride, n);
     case 4: return copy_run<Element<4>>(dst, dst_stride, src, src_stride, n);
     case 8: return copy_run<Element<8>>(dst, dst_stride, src, src_stride, n);
+    case 16: return copy_run<Element<16>>(dst, dst_stride, src, src_stride, n);  // complex128
     default:
       for (int64_t i = 0; i < n; ++i)
         std::memcpy(dst + i * dst_stride, src + i * src_stride, static_cast<size_t>(element_bytes));
@@ -131,6 +132,7 @@ void copy_transpose_any(char* dst, const char* src, const Dim& a, const Dim& b,
     case 2: return copy_transpose<Element<2>>(dst, src, a, b);
     case 4: return copy_transpose<Element<4>>(dst, src, a, b);
     case 8: return copy_transpose<Element<8>>(dst, src, a, b);
+    case 16: return copy_transpose<Element<16>>(dst, src, a, b);
     default:
       for (int64_t j = 0; j < b.size; ++j)
         copy_run_any(dst + j * b.dst_stride, a.dst_stride, src + j * b.src_stride, a.src_stride,

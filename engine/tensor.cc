@@ -1,6 +1,7 @@
 // Tensor construction, metadata, element access, contiguity and factories.
 #include "mmtensor/tensor.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "tensor_geometry.h"
@@ -122,26 +123,43 @@ const void* Tensor::element_ptr(IntArrayRef index, bool writable) const {
 
 namespace {
 
-// static_cast<To> of a one-element tensor's stored value (half types through float).
+// The real value of a complex element, for conversions that have no room for an imaginary
+// part: PyTorch's item() of a complex tensor into a real C++ type refuses a nonzero one.
+template <typename C>
+typename C::value_type real_part_or_throw(const C& v, const char* target) {
+  MMT_CHECK(v.imag() == 0 || std::isnan(v.imag()), ValueError, "value (", v.real(), (v.imag() < 0 ? "" : "+"), v.imag(),
+            "j) cannot be converted to type ", target, " without losing its imaginary part");
+  return v.real();
+}
+
+// static_cast<To> of a one-element tensor's stored value (half types through float; a complex
+// value only when its imaginary part is zero).
 template <typename To>
-To item_as(const Tensor& t) {
+To item_as(const Tensor& t, const char* target) {
   MMT_CHECK(t.defined() && t.numel() == 1, ValueError, "a Tensor with ", (t.defined() ? t.numel() : 0),
             " elements cannot be converted to a scalar");
   const Tensor host = t.is_cuda() ? t.cpu() : t;
   const void* p = host.data_ptr();
-  return dispatch_scalar_type(t.dtype(), [p](auto tag) -> To {
+  return dispatch_scalar_type(t.dtype(), [p, target](auto tag) -> To {
     using T = decltype(tag);
     const T v = load_element<T>(p);
-    return static_cast<To>(static_cast<std::conditional_t<
-        std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>>(v));
+    if constexpr (is_complex_type_v<T>) {
+      if constexpr (is_complex_type_v<To>) return To(v);
+      else return static_cast<To>(real_part_or_throw(v, target));
+    } else {
+      return static_cast<To>(static_cast<std::conditional_t<
+          std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>>(v));
+    }
   });
 }
 
 }  // namespace
 
-double Tensor::item_as_double() const { return item_as<double>(*this); }
-int64_t Tensor::item_as_int64() const { return item_as<int64_t>(*this); }
-uint64_t Tensor::item_as_uint64() const { return item_as<uint64_t>(*this); }
+double Tensor::item_as_double() const { return item_as<double>(*this, "double"); }
+int64_t Tensor::item_as_int64() const { return item_as<int64_t>(*this, "int64_t"); }
+uint64_t Tensor::item_as_uint64() const { return item_as<uint64_t>(*this, "uint64_t"); }
+std::complex<double> Tensor::item_as_complex() const { return item_as<std::complex<double>>(*this, "complex"); }
+
 
 std::vector<double> Tensor::to_double_vector() const {
   Tensor c = contiguous();
@@ -151,8 +169,12 @@ std::vector<double> Tensor::to_double_vector() const {
   dispatch_scalar_type(dtype_, [&](auto tag) {
     using T = decltype(tag);
     using Wide = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
-    for (size_t i = 0; i < out.size(); ++i)
-      out[i] = static_cast<double>(static_cast<Wide>(load_element<T>(p + i * sizeof(T))));
+    for (size_t i = 0; i < out.size(); ++i) {
+      if constexpr (is_complex_type_v<T>)
+        out[i] = static_cast<double>(real_part_or_throw(load_element<T>(p + i * sizeof(T)), "double"));
+      else
+        out[i] = static_cast<double>(static_cast<Wide>(load_element<T>(p + i * sizeof(T))));
+    }
   });
   return out;
 }
@@ -281,6 +303,8 @@ Tensor arange(int64_t start, int64_t end, int64_t step, ScalarType dtype) {
       T v;
       if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
         v = T(static_cast<float>(start + i * step));
+      else if constexpr (is_complex_type_v<T>)
+        v = T(static_cast<typename T::value_type>(start + i * step), 0);
       else
         v = static_cast<T>(start + i * step);
       std::memcpy(p + i * sizeof(T), &v, sizeof(T));

@@ -16,15 +16,33 @@ using Wide16 = float;
 template <typename T>
 using Arith = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, Wide16, T>;
 
+// copy_()'s element conversion, PyTorch's casts: through float for the half types; a real value
+// becomes a complex one with imaginary part 0; a complex value becomes a real one by dropping
+// its imaginary part (PyTorch warns there, once), and a bool by being nonzero in either part,
+// as Python's bool(1j) and numpy read it (PyTorch's CPU cast once looked at the real part
+// only, and was made to agree: pytorch/pytorch#120875).
 template <typename To, typename From>
 To convert_value(From v) {
-  Arith<From> wide = static_cast<Arith<From>>(v);
-  if constexpr (std::is_same_v<To, bool>) {
-    return wide != Arith<From>(0);
-  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
-    return To(static_cast<float>(wide));
+  if constexpr (is_complex_type_v<From>) {
+    if constexpr (is_complex_type_v<To>) {
+      using Part = typename To::value_type;
+      return To(static_cast<Part>(v.real()), static_cast<Part>(v.imag()));
+    } else if constexpr (std::is_same_v<To, bool>) {
+      return v != From(0);
+    } else {
+      return convert_value<To>(v.real());
+    }
+  } else if constexpr (is_complex_type_v<To>) {
+    return To(convert_value<typename To::value_type>(v), 0);
   } else {
-    return static_cast<To>(wide);
+    Arith<From> wide = static_cast<Arith<From>>(v);
+    if constexpr (std::is_same_v<To, bool>) {
+      return wide != Arith<From>(0);
+    } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
+      return To(static_cast<float>(wide));
+    } else {
+      return static_cast<To>(wide);
+    }
   }
 }
 

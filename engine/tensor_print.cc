@@ -118,7 +118,29 @@ class Formatter {
   int64_t width_ = 1;
 };
 
-std::string vector_str(const Tensor& t, int64_t indent, bool summarize, const Formatter& fmt) {
+// A complex element as PyTorch prints it: the real part by one formatter, the imaginary part
+// by another (each chose its width from its own parts), joined by its sign: "1.+2.j", "0.-1.j".
+class ComplexFormatter {
+ public:
+  ComplexFormatter(const Tensor& t, bool summarize) : real_(t.real(), summarize), imag_(t.imag(), summarize) {}
+
+  // What an element adds to a line, as PyTorch counts it: both widths and the "j".
+  int64_t width() const { return real_.width() + imag_.width() + 1; }
+
+  std::string format(const Tensor& scalar) const {
+    std::string real = real_.format(scalar.real());
+    std::string imag = imag_.format(scalar.imag()) + "j";
+    imag.erase(0, imag.find_first_not_of(' '));
+    return imag[0] == '-' || imag[0] == '+' ? real + imag : real + "+" + imag;
+  }
+
+ private:
+  Formatter real_;
+  Formatter imag_;
+};
+
+template <typename ElementFormatter>
+std::string vector_str(const Tensor& t, int64_t indent, bool summarize, const ElementFormatter& fmt) {
   const int64_t element_length = fmt.width() + 2;
   const int64_t per_line = std::max<int64_t>(1, (kLineWidth - indent) / element_length);
   std::vector<std::string> items;
@@ -142,7 +164,8 @@ std::string vector_str(const Tensor& t, int64_t indent, bool summarize, const Fo
   return out + "]";
 }
 
-std::string tensor_str(const Tensor& t, int64_t indent, bool summarize, const Formatter& fmt) {
+template <typename ElementFormatter>
+std::string tensor_str(const Tensor& t, int64_t indent, bool summarize, const ElementFormatter& fmt) {
   if (t.dim() == 0) return fmt.format(t);
   if (t.dim() == 1) return vector_str(t, indent, summarize, fmt);
   std::vector<std::string> slices;
@@ -171,7 +194,8 @@ std::string Tensor::to_string() const {
   Tensor host = is_cuda() ? cpu() : *this;
   std::vector<std::string> suffixes;
   if (is_cuda()) suffixes.push_back("device='" + device().str() + "'");
-  const bool default_dtype = dtype_ == kFloat32 || dtype_ == kInt64 || dtype_ == kBool;
+  // PyTorch's defaults with float32 as the default dtype; complex64 is then the default complex.
+  const bool default_dtype = dtype_ == kFloat32 || dtype_ == kComplex64 || dtype_ == kInt64 || dtype_ == kBool;
   std::string body;
   if (numel() == 0) {
     if (dim() != 1) {
@@ -183,8 +207,8 @@ std::string Tensor::to_string() const {
     body = "[]";
   } else {
     const bool summarize = numel() > kThreshold;
-    const Formatter fmt(host, summarize);
-    body = tensor_str(host, indent, summarize, fmt);
+    body = mmt::is_complex(dtype_) ? tensor_str(host, indent, summarize, ComplexFormatter(host, summarize))
+                                   : tensor_str(host, indent, summarize, Formatter(host, summarize));
     if (!default_dtype) suffixes.push_back("dtype=torch." + std::string(mmt::to_string(dtype_)));
   }
   std::string out = prefix + body;

@@ -201,4 +201,33 @@ Tensor Tensor::expand(IntArrayRef sizes) const {
   return restride(*this, std::move(out_sizes), std::move(out_strides), storage_offset_);
 }
 
+namespace {
+// A complex tensor's parts as a view of its part dtype: each complex element is two parts, so
+// strides and offset double; `part` 0 is the real one, 1 the imaginary one.
+Tensor complex_part(const Tensor& t, int64_t part, const char* op) {
+  MMT_CHECK(t.defined(), ValueError, op, " of an undefined tensor");
+  MMT_CHECK(is_complex(t.dtype()), ValueError, op, " is not implemented for tensors with non-complex dtypes (",
+            to_string(t.dtype()), ")");
+  DimVector strides = t.strides();
+  for (auto& s : strides) s *= 2;
+  return make_tensor_unchecked(t.untyped_storage(), to_real_value_type(t.dtype()), DimVector(t.sizes()),
+                               std::move(strides), t.storage_offset() * 2 + part);
+}
+}  // namespace
+
+Tensor Tensor::real() const {
+  MMT_CHECK(defined_, ValueError, "real() of an undefined tensor");
+  return mmt::is_complex(dtype_) ? complex_part(*this, 0, "real()") : *this;
+}
+
+Tensor Tensor::imag() const { return complex_part(*this, 1, "imag()"); }
+
+Tensor Tensor::view_as_real() const {
+  Tensor parts = complex_part(*this, 0, "view_as_real()");
+  DimVector sizes(parts.sizes()), strides(parts.strides());
+  sizes.push_back(2);
+  strides.push_back(1);
+  return make_tensor_unchecked(storage_, parts.dtype(), std::move(sizes), std::move(strides), parts.storage_offset());
+}
+
 }  // namespace mmt

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <complex>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -38,14 +39,20 @@ TEST(Tensor, EveryDtypeHasItsSizeAndName) {
                  {kInt16, 2, "int16"}, {kUInt16, 2, "uint16"}, {kInt32, 4, "int32"},
                  {kUInt32, 4, "uint32"}, {kInt64, 8, "int64"}, {kUInt64, 8, "uint64"},
                  {kFloat16, 2, "float16"}, {kBFloat16, 2, "bfloat16"}, {kFloat32, 4, "float32"},
-                 {kFloat64, 8, "float64"}}) {
+                 {kFloat64, 8, "float64"}, {kComplex64, 8, "complex64"}, {kComplex128, 16, "complex128"}}) {
     EXPECT_EQ(element_size(c.t), c.size);
     EXPECT_EQ(to_string(c.t), c.name);
     EXPECT_EQ(scalar_type_from_string(c.name), c.t);
     EXPECT_EQ(scalar_type_from_string(std::string("torch.") + c.name), c.t);
   }
   EXPECT_EQ(scalar_type_from_string("half"), kFloat16);
-  EXPECT_FALSE(scalar_type_from_string("complex64").has_value());
+  EXPECT_EQ(scalar_type_from_string("cfloat"), kComplex64);
+  EXPECT_EQ(scalar_type_from_string("torch.cdouble"), kComplex128);
+  EXPECT_FALSE(scalar_type_from_string("complex32").has_value());  // torch.chalf: no numpy type, not stored
+  // PyTorch's classification: complex is signed, and not floating point.
+  EXPECT_TRUE(is_complex(kComplex64) && is_signed(kComplex64) && !is_floating_point(kComplex64));
+  EXPECT_EQ(to_real_value_type(kComplex128), kFloat64);
+  EXPECT_EQ(to_real_value_type(kInt8), kInt8);
 }
 
 TEST(Tensor, HalfAndBFloat16Conversions) {
@@ -411,6 +418,97 @@ TEST(TensorPrint, SixtyFourBitIntegersExactly) {
   EXPECT_TRUE(full({}, 0.5).item<bool>());
 }
 
+using Complex = std::complex<float>;
+
+// Complex tensors print as PyTorch 1.13 prints them (each string below is torch's own output):
+// real and imaginary parts formatted apart, each with the width and mode its own values need.
+TEST(TensorPrint, ComplexLikePyTorch) {
+  EXPECT_EQ(tensor<Complex>({{1, 2}, {3, -4}}).to_string(), "tensor([1.+2.j, 3.-4.j])");
+  EXPECT_EQ(tensor<std::complex<double>>({{1.5, 2}, {-3.25, -4}}).to_string(),
+            "tensor([ 1.5000+2.j, -3.2500-4.j], dtype=torch.complex128)");
+  EXPECT_EQ(scalar_tensor(Complex(1, 2)).to_string(), "tensor(1.+2.j)");
+  EXPECT_EQ(tensor<Complex>({{1e10f, 1}, {0, 2}, {0, 0}, {-1, -1}}, {2, 2}).to_string(),
+            "tensor([[ 1.0000e+10+1.j,  0.0000e+00+2.j],\n"
+            "        [ 0.0000e+00+0.j, -1.0000e+00-1.j]])");
+  EXPECT_EQ(zeros({2}, kComplex128).to_string(), "tensor([0.+0.j, 0.+0.j], dtype=torch.complex128)");
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(tensor<Complex>({{std::nanf(""), 1}, {inf, -inf}}).to_string(), "tensor([nan+1.j, inf-infj])");
+  EXPECT_EQ(empty({0}, kComplex64).to_string(), "tensor([], dtype=torch.complex64)");
+  Tensor grid = empty({3, 4}, kComplex64);
+  for (int64_t i = 0; i < 12; ++i) grid.view({12}).set<Complex>({i}, Complex(1.5f * i, 0.25f));
+  EXPECT_EQ(grid.to_string(),
+            "tensor([[ 0.0000+0.2500j,  1.5000+0.2500j,  3.0000+0.2500j,  4.5000+0.2500j],\n"
+            "        [ 6.0000+0.2500j,  7.5000+0.2500j,  9.0000+0.2500j, 10.5000+0.2500j],\n"
+            "        [12.0000+0.2500j, 13.5000+0.2500j, 15.0000+0.2500j, 16.5000+0.2500j]])");
+  EXPECT_EQ(tensor<Complex>({{6, -3}, {7, -3.5f}}).to_string(), "tensor([6.-3.0000j, 7.-3.5000j])");
+  EXPECT_EQ(tensor<Complex>({{1e-5f, 1}, {1, 0}}).to_string(), "tensor([1.0000e-05+1.j, 1.0000e+00+0.j])");
+  EXPECT_EQ(tensor<Complex>({{0.1f, 100000}, {1, 0}}).to_string(), "tensor([0.1000+100000.j, 1.0000+0.j])");
+  EXPECT_EQ(tensor<Complex>({{std::nanf(""), std::nanf("")}}).to_string(), "tensor([nan+nanj])");
+  // Ten to a line: each element counts both widths, the "j" and the separator.
+  const std::string ten = "1.+1.j, 1.+1.j, 1.+1.j, 1.+1.j, 1.+1.j, 1.+1.j, 1.+1.j, 1.+1.j, 1.+1.j, 1.+1.j";
+  const Tensor ones = full({2, 30}, 1.0, kComplex64);
+  ones.imag().fill_(1.0);
+  const std::string row = "[" + ten + ",\n         " + ten + ",\n         " + ten + "]";
+  EXPECT_EQ(ones.to_string(), "tensor([" + row + ",\n        " + row + "])");
+  Tensor many = empty({2000}, kComplex64);
+  for (int64_t i = 0; i < 2000; ++i) many.set<Complex>({i}, Complex(i, i));
+  EXPECT_EQ(many.to_string(),
+            "tensor([0.0000e+00+0.0000e+00j, 1.0000e+00+1.0000e+00j, 2.0000e+00+2.0000e+00j,\n"
+            "         ..., 1.9970e+03+1.9970e+03j, 1.9980e+03+1.9980e+03j,\n"
+            "        1.9990e+03+1.9990e+03j])");
+}
+
+// Conversions to and from complex follow PyTorch's casts; real() and imag() are views.
+TEST(Tensor, ComplexConversionsAndParts) {
+  const Tensor z = tensor<Complex>({{1, 2}, {3, -4}, {0, 5}});
+  Tensor as_double = empty({3}, kComplex128);
+  as_double.copy_(z);
+  EXPECT_EQ(as_double.to_vector<std::complex<double>>(),
+            (std::vector<std::complex<double>>{{1, 2}, {3, -4}, {0, 5}}));
+  Tensor reals = empty({3}, kFloat32);
+  reals.copy_(z);  // the imaginary part is dropped, as PyTorch's copy_ drops it
+  EXPECT_EQ(reals.to_vector<float>(), (std::vector<float>{1, 3, 0}));
+  Tensor flags = empty({3}, kBool);
+  flags.copy_(z);  // nonzero in either part, as numpy and Python's bool(5j) read it
+  EXPECT_EQ(flags.to_double_vector(), (std::vector<double>{1, 1, 1}));
+  Tensor from_ints = empty({3}, kComplex64);
+  from_ints.copy_(arange(3));
+  EXPECT_EQ(from_ints.to_vector<Complex>(), (std::vector<Complex>{{0, 0}, {1, 0}, {2, 0}}));
+  EXPECT_EQ(full({2}, 2.5, kComplex64).to_vector<Complex>(), (std::vector<Complex>{{2.5, 0}, {2.5, 0}}));
+  EXPECT_TRUE(z.equal(z.clone()));
+  EXPECT_FALSE(z.equal(from_ints));
+
+  EXPECT_EQ(z.select(0, 1).item<std::complex<double>>(), std::complex<double>(3, -4));
+  EXPECT_EQ(scalar_tensor(Complex(2.5f, 0)).item<double>(), 2.5);
+  EXPECT_TRUE(scalar_tensor(Complex(0, 5)).item<bool>());
+  EXPECT_NE(error_of([&] { z.select(0, 1).item<double>(); })
+                .find("value (3-4j) cannot be converted to type double without losing its imaginary part"),
+            std::string::npos);
+  EXPECT_THROW(z.to_double_vector(), ValueError);
+
+  // The parts are views of the same storage, strides counted in the parts' dtype.
+  const Tensor column = tensor<Complex>({{1, 2}, {3, 4}, {5, 6}, {7, 8}}, {2, 2}).select(1, 1);
+  EXPECT_EQ(column.real().dtype(), kFloat32);
+  EXPECT_EQ(column.real().strides(), IntArrayRef({4}));
+  EXPECT_EQ(column.real().storage_offset(), 2);
+  EXPECT_EQ(column.imag().storage_offset(), 3);
+  EXPECT_EQ(column.real().to_vector<float>(), (std::vector<float>{3, 7}));
+  EXPECT_EQ(column.imag().to_vector<float>(), (std::vector<float>{4, 8}));
+  EXPECT_TRUE(column.imag().is_same_storage(column));
+  column.imag().fill_(-1.0);
+  EXPECT_EQ(column.to_vector<Complex>(), (std::vector<Complex>{{3, -1}, {7, -1}}));
+  const Tensor pairs = column.view_as_real();
+  EXPECT_EQ(pairs.sizes(), IntArrayRef({2, 2}));
+  EXPECT_EQ(pairs.strides(), IntArrayRef({4, 1}));
+  EXPECT_EQ(pairs.to_vector<float>(), (std::vector<float>{3, -1, 7, -1}));
+  const Tensor ints = arange(3);
+  EXPECT_TRUE(ints.real().is_same_storage(ints));  // real() of a real tensor is itself
+  EXPECT_EQ(ints.real().dtype(), kInt64);
+  EXPECT_NE(error_of([] { arange(3).imag(); }).find("imag() is not implemented for tensors with non-complex dtypes"),
+            std::string::npos);
+  EXPECT_THROW(arange(3).view_as_real(), ValueError);
+}
+
 // Every element of `t` in row-major order, read by walking its strides by hand: a reference
 // that does not go through the strided-copy routine under test.
 std::vector<double> reference_values(const Tensor& t) {
@@ -426,6 +524,8 @@ std::vector<double> reference_values(const Tensor& t) {
       std::memcpy(&v, base + offset * sizeof(T), sizeof(T));
       if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
         out.push_back(static_cast<float>(v));
+      else if constexpr (is_complex_type_v<T>)
+        out.push_back(v.real()), out.push_back(v.imag());
       else
         out.push_back(static_cast<double>(v));
     });

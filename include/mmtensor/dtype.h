@@ -1,6 +1,7 @@
 // Element types of tensors and dataset fields, named as in PyTorch (torch.float32 ...).
 #pragma once
 
+#include <complex>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -24,8 +25,11 @@ enum class ScalarType : uint8_t {
   BFloat16 = 10,
   Float32 = 11,
   Float64 = 12,
+  // Appended after the others, so that every earlier code keeps its value.
+  ComplexFloat = 13,   // torch.complex64: two float32, real part first
+  ComplexDouble = 14,  // torch.complex128: two float64, real part first
 };
-inline constexpr int kNumScalarTypes = 13;
+inline constexpr int kNumScalarTypes = 15;
 
 // PyTorch-style spellings: mmt::kFloat32 reads like torch.float32.
 inline constexpr ScalarType kBool = ScalarType::Bool;
@@ -41,6 +45,8 @@ inline constexpr ScalarType kFloat16 = ScalarType::Float16;
 inline constexpr ScalarType kBFloat16 = ScalarType::BFloat16;
 inline constexpr ScalarType kFloat32 = ScalarType::Float32;
 inline constexpr ScalarType kFloat64 = ScalarType::Float64;
+inline constexpr ScalarType kComplex64 = ScalarType::ComplexFloat;
+inline constexpr ScalarType kComplex128 = ScalarType::ComplexDouble;
 
 // Size of one element in bytes.
 constexpr int64_t element_size(ScalarType t) {
@@ -49,7 +55,9 @@ constexpr int64_t element_size(ScalarType t) {
     case ScalarType::Int16: case ScalarType::UInt16: case ScalarType::Float16:
     case ScalarType::BFloat16: return 2;
     case ScalarType::Int32: case ScalarType::UInt32: case ScalarType::Float32: return 4;
-    case ScalarType::Int64: case ScalarType::UInt64: case ScalarType::Float64: return 8;
+    case ScalarType::Int64: case ScalarType::UInt64: case ScalarType::Float64:
+    case ScalarType::ComplexFloat: return 8;
+    case ScalarType::ComplexDouble: return 16;
   }
   return 0;
 }
@@ -59,10 +67,18 @@ constexpr bool is_floating_point(ScalarType t) {
          t == ScalarType::Float64;
 }
 
-// Whether the type holds negative values (torch.dtype.is_signed): the floating types and the
-// signed integers.
+// torch.is_complex: complex64 and complex128 (which are not is_floating_point, as in PyTorch).
+constexpr bool is_complex(ScalarType t) { return t == ScalarType::ComplexFloat || t == ScalarType::ComplexDouble; }
+
+// The real type of a complex type's parts (torch.complex64 -> torch.float32); `t` otherwise.
+constexpr ScalarType to_real_value_type(ScalarType t) {
+  return t == ScalarType::ComplexFloat ? ScalarType::Float32 : t == ScalarType::ComplexDouble ? ScalarType::Float64 : t;
+}
+
+// Whether the type holds negative values (torch.dtype.is_signed): the floating and complex
+// types and the signed integers.
 constexpr bool is_signed(ScalarType t) {
-  return is_floating_point(t) || t == ScalarType::Int8 || t == ScalarType::Int16 || t == ScalarType::Int32 ||
+  return is_floating_point(t) || is_complex(t) || t == ScalarType::Int8 || t == ScalarType::Int16 || t == ScalarType::Int32 ||
          t == ScalarType::Int64;
 }
 
@@ -104,7 +120,13 @@ template <> struct ScalarTypeOf<Half> { static constexpr ScalarType value = kFlo
 template <> struct ScalarTypeOf<BFloat16> { static constexpr ScalarType value = kBFloat16; };
 template <> struct ScalarTypeOf<float> { static constexpr ScalarType value = kFloat32; };
 template <> struct ScalarTypeOf<double> { static constexpr ScalarType value = kFloat64; };
+template <> struct ScalarTypeOf<std::complex<float>> { static constexpr ScalarType value = kComplex64; };
+template <> struct ScalarTypeOf<std::complex<double>> { static constexpr ScalarType value = kComplex128; };
 template <typename T> inline constexpr ScalarType scalar_type_of = ScalarTypeOf<T>::value;
+
+// True for std::complex<float> and std::complex<double>, the C++ types of the complex dtypes.
+template <typename T> inline constexpr bool is_complex_type_v = false;
+template <typename R> inline constexpr bool is_complex_type_v<std::complex<R>> = true;
 
 // The element of type T stored at `p` (any alignment). A bool is read as its byte and true
 // when that byte is nonzero: a byte from a file may be neither 0 nor 1, and loading it as a
@@ -139,6 +161,8 @@ decltype(auto) dispatch_scalar_type(ScalarType t, Fn&& fn) {
     case ScalarType::BFloat16: return fn(BFloat16{});
     case ScalarType::Float32: return fn(float{});
     case ScalarType::Float64: return fn(double{});
+    case ScalarType::ComplexFloat: return fn(std::complex<float>{});
+    case ScalarType::ComplexDouble: return fn(std::complex<double>{});
   }
   return fn(uint8_t{});
 }

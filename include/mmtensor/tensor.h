@@ -70,6 +70,8 @@ class Tensor {
   Device device() const { return storage_.device(); }
   bool is_cuda() const { return storage_.is_cuda(); }
   bool is_pinned() const { return storage_.is_pinned(); }
+  bool is_complex() const { return mmt::is_complex(dtype_); }
+  bool is_floating_point() const { return mmt::is_floating_point(dtype_); }
   IntArrayRef sizes() const { return sizes_; }
   IntArrayRef strides() const { return strides_; }
   IntArrayRef shape() const { return sizes_; }
@@ -111,8 +113,11 @@ class Tensor {
   // The single element of a one-element tensor, converted to T (any dtype) as static_cast
   // converts the stored value: an integer read as an integer type is exact (a double holds
   // integers only up to 2^53).
+  // A complex element converts to a real T only when its imaginary part is zero (ValueError
+  // otherwise, as PyTorch's item<double>() refuses it); item<std::complex<double>>() reads it.
   template <typename T> T item() const {
-    if constexpr (std::is_same_v<T, bool>) return item_as_double() != 0;
+    if constexpr (is_complex_type_v<T>) return static_cast<T>(item_as_complex());
+    else if constexpr (std::is_same_v<T, bool>) return item_as_complex() != 0.0;
     else if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) return static_cast<T>(item_as_int64());
     else if constexpr (std::is_integral_v<T>) return static_cast<T>(item_as_uint64());
     else return static_cast<T>(item_as_double());
@@ -122,7 +127,9 @@ class Tensor {
   // integer dtypes; a floating value must fit the type).
   int64_t item_as_int64() const;
   uint64_t item_as_uint64() const;
-  // All elements converted to double, in row-major order (for tests and printing).
+  std::complex<double> item_as_complex() const;
+  // All elements converted to double, in row-major order (for tests and printing); complex
+  // elements as item_as_double() converts them.
   std::vector<double> to_double_vector() const;
   // All elements as T (the tensor's own dtype), in row-major order; from the host or a device.
   template <typename T> std::vector<T> to_vector() const {
@@ -152,6 +159,14 @@ class Tensor {
   // Broadcasts size-1 dimensions to `sizes` with stride 0; -1 keeps a size.
   Tensor expand(IntArrayRef sizes) const;
   Tensor as_strided(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) const;
+  // torch.real / torch.imag: the real or imaginary parts of a complex tensor as a view of the
+  // parts' dtype (float32 for complex64), strides in that dtype's elements. real() of a real
+  // tensor is the tensor itself; imag() of one is a ValueError, as in PyTorch.
+  Tensor real() const;
+  Tensor imag() const;
+  // torch.view_as_real: a complex tensor as a view with one more, last dimension of size 2
+  // holding (real, imaginary); ValueError for a real tensor.
+  Tensor view_as_real() const;
 
   // ---- layout ----
   bool is_contiguous(MemoryFormat format = MemoryFormat::Contiguous) const;
@@ -165,7 +180,9 @@ class Tensor {
   // Always a new storage.
   Tensor clone(MemoryFormat format = MemoryFormat::Preserve) const;
   // Copies src's elements into this tensor (same sizes, or src broadcastable; any layouts,
-  // any dtypes, host or device). Returns *this. Into a device view with gaps between its
+  // any dtypes, host or device). Returns *this. Dtypes convert as PyTorch casts them; a
+  // complex value into a real dtype keeps its real part (PyTorch warns there), into bool is
+  // true when either part is nonzero. Into a device view with gaps between its
   // elements, the whole span is read, changed and written back: a kernel writing those gaps
   // at the same time on another stream would lose its writes.
   const Tensor& copy_(const Tensor& src) const;
