@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "mmtensor/dims.h"
+#include "mmtensor/dtype.h"
 #include "mmtensor/error.h"
 #include "mmtensor/storage.h"
 
@@ -85,6 +86,10 @@ inline void copy_byteswapped(std::byte* dst, const std::byte* src, int64_t count
   }
   throw ValueError(str("copy_byteswapped: unsupported element size ", element_bytes));
 }
+
+// The size of the values whose bytes a change of byte order reverses: the element size, but
+// a complex element is two values (its real and imaginary parts), each swapped on its own.
+inline int64_t byte_order_unit(ScalarType dtype) { return element_size(to_real_value_type(dtype)); }
 
 // Copies elements stored in `big_endian` order into native order.
 inline void copy_to_native(std::byte* dst, const std::byte* src, int64_t count,

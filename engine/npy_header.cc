@@ -181,9 +181,9 @@ class DictParser {
 }
 
 constexpr std::string_view kAcceptedDescrs =
-    "mmtensor reads a type string of b1, u1, i1, i2, u2, i4, u4, i8, u8, f2, f4 or f8, after a byte order '<', "
-    "'>', '=' or '|' or alone (native order), or one of the names bool, int8, uint8, int16, uint16, int32, "
-    "uint32, int64, uint64, float16, float32 and float64";
+    "mmtensor reads a type string of b1, u1, i1, i2, u2, i4, u4, i8, u8, f2, f4, f8, c8 or c16, after a byte "
+    "order '<', '>', '=' or '|' or alone (native order), or one of the names bool, int8, uint8, int16, uint16, "
+    "int32, uint32, int64, uint64, float16, float32, float64, complex64 and complex128";
 
 // The names numpy gives these types (str(a.dtype)), which np.load also reads as a descr.
 // They carry their size, so they mean one type to every writer.
@@ -192,7 +192,8 @@ constexpr struct {
   ScalarType dtype;
 } kSizedNames[] = {{"bool", kBool},       {"int8", kInt8},       {"uint8", kUInt8},     {"int16", kInt16},
                    {"uint16", kUInt16},   {"int32", kInt32},     {"uint32", kUInt32},   {"int64", kInt64},
-                   {"uint64", kUInt64},   {"float16", kFloat16}, {"float32", kFloat32}, {"float64", kFloat64}};
+                   {"uint64", kUInt64},   {"float16", kFloat16}, {"float32", kFloat32}, {"float64", kFloat64},
+                   {"complex64", kComplex64}, {"complex128", kComplex128}};
 
 // Names and one-letter codes np.load also reads, but whose size is not in them. Some differ
 // between platforms ('int', 'l' and 'long' are 8 bytes in numpy on Linux, 4 on Windows) or
@@ -204,7 +205,8 @@ constexpr std::string_view kUnsizedNames[] = {
     "int",      "uint",      "float",  "double", "single", "half", "short", "ushort", "byte", "ubyte", "intc",
     "uintc",    "int_",      "intp",   "uintp",  "long",   "ulong", "longlong", "ulonglong", "float_", "bool_",
     "bool8",    "int0",      "uint0",  "?",      "b",      "B",    "h",     "H",      "i",    "I",     "l",
-    "L",        "q",         "Q",      "p",      "P",      "e",    "f",     "d"};
+    "L",        "q",         "Q",      "p",      "P",      "e",    "f",     "d",      "complex", "cfloat", "cdouble",
+    "csingle",  "complex_",  "singlecomplex", "F", "D"};
 
 // Maps a descr such as "<f4", "i4" or "float32" to the dtype and byte order, or explains the
 // refusal. A type string without a byte order, or with '|' ("not applicable") on a
@@ -235,7 +237,8 @@ void resolve_descr(NpyHeader& header, std::string_view what) {
     ScalarType dtype;
   } kTypes[] = {{"b1", kBool},    {"u1", kUInt8},    {"i1", kInt8},    {"i2", kInt16},
                 {"u2", kUInt16},  {"i4", kInt32},    {"u4", kUInt32},  {"i8", kInt64},
-                {"u8", kUInt64},  {"f2", kFloat16},  {"f4", kFloat32}, {"f8", kFloat64}};
+                {"u8", kUInt64},  {"f2", kFloat16},  {"f4", kFloat32}, {"f8", kFloat64},
+                {"c8", kComplex64}, {"c16", kComplex128}};
   for (const auto& t : kTypes) {
     if (t.code != code) continue;
     header.dtype = t.dtype;
@@ -248,7 +251,8 @@ void resolve_descr(NpyHeader& header, std::string_view what) {
     refuse("object arrays hold pickled Python objects, which mmtensor never loads");
   if (code[0] == 'U' || code[0] == 'S' || code[0] == 'a' || starts("str") || starts("bytes") || starts("unicode"))
     refuse("string arrays are not supported");
-  if (code[0] == 'c') refuse("complex numbers are not supported");
+  if ((code[0] == 'c' && code.size() > 1) || code == "G" || starts("complex") || starts("clong"))
+    refuse("only complex64 (c8) and complex128 (c16) are supported among complex numbers");
   if (code[0] == 'M' || code[0] == 'm' || starts("datetime") || starts("timedelta"))
     refuse("datetime and timedelta arrays are not supported");
   if (code[0] == 'V' || code == "void") refuse("void (raw record) arrays are not supported");
@@ -310,6 +314,8 @@ std::string npy_descr(ScalarType dtype) {
     case kFloat16: return std::string(1, order) + "f2";
     case kFloat32: return std::string(1, order) + "f4";
     case kFloat64: return std::string(1, order) + "f8";
+    case kComplex64: return std::string(1, order) + "c8";
+    case kComplex128: return std::string(1, order) + "c16";
     case kBFloat16: break;
   }
   throw ValueError(

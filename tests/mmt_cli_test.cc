@@ -209,6 +209,7 @@ Tensor records(ScalarType dtype, int64_t count, std::vector<int64_t> record_shap
     for (int64_t i = 0; i < n; ++i) source.set<double>({i}, static_cast<double>(i % (dtype == kBool ? 2 : 100)));
   }
   out.copy_(source.view(sizes));
+  if (is_complex(dtype)) out.imag().copy_(arange(0, -n, -1, kFloat64).view(sizes));  // k - kj
   return out;
 }
 
@@ -264,7 +265,7 @@ TEST_F(MmtCli, AnUnknownSubcommandIsNamedWithTheKnownOnes) {
 
 TEST_F(MmtCli, NpyRoundTripForEveryDtypeAndCodec) {
   const ScalarType types[] = {kBool, kUInt8, kInt8, kInt16, kUInt16, kInt32,
-                              kUInt32, kInt64, kUInt64, kFloat16, kFloat32, kFloat64};
+                              kUInt32, kInt64, kUInt64, kFloat16, kFloat32, kFloat64, kComplex64, kComplex128};
   std::vector<std::string> inputs;
   std::vector<std::pair<std::string, Tensor>> originals;
   for (ScalarType t : types) {
@@ -286,6 +287,15 @@ TEST_F(MmtCli, NpyRoundTripForEveryDtypeAndCodec) {
                                           testutil::element_bytes(std::vector<double>{0, 1, 2, 3, 4, 5, 6, 7, 8}, true)));
   inputs.push_back("big=" + path("big.npy"));
   originals.push_back({"big", arange(9, kFloat64)});
+  // A big-endian complex source: each part is swapped on its own.
+  std::vector<double> parts;
+  for (int k = 0; k < 9; ++k) parts.insert(parts.end(), {double(k), -0.5 * k});
+  testutil::write_file(path("bigz.npy"),
+                       testutil::npy_file(">c16", false, "(9,)", testutil::element_bytes(parts, true)));
+  inputs.push_back("bigz=" + path("bigz.npy"));
+  Tensor bigz = empty({9}, kComplex128);
+  for (int k = 0; k < 9; ++k) bigz.set<std::complex<double>>({k}, {double(k), -0.5 * k});
+  originals.push_back({"bigz", bigz});
 
   for (const char* codec : {"none", "lz4", "zstd:5"}) {
     SCOPED_TRACE(codec);
@@ -295,7 +305,11 @@ TEST_F(MmtCli, NpyRoundTripForEveryDtypeAndCodec) {
     args.insert(args.end(), {"--codec", codec, "--chunk-bytes", "256"});
     RunResult packed = run_mmt(args);
     ASSERT_EQ(packed.exit_code, 0) << packed.err;
-    EXPECT_NE(packed.out.find("packed 9 records (14 fields)"), std::string::npos) << packed.out;
+    EXPECT_NE(packed.out.find("packed 9 records (17 fields)"), std::string::npos) << packed.out;
+    // `mmt info` widens its dtype column to the longest name (complex128, 10 characters).
+    const std::string info = run_mmt({"info", out}).out;
+    EXPECT_NE(info.find("  f_float16     float16     [2, 3]"), std::string::npos) << info;
+    EXPECT_NE(info.find("  f_complex128  complex128  [2, 3]"), std::string::npos) << info;
 
     std::string export_dir = path(std::string("export-") + codec);
     RunResult exported = run_mmt({"export", out, export_dir});
@@ -678,9 +692,9 @@ TEST_F(MmtCli, TextFromInputFilesIsEscapedOnceAndShownWhole) {
   testutil::write_file(path("nomagic.npy"), testutil::to_bytes("NUMPY but not really"));
   EXPECT_FAILS_WITH(run_mmt({"pack", path("o.mmt"), "x=" + path("nul.npy")}),
                     "nul.npy: unsupported dtype '<i4\\x00': not a numeric type mmtensor supports; mmtensor reads a type "
-                    "string of b1, u1, i1, i2, u2, i4, u4, i8, u8, f2, f4 or f8, after a byte order '<', '>', '=' or '|' "
-                    "or alone (native order), or one of the names bool, int8, uint8, int16, uint16, int32, uint32, int64, "
-                    "uint64, float16, float32 and float64\n");
+                    "string of b1, u1, i1, i2, u2, i4, u4, i8, u8, f2, f4, f8, c8 or c16, after a byte order '<', '>', '=' "
+                    "or '|' or alone (native order), or one of the names bool, int8, uint8, int16, uint16, int32, uint32, "
+                    "int64, uint64, float16, float32, float64, complex64 and complex128\n");
   EXPECT_FAILS_WITH(run_mmt({"pack", path("o.mmt"), path("nulname.npz")}),
                     "nulname.npz:a\\x00x.npy (an array of shape [2]): field name of 3 bytes has a control character at byte 1\n");
   EXPECT_FAILS_WITH(run_mmt({"pack", path("o.mmt"), path("nul2.npz")}),
@@ -1175,7 +1189,7 @@ TEST_F(MmtCli, ExportNeverReplacesANonRegularFile) {
 TEST_F(MmtCli, BadInputsGiveAClearMessageAndLeaveNothing) {
   save("ten.npy", records(kUInt8, 10, {2}));
   save("nine.npy", records(kUInt8, 9, {2}));
-  testutil::write_file(path("complex.npy"), testutil::npy_file("<c8", false, "(2,)", Bytes(16)));
+  testutil::write_file(path("complex.npy"), testutil::npy_file("<c32", false, "(2,)", Bytes(64)));
   Bytes corrupt = testutil::npy_file("<f4", false, "(2,)", Bytes(8));
   corrupt[20] = std::byte{'#'};
   testutil::write_file(path("corrupt.npy"), corrupt);
@@ -1189,7 +1203,7 @@ TEST_F(MmtCli, BadInputsGiveAClearMessageAndLeaveNothing) {
   EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("missing.npy")}), "missing.npy");
   EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("ten.npy"), "y=" + path("nine.npy")}),
                     "record counts disagree");
-  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("complex.npy")}), "unsupported dtype '<c8'");
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("complex.npy")}), "unsupported dtype '<c32'");
   EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("corrupt.npy")}), "corrupt.npy: corrupt .npy header");
   EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("wrong-idx1-ubyte")}), "is not an IDX magic");
   EXPECT_FAILS_WITH(run_mmt({"pack", out, "--folder", path("classes")}), "dangling.bin");

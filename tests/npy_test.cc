@@ -2,6 +2,7 @@
 // numpy's own files (when numpy is installed), and refusals of corrupt or truncated input.
 #include <gtest/gtest.h>
 
+#include <complex>
 #include <filesystem>
 
 #include "importer_test_util.h"
@@ -15,10 +16,10 @@ using testutil::element_bytes;
 using testutil::npy_file;
 using testutil::TempFolder;
 
-const ScalarType kNpyTypes[] = {kBool,   kUInt8,  kInt8,   kInt16,   kUInt16,  kInt32,
-                                kUInt32, kInt64,  kUInt64, kFloat16, kFloat32, kFloat64};
+const ScalarType kNpyTypes[] = {kBool,   kUInt8,  kInt8,   kInt16,   kUInt16,  kInt32,     kUInt32,
+                                kInt64,  kUInt64, kFloat16, kFloat32, kFloat64, kComplex64, kComplex128};
 
-// 0, 1, 2, ... (0/1 alternating for bool) in `dtype`, shaped `sizes`.
+// 0, 1, 2, ... (0/1 alternating for bool; k - kj for complex) in `dtype`, shaped `sizes`.
 Tensor counting(ScalarType dtype, IntArrayRef sizes) {
   int64_t n = 1;
   for (int64_t s : sizes) n *= s;
@@ -27,7 +28,15 @@ Tensor counting(ScalarType dtype, IntArrayRef sizes) {
     for (int64_t i = 0; i < n; i += 2) source.set<double>({i}, 0.0);
   Tensor out = empty(sizes, dtype);
   out.copy_(source.view(sizes));
+  if (is_complex(dtype)) out.imag().copy_(arange(0, -n, -1, kFloat64).view(sizes));
   return out;
+}
+
+// The values of a complex tensor, widened to complex128, in row-major order.
+std::vector<std::complex<double>> complex_values(const Tensor& t) {
+  Tensor wide = empty(t.sizes(), kComplex128);
+  wide.copy_(t);
+  return wide.to_vector<std::complex<double>>();
 }
 
 using testutil::expect_format_error;
@@ -83,6 +92,17 @@ TEST(Npy, BigEndianDataIsConvertedToNativeOrder) {
   check(">u8", std::vector<uint64_t>{1, 2, uint64_t{1} << 50}, kUInt64);
   check(">f4", std::vector<float>{1.5f, -2.25f, 1e10f}, kFloat32);
   check(">f8", std::vector<double>{1.5, -2.25, 1e300}, kFloat64);
+  // A complex value is two floats, each in the file's byte order: swapping the element's 8 or
+  // 16 bytes whole would also exchange the real and imaginary parts.
+  for (const char* descr : {">c8", ">c16"}) {
+    SCOPED_TRACE(descr);
+    const bool wide = descr[2] == '1';
+    Bytes parts = wide ? element_bytes(std::vector<double>{1.5, -2, 3e300, 0.25}, true)
+                       : element_bytes(std::vector<float>{1.5f, -2, 3e30f, 0.25f}, true);
+    Tensor z = parse_npy(npy_file(descr, false, "(2,)", parts), "be.npy");
+    EXPECT_EQ(z.dtype(), wide ? kComplex128 : kComplex64);
+    EXPECT_EQ(complex_values(z), (std::vector<std::complex<double>>{{1.5, -2}, {wide ? 3e300 : double(3e30f), 0.25}}));
+  }
   // float16 bits of 1, -2 and 0.5.
   Bytes halves = element_bytes(std::vector<uint16_t>{0x3C00, 0xC000, 0x3800}, /*big_endian=*/true);
   Tensor h = parse_npy(npy_file(">f2", false, "(3,)", halves), "be.npy");
@@ -261,16 +281,18 @@ TEST(Npy, CorruptHeadersAreRefusedWithTheRule) {
                         "'shape': (99999999999999999999,)}", data),
           "64-bit");
   refused(npy_file("|O", false, "(2,)", data), "pickled");
-  refused(npy_file("<c8", false, "(1,)", data), "complex");
+  refused(npy_file("<c32", false, "(1,)", data), "unsupported dtype '<c32': only complex64 (c8) and complex128 (c16)");
+  refused(npy_file("complex256", false, "(1,)", data), "only complex64 (c8) and complex128 (c16)");
+  refused(npy_file("D", false, "(1,)", data), "only spellings that carry the size");
   refused(npy_file("<U1", false, "(2,)", data), "string");
   refused(npy_file("<f16", false, "(1,)", data), "unsupported dtype '<f16'");
   refused(npy_with_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (03, 2)}", data),
           "bad.npy: corrupt .npy header at character 51: dimension '03' has a leading zero, which Python's integer "
           "syntax (and so np.load) refuses; write 3");
   refused(npy_file("<int32", false, "(2,)", data), "unsupported dtype '<int32': not a numeric type mmtensor supports; "
-          "mmtensor reads a type string of b1, u1, i1, i2, u2, i4, u4, i8, u8, f2, f4 or f8, after a byte order '<', "
-          "'>', '=' or '|' or alone (native order), or one of the names bool, int8, uint8, int16, uint16, int32, "
-          "uint32, int64, uint64, float16, float32 and float64");
+          "mmtensor reads a type string of b1, u1, i1, i2, u2, i4, u4, i8, u8, f2, f4, f8, c8 or c16, after a byte "
+          "order '<', '>', '=' or '|' or alone (native order), or one of the names bool, int8, uint8, int16, uint16, "
+          "int32, uint32, int64, uint64, float16, float32, float64, complex64 and complex128");
   for (const char* unsized : {"int", "float", "l", "f", "double", "bool_"})
     refused(npy_file(unsized, false, "(2,)", data),
             "unsupported dtype '" + std::string(unsized) + "': numpy reads this name too, but mmtensor takes only spellings that carry the size");
@@ -294,7 +316,8 @@ TEST(Npy, ReadsTheHeaderSpellingsNumpyReads) {
     ScalarType dtype;
   } names[] = {{"bool", kBool},      {"int8", kInt8},      {"uint8", kUInt8},     {"int16", kInt16},
                {"uint16", kUInt16},  {"int32", kInt32},    {"uint32", kUInt32},   {"int64", kInt64},
-               {"uint64", kUInt64},  {"float16", kFloat16}, {"float32", kFloat32}, {"float64", kFloat64}};
+               {"uint64", kUInt64},  {"float16", kFloat16}, {"float32", kFloat32}, {"float64", kFloat64},
+               {"complex64", kComplex64}, {"complex128", kComplex128}};
   for (const auto& n : names) {
     SCOPED_TRACE(n.name);
     const Tensor t = parse_npy(npy_file(n.name, false, "(3,)", Bytes(3 * element_size(n.dtype))), "x.npy");
@@ -397,7 +420,23 @@ for i, t in enumerate(types):
 np.save('scalar.npy', np.float32(3.5))
 np.save('empty.npy', np.zeros((0, 4), np.int16))
 np.save('ours_ref.npy', np.arange(12, dtype='<i8').reshape(3, 4))
+for i, t in enumerate(['<c8', '<c16', '>c8', '>c16']):
+    z = (np.arange(24) - 1j * np.arange(24)).astype(t).reshape(2, 3, 4)
+    np.save('zc%d.npy' % i, z)
+    np.save('zf%d.npy' % i, np.asfortranarray(z))
 )"), 0);
+  std::vector<std::complex<double>> complex_expected;
+  for (int k = 0; k < 24; ++k) complex_expected.emplace_back(k, -k);
+  for (int i = 0; i < 4; ++i) {
+    for (const char* order : {"zc", "zf"}) {
+      const std::string path = dir / (order + std::to_string(i) + ".npy");
+      SCOPED_TRACE(path);
+      const Tensor z = load_npy(path);
+      EXPECT_EQ(z.dtype(), i % 2 ? kComplex128 : kComplex64);
+      EXPECT_EQ(z.sizes(), IntArrayRef({2, 3, 4}));
+      EXPECT_EQ(complex_values(z), complex_expected);
+    }
+  }
   Tensor expected = arange(24, kFloat64).view({2, 3, 4});
   for (int i = 0; i < 21; ++i) {
     for (const char* order : {"c", "f"}) {
@@ -422,7 +461,9 @@ import glob, sys
 for p in glob.glob('w_*.npy'):
     a = np.load(p)
     want = (np.arange(12) % (2 if a.dtype == np.bool_ else 1 << 20)).reshape(3, 4)
-    if not np.array_equal(a.astype(np.int64), want): sys.exit('mismatch in ' + p)
+    if a.dtype.kind == 'c':
+        if not np.array_equal(a, want - 1j * want): sys.exit('mismatch in ' + p)
+    elif not np.array_equal(a.astype(np.int64), want): sys.exit('mismatch in ' + p)
 )"), 0);
 }
 

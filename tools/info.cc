@@ -151,12 +151,13 @@ void print_text(const Dataset& ds) {
   // Names and metadata come from the file: escaped, so a crafted one cannot drive the terminal.
   std::vector<std::string> names;
   for (const Field& f : ds.schema()) names.push_back(printable(f.name));
-  size_t name_width = 4;
+  size_t name_width = 4, dtype_width = 8;  // 8: "bfloat16"; complex128 widens the column
   for (const std::string& name : names) name_width = std::max(name_width, name.size());
+  for (const Field& f : ds.schema()) dtype_width = std::max(dtype_width, to_string(f.dtype).size());
   for (size_t i = 0; i < names.size(); ++i) {
     const Field& f = ds.schema()[i];
-    std::printf("  %-*s  %-8s  %-16s  %s\n", static_cast<int>(name_width), names[i].c_str(),
-                std::string(to_string(f.dtype)).c_str(), shape_text(f).c_str(),
+    std::printf("  %-*s  %-*s  %-16s  %s\n", static_cast<int>(name_width), names[i].c_str(),
+                static_cast<int>(dtype_width), std::string(to_string(f.dtype)).c_str(), shape_text(f).c_str(),
                 layout_text(f).c_str());
   }
   std::fflush(stdout);

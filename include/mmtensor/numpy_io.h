@@ -17,15 +17,17 @@
 // file, as it looks for "PK" at the start).
 //
 // Supported element types: every numeric dtype numpy and mmtensor share, and bool
-// ('|b1', '|u1', '|i1', '<i2', '<u2', '<i4', '<u4', '<i8', '<u8', '<f2', '<f4', '<f8' and
-// their '>' variants). As np.load reads them: a type string without a byte order ('i4'), or
-// with '=', or with '|' on a multi-byte type, is in native order; numpy's names of these
-// types ('bool', 'int8', 'uint8', ... 'int64', 'uint64', 'float16', 'float32', 'float64')
-// are read too. Names np.load reads that do not carry a size ('int', 'float', 'double', 'l',
-// 'f', ...) are refused: some differ between platforms or from C's type of that name ('float'
-// is numpy's float64, C's 4-byte float), so the file's writer may have meant another type.
-// Structured, object, string, complex and datetime arrays are refused with a FormatError
-// naming the descr. A bool array whose bytes are not 0 or 1 is refused.
+// ('|b1', '|u1', '|i1', '<i2', '<u2', '<i4', '<u4', '<i8', '<u8', '<f2', '<f4', '<f8',
+// '<c8', '<c16' and their '>' variants; a big-endian complex value has each part swapped).
+// As np.load reads them: a type string without a byte order ('i4'), or with '=', or with '|'
+// on a multi-byte type, is in native order; numpy's names of these types ('bool', 'int8',
+// 'uint8', ... 'uint64', 'float16', 'float32', 'float64', 'complex64', 'complex128') are read
+// too. Names np.load reads that do not carry a size ('int', 'float', 'double', 'l', 'f', 'D',
+// 'complex', ...) are refused: some differ between platforms or from C's type of that name
+// ('float' is numpy's float64, C's 4-byte float), so the file's writer may have meant another
+// type. Structured, object, string, datetime, extended-precision float and complex ('<f16',
+// '<c32') arrays are refused with a FormatError naming the descr. A bool array whose bytes
+// are not 0 or 1 is refused.
 //
 // Layout: a C-order array comes back contiguous; a Fortran-order array comes back as a view
 // with column-major strides over the same bytes (as numpy does), so t.is_contiguous() is
