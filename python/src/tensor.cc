@@ -32,6 +32,7 @@ DLDataType dlpack_dtype(ScalarType type) {
     case ScalarType::Bool: return {kDLBoolCode, 8, 1};
     case ScalarType::Float16: case ScalarType::Float32: case ScalarType::Float64: return {kDLFloat, bits, 1};
     case ScalarType::BFloat16: return {kDLBfloat, 16, 1};
+    case ScalarType::ComplexFloat: case ScalarType::ComplexDouble: return {kDLComplex, bits, 1};
     case ScalarType::UInt8: case ScalarType::UInt16: case ScalarType::UInt32: case ScalarType::UInt64:
       return {kDLUInt, bits, 1};
     default: return {kDLInt, bits, 1};
@@ -152,7 +153,10 @@ py::buffer_info buffer_of(const PyTensor& s) {
   if (t.device().is_cuda()) throw py::buffer_error("a CUDA tensor has no host buffer; use cpu() first");
   std::vector<py::ssize_t> shape(t.sizes().begin(), t.sizes().end()), strides;
   for (int64_t stride : t.strides()) strides.push_back(static_cast<py::ssize_t>(stride * t.element_size()));
-  std::string format = numpy_dtype(t.dtype()).attr("char").cast<std::string>();
+  // NumPy's one-letter codes are PEP 3118's, but for complex, which PEP 3118 spells "Zf", "Zd".
+  std::string format = t.dtype() == kComplex64    ? "Zf"
+                       : t.dtype() == kComplex128 ? "Zd"
+                                                  : numpy_dtype(t.dtype()).attr("char").cast<std::string>();
   return py::buffer_info(const_cast<void*>(t.data_ptr()), t.element_size(), format, t.dim(), shape, strides,
                          t.untyped_storage().is_read_only());
 }
@@ -256,8 +260,12 @@ ScalarType scalar_type_of(const py::dtype& dtype) {
     if (size == 4) return kFloat32;
     if (size == 8) return kFloat64;
   }
+  if (kind == 'c') {
+    if (size == 8) return kComplex64;
+    if (size == 16) return kComplex128;
+  }
   throw py::type_error("mmtensor has no type for NumPy's " + py::str(static_cast<const py::object&>(dtype)).cast<std::string>() +
-                       " (it takes bool, integers of 8 to 64 bits, float16, float32, float64)");
+                       " (it takes bool, integers of 8 to 64 bits, float16, float32, float64, complex64, complex128)");
 }
 
 ScalarType parse_dtype(const py::handle& dtype) {
@@ -284,7 +292,8 @@ ScalarType parse_dtype(const py::handle& dtype) {
   } catch (const py::error_already_set&) {
     throw py::value_error("unknown dtype " + py::repr(dtype).cast<std::string>() +
                           " (mmtensor has bool, uint8, int8, int16, uint16, int32, uint32, int64, uint64, "
-                          "float16, bfloat16, float32, float64; NumPy's dtypes and names are taken too)");
+                          "float16, bfloat16, float32, float64, complex64, complex128; NumPy's dtypes and names are "
+                          "taken too)");
   }
 }
 
@@ -310,6 +319,10 @@ static std::optional<ScalarType> scalar_type_of(DLDataType type) {
       if (bits == 64) return kFloat64;
       break;
     case kDLBfloat: if (bits == 16) return kBFloat16; break;
+    case kDLComplex:
+      if (bits == 64) return kComplex64;
+      if (bits == 128) return kComplex128;
+      break;
     case kDLInt:
       if (bits == 8) return kInt8;
       if (bits == 16) return kInt16;
@@ -456,20 +469,22 @@ Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::str
   // float32 would become inf).
   py::array natural = np.attr("asarray")(value);
   const char kind = natural.dtype().kind();
-  if (kind != 'b' && kind != 'i' && kind != 'u' && kind != 'f')
+  const bool inexact = is_floating_point(dtype) || is_complex(dtype);
+  if (kind != 'b' && kind != 'i' && kind != 'u' && kind != 'f' && !(kind == 'c' && is_complex(dtype)))
     throw py::type_error(what + ": expected numbers of dtype " + std::string(to_string(dtype)) + ", got " +
                          py::str(static_cast<const py::object&>(natural.dtype())).cast<std::string>() + " values");
   const auto refuse = [&] {
     throw py::value_error(what + ": " + py::repr(value).cast<std::string>().substr(0, 80) + " does not fit dtype " +
-                          std::string(to_string(dtype)) + (is_floating_point(dtype) ? "" : " exactly") +
+                          std::string(to_string(dtype)) + (inexact ? "" : " exactly") +
                           " (convert it yourself if that is meant)");
   };
   const NumpyErrorsIgnored quiet(np);  // a refused conversion prints no NumPy warning
   py::array converted = natural.attr("astype")(numpy_dtype(dtype));
   bool fits = true;
   if (natural.size() > 0) {
-    if (is_floating_point(dtype)) {
-      // Finite values stay finite (an inf or nan given stays what it is).
+    if (inexact) {
+      // Finite values stay finite (an inf or nan given stays what it is); a complex value is
+      // finite when both its parts are.
       fits = np.attr("array_equal")(np.attr("isfinite")(converted), np.attr("isfinite")(natural)).cast<bool>();
     } else if (dtype == kBool) {
       fits = np.attr("array_equal")(converted.attr("astype")(natural.dtype()), natural).cast<bool>();
@@ -579,6 +594,10 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
       }, "A float32 copy on the host (how a bfloat16 value reaches NumPy)")
       .def("item", [](const PyTensor& s) -> py::object {
         if (s.tensor.numel() != 1) throw py::value_error("item(): the tensor has " + std::to_string(s.tensor.numel()) + " elements, not 1");
+        if (is_complex(s.tensor.dtype())) {
+          const std::complex<double> v = s.tensor.item<std::complex<double>>();
+          return py::reinterpret_steal<py::object>(PyComplex_FromDoubles(v.real(), v.imag()));
+        }
         if (is_floating_point(s.tensor.dtype())) return py::float_(s.tensor.item<double>());
         if (s.tensor.dtype() == kBool) return py::bool_(s.tensor.item<int64_t>() != 0);
         if (s.tensor.dtype() == kUInt64) return py::int_(s.tensor.item<uint64_t>());
@@ -586,8 +605,13 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
       })
       .def("__int__", [](const PyTensor& s) { return s.tensor.item<int64_t>(); })
       .def("__float__", [](const PyTensor& s) { return s.tensor.item<double>(); })
+      .def("__complex__", [](const PyTensor& s) {
+        const std::complex<double> v = s.tensor.item<std::complex<double>>();
+        return py::reinterpret_steal<py::object>(PyComplex_FromDoubles(v.real(), v.imag()));
+      })
       .def("__index__", [](const PyTensor& s) {
-        if (is_floating_point(s.tensor.dtype())) throw py::type_error("a floating-point tensor is not an index");
+        if (is_floating_point(s.tensor.dtype()) || is_complex(s.tensor.dtype()))
+          throw py::type_error("a floating-point or complex tensor is not an index");
         return s.tensor.item<int64_t>();
       })
       .def("tolist", [](const py::object& self) { return to_numpy(self).attr("tolist")(); })

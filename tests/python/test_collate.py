@@ -213,13 +213,23 @@ class CollateTest(unittest.TestCase):
             np.testing.assert_array_equal(batch["tokens"][0].numpy(), self.tokens[indices[0]])
             seen.extend(indices.tolist())
         self.assertEqual(sorted(seen), list(range(RECORDS)))
-        path = os.path.join(self.dir.name, "bf16.mmt")
+        path = os.path.join(self.dir.name, "bf16-torch.mmt")
         values = torch.randn(6, 3).to(torch.bfloat16)
         with mmtensor.DatasetWriter(path, [mmtensor.Field("w", "bfloat16", [3])]) as writer:
             writer.append_batch({"w": values})
         bf16 = mmtensor.Dataset(path)
         batch = mmtensor.collate_torch([bf16[i] for i in [4, 1]])
         self.assertTrue(torch.equal(batch["w"], values[[4, 1]]))
+        # Complex values go both ways through DLPack: torch tensors in, torch.complex64 out.
+        path = os.path.join(self.dir.name, "complex-torch.mmt")
+        waves = torch.randn(6, 3, dtype=torch.complex64)
+        with mmtensor.DatasetWriter(path, [mmtensor.Field("z", torch.complex64, [3])]) as writer:
+            writer.append_batch({"z": waves})
+        complex_ds = mmtensor.Dataset(path)
+        batch = mmtensor.collate_torch([complex_ds[i] for i in [5, 0]])
+        self.assertEqual(batch["z"].dtype, torch.complex64)
+        self.assertTrue(torch.equal(batch["z"], waves[[5, 0]]))
+        self.assertTrue(torch.equal(torch.from_dlpack(complex_ds[2]["z"]), waves[2]))
 
 
 if __name__ == "__main__":
