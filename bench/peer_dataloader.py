@@ -7,6 +7,12 @@ the GPU with .cuda(non_blocking=True), as a training loop does. Prints one JSON 
   {"peer": "torch_dataloader_memmap", "batches_per_s": ..., "GB_per_s": ..., ...}
 Compare batches_per_s with mmtensor_bench's BM_LoaderToDevice batches_per_s (target: 3x).
 Runs where torch is installed; without CUDA it times host batches and says so.
+
+With --with-mmtensor (the mmtensor Python module on PYTHONPATH, e.g. build/python), the same
+records are also packed into an uncompressed .mmt and read by mmtensor.Loader with as many
+worker threads, its batches reaching torch through DLPack (on the GPU with CUDA: the loader
+copies them itself), the two loaders' epochs alternated; the line then also holds
+"mmtensor_batches_per_s" and "mmtensor_vs_peer".
 """
 import argparse
 import json
@@ -43,6 +49,8 @@ def main():
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--dir", default=None, help="where to write the .npy (default: a temp dir)")
+    parser.add_argument("--with-mmtensor", action="store_true",
+                        help="also time mmtensor.Loader on the same records, epochs alternated")
     args = parser.parse_args()
     workdir = args.dir or tempfile.mkdtemp(prefix="mmtensor-peer-")
     try:
@@ -82,19 +90,66 @@ def run(args, workdir):
             torch.cuda.synchronize()
         return batches
 
+    mmtensor_epoch = mmtensor_epochs(args, workdir, path, cuda) if args.with_mmtensor else None
+
     epoch()  # warm: page cache, worker processes, CUDA context
-    start = time.perf_counter()
-    batches = sum(epoch() for _ in range(args.epochs))
-    seconds = time.perf_counter() - start
+    if mmtensor_epoch:
+        mmtensor_epoch()
+    seconds = mmtensor_seconds = 0.0
+    batches = mmtensor_batches = 0
+    for _ in range(args.epochs):  # alternated, so that drift on a shared machine hits both
+        start = time.perf_counter()
+        batches += epoch()
+        seconds += time.perf_counter() - start
+        if mmtensor_epoch:
+            start = time.perf_counter()
+            mmtensor_batches += mmtensor_epoch()
+            mmtensor_seconds += time.perf_counter() - start
     batch_bytes = args.batch_size * (3 * 224 * 224 + 8)
-    print(json.dumps({
+    result = {
         "peer": "torch_dataloader_memmap",
         "device": "cuda" if cuda else "cpu (no CUDA: host batches only)",
         "records": args.records, "batch_size": args.batch_size, "workers": args.workers,
         "batches_per_s": batches / seconds,
         "GB_per_s": batches * batch_bytes / seconds / 1e9,
         "torch": torch.__version__,
-    }))
+    }
+    if mmtensor_epoch:
+        result["mmtensor_batches_per_s"] = mmtensor_batches / mmtensor_seconds
+        result["mmtensor_vs_peer"] = result["mmtensor_batches_per_s"] / result["batches_per_s"]
+    print(json.dumps(result))
+
+
+def mmtensor_epochs(args, workdir, images_path, cuda):
+    """Packs the records (and the peer's labels, index % 1000) once; returns a function that
+    runs one shuffled epoch of mmtensor.Loader and returns its batch count."""
+    import torch
+    import mmtensor
+
+    labels_path = os.path.join(workdir, "labels.npy")
+    np.save(labels_path, np.arange(args.records, dtype=np.int64) % 1000)
+    packed = os.path.join(workdir, "images.mmt")
+    if not os.path.exists(packed):
+        mmtensor.pack(packed, {"image": images_path, "label": labels_path})
+    dataset = mmtensor.Dataset(packed)
+    loader = mmtensor.Loader(dataset, batch_size=args.batch_size, sampler="random", seed=0,
+                             num_workers=max(1, args.workers), device="cuda:0" if cuda else "cpu")
+    epoch_number = [0]
+
+    def epoch():
+        loader.set_epoch(epoch_number[0])
+        epoch_number[0] += 1
+        batches = 0
+        for batch in loader:
+            images = torch.from_dlpack(batch["image"])
+            labels = torch.from_dlpack(batch["label"])
+            del images, labels
+            batches += 1
+        if cuda:
+            torch.cuda.synchronize()
+        return batches
+
+    return epoch
 
 
 if __name__ == "__main__":
