@@ -20,9 +20,10 @@ namespace mmt::detail {
 inline constexpr char kNpyMagic[] = "\x93NUMPY";
 inline constexpr size_t kNpyMagicBytes = 6;
 
-// The preamble and the header dict of a C-order array, padded with spaces and a newline so
-// the data starts on a 64-byte boundary, as numpy writes it.
-std::string npy_header_bytes(ScalarType dtype, IntArrayRef shape);
+// The preamble and the header dict of an array (C order, or Fortran order: its data then
+// follows column-major), padded with spaces and a newline so the data starts on a 64-byte
+// boundary, as numpy writes it.
+std::string npy_header_bytes(ScalarType dtype, IntArrayRef shape, bool fortran_order = false);
 
 // Where an .npy's bytes came from, for the advice on bytes after the data.
 enum class NpySource { File, ArchiveMember, Buffer };

@@ -322,8 +322,9 @@ std::string npy_descr(ScalarType dtype) {
       "bfloat16 has no numpy dtype, so it cannot be written to .npy; convert it to float32 first");
 }
 
-std::string detail::npy_header_bytes(ScalarType dtype, IntArrayRef shape) {
-  std::string dict = "{'descr': '" + npy_descr(dtype) + "', 'fortran_order': False, 'shape': (";
+std::string detail::npy_header_bytes(ScalarType dtype, IntArrayRef shape, bool fortran_order) {
+  std::string dict = "{'descr': '" + npy_descr(dtype) + "', 'fortran_order': " + (fortran_order ? "True" : "False") +
+                     ", 'shape': (";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i) dict += ", ";
     dict += std::to_string(shape[i]);

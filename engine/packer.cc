@@ -151,10 +151,12 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
   // into a temporary file, once every source is checked (a conversion of many GB must not end
   // in "record counts disagree" with the next input).
   std::vector<std::pair<size_t, detail::NpyValues>> fortran;  // column, values
+  std::vector<std::string> fortran_fields;  // every field whose .npy was in Fortran order
   auto add_values = [&](const std::string& name, detail::NpyValues v, const std::string& origin) {
     const NpyHeader& h = v.header;
     const bool viewable =
         !v.deflated && (h.data_nbytes == 0 || detail::npy_viewable(v.storage.data() + v.data_offset, v.data_offset, h));
+    if (h.fortran_order) fortran_fields.push_back(name);
     if (viewable) return add_array(name, detail::npy_tensor_over(v.storage, v.data_offset, h, v.what), origin);
     add_field(name, h.dtype, h.shape, origin);
     out.columns_.emplace_back();
@@ -192,6 +194,8 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
       add_array(name, load_idx(path), spec);
   }
   out.schema_ = Schema(std::move(fields));
+  // Recorded so that `mmt export` writes these back in Fortran order: the file packed.
+  if (!fortran_fields.empty()) out.metadata_[std::string(kFortranOrderMetadataKey)] = nlohmann::json(fortran_fields).dump();
   for (auto& pending : fortran) {
     detail::NpyValues& v = pending.second;  // a name, not a structured binding: lambdas capture it
     const NpyHeader& h = v.header;

@@ -1,7 +1,8 @@
 // mmt export FILE... DIR: each fixed-shape field back as DIR/NAME.npy of shape [records, ...]
 // (of all the records, for shards read as one dataset),
-// so `pack` then `export` gives the original arrays byte for byte (for little-endian C-order
-// sources; a big-endian or Fortran-order one comes back with the same values in native C order).
+// so `pack` then `export` gives the original arrays byte for byte: a field packed from a
+// Fortran-order .npy (listed in the metadata key "npy_fortran_order") is written back in
+// Fortran order; a big-endian source comes back with the same values in native order.
 // A field is written a piece of records at a time, so a field larger than memory exports too.
 #include <algorithm>
 #include <filesystem>
@@ -12,7 +13,11 @@
 #include "mmt_commands.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/dataset_writer.h"
+#include <nlohmann/json.hpp>
+
+#include "fortran_order.h"
 #include "import_util.h"
+#include "mmtensor/packer.h"
 #include "interrupt.h"
 #include "npy_format.h"
 #include "mmtensor/numpy_io.h"
@@ -63,13 +68,34 @@ void refuse_non_bool_bytes(const Dataset& ds, const Tensor& values, int64_t firs
 // How many bytes of a field an export holds in memory at once: its records are read, checked
 // and written this many at a time (at least one record).
 constexpr int64_t kExportPieceBytes = int64_t{16} << 20;
+// A Fortran-order field is written in segments of up to this many bytes, each made from a
+// read of the records it holds (detail::FortranOrderPieces): a field up to this size is read
+// once, a larger one once per segment.
+constexpr int64_t kFortranSegmentBytes = int64_t{256} << 20;
+
+// The fields packed from a Fortran-order .npy (pack's metadata). The value comes from the
+// file: one that is not a JSON list of names is reported and read as none, so the export
+// still runs, in C order.
+std::vector<std::string> fortran_order_fields(const Dataset& ds) {
+  const auto it = ds.metadata().find(std::string(kFortranOrderMetadataKey));
+  if (it == ds.metadata().end()) return {};
+  const nlohmann::json names = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  std::vector<std::string> out;
+  if (names.is_array())
+    for (const auto& name : names)
+      if (name.is_string()) out.push_back(name.get<std::string>());
+  if (!names.is_array() || out.size() != names.size())
+    std::cerr << "mmt export: metadata '" << kFortranOrderMetadataKey
+              << "' is not a list of field names; every field is written in C order\n";
+  return names.is_array() && out.size() == names.size() ? out : std::vector<std::string>{};
+}
 
 // Writes field `field` of every record of `ds` as an .npy file to a temporary of `files`, to
 // be put at `path` by its publish(): the header, then pieces of records (column(field, first,
 // stop), each checked: every chunk under it, and bool bytes), so that memory holds one piece,
 // never the whole field. Returns the array's shape.
 DimVector stage_field(detail::StagedFiles& files, const Dataset& ds, const std::string& field,
-                      const std::string& path) {
+                      const std::string& path, bool fortran_order) {
   const Field& f = ds.schema()[ds.schema().index_of(field)];
   const int64_t records = ds.size();
   DimVector sizes{records};
@@ -85,7 +111,14 @@ DimVector stage_field(detail::StagedFiles& files, const Dataset& ds, const std::
   const int64_t decoded_per_record = records > 0 ? info.decoded_bytes / records : 0;
   const int64_t piece_cost_per_record = std::max<int64_t>({record_bytes, decoded_per_record, 1});
   const int64_t records_per_piece = std::max<int64_t>(1, kExportPieceBytes / piece_cost_per_record);
-  const std::string header = detail::npy_header_bytes(f.dtype, sizes);
+  const std::string header = detail::npy_header_bytes(f.dtype, sizes, fortran_order);
+  // Records [first, stop), checked: every chunk under them (column() hashes them), and bool bytes.
+  auto read_records = [&](int64_t first, int64_t stop) {
+    Tensor values = ds.column(field, first, stop).contiguous();
+    if (f.dtype == kBool) refuse_non_bool_bytes(ds, values, first, field);
+    return values;
+  };
+  detail::FortranOrderPieces fortran(read_records, records, f.shape, f.dtype, records_per_piece, kFortranSegmentBytes);
   bool header_written = false;
   int64_t next_record = 0;
   Tensor piece;  // the bytes handed out last, alive until the next call
@@ -94,11 +127,11 @@ DimVector stage_field(detail::StagedFiles& files, const Dataset& ds, const std::
       header_written = true;
       return std::as_bytes(std::span(header));
     }
+    if (fortran_order) return fortran.next();
     while (next_record < records) {
       const int64_t first = next_record;
       next_record = std::min(records, first + records_per_piece);
-      piece = ds.column(field, first, next_record).contiguous();  // checks (and hashes) every chunk under it
-      if (f.dtype == kBool) refuse_non_bool_bytes(ds, piece, first, field);
+      piece = read_records(first, next_record);
       if (piece.nbytes() > 0) return {static_cast<const std::byte*>(piece.data_ptr()), static_cast<size_t>(piece.nbytes())};
     }
     return {};
@@ -175,10 +208,12 @@ void run_export(const ExportArgs& args) {
     MMT_CHECK(!ec && fs::is_directory(args.dir), IoError, "cannot create folder ", args.dir, ": ",
               ec ? ec.message() : "a file is in the way");
     detail::StagedFiles files(args.force, StopSignals::check);
+    const std::vector<std::string> fortran = fortran_order_fields(ds);
     for (size_t k = 0; k < names.size(); ++k) {
-      const DimVector sizes = stage_field(files, ds, names[k], paths[k]);
+      const bool fortran_order = std::find(fortran.begin(), fortran.end(), names[k]) != fortran.end();
+      const DimVector sizes = stage_field(files, ds, names[k], paths[k], fortran_order);
       written << printable(paths[k]) << "  " << to_string(ds.schema()[ds.schema().index_of(names[k])].dtype) << " "
-              << sizes << "\n";
+              << sizes << (fortran_order ? " (Fortran order, as packed)" : "") << "\n";
     }
     files.publish();
     note_published(paths.size() == 1 ? detail::str(paths[0], " was written and is complete")

@@ -15,7 +15,9 @@
 // it lies (deflated, big-endian, unaligned) is converted once, when the sources are loaded
 // (after the checks below), into an unnamed temporary file in $TMPDIR (or /tmp) that is
 // mapped: it needs that much free space there, not memory (on a tmpfs, that is memory: set
-// TMPDIR to a folder on a disk). An IDX file that is gzipped or holds multi-byte values
+// TMPDIR to a folder on a disk). The fields whose .npy was in Fortran order are listed in the
+// metadata key "npy_fortran_order" (kFortranOrderMetadataKey) as a JSON list, so that `mmt
+// export` writes them back in that order. An IDX file that is gzipped or holds multi-byte values
 // (stored big-endian) is read into memory whole: IDX datasets are MNIST-sized. Or a class
 // folder (ImageFolder's convention): one record
 // per file under DIR/CLASS/..., field "data" holding the file's bytes (uint8, variable
@@ -37,6 +39,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -46,6 +49,10 @@
 #include "mmtensor/tensor.h"
 
 namespace mmt {
+
+// The metadata key that lists, as a JSON list of names, the fields packed from a Fortran-order
+// .npy (their values are stored as every field's, record by record).
+inline constexpr std::string_view kFortranOrderMetadataKey = "npy_fortran_order";
 namespace detail {
 class DeflatedMember;
 }
