@@ -552,6 +552,15 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
            "Strides in elements, as torch.Tensor.stride()")
       .def_property_readonly("dtype", [](const PyTensor& s) { return std::string(to_string(s.tensor.dtype())); })
       .def_property_readonly("device", [](const PyTensor& s) { return s.tensor.device().str(); })
+      .def_property_readonly("real", [](const PyTensor& s) {
+        check_live(s);
+        return wrap(s.tensor.real(), s.batch);
+      }, "torch's t.real: a complex tensor's real parts as a view (float32 for complex64); a real tensor itself")
+      .def_property_readonly("imag", [](const PyTensor& s) {
+        check_live(s);
+        return wrap(s.tensor.imag(), s.batch);
+      }, "torch's t.imag: a complex tensor's imaginary parts as a view; ValueError for a real tensor")
+      .def("is_complex", [](const PyTensor& s) { return s.tensor.is_complex(); })
       .def_property_readonly("ndim", [](const PyTensor& s) { return s.tensor.dim(); })
       .def("dim", [](const PyTensor& s) { return s.tensor.dim(); })
       .def("numel", [](const PyTensor& s) { return s.tensor.numel(); })

@@ -419,6 +419,14 @@ class PythonConventionsTest(unittest.TestCase):
         out = np.zeros((3, 2), np.complex64)
         ds.get_batch([5, 0, 3], "z", out=out)
         np.testing.assert_array_equal(out, z64[[5, 0, 3]])
+        parts = ds[4]["z"]  # views, as torch's t.real and t.imag
+        self.assertTrue(parts.is_complex())
+        self.assertEqual((parts.real.dtype, parts.real.stride(), parts.imag.storage_offset() - parts.real.storage_offset()),
+                         ("float32", (2,), 1))
+        np.testing.assert_array_equal(parts.real.numpy(), [8, 9])
+        np.testing.assert_array_equal(parts.imag.numpy(), [-4, -4.5])
+        with self.assertRaises(ValueError):
+            ds[0]["w"].real.imag
         view = memoryview(ds[3]["z"])  # PEP 3118 spells complex "Zf" (NumPy's own code 'F' is refused there)
         self.assertEqual(view.format, "Zf")
         np.testing.assert_array_equal(np.asarray(view), z64[3])
