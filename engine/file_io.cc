@@ -117,6 +117,30 @@ void WritableFile::write(const void* data, int64_t nbytes) {
   }
 }
 
+void WritableFile::write_at(int64_t offset, const void* data, int64_t nbytes) {
+  MMT_CHECK(fd_ >= 0, IoError, "write of ", path_, ": the file is closed");
+  if (int err = injected_errno(Step::Write)) throw_io(Step::Write, path_, err, detail::str(" at byte offset ", offset));
+  const char* p = static_cast<const char*>(data);
+  while (nbytes > 0) {
+    ssize_t n = ::pwrite(fd_, p, static_cast<size_t>(std::min<int64_t>(nbytes, int64_t{1} << 30)), offset);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_io(Step::Write, path_, errno, detail::str(" at byte offset ", offset));
+    }
+    if (n == 0) throw_io(Step::Write, path_, ENOSPC, detail::str(" at byte offset ", offset));
+    p += n;
+    nbytes -= n;
+    offset += n;
+  }
+}
+
+void WritableFile::reserve(int64_t nbytes) {
+  MMT_CHECK(fd_ >= 0, IoError, "fallocate of ", path_, ": the file is closed");
+  if (nbytes <= 0) return;
+  if (::fallocate(fd_, 0, 0, nbytes) != 0 && errno != EOPNOTSUPP && errno != ENOSYS)
+    throw_io(Step::Write, path_, errno, detail::str(" (reserving its ", nbytes, " bytes)"));
+}
+
 void WritableFile::pad_to(int64_t alignment) {
   static const std::byte zeros[4096] = {};
   int64_t pad = (alignment - offset_bytes_ % alignment) % alignment;

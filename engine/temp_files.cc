@@ -182,6 +182,36 @@ std::string write_temporary_streamed(const std::string& target, const NextBytes&
   return temp;
 }
 
+std::string write_temporary_positioned(const std::string& target, int64_t nbytes,
+                                       const std::function<void(const WriteAt&)>& fill,
+                                       const WriteCheckpoint& checkpoint) {
+  remove_dead_temporaries(target);
+  std::string temp;
+  io::WritableFile file = create_temporary(target, temp);
+  try {
+    file.reserve(nbytes);
+    int64_t since_checkpoint = 0;
+    fill([&](int64_t offset, std::span<const std::byte> bytes) {
+      MMT_CHECK(offset >= 0 && static_cast<int64_t>(bytes.size()) <= nbytes - offset, ValueError,
+                "write_temporary_positioned: ", bytes.size(), " bytes at offset ", offset, " go past the file's ",
+                nbytes, " bytes");
+      file.write_at(offset, bytes.data(), static_cast<int64_t>(bytes.size()));
+      since_checkpoint += static_cast<int64_t>(bytes.size());
+      if (checkpoint && since_checkpoint >= kCheckpointBytes) {
+        since_checkpoint = 0;
+        checkpoint();
+      }
+    });
+    file.fsync();
+    file.close();
+  } catch (...) {
+    file = io::WritableFile();
+    remove_quietly(temp);
+    throw;
+  }
+  return temp;
+}
+
 void write_file_atomically(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces,
                            bool replace, const WriteCheckpoint& checkpoint) {
   io::check_output_target(target, true, "");  // never a device, pipe, folder or link
@@ -210,6 +240,18 @@ void StagedFiles::stage_streamed(const std::string& target, const NextBytes& nex
   staged_.push_back({target, ""});  // reserved first: the push cannot fail after the write
   try {
     staged_.back().temporary = write_temporary_streamed(target, next, checkpoint_);
+  } catch (...) {
+    staged_.pop_back();
+    throw;
+  }
+}
+
+void StagedFiles::stage_positioned(const std::string& target, int64_t nbytes,
+                                   const std::function<void(const WriteAt&)>& fill) {
+  io::check_output_target(target, replace_, "it is kept (this write replaces no file)");
+  staged_.push_back({target, ""});
+  try {
+    staged_.back().temporary = write_temporary_positioned(target, nbytes, fill, checkpoint_);
   } catch (...) {
     staged_.pop_back();
     throw;

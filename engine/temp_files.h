@@ -57,6 +57,15 @@ using NextBytes = std::function<std::span<const std::byte>()>;
 std::string write_temporary_streamed(const std::string& target, const NextBytes& next,
                                      const WriteCheckpoint& checkpoint = {});
 
+// The same for a file written out of order: its `nbytes` are reserved on the disk, then
+// fill(write_at) writes them, write_at(offset, bytes) putting bytes at that offset, in any
+// order; a checkpoint comes after each kCheckpointBytes written. What fill() throws undoes the
+// write as any failure.
+using WriteAt = std::function<void(int64_t offset, std::span<const std::byte> bytes)>;
+std::string write_temporary_positioned(const std::string& target, int64_t nbytes,
+                                       const std::function<void(const WriteAt&)>& fill,
+                                       const WriteCheckpoint& checkpoint = {});
+
 // Writes `pieces`, in order, to a temporary beside `target`, fsyncs it and renames it onto
 // `target` (replacing an existing regular file only when `replace`; a device, pipe, folder
 // or symbolic link there is refused whatever `replace` says): the file appears complete or
@@ -88,6 +97,8 @@ class StagedFiles {
   void stage(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces);
   // The same, the bytes made while they are written (write_temporary_streamed).
   void stage_streamed(const std::string& target, const NextBytes& next);
+  // The same, the bytes written out of order (write_temporary_positioned).
+  void stage_positioned(const std::string& target, int64_t nbytes, const std::function<void(const WriteAt&)>& fill);
   void publish();
 
  private:

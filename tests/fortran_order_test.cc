@@ -1,5 +1,5 @@
-// FortranOrderPieces: a field's [records, ...] array in column-major order, made in bounded
-// segments, equals the whole array's column-major bytes whatever the segment budget.
+// write_fortran_order: a field's [records, ...] array written in column-major order, whatever
+// the reads' size, equals the whole array's column-major bytes, and reads each record once.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -20,20 +20,8 @@ std::vector<std::byte> column_major_bytes(const Tensor& values) {
   return {p, p + c.nbytes()};
 }
 
-// Every segment `pieces` makes, concatenated; checks no segment exceeds what the budget allows.
-std::vector<std::byte> all_pieces(FortranOrderPieces& pieces, int64_t largest_allowed, int* segments) {
-  std::vector<std::byte> out;
-  *segments = 0;
-  for (auto piece = pieces.next(); !piece.empty(); piece = pieces.next()) {
-    EXPECT_LE(static_cast<int64_t>(piece.size()), largest_allowed);
-    out.insert(out.end(), piece.begin(), piece.end());
-    ++*segments;
-  }
-  return out;
-}
-
-TEST(FortranOrder, SegmentsOfAnyBudgetMakeTheWholeArraysColumnMajorBytes) {
-  constexpr int64_t kRecords = 37;
+TEST(FortranOrder, ReadsOfAnySizeWriteTheWholeArraysColumnMajorBytes) {
+  constexpr int64_t kRecords = 37, kHeader = 5;
   for (ScalarType dtype : {kUInt8, kInt32, kComplex128}) {
     for (const DimVector& record_shape : {DimVector{}, DimVector{5}, DimVector{3, 4}, DimVector{2, 3, 2}}) {
       DimVector sizes{kRecords};
@@ -45,35 +33,37 @@ TEST(FortranOrder, SegmentsOfAnyBudgetMakeTheWholeArraysColumnMajorBytes) {
       const Tensor strided = values.dim() >= 3 ? values.transpose(1, 2).contiguous().transpose(1, 2) : values;
       ASSERT_TRUE(strided.equal(values));
       const std::vector<std::byte> expected = column_major_bytes(values);
-      const int64_t element = element_size(dtype), column = kRecords * element;
-      for (int64_t budget : {element, 5 * element, column - element, column, column * 5 / 2, int64_t{1} << 20}) {
-        for (int64_t records_per_read : {1, 7, 100}) {
-          SCOPED_TRACE(::testing::Message() << to_string(dtype) << " record shape " << IntArrayRef(record_shape)
-                                            << " budget " << budget << " records per read " << records_per_read);
-          int reads = 0;
-          FortranOrderPieces pieces(
-              [&](int64_t first, int64_t stop) {
-                ++reads;
-                EXPECT_LE(stop - first, records_per_read);
-                return strided.narrow(0, first, stop - first);
-              },
-              kRecords, record_shape, dtype, records_per_read, budget);
-          int segments = 0;
-          EXPECT_EQ(all_pieces(pieces, std::max(budget, element), &segments), expected);
-          EXPECT_TRUE(pieces.next().empty()) << "the end stays the end";
-          if (budget >= static_cast<int64_t>(expected.size()))  // it all fits: one segment, one pass
-            EXPECT_EQ(segments, 1);
-          EXPECT_LE(reads, segments * ((kRecords + records_per_read - 1) / records_per_read));
-        }
+      for (int64_t records_per_read : {1, 7, 36, 37, 100}) {
+        SCOPED_TRACE(::testing::Message() << to_string(dtype) << " record shape " << IntArrayRef(record_shape)
+                                          << " records per read " << records_per_read);
+        std::vector<std::byte> file(kHeader + expected.size(), std::byte{0x5A});
+        std::vector<int64_t> times_read(kRecords, 0);
+        write_fortran_order(
+            [&](int64_t offset, std::span<const std::byte> bytes) {
+              ASSERT_GE(offset, kHeader);
+              ASSERT_LE(offset + static_cast<int64_t>(bytes.size()), static_cast<int64_t>(file.size()));
+              std::memcpy(file.data() + offset, bytes.data(), bytes.size());
+            },
+            kHeader,
+            [&](int64_t first, int64_t stop) {
+              EXPECT_LE(stop - first, records_per_read);
+              for (int64_t r = first; r < stop; ++r) ++times_read[r];
+              return strided.narrow(0, first, stop - first);
+            },
+            kRecords, record_shape, dtype, records_per_read);
+        EXPECT_EQ(std::vector<std::byte>(file.begin(), file.begin() + kHeader), std::vector<std::byte>(kHeader, std::byte{0x5A}))
+            << "nothing before the data is touched";
+        EXPECT_EQ(std::vector<std::byte>(file.begin() + kHeader, file.end()), expected);
+        EXPECT_EQ(times_read, std::vector<int64_t>(kRecords, 1)) << "each record is read once";
       }
     }
   }
 }
 
-TEST(FortranOrder, NoRecordsOrNoValuesMakeNoBytes) {
-  FortranOrderPieces none([](int64_t, int64_t) -> Tensor { ADD_FAILURE() << "nothing to read"; return {}; }, 0,
-                          {3}, kFloat32, 16, 1 << 20);
-  EXPECT_TRUE(none.next().empty());
+TEST(FortranOrder, NoRecordsOrNoValuesWriteNothing) {
+  write_fortran_order([](int64_t, std::span<const std::byte>) { ADD_FAILURE() << "nothing to write"; },
+                      0, [](int64_t, int64_t) -> Tensor { ADD_FAILURE() << "nothing to read"; return {}; }, 0, {3},
+                      kFloat32, 16);
 }
 
 }  // namespace

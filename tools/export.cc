@@ -2,7 +2,8 @@
 // (of all the records, for shards read as one dataset),
 // so `pack` then `export` gives the original arrays byte for byte: a field packed from a
 // Fortran-order .npy (listed in the metadata key "npy_fortran_order") is written back in
-// Fortran order; a big-endian source comes back with the same values in native order.
+// Fortran order (unless --c-order); a big-endian source comes back with the same values in
+// native order.
 // A field is written a piece of records at a time, so a field larger than memory exports too.
 #include <algorithm>
 #include <filesystem>
@@ -33,6 +34,7 @@ struct ExportArgs {
   std::string dir;
   std::vector<std::string> fields;
   bool force = false;
+  bool c_order = false;
 };
 
 // An export reads every byte and promises them exactly, so every chunk's checksum is checked,
@@ -68,10 +70,32 @@ void refuse_non_bool_bytes(const Dataset& ds, const Tensor& values, int64_t firs
 // How many bytes of a field an export holds in memory at once: its records are read, checked
 // and written this many at a time (at least one record).
 constexpr int64_t kExportPieceBytes = int64_t{16} << 20;
-// A Fortran-order field is written in segments of up to this many bytes, each made from a
-// read of the records it holds (detail::FortranOrderPieces): a field up to this size is read
-// once, a larger one once per segment.
-constexpr int64_t kFortranSegmentBytes = int64_t{256} << 20;
+// A Fortran-order field is read this many bytes of records at a time: each read becomes one
+// write per position within a record, so larger reads make fewer, longer writes (64 KB runs
+// for a 3x224x224 uint8 image field, one write per read for an MNIST-sized one).
+constexpr int64_t kFortranReadBytes = int64_t{64} << 20;
+
+// Whether `text` nests no array or object inside another: the most a list of names holds.
+// Checked before parsing: the value comes from the file, and a parser builds (and some
+// nlohmann versions destroy, recursively) one node per level of a deep one.
+bool is_flat_json(std::string_view text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > 1) return false;
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
 
 // The fields packed from a Fortran-order .npy (pack's metadata). The value comes from the
 // file: one that is not a JSON list of names is reported and read as none, so the export
@@ -79,15 +103,18 @@ constexpr int64_t kFortranSegmentBytes = int64_t{256} << 20;
 std::vector<std::string> fortran_order_fields(const Dataset& ds) {
   const auto it = ds.metadata().find(std::string(kFortranOrderMetadataKey));
   if (it == ds.metadata().end()) return {};
-  const nlohmann::json names = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json names;
+  if (is_flat_json(it->second)) names = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
   std::vector<std::string> out;
   if (names.is_array())
     for (const auto& name : names)
       if (name.is_string()) out.push_back(name.get<std::string>());
-  if (!names.is_array() || out.size() != names.size())
+  if (!names.is_array() || out.size() != names.size()) {
     std::cerr << "mmt export: metadata '" << kFortranOrderMetadataKey
               << "' is not a list of field names; every field is written in C order\n";
-  return names.is_array() && out.size() == names.size() ? out : std::vector<std::string>{};
+    return {};
+  }
+  return out;
 }
 
 // Writes field `field` of every record of `ds` as an .npy file to a temporary of `files`, to
@@ -118,7 +145,20 @@ DimVector stage_field(detail::StagedFiles& files, const Dataset& ds, const std::
     if (f.dtype == kBool) refuse_non_bool_bytes(ds, values, first, field);
     return values;
   };
-  detail::FortranOrderPieces fortran(read_records, records, f.shape, f.dtype, records_per_piece, kFortranSegmentBytes);
+  if (fortran_order) {  // written out of order: each read's records go to every column they touch
+    int64_t nbytes = 0;
+    MMT_CHECK(!__builtin_mul_overflow(records, record_bytes, &nbytes) &&
+                  !__builtin_add_overflow(nbytes, static_cast<int64_t>(header.size()), &nbytes),
+              ValueError, "field '", printable(field), "': ", records, " records of ", record_bytes,
+              " bytes overflow a 64-bit file size");
+    const int64_t records_per_read = std::max<int64_t>(1, kFortranReadBytes / piece_cost_per_record);
+    files.stage_positioned(path, nbytes, [&](const detail::WriteAt& write_at) {
+      write_at(0, std::as_bytes(std::span(header)));
+      detail::write_fortran_order(write_at, static_cast<int64_t>(header.size()), read_records, records, f.shape,
+                                  f.dtype, records_per_read);
+    });
+    return sizes;
+  }
   bool header_written = false;
   int64_t next_record = 0;
   Tensor piece;  // the bytes handed out last, alive until the next call
@@ -127,7 +167,6 @@ DimVector stage_field(detail::StagedFiles& files, const Dataset& ds, const std::
       header_written = true;
       return std::as_bytes(std::span(header));
     }
-    if (fortran_order) return fortran.next();
     while (next_record < records) {
       const int64_t first = next_record;
       next_record = std::min(records, first + records_per_piece);
@@ -208,7 +247,7 @@ void run_export(const ExportArgs& args) {
     MMT_CHECK(!ec && fs::is_directory(args.dir), IoError, "cannot create folder ", args.dir, ": ",
               ec ? ec.message() : "a file is in the way");
     detail::StagedFiles files(args.force, StopSignals::check);
-    const std::vector<std::string> fortran = fortran_order_fields(ds);
+    const std::vector<std::string> fortran = args.c_order ? std::vector<std::string>{} : fortran_order_fields(ds);
     for (size_t k = 0; k < names.size(); ++k) {
       const bool fortran_order = std::find(fortran.begin(), fortran.end(), names[k]) != fortran.end();
       const DimVector sizes = stage_field(files, ds, names[k], paths[k], fortran_order);
@@ -242,6 +281,9 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--field", args->fields, "Only this field (repeat for several)")
       ->allow_extra_args(false);
   cmd->add_flag("--force", args->force, "Replace existing .npy files");
+  cmd->add_flag("--c-order", args->c_order,
+                "Write every field in C order, also those packed from Fortran-order arrays (which are otherwise "
+                "written back in Fortran order, as they came)");
   cmd->callback([args] { run_export(*args); });
 }
 
