@@ -9,12 +9,14 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <unordered_set>
 
 #include "checksum.h"
 #include "chunk_cache.h"
 #include "dataset_impl.h"
 #include "format.h"
+#include "mmtensor/packer.h"
 #include "mmtensor/error.h"
 #include "read_ahead.h"
 #include "strided_copy.h"
@@ -135,12 +137,19 @@ std::shared_ptr<const Dataset::Concat> Dataset::Concat::make(std::vector<Dataset
   c->first_record.push_back(0);
   c->first_chunk.push_back(0);
   std::map<std::string, size_t, std::less<>> key_from;  // which part a metadata key came from first
+  // Which fields pack took from Fortran-order arrays says how their sources were laid out, not
+  // what the values mean: parts packed from differently laid-out files still read as one
+  // dataset. The list is kept when every part has the same one, and dropped otherwise (an
+  // export of the whole then writes C order).
+  std::optional<std::string> fortran_order;
+  bool fortran_order_agrees = true;
   for (size_t p = 0; p < c->parts.size(); ++p) {
     const Impl& part = *c->parts[p].impl_;
     MMT_CHECK(*part.schema == *c->schema, ValueError, "Dataset::concat: ", part_name(*c, p),
               " has other fields than part 0 (", c->parts[0].path(), "): ", schema_difference(*c->schema, *part.schema),
               "; the parts of one dataset must have the same fields");
     for (const auto& [key, value] : part.metadata) {
+      if (key == kFortranOrderMetadataKey) continue;  // settled below: a hint, not a dataset's meaning
       const auto [it, inserted] = c->metadata.emplace(key, value);
       if (inserted) {
         key_from.emplace(key, p);
@@ -151,6 +160,10 @@ std::shared_ptr<const Dataset::Concat> Dataset::Concat::make(std::vector<Dataset
                 "; the parts of one dataset must agree on their metadata (shards of class folders must be packed "
                 "with the same classes, or their labels mean different things)");
     }
+    const auto listed = part.metadata.find(std::string(kFortranOrderMetadataKey));
+    const std::string part_fortran_order = listed == part.metadata.end() ? std::string() : listed->second;
+    if (p == 0) fortran_order = part_fortran_order;
+    else if (part_fortran_order != *fortran_order) fortran_order_agrees = false;
     int64_t records = 0, chunks = 0;
     MMT_CHECK(format::checked_add(c->first_record.back(), part.record_count, &records) &&
                   format::checked_add(c->first_chunk.back(), part.chunk_count, &chunks),
@@ -160,6 +173,8 @@ std::shared_ptr<const Dataset::Concat> Dataset::Concat::make(std::vector<Dataset
     if (p > 0) c->path += ", ";
     c->path += part.path;
   }
+  if (fortran_order_agrees && fortran_order && !fortran_order->empty())
+    c->metadata[std::string(kFortranOrderMetadataKey)] = *fortran_order;
   c->read_ahead = std::make_unique<detail::ReadAheadPolicy>(c->options.read_ahead, /*auto_hints_from_start=*/false);
   c->instance_id = Impl::new_instance_id();
   c->contiguous = true;

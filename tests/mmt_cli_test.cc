@@ -346,9 +346,13 @@ x = np.asfortranarray(np.arange(7 * 3 * 4, dtype='<f4').reshape(7, 3, 4))
 z = np.asfortranarray((np.arange(7 * 5) - 2j * np.arange(7 * 5)).astype('<c16').reshape(7, 5))
 c = np.arange(7 * 2, dtype='<i2').reshape(7, 2)
 np.save('x.npy', x)
+np.save('xc.npy', np.ascontiguousarray(x))
 np.save('z.npy', z)
 np.save('c.npy', c)
 np.savez_compressed('xz.npz', x=x, z=z)
+# Big-endian complex, each part swapped: deflated in an archive, and in Fortran order.
+np.savez_compressed('bez.npz', bez=z.astype('>c8'))
+np.save('bef.npy', np.asfortranarray(z.astype('>c16')))
 )"), 0);
   for (const char* codec : {"none", "zstd"}) {
     SCOPED_TRACE(codec);
@@ -371,20 +375,48 @@ np.savez_compressed('xz.npz', x=x, z=z)
   for (const char* name : {"x", "z"})
     EXPECT_EQ(testutil::read_file(path("back-shards/") + name + ".npy"), testutil::read_file(path(std::string(name) + ".npy")))
         << name;
-  // A value that is not a list of names is reported, and the fields come back in C order.
-  const std::string odd = path("odd.mmt");
-  {
-    WriterOptions options;
-    options.metadata["npy_fortran_order"] = "x";
-    DatasetWriter writer = DatasetWriter::create(odd, Schema({Field::fixed("x", kInt32, {2})}), options);
-    writer.append({arange(2, kInt32)});
-    writer.finish();
+  // --c-order writes C order whatever was packed.
+  ASSERT_EQ(run_mmt({"export", path("f-none.mmt"), path("back-c"), "--c-order"}).exit_code, 0);
+  EXPECT_TRUE(load_npy(path("back-c/x.npy")).is_contiguous());
+  EXPECT_TRUE(load_npy(path("back-c/x.npy")).equal(load_npy(path("x.npy")).contiguous()));
+  // Big-endian complex sources: the same values, each part in native order.
+  ASSERT_EQ(run_mmt({"pack", path("be.mmt"), path("bez.npz"), "bef=" + path("bef.npy")}).exit_code, 0);
+  ASSERT_EQ(run_mmt({"export", path("be.mmt"), path("back-be")}).exit_code, 0);
+  const Tensor z = load_npy(path("z.npy"));
+  Tensor z64 = empty(z.sizes(), kComplex64);
+  z64.copy_(z);
+  EXPECT_TRUE(load_npy(path("back-be/bez.npy")).equal(z64));
+  EXPECT_TRUE(load_npy(path("back-be/bef.npy")).equal(z));
+  EXPECT_FALSE(load_npy(path("back-be/bef.npy")).is_contiguous()) << "Fortran order, as packed";
+  // Files packed from differently laid-out sources of one field still read as one dataset:
+  // the hint is dropped, and the whole exports in C order.
+  ASSERT_EQ(run_mmt({"pack", path("from-f.mmt"), "x=" + path("x.npy")}).exit_code, 0);
+  ASSERT_EQ(run_mmt({"pack", path("from-c.mmt"), "x=" + path("xc.npy")}).exit_code, 0);
+  const Dataset mixed = Dataset::open_concat({path("from-f.mmt"), path("from-c.mmt")});
+  EXPECT_EQ(mixed.metadata().count("npy_fortran_order"), 0u);
+  EXPECT_EQ(Dataset::open_concat({path("from-f.mmt"), path("from-f.mmt")}).metadata().at("npy_fortran_order"),
+            R"(["x"])") << "kept when the parts agree";
+  ASSERT_EQ(run_mmt({"export", path("from-f.mmt"), path("from-c.mmt"), path("back-mixed")}).exit_code, 0);
+  EXPECT_TRUE(load_npy(path("back-mixed/x.npy")).is_contiguous());
+  // A value that is not a list of names (a plain string, a nested list) is reported, and the
+  // fields come back in C order.
+  for (const char* value : {"x", R"([["x"]])"}) {
+    SCOPED_TRACE(value);
+    const std::string odd = path("odd.mmt");
+    {
+      WriterOptions options;
+      options.metadata["npy_fortran_order"] = value;
+      options.overwrite = true;
+      DatasetWriter writer = DatasetWriter::create(odd, Schema({Field::fixed("x", kInt32, {2})}), options);
+      writer.append({arange(2, kInt32)});
+      writer.finish();
+    }
+    RunResult c_order = run_mmt({"export", odd, path("back-odd"), "--force"});
+    ASSERT_EQ(c_order.exit_code, 0) << c_order.err;
+    EXPECT_NE(c_order.err.find("metadata 'npy_fortran_order' is not a list of field names; every field is written in C order"),
+              std::string::npos) << c_order.err;
+    EXPECT_TRUE(load_npy(path("back-odd/x.npy")).is_contiguous());
   }
-  RunResult c_order = run_mmt({"export", odd, path("back-odd")});
-  ASSERT_EQ(c_order.exit_code, 0) << c_order.err;
-  EXPECT_NE(c_order.err.find("metadata 'npy_fortran_order' is not a list of field names; every field is written in C order"),
-            std::string::npos) << c_order.err;
-  EXPECT_TRUE(load_npy(path("back-odd/x.npy")).is_contiguous());
 }
 
 TEST_F(MmtCli, ExportIsByteForByteWhatNumpyWrites) {

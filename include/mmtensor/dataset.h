@@ -194,6 +194,8 @@ class Dataset {
   //     ValueError naming the first part that differs and how. The metadata is the union of
   //     the parts'; a key whose value differs between two parts (class names of folder shards
   //     packed from different class lists, say) is a ValueError naming the key and both parts.
+  //     One exception: pack's "npy_fortran_order" (how the sources were laid out, a hint for
+  //     `mmt export`) is kept when every part has the same value, and dropped otherwise.
   //   - open_concat() opens every path with `options` and gives the parts one chunk cache, of
   //     options.cache_bytes in all. concat() takes handles already open (their caches stay
   //     theirs); parts that are concatenations themselves are flattened. One part gives that
