@@ -12,7 +12,7 @@ With --with-mmtensor (the mmtensor Python module on PYTHONPATH, e.g. build/pytho
 records are also packed into an uncompressed .mmt and read by mmtensor.Loader with as many
 worker threads, its batches reaching torch through DLPack (on the GPU with CUDA: the loader
 copies them itself), the two loaders' epochs alternated; the line then also holds
-"mmtensor_batches_per_s" and "mmtensor_vs_peer".
+"mmtensor_batches_per_s", "mmtensor_GB_per_s" and "mmtensor_vs_peer".
 """
 import argparse
 import json
@@ -66,6 +66,8 @@ def run(args, workdir):
 
     path = os.path.join(workdir, "images.npy")
     shape = (args.records, 3, 224, 224)
+    if os.path.exists(path) and np.load(path, mmap_mode="r").shape != shape:
+        os.remove(path)  # a --dir reused with another --records
     if not os.path.exists(path):
         out = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint8, shape=shape)
         pattern = np.arange(3 * 224 * 224, dtype=np.int64)
@@ -116,6 +118,7 @@ def run(args, workdir):
     }
     if mmtensor_epoch:
         result["mmtensor_batches_per_s"] = mmtensor_batches / mmtensor_seconds
+        result["mmtensor_GB_per_s"] = mmtensor_batches * batch_bytes / mmtensor_seconds / 1e9
         result["mmtensor_vs_peer"] = result["mmtensor_batches_per_s"] / result["batches_per_s"]
     print(json.dumps(result))
 
@@ -129,6 +132,8 @@ def mmtensor_epochs(args, workdir, images_path, cuda):
     labels_path = os.path.join(workdir, "labels.npy")
     np.save(labels_path, np.arange(args.records, dtype=np.int64) % 1000)
     packed = os.path.join(workdir, "images.mmt")
+    if os.path.exists(packed) and len(mmtensor.Dataset(packed)) != args.records:
+        os.remove(packed)  # a --dir reused with another --records
     if not os.path.exists(packed):
         mmtensor.pack(packed, {"image": images_path, "label": labels_path})
     dataset = mmtensor.Dataset(packed)

@@ -1,7 +1,6 @@
 // Tensor construction, metadata, element access, contiguity and factories.
 #include "mmtensor/tensor.h"
 
-#include <cmath>
 #include <cstring>
 
 #include "tensor_geometry.h"
@@ -124,10 +123,11 @@ const void* Tensor::element_ptr(IntArrayRef index, bool writable) const {
 namespace {
 
 // The real value of a complex element, for conversions that have no room for an imaginary
-// part: PyTorch's item() of a complex tensor into a real C++ type refuses a nonzero one.
+// part: PyTorch's item() of a complex tensor into a real C++ type refuses a nonzero one (a
+// NaN one too: it is not zero).
 template <typename C>
 typename C::value_type real_part_or_throw(const C& v, const char* target) {
-  MMT_CHECK(v.imag() == 0 || std::isnan(v.imag()), ValueError, "value (", v.real(), (v.imag() < 0 ? "" : "+"), v.imag(),
+  MMT_CHECK(v.imag() == 0, ValueError, "value (", v.real(), (v.imag() < 0 ? "" : "+"), v.imag(),
             "j) cannot be converted to type ", target, " without losing its imaginary part");
   return v.real();
 }

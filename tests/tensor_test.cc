@@ -485,6 +485,7 @@ TEST(Tensor, ComplexConversionsAndParts) {
                 .find("value (3-4j) cannot be converted to type double without losing its imaginary part"),
             std::string::npos);
   EXPECT_THROW(z.to_double_vector(), ValueError);
+  EXPECT_THROW(scalar_tensor(Complex(1, std::nanf(""))).item<double>(), ValueError);  // as PyTorch: NaN is not 0
 
   // The parts are views of the same storage, strides counted in the parts' dtype.
   const Tensor column = tensor<Complex>({{1, 2}, {3, 4}, {5, 6}, {7, 8}}, {2, 2}).select(1, 1);

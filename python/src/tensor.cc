@@ -238,6 +238,11 @@ py::object wrap(Tensor tensor, std::shared_ptr<Batch> batch) {
 
 py::dtype numpy_dtype(ScalarType type) { return py::dtype(typestr(type)); }
 
+// A Python complex number (pybind11 2.10 casts std::complex only with pybind11/complex.h).
+py::object python_complex(std::complex<double> v) {
+  return py::reinterpret_steal<py::object>(PyComplex_FromDoubles(v.real(), v.imag()));
+}
+
 ScalarType scalar_type_of(const py::dtype& dtype) {
   const char kind = dtype.kind();
   const auto size = dtype.itemsize();
@@ -282,7 +287,7 @@ ScalarType parse_dtype(const py::handle& dtype) {
       if (to_string(static_cast<ScalarType>(code)) == name) return static_cast<ScalarType>(code);
     // Names that PyTorch and NumPy read differently ("float": float32 in PyTorch, float64 in
     // NumPy and Python) are refused rather than guessed.
-    for (const char* ambiguous : {"float", "double", "half", "int", "long", "short"})
+    for (const char* ambiguous : {"float", "double", "half", "int", "long", "short", "cfloat"})
       if (name == ambiguous)
         throw py::value_error("dtype '" + name + "' is ambiguous (PyTorch and NumPy read it differently); "
                               "name the size: float32, float64, int32, int64...");
@@ -603,10 +608,7 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
       }, "A float32 copy on the host (how a bfloat16 value reaches NumPy)")
       .def("item", [](const PyTensor& s) -> py::object {
         if (s.tensor.numel() != 1) throw py::value_error("item(): the tensor has " + std::to_string(s.tensor.numel()) + " elements, not 1");
-        if (is_complex(s.tensor.dtype())) {
-          const std::complex<double> v = s.tensor.item<std::complex<double>>();
-          return py::reinterpret_steal<py::object>(PyComplex_FromDoubles(v.real(), v.imag()));
-        }
+        if (is_complex(s.tensor.dtype())) return python_complex(s.tensor.item<std::complex<double>>());
         if (is_floating_point(s.tensor.dtype())) return py::float_(s.tensor.item<double>());
         if (s.tensor.dtype() == kBool) return py::bool_(s.tensor.item<int64_t>() != 0);
         if (s.tensor.dtype() == kUInt64) return py::int_(s.tensor.item<uint64_t>());
@@ -614,10 +616,7 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
       })
       .def("__int__", [](const PyTensor& s) { return s.tensor.item<int64_t>(); })
       .def("__float__", [](const PyTensor& s) { return s.tensor.item<double>(); })
-      .def("__complex__", [](const PyTensor& s) {
-        const std::complex<double> v = s.tensor.item<std::complex<double>>();
-        return py::reinterpret_steal<py::object>(PyComplex_FromDoubles(v.real(), v.imag()));
-      })
+      .def("__complex__", [](const PyTensor& s) { return python_complex(s.tensor.item<std::complex<double>>()); })
       .def("__index__", [](const PyTensor& s) {
         if (is_floating_point(s.tensor.dtype()) || is_complex(s.tensor.dtype()))
           throw py::type_error("a floating-point or complex tensor is not an index");

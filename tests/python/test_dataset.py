@@ -438,7 +438,7 @@ class PythonConventionsTest(unittest.TestCase):
         self.assertEqual(mmtensor.Field("a", np.int16).dtype, "int16")
         self.assertEqual(mmtensor.Field("a", np.dtype("<u8")).dtype, "uint64")
         self.assertEqual(mmtensor.Field("a", "bfloat16").dtype, "bfloat16")
-        for ambiguous in ["float", "int", "long", "double"]:
+        for ambiguous in ["float", "int", "long", "double", "cfloat"]:  # cfloat: complex64 in torch, 128 in NumPy
             with self.assertRaisesRegex(ValueError, "ambiguous"):
                 mmtensor.Field("a", ambiguous)
         with self.assertRaises(TypeError):
