@@ -137,8 +137,11 @@ void WritableFile::write_at(int64_t offset, const void* data, int64_t nbytes) {
 void WritableFile::reserve(int64_t nbytes) {
   MMT_CHECK(fd_ >= 0, IoError, "fallocate of ", path_, ": the file is closed");
   if (nbytes <= 0) return;
-  if (::fallocate(fd_, 0, 0, nbytes) != 0 && errno != EOPNOTSUPP && errno != ENOSYS)
+  while (::fallocate(fd_, 0, 0, nbytes) != 0) {
+    if (errno == EINTR) continue;  // a stop signal: the caller's next checkpoint answers it
+    if (errno == EOPNOTSUPP || errno == ENOSYS) return;
     throw_io(Step::Write, path_, errno, detail::str(" (reserving its ", nbytes, " bytes)"));
+  }
 }
 
 void WritableFile::pad_to(int64_t alignment) {

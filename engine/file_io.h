@@ -32,9 +32,9 @@ class WritableFile {
   // Writes all n bytes at byte `offset` (pwrite: offset() is not moved), for a file written
   // out of order; throws IoError as write() does.
   void write_at(int64_t offset, const void* data, int64_t nbytes);
-  // Reserves the file's first `nbytes` on the disk (fallocate), so that a full disk fails
-  // here rather than in the middle of the writes; a file system without fallocate just
-  // writes as it goes. Throws IoError otherwise.
+  // Reserves the file's first `nbytes` on the disk (fallocate, which also makes the file that
+  // long), so that a full disk fails here rather than in the middle of the writes; a file
+  // system without fallocate just writes as it goes. Throws IoError otherwise.
   void reserve(int64_t nbytes);
   // Writes zero bytes until offset() is a multiple of `alignment`.
   void pad_to(int64_t alignment);

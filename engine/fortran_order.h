@@ -16,6 +16,7 @@ namespace mmt::detail {
 // strides.
 using ReadRecords = std::function<Tensor(int64_t first, int64_t stop)>;
 
+// The caller has checked that records * element size * positions fits the file (and int64).
 // In column-major order the record index varies fastest: element (r, i1, ..., ik) of an
 // [N, d1, ..., dk] array goes to data_offset + (r + N * (i1 + d1 * (i2 + ...))) * element
 // size. The records are read once, `records_per_read` at a time; each read becomes one write

@@ -190,18 +190,21 @@ std::string write_temporary_positioned(const std::string& target, int64_t nbytes
   io::WritableFile file = create_temporary(target, temp);
   try {
     file.reserve(nbytes);
-    int64_t since_checkpoint = 0;
+    int64_t since_checkpoint = 0, written = 0;
     fill([&](int64_t offset, std::span<const std::byte> bytes) {
       MMT_CHECK(offset >= 0 && static_cast<int64_t>(bytes.size()) <= nbytes - offset, ValueError,
                 "write_temporary_positioned: ", bytes.size(), " bytes at offset ", offset, " go past the file's ",
                 nbytes, " bytes");
       file.write_at(offset, bytes.data(), static_cast<int64_t>(bytes.size()));
+      written += static_cast<int64_t>(bytes.size());
       since_checkpoint += static_cast<int64_t>(bytes.size());
       if (checkpoint && since_checkpoint >= kCheckpointBytes) {
         since_checkpoint = 0;
         checkpoint();
       }
     });
+    MMT_CHECK(written == nbytes, ValueError, "write_temporary_positioned: ", written, " bytes written of ", target,
+              "'s ", nbytes, ": the rest would be left as zeros");
     file.fsync();
     file.close();
   } catch (...) {

@@ -58,9 +58,10 @@ std::string write_temporary_streamed(const std::string& target, const NextBytes&
                                      const WriteCheckpoint& checkpoint = {});
 
 // The same for a file written out of order: its `nbytes` are reserved on the disk, then
-// fill(write_at) writes them, write_at(offset, bytes) putting bytes at that offset, in any
-// order; a checkpoint comes after each kCheckpointBytes written. What fill() throws undoes the
-// write as any failure.
+// fill(write_at) writes each of them once, write_at(offset, bytes) putting bytes at that
+// offset, in any order (ValueError for bytes past the end, or, after fill(), a total other
+// than nbytes); a checkpoint comes after each kCheckpointBytes written. What fill() throws
+// undoes the write as any failure.
 using WriteAt = std::function<void(int64_t offset, std::span<const std::byte> bytes)>;
 std::string write_temporary_positioned(const std::string& target, int64_t nbytes,
                                        const std::function<void(const WriteAt&)>& fill,

@@ -287,6 +287,28 @@ TEST(DatasetConcat, PartsThatDoNotBelongTogetherAreRefused) {
   EXPECT_THROW(Dataset::open_concat({a, dir.file("missing.mmt")}), IoError);
 }
 
+// pack's npy_fortran_order says how the sources were laid out, a hint for export: parts that
+// differ in it (or lack it) still read as one dataset, and the hint stays only where all agree.
+TEST(DatasetConcat, TheFortranOrderHintIsKeptOnlyWhereEveryPartAgrees) {
+  TempDir dir;
+  const Metadata x{{"npy_fortran_order", R"(["x"])"}, {"classes", "[]"}};
+  const std::string f1 = write_range(dir.file("f1.mmt"), 0, 3, "none", 8, x);
+  const std::string f2 = write_range(dir.file("f2.mmt"), 3, 6, "none", 8, x);
+  const std::string y = write_range(dir.file("y.mmt"), 6, 9, "none", 8, {{"npy_fortran_order", R"(["y"])"}});
+  const std::string c = write_range(dir.file("c.mmt"), 9, 12, "none", 8, {{"classes", "[]"}});
+  EXPECT_EQ(Dataset::open_concat({f1, f2}).metadata(), x);
+  EXPECT_EQ(Dataset::open_concat({f1, y}).metadata().count("npy_fortran_order"), 0u) << "two values";
+  EXPECT_EQ(Dataset::open_concat({c, f1}).metadata(), (Metadata{{"classes", "[]"}})) << "absent, then present";
+  EXPECT_EQ(Dataset::open_concat({f1, c}).metadata().count("npy_fortran_order"), 0u) << "present, then absent";
+  EXPECT_EQ(Dataset::open(f1).metadata(), x) << "one file keeps its own";
+  const Dataset nested = Dataset::concat({Dataset::open_concat({f1, f2}), Dataset::open(f1)});
+  EXPECT_EQ(nested.metadata(), x) << "flattened, then settled over the files";
+  EXPECT_EQ(Dataset::concat({Dataset::open_concat({f1, f2}), Dataset::open(c)}).metadata().count("npy_fortran_order"), 0u);
+  // Other keys are still refused when they differ.
+  const std::string other = write_range(dir.file("o.mmt"), 0, 3, "none", 8, {{"npy_fortran_order", R"(["x"])"}, {"classes", "[1]"}});
+  EXPECT_THROW_WITH(Dataset::open_concat({f1, other}), ValueError, "metadata 'classes'");
+}
+
 TEST(DatasetConcat, HandlesFlattenAndOnePartIsThatPart) {
   TempDir dir;
   const Dataset a = Dataset::open(write_range(dir.file("a.mmt"), 0, 10));

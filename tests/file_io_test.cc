@@ -197,6 +197,46 @@ std::span<const std::byte> bytes_of(std::string_view text) { return std::as_byte
 
 // A group of files changes all together or not at all: until publish() nothing is in place,
 // and a rename that fails part-way takes back the ones already placed.
+// A file written out of order (export's Fortran order): bytes land where they are put, and a
+// write past the end, a fill that leaves bytes unwritten, a fill that throws or a failing
+// write leave no temporary behind.
+TEST(StagedFilesTest, PositionedWritesLandInPlaceAndFailuresLeaveNothing) {
+  TempDir dir;
+  const std::string target = dir.file("f.npy");
+  auto fill_abc = [](const detail::WriteAt& write_at) {
+    write_at(2, bytes_of("c"));
+    write_at(0, bytes_of("ab"));
+    write_at(3, bytes_of("def"));
+  };
+  {
+    detail::StagedFiles files(/*replace=*/false);
+    files.stage_positioned(target, 6, fill_abc);
+    files.publish();
+  }
+  EXPECT_EQ(file_bytes(target), "abcdef");
+  const auto refused = [&](int64_t nbytes, const std::function<void(const detail::WriteAt&)>& fill,
+                           const std::string& why) {
+    SCOPED_TRACE(why);
+    detail::StagedFiles files(/*replace=*/true);
+    try {
+      files.stage_positioned(target, nbytes, fill);
+      ADD_FAILURE() << "not refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(folder_entries(dir), std::vector<std::string>{"f.npy"}) << "no temporary is left";
+  };
+  refused(5, fill_abc, "3 bytes at offset 3 go past the file's 5 bytes");
+  refused(7, fill_abc, "6 bytes written of " + target + "'s 7: the rest would be left as zeros");
+  refused(6, [](const detail::WriteAt& write_at) { write_at(0, bytes_of("ab")); throw ValueError("a damaged chunk"); },
+          "a damaged chunk");
+  {
+    ScopedFault fault({.step = Step::Write, .nth = 2, .errno_value = ENOSPC});
+    refused(6, fill_abc, "No space left on device");
+  }
+  EXPECT_EQ(file_bytes(target), "abcdef") << "the published file is untouched";
+}
+
 TEST(StagedFilesTest, PublishPutsEveryFileInPlaceOrNone) {
   TempDir dir;
   const std::string old_file = dir.file("old.npy"), new_file = dir.file("new.npy"), third = dir.file("third.npy");

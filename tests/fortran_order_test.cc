@@ -7,6 +7,7 @@
 
 #include "fortran_order.h"
 #include "mmtensor/tensor.h"
+#include "test_util.h"
 
 namespace mmt::detail {
 namespace {
@@ -60,10 +61,46 @@ TEST(FortranOrder, ReadsOfAnySizeWriteTheWholeArraysColumnMajorBytes) {
   }
 }
 
+// Through a real file, as export writes one: many reads, each a run per position, by pwrite.
+TEST(FortranOrder, ThroughAPositionedTemporaryTheFileHoldsTheColumnMajorBytes) {
+  testing::TempDir dir;
+  Tensor values = empty({50, 3, 7}, kFloat64);
+  values.view({-1}).copy_(arange(values.numel(), kInt64));
+  const std::vector<std::byte> expected = column_major_bytes(values);
+  const std::string header = "header";
+  const std::string target = dir.file("f.npy");
+  detail::StagedFiles files(/*replace=*/false);
+  files.stage_positioned(target, static_cast<int64_t>(header.size() + expected.size()), [&](const WriteAt& write_at) {
+    write_at(0, std::as_bytes(std::span(header)));
+    write_fortran_order(write_at, static_cast<int64_t>(header.size()),
+                        [&](int64_t first, int64_t stop) { return values.narrow(0, first, stop - first); }, 50, {3, 7},
+                        kFloat64, 8);
+  });
+  files.publish();
+  const std::string bytes = testing::file_bytes(target);
+  EXPECT_EQ(bytes.substr(0, header.size()), header);
+  const std::string data = bytes.substr(header.size());
+  ASSERT_EQ(data.size(), expected.size());
+  EXPECT_EQ(std::memcmp(data.data(), expected.data(), expected.size()), 0);
+}
+
 TEST(FortranOrder, NoRecordsOrNoValuesWriteNothing) {
   write_fortran_order([](int64_t, std::span<const std::byte>) { ADD_FAILURE() << "nothing to write"; },
                       0, [](int64_t, int64_t) -> Tensor { ADD_FAILURE() << "nothing to read"; return {}; }, 0, {3},
                       kFloat32, 16);
+  // Records whose shape holds a 0: nothing to write, but each record is still read (the
+  // reads are what check the chunks under them).
+  int reads = 0;
+  const Tensor none = empty({10, 0, 2}, kFloat32);
+  write_fortran_order([](int64_t, std::span<const std::byte>) { ADD_FAILURE() << "nothing to write"; }, 0,
+                      [&](int64_t first, int64_t stop) { ++reads; return none.narrow(0, first, stop - first); }, 10,
+                      {0, 2}, kFloat32, 4);
+  EXPECT_EQ(reads, 3);
+  // A read that comes back as other values than the field's is refused, not trusted.
+  EXPECT_THROW(write_fortran_order([](int64_t, std::span<const std::byte>) {}, 0,
+                                   [](int64_t first, int64_t stop) { return empty({stop - first, 3}, kFloat64); }, 4,
+                                   {3}, kFloat32, 4),
+               ValueError);
 }
 
 }  // namespace

@@ -1478,6 +1478,18 @@ TEST_F(MmtCli, ExportAndGetStopCleanlyOnCtrlCAndOtherStopSignals) {
     EXPECT_EQ(exported.out, "");
     EXPECT_EQ(listing(), before) << "no folder, no output and no temporary left";
   }
+  // A field packed from a Fortran-order array is written out of order, and stops the same way.
+  testutil::write_file(path("fx.npy"), testutil::npy_file("|u1", true, "(2, 16777216)", Bytes(size_t{32} << 20)));
+  ASSERT_EQ(run_mmt({"pack", path("fxy.mmt"), "x=" + path("fx.npy"), "y=" + path("y.npy"), "--quiet"}).exit_code, 0);
+  fs::remove(path("fx.npy"));
+  before = listing();
+  const RunResult fortran =
+      interrupted({"export", path("fxy.mmt"), path("out")},
+                  {.interrupt_once_exists = path("out/x.npy.tmp-"), .interrupt_signal = SIGINT}, remove_out);
+  EXPECT_EQ(fortran.exit_code, 128 + SIGINT) << fortran.err;
+  EXPECT_NE(fortran.err.find("mmt export: interrupted: " + path("out/x.npy") + " and " + path("out/y.npy") +
+                             " were not written"), std::string::npos) << fortran.err;
+  EXPECT_EQ(listing(), before) << "no folder, no output and no temporary left";
   for (const char* option : {"--npy", "--raw"}) {
     for (int signal_number : {SIGINT, SIGTERM}) {
       SCOPED_TRACE(option);

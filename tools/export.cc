@@ -71,8 +71,9 @@ void refuse_non_bool_bytes(const Dataset& ds, const Tensor& values, int64_t firs
 // and written this many at a time (at least one record).
 constexpr int64_t kExportPieceBytes = int64_t{16} << 20;
 // A Fortran-order field is read this many bytes of records at a time: each read becomes one
-// write per position within a record, so larger reads make fewer, longer writes (64 KB runs
-// for a 3x224x224 uint8 image field, one write per read for an MNIST-sized one).
+// write per position within a record, a run of that read's records, so larger reads make
+// fewer, longer writes (runs of 445 bytes for a 3x224x224 uint8 image field, 150,528 writes
+// a read; one write for a whole MNIST-sized field).
 constexpr int64_t kFortranReadBytes = int64_t{64} << 20;
 
 // Whether `text` nests no array or object inside another: the most a list of names holds.
@@ -91,7 +92,7 @@ bool is_flat_json(std::string_view text) {
     } else if (ch == '[' || ch == '{') {
       if (++depth > 1) return false;
     } else if (ch == ']' || ch == '}') {
-      --depth;
+      if (--depth < 0) return false;
     }
   }
   return true;
@@ -154,7 +155,12 @@ DimVector stage_field(detail::StagedFiles& files, const Dataset& ds, const std::
     const int64_t records_per_read = std::max<int64_t>(1, kFortranReadBytes / piece_cost_per_record);
     files.stage_positioned(path, nbytes, [&](const detail::WriteAt& write_at) {
       write_at(0, std::as_bytes(std::span(header)));
-      detail::write_fortran_order(write_at, static_cast<int64_t>(header.size()), read_records, records, f.shape,
+      // A stop is answered between reads too: a small field beside large ones writes little a read.
+      auto read_or_stop = [&](int64_t first, int64_t stop) {
+        StopSignals::check();
+        return read_records(first, stop);
+      };
+      detail::write_fortran_order(write_at, static_cast<int64_t>(header.size()), read_or_stop, records, f.shape,
                                   f.dtype, records_per_read);
     });
     return sizes;

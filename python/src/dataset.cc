@@ -222,7 +222,8 @@ A dataset file opened for random access by record index.
 A list of paths opens shards as one dataset, in that order (as torch's ConcatDataset):
 record i is in the shard that holds it (ds.locate(i) says which), every method works across
 them, and the shards share one cache_bytes budget. Their fields must be equal and their
-metadata must agree; mmtensor.concat() joins Datasets already open.
+metadata must agree (but pack's npy_fortran_order, kept only where all agree);
+mmtensor.concat() joins Datasets already open.
 
     ds = mmtensor.Dataset(sorted(glob.glob("train-*.mmt")))
 
@@ -474,7 +475,7 @@ Datasets read as one, in the order given (as torch.utils.data.ConcatDataset): re
 the dataset that holds it. Each keeps its own options and cache, but get_batch over the
 whole follows the first's read_ahead (one decision for a batch, whatever parts it falls
 in); Dataset([paths]) opens shards with one shared cache budget instead. Fields must be equal and metadata must agree
-(ValueError naming the part and the difference); concatenations given are flattened, and one
+(ValueError naming the part and the difference; pack's npy_fortran_order is kept only where all agree); concatenations given are flattened, and one
 dataset is given back as it is.)doc");
 }
 

@@ -290,7 +290,7 @@ ScalarType parse_dtype(const py::handle& dtype) {
     for (const char* ambiguous : {"float", "double", "half", "int", "long", "short", "cfloat"})
       if (name == ambiguous)
         throw py::value_error("dtype '" + name + "' is ambiguous (PyTorch and NumPy read it differently); "
-                              "name the size: float32, float64, int32, int64...");
+                              "name the size: float32, float64, int32, int64, complex64, complex128...");
   }
   try {
     return scalar_type_of(py::dtype::from_args(py::reinterpret_borrow<py::object>(dtype)));  // "f4", "<i8", np.uint8
