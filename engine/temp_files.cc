@@ -158,20 +158,16 @@ std::string write_temporary(const std::string& target, std::initializer_list<std
   return write_temporary_streamed(target, each_piece(pieces), checkpoint);
 }
 
-std::string write_temporary_streamed(const std::string& target, const NextBytes& next,
-                                     const WriteCheckpoint& checkpoint) {
+namespace {
+
+// A fresh temporary beside `target` (the dead ones of `target` removed first), written by
+// write(file), then fsynced and closed; removed if anything fails. Returns its path.
+std::string write_temporary_with(const std::string& target, const std::function<void(io::WritableFile&)>& write) {
   remove_dead_temporaries(target);  // what writers of this target killed earlier left
   std::string temp;
   io::WritableFile file = create_temporary(target, temp);
   try {
-    for (std::span<const std::byte> piece = next(); !piece.empty(); piece = next()) {
-      for (size_t done = 0; done < piece.size();) {
-        const size_t n = checkpoint ? std::min<size_t>(piece.size() - done, kCheckpointBytes) : piece.size() - done;
-        file.write(piece.data() + done, static_cast<int64_t>(n));
-        done += n;
-        if (checkpoint) checkpoint();
-      }
-    }
+    write(file);
     file.fsync();
     file.close();
   } catch (...) {
@@ -182,13 +178,26 @@ std::string write_temporary_streamed(const std::string& target, const NextBytes&
   return temp;
 }
 
+}  // namespace
+
+std::string write_temporary_streamed(const std::string& target, const NextBytes& next,
+                                     const WriteCheckpoint& checkpoint) {
+  return write_temporary_with(target, [&](io::WritableFile& file) {
+    for (std::span<const std::byte> piece = next(); !piece.empty(); piece = next()) {
+      for (size_t done = 0; done < piece.size();) {
+        const size_t n = checkpoint ? std::min<size_t>(piece.size() - done, kCheckpointBytes) : piece.size() - done;
+        file.write(piece.data() + done, static_cast<int64_t>(n));
+        done += n;
+        if (checkpoint) checkpoint();
+      }
+    }
+  });
+}
+
 std::string write_temporary_positioned(const std::string& target, int64_t nbytes,
                                        const std::function<void(const WriteAt&)>& fill,
                                        const WriteCheckpoint& checkpoint) {
-  remove_dead_temporaries(target);
-  std::string temp;
-  io::WritableFile file = create_temporary(target, temp);
-  try {
+  return write_temporary_with(target, [&](io::WritableFile& file) {
     file.reserve(nbytes);
     int64_t since_checkpoint = 0, written = 0;
     fill([&](int64_t offset, std::span<const std::byte> bytes) {
@@ -205,14 +214,7 @@ std::string write_temporary_positioned(const std::string& target, int64_t nbytes
     });
     MMT_CHECK(written == nbytes, ValueError, "write_temporary_positioned: ", written, " bytes written of ", target,
               "'s ", nbytes, ": the rest would be left as zeros");
-    file.fsync();
-    file.close();
-  } catch (...) {
-    file = io::WritableFile();
-    remove_quietly(temp);
-    throw;
-  }
-  return temp;
+  });
 }
 
 void write_file_atomically(const std::string& target, std::initializer_list<std::span<const std::byte>> pieces,
