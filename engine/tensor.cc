@@ -140,7 +140,7 @@ To item_as(const Tensor& t, const char* target) {
             " elements cannot be converted to a scalar");
   const Tensor host = t.is_cuda() ? t.cpu() : t;
   const void* p = host.data_ptr();
-  return dispatch_scalar_type(t.dtype(), [p, target](auto tag) -> To {
+  return dispatch_scalar_type(t.dtype(), [&](auto tag) -> To {
     using T = decltype(tag);
     const T v = load_element<T>(p);
     if constexpr (is_complex_type_v<T>) {

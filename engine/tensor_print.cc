@@ -15,11 +15,13 @@ namespace {
 constexpr int64_t kThreshold = 1000;  // summarise tensors with more elements
 constexpr int64_t kEdgeItems = 3;
 constexpr int64_t kLineWidth = 80;
-constexpr int kPrecision = 4;
+constexpr int kPrecision = 4;       // PyTorch's default print precision
 
-std::string printf_double(const char* fmt, double v, int width = 0) {
+// printf of one double with a conversion ('e' or 'f') and a number of decimals.
+std::string printf_double(char conversion, double v, int decimals) {
+  const char fmt[] = {'%', '.', '*', conversion, '\0'};
   char buf[64];
-  std::snprintf(buf, sizeof(buf), fmt, width, v);
+  std::snprintf(buf, sizeof(buf), fmt, decimals, v);
   return buf;
 }
 
@@ -79,9 +81,7 @@ class Formatter {
     }
     for (double v : values) {
       if (!(std::isfinite(v) && v != 0)) continue;
-      std::string s = sci_mode_ ? printf_double("%*.4e", v)
-                      : int_mode_ ? printf_double("%*.0f", v) + "."
-                                  : printf_double("%*.4f", v);
+      const std::string s = finite_text(v);
       width_ = std::max<int64_t>(width_, s.size());
     }
   }
@@ -99,18 +99,21 @@ class Formatter {
       s = "nan";
     } else if (std::isinf(v)) {
       s = v > 0 ? "inf" : "-inf";
-    } else if (sci_mode_) {
-      s = printf_double("%*.4e", v);
-    } else if (int_mode_) {
-      s = printf_double("%*.0f", v) + ".";
     } else {
-      s = printf_double("%*.4f", v);
+      s = finite_text(v);
     }
     if (static_cast<int64_t>(s.size()) < width_) s.insert(0, width_ - s.size(), ' ');
     return s;
   }
 
  private:
+  // A finite value in the mode chosen from all the values: "1.5000e+03", "3." or "0.2500".
+  std::string finite_text(double v) const {
+    if (sci_mode_) return printf_double('e', v, kPrecision);
+    if (int_mode_) return printf_double('f', v, 0) + ".";
+    return printf_double('f', v, kPrecision);
+  }
+
   bool floating_;
   bool boolean_;
   bool int_mode_ = true;
