@@ -1,8 +1,6 @@
 // IDX files (MNIST's format), plain or gzip-compressed. See include/mmtensor/idx_io.h.
-#include <algorithm>
 #include <array>
 #include <vector>
-#include <bit>
 
 #include "gzip_reader.h"
 #include "import_util.h"
@@ -63,14 +61,12 @@ Tensor decode_plain(std::span<const std::byte> bytes, const UntypedStorage* mapp
   int64_t available = static_cast<int64_t>(bytes.size()) - h.data_offset;
   if (available != h.data_nbytes) throw FormatError(size_mismatch(h, available, what, "file"));
   const std::byte* data = bytes.data() + h.data_offset;
-  int64_t elem = element_size(h.dtype);
   // One-byte elements have no byte order, so the file's bytes are the tensor's bytes.
-  if (mapping && elem == 1 && h.data_nbytes > 0)
+  if (mapping && element_size(h.dtype) == 1 && h.data_nbytes > 0)
     return Tensor(*mapping, h.dtype, h.shape, data - mapping->data());
   UntypedStorage storage = UntypedStorage::allocate(h.data_nbytes);
   if (h.data_nbytes > 0)
-    detail::copy_to_native(storage.mutable_data(), data, h.data_nbytes / elem, elem,
-                           /*big_endian=*/true);
+    detail::copy_to_native(storage.mutable_data(), data, h.data_nbytes, h.dtype, /*big_endian=*/true);
   return Tensor(std::move(storage), h.dtype, h.shape);
 }
 
@@ -104,13 +100,7 @@ Tensor decode_gzip(std::span<const std::byte> bytes, std::string_view what) {
   if (gz.read(&extra, 1) != 0)
     throw FormatError(str(what, ": the decompressed stream continues past the ", h.data_nbytes,
                           " data bytes its header declares"));
-  int64_t elem = element_size(h.dtype);
-  constexpr bool kHostBigEndian = std::endian::native == std::endian::big;
-  if (elem > 1 && !kHostBigEndian && h.data_nbytes > 0) {
-    // In place: swap each element's bytes.
-    std::byte* p = storage.mutable_data();
-    for (int64_t i = 0; i < h.data_nbytes; i += elem) std::reverse(p + i, p + i + elem);
-  }
+  detail::copy_to_native(storage.mutable_data(), storage.data(), h.data_nbytes, h.dtype, /*big_endian=*/true);
   return Tensor(std::move(storage), h.dtype, h.shape);
 }
 

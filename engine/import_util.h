@@ -87,18 +87,17 @@ inline void copy_byteswapped(std::byte* dst, const std::byte* src, int64_t count
   throw ValueError(str("copy_byteswapped: unsupported element size ", element_bytes));
 }
 
-// The size of the values whose bytes a change of byte order reverses: the element size, but
-// a complex element is two values (its real and imaginary parts), each swapped on its own.
-inline int64_t byte_order_unit(ScalarType dtype) { return element_size(to_real_value_type(dtype)); }
-
-// Copies elements stored in `big_endian` order into native order.
-inline void copy_to_native(std::byte* dst, const std::byte* src, int64_t count,
-                           int64_t element_bytes, bool big_endian) {
+// Copies `nbytes` of `dtype` elements stored in `big_endian` order into native order. dst and
+// src either do not overlap or are the same (converted in place). Byte order is per value: a
+// complex element's real and imaginary parts are each swapped on their own, never exchanged.
+inline void copy_to_native(std::byte* dst, const std::byte* src, int64_t nbytes, ScalarType dtype,
+                           bool big_endian) {
   constexpr bool kHostBigEndian = std::endian::native == std::endian::big;
-  if (big_endian == kHostBigEndian || element_bytes == 1) {
-    if (count > 0) std::memcpy(dst, src, static_cast<size_t>(count * element_bytes));
+  const int64_t value_bytes = element_size(to_real_value_type(dtype));
+  if (big_endian == kHostBigEndian || value_bytes == 1) {
+    if (nbytes > 0 && dst != src) std::memcpy(dst, src, static_cast<size_t>(nbytes));
   } else {
-    copy_byteswapped(dst, src, count, element_bytes);
+    copy_byteswapped(dst, src, nbytes / value_bytes, value_bytes);
   }
 }
 

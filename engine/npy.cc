@@ -125,10 +125,9 @@ void read_storage(const UntypedStorage& storage, Read&& read) {
 Tensor copy_values(const UntypedStorage& source, const std::byte* data, const NpyHeader& header, std::string_view what) {
   read_storage(source, [&] { check_bools(data, header, what); });
   UntypedStorage storage = UntypedStorage::allocate(header.data_nbytes);  // outside the guard: it owns memory
-  const int64_t unit = byte_order_unit(header.dtype);
   std::byte* out = storage.mutable_data();
   if (header.data_nbytes > 0)
-    read_storage(source, [&] { copy_to_native(out, data, header.data_nbytes / unit, unit, header.big_endian); });
+    read_storage(source, [&] { copy_to_native(out, data, header.data_nbytes, header.dtype, header.big_endian); });
   return layout_over(std::move(storage), header, 0);
 }
 
@@ -199,14 +198,13 @@ UntypedStorage fortran_values_in_temporary_file(const NpyHeader& header, const s
   // of the array (or, on thin or remote storage, at a later write-back). Filesystems
   // without fallocate simply write as they go.
   if (::fallocate(fd, 0, 0, nbytes) != 0 && errno != EOPNOTSUPP && errno != ENOSYS) fail("reserve space for", errno);
-  const int64_t element_bytes = element_size(header.dtype), swap_unit = byte_order_unit(header.dtype);
-  const bool swap = swap_unit > 1 && header.big_endian != (std::endian::native == std::endian::big);
+  const int64_t element_bytes = element_size(header.dtype);
   const int64_t block_bytes = (int64_t{4} << 20) / element_bytes * element_bytes;
   std::vector<std::byte> block(static_cast<size_t>(std::min(block_bytes, nbytes)));
   for (int64_t done = 0; done < nbytes;) {
     const int64_t n = std::min(block_bytes, nbytes - done);
     read(done, block.data(), n);
-    if (swap) copy_byteswapped(block.data(), block.data(), n / swap_unit, swap_unit);
+    copy_to_native(block.data(), block.data(), n, header.dtype, header.big_endian);
     for (int64_t written = 0; written < n;) {
       const ssize_t w = ::pwrite(fd, block.data() + written, static_cast<size_t>(n - written), done + written);
       if (w < 0 && errno == EINTR) continue;

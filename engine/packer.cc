@@ -380,15 +380,12 @@ bool PackSources::record_batch(int64_t start, int64_t count, std::vector<Tensor>
 Tensor PackSources::converted_records(size_t f, int64_t start, int64_t count) const {
   const Field& field = schema_[f];
   const ConvertedColumn& column = converted_[f];
-  // Byte order is per value: a complex element's two parts are swapped one by one.
-  const int64_t swap_unit = detail::byte_order_unit(field.dtype), record_bytes = field.fixed_nbytes();
-  const int64_t nbytes = count * record_bytes, values_count = nbytes / swap_unit;
+  const int64_t record_bytes = field.fixed_nbytes(), nbytes = count * record_bytes;
   UntypedStorage values = UntypedStorage::allocate(nbytes);
   std::byte* out = values.mutable_data();
   if (column.deflated) {
     column.deflated->read(column.offset + start * record_bytes, out, nbytes);
-    if (swap_unit > 1 && column.big_endian != (std::endian::native == std::endian::big))
-      detail::copy_byteswapped(out, out, values_count, swap_unit);  // in place: value by value
+    detail::copy_to_native(out, out, nbytes, field.dtype, column.big_endian);  // in place
     if (field.dtype == kBool) {  // a mapped array's bools are checked when it is made a tensor
       const int64_t at = detail::first_invalid_bool(out, nbytes);
       MMT_CHECK(at < 0, FormatError, origins_[f], ": record ", start + at / std::max<int64_t>(record_bytes, 1),
@@ -401,7 +398,7 @@ Tensor PackSources::converted_records(size_t f, int64_t start, int64_t count) co
     const std::byte* from = column.bytes.data() + column.offset + start * record_bytes;
     detail::guard_mapped_reads(
         detail::MappedRegion{&column.bytes.filename(), column.bytes.data(), column.bytes.nbytes()},
-        [&] { detail::copy_to_native(out, from, values_count, swap_unit, column.big_endian); });
+        [&] { detail::copy_to_native(out, from, nbytes, field.dtype, column.big_endian); });
   }
   DimVector sizes{count};
   for (int64_t s : field.shape) sizes.push_back(s);
