@@ -208,6 +208,16 @@ constexpr std::string_view kUnsizedNames[] = {
     "L",        "q",         "Q",      "p",      "P",      "e",    "f",     "d",      "complex", "cfloat", "cdouble",
     "csingle",  "complex_",  "singlecomplex", "F", "D"};
 
+// numpy's type codes (a descr without its byte order) of the dtypes mmtensor has: read by
+// resolve_descr() and written by npy_descr(). bfloat16 has none.
+constexpr struct {
+  std::string_view code;
+  ScalarType dtype;
+} kTypeCodes[] = {{"b1", kBool},      {"u1", kUInt8},      {"i1", kInt8},    {"i2", kInt16},
+                  {"u2", kUInt16},    {"i4", kInt32},      {"u4", kUInt32},  {"i8", kInt64},
+                  {"u8", kUInt64},    {"f2", kFloat16},    {"f4", kFloat32}, {"f8", kFloat64},
+                  {"c8", kComplex64}, {"c16", kComplex128}};
+
 // Maps a descr such as "<f4", "i4" or "float32" to the dtype and byte order, or explains the
 // refusal. A type string without a byte order, or with '|' ("not applicable") on a
 // multi-byte type, is in native order, as numpy reads it.
@@ -232,14 +242,7 @@ void resolve_descr(NpyHeader& header, std::string_view what) {
     order = code[0];
     code.remove_prefix(1);
   }
-  static constexpr struct {
-    std::string_view code;
-    ScalarType dtype;
-  } kTypes[] = {{"b1", kBool},    {"u1", kUInt8},    {"i1", kInt8},    {"i2", kInt16},
-                {"u2", kUInt16},  {"i4", kInt32},    {"u4", kUInt32},  {"i8", kInt64},
-                {"u8", kUInt64},  {"f2", kFloat16},  {"f4", kFloat32}, {"f8", kFloat64},
-                {"c8", kComplex64}, {"c16", kComplex128}};
-  for (const auto& t : kTypes) {
+  for (const auto& t : kTypeCodes) {
     if (t.code != code) continue;
     header.dtype = t.dtype;
     header.big_endian = element_size(t.dtype) > 1 && (order == '>' || (order != '<' && native_big));
@@ -300,24 +303,12 @@ NpyHeader parse_npy_header(std::span<const std::byte> bytes, std::string_view wh
 }
 
 std::string npy_descr(ScalarType dtype) {
-  const char order = std::endian::native == std::endian::little ? '<' : '>';
-  switch (dtype) {
-    case kBool: return "|b1";
-    case kUInt8: return "|u1";
-    case kInt8: return "|i1";
-    case kInt16: return std::string(1, order) + "i2";
-    case kUInt16: return std::string(1, order) + "u2";
-    case kInt32: return std::string(1, order) + "i4";
-    case kUInt32: return std::string(1, order) + "u4";
-    case kInt64: return std::string(1, order) + "i8";
-    case kUInt64: return std::string(1, order) + "u8";
-    case kFloat16: return std::string(1, order) + "f2";
-    case kFloat32: return std::string(1, order) + "f4";
-    case kFloat64: return std::string(1, order) + "f8";
-    case kComplex64: return std::string(1, order) + "c8";
-    case kComplex128: return std::string(1, order) + "c16";
-    case kBFloat16: break;
-  }
+  // '|' for one-byte types, which have no byte order (numpy writes "|u1"), else the host's.
+  const char order = element_size(dtype) == 1                       ? '|'
+                     : std::endian::native == std::endian::little ? '<'
+                                                                   : '>';
+  for (const auto& t : kTypeCodes)
+    if (t.dtype == dtype) return order + std::string(t.code);
   throw ValueError(
       "bfloat16 has no numpy dtype, so it cannot be written to .npy; convert it to float32 first");
 }
