@@ -15,6 +15,15 @@ namespace {
 
 using detail::hex64;
 
+// A value as a message quotes it: its JSON, cut to a line. A state is one flat object, so a
+// value worth quoting is short; a hostile one (a megabyte string) must not fill the message.
+std::string excerpt(const nlohmann::json& value) {
+  constexpr size_t kMaxChars = 120;
+  std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (text.size() > kMaxChars) text = text.substr(0, kMaxChars) + "... (" + std::to_string(text.size()) + " characters)";
+  return text;
+}
+
 // The value at `it` (the entry `key`): "0x" and 16 hex digits, as hex64() writes it (upper
 // case digits are read too).
 uint64_t parse_hex64(const nlohmann::json::const_iterator& it, const char* key) {
@@ -26,7 +35,7 @@ uint64_t parse_hex64(const nlohmann::json::const_iterator& it, const char* key) 
     well_formed = error == std::errc() && end == hex.data() + hex.size();
   }
   MMT_CHECK(well_formed, ValueError, "LoaderState: entry '", key, "' must be a string of 0x and 16 hex digits, got ",
-            it->dump());
+            excerpt(*it));
   return value;
 }
 
@@ -65,18 +74,18 @@ T required(const nlohmann::json& json, const char* key) {
   MMT_CHECK(it != json.end(), ValueError, "LoaderState: missing entry '", key, "'");
   if constexpr (std::is_integral_v<T>) {
     MMT_CHECK(it->is_number_integer(), ValueError, "LoaderState: entry '", key,
-              "' must be an integer, got ", it->dump());
+              "' must be an integer, got ", excerpt(*it));
     // get<T>() would wrap a value out of T's range (2^64-1 read as -1, 2^32+1 as 1).
     const bool fits = it->is_number_unsigned()
                           ? it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
                           : it->get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
                                 it->get<int64_t>() <= static_cast<int64_t>(std::numeric_limits<T>::max());
-    MMT_CHECK(fits, ValueError, "LoaderState: entry '", key, "' is out of range: ", it->dump());
+    MMT_CHECK(fits, ValueError, "LoaderState: entry '", key, "' is out of range: ", excerpt(*it));
   }
   try {
     return it->get<T>();
   } catch (const nlohmann::json::exception&) {
-    throw ValueError(detail::str("LoaderState: entry '", key, "' has the wrong type: ", it->dump()));
+    throw ValueError(detail::str("LoaderState: entry '", key, "' has the wrong type: ", excerpt(*it)));
   }
 }
 
@@ -85,11 +94,20 @@ T required(const nlohmann::json& json, const char* key) {
 LoaderState LoaderState::parse(std::string_view text) {
   nlohmann::json json;
   try {
-    json = nlohmann::json::parse(text);
+    // A state is one object of numbers and strings. Anything nested is refused as it is met:
+    // quoting (dumping) a value nested a hundred thousand deep would recurse past the stack.
+    json = nlohmann::json::parse(text, [](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+      const bool opens = event == nlohmann::json::parse_event_t::object_start ||
+                         event == nlohmann::json::parse_event_t::array_start;
+      MMT_CHECK(!opens || depth == 0, ValueError,
+                "LoaderState: expected one JSON object of numbers and strings, found a nested ",
+                event == nlohmann::json::parse_event_t::object_start ? "object" : "array");
+      return true;
+    });
   } catch (const nlohmann::json::exception& e) {
     throw ValueError(detail::str("LoaderState: not valid JSON: ", e.what()));
   }
-  MMT_CHECK(json.is_object(), ValueError, "LoaderState: expected a JSON object, got ", json.dump());
+  MMT_CHECK(json.is_object(), ValueError, "LoaderState: expected a JSON object, got ", excerpt(json));
   const int version = required<int>(json, "version");
   MMT_CHECK(version >= 1 && version <= kVersion, ValueError, "LoaderState: version ", version,
             " is not supported (this build reads versions 1 to ", kVersion, ")");
@@ -107,7 +125,7 @@ LoaderState LoaderState::parse(std::string_view text) {
     // Version 1 wrote a JSON number; readers in other languages may have stored it signed
     // (2^64 - 1 as -1), and version-1 builds read it back that way, so this one does too.
     MMT_CHECK(seed->is_number_integer(), ValueError, "LoaderState: entry 'seed' must be an integer, got ",
-              seed->dump());
+              excerpt(*seed));
     state.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
   }
   // Absent in states written before it existed, and for orders that do not depend on the
@@ -126,14 +144,14 @@ LoaderState LoaderState::parse(std::string_view text) {
     MMT_CHECK(state.subset_hash != 0, ValueError, "LoaderState: entry 'subset_hash' is ",
               json.contains("subset_hash") ? "0, which no subset hashes to" : "missing, yet 'subset_size' is there");
     state.subset_size = required<int64_t>(json, "subset_size");
-    MMT_CHECK(state.subset_size >= 0, ValueError, "LoaderState: negative subset_size in ", text);
+    MMT_CHECK(state.subset_size >= 0, ValueError, "LoaderState: negative subset_size ", state.subset_size);
   }
   state.window_chunks = required<int64_t>(json, "window_chunks");
   state.records = required<int64_t>(json, "records");
   state.epoch = required<int64_t>(json, "epoch");
   state.consumed = required<int64_t>(json, "consumed");
   MMT_CHECK(state.records >= 0 && state.window_chunks >= 0, ValueError,
-            "LoaderState: negative records or window_chunks in ", text);
+            "LoaderState: negative records (", state.records, ") or window_chunks (", state.window_chunks, ")");
   MMT_CHECK(state.epoch >= 0 && state.epoch < kMaxEpoch, ValueError, "LoaderState: epoch ", state.epoch,
             " is outside [0, ", kMaxEpoch, ")");
   if (has_subset)

@@ -657,6 +657,29 @@ TEST(LoaderState, RoundTripsThroughTextAndRejectsDamage) {
   EXPECT_THROW(LoaderState::parse(R"({"version":2,"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":-1,"consumed":0})"), ValueError);
 }
 
+// A state comes from a user's checkpoint: a hostile one must be refused with a short message,
+// never crash the process. Quoting a value nested 100,000 deep used to recurse past the stack.
+TEST(LoaderState, NestedOrHugeValuesAreRefusedWithAShortMessage) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string base = R"({"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":0,"consumed":0,"version":)";
+  for (const std::string& text : {deep, base + deep + "}", std::string(R"({"a":{"b":1}})")}) {
+    try {
+      LoaderState::parse(text);
+      ADD_FAILURE() << "accepted " << text.substr(0, 40);
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string_view(e.what()).find("found a nested"), std::string_view::npos) << e.what();
+    }
+  }
+  // A megabyte string where a number belongs is quoted by its first characters only.
+  try {
+    LoaderState::parse(base + '"' + std::string(1 << 20, 'x') + "\"}");
+    ADD_FAILURE() << "accepted a string version";
+  } catch (const ValueError& e) {
+    EXPECT_LT(std::string_view(e.what()).size(), 400u) << std::string_view(e.what()).substr(0, 400);
+    EXPECT_NE(std::string_view(e.what()).find("characters)"), std::string_view::npos);
+  }
+}
+
 TEST(LoaderState, ASubsetIsVersion3AndAStateWithoutOneStaysVersion2) {
   LoaderState state{.sampler = SamplerKind::Random, .seed = 5, .records = 1000, .epoch = 2, .consumed = 80};
   // Builds from before subsets read version 2: a state they can resume is still written so.
