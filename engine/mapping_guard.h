@@ -114,4 +114,14 @@ decltype(auto) guard_mapped_reads(std::span<const MappedRegion> regions, uintptr
                      [&](uintptr_t fault_address) { throw_fault_in_regions(regions, fault_address); });
 }
 
+// Runs fn() under the guard when `storage` (an UntypedStorage) is a file's mapping, so that a
+// file cut short under the reader is an IoError naming it; memory of the process's own is
+// read unguarded. For the engine's copies out of any tensor a user hands it (clone, item,
+// equal...), which may view a mapping.
+template <typename Storage, typename Fn>
+decltype(auto) guard_storage_reads(const Storage& storage, Fn&& fn) {
+  if (storage.filename().empty()) return std::forward<Fn>(fn)();
+  return guard_mapped_reads(MappedRegion{&storage.filename(), storage.data(), storage.nbytes()}, std::forward<Fn>(fn));
+}
+
 }  // namespace mmt::detail

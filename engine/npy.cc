@@ -112,22 +112,13 @@ void check_npy_data_size(const NpyHeader& header, uint64_t available_bytes, std:
 
 namespace {
 
-// Runs `read` (reads of `storage`'s bytes) under the SIGBUS guard when the storage is a
-// file's mapping, so that a file cut short under the reader, or a disk error on reading it,
-// is an IoError naming it rather than the end of the process.
-template <typename Read>
-void read_storage(const UntypedStorage& storage, Read&& read) {
-  if (storage.filename().empty()) return read();
-  guard_mapped_reads(MappedRegion{&storage.filename(), storage.data(), storage.nbytes()}, std::forward<Read>(read));
-}
-
-// npy_tensor_copy(), reading `data` (inside `source`) under read_storage().
+// npy_tensor_copy(), reading `data` (inside `source`) under guard_storage_reads().
 Tensor copy_values(const UntypedStorage& source, const std::byte* data, const NpyHeader& header, std::string_view what) {
-  read_storage(source, [&] { check_bools(data, header, what); });
+  guard_storage_reads(source, [&] { check_bools(data, header, what); });
   UntypedStorage storage = UntypedStorage::allocate(header.data_nbytes);  // outside the guard: it owns memory
   std::byte* out = storage.mutable_data();
   if (header.data_nbytes > 0)
-    read_storage(source, [&] { copy_to_native(out, data, header.data_nbytes, header.dtype, header.big_endian); });
+    guard_storage_reads(source, [&] { copy_to_native(out, data, header.data_nbytes, header.dtype, header.big_endian); });
   return layout_over(std::move(storage), header, 0);
 }
 
@@ -155,7 +146,7 @@ Tensor npy_tensor_over(const UntypedStorage& storage, int64_t data_offset,
     check_npy_data_size(header, static_cast<uint64_t>(storage.nbytes() - data_offset), what);
   const std::byte* data = storage.data() + data_offset;
   if (!npy_viewable(data, data_offset, header)) return copy_values(storage, data, header, what);
-  read_storage(storage, [&] { check_bools(data, header, what); });
+  guard_storage_reads(storage, [&] { check_bools(data, header, what); });
   return layout_over(storage, header, data_offset / element_size(header.dtype));
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "mapping_guard.h"
 #include "tensor_geometry.h"
 
 namespace mmt {
@@ -142,7 +143,8 @@ To item_as(const Tensor& t, const char* target) {
   const void* p = host.data_ptr();
   return dispatch_scalar_type(t.dtype(), [&](auto tag) -> To {
     using T = decltype(tag);
-    const T v = load_element<T>(p);
+    // A view into a file that another program cut short: IoError, not SIGBUS.
+    const T v = detail::guard_storage_reads(host.untyped_storage(), [&] { return load_element<T>(p); });
     if constexpr (is_complex_type_v<T>) {
       if constexpr (is_complex_type_v<To>) return To(v);
       else return static_cast<To>(real_part_or_throw(v, target));
@@ -166,15 +168,18 @@ std::vector<double> Tensor::to_double_vector() const {
   if (c.is_cuda()) c = c.cpu();
   std::vector<double> out(static_cast<size_t>(c.numel()));
   const char* p = static_cast<const char*>(c.data_ptr());
-  dispatch_scalar_type(dtype_, [&](auto tag) {
-    using T = decltype(tag);
-    using Wide = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
-    for (size_t i = 0; i < out.size(); ++i) {
-      if constexpr (is_complex_type_v<T>)
-        out[i] = static_cast<double>(real_part_or_throw(load_element<T>(p + i * sizeof(T)), "double"));
-      else
-        out[i] = static_cast<double>(static_cast<Wide>(load_element<T>(p + i * sizeof(T))));
-    }
+  // contiguous() gives a contiguous view back as it is: c may be a file's mapping.
+  detail::guard_storage_reads(c.untyped_storage(), [&] {
+    dispatch_scalar_type(dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      using Wide = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+      for (size_t i = 0; i < out.size(); ++i) {
+        if constexpr (is_complex_type_v<T>)
+          out[i] = static_cast<double>(real_part_or_throw(load_element<T>(p + i * sizeof(T)), "double"));
+        else
+          out[i] = static_cast<double>(static_cast<Wide>(load_element<T>(p + i * sizeof(T))));
+      }
+    });
   });
   return out;
 }

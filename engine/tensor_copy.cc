@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "cuda_memory.h"
+#include "mapping_guard.h"
 #include "mmtensor/tensor.h"
 #include "strided_copy.h"
 #include "tensor_geometry.h"
@@ -74,8 +75,7 @@ bool has_internal_overlap(const Tensor& t) {
   return false;
 }
 
-// Host-to-host copy of same-shaped views; `src` already broadcast to dst's sizes.
-void copy_host(const Tensor& dst, const Tensor& src) {
+void copy_host_unguarded(const Tensor& dst, const Tensor& src) {
   if (dst.dtype() == src.dtype()) {
     detail::copy_strided(dst.mutable_data_ptr(), dst.strides(), src.data_ptr(), src.strides(),
                          dst.sizes(), dst.element_size());
@@ -93,6 +93,14 @@ void copy_host(const Tensor& dst, const Tensor& src) {
                                       std::memcpy(out, &w, sizeof(To));
                                     });
     });
+  });
+}
+
+// Host-to-host copy of same-shaped views; `src` already broadcast to dst's sizes. Either side
+// may be a file's mapping: a file cut short under it is an IoError, not SIGBUS.
+void copy_host(const Tensor& dst, const Tensor& src) {
+  detail::guard_storage_reads(dst.untyped_storage(), [&] {
+    detail::guard_storage_reads(src.untyped_storage(), [&] { copy_host_unguarded(dst, src); });
   });
 }
 
@@ -215,13 +223,19 @@ bool Tensor::equal(const Tensor& other) const {
   const char* pa = static_cast<const char*>(a.data_ptr());
   const char* pb = static_cast<const char*>(b.data_ptr());
   const int64_t n = a.numel();
-  return dispatch_scalar_type(dtype_, [&](auto tag) {
-    using T = decltype(tag);
-    for (int64_t i = 0; i < n; ++i) {
-      const T x = load_element<T>(pa + i * sizeof(T)), y = load_element<T>(pb + i * sizeof(T));
-      if (static_cast<Arith<T>>(x) != static_cast<Arith<T>>(y)) return false;
-    }
-    return true;
+  const auto compare = [&] {
+    return dispatch_scalar_type(dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      for (int64_t i = 0; i < n; ++i) {
+        const T x = load_element<T>(pa + i * sizeof(T)), y = load_element<T>(pb + i * sizeof(T));
+        if (static_cast<Arith<T>>(x) != static_cast<Arith<T>>(y)) return false;
+      }
+      return true;
+    });
+  };
+  // contiguous() gives a contiguous view back as it is: a and b may still be mappings.
+  return detail::guard_storage_reads(a.untyped_storage(), [&] {
+    return detail::guard_storage_reads(b.untyped_storage(), compare);
   });
 }
 

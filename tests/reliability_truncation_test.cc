@@ -260,6 +260,18 @@ TEST_P(TruncatedUnderReader, EngineReadsFailWithIoErrorAndTheHandleSurvives) {
     // too. Over one contiguous column it reads nothing (pages past the end are only hinted).
     if (GetParam().ragged || std::string(GetParam().codec) != "none") EXPECT_TRUNCATION_ERROR(ds.prefetch(indices), copy);
     else ds.prefetch(indices);
+    // The engine's own copies out of a zero-copy view are guarded too: clone(), a cast,
+    // item(), equal(), to_double_vector() and printing raise IoError (the Python module's
+    // clone, int(), repr and collate go through them).
+    if (std::string(GetParam().codec) == "none") {
+      const Tensor lost = ds.get(kRecords - 1, "x"), lost_label = ds.get(kRecords - 1, "label");
+      EXPECT_TRUNCATION_ERROR(lost.clone(), copy);
+      EXPECT_TRUNCATION_ERROR(empty(lost.sizes(), kFloat64).copy_(lost), copy);
+      EXPECT_TRUNCATION_ERROR(lost_label.item<int64_t>(), copy);
+      EXPECT_TRUNCATION_ERROR((void)lost.equal(lost), copy);
+      EXPECT_TRUNCATION_ERROR(lost.to_double_vector(), copy);
+      EXPECT_TRUNCATION_ERROR(lost.to_string(), copy);
+    }
     // What is still in the file still reads.
     EXPECT_EQ(ds.get_batch(head, "label").to_vector<int64_t>()[15], 15);
     EXPECT_FLOAT_EQ(ds.get(3, "x").to_vector<float>()[1], 3.001f);

@@ -44,7 +44,9 @@ def _stack(samples, name):
     first = np.asarray(samples[0][name])
     out = np.empty((len(samples),) + first.shape, dtype=first.dtype)
     for row, sample in enumerate(samples):
-        out[row] = np.asarray(sample[name])
+        # mmtensor's copy, not NumPy's: a file cut short under the reader is an OSError
+        # naming it, where NumPy reading the mapping would end the process with SIGBUS.
+        sample[name]._copy_into(out[row, ...])  # [row, ...]: a view, also of a 0-d row
     return out
 
 

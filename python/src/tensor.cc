@@ -145,6 +145,16 @@ std::string typestr(ScalarType type) {
 }
 
 
+// `self`, or a copy of it when it views a file's mapping: NumPy's own reads (tolist, tobytes)
+// run outside the engine's SIGBUS guard, so a file cut short under the reader would end the
+// process there; the engine's copy raises OSError naming the file instead.
+py::object own_copy_if_mapped(const py::object& self) {
+  const PyTensor& s = self.cast<const PyTensor&>();
+  if (s.tensor.untyped_storage().filename().empty()) return self;
+  check_live(s);
+  return wrap(without_gil([&] { return s.tensor.clone(); }));
+}
+
 // The buffer protocol's view of a host tensor (memoryview(t), np.asarray(t), hashlib). Throws
 // for a released batch, a CUDA tensor or bfloat16, which have none.
 py::buffer_info buffer_of(const PyTensor& s) {
@@ -622,10 +632,20 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
           throw py::type_error("a floating-point or complex tensor is not an index");
         return s.tensor.item<int64_t>();
       })
-      .def("tolist", [](const py::object& self) { return to_numpy(self).attr("tolist")(); })
+      .def("tolist", [](const py::object& self) { return to_numpy(own_copy_if_mapped(self)).attr("tolist")(); })
       // Before __index__, which bytes() would otherwise take as a length.
-      .def("__bytes__", [](const py::object& self) { return to_numpy(self).attr("tobytes")(); },
+      .def("__bytes__", [](const py::object& self) { return to_numpy(own_copy_if_mapped(self)).attr("tobytes")(); },
            "The elements' bytes in row-major order")
+      .def("_copy_into", [](const PyTensor& s, const py::array& out) {
+        check_live(s);
+        Tensor destination = tensor_of_array(out, /*writable=*/true);
+        MMT_CHECK(destination.sizes() == s.tensor.sizes() && destination.dtype() == s.tensor.dtype(), ValueError,
+                  "_copy_into: the output is ", to_string(destination.dtype()), destination.sizes(), ", the tensor ",
+                  to_string(s.tensor.dtype()), s.tensor.sizes());
+        without_gil([&] { destination.copy_(s.tensor.cpu()); });
+      }, py::arg("out"),
+         "Copies the values into a NumPy array of the same shape and dtype; a view into a file cut short under "
+         "the reader raises OSError there, where NumPy's own copy would die of SIGBUS (collate uses it)")
       .def("numpy", &to_numpy, "A NumPy array viewing the same memory (read-only for a file mapped read-only)")
       .def("__array__", [](const py::object& self, const py::object& dtype, const py::object& copy) {
         py::object array = to_numpy(self);

@@ -292,6 +292,24 @@ class ErrorTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             ds.column("z")
 
+    def test_copies_of_views_into_a_file_cut_short_raise_oserror(self):
+        # Another program truncates the file under the reader: mmtensor's own copies out of a
+        # zero-copy view raise OSError naming the file, where a read of the lost pages would
+        # end the process with SIGBUS (only user code reading a view directly still would).
+        fields = [mmtensor.Field("x", "float32", [256]), mmtensor.Field("y", "int64")]
+        path = write(self.path("cut.mmt"), fields,
+                     {"x": np.ones((1000, 256), np.float32), "y": np.arange(1000)})
+        ds = mmtensor.Dataset(path)
+        x, y = ds[999]["x"], ds[999]["y"]
+        os.truncate(path, 4096)
+        copies = {"clone": x.clone, "float": x.float, "item": y.item, "int": lambda: int(y),
+                  "repr": lambda: repr(x), "bytes": lambda: bytes(x), "tolist": x.tolist,
+                  "collate": lambda: mmtensor.collate([ds[999]])}
+        for name, copy in copies.items():
+            with self.subTest(name), self.assertRaisesRegex(OSError, "truncated or changed while mapped") as caught:
+                copy()
+            self.assertIn(path, str(caught.exception))
+
     def test_missing_foreign_and_damaged_files(self):
         with self.assertRaises(FileNotFoundError):
             mmtensor.Dataset(self.path("missing.mmt"))
