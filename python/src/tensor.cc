@@ -11,6 +11,8 @@
 
 namespace mmt::python {
 
+py::object python_complex(std::complex<double> v);  // below
+
 namespace {
 
 // Whether the interpreter is shutting down, when the GIL can no longer be taken.
@@ -144,6 +146,38 @@ std::string typestr(ScalarType type) {
   return npy_descr(type);
 }
 
+
+// Python's int(value): ValueError for nan, OverflowError for inf, exact for any integer.
+py::object python_int(const py::object& value) {
+  PyObject* result = PyNumber_Long(value.ptr());
+  if (result == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(result);
+}
+
+// A dimension argument, negative from the end, as torch reads it; IndexError out of range.
+size_t wrapped_dim(const Tensor& t, const py::object& dim_object) {
+  if (!PyIndex_Check(dim_object.ptr()))
+    throw py::type_error("a dimension must be an integer, not " + std::string(Py_TYPE(dim_object.ptr())->tp_name));
+  const int64_t rank = t.dim(), dim = PyNumber_AsSsize_t(dim_object.ptr(), nullptr);  // clamps huge values
+  if (dim == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (rank == 0) throw py::index_error("Dimension specified as " + std::to_string(dim) + " but tensor has no dimensions");
+  if (dim < -rank || dim >= rank)
+    throw py::index_error("Dimension out of range (expected to be in range of [" + std::to_string(-rank) + ", " +
+                          std::to_string(rank - 1) + "], but got " + std::to_string(dim) + ")");
+  return static_cast<size_t>(dim < 0 ? dim + rank : dim);
+}
+
+// t.item(): the one element as a Python bool, int, float or complex, as torch gives it.
+py::object item_object(const PyTensor& s) {
+  check_live(s);
+  if (s.tensor.numel() != 1) throw py::value_error("item(): the tensor has " + std::to_string(s.tensor.numel()) + " elements, not 1");
+  const ScalarType dtype = s.tensor.dtype();
+  if (is_complex(dtype)) return python_complex(s.tensor.item<std::complex<double>>());
+  if (is_floating_point(dtype)) return py::float_(s.tensor.item<double>());
+  if (dtype == kBool) return py::bool_(s.tensor.item<int64_t>() != 0);
+  if (dtype == kUInt64) return py::int_(s.tensor.item<uint64_t>());
+  return py::int_(s.tensor.item<int64_t>());
+}
 
 // `self`, or a copy of it when it views a file's mapping: NumPy's own reads (tolist, tobytes)
 // run outside the engine's SIGBUS guard, so a file cut short under the reader would end the
@@ -562,9 +596,14 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
         return array[key];
       })
       .def_property_readonly("shape", [](const PyTensor& s) { return int_tuple(s.tensor.sizes()); })
-      .def("size", [](const PyTensor& s) { return int_tuple(s.tensor.sizes()); })
-      .def("stride", [](const PyTensor& s) { return int_tuple(s.tensor.strides()); },
-           "Strides in elements, as torch.Tensor.stride()")
+      .def("size", [](const PyTensor& s, const py::object& dim) -> py::object {
+        if (dim.is_none()) return int_tuple(s.tensor.sizes());
+        return py::int_(s.tensor.sizes()[wrapped_dim(s.tensor, dim)]);
+      }, py::arg("dim") = py::none(), "The sizes as a tuple, or one dimension's (negative from the end), as torch.Tensor.size()")
+      .def("stride", [](const PyTensor& s, const py::object& dim) -> py::object {
+        if (dim.is_none()) return int_tuple(s.tensor.strides());
+        return py::int_(s.tensor.strides()[wrapped_dim(s.tensor, dim)]);
+      }, py::arg("dim") = py::none(), "Strides in elements, or one dimension's, as torch.Tensor.stride()")
       .def_property_readonly("dtype", [](const PyTensor& s) { return std::string(to_string(s.tensor.dtype())); })
       .def_property_readonly("device", [](const PyTensor& s) { return s.tensor.device().str(); })
       .def_property_readonly("real", [](const PyTensor& s) {
@@ -616,22 +655,29 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
           return out;
         }));
       }, "A float32 copy on the host (how a bfloat16 value reaches NumPy)")
-      .def("item", [](const PyTensor& s) -> py::object {
-        if (s.tensor.numel() != 1) throw py::value_error("item(): the tensor has " + std::to_string(s.tensor.numel()) + " elements, not 1");
-        if (is_complex(s.tensor.dtype())) return python_complex(s.tensor.item<std::complex<double>>());
-        if (is_floating_point(s.tensor.dtype())) return py::float_(s.tensor.item<double>());
-        if (s.tensor.dtype() == kBool) return py::bool_(s.tensor.item<int64_t>() != 0);
-        if (s.tensor.dtype() == kUInt64) return py::int_(s.tensor.item<uint64_t>());
-        return py::int_(s.tensor.item<int64_t>());
-      })
-      .def("__int__", [](const PyTensor& s) { return s.tensor.item<int64_t>(); })
+      .def("item", &item_object)
+      // int() and index() go through item(), so that they agree with it: Python's int() of a
+      // float (ValueError for nan, OverflowError for inf, exact for 1e30), the whole range of
+      // uint64.
+      .def("__int__", [](const PyTensor& s) { return python_int(item_object(s)); })
       .def("__float__", [](const PyTensor& s) { return s.tensor.item<double>(); })
       .def("__complex__", [](const PyTensor& s) { return python_complex(s.tensor.item<std::complex<double>>()); })
       .def("__index__", [](const PyTensor& s) {
         if (is_floating_point(s.tensor.dtype()) || is_complex(s.tensor.dtype()))
-          throw py::type_error("a floating-point or complex tensor is not an index");
-        return s.tensor.item<int64_t>();
+          throw py::type_error("only integer tensors of a single element can be converted to an index");
+        return python_int(item_object(s));
       })
+      // As torch: one element is true or false by its value, more (or none) are ambiguous.
+      .def("__bool__", [](const PyTensor& s) {
+        if (s.tensor.numel() != 1)
+          throw py::value_error(std::string("Boolean value of Tensor with ") + (s.tensor.numel() == 0 ? "no values" : "more than one value") +
+                                " is ambiguous");
+        return item_object(s).cast<bool>();
+      })
+      .def("__iter__", [](const py::object& self) {
+        if (self.cast<const PyTensor&>().tensor.dim() == 0) throw py::type_error("iteration over a 0-d tensor");
+        return py::iter(to_numpy(self));
+      }, "Iterates over the first dimension through NumPy, as indexing does")
       .def("tolist", [](const py::object& self) { return to_numpy(own_copy_if_mapped(self)).attr("tolist")(); })
       // Before __index__, which bytes() would otherwise take as a length.
       .def("__bytes__", [](const py::object& self) { return to_numpy(own_copy_if_mapped(self)).attr("tobytes")(); },

@@ -380,6 +380,46 @@ class PythonConventionsTest(unittest.TestCase):
     def tearDown(self):
         self.dir.cleanup()
 
+    def test_scalars_convert_as_torch_converts_them(self):
+        path = os.path.join(self.dir.name, "s.mmt")
+        fields = [mmtensor.Field("f", "float64"), mmtensor.Field("u", "uint64"), mmtensor.Field("b", "bool"),
+                  mmtensor.Field("v", "int64", [3])]
+        write(path, fields, {"f": np.array([np.nan, np.inf, 1e30, 2.7]),
+                             "u": np.array([2**64 - 1, 0, 5, 1], np.uint64),
+                             "b": np.array([True, False, True, False]), "v": np.zeros((4, 3), np.int64)})
+        ds = mmtensor.Dataset(path)
+        # int() agrees with item() and with Python's int(float); it never wraps.
+        with self.assertRaises(ValueError):
+            int(ds[0]["f"])
+        with self.assertRaises(OverflowError):
+            int(ds[1]["f"])
+        self.assertEqual(int(ds[2]["f"]), int(1e30))
+        self.assertEqual(int(ds[3]["f"]), 2)
+        big = ds[0]["u"]
+        self.assertEqual((int(big), hex(big)), (2**64 - 1, hex(2**64 - 1)))
+        with self.assertRaises(IndexError):
+            [10, 20, 30][big]  # 2**64 - 1 is no index of a list, and not -1 either
+        self.assertEqual([10, 20, 30][ds[3]["u"]], 20)
+        with self.assertRaisesRegex(TypeError, "only integer tensors"):
+            [10, 20, 30][ds[3]["f"]]
+        # Truth: one element by its value; more are ambiguous, as in torch and NumPy.
+        self.assertEqual((bool(ds[0]["b"]), bool(ds[1]["b"]), bool(ds[1]["u"])), (True, False, False))
+        with self.assertRaisesRegex(ValueError, "ambiguous"):
+            bool(ds[0]["v"])
+        with self.assertRaisesRegex(TypeError, "iteration over a 0-d tensor"):
+            list(ds[0]["f"])
+        self.assertEqual([int(x) for x in ds[0]["v"]], [0, 0, 0])
+        # size(dim) and stride(dim), negative from the end.
+        column = ds.column("v")
+        self.assertEqual((column.size(), column.size(0), column.size(-1)), ((4, 3), 4, 3))
+        self.assertEqual((column.stride(0), column.stride(-1)), column.stride())  # records may lie apart
+        with self.assertRaisesRegex(IndexError, r"range of \[-2, 1\], but got 2"):
+            column.size(2)
+        with self.assertRaisesRegex(IndexError, "no dimensions"):
+            ds[0]["f"].stride(0)
+        with self.assertRaises(TypeError):
+            column.size(1.0)
+
     def test_values_are_converted_only_when_exact(self):
         path = os.path.join(self.dir.name, "w.mmt")
         with mmtensor.DatasetWriter(path, self.fields) as writer:
