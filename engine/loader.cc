@@ -387,7 +387,7 @@ LoaderState LoaderCore::state_after_locked(int64_t batch) const {
   return state;
 }
 
-std::optional<Batch> LoaderCore::next() {
+std::optional<Batch> LoaderCore::next(const std::function<void()>* poll) {
   std::unique_lock lock(mutex);
   if (failure) std::rethrow_exception(failure);
   if (end_of_epoch_pending) {
@@ -403,7 +403,20 @@ std::optional<Batch> LoaderCore::next() {
             "or raise prefetch_batches");
   const int s = delivery.front();
   const auto wait_started = std::chrono::steady_clock::now();
+  auto last_poll = wait_started;
   while (slots[s].state != SlotState::Ready) {
+    if (poll != nullptr && std::chrono::steady_clock::now() - last_poll >= Loader::kPollInterval) {
+      // Unlocked: poll() may wait for a lock of its own (Python's GIL) that a thread releasing
+      // a batch (which takes `mutex`) holds. Nothing here has changed yet, so an exception
+      // from it leaves the batch first in line; only this thread drives next(), so `s` stays
+      // the front.
+      lock.unlock();
+      (*poll)();
+      lock.lock();
+      last_poll = std::chrono::steady_clock::now();
+      if (failure) std::rethrow_exception(failure);
+      continue;
+    }
     // Rather than sleep, the consumer gathers what is left of the batch it waits for: its
     // core is idle anyway, and a hand-off through the scheduler is saved.
     // A hint for this batch still queued is given first: its reads then run in parallel
@@ -412,9 +425,12 @@ std::optional<Batch> LoaderCore::next() {
       return p.slot == s || (p.read_ahead && (options.num_workers == 0 || p.batch == slots[s].batch));
     });
     if (mine == pieces.end()) {
-      if (options.timeout.count() == 0) {
+      const auto deadline = wait_started + options.timeout;
+      if (poll != nullptr && (options.timeout.count() == 0 || last_poll + Loader::kPollInterval < deadline)) {
+        slot_done.wait_until(lock, last_poll + Loader::kPollInterval);  // then poll, or go on
+      } else if (options.timeout.count() == 0) {
         slot_done.wait(lock);
-      } else if (slot_done.wait_until(lock, wait_started + options.timeout) == std::cv_status::timeout &&
+      } else if (slot_done.wait_until(lock, deadline) == std::cv_status::timeout &&
                  slots[s].state != SlotState::Ready) {
         // Nothing changes: the batch stays first in line for the next call.
         throw IoError(detail::str("Loader: epoch ", epoch, ", batch ", slots[s].batch, " was not ready after ",
@@ -561,6 +577,7 @@ Loader& Loader::operator=(Loader&& other) noexcept {
 Loader::~Loader() { stop(core_); }
 
 std::optional<Batch> Loader::next() { return live(core_).next(); }
+std::optional<Batch> Loader::next(const std::function<void()>& poll) { return live(core_).next(&poll); }
 
 Loader::Iterator::Iterator(Loader* loader) : loader_(loader), current_(loader->next()) {}
 

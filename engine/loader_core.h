@@ -68,7 +68,7 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   void update_work_hint_locked() { work_hint.store(stopping || !pieces.empty(), std::memory_order_release); }
   void stop_workers() noexcept;
 
-  std::optional<Batch> next();
+  std::optional<Batch> next(const std::function<void()>* poll = nullptr);  // Loader::next(poll)
   void set_epoch(int64_t epoch);
   void release_slot(int slot, CUstream_st* consumer_stream,
                     std::span<CUstream_st* const> other_streams) noexcept;

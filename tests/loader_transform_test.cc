@@ -304,6 +304,41 @@ TEST_F(LoaderTransformTest, NextGivesUpAfterTheTimeoutAndALaterCallGetsTheBatch)
   EXPECT_THROW(Loader(dataset, {.batch_size = 8, .timeout = std::chrono::milliseconds(-1)}), ValueError);
 }
 
+// next(poll) calls poll() while it waits (a binding checks for Ctrl-C there); an exception
+// from poll() leaves next() with the batch first in line, as a timeout does, and without
+// poll() counting it in state(). Polls come about every Loader::kPollInterval.
+TEST_F(LoaderTransformTest, APollThatThrowsLeavesTheBatchFirstInLine) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 16));
+  const std::thread::id consumer = std::this_thread::get_id();
+  std::atomic<bool> worker_in_batch_0{false};
+  SampleTransform slow = scale_x();
+  slow.fn = [consumer, &worker_in_batch_0](const SampleTransform::Input& in, const Tensor& out) {
+    if (in.index < 8 && std::this_thread::get_id() != consumer) {
+      worker_in_batch_0 = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    out.zero_();
+  };
+  Loader loader(dataset, {.batch_size = 8, .transforms = {slow}, .num_workers = 1});
+  for (int polls = 0; !worker_in_batch_0 && polls < 10000; ++polls)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(worker_in_batch_0);
+  const std::string state_before = loader.state().to_string();
+  struct Interrupted {};
+  int polls = 0;
+  EXPECT_THROW(loader.next([&] {
+    if (++polls == 2) throw Interrupted{};  // polled again while the worker still reads
+  }), Interrupted);
+  EXPECT_EQ(polls, 2);
+  EXPECT_EQ(loader.state().to_string(), state_before);
+  std::optional<Batch> batch = loader.next([] {});
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->number(), 0);  // the batch waited for, not a later one
+  EXPECT_EQ(batch->indices()[0], 0);
+  batch.reset();
+  EXPECT_EQ(testing::drain_epoch(loader).size(), 8u);
+}
+
 TEST_F(LoaderTransformTest, BadTransformsAreRefusedWithTheReason) {
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 10));
   const auto refused = [&](SampleTransform transform, const std::string& text, std::vector<std::string> fields = {}) {

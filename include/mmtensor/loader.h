@@ -331,6 +331,12 @@ class Loader {
   // error for the batch it hit; ValueError when every slot is held by live batches (release
   // one or raise prefetch_batches) instead of waiting forever.
   std::optional<Batch> next();
+  // The same, calling poll() about every kPollInterval while next() waits for the batch or
+  // gathers it, without the loader's lock held: a binding's way to answer Ctrl-C during a
+  // long gather (Python's PyErr_CheckSignals). An exception from poll() leaves next() at
+  // once, with the batch still first in line: nothing is lost or counted in state().
+  static constexpr std::chrono::milliseconds kPollInterval{20};
+  std::optional<Batch> next(const std::function<void()>& poll);
 
   // Range-for over the rest of the current epoch: for (mmt::Batch& batch : loader) {...}.
   // Each step releases the previous batch before taking the next one.

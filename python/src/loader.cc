@@ -22,6 +22,12 @@ namespace {
 struct PyLoader {
   std::unique_ptr<Loader> loader;
   ForkAwareMutex mutex;  // see bindings.h
+  // What next() took when a signal (Ctrl-C) turned out to be pending just after: Python
+  // raises KeyboardInterrupt instead of returning it, so the next call hands it out (a batch,
+  // or the end of the epoch) rather than lose it, and state() stands before it meanwhile.
+  // Guarded by the GIL.
+  std::optional<std::optional<Batch>> interrupted_result;
+  LoaderState state_before_interrupted;
 
   Loader& get() {
     if (!loader) throw py::value_error("Loader: closed");
@@ -47,12 +53,31 @@ struct PyEpochIterator {
   bool done = false;
 };
 
+// Thrown by next()'s poll when a signal handler (Ctrl-C's KeyboardInterrupt) has set a Python
+// error: the engine leaves next() with the batch still first in line, and the error is
+// raised once the GIL is back.
+struct PythonSignalRaised {};
+
 py::object next_batch(PyLoader& self) {
   std::optional<Batch> batch;
+  if (self.interrupted_result) {
+    (void)self.get();  // a closed loader says so
+    batch = std::move(*self.interrupted_result);
+    self.interrupted_result.reset();
+    if (!batch) return py::none();
+    return py::cast(PyBatch{std::make_shared<Batch>(std::move(*batch))});
+  }
+  LoaderState state_before;
+  // Signals are handled only on the main thread; elsewhere PyErr_CheckSignals does nothing.
+  const std::function<void()> poll = [] {
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw PythonSignalRaised{};
+  };
   const auto take = [&] {
     return without_gil([&] {
       std::lock_guard lock(self.mutex);
-      return self.get().next();
+      state_before = self.get().state();
+      return self.get().next(poll);
     });
   };
   const auto every_slot_held = [](const ValueError& e) {
@@ -68,6 +93,8 @@ py::object next_batch(PyLoader& self) {
       py::module_::import("gc").attr("collect")();
       batch = take();
     }
+  } catch (const PythonSignalRaised&) {
+    throw py::error_already_set();  // KeyboardInterrupt, or what the handler raised; no batch taken
   } catch (const ValueError& e) {
     // Still every slot held: from Python that is tensors (or arrays made from them) kept from
     // earlier batches, which the C++ advice (release a batch) does not cover.
@@ -75,6 +102,13 @@ py::object next_batch(PyLoader& self) {
     throw py::value_error(std::string(e.what()) +
                           ". From Python: tensors, NumPy arrays and torch tensors viewing earlier batches hold "
                           "their slots; keep copies (np.array(t), t.clone()) of what you keep across steps");
+  }
+  // A signal that came while the GIL was released would raise as this call returns, and
+  // the batch with it would be lost: keep it for the next call.
+  if (PyErr_CheckSignals() != 0) {
+    self.interrupted_result.emplace(std::move(batch));
+    self.state_before_interrupted = state_before;
+    throw py::error_already_set();
   }
   if (!batch) return py::none();
   return py::cast(PyBatch{std::make_shared<Batch>(std::move(*batch))});
@@ -269,7 +303,9 @@ block) stops the workers.)doc")
            py::arg("drop_last") = false, py::arg("num_workers") = 1, py::arg("prefetch_batches") = 3,
            py::arg("device") = "cpu", py::arg("pin_memory") = py::none(), py::arg("read_ahead") = "auto",
            py::arg("timeout") = py::none(), py::arg("state") = py::none())
-      .def("next", &next_batch, "The next batch of the epoch, or None at its end (the loader then moves to the next epoch)")
+      .def("next", &next_batch, "The next batch of the epoch, or None at its end (the loader then moves to the next epoch). "
+           "Ctrl-C raises KeyboardInterrupt within about 20 ms, even mid-gather, and loses nothing: state() stands "
+           "before the batch, and the next call returns it")
       .def("__iter__", [](const py::object& self) { return PyEpochIterator{self}; },
            "The rest of the current epoch, batch by batch")
       .def("__len__", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.batches_in_epoch(); }); },
@@ -277,12 +313,14 @@ block) stops the workers.)doc")
            "or after a resume the batches left (as batch.number counts from there)")
       .def("set_epoch", [](PyLoader& self, int64_t epoch) {
         with_lock(self, [&](Loader& loader) { loader.set_epoch(epoch); });
+        self.interrupted_result.reset();  // after: a refused epoch leaves the loader as it was
       }, py::arg("epoch"), R"doc(
 Restarts at the beginning of `epoch` (as DistributedSampler.set_epoch before each epoch). It
 does nothing when the loader is there already with no batch taken since it was made: so a
 loader resumed mid-epoch from a state keeps its place through the set_epoch(state's epoch)
 an epoch loop begins with, while on a loader that has taken batches it restarts the epoch.)doc")
       .def("close", [](PyLoader& self) {
+        self.interrupted_result.reset();
         without_gil([&] {
           std::lock_guard lock(self.mutex);
           self.loader.reset();  // stops and joins the workers; batches still held stay valid
@@ -303,7 +341,10 @@ an epoch loop begins with, while on a loader that has taken batches it restarts 
         });
       })
       .def_property_readonly("epoch", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.epoch(); }); })
-      .def("state", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.state().to_string(); }); },
+      .def("state", [](PyLoader& self) {
+        const std::string state = with_lock(self, [](Loader& l) { return l.state().to_string(); });
+        return self.interrupted_result ? self.state_before_interrupted.to_string() : state;
+      },
            "Where the loader stands after the last batch next() returned, as JSON text")
       .def_property_readonly("ring_slots", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.ring_slots(); }); })
       .def_property_readonly("ring_bytes", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.ring_bytes(); }); })

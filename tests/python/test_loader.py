@@ -95,6 +95,36 @@ class LoaderTest(unittest.TestCase):
                 self.assertEqual(sorted(seen), list(range(RECORDS)))
                 self.assertEqual(loader.epoch, 1)  # the loader moved on to the next epoch
 
+    def test_ctrl_c_in_next_loses_no_batch(self):
+        # KeyboardInterrupt while next() gathers (a training loop saving state() on Ctrl-C):
+        # next() answers it without taking the batch, or keeps the batch for the next call;
+        # either way state() stands before it and the epoch still holds every record once.
+        import signal
+        import threading
+        path = os.path.join(self.dir.name, "slow.mmt")
+        values = np.random.default_rng(0).integers(0, 4, (20000, 1024), dtype=np.uint8)
+        with mmtensor.DatasetWriter(path, [mmtensor.Field("x", "uint8", [1024]), mmtensor.Field("i", "int64")],
+                                    codec="zstd:1", chunk_bytes=65536) as writer:
+            writer.append_batch({"x": values, "i": np.arange(20000)})
+        loader = mmtensor.Loader(mmtensor.Dataset(path, cache_bytes=0), batch_size=5000, sampler="random",
+                                 seed=3, num_workers=1)
+        before = json.loads(loader.state())
+        timer = threading.Timer(0.005, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.start()
+        try:
+            with self.assertRaises(KeyboardInterrupt):
+                loader.next()
+                time.sleep(5)  # had next() returned first, the signal would land here
+        finally:
+            timer.cancel()
+        self.assertEqual(json.loads(loader.state()), before)
+        first = loader.next()
+        self.assertEqual(first.number, 0)
+        seen = [first["i"].numpy().copy()]
+        first.release()
+        seen += [batch["i"].numpy().copy() for batch in loader]
+        np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(20000))
+
     def test_the_order_depends_on_seed_and_epoch_not_on_workers(self):
         a = self.epoch_labels(mmtensor.Loader(self.ds, batch_size=50, sampler="random", seed=4, num_workers=0))
         b = self.epoch_labels(mmtensor.Loader(self.ds, batch_size=50, sampler="random", seed=4, num_workers=3))
