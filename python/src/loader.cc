@@ -304,7 +304,7 @@ block) stops the workers.)doc")
            py::arg("device") = "cpu", py::arg("pin_memory") = py::none(), py::arg("read_ahead") = "auto",
            py::arg("timeout") = py::none(), py::arg("state") = py::none())
       .def("next", &next_batch, "The next batch of the epoch, or None at its end (the loader then moves to the next epoch). "
-           "Ctrl-C raises KeyboardInterrupt within about 20 ms, even mid-gather, and loses nothing: state() stands "
+           "Ctrl-C raises KeyboardInterrupt without waiting for the whole batch, and loses nothing: state() stands "
            "before the batch, and the next call returns it")
       .def("__iter__", [](const py::object& self) { return PyEpochIterator{self}; },
            "The rest of the current epoch, batch by batch")
