@@ -878,6 +878,29 @@ TEST_F(MmtCli, VerifyFindsACorruptChunk) {
   EXPECT_NE(bad.err.find("chunk 2"), std::string::npos) << bad.err;
 }
 
+// get reads one record: its chunk is hashed, uncompressed too, so a damaged value is an error
+// naming the chunk, never printed or written as if it were sound (exit 0).
+TEST_F(MmtCli, GetFindsACorruptUncompressedChunk) {
+  save("a.npy", records(kInt64, 2000, {16}));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy"), "--chunk-bytes", "64K"}).exit_code, 0);
+  Dataset ds = Dataset::open(path("a.mmt"));
+  const ChunkInfo chunk = ds.chunk(2);
+  ds = Dataset();
+  Bytes bytes = testutil::read_file(path("a.mmt"));
+  bytes[static_cast<size_t>(chunk.file_offset + chunk.stored_bytes / 2)] ^= std::byte{0x10};
+  testutil::write_file(path("a.mmt"), bytes);
+  const std::string index = std::to_string(chunk.first_record + 1);
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{}, {"--npy", path("r.npy")}}) {
+    std::vector<std::string> args{"get", path("a.mmt"), index};
+    args.insert(args.end(), extra.begin(), extra.end());
+    RunResult bad = run_mmt(args);
+    EXPECT_FAILS_WITH(bad, "chunk 2");
+    EXPECT_NE(bad.err.find("checksum mismatch"), std::string::npos) << bad.err;
+  }
+  EXPECT_FALSE(fs::exists(path("r.npy")));
+  EXPECT_EQ(run_mmt({"get", path("a.mmt"), "0"}).exit_code, 0);  // records of sound chunks still read
+}
+
 TEST_F(MmtCli, ExportFindsACorruptUncompressedChunkAndWritesNothingForIt) {
   // Uncompressed, so the reader does not hash chunks unless asked; two fields, so the export
   // has written one when it finds the fault in the other.

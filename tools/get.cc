@@ -90,7 +90,11 @@ void run_get(const GetArgs& args) {
   check_standard_output_target(args);
   for (const std::string* output : {&args.npy, &args.raw})
     if (!output->empty() && !is_standard_output(*output)) check_output_path(*output, args.force, args.files);
-  Dataset ds = Dataset::open_concat(args.files);
+  // A lookup from the command line is one record: hashing its chunk costs one chunk read, and
+  // a damaged value is then an error naming the chunk rather than printed or written as good.
+  ReaderOptions options;
+  options.verify_uncompressed = true;
+  Dataset ds = Dataset::open_concat(args.files, options);
   if (!args.npy.empty() || !args.raw.empty()) {
     std::string field = args.field;
     if (field.empty()) {
