@@ -86,9 +86,15 @@ void copy_from(const Tensor& source, void* dst, IntArrayRef dst_strides) {
     detail::copy_strided(dst, dst_strides, source.data_ptr(), source.strides(), source.sizes(),
                          element_size(source.dtype()));
   };
-  const UntypedStorage& storage = source.untyped_storage();
-  if (storage.filename().empty() || storage.nbytes() == 0) return copy();
-  detail::guard_mapped_reads(detail::MappedRegion{&storage.filename(), storage.data(), storage.nbytes()}, copy);
+  detail::guard_storage_reads(source.untyped_storage(), copy);
+}
+
+// The decoded bytes a chunk closed by size holds: chunk_bytes, but with a codec at least the
+// alignment. Each compressed chunk starts on an alignment boundary, so smaller chunks would
+// pad the file with more zeros than data (1-byte chunks at 16 MiB alignment: 16 MiB of file
+// per record); uncompressed ones are rounded to the alignment in their own way.
+int64_t chunk_target_bytes(const WriterOptions& options) {
+  return options.codec.codec == Codec::None ? options.chunk_bytes : std::max(options.chunk_bytes, options.alignment);
 }
 
 }  // namespace
@@ -203,7 +209,7 @@ DatasetWriter DatasetWriter::create(const std::string& path, Schema schema, Writ
   pre.record_stride_bytes = static_cast<uint64_t>(stride);
   if (impl->schema.all_fixed()) {
     int64_t rpc = options.chunk_records > 0 ? options.chunk_records
-                                            : std::max<int64_t>(1, options.chunk_bytes / stride);
+                                            : std::max<int64_t>(1, chunk_target_bytes(options) / stride);
     // Clamped before the contiguity rounding below, which must see the final count: clamping
     // after it wrote files (chunk_bytes of 8 GiB, 1-byte records) whose flag the reader refused.
     rpc = std::min(rpc, format::kMaxChunkRecords);
@@ -399,7 +405,7 @@ int64_t DatasetWriter::Impl::records_left_in_chunk() const {
   int64_t capacity = records_per_chunk;
   if (capacity == 0) {
     const int64_t stride = std::max<int64_t>(layout.record_stride_bytes, 1);
-    capacity = std::min<int64_t>(format::kMaxChunkRecords, (options.chunk_bytes + stride - 1) / stride);
+    capacity = std::min<int64_t>(format::kMaxChunkRecords, (chunk_target_bytes(options) + stride - 1) / stride);
   }
   return std::max<int64_t>(capacity - current.record_count, 1);
 }
@@ -477,7 +483,7 @@ bool DatasetWriter::Impl::chunk_is_full() const {
   if (current.record_count == 0) return false;
   if (records_per_chunk > 0) return current.record_count >= records_per_chunk;
   return current.record_count >= format::kMaxChunkRecords ||
-         current_decoded_bytes() >= options.chunk_bytes;
+         current_decoded_bytes() >= chunk_target_bytes(options);
 }
 
 bool DatasetWriter::Impl::record_would_overflow_chunk(std::span<const Tensor> values) const {

@@ -440,6 +440,30 @@ TEST(DatasetWriterTest, ChunkDataIsAlignedAndFixedValuesAre64Aligned) {
   EXPECT_EQ(ds.get(99, "label").item<int64_t>(), 99);
 }
 
+// Compressed chunks each start on an alignment boundary: chunks closed by size hold at least
+// the alignment's worth of records, or 1-byte chunks at 64 KiB alignment would make a 16 KB
+// array a 128 MB file. Fixed fields (records_per_chunk) and ragged ones (closed by size) alike.
+TEST(DatasetWriterTest, CompressedChunksSmallerThanTheAlignmentAreNotWritten) {
+  TempDir dir;
+  for (bool ragged : {false, true}) {
+    SCOPED_TRACE(ragged ? "ragged" : "fixed");
+    WriterOptions options;
+    options.codec = CodecSpec::parse("zstd");
+    options.chunk_bytes = 1;
+    options.alignment = 65536;
+    const std::string path = dir.file(ragged ? "r.mmt" : "f.mmt");
+    const Field field = ragged ? Field::ragged("x", kInt64, {kVariableDim}) : Field::fixed("x", kInt64, {1});
+    DatasetWriter writer = DatasetWriter::create(path, Schema({field}), options);
+    for (int64_t i = 0; i < 2000; ++i) writer.append({full({1}, static_cast<double>(i), kInt64)});
+    writer.finish();
+    Dataset ds = Dataset::open(path);
+    EXPECT_LE(ds.num_chunks(), 2) << "16 KB of values in chunks of at least 64 KiB";
+    EXPECT_LT(std::filesystem::file_size(path), 512u << 10);
+    EXPECT_EQ(ds.get(1999, "x").to_vector<int64_t>(), std::vector<int64_t>{1999});
+    EXPECT_NO_THROW(ds.verify());
+  }
+}
+
 // A chunk size past the format's records-per-chunk limit is clamped before the layout is
 // chosen: an 8 GiB chunk of 1-byte records used to write a file whose contiguous-layout flag
 // its own reader refused.
