@@ -407,7 +407,9 @@ Tensor PackSources::converted_records(size_t f, int64_t start, int64_t count) co
 
 void PackSources::check_output(const std::string& path) const {
   std::error_code ec;
-  const fs::path output = fs::weakly_canonical(path, ec);
+  // Absolute first: libstdc++ gives a relative path that does not exist yet ("out.mmt")
+  // back as it is, and such an output inside the input folder went unnoticed.
+  const fs::path output = fs::weakly_canonical(fs::absolute(path, ec), ec);
   if (ec) return;  // the writer reports what is wrong with the path
   for (const std::string& input : input_paths_) {
     const fs::path source = fs::weakly_canonical(input, ec);

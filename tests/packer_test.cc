@@ -337,6 +337,17 @@ TEST(PackerTest, TheOutputCannotBeAnInputOrInsideTheInputFolder) {
     EXPECT_NE(message.find("lies inside the input folder"), std::string::npos) << message;
     EXPECT_FALSE(fs::exists(output));
   }
+  // Relative paths from inside the folder: "out.mmt" does not exist yet, and weakly_canonical
+  // gave it back relative, so `pack out.mmt --folder .` wrote its output among the classes,
+  // where the next pack of the folder failed on it ("a file directly in . has no class").
+  {
+    const fs::path was = fs::current_path();
+    fs::current_path(dir.path() / "photos");
+    const std::string message = error_of([] { pack_dataset("out.mmt", PackSources::from_folder("."), {}); });
+    fs::current_path(was);
+    EXPECT_NE(message.find("lies inside the input folder"), std::string::npos) << message;
+    EXPECT_FALSE(fs::exists(dir.path() / "photos" / "out.mmt"));
+  }
   // A sibling whose name starts like the folder's is outside it.
   pack_dataset(dir.file("photos2.mmt"), folder, {});
   EXPECT_EQ(Dataset::open(dir.file("photos2.mmt")).size(), 1);
