@@ -14,6 +14,7 @@
 #include <utility>
 #include <nlohmann/json.hpp>
 
+#include "format.h"
 #include "gzip_reader.h"
 #include "import_util.h"
 #include "mapping_guard.h"
@@ -65,11 +66,14 @@ void refuse_compressed_input(const std::string& path, const char* magic, size_t 
 
 SourceKind sniff_kind(const std::string& path) {
   detail::regular_file_size(path);  // IoError for a missing file or a folder, naming it
-  char magic[6] = {};
+  char magic[sizeof format::kMagic] = {};
   if (FILE* f = std::fopen(path.c_str(), "rb")) {
     size_t got = std::fread(magic, 1, sizeof(magic), f);
     std::fclose(f);
-    if (got == detail::kNpyMagicBytes && std::memcmp(magic, detail::kNpyMagic, detail::kNpyMagicBytes) == 0)
+    MMT_CHECK(got < sizeof format::kMagic || std::memcmp(magic, format::kMagic, sizeof format::kMagic) != 0, ValueError,
+              path, ": an mmtensor dataset, not a pack input (.npy, .npz, IDX); datasets (shards) are read as one ",
+              "as they are: give them all to mmt info, verify, get or export, or to Dataset::open_concat");
+    if (got >= detail::kNpyMagicBytes && std::memcmp(magic, detail::kNpyMagic, detail::kNpyMagicBytes) == 0)
       return SourceKind::Npy;
     if (got >= 4 && std::memcmp(magic, "PK\x03\x04", 4) == 0) return SourceKind::Npz;
     if (got >= 4 && std::memcmp(magic, "PK\x05\x06", 4) == 0) return SourceKind::Npz;  // empty
@@ -85,9 +89,14 @@ SourceKind sniff_kind(const std::string& path) {
 // the split finds no file and the whole spec does.
 std::pair<std::string, std::string> split_spec(const std::string& spec) {
   size_t eq = spec.find('=');
-  if (eq == std::string::npos || spec.substr(0, eq).find('/') != std::string::npos)
-    return {"", spec};
   std::error_code ec;
+  if (eq != std::string::npos && spec.substr(0, eq).find('/') != std::string::npos) {
+    // "a/b=x.npy": no file by the whole name, one after the '=': a field name with a '/'.
+    MMT_CHECK(fs::exists(spec, ec) || !fs::exists(spec.substr(eq + 1), ec), ValueError, "input '", spec,
+              "': field name '", spec.substr(0, eq), "' cannot contain '/' (mmt export writes each field to NAME.npy)");
+    return {"", spec};
+  }
+  if (eq == std::string::npos) return {"", spec};
   if (!fs::exists(spec.substr(eq + 1), ec) && fs::is_regular_file(spec, ec)) return {"", spec};
   return {spec.substr(0, eq), spec.substr(eq + 1)};
 }
@@ -280,7 +289,9 @@ std::vector<std::string> files_under(const fs::path& class_dir, std::set<std::pa
 PackSources PackSources::from_folder(const std::string& dir) {
   std::error_code ec;
   MMT_CHECK(fs::is_directory(dir, ec), IoError, dir, ": not a folder (",
-            ec ? ec.message() : std::string("it does not exist or is a file"), ")");
+            ec                       ? ec.message()
+            : fs::exists(dir, ec)    ? std::string("it is a file")
+                                     : std::string("it does not exist"), ")");
   PackSources out;
   std::vector<std::string> classes;
   std::set<std::pair<dev_t, ino_t>> folders_seen;  // every folder walked, through links too
@@ -291,10 +302,13 @@ PackSources PackSources::from_folder(const std::string& dir) {
         ++out.hidden_skipped_;
         continue;
       }
-      if (entry.is_directory()) {
+      std::error_code kind_error;  // not found: a dangling link
+      if (entry.is_directory(kind_error)) {
         classes.push_back(leaf);
         continue;
       }
+      MMT_CHECK(entry.is_regular_file(kind_error), ValueError, entry.path().string(), ": not a folder of a class ",
+                "nor a file (a dangling link, a device or a pipe); the top of ", dir, " holds one folder per class");
       throw ValueError(str(entry.path().string(), ": a file directly in ", dir,
                            " has no class; put each file in a folder named after its class"));
     }

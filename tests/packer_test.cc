@@ -131,6 +131,38 @@ TEST(PackerTest, TheHintForAMissingFieldNameAddsOnlyTheName) {
   EXPECT_NE(empty.find("an input is empty"), std::string::npos) << empty;  // not "has no path after '='"
 }
 
+// Inputs of the wrong kind are named for what they are, not for the advice that fits another
+// mistake: a field name with '/' ("cannot open"), an mmtensor dataset ("write NAME=", then "not
+// an IDX magic"), a dangling link at the top of a class folder ("has no class"), a --folder
+// that is a file ("does not exist or is a file").
+TEST(PackerTest, InputsOfTheWrongKindAreNamedForWhatTheyAre) {
+  TempDir dir;
+  save_npy(dir.file("a.npy"), arange(4));
+  std::string slash;
+  {
+    struct WorkingDirectory {
+      fs::path was = fs::current_path();
+      ~WorkingDirectory() { fs::current_path(was); }
+    } restore;
+    fs::current_path(dir.path());
+    slash = error_of([] { PackSources::from_arrays(std::vector<std::string>{"x/y=a.npy"}); });
+  }
+  EXPECT_NE(slash.find("field name 'x/y' cannot contain '/'"), std::string::npos) << slash;
+
+  pack_dataset(dir.file("d.mmt"), PackSources::from_arrays(std::vector<std::string>{"a=" + dir.file("a.npy")}), {});
+  for (const std::string& spec : {dir.file("d.mmt"), "a=" + dir.file("d.mmt")}) {
+    const std::string message = error_of([&] { PackSources::from_arrays(std::vector<std::string>{spec}); });
+    EXPECT_NE(message.find("an mmtensor dataset, not a pack input"), std::string::npos) << message;
+  }
+
+  write_text(dir.path() / "photos" / "cat" / "a.jpg", "meow");
+  fs::create_symlink(dir.path() / "nowhere", dir.path() / "photos" / "dangling");
+  const std::string dangling = error_of([&] { PackSources::from_folder(dir.file("photos")); });
+  EXPECT_NE(dangling.find("dangling: not a folder of a class nor a file (a dangling link"), std::string::npos) << dangling;
+  const std::string file = error_of([&] { PackSources::from_folder(dir.file("a.npy")); });
+  EXPECT_NE(file.find("not a folder (it is a file)"), std::string::npos) << file;
+}
+
 // A compressed .npy or .npz was taken for IDX (the one kind that may be gzipped) and refused as
 // "magic 0x... is not an IDX magic"; a bare ok.npz.gz first got the hint "write NAME=ok.npz.gz".
 TEST(PackerTest, ACompressedNpyOrNpzIsNamedAsSuch) {
