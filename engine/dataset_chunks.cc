@@ -108,7 +108,7 @@ format::ChunkEntry Dataset::Impl::check_entry(int64_t c) const {
   const uint64_t alignment = preamble.alignment;
   MMT_CHECK(e.file_offset % alignment == 0 && e.file_offset >= static_cast<uint64_t>(data_offset) &&
                 format::in_bounds(e.file_offset, e.stored_bytes, static_cast<uint64_t>(schema_offset)),
-            FormatError, where(), ": payload [", e.file_offset, ", +", e.stored_bytes, ") is not an ",
+            FormatError, where(), ": payload [", e.file_offset, ", +", e.stored_bytes, ") is not a ",
             alignment, "-aligned range inside the data region [", data_offset, ", ", schema_offset, ")");
   const Codec codec_used = static_cast<Codec>(e.codec);
   if (codec_used == Codec::None) {

@@ -334,7 +334,9 @@ PackSources PackSources::from_folder(const std::string& dir) {
   MMT_CHECK(!classes.empty(), ValueError, dir, ": no class folders in it; put each file in a folder named "
             "after its class (DIR/CLASS/FILE)");
   MMT_CHECK(!out.files_.empty(), ValueError, dir, ": its ", classes.size(), " class folder",
-            classes.size() == 1 ? "" : "s", " hold no files");
+            classes.size() == 1 ? " holds" : "s hold", " no files",
+            out.hidden_skipped_ > 0 ? str(" (", out.hidden_skipped_, " hidden entries, whose names start with '.', are skipped)")
+                                    : std::string());
   out.records_ = static_cast<int64_t>(out.files_.size());
   out.input_paths_ = {dir};
   struct stat top {};

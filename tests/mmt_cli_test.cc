@@ -1322,6 +1322,7 @@ TEST_F(MmtCli, BadInputsGiveAClearMessageAndLeaveNothing) {
   EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("ten.npy"), "x=" + path("ten.npy")}), "given twice");
   EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("ten.npy"), "--codec", "brotli"}), "brotli");
   EXPECT_FAILS_WITH(run_mmt({"pack", out}), "no inputs");
+  EXPECT_EQ(run_mmt({"pack", out}).exit_code, 2) << "a command-line mistake, as the README says";
   EXPECT_EQ(listing(), before) << "nothing new in the folder";
 
   // A file that cannot be read. Root reads anything, so as root mmt runs as nobody, in a
@@ -1375,6 +1376,7 @@ TEST_F(MmtCli, AnEmptyOutputPathIsRefusedUpFront) {
   // pack loaded the inputs, then printed the writer's "empty path" and " was not created".
   RunResult packed = run_mmt({"pack", "", "a=" + path("a.npy")});
   EXPECT_FAILS_WITH(packed, "OUTPUT is empty: name the dataset file to create");
+  EXPECT_EQ(packed.exit_code, 2);
   EXPECT_EQ(packed.err.find("was not created"), std::string::npos) << packed.err;
   ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy")}).exit_code, 0);
   EXPECT_FAILS_WITH(run_mmt({"export", path("a.mmt"), ""}), "DIR is empty");
@@ -1654,7 +1656,7 @@ class MmtCliShards : public MmtCli {
       shards_.push_back(path(name + ".mmt"));
       const RunResult packed = run_mmt({"pack", shards_.back(), "x=" + path(name + "-x.npy"),
                                         "y=" + path(name + "-y.npy"), "--codec", codecs[k], "--chunk-bytes", "64",
-                                        "--quiet"});
+                                        "--align", "64", "--quiet"});  // compressed chunks hold >= --align bytes
       ASSERT_EQ(packed.exit_code, 0) << packed.err;
       first += counts[k];
     }

@@ -40,6 +40,10 @@ TEST(PackerTest, AFolderWithoutFilesIsRefused) {
   fs::create_directories(dir.path() / "classes" / "dog" / "puppies");
   const std::string message = error_of([&] { PackSources::from_folder(dir.file("classes")); });
   EXPECT_NE(message.find("its 2 class folders hold no files"), std::string::npos) << message;
+  // One class folder whose only file is hidden: the message says why it counts as empty.
+  write_text(dir.path() / "one" / "cat" / ".DS_Store", "");
+  const std::string hidden = error_of([&] { PackSources::from_folder(dir.file("one")); });
+  EXPECT_NE(hidden.find("its 1 class folder holds no files (1 hidden entries"), std::string::npos) << hidden;
   // One empty class among others is a class with no samples, which is allowed.
   write_text(dir.path() / "classes" / "dog" / "puppies" / "rex.jpg", "woof");
   PackSources sources = PackSources::from_folder(dir.file("classes"));

@@ -81,7 +81,8 @@ WriterOptions writer_options(const PackArgs& args) {
 
 void run_pack(const PackArgs& args) {
   // The writer would refuse it too, but only after the inputs were loaded, and in its words.
-  MMT_CHECK(!args.output.empty(), ValueError, "OUTPUT is empty: name the dataset file to create (e.g. train.mmt)");
+  // Command-line mistakes exit 2 (UsageError), as CLI11's own do.
+  MMT_CHECK(!args.output.empty(), UsageError, "OUTPUT is empty: name the dataset file to create (e.g. train.mmt)");
   if (args.folder_option->count() > 0 && args.folder.empty())
     throw UsageError("--folder is empty: name the class folder to pack");
   WriterOptions options = writer_options(args);
@@ -141,7 +142,7 @@ void run_pack(const PackArgs& args) {
   char ratio_text[32];
   std::snprintf(ratio_text, sizeof ratio_text, "%.2fx", ratio);
   std::cout << "packed " << stats.records << " records (" << sources.schema().size()
-            << " fields) into " << args.output << " in " << human_seconds(stats.seconds) << "\n"
+            << " fields) into " << printable(args.output) << " in " << human_seconds(stats.seconds) << "\n"
             << "  bytes in " << human_bytes(stats.bytes_in) << ", bytes out "
             << human_bytes(stats.bytes_out) << ", ratio " << ratio_text << ", "
             << human_bytes(rate) << "/s, " << stats.chunks << " chunks, codec "
@@ -161,11 +162,11 @@ void run_pack(const PackArgs& args) {
 
 PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder) {
   if (!folder.empty()) {
-    MMT_CHECK(inputs.empty(), ValueError,
+    MMT_CHECK(inputs.empty(), UsageError,
               "--folder makes one record per file; it cannot be combined with array inputs");
     return PackSources::from_folder(folder);
   }
-  MMT_CHECK(!inputs.empty(), ValueError,
+  MMT_CHECK(!inputs.empty(), UsageError,
             "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not) or --folder DIR");
   return PackSources::from_arrays(inputs);
 }

@@ -61,7 +61,7 @@ void run_verify(const VerifyArgs& args) {
   DatasetInfo info = ds.info();
   // Shards are counted, so that a script reading the line sees how many files were checked.
   const std::string files = args.files.size() > 1 ? detail::str(args.files.size(), " files, ") : std::string();
-  std::cout << ds.path() << ": sound: " << files << info.records << " records in " << info.chunks
+  std::cout << printable(ds.path()) << ": sound: " << files << info.records << " records in " << info.chunks
             << " chunks, every structure and checksum checked\n";
   if (args.against.empty() && args.folder.empty()) return;
 
@@ -80,7 +80,7 @@ void run_verify(const VerifyArgs& args) {
     std::sort(indices.begin(), indices.end());
   }
   int64_t compared = compare_with_sources(ds, sources, indices);
-  std::cout << ds.path() << ": " << compared << (indices.empty() ? " records (all)" : " random records")
+  std::cout << printable(ds.path()) << ": " << compared << (indices.empty() ? " records (all)" : " random records")
             << " equal their sources byte for byte (" << compared_fields(ds.schema(), sources.schema()) << ")\n";
 }
 
