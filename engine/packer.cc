@@ -470,6 +470,7 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
   WriterOptions writer_options = options.writer;
   Metadata metadata = sources.metadata();
   for (auto& [key, value] : writer_options.metadata) metadata[key] = value;
+  if (options.shards > 1) metadata[std::string(kShardMetadataKey)] = str(options.shard, "/", options.shards);
   writer_options.metadata = std::move(metadata);
   DatasetWriter writer = DatasetWriter::create(path, sources.schema(), std::move(writer_options));
   using Clock = std::chrono::steady_clock;

@@ -1774,6 +1774,26 @@ TEST_F(MmtCliShards, InfoAddsUpThePartsAndListsThem) {
   EXPECT_EQ(one["codec"], "none");
 }
 
+// Shards packed with --shard K/N say which they are: verify refuses them out of order, twice
+// or with one missing, which all read as plausible datasets of the wrong records.
+TEST_F(MmtCli, VerifyRefusesShardsOutOfOrderRepeatedOrMissing) {
+  save("x.npy", records(kInt32, 30, {2}));
+  std::vector<std::string> parts;
+  for (int k = 0; k < 3; ++k) {
+    parts.push_back(path("part-" + std::to_string(k) + ".mmt"));
+    ASSERT_EQ(run_mmt({"pack", parts.back(), "x=" + path("x.npy"), "--shard", std::to_string(k) + "/3", "--quiet"})
+                  .exit_code, 0);
+  }
+  EXPECT_EQ(run_mmt({"verify", parts[0], parts[1], parts[2], "--against", "x=" + path("x.npy")}).exit_code, 0);
+  EXPECT_EQ(run_mmt({"verify", parts[1]}).exit_code, 0) << "one shard alone is sound";
+  EXPECT_FAILS_WITH(run_mmt({"verify", parts[2], parts[1], parts[0]}), "shards out of order");
+  EXPECT_FAILS_WITH(run_mmt({"verify", parts[0], parts[0]}), "shard 0 of 3 is given twice");
+  EXPECT_FAILS_WITH(run_mmt({"verify", parts[0], parts[2]}), "these files hold shards 0,2 of 3: shard 1 missing");
+  const RunResult info = run_mmt({"info", parts[0], parts[2]});
+  EXPECT_EQ(info.exit_code, 0) << info.err;  // a subset still reads, and says what it holds
+  EXPECT_NE(info.out.find("pack_shard = 0,2/3"), std::string::npos) << info.out;
+}
+
 TEST_F(MmtCliShards, VerifyChecksEveryPartAndNamesADamagedOne) {
   const RunResult sound = run_mmt(over_shards("verify"));
   ASSERT_EQ(sound.exit_code, 0) << sound.err;

@@ -289,6 +289,20 @@ TEST(PackerTest, ShardsPackedApartReadAsOnePackOfEverything) {
   }
   const Dataset whole = Dataset::open_concat(parts);
   EXPECT_EQ(compare_with_sources(whole, arrays), 10);
+  // Each shard says which it is; the whole, read in order, is a dataset of its own again.
+  EXPECT_EQ(Dataset::open(parts[1]).metadata().at(std::string(kShardMetadataKey)), "1/3");
+  EXPECT_EQ(whole.metadata().count(std::string(kShardMetadataKey)), 0u);
+  // Shards out of order, given twice or of another count read as a plausible dataset of the
+  // wrong records: refused, naming the parts. Some of them, in order, are a subset, and say so.
+  EXPECT_THROW_WITH(Dataset::open_concat({parts[0], parts[2], parts[1]}), ValueError, "shards out of order");
+  EXPECT_THROW_WITH(Dataset::open_concat({parts[0], parts[0]}), ValueError, "shard 0 of 3 is given twice");
+  EXPECT_EQ(Dataset::open_concat({parts[0], parts[2]}).metadata().at(std::string(kShardMetadataKey)), "0,2/3");
+  PackOptions halves;
+  halves.shard = 1;
+  halves.shards = 2;
+  pack_dataset(dir.file("half1.mmt"), arrays, halves);
+  EXPECT_THROW_WITH(Dataset::open_concat({parts[0], dir.file("half1.mmt")}), ValueError,
+                    "is shard 1 of 2 but part 0 (" + parts[0] + ") is shard 0 of 3");
   PackOptions bad;
   bad.shard = 3;
   bad.shards = 3;

@@ -53,6 +53,11 @@ namespace mmt {
 // The metadata key that lists, as a JSON list of names, the fields packed from a Fortran-order
 // .npy (their values are stored as every field's, record by record).
 inline constexpr std::string_view kFortranOrderMetadataKey = "npy_fortran_order";
+// The metadata key of a shard packed with PackOptions::shards > 1: "K/N", share K (from 0) of
+// N. Dataset::concat reads it to refuse shards given twice, out of order or of different
+// packs' counts; a concatenation of only some of the N shards carries "K1,K2,.../N" under it
+// (`mmt verify` of several files refuses that).
+inline constexpr std::string_view kShardMetadataKey = "pack_shard";
 namespace detail {
 class DeflatedMember;
 }
@@ -152,6 +157,7 @@ struct PackOptions {
   // own with the whole sources' schema and metadata (a class folder's full class list), so
   // the shards, packed in parallel (processes or machines), read as the dataset one pack of
   // everything makes: Dataset::open_concat of the files in shard order, or `mmt info A B...`.
+  // With shards > 1 the metadata records "K/N" under kShardMetadataKey.
   int64_t shard = 0;
   int64_t shards = 1;
   // Called from the packing thread about every progress_interval_seconds, and once at the end.
