@@ -194,8 +194,11 @@ class Dataset {
   //     ValueError naming the first part that differs and how. The metadata is the union of
   //     the parts'; a key whose value differs between two parts (class names of folder shards
   //     packed from different class lists, say) is a ValueError naming the key and both parts.
-  //     One exception: pack's "npy_fortran_order" (how the sources were laid out, a hint for
-  //     `mmt export`) is kept when every part has the same value, and dropped otherwise.
+  //     Two exceptions: pack's "npy_fortran_order" (how the sources were laid out, a hint for
+  //     `mmt export`) is kept when every part has the same value, and dropped otherwise; and
+  //     pack's "pack_shard" ("K/N", kShardMetadataKey in packer.h) is each part's own: shards
+  //     must come in order, each once, all of one N (else ValueError naming the parts), and a
+  //     concatenation of only some of them carries the ones it holds ("0,2/3").
   //   - open_concat() opens every path with `options` and gives the parts one chunk cache, of
   //     options.cache_bytes in all. concat() takes handles already open (their caches stay
   //     theirs); parts that are concatenations themselves are flattened. One part gives that
