@@ -310,6 +310,12 @@ method may be called from many threads.)doc")
           return py::cast(without_gil([&] { return ds.get(index); }));
         }
         // A slice, a list of indices, an index array or a boolean mask: a list of samples.
+        // Anything else is refused as a list refuses it (ds[2.0], ds["3"], ds[None]).
+        if (PyFloat_Check(key.ptr()) || PyComplex_Check(key.ptr()) || py::isinstance<py::str>(key) ||
+            py::isinstance<py::bytes>(key) || key.is_none() || key.ptr() == Py_Ellipsis ||
+            (PyIndex_Check(key.ptr()) == 0 && py::isinstance(key, np.attr("generic"))))
+          throw py::type_error(std::string("Dataset indices must be integers, slices, integer sequences or boolean "
+                                           "masks, not ") + Py_TYPE(key.ptr())->tp_name);
         std::vector<int64_t> indices;
         if (py::isinstance<py::slice>(key)) {
           py::ssize_t start, stop, step, length;
@@ -317,7 +323,7 @@ method may be called from many threads.)doc")
             throw py::error_already_set();
           for (py::ssize_t k = 0; k < length; ++k) indices.push_back(start + k * step);
         } else {
-          indices = indices_of(np.attr("asarray")(key), ds.size());
+          indices = indices_of(key, ds.size());
         }
         std::vector<Sample> samples(indices.size());
         without_gil([&] {

@@ -552,9 +552,29 @@ Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::str
 }
 
 std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length) {
+  // Text, sets, dicts, iterators and single numbers are no sequence of indices: NumPy would
+  // make a 0-d or object array of them, and the message would be about dimensions.
+  const std::string type_name = Py_TYPE(indices.ptr())->tp_name;
+  if (py::isinstance<py::str>(indices) || py::isinstance<py::bytes>(indices) || PyAnySet_Check(indices.ptr()) ||
+      PyDict_Check(indices.ptr()) || PyIter_Check(indices.ptr()) || indices.is_none())
+    throw py::type_error("indices must be a sequence of integers (a list, a range or an array), not " + type_name);
   py::module_ np = py::module_::import("numpy");
   py::array array = np.attr("asarray")(indices);
-  if (array.ndim() != 1) throw py::value_error("indices must be one-dimensional");
+  if (array.ndim() == 0)
+    throw py::type_error("indices must be a sequence of integers (a list, a range or an array), not one " + type_name +
+                         "; for one record, pass [i]");
+  if (array.ndim() != 1) throw py::value_error("indices must be one-dimensional, got " + std::to_string(array.ndim()) + " dimensions");
+  if (array.dtype().kind() == 'O') {
+    // Python ints past int64 (2**70), or objects that are no integers at all.
+    for (const py::handle item : array.attr("tolist")()) {
+      if (!py::isinstance<py::int_>(item))
+        throw py::type_error(std::string("indices must be integers, got ") + Py_TYPE(item.ptr())->tp_name);
+      int overflow = 0;
+      (void)PyLong_AsLongLongAndOverflow(item.ptr(), &overflow);
+      if (overflow) throw py::index_error("index " + py::str(item).cast<std::string>() + " is out of range");
+    }
+    array = np.attr("asarray")(indices, "int64");
+  }
   if (array.dtype().kind() == 'b') {
     // A boolean mask, as NumPy takes one: the positions where it is true.
     if (mask_length < 0) throw py::type_error("a boolean mask is not taken here; pass np.flatnonzero(mask)");

@@ -291,6 +291,18 @@ class ErrorTest(unittest.TestCase):
             ds[0]["z"]
         with self.assertRaises(ValueError):
             ds.column("z")
+        # Not an index: TypeError naming the type, as a list says it; past int64: IndexError.
+        for key in [2.0, "3", None, b"x", {1, 2}, (i for i in range(2)), np.float32(1)]:
+            with self.subTest(key=key), self.assertRaises(TypeError):
+                ds[key]
+        for indices in [5, {1, 2}, "12", (i for i in range(2)), [1.5]]:
+            with self.subTest(indices=indices), self.assertRaises(TypeError):
+                ds.get_batch(indices, "y")
+        for big in [[2**70], np.array([2**63], np.uint64)]:
+            with self.assertRaises(IndexError):
+                ds[big]
+            with self.assertRaises(IndexError):
+                ds.get_batch(big, "y")
 
     def test_copies_of_views_into_a_file_cut_short_raise_oserror(self):
         # Another program truncates the file under the reader: mmtensor's own copies out of a
