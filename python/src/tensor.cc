@@ -726,7 +726,8 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
       .def("__dlpack__", &to_dlpack, py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
            py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
            "DLPack export (torch.from_dlpack, np.from_dlpack): the same memory, or a copy for a view into a "
-           "read-only file mapping, which DLPack cannot mark read-only")
+           "read-only file mapping, which DLPack cannot mark read-only. bool goes as DLPack's bool, which torch 1.x "
+           "refuses ('Unsupported code 6'): there, use torch.from_numpy(t.numpy())")
       .def("__dlpack_device__", [](const PyTensor& s) {
         return s.tensor.device().is_cuda() ? py::make_tuple(static_cast<int>(kDLCUDA), s.tensor.device().index)
                                            : py::make_tuple(static_cast<int>(kDLCPU), 0);
