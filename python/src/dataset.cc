@@ -412,8 +412,18 @@ method may be called from many threads.)doc")
               if (!by_name.contains(name)) throw py::key_error("get_batch: out= has no array for field '" + name + "'");
               given.push_back(by_name[py::str(name)]);
             }
-          } else {
+            // An array for a field not asked for would silently stay as it was.
+            for (const auto& [key, value] : by_name)
+              if (!py::isinstance<py::str>(key) ||
+                  std::find(names.begin(), names.end(), key.cast<std::string>()) == names.end())
+                throw py::key_error("get_batch: out= has an array for " + py::repr(key).cast<std::string>() +
+                                    ", which is not among the fields gathered");
+          } else if (py::isinstance<py::list>(out) || py::isinstance<py::tuple>(out)) {
             for (const py::handle& o : out) given.push_back(py::reinterpret_borrow<py::object>(o));
+          } else {
+            // One array for a list of fields: iterating it would take its rows for outputs.
+            throw py::type_error("get_batch: for a list of fields, out= is a list (one array a field, in order) or a "
+                                 "dict by field name, not " + std::string(Py_TYPE(out.ptr())->tp_name));
           }
           if (given.size() != names.size())
             throw py::value_error("get_batch: " + std::to_string(names.size()) + " fields but " + std::to_string(given.size()) + " outputs");

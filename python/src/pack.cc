@@ -19,8 +19,16 @@ namespace {
 std::vector<std::string> array_specs(const py::handle& inputs) {
   std::vector<std::string> specs;
   if (py::isinstance<py::dict>(inputs)) {
-    for (const auto& item : inputs.cast<py::dict>())
-      specs.push_back(py::str(item.first).cast<std::string>() + "=" + path_of(item.second));
+    for (const auto& item : inputs.cast<py::dict>()) {
+      if (!py::isinstance<py::str>(item.first)) throw py::type_error("pack: a field name must be a str, not " +
+                                                                    std::string(Py_TYPE(item.first.ptr())->tp_name));
+      const auto name = item.first.cast<std::string>();
+      // Joined into "NAME=PATH", a name with '=' or '/' (or none) would be read as part of a path.
+      if (name.empty() || name.find_first_of("=/") != std::string::npos)
+        throw py::value_error("pack: field name " + py::repr(item.first).cast<std::string>() +
+                              " is empty or holds '=' or '/'; a field name is written to NAME.npy by export");
+      specs.push_back(name + "=" + path_of(item.second));
+    }
     return specs;
   }
   if (py::isinstance<py::str>(inputs) || !py::isinstance<py::iterable>(inputs))

@@ -124,6 +124,12 @@ class DatasetTest(unittest.TestCase):
             ds.get_batch(indices, "label", out=read_only)
         with self.assertRaises(IndexError):
             ds.get_batch([300], "label")
+        # A list of fields takes a list or a dict of outputs: one array would be iterated by
+        # rows, and a dict's array for a field not gathered would silently stay as it was.
+        with self.assertRaisesRegex(TypeError, "out= is a list"):
+            ds.get_batch(indices, ["label"], out=np.zeros(5, np.int64))
+        with self.assertRaisesRegex(KeyError, "not among the fields gathered"):
+            ds.get_batch(indices, ["label"], out={"label": np.zeros(5, np.int64), "weight": np.zeros((5, 4), np.float16)})
 
     def test_ragged_fields(self):
         rng = np.random.default_rng(1)

@@ -40,6 +40,9 @@ class PackTest(unittest.TestCase):
         self.assertFalse(os.path.exists(self.path("c.mmt")))
         with self.assertRaises(ValueError):
             mmtensor.pack(self.path("c.mmt"))
+        for name in ["a=b", "", "a/b"]:  # joined into NAME=PATH, they would be read as paths
+            with self.assertRaisesRegex(ValueError, "field name"):
+                mmtensor.pack(self.path("c.mmt"), {name: self.path("x.npy")})
 
     def test_shards_packed_apart_read_as_the_whole(self):
         x = np.arange(60, dtype=np.float32).reshape(20, 3)
@@ -49,6 +52,8 @@ class PackTest(unittest.TestCase):
             stats = mmtensor.pack(path, {"x": self.path("x.npy")}, shard=(k, 3), codec="lz4")
             self.assertEqual(stats["records"], [6, 7, 7][k])
         np.testing.assert_array_equal(mmtensor.Dataset(paths).column("x").numpy(), x)
+        with self.assertRaisesRegex(ValueError, "shards out of order"):  # as `ls` sorts part-10 before part-2
+            mmtensor.Dataset([paths[1], paths[0], paths[2]])
         with self.assertRaisesRegex(ValueError, "shard 3 of 3"):
             mmtensor.pack(self.path("bad.mmt"), {"x": self.path("x.npy")}, shard=(3, 3))
         with self.assertRaisesRegex(ValueError, "shard -1 of 3"):  # refused before the inputs are read
