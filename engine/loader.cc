@@ -404,7 +404,9 @@ std::optional<Batch> LoaderCore::next(const std::function<void()>* poll) {
   const int s = delivery.front();
   const auto wait_started = std::chrono::steady_clock::now();
   auto last_poll = wait_started;
+  bool waited = false;
   while (slots[s].state != SlotState::Ready) {
+    waited = true;
     if (poll != nullptr && std::chrono::steady_clock::now() - last_poll >= Loader::kPollInterval) {
       // Unlocked: poll() may wait for a lock of its own (Python's GIL) that a thread releasing
       // a batch (which takes `mutex`) holds. Nothing here has changed yet, so an exception
@@ -445,6 +447,15 @@ std::optional<Batch> LoaderCore::next(const std::function<void()>* poll) {
     pieces.erase(mine);
     update_work_hint_locked();
     run_taken_piece(lock, std::move(piece));
+  }
+  if (poll != nullptr && waited) {
+    // Once more after a wait, before the batch leaves the queue: what came during the last
+    // piece gathered here (which may take long) is answered with the batch still first in
+    // line. A batch ready at once is taken without a call: its next() is too short to matter.
+    lock.unlock();
+    (*poll)();
+    lock.lock();
+    if (failure) std::rethrow_exception(failure);
   }
   Slot& slot = slots[s];
   if (slot.error) {

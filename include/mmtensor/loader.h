@@ -332,9 +332,11 @@ class Loader {
   // one or raise prefetch_batches) instead of waiting forever.
   std::optional<Batch> next();
   // The same, calling poll() about every kPollInterval while next() waits for the batch or
-  // gathers it, without the loader's lock held: a binding's way to answer Ctrl-C during a
-  // long gather (Python's PyErr_CheckSignals). An exception from poll() leaves next() at
-  // once, with the batch still first in line: nothing is lost or counted in state().
+  // gathers it, and once more before a batch it waited for leaves the queue, without the
+  // loader's lock held: a binding's way to answer Ctrl-C during a long gather. An exception
+  // from poll() leaves next() at once, with the batch still first in line: nothing is lost or
+  // counted in state(). poll() may call state(), but not next(), set_epoch() or anything else
+  // that moves this loader.
   static constexpr std::chrono::milliseconds kPollInterval{20};
   std::optional<Batch> next(const std::function<void()>& poll);
 

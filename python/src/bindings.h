@@ -97,6 +97,15 @@ auto without_gil(Fn&& fn) -> decltype(fn()) {
   }
 }
 
+// Whether the calling thread (holding the GIL) is Python's main thread, the one signal
+// handlers run on. Engine work on another thread must not take the GIL back to look at
+// signals: at interpreter exit, a daemon thread taking it is ended there, by a forced unwind
+// that without_gil's catch would turn into std::terminate.
+inline bool on_main_thread() {
+  return PyThread_get_thread_ident() ==
+         py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+}
+
 struct PyTensor {
   Tensor tensor;
   std::shared_ptr<Batch> batch;  // the loader batch the tensor views, if any

@@ -8,6 +8,7 @@
 // Python function called from the workers would serialise them on the GIL.
 #include <pybind11/stl.h>
 
+#include <csignal>
 #include <mutex>
 
 #include "bindings.h"
@@ -22,12 +23,6 @@ namespace {
 struct PyLoader {
   std::unique_ptr<Loader> loader;
   ForkAwareMutex mutex;  // see bindings.h
-  // What next() took when a signal (Ctrl-C) turned out to be pending just after: Python
-  // raises KeyboardInterrupt instead of returning it, so the next call hands it out (a batch,
-  // or the end of the epoch) rather than lose it, and state() stands before it meanwhile.
-  // Guarded by the GIL.
-  std::optional<std::optional<Batch>> interrupted_result;
-  LoaderState state_before_interrupted;
 
   Loader& get() {
     if (!loader) throw py::value_error("Loader: closed");
@@ -53,62 +48,56 @@ struct PyEpochIterator {
   bool done = false;
 };
 
-// Thrown by next()'s poll when a signal handler (Ctrl-C's KeyboardInterrupt) has set a Python
-// error: the engine leaves next() with the batch still first in line, and the error is
-// raised once the GIL is back.
-struct PythonSignalRaised {};
+// Thrown by next()'s poll when Ctrl-C (SIGINT) came: the engine leaves next() with the batch
+// still first in line, and the signal's Python handler runs once the loader's lock is released.
+struct SigintPending {};
 
 py::object next_batch(PyLoader& self) {
-  std::optional<Batch> batch;
-  if (self.interrupted_result) {
-    (void)self.get();  // a closed loader says so
-    batch = std::move(*self.interrupted_result);
-    self.interrupted_result.reset();
-    if (!batch) return py::none();
-    return py::cast(PyBatch{std::make_shared<Batch>(std::move(*batch))});
-  }
-  LoaderState state_before;
-  // Signals are handled only on the main thread; elsewhere PyErr_CheckSignals does nothing.
+  // Ctrl-C is answered while next() waits, so that it neither waits for a slow gather nor
+  // loses the batch (the KeyboardInterrupt of a signal handled only after next() returned
+  // dropped the batch that state() already counted). Only SIGINT, and only its flag: poll runs
+  // with the loader's lock held, where a Python handler calling loader.state() would
+  // deadlock. Only on the main thread: handlers run there, and a daemon thread taking the GIL
+  // while the interpreter exits is ended by it, which without_gil cannot let through.
+  const bool answer_ctrl_c = on_main_thread();
   const std::function<void()> poll = [] {
     py::gil_scoped_acquire gil;
-    if (PyErr_CheckSignals() != 0) throw PythonSignalRaised{};
+    if (PyOS_InterruptOccurred()) throw SigintPending{};  // clears the flag; re-armed below
   };
   const auto take = [&] {
     return without_gil([&] {
       std::lock_guard lock(self.mutex);
-      state_before = self.get().state();
-      return self.get().next(poll);
+      return answer_ctrl_c ? self.get().next(poll) : self.get().next();
     });
   };
   const auto every_slot_held = [](const ValueError& e) {
     return std::string_view(e.what()).find("slots are held") != std::string_view::npos;
   };
-  try {
+  std::optional<Batch> batch;
+  for (bool collected = false;;) {
     try {
       batch = take();
+      break;
+    } catch (const SigintPending&) {
+      // The lock is released: SIGINT's handler runs now (KeyboardInterrupt by default). A
+      // handler of the program's own that does not raise lets next() go on waiting.
+      PyErr_SetInterruptEx(SIGINT);
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     } catch (const ValueError& e) {
+      if (!every_slot_held(e)) throw;
       // Every slot held. A batch's tensors caught in a reference cycle (a traceback kept in a
       // local, say) hold their slot until the cycle collector runs: run it, and try again.
-      if (!every_slot_held(e)) throw;
-      py::module_::import("gc").attr("collect")();
-      batch = take();
+      if (!collected) {
+        collected = true;
+        py::module_::import("gc").attr("collect")();
+        continue;
+      }
+      // Still every slot held: from Python that is tensors (or arrays made from them) kept from
+      // earlier batches, which the C++ advice (release a batch) does not cover.
+      throw py::value_error(std::string(e.what()) +
+                            ". From Python: tensors, NumPy arrays and torch tensors viewing earlier batches hold "
+                            "their slots; keep copies (np.array(t), t.clone()) of what you keep across steps");
     }
-  } catch (const PythonSignalRaised&) {
-    throw py::error_already_set();  // KeyboardInterrupt, or what the handler raised; no batch taken
-  } catch (const ValueError& e) {
-    // Still every slot held: from Python that is tensors (or arrays made from them) kept from
-    // earlier batches, which the C++ advice (release a batch) does not cover.
-    if (!every_slot_held(e)) throw;
-    throw py::value_error(std::string(e.what()) +
-                          ". From Python: tensors, NumPy arrays and torch tensors viewing earlier batches hold "
-                          "their slots; keep copies (np.array(t), t.clone()) of what you keep across steps");
-  }
-  // A signal that came while the GIL was released would raise as this call returns, and
-  // the batch with it would be lost: keep it for the next call.
-  if (PyErr_CheckSignals() != 0) {
-    self.interrupted_result.emplace(std::move(batch));
-    self.state_before_interrupted = state_before;
-    throw py::error_already_set();
   }
   if (!batch) return py::none();
   return py::cast(PyBatch{std::make_shared<Batch>(std::move(*batch))});
@@ -313,14 +302,12 @@ block) stops the workers.)doc")
            "or after a resume the batches left (as batch.number counts from there)")
       .def("set_epoch", [](PyLoader& self, int64_t epoch) {
         with_lock(self, [&](Loader& loader) { loader.set_epoch(epoch); });
-        self.interrupted_result.reset();  // after: a refused epoch leaves the loader as it was
       }, py::arg("epoch"), R"doc(
 Restarts at the beginning of `epoch` (as DistributedSampler.set_epoch before each epoch). It
 does nothing when the loader is there already with no batch taken since it was made: so a
 loader resumed mid-epoch from a state keeps its place through the set_epoch(state's epoch)
 an epoch loop begins with, while on a loader that has taken batches it restarts the epoch.)doc")
       .def("close", [](PyLoader& self) {
-        self.interrupted_result.reset();
         without_gil([&] {
           std::lock_guard lock(self.mutex);
           self.loader.reset();  // stops and joins the workers; batches still held stay valid
@@ -341,10 +328,7 @@ an epoch loop begins with, while on a loader that has taken batches it restarts 
         });
       })
       .def_property_readonly("epoch", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.epoch(); }); })
-      .def("state", [](PyLoader& self) {
-        const std::string state = with_lock(self, [](Loader& l) { return l.state().to_string(); });
-        return self.interrupted_result ? self.state_before_interrupted.to_string() : state;
-      },
+      .def("state", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.state().to_string(); }); },
            "Where the loader stands after the last batch next() returned, as JSON text")
       .def_property_readonly("ring_slots", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.ring_slots(); }); })
       .def_property_readonly("ring_bytes", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.ring_bytes(); }); })

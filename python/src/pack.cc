@@ -64,13 +64,14 @@ void bind_pack(py::module_& m) {
     std::atomic<bool> cancel{false};
     std::optional<py::error_already_set> interrupted;
     options.cancel = &cancel;
-    options.on_progress = [&](const WriteStats&) {
-      py::gil_scoped_acquire gil;
-      if (PyErr_CheckSignals() != 0) {
-        interrupted.emplace();  // takes the pending exception
-        cancel = true;
-      }
-    };
+    if (on_main_thread())  // signals reach Python there only (bindings.h)
+      options.on_progress = [&](const WriteStats&) {
+        py::gil_scoped_acquire gil;
+        if (PyErr_CheckSignals() != 0) {
+          interrupted.emplace();  // takes the pending exception
+          cancel = true;
+        }
+      };
     try {
       const WriteStats stats = without_gil([&] {
         const PackSources sources = dir.empty() ? PackSources::from_arrays(specs) : PackSources::from_folder(dir);

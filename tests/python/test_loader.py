@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -124,6 +125,35 @@ class LoaderTest(unittest.TestCase):
         first.release()
         seen += [batch["i"].numpy().copy() for batch in loader]
         np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(20000))
+
+        # A handler of another signal (SIGUSR1: checkpoint on preemption) that saves state()
+        # runs once next() returns, and may use the loader: next() holds no lock then.
+        saved = []
+        previous = signal.signal(signal.SIGUSR1, lambda *_: saved.append(json.loads(loader.state())))
+        try:
+            loader.set_epoch(1)
+            timer = threading.Timer(0.005, lambda: os.kill(os.getpid(), signal.SIGUSR1))
+            timer.start()
+            batch = loader.next()
+            timer.join()
+        finally:
+            signal.signal(signal.SIGUSR1, previous)
+        self.assertEqual(batch.number, 0)
+        self.assertEqual(len(saved), 1)
+
+        # A loader on a daemon thread while the interpreter exits: that thread must not take the
+        # GIL back to look for signals (Python ends it there, which aborted the process).
+        script = (f"import threading, time, mmtensor\n"
+                  f"loader = mmtensor.Loader(mmtensor.Dataset({path!r}, cache_bytes=0), batch_size=5000,\n"
+                  f"                         sampler='random', num_workers=1, prefetch_batches=1)\n"
+                  f"def run():\n"
+                  f"    while True:\n"
+                  f"        loader.next()\n"
+                  f"threading.Thread(target=run, daemon=True).start()\n"
+                  f"time.sleep(0.3)\n")
+        for _ in range(3):
+            done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+            self.assertEqual(done.returncode, 0, done.stderr[-2000:])
 
     def test_the_order_depends_on_seed_and_epoch_not_on_workers(self):
         a = self.epoch_labels(mmtensor.Loader(self.ds, batch_size=50, sampler="random", seed=4, num_workers=0))
