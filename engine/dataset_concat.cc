@@ -6,7 +6,6 @@
 #include "dataset_concat.h"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -49,21 +48,6 @@ std::string schema_difference(const Schema& first, const Schema& other) {
 }
 
 // A metadata value in a message: quoted, and cut short when long (a list of classes, say).
-// A shard's "K/N" (kShardMetadataKey), or nullopt for any other text: the key may be a user's
-// own, written with other meaning, and is then left alone.
-std::optional<std::pair<int64_t, int64_t>> parse_shard(std::string_view text) {
-  const size_t slash = text.find('/');
-  if (slash == std::string_view::npos) return std::nullopt;
-  int64_t shard = -1, shards = 0;
-  const auto whole = [](std::string_view digits, int64_t& value) {
-    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-    return !digits.empty() && error == std::errc() && end == digits.data() + digits.size();
-  };
-  if (!whole(text.substr(0, slash), shard) || !whole(text.substr(slash + 1), shards) || shard < 0 || shard >= shards)
-    return std::nullopt;
-  return std::pair{shard, shards};
-}
-
 std::string quoted(const std::string& value) {
   constexpr size_t kShown = 80;
   if (value.size() <= kShown) return "\"" + value + "\"";
@@ -138,47 +122,45 @@ void copy_from_part(const Dataset::Impl& part, const Tensor& dst, const Tensor& 
 
 namespace {
 
-// Shards packed apart (kShardMetadataKey) must come in order, each once, all of one count: a
-// shell's `ls part-*` puts part-10 before part-2, and a shard given twice or left out reads
-// as a plausible dataset of the wrong records. A concatenation of only some shards is allowed
-// (a quick run on part of the data) and says which it holds under the key.
+// Shards packed apart (kShardMetadataKey) must come in order, each once: a shell's
+// `ls part-*` puts part-10 before part-2, and a shard given twice reads as a plausible
+// dataset of the wrong records. Shards of several packs (told apart by N and R) may follow
+// one another; each pack's are checked on their own. A concatenation of only some shards of
+// one pack is allowed (a quick run on part of the data) and says which it holds under the key.
 void check_shard_order(Dataset::Concat& c) {
-  std::vector<int64_t> held;
-  int64_t count = 0;
-  size_t previous_part = 0;
+  struct Pack {
+    ShardList held;          // the pack's shards given, in order
+    size_t last_part = 0;    // the part that gave the last of them
+  };
+  std::vector<Pack> packs;
   for (size_t p = 0; p < c.parts.size(); ++p) {
     const Metadata& metadata = c.parts[p].metadata();
     const auto it = metadata.find(std::string(kShardMetadataKey));
-    const auto shard = it == metadata.end() ? std::nullopt : parse_shard(it->second);
-    if (!shard) continue;
-    const auto [k, n] = *shard;
-    if (held.empty()) {
-      count = n;
-    } else {
-      MMT_CHECK(n == count, ValueError, "Dataset::concat: ", part_name(c, p), " is shard ", k, " of ", n, " but ",
-                part_name(c, previous_part), " is shard ", held.back(), " of ", count,
-                ": shards of one dataset are packed with one count (mmt pack --shard K/N)");
-      MMT_CHECK(k != held.back() && std::find(held.begin(), held.end(), k) == held.end(), ValueError,
-                "Dataset::concat: shard ", k, " of ", n, " is given twice (", part_name(c, p), ")");
-      MMT_CHECK(k > held.back(), ValueError, "Dataset::concat: shards out of order: ", part_name(c, previous_part),
-                " is shard ", held.back(), " of ", n, " and ", part_name(c, p), " after it shard ", k,
-                "; give them in shard order (a shell's 'ls' puts part-10 before part-2: sort -V)");
+    const std::optional<ShardList> shard = it == metadata.end() ? std::nullopt : parse_shard_list(it->second);
+    if (!shard || shard->shards.size() != 1) continue;  // not one shard: a user's own value
+    const int64_t k = shard->shards[0];
+    auto pack = std::find_if(packs.begin(), packs.end(), [&](const Pack& known) {
+      return known.held.count == shard->count && known.held.records == shard->records;
+    });
+    if (pack == packs.end()) {
+      packs.push_back(Pack{*shard, p});
+      continue;
     }
-    held.push_back(k);
-    previous_part = p;
+    const int64_t last = pack->held.shards.back();
+    MMT_CHECK(k != last && !std::binary_search(pack->held.shards.begin(), pack->held.shards.end(), k), ValueError,
+              "Dataset::concat: shard ", k, " of ", shard->count, " is given twice (", part_name(c, p), ")");
+    MMT_CHECK(k > last, ValueError, "Dataset::concat: shards out of order: ", part_name(c, pack->last_part),
+              " is shard ", last, " of ", shard->count, " and ", part_name(c, p), " after it shard ", k,
+              "; give them in shard order (a shell's 'ls' puts part-10 before part-2: sort -V)");
+    pack->held.shards.push_back(k);
+    pack->last_part = p;
   }
-  if (held.empty()) return;
   const std::string key(kShardMetadataKey);
-  if (static_cast<int64_t>(held.size()) == count) {
-    c.metadata.erase(key);  // every shard: the whole dataset
-    return;
-  }
-  std::string listed;
-  for (int64_t k : held) {
-    if (!listed.empty()) listed += ',';
-    listed += std::to_string(k);
-  }
-  c.metadata[key] = listed + "/" + std::to_string(count);
+  if (packs.empty()) return;
+  if (packs.size() == 1 && static_cast<int64_t>(packs[0].held.shards.size()) < packs[0].held.count)
+    c.metadata[key] = to_string(packs[0].held);  // some shards of one pack
+  else
+    c.metadata.erase(key);  // one pack whole, or several packs one after another
 }
 
 }  // namespace
@@ -213,7 +195,7 @@ std::shared_ptr<const Dataset::Concat> Dataset::Concat::make(std::vector<Dataset
               "; the parts of one dataset must have the same fields");
     for (const auto& [key, value] : part.metadata) {
       if (key == kFortranOrderMetadataKey) continue;  // settled below: a hint, not a dataset's meaning
-      if (key == kShardMetadataKey && parse_shard(value)) continue;  // each part's own: checked below
+      if (key == kShardMetadataKey && parse_shard_list(value)) continue;  // each part's own: checked below
       const auto [it, inserted] = c->metadata.emplace(key, value);
       if (inserted) {
         key_from.emplace(key, p);

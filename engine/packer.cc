@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -453,6 +454,38 @@ void PackSources::check_output(const std::string& path) const {
               input_paths_.at(0), " leads to: packing would replace it");
 }
 
+std::optional<ShardList> parse_shard_list(std::string_view text) {
+  const auto whole = [](std::string_view digits, int64_t& value) {
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    return !digits.empty() && error == std::errc() && end == digits.data() + digits.size();
+  };
+  const size_t slash = text.find('/'), of = text.find(" of ");
+  ShardList list;
+  if (slash == std::string_view::npos || of == std::string_view::npos || of < slash ||
+      !whole(text.substr(slash + 1, of - slash - 1), list.count) || !whole(text.substr(of + 4), list.records) ||
+      list.count < 1 || list.records < 0)
+    return std::nullopt;
+  for (std::string_view rest = text.substr(0, slash);;) {
+    const size_t comma = rest.find(',');
+    int64_t k = 0;
+    if (!whole(rest.substr(0, comma), k) || k < 0 || k >= list.count || (!list.shards.empty() && k <= list.shards.back()))
+      return std::nullopt;
+    list.shards.push_back(k);
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return list;
+}
+
+std::string to_string(const ShardList& list) {
+  std::string text;
+  for (int64_t k : list.shards) {
+    if (!text.empty()) text += ',';
+    text += std::to_string(k);
+  }
+  return str(text, "/", list.count, " of ", list.records);
+}
+
 RecordRange shard_records(int64_t records, int64_t shard, int64_t shards) {
   MMT_CHECK(shards >= 1 && shard >= 0 && shard < shards, ValueError, "shard ", shard, " of ", shards,
             ": a shard is numbered from 0 to the number of shards - 1, and there is at least one shard");
@@ -470,7 +503,8 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
   WriterOptions writer_options = options.writer;
   Metadata metadata = sources.metadata();
   for (auto& [key, value] : writer_options.metadata) metadata[key] = value;
-  if (options.shards > 1) metadata[std::string(kShardMetadataKey)] = str(options.shard, "/", options.shards);
+  if (options.shards > 1)
+    metadata[std::string(kShardMetadataKey)] = to_string(ShardList{{options.shard}, options.shards, sources.records()});
   writer_options.metadata = std::move(metadata);
   DatasetWriter writer = DatasetWriter::create(path, sources.schema(), std::move(writer_options));
   using Clock = std::chrono::steady_clock;

@@ -1788,10 +1788,10 @@ TEST_F(MmtCli, VerifyRefusesShardsOutOfOrderRepeatedOrMissing) {
   EXPECT_EQ(run_mmt({"verify", parts[1]}).exit_code, 0) << "one shard alone is sound";
   EXPECT_FAILS_WITH(run_mmt({"verify", parts[2], parts[1], parts[0]}), "shards out of order");
   EXPECT_FAILS_WITH(run_mmt({"verify", parts[0], parts[0]}), "shard 0 of 3 is given twice");
-  EXPECT_FAILS_WITH(run_mmt({"verify", parts[0], parts[2]}), "these files hold shards 0,2 of 3: shard 1 missing");
+  EXPECT_FAILS_WITH(run_mmt({"verify", parts[0], parts[2]}), "these files hold shards 0,2/3 of 30: shard 1 missing");
   const RunResult info = run_mmt({"info", parts[0], parts[2]});
   EXPECT_EQ(info.exit_code, 0) << info.err;  // a subset still reads, and says what it holds
-  EXPECT_NE(info.out.find("pack_shard = 0,2/3"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("pack_shard = 0,2/3 of 30"), std::string::npos) << info.out;
 }
 
 TEST_F(MmtCliShards, VerifyChecksEveryPartAndNamesADamagedOne) {

@@ -290,19 +290,30 @@ TEST(PackerTest, ShardsPackedApartReadAsOnePackOfEverything) {
   const Dataset whole = Dataset::open_concat(parts);
   EXPECT_EQ(compare_with_sources(whole, arrays), 10);
   // Each shard says which it is; the whole, read in order, is a dataset of its own again.
-  EXPECT_EQ(Dataset::open(parts[1]).metadata().at(std::string(kShardMetadataKey)), "1/3");
+  EXPECT_EQ(Dataset::open(parts[1]).metadata().at(std::string(kShardMetadataKey)), "1/3 of 10");
   EXPECT_EQ(whole.metadata().count(std::string(kShardMetadataKey)), 0u);
   // Shards out of order, given twice or of another count read as a plausible dataset of the
   // wrong records: refused, naming the parts. Some of them, in order, are a subset, and say so.
   EXPECT_THROW_WITH(Dataset::open_concat({parts[0], parts[2], parts[1]}), ValueError, "shards out of order");
   EXPECT_THROW_WITH(Dataset::open_concat({parts[0], parts[0]}), ValueError, "shard 0 of 3 is given twice");
-  EXPECT_EQ(Dataset::open_concat({parts[0], parts[2]}).metadata().at(std::string(kShardMetadataKey)), "0,2/3");
+  EXPECT_EQ(Dataset::open_concat({parts[0], parts[2]}).metadata().at(std::string(kShardMetadataKey)), "0,2/3 of 10");
+  // Another pack's shards (another N, or sources of other records) may follow: each pack's
+  // are checked on their own, and several packs make no claim to be whole or not.
   PackOptions halves;
-  halves.shard = 1;
   halves.shards = 2;
-  pack_dataset(dir.file("half1.mmt"), arrays, halves);
-  EXPECT_THROW_WITH(Dataset::open_concat({parts[0], dir.file("half1.mmt")}), ValueError,
-                    "is shard 1 of 2 but part 0 (" + parts[0] + ") is shard 0 of 3");
+  for (int64_t k = 0; k < 2; ++k) {
+    halves.shard = k;
+    pack_dataset(dir.file("half" + std::to_string(k) + ".mmt"), arrays, halves);
+  }
+  const Dataset two_packs = Dataset::open_concat({parts[0], parts[1], parts[2], dir.file("half0.mmt"), dir.file("half1.mmt")});
+  EXPECT_EQ(two_packs.size(), 20);
+  EXPECT_EQ(two_packs.metadata().count(std::string(kShardMetadataKey)), 0u);
+  EXPECT_THROW_WITH(Dataset::open_concat({dir.file("half1.mmt"), parts[0], dir.file("half0.mmt")}), ValueError,
+                    "shards out of order");
+  // The text: "K/N of R", a subset's shards listed; anything else is someone else's value.
+  EXPECT_EQ(to_string(*parse_shard_list("0,2,5/6 of 100")), "0,2,5/6 of 100");
+  for (const char* other : {"1/3", "3/3 of 10", "2,1/3 of 10", "1,1/3 of 10", "a/3 of 10", "1/3 of -1", "1/3 of 10 "})
+    EXPECT_FALSE(parse_shard_list(other)) << other;
   PackOptions bad;
   bad.shard = 3;
   bad.shards = 3;

@@ -2,7 +2,6 @@
 // (of every file, for shards read as one dataset), and optionally that the records equal the
 // inputs the dataset was packed from.
 #include <algorithm>
-#include <charconv>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -56,46 +55,29 @@ std::string compared_fields(const Schema& dataset, const Schema& sources) {
 }
 
 // Several files checked as one dataset: when they are shards of one pack, all of them. The
-// concatenation names the shards it holds under kShardMetadataKey ("0,2/3") only when some
-// are missing; any other value is a user's own key, and left alone.
+// concatenation names the shards it holds under kShardMetadataKey ("0,2/3 of R") only when
+// some are missing; any other value is a user's own key, and left alone.
 void check_every_shard(const Dataset& ds) {
   const auto it = ds.metadata().find(std::string(kShardMetadataKey));
-  if (it == ds.metadata().end()) return;
-  const std::string_view text = it->second;
-  const size_t slash = text.rfind('/');
-  if (slash == std::string_view::npos) return;
-  std::vector<int64_t> held;
-  int64_t count = 0;
-  const auto whole = [](std::string_view digits, int64_t& value) {
-    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-    return !digits.empty() && error == std::errc() && end == digits.data() + digits.size();
-  };
-  if (!whole(text.substr(slash + 1), count)) return;
-  for (std::string_view rest = text.substr(0, slash); !rest.empty();) {
-    const size_t comma = rest.find(',');
-    int64_t k = 0;
-    if (!whole(rest.substr(0, comma), k)) return;
-    held.push_back(k);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-  }
+  const std::optional<ShardList> held = it == ds.metadata().end() ? std::nullopt : parse_shard_list(it->second);
+  if (!held || static_cast<int64_t>(held->shards.size()) == held->count) return;
   std::string missing;
-  int64_t missing_count = 0;
-  for (int64_t k = 0; k < count && missing_count < 20; ++k)
-    if (std::find(held.begin(), held.end(), k) == held.end()) {
+  int64_t listed = 0;
+  for (int64_t k = 0; k < held->count && listed < 20; ++k)
+    if (!std::binary_search(held->shards.begin(), held->shards.end(), k)) {
       missing += (missing.empty() ? "" : ", ") + std::to_string(k);
-      ++missing_count;
+      ++listed;
     }
-  if (missing.empty()) return;
-  throw ValueError(detail::str("these files hold shards ", text.substr(0, slash), " of ", count, ": shard",
-                               missing_count == 1 ? " " : "s ", missing, missing_count == 20 ? "..." : "",
-                               " missing; verify checks the dataset whole (give a shard's file alone to check it alone)"));
+  throw ValueError(detail::str("these files hold shards ", it->second, ": shard", listed == 1 ? " " : "s ", missing,
+                               listed == 20 ? "..." : "", " missing; verify checks the dataset whole (give a ",
+                               "shard's file alone to check it alone)"));
 }
 
 void run_verify(const VerifyArgs& args) {
   check_options(args);
   Dataset ds = Dataset::open_concat(args.files);
+  if (args.files.size() > 1) check_every_shard(ds);  // before hashing every byte of them
   ds.verify();  // each part in turn; a fault is named with its part's path
-  if (args.files.size() > 1) check_every_shard(ds);
   DatasetInfo info = ds.info();
   // Shards are counted, so that a script reading the line sees how many files were checked.
   const std::string files = args.files.size() > 1 ? detail::str(args.files.size(), " files, ") : std::string();

@@ -196,9 +196,9 @@ class Dataset {
   //     packed from different class lists, say) is a ValueError naming the key and both parts.
   //     Two exceptions: pack's "npy_fortran_order" (how the sources were laid out, a hint for
   //     `mmt export`) is kept when every part has the same value, and dropped otherwise; and
-  //     pack's "pack_shard" ("K/N", kShardMetadataKey in packer.h) is each part's own: shards
-  //     must come in order, each once, all of one N (else ValueError naming the parts), and a
-  //     concatenation of only some of them carries the ones it holds ("0,2/3").
+  //     pack's "pack_shard" ("K/N of R", kShardMetadataKey in packer.h) is each part's own: a
+  //     pack's shards must come in order, each once (else ValueError naming the parts), and a
+  //     concatenation of only some of one pack's carries the ones it holds ("0,2/3 of R").
   //   - open_concat() opens every path with `options` and gives the parts one chunk cache, of
   //     options.cache_bytes in all. concat() takes handles already open (their caches stay
   //     theirs); parts that are concatenations themselves are flattened. One part gives that

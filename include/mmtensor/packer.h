@@ -43,6 +43,8 @@
 #include <utility>
 #include <vector>
 
+#include <optional>
+
 #include "mmtensor/dataset.h"
 #include "mmtensor/dataset_writer.h"
 #include "mmtensor/schema.h"
@@ -53,11 +55,22 @@ namespace mmt {
 // The metadata key that lists, as a JSON list of names, the fields packed from a Fortran-order
 // .npy (their values are stored as every field's, record by record).
 inline constexpr std::string_view kFortranOrderMetadataKey = "npy_fortran_order";
-// The metadata key of a shard packed with PackOptions::shards > 1: "K/N", share K (from 0) of
-// N. Dataset::concat reads it to refuse shards given twice, out of order or of different
-// packs' counts; a concatenation of only some of the N shards carries "K1,K2,.../N" under it
-// (`mmt verify` of several files refuses that).
+// The metadata key of a shard packed with PackOptions::shards > 1: "K/N of R", share K (from
+// 0) of N of sources of R records; N and R tell one pack's shards from another's.
+// Dataset::concat reads it to refuse a pack's shards given twice or out of order; a
+// concatenation of only some of one pack's shards carries "K1,K2,.../N of R" under it (`mmt
+// verify` of several files refuses that).
 inline constexpr std::string_view kShardMetadataKey = "pack_shard";
+
+// The shards a kShardMetadataKey value names, or nullopt for text of another form (the key
+// may be a user's own).
+struct ShardList {
+  std::vector<int64_t> shards;  // ascending, each in [0, count)
+  int64_t count = 0;            // N
+  int64_t records = 0;          // R, the records of the sources the shards were cut from
+};
+std::optional<ShardList> parse_shard_list(std::string_view text);
+std::string to_string(const ShardList& list);
 namespace detail {
 class DeflatedMember;
 }
@@ -157,7 +170,7 @@ struct PackOptions {
   // own with the whole sources' schema and metadata (a class folder's full class list), so
   // the shards, packed in parallel (processes or machines), read as the dataset one pack of
   // everything makes: Dataset::open_concat of the files in shard order, or `mmt info A B...`.
-  // With shards > 1 the metadata records "K/N" under kShardMetadataKey.
+  // With shards > 1 the metadata records "K/N of R" under kShardMetadataKey.
   int64_t shard = 0;
   int64_t shards = 1;
   // Called from the packing thread about every progress_interval_seconds, and once at the end.
