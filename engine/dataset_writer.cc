@@ -89,8 +89,8 @@ void copy_from(const Tensor& source, void* dst, IntArrayRef dst_strides) {
   detail::guard_storage_reads(source.untyped_storage(), copy);
 }
 
-// The decoded bytes a chunk closed by size holds: chunk_bytes, but with a codec at least the
-// alignment. Each compressed chunk starts on an alignment boundary, so smaller chunks would
+// The decoded bytes a chunk closed by size aims at: chunk_bytes, but with a codec at least the
+// alignment (a fixed-field chunk holds the whole records that fit, at least one). Each compressed chunk starts on an alignment boundary, so smaller chunks would
 // pad the file with more zeros than data (1-byte chunks at 16 MiB alignment: 16 MiB of file
 // per record); uncompressed ones are rounded to the alignment in their own way.
 int64_t chunk_target_bytes(const WriterOptions& options) {
@@ -400,7 +400,7 @@ void DatasetWriter::Impl::copy_record(std::span<const Tensor> values) {
 }
 
 // How many more records the current chunk takes, for a schema of fixed fields only (where a
-// chunk is full by record count or by record_count * stride >= chunk_bytes).
+// chunk is full by record count or by record_count * stride >= chunk_target_bytes()).
 int64_t DatasetWriter::Impl::records_left_in_chunk() const {
   int64_t capacity = records_per_chunk;
   if (capacity == 0) {

@@ -309,7 +309,10 @@ PackSources PackSources::from_folder(const std::string& dir) {
         continue;
       }
       MMT_CHECK(entry.is_regular_file(kind_error), ValueError, entry.path().string(), ": not a folder of a class ",
-                "nor a file (a dangling link, a device or a pipe); the top of ", dir, " holds one folder per class");
+                "nor a file (",
+                kind_error && kind_error != std::errc::no_such_file_or_directory ? kind_error.message()
+                                                                                 : "a dangling link, a device or a pipe",
+                "); the top of ", dir, " holds one folder per class");
       throw ValueError(str(entry.path().string(), ": a file directly in ", dir,
                            " has no class; put each file in a folder named after its class"));
     }

@@ -75,7 +75,9 @@ bool has_internal_overlap(const Tensor& t) {
   return false;
 }
 
-void copy_host_unguarded(const Tensor& dst, const Tensor& src) {
+// `dst_strides`/`src_strides`: byte strides, made by the caller outside the SIGBUS guard
+// (siglongjmp would skip a DimVector's destructor).
+void copy_host_unguarded(const Tensor& dst, IntArrayRef dst_strides, const Tensor& src, IntArrayRef src_strides) {
   if (dst.dtype() == src.dtype()) {
     detail::copy_strided(dst.mutable_data_ptr(), dst.strides(), src.data_ptr(), src.strides(),
                          dst.sizes(), dst.element_size());
@@ -87,7 +89,7 @@ void copy_host_unguarded(const Tensor& dst, const Tensor& src) {
     using To = decltype(dst_tag);
     dispatch_scalar_type(src.dtype(), [&](auto src_tag) {
       using From = decltype(src_tag);
-      detail::for_each_element_pair(d, byte_strides(dst), s, byte_strides(src), dst.sizes(),
+      detail::for_each_element_pair(d, dst_strides, s, src_strides, dst.sizes(),
                                     [](char* out, const char* in) {
                                       To w = convert_value<To>(load_element<From>(in));
                                       std::memcpy(out, &w, sizeof(To));
@@ -99,8 +101,9 @@ void copy_host_unguarded(const Tensor& dst, const Tensor& src) {
 // Host-to-host copy of same-shaped views; `src` already broadcast to dst's sizes. Either side
 // may be a file's mapping: a file cut short under it is an IoError, not SIGBUS.
 void copy_host(const Tensor& dst, const Tensor& src) {
+  const DimVector dst_strides = byte_strides(dst), src_strides = byte_strides(src);
   detail::guard_storage_reads(dst.untyped_storage(), [&] {
-    detail::guard_storage_reads(src.untyped_storage(), [&] { copy_host_unguarded(dst, src); });
+    detail::guard_storage_reads(src.untyped_storage(), [&] { copy_host_unguarded(dst, dst_strides, src, src_strides); });
   });
 }
 

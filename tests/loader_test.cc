@@ -676,7 +676,21 @@ TEST(LoaderState, NestedOrHugeValuesAreRefusedWithAShortMessage) {
     ADD_FAILURE() << "accepted a string version";
   } catch (const ValueError& e) {
     EXPECT_LT(std::string_view(e.what()).size(), 400u) << std::string_view(e.what()).substr(0, 400);
-    EXPECT_NE(std::string_view(e.what()).find("characters)"), std::string_view::npos);
+    EXPECT_NE(std::string_view(e.what()).find("bytes)"), std::string_view::npos);
+  }
+  // Cut where a UTF-8 character begins, and a parse error's quoted token cut too.
+  for (const std::string& text : {base + '"' + std::string(118, 'x') + "\u00e9\u00e9\"}",
+                                  "\"" + std::string(1 << 20, 'x')}) {
+    try {
+      LoaderState::parse(text);
+      ADD_FAILURE() << "accepted";
+    } catch (const ValueError& e) {
+      const std::string_view message(e.what());
+      EXPECT_LT(message.size(), 500u) << message.substr(0, 500);
+      const size_t cut = message.find("... (");
+      ASSERT_NE(cut, std::string_view::npos) << message.substr(0, 500);
+      EXPECT_NE(static_cast<unsigned char>(message[cut - 1]), 0xC3) << "cut inside a UTF-8 character";
+    }
   }
 }
 

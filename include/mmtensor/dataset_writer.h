@@ -37,8 +37,8 @@ struct WriterOptions {
   // Target decoded bytes per chunk. For an uncompressed file of fixed fields only, rounded to
   // whole multiples of the alignment (records back to back: column() is then one view), when
   // such a multiple holds at most 64 MiB of records. With a codec, at least the alignment:
-  // every chunk starts on an alignment boundary, so smaller ones would pad the file with more
-  // zeros than data.
+  // every chunk starts on an alignment boundary, so smaller targets would pad the file with
+  // more zeros than data.
   int64_t chunk_bytes = 1 << 20;
   // > 0: exactly this many records per chunk (overrides chunk_bytes). Taken as given: an
   // uncompressed file of fixed fields keeps its records back to back (one column view, the

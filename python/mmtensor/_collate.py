@@ -72,7 +72,8 @@ def collate(samples):
         if field.is_fixed:
             batch[field.name] = _stack(samples, field.name)
         else:
-            batch[field.name] = [np.array(sample[field.name]) for sample in samples]
+            # clone(): the engine's guarded copy (see _stack), then NumPy's view of it.
+            batch[field.name] = [sample[field.name].clone().numpy() for sample in samples]
     batch.setdefault("index", np.array([sample.index for sample in samples], dtype=np.int64))
     return batch
 
@@ -95,6 +96,6 @@ def collate_torch(samples):
         elif field.is_fixed:
             batch[name] = torch.from_numpy(_stack(samples, name))
         else:
-            batch[name] = [torch.from_numpy(np.array(sample[name])) for sample in samples]
+            batch[name] = [torch.from_numpy(sample[name].clone().numpy()) for sample in samples]
     batch.setdefault("index", torch.tensor([sample.index for sample in samples], dtype=torch.int64))
     return batch

@@ -567,10 +567,11 @@ std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length) 
   if (array.dtype().kind() == 'O') {
     // Python ints past int64 (2**70), or objects that are no integers at all.
     for (const py::handle item : array.attr("tolist")()) {
-      if (!py::isinstance<py::int_>(item))
+      // Python ints, and NumPy integers kept as objects beside them ([np.int64(1), 2**70]).
+      if (py::isinstance<py::bool_>(item) || !PyIndex_Check(item.ptr()))
         throw py::type_error(std::string("indices must be integers, got ") + Py_TYPE(item.ptr())->tp_name);
       int overflow = 0;
-      (void)PyLong_AsLongLongAndOverflow(item.ptr(), &overflow);
+      (void)PyLong_AsLongLongAndOverflow(py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr())).ptr(), &overflow);
       if (overflow) throw py::index_error("index " + py::str(item).cast<std::string>() + " is out of range");
     }
     array = np.attr("asarray")(indices, "int64");
@@ -683,7 +684,7 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
       .def("__float__", [](const PyTensor& s) { return s.tensor.item<double>(); })
       .def("__complex__", [](const PyTensor& s) { return python_complex(s.tensor.item<std::complex<double>>()); })
       .def("__index__", [](const PyTensor& s) {
-        if (is_floating_point(s.tensor.dtype()) || is_complex(s.tensor.dtype()))
+        if (is_floating_point(s.tensor.dtype()) || is_complex(s.tensor.dtype()) || s.tensor.numel() != 1)
           throw py::type_error("only integer tensors of a single element can be converted to an index");
         return python_int(item_object(s));
       })
@@ -702,7 +703,10 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
       // Before __index__, which bytes() would otherwise take as a length.
       .def("__bytes__", [](const py::object& self) { return to_numpy(own_copy_if_mapped(self)).attr("tobytes")(); },
            "The elements' bytes in row-major order")
-      .def("_copy_into", [](const PyTensor& s, const py::array& out) {
+      .def("_copy_into", [](const PyTensor& s, const py::object& out_object) {
+        // An array only: anything NumPy would convert is a temporary, and the copy lost with it.
+        if (!py::isinstance<py::array>(out_object)) throw py::type_error("_copy_into: out must be a NumPy array");
+        const auto out = py::reinterpret_borrow<py::array>(out_object);
         check_live(s);
         Tensor destination = tensor_of_array(out, /*writable=*/true);
         MMT_CHECK(destination.sizes() == s.tensor.sizes() && destination.dtype() == s.tensor.dtype(), ValueError,
