@@ -50,6 +50,13 @@ def _stack(samples, name):
     return out
 
 
+def _copy(value):
+    """A value as a new NumPy array of its own, copied by mmtensor (see _stack)."""
+    out = np.empty(value.shape, dtype=np.asarray(value).dtype)
+    value._copy_into(out)
+    return out
+
+
 def _unbatched(batch):
     """The one row of a batch of one sample: what DataLoader(batch_size=None) hands on."""
     return {name: value[0] for name, value in batch.items()}
@@ -72,8 +79,7 @@ def collate(samples):
         if field.is_fixed:
             batch[field.name] = _stack(samples, field.name)
         else:
-            # clone(): the engine's guarded copy (see _stack), then NumPy's view of it.
-            batch[field.name] = [sample[field.name].clone().numpy() for sample in samples]
+            batch[field.name] = [_copy(sample[field.name]) for sample in samples]
     batch.setdefault("index", np.array([sample.index for sample in samples], dtype=np.int64))
     return batch
 
@@ -96,6 +102,6 @@ def collate_torch(samples):
         elif field.is_fixed:
             batch[name] = torch.from_numpy(_stack(samples, name))
         else:
-            batch[name] = [torch.from_numpy(sample[name].clone().numpy()) for sample in samples]
+            batch[name] = [torch.from_numpy(_copy(sample[name])) for sample in samples]
     batch.setdefault("index", torch.tensor([sample.index for sample in samples], dtype=torch.int64))
     return batch
