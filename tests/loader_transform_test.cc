@@ -263,26 +263,37 @@ TEST_F(LoaderTransformTest, ATransformsExceptionNamesTheSampleAndKeepsTheOrigina
   }
 }
 
+// A slow read the consumer must wait for: scale_x() that, on a worker thread (not the
+// calling one, which gathers too), sleeps `ms` in each record of batch 0 (records 0 to 7 of
+// batches of 8) and sets `worker_in_batch_0` first.
+SampleTransform slow_in_batch_0_on_workers(int ms, std::atomic<bool>& worker_in_batch_0) {
+  SampleTransform slow = scale_x();
+  slow.fn = [consumer = std::this_thread::get_id(), ms, &worker_in_batch_0](const SampleTransform::Input& in,
+                                                                           const Tensor& out) {
+    if (in.index < 8 && std::this_thread::get_id() != consumer) {
+      worker_in_batch_0 = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    }
+    out.zero_();
+  };
+  return slow;
+}
+
+// Whether `flag` was set within about 10 s.
+bool wait_until_set(const std::atomic<bool>& flag) {
+  for (int polls = 0; !flag && polls < 10000; ++polls) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return flag;
+}
+
 // A worker stuck on a slow read (here a transform that sleeps on a worker thread) makes
 // next() give up after options.timeout, and a later next() gets the batch.
 TEST_F(LoaderTransformTest, NextGivesUpAfterTheTimeoutAndALaterCallGetsTheBatch) {
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 16));
-  const std::thread::id consumer = std::this_thread::get_id();
   std::atomic<bool> worker_in_batch_0{false};
-  SampleTransform slow = scale_x();
-  slow.fn = [consumer, &worker_in_batch_0](const SampleTransform::Input& in, const Tensor& out) {
-    if (in.index < 8 && std::this_thread::get_id() != consumer) {
-      worker_in_batch_0 = true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(40));
-    }
-    out.zero_();
-  };
-  Loader loader(dataset, {.batch_size = 8, .transforms = {slow}, .num_workers = 1,
-                          .timeout = std::chrono::milliseconds(20)});
+  Loader loader(dataset, {.batch_size = 8, .transforms = {slow_in_batch_0_on_workers(40, worker_in_batch_0)},
+                          .num_workers = 1, .timeout = std::chrono::milliseconds(20)});
   // Once the worker holds a piece of batch 0, next() gathers the rest and must wait for it.
-  for (int polls = 0; !worker_in_batch_0 && polls < 10000; ++polls)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_TRUE(worker_in_batch_0);
+  ASSERT_TRUE(wait_until_set(worker_in_batch_0));
   int timeouts = 0;
   std::optional<Batch> batch;
   while (!batch) {
@@ -309,20 +320,10 @@ TEST_F(LoaderTransformTest, NextGivesUpAfterTheTimeoutAndALaterCallGetsTheBatch)
 // poll() counting it in state(). Polls come about every Loader::kPollInterval.
 TEST_F(LoaderTransformTest, APollThatThrowsLeavesTheBatchFirstInLine) {
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 16));
-  const std::thread::id consumer = std::this_thread::get_id();
   std::atomic<bool> worker_in_batch_0{false};
-  SampleTransform slow = scale_x();
-  slow.fn = [consumer, &worker_in_batch_0](const SampleTransform::Input& in, const Tensor& out) {
-    if (in.index < 8 && std::this_thread::get_id() != consumer) {
-      worker_in_batch_0 = true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    out.zero_();
-  };
-  Loader loader(dataset, {.batch_size = 8, .transforms = {slow}, .num_workers = 1});
-  for (int polls = 0; !worker_in_batch_0 && polls < 10000; ++polls)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_TRUE(worker_in_batch_0);
+  Loader loader(dataset, {.batch_size = 8, .transforms = {slow_in_batch_0_on_workers(200, worker_in_batch_0)},
+                          .num_workers = 1});
+  ASSERT_TRUE(wait_until_set(worker_in_batch_0));
   const std::string state_before = loader.state().to_string();
   struct Interrupted {};
   int polls = 0;
