@@ -26,6 +26,19 @@ using testing::file_bytes;
 using testing::ScopedEnv;
 using testing::TempDir;
 
+// The process's working folder is `dir` while this lives, and then where it was, whatever
+// happens (later tests use relative paths too).
+class WorkingDirectory {
+ public:
+  explicit WorkingDirectory(const fs::path& dir) { fs::current_path(dir); }
+  WorkingDirectory(const WorkingDirectory&) = delete;
+  WorkingDirectory& operator=(const WorkingDirectory&) = delete;
+  ~WorkingDirectory() { fs::current_path(was_); }
+
+ private:
+  fs::path was_ = fs::current_path();  // initialised before the constructor's body moves away
+};
+
 void write_text(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path());
   std::ofstream(path, std::ios::binary) << text;
@@ -122,12 +135,7 @@ TEST(PackerTest, TheHintForAMissingFieldNameAddsOnlyTheName) {
   save_npy(dir.file("a.npy"), arange(4));
   std::string message, empty;
   {
-    // Back to where the test binary was, whatever happens: later tests use relative paths too.
-    struct WorkingDirectory {
-      fs::path was = fs::current_path();
-      ~WorkingDirectory() { fs::current_path(was); }
-    } restore;
-    fs::current_path(dir.path());
+    const WorkingDirectory in_dir(dir.path());
     message = error_of([] { PackSources::from_arrays(std::vector<std::string>{"=a.npy"}); });
     empty = error_of([] { PackSources::from_arrays(std::vector<std::string>{""}); });
   }
@@ -144,11 +152,7 @@ TEST(PackerTest, InputsOfTheWrongKindAreNamedForWhatTheyAre) {
   save_npy(dir.file("a.npy"), arange(4));
   std::string slash;
   {
-    struct WorkingDirectory {
-      fs::path was = fs::current_path();
-      ~WorkingDirectory() { fs::current_path(was); }
-    } restore;
-    fs::current_path(dir.path());
+    const WorkingDirectory in_dir(dir.path());
     slash = error_of([] { PackSources::from_arrays(std::vector<std::string>{"x/y=a.npy"}); });
   }
   EXPECT_NE(slash.find("field name 'x/y' cannot contain '/'"), std::string::npos) << slash;
@@ -358,17 +362,17 @@ TEST(PackerTest, AFolderRecordThatDiffersNamesItsFile) {
 TEST(PackerTest, AFileNameWithAnEqualsSignIsAPath) {
   TempDir dir;
   save_npy(dir.file("train=v2.npy"), arange(4));
-  const fs::path was = fs::current_path();
-  fs::current_path(dir.path());
-  std::string message;
+  std::string message, bare;
   PackSources sources;
-  try {
-    sources = PackSources::from_arrays(std::vector<std::string>{"x=train=v2.npy"});  // NAME=PATH, PATH with '='
-  } catch (const std::exception& e) {
-    message = e.what();
+  {
+    const WorkingDirectory in_dir(dir.path());
+    try {
+      sources = PackSources::from_arrays(std::vector<std::string>{"x=train=v2.npy"});  // NAME=PATH, PATH with '='
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    bare = error_of([] { PackSources::from_arrays(std::vector<std::string>{"train=v2.npy"}); });
   }
-  const std::string bare = error_of([] { PackSources::from_arrays(std::vector<std::string>{"train=v2.npy"}); });
-  fs::current_path(was);
   EXPECT_EQ(message, "");
   EXPECT_EQ(sources.schema()[0].name, "x");
   // Bare, it is the .npy file itself, which needs a field name (not field "train" of "v2.npy").
@@ -402,10 +406,11 @@ TEST(PackerTest, TheOutputCannotBeAnInputOrInsideTheInputFolder) {
   // gave it back relative, so `pack out.mmt --folder .` wrote its output among the classes,
   // where the next pack of the folder failed on it ("a file directly in . has no class").
   {
-    const fs::path was = fs::current_path();
-    fs::current_path(dir.path() / "photos");
-    const std::string message = error_of([] { pack_dataset("out.mmt", PackSources::from_folder("."), {}); });
-    fs::current_path(was);
+    std::string message;
+    {
+      const WorkingDirectory in_photos(dir.path() / "photos");
+      message = error_of([] { pack_dataset("out.mmt", PackSources::from_folder("."), {}); });
+    }
     EXPECT_NE(message.find("lies inside the input folder"), std::string::npos) << message;
     EXPECT_FALSE(fs::exists(dir.path() / "photos" / "out.mmt"));
   }

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "bindings.h"
+#include "tensor_geometry.h"  // engine/
 
 namespace mmt::python {
 
@@ -161,10 +162,7 @@ size_t wrapped_dim(const Tensor& t, const py::object& dim_object) {
   const int64_t rank = t.dim(), dim = PyNumber_AsSsize_t(dim_object.ptr(), nullptr);  // clamps huge values
   if (dim == -1 && PyErr_Occurred()) throw py::error_already_set();
   if (rank == 0) throw py::index_error("Dimension specified as " + std::to_string(dim) + " but tensor has no dimensions");
-  if (dim < -rank || dim >= rank)
-    throw py::index_error("Dimension out of range (expected to be in range of [" + std::to_string(-rank) + ", " +
-                          std::to_string(rank - 1) + "], but got " + std::to_string(dim) + ")");
-  return static_cast<size_t>(dim < 0 ? dim + rank : dim);
+  return static_cast<size_t>(detail::wrap_dim(dim, rank));  // the engine's IndexError, torch's words
 }
 
 // t.item(): the one element as a Python bool, int, float or complex, as torch gives it.
