@@ -13,6 +13,9 @@
 //         thread spinning on a flag, each thread copying a fixed half with the engine's
 //         prefetch), against the same memcpy; vs_ideal_2t: the engine against it (the
 //         quotient of the two ratios: the helper's spinning would slow the engine's pool).
+//   BM_GetBatchStreamingStores/record_bytes/threads: get_batch with non-temporal stores
+//     (engine/streaming_copy.h) against get_batch with memcpy, alternated:
+//     vs_memcpy_gather = speed(streaming) / speed(memcpy); > 1 where streaming pays.
 //   BM_ReadCompressed/codec/read: every record of an lz4 / zstd file, against the raw codec
 //     decompressing the same chunks into one reused buffer (vs_raw_codec, target >= 0.8):
 //       read=chunks: chunk by chunk, each field's records of a chunk as one column view
@@ -46,6 +49,7 @@
 #include "mmtensor/dataset_writer.h"
 #include "cold_reads.h"
 #include "ratio.h"
+#include "streaming_copy.h"
 
 namespace {
 
@@ -237,6 +241,32 @@ void BM_GetBatch(benchmark::State& state) {
     state.counters["ideal_2t_vs_memcpy"] = ideal_vs_memcpy;
     state.counters["vs_ideal_2t"] = state.counters["vs_memcpy"] / ideal_vs_memcpy;
   }
+}
+
+// get_batch with non-temporal stores (detail::streaming_copy) against get_batch with memcpy,
+// the two alternated in one run: vs_memcpy_gather = speed(streaming) / speed(memcpy).
+void BM_GetBatchStreamingStores(benchmark::State& state) {
+  const int64_t record_bytes = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  const int64_t batch = 256;
+  const int64_t records = record_bytes >= 100000 ? 1200 : record_bytes >= 8192 ? 8000 : 100000;
+  Dataset ds = Dataset::open(BenchFiles::get().images(record_bytes, records, "none"));
+  Tensor out = empty({batch, record_bytes}, kUInt8);
+  std::vector<std::vector<int64_t>> batches;
+  for (uint32_t b = 0; b < 64; ++b) batches.push_back(random_indices(batch, records, 100 + b));
+  for (const auto& indices : batches) ds.get_batch(indices, "image", out, threads);  // first-use checks
+  const int64_t default_min_bytes = detail::streaming_copy_min_bytes();
+  size_t round = 0;
+  auto gather_with = [&](int64_t min_bytes) {
+    detail::set_streaming_copy_min_bytes(min_bytes);
+    ds.get_batch(batches[round++ % batches.size()], "image", out, threads);
+  };
+  auto streaming = [&] { gather_with(0); };
+  auto ordinary = [&] { gather_with(INT64_MAX); };
+  for (auto _ : state) streaming();
+  state.SetBytesProcessed(state.iterations() * batch * record_bytes);
+  state.counters["vs_memcpy_gather"] = bench::median_speed_ratio(streaming, ordinary, 101);
+  detail::set_streaming_copy_min_bytes(default_min_bytes);
 }
 
 void BM_ReadCompressed(benchmark::State& state) {
@@ -446,6 +476,11 @@ BENCHMARK(BM_GetBatchShards)
     ->UseRealTime();
 BENCHMARK(BM_GetBatch)
     ->ArgsProduct({{784, 150528}, {1, 2}})
+    ->ArgNames({"record_bytes", "threads"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(BM_GetBatchStreamingStores)
+    ->ArgsProduct({{784, 16384, 150528}, {1, 2}})
     ->ArgNames({"record_bytes", "threads"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();

@@ -17,7 +17,8 @@
 //     the same batch bytes on one stream. vs_pinned_memcpy = loader bytes/s / memcpy bytes/s;
 //     target >= 0.9. batches_per_s compares with bench/peer_dataloader.py (PyTorch
 //     DataLoader(pin_memory=True) over np.memmap, same shape and batch size): target >= 3x.
-//     Skips itself without a CUDA device.
+//     Skips itself without a CUDA device. streaming:1 gathers with non-temporal stores
+//     (engine/streaming_copy.h), streaming:0 with memcpy.
 //   BM_LoaderColdRandom/record_bytes: the loader reading a cold file at random (2 workers,
 //     batch 256, uncompressed; the file's pages dropped from the page cache before each pass,
 //     the dataset opened after), with read_ahead Auto against Never, alternated in each
@@ -60,6 +61,7 @@
 #include "mmtensor/dataset_writer.h"
 #include "mmtensor/loader.h"
 #include "page_cache.h"
+#include "streaming_copy.h"
 
 namespace {
 
@@ -338,6 +340,9 @@ void BM_LoaderToDevice(benchmark::State& state) {
   }
   constexpr int64_t kBatch = 256;
   const Dataset& dataset = device_dataset();
+  // streaming: 1 gathers with non-temporal stores (detail::streaming_copy), 0 with memcpy.
+  const int64_t default_streaming_min_bytes = detail::streaming_copy_min_bytes();
+  detail::set_streaming_copy_min_bytes(state.range(1) ? 0 : INT64_MAX);
   LoaderOptions options;
   options.batch_size = kBatch;
   options.fields = {"image", "label"};
@@ -380,6 +385,7 @@ void BM_LoaderToDevice(benchmark::State& state) {
   state.counters["loader_GB_per_s"] = batches * static_cast<double>(batch_bytes) / loader_seconds / 1e9;
   state.counters["memcpy_GB_per_s"] = median(memcpy_rates) / 1e9;
   state.SetBytesProcessed(batches * batch_bytes);
+  detail::set_streaming_copy_min_bytes(default_streaming_min_bytes);
 }
 
 }  // namespace
@@ -394,5 +400,5 @@ BENCHMARK(BM_LoaderColdRandom)->Arg(784)->Arg(150528)->ArgName("record_bytes")->
     ->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LoaderColdRandomTokens)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LoaderTokensSequential)->Iterations(9)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_LoaderToDevice)->Arg(4)->Arg(8)->Arg(14)->ArgName("workers")->Iterations(5)
+BENCHMARK(BM_LoaderToDevice)->ArgsProduct({{4, 8, 14}, {0, 1}})->ArgNames({"workers", "streaming"})->Iterations(5)
     ->UseManualTime()->Unit(benchmark::kMillisecond);

@@ -23,6 +23,7 @@
 #include "dataset_impl.h"
 #include "mmtensor/error.h"
 #include "page_cache.h"
+#include "streaming_copy.h"
 #include "strided_copy.h"
 #include "tensor_geometry.h"
 #include "thread_pool.h"
@@ -63,6 +64,7 @@ struct FieldCopy {
   std::byte* out = nullptr;
   int64_t out_record_bytes = 0;  // out's stride along the batch dimension, in bytes
   bool memcpy_ok = false;        // out[b] has the field's strides and is dense
+  bool streaming = false;        // memcpy_ok, and values large enough for streaming_copy
   DimVector out_strides;         // out[b]'s strides, for the strided path
   detail::ByteFootprint out_footprint;  // where out's bytes lie (several fields: none may share any)
 
@@ -110,6 +112,7 @@ FieldCopy plan_field_copy(const Dataset::Impl& d, std::string_view field, const 
   for (size_t k = 0; k < plan.sizes.size(); ++k)
     same_layout = same_layout && (plan.sizes[k] == 1 || copy.out_strides[k] == plan.strides[k]);
   copy.memcpy_ok = same_layout;
+  copy.streaming = same_layout && plan.value_bytes >= detail::streaming_copy_min_bytes();
   return copy;
 }
 
@@ -291,6 +294,15 @@ template <typename RecordAt, typename RowOf>
     }
     std::byte* const out = field.out;
     const int64_t out_record_bytes = field.out_record_bytes;
+    if (field.streaming) {
+      for (int64_t b = first; b != end; b += step) {
+        prefetch_ahead(b, offset, value_bytes);
+        detail::streaming_copy(out + row_of(b) * out_record_bytes, record_at(b) + offset,
+                               static_cast<size_t>(value_bytes));
+      }
+      detail::streaming_copy_fence();  // before the pool hands the rows on
+      continue;
+    }
     for (int64_t b = first; b != end; b += step) {
       prefetch_ahead(b, offset, value_bytes);
       std::memcpy(out + row_of(b) * out_record_bytes, record_at(b) + offset, static_cast<size_t>(value_bytes));
