@@ -122,6 +122,10 @@ py::object wrap_ragged(RaggedBatch ragged, std::shared_ptr<Batch> batch = nullpt
 
 // NumPy's dtype for a ScalarType; TypeError for bfloat16, which NumPy lacks.
 py::dtype numpy_dtype(ScalarType type);
+// A dtype's element size in bytes. Not pybind11's dtype::itemsize() or array::itemsize():
+// before pybind11 2.12 they read the element size at NumPy 1's place in PyArray_Descr, which
+// NumPy 2 moved, and got garbage there (every array was "no type for NumPy's float32").
+py::ssize_t itemsize_of(const py::dtype& dtype);
 // The ScalarType of a NumPy dtype; TypeError naming it for one mmtensor has no type for.
 ScalarType scalar_type_of(const py::dtype& dtype);
 ScalarType parse_dtype(const py::handle& dtype);  // "float32", np.float32, np.dtype(...)

@@ -285,9 +285,11 @@ py::object python_complex(std::complex<double> v) {
   return py::reinterpret_steal<py::object>(PyComplex_FromDoubles(v.real(), v.imag()));
 }
 
+py::ssize_t itemsize_of(const py::dtype& dtype) { return dtype.attr("itemsize").cast<py::ssize_t>(); }
+
 ScalarType scalar_type_of(const py::dtype& dtype) {
-  const char kind = dtype.kind();
-  const auto size = dtype.itemsize();
+  const char kind = dtype.kind();  // kind and byteorder sit where they did in NumPy 1
+  const auto size = itemsize_of(dtype);
   if (dtype.byteorder() == '>') throw py::type_error("big-endian arrays are not taken; use array.astype(array.dtype.newbyteorder('<'))");
   if (kind == 'b' && size == 1) return kBool;
   if (kind == 'u') {
@@ -390,15 +392,15 @@ static std::optional<ScalarType> scalar_type_of(DLDataType type) {
 Tensor tensor_of_array(const py::array& array, bool writable) {
   if (writable && !array.writeable()) throw py::value_error("the output array is read-only");
   const ScalarType type = scalar_type_of(array.dtype());
+  const auto element = static_cast<int64_t>(itemsize_of(array.dtype()));
   DimVector sizes, strides;
   for (py::ssize_t i = 0; i < array.ndim(); ++i) {
     sizes.push_back(array.shape(i));
-    if (array.strides(i) % array.itemsize() != 0)
+    if (array.strides(i) % element != 0)
       throw py::value_error("an array whose strides are not whole elements is not taken; pass np.ascontiguousarray(a)");
-    strides.push_back(array.strides(i) / array.itemsize());
+    strides.push_back(array.strides(i) / element);
   }
   const auto [low, high] = element_span(sizes, strides);
-  const auto element = static_cast<int64_t>(array.itemsize());
   auto* first = static_cast<std::byte*>(const_cast<void*>(array.data())) + low * element;
   const int64_t nbytes = (high - low + 1) * element;
   // The deleter drops the array's reference, taking the GIL (it runs where the tensor's last
@@ -585,7 +587,7 @@ std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length) 
   if (array.size() > 0 && array.dtype().kind() != 'i' && array.dtype().kind() != 'u')
     throw py::type_error("indices must be integers, got " +
                          py::str(static_cast<const py::object&>(array.dtype())).cast<std::string>());
-  if (array.dtype().kind() == 'u' && array.itemsize() == 8 && array.size() > 0 &&
+  if (array.dtype().kind() == 'u' && itemsize_of(array.dtype()) == 8 && array.size() > 0 &&
       array.attr("max")().cast<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
     throw py::index_error("index " + py::str(array.attr("max")()).cast<std::string>() + " is out of range");
   auto as_int64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
