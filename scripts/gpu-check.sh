@@ -55,14 +55,15 @@ prepare() {
   du -sh "$stage_dir"
 }
 
-# run_stage NAME SECONDS FUNCTION: runs FUNCTION (in a fresh shell of this script) under a
-# time limit, its output in $out/NAME.txt, and records NAME's outcome for the closing table.
+# run_stage NAME SECONDS FUNCTION [ARG...]: runs FUNCTION (in a fresh shell of this script)
+# under a time limit, its output in $out/NAME.txt, and records NAME's outcome for the table.
 results=()
 run_stage() {
-  local name="$1" seconds="$2" function="$3"
+  local name="$1" seconds="$2"
+  shift 2
   local start=$SECONDS status
   echo "=== $name (limit ${seconds}s) $(date -u +%H:%M:%S)" | tee -a "$out/summary.txt"
-  timeout -k 10 "$seconds" bash "${BASH_SOURCE[0]}" stage "$function" >>"$out/$name.txt" 2>&1
+  timeout -k 10 "$seconds" bash "${BASH_SOURCE[0]}" stage "$@" >>"$out/$name.txt" 2>&1
   status=$?
   local verdict=passed
   [ "$status" -eq 124 ] || [ "$status" -eq 137 ] && verdict="TIMED OUT"
@@ -109,21 +110,31 @@ sanitizer() {
 
 all_tests() {
   # The whole suite with a device present (pinned staging, device checks in host tests), in
-  # shards of the machine's cores. The Python suite ran in its own stage.
+  # shards of the machine's cores. The Python suite ran in its own stage. A shard that runs
+  # past its limit names the test it was in.
   local shards=8 shard status=0
   for ((shard = 0; shard < shards; ++shard)); do
-    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$shard "$stage_dir/mmtensor_tests" \
-      >"/tmp/shard-$shard.txt" 2>&1 &
+    (GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$shard timeout -k 5 "$1" "$stage_dir/mmtensor_tests" \
+       >"/tmp/shard-$shard.txt" 2>&1
+     echo "shard $shard: exit $?" >>"/tmp/shard-$shard.txt") &
   done
-  for ((shard = 0; shard < shards; ++shard)); do wait -n || status=1; done
-  cat /tmp/shard-*.txt | grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[ +OK .*\([0-9]{4,} ms\)|tests ran|Failure|error' || true
+  wait
+  for ((shard = 0; shard < shards; ++shard)); do
+    local log="/tmp/shard-$shard.txt"
+    grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[ +OK .*\([0-9]{4,} ms\)|tests ran|Failure|^shard ' "$log"
+    if grep -qE '^shard [0-9]+: exit (124|137)' "$log"; then
+      echo "shard $shard ran past its limit in: $(grep '^\[ RUN' "$log" | tail -1)"
+      tail -n 30 "$log"
+    fi
+    grep -qE '^shard [0-9]+: exit 0$' "$log" || status=1
+  done
   return "$status"
 }
 
 cpu_bench() {
   # The host-side targets set for 2-core machines, on a machine whose cores are not shared.
   "$stage_dir/mmtensor_bench" --benchmark_counters_tabular=true \
-    --benchmark_filter='BM_GetBatch/|BM_LoaderVsGetBatch|BM_PackUncompressedVsDisk|BM_PackCompressedVsCodec'
+    --benchmark_filter='BM_GetBatch/|BM_GetBatchStreamingStores|BM_LoaderVsGetBatch|BM_PackUncompressedVsDisk|BM_PackCompressedVsCodec'
 }
 
 run() {
@@ -154,7 +165,7 @@ run() {
       bench) run_stage bench 90 loader_to_device ;;
       peer) run_stage peer 150 peer ;;
       python) run_stage python 90 python_tests ;;
-      all-tests) run_stage all-tests 150 all_tests ;;
+      all-tests) run_stage all-tests 150 all_tests 120 ;;
       sanitizer) run_stage sanitizer 90 sanitizer ;;
       cpu-bench) run_stage cpu-bench 90 cpu_bench ;;
       *) echo "unknown stage $stage" >&2; return 2 ;;
@@ -168,6 +179,6 @@ run() {
 case "${1:-}" in
   prepare) shift; prepare "$@" ;;
   run) shift; run "$@" ;;
-  stage) "$2" ;;
+  stage) "$2" "${@:3}" ;;
   *) sed -n '2,17p' "$0"; exit 2 ;;
 esac
