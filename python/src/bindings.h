@@ -11,6 +11,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cxxabi.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -27,19 +30,28 @@ namespace mmt::python {
 
 namespace py = pybind11;
 
-// Releases the GIL for engine work, as py::gil_scoped_release, with one difference: its
-// destructor may throw. A daemon thread inside an engine call when the interpreter exits is
-// ended by PyEval_RestoreThread with pthread_exit, a forced unwind; through pybind11's
-// noexcept destructor that is std::terminate (the whole process aborts at exit), here the
-// thread ends as Python means it to (pybind11's dispatcher lets the unwind pass). Use it
-// through without_gil(), which keeps an engine error from being in flight meanwhile: a forced
-// unwind that meets an exception being thrown is std::terminate too.
+// Releases the GIL for engine work, as py::gil_scoped_release, with one difference: a
+// daemon thread that wants the GIL back once the interpreter is finalizing is not unwound.
+// Python ends such a thread in PyEval_RestoreThread with pthread_exit, a forced unwind; through
+// pybind11's noexcept destructor that is std::terminate (the whole process aborts at exit),
+// and through pybind11's dispatcher it drops references to Python objects without the GIL,
+// deallocating some with no thread state: under Python 3.12 and NumPy 2 that crashed at exit
+// (SIGSEGV in 14 of 15 runs of test_a_daemon_thread_inside_the_engine_at_exit...). Here the
+// thread stops where it is, holding nothing of the engine's (fn() has returned), until the
+// process ends: what Python 3.14 itself does with such threads.
 class ReleaseGil {
  public:
   ReleaseGil() : state_(PyEval_SaveThread()) {}
   ReleaseGil(const ReleaseGil&) = delete;
   ReleaseGil& operator=(const ReleaseGil&) = delete;
-  ~ReleaseGil() noexcept(false) { PyEval_RestoreThread(state_); }
+  ~ReleaseGil() {
+    try {
+      PyEval_RestoreThread(state_);
+    } catch (abi::__forced_unwind&) {
+      // A forced unwind may not be swallowed: leaving this handler would be std::terminate.
+      for (;;) ::pause();
+    }
+  }
 
  private:
   PyThreadState* state_;
