@@ -18,7 +18,7 @@
 //     target >= 0.9. batches_per_s compares with bench/peer_dataloader.py (PyTorch
 //     DataLoader(pin_memory=True) over np.memmap, same shape and batch size): target >= 3x.
 //     Skips itself without a CUDA device. streaming:1 gathers with non-temporal stores
-//     (engine/streaming_copy.h), streaming:0 with memcpy.
+//     (engine/streaming_copy.h), streaming:0 with memcpy; prefetch: batches in flight.
 //   BM_LoaderColdRandom/record_bytes: the loader reading a cold file at random (2 workers,
 //     batch 256, uncompressed; the file's pages dropped from the page cache before each pass,
 //     the dataset opened after), with read_ahead Auto against Never, alternated in each
@@ -348,7 +348,7 @@ void BM_LoaderToDevice(benchmark::State& state) {
   options.fields = {"image", "label"};
   options.sampler.kind = SamplerKind::Random;
   options.num_workers = static_cast<int>(state.range(0));
-  options.prefetch_batches = 4;
+  options.prefetch_batches = static_cast<int>(state.range(2));
   options.device = Device(DeviceType::CUDA, 0);
   const int64_t batch_bytes = kBatch * (3 * 224 * 224 + 8);
   const int epochs = 4;
@@ -400,5 +400,6 @@ BENCHMARK(BM_LoaderColdRandom)->Arg(784)->Arg(150528)->ArgName("record_bytes")->
     ->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LoaderColdRandomTokens)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LoaderTokensSequential)->Iterations(9)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_LoaderToDevice)->ArgsProduct({{4, 8, 14}, {0, 1}})->ArgNames({"workers", "streaming"})->Iterations(5)
+BENCHMARK(BM_LoaderToDevice)->ArgsProduct({{4, 8, 14}, {0, 1}, {4}})->Args({14, 1, 8})->Args({15, 1, 8})
+    ->ArgNames({"workers", "streaming", "prefetch"})->Iterations(5)
     ->UseManualTime()->Unit(benchmark::kMillisecond);
