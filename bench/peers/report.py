@@ -219,9 +219,10 @@ def section(rows, config, gpu, figure_name):
         for row in gpu.get("rows", []):
             lines.append(f"| {row['contender']} | {row.get('batches_per_s', 0):.1f} | {row.get('GB_per_s', 0):.2f} | {row.get('note', '')} |")
     else:
-        lines += ["not measured: no GPU on this machine (scripts/bench.sh runs `mmtensor_bench "
+        lines += ["not measured in this run: no GPU on this machine (scripts/bench.sh runs `mmtensor_bench "
                   "--benchmark_filter=BM_LoaderToDevice` and bench/peer_dataloader.py when "
-                  "`nvidia-smi` finds one)."]
+                  "`nvidia-smi` finds one). Measured on a lent NVIDIA H200 with scripts/gpu-check.sh: "
+                  "see \"On a GPU\" under \"Loader (issue 5)\" below."]
     lines += ["", f"![peers]({figure_name})", "", END]
     return "\n".join(lines)
 
