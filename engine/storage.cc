@@ -194,6 +194,10 @@ UntypedStorage UntypedStorage::allocate(int64_t nbytes, Device device, size_t al
   impl->nbytes = nbytes;
   impl->device = device;
   if (device.is_cuda()) {
+    // Checked for an empty storage too, as torch.empty(0, device="cuda:7") is: a tensor must
+    // not claim a device that is not there (an unpickled empty CUDA tensor, say).
+    MMT_CHECK(device.index >= 0 && device.index < cuda::device_count(), CudaError, device.str(),
+              " is not available (", cuda::device_count(), " CUDA device(s) found)");
     if (nbytes > 0) {
       impl->data = static_cast<std::byte*>(cuda::malloc_device(nbytes, device.index));
       int index = device.index;

@@ -173,6 +173,15 @@ TEST(Storage, CudaStorageWithoutDeviceIsAClearError) {
   std::string msg = error_of([] { UntypedStorage::allocate(16, Device::parse("cuda:0")); });
   EXPECT_FALSE(msg.empty());
   EXPECT_NE(msg.find("cuda"), std::string::npos) << msg;
+  // An empty one too: no tensor may claim a device that is not there.
+  EXPECT_NE(error_of([] { UntypedStorage::allocate(0, Device::parse("cuda:0")); }).find("cuda:0 is not available"),
+            std::string::npos);
+}
+
+TEST(Storage, EmptyStorageOnAMissingDeviceIsRefused) {
+  const std::string missing = "cuda:" + std::to_string(cuda_device_count());  // one past the last
+  const std::string msg = error_of([&] { UntypedStorage::allocate(0, Device::parse(missing)); });
+  EXPECT_NE(msg.find(missing + " is not available"), std::string::npos) << msg;
 }
 
 TEST(Storage, CudaRoundTrip) {

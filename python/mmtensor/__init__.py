@@ -50,3 +50,10 @@ __all__ = [
     "FormatError", "Loader", "RaggedBatch", "Sample", "Tensor", "collate", "collate_torch", "concat",
     "cuda_is_available", "pack",
 ]
+
+
+def _rebuild_tensor(data, dtype, shape, device):
+    """Rebuilds a pickled Tensor (Tensor.__reduce__ names this function: pickle cannot name a
+    function of the compiled module)."""
+    from ._mmtensor import _tensor_from_bytes
+    return _tensor_from_bytes(data, dtype, shape, device)

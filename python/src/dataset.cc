@@ -173,7 +173,8 @@ values still read back in the logical shape, with strides to match.)doc")
 
   py::class_<Sample>(m, "Sample", R"doc(
 One record: a read-only mapping from field name to Tensor (views into the file, zero-copy,
-when its chunk is uncompressed). sample.index is the record's index.)doc")
+when its chunk is uncompressed). sample.index is the record's index. It pickles as a dict of
+its tensors, their values copied (for DataLoader worker processes).)doc")
       .def_property_readonly("index", &Sample::index)
       .def_property_readonly("fields", [](const Sample& s) { return s.schema().fields(); },
                              "The record's fields (Field: name, dtype, shape, is_fixed), in schema order")
@@ -205,6 +206,13 @@ when its chunk is uncompressed). sample.index is the record's index.)doc")
         py::list out;
         for (size_t i = 0; i < s.size(); ++i) out.append(py::make_tuple(s.schema()[i].name, wrap(s[i])));
         return out;
+      })
+      .def("__reduce__", [](const Sample& s) {
+        // As a dict of its tensors (their values copied, as Tensor pickles): what a DataLoader
+        // worker process sends back, for a collate function that takes any mapping.
+        py::dict fields;
+        for (const Field& field : s.schema().fields()) fields[py::str(field.name)] = wrap(sample_field(s, field.name));
+        return py::make_tuple(py::type::of(fields), py::make_tuple(fields));
       })
       .def("__repr__", [](const Sample& s) {
         std::string text = "<mmtensor.Sample " + std::to_string(s.index()) + ":";

@@ -187,6 +187,27 @@ py::object own_copy_if_mapped(const py::object& self) {
   return wrap(without_gil([&] { return s.tensor.clone(); }));
 }
 
+// A tensor rebuilt by pickle from Tensor.__reduce__: its values in row-major order, dtype,
+// shape and device. Memory of its own (host memory, then copied to the device).
+py::object tensor_from_bytes(const py::bytes& data, const py::object& dtype, const py::tuple& sizes,
+                             const std::string& device) {
+  const ScalarType type = parse_dtype(dtype);
+  const Device target = Device::parse(device);
+  DimVector shape;
+  for (const py::handle size : sizes) {
+    shape.push_back(size.cast<int64_t>());
+    if (shape.back() < 0) throw py::value_error("_tensor_from_bytes: a negative size in shape");
+  }
+  Tensor host = empty(shape, type);  // checks the element count for overflow
+  const std::string_view bytes = data;
+  if (static_cast<int64_t>(bytes.size()) != host.nbytes())
+    throw py::value_error("_tensor_from_bytes: " + std::to_string(bytes.size()) + " bytes for a tensor of " +
+                          std::to_string(host.nbytes()));
+  if (!bytes.empty()) std::memcpy(host.mutable_data_ptr(), bytes.data(), bytes.size());
+  if (target.is_cpu()) return wrap(std::move(host));
+  return wrap(without_gil([&] { return host.to(target); }));
+}
+
 // The buffer protocol's view of a host tensor (memoryview(t), np.asarray(t), hashlib). Throws
 // for a released batch, a CUDA tensor or bfloat16, which have none.
 py::buffer_info buffer_of(const PyTensor& s) {
@@ -602,6 +623,8 @@ std::string path_of(const py::handle& path) {
 }
 
 void bind_tensor(py::module_& m) {
+  m.def("_tensor_from_bytes", &tensor_from_bytes, py::arg("data"), py::arg("dtype"), py::arg("shape"),
+        py::arg("device"), "Rebuilds a pickled Tensor (Tensor.__reduce__)");
   py::class_<PyTensor> tensor_class(m, "Tensor", py::buffer_protocol(), R"doc(
 A strided view of typed memory: a dataset's mapping, a decoded chunk, a loader batch.
 
@@ -656,6 +679,25 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
         check_live(s);
         return wrap(without_gil([&] { return s.tensor.clone(); }));
       }, "A copy in memory of its own (the layout kept), writable; it holds no batch slot")
+      .def("__reduce__", [](const py::object& self) {
+        // Its values travel, not its memory: a view into a file or a loader batch pickles as
+        // a copy, and comes back as a tensor of its own on the same device.
+        const PyTensor& s = self.cast<const PyTensor&>();
+        check_live(s);
+        const Tensor values = without_gil([&] {
+          return s.tensor.device().is_cpu() ? s.tensor.clone(MemoryFormat::Contiguous) : s.tensor.cpu().contiguous();
+        });
+        py::bytes data(static_cast<const char*>(values.data_ptr()), static_cast<size_t>(values.nbytes()));
+        return py::make_tuple(py::module_::import("mmtensor").attr("_rebuild_tensor"),
+                              py::make_tuple(data, std::string(to_string(s.tensor.dtype())), int_tuple(s.tensor.sizes()),
+                                             s.tensor.device().str()));
+      })
+      .def("__copy__", [](const PyTensor& s) { return wrap(s.tensor, s.batch); },
+           "copy.copy(t): another tensor object over the same memory, as a view is")
+      .def("__deepcopy__", [](const PyTensor& s, const py::object&) {
+        check_live(s);
+        return wrap(without_gil([&] { return s.tensor.clone(); }));
+      }, py::arg("memo"), "copy.deepcopy(t): clone()")
       .def("contiguous", [](const py::object& self) -> py::object {
         const PyTensor& s = self.cast<const PyTensor&>();
         if (s.tensor.is_contiguous()) return self;

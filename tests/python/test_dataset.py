@@ -55,6 +55,36 @@ class DatasetTest(unittest.TestCase):
                     np.testing.assert_array_equal(ds.column(name, 10, 20).numpy(), source[10:20])
                 ds.verify()
 
+    def test_tensors_and_samples_pickle_and_copy_as_torch_users_expect(self):
+        import copy
+        import pickle
+        ds = mmtensor.Dataset(write(self.path("p.mmt"), self.fields, self.records))
+        sample = ds[7]
+        for name in ["image", "label", "weight", "flag"]:
+            with self.subTest(field=name):
+                view = sample[name]  # a view into the file; the image is channels-last
+                back = pickle.loads(pickle.dumps(view))
+                self.assertEqual((back.dtype, back.shape), (view.dtype, view.shape))
+                np.testing.assert_array_equal(back.numpy(), self.records[name][7])
+                self.assertTrue(back.is_contiguous())
+                self.assertNotEqual(back.data_ptr(), view.data_ptr())  # its values, not its memory
+                self.assertEqual(copy.copy(view).data_ptr(), view.data_ptr())  # a view, as torch's
+                deep = copy.deepcopy(view)
+                self.assertNotEqual(deep.data_ptr(), view.data_ptr())
+                np.testing.assert_array_equal(deep.numpy(), self.records[name][7])
+        # A Sample travels as a dict of its tensors (a DataLoader worker process sends it so).
+        back = pickle.loads(pickle.dumps(sample))
+        self.assertEqual(sorted(back), sorted(sample.keys()))
+        np.testing.assert_array_equal(back["image"].numpy(), self.images[7])
+        # What pickle is given back is checked, not trusted.
+        from mmtensor import _rebuild_tensor
+        with self.assertRaisesRegex(ValueError, "3 bytes for a tensor of 4"):
+            _rebuild_tensor(b"abc", "float32", (1,), "cpu")
+        with self.assertRaisesRegex(ValueError, "negative"):
+            _rebuild_tensor(b"", "float32", (-1,), "cpu")
+        with self.assertRaisesRegex(mmtensor.CudaError, "is not available"):
+            _rebuild_tensor(b"", "float32", (0,), "cuda:99")
+
     def test_an_uncompressed_sample_is_a_read_only_view_into_the_file(self):
         path = write(self.path("x.mmt"), self.fields, self.records)
         ds = mmtensor.Dataset(path)
