@@ -17,8 +17,9 @@
 //     the same batch bytes on one stream. vs_pinned_memcpy = loader bytes/s / memcpy bytes/s;
 //     target >= 0.9. batches_per_s compares with bench/peer_dataloader.py (PyTorch
 //     DataLoader(pin_memory=True) over np.memmap, same shape and batch size): target >= 3x.
-//     Skips itself without a CUDA device. streaming:1 gathers with non-temporal stores
-//     (engine/streaming_copy.h), streaming:0 with memcpy; prefetch: batches in flight.
+//     Skips itself without a CUDA device. streaming:1 is the default (values of 16 KB and
+//     more bound for the device go with non-temporal stores, engine/streaming_copy.h),
+//     streaming:0 gathers with memcpy; prefetch: batches in flight.
 //   BM_LoaderColdRandom/record_bytes: the loader reading a cold file at random (2 workers,
 //     batch 256, uncompressed; the file's pages dropped from the page cache before each pass,
 //     the dataset opened after), with read_ahead Auto against Never, alternated in each
@@ -340,9 +341,10 @@ void BM_LoaderToDevice(benchmark::State& state) {
   }
   constexpr int64_t kBatch = 256;
   const Dataset& dataset = device_dataset();
-  // streaming: 1 gathers with non-temporal stores (detail::streaming_copy), 0 with memcpy.
-  const int64_t default_streaming_min_bytes = detail::streaming_copy_min_bytes();
-  detail::set_streaming_copy_min_bytes(state.range(1) ? 0 : INT64_MAX);
+  // streaming: 1 is what ships (Auto: values of 16 KB and more bound for the device go with
+  // non-temporal stores), 0 gathers every value with memcpy.
+  const detail::ScopedStreamingStores streaming(state.range(1) ? detail::StreamingStores::Auto
+                                                               : detail::StreamingStores::Never);
   LoaderOptions options;
   options.batch_size = kBatch;
   options.fields = {"image", "label"};
@@ -385,7 +387,6 @@ void BM_LoaderToDevice(benchmark::State& state) {
   state.counters["loader_GB_per_s"] = batches * static_cast<double>(batch_bytes) / loader_seconds / 1e9;
   state.counters["memcpy_GB_per_s"] = median(memcpy_rates) / 1e9;
   state.SetBytesProcessed(batches * batch_bytes);
-  detail::set_streaming_copy_min_bytes(default_streaming_min_bytes);
 }
 
 }  // namespace

@@ -64,7 +64,7 @@ struct FieldCopy {
   std::byte* out = nullptr;
   int64_t out_record_bytes = 0;  // out's stride along the batch dimension, in bytes
   bool memcpy_ok = false;        // out[b] has the field's strides and is dense
-  bool streaming = false;        // memcpy_ok, and values large enough for streaming_copy
+  bool streaming = false;        // memcpy_ok, and copied with streaming_copy (use_streaming_copy)
   DimVector out_strides;         // out[b]'s strides, for the strided path
   detail::ByteFootprint out_footprint;  // where out's bytes lie (several fields: none may share any)
 
@@ -112,7 +112,7 @@ FieldCopy plan_field_copy(const Dataset::Impl& d, std::string_view field, const 
   for (size_t k = 0; k < plan.sizes.size(); ++k)
     same_layout = same_layout && (plan.sizes[k] == 1 || copy.out_strides[k] == plan.strides[k]);
   copy.memcpy_ok = same_layout;
-  copy.streaming = same_layout && plan.value_bytes >= detail::streaming_copy_min_bytes();
+  copy.streaming = same_layout && detail::use_streaming_copy(plan.value_bytes, batch);
   return copy;
 }
 
@@ -300,8 +300,7 @@ template <typename RecordAt, typename RowOf>
         detail::streaming_copy(out + row_of(b) * out_record_bytes, record_at(b) + offset,
                                static_cast<size_t>(value_bytes));
       }
-      detail::streaming_copy_fence();  // before the pool hands the rows on
-      continue;
+      continue;  // fenced by the caller (FenceStreamingCopies)
     }
     for (int64_t b = first; b != end; b += step) {
       prefetch_ahead(b, offset, value_bytes);
@@ -310,9 +309,27 @@ template <typename RecordAt, typename RowOf>
   }
 }
 
+// Fences the calling thread's streaming copies when it goes, on every way out: before the
+// pool or the loader hands the rows on, and after a fault too. Made outside a guarded
+// section, where a fault's jump would skip its destructor.
+class FenceStreamingCopies {
+ public:
+  explicit FenceStreamingCopies(std::span<const FieldCopy> fields)
+      : any_(std::any_of(fields.begin(), fields.end(), [](const FieldCopy& f) { return f.streaming; })) {}
+  ~FenceStreamingCopies() {
+    if (any_) detail::streaming_copy_fence();
+  }
+  FenceStreamingCopies(const FenceStreamingCopies&) = delete;
+  FenceStreamingCopies& operator=(const FenceStreamingCopies&) = delete;
+
+ private:
+  bool any_;
+};
+
 template <typename RecordAt, typename RowOf>
 void copy_rows(const Dataset::Impl& d, std::span<const FieldCopy> fields, const RowRange rows,
                const RecordAt& record_at, const RowOf& row_of) {
+  const FenceStreamingCopies fence(fields);
   // The records may lie in the mapping: a file truncated under us fails with IoError.
   d.guarded([&] { copy_rows_unguarded(fields, rows, record_at, row_of); });
 }
@@ -798,6 +815,7 @@ void detail::gather_records(const Dataset::Impl& layout, std::span<const int64_t
   const int64_t* const index_at = indices.data();
   const auto record_at = [index_at, parts](int64_t b) { return parts.record(index_at[b]); };
   split_rows(batch, record_bytes, threads, [&](const RowRange rows) {
+    const FenceStreamingCopies fence(copies);
     guard_mapped_reads(regions.regions, regions.lowest, regions.end,
                        [&] { copy_rows_unguarded(copies, rows, record_at, SameRows{}); });
   });

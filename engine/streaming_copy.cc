@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -11,17 +13,60 @@
 namespace mmt::detail {
 namespace {
 
-// From 16 KB a value: gathers of such records were 1.10-1.34 times as fast with streaming
-// stores on an AMD EPYC VM, where 784-byte records were 2.4-3.2 times slower: a batch of small
-// records stays in the cache, and partly filled lines cost a write to memory each
-// (bench/RESULTS.md, "Streaming stores").
-constexpr int64_t kDefaultStreamingCopyMinBytes = 16 << 10;
-std::atomic<int64_t> min_bytes{kDefaultStreamingCopyMinBytes};
+std::atomic<StreamingStores> mode{StreamingStores::Auto};
+thread_local bool device_bound = false;
 
 }  // namespace
 
-int64_t streaming_copy_min_bytes() noexcept { return min_bytes.load(std::memory_order_relaxed); }
-void set_streaming_copy_min_bytes(int64_t nbytes) noexcept { min_bytes.store(nbytes, std::memory_order_relaxed); }
+StreamingStores streaming_stores() noexcept { return mode.load(std::memory_order_relaxed); }
+void set_streaming_stores(StreamingStores m) noexcept { mode.store(m, std::memory_order_relaxed); }
+
+namespace {
+
+// The size of the level-3 cache the calling core shares, from sysfs ("32768K"); -1 if unknown.
+// Not sysconf(_SC_LEVEL3_CACHE_SIZE): on an AMD EPYC VM it gave the whole socket's 256 MB
+// where a core shares 32 MB.
+int64_t shared_l3_bytes() noexcept try {
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream level_file(dir + "level"), size_file(dir + "size");
+    int level = 0;
+    int64_t size = 0;
+    std::string unit;
+    if (!(level_file >> level) || level != 3) continue;
+    if (!(size_file >> size) || size <= 0) return -1;
+    size_file >> unit;  // "32768K": the number and its unit may also be apart
+    const char suffix = !unit.empty() ? unit[0] : 'B';
+    return suffix == 'K' ? size << 10 : suffix == 'M' ? size << 20 : size;
+  }
+  return -1;
+} catch (...) {  // no memory for a path: the floor will do
+  return -1;
+}
+
+}  // namespace
+
+int64_t streaming_min_batch_bytes() noexcept {
+  static const int64_t bytes = std::max<int64_t>(shared_l3_bytes(), int64_t{32} << 20);
+  return bytes;
+}
+
+bool use_streaming_copy(int64_t value_bytes, int64_t rows) noexcept {
+  switch (streaming_stores()) {
+    case StreamingStores::Never:
+      return false;
+    case StreamingStores::Always:
+      return true;
+    case StreamingStores::Auto:
+      break;
+  }
+  if (value_bytes < kStreamingMinValueBytes) return false;
+  // rows * value_bytes cannot overflow: both describe memory the caller holds.
+  return device_bound || rows * value_bytes >= streaming_min_batch_bytes();
+}
+
+DeviceBoundGather::DeviceBoundGather(bool bound) noexcept : previous_(device_bound) { device_bound = bound; }
+DeviceBoundGather::~DeviceBoundGather() { device_bound = previous_; }
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define MMT_SANITIZED_BUILD 1
@@ -33,15 +78,16 @@ void set_streaming_copy_min_bytes(int64_t nbytes) noexcept { min_bytes.store(nby
 
 void streaming_copy(void* dst, const void* src, size_t nbytes) noexcept {
 #if defined(MMT_SANITIZED_BUILD)
-  // The sanitizers do not see the intrinsics' loads and stores: memcpy the same bytes first,
-  // so that ASan checks both ranges and TSan sees the write.
+  // The sanitizers do not see the non-temporal stores: memcpy the same bytes first, so that
+  // ASan checks the destination and TSan sees the write.
   std::memcpy(dst, src, nbytes);
 #endif
 #if defined(__x86_64__)
   auto* out = static_cast<std::byte*>(dst);
   const auto* in = static_cast<const std::byte*>(src);
-  // The head up to the destination's next 16-byte boundary, the way memcpy does it.
-  const size_t head = std::min(nbytes, (16 - reinterpret_cast<uintptr_t>(out) % 16) % 16);
+  // Up to the destination's next line with memcpy, so that every streamed line is whole: a
+  // line written partly by ordinary and partly by non-temporal stores flushes early.
+  const size_t head = std::min(nbytes, (64 - reinterpret_cast<uintptr_t>(out) % 64) % 64);
   std::memcpy(out, in, head);
   out += head, in += head, nbytes -= head;
   for (; nbytes >= 64; out += 64, in += 64, nbytes -= 64) {

@@ -1,9 +1,8 @@
 // Copies that bypass the CPU caches (non-temporal stores), for large values a gather writes
 // and the CPU does not read again soon: a batch bound for the GPU, whose bytes the DMA engine
-// reads from memory. An ordinary store first reads the destination line into the cache (a
-// read for ownership) and later writes it back; a non-temporal store only writes. On a
-// memory-bound gather with the device's copy reading at the same time, that is a quarter of
-// the memory traffic.
+// reads from memory, or a batch too large to stay in the last-level cache anyway. An ordinary
+// store first reads the destination line into the cache (a read for ownership) and later
+// writes it back; a non-temporal store only writes.
 #pragma once
 
 #include <cstddef>
@@ -11,13 +10,53 @@
 
 namespace mmt::detail {
 
-// Values of at least this many bytes are gathered with streaming_copy (the default:
-// kDefaultStreamingCopyMinBytes). Process-wide; for benchmarks that compare the two ways.
-int64_t streaming_copy_min_bytes() noexcept;
-void set_streaming_copy_min_bytes(int64_t nbytes) noexcept;
+// Which values get_batch copies with streaming_copy. Auto, the default: values of at least
+// kStreamingMinValueBytes, when the gather is bound for a device (DeviceBoundGather) or the
+// field's rows of the batch fill at least streaming_min_batch_bytes(). Never and Always are
+// for benchmarks that compare the two ways. Process-wide.
+enum class StreamingStores { Auto, Never, Always };
+StreamingStores streaming_stores() noexcept;
+void set_streaming_stores(StreamingStores mode) noexcept;
 
-// memcpy's contract, with non-temporal stores for the destination's whole 16-byte blocks
-// (memcpy on other processors than x86-64).
+// Sets the mode while it lives (benchmarks and tests).
+class ScopedStreamingStores {
+ public:
+  explicit ScopedStreamingStores(StreamingStores mode) noexcept : previous_(streaming_stores()) {
+    set_streaming_stores(mode);
+  }
+  ~ScopedStreamingStores() { set_streaming_stores(previous_); }
+  ScopedStreamingStores(const ScopedStreamingStores&) = delete;
+  ScopedStreamingStores& operator=(const ScopedStreamingStores&) = delete;
+
+ private:
+  StreamingStores previous_;
+};
+
+// Smaller values lose: a line a record fills only in part costs a read-modify-write in
+// memory (784-byte records gathered 2.4-3.2x slower with streaming stores).
+constexpr int64_t kStreamingMinValueBytes = 16 << 10;
+// The last-level cache's size (sysconf), at least 32 MB: a batch smaller than that may still
+// be in the cache when its consumer reads it, and memcpy then wins.
+int64_t streaming_min_batch_bytes() noexcept;
+
+// Whether a value of `value_bytes`, `rows` of them, is copied with streaming_copy.
+bool use_streaming_copy(int64_t value_bytes, int64_t rows) noexcept;
+
+// Marks the calling thread's gathers, while it lives, as bound for a device: their bytes are
+// read next by a copy engine, not by this processor (the loader's pinned ring for cuda:N).
+class DeviceBoundGather {
+ public:
+  explicit DeviceBoundGather(bool bound = true) noexcept;
+  ~DeviceBoundGather();
+  DeviceBoundGather(const DeviceBoundGather&) = delete;
+  DeviceBoundGather& operator=(const DeviceBoundGather&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// memcpy's contract, with non-temporal stores for the destination's whole 64-byte lines
+// (memcpy for the rest, and on other processors than x86-64).
 void streaming_copy(void* dst, const void* src, size_t nbytes) noexcept;
 
 // Orders the streaming copies this thread made before its later stores: non-temporal stores

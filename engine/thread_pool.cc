@@ -109,16 +109,18 @@ int ThreadPool::hardware_threads() {
 
 namespace {
 
-// The shared pool, made on first use and destroyed at exit. In the child of a fork it is
-// forgotten (its workers stayed in the parent) and the child makes its own on first use.
+// The shared pool, made on first use and never destroyed: at exit, a thread the process
+// does not join (a Python daemon thread inside get_batch, say) may still be running a loop on
+// it, and would find it freed; its workers, asleep or spinning, end with the process. In the
+// child of a fork it is forgotten (its workers stayed in the parent) and the child makes its
+// own on first use.
 struct SharedPool {
   std::mutex mutex;  // serializes the making, and is held across fork() so none is half made
   std::atomic<ThreadPool*> pool{nullptr};
-  ~SharedPool() { delete pool.load(std::memory_order_acquire); }
 };
 
 SharedPool& shared_pool() {
-  static SharedPool holder;
+  static SharedPool& holder = *new SharedPool;
   return holder;
 }
 

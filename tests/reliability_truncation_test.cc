@@ -32,6 +32,7 @@
 #include "mmtensor/loader.h"
 #include "mmtensor/numpy_io.h"
 #include "mmtensor/packer.h"
+#include "streaming_copy.h"
 #include "test_util.h"
 
 namespace mmt {
@@ -243,6 +244,11 @@ TEST_P(TruncatedUnderReader, EngineReadsFailWithIoErrorAndTheHandleSurvives) {
 
     EXPECT_TRUNCATION_ERROR(ds.get_batch(indices, "x"), copy);
     EXPECT_TRUNCATION_ERROR(ds.get_batch(indices, "label", /*threads=*/2), copy);
+    {  // the same through streaming stores, the way large values are gathered
+      const detail::ScopedStreamingStores streaming(detail::StreamingStores::Always);
+      EXPECT_TRUNCATION_ERROR(ds.get_batch(indices, "x"), copy);
+      EXPECT_TRUNCATION_ERROR(ds.get_batch(indices, "x", /*threads=*/2), copy);
+    }
     EXPECT_TRUNCATION_ERROR(ds.verify(), copy);
     if (!ds.column_is_view("x")) EXPECT_TRUNCATION_ERROR(ds.column("x"), copy);
     if (std::string(GetParam().codec) != "none") EXPECT_TRUNCATION_ERROR(ds.get(kRecords - 2000), copy);

@@ -35,14 +35,33 @@ TEST(StreamingCopy, CopiesMemcpysBytesAtEveryLengthAndAlignment) {
   }
 }
 
-// Restores the process-wide threshold whatever the test does.
-struct StreamingThreshold {
-  explicit StreamingThreshold(int64_t nbytes) : saved(detail::streaming_copy_min_bytes()) {
-    detail::set_streaming_copy_min_bytes(nbytes);
+TEST(StreamingCopy, TheDefaultStreamsLargeValuesBoundForADeviceOrBeyondTheCache) {
+  const detail::ScopedStreamingStores automatic(detail::StreamingStores::Auto);
+  const int64_t large = detail::kStreamingMinValueBytes, small = large - 1;
+  // A host batch that fits in the last-level cache keeps ordinary stores; one beyond it streams.
+  EXPECT_FALSE(detail::use_streaming_copy(large, 16));
+  EXPECT_TRUE(detail::use_streaming_copy(large, detail::streaming_min_batch_bytes() / large + 1));
+  EXPECT_FALSE(detail::use_streaming_copy(small, detail::streaming_min_batch_bytes()));  // lines filled in part
+  {
+    const detail::DeviceBoundGather bound;  // the loader's ring for cuda:N
+    EXPECT_TRUE(detail::use_streaming_copy(large, 1));
+    EXPECT_FALSE(detail::use_streaming_copy(small, 1));
+    {
+      const detail::DeviceBoundGather not_bound(false);
+      EXPECT_FALSE(detail::use_streaming_copy(large, 1));
+    }
+    EXPECT_TRUE(detail::use_streaming_copy(large, 1));
   }
-  ~StreamingThreshold() { detail::set_streaming_copy_min_bytes(saved); }
-  int64_t saved;
-};
+  EXPECT_FALSE(detail::use_streaming_copy(large, 1));
+  EXPECT_GE(detail::streaming_min_batch_bytes(), int64_t{32} << 20);
+  {
+    const detail::ScopedStreamingStores never(detail::StreamingStores::Never);
+    const detail::DeviceBoundGather bound;
+    EXPECT_FALSE(detail::use_streaming_copy(large, 1 << 20));
+  }
+  const detail::ScopedStreamingStores always(detail::StreamingStores::Always);
+  EXPECT_TRUE(detail::use_streaming_copy(1, 1));
+}
 
 TEST(StreamingCopy, BatchesGatheredWithStreamingStoresEqualGet) {
   TempDir dir;
@@ -60,8 +79,9 @@ TEST(StreamingCopy, BatchesGatheredWithStreamingStoresEqualGet) {
   }
   Dataset dataset = Dataset::open(path);
   const std::vector<int64_t> indices = {39, 0, 7, 7, 22, 13, 1, 38, 5};
-  for (const int64_t min_bytes : {int64_t{0}, int64_t{1} << 14, INT64_MAX}) {
-    const StreamingThreshold threshold(min_bytes);
+  for (const auto mode : {detail::StreamingStores::Always, detail::StreamingStores::Auto, detail::StreamingStores::Never}) {
+    const detail::ScopedStreamingStores streaming(mode);
+    const int64_t min_bytes = static_cast<int64_t>(mode);  // for the messages
     for (const int threads : {1, 2}) {
       Tensor images = empty({static_cast<int64_t>(indices.size()), kValueBytes}, kUInt8);
       Tensor small = empty({static_cast<int64_t>(indices.size()), 3}, kInt32);
@@ -71,7 +91,7 @@ TEST(StreamingCopy, BatchesGatheredWithStreamingStoresEqualGet) {
       for (size_t row = 0; row < indices.size(); ++row) {
         const auto r = static_cast<int64_t>(row);
         EXPECT_TRUE(images[r].equal(dataset.get(indices[row], "image")))
-            << "threshold " << min_bytes << ", " << threads << " threads, row " << row;
+            << "mode " << min_bytes << ", " << threads << " threads, row " << row;
         EXPECT_TRUE(small[r].equal(dataset.get(indices[row], "small")));
       }
     }

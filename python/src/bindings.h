@@ -30,31 +30,66 @@ namespace mmt::python {
 
 namespace py = pybind11;
 
-// Releases the GIL for engine work, as py::gil_scoped_release, with one difference: a
-// daemon thread that wants the GIL back once the interpreter is finalizing is not unwound.
-// Python ends such a thread in PyEval_RestoreThread with pthread_exit, a forced unwind; through
-// pybind11's noexcept destructor that is std::terminate (the whole process aborts at exit),
-// and through pybind11's dispatcher it drops references to Python objects without the GIL,
-// deallocating some with no thread state: under Python 3.12 and NumPy 2 that crashed at exit
-// (SIGSEGV in 14 of 15 runs of test_a_daemon_thread_inside_the_engine_at_exit...). Here the
-// thread stops where it is, holding nothing of the engine's (fn() has returned), until the
-// process ends: what Python 3.14 itself does with such threads.
+// Whether the interpreter is shutting down, when a thread other than the main one can no
+// longer take the GIL.
+inline bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+// A daemon thread that wants the GIL back once the interpreter is finalizing is ended by
+// Python with pthread_exit, a forced unwind. Through pybind11's noexcept destructors that is
+// std::terminate (the whole process aborts at exit); through pybind11's dispatcher it drops
+// references to Python objects without the GIL, deallocating some with no thread state: under
+// Python 3.12 and NumPy 2 that crashed at exit (SIGSEGV in 13 of 15 runs of the GPU machine's
+// diagnosis). The GIL is taken back through the two classes below, which stop such a thread
+// where it is instead, holding nothing of the engine's, until the process ends: what Python
+// 3.14 itself does with such threads. Another forced unwind (pthread_cancel) goes on. (An
+// application that embeds Python and runs on after Py_Finalize keeps such a thread parked.)
+[[noreturn]] inline void park_until_exit() {
+  for (;;) ::pause();  // a forced unwind may not be swallowed: leaving the handler is std::terminate
+}
+
+// Releases the GIL for engine work, as py::gil_scoped_release, with the difference above.
 class ReleaseGil {
  public:
   ReleaseGil() : state_(PyEval_SaveThread()) {}
   ReleaseGil(const ReleaseGil&) = delete;
   ReleaseGil& operator=(const ReleaseGil&) = delete;
-  ~ReleaseGil() {
+  ~ReleaseGil() noexcept(false) {  // lets a cancellation's unwind go on
     try {
       PyEval_RestoreThread(state_);
     } catch (abi::__forced_unwind&) {
-      // A forced unwind may not be swallowed: leaving this handler would be std::terminate.
-      for (;;) ::pause();
+      if (!interpreter_finalizing()) throw;
+      park_until_exit();
     }
   }
 
  private:
   PyThreadState* state_;
+};
+
+// Holds the GIL, as py::gil_scoped_acquire, on any thread (a storage's deleter runs where the
+// last handle goes), with the difference above.
+class AcquireGil {
+ public:
+  AcquireGil() {
+    try {
+      state_ = PyGILState_Ensure();
+    } catch (abi::__forced_unwind&) {
+      if (!interpreter_finalizing()) throw;
+      park_until_exit();
+    }
+  }
+  AcquireGil(const AcquireGil&) = delete;
+  AcquireGil& operator=(const AcquireGil&) = delete;
+  ~AcquireGil() { PyGILState_Release(state_); }
+
+ private:
+  PyGILState_STATE state_;
 };
 
 // A Python object's lock that the child of a fork() never takes. torch DataLoader workers

@@ -16,15 +16,6 @@ py::object python_complex(std::complex<double> v);  // below
 
 namespace {
 
-// Whether the interpreter is shutting down, when the GIL can no longer be taken.
-bool interpreter_finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
-#endif
-}
-
 // DLPack 0.8 added a code for bool; the 0.6 header Debian 12 ships predates it. PyTorch 2
 // and NumPy 1.25 read it.
 constexpr uint8_t kDLBoolCode = 6;
@@ -433,7 +424,7 @@ Tensor tensor_of_array(const py::array& array, bool writable) {
       first, nbytes,
       [held](void*) {
         if (interpreter_finalizing()) return;
-        py::gil_scoped_acquire gil;
+        const AcquireGil gil;  // parks this thread if finalizing began meanwhile
         delete held;
       },
       kCPU, /*read_only=*/!array.writeable());
@@ -481,7 +472,7 @@ Tensor tensor_of_dlpack(const py::handle& producer) {
       first, (high - low + 1) * element,
       [managed](void*) {
         if (interpreter_finalizing()) return;  // the producer's deleter may need the interpreter
-        py::gil_scoped_acquire gil;
+        const AcquireGil gil;  // parks this thread if finalizing began meanwhile
         if (managed->deleter) managed->deleter(managed);
       },
       kCPU);
