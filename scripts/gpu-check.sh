@@ -16,7 +16,9 @@
 # `run` sets MMT_REQUIRE_CUDA=1, so a GPU this build cannot use (a driver older than its
 # CUDA runtime, say) fails loudly instead of skipping.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# This script's absolute path: the stages run it again after the cd below.
+self="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
+cd "$(dirname "$self")/.."
 
 stage_dir=build-gpu
 
@@ -25,6 +27,10 @@ prepare() {
   local build="${1:-build-rel}"
   shift || true
   [ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  if ! grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' "$build/CMakeCache.txt"; then
+    echo "gpu-check: $build is not a Release build; its timings would not be the engine's" >&2
+    exit 1
+  fi
   ninja -C "$build" mmtensor_tests mmtensor_bench mmt _mmtensor
   rm -rf "$stage_dir"
   mkdir -p "$stage_dir/python/mmtensor" "$stage_dir/carried-libs"
@@ -57,13 +63,14 @@ prepare() {
 
 # run_stage NAME SECONDS FUNCTION [ARG...]: runs FUNCTION (in a fresh shell of this script)
 # under a time limit, its output in $out/NAME.txt, and records NAME's outcome for the table.
+# The device tool brings back 8 files: summary.txt and 7 stages' files, no more.
 results=()
 run_stage() {
   local name="$1" seconds="$2"
   shift 2
   local start=$SECONDS status
   echo "=== $name (limit ${seconds}s) $(date -u +%H:%M:%S)" | tee -a "$out/summary.txt"
-  timeout -k 10 "$seconds" bash "${BASH_SOURCE[0]}" stage "$@" >>"$out/$name.txt" 2>&1
+  timeout -k 10 "$seconds" bash "$self" stage "$@" >>"$out/$name.txt" 2>&1
   status=$?
   local verdict=passed
   [ "$status" -eq 124 ] || [ "$status" -eq 137 ] && verdict="TIMED OUT"
