@@ -33,10 +33,11 @@ class ScopedStreamingStores {
 };
 
 // Smaller values lose: a line a record fills only in part costs a read-modify-write in
-// memory (784-byte records gathered 2.4-3.2x slower with streaming stores).
+// memory (784-byte records gathered 1.5-1.6x slower with streaming stores; bench/RESULTS.md,
+// "Streaming stores").
 constexpr int64_t kStreamingMinValueBytes = 16 << 10;
-// The last-level cache's size (sysconf), at least 32 MB: a batch smaller than that may still
-// be in the cache when its consumer reads it, and memcpy then wins.
+// The size of the L3 cache a core shares (sysfs), at least 32 MB: a batch smaller than that
+// may still be in the cache when its consumer reads it, and memcpy then wins.
 int64_t streaming_min_batch_bytes() noexcept;
 
 // Whether a value of `value_bytes`, `rows` of them, is copied with streaming_copy.
