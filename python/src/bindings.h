@@ -47,8 +47,10 @@ inline bool interpreter_finalizing() {
 // Python 3.12 and NumPy 2 that crashed at exit (SIGSEGV in 13 of 15 runs of the GPU machine's
 // diagnosis). The GIL is taken back through the two classes below, which stop such a thread
 // where it is instead, holding nothing of the engine's, until the process ends: what Python
-// 3.14 itself does with such threads. Another forced unwind (pthread_cancel) goes on. (An
-// application that embeds Python and runs on after Py_Finalize keeps such a thread parked.)
+// 3.14 itself does with such threads. A cancellation (pthread_cancel) is not parked: it
+// unwinds on, and ends the process where pybind11's or a deleter's noexcept frames meet it,
+// as it did before. (An application that embeds Python and runs on after Py_Finalize keeps
+// a parked thread parked.)
 [[noreturn]] inline void park_until_exit() {
   for (;;) ::pause();  // a forced unwind may not be swallowed: leaving the handler is std::terminate
 }
@@ -124,6 +126,8 @@ auto without_gil(Fn&& fn) -> decltype(fn()) {
       ReleaseGil nogil;
       try {
         fn();
+      } catch (abi::__forced_unwind&) {
+        throw;  // a cancellation is not an error to report: swallowing it is std::terminate
       } catch (...) {
         error = std::current_exception();
       }
@@ -135,6 +139,8 @@ auto without_gil(Fn&& fn) -> decltype(fn()) {
       ReleaseGil nogil;
       try {
         result.emplace(fn());
+      } catch (abi::__forced_unwind&) {
+        throw;  // as above
       } catch (...) {
         error = std::current_exception();
       }

@@ -189,11 +189,20 @@ py::object tensor_from_bytes(const py::bytes& data, const py::object& dtype, con
     shape.push_back(size.cast<int64_t>());
     if (shape.back() < 0) throw py::value_error("_tensor_from_bytes: a negative size in shape");
   }
-  Tensor host = empty(shape, type);  // checks the element count for overflow
+  // The size the shape needs, checked against the bytes given before anything is allocated:
+  // a hostile pickle may name a shape of terabytes.
   const std::string_view bytes = data;
-  if (static_cast<int64_t>(bytes.size()) != host.nbytes())
+  int64_t nbytes = element_size(type);
+  for (int64_t size : shape)
+    if (__builtin_mul_overflow(nbytes, size, &nbytes))
+      throw py::value_error("_tensor_from_bytes: a shape of more bytes than fit in int64");
+  if (static_cast<int64_t>(bytes.size()) != nbytes)
     throw py::value_error("_tensor_from_bytes: " + std::to_string(bytes.size()) + " bytes for a tensor of " +
-                          std::to_string(host.nbytes()));
+                          std::to_string(nbytes));
+  // A bool is one byte, 0 or 1: any other value read as a C++ bool is undefined behaviour.
+  if (type == kBool && bytes.find_first_not_of(std::string_view("\0\1", 2)) != std::string_view::npos)
+    throw py::value_error("_tensor_from_bytes: a bool tensor's bytes must be 0 or 1");
+  Tensor host = empty(shape, type);
   if (!bytes.empty()) std::memcpy(host.mutable_data_ptr(), bytes.data(), bytes.size());
   if (target.is_cpu()) return wrap(std::move(host));
   return wrap(without_gil([&] { return host.to(target); }));

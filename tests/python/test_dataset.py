@@ -82,6 +82,10 @@ class DatasetTest(unittest.TestCase):
             _rebuild_tensor(b"abc", "float32", (1,), "cpu")
         with self.assertRaisesRegex(ValueError, "negative"):
             _rebuild_tensor(b"", "float32", (-1,), "cpu")
+        with self.assertRaisesRegex(ValueError, "0 bytes for a tensor of 68719476736"):
+            _rebuild_tensor(b"", "float64", (1 << 33,), "cpu")  # refused before 64 GiB is asked for
+        with self.assertRaisesRegex(ValueError, "0 or 1"):
+            _rebuild_tensor(b"\x05", "bool", (1,), "cpu")
         with self.assertRaisesRegex(mmtensor.CudaError, "is not available"):
             _rebuild_tensor(b"", "float32", (0,), "cuda:99")
 

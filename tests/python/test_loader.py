@@ -334,6 +334,18 @@ class LoaderTest(unittest.TestCase):
             indices = batch.indices.numpy()
             np.testing.assert_array_equal(images.cpu().numpy(), self.images[indices])
 
+    def test_a_cuda_tensor_pickles_back_onto_its_device(self):
+        if not mmtensor.cuda_is_available():
+            self.skipTest("no CUDA device")
+        import pickle
+        loader = mmtensor.Loader(self.ds, batch_size=16, device="cuda:0")
+        batch = next(iter(loader))
+        back = pickle.loads(pickle.dumps(batch["image"]))
+        self.assertEqual((back.device, back.dtype, back.shape), (batch["image"].device, batch["image"].dtype,
+                                                                 batch["image"].shape))
+        np.testing.assert_array_equal(back.cpu().numpy(), self.images[batch.indices.numpy()])
+        loader.close()
+
 
 if __name__ == "__main__":
     unittest.main()
