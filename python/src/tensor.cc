@@ -178,6 +178,12 @@ py::object own_copy_if_mapped(const py::object& self) {
   return wrap(without_gil([&] { return s.tensor.clone(); }));
 }
 
+// t.clone() and copy.deepcopy(t): memory of its own, the layout kept, no batch slot held.
+py::object clone_of(const PyTensor& s) {
+  check_live(s);
+  return wrap(without_gil([&] { return s.tensor.clone(); }));
+}
+
 // A tensor rebuilt by pickle from Tensor.__reduce__: its values in row-major order, dtype,
 // shape and device. Memory of its own (host memory, then copied to the device).
 py::object tensor_from_bytes(const py::bytes& data, const py::object& dtype, const py::tuple& sizes,
@@ -675,29 +681,29 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
         if (s.tensor.dim() == 0) throw py::type_error("len() of a 0-d tensor");
         return s.tensor.sizes()[0];
       })
-      .def("clone", [](const PyTensor& s) {
-        check_live(s);
-        return wrap(without_gil([&] { return s.tensor.clone(); }));
-      }, "A copy in memory of its own (the layout kept), writable; it holds no batch slot")
+      .def("clone", &clone_of, "A copy in memory of its own (the layout kept), writable; it holds no batch slot")
       .def("__reduce__", [](const py::object& self) {
         // Its values travel, not its memory: a view into a file or a loader batch pickles as
         // a copy, and comes back as a tensor of its own on the same device.
+        // The values are copied once, straight into the bytes object pickle keeps.
         const PyTensor& s = self.cast<const PyTensor&>();
         check_live(s);
-        const Tensor values = without_gil([&] {
-          return s.tensor.device().is_cpu() ? s.tensor.clone(MemoryFormat::Contiguous) : s.tensor.cpu().contiguous();
+        const int64_t nbytes = s.tensor.nbytes();
+        auto data = py::reinterpret_steal<py::bytes>(PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(nbytes)));
+        if (!data) throw py::error_already_set();
+        void* buffer = PyBytes_AS_STRING(data.ptr());
+        without_gil([&] {
+          const Tensor values(UntypedStorage::from_blob(buffer, nbytes, [](void*) {}), s.tensor.dtype(), s.tensor.sizes());
+          values.copy_(s.tensor);
         });
-        py::bytes data(static_cast<const char*>(values.data_ptr()), static_cast<size_t>(values.nbytes()));
         return py::make_tuple(py::module_::import("mmtensor").attr("_rebuild_tensor"),
                               py::make_tuple(data, std::string(to_string(s.tensor.dtype())), int_tuple(s.tensor.sizes()),
                                              s.tensor.device().str()));
       })
       .def("__copy__", [](const PyTensor& s) { return wrap(s.tensor, s.batch); },
            "copy.copy(t): another tensor object over the same memory, as a view is")
-      .def("__deepcopy__", [](const PyTensor& s, const py::object&) {
-        check_live(s);
-        return wrap(without_gil([&] { return s.tensor.clone(); }));
-      }, py::arg("memo"), "copy.deepcopy(t): clone()")
+      .def("__deepcopy__", [](const PyTensor& s, const py::object&) { return clone_of(s); }, py::arg("memo"),
+           "copy.deepcopy(t): clone()")
       .def("contiguous", [](const py::object& self) -> py::object {
         const PyTensor& s = self.cast<const PyTensor&>();
         if (s.tensor.is_contiguous()) return self;
