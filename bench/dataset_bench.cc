@@ -270,7 +270,7 @@ void BM_GetBatchStreamingStores(benchmark::State& state) {
   state.counters["vs_memcpy_gather"] = bench::median_speed_ratio(streaming, ordinary, 101);
   state.counters["batch_MB"] = static_cast<double>(batch * record_bytes) / (1 << 20);
   // What the default (Auto) does with this batch on this machine: 1 streams.
-  state.counters["auto_streams"] = detail::use_streaming_copy(record_bytes, batch);
+  state.counters["auto_streams"] = detail::use_streaming_copy(record_bytes, batch * record_bytes);
 }
 
 void BM_ReadCompressed(benchmark::State& state) {

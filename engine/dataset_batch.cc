@@ -64,7 +64,7 @@ struct FieldCopy {
   std::byte* out = nullptr;
   int64_t out_record_bytes = 0;  // out's stride along the batch dimension, in bytes
   bool memcpy_ok = false;        // out[b] has the field's strides and is dense
-  bool streaming = false;        // memcpy_ok, and copied with streaming_copy (use_streaming_copy)
+  bool streaming = false;        // memcpy_ok, and copied with streaming_copy (choose_streaming_stores)
   DimVector out_strides;         // out[b]'s strides, for the strided path
   detail::ByteFootprint out_footprint;  // where out's bytes lie (several fields: none may share any)
 
@@ -112,8 +112,16 @@ FieldCopy plan_field_copy(const Dataset::Impl& d, std::string_view field, const 
   for (size_t k = 0; k < plan.sizes.size(); ++k)
     same_layout = same_layout && (plan.sizes[k] == 1 || copy.out_strides[k] == plan.strides[k]);
   copy.memcpy_ok = same_layout;
-  copy.streaming = same_layout && detail::use_streaming_copy(plan.value_bytes, batch);
   return copy;
+}
+
+// Which of a gather's copies use streaming stores: decided for the whole gather, whose bytes
+// are every field's rows (each describes output memory the caller holds: no overflow).
+void choose_streaming_stores(std::span<FieldCopy> copies, int64_t batch) {
+  int64_t gather_bytes = 0;
+  for (const FieldCopy& copy : copies) gather_bytes += batch * copy.plan->value_bytes;
+  for (FieldCopy& copy : copies)
+    copy.streaming = copy.memcpy_ok && detail::use_streaming_copy(copy.plan->value_bytes, gather_bytes);
 }
 
 // "[first, last] of its storage": where an output's bytes lie, for an error message.
@@ -746,6 +754,7 @@ std::span<const FieldCopy> plan_copies(const Dataset::Impl& d, std::span<const s
   copies.clear();
   for (size_t k = 0; k < fields.size(); ++k) copies.push_back(plan_field_copy(d, fields[k], outs[k], batch));
   check_outputs_share_nothing(fields, outs, copies);
+  choose_streaming_stores(copies, batch);
   return copies;
 }
 
@@ -829,7 +838,8 @@ void Dataset::get_batch(std::span<const int64_t> indices, std::string_view field
                               threads);
   }
   const Impl& d = checked_impl(impl_);
-  const FieldCopy copy = plan_field_copy(d, field, out, static_cast<int64_t>(indices.size()));
+  FieldCopy copy = plan_field_copy(d, field, out, static_cast<int64_t>(indices.size()));
+  choose_streaming_stores(std::span<FieldCopy>(&copy, 1), static_cast<int64_t>(indices.size()));
   gather_reading_ahead(d, indices, std::span<const FieldCopy>(&copy, 1), threads);
 }
 

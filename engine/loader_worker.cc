@@ -223,9 +223,10 @@ void LoaderCore::fill_fixed_rows(const Piece& piece) {
                        .narrow(0, piece.row_begin, piece.row_end - piece.row_begin));
   if (!fixed_fields.empty()) try {
       const ReadAheadPolicy::DatasetHintsOff hints_are_the_loaders;  // it hinted this batch by its own policy
-      // A slot bound for a device is read next by the copy engine, not by this processor: large
-      // values go there with streaming stores (engine/streaming_copy.h).
-      const detail::DeviceBoundGather bound_for_the_device(options.device.is_cuda());
+      // A slot bound for a device is read next by the copy engine, not by this processor; a
+      // host slot is read after up to the whole ring has been written. Either way large values
+      // may go there with streaming stores (engine/streaming_copy.h).
+      const detail::GatherDestination destination(options.device.is_cuda(), ring.slots() * ring.slot_bytes());
       dataset.get_batch(indices, fixed_field_names, rows, /*threads=*/1);
     } catch (...) {
       rethrow_for_sample(dataset, piece, fixed_field_names, indices, piece.row_begin, std::current_exception());

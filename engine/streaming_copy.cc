@@ -14,7 +14,8 @@ namespace mmt::detail {
 namespace {
 
 std::atomic<StreamingStores> mode{StreamingStores::Auto};
-thread_local bool device_bound = false;
+thread_local bool device_bound = false;      // GatherDestination
+thread_local int64_t bytes_in_flight = 0;    // GatherDestination
 
 }  // namespace
 
@@ -51,7 +52,7 @@ int64_t streaming_min_batch_bytes() noexcept {
   return bytes;
 }
 
-bool use_streaming_copy(int64_t value_bytes, int64_t rows) noexcept {
+bool use_streaming_copy(int64_t value_bytes, int64_t gather_bytes) noexcept {
   switch (streaming_stores()) {
     case StreamingStores::Never:
       return false;
@@ -61,12 +62,19 @@ bool use_streaming_copy(int64_t value_bytes, int64_t rows) noexcept {
       break;
   }
   if (value_bytes < kStreamingMinValueBytes) return false;
-  // rows * value_bytes cannot overflow: both describe memory the caller holds.
-  return device_bound || rows * value_bytes >= streaming_min_batch_bytes();
+  return device_bound || std::max(gather_bytes, bytes_in_flight) >= streaming_min_batch_bytes();
 }
 
-DeviceBoundGather::DeviceBoundGather(bool bound) noexcept : previous_(device_bound) { device_bound = bound; }
-DeviceBoundGather::~DeviceBoundGather() { device_bound = previous_; }
+GatherDestination::GatherDestination(bool bound, int64_t in_flight) noexcept
+    : previous_device_bound_(device_bound), previous_bytes_in_flight_(bytes_in_flight) {
+  device_bound = bound;
+  bytes_in_flight = in_flight;
+}
+
+GatherDestination::~GatherDestination() {
+  device_bound = previous_device_bound_;
+  bytes_in_flight = previous_bytes_in_flight_;
+}
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define MMT_SANITIZED_BUILD 1

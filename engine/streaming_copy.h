@@ -11,9 +11,10 @@
 namespace mmt::detail {
 
 // Which values get_batch copies with streaming_copy. Auto, the default: values of at least
-// kStreamingMinValueBytes, when the gather is bound for a device (DeviceBoundGather) or the
-// field's rows of the batch fill at least streaming_min_batch_bytes(). Never and Always are
-// for benchmarks that compare the two ways. Process-wide.
+// kStreamingMinValueBytes, when the gather is bound for a device or the bytes written before
+// the CPU reads them (the whole batch, every field; for the loader, its ring) fill at least
+// streaming_min_batch_bytes() (GatherDestination). Never and Always are for benchmarks that
+// compare the two ways. Process-wide.
 enum class StreamingStores { Auto, Never, Always };
 StreamingStores streaming_stores() noexcept;
 void set_streaming_stores(StreamingStores mode) noexcept;
@@ -40,20 +41,25 @@ constexpr int64_t kStreamingMinValueBytes = 16 << 10;
 // may still be in the cache when its consumer reads it, and memcpy then wins.
 int64_t streaming_min_batch_bytes() noexcept;
 
-// Whether a value of `value_bytes`, `rows` of them, is copied with streaming_copy.
-bool use_streaming_copy(int64_t value_bytes, int64_t rows) noexcept;
+// Whether values of `value_bytes` are copied with streaming_copy by a gather that writes
+// `gather_bytes` in all (every field's rows).
+bool use_streaming_copy(int64_t value_bytes, int64_t gather_bytes) noexcept;
 
-// Marks the calling thread's gathers, while it lives, as bound for a device: their bytes are
-// read next by a copy engine, not by this processor (the loader's pinned ring for cuda:N).
-class DeviceBoundGather {
+// Describes, while it lives, where the calling thread's gathers go. `device_bound`: their
+// bytes are read next by a copy engine, not by this processor (the loader's pinned ring for
+// cuda:N). `bytes_in_flight`: how many bytes may be written before the CPU reads these, when
+// a gather is one piece of more (the loader gathers a batch in pieces, and several batches
+// ahead of its consumer: its whole ring); the larger of it and the gather's own bytes counts.
+class GatherDestination {
  public:
-  explicit DeviceBoundGather(bool bound = true) noexcept;
-  ~DeviceBoundGather();
-  DeviceBoundGather(const DeviceBoundGather&) = delete;
-  DeviceBoundGather& operator=(const DeviceBoundGather&) = delete;
+  GatherDestination(bool device_bound, int64_t bytes_in_flight) noexcept;
+  ~GatherDestination();
+  GatherDestination(const GatherDestination&) = delete;
+  GatherDestination& operator=(const GatherDestination&) = delete;
 
  private:
-  bool previous_;
+  bool previous_device_bound_;
+  int64_t previous_bytes_in_flight_;
 };
 
 // memcpy's contract, with non-temporal stores for the destination's whole 64-byte lines

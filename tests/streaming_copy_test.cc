@@ -38,26 +38,35 @@ TEST(StreamingCopy, CopiesMemcpysBytesAtEveryLengthAndAlignment) {
 TEST(StreamingCopy, TheDefaultStreamsLargeValuesBoundForADeviceOrBeyondTheCache) {
   const detail::ScopedStreamingStores automatic(detail::StreamingStores::Auto);
   const int64_t large = detail::kStreamingMinValueBytes, small = large - 1;
+  const int64_t cache = detail::streaming_min_batch_bytes();
+  EXPECT_GE(cache, int64_t{32} << 20);
   // A host batch that fits in the last-level cache keeps ordinary stores; one beyond it streams.
-  EXPECT_FALSE(detail::use_streaming_copy(large, 16));
-  EXPECT_TRUE(detail::use_streaming_copy(large, detail::streaming_min_batch_bytes() / large + 1));
-  EXPECT_FALSE(detail::use_streaming_copy(small, detail::streaming_min_batch_bytes()));  // lines filled in part
+  EXPECT_FALSE(detail::use_streaming_copy(large, 16 * large));
+  EXPECT_TRUE(detail::use_streaming_copy(large, cache));
+  EXPECT_FALSE(detail::use_streaming_copy(small, 4 * cache));  // lines filled in part
   {
-    const detail::DeviceBoundGather bound;  // the loader's ring for cuda:N
-    EXPECT_TRUE(detail::use_streaming_copy(large, 1));
-    EXPECT_FALSE(detail::use_streaming_copy(small, 1));
+    const detail::GatherDestination bound(/*device_bound=*/true, 0);  // the loader's ring for cuda:N
+    EXPECT_TRUE(detail::use_streaming_copy(large, large));
+    EXPECT_FALSE(detail::use_streaming_copy(small, large));
     {
-      const detail::DeviceBoundGather not_bound(false);
-      EXPECT_FALSE(detail::use_streaming_copy(large, 1));
+      const detail::GatherDestination not_bound(false, 0);
+      EXPECT_FALSE(detail::use_streaming_copy(large, large));
     }
-    EXPECT_TRUE(detail::use_streaming_copy(large, 1));
+    EXPECT_TRUE(detail::use_streaming_copy(large, large));
   }
-  EXPECT_FALSE(detail::use_streaming_copy(large, 1));
-  EXPECT_GE(detail::streaming_min_batch_bytes(), int64_t{32} << 20);
+  EXPECT_FALSE(detail::use_streaming_copy(large, large));
+  {
+    // A piece of a host batch: what counts is what is written before the CPU reads it (the
+    // loader's ring), not the piece.
+    const detail::GatherDestination host_ring(false, cache);
+    EXPECT_TRUE(detail::use_streaming_copy(large, large));
+    EXPECT_FALSE(detail::use_streaming_copy(small, large));
+  }
+  EXPECT_FALSE(detail::use_streaming_copy(large, large));
   {
     const detail::ScopedStreamingStores never(detail::StreamingStores::Never);
-    const detail::DeviceBoundGather bound;
-    EXPECT_FALSE(detail::use_streaming_copy(large, 1 << 20));
+    const detail::GatherDestination bound(true, cache);
+    EXPECT_FALSE(detail::use_streaming_copy(large, cache));
   }
   const detail::ScopedStreamingStores always(detail::StreamingStores::Always);
   EXPECT_TRUE(detail::use_streaming_copy(1, 1));
