@@ -427,10 +427,14 @@ std::optional<Batch> LoaderCore::next(const std::function<void()>* poll) {
       return p.slot == s || (p.read_ahead && (options.num_workers == 0 || p.batch == slots[s].batch));
     });
     if (mine == pieces.end()) {
-      const auto deadline = wait_started + options.timeout;
-      if (poll != nullptr && (options.timeout.count() == 0 || last_poll + Loader::kPollInterval < deadline)) {
+      // A limit beyond what the clock can add (milliseconds::max(), meaning "forever") is none.
+      const bool limited = options.timeout.count() > 0 &&
+                           options.timeout < std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 std::chrono::steady_clock::time_point::max() - wait_started);
+      const auto deadline = limited ? wait_started + options.timeout : std::chrono::steady_clock::time_point::max();
+      if (poll != nullptr && (!limited || last_poll + Loader::kPollInterval < deadline)) {
         slot_done.wait_until(lock, last_poll + Loader::kPollInterval);  // then poll, or go on
-      } else if (options.timeout.count() == 0) {
+      } else if (!limited) {
         slot_done.wait(lock);
       } else if (slot_done.wait_until(lock, deadline) == std::cv_status::timeout &&
                  slots[s].state != SlotState::Ready) {

@@ -315,6 +315,22 @@ TEST_F(LoaderTransformTest, NextGivesUpAfterTheTimeoutAndALaterCallGetsTheBatch)
   EXPECT_THROW(Loader(dataset, {.batch_size = 8, .timeout = std::chrono::milliseconds(-1)}), ValueError);
 }
 
+// A limit larger than the clock can add to now (milliseconds::max(), "forever") is no limit,
+// not a deadline that wrapped into the past.
+TEST_F(LoaderTransformTest, ATimeoutBeyondTheClockIsNoLimit) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 16));
+  for (const auto timeout : {std::chrono::milliseconds::max(), std::chrono::milliseconds(int64_t{10'000'000'000'000})}) {
+    std::atomic<bool> worker_in_batch_0{false};
+    Loader loader(dataset, {.batch_size = 8, .transforms = {slow_in_batch_0_on_workers(40, worker_in_batch_0)},
+                            .num_workers = 1, .timeout = timeout});
+    ASSERT_TRUE(wait_until_set(worker_in_batch_0));
+    std::optional<Batch> batch;
+    ASSERT_NO_THROW(batch = loader.next()) << timeout.count() << " ms";
+    ASSERT_TRUE(batch);
+    EXPECT_EQ(batch->number(), 0);
+  }
+}
+
 // next(poll) calls poll() while it waits (a binding checks for Ctrl-C there); an exception
 // from poll() leaves next() with the batch first in line, as a timeout does, and without
 // poll() counting it in state(). Polls come about every Loader::kPollInterval.

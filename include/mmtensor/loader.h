@@ -195,7 +195,7 @@ struct LoaderOptions {
   ReadAhead read_ahead = ReadAhead::Auto;
   // The longest next() waits for its batch (as DataLoader's timeout): past it, next() throws
   // IoError (errno ETIMEDOUT) naming the batch, and the batch stays first in line, so a later
-  // next() goes on waiting for it. 0: no limit. The limit is checked while next() waits for
+  // next() goes on waiting for it. 0 (or milliseconds::max()): no limit. The limit is checked while next() waits for
   // the workers; rows it gathers itself meanwhile are not cut short (a read cannot be).
   std::chrono::milliseconds timeout{0};
 };
