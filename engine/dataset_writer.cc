@@ -28,6 +28,9 @@ namespace {
 
 using format::ChunkEntry;
 
+// The schema block's "writer" entry.
+constexpr const char* kWriterName = "mmtensor " MMT_VERSION_STRING;
+
 // Metadata is stored as JSON text, which is UTF-8: refused here, naming the key, rather than
 // at finish() by the JSON library.
 void check_metadata_text(const std::string& key, const std::string& value) {
@@ -123,10 +126,13 @@ struct DatasetWriter::Impl {
   int64_t current_first_record = 0;
   int64_t writeback_offset = 0;  // bytes before it have been handed to start_writeback
   Metadata metadata;
-  int64_t metadata_text_bytes = 0;  // keys and values, before JSON encoding
-  // Refuses an entry that would take the metadata past what a reader opens (its raw text
-  // alone over kMaxSchemaBytes, or kMaxSchemaValues entries) when it is set, not at finish()
-  // after every record was written; finish() checks the encoded block exactly.
+  // The schema block without metadata, encoded, and what the entries add to it
+  // (format::encoded_metadata_entry_bytes, commas apart).
+  format::SchemaBlockSize schema_block_base;
+  int64_t metadata_json_bytes = 0;
+  // Refuses an entry that would take the schema block past what a reader opens (over
+  // kMaxSchemaBytes once encoded, or kMaxSchemaValues values) when it is set, not at finish()
+  // after every record was written; finish() checks the encoded block again.
   void add_metadata(std::string key, std::string value);
   enum class State { Open, Finished, Failed, Aborted } state = State::Open;
   std::atomic<int64_t> records{0}, chunks{0}, bytes_in{0}, bytes_out{0};
@@ -157,7 +163,9 @@ struct DatasetWriter::Impl {
   void seal_chunk();
   void write_chunk(int64_t first_record, int64_t record_count, EncodedChunk chunk);
   void drain_one();
-  void finish_file();
+  // The schema block as JSON; ValueError if a reader would refuse it.
+  std::string readable_schema_block() const;
+  void finish_file(const std::string& schema_json);
   void abort_files() noexcept;
 };
 
@@ -230,6 +238,7 @@ DatasetWriter DatasetWriter::create(const std::string& path, Schema schema, Writ
 
   // The target: refuse to clobber before writing anything.
   io::check_output_target(path, options.overwrite, "set WriterOptions::overwrite to replace it");
+  impl->schema_block_base = format::encoded_size({impl->schema, {}, options.codec, kWriterName});
   for (const auto& [key, value] : options.metadata) {
     check_metadata_text(key, value);
     impl->add_metadata(key, value);
@@ -600,23 +609,29 @@ void DatasetWriter::Impl::write_chunk(int64_t first_record, int64_t record_count
   bytes_out.store(file.offset(), std::memory_order_relaxed);
 }
 
-void DatasetWriter::Impl::finish_file() {
+std::string DatasetWriter::Impl::readable_schema_block() const {
+  format::SchemaBlock block{schema, metadata, options.codec, kWriterName};
+  std::string json = format::encode_schema_block(block);
+  // set_metadata counts the text, not its JSON escapes nor the schema's own values: the
+  // encoded block is what a reader judges.
+  MMT_CHECK(static_cast<int64_t>(json.size()) <= format::kMaxSchemaBytes, ValueError, "dataset writer for ",
+            path, ": the schema and metadata take ", json.size(), " bytes as JSON, over the limit of ",
+            format::kMaxSchemaBytes, "; remove or shorten metadata, then finish() again");
+  try {  // what readers refuse (too many JSON values, say) is refused here instead
+    (void)format::decode_schema_block(json, file.offset());
+  } catch (const FormatError& e) {
+    throw ValueError(detail::str("dataset writer for ", path, ": the schema and metadata would not be readable (",
+                                 e.what(), "); remove or shorten metadata, then finish() again"));
+  }
+  return json;
+}
+
+void DatasetWriter::Impl::finish_file(const std::string& json) {
   seal_chunk();
   while (!pending.empty()) drain_one();
   format::Footer footer;
   footer.record_count = static_cast<uint64_t>(records.load());
   footer.chunk_count = table.size();
-  format::SchemaBlock block{schema, metadata, options.codec, "mmtensor " MMT_VERSION_STRING};
-  const std::string json = format::encode_schema_block(block);
-  MMT_CHECK(static_cast<int64_t>(json.size()) <= format::kMaxSchemaBytes, ValueError, "dataset writer for ",
-            path, ": the schema and metadata take ", json.size(), " bytes, over the limit of ",
-            format::kMaxSchemaBytes);
-  try {  // what readers refuse (too many metadata entries, say) is refused here instead
-    (void)format::decode_schema_block(json, file.offset());
-  } catch (const FormatError& e) {
-    throw ValueError(detail::str("dataset writer for ", path, ": the schema and metadata would not be readable: ",
-                                 e.what()));
-  }
   footer.schema_offset = static_cast<uint64_t>(file.offset());
   footer.schema_bytes = json.size();
   footer.schema_checksum = detail::checksum64(json.data(), json.size());
@@ -745,16 +760,18 @@ void DatasetWriter::set_metadata(std::string key, std::string value) {
 
 void DatasetWriter::Impl::add_metadata(std::string key, std::string value) {
   const auto it = metadata.find(key);
-  const int64_t replaced = it == metadata.end() ? 0 : static_cast<int64_t>(it->first.size() + it->second.size());
-  const int64_t bytes = metadata_text_bytes - replaced + static_cast<int64_t>(key.size() + value.size());
+  const int64_t replaced = it == metadata.end() ? 0 : format::encoded_metadata_entry_bytes(it->first, it->second);
+  const int64_t entries_json = metadata_json_bytes - replaced + format::encoded_metadata_entry_bytes(key, value);
   const int64_t entries = static_cast<int64_t>(metadata.size()) + (it == metadata.end() ? 1 : 0);
-  MMT_CHECK(bytes <= format::kMaxSchemaBytes, ValueError, "metadata '", key, "': the metadata would take ", bytes,
-            " bytes of text, over the ", format::kMaxSchemaBytes, "-byte limit of the schema block");
-  MMT_CHECK(entries < format::kMaxSchemaValues, ValueError, "metadata '", key, "': ", entries,
-            " metadata entries would be more than a reader opens (", format::kMaxSchemaValues,
-            " JSON values in the schema block)");
+  const int64_t commas = entries - 1;
+  const int64_t bytes = schema_block_base.bytes + entries_json + commas;
+  MMT_CHECK(bytes <= format::kMaxSchemaBytes, ValueError, "metadata '", key, "': the schema block would take ",
+            bytes, " bytes as JSON, over the limit of ", format::kMaxSchemaBytes, " that readers open");
+  MMT_CHECK(schema_block_base.separators + commas < format::kMaxSchemaValues, ValueError, "metadata '", key, "': ",
+            entries, " metadata entries would take the schema block past the ", format::kMaxSchemaValues,
+            " JSON values a reader opens");
   metadata.insert_or_assign(std::move(key), std::move(value));
-  metadata_text_bytes = bytes;
+  metadata_json_bytes = entries_json;
 }
 
 int64_t DatasetWriter::size() const { return impl_ ? impl_->records.load() : 0; }
@@ -781,8 +798,11 @@ WriteStats DatasetWriter::stats() const {
 WriteStats DatasetWriter::finish() {
   MMT_CHECK(impl_, ValueError, "finish on a moved-from DatasetWriter");
   impl_->check_open();
+  // Checked before anything is sealed: a schema block readers would refuse leaves the writer
+  // open, its records kept, for the metadata to be mended.
+  const std::string json = impl_->readable_schema_block();
   try {
-    impl_->finish_file();
+    impl_->finish_file(json);
   } catch (...) {
     impl_->abort_files();
     throw;

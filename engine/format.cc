@@ -298,6 +298,25 @@ using OrderedJson = nlohmann::ordered_json;
   throw FormatError(detail::str("schema block at byte offset ", file_offset, ": ", what));
 }
 
+// Tells, fed a JSON text one character at a time, which characters lie outside its strings
+// (a string's quotes count as inside).
+class JsonStrings {
+ public:
+  bool outside(char c) {
+    if (in_string_) {
+      if (escaped_) escaped_ = false;
+      else if (c == '\\') escaped_ = true;
+      else if (c == '"') in_string_ = false;
+      return false;
+    }
+    in_string_ = c == '"';
+    return !in_string_;
+  }
+
+ private:
+  bool in_string_ = false, escaped_ = false;
+};
+
 // What can be refused before parsing, in one pass over the text: NUL bytes (the parser would
 // stop there and ignore the rest); nesting deeper than any schema needs (nlohmann's parser
 // is iterative, but destroying a deeply nested value recurses); more values than
@@ -305,18 +324,13 @@ using OrderedJson = nlohmann::ordered_json;
 void check_before_parsing(std::string_view json, int64_t file_offset) {
   int depth = 0;
   int64_t separators = 0;
-  bool in_string = false, escaped = false;
+  JsonStrings strings;
   for (size_t at = 0; at < json.size(); ++at) {
     const char c = json[at];
     const auto where = [&] { return detail::str(" (byte offset ", file_offset + static_cast<int64_t>(at), ")"); };
     if (c == '\0') schema_error(file_offset, "the JSON text contains a NUL byte" + where());
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
+    if (!strings.outside(c)) continue;
+    if (c == '[' || c == '{') {
       if (++depth > kMaxSchemaNesting)
         schema_error(file_offset, detail::str("JSON nested deeper than ", kMaxSchemaNesting, " levels", where()));
     } else if (c == ']' || c == '}') {
@@ -396,6 +410,18 @@ std::string encode_schema_block(const SchemaBlock& block) {
   root["codec"] = block.codec.str();
   root["writer"] = block.writer;
   return root.dump();
+}
+
+SchemaBlockSize encoded_size(const SchemaBlock& block) {
+  const std::string json = encode_schema_block(block);
+  SchemaBlockSize size{static_cast<int64_t>(json.size()), 0};
+  JsonStrings strings;
+  for (const char c : json) size.separators += strings.outside(c) && c == ',';
+  return size;
+}
+
+int64_t encoded_metadata_entry_bytes(std::string_view key, std::string_view value) {
+  return static_cast<int64_t>(Json(std::string(key)).dump().size() + 1 + Json(std::string(value)).dump().size());
 }
 
 SchemaBlock decode_schema_block(std::string_view text, int64_t file_offset) {

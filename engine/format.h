@@ -193,4 +193,15 @@ struct SchemaBlock {
 std::string encode_schema_block(const SchemaBlock& block);
 SchemaBlock decode_schema_block(std::string_view json, int64_t file_offset);
 
+// A schema block's size as a reader judges it: its bytes (kMaxSchemaBytes) and the ','
+// separators outside its strings (fewer than kMaxSchemaValues). Each metadata entry adds
+// encoded_metadata_entry_bytes() (`"key":"value"`, escapes counted), and each entry after the
+// first a ',' (one byte, one separator): a writer keeps count as entries come.
+struct SchemaBlockSize {
+  int64_t bytes = 0;
+  int64_t separators = 0;
+};
+SchemaBlockSize encoded_size(const SchemaBlock& block);
+int64_t encoded_metadata_entry_bytes(std::string_view key, std::string_view value);
+
 }  // namespace mmt::format

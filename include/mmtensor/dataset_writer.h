@@ -97,9 +97,11 @@ class DatasetWriter {
   const std::string& path() const;
   WriteStats stats() const;
 
-  // Publishes the file atomically and returns the final figures. On failure the writer is
-  // aborted (the path keeps what it had: the old file, or nothing; the temporary is removed)
-  // and the error is rethrown.
+  // Publishes the file atomically and returns the final figures. Schema and metadata that a
+  // reader would refuse (more than the schema block's limits once encoded as JSON) throw
+  // ValueError first and leave the writer open: remove or shorten metadata and call finish()
+  // again. On any later failure the writer is aborted (the path keeps what it had: the old
+  // file, or nothing; the temporary is removed) and the error is rethrown.
   WriteStats finish();
   // Discards everything written; the target path is left as it was. Never throws. After
   // finish() it does nothing (the published file stays).
