@@ -82,6 +82,7 @@ Tensor& Tensor::set_(UntypedStorage source, int64_t storage_offset, IntArrayRef 
 }
 
 int64_t Tensor::numel() const {
+  if (!defined_) return 0;  // no elements, not the one of a 0-d tensor
   int64_t n = 1;
   for (int64_t s : sizes_) n *= s;  // bounded: checked when the view was made
   return n;
@@ -97,6 +98,10 @@ void* Tensor::mutable_data_ptr() const {
   MMT_CHECK(defined_, ValueError, "mutable_data_ptr() of an undefined tensor");
   std::byte* base = storage_.mutable_data();
   return base ? base + storage_offset_ * element_size() : nullptr;
+}
+
+void Tensor::check_defined(const char* op) const {
+  MMT_CHECK(defined_, ValueError, op, " of an undefined tensor");
 }
 
 void Tensor::check_dtype(ScalarType requested) const {
@@ -185,6 +190,7 @@ std::vector<double> Tensor::to_double_vector() const {
 }
 
 bool Tensor::is_contiguous(MemoryFormat format) const {
+  check_defined("is_contiguous()");
   switch (format) {
     case MemoryFormat::Preserve:  // a copy's instruction, not a layout
       throw ValueError("is_contiguous: preserve memory format is unsupported (it says how clone() "

@@ -14,11 +14,12 @@ Tensor restride(const Tensor& t, DimVector sizes, DimVector strides, int64_t off
 }  // namespace
 
 Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) const {
+  check_defined("as_strided()");
   return Tensor(storage_, dtype_, sizes, strides, storage_offset);
 }
 
 Tensor Tensor::view(IntArrayRef sizes) const {
-  MMT_CHECK(defined_, ValueError, "view() of an undefined tensor");
+  check_defined("view()");
   DimVector shape = detail::infer_size(sizes, numel());
   auto strides = detail::compute_view_strides(sizes_, strides_, shape);
   MMT_CHECK(strides.has_value(), ValueError,
@@ -29,7 +30,7 @@ Tensor Tensor::view(IntArrayRef sizes) const {
 }
 
 Tensor Tensor::reshape(IntArrayRef sizes) const {
-  MMT_CHECK(defined_, ValueError, "reshape() of an undefined tensor");
+  check_defined("reshape()");
   DimVector shape = detail::infer_size(sizes, numel());
   if (auto strides = detail::compute_view_strides(sizes_, strides_, shape))
     return restride(*this, std::move(shape), std::move(*strides), storage_offset_);
@@ -37,6 +38,7 @@ Tensor Tensor::reshape(IntArrayRef sizes) const {
 }
 
 Tensor Tensor::permute(IntArrayRef dims) const {
+  check_defined("permute()");
   MMT_CHECK(static_cast<int64_t>(dims.size()) == dim(), ValueError,
             "permute(): number of dimensions in the tensor input does not match the "
             "length of the desired ordering of dimensions i.e. input.dim() = ", dim(),
@@ -54,6 +56,7 @@ Tensor Tensor::permute(IntArrayRef dims) const {
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  check_defined("transpose()");
   if (dim() == 0) {
     wrap_dim(dim0);
     wrap_dim(dim1);
@@ -67,12 +70,14 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
 }
 
 Tensor Tensor::t() const {
+  check_defined("t()");
   MMT_CHECK(dim() <= 2, ValueError, "t() expects a tensor with <= 2 dimensions, but self is ",
             dim(), "D");
   return dim() < 2 ? *this : transpose(0, 1);
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
+  check_defined("select()");
   MMT_CHECK(dim() > 0, IndexError, "select() cannot be applied to a 0-dim tensor.");
   d = wrap_dim(d);
   const int64_t size = sizes_[d];
@@ -87,6 +92,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  check_defined("narrow()");
   MMT_CHECK(dim() > 0, IndexError, "narrow() cannot be applied to a 0-dim tensor.");
   d = wrap_dim(d);
   const int64_t size = sizes_[d];
@@ -100,6 +106,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t stop, int64_t step) const {
+  check_defined("slice()");
   MMT_CHECK(dim() > 0, IndexError, "slice() cannot be applied to a 0-dim tensor.");
   MMT_CHECK(step > 0, ValueError, "slice step must be positive, got ", step);
   d = wrap_dim(d);
@@ -109,15 +116,18 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t stop, int64_t step) const
   if (stop < 0) stop += size;
   start = std::clamp<int64_t>(start, 0, size);
   stop = std::clamp<int64_t>(stop, start, size);
-  int64_t length = (stop - start + step - 1) / step;
+  // Written so that no step overflows: stop - start + step - 1 could.
+  const int64_t length = stop > start ? (stop - start - 1) / step + 1 : 0;
   DimVector sizes = sizes_, strides = strides_;
   int64_t offset = storage_offset_ + (length > 0 ? start * strides_[d] : 0);
   sizes[d] = length;
-  strides[d] = strides_[d] * step;
+  // A stride that overflows steps nowhere: the dimension has at most one element then.
+  if (__builtin_mul_overflow(strides_[d], step, &strides[d])) strides[d] = strides_[d];
   return restride(*this, std::move(sizes), std::move(strides), offset);
 }
 
 Tensor Tensor::squeeze() const {
+  check_defined("squeeze()");
   DimVector sizes, strides;
   for (size_t d = 0; d < sizes_.size(); ++d) {
     if (sizes_[d] == 1) continue;
@@ -128,6 +138,7 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
+  check_defined("squeeze()");
   if (dim() == 0) {
     wrap_dim(d);
     return *this;
@@ -141,6 +152,7 @@ Tensor Tensor::squeeze(int64_t d) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
+  check_defined("unsqueeze()");
   d = wrap_dim(d, /*ndim_plus=*/1);
   DimVector sizes = sizes_, strides = strides_;
   // PyTorch's choice: the new dimension steps over the whole dimension it precedes.
@@ -151,7 +163,12 @@ Tensor Tensor::unsqueeze(int64_t d) const {
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
-  if (dim() == 0) return reshape({1});
+  check_defined("flatten()");
+  if (dim() == 0) {  // a 0-d tensor's dims are 0 and -1, as for a 1-d one
+    wrap_dim(start_dim, /*ndim_plus=*/1);
+    wrap_dim(end_dim, /*ndim_plus=*/1);
+    return reshape({1});
+  }
   int64_t s = wrap_dim(start_dim), e = wrap_dim(end_dim);
   MMT_CHECK(s <= e, ValueError, "flatten() has invalid args: start_dim cannot come after end_dim");
   if (s == e) return *this;
@@ -169,6 +186,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 }
 
 Tensor Tensor::expand(IntArrayRef sizes) const {
+  check_defined("expand()");
   MMT_CHECK(static_cast<int64_t>(sizes.size()) >= dim(), ValueError, "expand: the number of "
             "sizes provided (", sizes.size(), ") must be greater or equal to the number of "
             "dimensions in the tensor (", dim(), ")");
@@ -198,6 +216,7 @@ Tensor Tensor::expand(IntArrayRef sizes) const {
       out_strides[i] = 0;
     }
   }
+  (void)detail::checked_numel(out_sizes);  // an element count past int64 is refused, as PyTorch does
   return restride(*this, std::move(out_sizes), std::move(out_strides), storage_offset_);
 }
 

@@ -170,6 +170,71 @@ TEST(Tensor, BoolBytesOtherThanZeroAndOneAreTrueEverywhere) {
   const uint8_t ones[4] = {0, 1, 1, 1};
   std::memcpy(canonical.mutable_data_ptr(), ones, 4);
   EXPECT_TRUE(flags.equal(canonical));
+  // at<bool>() reads through load_element too: the byte 2 is true, and a valid bool.
+  EXPECT_TRUE(flags.at<bool>({1}));
+  EXPECT_FALSE(!flags.at<bool>({1}));
+  EXPECT_TRUE(flags.at<bool>({3}));
+}
+
+// A storage mapped at any byte offset may leave elements unaligned: at() and set() still
+// read and write them (through memcpy, not a misaligned load).
+TEST(Tensor, ElementAccessAtAnUnalignedAddress) {
+  UntypedStorage bytes = UntypedStorage::allocate(1 + 3 * sizeof(float));
+  const float values[3] = {1.5f, -2.0f, 3.25f};
+  std::memcpy(bytes.mutable_data() + 1, values, sizeof values);
+  // Bytes 1..12 as float32, as a mapping made at an odd offset would give them.
+  const UntypedStorage odd = UntypedStorage::from_blob(bytes.mutable_data() + 1, sizeof values, [](void*) {});
+  const Tensor unaligned(odd, kFloat32, {3});
+  EXPECT_EQ(unaligned.at<float>({1}), -2.0f);
+  unaligned.set<float>({2}, 7.0f);
+  EXPECT_EQ(unaligned.at<float>({2}), 7.0f);
+  EXPECT_EQ(unaligned.at<float>({0}), 1.5f);
+}
+
+// Every operation on an undefined Tensor() says so: views of it used to come back defined,
+// over no storage, and reading them crashed.
+TEST(Tensor, AnUndefinedTensorIsRefusedByEveryView) {
+  const Tensor undefined;
+  EXPECT_FALSE(undefined.defined());
+  EXPECT_EQ(undefined.numel(), 0);
+  EXPECT_EQ(undefined.nbytes(), 0);
+  EXPECT_THROW_WITH((void)undefined.unsqueeze(0), ValueError, "unsqueeze() of an undefined tensor");
+  EXPECT_THROW_WITH((void)undefined.squeeze(), ValueError, "squeeze() of an undefined tensor");
+  EXPECT_THROW_WITH((void)undefined.squeeze(0), ValueError, "squeeze() of an undefined tensor");
+  EXPECT_THROW_WITH((void)undefined.expand({3}), ValueError, "expand() of an undefined tensor");
+  EXPECT_THROW_WITH((void)undefined.permute({}), ValueError, "permute() of an undefined tensor");
+  EXPECT_THROW_WITH((void)undefined.transpose(0, 0), ValueError, "transpose() of an undefined tensor");
+  EXPECT_THROW_WITH((void)undefined.t(), ValueError, "t() of an undefined tensor");
+  EXPECT_THROW_WITH((void)undefined.flatten(), ValueError, "flatten() of an undefined tensor");
+  EXPECT_THROW_WITH((void)undefined.select(0, 0), ValueError, "select() of an undefined tensor");
+  EXPECT_THROW_WITH((void)undefined.narrow(0, 0, 0), ValueError, "narrow() of an undefined tensor");
+  EXPECT_THROW_WITH((void)undefined.slice(0, 0, 1), ValueError, "slice() of an undefined tensor");
+  EXPECT_THROW_WITH((void)undefined.as_strided({}, {}, 0), ValueError, "as_strided() of an undefined tensor");
+  EXPECT_THROW_WITH((void)undefined.view({1}), ValueError, "view() of an undefined tensor");
+  EXPECT_THROW_WITH((void)undefined.is_contiguous(), ValueError, "is_contiguous() of an undefined tensor");
+  EXPECT_THROW((void)undefined.item<float>(), ValueError);
+  EXPECT_THROW((void)undefined.at<float>({}), ValueError);
+}
+
+// Where PyTorch refuses a view or sizes it without overflow, so does mmtensor.
+TEST(Tensor, ViewsAtTheLimitsOfInt64) {
+  const Tensor seven = full({}, 7.0f);
+  // torch: "numel: integer multiplication overflow"; the count used to wrap to 2^32 or 0.
+  EXPECT_THROW_WITH((void)seven.expand({int64_t{1} << 32, (int64_t{1} << 32) + 1}), ValueError,
+                    "more elements than fit in int64");
+  EXPECT_EQ(seven.expand({int64_t{1} << 31, 4}).numel(), int64_t{1} << 33);
+  // A step past the size: one element (or none), and no overflow on the way.
+  const Tensor x = arange(10);
+  const Tensor every_max = x.slice(0, 0, std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(every_max.sizes(), IntArrayRef({1}));
+  EXPECT_EQ(every_max.item<int64_t>(), 0);
+  EXPECT_EQ(x.slice(0, 3, 4, std::numeric_limits<int64_t>::max()).item<int64_t>(), 3);
+  EXPECT_EQ(x.slice(0, 5, 5, std::numeric_limits<int64_t>::max()).numel(), 0);
+  EXPECT_EQ(x.slice(0, 1, 10, 3).to_vector<int64_t>(), (std::vector<int64_t>{1, 4, 7}));
+  // flatten(start, end) of a 0-d tensor takes the dims of a 1-d one (0 and -1), as PyTorch.
+  EXPECT_EQ(seven.flatten().sizes(), IntArrayRef({1}));
+  EXPECT_EQ(seven.flatten(-1, 0).sizes(), IntArrayRef({1}));
+  EXPECT_THROW((void)seven.flatten(1), IndexError);
 }
 
 TEST(Tensor, ViewOperations) {

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <ostream>
@@ -102,13 +103,15 @@ class Tensor {
 
   // Checked element access on host tensors: at<float>({1, 2}); negative indices count from
   // the end, as in PyTorch (at<float>({-1, 0})). Throws IndexError.
+  // Loads and stores go through memcpy: a mapping viewed at any byte offset may leave an
+  // element unaligned, and a bool byte from a file may be neither 0 nor 1 (load_element).
   template <typename T> T at(IntArrayRef index) const {
     check_dtype(scalar_type_of<T>);
-    return *static_cast<const T*>(element_ptr(index));
+    return load_element<T>(element_ptr(index));
   }
   template <typename T> void set(IntArrayRef index, T value) const {
     check_dtype(scalar_type_of<T>);
-    *static_cast<T*>(const_cast<void*>(element_ptr(index, /*writable=*/true))) = value;
+    std::memcpy(const_cast<void*>(element_ptr(index, /*writable=*/true)), &value, sizeof(T));
   }
   // The single element of a one-element tensor, converted to T (any dtype) as static_cast
   // converts the stored value: an integer read as an integer type is exact (a double holds
@@ -228,6 +231,7 @@ class Tensor {
   const Tensor& fill_with(int64_t value) const;
   const Tensor& fill_with(uint64_t value) const;
   void check_dtype(ScalarType requested) const;
+  void check_defined(const char* op) const;  // ValueError naming `op` for an undefined tensor
   const void* element_ptr(IntArrayRef index, bool writable = false) const;
   int64_t wrap_dim(int64_t dim, int64_t ndim_plus = 0) const;
 
