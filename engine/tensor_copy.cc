@@ -61,13 +61,8 @@ std::pair<int64_t, int64_t> byte_span(const Tensor& t) {
   return {first, last};
 }
 
-bool may_overlap(const Tensor& a, const Tensor& b) {
-  if (!a.untyped_storage().is_same(b.untyped_storage()) || a.numel() == 0 || b.numel() == 0)
-    return false;
-  auto [a0, a1] = byte_span(a);
-  auto [b0, b1] = byte_span(b);
-  return a0 <= b1 && b0 <= a1;
-}
+// By address, not by storage: two from_blob() storages over one buffer alias as well.
+bool may_overlap(const Tensor& a, const Tensor& b) { return !detail::is_provably_disjoint(a, b); }
 
 bool has_internal_overlap(const Tensor& t) {
   for (size_t d = 0; d < t.sizes().size(); ++d)
@@ -120,7 +115,16 @@ Tensor host_mirror(const Tensor& t) {
 
 const Tensor& Tensor::copy_(const Tensor& src) const {
   MMT_CHECK(defined_ && src.defined(), ValueError, "copy_ with an undefined tensor");
-  Tensor source = src.sizes() == sizes() ? src : src.expand(sizes_);
+  Tensor source = src;
+  if (src.sizes() != sizes()) {
+    try {
+      source = src.expand(sizes_);
+    } catch (const ValueError&) {  // expand's own words name neither tensor
+      throw ValueError(detail::str("copy_: a source of shape ", src.sizes(), " does not broadcast to the output's "
+                                   "shape ", sizes_, " (PyTorch: output with shape ", sizes_,
+                                   " doesn't match the broadcast shape)"));
+    }
+  }
   if (numel() == 0) return *this;
   MMT_CHECK(!has_internal_overlap(*this), ValueError,
             "unsupported operation: more than one element of the written-to tensor refers to a "

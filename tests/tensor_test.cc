@@ -332,7 +332,22 @@ TEST(Tensor, CopyBetweenLayoutsAndDtypes) {
   Tensor seq = arange(10);
   seq.slice(0, 1, 10).copy_(seq.slice(0, 0, 9));
   EXPECT_EQ(seq.to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 1, 2, 3, 4, 5, 6, 7, 8}));
-  EXPECT_THROW(empty({2, 3}).copy_(empty({3, 2})), ValueError);
+  EXPECT_THROW_WITH(empty({2, 3}).copy_(empty({3, 2})), ValueError,
+                    "a source of shape [3, 2] does not broadcast to the output's shape [2, 3]");
+  EXPECT_THROW_WITH(empty({3}).copy_(zeros({2, 3})), ValueError, "a source of shape [2, 3] does not broadcast");
+  // Two storages over one buffer alias: the copy is staged by address, not by storage.
+  for (const bool strided : {false, true}) {
+    std::vector<int32_t> buffer(2049);
+    for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<int32_t>(i);
+    const auto noop = [](void*) {};
+    const UntypedStorage low = UntypedStorage::from_blob(buffer.data(), 2048 * 4, noop);
+    const UntypedStorage high = UntypedStorage::from_blob(buffer.data() + 1, 2048 * 4, noop);
+    const Tensor src(low, kInt32, {2048}), dst(high, kInt32, {2048});
+    if (strided) dst.slice(0, 0, 2048, 2).copy_(src.slice(0, 0, 2048, 2));
+    else dst.copy_(src);
+    for (int64_t i = 0; i < 2048; i += strided ? 2 : 1)
+      ASSERT_EQ(buffer[static_cast<size_t>(i) + 1], i) << "element " << i << (strided ? ", strided" : "");
+  }
 }
 
 TEST(Tensor, FillAndFactories) {
