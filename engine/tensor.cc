@@ -154,8 +154,12 @@ To item_as(const Tensor& t, const char* target) {
       if constexpr (is_complex_type_v<To>) return To(v);
       else return static_cast<To>(real_part_or_throw(v, target));
     } else {
-      return static_cast<To>(static_cast<std::conditional_t<
-          std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>>(v));
+      using Arithmetic = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+      const auto value = static_cast<Arithmetic>(v);
+      if constexpr (!std::is_same_v<To, double>)  // every dtype's values fit a double
+        MMT_CHECK(!detail::overflows<To>(value), ValueError, "item(): the value ", +value,
+                  " cannot be converted to ", target, " without overflow");
+      return static_cast<To>(value);
     }
   });
 }

@@ -207,6 +207,11 @@ namespace {
 template <typename T>
 const Tensor& fill_from_scalar(const Tensor& t, T value) {
   MMT_CHECK(t.defined(), ValueError, "fill_() of an undefined tensor");
+  // As PyTorch: a value the dtype cannot hold is refused, not wrapped (300 into uint8).
+  dispatch_scalar_type(t.dtype(), [&](auto tag) {
+    MMT_CHECK(!detail::overflows<decltype(tag)>(value), ValueError, "fill_: the value ", value,
+              " cannot be converted to type ", to_string(t.dtype()), " without overflow");
+  });
   if (t.numel() == 0) return t;
   Tensor scalar = empty({}, scalar_type_of<T>);
   std::memcpy(scalar.mutable_data_ptr(), &value, sizeof(T));

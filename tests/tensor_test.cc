@@ -350,6 +350,44 @@ TEST(Tensor, CopyBetweenLayoutsAndDtypes) {
   }
 }
 
+// What a dtype cannot hold is refused, as PyTorch refuses it (c10::checked_convert), rather
+// than wrapped or converted with undefined behaviour.
+TEST(Tensor, ValuesADtypeCannotHoldAreRefused) {
+  EXPECT_THROW_WITH(empty({1}, kUInt8).fill_(300), ValueError, "300 cannot be converted to type uint8");
+  EXPECT_THROW_WITH(empty({1}, kUInt8).fill_(300.5), ValueError, "without overflow");
+  EXPECT_THROW(empty({1}, kInt32).fill_(int64_t{1} << 40), ValueError);
+  EXPECT_THROW(full({1}, 300, kUInt8), ValueError);
+  EXPECT_THROW(empty({1}, kFloat16).fill_(1e6), ValueError);
+  EXPECT_THROW(empty({1}, kFloat32).fill_(1e300), ValueError);
+  EXPECT_THROW(empty({1}, kInt64).fill_(std::nan("")), ValueError);
+  // What PyTorch lets through: -1 into uint8 (255), inf and nan into floats, a truncated float.
+  EXPECT_EQ(full({1}, -1, kUInt8).item<int64_t>(), 255);
+  EXPECT_TRUE(std::isinf(full({1}, std::numeric_limits<double>::infinity(), kFloat16).item<double>()));
+  EXPECT_EQ(full({1}, 255.9, kUInt8).item<int64_t>(), 255);
+  EXPECT_EQ(full({1}, -0.5, kInt8).item<int64_t>(), 0);
+  EXPECT_EQ(full({1}, 65504.0, kFloat16).item<double>(), 65504.0);
+  EXPECT_EQ(full({1}, std::numeric_limits<uint64_t>::max(), kUInt64).item<uint64_t>(),
+            std::numeric_limits<uint64_t>::max());
+
+  EXPECT_THROW_WITH((void)full({}, int64_t{300}, kInt64).item<uint8_t>(), ValueError, "without overflow");
+  EXPECT_THROW((void)full({}, int64_t{1} << 40, kInt64).item<int32_t>(), ValueError);
+  EXPECT_THROW((void)full({}, 1e30f, kFloat32).item<int64_t>(), ValueError);
+  EXPECT_THROW((void)full({}, std::nan(""), kFloat64).item<int64_t>(), ValueError);
+  EXPECT_THROW((void)full({}, 1e300, kFloat64).item<float>(), ValueError);
+  EXPECT_THROW((void)full({}, 9.3e18, kFloat64).item_as_int64(), ValueError);  // past 2^63
+  EXPECT_THROW((void)full({}, std::numeric_limits<uint64_t>::max(), kUInt64).item<int64_t>(), ValueError);
+  EXPECT_EQ(full({}, 9.3e18, kFloat64).item<uint64_t>(), uint64_t{9300000000000000000u});
+  EXPECT_EQ(full({}, int64_t{-1}, kInt64).item<uint8_t>(), 255);  // wraps, as PyTorch lets it
+  EXPECT_EQ(full({}, -2.75, kFloat64).item<int8_t>(), -2);
+  EXPECT_TRUE(std::isnan(full({}, std::nan(""), kFloat64).item<float>()));
+  EXPECT_EQ(full({}, int64_t{1} << 62, kInt64).item<double>(), 4.611686018427387904e18);
+
+  static_assert(!detail::overflows<int64_t>(-9.2233720368547758e18));  // -2^63 exactly
+  static_assert(detail::overflows<int64_t>(9.2233720368547758e18));    // 2^63
+  static_assert(!detail::overflows<uint8_t>(int64_t{-255}) && detail::overflows<uint8_t>(int64_t{-256}));
+  static_assert(!detail::overflows<bool>(1e300) && !detail::overflows<int8_t>(true));
+}
+
 TEST(Tensor, FillAndFactories) {
   EXPECT_EQ(full({2}, 2.5).to_string(), "tensor([2.5000, 2.5000])");
   EXPECT_EQ(zeros({2}, kInt32).to_string(), "tensor([0, 0], dtype=torch.int32)");

@@ -4,10 +4,12 @@
 #include <complex>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <ostream>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 namespace mmt {
 
@@ -143,6 +145,43 @@ T load_element(const void* p) {
     return value;
   }
 }
+
+namespace detail {
+// PyTorch's c10::overflows: whether converting `value` to To would change it (or be undefined
+// behaviour). As in PyTorch: a negative integer may wrap into an unsigned type as far down as
+// -max (uint8 takes -1 as 255); inf and nan go into any floating type, nan into no integer
+// type; a floating value goes into an integer type when it lies in [lowest, max + 1) (so -0.5
+// goes into no unsigned type, as in PyTorch). Half holds up to
+// 65504 and BFloat16 up to about 3.39e38; bool takes anything; a complex To, its real part.
+template <typename To, typename From>
+constexpr bool overflows(From value) {
+  if constexpr (std::is_same_v<To, bool> || std::is_same_v<From, bool>) {
+    return false;
+  } else if constexpr (is_complex_type_v<To>) {
+    return overflows<typename To::value_type>(value);
+  } else if constexpr (std::is_floating_point_v<To> || std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
+    double max = 0;
+    if constexpr (std::is_same_v<To, Half>) max = 65504.0;
+    else if constexpr (std::is_same_v<To, BFloat16>) max = 3.3895313892515355e38;
+    else max = static_cast<double>(std::numeric_limits<To>::max());
+    const auto v = static_cast<double>(value);
+    if (v != v || v == std::numeric_limits<double>::infinity() || v == -std::numeric_limits<double>::infinity())
+      return false;
+    return v > max || v < -max;
+  } else if constexpr (std::is_floating_point_v<From>) {  // an integer To
+    using Limits = std::numeric_limits<To>;
+    if (value != value) return true;
+    // 2^digits, exactly: the first value past Limits::max() (which a double may round up to it).
+    const From past_max = static_cast<From>(Limits::max() / 2 + 1) * 2;
+    return !(value >= static_cast<From>(Limits::lowest()) && value < past_max);
+  } else if constexpr (!std::is_signed_v<To> && std::is_signed_v<From>) {
+    if (value >= 0) return !std::in_range<To>(value);
+    return static_cast<std::make_unsigned_t<From>>(-(value + 1)) >= std::numeric_limits<To>::max();
+  } else {
+    return !std::in_range<To>(value);
+  }
+}
+}  // namespace detail
 
 // Calls fn(T{}) with the C++ type T of `t`; the one type switch the engine uses.
 template <typename Fn>

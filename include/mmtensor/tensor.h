@@ -115,19 +115,25 @@ class Tensor {
   }
   // The single element of a one-element tensor, converted to T (any dtype) as static_cast
   // converts the stored value: an integer read as an integer type is exact (a double holds
-  // integers only up to 2^53).
+  // integers only up to 2^53). A value T cannot hold is a ValueError, as in PyTorch
+  // (detail::overflows: a negative integer may wrap into an unsigned T, and a float is
+  // truncated toward zero).
   // A complex element converts to a real T only when its imaginary part is zero (ValueError
   // otherwise, as PyTorch's item<double>() refuses it); item<std::complex<double>>() reads it.
   template <typename T> T item() const {
     if constexpr (is_complex_type_v<T>) return static_cast<T>(item_as_complex());
     else if constexpr (std::is_same_v<T, bool>) return item_as_complex() != 0.0;
-    else if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) return static_cast<T>(item_as_int64());
-    else if constexpr (std::is_integral_v<T>) return static_cast<T>(item_as_uint64());
-    else return static_cast<T>(item_as_double());
+    else if constexpr (std::is_integral_v<T>) {
+      if (is_floating_point() || is_complex()) return checked_item<T>(item_as_double());
+      if (dtype_ == kUInt64) return checked_item<T>(item_as_uint64());
+      return checked_item<T>(item_as_int64());
+    } else {
+      return checked_item<T>(item_as_double());
+    }
   }
   double item_as_double() const;
-  // The element as static_cast<int64_t> / static_cast<uint64_t> of the stored value (exact for
-  // integer dtypes; a floating value must fit the type).
+  // The element as an int64_t / uint64_t (exact for integer dtypes; ValueError for a value
+  // the type cannot hold, as item() says).
   int64_t item_as_int64() const;
   uint64_t item_as_uint64() const;
   std::complex<double> item_as_complex() const;
@@ -232,6 +238,11 @@ class Tensor {
   const Tensor& fill_with(uint64_t value) const;
   void check_dtype(ScalarType requested) const;
   void check_defined(const char* op) const;  // ValueError naming `op` for an undefined tensor
+  template <typename T, typename From> static T checked_item(From value) {
+    MMT_CHECK(!detail::overflows<T>(value), ValueError, "item(): the value ", value,
+              " cannot be converted to the requested type without overflow");
+    return static_cast<T>(value);
+  }
   const void* element_ptr(IntArrayRef index, bool writable = false) const;
   int64_t wrap_dim(int64_t dim, int64_t ndim_plus = 0) const;
 
