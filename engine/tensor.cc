@@ -291,7 +291,7 @@ Tensor empty_like(const Tensor& t, MemoryFormat format) {
   if (format == MemoryFormat::Preserve) {
     if (detail::is_non_overlapping_and_dense(t.sizes(), t.strides()))
       return empty_strided(t.sizes(), t.strides(), t.dtype(), t.device());
-    format = t.suggest_memory_format();
+    return empty_strided(t.sizes(), detail::dense_strides_like(t.sizes(), t.strides()), t.dtype(), t.device());
   }
   return empty(t.sizes(), t.dtype(), t.device(), format);
 }

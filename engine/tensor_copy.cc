@@ -180,10 +180,11 @@ Tensor Tensor::to(Device target, bool non_blocking) const {
   MMT_CHECK(defined_, ValueError, "to() of an undefined tensor");
   if (target == device()) return *this;
   Tensor out;
+  // The layout kept, as clone() keeps it (dense strides in the same order for a sparse view).
   if (detail::is_non_overlapping_and_dense(sizes_, strides_))
     out = empty_strided(sizes_, strides_, dtype_, target);
   else
-    out = empty(sizes_, dtype_, target, suggest_memory_format());
+    out = empty_strided(sizes_, detail::dense_strides_like(sizes_, strides_), dtype_, target);
   out.copy_(*this);
   return out;
 }
@@ -195,7 +196,8 @@ Tensor Tensor::pin_memory() const {
   if (is_pinned()) return *this;
   Tensor out = detail::is_non_overlapping_and_dense(sizes_, strides_)
                    ? empty_strided(sizes_, strides_, dtype_, kCPU, /*pin_memory=*/true)
-                   : empty(sizes_, dtype_, kCPU, suggest_memory_format(), /*pin_memory=*/true);
+                   : empty_strided(sizes_, detail::dense_strides_like(sizes_, strides_), dtype_, kCPU,
+                                   /*pin_memory=*/true);
   out.copy_(*this);
   return out;
 }
@@ -215,7 +217,13 @@ const Tensor& fill_from_scalar(const Tensor& t, T value) {
   if (t.numel() == 0) return t;
   Tensor scalar = empty({}, scalar_type_of<T>);
   std::memcpy(scalar.mutable_data_ptr(), &value, sizeof(T));
-  return t.copy_(scalar);
+  // Every element gets the same value, so an expanded tensor may be filled (as PyTorch fills
+  // one): each broadcast dimension is written once, through its first index.
+  Tensor written = t;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.strides()[d] == 0 && t.sizes()[d] > 1) written = written.narrow(d, 0, 1);
+  written.copy_(scalar);
+  return t;
 }
 
 }  // namespace

@@ -155,6 +155,38 @@ bool is_provably_disjoint(const ByteFootprint& a, const ByteFootprint& b) {
   return gap >= a.row_bytes && gap + b.row_bytes <= s;
 }
 
+DimVector dense_strides_like(IntArrayRef sizes, IntArrayRef strides) {
+  const size_t ndim = sizes.size();
+  // order[0] is the innermost dimension; from the row-major order (last dimension innermost),
+  // an insertion sort moves a dimension inward past those with larger strides. A stride of 0
+  // compares with nothing, so it neither moves nor lets others past it.
+  std::vector<size_t> order(ndim);
+  for (size_t k = 0; k < ndim; ++k) order[k] = ndim - 1 - k;
+  const auto outer = [&](size_t a, size_t b) {  // 1: a belongs outside b; -1: inside; 0: either
+    if (strides[a] == 0 || strides[b] == 0) return 0;
+    if (strides[a] != strides[b]) return strides[a] < strides[b] ? -1 : 1;
+    return sizes[a] > sizes[b] ? 1 : 0;
+  };
+  for (size_t i = 1; i < ndim; ++i) {
+    size_t moving = i;
+    for (size_t k = i; k-- > 0;) {
+      const int comparison = outer(order[k], order[moving]);
+      if (comparison < 0) break;
+      if (comparison > 0) {
+        std::swap(order[k], order[moving]);
+        moving = k;
+      }
+    }
+  }
+  DimVector out(ndim, 1);
+  int64_t step = 1;
+  for (const size_t d : order) {
+    out[d] = step;
+    if (sizes[d] > 1) step *= sizes[d];  // bounded: the tensor's element count fits in int64
+  }
+  return out;
+}
+
 bool is_provably_disjoint(const Tensor& a, const Tensor& b) {
   return is_provably_disjoint(byte_footprint(a), byte_footprint(b));
 }

@@ -388,6 +388,29 @@ TEST(Tensor, ValuesADtypeCannotHoldAreRefused) {
   static_assert(!detail::overflows<bool>(1e300) && !detail::overflows<int8_t>(true));
 }
 
+// clone(), to() and pin_memory() of a view that is not dense keep its order of strides, as
+// PyTorch's infer_dense_strides does; fill_ and zero_ write an expanded tensor's memory.
+TEST(Tensor, ClonesOfSparseViewsKeepTheirLayout) {
+  const Tensor transposed_rows = arange(24).view({4, 6}).t().slice(0, 0, 6, 2);  // [3, 4], strides [2, 6]
+  EXPECT_EQ(transposed_rows.clone().strides(), IntArrayRef({1, 3}));  // torch: (1, 3)
+  EXPECT_TRUE(transposed_rows.clone().equal(transposed_rows));
+  const Tensor channels_last = empty({2, 3, 5, 5}, kFloat32, kCPU, MemoryFormat::ChannelsLast).fill_(1.0);
+  const Tensor cropped = channels_last.slice(2, 0, 2);  // [2, 3, 2, 5]
+  EXPECT_EQ(cropped.clone().strides(), IntArrayRef({30, 1, 15, 3}));  // torch: (30, 1, 15, 3)
+  EXPECT_TRUE(cropped.clone().is_contiguous(MemoryFormat::ChannelsLast));
+  // Stride 0 stays where row-major order puts it; equal strides put the smaller size inside.
+  EXPECT_EQ(detail::dense_strides_like({2, 3}, {0, 1}), DimVector({3, 1}));
+  EXPECT_EQ(detail::dense_strides_like({2, 3}, {1, 1}), DimVector({1, 2}));
+  EXPECT_EQ(detail::dense_strides_like({}, {}), DimVector({}));
+
+  Tensor row = arange(3, kFloat32);
+  Tensor grid = row.expand({2, 3});
+  grid.fill_(1.5);
+  EXPECT_EQ(row.to_vector<float>(), (std::vector<float>{1.5f, 1.5f, 1.5f}));
+  grid.zero_();
+  EXPECT_EQ(row.to_vector<float>(), (std::vector<float>{0, 0, 0}));
+}
+
 TEST(Tensor, FillAndFactories) {
   EXPECT_EQ(full({2}, 2.5).to_string(), "tensor([2.5000, 2.5000])");
   EXPECT_EQ(zeros({2}, kInt32).to_string(), "tensor([0, 0], dtype=torch.int32)");
