@@ -419,6 +419,15 @@ int64_t DatasetWriter::Impl::records_left_in_chunk() const {
   return std::max<int64_t>(capacity - current.record_count, 1);
 }
 
+namespace {
+// "[B, 3, 28, 28]": the shape append_batch takes for `field` (-1 for a ragged dimension).
+std::string batch_shape(const Field& field) {
+  std::string shape = "[B";
+  for (const int64_t size : field.shape) shape += ", " + std::to_string(size);
+  return shape + "]";
+}
+}  // namespace
+
 // Checks a whole batch for append_batch, before any of it is appended, and returns its
 // record count B.
 int64_t DatasetWriter::Impl::validate_batch(std::span<const Tensor> values) const {
@@ -432,7 +441,7 @@ int64_t DatasetWriter::Impl::validate_batch(std::span<const Tensor> values) cons
     MMT_CHECK(value.defined(), ValueError, "append_batch at record ", first, ", field '", field.name,
               "': undefined tensor");
     MMT_CHECK(value.dim() == static_cast<int64_t>(field.shape.size()) + 1, ValueError, "append_batch at record ",
-              first, ", field '", field.name, "': expected [B, ", field.shape, "...] (", field.shape.size() + 1,
+              first, ", field '", field.name, "': expected ", batch_shape(field), " (", field.shape.size() + 1,
               " dimensions), got ", value.sizes());
     if (batch < 0) batch = value.size(0);
     MMT_CHECK(value.size(0) == batch, ValueError, "append_batch at record ", first, ", field '", field.name,

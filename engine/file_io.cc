@@ -214,6 +214,10 @@ void rename_file(const std::string& from, const std::string& to, bool replace) {
       return;
     }
   }
+  if (rc != 0 && !replace && errno == EEXIST)  // callers checked the target at their start
+    throw_io(Step::Rename, from, EEXIST,
+             " to " + to + " (it appeared while this file was written, made by another writer or program, and "
+             "was left as it is)");
   if (rc != 0) throw_io(Step::Rename, from, errno, " to " + to);
 }
 

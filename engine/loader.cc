@@ -45,7 +45,11 @@ std::vector<Field> selected_fields(const Dataset& dataset, const LoaderOptions& 
     for (size_t j = 0; j < i; ++j)
       MMT_CHECK(options.fields[j] != name, ValueError, "Loader: field '", name, "' is listed twice");
     if (is_output(name)) continue;  // the transform's output, not the stored field of that name
-    fields.push_back(schema[schema.index_of(name)]);  // ValueError lists the known names
+    try {
+      fields.push_back(schema[schema.index_of(name)]);
+    } catch (const ValueError& e) {  // it lists the known names
+      throw ValueError(detail::str("Loader: LoaderOptions::fields: ", e.what()));
+    }
   }
   for (const SampleTransform& transform : options.transforms) {
     for (const Field& chosen : fields)

@@ -205,7 +205,7 @@ TEST(DatasetWriterTest, TargetAppearingDuringTheWriteIsNotClobbered) {
   DatasetWriter writer = DatasetWriter::create(path, image_schema());
   append_images(writer, 2);
   { std::ofstream(path) << "someone else's"; }
-  EXPECT_THROW(writer.finish(), IoError);
+  EXPECT_THROW_WITH(writer.finish(), IoError, "it appeared while this file was written, made by another writer or program");
   EXPECT_EQ(file_bytes(path), "someone else's");
   EXPECT_EQ(folder_entries(dir), std::vector<std::string>{"race.mmt"});
 }

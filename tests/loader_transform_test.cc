@@ -371,6 +371,7 @@ TEST_F(LoaderTransformTest, BadTransformsAreRefusedWithTheReason) {
   t = scale_x();
   t.fn = [](const SampleTransform::Input&, const Tensor&) {};
   refused(t, "field 'x' is listed twice", {"x", "x"});
+  refused(t, "Loader: LoaderOptions::fields: unknown field 'lable'; the schema has", {"x", "lable"});
   t = scale_x();
   t.shape = {4, 0};
   refused(t, "transform 'scaled'");

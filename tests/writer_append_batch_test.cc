@@ -141,7 +141,7 @@ TEST(WriterAppendBatch, ABadBatchIsRefusedWholeAndTheWriterStaysUsable) {
   EXPECT_EQ(message_of({zeros({4, 28, 27}, kUInt8), zeros({4}, kInt64)}),
             "append_batch at record 5, field 'image': expected records of shape [28, 28], got [4, 28, 27] (B first)");
   EXPECT_EQ(message_of({zeros({28, 28}, kUInt8), zeros({4}, kInt64)}),
-            "append_batch at record 5, field 'image': expected [B, [28, 28]...] (3 dimensions), got [28, 28]");
+            "append_batch at record 5, field 'image': expected [B, 28, 28] (3 dimensions), got [28, 28]");
   EXPECT_EQ(message_of({zeros({4, 28, 28}, kUInt8)}),
             "append_batch at record 5: expected 2 tensors (one per field), got 1");
   // An empty batch is checked as any other (it used to be let through whatever it held).
