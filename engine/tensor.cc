@@ -306,22 +306,30 @@ Tensor zeros(IntArrayRef sizes, ScalarType dtype, Device device) {
 Tensor arange(int64_t end, ScalarType dtype) { return arange(0, end, 1, dtype); }
 
 Tensor arange(int64_t start, int64_t end, int64_t step, ScalarType dtype) {
+  // PyTorch's checks and words; values past the dtype wrap (integers) or become inf, as there.
   MMT_CHECK(step != 0, ValueError, "arange: step must be nonzero");
-  int64_t n = 0;
-  if ((step > 0 && end > start) || (step < 0 && end < start))
-    n = (end - start + step + (step > 0 ? -1 : 1)) / step;
+  MMT_CHECK(step > 0 ? end >= start : end <= start, ValueError,
+            "arange: upper bound and larger bound inconsistent with step sign (start ", start, ", end ", end,
+            ", step ", step, ")");
+  MMT_CHECK(dtype != kBool, ValueError, "arange: not implemented for 'Bool'");
+  // In 128 bits: end - start, and i * step on the way to a value in [start, end), may not fit 64.
+  using Wide = __int128;
+  const Wide span = Wide{end} - start;
+  const auto n = static_cast<int64_t>((span + step + (step > 0 ? -1 : 1)) / step);
   Tensor t = empty({n}, dtype);
+  if (n == 0) return t;
+  const auto value_at = [&](int64_t i) { return static_cast<int64_t>(Wide{start} + Wide{i} * step); };
   char* p = static_cast<char*>(t.mutable_data_ptr());
   dispatch_scalar_type(dtype, [&](auto tag) {
     using T = decltype(tag);
     for (int64_t i = 0; i < n; ++i) {
       T v;
       if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
-        v = T(static_cast<float>(start + i * step));
+        v = T(static_cast<float>(value_at(i)));
       else if constexpr (is_complex_type_v<T>)
-        v = T(static_cast<typename T::value_type>(start + i * step), 0);
+        v = T(static_cast<typename T::value_type>(value_at(i)), 0);
       else
-        v = static_cast<T>(start + i * step);
+        v = static_cast<T>(value_at(i));
       std::memcpy(p + i * sizeof(T), &v, sizeof(T));
     }
   });

@@ -411,6 +411,22 @@ TEST(Tensor, ClonesOfSparseViewsKeepTheirLayout) {
   EXPECT_EQ(row.to_vector<float>(), (std::vector<float>{0, 0, 0}));
 }
 
+TEST(Tensor, ArangeAndDeviceNamesAsPyTorch) {
+  EXPECT_THROW_WITH(arange(0, 10, -1), ValueError, "upper bound and larger bound inconsistent with step sign");
+  EXPECT_THROW_WITH(arange(3, kBool), ValueError, "not implemented for 'Bool'");
+  EXPECT_EQ(arange(5, 5).numel(), 0);
+  EXPECT_EQ(arange(10, 0, -3).to_vector<int64_t>(), (std::vector<int64_t>{10, 7, 4, 1}));
+  const int64_t lowest = std::numeric_limits<int64_t>::min(), highest = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(arange(lowest, highest, highest).to_vector<int64_t>(), (std::vector<int64_t>{lowest, -1, highest - 1}));
+  EXPECT_EQ(arange(298, 300, 1, kUInt8).to_vector<uint8_t>(), (std::vector<uint8_t>{42, 43}));  // wraps, as torch
+  EXPECT_EQ(Device::parse("cpu:0"), kCPU);
+  EXPECT_EQ(Device::parse("cuda:10").index, 10);
+  EXPECT_THROW(Device::parse("cuda:01"), ValueError);
+  EXPECT_THROW(Device::parse("cuda:"), ValueError);
+  EXPECT_THROW(Device::parse("cuda:+1"), ValueError);
+  EXPECT_THROW(Device::parse("cpu:"), ValueError);
+}
+
 TEST(Tensor, FillAndFactories) {
   EXPECT_EQ(full({2}, 2.5).to_string(), "tensor([2.5000, 2.5000])");
   EXPECT_EQ(zeros({2}, kInt32).to_string(), "tensor([0, 0], dtype=torch.int32)");
