@@ -1,5 +1,6 @@
 // Copies between layouts, dtypes and devices; every one goes through detail::copy_strided or,
 // across dtypes, the same element walk with a conversion.
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -232,12 +233,42 @@ const Tensor& Tensor::fill_with(double value) const { return fill_from_scalar(*t
 const Tensor& Tensor::fill_with(int64_t value) const { return fill_from_scalar(*this, value); }
 const Tensor& Tensor::fill_with(uint64_t value) const { return fill_from_scalar(*this, value); }
 
+namespace {
+
+// The dtype torch.equal compares two different dtypes in (PyTorch's promotion, widened where
+// that loses nothing): complex128 with a complex one; a floating type with an integer one in
+// the floating type (an int64 may round there, as in PyTorch); two floating types in float64;
+// integers and bools in int64, or uint64 when one is uint64 (the caller checks the other
+// side's signs first).
+ScalarType equal_comparison_dtype(ScalarType a, ScalarType b) {
+  if (is_complex(a) || is_complex(b)) return kComplex128;
+  if (is_floating_point(a) && is_floating_point(b)) return kFloat64;
+  if (is_floating_point(a)) return a;
+  if (is_floating_point(b)) return b;
+  return a == kUInt64 || b == kUInt64 ? kUInt64 : kInt64;
+}
+
+}  // namespace
+
 bool Tensor::equal(const Tensor& other) const {
   MMT_CHECK(defined_ && other.defined(), ValueError, "equal() with an undefined tensor");
-  MMT_CHECK(dtype_ == other.dtype(), ValueError, "Expected object of scalar type ",
-            mmt::to_string(dtype_), " but got scalar type ", mmt::to_string(other.dtype()),
-            " for argument 'other'");
   if (sizes() != other.sizes()) return false;
+  if (dtype_ != other.dtype()) {
+    const ScalarType common = equal_comparison_dtype(dtype_, other.dtype());
+    if (common == kUInt64) {  // a negative value equals no uint64, and must not wrap into one
+      for (const Tensor* side : {this, &other}) {
+        if (side->dtype() == kUInt64 || !is_signed(side->dtype())) continue;
+        Tensor as_int64 = empty(sizes_, kInt64);
+        as_int64.copy_(*side);
+        const std::vector<int64_t> values = as_int64.to_vector<int64_t>();
+        if (std::any_of(values.begin(), values.end(), [](int64_t v) { return v < 0; })) return false;
+      }
+    }
+    Tensor a = empty(sizes_, common), b = empty(sizes_, common);
+    a.copy_(*this);
+    b.copy_(other);
+    return a.equal(b);
+  }
   Tensor a = (is_cuda() ? cpu() : *this).contiguous();
   Tensor b = (other.is_cuda() ? other.cpu() : other).contiguous();
   const char* pa = static_cast<const char*>(a.data_ptr());

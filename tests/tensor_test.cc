@@ -411,6 +411,19 @@ TEST(Tensor, ClonesOfSparseViewsKeepTheirLayout) {
   EXPECT_EQ(row.to_vector<float>(), (std::vector<float>{0, 0, 0}));
 }
 
+// torch.equal of different dtypes compares after promotion (torch 1.13 on the CPU).
+TEST(Tensor, EqualAcrossDtypesComparesPromotedValues) {
+  EXPECT_TRUE(arange(3).equal(arange(3, kFloat32)));
+  EXPECT_FALSE(arange(3).equal(full({3}, 1.0f)));
+  EXPECT_TRUE(arange(3, kUInt8).equal(arange(3, kInt16)));
+  EXPECT_TRUE(full({1}, true, kBool).equal(full({1}, 1, kInt32)));
+  EXPECT_TRUE(full({1}, int64_t{(1 << 24) + 1}, kInt64).equal(full({1}, 16777216.0f)));  // in float32, as torch
+  EXPECT_FALSE(full({1}, -1, kInt8).equal(full({1}, std::numeric_limits<uint64_t>::max(), kUInt64)));
+  EXPECT_TRUE(full({1}, 7, kInt8).equal(full({1}, uint64_t{7}, kUInt64)));
+  EXPECT_TRUE(full({1}, 2.5, kFloat64).equal(full({1}, 2.5, kComplex64)));
+  EXPECT_FALSE(arange(3).equal(arange(4, kFloat32)));
+}
+
 TEST(Tensor, ArangeAndDeviceNamesAsPyTorch) {
   EXPECT_THROW_WITH(arange(0, 10, -1), ValueError, "upper bound and larger bound inconsistent with step sign");
   EXPECT_THROW_WITH(arange(3, kBool), ValueError, "not implemented for 'Bool'");
@@ -510,7 +523,7 @@ TEST(Tensor, EqualComparesValues) {
   EXPECT_TRUE(arange(6).view({2, 3}).equal(tensor2d<int64_t>({{0, 1, 2}, {3, 4, 5}})));
   EXPECT_FALSE(arange(6).view({2, 3}).equal(arange(6).view({3, 2})));
   EXPECT_FALSE(full({1}, NAN).equal(full({1}, NAN)));
-  EXPECT_THROW(arange(3).equal(arange(3, kInt32)), ValueError);
+  EXPECT_TRUE(arange(3).equal(arange(3, kInt32)));  // compared after promotion, as torch 1.13 does
 }
 
 TEST(TensorPrint, LikePyTorch) {

@@ -221,7 +221,8 @@ class Tensor {
   }
   const Tensor& zero_() const { return fill_(0.0); }
 
-  // torch.equal: same sizes and the same values (dtypes must match).
+  // torch.equal: same sizes and the same values; different dtypes are compared after
+  // PyTorch's type promotion (an int64 and a float32 in float32).
   bool equal(const Tensor& other) const;
   // True when both views share one storage.
   bool is_same_storage(const Tensor& other) const { return storage_.is_same(other.storage_); }
