@@ -240,23 +240,15 @@ DimVector strides_for(IntArrayRef sizes, MemoryFormat format) {
     case MemoryFormat::ChannelsLast: {
       MMT_CHECK(sizes.size() == 4, ValueError,
                 "required rank 4 tensor to use channels_last format, got shape ", sizes);
-      DimVector s(4, 1);
-      s[1] = 1;
-      s[3] = std::max<int64_t>(sizes[1], 1);
-      s[2] = s[3] * std::max<int64_t>(sizes[3], 1);
-      s[0] = s[2] * std::max<int64_t>(sizes[2], 1);
-      return s;
+      // N, H, W, C from the outside in: the contiguous strides of that order.
+      const DimVector nhwc = contiguous_strides({sizes[0], sizes[2], sizes[3], sizes[1]});
+      return DimVector{nhwc[0], nhwc[3], nhwc[1], nhwc[2]};
     }
     case MemoryFormat::ChannelsLast3d: {
       MMT_CHECK(sizes.size() == 5, ValueError,
                 "required rank 5 tensor to use channels_last_3d format, got shape ", sizes);
-      DimVector s(5, 1);
-      s[1] = 1;
-      s[4] = std::max<int64_t>(sizes[1], 1);
-      s[3] = s[4] * std::max<int64_t>(sizes[4], 1);
-      s[2] = s[3] * std::max<int64_t>(sizes[3], 1);
-      s[0] = s[2] * std::max<int64_t>(sizes[2], 1);
-      return s;
+      const DimVector ndhwc = contiguous_strides({sizes[0], sizes[2], sizes[3], sizes[4], sizes[1]});
+      return DimVector{ndhwc[0], ndhwc[4], ndhwc[1], ndhwc[2], ndhwc[3]};
     }
   }
   return contiguous_strides(sizes);

@@ -182,7 +182,9 @@ DimVector dense_strides_like(IntArrayRef sizes, IntArrayRef strides) {
   int64_t step = 1;
   for (const size_t d : order) {
     out[d] = step;
-    if (sizes[d] > 1) step *= sizes[d];  // bounded: the tensor's element count fits in int64
+    // An empty tensor's other dimensions may be as large as int64 allows.
+    MMT_CHECK(!__builtin_mul_overflow(step, std::max<int64_t>(sizes[d], 1), &step), ValueError,
+              "the strides of shape ", sizes, " overflow int64");
   }
   return out;
 }
@@ -200,13 +202,7 @@ std::optional<DimVector> compute_view_strides(IntArrayRef old_sizes, IntArrayRef
   }
   const int64_t numel = checked_numel(old_sizes);
   if (numel == 0 && old_sizes == new_sizes) return DimVector(old_strides);
-  if (numel == 0) {
-    for (size_t d = new_sizes.size(); d-- > 0;)
-      new_strides[d] = d + 1 == new_sizes.size()
-                           ? 1
-                           : std::max<int64_t>(new_sizes[d + 1], 1) * new_strides[d + 1];
-    return new_strides;
-  }
+  if (numel == 0) return contiguous_strides(new_sizes);  // ValueError where they overflow
   // Walk the old dimensions from the innermost, grouping those that are contiguous with
   // each other ("chunks"); each chunk must be covered exactly by consecutive new dimensions.
   int64_t view_d = static_cast<int64_t>(new_sizes.size()) - 1;

@@ -231,6 +231,13 @@ TEST(Tensor, ViewsAtTheLimitsOfInt64) {
   EXPECT_EQ(x.slice(0, 3, 4, std::numeric_limits<int64_t>::max()).item<int64_t>(), 3);
   EXPECT_EQ(x.slice(0, 5, 5, std::numeric_limits<int64_t>::max()).numel(), 0);
   EXPECT_EQ(x.slice(0, 1, 10, 3).to_vector<int64_t>(), (std::vector<int64_t>{1, 4, 7}));
+  // An empty tensor's strides are still computed; past int64 they are refused, not wrapped.
+  EXPECT_THROW_WITH((void)empty({0}).view({0, int64_t{1} << 62, 4}), ValueError, "overflow int64");
+  EXPECT_THROW_WITH((void)empty({0, 4, int64_t{1} << 62, 4}, kUInt8, kCPU, MemoryFormat::ChannelsLast), ValueError,
+                    "overflow int64");
+  EXPECT_EQ(strides_for({2, 3, 4, 5}, MemoryFormat::ChannelsLast), DimVector({60, 1, 15, 3}));
+  EXPECT_EQ(strides_for({2, 3, 4, 5, 6}, MemoryFormat::ChannelsLast3d), DimVector({360, 1, 90, 18, 3}));
+  EXPECT_EQ(strides_for({2, 3, 0, 5}, MemoryFormat::ChannelsLast), DimVector({15, 1, 15, 3}));
   // flatten(start, end) of a 0-d tensor takes the dims of a 1-d one (0 and -1), as PyTorch.
   EXPECT_EQ(seven.flatten().sizes(), IntArrayRef({1}));
   EXPECT_EQ(seven.flatten(-1, 0).sizes(), IntArrayRef({1}));
