@@ -621,8 +621,8 @@ void DatasetWriter::Impl::write_chunk(int64_t first_record, int64_t record_count
 std::string DatasetWriter::Impl::readable_schema_block() const {
   format::SchemaBlock block{schema, metadata, options.codec, kWriterName};
   std::string json = format::encode_schema_block(block);
-  // set_metadata counts the text, not its JSON escapes nor the schema's own values: the
-  // encoded block is what a reader judges.
+  // set_metadata keeps count of the encoded size; this checks the block itself, as a reader
+  // will judge it.
   MMT_CHECK(static_cast<int64_t>(json.size()) <= format::kMaxSchemaBytes, ValueError, "dataset writer for ",
             path, ": the schema and metadata take ", json.size(), " bytes as JSON, over the limit of ",
             format::kMaxSchemaBytes, "; remove or shorten metadata, then finish() again");

@@ -151,8 +151,14 @@ To item_as(const Tensor& t, const char* target) {
     // A view into a file that another program cut short: IoError, not SIGBUS.
     const T v = detail::guard_storage_reads(host.untyped_storage(), [&] { return load_element<T>(p); });
     if constexpr (is_complex_type_v<T>) {
-      if constexpr (is_complex_type_v<To>) return To(v);
-      else return static_cast<To>(real_part_or_throw(v, target));
+      if constexpr (is_complex_type_v<To>) {
+        return To(v);
+      } else {
+        const auto real = real_part_or_throw(v, target);
+        MMT_CHECK(!detail::overflows<To>(real), ValueError, "item(): the value ", real, " cannot be converted to ",
+                  target, " without overflow");
+        return static_cast<To>(real);
+      }
     } else {
       using Arithmetic = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
       const auto value = static_cast<Arithmetic>(v);
@@ -307,7 +313,10 @@ Tensor arange(int64_t start, int64_t end, int64_t step, ScalarType dtype) {
   // In 128 bits: end - start, and i * step on the way to a value in [start, end), may not fit 64.
   using Wide = __int128;
   const Wide span = Wide{end} - start;
-  const auto n = static_cast<int64_t>((span + step + (step > 0 ? -1 : 1)) / step);
+  const Wide count = (span + step + (step > 0 ? -1 : 1)) / step;
+  MMT_CHECK(count <= std::numeric_limits<int64_t>::max(), ValueError, "arange: invalid size, possible overflow? (",
+            "start ", start, ", end ", end, ", step ", step, ")");
+  const auto n = static_cast<int64_t>(count);
   Tensor t = empty({n}, dtype);
   if (n == 0) return t;
   const auto value_at = [&](int64_t i) { return static_cast<int64_t>(Wide{start} + Wide{i} * step); };

@@ -236,12 +236,15 @@ const Tensor& Tensor::fill_with(uint64_t value) const { return fill_from_scalar(
 namespace {
 
 // The dtype torch.equal compares two different dtypes in (PyTorch's promotion, widened where
-// that loses nothing): complex128 with a complex one; a floating type with an integer one in
+// that loses nothing): a complex type with a complex one (complex128 beside a double); a floating type with an integer one in
 // the floating type (an int64 may round there, as in PyTorch); two floating types in float64;
 // integers and bools in int64, or uint64 when one is uint64 (the caller checks the other
 // side's signs first).
 ScalarType equal_comparison_dtype(ScalarType a, ScalarType b) {
-  if (is_complex(a) || is_complex(b)) return kComplex128;
+  if (is_complex(a) || is_complex(b)) {  // complex64 unless a double is on either side
+    const bool double_precision = a == kComplex128 || b == kComplex128 || a == kFloat64 || b == kFloat64;
+    return double_precision ? kComplex128 : kComplex64;
+  }
   if (is_floating_point(a) && is_floating_point(b)) return kFloat64;
   if (is_floating_point(a)) return a;
   if (is_floating_point(b)) return b;

@@ -46,11 +46,6 @@ bool is_provably_non_overlapping(IntArrayRef sizes, IntArrayRef strides);
 //     array of records, even of different dtypes).
 // Views interleaved more finely (columns 0 and 2 against 1 and 3) are not proven disjoint.
 // An empty tensor shares nothing, nor do tensors on different devices.
-// Dense strides for `sizes` that keep the order of `strides` (PyTorch's infer_dense_strides,
-// what clone() and empty_like() give a view that is not dense): dimensions ranked from the
-// smallest stride out, equal strides by size (the smaller inner), stride-0 dimensions left
-// where the row-major order puts them.
-DimVector dense_strides_like(IntArrayRef sizes, IntArrayRef strides);
 bool is_provably_disjoint(const Tensor& a, const Tensor& b);
 // The same test in two steps, for comparing each pair of many tensors: a footprint per
 // tensor (O(dim)), then O(1) a pair. Neither allocates.
@@ -66,6 +61,12 @@ struct ByteFootprint {
 };
 ByteFootprint byte_footprint(const Tensor& t);
 bool is_provably_disjoint(const ByteFootprint& a, const ByteFootprint& b);
+
+// Dense strides for `sizes` that keep the order of `strides` (PyTorch's infer_dense_strides,
+// what clone() and empty_like() give a view that is not dense): dimensions ranked from the
+// smallest stride out, equal strides by size (the smaller inner), stride-0 dimensions left
+// where the row-major order puts them.
+DimVector dense_strides_like(IntArrayRef sizes, IntArrayRef strides);
 
 // The strides a view of `new_sizes` would need over memory laid out as (sizes, strides),
 // or nullopt when no such view exists (PyTorch's rule for view()).

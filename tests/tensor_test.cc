@@ -342,18 +342,21 @@ TEST(Tensor, CopyBetweenLayoutsAndDtypes) {
   EXPECT_THROW_WITH(empty({2, 3}).copy_(empty({3, 2})), ValueError,
                     "a source of shape [3, 2] does not broadcast to the output's shape [2, 3]");
   EXPECT_THROW_WITH(empty({3}).copy_(zeros({2, 3})), ValueError, "a source of shape [2, 3] does not broadcast");
-  // Two storages over one buffer alias: the copy is staged by address, not by storage.
-  for (const bool strided : {false, true}) {
-    std::vector<int32_t> buffer(2049);
+  // Two storages over one buffer alias: the copy is staged by address, not by storage. The
+  // destination lies ahead of the source by `shift` elements, so copying in order unstaged
+  // would read elements it had already overwritten (the strided case every one of them).
+  for (const int64_t step : {1, 2}) {
+    const int64_t shift = step;
+    std::vector<int32_t> buffer(2048 + 2);
     for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<int32_t>(i);
     const auto noop = [](void*) {};
     const UntypedStorage low = UntypedStorage::from_blob(buffer.data(), 2048 * 4, noop);
-    const UntypedStorage high = UntypedStorage::from_blob(buffer.data() + 1, 2048 * 4, noop);
-    const Tensor src(low, kInt32, {2048}), dst(high, kInt32, {2048});
-    if (strided) dst.slice(0, 0, 2048, 2).copy_(src.slice(0, 0, 2048, 2));
-    else dst.copy_(src);
-    for (int64_t i = 0; i < 2048; i += strided ? 2 : 1)
-      ASSERT_EQ(buffer[static_cast<size_t>(i) + 1], i) << "element " << i << (strided ? ", strided" : "");
+    const UntypedStorage high = UntypedStorage::from_blob(buffer.data() + shift, 2048 * 4, noop);
+    const Tensor src = Tensor(low, kInt32, {2048}).slice(0, 0, 2048, step);
+    const Tensor dst = Tensor(high, kInt32, {2048}).slice(0, 0, 2048, step);
+    dst.copy_(src);
+    for (int64_t i = 0; i < 2048; i += step)
+      ASSERT_EQ(buffer[static_cast<size_t>(i + shift)], i) << "element " << i << ", step " << step;
   }
 }
 
@@ -370,8 +373,11 @@ TEST(Tensor, ValuesADtypeCannotHoldAreRefused) {
   // What PyTorch lets through: -1 into uint8 (255), inf and nan into floats, a truncated float.
   EXPECT_EQ(full({1}, -1, kUInt8).item<int64_t>(), 255);
   EXPECT_TRUE(std::isinf(full({1}, std::numeric_limits<double>::infinity(), kFloat16).item<double>()));
-  EXPECT_EQ(full({1}, 255.9, kUInt8).item<int64_t>(), 255);
+  EXPECT_EQ(full({1}, 255.0, kUInt8).item<int64_t>(), 255);
   EXPECT_EQ(full({1}, -0.5, kInt8).item<int64_t>(), 0);
+  EXPECT_THROW(full({1}, 255.9, kUInt8), ValueError);  // [lowest, max], as torch: not [lowest, max + 1)
+  EXPECT_THROW(empty({1}, kInt8).fill_(127.5), ValueError);
+  EXPECT_THROW(full({1}, -0.5, kUInt8), ValueError);
   EXPECT_EQ(full({1}, 65504.0, kFloat16).item<double>(), 65504.0);
   EXPECT_EQ(full({1}, std::numeric_limits<uint64_t>::max(), kUInt64).item<uint64_t>(),
             std::numeric_limits<uint64_t>::max());
@@ -381,6 +387,10 @@ TEST(Tensor, ValuesADtypeCannotHoldAreRefused) {
   EXPECT_THROW((void)full({}, 1e30f, kFloat32).item<int64_t>(), ValueError);
   EXPECT_THROW((void)full({}, std::nan(""), kFloat64).item<int64_t>(), ValueError);
   EXPECT_THROW((void)full({}, 1e300, kFloat64).item<float>(), ValueError);
+  EXPECT_THROW_WITH((void)full({}, int64_t{300}, kInt64).item<uint8_t>(), ValueError, "to uint8 without overflow");
+  EXPECT_THROW((void)full({}, 1e30, kComplex128).item_as_int64(), ValueError);  // the real part, checked too
+  EXPECT_THROW((void)full({}, std::nan(""), kComplex128).item<uint64_t>(), ValueError);
+  EXPECT_EQ(full({}, -3.0, kComplex64).item<int64_t>(), -3);
   EXPECT_THROW((void)full({}, 9.3e18, kFloat64).item_as_int64(), ValueError);  // past 2^63
   EXPECT_THROW((void)full({}, std::numeric_limits<uint64_t>::max(), kUInt64).item<int64_t>(), ValueError);
   EXPECT_EQ(full({}, 9.3e18, kFloat64).item<uint64_t>(), uint64_t{9300000000000000000u});
@@ -428,6 +438,7 @@ TEST(Tensor, EqualAcrossDtypesComparesPromotedValues) {
   EXPECT_FALSE(full({1}, -1, kInt8).equal(full({1}, std::numeric_limits<uint64_t>::max(), kUInt64)));
   EXPECT_TRUE(full({1}, 7, kInt8).equal(full({1}, uint64_t{7}, kUInt64)));
   EXPECT_TRUE(full({1}, 2.5, kFloat64).equal(full({1}, 2.5, kComplex64)));
+  EXPECT_TRUE(full({1}, int64_t{(1 << 24) + 1}, kInt64).equal(full({1}, 16777216.0, kComplex64)));  // in complex64
   EXPECT_FALSE(arange(3).equal(arange(4, kFloat32)));
 }
 
@@ -444,6 +455,10 @@ TEST(Tensor, ArangeAndDeviceNamesAsPyTorch) {
   EXPECT_THROW(Device::parse("cuda:01"), ValueError);
   EXPECT_THROW(Device::parse("cuda:"), ValueError);
   EXPECT_THROW(Device::parse("cuda:+1"), ValueError);
+  EXPECT_THROW(Device::parse("cuda:-0"), ValueError);
+  EXPECT_THROW(Device::parse("cpu:-0"), ValueError);
+  EXPECT_THROW_WITH(arange(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()), ValueError,
+                    "invalid size, possible overflow?");
   EXPECT_THROW(Device::parse("cpu:"), ValueError);
 }
 

@@ -150,8 +150,8 @@ namespace detail {
 // PyTorch's c10::overflows: whether converting `value` to To would change it (or be undefined
 // behaviour). As in PyTorch: a negative integer may wrap into an unsigned type as far down as
 // -max (uint8 takes -1 as 255); inf and nan go into any floating type, nan into no integer
-// type; a floating value goes into an integer type when it lies in [lowest, max + 1) (so -0.5
-// goes into no unsigned type, as in PyTorch). Half holds up to
+// type; a floating value goes into an integer type when it lies in [lowest, max] (so -0.5 goes
+// into int8 but into no unsigned type, and 255.9 not into uint8, as in PyTorch). Half holds up to
 // 65504 and BFloat16 up to about 3.39e38; bool takes anything; a complex To, its real part.
 template <typename To, typename From>
 constexpr bool overflows(From value) {
@@ -171,9 +171,11 @@ constexpr bool overflows(From value) {
   } else if constexpr (std::is_floating_point_v<From>) {  // an integer To
     using Limits = std::numeric_limits<To>;
     if (value != value) return true;
-    // 2^digits, exactly: the first value past Limits::max() (which a double may round up to it).
+    // [lowest, max], as PyTorch; for a max a double rounds up (int64's, to 2^63), 2^digits
+    // bounds it instead, exactly.
     const From past_max = static_cast<From>(Limits::max() / 2 + 1) * 2;
-    return !(value >= static_cast<From>(Limits::lowest()) && value < past_max);
+    return !(value >= static_cast<From>(Limits::lowest()) && value <= static_cast<From>(Limits::max()) &&
+             value < past_max);
   } else if constexpr (!std::is_signed_v<To> && std::is_signed_v<From>) {
     if (value >= 0) return !std::in_range<To>(value);
     return static_cast<std::make_unsigned_t<From>>(-(value + 1)) >= std::numeric_limits<To>::max();

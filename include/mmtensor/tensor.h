@@ -240,8 +240,12 @@ class Tensor {
   void check_dtype(ScalarType requested) const;
   void check_defined(const char* op) const;  // ValueError naming `op` for an undefined tensor
   template <typename T, typename From> static T checked_item(From value) {
-    MMT_CHECK(!detail::overflows<T>(value), ValueError, "item(): the value ", value,
-              " cannot be converted to the requested type without overflow");
+    if constexpr (requires { ScalarTypeOf<T>::value; })
+      MMT_CHECK(!detail::overflows<T>(value), ValueError, "item(): the value ", value, " cannot be converted to ",
+                mmt::to_string(scalar_type_of<T>), " without overflow");
+    else
+      MMT_CHECK(!detail::overflows<T>(value), ValueError, "item(): the value ", value,
+                " cannot be converted to the requested type without overflow");
     return static_cast<T>(value);
   }
   const void* element_ptr(IntArrayRef index, bool writable = false) const;
