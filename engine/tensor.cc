@@ -18,6 +18,11 @@ void check_view_in_bounds(const UntypedStorage& storage, ScalarType dtype, IntAr
   MMT_CHECK(storage_offset >= 0, ValueError, "storage_offset must be non-negative, got ",
             storage_offset);
   int64_t numel = detail::checked_numel(sizes);
+  // An empty view may start anywhere (PyTorch's rule), but data_ptr() adds its offset in
+  // bytes to the storage's address, and that product must exist.
+  int64_t offset_bytes = 0;
+  MMT_CHECK(!__builtin_mul_overflow(storage_offset, element_size(dtype), &offset_bytes), ValueError,
+            "storage_offset ", storage_offset, " (", to_string(dtype), ") is past any address");
   if (numel == 0) return;
   detail::Extent e = detail::element_extent(sizes, strides);
   const int64_t esize = element_size(dtype);

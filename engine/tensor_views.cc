@@ -119,7 +119,14 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t stop, int64_t step) const
   // Written so that no step overflows: stop - start + step - 1 could.
   const int64_t length = stop > start ? (stop - start - 1) / step + 1 : 0;
   DimVector sizes = sizes_, strides = strides_;
-  int64_t offset = storage_offset_ + (length > 0 ? start * strides_[d] : 0);
+  // An empty result still starts at `start`, as in PyTorch (x[5:5].storage_offset() is 5);
+  // only where that offset could not be an element's (past int64, or negative under a
+  // negative stride) does it stay where the tensor starts.
+  int64_t offset = 0, offset_bytes = 0;
+  if (__builtin_mul_overflow(start, strides_[d], &offset) ||
+      __builtin_add_overflow(offset, storage_offset_, &offset) || offset < 0 ||
+      __builtin_mul_overflow(offset, element_size(), &offset_bytes))
+    offset = storage_offset_;
   sizes[d] = length;
   // A stride that overflows steps nowhere: the dimension has at most one element then.
   if (__builtin_mul_overflow(strides_[d], step, &strides[d])) strides[d] = strides_[d];

@@ -271,6 +271,28 @@ TEST(Tensor, ViewOperations) {
   EXPECT_EQ(v.slice(0, 5, 2).numel(), 0);
   EXPECT_EQ(v.slice(0, 1, 10, 3).to_vector<int64_t>(), (std::vector<int64_t>{1, 4, 7}));
   EXPECT_EQ(v[4].item<int64_t>(), 4);
+  // An empty slice starts where its start is, as in PyTorch 2 (torch.arange(12).view(3, 4)
+  // gives 5 7 10 4 12 8 for these): code that locates a view by its offset finds it there.
+  Tensor m = arange(12).view({3, 4});
+  EXPECT_EQ(v.slice(0, 5, 5).storage_offset(), 5);
+  EXPECT_EQ(v.slice(0, 7, 3).storage_offset(), 7);
+  EXPECT_EQ(v.slice(0, 20, 30).storage_offset(), 10);
+  EXPECT_EQ(m.slice(1, 5).storage_offset(), 4);
+  EXPECT_EQ(m.slice(0, 3).storage_offset(), 12);
+  EXPECT_EQ(m.narrow(0, -1, 0).storage_offset(), 8);
+  // Where no element could start (a negative stride, or past int64) the offset stays put.
+  Tensor backwards = m.as_strided({0, 4}, {-4, 1}, 8);
+  EXPECT_EQ(backwards.slice(0, 0, 0).storage_offset(), 8);
+  Tensor far = empty({0}).as_strided({2, 0}, {std::numeric_limits<int64_t>::max(), 1}, 3);
+  EXPECT_EQ(far.slice(0, 1).storage_offset(), 3);
+  // A dimension of size 0 takes start 0 only (PyTorch 2's rule: [-size, size]).
+  EXPECT_THROW_WITH((void)empty({0, 2}).narrow(0, 1, 0), IndexError,
+                    "start out of range (expected to be in range of [0, 0], but got 1)");
+  // An empty view may start past the storage, but not past any address: data_ptr() adds the
+  // offset in bytes to the storage's address.
+  EXPECT_EQ(empty({4}).as_strided({0}, {1}, 100).storage_offset(), 100);
+  EXPECT_THROW_WITH((void)empty({4}).as_strided({0}, {1}, std::numeric_limits<int64_t>::max() / 2),
+                    ValueError, "is past any address");
   EXPECT_EQ(v[4].dim(), 0);
   EXPECT_EQ(arange(4).t().sizes(), IntArrayRef({4}));
 }
