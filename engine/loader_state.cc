@@ -159,6 +159,11 @@ LoaderState LoaderState::parse(std::string_view text) {
   state.consumed = required<int64_t>(json, "consumed");
   MMT_CHECK(state.records >= 0 && state.window_chunks >= 0, ValueError,
             "LoaderState: negative records (", state.records, ") or window_chunks (", state.window_chunks, ")");
+  // A Loader writes the window its order was made with, never 0 (which in SamplerOptions
+  // means "the default"): resuming by a 0 here could only fail later, naming a mismatch.
+  MMT_CHECK(state.sampler != SamplerKind::QuasiRandom || state.window_chunks > 0, ValueError,
+            "LoaderState: a quasi-random state needs the window its order was made with "
+            "(window_chunks >= 1), got 0");
   MMT_CHECK(state.epoch >= 0 && state.epoch < kMaxEpoch, ValueError, "LoaderState: epoch ", state.epoch,
             " is outside [0, ", kMaxEpoch, ")");
   if (has_subset)

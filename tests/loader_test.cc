@@ -636,6 +636,9 @@ TEST(LoaderState, RoundTripsThroughTextAndRejectsDamage) {
   // The layout hash is a hex string: a reader that holds JSON numbers as doubles keeps it.
   EXPECT_NE(state.to_string().find(R"("chunk_layout":"0xfedcba9876543211")"), std::string::npos) << state.to_string();
   EXPECT_EQ(LoaderState::parse(R"({"version":2,"sampler":"quasi_random","seed":"0x0000000000000001","window_chunks":2,"records":5,"epoch":0,"consumed":0,"chunk_layout":"0x00000000000000ff"})").chunk_layout, 0xffu);
+  // A quasi-random order exists only for a window of at least one chunk; a 0 was hand-made.
+  EXPECT_THROW_WITH(LoaderState::parse(R"({"version":2,"sampler":"quasi_random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":0,"consumed":0,"chunk_layout":"0x00000000000000ff"})"),
+                    ValueError, "quasi-random state needs the window its order was made with");
   for (const char* layout : {"255", R"("0xff")", R"("ff00000000000000ff")", R"("0x-000000000000ff")", R"("0x00000000000000fg")"})
     EXPECT_THROW(LoaderState::parse(std::string(R"({"version":2,"sampler":"quasi_random","seed":"0x0000000000000001","window_chunks":2,"records":5,"epoch":0,"consumed":0,"chunk_layout":)") + layout + "}"), ValueError) << layout;
   // Only a quasi-random order depends on the chunks.
