@@ -11,6 +11,7 @@
 #include "buffer_recycler.h"
 #include "checksum.h"
 #include "codec_engine.h"
+#include "cpu_budget.h"
 #include "file_io.h"
 #include "fork_safety.h"
 #include "format.h"
@@ -254,7 +255,7 @@ DatasetWriter DatasetWriter::create(const std::string& path, Schema schema, Writ
     if (compressed) {
       // Inside the try: threads the system refuses (a container's process limit) must not
       // leave the temporary file behind.
-      int threads = impl->options.threads > 0 ? impl->options.threads : detail::ThreadPool::hardware_threads();
+      int threads = impl->options.threads > 0 ? impl->options.threads : detail::available_cpus();
       impl->pool = std::make_unique<detail::ThreadPool>(threads);
       impl->max_pending = static_cast<size_t>(2 * threads);
       // Each pending chunk holds an input and an output buffer; what they free is reused.

@@ -6,6 +6,7 @@
 
 #include "checksum.h"
 #include "chunk_cache.h"
+#include "cpu_budget.h"
 #include "cuda_memory.h"
 #include "cuda_stream.h"
 #include "loader_core.h"
@@ -227,7 +228,7 @@ LoaderCore::~LoaderCore() {
 }
 
 void LoaderCore::start_workers() {
-  workers_spin = options.num_workers + 1 <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  workers_spin = options.num_workers + 1 <= detail::available_cpus();
   workers.reserve(static_cast<size_t>(options.num_workers));
   try {
     for (int w = 0; w < options.num_workers; ++w) workers.emplace_back([this] { worker_main(); });

@@ -7,6 +7,7 @@
 #include <exception>
 #include <system_error>
 
+#include "cpu_budget.h"
 #include "fork_safety.h"
 #include "mmtensor/error.h"
 
@@ -103,10 +104,6 @@ void ThreadPool::stop_and_join() noexcept {
   workers_.clear();
 }
 
-int ThreadPool::hardware_threads() {
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
 namespace {
 
 // The shared pool, made on first use and never destroyed: at exit, a thread the process
@@ -144,9 +141,9 @@ ThreadPool& ThreadPool::shared() {
   if (ThreadPool* pool = holder.pool.load(std::memory_order_acquire)) return *pool;
   std::lock_guard lock(holder.mutex);
   if (ThreadPool* pool = holder.pool.load(std::memory_order_relaxed)) return *pool;
-  // parallel_for's caller is one of the threads, so one worker per other core: a worker more
-  // would spin beside the caller on a core that has none to spare.
-  auto* pool = new ThreadPool(std::max(1, hardware_threads() - 1));
+  // parallel_for's caller is one of the threads, so one worker per other CPU: a worker more
+  // would spin beside the caller on a CPU that has none to spare.
+  auto* pool = new ThreadPool(std::max(1, available_cpus() - 1));
   holder.pool.store(pool, std::memory_order_release);
   return *pool;
 }

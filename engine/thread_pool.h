@@ -52,12 +52,10 @@ class ThreadPool {
 
   int size() const { return static_cast<int>(workers_.size()); }
 
-  // The process-wide pool for parallel_for, with one worker per hardware thread but one (the
-  // caller works too); created on first use and never destroyed (a thread still running at
-  // exit may be using it).
+  // The process-wide pool for parallel_for, with one worker per CPU the process may use but
+  // one (the caller works too; available_cpus(), cpu_budget.h); created on first use and never
+  // destroyed (a thread still running at exit may be using it).
   static ThreadPool& shared();
-  // std::thread::hardware_concurrency(), at least 1.
-  static int hardware_threads();
 
   // Runs fn() on a worker; the future carries its result or exception.
   template <typename Fn>

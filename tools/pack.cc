@@ -204,7 +204,7 @@ void add_pack_command(CLI::App& app) {
   add_parsed_option(cmd, "--align", args->align, "Chunk alignment in the file, a power of two from 64 to 16M",
                     parse_alignment)->default_str("4096");
   // The cap keeps a typo such as --threads 100000 from asking for that many threads.
-  add_integer_option(cmd, "--threads", args->threads, "Compression threads, 0 to 1024 (0: one per core)", 0,
+  add_integer_option(cmd, "--threads", args->threads, "Compression threads, 0 to 1024 (0: one per CPU this process may use)", 0,
                      static_cast<int>(kMaxWriterThreads));
   add_parsed_option(cmd, "--shard", args->shard,
                     "Pack only share K of N (K from 0): records K*R/N up to (K+1)*R/N of the R inputs",

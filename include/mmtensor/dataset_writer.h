@@ -46,7 +46,8 @@ struct WriterOptions {
   // otherwise column() of many chunks is a copy (Dataset::column_is_view() tells).
   int64_t chunk_records = 0;
   int64_t alignment = 4096;           // chunk data alignment in the file; a power of two, 64 to 16 MiB
-  int threads = 0;                    // compression threads (<= kMaxWriterThreads); 0 = one per core
+  int threads = 0;                    // compression threads (<= kMaxWriterThreads); 0 = one per
+                                      // CPU the process may use (affinity, cgroup CPU quota)
   bool overwrite = false;             // replace an existing file at the path (atomically)
   Metadata metadata;                  // stored with the dataset
 };

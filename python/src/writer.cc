@@ -123,7 +123,7 @@ any strides; bytes for a uint8 field; or a list or number, which an integer fiel
 as integers in its range and a float field rounds (refusing overflow). An array of another
 dtype is refused rather than cast. A record may be a dict by name (or any mapping: a Sample,
 a Batch) or a sequence in schema order. Chunks are compressed on `threads` threads (0: one
-per core).)doc")
+per CPU the process may use: its affinity, within a cgroup CPU quota).)doc")
       .def(py::init([](const py::object& path, std::vector<Field> fields, const std::string& codec,
                        int64_t chunk_bytes, int64_t chunk_records, int64_t alignment, int threads, bool overwrite,
                        const Metadata& metadata) {
