@@ -157,10 +157,17 @@ struct DatasetWriter::Impl {
   void copy_records(std::span<const Tensor> values, int64_t start, int64_t count);
   int64_t records_left_in_chunk() const;
   int64_t current_decoded_bytes() const;
+  // The decoded bytes of the current chunk (of a new one when `fresh`) once `count` more
+  // records shaped like `record` join it: current_decoded_bytes()'s arithmetic, saturating.
+  int64_t decoded_bytes_with(std::span<const Tensor> record, int64_t count, bool fresh) const;
   bool chunk_is_full() const;
-  // For a compressed writer chunking by bytes: whether adding `values` could take the current
+  // For a compressed writer chunking by bytes: whether adding `values` would take the current
   // chunk past the decoded-chunk limit, so the chunk must be sealed before it.
   bool record_would_overflow_chunk(std::span<const Tensor> values) const;
+  // For a compressed writer with a ragged field and chunk_records: a ValueError, before
+  // anything is written, when `count` records shaped like `record` would take a chunk past
+  // the decoded-chunk limit (its record count is fixed, so it cannot close early).
+  void check_counted_chunks_fit(std::span<const Tensor> record, int64_t count, int64_t first) const;
   void seal_chunk();
   void write_chunk(int64_t first_record, int64_t record_count, EncodedChunk chunk);
   void drain_one();
@@ -364,6 +371,30 @@ int64_t DatasetWriter::Impl::current_decoded_bytes() const {
   return total;
 }
 
+int64_t DatasetWriter::Impl::decoded_bytes_with(std::span<const Tensor> record, int64_t count, bool fresh) const {
+  auto add = [](int64_t a, int64_t b) {
+    int64_t sum = 0;
+    return __builtin_add_overflow(a, b, &sum) ? INT64_MAX : sum;
+  };
+  auto section = [&](int64_t offset) { return offset > INT64_MAX - 64 ? INT64_MAX : format::next_section_offset(offset); };
+  const int64_t records = add(fresh ? 0 : current.record_count, count);
+  int64_t total = saturating_mul(records, layout.record_stride_bytes);
+  size_t ragged_index = 0;
+  for (size_t f = 0; f < schema.size(); ++f) {
+    const Field& field = schema[f];
+    if (field.is_fixed()) continue;
+    const auto* column = fresh || ragged_index >= current.ragged.size() ? nullptr : &current.ragged[ragged_index];
+    ++ragged_index;
+    const int64_t variable_dims = std::count(field.shape.begin(), field.shape.end(), kVariableDim);
+    const int64_t words = add(column ? static_cast<int64_t>(column->value_ends.size() + column->extents.size()) : 0,
+                              saturating_mul(count, 1 + variable_dims));
+    const int64_t values = add(column ? static_cast<int64_t>(column->values.size()) : 0,
+                               saturating_mul(count, record[f].nbytes()));
+    total = add(section(add(section(total), saturating_mul(words, 8))), values);
+  }
+  return total;
+}
+
 // Moves the current chunk's fixed records into a (recycled) buffer of `wanted` bytes.
 void DatasetWriter::Impl::grow_fixed_buffer(int64_t wanted) {
   detail::RecycledBuffer grown = buffers.take(wanted, "a chunk buffer");
@@ -507,14 +538,22 @@ bool DatasetWriter::Impl::chunk_is_full() const {
 
 bool DatasetWriter::Impl::record_would_overflow_chunk(std::span<const Tensor> values) const {
   if (current.record_count == 0 || records_per_chunk > 0 || options.codec.codec == Codec::None) return false;
-  // An upper bound of what the record adds: its fixed slot, and per ragged field its values,
-  // its value end and extents, and a section's alignment padding before each part.
-  int64_t added = layout.record_stride_bytes;
-  for (size_t f = 0; f < schema.size(); ++f) {
-    if (schema[f].is_fixed()) continue;
-    added += values[f].nbytes() + 8 * (1 + values[f].dim()) + 2 * format::kValueAlignment;
-  }
-  return current_decoded_bytes() + added + format::kValueAlignment > format::kMaxDecodedChunkBytes;
+  return decoded_bytes_with(values, 1, false) > format::kMaxDecodedChunkBytes;
+}
+
+void DatasetWriter::Impl::check_counted_chunks_fit(std::span<const Tensor> record, int64_t count,
+                                                   int64_t first) const {
+  if (records_per_chunk == 0 || options.codec.codec == Codec::None || schema.all_fixed() || count <= 0) return;
+  // The rest of the current chunk, then (for a batch) a whole chunk of such records: the
+  // largest any of them reaches.
+  const int64_t into_current = std::min(count, records_per_chunk - current.record_count);
+  int64_t largest = decoded_bytes_with(record, into_current, false);
+  if (count > into_current)
+    largest = std::max(largest, decoded_bytes_with(record, std::min(records_per_chunk, count - into_current), true));
+  MMT_CHECK(largest <= format::kMaxDecodedChunkBytes, ValueError, "record ", first, count > 1 ? " (of a batch)" : "",
+            ": a chunk of chunk_records=", records_per_chunk, " records like it would decode to ", largest,
+            " bytes, over the ", format::kMaxDecodedChunkBytes, "-byte limit of a compressed chunk; lower "
+            "chunk_records, or leave it 0 so that chunks close by size. Nothing of it was written");
 }
 
 // Turns the current records into one decoded payload and hands it to the codec.
@@ -694,8 +733,10 @@ void DatasetWriter::append(std::span<const Tensor> values) {
   impl_->check_open();
   const int64_t record = impl_->records.load(std::memory_order_relaxed);
   impl_->validate_record(values, record);  // a bad record leaves the writer usable
+  impl_->check_counted_chunks_fit(values, 1, record);
   try {
-    // A record larger than what the chunk has left starts a chunk of its own (FORMAT.md).
+    // With a codec, a record that would take the chunk past the decoded limit starts the next
+    // one (FORMAT.md, "Chunking").
     if (impl_->record_would_overflow_chunk(values)) impl_->seal_chunk();
     if (impl_->current.record_count == 0) impl_->current_first_record = record;
     impl_->copy_record(values);
@@ -735,6 +776,12 @@ void DatasetWriter::append_batch(std::span<const Tensor> values) {
   for (Tensor& value : host)
     if (value.is_cuda()) value = value.cpu();
   const int64_t first = d.records.load(std::memory_order_relaxed);
+  if (!d.schema.all_fixed()) {
+    // The records of a batch share their shapes: the first stands for all.
+    std::vector<Tensor> first_record;
+    for (const Tensor& value : host) first_record.push_back(value.select(0, 0));
+    d.check_counted_chunks_fit(first_record, batch, first);
+  }
   try {
     if (!d.schema.all_fixed()) {
       // Ragged values go through the record path (their columns grow per record anyway).

@@ -517,6 +517,41 @@ TEST(DatasetWriterTest, ARecordThatWouldOverflowACompressedChunkStartsItsOwn) {
   }
 }
 
+// With chunk_records, a chunk holds that many records and cannot close early: a record (or a
+// batch) that would take it past 1 GiB decoded is refused before anything of it is written,
+// and the writer goes on. It used to fail when the chunk was sealed, aborting the writer and
+// losing every record before it. Needs ~2 GiB: release builds only.
+TEST(DatasetWriterTest, ACountedChunkThatWouldPassTheCompressedLimitRefusesTheRecordOnly) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "1 GiB of values: run in the release build";
+#endif
+  TempDir dir;
+  WriterOptions options;
+  options.codec = CodecSpec::parse("lz4");
+  options.chunk_records = 2;
+  const int64_t value_bytes = int64_t{520} << 20;  // two of them pass 1 GiB
+  {
+    DatasetWriter writer = DatasetWriter::create(dir.file("big.mmt"), Schema({Field::bytes("b")}), options);
+    {
+      Tensor two = empty({2, value_bytes}, kUInt8);  // a batch: refused whole
+      EXPECT_THROW_WITH(writer.append_batch({two}), ValueError,
+                        "record 0 (of a batch): a chunk of chunk_records=2 records like it would decode to");
+    }
+    EXPECT_EQ(writer.size(), 0);
+    Tensor value = empty({value_bytes}, kUInt8);
+    value.fill_(7);
+    writer.append({value});
+    EXPECT_THROW_WITH(writer.append({value}), ValueError, "over the 1073741824-byte limit of a compressed chunk");
+    EXPECT_EQ(writer.size(), 1);
+    writer.append({arange(5, kUInt8)});  // a small one still fits beside it
+    writer.finish();
+  }
+  Dataset ds = Dataset::open(dir.file("big.mmt"));
+  ASSERT_EQ(ds.size(), 2);
+  EXPECT_EQ(ds.get(0, "b").select(0, value_bytes - 1).item<int64_t>(), 7);
+  EXPECT_EQ(ds.get(1, "b").to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1, 2, 3, 4}));
+}
+
 TEST(DatasetWriterTest, StatsAreReadableWhileWriting) {
   TempDir dir;
   DatasetWriter writer = DatasetWriter::create(dir.file("s.mmt"), image_schema());
