@@ -1,10 +1,11 @@
 // Dataset: random access by record index into an mmtensor dataset file (docs/FORMAT.md).
 //
-// open() maps the file read-only and reads only its fixed-size preamble, footer and schema:
-// opening costs the same for a thousand records as for a hundred million. Nothing in the file
-// is trusted: every offset, size and count is checked against the real file size before use,
-// and each chunk's table entry is verified the first time the chunk is used; compressed
-// chunks' checksums are verified before they are decoded (ReaderOptions says which).
+// open() maps the file read-only and reads only its fixed-size preamble, footer, schema and
+// last chunk-table entry: opening costs the same for a thousand records as for a hundred
+// million. Nothing in the file is trusted: every offset, size and count is checked against the
+// real file size before use, and each chunk's table entry is verified the first time the
+// chunk is used; compressed chunks' checksums are verified before they are decoded
+// (ReaderOptions says which).
 //
 // A sample's fields come back as Tensor views:
 //   - uncompressed chunks: views straight into the mapping (zero-copy); their storage's
@@ -182,7 +183,7 @@ class Dataset {
   class iterator;
   using const_iterator = iterator;
 
-  // Opens and validates the preamble, footer and schema. Throws IoError (missing file, no
+  // Opens and validates the preamble, footer, schema and last chunk-table entry. Throws IoError (missing file, no
   // permission), FormatError (not an mmtensor file, unknown version, truncated, corrupt).
   static Dataset open(const std::string& path, ReaderOptions options = {});
 
@@ -318,8 +319,10 @@ class Dataset {
   void get_batch(std::span<const int64_t> indices, std::span<const std::string> fields,
                  std::span<const Tensor> outs, int threads = 1) const;
 
-  // Checks every chunk: table entry, checksum, decoding, and the structure of ragged fields.
-  // Throws FormatError/ChecksumError naming the first bad chunk.
+  // Checks every chunk: table entry, checksum, decoding, the structure of ragged fields and
+  // that bool bytes are 0 or 1; that the chunks cover the records in order without overlap,
+  // as the footer counts them; and that the padding around them is zero (FORMAT.md, "What a
+  // reader MUST check"). Throws FormatError/ChecksumError naming the first bad chunk.
   void verify() const;
 
   // advise(): madvise for the whole mapping.

@@ -40,10 +40,13 @@ struct WriterOptions {
   // every chunk starts on an alignment boundary, so smaller targets would pad the file with
   // more zeros than data.
   int64_t chunk_bytes = 1 << 20;
-  // > 0: exactly this many records per chunk (overrides chunk_bytes). Taken as given: an
-  // uncompressed file of fixed fields keeps its records back to back (one column view, the
-  // gather's fastest path) only when count * record stride is a multiple of the alignment;
-  // otherwise column() of many chunks is a copy (Dataset::column_is_view() tells).
+  // > 0: this many records per chunk (overrides chunk_bytes). Taken as given, but for the
+  // limits of a compressed chunk: with a codec, fixed fields get at most 1 GiB of records a
+  // chunk, and a record or batch that would take a chunk with a ragged field past 1 GiB
+  // decoded is a ValueError (nothing of it written). An uncompressed file of fixed fields keeps
+  // its records back to back (one column view, the gather's fastest path) only when count *
+  // record stride is a multiple of the alignment and such a run is at most 64 MiB; otherwise
+  // column() of many chunks is a copy (Dataset::column_is_view() tells).
   int64_t chunk_records = 0;
   int64_t alignment = 4096;           // chunk data alignment in the file; a power of two, 64 to 16 MiB
   int threads = 0;                    // compression threads (<= kMaxWriterThreads); 0 = one per

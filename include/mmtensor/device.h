@@ -16,7 +16,8 @@ struct Device {
 
   constexpr Device() = default;
   constexpr Device(DeviceType t, int i = 0) : type(t), index(t == DeviceType::CPU ? 0 : i) {}
-  // Parses "cpu", "cuda", "cuda:1"; throws ValueError on anything else.
+  // Parses torch.device's spellings: "cpu", "cpu:N", "cuda", "cuda:N" (N a decimal index
+  // without leading zeros); throws ValueError on anything else.
   static Device parse(std::string_view text);
 
   constexpr bool is_cpu() const { return type == DeviceType::CPU; }

@@ -186,7 +186,7 @@ struct LoaderOptions {
                                     // the cores and run slower on warm, uncompressed data
                                     // (2 workers on 2 cores: 0.7-0.9 of 1 worker's rate,
                                     // bench/RESULTS.md). Decoding or transforms may want more.
-  int prefetch_batches = 3;         // batches prepared ahead; the ring has this + 1 slots
+  int prefetch_batches = 3;         // batches prepared ahead, 1..1024; the ring has this + 1 slots
   Device device = kCPU;             // cpu, or cuda:N for batches on that device
   bool pin_memory = true;           // cpu batches in page-locked memory (always for cuda);
                                     // without a CUDA device, ordinary memory and a note on

@@ -6,7 +6,7 @@
 // is therefore never unmapped under a live view.
 //
 // Kinds of storage:
-//   - file-backed: from_file() (PyTorch's rules) or map_file() (read-only or copy-on-write),
+//   - file-backed: from_file() (PyTorch's rules) or map_file() (read-only, copy-on-write or shared),
 //     mapped with Boost.Interprocess; filename() is the path;
 //   - host memory with a chosen alignment (default 64 bytes);
 //   - pinned (page-locked) host memory, for asynchronous copies to a GPU;
