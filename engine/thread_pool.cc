@@ -17,6 +17,10 @@ namespace {
 // How long an idle worker polls for work before it sleeps: long enough to bridge the gap
 // between two batches of a training loop, short enough not to burn a shared core.
 constexpr auto kSpinTime = std::chrono::microseconds(50);
+// How long a worker not designated for a loop waits before it looks for an open seat: time
+// for a spinning designated worker to take its seat (well under a microsecond), short beside
+// the batch a busy designated worker would leave to the caller alone.
+constexpr auto kLateJoinDelay = std::chrono::microseconds(2);
 
 }  // namespace
 
@@ -82,7 +86,7 @@ ThreadPool::ThreadPool(int threads) {
   threads = std::max(threads, 1);
   workers_.reserve(static_cast<size_t>(threads));
   try {
-    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
   } catch (const std::system_error& e) {
     // The system refused another thread (a limit on threads or memory maps): the ones started
     // must be joined, or destroying them terminates the process.
@@ -157,19 +161,36 @@ void ThreadPool::enqueue(std::function<void()> task) {
   wake_.notify_one();
 }
 
-void ThreadPool::worker_loop() {
+void ThreadPool::worker_loop(int index) {
   // 0, the generation the pool was made with, not the current one: a loop published before
   // this thread got going (the first batch after the pool is made) still gets its help.
   uint64_t last_visited = 0;
+  // A loop this worker was not designated for, and when it looks at it again.
+  uint64_t deferred = 0;
+  auto look_again_at = std::chrono::steady_clock::time_point{};
   while (true) {
     auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
     // The queue and the loop slot are polled after every pause (a batch of a few
     // microseconds should not wait for a long pause loop); the clock only every 64 polls.
     for (int polls = 1; queued_.load(std::memory_order_acquire) == 0; ++polls) {
-      if (generation_.load(std::memory_order_acquire) != last_visited) {
-        visit_published_loop(last_visited);
-        spin_until = std::chrono::steady_clock::now() + kSpinTime;
-        continue;
+      const uint64_t generation = generation_.load(std::memory_order_acquire);
+      if (generation != last_visited) {
+        if (index < designated_.load(std::memory_order_relaxed)) {
+          visit_published_loop(last_visited);
+          spin_until = std::chrono::steady_clock::now() + kSpinTime;
+          continue;
+        }
+        const auto now = std::chrono::steady_clock::now();
+        if (generation != deferred) {
+          deferred = generation;
+          look_again_at = now + kLateJoinDelay;
+        } else if (now >= look_again_at) {
+          // Plain loads: a loop whose seats are taken costs this worker no write.
+          if (open_seats_.load(std::memory_order_relaxed) > 0) visit_published_loop(last_visited);
+          else last_visited = generation;
+          spin_until = now + kSpinTime;
+          continue;
+        }
       }
       cpu_relax();
       if (polls % 64 == 0 && std::chrono::steady_clock::now() >= spin_until) break;
@@ -205,7 +226,10 @@ void ThreadPool::visit_published_loop(uint64_t& last_visited) {
   // count to reach zero, so a loop read here stays alive until the count is given back.
   visitors_.fetch_add(1, std::memory_order_seq_cst);
   Loop* loop = published_.load(std::memory_order_seq_cst);
-  if (loop != nullptr && loop->helpers_left.fetch_sub(1, std::memory_order_relaxed) > 0) loop->drain(true);
+  if (loop != nullptr && loop->helpers_left.fetch_sub(1, std::memory_order_relaxed) > 0) {
+    open_seats_.fetch_sub(1, std::memory_order_relaxed);
+    loop->drain(true);
+  }
   visitors_.fetch_sub(1, std::memory_order_release);
 }
 
@@ -241,13 +265,19 @@ bool ThreadPool::try_published_loop(int64_t n, int helpers, const std::function<
   Loop loop(n, helpers + 1);
   loop.fn = &fn;
   loop.helpers_left.store(helpers, std::memory_order_relaxed);
+  designated_.store(helpers, std::memory_order_relaxed);
+  open_seats_.store(helpers, std::memory_order_relaxed);
   published_.store(&loop, std::memory_order_seq_cst);
   generation_.fetch_add(1, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+  if (const int sleeping = sleepers_.load(std::memory_order_seq_cst); sleeping > 0) {
     { std::lock_guard lock(mutex_); }  // a worker between its check and its wait gets there first
-    wake_.notify_all();
+    // As many as the loop wants: whichever wake take the seats (late, if not designated).
+    if (sleeping <= helpers) wake_.notify_all();
+    else
+      for (int h = 0; h < helpers; ++h) wake_.notify_one();
   }
   loop.drain(false);
+  open_seats_.store(0, std::memory_order_relaxed);
   published_.store(nullptr, std::memory_order_seq_cst);  // no new visitor reads it
   while (visitors_.load(std::memory_order_seq_cst) != 0) cpu_relax();
   slot_taken_.store(false, std::memory_order_release);

@@ -8,7 +8,10 @@
 // through the task queue: a 784-byte-record batch is gathered in under 10 us, and the queue's
 // allocations, lock and hand-offs cost 1-2 us of it (more than the second core saved). When
 // the slot is taken (parallel_for called from several threads at once) the loop goes through
-// the queue instead.
+// the queue instead. A loop that wants h helpers is taken at once by workers 0..h-1 only; the
+// others look again after kLateJoinDelay, and join only if a seat is still open (a designated
+// worker was busy). So a two-thread batch on a 16-core machine costs one helper's visit, not
+// fifteen workers counting themselves in and out of it, and wakes at most h sleepers.
 //
 // Thread safety: every method may be called from many threads at once. A task's exception is
 // delivered through its future (submit) or rethrown by parallel_for in the calling thread.
@@ -81,7 +84,7 @@ class ThreadPool {
   struct Loop;  // one parallel_for's indices, function and first error
 
   void enqueue(std::function<void()> task);
-  void worker_loop();
+  void worker_loop(int index);
   void stop_and_join() noexcept;
   // parallel_for through the published-loop slot; false when another caller holds it.
   bool try_published_loop(int64_t n, int helpers, const std::function<void(int64_t)>& fn);
@@ -96,12 +99,16 @@ class ThreadPool {
   bool stopping_ = false;
   std::atomic<int> sleepers_{0};  // workers waiting (or about to wait) on wake_
 
-  // The published loop: its owner stores `published_` and bumps `generation_`; a worker
-  // counts itself in `visitors_` before it reads `published_` and out when done, and the
-  // owner withdraws the loop (null) and waits for visitors_ == 0 before its Loop goes away.
+  // The published loop: its owner stores `designated_`, `open_seats_` and `published_` and
+  // bumps `generation_`; a worker counts itself in `visitors_` before it reads `published_`
+  // and out when done, and the owner withdraws the loop (seats 0, then null) and waits for
+  // visitors_ == 0 before its Loop goes away. `designated_` and `open_seats_` are hints that
+  // keep workers the loop does not need from touching it; the Loop's own helpers_left decides.
   std::atomic<bool> slot_taken_{false};
   alignas(64) std::atomic<uint64_t> generation_{0};
   std::atomic<Loop*> published_{nullptr};
+  std::atomic<int> designated_{0};  // workers with a lower index join the loop at once
+  alignas(64) std::atomic<int> open_seats_{0};  // helpers the loop still wants
   alignas(64) std::atomic<int> visitors_{0};
 
   std::vector<std::thread> workers_;

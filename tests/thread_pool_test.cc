@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -107,6 +108,35 @@ TEST(ThreadPoolParallelFor, WorkersThatSleptAreWokenForALoop) {
     });
   }
   EXPECT_EQ(threads.size(), 2u) << "the sleeping worker never joined a loop";
+}
+
+// A loop wanting one helper is taken at once by worker 0 only; when that worker is busy (here,
+// with queued tasks that wait for the loop to end) another takes the seat after a short delay.
+TEST(ThreadPoolParallelFor, ABusyDesignatedWorkerLeavesItsSeatToAnother) {
+  ThreadPool pool(4);
+  for (int round = 0; round < 10; ++round) {
+    // Three of the four workers busy, whichever they are: the free one may be worker 0 (the
+    // designated path) or not (the late one).
+    std::atomic<bool> release{false};
+    std::atomic<int> started{0};
+    std::vector<std::future<void>> busy;
+    for (int b = 0; b < 3; ++b)
+      busy.push_back(pool.submit([&] {
+        started.fetch_add(1);
+        while (!release.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }));
+    while (started.load() < 3) std::this_thread::yield();
+    std::mutex mutex;
+    std::set<std::thread::id> threads;
+    pool.parallel_for(40, 2, [&](int64_t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::lock_guard lock(mutex);
+      threads.insert(std::this_thread::get_id());
+    });
+    release = true;
+    for (auto& f : busy) f.get();
+    EXPECT_EQ(threads.size(), 2u) << "round " << round << ": no free worker helped the loop";
+  }
 }
 
 // The first loop of a new pool, published before its worker has started running, is still
