@@ -148,8 +148,8 @@ Tensor Dataset::Impl::ragged_view(const ChunkRef& ref, const format::RaggedSecti
 void Dataset::Impl::check_chunk_holds(int64_t chunk, int64_t first_record, int64_t record_count,
                                       int64_t record) const {
   MMT_CHECK(record >= first_record && record - first_record < record_count, FormatError, path,
-            ": the chunk table is not ordered: binary search for record ", record, " found chunk ", chunk,
-            " holding records [", first_record, ", +", record_count, ")");
+            ": no chunk holds record ", record, ": the chunk table is out of order or leaves a gap "
+            "(binary search found chunk ", chunk, " holding records [", first_record, ", +", record_count, "))");
 }
 
 format::ChunkEntry Dataset::Impl::entry_holding(int64_t record, int64_t* chunk) const {

@@ -8,6 +8,7 @@
 #include "checksum.h"
 #include "mmtensor/error.h"
 #include "mmtensor/loader.h"
+#include "utf8.h"
 
 namespace mmt {
 
@@ -15,19 +16,10 @@ namespace {
 
 using detail::hex64;
 
-// `text` cut to about `max_bytes` for a message, never inside a UTF-8 character (Python would
-// show an undecodable message as an empty one).
-std::string cut_for_message(std::string text, size_t max_bytes) {
-  if (text.size() <= max_bytes) return text;
-  size_t cut = max_bytes;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return text.substr(0, cut) + "... (" + std::to_string(text.size()) + " bytes)";
-}
-
 // A value as a message quotes it: its JSON, cut to a line. A state is one flat object, so a
 // value worth quoting is short; a hostile one (a megabyte string) must not fill the message.
 std::string excerpt(const nlohmann::json& value) {
-  return cut_for_message(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), 120);
+  return detail::cut_for_message(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), 120);
 }
 
 // The value at `it` (the entry `key`): "0x" and 16 hex digits, as hex64() writes it (upper
@@ -112,7 +104,7 @@ LoaderState LoaderState::parse(std::string_view text) {
     });
   } catch (const nlohmann::json::exception& e) {
     // nlohmann quotes the token it stopped at, which may be the whole (huge) input.
-    throw ValueError(detail::str("LoaderState: not valid JSON: ", cut_for_message(e.what(), 300)));
+    throw ValueError(detail::str("LoaderState: not valid JSON: ", detail::cut_for_message(e.what(), 300)));
   }
   MMT_CHECK(json.is_object(), ValueError, "LoaderState: expected a JSON object, got ", excerpt(json));
   const int version = required<int>(json, "version");

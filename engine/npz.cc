@@ -102,8 +102,11 @@ struct Member {
 };
 
 // "member 'NAME'" for a message: the name comes from the archive, so it is escaped (a NUL in
-// it would end the message, a control character would reach the terminal).
-std::string member_label(const Member& m) { return str("member '", detail::escaped(m.name), "'"); }
+// it would end the message, a control character would reach the terminal) and cut (a ZIP name
+// may take 64 KiB, six times that escaped).
+std::string member_label(const Member& m) {
+  return str("member '", detail::cut_for_message(detail::escaped(m.name), 200), "'");
+}
 
 class ZipReader {
  public:
@@ -354,6 +357,8 @@ class ZipReader {
       fail(str(where, ": size ", m.uncompressed_bytes, " is too large"));
   }
 
+  // The member inflated whole. Its messages are DeflatedMember's (the packer's streaming
+  // path), so one archive gets the same verdict either way.
   UntypedStorage inflate_member(const Member& m, const std::byte* data, const std::string& where) {
     UntypedStorage out = UntypedStorage::allocate(static_cast<int64_t>(m.uncompressed_bytes));
     z_stream zs{};
@@ -361,36 +366,45 @@ class ZipReader {
       throw Error(str(what_, ": zlib inflateInit2 failed"));
     uint64_t in_left = m.compressed_bytes, out_left = m.uncompressed_bytes;
     zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(data));
-    zs.next_out = reinterpret_cast<Bytef*>(out.mutable_data());
-    int rc;
+    zs.next_out = reinterpret_cast<Bytef*>(out.mutable_data());  // zlib advances it slice by slice
+    // Once the declared bytes are out, one spare byte tells a stream that ends there from one
+    // that would give more (and zlib needs somewhere to write even for a 0-byte member).
+    std::byte spare{};
+    bool probing = false;
+    int rc = Z_OK;
     for (;;) {
       // zlib counts in 32-bit unsigned ints; feed it in slices.
       if (zs.avail_in == 0 && in_left > 0) {
         zs.avail_in = static_cast<uInt>(std::min<uint64_t>(in_left, UINT_MAX));
         in_left -= zs.avail_in;
       }
-      if (zs.avail_out == 0 && out_left > 0) {
-        zs.avail_out = static_cast<uInt>(std::min<uint64_t>(out_left, UINT_MAX));
-        out_left -= zs.avail_out;
+      if (zs.avail_out == 0) {
+        if (out_left > 0) {
+          zs.avail_out = static_cast<uInt>(std::min<uint64_t>(out_left, UINT_MAX));
+          out_left -= zs.avail_out;
+        } else if (!probing) {
+          probing = true;
+          zs.next_out = reinterpret_cast<Bytef*>(&spare);
+          zs.avail_out = 1;
+        } else {
+          break;  // the spare byte was written
+        }
       }
       rc = inflate(&zs, Z_NO_FLUSH);
       if (rc != Z_OK) break;  // Z_STREAM_END, or no progress possible (Z_BUF_ERROR), or corrupt
     }
-    uint64_t produced = zs.total_out;
-    const char* msg = zs.msg;
-    std::string zmsg = msg ? msg : "";
+    const uint64_t produced = zs.total_out;
+    const std::string zmsg = zs.msg ? zs.msg : "zlib error";
     inflateEnd(&zs);
-    if (rc != Z_STREAM_END) {
-      if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT)
-        fail(str(where, ": corrupt deflate data (", zmsg, ")"));
-      if (produced >= m.uncompressed_bytes)
-        fail(str(where, ": inflates to more than the ", m.uncompressed_bytes, " bytes declared"));
+    if (produced > m.uncompressed_bytes)
+      fail(str(where, ": inflates to more than the ", m.uncompressed_bytes, " bytes declared"));
+    if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_MEM_ERROR || rc == Z_STREAM_ERROR)
+      fail(str(where, ": corrupt deflate data (", zmsg, ")"));
+    if (produced < m.uncompressed_bytes)
       fail(str(where, ": deflate data ends after ", produced, " of ", m.uncompressed_bytes,
                " bytes; the archive is truncated or corrupt"));
-    }
-    if (produced != m.uncompressed_bytes)
-      fail(str(where, ": inflates to ", produced, " bytes, not the ", m.uncompressed_bytes,
-               " declared"));
+    if (rc != Z_STREAM_END)
+      fail(str(where, ": deflate data does not end after the ", m.uncompressed_bytes, " bytes declared"));
     return out;
   }
 
@@ -575,6 +589,9 @@ std::vector<detail::NpyValues> parse_npz_values(std::span<const std::byte> bytes
   // would each inflate within deflate's ratio and together to many times the archive.
   uint64_t member_bytes_total = 0;
   for (const Member& m : zip.read_central_directory()) {
+    if (m.compressed_bytes > bytes.size())  // alone: locate_member would say it, too late
+      throw FormatError(str(what, ": ", member_label(m), ": ", m.compressed_bytes, " bytes of data run past the end "
+                            "of the file (", bytes.size(), " bytes); is it truncated?"));
     if (m.compressed_bytes > bytes.size() - member_bytes_total)
       throw FormatError(str(what, ": ", member_label(m), " brings the members' stored bytes past the ",
                             bytes.size(), " bytes of the archive: members overlap, which a ZIP file never does"));

@@ -80,6 +80,15 @@ inline size_t utf8_sequence_length(std::string_view text) {
   return length;
 }
 
+// `text` cut to about `max_bytes` for a message, never inside a UTF-8 character (Python would
+// show an undecodable message as an empty one), with its full length said.
+inline std::string cut_for_message(std::string text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
 // `text` made safe to print and unambiguous to read: control characters (C0, DEL, and C1 as
 // UTF-8 or as lone bytes) and bytes that are not UTF-8 become \xNN or \u00NN, and a backslash
 // becomes \\ (so an escape in the output is never ambiguous); printable UTF-8 is kept as it

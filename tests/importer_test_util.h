@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,7 @@ struct ZipEntry {
   bool deflate = false;
   uint16_t method_override = 0xFFFF;  // write this method code instead (for refusal tests)
   uint16_t flags = 0;
+  std::optional<Bytes> data_override;  // these bytes as the member's data (CRC and size stay content's)
 };
 
 // A ZIP archive as Python's zipfile writes it; with zip64, sizes and offsets go in ZIP64
@@ -136,7 +138,7 @@ struct ZipEntry {
 inline Bytes zip_archive(const std::vector<ZipEntry>& entries, bool zip64 = false) {
   Bytes out, central;
   for (const ZipEntry& e : entries) {
-    Bytes data = e.deflate ? deflate_bytes(e.content) : e.content;
+    Bytes data = e.data_override ? *e.data_override : e.deflate ? deflate_bytes(e.content) : e.content;
     uint16_t method = e.method_override != 0xFFFF ? e.method_override : (e.deflate ? 8 : 0);
     uint32_t crc = static_cast<uint32_t>(
         crc32(0, reinterpret_cast<const Bytef*>(e.content.data()), static_cast<uInt>(e.content.size())));

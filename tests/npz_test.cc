@@ -321,6 +321,66 @@ TEST(Npz, MembersThatShareTheirDataAreRefused) {
   EXPECT_NE(message.find("members overlap"), std::string::npos) << message;
 }
 
+// Deflate streams that end wrong get the message the packer's streaming reader gives for them.
+// A stream that stops (no final block) right after the declared bytes used to be told it
+// "inflates to more than" them, and so did any deflated member of 0 bytes.
+TEST(Npz, DeflateStreamsAreJudgedByWhereTheyEnd) {
+  const Bytes array = npy_of(arange(6, kInt32));
+  Bytes unterminated;
+  {
+    z_stream zs{};
+    deflateInit2(&zs, 6, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY);
+    unterminated.assign(deflateBound(&zs, array.size()) + 64, std::byte{0});
+    zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(array.data()));
+    zs.avail_in = static_cast<uInt>(array.size());
+    zs.next_out = reinterpret_cast<Bytef*>(unterminated.data());
+    zs.avail_out = static_cast<uInt>(unterminated.size());
+    deflate(&zs, Z_SYNC_FLUSH);  // every byte out, but no final block
+    unterminated.resize(zs.total_out);
+    deflateEnd(&zs);
+  }
+  std::string message = expect_format_error(
+      [&] { parse_npz(zip_archive({{"a.npy", array, true, 0xFFFF, 0, unterminated}}), "open.npz"); });
+  EXPECT_NE(message.find("deflate data does not end after the " + std::to_string(array.size()) + " bytes declared"),
+            std::string::npos) << message;
+  // A valid, empty deflate stream: nothing inflated, so not an array, and said so.
+  message = expect_format_error([&] { parse_npz(zip_archive({{"a.npy", Bytes{}, true}}), "empty.npz"); });
+  EXPECT_NE(message.find("empty.npz:a.npy: not an .npy"), std::string::npos) << message;
+  // Longer than declared, shorter than declared.
+  Bytes more = array;
+  more.push_back(std::byte{1});
+  message = expect_format_error(
+      [&] { parse_npz(zip_archive({{"a.npy", array, true, 0xFFFF, 0, testutil::deflate_bytes(more)}}), "more.npz"); });
+  EXPECT_NE(message.find("inflates to more than the"), std::string::npos) << message;
+  const Bytes less(array.begin(), array.end() - 1);
+  message = expect_format_error(
+      [&] { parse_npz(zip_archive({{"a.npy", array, true, 0xFFFF, 0, testutil::deflate_bytes(less)}}), "less.npz"); });
+  EXPECT_NE(message.find("deflate data ends after " + std::to_string(less.size()) + " of"), std::string::npos)
+      << message;
+}
+
+// One member whose size runs past the end of the file is a truncated file, not an overlap.
+TEST(Npz, AMemberPastTheEndOfTheFileIsCalledThat) {
+  Bytes archive = zip_archive({{"a.npy", npy_of(arange(6, kInt32))}});
+  const size_t central = archive.size() - 22 - (46 + 5);
+  for (size_t at : {central + 20, central + 24}) {  // compressed and uncompressed sizes
+    const uint32_t past = static_cast<uint32_t>(archive.size() + 1000);
+    for (int i = 0; i < 4; ++i) archive[at + i] = std::byte((past >> (8 * i)) & 0xFF);
+  }
+  const std::string message = expect_format_error([&] { parse_npz(archive, "cut.npz"); });
+  EXPECT_NE(message.find("run past the end of the file"), std::string::npos) << message;
+  EXPECT_EQ(message.find("overlap"), std::string::npos) << message;
+}
+
+// A ZIP name may take 64 KiB (six times that escaped): quoted, it is cut.
+TEST(Npz, LongMemberNamesAreCutInMessages) {
+  const std::string name(65000, 'n');
+  const std::string message =
+      expect_format_error([&] { parse_npz(zip_archive({{name + ".txt", testutil::to_bytes("x")}}), "long.npz"); });
+  EXPECT_LT(message.size(), 1000u) << message.substr(0, 300);
+  EXPECT_NE(message.find("... (65004 bytes)' is not an .npy array"), std::string::npos) << message.substr(0, 400);
+}
+
 TEST(Npz, ReadsNumpysSavezAndSavezCompressed) {
   std::string python = testutil::python_with_numpy();
   if (python.empty()) GTEST_SKIP() << "python3 with numpy not available";
