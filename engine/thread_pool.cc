@@ -18,9 +18,10 @@ namespace {
 // between two batches of a training loop, short enough not to burn a shared core.
 constexpr auto kSpinTime = std::chrono::microseconds(50);
 // How long a worker not designated for a loop waits before it looks for an open seat: time
-// for a spinning designated worker to take its seat (well under a microsecond), short beside
-// the batch a busy designated worker would leave to the caller alone.
-constexpr auto kLateJoinDelay = std::chrono::microseconds(2);
+// for a spinning designated worker to take its seat (a few hundred nanoseconds), short beside
+// a batch that a busy designated worker would leave to the caller alone. A seat still open
+// then is taken by whoever looks first, as before designation (helpers_left decides).
+constexpr auto kLateJoinDelay = std::chrono::microseconds(1);
 
 }  // namespace
 

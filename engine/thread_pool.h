@@ -9,9 +9,10 @@
 // allocations, lock and hand-offs cost 1-2 us of it (more than the second core saved). When
 // the slot is taken (parallel_for called from several threads at once) the loop goes through
 // the queue instead. A loop that wants h helpers is taken at once by workers 0..h-1 only; the
-// others look again after kLateJoinDelay, and join only if a seat is still open (a designated
-// worker was busy). So a two-thread batch on a 16-core machine costs one helper's visit, not
-// fifteen workers counting themselves in and out of it, and wakes at most h sleepers.
+// others look again after kLateJoinDelay (1 us), and join only if a seat is still open (a
+// designated worker was busy). So a two-thread batch on a 16-core machine costs one helper's
+// visit, not fifteen workers counting themselves in and out of it, and wakes at most h
+// sleepers.
 //
 // Thread safety: every method may be called from many threads at once. A task's exception is
 // delivered through its future (submit) or rethrown by parallel_for in the calling thread.
@@ -108,8 +109,9 @@ class ThreadPool {
   alignas(64) std::atomic<uint64_t> generation_{0};
   std::atomic<Loop*> published_{nullptr};
   std::atomic<int> designated_{0};  // workers with a lower index join the loop at once
-  alignas(64) std::atomic<int> open_seats_{0};  // helpers the loop still wants
+  // Beside visitors_: a helper writes both, and the owner's wait reads that line anyway.
   alignas(64) std::atomic<int> visitors_{0};
+  std::atomic<int> open_seats_{0};  // helpers the loop still wants
 
   std::vector<std::thread> workers_;
 };
