@@ -485,14 +485,19 @@ TEST(DatasetWriterTest, AHugeChunkSizeWritesAFileTheReaderOpens) {
   EXPECT_NO_THROW(ds.verify());
 }
 
+// A gigabyte of values takes the sanitizers' builds minutes: those tests run in release.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SKIP_GIGABYTES_UNDER_SANITIZERS() GTEST_SKIP() << "1 GiB of values: run in the release build"
+#else
+#define SKIP_GIGABYTES_UNDER_SANITIZERS() (void)0
+#endif
+
 // A compressed chunk decodes to at most 1 GiB. A record that would take the current chunk past
 // it starts a chunk of its own; the write used to fail at the second 520 MiB record with
 // "lower chunk_records", an option the caller had not even set. Needs ~2 GiB: release
 // builds only (the sanitizers' runs would spend minutes on it).
 TEST(DatasetWriterTest, ARecordThatWouldOverflowACompressedChunkStartsItsOwn) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "1 GiB of values: run in the release build";
-#endif
+  SKIP_GIGABYTES_UNDER_SANITIZERS();
   TempDir dir;
   WriterOptions options;
   options.codec = CodecSpec::parse("lz4");
@@ -522,9 +527,7 @@ TEST(DatasetWriterTest, ARecordThatWouldOverflowACompressedChunkStartsItsOwn) {
 // and the writer goes on. It used to fail when the chunk was sealed, aborting the writer and
 // losing every record before it. Needs ~2 GiB: release builds only.
 TEST(DatasetWriterTest, ACountedChunkThatWouldPassTheCompressedLimitRefusesTheRecordOnly) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "1 GiB of values: run in the release build";
-#endif
+  SKIP_GIGABYTES_UNDER_SANITIZERS();
   TempDir dir;
   WriterOptions options;
   options.codec = CodecSpec::parse("lz4");
