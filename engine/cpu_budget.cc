@@ -16,22 +16,23 @@ namespace {
 
 // A /proc or cgroup file's text (these are small); nullopt when it cannot be read.
 std::optional<std::string> read_small_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
+  struct Fd {
+    int fd;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};  // closed on every way out, throws too
+  if (file.fd < 0) return std::nullopt;
   std::string text;
   char buffer[4096];
-  while (text.size() < (1 << 20)) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+  while (text.size() < (1 << 20)) {  // longer than any of these files: what was read
+    const ssize_t n = ::read(file.fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      if (n < 0) return std::nullopt;
-      return text;
-    }
+    if (n < 0) return std::nullopt;
+    if (n == 0) break;
     text.append(buffer, static_cast<size_t>(n));
   }
-  ::close(fd);
-  return text;  // longer than any of these files: what was read
+  return text;
 }
 
 std::string_view trim(std::string_view s) {
@@ -84,8 +85,15 @@ struct Mount {
   std::string mount_point;
 };
 
-// The mount of cgroup v2 (`version2`) or of the v1 hierarchy that has the cpu controller.
-std::optional<Mount> find_cgroup_mount(std::string_view mountinfo, bool version2) {
+// Whether cgroup `path` lies in the part of the hierarchy mounted from `root`.
+bool path_is_under(std::string_view path, std::string_view root) {
+  if (root == "/") return true;
+  return path.starts_with(root) && (path.size() == root.size() || path[root.size()] == '/');
+}
+
+// The mount of cgroup v2 (`version2`) or of the v1 hierarchy that has the cpu controller,
+// that shows cgroup `path` (a container may see several mounts of one hierarchy).
+std::optional<Mount> find_cgroup_mount(std::string_view mountinfo, bool version2, std::string_view path) {
   for (std::string_view line : split(mountinfo, '\n')) {
     const size_t dash = line.find(" - ");
     if (dash == std::string_view::npos) continue;
@@ -94,7 +102,9 @@ std::optional<Mount> find_cgroup_mount(std::string_view mountinfo, bool version2
     if (before.size() < 5 || after.size() < 3) continue;
     const std::string_view type = after[0], super_options = after[2];
     const bool wanted = version2 ? type == "cgroup2" : type == "cgroup" && list_contains(super_options, "cpu");
-    if (wanted) return Mount{unescape_mount_path(before[3]), unescape_mount_path(before[4])};
+    if (!wanted) continue;
+    Mount mount{unescape_mount_path(before[3]), unescape_mount_path(before[4])};
+    if (path_is_under(path, mount.root)) return mount;
   }
   return std::nullopt;
 }
@@ -145,15 +155,16 @@ std::optional<double> cgroup_cpu_limit(std::string_view proc_self_cgroup, std::s
     const std::string_view path = line.substr(second + 1);
     const bool version2 = id == "0" && controllers.empty();
     if (!version2 && !list_contains(controllers, "cpu")) continue;
-    const std::optional<Mount> mount = find_cgroup_mount(mountinfo, version2);
-    if (!mount || path.empty() || path.front() != '/' || path.find("/..") != std::string_view::npos) continue;
+    if (path.empty() || path.front() != '/') continue;
+    bool climbs = false;  // a ".." component would lead out of the mount
+    for (std::string_view part : split(path, '/')) climbs |= part == "..";
+    if (climbs) continue;
     // The path counts from the hierarchy's root; the mount shows the part under mount->root.
+    // No mount showing the process's cgroup: nothing to read, rather than a stranger's limit.
+    const std::optional<Mount> mount = find_cgroup_mount(mountinfo, version2, path);
+    if (!mount) continue;
     std::string_view relative = path;
-    if (mount->root != "/") {
-      if (!path.starts_with(mount->root) || (path.size() > mount->root.size() && path[mount->root.size()] != '/'))
-        continue;  // the process's cgroup lies outside what is mounted: nothing to read
-      relative.remove_prefix(mount->root.size());
-    }
+    if (mount->root != "/") relative.remove_prefix(mount->root.size());
     const std::string top = filesystem_root + mount->mount_point;
     std::string folder = top + std::string(relative);
     while (!folder.empty() && folder.back() == '/' && folder.size() > top.size()) folder.pop_back();
@@ -193,8 +204,9 @@ int available_cpus() noexcept {
     const auto mountinfo = read_small_file("/proc/self/mountinfo");
     if (cgroup && mountinfo)
       if (const auto limit = cgroup_cpu_limit(*cgroup, *mountinfo))
-        // Rounded up: 1.5 CPUs of quota keep two threads busy three quarters of the time.
-        cpus = std::min(cpus, static_cast<int>(std::min(std::ceil(*limit), 1e6)));
+        // Rounded down (at least 1), as Rust's available_parallelism does: threads that spin
+        // while they wait would use up a fractional quota and be throttled.
+        cpus = std::min(cpus, static_cast<int>(std::clamp(std::floor(*limit), 1.0, 1e6)));
   } catch (...) {  // out of memory: the affinity alone
   }
   return std::max(cpus, 1);

@@ -14,8 +14,9 @@
 
 namespace mmt::detail {
 
-// The CPUs in the calling thread's affinity mask, bounded by the tightest CPU quota of the
-// process's cgroups (v1 or v2, along the path up to the mount's root) rounded up; at least 1.
+// The CPUs in the calling thread's affinity mask (taskset and numactl set it for the whole
+// process), bounded by the tightest CPU quota of the process's cgroups (v1 or v2, along the
+// path up to the mount's root) rounded down; at least 1.
 // Reads /proc and /sys on every call (tens of microseconds): callers ask once per pool or
 // writer, not per batch.
 int available_cpus() noexcept;

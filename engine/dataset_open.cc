@@ -1,5 +1,5 @@
 // Dataset::open: maps the file and validates what open reads, all of it fixed-size: the
-// preamble, the footer, the schema block and, when chunks vary in size, the last chunk entry.
+// preamble, the footer, the schema block and, when there are chunks, the last chunk entry.
 // Nothing here grows with the record count.
 #include <sys/stat.h>
 

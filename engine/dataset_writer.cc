@@ -353,10 +353,12 @@ void DatasetWriter::Impl::validate_record(std::span<const Tensor> values, int64_
     if (field.dtype == kBool) check_bool_bytes(value, 1, record, field);
     if (!field.is_fixed()) ragged_bytes += value.nbytes();
   }
-  if (options.codec.codec != Codec::None) {
-    MMT_CHECK(ragged_bytes <= format::kMaxDecodedChunkBytes - layout.record_stride_bytes -
-                                  format::kValueAlignment * 2 * static_cast<int64_t>(layout.ragged_fields.size() + 1),
-              ValueError, "record ", record, ": ", ragged_bytes, " bytes of ragged values exceed the ",
+  // Alone in a chunk, the record must fit a compressed one: counted exactly, its value ends,
+  // extents and section padding too (a value of many variable dimensions adds 8 bytes each).
+  if (options.codec.codec != Codec::None && !schema.all_fixed()) {
+    const int64_t alone = decoded_bytes_with(values, 1, true);
+    MMT_CHECK(alone <= format::kMaxDecodedChunkBytes, ValueError, "record ", record, ": ", ragged_bytes,
+              " bytes of ragged values make a chunk of ", alone, " decoded bytes by themselves, over the ",
               format::kMaxDecodedChunkBytes, "-byte limit of a compressed chunk; store it without a codec");
   }
 }
@@ -553,7 +555,8 @@ void DatasetWriter::Impl::check_counted_chunks_fit(std::span<const Tensor> recor
   MMT_CHECK(largest <= format::kMaxDecodedChunkBytes, ValueError, "record ", first, count > 1 ? " (of a batch)" : "",
             ": a chunk of chunk_records=", records_per_chunk, " records like it would decode to ", largest,
             " bytes, over the ", format::kMaxDecodedChunkBytes, "-byte limit of a compressed chunk; lower "
-            "chunk_records, or leave it 0 so that chunks close by size. Nothing of it was written");
+            "chunk_records, or leave it 0 so that chunks close by size (each record then fits one "
+            "alone). Nothing of it was written");
 }
 
 // Turns the current records into one decoded payload and hands it to the codec.

@@ -398,7 +398,8 @@ class ZipReader {
     inflateEnd(&zs);
     if (produced > m.uncompressed_bytes)
       fail(str(where, ": inflates to more than the ", m.uncompressed_bytes, " bytes declared"));
-    if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_MEM_ERROR || rc == Z_STREAM_ERROR)
+    if (rc == Z_MEM_ERROR) throw Error(str(what_, ": ", where, ": out of memory while inflating it"));
+    if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_STREAM_ERROR)
       fail(str(where, ": corrupt deflate data (", zmsg, ")"));
     if (produced < m.uncompressed_bytes)
       fail(str(where, ": deflate data ends after ", produced, " of ", m.uncompressed_bytes,
@@ -474,7 +475,8 @@ struct DeflatedMember::Stream {
       const uInt before = zs.avail_out;
       const int rc = guarded_inflate();
       position += before - zs.avail_out;
-      if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_MEM_ERROR)
+      if (rc == Z_MEM_ERROR) throw Error(str(what, ": out of memory while inflating it"));
+      if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT)
         fail(str("corrupt deflate data (", zs.msg ? zs.msg : "zlib error", ")"));
       if ((rc == Z_STREAM_END || rc == Z_BUF_ERROR) && zs.avail_out > 0)
         fail(str("deflate data ends after ", position, " of ", inflated_bytes,

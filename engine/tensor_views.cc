@@ -11,6 +11,19 @@ Tensor restride(const Tensor& t, DimVector sizes, DimVector strides, int64_t off
   return make_tensor_unchecked(t.untyped_storage(), t.dtype(), std::move(sizes), std::move(strides),
                                offset);
 }
+
+// Where index `start` of dimension `d` (wrapped) begins: an element's offset when the tensor
+// has one there. In an empty tensor it may be none; where it could not be one (past int64,
+// negative under a negative stride, or past any address once counted in bytes) it stays
+// where the tensor starts.
+int64_t offset_of_start(const Tensor& t, int64_t start, int64_t d) {
+  int64_t offset = 0, offset_bytes = 0;
+  if (__builtin_mul_overflow(start, t.strides()[d], &offset) ||
+      __builtin_add_overflow(offset, t.storage_offset(), &offset) || offset < 0 ||
+      __builtin_mul_overflow(offset, t.element_size(), &offset_bytes))
+    return t.storage_offset();
+  return offset;
+}
 }  // namespace
 
 Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) const {
@@ -85,7 +98,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
             " out of range for tensor of size ", sizes_, " at dimension ", d);
   if (index < 0) index += size;
   DimVector sizes = sizes_, strides = strides_;
-  int64_t offset = storage_offset_ + index * strides_[d];
+  const int64_t offset = offset_of_start(*this, index, d);
   sizes.erase(d);
   strides.erase(d);
   return restride(*this, std::move(sizes), std::move(strides), offset);
@@ -119,14 +132,8 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t stop, int64_t step) const
   // Written so that no step overflows: stop - start + step - 1 could.
   const int64_t length = stop > start ? (stop - start - 1) / step + 1 : 0;
   DimVector sizes = sizes_, strides = strides_;
-  // An empty result still starts at `start`, as in PyTorch (x[5:5].storage_offset() is 5);
-  // only where that offset could not be an element's (past int64, or negative under a
-  // negative stride) does it stay where the tensor starts.
-  int64_t offset = 0, offset_bytes = 0;
-  if (__builtin_mul_overflow(start, strides_[d], &offset) ||
-      __builtin_add_overflow(offset, storage_offset_, &offset) || offset < 0 ||
-      __builtin_mul_overflow(offset, element_size(), &offset_bytes))
-    offset = storage_offset_;
+  // An empty result still starts at `start`, as in PyTorch (x[5:5].storage_offset() is 5).
+  const int64_t offset = offset_of_start(*this, start, d);
   sizes[d] = length;
   // A stride that overflows steps nowhere: the dimension has at most one element then.
   if (__builtin_mul_overflow(strides_[d], step, &strides[d])) strides[d] = strides_[d];

@@ -11,8 +11,7 @@
 // the queue instead. A loop that wants h helpers is taken at once by workers 0..h-1 only; the
 // others look again after kLateJoinDelay (1 us), and join only if a seat is still open (a
 // designated worker was busy). So a two-thread batch on a 16-core machine costs one helper's
-// visit, not fifteen workers counting themselves in and out of it, and wakes at most h
-// sleepers.
+// visit, not fifteen workers counting themselves in and out of it.
 //
 // Thread safety: every method may be called from many threads at once. A task's exception is
 // delivered through its future (submit) or rethrown by parallel_for in the calling thread.

@@ -75,6 +75,18 @@ TEST(CpuBudget, CgroupV1QuotasThroughTheMountsRoot) {
   EXPECT_EQ(cgroup_cpu_limit("3:cpu:/\n", "32 31 0:29 / /cg\\040v1 rw - cgroup cgroup rw,cpu\n",
                              root.path().string()),
             0.5);
+  // Of two mounts of one hierarchy, the one that shows the process's cgroup; a name that
+  // merely starts with ".." is a name.
+  write_file(root.path() / "b/..pod/cpu.cfs_quota_us", "300000\n");
+  write_file(root.path() / "b/..pod/cpu.cfs_period_us", "100000\n");
+  EXPECT_EQ(cgroup_cpu_limit("4:cpu:/kube/..pod\n",
+                             "32 31 0:29 /docker /a rw - cgroup cgroup rw,cpu\n"
+                             "33 31 0:29 /kube /b rw - cgroup cgroup rw,cpu\n",
+                             root.path().string()),
+            3.0);
+  EXPECT_EQ(cgroup_cpu_limit("4:cpu:/kube/../docker\n", "33 31 0:29 / /b rw - cgroup cgroup rw,cpu\n",
+                             root.path().string()),
+            std::nullopt);
   // Lines that are not what they should be are passed over.
   EXPECT_EQ(cgroup_cpu_limit("garbage\n3:cpu:relative\n\n", "nonsense\n - \n", root.path().string()), std::nullopt);
 }

@@ -555,6 +555,28 @@ TEST(DatasetWriterTest, ACountedChunkThatWouldPassTheCompressedLimitRefusesTheRe
   EXPECT_EQ(ds.get(1, "b").to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1, 2, 3, 4}));
 }
 
+// A record alone in a compressed chunk is counted exactly, value ends and extents included:
+// a rank-32 ragged value just under 1 GiB passed the old bound (128 bytes of overhead a
+// field) and then failed when its chunk was sealed, aborting the writer.
+TEST(DatasetWriterTest, ARaggedRecordTooBigForAnyCompressedChunkIsRefusedAlone) {
+  SKIP_GIGABYTES_UNDER_SANITIZERS();
+  TempDir dir;
+  WriterOptions options;
+  options.codec = CodecSpec::parse("lz4");
+  const DimVector ones(32, 1);
+  DimVector shape(32, kVariableDim);
+  DatasetWriter writer =
+      DatasetWriter::create(dir.file("lone.mmt"), Schema({Field::ragged("x", kUInt8, IntArrayRef(shape))}), options);
+  writer.append({zeros(IntArrayRef(ones), kUInt8)});
+  DimVector sizes = ones;
+  sizes[0] = (int64_t{1} << 30) - 256;
+  EXPECT_THROW_WITH(writer.append({empty(IntArrayRef(sizes), kUInt8)}), ValueError,
+                    "by themselves, over the 1073741824-byte limit of a compressed chunk; store it without a codec");
+  writer.append({zeros(IntArrayRef(ones), kUInt8)});
+  writer.finish();
+  EXPECT_EQ(Dataset::open(dir.file("lone.mmt")).size(), 2);
+}
+
 TEST(DatasetWriterTest, StatsAreReadableWhileWriting) {
   TempDir dir;
   DatasetWriter writer = DatasetWriter::create(dir.file("s.mmt"), image_schema());

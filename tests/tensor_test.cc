@@ -285,6 +285,8 @@ TEST(Tensor, ViewOperations) {
   EXPECT_EQ(backwards.slice(0, 0, 0).storage_offset(), 8);
   Tensor far = empty({0}).as_strided({2, 0}, {std::numeric_limits<int64_t>::max(), 1}, 3);
   EXPECT_EQ(far.slice(0, 1).storage_offset(), 3);
+  EXPECT_EQ(far.select(0, 1).storage_offset(), 3);  // select() follows the same rule
+  EXPECT_EQ(empty({0, 4}).select(1, 3).storage_offset(), 3);
   // A dimension of size 0 takes start 0 only (PyTorch 2's rule: [-size, size]).
   EXPECT_THROW_WITH((void)empty({0, 2}).narrow(0, 1, 0), IndexError,
                     "start out of range (expected to be in range of [0, 0], but got 1)");

@@ -792,7 +792,9 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
         py::dict interface;
         interface["shape"] = int_tuple(t.sizes());
         interface["typestr"] = typestr(t.dtype());
-        interface["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(t.data_ptr()), t.untyped_storage().is_read_only());
+        // The interface's rule: 0 for an array of no elements (whose offset may lie past its storage).
+        const uintptr_t data = t.numel() == 0 ? 0 : reinterpret_cast<uintptr_t>(t.data_ptr());
+        interface["data"] = py::make_tuple(data, t.untyped_storage().is_read_only());
         py::tuple strides(t.dim());
         for (int64_t i = 0; i < t.dim(); ++i) strides[i] = py::int_(t.strides()[i] * t.element_size());
         interface["strides"] = strides;
