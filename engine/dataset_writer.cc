@@ -158,7 +158,9 @@ struct DatasetWriter::Impl {
   int64_t records_left_in_chunk() const;
   int64_t current_decoded_bytes() const;
   // The decoded bytes of the current chunk (of a new one when `fresh`) once `count` more
-  // records shaped like `record` join it: current_decoded_bytes()'s arithmetic, saturating.
+  // records shaped like `record` join it, saturating; `record` is unread when `count` is 0.
+  // FORMAT.md's "Decoded chunk payload": the fixed region, then per ragged field its
+  // value_end and extents words (from S_i) and its values (from V_i), each 64-byte aligned.
   int64_t decoded_bytes_with(std::span<const Tensor> record, int64_t count, bool fresh) const;
   bool chunk_is_full() const;
   // For a compressed writer chunking by bytes: whether adding `values` would take the current
@@ -363,15 +365,7 @@ void DatasetWriter::Impl::validate_record(std::span<const Tensor> values, int64_
   }
 }
 
-int64_t DatasetWriter::Impl::current_decoded_bytes() const {
-  int64_t total = current.record_count * layout.record_stride_bytes;
-  for (const auto& column : current.ragged) {
-    total = format::next_section_offset(total);
-    total += 8 * static_cast<int64_t>(column.value_ends.size() + column.extents.size());
-    total = format::next_section_offset(total) + static_cast<int64_t>(column.values.size());
-  }
-  return total;
-}
+int64_t DatasetWriter::Impl::current_decoded_bytes() const { return decoded_bytes_with({}, 0, false); }
 
 int64_t DatasetWriter::Impl::decoded_bytes_with(std::span<const Tensor> record, int64_t count, bool fresh) const {
   auto add = [](int64_t a, int64_t b) {
@@ -391,7 +385,7 @@ int64_t DatasetWriter::Impl::decoded_bytes_with(std::span<const Tensor> record, 
     const int64_t words = add(column ? static_cast<int64_t>(column->value_ends.size() + column->extents.size()) : 0,
                               saturating_mul(count, 1 + variable_dims));
     const int64_t values = add(column ? static_cast<int64_t>(column->values.size()) : 0,
-                               saturating_mul(count, record[f].nbytes()));
+                               count == 0 ? 0 : saturating_mul(count, record[f].nbytes()));
     total = add(section(add(section(total), saturating_mul(words, 8))), values);
   }
   return total;
