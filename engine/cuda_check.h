@@ -1,5 +1,5 @@
 // Checking CUDA runtime calls and selecting a device, shared by the engine's CUDA files
-// (memory, streams, events). Only for builds with MMT_WITH_CUDA.
+// (memory, streams, events). In a build without CUDA, only the error every call raises.
 #pragma once
 
 #if MMT_WITH_CUDA
@@ -47,6 +47,19 @@ void on_device_noexcept(int device, Fn&& fn) noexcept {
   if (change) cudaSetDevice(device);
   fn();
   if (change && primary_context_active(previous)) cudaSetDevice(previous);
+}
+
+}  // namespace mmt::cuda
+#else  // built without CUDA
+
+#include "mmtensor/error.h"
+
+namespace mmt::cuda {
+
+// Throws CudaError "<what>: mmtensor was built without CUDA (...how to build it with CUDA)".
+[[noreturn]] inline void throw_built_without_cuda(const char* what) {
+  throw CudaError(detail::str(what, ": mmtensor was built without CUDA (configure with the "
+                                    "CUDA Toolkit installed, or -DMMT_WITH_CUDA=ON)"));
 }
 
 }  // namespace mmt::cuda

@@ -148,26 +148,19 @@ void memset(void* dst, int value, int64_t nbytes, int device) {
 
 #else  // built without CUDA
 
-namespace {
-[[noreturn]] void unavailable(const char* what) {
-  throw CudaError(detail::str(what, ": mmtensor was built without CUDA (configure with the "
-                                    "CUDA Toolkit installed, or -DMMT_WITH_CUDA=ON)"));
-}
-}  // namespace
-
 int device_count() noexcept { return 0; }
 std::string unavailable_reason() { return "no CUDA device: mmtensor was built without CUDA"; }
-void use_device(int) { unavailable("selecting a CUDA device"); }
+void use_device(int) { throw_built_without_cuda("selecting a CUDA device"); }
 void synchronize_device_noexcept(int) noexcept {}
-void* malloc_device(int64_t, int) { unavailable("allocating CUDA memory"); }
+void* malloc_device(int64_t, int) { throw_built_without_cuda("allocating CUDA memory"); }
 void free_device(void*, int) noexcept {}
 void* malloc_host_pinned(int64_t, int, std::string* cannot_pin) {
   *cannot_pin = "mmtensor was built without CUDA";
   return nullptr;
 }
 void free_host_pinned(void*) noexcept {}
-void memcpy(void*, const void*, int64_t, int) { unavailable("copying to or from a CUDA device"); }
-void memset(void*, int, int64_t, int) { unavailable("filling CUDA memory"); }
+void memcpy(void*, const void*, int64_t, int) { throw_built_without_cuda("copying to or from a CUDA device"); }
+void memset(void*, int, int64_t, int) { throw_built_without_cuda("filling CUDA memory"); }
 
 #endif
 

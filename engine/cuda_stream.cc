@@ -115,27 +115,20 @@ int stream_device(CUstream_st* stream) noexcept {
 
 #else  // built without CUDA
 
-namespace {
-[[noreturn]] void unavailable(const char* what) {
-  throw CudaError(detail::str(what, ": mmtensor was built without CUDA (configure with the "
-                                    "CUDA Toolkit installed, or -DMMT_WITH_CUDA=ON)"));
-}
-}  // namespace
-
-Stream Stream::create(int) { unavailable("creating a CUDA stream"); }
+Stream Stream::create(int) { throw_built_without_cuda("creating a CUDA stream"); }
 Stream::~Stream() = default;
 void Stream::synchronize() const {}
-Event Event::create(int) { unavailable("creating a CUDA event"); }
+Event Event::create(int) { throw_built_without_cuda("creating a CUDA event"); }
 Event::~Event() = default;
-void Event::record(CUstream_st*) const { unavailable("recording a CUDA event"); }
-void Event::make_stream_wait(CUstream_st*) const { unavailable("waiting on a CUDA event"); }
+void Event::record(CUstream_st*) const { throw_built_without_cuda("recording a CUDA event"); }
+void Event::make_stream_wait(CUstream_st*) const { throw_built_without_cuda("waiting on a CUDA event"); }
 void Event::synchronize() const {}
 bool Event::is_complete() const { return true; }
 void copy_to_device_async(void*, const void*, int64_t, const Stream&) {
-  unavailable("copying to a CUDA device");
+  throw_built_without_cuda("copying to a CUDA device");
 }
 void copy_to_host_async(void*, const void*, int64_t, const Stream&) {
-  unavailable("copying from a CUDA device");
+  throw_built_without_cuda("copying from a CUDA device");
 }
 int stream_device(CUstream_st*) noexcept { return -1; }
 
