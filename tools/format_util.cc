@@ -2,9 +2,13 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <clocale>
 #include <cmath>
 #include <cstdio>
+#include <cwchar>
 #include <string_view>
+
+#include <locale.h>
 
 #include "mmt_commands.h"
 #include "mmtensor/error.h"
@@ -39,6 +43,36 @@ std::string human_seconds(double seconds) {
 }
 
 std::string printable(std::string_view text) { return detail::escaped(text); }
+
+size_t display_width(std::string_view text) {
+  // wcwidth reads the thread's LC_CTYPE: C.UTF-8 for this call, whatever the process's is.
+  static const locale_t utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", locale_t{});
+  if (utf8 == locale_t{}) return text.size();
+  const locale_t previous = uselocale(utf8);
+  size_t width = 0;
+  std::mbstate_t state{};
+  for (size_t i = 0; i < text.size();) {
+    wchar_t c = 0;
+    const size_t length = std::mbrtowc(&c, text.data() + i, text.size() - i, &state);
+    if (length == 0 || length > text.size() - i) {  // NUL, or not UTF-8: printable() escapes those
+      state = std::mbstate_t{};
+      ++width;
+      ++i;
+      continue;
+    }
+    const int columns = wcwidth(c);
+    width += columns > 0 ? static_cast<size_t>(columns) : 0;
+    i += length;
+  }
+  uselocale(previous);
+  return width;
+}
+
+std::string pad_to_width(std::string text, size_t width) {
+  const size_t used = display_width(text);
+  if (used < width) text.append(width - used, ' ');
+  return text;
+}
 
 std::string printable_message(std::string_view message) { return detail::escaped(message, /*escape_backslash=*/false); }
 

@@ -77,7 +77,11 @@ nlohmann::json info_json(const Dataset& ds) {
   }
   nlohmann::json metadata = nlohmann::json::object();
   for (const auto& [key, value] : ds.metadata()) metadata[key] = value;
+  // "paths": the files one by one ("path" joins several with ", ", for display only).
+  nlohmann::json paths = nlohmann::json::array();
+  for (const PartSummary& part : parts) paths.push_back(part.path);
   nlohmann::json out = {{"path", ds.path()},
+                        {"paths", paths},
                         {"format_version", info.format_version},
                         {"fingerprint", detail::hex64(ds.fingerprint())},
                         {"file_bytes", info.file_bytes},
@@ -113,7 +117,7 @@ void print_parts(const DatasetInfo& info, const std::vector<PartSummary>& parts)
   size_t path_width = 0;
   for (const PartSummary& part : parts) {
     paths.push_back(printable(part.path));
-    path_width = std::max(path_width, paths.back().size());
+    path_width = std::max(path_width, display_width(paths.back()));
   }
   std::fflush(stdout);  // printf and cout share stdout
   for (size_t p = 0; p < parts.size(); ++p) {
@@ -122,8 +126,8 @@ void print_parts(const DatasetInfo& info, const std::vector<PartSummary>& parts)
     const std::string range = part.records == 0 ? std::string()
                                                 : detail::str(" (", parts[p].first_record, "..",
                                                               parts[p].first_record + part.records - 1, ")");
-    std::printf("  %-*s  %lld records%s, %lld chunks, %s (%lld bytes), %s\n", static_cast<int>(path_width),
-                paths[p].c_str(), static_cast<long long>(part.records), range.c_str(),
+    std::printf("  %s  %lld records%s, %lld chunks, %s (%lld bytes), %s\n",
+                pad_to_width(paths[p], path_width).c_str(), static_cast<long long>(part.records), range.c_str(),
                 static_cast<long long>(part.chunks), human_bytes(part.file_bytes).c_str(),
                 static_cast<long long>(part.file_bytes), part.codec.str().c_str());
   }
@@ -152,16 +156,17 @@ void print_text(const Dataset& ds) {
   std::vector<std::string> names;
   for (const Field& f : ds.schema()) names.push_back(printable(f.name));
   size_t name_width = 4, dtype_width = 8;  // 8: "bfloat16"; complex128 widens the column
-  for (const std::string& name : names) name_width = std::max(name_width, name.size());
+  for (const std::string& name : names) name_width = std::max(name_width, display_width(name));
   for (const Field& f : ds.schema()) dtype_width = std::max(dtype_width, to_string(f.dtype).size());
   for (size_t i = 0; i < names.size(); ++i) {
     const Field& f = ds.schema()[i];
-    std::printf("  %-*s  %-*s  %-16s  %s\n", static_cast<int>(name_width), names[i].c_str(),
+    std::printf("  %s  %-*s  %-16s  %s\n", pad_to_width(names[i], name_width).c_str(),
                 static_cast<int>(dtype_width), std::string(to_string(f.dtype)).c_str(), shape_text(f).c_str(),
                 layout_text(f).c_str());
   }
   std::fflush(stdout);
-  std::cout << "metadata   " << ds.metadata().size() << (ds.metadata().empty() ? "\n" : " keys\n");
+  const size_t keys = ds.metadata().size();
+  std::cout << "metadata   " << keys << (keys == 0 ? "\n" : keys == 1 ? " key\n" : " keys\n");
   for (const auto& [key, value] : ds.metadata())
     std::cout << "  " << printable(key) << " = " << printable(value) << "\n";
 }

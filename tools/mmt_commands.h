@@ -52,6 +52,12 @@ std::string human_seconds(double seconds);
 // crafted dataset cannot move the cursor, retitle the window or clear the screen, and an
 // escape in the output is never ambiguous. Printable UTF-8 is kept as it is.
 std::string printable(std::string_view text);
+// How many terminal columns printable() text takes: wide (CJK) characters count 2,
+// combining and zero-width ones 0 (wcwidth under C.UTF-8); for aligning columns, where its
+// bytes would over-count every character that is not ASCII.
+size_t display_width(std::string_view text);
+// `text` followed by spaces up to `width` columns (display_width), as printf's %-*s pads bytes.
+std::string pad_to_width(std::string text, size_t width);
 // An error message made safe to print: its control characters and bytes that are not UTF-8
 // escaped as printable() escapes them, its backslashes kept. The engine and the subcommands
 // escape the text from files they quote (printable(), detail::escaped()), so doubling the
