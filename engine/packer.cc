@@ -554,6 +554,52 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
   return stats;
 }
 
+namespace {
+
+// Where the dataset's records come from in the sources: for a pack's shard, or some of its
+// shards read as one (kShardMetadataKey), each shard's share of them in turn; otherwise
+// record i is source record i.
+class SourceNumbering {
+ public:
+  SourceNumbering(const Dataset& dataset, const PackSources& sources) {
+    const auto it = dataset.metadata().find(std::string(kShardMetadataKey));
+    const std::optional<ShardList> held = it == dataset.metadata().end() ? std::nullopt : parse_shard_list(it->second);
+    if (!held) {
+      MMT_CHECK(dataset.size() == sources.records(), FormatError, dataset.path(), ": holds ", dataset.size(),
+                " records but the sources have ", sources.records());
+      return;
+    }
+    MMT_CHECK(held->records == sources.records(), FormatError, dataset.path(), ": holds shard",
+              held->shards.size() == 1 ? " " : "s ", it->second, " (", kShardMetadataKey, "), a share of sources of ",
+              held->records, " records, but these sources have ", sources.records());
+    int64_t first = 0;
+    for (int64_t k : held->shards) {
+      const RecordRange range = shard_records(held->records, k, held->count);
+      spans_.push_back({first, range.begin});
+      first += range.size();
+    }
+    MMT_CHECK(first == dataset.size(), FormatError, dataset.path(), ": holds ", dataset.size(), " records, but shard",
+              held->shards.size() == 1 ? " " : "s ", it->second, " (", kShardMetadataKey, ") of the sources hold ", first);
+  }
+
+  int64_t source_index(int64_t record) const {
+    if (spans_.empty()) return record;
+    const auto next = std::upper_bound(spans_.begin(), spans_.end(), record,
+                                       [](int64_t r, const Span& span) { return r < span.first_record; });
+    const Span& span = *std::prev(next);
+    return span.first_source_record + (record - span.first_record);
+  }
+
+ private:
+  struct Span {
+    int64_t first_record;         // in the dataset
+    int64_t first_source_record;  // where that record is in the sources
+  };
+  std::vector<Span> spans_;  // one per shard, ascending; empty: the identity
+};
+
+}  // namespace
+
 int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
                              std::span<const int64_t> indices) {
   const Schema& expected = sources.schema();
@@ -577,11 +623,11 @@ int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
                             IntArrayRef(have->shape), " in the dataset but ", to_string(want.dtype),
                             IntArrayRef(want.shape), " in its source ", sources.origins()[f]));
   }
-  MMT_CHECK(dataset.size() == sources.records(), FormatError, dataset.path(), ": holds ",
-            dataset.size(), " records but the sources have ", sources.records());
+  const SourceNumbering numbering(dataset, sources);
   std::vector<Tensor> values;
   auto check = [&](int64_t index) {
-    sources.record(index, values);
+    const int64_t source_index = numbering.source_index(index);
+    sources.record(source_index, values);
     for (size_t f = 0; f < values.size(); ++f) {
       const Tensor stored = dataset.get(index, expected[f].name);
       const int64_t at = first_difference(stored, values[f]);
@@ -589,8 +635,10 @@ int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
       std::string where;  // the byte, when both hold the same number of bytes
       if (stored.dtype() == values[f].dtype() && stored.sizes() == values[f].sizes())
         where = str(" at byte ", at, " of the value");
-      throw FormatError(str(dataset.path(), ": record ", index, ", field '", detail::escaped(expected[f].name),
-                            "' differs from its source ", sources.record_origin(f, index), where, " (dataset: ",
+      const std::string source_record = source_index == index ? "" : str(" (source record ", source_index, ")");
+      throw FormatError(str(dataset.path(), ": record ", index, source_record, ", field '",
+                            detail::escaped(expected[f].name),
+                            "' differs from its source ", sources.record_origin(f, source_index), where, " (dataset: ",
                             to_string(stored.dtype()), stored.sizes(), ", source: ", to_string(values[f].dtype()),
                             values[f].sizes(), ")"));
     }

@@ -1866,6 +1866,40 @@ TEST_F(MmtCli, VerifyRefusesShardsOutOfOrderRepeatedOrMissing) {
   EXPECT_NE(info.out.find("pack_shard = 0,2/3 of 30"), std::string::npos) << info.out;
 }
 
+// A shard checked alone against the pack's inputs was refused ("holds 10 records but the
+// sources have 30"): it is compared with its own share of them, and a difference is named
+// with the input's row.
+TEST_F(MmtCli, VerifyComparesAShardWithItsShareOfTheSources) {
+  Tensor x = records(kInt32, 30, {2});
+  save("x.npy", x);
+  std::vector<std::string> parts;
+  for (int k = 0; k < 3; ++k) {
+    parts.push_back(path("part-" + std::to_string(k) + ".mmt"));
+    ASSERT_EQ(run_mmt({"pack", parts.back(), "x=" + path("x.npy"), "--shard", std::to_string(k) + "/3", "--quiet"})
+                  .exit_code, 0);
+  }
+  for (const std::string& part : parts) {
+    const RunResult r = run_mmt({"verify", part, "--against", "x=" + path("x.npy")});
+    EXPECT_EQ(r.exit_code, 0) << part << ": " << r.err;
+    EXPECT_NE(r.out.find("10 records (all) equal their sources"), std::string::npos) << r.out;
+  }
+  const RunResult sampled = run_mmt({"verify", parts[2], "--against", "x=" + path("x.npy"), "--samples", "4"});
+  EXPECT_EQ(sampled.exit_code, 0) << sampled.err;
+
+  // Inputs that differ in shard 1's share: record 5 of the shard is row 15 of the input.
+  Tensor changed = x.clone();
+  changed.select(0, 15).fill_(-1);
+  save("changed.npy", changed);
+  EXPECT_EQ(run_mmt({"verify", parts[0], "--against", "x=" + path("changed.npy")}).exit_code, 0);
+  EXPECT_FAILS_WITH(run_mmt({"verify", parts[1], "--against", "x=" + path("changed.npy")}),
+                    "record 5 (source record 15), field 'x' differs from its source x=" + path("changed.npy"));
+  // Inputs of another size: not the ones the shard was cut from.
+  save("short.npy", x.slice(0, 0, 20));
+  EXPECT_FAILS_WITH(run_mmt({"verify", parts[1], "--against", "x=" + path("short.npy")}),
+                    "holds shard 1/3 of 30 (pack_shard), a share of sources of 30 records, but these sources "
+                    "have 20");
+}
+
 TEST_F(MmtCliShards, VerifyChecksEveryPartAndNamesADamagedOne) {
   const RunResult sound = run_mmt(over_shards("verify"));
   ASSERT_EQ(sound.exit_code, 0) << sound.err;

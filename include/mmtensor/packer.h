@@ -188,9 +188,10 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
 
 // Compares records of `dataset` with `sources`; `indices` empty means every record. Fields
 // are matched by name, in any order, and only those the sources give are compared (the
-// sources may give a subset of the dataset's fields). Throws FormatError naming the field
-// when one the sources give is missing from the dataset or has another dtype or shape, when
-// the record counts differ, and for the first record that differs (in ascending order): its
+// sources may give a subset of the dataset's fields). A pack's shard (or shards read as one,
+// kShardMetadataKey) is compared with its share of the sources. Throws FormatError naming the
+// field when one the sources give is missing from the dataset or has another dtype or shape,
+// when the record counts differ, and for the first record that differs (in ascending order): its
 // field, its source (for a folder, the file) and the first byte that differs. Returns the
 // number of records compared.
 int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
