@@ -231,17 +231,21 @@ void resolve_descr(NpyHeader& header, std::string_view what) {
     header.big_endian = element_size(n.dtype) > 1 && native_big;
     return;
   }
-  for (std::string_view name : kUnsizedNames)
-    if (name == d)
-      refuse(detail::str("numpy reads this name too, but mmtensor takes only spellings that carry the size (some ",
-                         "names without it, such as 'int', 'l' and 'float', mean another size on another platform, or ",
-                         "in C), so write the type the data holds with its size: ", kAcceptedDescrs));
   std::string_view code = d;
   char order = '=';
   if (!code.empty() && (code[0] == '<' || code[0] == '>' || code[0] == '=' || code[0] == '|')) {
     order = code[0];
     code.remove_prefix(1);
   }
+  // numpy takes the one-letter codes with a byte order too ("<d", ">H", "|?"); its names
+  // ("int", "float") only without one.
+  const bool unsized = std::any_of(std::begin(kUnsizedNames), std::end(kUnsizedNames), [&](std::string_view name) {
+    return name == d || (code.size() == 1 && name == code);
+  });
+  if (unsized)
+    refuse(detail::str("numpy reads this name too, but mmtensor takes only spellings that carry the size (some ",
+                       "names without it, such as 'int', 'l' and 'float', mean another size on another platform, or ",
+                       "in C), so write the type the data holds with its size: ", kAcceptedDescrs));
   for (const auto& t : kTypeCodes) {
     if (t.code != code) continue;
     header.dtype = t.dtype;
