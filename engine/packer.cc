@@ -128,7 +128,7 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
     MMT_CHECK(!sizes.empty(), ValueError, origin, ": array '", detail::escaped(name),
               "' is 0-dimensional; packing needs a first dimension that indexes records");
     for (size_t i = 0; i < fields.size(); ++i)
-      MMT_CHECK(fields[i].name != name, ValueError, "field '", detail::escaped(name), "' is given twice (",
+      MMT_CHECK(fields[i].name != name, InputSpecError, "field '", detail::escaped(name), "' is given twice (",
                 out.origins_[i], " and ", origin, ")");
     if (!fields.empty() && sizes[0] != out.records_)
       throw ValueError(str("record counts disagree: ", origin, " has ", sizes[0],
@@ -178,13 +178,13 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
     out.converted_.push_back({std::move(v.storage), std::move(v.deflated), v.data_offset, h.big_endian});
   };
   for (const std::string& spec : specs) {
-    MMT_CHECK(!spec.empty(), ValueError, "an input is empty: give NAME=PATH.npy, PATH.npz or NAME=PATH (IDX)");
+    MMT_CHECK(!spec.empty(), InputSpecError, "an input is empty: give NAME=PATH.npy, PATH.npz or NAME=PATH (IDX)");
     auto [name, path] = split_spec(spec);
-    MMT_CHECK(!path.empty(), ValueError, "input '", spec, "' has no path after '='");
+    MMT_CHECK(!path.empty(), InputSpecError, "input '", spec, "' has no path after '='");
     SourceKind kind = sniff_kind(path);
     out.input_paths_.push_back(path);
     if (kind == SourceKind::Npz) {
-      MMT_CHECK(name.empty(), ValueError, "input '", spec, "': an .npz names its own fields ",
+      MMT_CHECK(name.empty(), InputSpecError, "input '", spec, "': an .npz names its own fields ",
                 "after its arrays; give it as a bare PATH, without NAME=");
       std::vector<detail::NpyValues> members = detail::map_npz_values(path);
       MMT_CHECK(!members.empty(), ValueError, path, ": the archive holds no arrays");
@@ -196,7 +196,7 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
       continue;
     }
     // "=a.npy" has the '=' already: the hint adds the name only, not a second '='.
-    MMT_CHECK(!name.empty(), ValueError, "input '", spec, "' needs a field name: write NAME=",
+    MMT_CHECK(!name.empty(), InputSpecError, "input '", spec, "' needs a field name: write NAME=",
               spec.starts_with('=') ? std::string_view(spec).substr(1) : std::string_view(spec));
     if (kind == SourceKind::Npy)
       add_values(name, detail::map_npy_values(path), spec);

@@ -656,8 +656,9 @@ TEST_F(MmtCli, FolderOfClassesPacksBytesAndLabels) {
   EXPECT_FAILS_WITH(run_mmt({"export", path("f.mmt"), path("fy"), "--field", "data"}),
                     "field 'data' varies in shape from record to record");
   EXPECT_FAILS_WITH(run_mmt({"export", path("f.mmt"), path("fy"), "--field", "nope"}), "unknown field 'nope'");
-  EXPECT_FAILS_WITH(run_mmt({"export", path("f.mmt"), path("fy"), "--field", "label", "--field", "label"}),
-                    "--field 'label' is given twice");
+  const RunResult twice = run_mmt({"export", path("f.mmt"), path("fy"), "--field", "label", "--field", "label"});
+  EXPECT_FAILS_WITH(twice, "--field 'label' is given twice");
+  EXPECT_EQ(twice.exit_code, 2) << "a command-line mistake";
   EXPECT_FALSE(fs::exists(path("fy")));
 }
 
@@ -1354,6 +1355,14 @@ TEST_F(MmtCli, BadInputsGiveAClearMessageAndLeaveNothing) {
   EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("ten.npy"), "--codec", "brotli"}), "brotli");
   EXPECT_FAILS_WITH(run_mmt({"pack", out}), "no inputs");
   EXPECT_EQ(run_mmt({"pack", out}).exit_code, 2) << "a command-line mistake, as the README says";
+  // So are inputs that cannot be taken whatever their files hold (they exited with 1).
+  for (const std::vector<std::string>& inputs :
+       {std::vector<std::string>{path("ten.npy")}, {"x="}, {"x=" + path("ten.npy"), "x=" + path("nine.npy")}, {""}}) {
+    std::vector<std::string> args{"pack", out};
+    args.insert(args.end(), inputs.begin(), inputs.end());
+    const RunResult r = run_mmt(args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+  }
   EXPECT_EQ(listing(), before) << "nothing new in the folder";
 
   // A file that cannot be read. Root reads anything, so as root mmt runs as nobody, in a

@@ -205,7 +205,7 @@ void run_export(const ExportArgs& args) {
   for (const std::string& name : args.fields) {
     if (name.empty()) throw UsageError("--field is empty: name a field to export");
     const Field& f = ds.schema()[ds.schema().index_of(name)];  // an unknown name lists the known ones
-    MMT_CHECK(std::find(names.begin(), names.end(), name) == names.end(), ValueError, "--field '", printable(name),
+    MMT_CHECK(std::find(names.begin(), names.end(), name) == names.end(), UsageError, "--field '", printable(name),
               "' is given twice");
     MMT_CHECK(f.is_fixed(), ValueError, "field '", printable(name), "' varies in shape from record to record (",
               f.shape, "); export writes fixed-shape fields, one .npy each (use mmt get --raw for one record)");

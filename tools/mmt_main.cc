@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mmt_commands.h"
+#include "mmtensor/packer.h"
 #include "mmtensor/mmtensor.h"
 
 namespace mmt::tool {
@@ -97,6 +98,9 @@ int run(CLI::App& app, int argc, char** argv) {
   } catch (const mmt::tool::ExitStatus& e) {
     return e.code;
   } catch (const mmt::tool::UsageError& e) {
+    std::cerr << command() << ": error: " << mmt::tool::printable_message(e.what()) << "\n";
+    return mmt::tool::kExitUsage;
+  } catch (const mmt::InputSpecError& e) {  // pack's or verify's inputs, mistyped
     std::cerr << command() << ": error: " << mmt::tool::printable_message(e.what()) << "\n";
     return mmt::tool::kExitUsage;
   } catch (const mmt::Error& e) {

@@ -81,9 +81,18 @@ class PackCancelled : public Error {
   using Error::Error;
 };
 
+// Raised by PackSources::from_arrays for specs it cannot take whatever their files hold (an
+// empty one, no path after '=', a field name missing or given twice, an .npz given a NAME=):
+// `mmt` reports it as a bad command line, with status 2.
+class InputSpecError : public ValueError {
+ public:
+  using ValueError::ValueError;
+};
+
 class PackSources {
  public:
-  // Arrays given as "NAME=PATH" or "PATH.npz" specs (see above).
+  // Arrays given as "NAME=PATH" or "PATH.npz" specs (see above); InputSpecError for a spec
+  // that cannot be taken, ValueError for arrays that cannot be packed together.
   static PackSources from_arrays(std::span<const std::string> specs);
   // A class folder; files and folders whose names start with '.' (".DS_Store",
   // ".ipynb_checkpoints") are skipped, folders with everything under them, and a file
