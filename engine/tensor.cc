@@ -221,10 +221,11 @@ bool Tensor::is_contiguous(MemoryFormat format) const {
 }
 
 MemoryFormat Tensor::suggest_memory_format() const {
-  // By the strides alone: an empty channels-last tensor still suggests channels-last.
-  const bool row_major = detail::is_row_major_strides(sizes_, strides_);
-  if (dim() == 4 && !row_major && is_contiguous(MemoryFormat::ChannelsLast)) return MemoryFormat::ChannelsLast;
-  if (dim() == 5 && !row_major && is_contiguous(MemoryFormat::ChannelsLast3d))
+  // PyTorch's rule: by the order of the strides, dense or not (a slice of a channels-last
+  // batch is still channels-last), and never for an empty tensor.
+  if (dim() == 4 && detail::strides_like_channels_last(sizes_, strides_, {1, 3, 2, 0}))
+    return MemoryFormat::ChannelsLast;
+  if (dim() == 5 && detail::strides_like_channels_last(sizes_, strides_, {1, 4, 3, 2, 0}))
     return MemoryFormat::ChannelsLast3d;
   return MemoryFormat::Contiguous;
 }
@@ -248,19 +249,14 @@ DimVector strides_for(IntArrayRef sizes, MemoryFormat format) {
                                    " (use empty_like() or clone() to keep a tensor's layout)"));
     case MemoryFormat::Contiguous:
       return contiguous_strides(sizes);
-    case MemoryFormat::ChannelsLast: {
+    case MemoryFormat::ChannelsLast:
       MMT_CHECK(sizes.size() == 4, ValueError,
                 "required rank 4 tensor to use channels_last format, got shape ", sizes);
-      // N, H, W, C from the outside in: the contiguous strides of that order.
-      const DimVector nhwc = contiguous_strides({sizes[0], sizes[2], sizes[3], sizes[1]});
-      return DimVector{nhwc[0], nhwc[3], nhwc[1], nhwc[2]};
-    }
-    case MemoryFormat::ChannelsLast3d: {
+      return detail::dense_strides_in_order(sizes, {1, 3, 2, 0});  // C innermost, then W, H, N
+    case MemoryFormat::ChannelsLast3d:
       MMT_CHECK(sizes.size() == 5, ValueError,
                 "required rank 5 tensor to use channels_last_3d format, got shape ", sizes);
-      const DimVector ndhwc = contiguous_strides({sizes[0], sizes[2], sizes[3], sizes[4], sizes[1]});
-      return DimVector{ndhwc[0], ndhwc[4], ndhwc[1], ndhwc[2], ndhwc[3]};
-    }
+      return detail::dense_strides_in_order(sizes, {1, 4, 3, 2, 0});
   }
   return contiguous_strides(sizes);
 }
@@ -291,11 +287,8 @@ Tensor empty(IntArrayRef sizes, ScalarType dtype, Device device, MemoryFormat fo
 
 Tensor empty_like(const Tensor& t, MemoryFormat format) {
   MMT_CHECK(t.defined(), ValueError, "empty_like of an undefined tensor");
-  if (format == MemoryFormat::Preserve) {
-    if (detail::is_non_overlapping_and_dense(t.sizes(), t.strides()))
-      return empty_strided(t.sizes(), t.strides(), t.dtype(), t.device());
-    return empty_strided(t.sizes(), detail::dense_strides_like(t.sizes(), t.strides()), t.dtype(), t.device());
-  }
+  if (format == MemoryFormat::Preserve)
+    return empty_strided(t.sizes(), detail::preserved_strides(t.sizes(), t.strides()), t.dtype(), t.device());
   return empty(t.sizes(), t.dtype(), t.device(), format);
 }
 

@@ -180,12 +180,8 @@ Tensor Tensor::to(Device target, bool non_blocking) const {
   (void)non_blocking;  // copies through the engine are synchronous; the loader streams its own
   MMT_CHECK(defined_, ValueError, "to() of an undefined tensor");
   if (target == device()) return *this;
-  Tensor out;
   // The layout kept, as clone() keeps it (dense strides in the same order for a sparse view).
-  if (detail::is_non_overlapping_and_dense(sizes_, strides_))
-    out = empty_strided(sizes_, strides_, dtype_, target);
-  else
-    out = empty_strided(sizes_, detail::dense_strides_like(sizes_, strides_), dtype_, target);
+  Tensor out = empty_strided(sizes_, detail::preserved_strides(sizes_, strides_), dtype_, target);
   out.copy_(*this);
   return out;
 }
@@ -195,10 +191,7 @@ Tensor Tensor::pin_memory() const {
   MMT_CHECK(!is_cuda(), ValueError, "cannot pin '", device().str(),
             "' memory: only dense CPU tensors can be pinned");
   if (is_pinned()) return *this;
-  Tensor out = detail::is_non_overlapping_and_dense(sizes_, strides_)
-                   ? empty_strided(sizes_, strides_, dtype_, kCPU, /*pin_memory=*/true)
-                   : empty_strided(sizes_, detail::dense_strides_like(sizes_, strides_), dtype_, kCPU,
-                                   /*pin_memory=*/true);
+  Tensor out = empty_strided(sizes_, detail::preserved_strides(sizes_, strides_), dtype_, kCPU, /*pin_memory=*/true);
   out.copy_(*this);
   return out;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <numeric>
 
 #include "mmtensor/error.h"
@@ -61,6 +62,35 @@ bool is_dense_in_order(IntArrayRef sizes, IntArrayRef strides, std::initializer_
   return true;
 }
 }  // namespace
+
+DimVector dense_strides_in_order(IntArrayRef sizes, std::initializer_list<int> inner_to_outer) {
+  DimVector out(sizes.size(), 1);
+  int64_t step = 1;
+  for (int d : inner_to_outer) {
+    out[d] = step;
+    MMT_CHECK(!__builtin_mul_overflow(step, sizes[d], &step), ValueError, "the strides of shape ", sizes,
+              " overflow int64");
+  }
+  return out;
+}
+
+bool strides_like_channels_last(IntArrayRef sizes, IntArrayRef strides, std::initializer_list<int> inner_to_outer) {
+  if (sizes.size() != inner_to_outer.size()) return false;
+  const int channels = *inner_to_outer.begin(), batch = *(inner_to_outer.end() - 1);
+  if (strides[channels] == 0) return false;  // nothing to tell channels from anything
+  // Each dimension, from the channels out, must step at least over all that the ones inside
+  // it span (a size-1 dimension spans its stride).
+  int64_t spanned = 0;
+  for (int d : inner_to_outer) {
+    if (sizes[d] == 0 || strides[d] < spanned) return false;
+    // The batch stepping exactly as the channels: an N111 tensor, or one whose strides are
+    // all equal; either reads as row-major too, which wins.
+    if (d == batch && spanned == strides[channels]) return false;
+    spanned = strides[d];
+    if (sizes[d] > 1 && __builtin_mul_overflow(spanned, sizes[d], &spanned)) spanned = INT64_MAX;
+  }
+  return true;
+}
 
 bool is_channels_last_strides(IntArrayRef sizes, IntArrayRef strides) {
   return sizes.size() == 4 && is_dense_in_order(sizes, strides, {1, 3, 2, 0});
@@ -162,9 +192,11 @@ DimVector dense_strides_like(IntArrayRef sizes, IntArrayRef strides) {
   // compares with nothing, so it neither moves nor lets others past it.
   std::vector<size_t> order(ndim);
   for (size_t k = 0; k < ndim; ++k) order[k] = ndim - 1 - k;
+  // By |stride|: a view walking a dimension backwards keeps that dimension's place.
+  const auto magnitude = [&](size_t d) { return strides[d] == INT64_MIN ? INT64_MAX : std::abs(strides[d]); };
   const auto outer = [&](size_t a, size_t b) {  // 1: a belongs outside b; -1: inside; 0: either
     if (strides[a] == 0 || strides[b] == 0) return 0;
-    if (strides[a] != strides[b]) return strides[a] < strides[b] ? -1 : 1;
+    if (magnitude(a) != magnitude(b)) return magnitude(a) < magnitude(b) ? -1 : 1;
     return sizes[a] > sizes[b] ? 1 : 0;
   };
   for (size_t i = 1; i < ndim; ++i) {
@@ -187,6 +219,13 @@ DimVector dense_strides_like(IntArrayRef sizes, IntArrayRef strides) {
               "the strides of shape ", sizes, " overflow int64");
   }
   return out;
+}
+
+DimVector preserved_strides(IntArrayRef sizes, IntArrayRef strides) {
+  const bool has_negative = std::any_of(strides.begin(), strides.end(), [](int64_t s) { return s < 0; });
+  const bool empty = std::find(sizes.begin(), sizes.end(), 0) != sizes.end();
+  if (!has_negative && (empty || is_non_overlapping_and_dense(sizes, strides))) return DimVector(strides);
+  return dense_strides_like(sizes, strides);
 }
 
 bool is_provably_disjoint(const Tensor& a, const Tensor& b) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 
 #include "mmtensor/dims.h"
@@ -28,6 +29,15 @@ bool is_contiguous_strides(IntArrayRef sizes, IntArrayRef strides);
 bool is_row_major_strides(IntArrayRef sizes, IntArrayRef strides);
 bool is_channels_last_strides(IntArrayRef sizes, IntArrayRef strides);     // 4-d
 bool is_channels_last_3d_strides(IntArrayRef sizes, IntArrayRef strides);  // 5-d
+// The dense strides that lay out `sizes` with the dimensions of `inner_to_outer` from the
+// innermost out, by the sizes as they are (PyTorch's channels-last strides: a dimension of
+// size 0 makes every stride outside it 0). ValueError when a stride passes int64.
+DimVector dense_strides_in_order(IntArrayRef sizes, std::initializer_list<int> inner_to_outer);
+// Whether the strides order the dimensions as `inner_to_outer` (channels first: {1, 3, 2,
+// 0} or {1, 4, 3, 2, 0}), dense or not: PyTorch's is_channels_last_strides_2d/3d, which
+// suggest_memory_format() reads. Never for an empty tensor, a channel stride of 0, or an
+// ambiguous layout (N111, or a batch whose strides are all equal), which stay row-major.
+bool strides_like_channels_last(IntArrayRef sizes, IntArrayRef strides, std::initializer_list<int> inner_to_outer);
 // True when the view covers a block of exactly numel elements with no overlaps or gaps,
 // in some dimension order (so it can be copied with one memcpy into the same strides).
 bool is_non_overlapping_and_dense(IntArrayRef sizes, IntArrayRef strides);
@@ -67,6 +77,11 @@ bool is_provably_disjoint(const ByteFootprint& a, const ByteFootprint& b);
 // smallest stride out, equal strides by size (the smaller inner), stride-0 dimensions left
 // where the row-major order puts them.
 DimVector dense_strides_like(IntArrayRef sizes, IntArrayRef strides);
+// The strides of a copy that keeps a view's layout (MemoryFormat::Preserve: empty_like,
+// clone, to, pin_memory): the view's own when it is non-overlapping and dense, as every
+// empty tensor is for PyTorch (unless a stride is negative: a new tensor's are not), else
+// dense_strides_like.
+DimVector preserved_strides(IntArrayRef sizes, IntArrayRef strides);
 
 // The strides a view of `new_sizes` would need over memory laid out as (sizes, strides),
 // or nullopt when no such view exists (PyTorch's rule for view()).

@@ -24,6 +24,14 @@ int64_t offset_of_start(const Tensor& t, int64_t start, int64_t d) {
     return t.storage_offset();
   return offset;
 }
+
+// PyTorch's stride for a size-1 dimension put outside one of (size, stride): a step over
+// that whole dimension. Where that passes int64 (only a huge stride over an empty or
+// one-element dimension can), 0: a size-1 dimension's stride is never applied.
+int64_t stride_outside(int64_t size, int64_t stride) {
+  int64_t out = 0;
+  return __builtin_mul_overflow(size, stride, &out) ? 0 : out;
+}
 }  // namespace
 
 Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) const {
@@ -170,7 +178,7 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   d = wrap_dim(d, /*ndim_plus=*/1);
   DimVector sizes = sizes_, strides = strides_;
   // PyTorch's choice: the new dimension steps over the whole dimension it precedes.
-  int64_t stride = d >= dim() ? 1 : sizes_[d] * strides_[d];
+  int64_t stride = d >= dim() ? 1 : stride_outside(sizes_[d], strides_[d]);
   sizes.insert(d, 1);
   strides.insert(d, stride);
   return restride(*this, std::move(sizes), std::move(strides), storage_offset_);
@@ -192,7 +200,9 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
     if (d < s || d > e) {
       sizes.push_back(sizes_[d]);
     } else {
-      merged *= sizes_[d];
+      // An empty tensor's other dimensions may be as large as int64 allows.
+      MMT_CHECK(!__builtin_mul_overflow(merged, sizes_[d], &merged), ValueError, "flatten(", start_dim, ", ",
+                end_dim, ") of shape ", sizes_, ": the merged size overflows int64");
       if (d == e) sizes.push_back(merged);
     }
   }
@@ -207,12 +217,14 @@ Tensor Tensor::expand(IntArrayRef sizes) const {
   const size_t n = sizes.size();
   const size_t lead = n - sizes_.size();
   DimVector out_sizes(n), out_strides(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (i < lead) {  // new leading dimensions broadcast with stride 0
+  for (size_t i = n; i-- > 0;) {  // inside out: a new dimension's stride depends on the next one's
+    if (i < lead) {
       MMT_CHECK(sizes[i] >= 0, ValueError, "expand: the expanded size ", sizes[i],
                 " is not allowed in a leading, non-existing dimension ", i);
       out_sizes[i] = sizes[i];
-      out_strides[i] = 0;
+      // PyTorch's strides: a new dimension of size 1 steps over the next one, as unsqueeze()
+      // makes it; one that broadcasts, or any over a 0-d tensor, has stride 0.
+      out_strides[i] = sizes[i] != 1 || lead == n ? 0 : stride_outside(out_sizes[i + 1], out_strides[i + 1]);
       continue;
     }
     const size_t j = i - lead;
@@ -241,8 +253,10 @@ Tensor complex_part(const Tensor& t, int64_t part, const char* op) {
   MMT_CHECK(t.defined(), ValueError, op, " of an undefined tensor");
   MMT_CHECK(is_complex(t.dtype()), ValueError, op, " is not implemented for tensors with non-complex dtypes (",
             to_string(t.dtype()), ")");
+  // A dimension of two or more elements lies in the storage, so its stride doubled fits
+  // int64; one of size 0 or 1 may hold any stride, which is never applied.
   DimVector strides = t.strides();
-  for (auto& s : strides) s *= 2;
+  for (auto& s : strides) s = stride_outside(2, s);
   return make_tensor_unchecked(t.untyped_storage(), to_real_value_type(t.dtype()), DimVector(t.sizes()),
                                std::move(strides), t.storage_offset() * 2 + part);
 }

@@ -237,7 +237,7 @@ TEST(Tensor, ViewsAtTheLimitsOfInt64) {
                     "overflow int64");
   EXPECT_EQ(strides_for({2, 3, 4, 5}, MemoryFormat::ChannelsLast), DimVector({60, 1, 15, 3}));
   EXPECT_EQ(strides_for({2, 3, 4, 5, 6}, MemoryFormat::ChannelsLast3d), DimVector({360, 1, 90, 18, 3}));
-  EXPECT_EQ(strides_for({2, 3, 0, 5}, MemoryFormat::ChannelsLast), DimVector({15, 1, 15, 3}));
+  EXPECT_EQ(strides_for({2, 3, 0, 5}, MemoryFormat::ChannelsLast), DimVector({0, 1, 15, 3}));  // as PyTorch
   // flatten(start, end) of a 0-d tensor takes the dims of a 1-d one (0 and -1), as PyTorch.
   EXPECT_EQ(seven.flatten().sizes(), IntArrayRef({1}));
   EXPECT_EQ(seven.flatten(-1, 0).sizes(), IntArrayRef({1}));
@@ -316,9 +316,12 @@ TEST(Tensor, ReshapeCopiesOnlyWhenItMust) {
 TEST(Tensor, ContiguityRules) {
   EXPECT_TRUE(empty({0, 3}).t().is_contiguous());  // empty is contiguous
   EXPECT_TRUE(empty({0, 4}).slice(1, 0, kSliceEnd, 2).is_contiguous());  // whatever its strides
-  // ...but its layout is still its strides': an empty channels-last tensor suggests channels-last.
+  // ...but a copy keeps its strides, as PyTorch's empty_like does (every empty tensor is
+  // "non-overlapping and dense"); suggest_memory_format, by PyTorch's rule, never says
+  // channels-last for an empty tensor.
   const Tensor empty_cl = empty({0, 3, 4, 4}, kFloat32, kCPU, MemoryFormat::ChannelsLast);
-  EXPECT_EQ(empty_cl.suggest_memory_format(), MemoryFormat::ChannelsLast);
+  EXPECT_EQ(empty_cl.suggest_memory_format(), MemoryFormat::Contiguous);
+  EXPECT_EQ(empty_like(empty_cl).strides(), empty_cl.strides());
   EXPECT_TRUE(empty_like(empty_cl).is_contiguous(MemoryFormat::ChannelsLast));
   EXPECT_TRUE(empty({3, 1}).t().is_contiguous());  // size-1 dims are skipped
   Tensor nchw = empty({2, 3, 4, 5});
@@ -335,6 +338,82 @@ TEST(Tensor, ContiguityRules) {
   // A channels-last tensor with C == 1 is both contiguous and channels-last, as in PyTorch.
   Tensor c1 = empty({2, 1, 4, 4});
   EXPECT_TRUE(c1.is_contiguous(MemoryFormat::ChannelsLast));
+}
+
+// Channels-last strides of a shape with a zero-size C, H, W or D were built as if that size
+// were 1 ([2,0,4,5] got [20,1,5,1]; PyTorch gives [0,1,0,0]), so the tensor failed its own
+// is_contiguous(ChannelsLast), and contiguous(ChannelsLast) copied on every call.
+TEST(Tensor, ChannelsLastStridesOfAnEmptyShapeAreThoseOfPyTorch) {
+  const Tensor nhwc = empty({2, 0, 4, 5}, kFloat32, kCPU, MemoryFormat::ChannelsLast);
+  EXPECT_EQ(nhwc.strides(), IntArrayRef({0, 1, 0, 0}));
+  EXPECT_TRUE(nhwc.is_contiguous(MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(nhwc.contiguous(MemoryFormat::ChannelsLast).is_same_storage(nhwc));
+  EXPECT_EQ(empty({2, 3, 4, 0}, kFloat32, kCPU, MemoryFormat::ChannelsLast).strides(), IntArrayRef({0, 1, 0, 3}));
+  EXPECT_EQ(empty({2, 3, 0, 5}, kFloat32, kCPU, MemoryFormat::ChannelsLast).strides(), IntArrayRef({0, 1, 15, 3}));
+  const Tensor ndhwc = empty({2, 0, 4, 5, 6}, kUInt8, kCPU, MemoryFormat::ChannelsLast3d);
+  EXPECT_EQ(ndhwc.strides(), IntArrayRef({0, 1, 0, 0, 0}));
+  EXPECT_TRUE(ndhwc.is_contiguous(MemoryFormat::ChannelsLast3d));
+  EXPECT_EQ(empty({0, 3, 4, 5}, kFloat32, kCPU, MemoryFormat::ChannelsLast).strides(), IntArrayRef({60, 1, 15, 3}));
+}
+
+// suggest_memory_format() asked for a dense channels-last tensor; PyTorch reads the order of
+// the strides, so a slice of a channels-last batch, or a channels-last tensor of 1x1 images,
+// still suggests channels-last, and an empty one never does.
+TEST(Tensor, SuggestMemoryFormatReadsTheOrderOfTheStridesAsPyTorch) {
+  const Tensor cl = empty({4, 3, 8, 8}, kFloat32, kCPU, MemoryFormat::ChannelsLast);
+  EXPECT_EQ(cl.suggest_memory_format(), MemoryFormat::ChannelsLast);
+  EXPECT_EQ(cl.slice(0, 0, 4, 2).suggest_memory_format(), MemoryFormat::ChannelsLast);
+  EXPECT_EQ(cl.slice(2, 0, 8, 2).suggest_memory_format(), MemoryFormat::ChannelsLast);
+  EXPECT_EQ(empty({2, 3, 1, 1}, kFloat32, kCPU, MemoryFormat::ChannelsLast).suggest_memory_format(),
+            MemoryFormat::ChannelsLast);  // strides [3, 1, 3, 3]
+  EXPECT_EQ(empty({0, 3, 4, 5}, kFloat32, kCPU, MemoryFormat::ChannelsLast).suggest_memory_format(),
+            MemoryFormat::Contiguous);
+  // Ambiguous layouts read as row-major: N111, and C == 1 (contiguous either way).
+  EXPECT_EQ(empty({5, 1, 1, 1}).suggest_memory_format(), MemoryFormat::Contiguous);
+  EXPECT_EQ(empty({2, 1, 4, 4}).suggest_memory_format(), MemoryFormat::Contiguous);
+  EXPECT_EQ(empty({2, 3, 4, 5}).suggest_memory_format(), MemoryFormat::Contiguous);
+  EXPECT_EQ(empty({2, 3, 4, 5}).permute({0, 2, 3, 1}).suggest_memory_format(), MemoryFormat::Contiguous);
+  const Tensor cl3d = empty({4, 3, 4, 6, 6}, kUInt8, kCPU, MemoryFormat::ChannelsLast3d);
+  EXPECT_EQ(cl3d.suggest_memory_format(), MemoryFormat::ChannelsLast3d);
+  EXPECT_EQ(cl3d.slice(0, 0, 4, 2).slice(2, 0, 4, 2).suggest_memory_format(), MemoryFormat::ChannelsLast3d);
+}
+
+// A new leading dimension of size 1 got stride 0 from expand(); PyTorch steps it over the
+// next dimension, as unsqueeze() does, and gives 0 only to one that broadcasts.
+TEST(Tensor, ExpandGivesANewSizeOneDimensionPyTorchsStride) {
+  EXPECT_EQ(arange(3).expand({1, 3}).strides(), IntArrayRef({3, 1}));
+  EXPECT_EQ(arange(6).view({2, 3}).expand({2, 1, 2, 3}).strides(), IntArrayRef({0, 6, 3, 1}));
+  EXPECT_EQ(full({}, 7, kInt64).expand({1}).strides(), IntArrayRef({0}));  // a 0-d tensor's: all 0
+  EXPECT_EQ(full({}, 7, kInt64).expand({2, 3}).strides(), IntArrayRef({0, 0}));
+}
+
+// A copy of an empty view (clone, empty_like, pin_memory) kept dense row-major strides;
+// PyTorch keeps the view's own. A view walking every dimension backwards was cloned
+// column-major: dimensions are ranked by |stride|.
+TEST(Tensor, CopiesKeepTheLayoutOfEmptyAndReversedViews) {
+  const Tensor x = empty({3, 4}).slice(0, 0, 0).slice(1, 0, 4, 2);  // [0, 2], strides [4, 2]
+  EXPECT_EQ(x.clone().strides(), IntArrayRef({4, 2}));
+  EXPECT_EQ(empty_like(x).strides(), IntArrayRef({4, 2}));
+  const Tensor reversed = arange(6).as_strided({2, 3}, {-3, -1}, 5);
+  EXPECT_EQ(reversed.clone().strides(), IntArrayRef({3, 1}));
+  EXPECT_TRUE(reversed.clone().equal(reversed));
+  // A size-1 dimension walked backwards is no reason to refuse a copy (its stride is not kept).
+  const Tensor one_row = arange(3).as_strided({1, 3}, {-3, 1}, 0);
+  EXPECT_EQ(one_row.clone().strides(), IntArrayRef({3, 1}));
+  EXPECT_TRUE(one_row.clone().equal(one_row));
+}
+
+// Strides past int64 were computed with signed overflow (undefined behaviour): unsqueeze and
+// real() over a huge stride of an empty or one-element dimension, flatten of an empty tensor
+// whose other sizes multiply past int64.
+TEST(Tensor, ViewsOfHugeStridesOrSizesDoNotOverflow) {
+  const Tensor base = empty({4});
+  EXPECT_EQ(base.as_strided({2, 0}, {INT64_MAX, 1}, 0).unsqueeze(0).sizes(), IntArrayRef({1, 2, 0}));
+  EXPECT_THROW_WITH(base.as_strided({0, INT64_MAX / 2, 4}, {1, 1, 1}, 0).flatten(1, 2), ValueError,
+                    "the merged size overflows int64");
+  const Tensor c = empty({2}, kComplex64).as_strided({1}, {INT64_MAX}, 0);
+  EXPECT_EQ(c.real().sizes(), IntArrayRef({1}));
+  EXPECT_EQ(c.imag().storage_offset(), 1);
 }
 
 TEST(Tensor, CopyBetweenLayoutsAndDtypes) {
