@@ -163,11 +163,39 @@ TEST_F(LoaderTest, OnlyTheRequestedFieldsAreLoaded) {
   std::optional<Batch> batch = loader.next();
   ASSERT_TRUE(batch);
   expect_batch_matches_dataset(*batch, dataset, {"tokens", "label"});
+  EXPECT_EQ(batch->field_names(), (std::vector<std::string>{"tokens", "label"}));  // in the order asked
   EXPECT_THROW((*batch)["x"], ValueError);
   options.fields = {"label", "missing"};
   EXPECT_THROW(Loader(dataset, options), ValueError);
   options.fields = {"label", "label"};
   EXPECT_THROW(Loader(dataset, options), ValueError);
+}
+
+// Assigning a loader over another stops the old one's threads and takes the new one's place
+// mid-epoch; a loader moved from is empty, and assigning to itself changes nothing.
+TEST_F(LoaderTest, MoveAssignmentStopsTheOldLoaderAndContinuesTheNewOne) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 40));
+  Loader reference(dataset, options_for(SamplerKind::Random, 8));
+  std::vector<std::vector<int64_t>> expected;
+  while (std::optional<Batch> batch = reference.next())
+    expected.emplace_back(batch->indices().begin(), batch->indices().end());
+
+  Loader target(dataset, options_for(SamplerKind::Sequential, 4));
+  ASSERT_TRUE(target.next());
+  Loader source(dataset, options_for(SamplerKind::Random, 8));
+  std::optional<Batch> first = source.next();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(std::vector<int64_t>(first->indices().begin(), first->indices().end()), expected[0]);
+  first.reset();
+  target = std::move(source);
+  Loader& same = target;
+  target = std::move(same);
+  for (size_t b = 1; b < expected.size(); ++b) {
+    std::optional<Batch> batch = target.next();
+    ASSERT_TRUE(batch) << b;
+    EXPECT_EQ(std::vector<int64_t>(batch->indices().begin(), batch->indices().end()), expected[b]) << b;
+  }
+  EXPECT_FALSE(target.next());
 }
 
 TEST_F(LoaderTest, EverySampleOncePerEpochWithAndWithoutDropLast) {
