@@ -2,6 +2,8 @@
 // installed), CRC checks and refusals of damaged or foreign archives.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "importer_test_util.h"
 #include "mmtensor/numpy_io.h"
 
@@ -370,6 +372,31 @@ TEST(Npz, AMemberPastTheEndOfTheFileIsCalledThat) {
   const std::string message = expect_format_error([&] { parse_npz(archive, "cut.npz"); });
   EXPECT_NE(message.find("run past the end of the file"), std::string::npos) << message;
   EXPECT_EQ(message.find("overlap"), std::string::npos) << message;
+}
+
+// Each field of a damaged directory entry or local header is named in the message (all of
+// these were untested: only truncation and fuzzing reached them, which check for no crash).
+TEST(Npz, DamagedDirectoryEntriesAndLocalHeadersAreNamed) {
+  const Bytes archive = zip_archive({{"a.npy", npy_of(arange(6, kInt32)), false}});
+  const size_t central = archive.size() - 22 - (46 + 5);
+  const auto refused = [&](const std::function<void(Bytes&)>& damage, const std::string& fragment) {
+    Bytes damaged = archive;
+    damage(damaged);
+    const std::string message = expect_format_error([&] { parse_npz(damaged, "d.npz"); });
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  };
+  const auto store_le32 = [](Bytes& bytes, size_t at, uint32_t value) {
+    for (int i = 0; i < 4; ++i) bytes[at + i] = std::byte((value >> (8 * i)) & 0xFF);
+  };
+  refused([&](Bytes& b) { b[central] = std::byte{'X'}; },
+          "gives a central directory of 51 bytes at offset " + std::to_string(central) + ", but none is there");
+  refused([&](Bytes& b) { store_le32(b, central + 42, 0xFFFFFF00u); },
+          "d.npz: member 'a.npy': local header offset 4294967040 is past the end of the file");
+  refused([&](Bytes& b) { store_le32(b, central + 42, 1); }, "d.npz: member 'a.npy': no local header at offset 1");
+  refused([&](Bytes& b) { b[8] = std::byte{8}; },
+          "d.npz: member 'a.npy': local header and central directory disagree on the compression method");
+  refused([&](Bytes& b) { b[30] = std::byte{'b'}; }, "d.npz: member 'a.npy': the local header names it 'b.npy'");
+  refused([&](Bytes& b) { store_le32(b, central + 24, 7); }, "d.npz: member 'a.npy' is stored but its sizes differ (152 vs 7)");
 }
 
 // A ZIP name may take 64 KiB (six times that escaped): quoted, it is cut.

@@ -2,7 +2,9 @@
 //
 // An epoch's GLOBAL ORDER is a permutation of [0, N) fixed by (kind, seed, epoch) and, for
 // quasi-random sampling, by the chunk layout and the window. It never depends on threads,
-// timing, batch size or world size. Orders are computed, not stored: EpochOrder maps a
+// timing or batch size; nor on world size, but for quasi-random sampling with an automatic
+// window under a chunk cache budget other than the default (SamplerOptions::window_chunks
+// says why, and what to set instead). Orders are computed, not stored: EpochOrder maps a
 // position to a record in O(1) (random) or O(log chunks) (quasi-random), so a sampler's
 // memory does not grow with the number of records (quasi-random keeps three int64 per chunk
 // and one per window of chunks). A subset (below) is the one thing kept per entry: the list
