@@ -331,6 +331,38 @@ TEST(DatasetTest, ViewsOutliveTheDataset) {
   }
 }
 
+// A copied sample holds the same views, past kInlineFields fields too (the extra ones live
+// in a heap array of its own), and outlives the sample it was copied from.
+TEST(DatasetTest, ACopiedSampleHoldsTheSameViewsBeyondItsInlineFields) {
+  TempDir dir;
+  std::vector<Field> fields;
+  for (int f = 0; f < 6; ++f) {
+    std::string name = "f";  // not "f" + to_string: gcc 12 warns falsely on it (-Wrestrict, its bug 105329)
+    name += std::to_string(f);
+    fields.push_back(Field::fixed(name, kInt32, {2}));
+  }
+  Schema schema(fields);
+  write_dataset(dir.file("six.mmt"), schema, 3, WriterOptions{});
+  Dataset ds = Dataset::open(dir.file("six.mmt"));
+  Sample copy;
+  {
+    const Sample original = ds.get(1);
+    copy = original;
+    const Sample constructed(original);
+    ASSERT_EQ(constructed.size(), 6u);
+    for (size_t f = 0; f < 6; ++f) {
+      EXPECT_TRUE(constructed[f].is_same_storage(original[f])) << f;
+      EXPECT_EQ(constructed[f].data_ptr(), original[f].data_ptr()) << f;
+    }
+  }
+  ASSERT_EQ(copy.size(), 6u);
+  EXPECT_EQ(copy.index(), 1);
+  for (size_t f = 0; f < 6; ++f) EXPECT_TRUE(copy[f].equal(field_value(schema[f], 1))) << f;
+  Sample& self = copy;
+  copy = self;
+  EXPECT_TRUE(copy["f5"].equal(field_value(schema[5], 1)));
+}
+
 // An lz4 dataset of `records` records of `schema`, `chunk_records` to a chunk.
 std::string write_lz4(const std::string& path, const Schema& schema, int64_t records, int64_t chunk_records) {
   WriterOptions options;
