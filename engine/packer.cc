@@ -93,7 +93,7 @@ std::pair<std::string, std::string> split_spec(const std::string& spec) {
   std::error_code ec;
   if (eq != std::string::npos && spec.substr(0, eq).find('/') != std::string::npos) {
     // "a/b=x.npy": no file by the whole name, one after the '=': a field name with a '/'.
-    MMT_CHECK(fs::exists(spec, ec) || !fs::exists(spec.substr(eq + 1), ec), ValueError, "input '", spec,
+    MMT_CHECK(fs::exists(spec, ec) || !fs::exists(spec.substr(eq + 1), ec), InputSpecError, "input '", spec,
               "': field name '", spec.substr(0, eq), "' cannot contain '/' (mmt export writes each field to NAME.npy)");
     return {"", spec};
   }
@@ -124,12 +124,21 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
   MMT_CHECK(!specs.empty(), ValueError, "no inputs: give NAME=PATH.npy, PATH.npz or NAME=PATH (IDX)");
   PackSources out;
   std::vector<Field> fields;
-  auto add_field = [&](const std::string& name, ScalarType dtype, IntArrayRef sizes, const std::string& origin) {
+  // Whether each field's name was typed (NAME=) rather than taken from an .npz member.
+  std::vector<bool> named_by_spec;
+  auto add_field = [&](const std::string& name, ScalarType dtype, IntArrayRef sizes, const std::string& origin,
+                       bool typed_name) {
     MMT_CHECK(!sizes.empty(), ValueError, origin, ": array '", detail::escaped(name),
               "' is 0-dimensional; packing needs a first dimension that indexes records");
-    for (size_t i = 0; i < fields.size(); ++i)
-      MMT_CHECK(fields[i].name != name, InputSpecError, "field '", detail::escaped(name), "' is given twice (",
-                out.origins_[i], " and ", origin, ")");
+    for (size_t i = 0; i < fields.size(); ++i) {
+      if (fields[i].name != name) continue;
+      // Two NAME= alike are a mistyped command line; a name an archive brings is its content.
+      const std::string message = str("field '", detail::escaped(name), "' is given twice (", out.origins_[i],
+                                      " and ", origin, ")");
+      if (typed_name && named_by_spec[i]) throw InputSpecError(message);
+      throw ValueError(message);
+    }
+    named_by_spec.push_back(typed_name);
     if (!fields.empty() && sizes[0] != out.records_)
       throw ValueError(str("record counts disagree: ", origin, " has ", sizes[0],
                            " records (first dimension of shape ", describe_sizes(sizes),
@@ -151,8 +160,8 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
     out.total_bytes_ += sizes[0] * fields.back().fixed_nbytes();
     out.origins_.push_back(origin);
   };
-  auto add_array = [&](const std::string& name, Tensor t, const std::string& origin) {
-    add_field(name, t.dtype(), t.sizes(), origin);
+  auto add_array = [&](const std::string& name, Tensor t, const std::string& origin, bool typed_name) {
+    add_field(name, t.dtype(), t.sizes(), origin, typed_name);
     out.columns_.push_back(std::move(t));
     out.converted_.emplace_back();
   };
@@ -162,13 +171,14 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
   // in "record counts disagree" with the next input).
   std::vector<std::pair<size_t, detail::NpyValues>> fortran;  // column, values
   std::vector<std::string> fortran_fields;  // every field whose .npy was in Fortran order
-  auto add_values = [&](const std::string& name, detail::NpyValues v, const std::string& origin) {
+  auto add_values = [&](const std::string& name, detail::NpyValues v, const std::string& origin, bool typed_name) {
     const NpyHeader& h = v.header;
     const bool viewable =
         !v.deflated && (h.data_nbytes == 0 || detail::npy_viewable(v.storage.data() + v.data_offset, v.data_offset, h));
     if (h.fortran_order) fortran_fields.push_back(name);
-    if (viewable) return add_array(name, detail::npy_tensor_over(v.storage, v.data_offset, h, v.what), origin);
-    add_field(name, h.dtype, h.shape, origin);
+    if (viewable)
+      return add_array(name, detail::npy_tensor_over(v.storage, v.data_offset, h, v.what), origin, typed_name);
+    add_field(name, h.dtype, h.shape, origin, typed_name);
     out.columns_.emplace_back();
     if (h.fortran_order) {
       out.converted_.emplace_back();
@@ -184,14 +194,14 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
     SourceKind kind = sniff_kind(path);
     out.input_paths_.push_back(path);
     if (kind == SourceKind::Npz) {
-      MMT_CHECK(name.empty(), InputSpecError, "input '", spec, "': an .npz names its own fields ",
-                "after its arrays; give it as a bare PATH, without NAME=");
+      MMT_CHECK(name.empty(), InputSpecError, "input '", spec, "': ", path, " is a ZIP (.npz) archive, which ",
+                "names its own fields after its arrays; give it as a bare PATH, without NAME=");
       std::vector<detail::NpyValues> members = detail::map_npz_values(path);
       MMT_CHECK(!members.empty(), ValueError, path, ": the archive holds no arrays");
       for (detail::NpyValues& m : members) {
         const std::string member_name = m.name;
         const std::string origin = m.what;  // "PATH:NAME.npy", the name escaped: it comes from the archive
-        add_values(member_name, std::move(m), origin);
+        add_values(member_name, std::move(m), origin, /*typed_name=*/false);
       }
       continue;
     }
@@ -199,9 +209,9 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
     MMT_CHECK(!name.empty(), InputSpecError, "input '", spec, "' needs a field name: write NAME=",
               spec.starts_with('=') ? std::string_view(spec).substr(1) : std::string_view(spec));
     if (kind == SourceKind::Npy)
-      add_values(name, detail::map_npy_values(path), spec);
+      add_values(name, detail::map_npy_values(path), spec, /*typed_name=*/true);
     else
-      add_array(name, load_idx(path), spec);
+      add_array(name, load_idx(path), spec, /*typed_name=*/true);
   }
   out.schema_ = Schema(std::move(fields));
   // Recorded so that `mmt export` writes these back in Fortran order: the file packed.
@@ -626,6 +636,8 @@ int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
   const SourceNumbering numbering(dataset, sources);
   std::vector<Tensor> values;
   auto check = [&](int64_t index) {
+    MMT_CHECK(index >= 0 && index < dataset.size(), IndexError, "compare_with_sources: record ", index,
+              " is out of range for ", dataset.size(), " records");
     const int64_t source_index = numbering.source_index(index);
     sources.record(source_index, values);
     for (size_t f = 0; f < values.size(); ++f) {

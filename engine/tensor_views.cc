@@ -26,8 +26,8 @@ int64_t offset_of_start(const Tensor& t, int64_t start, int64_t d) {
 }
 
 // PyTorch's stride for a size-1 dimension put outside one of (size, stride): a step over
-// that whole dimension. Where that passes int64 (only a huge stride over an empty or
-// one-element dimension can), 0: a size-1 dimension's stride is never applied.
+// that whole dimension. Where that passes int64 (a huge stride of a dimension of at most one
+// element, or of any dimension of an empty tensor), 0: such a stride is never applied.
 int64_t stride_outside(int64_t size, int64_t stride) {
   int64_t out = 0;
   return __builtin_mul_overflow(size, stride, &out) ? 0 : out;
@@ -253,8 +253,9 @@ Tensor complex_part(const Tensor& t, int64_t part, const char* op) {
   MMT_CHECK(t.defined(), ValueError, op, " of an undefined tensor");
   MMT_CHECK(is_complex(t.dtype()), ValueError, op, " is not implemented for tensors with non-complex dtypes (",
             to_string(t.dtype()), ")");
-  // A dimension of two or more elements lies in the storage, so its stride doubled fits
-  // int64; one of size 0 or 1 may hold any stride, which is never applied.
+  // In a tensor with elements, a dimension of two or more lies in the storage, so its stride
+  // doubled fits int64; any other stride (of a size-0 or size-1 dimension, or of an empty
+  // tensor) is never applied, and stride_outside's 0 stands in for one that would not fit.
   DimVector strides = t.strides();
   for (auto& s : strides) s = stride_outside(2, s);
   return make_tensor_unchecked(t.untyped_storage(), to_real_value_type(t.dtype()), DimVector(t.sizes()),

@@ -1356,13 +1356,24 @@ TEST_F(MmtCli, BadInputsGiveAClearMessageAndLeaveNothing) {
   EXPECT_FAILS_WITH(run_mmt({"pack", out}), "no inputs");
   EXPECT_EQ(run_mmt({"pack", out}).exit_code, 2) << "a command-line mistake, as the README says";
   // So are inputs that cannot be taken whatever their files hold (they exited with 1).
+  testutil::write_file(path("x.npz"), testutil::zip_archive({{"x.npy", npy_bytes(arange(10))}}));
+  fs::copy_file(path("x.npz"), path("zipped.npy"));
   for (const std::vector<std::string>& inputs :
-       {std::vector<std::string>{path("ten.npy")}, {"x="}, {"x=" + path("ten.npy"), "x=" + path("nine.npy")}, {""}}) {
+       {std::vector<std::string>{path("ten.npy")}, {"x="}, {"x=" + path("ten.npy"), "x=" + path("nine.npy")}, {""},
+        {"d/q=" + path("ten.npy")}, {"x=" + path("x.npz")}}) {
     std::vector<std::string> args{"pack", out};
     args.insert(args.end(), inputs.begin(), inputs.end());
     const RunResult r = run_mmt(args);
     EXPECT_EQ(r.exit_code, 2) << r.err;
   }
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("zipped.npy")}),
+                    path("zipped.npy") + " is a ZIP (.npz) archive, which names its own fields");
+  // A name an archive brings is its content, not the command line's: status 1.
+  const RunResult clash = run_mmt({"pack", out, path("x.npz"), "x=" + path("ten.npy")});
+  EXPECT_EQ(clash.exit_code, 1) << clash.err;
+  EXPECT_NE(clash.err.find("field 'x' is given twice"), std::string::npos) << clash.err;
+  fs::remove(path("x.npz"));
+  fs::remove(path("zipped.npy"));
   EXPECT_EQ(listing(), before) << "nothing new in the folder";
 
   // A file that cannot be read. Root reads anything, so as root mmt runs as nobody, in a

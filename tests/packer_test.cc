@@ -236,6 +236,8 @@ TEST(PackerTest, ComparingWithSourcesMatchesFieldsByName) {
   EXPECT_EQ(compare_with_sources(ds, sources({"b=b.npy", "a=a.npy"})), 2);
   EXPECT_EQ(compare_with_sources(ds, sources({"a=a.npy"})), 2);
   EXPECT_EQ(compare_with_sources(ds, sources({"b=b.npy"}), std::vector<int64_t>{1}), 1);
+  for (int64_t outside : {int64_t{-1}, int64_t{2}})  // a shard's lookup read before its table on -1
+    EXPECT_THROW(compare_with_sources(ds, sources({"b=b.npy"}), std::vector<int64_t>{outside}), IndexError);
   const std::string missing = error_of([&] { compare_with_sources(ds, sources({"a=a.npy", "c=c.npy"})); });
   EXPECT_NE(missing.find("the sources give field 'c' (c=" + dir.file("c.npy") +
                          "), which the dataset lacks; its fields are 'a', 'b'"), std::string::npos) << missing;

@@ -408,11 +408,14 @@ TEST(Tensor, CopiesKeepTheLayoutOfEmptyAndReversedViews) {
 // whose other sizes multiply past int64.
 TEST(Tensor, ViewsOfHugeStridesOrSizesDoNotOverflow) {
   const Tensor base = empty({4});
-  EXPECT_EQ(base.as_strided({2, 0}, {INT64_MAX, 1}, 0).unsqueeze(0).sizes(), IntArrayRef({1, 2, 0}));
+  const Tensor unsqueezed = base.as_strided({2, 0}, {INT64_MAX, 1}, 0).unsqueeze(0);
+  EXPECT_EQ(unsqueezed.sizes(), IntArrayRef({1, 2, 0}));
+  EXPECT_EQ(unsqueezed.strides(), IntArrayRef({0, INT64_MAX, 1}));  // 2 * INT64_MAX wrapped to -2
   EXPECT_THROW_WITH(base.as_strided({0, INT64_MAX / 2, 4}, {1, 1, 1}, 0).flatten(1, 2), ValueError,
                     "the merged size overflows int64");
   const Tensor c = empty({2}, kComplex64).as_strided({1}, {INT64_MAX}, 0);
   EXPECT_EQ(c.real().sizes(), IntArrayRef({1}));
+  EXPECT_EQ(c.real().strides(), IntArrayRef({0}));  // 2 * INT64_MAX wrapped to -2
   EXPECT_EQ(c.imag().storage_offset(), 1);
 }
 

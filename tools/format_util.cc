@@ -47,7 +47,11 @@ std::string printable(std::string_view text) { return detail::escaped(text); }
 size_t display_width(std::string_view text) {
   // wcwidth reads the thread's LC_CTYPE: C.UTF-8 for this call, whatever the process's is.
   static const locale_t utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", locale_t{});
-  if (utf8 == locale_t{}) return text.size();
+  if (utf8 == locale_t{}) {  // no such locale: a column per character (bytes that start one)
+    return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+      return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    }));
+  }
   const locale_t previous = uselocale(utf8);
   size_t width = 0;
   std::mbstate_t state{};
@@ -60,8 +64,10 @@ size_t display_width(std::string_view text) {
       ++i;
       continue;
     }
+    // -1: a character wcwidth does not know (unassigned); terminals give it a column.
+    // Controls, which it also calls -1, are escaped by printable() before this.
     const int columns = wcwidth(c);
-    width += columns > 0 ? static_cast<size_t>(columns) : 0;
+    width += columns < 0 ? 1 : static_cast<size_t>(columns);
     i += length;
   }
   uselocale(previous);

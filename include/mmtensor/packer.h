@@ -81,9 +81,10 @@ class PackCancelled : public Error {
   using Error::Error;
 };
 
-// Raised by PackSources::from_arrays for specs it cannot take whatever their files hold (an
-// empty one, no path after '=', a field name missing or given twice, an .npz given a NAME=):
-// `mmt` reports it as a bad command line, with status 2.
+// Raised by PackSources::from_arrays for a spec that the command line must change: an empty
+// one, no path after '=', a field name with '/', the same NAME= twice, a NAME= missing for an
+// .npy or IDX file or given to an .npz. `mmt` reports it as a bad command line, with status 2.
+// (Names that archives bring, clashing, are their content: ValueError.)
 class InputSpecError : public ValueError {
  public:
   using ValueError::ValueError;
@@ -201,8 +202,8 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
 // kShardMetadataKey) is compared with its share of the sources. Throws FormatError naming the
 // field when one the sources give is missing from the dataset or has another dtype or shape,
 // when the record counts differ, and for the first record that differs (in ascending order): its
-// field, its source (for a folder, the file) and the first byte that differs. Returns the
-// number of records compared.
+// field, its source (for a folder, the file) and the first byte that differs; IndexError for
+// an index outside [0, dataset.size()). Returns the number of records compared.
 int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
                              std::span<const int64_t> indices = {});
 
