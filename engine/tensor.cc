@@ -223,9 +223,9 @@ bool Tensor::is_contiguous(MemoryFormat format) const {
 MemoryFormat Tensor::suggest_memory_format() const {
   // PyTorch's rule: by the order of the strides, dense or not (a slice of a channels-last
   // batch is still channels-last), and never for an empty tensor.
-  if (dim() == 4 && detail::strides_like_channels_last(sizes_, strides_, {1, 3, 2, 0}))
+  if (dim() == 4 && detail::strides_like_channels_last(sizes_, strides_, detail::kChannelsLastOrder))
     return MemoryFormat::ChannelsLast;
-  if (dim() == 5 && detail::strides_like_channels_last(sizes_, strides_, {1, 4, 3, 2, 0}))
+  if (dim() == 5 && detail::strides_like_channels_last(sizes_, strides_, detail::kChannelsLast3dOrder))
     return MemoryFormat::ChannelsLast3d;
   return MemoryFormat::Contiguous;
 }
@@ -252,11 +252,11 @@ DimVector strides_for(IntArrayRef sizes, MemoryFormat format) {
     case MemoryFormat::ChannelsLast:
       MMT_CHECK(sizes.size() == 4, ValueError,
                 "required rank 4 tensor to use channels_last format, got shape ", sizes);
-      return detail::dense_strides_in_order(sizes, {1, 3, 2, 0});  // C innermost, then W, H, N
+      return detail::dense_strides_in_order(sizes, detail::kChannelsLastOrder);
     case MemoryFormat::ChannelsLast3d:
       MMT_CHECK(sizes.size() == 5, ValueError,
                 "required rank 5 tensor to use channels_last_3d format, got shape ", sizes);
-      return detail::dense_strides_in_order(sizes, {1, 4, 3, 2, 0});
+      return detail::dense_strides_in_order(sizes, detail::kChannelsLast3dOrder);
   }
   return contiguous_strides(sizes);
 }

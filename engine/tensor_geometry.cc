@@ -52,7 +52,7 @@ bool is_row_major_strides(IntArrayRef sizes, IntArrayRef strides) {
 }
 
 namespace {
-bool is_dense_in_order(IntArrayRef sizes, IntArrayRef strides, std::initializer_list<int> order) {
+bool is_dense_in_order(IntArrayRef sizes, IntArrayRef strides, std::span<const int> order) {
   int64_t expected = 1;
   for (int d : order) {
     if (sizes[d] == 1) continue;
@@ -63,7 +63,7 @@ bool is_dense_in_order(IntArrayRef sizes, IntArrayRef strides, std::initializer_
 }
 }  // namespace
 
-DimVector dense_strides_in_order(IntArrayRef sizes, std::initializer_list<int> inner_to_outer) {
+DimVector dense_strides_in_order(IntArrayRef sizes, std::span<const int> inner_to_outer) {
   DimVector out(sizes.size(), 1);
   int64_t step = 1;
   for (int d : inner_to_outer) {
@@ -74,9 +74,9 @@ DimVector dense_strides_in_order(IntArrayRef sizes, std::initializer_list<int> i
   return out;
 }
 
-bool strides_like_channels_last(IntArrayRef sizes, IntArrayRef strides, std::initializer_list<int> inner_to_outer) {
+bool strides_like_channels_last(IntArrayRef sizes, IntArrayRef strides, std::span<const int> inner_to_outer) {
   if (sizes.size() != inner_to_outer.size()) return false;
-  const int channels = *inner_to_outer.begin(), batch = *(inner_to_outer.end() - 1);
+  const int channels = inner_to_outer.front(), batch = inner_to_outer.back();
   if (strides[channels] == 0) return false;  // nothing to tell channels from anything
   // Each dimension, from the channels out, must step at least over all that the ones inside
   // it span (a size-1 dimension spans its stride).
@@ -93,11 +93,11 @@ bool strides_like_channels_last(IntArrayRef sizes, IntArrayRef strides, std::ini
 }
 
 bool is_channels_last_strides(IntArrayRef sizes, IntArrayRef strides) {
-  return sizes.size() == 4 && is_dense_in_order(sizes, strides, {1, 3, 2, 0});
+  return sizes.size() == 4 && is_dense_in_order(sizes, strides, kChannelsLastOrder);
 }
 
 bool is_channels_last_3d_strides(IntArrayRef sizes, IntArrayRef strides) {
-  return sizes.size() == 5 && is_dense_in_order(sizes, strides, {1, 4, 3, 2, 0});
+  return sizes.size() == 5 && is_dense_in_order(sizes, strides, kChannelsLast3dOrder);
 }
 
 bool is_non_overlapping_and_dense(IntArrayRef sizes, IntArrayRef strides) {

@@ -4,8 +4,9 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
+#include <array>
 #include <optional>
+#include <span>
 
 #include "mmtensor/dims.h"
 #include "mmtensor/tensor.h"
@@ -27,17 +28,20 @@ bool is_contiguous_strides(IntArrayRef sizes, IntArrayRef strides);
 // Row-major strides (size-1 dimensions skipped), an empty tensor included: what a layout is,
 // where is_contiguous_strides says every empty tensor is contiguous.
 bool is_row_major_strides(IntArrayRef sizes, IntArrayRef strides);
+// The channels-last layouts' dimensions from the innermost out: C, then W, (D,) H, N.
+inline constexpr std::array<int, 4> kChannelsLastOrder{1, 3, 2, 0};
+inline constexpr std::array<int, 5> kChannelsLast3dOrder{1, 4, 3, 2, 0};
 bool is_channels_last_strides(IntArrayRef sizes, IntArrayRef strides);     // 4-d
 bool is_channels_last_3d_strides(IntArrayRef sizes, IntArrayRef strides);  // 5-d
 // The dense strides that lay out `sizes` with the dimensions of `inner_to_outer` from the
 // innermost out, by the sizes as they are (PyTorch's channels-last strides: a dimension of
 // size 0 makes every stride outside it 0). ValueError when a stride passes int64.
-DimVector dense_strides_in_order(IntArrayRef sizes, std::initializer_list<int> inner_to_outer);
-// Whether the strides order the dimensions as `inner_to_outer` (channels first: {1, 3, 2,
-// 0} or {1, 4, 3, 2, 0}), dense or not: PyTorch's is_channels_last_strides_2d/3d, which
+DimVector dense_strides_in_order(IntArrayRef sizes, std::span<const int> inner_to_outer);
+// Whether the strides order the dimensions as `inner_to_outer` (kChannelsLastOrder or
+// kChannelsLast3dOrder), dense or not: PyTorch's is_channels_last_strides_2d/3d, which
 // suggest_memory_format() reads. Never for an empty tensor, a channel stride of 0, or an
 // ambiguous layout (N111, or a batch whose strides are all equal), which stay row-major.
-bool strides_like_channels_last(IntArrayRef sizes, IntArrayRef strides, std::initializer_list<int> inner_to_outer);
+bool strides_like_channels_last(IntArrayRef sizes, IntArrayRef strides, std::span<const int> inner_to_outer);
 // True when the view covers a block of exactly numel elements with no overlaps or gaps,
 // in some dimension order (so it can be copied with one memcpy into the same strides).
 bool is_non_overlapping_and_dense(IntArrayRef sizes, IntArrayRef strides);
