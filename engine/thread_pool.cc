@@ -22,6 +22,9 @@ constexpr auto kSpinTime = std::chrono::microseconds(50);
 // a batch that a busy designated worker would leave to the caller alone. A seat still open
 // then is taken by whoever looks first, as before designation (helpers_left decides).
 constexpr auto kLateJoinDelay = std::chrono::microseconds(1);
+// How long a worker woken for a loop polls if the loop turns out not to need it (its seat was
+// taken by the time it ran): time for its late look, not a full spin.
+constexpr auto kWokenLookTime = 4 * kLateJoinDelay;
 
 }  // namespace
 
@@ -85,6 +88,8 @@ struct ThreadPool::Loop {
 
 ThreadPool::ThreadPool(int threads) {
   threads = std::max(threads, 1);
+  slots_ = std::make_unique<WorkerSlot[]>(static_cast<size_t>(threads));
+  slot_count_ = threads;
   workers_.reserve(static_cast<size_t>(threads));
   try {
     for (int i = 0; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -104,7 +109,7 @@ void ThreadPool::stop_and_join() noexcept {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
-  wake_.notify_all();
+  for (int w = 0; w < slot_count_; ++w) slots_[w].wake.notify_one();
   for (auto& worker : workers_) worker.join();
   workers_.clear();
 }
@@ -154,23 +159,60 @@ ThreadPool& ThreadPool::shared() {
 }
 
 void ThreadPool::enqueue(std::function<void()> task) {
-  {
-    std::lock_guard lock(mutex_);
-    queue_.push_back(std::move(task));
-    queued_.fetch_add(1, std::memory_order_release);
+  std::lock_guard lock(mutex_);
+  queue_.push_back(std::move(task));
+  queued_.fetch_add(1, std::memory_order_release);
+  // One sleeper, if any: a polling worker sees queued_ by itself, and one that stops polling
+  // checks the queue under this lock before it sleeps.
+  for (int w = 0; w < slot_count_; ++w) {
+    if (slots_[w].activity.load(std::memory_order_relaxed) == kAsleep) {
+      wake_worker_locked(w);
+      break;
+    }
   }
-  wake_.notify_one();
+}
+
+void ThreadPool::wake_worker_locked(int index) {
+  // Marked awake here, not by the worker when it runs: a second task or loop looking for a
+  // sleeper must not pick this one again and leave another asleep.
+  slots_[index].activity.store(kPolling, std::memory_order_relaxed);
+  slots_[index].wake.notify_one();
+}
+
+void ThreadPool::wake_for_loop(int helpers) {
+  // Pairs with the worker's store of kAsleep before it checks generation_ (both seq_cst):
+  // either it sees the new loop and stays up, or this sees it asleep.
+  bool needed = false;
+  for (int w = 0; w < helpers && !needed; ++w)
+    needed = slots_[w].activity.load(std::memory_order_seq_cst) != kPolling;
+  if (!needed) return;
+  std::lock_guard lock(mutex_);  // a worker that was marking itself asleep is waiting now
+  int stand_ins = 0;
+  for (int w = 0; w < helpers; ++w) {
+    const int activity = slots_[w].activity.load(std::memory_order_relaxed);
+    if (activity == kAsleep) wake_worker_locked(w);
+    else if (activity == kRunningTask) ++stand_ins;
+  }
+  // A stand-in is not designated: it takes an open seat after its kLateJoinDelay look.
+  for (int w = helpers; w < slot_count_ && stand_ins > 0; ++w) {
+    if (slots_[w].activity.load(std::memory_order_relaxed) == kAsleep) {
+      wake_worker_locked(w);
+      --stand_ins;
+    }
+  }
 }
 
 void ThreadPool::worker_loop(int index) {
+  WorkerSlot& slot = slots_[index];
   // 0, the generation the pool was made with, not the current one: a loop published before
   // this thread got going (the first batch after the pool is made) still gets its help.
   uint64_t last_visited = 0;
   // A loop this worker was not designated for, and when it looks at it again.
   uint64_t deferred = 0;
   auto look_again_at = std::chrono::steady_clock::time_point{};
+  // Polling goes on kSpinTime past the last work done (a task, a loop helped).
+  auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
   while (true) {
-    auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
     // The queue and the loop slot are polled after every pause (a batch of a few
     // microseconds should not wait for a long pause loop); the clock only every 64 polls.
     for (int polls = 1; queued_.load(std::memory_order_acquire) == 0; ++polls) {
@@ -186,10 +228,14 @@ void ThreadPool::worker_loop(int index) {
           deferred = generation;
           look_again_at = now + kLateJoinDelay;
         } else if (now >= look_again_at) {
-          // Plain loads: a loop whose seats are taken costs this worker no write.
-          if (open_seats_.load(std::memory_order_relaxed) > 0) visit_published_loop(last_visited);
-          else last_visited = generation;
-          spin_until = now + kSpinTime;
+          // Plain loads: a loop whose seats are taken costs this worker no write, and no
+          // longer spin (workers that no loop needs fall asleep).
+          if (open_seats_.load(std::memory_order_relaxed) > 0) {
+            visit_published_loop(last_visited);
+            spin_until = now + kSpinTime;
+          } else {
+            last_visited = generation;
+          }
           continue;
         }
       }
@@ -199,26 +245,43 @@ void ThreadPool::worker_loop(int index) {
     std::function<void()> task;
     {
       std::unique_lock lock(mutex_);
-      auto ready = [&] {
-        return stopping_ || !queue_.empty() || generation_.load(std::memory_order_seq_cst) != last_visited;
-      };
-      if (!ready()) {
-        // Counted before the predicate is checked again inside wait(): a loop owner that
-        // bumps generation_ either is seen by that check or sees this count and notifies.
-        sleepers_.fetch_add(1, std::memory_order_seq_cst);
-        wake_.wait(lock, ready);
-        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      while (!stopping_ && queue_.empty()) {
+        // Marked before generation_ is read: a loop's owner that bumps generation_ either is
+        // seen here or sees the mark (wake_for_loop). Marked again after every wake-up, as one
+        // whose cause is gone (a task taken by a polling worker) leaves this worker to sleep on.
+        slot.activity.store(kAsleep, std::memory_order_seq_cst);
+        if (loop_may_want(index, last_visited)) break;
+        slot.wake.wait(lock);
       }
+      slot.activity.store(kPolling, std::memory_order_relaxed);
       if (queue_.empty()) {
-        if (generation_.load(std::memory_order_acquire) != last_visited) continue;  // a published loop
-        return;  // stopping, and nothing left to run
+        if (stopping_) return;  // and nothing left to run
+        // A published loop: the worker looks at it, and polls on only if it helps.
+        spin_until = std::chrono::steady_clock::now() + kWokenLookTime;
+        continue;
       }
       task = std::move(queue_.front());
       queue_.pop_front();
       queued_.fetch_sub(1, std::memory_order_release);
+      slot.activity.store(kRunningTask, std::memory_order_relaxed);
     }
     task();  // packaged_task and parallel_for helpers capture their own exceptions
+    slot.activity.store(kPolling, std::memory_order_relaxed);
+    spin_until = std::chrono::steady_clock::now() + kSpinTime;
   }
+}
+
+int ThreadPool::workers_asleep() const {
+  int asleep = 0;
+  for (int w = 0; w < slot_count_; ++w) asleep += slots_[w].activity.load(std::memory_order_relaxed) == kAsleep;
+  return asleep;
+}
+
+bool ThreadPool::loop_may_want(int index, uint64_t last_visited) const {
+  // A worker neither designated nor needed for an open seat sleeps through loops: their
+  // owners wake it (wake_for_loop) only as a stand-in for a designated worker that is busy.
+  return generation_.load(std::memory_order_seq_cst) != last_visited &&
+         (index < designated_.load(std::memory_order_relaxed) || open_seats_.load(std::memory_order_relaxed) > 0);
 }
 
 void ThreadPool::visit_published_loop(uint64_t& last_visited) {
@@ -270,13 +333,7 @@ bool ThreadPool::try_published_loop(int64_t n, int helpers, const std::function<
   open_seats_.store(helpers, std::memory_order_relaxed);
   published_.store(&loop, std::memory_order_seq_cst);
   generation_.fetch_add(1, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
-    { std::lock_guard lock(mutex_); }  // a worker between its check and its wait gets there first
-    // All of them: waking only as many as the loop wants lost the help whenever the woken one
-    // was slow to get a CPU (a review measured 164-170 of 200 loops helped against 199-200).
-    // The ones not designated go back to waiting after one look at the open seats.
-    wake_.notify_all();
-  }
+  wake_for_loop(helpers);
   loop.drain(false);
   open_seats_.store(0, std::memory_order_relaxed);
   published_.store(nullptr, std::memory_order_seq_cst);  // no new visitor reads it

@@ -13,6 +13,12 @@
 // designated worker was busy). So a two-thread batch on a 16-core machine costs one helper's
 // visit, not fifteen workers counting themselves in and out of it.
 //
+// Each worker sleeps on a condition variable of its own, and a loop wakes only the workers it
+// needs: its designated workers that sleep, and for each one busy with a queued task a
+// sleeping worker to take its seat. A loop a worker is not needed for does not prolong its
+// spin. So get_batch(threads=2) in a loop keeps one worker spinning, not every core of the
+// machine (bench/thread_pool_bench.cc measures what the others cost).
+//
 // Thread safety: every method may be called from many threads at once. A task's exception is
 // delivered through its future (submit) or rethrown by parallel_for in the calling thread.
 //
@@ -28,6 +34,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -54,6 +61,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return static_cast<int>(workers_.size()); }
+
+  // How many workers are asleep (waiting to be woken) now: a snapshot, for tests and
+  // diagnostics.
+  int workers_asleep() const;
 
   // The process-wide pool for parallel_for, with one worker per CPU the process may use but
   // one (the caller works too; available_cpus(), cpu_budget.h); created on first use and never
@@ -89,15 +100,32 @@ class ThreadPool {
   // parallel_for through the published-loop slot; false when another caller holds it.
   bool try_published_loop(int64_t n, int helpers, const std::function<void(int64_t)>& fn);
   void queued_loop(int64_t n, int helpers, const std::function<void(int64_t)>& fn);
+  // Whether a loop newer than `last_visited` may want worker `index`: it was designated for
+  // it, or a seat is open. A worker about to sleep checks it.
+  bool loop_may_want(int index, uint64_t last_visited) const;
   // A worker's visit to the published loop, if there is one it has not visited yet.
   void visit_published_loop(uint64_t& last_visited);
 
+  // What a worker is doing, for whoever would wake it: set to kAsleep under mutex_ before it
+  // waits; read without the lock by a loop's owner, and again under it before a notify.
+  enum Activity : int { kPolling, kRunningTask, kAsleep };
+  struct WorkerSlot {
+    alignas(64) std::atomic<int> activity{kPolling};  // its own line: a loop's owner reads it
+    std::condition_variable wake;
+  };
+  // Wakes the sleeping workers a just-published loop of `helpers` needs: the designated ones
+  // asleep, and a stand-in for each designated one running a task. Costs a load per
+  // designated worker when they all poll (back-to-back loops).
+  void wake_for_loop(int helpers);
+  // Marks a sleeping worker awake and notifies it; under mutex_.
+  void wake_worker_locked(int index);
+
   std::mutex mutex_;
-  std::condition_variable wake_;
   std::deque<std::function<void()>> queue_;
   std::atomic<int64_t> queued_{0};  // queue_.size(), readable without the lock while spinning
   bool stopping_ = false;
-  std::atomic<int> sleepers_{0};  // workers waiting (or about to wait) on wake_
+  std::unique_ptr<WorkerSlot[]> slots_;  // one per worker, made before any starts
+  int slot_count_ = 0;
 
   // The published loop: its owner stores `designated_`, `open_seats_` and `published_` and
   // bumps `generation_`; a worker counts itself in `visitors_` before it reads `published_`
