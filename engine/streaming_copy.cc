@@ -45,10 +45,20 @@ int64_t shared_l3_bytes() noexcept try {
   return -1;
 }
 
+// 0 until first asked. Not a function-local static: a loader's worker is usually the first to
+// ask, and a fork while it was filling one left the static's guard taken in the child, whose
+// first get_batch of a large field then waited for ever (fork_safety.h). Threads that ask at
+// once each read sysfs and store the same value.
+std::atomic<int64_t> min_batch_bytes_read{0};
+
 }  // namespace
 
 int64_t streaming_min_batch_bytes() noexcept {
-  static const int64_t bytes = std::max<int64_t>(shared_l3_bytes(), int64_t{32} << 20);
+  int64_t bytes = min_batch_bytes_read.load(std::memory_order_relaxed);
+  if (bytes == 0) {
+    bytes = std::max<int64_t>(shared_l3_bytes(), int64_t{32} << 20);
+    min_batch_bytes_read.store(bytes, std::memory_order_relaxed);
+  }
   return bytes;
 }
 

@@ -3,6 +3,7 @@
 // by default on Linux, so this is how such children come to exist.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <atomic>
@@ -152,6 +153,51 @@ TEST(ForkSafety, LoaderMadeBeforeTheForkIsRefusedInTheChildAndANewOneReadsThere)
   held.reset();
   const std::vector<int64_t> rest = testing::drain_epoch(loader);
   EXPECT_EQ(static_cast<int64_t>(rest.size()), dataset.size() - 16);
+}
+
+// A loader's first batch of a large field asks, on a worker, how large a gather must be for
+// streaming stores (the L3 size, read from sysfs). A fork in the middle of that once left a
+// function-local static's guard taken in the child, and its own first large get_batch waited
+// for ever. Children forked one after another from the loader's start cover that window
+// (about 250 us): the old static failed about one run in three here, so a regression shows
+// within a few CI runs, not on every one.
+TEST(ForkSafety, ChildOfAForkDuringTheLoadersFirstLargeGatherReadsThatField) {
+  SKIP_UNDER_SANITIZERS();
+  TempDir dir;
+  const std::string path = dir.file("large.mmt");
+  {
+    DatasetWriter writer = DatasetWriter::create(path, Schema({Field::fixed("image", kUInt8, {20000})}));
+    for (int i = 0; i < 64; ++i) writer.append({full({20000}, i, kUInt8)});
+    writer.finish();
+  }
+  const Dataset dataset = Dataset::open(path);
+  LoaderOptions options;
+  options.batch_size = 8;
+  options.num_workers = 1;
+  options.pin_memory = false;
+  Loader loader(dataset, options);
+  std::vector<pid_t> children;
+  for (int k = 0; k < 40; ++k) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(10);
+      const std::vector<int64_t> indices = {1, 2, 3};
+      const Tensor batch = dataset.get_batch(indices, "image");
+      ::_exit(batch[2][0].item<uint8_t>() == 3 ? 0 : kChildFailed);
+    }
+    ASSERT_GT(pid, 0) << "fork failed";
+    children.push_back(pid);
+  }
+  int hung = 0, failed = 0;
+  for (const pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) ++hung;
+    else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  EXPECT_EQ(hung, 0) << "children waited for ever in their first large get_batch";
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(static_cast<int64_t>(testing::drain_epoch(loader).size()), dataset.size());
 }
 
 TEST(ForkSafety, WriterMadeBeforeTheForkStaysTheParents) {
