@@ -125,12 +125,18 @@ namespace {
 // Shards packed apart (kShardMetadataKey) must come in order, each once: a shell's
 // `ls part-*` puts part-10 before part-2, and a shard given twice reads as a plausible
 // dataset of the wrong records. Shards of several packs (told apart by N and R) may follow
-// one another; each pack's are checked on their own. A concatenation of only some shards of
-// one pack is allowed (a quick run on part of the data) and says which it holds under the key.
+// one another; each pack's are checked on their own, and a shard number that a whole pack has
+// given already begins another pack of the same N and R (two datasets of equal size, cut
+// alike). A concatenation of only some shards is allowed for one pack alone (a quick run on
+// part of the data), and says which it holds under the key. Among several packs each must be
+// whole: shards cut from sources that changed between pack runs (a folder that gained a file)
+// differ in R, and would otherwise read as one dataset with records repeated or missing.
 void check_shard_order(Dataset::Concat& c) {
   struct Pack {
     ShardList held;          // the pack's shards given, in order
+    size_t first_part = 0;   // the part that gave the first of them
     size_t last_part = 0;    // the part that gave the last of them
+    bool whole() const { return static_cast<int64_t>(held.shards.size()) == held.count; }
   };
   std::vector<Pack> packs;
   for (size_t p = 0; p < c.parts.size(); ++p) {
@@ -139,28 +145,49 @@ void check_shard_order(Dataset::Concat& c) {
     const std::optional<ShardList> shard = it == metadata.end() ? std::nullopt : parse_shard_list(it->second);
     if (!shard || shard->shards.size() != 1) continue;  // not one shard: a user's own value
     const int64_t k = shard->shards[0];
-    auto pack = std::find_if(packs.begin(), packs.end(), [&](const Pack& known) {
+    const auto latest = std::find_if(packs.rbegin(), packs.rend(), [&](const Pack& known) {
       return known.held.count == shard->count && known.held.records == shard->records;
     });
-    if (pack == packs.end()) {
-      packs.push_back(Pack{*shard, p});
+    if (latest == packs.rend() || latest->whole()) {
+      packs.push_back(Pack{*shard, p, p});
       continue;
     }
-    const int64_t last = pack->held.shards.back();
-    MMT_CHECK(k != last && !std::binary_search(pack->held.shards.begin(), pack->held.shards.end(), k), ValueError,
+    Pack& pack = *latest;
+    const int64_t last = pack.held.shards.back();
+    MMT_CHECK(k != last && !std::binary_search(pack.held.shards.begin(), pack.held.shards.end(), k), ValueError,
               "Dataset::concat: shard ", k, " of ", shard->count, " is given twice (", part_name(c, p), ")");
-    MMT_CHECK(k > last, ValueError, "Dataset::concat: shards out of order: ", part_name(c, pack->last_part),
+    MMT_CHECK(k > last, ValueError, "Dataset::concat: shards out of order: ", part_name(c, pack.last_part),
               " is shard ", last, " of ", shard->count, " and ", part_name(c, p), " after it shard ", k,
               "; give them in shard order (a shell's 'ls' puts part-10 before part-2: sort -V)");
-    pack->held.shards.push_back(k);
-    pack->last_part = p;
+    pack.held.shards.push_back(k);
+    pack.last_part = p;
+  }
+  if (packs.size() > 1) {
+    for (const Pack& pack : packs) {
+      if (pack.whole()) continue;
+      // The first few shards it lacks: enough to see the pattern without a list of thousands.
+      std::string missing;
+      int64_t listed = 0, lacking = pack.held.count - static_cast<int64_t>(pack.held.shards.size());
+      for (int64_t k = 0; k < pack.held.count && listed < 8; ++k) {
+        if (std::binary_search(pack.held.shards.begin(), pack.held.shards.end(), k)) continue;
+        missing += detail::str(listed++ == 0 ? "" : ", ", k);
+      }
+      if (lacking > listed) missing += detail::str(" and ", lacking - listed, " more");
+      throw ValueError(detail::str(
+          "Dataset::concat: the parts hold shards of ", packs.size(), " packs, and the pack of ", pack.held.count,
+          " shards of ", pack.held.records, " records that ", part_name(c, pack.first_part),
+          " begins lacks shard", lacking == 1 ? " " : "s ", missing,
+          "; shards of several packs must each be whole (some shards of one pack alone may be read "
+          "together). Shards cut from sources that changed between pack runs differ in their record "
+          "count R (\"K/N of R\" in each part's pack_shard metadata): pack them again from the same sources"));
+    }
   }
   const std::string key(kShardMetadataKey);
   if (packs.empty()) return;
-  if (packs.size() == 1 && static_cast<int64_t>(packs[0].held.shards.size()) < packs[0].held.count)
+  if (packs.size() == 1 && !packs[0].whole())
     c.metadata[key] = to_string(packs[0].held);  // some shards of one pack
   else
-    c.metadata.erase(key);  // one pack whole, or several packs one after another
+    c.metadata.erase(key);  // one pack whole, or several packs one after another, each whole
 }
 
 }  // namespace

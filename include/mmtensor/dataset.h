@@ -200,6 +200,9 @@ class Dataset {
   //     pack's "pack_shard" ("K/N of R", kShardMetadataKey in packer.h) is each part's own: a
   //     pack's shards must come in order, each once (else ValueError naming the parts), and a
   //     concatenation of only some of one pack's carries the ones it holds ("0,2/3 of R").
+  //     Shards of several packs may follow one another (a shard number a whole pack gave
+  //     already begins another of the same N and R), but each must then be whole (else
+  //     ValueError naming the pack and the shards it lacks).
   //   - open_concat() opens every path with `options` and gives the parts one chunk cache, of
   //     options.cache_bytes in all. concat() takes handles already open (their caches stay
   //     theirs); parts that are concatenations themselves are flattened. One part gives that
