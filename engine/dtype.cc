@@ -42,6 +42,8 @@ std::optional<ScalarType> scalar_type_from_string(std::string_view name) {
   if (name == "short") return kInt16;
   if (name == "cfloat") return kComplex64;
   if (name == "cdouble") return kComplex128;
+  if (name == "byte") return kUInt8;  // torch.byte (NumPy's "byte" is int8: the Python module refuses it)
+  if (name == "char") return kInt8;   // torch.char
   return std::nullopt;
 }
 

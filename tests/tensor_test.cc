@@ -48,6 +48,8 @@ TEST(Tensor, EveryDtypeHasItsSizeAndName) {
   EXPECT_EQ(scalar_type_from_string("half"), kFloat16);
   EXPECT_EQ(scalar_type_from_string("cfloat"), kComplex64);
   EXPECT_EQ(scalar_type_from_string("torch.cdouble"), kComplex128);
+  EXPECT_EQ(scalar_type_from_string("byte"), kUInt8);  // torch.byte, torch.char
+  EXPECT_EQ(scalar_type_from_string("torch.char"), kInt8);
   EXPECT_FALSE(scalar_type_from_string("complex32").has_value());  // torch.chalf: no numpy type, not stored
   // PyTorch's classification: complex is signed, and not floating point.
   EXPECT_TRUE(is_complex(kComplex64) && is_signed(kComplex64) && !is_floating_point(kComplex64));

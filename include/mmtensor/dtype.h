@@ -88,7 +88,8 @@ constexpr bool is_signed(ScalarType t) {
 std::string_view to_string(ScalarType t);
 // std::cout << t.dtype() prints to_string(t), as print(t.dtype) prints torch.float32.
 inline std::ostream& operator<<(std::ostream& out, ScalarType t) { return out << to_string(t); }
-// The inverse of to_string; also accepts PyTorch's aliases ("float", "half", "long", "int"...).
+// The inverse of to_string; also accepts PyTorch's aliases ("float", "double", "half", "long",
+// "int", "short", "byte", "char", "cfloat", "cdouble") and a "torch." prefix.
 std::optional<ScalarType> scalar_type_from_string(std::string_view name);
 // True when the value is a valid ScalarType code (for decoding untrusted bytes).
 constexpr bool is_valid_scalar_type_code(uint8_t code) { return code < kNumScalarTypes; }

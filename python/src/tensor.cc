@@ -357,8 +357,8 @@ ScalarType parse_dtype(const py::handle& dtype) {
     for (int code = 0; code < kNumScalarTypes; ++code)
       if (to_string(static_cast<ScalarType>(code)) == name) return static_cast<ScalarType>(code);
     // Names that PyTorch and NumPy read differently ("float": float32 in PyTorch, float64 in
-    // NumPy and Python) are refused rather than guessed.
-    for (const char* ambiguous : {"float", "double", "half", "int", "long", "short", "cfloat"})
+    // NumPy and Python; "byte": uint8 in PyTorch, int8 in NumPy) are refused rather than guessed.
+    for (const char* ambiguous : {"float", "double", "half", "int", "long", "short", "cfloat", "byte"})
       if (name == ambiguous)
         throw py::value_error("dtype '" + name + "' is ambiguous (PyTorch and NumPy read it differently); "
                               "name the size: float32, float64, int32, int64, complex64, complex128...");

@@ -548,7 +548,8 @@ class PythonConventionsTest(unittest.TestCase):
         self.assertEqual(mmtensor.Field("a", np.int16).dtype, "int16")
         self.assertEqual(mmtensor.Field("a", np.dtype("<u8")).dtype, "uint64")
         self.assertEqual(mmtensor.Field("a", "bfloat16").dtype, "bfloat16")
-        for ambiguous in ["float", "int", "long", "double", "cfloat"]:  # cfloat: complex64 in torch, 128 in NumPy
+        # cfloat: complex64 in torch, 128 in NumPy; byte: uint8 in torch, int8 in NumPy
+        for ambiguous in ["float", "int", "long", "double", "cfloat", "byte"]:
             with self.assertRaisesRegex(ValueError, "ambiguous"):
                 mmtensor.Field("a", ambiguous)
         with self.assertRaises(TypeError):
