@@ -85,8 +85,9 @@ class DatasetWriter {
   // shape] (any strides), the same B for every field. The same file as B calls of append()
   // with values[f].select(0, i), made with one validation and one copy per field and chunk
   // instead of per record: for small records (a 28x28 image) the per-record work is most
-  // of an uncompressed pack. A bad batch (wrong dtype, shape or B; also when B is 0) throws
-  // ValueError naming the field before anything is appended, and leaves the writer usable.
+  // of an uncompressed pack. A bad batch (wrong dtype, shape or B) throws ValueError naming
+  // the field before anything is appended, and leaves the writer usable; an empty batch (B is
+  // 0) is checked as well, and a good one appends nothing.
   // A ragged field's tensor is [B, ...] too, so every record of the batch gets the same
   // extents (a [B, L] tensor for a [-1] field: B values of length L); records of different
   // extents need append().
@@ -95,16 +96,19 @@ class DatasetWriter {
     append_batch(std::span<const Tensor>(values.begin(), values.size()));
   }
 
+  // Sets (or replaces) a metadata entry; key and value must be valid UTF-8. An entry that
+  // would take the schema block past what readers open (64 MiB of JSON, or 2^20 JSON values;
+  // docs/FORMAT.md) throws ValueError here, naming the key, and is not kept.
   void set_metadata(std::string key, std::string value);
   int64_t size() const;  // records appended so far
   const Schema& schema() const;
   const std::string& path() const;
   WriteStats stats() const;
 
-  // Publishes the file atomically and returns the final figures. Schema and metadata that a
-  // reader would refuse (more than the schema block's limits once encoded as JSON) throw
-  // ValueError first and leave the writer open: remove or shorten metadata and call finish()
-  // again. On any later failure the writer is aborted (the path keeps what it had: the old
+  // Publishes the file atomically and returns the final figures. Should the schema block
+  // still be one a reader would refuse (set_metadata checks each entry as it comes), finish()
+  // throws ValueError first and leaves the writer open: remove or shorten metadata and call
+  // finish() again. On any later failure the writer is aborted (the path keeps what it had: the old
   // file, or nothing; the temporary is removed) and the error is rethrown.
   WriteStats finish();
   // Discards everything written; the target path is left as it was. Never throws. After
