@@ -148,8 +148,8 @@ void print_text(const Dataset& ds) {
             << "records    " << info.records << "\n"
             << "chunks     " << info.chunks << " (aligned to " << info.alignment << " bytes)\n"
             << "codec      " << codec_text(info) << ": " << human_bytes(info.decoded_bytes)
-            << " of values stored in " << human_bytes(info.stored_bytes) << ", ratio "
-            << ratio_text << "\n"
+            << " of chunks decoded, " << human_bytes(info.stored_bytes) << " stored, ratio "
+            << ratio_text << " (the codec's: headers and alignment aside)\n"
             << "fingerprint " << detail::hex64(ds.fingerprint()) << " (what a loader's saved state names)\n"
             << "fields     " << ds.schema().size() << "\n";
   // Names and metadata come from the file: escaped, so a crafted one cannot drive the terminal.
