@@ -22,8 +22,9 @@ constexpr auto kSpinTime = std::chrono::microseconds(50);
 // a batch that a busy designated worker would leave to the caller alone. A seat still open
 // then is taken by whoever looks first, as before designation (helpers_left decides).
 constexpr auto kLateJoinDelay = std::chrono::microseconds(1);
-// How long a worker woken for a loop polls if the loop turns out not to need it (its seat was
-// taken by the time it ran): time for its late look, not a full spin.
+// How long a worker polls when a loop is what kept it from sleeping (woken for it, or seen
+// just before it would sleep): time for its look at the loop, not a full spin. Visiting the
+// loop renews the full spin.
 constexpr auto kWokenLookTime = 4 * kLateJoinDelay;
 
 }  // namespace
@@ -88,17 +89,17 @@ struct ThreadPool::Loop {
 
 ThreadPool::ThreadPool(int threads) {
   threads = std::max(threads, 1);
-  slots_ = std::make_unique<WorkerSlot[]>(static_cast<size_t>(threads));
-  slot_count_ = threads;
+  activity_ = std::make_unique<WorkerActivity[]>(static_cast<size_t>(threads));
+  activity_count_ = threads;
   workers_.reserve(static_cast<size_t>(threads));
   try {
     for (int i = 0; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
   } catch (const std::system_error& e) {
     // The system refused another thread (a limit on threads or memory maps): the ones started
     // must be joined, or destroying them terminates the process.
+    const size_t started = workers_.size();  // before stop_and_join() clears the list
     stop_and_join();
-    throw Error(detail::str("cannot start ", threads, " worker threads (", workers_.size(),
-                            " started): ", e.what()));
+    throw Error(detail::str("cannot start ", threads, " worker threads (", started, " started): ", e.what()));
   }
 }
 
@@ -109,7 +110,7 @@ void ThreadPool::stop_and_join() noexcept {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
-  for (int w = 0; w < slot_count_; ++w) slots_[w].wake.notify_one();
+  wake_.notify_all();
   for (auto& worker : workers_) worker.join();
   workers_.clear();
 }
@@ -159,24 +160,12 @@ ThreadPool& ThreadPool::shared() {
 }
 
 void ThreadPool::enqueue(std::function<void()> task) {
-  std::lock_guard lock(mutex_);
-  queue_.push_back(std::move(task));
-  queued_.fetch_add(1, std::memory_order_release);
-  // One sleeper, if any: a polling worker sees queued_ by itself, and one that stops polling
-  // checks the queue under this lock before it sleeps.
-  for (int w = 0; w < slot_count_; ++w) {
-    if (slots_[w].activity.load(std::memory_order_relaxed) == kAsleep) {
-      wake_worker_locked(w);
-      break;
-    }
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(std::move(task));
+    queued_.fetch_add(1, std::memory_order_release);
   }
-}
-
-void ThreadPool::wake_worker_locked(int index) {
-  // Marked awake here, not by the worker when it runs: a second task or loop looking for a
-  // sleeper must not pick this one again and leave another asleep.
-  slots_[index].activity.store(kPolling, std::memory_order_relaxed);
-  slots_[index].wake.notify_one();
+  wake_.notify_one();
 }
 
 void ThreadPool::wake_for_loop(int helpers) {
@@ -184,33 +173,32 @@ void ThreadPool::wake_for_loop(int helpers) {
   // either it sees the new loop and stays up, or this sees it asleep.
   bool needed = false;
   for (int w = 0; w < helpers && !needed; ++w)
-    needed = slots_[w].activity.load(std::memory_order_seq_cst) != kPolling;
+    needed = activity_[w].value.load(std::memory_order_seq_cst) != kPolling;
   if (!needed) return;
-  std::lock_guard lock(mutex_);  // a worker that was marking itself asleep is waiting now
-  int stand_ins = 0;
-  for (int w = 0; w < helpers; ++w) {
-    const int activity = slots_[w].activity.load(std::memory_order_relaxed);
-    if (activity == kAsleep) wake_worker_locked(w);
-    else if (activity == kRunningTask) ++stand_ins;
-  }
-  // A stand-in is not designated: it takes an open seat after its kLateJoinDelay look.
-  for (int w = helpers; w < slot_count_ && stand_ins > 0; ++w) {
-    if (slots_[w].activity.load(std::memory_order_relaxed) == kAsleep) {
-      wake_worker_locked(w);
-      --stand_ins;
+  {
+    // Under the lock: a worker between its check and its wait gets there first. Each is
+    // marked awake here, as it is from now on, though it may not run for a while yet.
+    std::lock_guard lock(mutex_);
+    for (int w = 0; w < activity_count_; ++w) {
+      if (activity_[w].value.load(std::memory_order_relaxed) == kAsleep)
+        activity_[w].value.store(kPolling, std::memory_order_relaxed);
     }
   }
+  // All of them, with one notify: a designated worker asleep or busy may be slow to come, and
+  // whichever sleeper runs first takes the open seat after its kLateJoinDelay look. The others
+  // find the seats taken and sleep again after kWokenLookTime.
+  wake_.notify_all();
 }
 
 void ThreadPool::worker_loop(int index) {
-  WorkerSlot& slot = slots_[index];
+  std::atomic<int>& activity = activity_[index].value;
   // 0, the generation the pool was made with, not the current one: a loop published before
   // this thread got going (the first batch after the pool is made) still gets its help.
   uint64_t last_visited = 0;
   // A loop this worker was not designated for, and when it looks at it again.
   uint64_t deferred = 0;
   auto look_again_at = std::chrono::steady_clock::time_point{};
-  // Polling goes on kSpinTime past the last work done (a task, a loop helped).
+  // Polling goes on kSpinTime past the last work done (a task, a loop visited).
   auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
   while (true) {
     // The queue and the loop slot are polled after every pause (a batch of a few
@@ -219,6 +207,8 @@ void ThreadPool::worker_loop(int index) {
       const uint64_t generation = generation_.load(std::memory_order_acquire);
       if (generation != last_visited) {
         if (index < designated_.load(std::memory_order_relaxed)) {
+          // The spin is renewed even when the visit came too late to help: the next loop wants
+          // this worker polling (finding it asleep, that loop would wake every sleeper).
           visit_published_loop(last_visited);
           spin_until = std::chrono::steady_clock::now() + kSpinTime;
           continue;
@@ -249,37 +239,32 @@ void ThreadPool::worker_loop(int index) {
         // Marked before generation_ is read: a loop's owner that bumps generation_ either is
         // seen here or sees the mark (wake_for_loop). Marked again after every wake-up, as one
         // whose cause is gone (a task taken by a polling worker) leaves this worker to sleep on.
-        slot.activity.store(kAsleep, std::memory_order_seq_cst);
+        activity.store(kAsleep, std::memory_order_seq_cst);
         if (loop_may_want(index, last_visited)) break;
-        slot.wake.wait(lock);
+        wake_.wait(lock);
       }
-      slot.activity.store(kPolling, std::memory_order_relaxed);
+      activity.store(kPolling, std::memory_order_relaxed);
       if (queue_.empty()) {
         if (stopping_) return;  // and nothing left to run
-        // A published loop: the worker looks at it, and polls on only if it helps.
+        // A published loop: the worker looks at it; a visit renews its spin, finding the
+        // seats taken does not.
         spin_until = std::chrono::steady_clock::now() + kWokenLookTime;
         continue;
       }
       task = std::move(queue_.front());
       queue_.pop_front();
       queued_.fetch_sub(1, std::memory_order_release);
-      slot.activity.store(kRunningTask, std::memory_order_relaxed);
+      activity.store(kRunningTask, std::memory_order_relaxed);
     }
     task();  // packaged_task and parallel_for helpers capture their own exceptions
-    slot.activity.store(kPolling, std::memory_order_relaxed);
+    activity.store(kPolling, std::memory_order_relaxed);
     spin_until = std::chrono::steady_clock::now() + kSpinTime;
   }
 }
 
-int ThreadPool::workers_asleep() const {
-  int asleep = 0;
-  for (int w = 0; w < slot_count_; ++w) asleep += slots_[w].activity.load(std::memory_order_relaxed) == kAsleep;
-  return asleep;
-}
-
 bool ThreadPool::loop_may_want(int index, uint64_t last_visited) const {
   // A worker neither designated nor needed for an open seat sleeps through loops: their
-  // owners wake it (wake_for_loop) only as a stand-in for a designated worker that is busy.
+  // owners wake the sleepers (wake_for_loop) only when a designated worker is not polling.
   return generation_.load(std::memory_order_seq_cst) != last_visited &&
          (index < designated_.load(std::memory_order_relaxed) || open_seats_.load(std::memory_order_relaxed) > 0);
 }

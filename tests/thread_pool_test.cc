@@ -4,7 +4,6 @@
 // exception reaches the caller after every claimed index has finished.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -141,24 +140,6 @@ TEST(ThreadPoolParallelFor, ABusyDesignatedWorkerLeavesItsSeatToAnother) {
     for (auto& f : busy) f.get();
     EXPECT_EQ(threads.size(), 2u) << "round " << round << ": no free worker helped the loop";
   }
-}
-
-// A loop wakes only the workers it needs: one that wants a helper, coming while the pool
-// sleeps, wakes worker 0 and leaves the others asleep. (Waking every worker for every batch
-// kept a 16-core machine's cores spinning for get_batch(threads=2) with gaps between batches.)
-TEST(ThreadPoolParallelFor, ALoopWakesOnlyTheWorkersItNeeds) {
-  ThreadPool pool(4);
-  std::atomic<int64_t> sum{0};
-  for (int round = 0; round < 20; ++round) {
-    // All asleep first (each falls asleep 50 us after its last work; a new one once started).
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (pool.workers_asleep() < 4 && std::chrono::steady_clock::now() < give_up)
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    ASSERT_EQ(pool.workers_asleep(), 4) << "round " << round << ": idle workers did not fall asleep";
-    pool.parallel_for(16, 2, [&](int64_t i) { sum.fetch_add(i, std::memory_order_relaxed); });
-    EXPECT_GE(pool.workers_asleep(), 3) << "round " << round << ": a loop wanting one helper woke more workers";
-  }
-  EXPECT_EQ(sum.load(), 20 * 120);
 }
 
 // The first loop of a new pool, published before its worker has started running, is still
