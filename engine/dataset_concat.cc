@@ -122,21 +122,38 @@ void copy_from_part(const Dataset::Impl& part, const Tensor& dst, const Tensor& 
 
 namespace {
 
+// "0, 2" (the first few of a list of shard numbers: a pattern, not a list of thousands).
+std::string shard_numbers(const std::vector<int64_t>& shards) {
+  std::string text;
+  const size_t shown = std::min<size_t>(shards.size(), 8);
+  for (size_t i = 0; i < shown; ++i) text += detail::str(i == 0 ? "" : ", ", shards[i]);
+  if (shards.size() > shown) text += detail::str(" and ", shards.size() - shown, " more");
+  return text;
+}
+
 // Shards packed apart (kShardMetadataKey) must come in order, each once: a shell's
 // `ls part-*` puts part-10 before part-2, and a shard given twice reads as a plausible
 // dataset of the wrong records. Shards of several packs (told apart by N and R) may follow
-// one another; each pack's are checked on their own, and a shard number that a whole pack has
-// given already begins another pack of the same N and R (two datasets of equal size, cut
-// alike). A concatenation of only some shards is allowed for one pack alone (a quick run on
-// part of the data), and says which it holds under the key. Among several packs each must be
-// whole: shards cut from sources that changed between pack runs (a folder that gained a file)
-// differ in R, and would otherwise read as one dataset with records repeated or missing.
+// one another, each pack's checked on its own: one rank's shards of several corpora, say.
+// A shard number that the pack of its N and R holds already is the same shard given twice
+// when the two files' fingerprints agree (the same file, or a copy), and otherwise begins
+// another pack of that N and R (datasets of equal size, cut alike); the fingerprints are
+// read only then, so concatenating stays O(1) a part. A concatenation of only some shards of
+// one pack (a quick run on part of the data) says which it holds under the key.
+// One thing more is refused: packs of the same N whose shards are disjoint and together make
+// one of each, which is what shards cut from sources that changed between pack runs (an
+// array that gained a record) look like; read as one, their records repeat or go missing.
 void check_shard_order(Dataset::Concat& c) {
   struct Pack {
-    ShardList held;          // the pack's shards given, in order
-    size_t first_part = 0;   // the part that gave the first of them
-    size_t last_part = 0;    // the part that gave the last of them
+    ShardList held;            // the pack's shards given, in order
+    std::vector<size_t> from;  // the part that gave each
     bool whole() const { return static_cast<int64_t>(held.shards.size()) == held.count; }
+    // The part holding shard k, if the pack has it.
+    std::optional<size_t> part_of(int64_t k) const {
+      const auto it = std::lower_bound(held.shards.begin(), held.shards.end(), k);
+      if (it == held.shards.end() || *it != k) return std::nullopt;
+      return from[static_cast<size_t>(it - held.shards.begin())];
+    }
   };
   std::vector<Pack> packs;
   for (size_t p = 0; p < c.parts.size(); ++p) {
@@ -148,46 +165,55 @@ void check_shard_order(Dataset::Concat& c) {
     const auto latest = std::find_if(packs.rbegin(), packs.rend(), [&](const Pack& known) {
       return known.held.count == shard->count && known.held.records == shard->records;
     });
+    if (latest != packs.rend()) {
+      if (const std::optional<size_t> earlier = latest->part_of(k)) {
+        MMT_CHECK(c.parts[*earlier].fingerprint() != c.parts[p].fingerprint(), ValueError, "Dataset::concat: shard ",
+                  k, " of ", shard->count, " is given twice: ", part_name(c, *earlier), " and ", part_name(c, p),
+                  " hold the same records");
+        packs.push_back(Pack{*shard, {p}});  // the same shard of another dataset
+        continue;
+      }
+    }
     if (latest == packs.rend() || latest->whole()) {
-      packs.push_back(Pack{*shard, p, p});
+      packs.push_back(Pack{*shard, {p}});
       continue;
     }
     Pack& pack = *latest;
     const int64_t last = pack.held.shards.back();
-    MMT_CHECK(k != last && !std::binary_search(pack.held.shards.begin(), pack.held.shards.end(), k), ValueError,
-              "Dataset::concat: shard ", k, " of ", shard->count, " is given twice (", part_name(c, p), ")");
-    MMT_CHECK(k > last, ValueError, "Dataset::concat: shards out of order: ", part_name(c, pack.last_part),
+    MMT_CHECK(k > last, ValueError, "Dataset::concat: shards out of order: ", part_name(c, pack.from.back()),
               " is shard ", last, " of ", shard->count, " and ", part_name(c, p), " after it shard ", k,
               "; give them in shard order (a shell's 'ls' puts part-10 before part-2: sort -V)");
     pack.held.shards.push_back(k);
-    pack.last_part = p;
+    pack.from.push_back(p);
   }
-  if (packs.size() > 1) {
-    for (const Pack& pack : packs) {
-      if (pack.whole()) continue;
-      // The first few shards it lacks: enough to see the pattern without a list of thousands.
-      std::string missing;
-      int64_t listed = 0, lacking = pack.held.count - static_cast<int64_t>(pack.held.shards.size());
-      for (int64_t k = 0; k < pack.held.count && listed < 8; ++k) {
-        if (std::binary_search(pack.held.shards.begin(), pack.held.shards.end(), k)) continue;
-        missing += detail::str(listed++ == 0 ? "" : ", ", k);
-      }
-      if (lacking > listed) missing += detail::str(" and ", lacking - listed, " more");
-      throw ValueError(detail::str(
-          "Dataset::concat: the parts hold shards of ", packs.size(), " packs, and the pack of ", pack.held.count,
-          " shards of ", pack.held.records, " records that ", part_name(c, pack.first_part),
-          " begins lacks shard", lacking == 1 ? " " : "s ", missing,
-          "; shards of several packs must each be whole (some shards of one pack alone may be read "
-          "together). Shards cut from sources that changed between pack runs differ in their record "
-          "count R (\"K/N of R\" in each part's pack_shard metadata): pack them again from the same sources"));
-    }
+  // Packs of one N, none whole, that together hold each shard once: one set of shards whose
+  // sources changed between runs (their R differ), not shards of several datasets (a rank's
+  // shards of each repeat the same numbers).
+  std::map<int64_t, std::vector<const Pack*>> partial_by_count;
+  for (const Pack& pack : packs)
+    if (!pack.whole()) partial_by_count[pack.held.count].push_back(&pack);
+  for (const auto& [count, partial] : partial_by_count) {
+    if (partial.size() < 2) continue;
+    std::vector<int64_t> all;
+    for (const Pack* pack : partial) all.insert(all.end(), pack->held.shards.begin(), pack->held.shards.end());
+    std::sort(all.begin(), all.end());
+    if (static_cast<int64_t>(all.size()) != count || std::adjacent_find(all.begin(), all.end()) != all.end()) continue;
+    std::string sets;
+    for (const Pack* pack : partial)
+      sets += detail::str(sets.empty() ? "" : "; ", "shard", pack->held.shards.size() == 1 ? " " : "s ",
+                          shard_numbers(pack->held.shards), " of sources of ", pack->held.records, " records (",
+                          pack->held.shards.size() == 1 ? "" : "the first in ", part_name(c, pack->from[0]), ")");
+    throw ValueError(detail::str(
+        "Dataset::concat: the parts make one set of ", count, " shards cut from sources of different sizes: ", sets,
+        ". The sources changed between pack runs, and read as one these records would repeat or go missing; "
+        "pack every shard again from the same sources"));
   }
   const std::string key(kShardMetadataKey);
   if (packs.empty()) return;
   if (packs.size() == 1 && !packs[0].whole())
     c.metadata[key] = to_string(packs[0].held);  // some shards of one pack
   else
-    c.metadata.erase(key);  // one pack whole, or several packs one after another, each whole
+    c.metadata.erase(key);  // one pack whole, or several packs one after another
 }
 
 }  // namespace

@@ -304,7 +304,7 @@ TEST(PackerTest, ShardsPackedApartReadAsOnePackOfEverything) {
   EXPECT_THROW_WITH(Dataset::open_concat({parts[0], parts[0]}), ValueError, "shard 0 of 3 is given twice");
   EXPECT_EQ(Dataset::open_concat({parts[0], parts[2]}).metadata().at(std::string(kShardMetadataKey)), "0,2/3 of 10");
   // Another pack's shards (another N, or sources of other records) may follow: each pack's
-  // are checked on their own, and each must be whole.
+  // are checked on their own.
   PackOptions halves;
   halves.shards = 2;
   for (int64_t k = 0; k < 2; ++k) {
@@ -316,8 +316,9 @@ TEST(PackerTest, ShardsPackedApartReadAsOnePackOfEverything) {
   EXPECT_EQ(two_packs.metadata().count(std::string(kShardMetadataKey)), 0u);
   EXPECT_THROW_WITH(Dataset::open_concat({dir.file("half1.mmt"), parts[0], dir.file("half0.mmt")}), ValueError,
                     "shards out of order");
-  // Two datasets of as many records, cut in as many shards, read one after the other: a shard
-  // number the first pack gave already begins the second.
+  // Two datasets of as many records, cut in as many shards: read one after the other, or one
+  // rank's shard of each. A shard number its pack holds already begins another pack when the
+  // files differ, and is the same shard given twice when they hold the same records.
   save_npy(dir.file("b.npy"), arange(100, 130, 1, kInt32).view({10, 3}));
   const PackSources other = PackSources::from_arrays(std::vector<std::string>{"a=" + dir.file("b.npy")});
   std::vector<std::string> both = parts;
@@ -332,9 +333,18 @@ TEST(PackerTest, ShardsPackedApartReadAsOnePackOfEverything) {
   EXPECT_EQ(a_then_b.size(), 20);
   EXPECT_EQ(a_then_b.get(12, "a")[0].item<int32_t>(), 106);
   EXPECT_EQ(Dataset::concat({Dataset::open_concat(parts), Dataset::open_concat({both[3], both[4], both[5]})}).size(), 20);
+  const Dataset rank_1 = Dataset::open_concat({parts[1], both[4]});
+  EXPECT_EQ(rank_1.size(), 6);
+  EXPECT_EQ(rank_1.get(3, "a")[0].item<int32_t>(), 109);
+  EXPECT_EQ(Dataset::open_concat({parts[1], parts[2], both[4], both[5]}).size(), 14);
+  EXPECT_THROW_WITH(Dataset::open_concat({parts[0], parts[1], parts[2], parts[0], parts[1], parts[2]}), ValueError,
+                    "shard 0 of 3 is given twice: part 0 (" + parts[0] + ") and part 3 (" + parts[0] +
+                        ") hold the same records");
+  fs::copy_file(parts[2], dir.file("copy-of-a2.mmt"));
+  EXPECT_THROW_WITH(Dataset::open_concat({parts[0], parts[1], parts[2], dir.file("copy-of-a2.mmt")}), ValueError,
+                    "shard 2 of 3 is given twice");
   // Shards cut from sources that changed between pack runs (here an array that gained a
-  // record) read as a plausible dataset with records repeated or missing: refused, as each
-  // pack lacks shards.
+  // record) read as a plausible dataset with records repeated or missing: refused.
   save_npy(dir.file("a11.npy"), arange(33, kInt32).view({11, 3}));
   PackOptions middle;
   middle.shard = 1;
@@ -342,9 +352,9 @@ TEST(PackerTest, ShardsPackedApartReadAsOnePackOfEverything) {
   pack_dataset(dir.file("a11-1.mmt"), PackSources::from_arrays(std::vector<std::string>{"a=" + dir.file("a11.npy")}),
                middle);
   EXPECT_THROW_WITH(Dataset::open_concat({parts[0], dir.file("a11-1.mmt"), parts[2]}), ValueError,
-                    "the pack of 3 shards of 10 records that part 0 (" + parts[0] + ") begins lacks shard 1;");
-  // A whole pack and then one of its shards again: a second pack, which lacks the others.
-  EXPECT_THROW_WITH(Dataset::open_concat({parts[0], parts[1], parts[2], parts[1]}), ValueError, "lacks shards 0, 2;");
+                    "one set of 3 shards cut from sources of different sizes: shards 0, 2 of sources of 10 records "
+                    "(the first in part 0 (" + parts[0] + ")); shard 1 of sources of 11 records (part 1 (" +
+                        dir.file("a11-1.mmt") + "))");
   // The text: "K/N of R", a subset's shards listed; anything else is someone else's value.
   EXPECT_EQ(to_string(*parse_shard_list("0,2,5/6 of 100")), "0,2,5/6 of 100");
   for (const char* other : {"1/3", "3/3 of 10", "2,1/3 of 10", "1,1/3 of 10", "a/3 of 10", "1/3 of -1", "1/3 of 10 "})

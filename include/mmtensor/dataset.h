@@ -200,9 +200,11 @@ class Dataset {
   //     pack's "pack_shard" ("K/N of R", kShardMetadataKey in packer.h) is each part's own: a
   //     pack's shards must come in order, each once (else ValueError naming the parts), and a
   //     concatenation of only some of one pack's carries the ones it holds ("0,2/3 of R").
-  //     Shards of several packs may follow one another (a shard number a whole pack gave
-  //     already begins another of the same N and R), but each must then be whole (else
-  //     ValueError naming the pack and the shards it lacks).
+  //     Shards of several packs may follow one another (one rank's shards of several corpora):
+  //     a shard number that its pack holds already is given twice when both files hold the
+  //     same records (their fingerprints, read only then), and otherwise begins another pack
+  //     of the same N and R. Packs of one N, none whole, whose shards together make one of
+  //     each are refused: shards cut from sources that changed between pack runs.
   //   - open_concat() opens every path with `options` and gives the parts one chunk cache, of
   //     options.cache_bytes in all. concat() takes handles already open (their caches stay
   //     theirs); parts that are concatenations themselves are flattened. One part gives that

@@ -57,9 +57,10 @@ namespace mmt {
 inline constexpr std::string_view kFortranOrderMetadataKey = "npy_fortran_order";
 // The metadata key of a shard packed with PackOptions::shards > 1: "K/N of R", share K (from
 // 0) of N of sources of R records; N and R tell one pack's shards from another's.
-// Dataset::concat reads it to refuse a pack's shards given twice or out of order, and packs
-// with shards missing among several packs; a concatenation of only some of one pack's shards
-// carries "K1,K2,.../N of R" under it (`mmt verify` of several files refuses that).
+// Dataset::concat reads it to refuse a pack's shards given twice or out of order, and a set
+// of shards cut from sources that changed between runs; a concatenation of only some of one
+// pack's shards carries "K1,K2,.../N of R" under it (`mmt verify` of several files refuses
+// that).
 inline constexpr std::string_view kShardMetadataKey = "pack_shard";
 
 // The shards a kShardMetadataKey value names, or nullopt for text of another form (the key
