@@ -1,5 +1,6 @@
 // What the parallel_for pool costs the rest of the machine, beside the work it does.
-//   BM_PoolCpuBesideTwoThreadLoops/workers/gap_us: a pool of `workers` threads serves loops
+//   BM_PoolCpuBesideTwoThreadLoops/workers/gap_us: a pool of `workers` threads (1; 7; 15, the
+//     shared pool of a 16-core host) serves loops
 //     that want one helper (get_batch(threads=2)'s shape: 16 pieces of ~0.5 us each), with
 //     `gap_us` between loops (0: back to back; 20: shorter than the workers' 50 us spin; 200:
 //     longer, so workers fall asleep between loops). pool_cpu_us_per_loop is the CPU time
@@ -66,7 +67,7 @@ void BM_PoolCpuBesideTwoThreadLoops(benchmark::State& state) {
   state.counters["cpu_cores_busy"] = (process_cpu_seconds() - process_before) / wall;
 }
 BENCHMARK(BM_PoolCpuBesideTwoThreadLoops)
-    ->ArgsProduct({{1, 7}, {0, 20, 200}})
+    ->ArgsProduct({{1, 7, 15}, {0, 20, 200}})
     ->ArgNames({"workers", "gap_us"})
     ->MinTime(0.5)
     ->UseRealTime();

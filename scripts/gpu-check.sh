@@ -141,7 +141,7 @@ all_tests() {
 cpu_bench() {
   # The host-side targets set for 2-core machines, on a machine whose cores are not shared.
   "$stage_dir/mmtensor_bench" --benchmark_counters_tabular=true \
-    --benchmark_filter='BM_GetBatch/|BM_GetBatchStreamingStores|BM_LoaderVsGetBatch|BM_PackUncompressedVsDisk|BM_PackCompressedVsCodec'
+    --benchmark_filter='BM_GetBatch/|BM_GetBatchStreamingStores|BM_LoaderVsGetBatch|BM_PackUncompressedVsDisk|BM_PackCompressedVsCodec|BM_PoolCpuBesideTwoThreadLoops'
 }
 
 run() {
