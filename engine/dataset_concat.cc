@@ -122,32 +122,20 @@ void copy_from_part(const Dataset::Impl& part, const Tensor& dst, const Tensor& 
 
 namespace {
 
-// "0, 2" (the first few of a list of shard numbers: a pattern, not a list of thousands).
-std::string shard_numbers(const std::vector<int64_t>& shards) {
-  std::string text;
-  const size_t shown = std::min<size_t>(shards.size(), 8);
-  for (size_t i = 0; i < shown; ++i) text += detail::str(i == 0 ? "" : ", ", shards[i]);
-  if (shards.size() > shown) text += detail::str(" and ", shards.size() - shown, " more");
-  return text;
-}
-
 // Shards packed apart (kShardMetadataKey) must come in order, each once: a shell's
 // `ls part-*` puts part-10 before part-2, and a shard given twice reads as a plausible
-// dataset of the wrong records. Shards of several packs (told apart by N and R) may follow
-// one another, each pack's checked on its own: one rank's shards of several corpora, say.
-// A shard number that the pack of its N and R holds already is the same shard given twice
-// when the two files' fingerprints agree (the same file, or a copy), and otherwise begins
-// another pack of that N and R (datasets of equal size, cut alike); the fingerprints are
-// read only then, so concatenating stays O(1) a part. A concatenation of only some shards of
-// one pack (a quick run on part of the data) says which it holds under the key.
-// One thing more is refused: packs of the same N whose shards are disjoint and together make
-// one of each, which is what shards cut from sources that changed between pack runs (an
-// array that gained a record) look like; read as one, their records repeat or go missing.
+// dataset of the wrong records. One pack's shards are the parts of equal N, R and sources
+// (kShardSourceMetadataKey; N and R alone for shards written before it). Packs may follow one
+// another or interleave: one rank's shards of several corpora, say. A shard number its pack
+// holds already is the same shard given twice, unless the two files' fingerprints differ:
+// inputs of the same names and sizes that hold other data (the fingerprints are read only
+// then, so concatenating stays O(1) a part). A concatenation of only some shards of one pack
+// (a quick run on part of the data) says which it holds under the key.
 void check_shard_order(Dataset::Concat& c) {
   struct Pack {
     ShardList held;            // the pack's shards given, in order
+    std::string source;        // kShardSourceMetadataKey's value; empty for older shards
     std::vector<size_t> from;  // the part that gave each
-    bool whole() const { return static_cast<int64_t>(held.shards.size()) == held.count; }
     // The part holding shard k, if the pack has it.
     std::optional<size_t> part_of(int64_t k) const {
       const auto it = std::lower_bound(held.shards.begin(), held.shards.end(), k);
@@ -155,65 +143,51 @@ void check_shard_order(Dataset::Concat& c) {
       return from[static_cast<size_t>(it - held.shards.begin())];
     }
   };
+  const std::string key(kShardMetadataKey), source_key(kShardSourceMetadataKey);
   std::vector<Pack> packs;
   for (size_t p = 0; p < c.parts.size(); ++p) {
     const Metadata& metadata = c.parts[p].metadata();
-    const auto it = metadata.find(std::string(kShardMetadataKey));
+    const auto it = metadata.find(key);
     const std::optional<ShardList> shard = it == metadata.end() ? std::nullopt : parse_shard_list(it->second);
     if (!shard || shard->shards.size() != 1) continue;  // not one shard: a user's own value
     const int64_t k = shard->shards[0];
-    const auto latest = std::find_if(packs.rbegin(), packs.rend(), [&](const Pack& known) {
-      return known.held.count == shard->count && known.held.records == shard->records;
+    const auto source_it = metadata.find(source_key);
+    const std::string source = source_it == metadata.end() ? std::string() : source_it->second;
+    const auto pack = std::find_if(packs.rbegin(), packs.rend(), [&](const Pack& known) {
+      return known.held.count == shard->count && known.held.records == shard->records && known.source == source;
     });
-    if (latest != packs.rend()) {
-      if (const std::optional<size_t> earlier = latest->part_of(k)) {
-        MMT_CHECK(c.parts[*earlier].fingerprint() != c.parts[p].fingerprint(), ValueError, "Dataset::concat: shard ",
-                  k, " of ", shard->count, " is given twice: ", part_name(c, *earlier), " and ", part_name(c, p),
-                  " hold the same records");
-        packs.push_back(Pack{*shard, {p}});  // the same shard of another dataset
-        continue;
-      }
-    }
-    if (latest == packs.rend() || latest->whole()) {
-      packs.push_back(Pack{*shard, {p}});
+    if (pack == packs.rend()) {
+      packs.push_back(Pack{*shard, source, {p}});
       continue;
     }
-    Pack& pack = *latest;
-    const int64_t last = pack.held.shards.back();
-    MMT_CHECK(k > last, ValueError, "Dataset::concat: shards out of order: ", part_name(c, pack.from.back()),
+    if (const std::optional<size_t> earlier = pack->part_of(k)) {
+      MMT_CHECK(c.parts[*earlier].fingerprint() != c.parts[p].fingerprint(), ValueError, "Dataset::concat: shard ", k,
+                " of ", shard->count, " is given twice: ", part_name(c, *earlier), " and ", part_name(c, p),
+                " are the same file or copies of it");
+      packs.push_back(Pack{*shard, source, {p}});  // the same shard of other data
+      continue;
+    }
+    const int64_t last = pack->held.shards.back();
+    MMT_CHECK(k > last, ValueError, "Dataset::concat: shards out of order: ", part_name(c, pack->from.back()),
               " is shard ", last, " of ", shard->count, " and ", part_name(c, p), " after it shard ", k,
               "; give them in shard order (a shell's 'ls' puts part-10 before part-2: sort -V)");
-    pack.held.shards.push_back(k);
-    pack.from.push_back(p);
+    pack->held.shards.push_back(k);
+    pack->from.push_back(p);
   }
-  // Packs of one N, none whole, that together hold each shard once: one set of shards whose
-  // sources changed between runs (their R differ), not shards of several datasets (a rank's
-  // shards of each repeat the same numbers).
-  std::map<int64_t, std::vector<const Pack*>> partial_by_count;
-  for (const Pack& pack : packs)
-    if (!pack.whole()) partial_by_count[pack.held.count].push_back(&pack);
-  for (const auto& [count, partial] : partial_by_count) {
-    if (partial.size() < 2) continue;
-    std::vector<int64_t> all;
-    for (const Pack* pack : partial) all.insert(all.end(), pack->held.shards.begin(), pack->held.shards.end());
-    std::sort(all.begin(), all.end());
-    if (static_cast<int64_t>(all.size()) != count || std::adjacent_find(all.begin(), all.end()) != all.end()) continue;
-    std::string sets;
-    for (const Pack* pack : partial)
-      sets += detail::str(sets.empty() ? "" : "; ", "shard", pack->held.shards.size() == 1 ? " " : "s ",
-                          shard_numbers(pack->held.shards), " of sources of ", pack->held.records, " records (",
-                          pack->held.shards.size() == 1 ? "" : "the first in ", part_name(c, pack->from[0]), ")");
-    throw ValueError(detail::str(
-        "Dataset::concat: the parts make one set of ", count, " shards cut from sources of different sizes: ", sets,
-        ". The sources changed between pack runs, and read as one these records would repeat or go missing; "
-        "pack every shard again from the same sources"));
-  }
-  const std::string key(kShardMetadataKey);
+  c.metadata.erase(source_key);
   if (packs.empty()) return;
-  if (packs.size() == 1 && !packs[0].whole())
-    c.metadata[key] = to_string(packs[0].held);  // some shards of one pack
-  else
-    c.metadata.erase(key);  // one pack whole, or several packs one after another
+  if (packs.size() == 1) {
+    // One pack: the whole reads as the dataset one pack of everything makes; some of it says
+    // which shards it holds, and from what.
+    if (static_cast<int64_t>(packs[0].held.shards.size()) < packs[0].held.count) {
+      c.metadata[key] = to_string(packs[0].held);
+      if (!packs[0].source.empty()) c.metadata[source_key] = packs[0].source;
+    } else {
+      c.metadata.erase(key);
+    }
+  } else {
+    c.metadata.erase(key);  // several packs one after another: `mmt verify` checks each whole
+  }
 }
 
 }  // namespace
@@ -249,6 +223,7 @@ std::shared_ptr<const Dataset::Concat> Dataset::Concat::make(std::vector<Dataset
     for (const auto& [key, value] : part.metadata) {
       if (key == kFortranOrderMetadataKey) continue;  // settled below: a hint, not a dataset's meaning
       if (key == kShardMetadataKey && parse_shard_list(value)) continue;  // each part's own: checked below
+      if (key == kShardSourceMetadataKey) continue;                           // so is its shard's source
       const auto [it, inserted] = c->metadata.emplace(key, value);
       if (inserted) {
         key_from.emplace(key, p);

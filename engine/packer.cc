@@ -15,6 +15,7 @@
 #include <utility>
 #include <nlohmann/json.hpp>
 
+#include "checksum.h"
 #include "format.h"
 #include "gzip_reader.h"
 #include "import_util.h"
@@ -510,14 +511,37 @@ RecordRange shard_records(int64_t records, int64_t shard, int64_t shards) {
   return {bound(shard), bound(shard + 1)};
 }
 
+namespace {
+
+// kShardSourceMetadataKey's value: what packers of the same inputs on any machine agree on
+// (base names, not paths), without reading the values (each packer reads its share only).
+std::string sources_identity(const PackSources& sources) {
+  std::string text = detail::str("records ", sources.records(), "; value bytes ", sources.total_bytes(), "; fields");
+  for (const Field& f : sources.schema().fields()) {
+    text += detail::str(" ", f.name, ":", to_string(f.dtype), ":");
+    for (int64_t d : f.shape) text += detail::str(d, ",");
+  }
+  for (const auto& [key, value] : sources.metadata()) text += detail::str("; ", key, "=", value);  // class names
+  for (const std::string& input : sources.input_paths()) {
+    std::error_code error;
+    const auto size = fs::is_regular_file(input, error) ? fs::file_size(input, error) : std::uintmax_t{0};
+    text += detail::str("; ", fs::path(input).filename().string(), " of ", error ? 0 : size, " bytes");
+  }
+  return detail::hex64(detail::checksum64(text.data(), text.size()));
+}
+
+}  // namespace
+
 WriteStats pack_dataset(const std::string& path, const PackSources& sources, PackOptions options) {
   const RecordRange range = shard_records(sources.records(), options.shard, options.shards);
   sources.check_output(path);
   WriterOptions writer_options = options.writer;
   Metadata metadata = sources.metadata();
   for (auto& [key, value] : writer_options.metadata) metadata[key] = value;
-  if (options.shards > 1)
+  if (options.shards > 1) {
     metadata[std::string(kShardMetadataKey)] = to_string(ShardList{{options.shard}, options.shards, sources.records()});
+    metadata[std::string(kShardSourceMetadataKey)] = sources_identity(sources);
+  }
   writer_options.metadata = std::move(metadata);
   DatasetWriter writer = DatasetWriter::create(path, sources.schema(), std::move(writer_options));
   using Clock = std::chrono::steady_clock;

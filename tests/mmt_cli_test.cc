@@ -1880,10 +1880,30 @@ TEST_F(MmtCli, VerifyRefusesShardsOutOfOrderRepeatedOrMissing) {
   EXPECT_EQ(run_mmt({"verify", parts[1]}).exit_code, 0) << "one shard alone is sound";
   EXPECT_FAILS_WITH(run_mmt({"verify", parts[2], parts[1], parts[0]}), "shards out of order");
   EXPECT_FAILS_WITH(run_mmt({"verify", parts[0], parts[0]}), "shard 0 of 3 is given twice");
-  EXPECT_FAILS_WITH(run_mmt({"verify", parts[0], parts[2]}), "these files hold shards 0,2/3 of 30: shard 1 missing");
+  EXPECT_FAILS_WITH(run_mmt({"verify", parts[0], parts[2]}), "these files hold shards 0,2/3 of 30 records (pack_source ");
+  EXPECT_FAILS_WITH(run_mmt({"verify", parts[0], parts[2]}), "): shard 1 missing; verify checks the dataset whole");
   const RunResult info = run_mmt({"info", parts[0], parts[2]});
   EXPECT_EQ(info.exit_code, 0) << info.err;  // a subset still reads, and says what it holds
   EXPECT_NE(info.out.find("pack_shard = 0,2/3 of 30"), std::string::npos) << info.out;
+
+  // The inputs changed between pack runs (a record more): the shards of each run read (they
+  // are two packs to a reader, as one rank's shards of two corpora are), but verify names
+  // what is missing from each, and why that may be.
+  save("x.npy", records(kInt32, 31, {2}));
+  const std::string changed = path("part-1-of-31.mmt");
+  ASSERT_EQ(run_mmt({"pack", changed, "x=" + path("x.npy"), "--shard", "1/3", "--quiet"}).exit_code, 0);
+  EXPECT_EQ(run_mmt({"info", parts[0], changed, parts[2]}).exit_code, 0);
+  const RunResult mixed = run_mmt({"verify", parts[0], changed, parts[2]});
+  EXPECT_FAILS_WITH(mixed, "these files hold shards 0,2/3 of 30 records");
+  EXPECT_FAILS_WITH(mixed, "shard 1 missing; other files hold shards of as many of other sources: were the sources "
+                           "changed between pack runs?");
+  // Another corpus cut as alike as can be (same name, size and shape, other values) is
+  // another pack: a rank's shard of each reads and verifies as two datasets' shards would.
+  save("x.npy", arange(1000, 1060, 1, kInt32).view({30, 2}));
+  const std::string other = path("other-1.mmt");
+  ASSERT_EQ(run_mmt({"pack", other, "x=" + path("x.npy"), "--shard", "1/3", "--quiet"}).exit_code, 0);
+  EXPECT_EQ(run_mmt({"info", parts[1], other}).exit_code, 0);
+  EXPECT_FAILS_WITH(run_mmt({"verify", parts[1], other}), "shards 0, 2 missing (from one of 2 packs cut from inputs alike)");
 }
 
 // A shard checked alone against the pack's inputs was refused ("holds 10 records but the

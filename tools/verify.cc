@@ -3,8 +3,11 @@
 // inputs the dataset was packed from.
 #include <algorithm>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <random>
+#include <string>
+#include <vector>
 #include <unordered_set>
 
 #include "mmt_commands.h"
@@ -54,23 +57,56 @@ std::string compared_fields(const Schema& dataset, const Schema& sources) {
   return text;
 }
 
-// Several files checked as one dataset: when they are shards of one pack, all of them. The
-// concatenation names the shards it holds under kShardMetadataKey ("0,2/3 of R") only when
-// some are missing; any other value is a user's own key, and left alone.
+// Several files checked as one dataset: of each pack they hold shards of (kShardMetadataKey,
+// kShardSourceMetadataKey), all of them, and each as often (a pack given twice, whole, is
+// two copies of a dataset; Dataset::concat has checked their order). A pack missing shards
+// beside one of the same N from other sources is what shards cut from sources that changed
+// between pack runs look like, and is named so.
 void check_every_shard(const Dataset& ds) {
-  const auto it = ds.metadata().find(std::string(kShardMetadataKey));
-  const std::optional<ShardList> held = it == ds.metadata().end() ? std::nullopt : parse_shard_list(it->second);
-  if (!held || static_cast<int64_t>(held->shards.size()) == held->count) return;
-  std::string missing;
-  int64_t listed = 0;
-  for (int64_t k = 0; k < held->count && listed < 20; ++k)
-    if (!std::binary_search(held->shards.begin(), held->shards.end(), k)) {
-      missing += (missing.empty() ? "" : ", ") + std::to_string(k);
-      ++listed;
+  struct Pack {
+    int64_t count = 0, records = 0;
+    std::string source;
+    std::map<int64_t, int64_t> times;  // shard -> how many files hold it
+  };
+  std::vector<Pack> packs;
+  for (const Dataset& part : ds.parts()) {
+    const Metadata& metadata = part.metadata();
+    const auto it = metadata.find(std::string(kShardMetadataKey));
+    const std::optional<ShardList> shard = it == metadata.end() ? std::nullopt : parse_shard_list(it->second);
+    if (!shard || shard->shards.size() != 1) continue;  // not one shard: a user's own value
+    const auto source_it = metadata.find(std::string(kShardSourceMetadataKey));
+    const std::string source = source_it == metadata.end() ? std::string() : source_it->second;
+    auto pack = std::find_if(packs.begin(), packs.end(), [&](const Pack& p) {
+      return p.count == shard->count && p.records == shard->records && p.source == source;
+    });
+    if (pack == packs.end()) pack = packs.insert(packs.end(), Pack{shard->count, shard->records, source, {}});
+    ++pack->times[shard->shards[0]];
+  }
+  for (const Pack& pack : packs) {
+    int64_t most = 0;
+    for (const auto& [k, n] : pack.times) most = std::max(most, n);
+    std::string held, missing;
+    int64_t listed = 0;
+    for (int64_t k = 0; k < pack.count; ++k) {
+      const auto it = pack.times.find(k);
+      const int64_t n = it == pack.times.end() ? 0 : it->second;
+      if (n > 0) held += detail::str(held.empty() ? "" : ",", k);
+      if (n < most && listed < 20) missing += detail::str(listed++ == 0 ? "" : ", ", k);
     }
-  throw ValueError(detail::str("these files hold shards ", it->second, ": shard", listed == 1 ? " " : "s ", missing,
-                               listed == 20 ? "..." : "", " missing; verify checks the dataset whole (give a ",
-                               "shard's file alone to check it alone)"));
+    if (listed == 0) continue;
+    const bool other_sources = std::any_of(packs.begin(), packs.end(), [&](const Pack& p) {
+      return &p != &pack && p.count == pack.count && (p.records != pack.records || p.source != pack.source);
+    });
+    throw ValueError(detail::str(
+        "these files hold shards ", held, "/", pack.count, " of ", pack.records, " records",
+        pack.source.empty() ? "" : detail::str(" (", kShardSourceMetadataKey, " ", pack.source, ")"), ": shard",
+        listed == 1 ? " " : "s ", missing, listed == 20 ? "..." : "",
+        " missing", most > 1 ? detail::str(" (from one of ", most, " packs cut from inputs alike)") : std::string(),
+        other_sources ? "; other files hold shards of as many of other sources: were the sources changed between "
+                        "pack runs? pack every shard from the same sources"
+                      : "",
+        "; verify checks the dataset whole (give a shard's file alone to check it alone)"));
+  }
 }
 
 void run_verify(const VerifyArgs& args) {

@@ -197,14 +197,13 @@ class Dataset {
   //     packed from different class lists, say) is a ValueError naming the key and both parts.
   //     Two exceptions: pack's "npy_fortran_order" (how the sources were laid out, a hint for
   //     `mmt export`) is kept when every part has the same value, and dropped otherwise; and
-  //     pack's "pack_shard" ("K/N of R", kShardMetadataKey in packer.h) is each part's own: a
-  //     pack's shards must come in order, each once (else ValueError naming the parts), and a
-  //     concatenation of only some of one pack's carries the ones it holds ("0,2/3 of R").
-  //     Shards of several packs may follow one another (one rank's shards of several corpora):
-  //     a shard number that its pack holds already is given twice when both files hold the
-  //     same records (their fingerprints, read only then), and otherwise begins another pack
-  //     of the same N and R. Packs of one N, none whole, whose shards together make one of
-  //     each are refused: shards cut from sources that changed between pack runs.
+  //     pack's "pack_shard" ("K/N of R", kShardMetadataKey in packer.h) and "pack_source"
+  //     are each part's own: one pack's shards (equal N, R and sources) must come in order,
+  //     each once (else ValueError naming the parts), and a concatenation of only some of one
+  //     pack's carries the ones it holds ("0,2/3 of R"). Shards of several packs may follow
+  //     one another or interleave (one rank's shards of several corpora). A shard number its
+  //     pack holds already is the same shard given twice unless the two files' fingerprints
+  //     (read only then) differ: inputs alike in name and size that hold other data.
   //   - open_concat() opens every path with `options` and gives the parts one chunk cache, of
   //     options.cache_bytes in all. concat() takes handles already open (their caches stay
   //     theirs); parts that are concatenations themselves are flattened. One part gives that

@@ -56,12 +56,17 @@ namespace mmt {
 // .npy (their values are stored as every field's, record by record).
 inline constexpr std::string_view kFortranOrderMetadataKey = "npy_fortran_order";
 // The metadata key of a shard packed with PackOptions::shards > 1: "K/N of R", share K (from
-// 0) of N of sources of R records; N and R tell one pack's shards from another's.
-// Dataset::concat reads it to refuse a pack's shards given twice or out of order, and a set
-// of shards cut from sources that changed between runs; a concatenation of only some of one
-// pack's shards carries "K1,K2,.../N of R" under it (`mmt verify` of several files refuses
-// that).
+// 0) of N of sources of R records. Dataset::concat reads it to refuse a pack's shards given
+// twice or out of order; a concatenation of only some of one pack's shards carries
+// "K1,K2,.../N of R" under it, and `mmt verify` of several files refuses a pack incomplete.
 inline constexpr std::string_view kShardMetadataKey = "pack_shard";
+// Beside it, which sources the shard was cut from: 16 hex digits hashing the sources' record
+// count, bytes of values, fields, class names and input files (base names and sizes), so
+// that processes packing shards of the same inputs apart (on other machines too) write the
+// same value, and shards of other inputs, or of inputs that changed between the runs, write
+// another. One pack's shards are those with equal N, R and this value (N and R alone for
+// shards written before it existed).
+inline constexpr std::string_view kShardSourceMetadataKey = "pack_source";
 
 // The shards a kShardMetadataKey value names, or nullopt for text of another form (the key
 // may be a user's own).
