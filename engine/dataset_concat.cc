@@ -160,10 +160,18 @@ void check_shard_order(Dataset::Concat& c) {
       packs.push_back(Pack{*shard, source, {p}});
       continue;
     }
-    if (const std::optional<size_t> earlier = pack->part_of(k)) {
-      MMT_CHECK(c.parts[*earlier].fingerprint() != c.parts[p].fingerprint(), ValueError, "Dataset::concat: shard ", k,
-                " of ", shard->count, " is given twice: ", part_name(c, *earlier), " and ", part_name(c, p),
-                " are the same file or copies of it");
+    if (pack->part_of(k)) {
+      // Against every earlier holder of shard k alike, not only this pack's: a copy given
+      // again after another pack of alike inputs is still the same shard twice.
+      for (const Pack& known : packs) {
+        const std::optional<size_t> earlier = known.part_of(k);
+        if (!earlier || known.held.count != shard->count || known.held.records != shard->records ||
+            known.source != source)
+          continue;
+        MMT_CHECK(c.parts[*earlier].fingerprint() != c.parts[p].fingerprint(), ValueError, "Dataset::concat: shard ",
+                  k, " of ", shard->count, " is given twice: ", part_name(c, *earlier), " and ", part_name(c, p),
+                  " are the same file or copies of it");
+      }
       packs.push_back(Pack{*shard, source, {p}});  // the same shard of other data
       continue;
     }
@@ -176,7 +184,8 @@ void check_shard_order(Dataset::Concat& c) {
   }
   c.metadata.erase(source_key);
   if (packs.empty()) return;
-  if (packs.size() == 1) {
+  // The keys describe the concatenation only when it is one pack's shards and nothing else.
+  if (packs.size() == 1 && packs[0].from.size() == c.parts.size()) {
     // One pack: the whole reads as the dataset one pack of everything makes; some of it says
     // which shards it holds, and from what.
     if (static_cast<int64_t>(packs[0].held.shards.size()) < packs[0].held.count) {
@@ -186,7 +195,7 @@ void check_shard_order(Dataset::Concat& c) {
       c.metadata.erase(key);
     }
   } else {
-    c.metadata.erase(key);  // several packs one after another: `mmt verify` checks each whole
+    c.metadata.erase(key);  // several packs, or other files beside: `mmt verify` checks each pack whole
   }
 }
 

@@ -523,9 +523,32 @@ std::string sources_identity(const PackSources& sources) {
   }
   for (const auto& [key, value] : sources.metadata()) text += detail::str("; ", key, "=", value);  // class names
   for (const std::string& input : sources.input_paths()) {
+    // The name the input has, whichever way it was spelled ("photos/", "./photos", ".").
     std::error_code error;
-    const auto size = fs::is_regular_file(input, error) ? fs::file_size(input, error) : std::uintmax_t{0};
-    text += detail::str("; ", fs::path(input).filename().string(), " of ", error ? 0 : size, " bytes");
+    fs::path where = fs::weakly_canonical(input, error);
+    if (error) where = fs::path(input).lexically_normal();
+    if (!where.has_filename()) where = where.parent_path();  // "photos/"
+    const fs::path name = where.filename();
+    if (fs::is_directory(input, error)) {
+      // A class folder: every file's place in it (sizes would cost a stat of each, which a
+      // shard's packer does not otherwise need), so a file renamed or moved between runs
+      // gives another value.
+      // The files' paths begin with the folder as given (from_folder joins onto it): what
+      // follows is the same whatever the spelling. String work only, for a million files.
+      const std::string folder = input;
+      text += detail::str("; folder ", name.string(), ":");
+      for (int64_t i = 0; i < sources.records(); ++i) {
+        const std::string origin = sources.record_origin(0, i);
+        std::string_view file = origin;
+        if (file.starts_with(folder)) file.remove_prefix(folder.size());
+        while (file.starts_with('/')) file.remove_prefix(1);
+        text += ' ';
+        text += file;
+      }
+      continue;
+    }
+    const auto size = fs::file_size(input, error);
+    text += detail::str("; ", name.string(), " of ", error ? 0 : size, " bytes");
   }
   return detail::hex64(detail::checksum64(text.data(), text.size()));
 }

@@ -1895,15 +1895,19 @@ TEST_F(MmtCli, VerifyRefusesShardsOutOfOrderRepeatedOrMissing) {
   EXPECT_EQ(run_mmt({"info", parts[0], changed, parts[2]}).exit_code, 0);
   const RunResult mixed = run_mmt({"verify", parts[0], changed, parts[2]});
   EXPECT_FAILS_WITH(mixed, "these files hold shards 0,2/3 of 30 records");
-  EXPECT_FAILS_WITH(mixed, "shard 1 missing; other files hold shards of as many of other sources: were the sources "
-                           "changed between pack runs?");
+  EXPECT_FAILS_WITH(mixed, "shard 1 missing; the other files hold the other shards of as many, cut from other "
+                           "inputs: were the inputs changed between pack runs");
   // Another corpus cut as alike as can be (same name, size and shape, other values) is
   // another pack: a rank's shard of each reads and verifies as two datasets' shards would.
   save("x.npy", arange(1000, 1060, 1, kInt32).view({30, 2}));
   const std::string other = path("other-1.mmt");
   ASSERT_EQ(run_mmt({"pack", other, "x=" + path("x.npy"), "--shard", "1/3", "--quiet"}).exit_code, 0);
   EXPECT_EQ(run_mmt({"info", parts[1], other}).exit_code, 0);
-  EXPECT_FAILS_WITH(run_mmt({"verify", parts[1], other}), "shards 0, 2 missing (from one of 2 packs cut from inputs alike)");
+  const RunResult rank_1 = run_mmt({"verify", parts[1], other});
+  EXPECT_FAILS_WITH(rank_1, "shards 0, 2 missing (from one of 2 packs cut from inputs alike)");
+  EXPECT_EQ(rank_1.err.find("changed"), std::string::npos) << rank_1.err;
+  // A shard given again after another pack of inputs alike is still the same shard twice.
+  EXPECT_FAILS_WITH(run_mmt({"verify", parts[0], parts[1], parts[2], other, parts[1]}), "shard 1 of 3 is given twice");
 }
 
 // A shard checked alone against the pack's inputs was refused ("holds 10 records but the

@@ -362,6 +362,9 @@ TEST(PackerTest, ShardsPackedApartReadAsOnePackOfEverything) {
   const Dataset mixed = Dataset::open_concat({parts[0], dir.file("a11-1.mmt"), parts[2]});
   EXPECT_EQ(mixed.metadata().count(std::string(kShardMetadataKey)), 0u);
   EXPECT_EQ(mixed.metadata().count(std::string(kShardSourceMetadataKey)), 0u);
+  // A shard beside a file of its own is not "some shards of one pack": no key says so.
+  pack_dataset(dir.file("whole.mmt"), arrays, PackOptions{});
+  EXPECT_EQ(Dataset::open_concat({dir.file("whole.mmt"), parts[0]}).metadata().count(std::string(kShardMetadataKey)), 0u);
   // Some shards of one pack say which, and of what sources.
   EXPECT_EQ(Dataset::open_concat({parts[0], parts[2]}).metadata().at(std::string(kShardSourceMetadataKey)),
             Dataset::open(parts[0]).metadata().at(std::string(kShardSourceMetadataKey)));
@@ -392,6 +395,20 @@ TEST(PackerTest, ShardsPackedApartReadAsOnePackOfEverything) {
   const Dataset photos = Dataset::open_concat(folder_parts);
   EXPECT_EQ(compare_with_sources(photos, folder), 3);
   EXPECT_EQ(photos.get(2, "label").item<int64_t>(), 2);
+  // A folder's shards name its files in pack_source: however the folder is spelled, the same
+  // value; after a file is renamed between runs, another.
+  const auto source_of = [&](const std::string& folder_spelling, const std::string& out) {
+    PackOptions options;
+    options.shard = 1;
+    options.shards = 4;
+    pack_dataset(out, PackSources::from_folder(folder_spelling), options);
+    return Dataset::open(out).metadata().at(std::string(kShardSourceMetadataKey));
+  };
+  const std::string as_packed = Dataset::open(folder_parts[1]).metadata().at(std::string(kShardSourceMetadataKey));
+  EXPECT_EQ(source_of(dir.file("photos") + "/", dir.file("slash.mmt")), as_packed);
+  EXPECT_EQ(source_of(dir.file("photos") + "/./", dir.file("dot.mmt")), as_packed);
+  fs::rename(dir.path() / "photos" / "dog" / "b.jpg", dir.path() / "photos" / "dog" / "z.jpg");
+  EXPECT_NE(source_of(dir.file("photos"), dir.file("renamed.mmt")), as_packed);
 }
 
 // A folder record that differs named its source "data=DIR", which the user never typed; it

@@ -94,16 +94,25 @@ void check_every_shard(const Dataset& ds) {
       if (n < most && listed < 20) missing += detail::str(listed++ == 0 ? "" : ", ", k);
     }
     if (listed == 0) continue;
-    const bool other_sources = std::any_of(packs.begin(), packs.end(), [&](const Pack& p) {
-      return &p != &pack && p.count == pack.count && (p.records != pack.records || p.source != pack.source);
-    });
+    // What shards cut from inputs that changed between the runs look like: the packs of this N
+    // hold each shard once between them (a rank's shards of several corpora repeat numbers).
+    std::map<int64_t, int64_t> across;
+    int64_t packs_of_n = 0;
+    for (const Pack& p : packs) {
+      if (p.count != pack.count) continue;
+      ++packs_of_n;
+      for (const auto& [k, n] : p.times) across[k] += n;
+    }
+    const bool other_sources = packs_of_n > 1 && static_cast<int64_t>(across.size()) == pack.count &&
+                               std::all_of(across.begin(), across.end(), [](const auto& kn) { return kn.second == 1; });
     throw ValueError(detail::str(
         "these files hold shards ", held, "/", pack.count, " of ", pack.records, " records",
         pack.source.empty() ? "" : detail::str(" (", kShardSourceMetadataKey, " ", pack.source, ")"), ": shard",
         listed == 1 ? " " : "s ", missing, listed == 20 ? "..." : "",
         " missing", most > 1 ? detail::str(" (from one of ", most, " packs cut from inputs alike)") : std::string(),
-        other_sources ? "; other files hold shards of as many of other sources: were the sources changed between "
-                        "pack runs? pack every shard from the same sources"
+        other_sources ? "; the other files hold the other shards of as many, cut from other inputs: were the "
+                        "inputs changed between pack runs (or some shards packed by an mmtensor without "
+                        "pack_source)? pack every shard from the same inputs"
                       : "",
         "; verify checks the dataset whole (give a shard's file alone to check it alone)"));
   }
