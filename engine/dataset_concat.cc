@@ -133,31 +133,25 @@ namespace {
 // (a quick run on part of the data) says which it holds under the key.
 void check_shard_order(Dataset::Concat& c) {
   struct Pack {
-    ShardList held;            // the pack's shards given, in order
-    std::string source;        // kShardSourceMetadataKey's value; empty for older shards
-    std::vector<size_t> from;  // the part that gave each
+    PackedShard first;            // the pack's N, R and sources (and its first shard)
+    std::vector<int64_t> shards;  // its shards given, in order
+    std::vector<size_t> from;     // the part that gave each
     // The part holding shard k, if the pack has it.
     std::optional<size_t> part_of(int64_t k) const {
-      const auto it = std::lower_bound(held.shards.begin(), held.shards.end(), k);
-      if (it == held.shards.end() || *it != k) return std::nullopt;
-      return from[static_cast<size_t>(it - held.shards.begin())];
+      const auto it = std::lower_bound(shards.begin(), shards.end(), k);
+      if (it == shards.end() || *it != k) return std::nullopt;
+      return from[static_cast<size_t>(it - shards.begin())];
     }
   };
-  const std::string key(kShardMetadataKey), source_key(kShardSourceMetadataKey);
   std::vector<Pack> packs;
   for (size_t p = 0; p < c.parts.size(); ++p) {
-    const Metadata& metadata = c.parts[p].metadata();
-    const auto it = metadata.find(key);
-    const std::optional<ShardList> shard = it == metadata.end() ? std::nullopt : parse_shard_list(it->second);
-    if (!shard || shard->shards.size() != 1) continue;  // not one shard: a user's own value
-    const int64_t k = shard->shards[0];
-    const auto source_it = metadata.find(source_key);
-    const std::string source = source_it == metadata.end() ? std::string() : source_it->second;
-    const auto pack = std::find_if(packs.rbegin(), packs.rend(), [&](const Pack& known) {
-      return known.held.count == shard->count && known.held.records == shard->records && known.source == source;
-    });
+    const std::optional<PackedShard> shard = packed_shard(c.parts[p].metadata());
+    if (!shard) continue;
+    const int64_t k = shard->index;
+    const auto pack =
+        std::find_if(packs.rbegin(), packs.rend(), [&](const Pack& known) { return known.first.same_pack(*shard); });
     if (pack == packs.rend()) {
-      packs.push_back(Pack{*shard, source, {p}});
+      packs.push_back(Pack{*shard, {k}, {p}});
       continue;
     }
     if (pack->part_of(k)) {
@@ -165,32 +159,32 @@ void check_shard_order(Dataset::Concat& c) {
       // again after another pack of alike inputs is still the same shard twice.
       for (const Pack& known : packs) {
         const std::optional<size_t> earlier = known.part_of(k);
-        if (!earlier || known.held.count != shard->count || known.held.records != shard->records ||
-            known.source != source)
-          continue;
+        if (!earlier || !known.first.same_pack(*shard)) continue;
         MMT_CHECK(c.parts[*earlier].fingerprint() != c.parts[p].fingerprint(), ValueError, "Dataset::concat: shard ",
                   k, " of ", shard->count, " is given twice: ", part_name(c, *earlier), " and ", part_name(c, p),
                   " are the same file or copies of it");
       }
-      packs.push_back(Pack{*shard, source, {p}});  // the same shard of other data
+      packs.push_back(Pack{*shard, {k}, {p}});  // the same shard of other data
       continue;
     }
-    const int64_t last = pack->held.shards.back();
+    const int64_t last = pack->shards.back();
     MMT_CHECK(k > last, ValueError, "Dataset::concat: shards out of order: ", part_name(c, pack->from.back()),
               " is shard ", last, " of ", shard->count, " and ", part_name(c, p), " after it shard ", k,
               "; give them in shard order (a shell's 'ls' puts part-10 before part-2: sort -V)");
-    pack->held.shards.push_back(k);
+    pack->shards.push_back(k);
     pack->from.push_back(p);
   }
+  const std::string key(kShardMetadataKey), source_key(kShardSourceMetadataKey);
   c.metadata.erase(source_key);
   if (packs.empty()) return;
   // The keys describe the concatenation only when it is one pack's shards and nothing else.
-  if (packs.size() == 1 && packs[0].from.size() == c.parts.size()) {
+  const Pack& only = packs[0];
+  if (packs.size() == 1 && only.from.size() == c.parts.size()) {
     // One pack: the whole reads as the dataset one pack of everything makes; some of it says
     // which shards it holds, and from what.
-    if (static_cast<int64_t>(packs[0].held.shards.size()) < packs[0].held.count) {
-      c.metadata[key] = to_string(packs[0].held);
-      if (!packs[0].source.empty()) c.metadata[source_key] = packs[0].source;
+    if (static_cast<int64_t>(only.shards.size()) < only.first.count) {
+      c.metadata[key] = to_string(ShardList{only.shards, only.first.count, only.first.records});
+      if (!only.first.source.empty()) c.metadata[source_key] = only.first.source;
     } else {
       c.metadata.erase(key);
     }

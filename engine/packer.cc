@@ -468,6 +468,15 @@ void PackSources::check_output(const std::string& path) const {
               input_paths_.at(0), " leads to: packing would replace it");
 }
 
+std::optional<PackedShard> packed_shard(const Metadata& metadata) {
+  const auto it = metadata.find(kShardMetadataKey);
+  const std::optional<ShardList> list = it == metadata.end() ? std::nullopt : parse_shard_list(it->second);
+  if (!list || list->shards.size() != 1) return std::nullopt;
+  const auto source = metadata.find(kShardSourceMetadataKey);
+  return PackedShard{list->shards[0], list->count, list->records,
+                     source == metadata.end() ? std::string() : source->second};
+}
+
 std::optional<ShardList> parse_shard_list(std::string_view text) {
   const auto whole = [](std::string_view digits, int64_t& value) {
     const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);

@@ -64,30 +64,23 @@ std::string compared_fields(const Schema& dataset, const Schema& sources) {
 // between pack runs look like, and is named so.
 void check_every_shard(const Dataset& ds) {
   struct Pack {
-    int64_t count = 0, records = 0;
-    std::string source;
+    PackedShard first;                 // the pack's N, R and sources
     std::map<int64_t, int64_t> times;  // shard -> how many files hold it
   };
   std::vector<Pack> packs;
   for (const Dataset& part : ds.parts()) {
-    const Metadata& metadata = part.metadata();
-    const auto it = metadata.find(std::string(kShardMetadataKey));
-    const std::optional<ShardList> shard = it == metadata.end() ? std::nullopt : parse_shard_list(it->second);
-    if (!shard || shard->shards.size() != 1) continue;  // not one shard: a user's own value
-    const auto source_it = metadata.find(std::string(kShardSourceMetadataKey));
-    const std::string source = source_it == metadata.end() ? std::string() : source_it->second;
-    auto pack = std::find_if(packs.begin(), packs.end(), [&](const Pack& p) {
-      return p.count == shard->count && p.records == shard->records && p.source == source;
-    });
-    if (pack == packs.end()) pack = packs.insert(packs.end(), Pack{shard->count, shard->records, source, {}});
-    ++pack->times[shard->shards[0]];
+    const std::optional<PackedShard> shard = packed_shard(part.metadata());
+    if (!shard) continue;
+    auto pack = std::find_if(packs.begin(), packs.end(), [&](const Pack& p) { return p.first.same_pack(*shard); });
+    if (pack == packs.end()) pack = packs.insert(packs.end(), Pack{*shard, {}});
+    ++pack->times[shard->index];
   }
   for (const Pack& pack : packs) {
     int64_t most = 0;
     for (const auto& [k, n] : pack.times) most = std::max(most, n);
     std::string held, missing;
     int64_t listed = 0;
-    for (int64_t k = 0; k < pack.count; ++k) {
+    for (int64_t k = 0; k < pack.first.count; ++k) {
       const auto it = pack.times.find(k);
       const int64_t n = it == pack.times.end() ? 0 : it->second;
       if (n > 0) held += detail::str(held.empty() ? "" : ",", k);
@@ -99,15 +92,16 @@ void check_every_shard(const Dataset& ds) {
     std::map<int64_t, int64_t> across;
     int64_t packs_of_n = 0;
     for (const Pack& p : packs) {
-      if (p.count != pack.count) continue;
+      if (p.first.count != pack.first.count) continue;
       ++packs_of_n;
       for (const auto& [k, n] : p.times) across[k] += n;
     }
-    const bool other_sources = packs_of_n > 1 && static_cast<int64_t>(across.size()) == pack.count &&
+    const bool other_sources = packs_of_n > 1 && static_cast<int64_t>(across.size()) == pack.first.count &&
                                std::all_of(across.begin(), across.end(), [](const auto& kn) { return kn.second == 1; });
     throw ValueError(detail::str(
-        "these files hold shards ", held, "/", pack.count, " of ", pack.records, " records",
-        pack.source.empty() ? "" : detail::str(" (", kShardSourceMetadataKey, " ", pack.source, ")"), ": shard",
+        "these files hold shards ", held, "/", pack.first.count, " of ", pack.first.records, " records",
+        pack.first.source.empty() ? "" : detail::str(" (", kShardSourceMetadataKey, " ", pack.first.source, ")"),
+        ": shard",
         listed == 1 ? " " : "s ", missing, listed == 20 ? "..." : "",
         " missing", most > 1 ? detail::str(" (from one of ", most, " packs cut from inputs alike)") : std::string(),
         other_sources ? "; the other files hold the other shards of as many, cut from other inputs: were the "

@@ -77,6 +77,20 @@ struct ShardList {
 };
 std::optional<ShardList> parse_shard_list(std::string_view text);
 std::string to_string(const ShardList& list);
+
+// A file's place in a pack, as its metadata gives it; nullopt when it is not one shard (no
+// kShardMetadataKey, a subset's list, or a user's own value under the key).
+struct PackedShard {
+  int64_t index = 0;    // K
+  int64_t count = 0;    // N
+  int64_t records = 0;  // R
+  std::string source;   // kShardSourceMetadataKey's value; empty for shards written before it
+  // Shards of one pack have equal N, R and sources.
+  bool same_pack(const PackedShard& other) const {
+    return count == other.count && records == other.records && source == other.source;
+  }
+};
+std::optional<PackedShard> packed_shard(const Metadata& metadata);
 namespace detail {
 class DeflatedMember;
 }
