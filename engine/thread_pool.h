@@ -16,10 +16,10 @@
 // A loop wakes the sleeping workers only when one of its designated workers is not polling
 // (asleep, or running a task): then all of them, with one notify, and the first to run takes
 // the seat (waking only the designated ones let the help come in 99-106 of 200 loops of
-// 64 us after a sleep, against 200: 8 workers on a 2-vCPU VM). A worker that finds no seat for it goes back to sleep after a short
-// look, and a loop a worker is not needed for does not prolong its spin. So get_batch(
-// threads=2) in a loop keeps one worker polling, not every core of the machine
-// (bench/thread_pool_bench.cc measures what the others cost).
+// 64 us after a sleep, against 200: 8 workers on a 2-vCPU VM). A worker that finds no seat
+// for it goes back to sleep after a short look, and a loop a worker is not needed for does
+// not prolong its spin. So get_batch(threads=2) in a loop keeps one worker polling, not every
+// core of the machine (bench/thread_pool_bench.cc measures what the others cost).
 //
 // Thread safety: every method may be called from many threads at once. A task's exception is
 // delivered through its future (submit) or rethrown by parallel_for in the calling thread.
