@@ -127,10 +127,32 @@ namespace {
 // dataset of the wrong records. One pack's shards are the parts of equal N, R and sources
 // (kShardSourceMetadataKey; N and R alone for shards written before it). Packs may follow one
 // another or interleave: one rank's shards of several corpora, say. A shard number its pack
-// holds already is the same shard given twice, unless the two files' fingerprints differ:
-// inputs of the same names and sizes that hold other data (the fingerprints are read only
-// then, so concatenating stays O(1) a part). A concatenation of only some shards of one pack
+// holds already is the same shard given twice, unless the two files' fingerprints differ and
+// so do their records: inputs alike in names, sizes and sampled bytes that hold other data
+// (fingerprints and records are read only then, so concatenating stays O(1) a part). A concatenation of only some shards of one pack
 // (a quick run on part of the data) says which it holds under the key.
+// Whether two files that hold the same shard of alike sources hold the same records, judged
+// by the first, middle and last (copies, read under the parts' guards: a file truncated
+// meanwhile gives IoError). The same shard packed again with other options (codec, chunk
+// size) has other bytes and the same records; a shard of other data alike in names, sizes and
+// sampled bytes differs in nearly every record. A few chunks decoded, in this case only.
+bool same_records_sampled(const Dataset& a, const Dataset& b) {
+  if (a.size() != b.size() || !(a.schema() == b.schema())) return false;
+  const int64_t n = a.size();
+  std::vector<int64_t> records{0, n / 2, n - 1};
+  if (n == 0) records.clear();
+  records.erase(std::unique(records.begin(), records.end()), records.end());
+  for (const Field& field : a.schema().fields()) {
+    if (field.is_fixed()) {
+      if (!a.get_batch(records, field.name).equal(b.get_batch(records, field.name))) return false;
+      continue;
+    }
+    const RaggedBatch x = a.get_ragged_batch(records, field.name), y = b.get_ragged_batch(records, field.name);
+    if (!x.shapes.equal(y.shapes) || !x.values.equal(y.values)) return false;
+  }
+  return true;
+}
+
 void check_shard_order(Dataset::Concat& c) {
   struct Pack {
     PackedShard first;            // the pack's N, R and sources (and its first shard)
@@ -163,6 +185,10 @@ void check_shard_order(Dataset::Concat& c) {
         MMT_CHECK(c.parts[*earlier].fingerprint() != c.parts[p].fingerprint(), ValueError, "Dataset::concat: shard ",
                   k, " of ", shard->count, " is given twice: ", part_name(c, *earlier), " and ", part_name(c, p),
                   " are the same file or copies of it");
+        MMT_CHECK(!same_records_sampled(c.parts[*earlier], c.parts[p]), ValueError, "Dataset::concat: shard ", k,
+                  " of ", shard->count, " is given twice: ", part_name(c, *earlier), " and ", part_name(c, p),
+                  " hold the same records (the first, middle and last compared) in other bytes: the shard packed "
+                  "again with other options (codec, chunk size)?");
       }
       packs.push_back(Pack{*shard, {k}, {p}});  // the same shard of other data
       continue;

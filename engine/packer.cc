@@ -2,7 +2,9 @@
 // them. See include/mmtensor/packer.h.
 #include "mmtensor/packer.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -13,6 +15,7 @@
 #include <filesystem>
 #include <set>
 #include <utility>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "checksum.h"
@@ -522,8 +525,56 @@ RecordRange shard_records(int64_t records, int64_t shard, int64_t shards) {
 
 namespace {
 
+// A fingerprint of an input file's bytes that reads a few hundred KiB of it, whatever its size:
+// its first and last 64 KiB and 64 blocks of 4 KiB spread between. The ends hold what
+// changes with any value in the formats that carry a checksum (an .npz's central directory
+// lists each member's CRC-32, a .gz ends with its stream's); for a raw .npy or IDX file, an
+// array re-made with other values of the same shape differs in nearly every block. (Each
+// shard's packer reads only its share of the values, so reading them all is not an option.)
+uint64_t sampled_content_hash(const std::string& path) {
+  constexpr int64_t kEndBytes = int64_t{64} << 10, kBlockBytes = 4096, kBlocks = 64;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    throw IoError(str(path, ": cannot open: ", std::strerror(err)), err);
+  }
+  const detail::FileCloser closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    throw IoError(str(path, ": cannot stat: ", std::strerror(err)), err);
+  }
+  const int64_t size = st.st_size;
+  std::vector<std::pair<int64_t, int64_t>> spans;  // (offset, bytes), ascending, disjoint
+  if (size <= 2 * kEndBytes + kBlocks * kBlockBytes) {
+    spans.emplace_back(0, size);
+  } else {
+    spans.emplace_back(0, kEndBytes);
+    const int64_t between = size - 2 * kEndBytes - kBlockBytes;  // > kBlocks * kBlockBytes
+    for (int64_t k = 0; k < kBlocks; ++k) spans.emplace_back(kEndBytes + between / (kBlocks - 1) * k, kBlockBytes);
+    spans.emplace_back(size - kEndBytes, kEndBytes);
+  }
+  std::vector<std::byte> bytes(static_cast<size_t>(std::min(size, 2 * kEndBytes + kBlocks * kBlockBytes)));
+  int64_t filled = 0;
+  for (const auto& [offset, nbytes] : spans) {
+    for (int64_t done = 0; done < nbytes;) {
+      const ssize_t got = ::pread(fd, bytes.data() + filled, static_cast<size_t>(nbytes - done), offset + done);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) {
+        const int err = errno;
+        throw IoError(str(path, ": read failed at byte ", offset + done, ": ", std::strerror(err)), err);
+      }
+      if (got == 0) throw IoError(str(path, ": the file shrank while it was being read (at byte ", offset + done, ")"));
+      done += got;
+      filled += got;
+    }
+  }
+  return detail::checksum64(bytes.data(), static_cast<size_t>(filled));
+}
+
 // kShardSourceMetadataKey's value: what packers of the same inputs on any machine agree on
-// (base names, not paths), without reading the values (each packer reads its share only).
+// (base names, not paths, and sampled bytes of each file, not all its values: each packer
+// reads its share only).
 std::string sources_identity(const PackSources& sources) {
   std::string text = detail::str("records ", sources.records(), "; value bytes ", sources.total_bytes(), "; fields");
   for (const Field& f : sources.schema().fields()) {
@@ -557,7 +608,8 @@ std::string sources_identity(const PackSources& sources) {
       continue;
     }
     const auto size = fs::file_size(input, error);
-    text += detail::str("; ", name.string(), " of ", error ? 0 : size, " bytes");
+    text += detail::str("; ", name.string(), " of ", error ? 0 : size, " bytes, sampled ",
+                        detail::hex64(sampled_content_hash(input)));
   }
   return detail::hex64(detail::checksum64(text.data(), text.size()));
 }

@@ -1898,16 +1898,46 @@ TEST_F(MmtCli, VerifyRefusesShardsOutOfOrderRepeatedOrMissing) {
   EXPECT_FAILS_WITH(mixed, "shard 1 missing; the other files hold the other shards of as many, cut from other "
                            "inputs: were the inputs changed between pack runs");
   // Another corpus cut as alike as can be (same name, size and shape, other values) is
-  // another pack: a rank's shard of each reads and verifies as two datasets' shards would.
+  // another pack, which pack_source's sampled bytes tell: a rank's shard of each reads and
+  // verifies as two datasets' shards would.
   save("x.npy", arange(1000, 1060, 1, kInt32).view({30, 2}));
   const std::string other = path("other-1.mmt");
   ASSERT_EQ(run_mmt({"pack", other, "x=" + path("x.npy"), "--shard", "1/3", "--quiet"}).exit_code, 0);
   EXPECT_EQ(run_mmt({"info", parts[1], other}).exit_code, 0);
   const RunResult rank_1 = run_mmt({"verify", parts[1], other});
-  EXPECT_FAILS_WITH(rank_1, "shards 0, 2 missing (from one of 2 packs cut from inputs alike)");
+  EXPECT_FAILS_WITH(rank_1, "shards 0, 2 missing; verify checks the dataset whole");
   EXPECT_EQ(rank_1.err.find("changed"), std::string::npos) << rank_1.err;
-  // A shard given again after another pack of inputs alike is still the same shard twice.
   EXPECT_FAILS_WITH(run_mmt({"verify", parts[0], parts[1], parts[2], other, parts[1]}), "shard 1 of 3 is given twice");
+
+  // Class folders are told by their files' names only (a shard's packer reads its own files
+  // alone): two corpora whose files have the same names read as packs of inputs alike, told
+  // apart by the shards' own bytes.
+  fs::create_directories(path("imgs/a"));
+  fs::create_directories(path("imgs/b"));
+  for (const char* file : {"imgs/a/1", "imgs/a/2", "imgs/b/3"}) testutil::write_file(path(file), testutil::to_bytes(file));
+  std::vector<std::string> folder_parts;
+  for (int k = 0; k < 3; ++k) {
+    folder_parts.push_back(path("folder-" + std::to_string(k) + ".mmt"));
+    ASSERT_EQ(run_mmt({"pack", folder_parts.back(), "--folder", path("imgs"), "--shard", std::to_string(k) + "/3",
+                       "--quiet"}).exit_code, 0);
+  }
+  // The same shard packed again with another codec: the same records (bytes fields), in
+  // other bytes.
+  const std::string zstd_folder_1 = path("zstd-folder-1.mmt");
+  ASSERT_EQ(run_mmt({"pack", zstd_folder_1, "--folder", path("imgs"), "--shard", "1/3", "--codec", "zstd", "--quiet"})
+                .exit_code, 0);
+  EXPECT_FAILS_WITH(run_mmt({"verify", folder_parts[0], folder_parts[1], zstd_folder_1}),
+                    "hold the same records (the first, middle and last compared) in other bytes");
+  testutil::write_file(path("imgs/a/2"), testutil::to_bytes("IMGS/A/2"));  // as long
+  const std::string other_folder_1 = path("other-folder-1.mmt");
+  ASSERT_EQ(run_mmt({"pack", other_folder_1, "--folder", path("imgs"), "--shard", "1/3", "--quiet"}).exit_code, 0);
+  const RunResult folder_rank_1 = run_mmt({"verify", folder_parts[1], other_folder_1});
+  EXPECT_FAILS_WITH(folder_rank_1, "shards 0, 2 missing (from one of 2 packs cut from inputs alike)");
+  EXPECT_EQ(folder_rank_1.err.find("changed"), std::string::npos) << folder_rank_1.err;
+  // A shard given again after another pack of inputs alike is still the same shard twice.
+  EXPECT_FAILS_WITH(run_mmt({"verify", folder_parts[0], folder_parts[1], folder_parts[2], other_folder_1,
+                             folder_parts[1]}),
+                    "shard 1 of 3 is given twice");
 }
 
 // A shard checked alone against the pack's inputs was refused ("holds 10 records but the

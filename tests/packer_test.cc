@@ -411,6 +411,89 @@ TEST(PackerTest, ShardsPackedApartReadAsOnePackOfEverything) {
   EXPECT_NE(source_of(dir.file("photos"), dir.file("renamed.mmt")), as_packed);
 }
 
+// Shards cut from an input re-made between pack runs with other values of the same shape (same
+// name, same size) are shards of two packs, not one: pack_source samples each input's bytes.
+// A copy of the inputs elsewhere (another machine's disk) gives the same value.
+TEST(PackerTest, ShardsOfAnInputRemadeWithOtherValuesAreShardsOfTwoPacks) {
+  TempDir dir;
+  const auto pack_source = [&](const std::string& input, const std::string& name, int64_t shard) {
+    PackOptions options;
+    options.shard = shard;
+    options.shards = 3;
+    const std::string out = dir.file(name);
+    pack_dataset(out, PackSources::from_arrays(std::vector<std::string>{"a=" + input}), options);
+    return Dataset::open(out).metadata().at(std::string(kShardSourceMetadataKey));
+  };
+  fs::create_directories(dir.path() / "here");
+  fs::create_directories(dir.path() / "there");
+  const std::string here = dir.file("here/a.npy"), there = dir.file("there/a.npy");
+  save_npy(here, arange(30, kInt32).view({10, 3}));
+  const std::string first = pack_source(here, "old0.mmt", 0);
+  pack_source(here, "old1.mmt", 1);
+  fs::copy_file(here, there);
+  EXPECT_EQ(pack_source(there, "copy1.mmt", 1), first);
+  // The same shard packed again with other options (here zstd chunks): other bytes, the same
+  // records, the same shard given twice.
+  PackOptions zstd;
+  zstd.shard = 1;
+  zstd.shards = 3;
+  zstd.writer.codec = CodecSpec::parse("zstd");
+  pack_dataset(dir.file("old1-zstd.mmt"), PackSources::from_arrays(std::vector<std::string>{"a=" + here}), zstd);
+  EXPECT_NE(Dataset::open(dir.file("old1-zstd.mmt")).fingerprint(), Dataset::open(dir.file("old1.mmt")).fingerprint());
+  EXPECT_THROW_WITH(Dataset::open_concat({dir.file("old0.mmt"), dir.file("old1.mmt"), dir.file("old1-zstd.mmt")}),
+                    ValueError,
+                    "shard 1 of 3 is given twice: part 1 (" + dir.file("old1.mmt") + ") and part 2 (" +
+                        dir.file("old1-zstd.mmt") +
+                        ") hold the same records (the first, middle and last compared) in other bytes: the shard "
+                        "packed again with other options (codec, chunk size)?");
+  save_npy(here, arange(1000, 1030, 1, kInt32).view({10, 3}));
+  EXPECT_NE(pack_source(here, "new1.mmt", 1), first);
+  pack_source(here, "new2.mmt", 2);
+  const Dataset mixed = Dataset::open_concat({dir.file("old0.mmt"), dir.file("new1.mmt"), dir.file("new2.mmt")});
+  EXPECT_EQ(mixed.metadata().count(std::string(kShardMetadataKey)), 0u);  // not one pack's shards
+  EXPECT_EQ(Dataset::open_concat({dir.file("old0.mmt"), dir.file("copy1.mmt")}).metadata().at(
+                std::string(kShardMetadataKey)),
+            "0,1/3 of 10");
+
+  // A large .npy: a value changed in its last 64 KiB changes the value; changed back, the value
+  // is the first one again. (One between the blocks sampled would go unseen.)
+  const int64_t rows = 1 << 18;  // 1 MiB of int32
+  save_npy(there, arange(rows, kInt32).view({rows, 1}));
+  const std::string large = pack_source(there, "large.mmt", 1);
+  const auto change_byte_at = [&](int64_t offset) {
+    testutil::Bytes bytes = testutil::read_file(there);
+    bytes[static_cast<size_t>(offset)] ^= std::byte{1};
+    testutil::write_file(there, bytes);
+  };
+  const int64_t size = static_cast<int64_t>(fs::file_size(there));
+  change_byte_at(size - 5);
+  EXPECT_NE(pack_source(there, "large-end.mmt", 1), large);
+  change_byte_at(size - 5);
+  EXPECT_EQ(pack_source(there, "large-back.mmt", 1), large);
+
+  // An .npz: any changed value changes a member's CRC-32, which the archive's directory (at
+  // its end) lists, wherever the value lies.
+  const auto npz_source = [&](int32_t middle_value, bool deflate) {
+    std::vector<int32_t> v(rows, 7);
+    v[rows / 2 + 1000] = middle_value;
+    testutil::write_file(dir.file("z.npz"),
+                         testutil::zip_archive({{"a.npy", testutil::npy_file("<i4", false, "(262144,)",
+                                                                             testutil::element_bytes(v, false)),
+                                                 deflate}}));
+    PackOptions options;
+    options.shard = 0;
+    options.shards = 2;
+    options.writer.overwrite = true;
+    pack_dataset(dir.file("z.mmt"), PackSources::from_arrays(std::vector<std::string>{dir.file("z.npz")}), options);
+    return Dataset::open(dir.file("z.mmt")).metadata().at(std::string(kShardSourceMetadataKey));
+  };
+  for (bool deflate : {false, true}) {
+    SCOPED_TRACE(deflate ? "deflated" : "stored");
+    EXPECT_NE(npz_source(7, deflate), npz_source(8, deflate));
+    EXPECT_EQ(npz_source(7, deflate), npz_source(7, deflate));
+  }
+}
+
 // A folder record that differs named its source "data=DIR", which the user never typed; it
 // names the file now, and the first byte that differs.
 TEST(PackerTest, AFolderRecordThatDiffersNamesItsFile) {

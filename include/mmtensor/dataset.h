@@ -203,7 +203,9 @@ class Dataset {
   //     pack's carries the ones it holds ("0,2/3 of R"). Shards of several packs may follow
   //     one another or interleave (one rank's shards of several corpora). A shard number its
   //     pack holds already is the same shard given twice unless the two files' fingerprints
-  //     (read only then) differ: inputs alike in name and size that hold other data.
+  //     and records (the first, middle and last; read only then) differ: inputs alike in
+  //     name, size and sampled bytes (a class folder: in file names) that hold other data.
+  //     (The same shard packed again with another codec or chunk size has the same records.)
   //   - open_concat() opens every path with `options` and gives the parts one chunk cache, of
   //     options.cache_bytes in all. concat() takes handles already open (their caches stay
   //     theirs); parts that are concatenations themselves are flattened. One part gives that

@@ -61,11 +61,14 @@ inline constexpr std::string_view kFortranOrderMetadataKey = "npy_fortran_order"
 // "K1,K2,.../N of R" under it, and `mmt verify` of several files refuses a pack incomplete.
 inline constexpr std::string_view kShardMetadataKey = "pack_shard";
 // Beside it, which sources the shard was cut from: 16 hex digits hashing the sources' record
-// count, bytes of values, fields, class names and input files (base names and sizes), so
-// that processes packing shards of the same inputs apart (on other machines too) write the
-// same value, and shards of other inputs, or of inputs that changed between the runs, write
-// another. One pack's shards are those with equal N, R and this value (N and R alone for
-// shards written before it existed).
+// count, bytes of values, fields, class names and input files (base names, sizes, and bytes
+// sampled from each: its first and last 64 KiB, which hold an .npz's member CRC-32s and a
+// .gz's, and 64 blocks of 4 KiB between; for a class folder, its files' names), so that
+// processes packing shards of the same inputs apart (on other machines too) write the same
+// value, and shards of other inputs, or of inputs that changed between the runs, write
+// another (but for a change to a raw .npy or IDX file that no sampled block sees, or to a
+// class file that keeps its name). One pack's shards are those with equal N, R and this
+// value (N and R alone for shards written before it existed).
 inline constexpr std::string_view kShardSourceMetadataKey = "pack_source";
 
 // The shards a kShardMetadataKey value names, or nullopt for text of another form (the key
