@@ -640,15 +640,17 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
   for (const Field& field : sources.schema())
     if (field.is_fixed()) record_bytes += field.fixed_nbytes();
   const int64_t batch_records = std::clamp<int64_t>(kBatchBytes / record_bytes, 1, kBatchRecords);
+  const auto stop_if_cancelled = [&](int64_t done) {
+    if (!options.cancel || !options.cancel->load(std::memory_order_relaxed)) return;
+    writer.abort();
+    std::error_code ec;
+    const bool existed = fs::exists(fs::symlink_status(path, ec));  // only an old file, --force's
+    throw PackCancelled(str("packing ", path, " was interrupted after ", done, " of ", range.size(), " records; ",
+                            path, existed ? " was left as it was" : " was not created"));
+  };
   std::vector<Tensor> values;
   for (int64_t i = range.begin; i < range.end;) {
-    if (options.cancel && options.cancel->load(std::memory_order_relaxed)) {
-      writer.abort();
-      std::error_code ec;
-      const bool existed = fs::exists(fs::symlink_status(path, ec));  // only an old file, --force's
-      throw PackCancelled(str("packing ", path, " was interrupted after ", i - range.begin, " of ", range.size(),
-                              " records; ", path, existed ? " was left as it was" : " was not created"));
-    }
+    stop_if_cancelled(i - range.begin);
     const int64_t count = std::min(batch_records, range.end - i);
     if (sources.record_batch(i, count, values)) {
       writer.append_batch(std::span<const Tensor>(values));
@@ -666,7 +668,11 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
   // A shard that ends before the last record stopped reading a deflated member short of its
   // end, where its CRC-32 is checked: read the rest, so no shard is published from a corrupt
   // archive (each shard's process checks the whole member, as a pack of everything does).
+  // A cancel set during the last records (by a progress report) still stops the pack, before
+  // the reading of the rest of the inputs and the publishing; finish() itself runs to its end.
+  stop_if_cancelled(range.size());
   if (range.end < sources.records()) sources.check_unread_inputs();
+  stop_if_cancelled(range.size());
   WriteStats stats = writer.finish();
   if (options.on_progress) options.on_progress(stats);
   return stats;

@@ -77,6 +77,10 @@ void bind_pack(py::module_& m) {
         const PackSources sources = dir.empty() ? PackSources::from_arrays(specs) : PackSources::from_folder(dir);
         return pack_dataset(path, sources, options);
       });
+      // A Ctrl-C taken by the last progress report (the one after finish(), or one during the
+      // last records that came too late to cancel) is not lost: the dataset is published
+      // whole, and the KeyboardInterrupt raised as Python raises one after a call returns.
+      if (interrupted) throw *interrupted;
       return stats_dict(stats);
     } catch (const PackCancelled&) {
       if (interrupted) throw *interrupted;
@@ -99,7 +103,9 @@ inputs: a dict {field: path} or a list of "NAME=PATH" and "PATH.npz" (.npy, .npz
 files, gzipped or not); folder: a class folder instead, one record per file (field "data",
 its bytes; "label", its class's index; the class names in metadata["classes"]). Large
 arrays are read where they lie, not into memory. The file appears complete or not at all:
-an error or Ctrl-C (KeyboardInterrupt) leaves `output` as it was. shard=(k, n) packs only
+an error or Ctrl-C (KeyboardInterrupt) leaves `output` as it was (a Ctrl-C that comes while
+the file is being finished, its last chunks compressed and synced, is raised once it is
+published whole). shard=(k, n) packs only
 share k of n (k from 0), so n processes pack in parallel; Dataset([the n files]) reads
 them as one, in order.)doc");
 }
