@@ -275,6 +275,8 @@ std::shared_ptr<const Dataset::Concat> Dataset::Concat::make(std::vector<Dataset
     c->first_chunk.push_back(chunks);
     if (p > 0) c->path += ", ";
     c->path += part.path;
+    if (p > 0) c->absolute_path += ", ";
+    c->absolute_path += part.absolute_path;
   }
   if (fortran_order_agrees && fortran_order && !fortran_order->empty())
     c->metadata[std::string(kFortranOrderMetadataKey)] = *fortran_order;

@@ -65,6 +65,7 @@ struct Dataset::Concat {
   std::shared_ptr<const Schema> schema;  // the first part's (every part's is equal)
   Metadata metadata;                     // the union of the parts'
   std::string path;                      // the parts' paths joined by ", "
+  std::string absolute_path;             // the parts' absolute paths, joined alike
   ReaderOptions options;
   mutable std::atomic<uint64_t> fingerprint{0};  // 0 until computed
   // Every part uncompressed with fixed fields back to back (kFlagContiguousFixedLayout): a

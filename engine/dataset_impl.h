@@ -98,6 +98,7 @@ struct DecodedMemory {
 
 struct Dataset::Impl {
   std::string path;
+  std::string absolute_path;  // path against the working folder at open()
   ReaderOptions options;
   UntypedStorage file;  // the whole file, read-only
   const std::byte* base = nullptr;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "checksum.h"
 #include "dataset_concat.h"
@@ -43,6 +44,9 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
 
   auto impl = std::make_shared<Impl>();
   impl->path = path;
+  std::error_code no_working_folder;  // removed under the process: the path as given
+  const std::filesystem::path absolute = std::filesystem::absolute(path, no_working_folder);
+  impl->absolute_path = no_working_folder ? path : absolute.string();
   impl->options = options;
   try {
     impl->file = UntypedStorage::map_file(path, MapMode::ReadOnly);
@@ -209,6 +213,9 @@ int64_t Dataset::size() const { return concat_ ? concat_->size() : checked_impl(
 const Schema& Dataset::schema() const { return concat_ ? *concat_->schema : *checked_impl(impl_).schema; }
 const Metadata& Dataset::metadata() const { return concat_ ? concat_->metadata : checked_impl(impl_).metadata; }
 const std::string& Dataset::path() const { return concat_ ? concat_->path : checked_impl(impl_).path; }
+const std::string& Dataset::absolute_path() const {
+  return concat_ ? concat_->absolute_path : checked_impl(impl_).absolute_path;
+}
 const ReaderOptions& Dataset::options() const { return concat_ ? concat_->options : checked_impl(impl_).options; }
 int64_t Dataset::num_chunks() const { return concat_ ? concat_->num_chunks() : checked_impl(impl_).chunk_count; }
 

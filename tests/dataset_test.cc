@@ -128,6 +128,28 @@ TEST_P(CodecRoundTrip, FixedOnlyChunkedByBytes) {
 
 INSTANTIATE_TEST_SUITE_P(Codecs, CodecRoundTrip, ::testing::Values("none", "lz4", "lz4:9", "zstd", "zstd:19"));
 
+// path() is as given; absolute_path() names the file opened whatever the working folder
+// becomes (a pickled Dataset reopened after a chdir read another file, or none).
+TEST(DatasetTest, AbsolutePathIsFixedAtOpen) {
+  TempDir dir;
+  for (const char* name : {"a.mmt", "b.mmt"}) {
+    DatasetWriter writer = DatasetWriter::create(dir.file(name), Schema({Field::fixed("x", kInt32, {})}));
+    writer.append({full({}, 1, kInt32)});
+    writer.finish();
+  }
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  const Dataset one = Dataset::open("a.mmt");
+  const Dataset both = Dataset::open_concat({"a.mmt", "./b.mmt"});
+  std::filesystem::current_path("/");
+  EXPECT_EQ(one.path(), "a.mmt");
+  EXPECT_EQ(one.absolute_path(), dir.file("a.mmt"));
+  EXPECT_EQ(Dataset::open(one.absolute_path()).fingerprint(), one.fingerprint());
+  EXPECT_EQ(both.absolute_path(), dir.file("a.mmt") + ", " + (dir.path() / "./b.mmt").string());
+  EXPECT_EQ(both.parts()[1].absolute_path(), (dir.path() / "./b.mmt").string());
+  std::filesystem::current_path(before);
+}
+
 TEST(DatasetTest, RaggedOnlyChunkedByBytesUsesChunkSearch) {
   TempDir dir;
   Schema schema({Field::bytes("jpeg"), Field::ragged("boxes", kFloat32, {kVariableDim, 4})});

@@ -254,6 +254,11 @@ class Dataset {
   const Schema& schema() const;
   const Metadata& metadata() const;
   const std::string& path() const;
+  // The path made absolute against the working folder at open() (path() is as given), so
+  // that a later chdir does not change which file it names: what reopens the dataset in
+  // another process (a pickled Dataset in a worker). A concatenation joins its parts' as
+  // path() does.
+  const std::string& absolute_path() const;
   const ReaderOptions& options() const;  // as given to open()
   DatasetInfo info() const;
   int64_t num_chunks() const;

@@ -266,18 +266,18 @@ method may be called from many threads.)doc")
       // DataLoader's worker processes need under "spawn" (a mapping cannot be sent).
       .def(py::pickle(
           [](const Dataset& ds) {
-            // The absolute path (a worker may run elsewhere) and the fingerprint, so that a
-            // file replaced in between is refused rather than read as the one pickled.
-            // Shards as the list of their paths.
+            // The absolute path as of open() (a worker may run elsewhere, and the working
+            // folder may have changed since) and the fingerprint, so that a file replaced in
+            // between is refused rather than read as the one pickled. Shards as the list of
+            // their paths.
             const ReaderOptions& o = ds.options();
-            const py::object abspath = py::module_::import("os").attr("path").attr("abspath");
             const std::vector<Dataset> parts = ds.parts();
             py::object path;
             if (parts.size() == 1) {
-              path = abspath(ds.path());
+              path = py::str(ds.absolute_path());
             } else {
               py::list paths;
-              for (const Dataset& part : parts) paths.append(abspath(part.path()));
+              for (const Dataset& part : parts) paths.append(py::str(part.absolute_path()));
               path = std::move(paths);
             }
             return py::make_tuple(path, o.cache_bytes, o.verify_checksums, o.verify_uncompressed,

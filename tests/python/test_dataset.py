@@ -285,6 +285,19 @@ class ShardsTest(unittest.TestCase):
         again = pickle.loads(pickle.dumps(ds))
         self.assertEqual(again.paths, self.paths)
         self.assertEqual(again.fingerprint(), ds.fingerprint())
+        # Opened by relative paths, then the working folder changes (Hydra does): the pickle
+        # names the files that were opened, not the relative paths against the new folder.
+        here = os.getcwd()
+        try:
+            os.chdir(self.dir.name)
+            relative = mmtensor.Dataset([os.path.basename(p) for p in self.paths])
+            one = mmtensor.Dataset(os.path.basename(self.paths[0]))
+            os.chdir("/")
+            self.assertEqual(pickle.loads(pickle.dumps(relative)).paths, self.paths)
+            self.assertEqual(len(pickle.loads(pickle.dumps(one))), 40)
+            self.assertEqual(one.path, os.path.basename(self.paths[0]))  # as given
+        finally:
+            os.chdir(here)
         with mmtensor.Loader(ds, batch_size=16, sampler="quasi_random", seed=1, num_workers=2) as loader:
             seen = []
             for batch in loader:
