@@ -30,6 +30,13 @@ def _checked(samples):
     samples = list(samples)
     if not samples:
         raise ValueError("collate: no samples to collate")
+    for k, sample in enumerate(samples):
+        if not isinstance(sample, Sample):
+            # A Sample sent through pickle (a DataLoader's batch_sampler=None path, a queue)
+            # arrives as a dict of its tensors, without the schema this needs.
+            raise TypeError(f"collate: sample {k} is a {type(sample).__name__}, not an mmtensor.Sample (a pickled "
+                            "Sample becomes a dict of its tensors: collate where the samples are read, in the "
+                            "DataLoader's worker, as collate_fn does)")
     fields = samples[0].fields
     for k, sample in enumerate(samples[1:], start=1):
         if sample.fields != fields:  # name, dtype, shape and layout: a batch has one of each

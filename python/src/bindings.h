@@ -196,6 +196,10 @@ Tensor tensor_of_dlpack(const py::handle& producer);
 // a number), converted to `dtype` only when every value survives exactly. An array or tensor
 // of another dtype is refused: a silent cast could lose data.
 Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::string& what);
+// The integer an object's __index__ gives (an int, np.int64, a 0-d integer array), with its
+// overflow past int64 reported in `overflow`; __index__'s own error (a 0-d float array, an
+// object whose __index__ raises) is raised as it is.
+long long index_value(const py::handle& value, int& overflow);
 // Record indices from any integer sequence or array, as int64; also a boolean mask of
 // `mask_length` entries (the records), where one is taken (mask_length >= 0).
 std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length = -1);

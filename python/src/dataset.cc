@@ -313,7 +313,7 @@ method may be called from many threads.)doc")
                                (PyIndex_Check(key.ptr()) && np.attr("ndim")(key).cast<int>() == 0);
         if (one_index) {
           int overflow = 0;
-          const long long index = PyLong_AsLongLongAndOverflow(py::reinterpret_steal<py::object>(PyNumber_Index(key.ptr())).ptr(), &overflow);
+          const long long index = index_value(key, overflow);
           if (overflow) throw py::index_error("record index " + py::str(key).cast<std::string>() + " is out of range");
           return py::cast(without_gil([&] { return ds.get(index); }));
         }

@@ -178,6 +178,12 @@ py::object own_copy_if_mapped(const py::object& self) {
   return wrap(without_gil([&] { return s.tensor.clone(); }));
 }
 
+// `self OP other` for OP one of operator's comparisons, through NumPy (on a copy of a mapped
+// tensor, as tolist): a tensor on the other side goes through its __array__.
+py::object compare(const py::object& self, const py::object& other, const char* op) {
+  return py::module_::import("operator").attr(op)(to_numpy(own_copy_if_mapped(self)), other);
+}
+
 // t.clone() and copy.deepcopy(t): memory of its own, the layout kept, no batch slot held.
 py::object clone_of(const PyTensor& s) {
   check_live(s);
@@ -578,6 +584,15 @@ Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::str
   return tensor_of_array(converted, false);
 }
 
+long long index_value(const py::handle& value, int& overflow) {
+  const py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!index) throw py::error_already_set();
+  overflow = 0;
+  const long long result = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (result == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return result;
+}
+
 std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length) {
   // Text, sets, dicts, iterators and single numbers are no sequence of indices: NumPy would
   // make a 0-d or object array of them, and the message would be about dimensions.
@@ -598,7 +613,7 @@ std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length) 
       if (py::isinstance<py::bool_>(item) || !PyIndex_Check(item.ptr()))
         throw py::type_error(std::string("indices must be integers, got ") + Py_TYPE(item.ptr())->tp_name);
       int overflow = 0;
-      (void)PyLong_AsLongLongAndOverflow(py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr())).ptr(), &overflow);
+      (void)index_value(item, overflow);
       if (overflow) throw py::index_error("index " + py::str(item).cast<std::string>() + " is out of range");
     }
     array = np.attr("asarray")(indices, "int64");
@@ -743,6 +758,17 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
                                 " is ambiguous");
         return item_object(s).cast<bool>();
       })
+      // Comparisons by value, element by element, as NumPy and torch compare (the result is a
+      // NumPy array, or np.bool_ for one element): without them `t == 5` fell back to
+      // identity and was False for a tensor holding 5. A CUDA tensor is refused (cpu() first),
+      // as numpy() refuses it. Hashing stays by identity, as torch's.
+      .def("__eq__", [](const py::object& self, const py::object& other) { return compare(self, other, "eq"); })
+      .def("__ne__", [](const py::object& self, const py::object& other) { return compare(self, other, "ne"); })
+      .def("__lt__", [](const py::object& self, const py::object& other) { return compare(self, other, "lt"); })
+      .def("__le__", [](const py::object& self, const py::object& other) { return compare(self, other, "le"); })
+      .def("__gt__", [](const py::object& self, const py::object& other) { return compare(self, other, "gt"); })
+      .def("__ge__", [](const py::object& self, const py::object& other) { return compare(self, other, "ge"); })
+      .def("__hash__", [](const py::object& self) { return py::hash(py::module_::import("builtins").attr("id")(self)); })
       .def("__iter__", [](const py::object& self) {
         if (self.cast<const PyTensor&>().tensor.dim() == 0) throw py::type_error("iteration over a 0-d tensor");
         return py::iter(to_numpy(self));
@@ -779,7 +805,8 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
            py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
            "DLPack export (torch.from_dlpack, np.from_dlpack): the same memory, or a copy for a view into a "
            "read-only file mapping, which DLPack cannot mark read-only. bool goes as DLPack's bool, which torch 1.x "
-           "refuses ('Unsupported code 6'): there, use torch.from_numpy(t.numpy())")
+           "refuses ('Unsupported code 6'): there, use torch.from_numpy(np.array(t)), a copy (torch.from_numpy of "
+           "t.numpy(), read-only, only warns, and an in-place op on it would crash the process)")
       .def("__dlpack_device__", [](const PyTensor& s) {
         return s.tensor.device().is_cuda() ? py::make_tuple(static_cast<int>(kDLCUDA), s.tensor.device().index)
                                            : py::make_tuple(static_cast<int>(kDLCPU), 0);

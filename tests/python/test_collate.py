@@ -147,6 +147,9 @@ class CollateTest(unittest.TestCase):
                                  "tokens": self.tokens[:2]})
         with self.assertRaisesRegex(ValueError, "one schema only"):
             mmtensor.collate([ds[0], mmtensor.Dataset(as_float)[1]])
+        # A Sample that went through pickle is a dict: named, not an AttributeError on .fields.
+        with self.assertRaisesRegex(TypeError, "sample 1 is a dict, not an mmtensor.Sample"):
+            mmtensor.collate([ds[0], pickle.loads(pickle.dumps(ds[1]))])
 
     def test_bfloat16_is_refused_by_numpy_paths_with_an_error_not_an_abort(self):
         path = os.path.join(self.dir.name, "bf16.mmt")

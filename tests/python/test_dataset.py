@@ -351,6 +351,19 @@ class ErrorTest(unittest.TestCase):
         for indices in [5, {1, 2}, "12", (i for i in range(2)), [1.5]]:
             with self.subTest(indices=indices), self.assertRaises(TypeError):
                 ds.get_batch(indices, "y")
+
+        # An object whose __index__ fails (a 0-d float array, a class of one's own): its own
+        # error, as a list raises it, not SystemError (and no record read meanwhile).
+        class BadIndex:
+            def __index__(self):
+                raise TypeError("no index here")
+        for key in [np.array(3.0), np.array(True), BadIndex()]:
+            with self.subTest(key=key), self.assertRaises(TypeError):
+                ds[key]
+        with self.assertRaisesRegex(TypeError, "no index here"):
+            ds[[BadIndex()]]
+        with self.assertRaisesRegex(TypeError, "no index here"):
+            ds.get_batch([1, BadIndex()], "y")
         for big in [[2**70], np.array([2**63], np.uint64)]:
             with self.assertRaises(IndexError):
                 ds[big]
@@ -467,6 +480,18 @@ class PythonConventionsTest(unittest.TestCase):
         self.assertEqual([10, 20, 30][ds[3]["u"]], 20)
         with self.assertRaisesRegex(TypeError, "only integer tensors"):
             [10, 20, 30][ds[3]["f"]]
+        # Comparisons by value, element by element, as NumPy and torch compare (they fell back
+        # to identity: ds[3]["u"] == 1 was False); hashing stays by identity, as torch's.
+        one = ds[3]["u"]
+        self.assertTrue(one == 1)
+        self.assertFalse(one != 1)
+        self.assertTrue(ds[3]["u"] == ds[3]["u"])
+        self.assertIn(one, [0, 1])
+        self.assertEqual([i for i in range(4) if ds[i]["u"] == 5], [2])
+        self.assertTrue((one < 2) and (one <= 1) and (one > 0) and (one >= 1))
+        np.testing.assert_array_equal(ds.column("u") == np.array([2**64 - 1, 0, 5, 1], np.uint64), [True] * 4)
+        np.testing.assert_array_equal(ds.column("b") != ds.column("b"), [False] * 4)
+        self.assertEqual(len({one, ds[3]["u"]}), 2)  # two objects, as two torch tensors are
         # Truth: one element by its value; more are ambiguous, as in torch and NumPy.
         self.assertEqual((bool(ds[0]["b"]), bool(ds[1]["b"]), bool(ds[1]["u"])), (True, False, False))
         with self.assertRaisesRegex(ValueError, "ambiguous"):
