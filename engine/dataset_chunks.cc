@@ -310,13 +310,16 @@ void Dataset::verify() const {
   } restore_advice{d};
   // Padding is zero (FORMAT.md): readers never look at it, but a flipped byte there is damage
   // all the same, and verify() promises every byte outside the payloads it hashes is checked.
-  const auto check_zero_padding = [&](uint64_t begin, uint64_t end, const char* where) {
+  const auto first_nonzero = [&](uint64_t begin, uint64_t end) {
     const std::byte* bytes = d.base;
-    const uint64_t nonzero = d.guarded([&] {
+    return d.guarded([&] {
       for (uint64_t at = begin; at < end; ++at)
         if (bytes[at] != std::byte{0}) return at;
       return end;
     });
+  };
+  const auto check_zero_padding = [&](uint64_t begin, uint64_t end, const char* where) {
+    const uint64_t nonzero = first_nonzero(begin, end);
     MMT_CHECK(nonzero == end, FormatError, d.path, ": padding byte at offset ", nonzero, " (", where, ") is not zero");
   };
   check_zero_padding(static_cast<uint64_t>(format::kPreambleBytes), static_cast<uint64_t>(d.data_offset),
@@ -332,7 +335,17 @@ void Dataset::verify() const {
               " starts at record ", e.first_record, ", expected ", expected_first, " (chunks hold records in order)");
     MMT_CHECK(e.file_offset >= previous_end, FormatError, d.path, ": chunk ", c, " at byte offset ", e.file_offset,
               " overlaps the previous chunk, which ends at byte ", previous_end);
-    check_zero_padding(previous_end, e.file_offset, "between chunks");
+    if (const uint64_t nonzero = first_nonzero(previous_end, e.file_offset); nonzero != e.file_offset) {
+      // Bytes before this chunk's payload: damage, or a later chunk's payload placed before
+      // it, which is named as such (looked for only now, on the way to an error).
+      for (int64_t later = c + 1; later < d.chunk_count; ++later) {
+        const format::ChunkEntry l = d.check_entry(later);
+        MMT_CHECK(nonzero < l.file_offset || nonzero - l.file_offset >= l.stored_bytes, FormatError, d.path,
+                  ": chunk ", later, "'s payload (at byte offset ", l.file_offset, ") lies before chunk ", c,
+                  "'s (at byte offset ", e.file_offset, "); payloads must lie in the chunk table's order");
+      }
+      check_zero_padding(previous_end, e.file_offset, "between chunks");
+    }
     expected_first += e.record_count;
     previous_end = e.file_offset + e.stored_bytes;
     ChunkRef ref;

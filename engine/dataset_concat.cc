@@ -379,6 +379,7 @@ DatasetInfo Dataset::Concat::info() const {
     } else if (part.codec != total.codec) {
       total.codecs_differ = true;
     }
+    total.codecs_differ = total.codecs_differ || part.codecs_differ;
     MMT_CHECK(format::checked_add(total.file_bytes, part.file_bytes, &total.file_bytes) &&
                   format::checked_add(total.stored_bytes, part.stored_bytes, &total.stored_bytes) &&
                   format::checked_add(total.decoded_bytes, part.decoded_bytes, &total.decoded_bytes),

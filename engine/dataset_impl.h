@@ -108,6 +108,7 @@ struct Dataset::Impl {
   std::shared_ptr<const Schema> schema;
   Metadata metadata;
   CodecSpec codec;
+  bool codec_named = true;  // the schema block names it (else info() reads the chunks')
   std::string writer;
   format::RecordLayout layout;
   std::vector<FieldPlan> plans;

@@ -160,6 +160,7 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   impl->schema = std::make_shared<const Schema>(std::move(block.schema));
   impl->metadata = std::move(block.metadata);
   impl->codec = block.codec;
+  impl->codec_named = block.codec_named;
   impl->writer = std::move(block.writer);
   if (impl->chunk_count > 0) {
     impl->validated_chunks.reset(
@@ -252,6 +253,13 @@ DatasetInfo Dataset::info() const {
   info.codec = d.codec;
   for (int64_t c = 0; c < d.chunk_count; ++c) {
     format::ChunkEntry entry = d.check_entry(c);
+    if (!d.codec_named) {
+      // Another writer's file whose schema block names no codec: the chunks' own, and
+      // "differ" when they do (no level: a chunk does not record it).
+      const CodecSpec chunk_codec{static_cast<Codec>(entry.codec), 0};
+      if (c == 0) info.codec = chunk_codec;
+      else if (chunk_codec.codec != info.codec.codec) info.codecs_differ = true;
+    }
     // Entries are checked one by one, not against each other (verify() does that): a table
     // whose entries share payloads could sum past int64.
     MMT_CHECK(format::checked_add(info.stored_bytes, static_cast<int64_t>(entry.stored_bytes), &info.stored_bytes) &&

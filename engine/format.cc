@@ -322,6 +322,11 @@ class JsonStrings {
 // is iterative, but destroying a deeply nested value recurses); more values than
 // kMaxSchemaValues (each ',' outside a string separates two).
 void check_before_parsing(std::string_view json, int64_t file_offset) {
+  // nlohmann's parser skips a UTF-8 byte order mark, which strict JSON readers refuse: two
+  // readers would disagree on one checksummed block (FORMAT.md: the text begins with '{' or
+  // whitespace).
+  if (json.starts_with("\xEF\xBB\xBF"))
+    schema_error(file_offset, "the JSON text begins with a UTF-8 byte order mark, which the format does not allow");
   int depth = 0;
   int64_t separators = 0;
   JsonStrings strings;
@@ -480,6 +485,7 @@ SchemaBlock decode_schema_block(std::string_view text, int64_t file_offset) {
       block.metadata.emplace(key, value.get<std::string>());
     }
   }
+  block.codec_named = root.contains("codec");
   if (auto codec = root.find("codec"); codec != root.end()) {
     if (!codec->is_string()) schema_error(file_offset, "\"codec\" is not a string");
     try {

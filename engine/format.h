@@ -189,6 +189,7 @@ struct SchemaBlock {
   Metadata metadata;
   CodecSpec codec;
   std::string writer;  // e.g. "mmtensor 0.1.0"
+  bool codec_named = true;  // false when a block read has no "codec" key (it is optional)
 };
 std::string encode_schema_block(const SchemaBlock& block);
 SchemaBlock decode_schema_block(std::string_view json, int64_t file_offset);

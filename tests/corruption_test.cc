@@ -9,6 +9,8 @@
 #include <iterator>
 #include <random>
 
+#include <lz4.h>
+
 #include "checksum.h"
 #include "crafted_file_util.h"
 #include "mmtensor/loader.h"
@@ -23,6 +25,7 @@ namespace {
 using testing::TempDir;
 using testing::footer_of;
 using testing::rewrite_entry;
+using testing::reseal_payload;
 
 std::vector<std::byte> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -496,6 +499,14 @@ void edit_schema_text(std::vector<std::byte>& bytes, const std::string& from, st
   rewrite_footer(bytes, [&](format::Footer& f) { f.schema_checksum = detail::checksum64(json.data(), json.size()); });
 }
 
+// Clears the preamble's contiguous-layout flag, which a file whose chunks were moved or
+// compressed no longer earns.
+void preamble_without_contiguous_flag(std::vector<std::byte>& bytes) {
+  format::Preamble preamble = format::decode_preamble(bytes.data(), static_cast<int64_t>(bytes.size()));
+  preamble.flags &= ~format::kFlagContiguousFixedLayout;
+  format::encode_preamble(preamble, bytes.data());
+}
+
 // A key twice in one object: nlohmann's parser keeps the last, another reader might keep the
 // first, and the two would read different schemas from one checksummed block.
 TEST(CorruptionTest, AKeyGivenTwiceInTheSchemaIsRefused) {
@@ -511,6 +522,135 @@ TEST(CorruptionTest, AKeyGivenTwiceInTheSchemaIsRefused) {
   edit_schema_text(bytes, "\"pad\":\"" + std::string(40, 'x') + "\"", "\"pad\":\"a\",\"pad\":\"b\"");
   write_file(path, bytes);
   EXPECT_THROW_WITH(Dataset::open(path), FormatError, "the key 'pad' appears twice in one object");
+}
+
+// nlohmann's parser skips a UTF-8 byte order mark before the schema's JSON, which strict JSON
+// readers refuse: refused, so that every reader reads one checksummed block alike.
+TEST(CorruptionTest, AByteOrderMarkBeforeTheSchemaIsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("bom.mmt");
+  WriterOptions options;
+  options.metadata = {{"pad", std::string(40, 'x')}};
+  DatasetWriter writer = DatasetWriter::create(path, Schema({Field::fixed("x", kInt32, {})}), options);
+  writer.append({full({}, 1, kInt32)});
+  writer.finish();
+  std::vector<std::byte> bytes = read_file(path);
+  const format::Footer footer = footer_of(bytes);
+  std::string json(reinterpret_cast<const char*>(bytes.data() + footer.schema_offset), footer.schema_bytes);
+  json.erase(json.find(std::string(40, 'x')), 3);  // room for the mark; no offset moves
+  json.insert(0, "\xEF\xBB\xBF");
+  std::memcpy(bytes.data() + footer.schema_offset, json.data(), json.size());
+  rewrite_footer(bytes, [&](format::Footer& f) { f.schema_checksum = detail::checksum64(json.data(), json.size()); });
+  write_file(path, bytes);
+  EXPECT_THROW_WITH(Dataset::open(path), FormatError,
+                    "the JSON text begins with a UTF-8 byte order mark, which the format does not allow");
+}
+
+// The schema's "codec" key is optional (another writer may leave it out, and chunks name
+// their own codecs): info() then reports the chunks' codec, "differ" when they use several,
+// where it said "none" for a file of lz4 chunks.
+TEST(CorruptionTest, AFileWithoutTheCodecKeyReportsItsChunksCodecs) {
+  TempDir dir;
+  const std::string path = dir.file("nokey.mmt");
+  WriterOptions options;
+  options.alignment = 64;
+  options.chunk_records = 4;
+  DatasetWriter writer = DatasetWriter::create(path, Schema({Field::fixed("x", kInt32, {64})}), options);
+  for (int i = 0; i < 8; ++i) writer.append({full({64}, i, kInt32)});
+  writer.finish();
+  std::vector<std::byte> bytes = read_file(path);
+  // Chunk 1 compressed with lz4 where it lies (the rest of its old payload zeroed): chunk 0
+  // stays uncompressed, so the file's records no longer lie back to back.
+  const format::Footer footer = footer_of(bytes);
+  const format::ChunkEntry entry =
+      format::decode_chunk_entry(bytes.data() + footer.chunk_table_offset + format::kChunkEntryBytes, 1);
+  std::byte* payload = bytes.data() + entry.file_offset;
+  std::vector<char> compressed(static_cast<size_t>(LZ4_compressBound(static_cast<int>(entry.stored_bytes))));
+  const int compressed_bytes = LZ4_compress_default(reinterpret_cast<const char*>(payload), compressed.data(),
+                                                    static_cast<int>(entry.stored_bytes),
+                                                    static_cast<int>(compressed.size()));
+  ASSERT_GT(compressed_bytes, 0);
+  ASSERT_LT(static_cast<uint64_t>(compressed_bytes), entry.stored_bytes);
+  std::memset(payload, 0, entry.stored_bytes);
+  std::memcpy(payload, compressed.data(), static_cast<size_t>(compressed_bytes));
+  rewrite_entry(bytes, 1, [&](format::ChunkEntry& e) {
+    e.codec = static_cast<uint8_t>(Codec::LZ4);
+    e.stored_bytes = static_cast<uint64_t>(compressed_bytes);
+  });
+  reseal_payload(bytes, 1);
+  preamble_without_contiguous_flag(bytes);
+  const std::vector<std::byte> with_key = bytes;  // chunk 0 none, chunk 1 lz4
+  edit_schema_text(bytes, "\"codec\":\"none\",", "");
+  write_file(path, bytes);
+  {
+    const Dataset ds = Dataset::open(path);
+    ds.verify();
+    EXPECT_TRUE(ds.get(5)["x"].equal(full({64}, 5, kInt32)));
+    const DatasetInfo info = ds.info();
+    EXPECT_TRUE(info.codecs_differ);
+    EXPECT_EQ(info.codec.codec, Codec::None);  // chunk 0's
+  }
+  // The key kept: what the writer was asked for, whatever the chunks hold.
+  write_file(path, with_key);
+  EXPECT_FALSE(Dataset::open(path).info().codecs_differ);
+  // Every chunk lz4, no key: lz4.
+  bytes = with_key;
+  const format::ChunkEntry first =
+      format::decode_chunk_entry(bytes.data() + footer.chunk_table_offset, 0);
+  payload = bytes.data() + first.file_offset;
+  const int first_bytes = LZ4_compress_default(reinterpret_cast<const char*>(payload), compressed.data(),
+                                               static_cast<int>(first.stored_bytes), static_cast<int>(compressed.size()));
+  ASSERT_GT(first_bytes, 0);
+  std::memset(payload, 0, first.stored_bytes);
+  std::memcpy(payload, compressed.data(), static_cast<size_t>(first_bytes));
+  rewrite_entry(bytes, 0, [&](format::ChunkEntry& e) {
+    e.codec = static_cast<uint8_t>(Codec::LZ4);
+    e.stored_bytes = static_cast<uint64_t>(first_bytes);
+  });
+  reseal_payload(bytes, 0);
+  edit_schema_text(bytes, "\"codec\":\"none\",", "");
+  write_file(path, bytes);
+  const Dataset all_lz4 = Dataset::open(path);
+  all_lz4.verify();
+  EXPECT_FALSE(all_lz4.info().codecs_differ);
+  EXPECT_EQ(all_lz4.info().codec.str(), "lz4");
+}
+
+// Payloads out of the chunk table's order are refused by verify() naming them, where the
+// message blamed a "padding byte" that was the other chunk's payload.
+TEST(CorruptionTest, PayloadsOutOfTheTablesOrderAreNamedByVerify) {
+  TempDir dir;
+  const std::string path = dir.file("order.mmt");
+  WriterOptions options;
+  options.alignment = 64;
+  options.chunk_records = 4;
+  DatasetWriter writer = DatasetWriter::create(path, Schema({Field::fixed("x", kInt32, {16})}), options);
+  for (int i = 0; i < 8; ++i) writer.append({full({16}, i + 1, kInt32)});
+  writer.finish();
+  std::vector<std::byte> bytes = read_file(path);
+  const format::Footer footer = footer_of(bytes);
+  const auto entry_at = [&](int64_t c) {
+    return format::decode_chunk_entry(bytes.data() + footer.chunk_table_offset + c * format::kChunkEntryBytes,
+                                      static_cast<uint64_t>(c));
+  };
+  const format::ChunkEntry e0 = entry_at(0), e1 = entry_at(1);
+  ASSERT_EQ(e0.stored_bytes, e1.stored_bytes);
+  // The two payloads swap places, and their entries say so (each payload checksum is seeded
+  // with its chunk's index, so each stays valid where it moves).
+  std::vector<std::byte> first(bytes.begin() + static_cast<int64_t>(e0.file_offset),
+                               bytes.begin() + static_cast<int64_t>(e0.file_offset + e0.stored_bytes));
+  std::memmove(bytes.data() + e0.file_offset, bytes.data() + e1.file_offset, e1.stored_bytes);
+  std::memcpy(bytes.data() + e1.file_offset, first.data(), first.size());
+  rewrite_entry(bytes, 0, [&](format::ChunkEntry& e) { e.file_offset = e1.file_offset; });
+  rewrite_entry(bytes, 1, [&](format::ChunkEntry& e) { e.file_offset = e0.file_offset; });
+  preamble_without_contiguous_flag(bytes);
+  write_file(path, bytes);
+  const Dataset ds = Dataset::open(path);
+  EXPECT_TRUE(ds.get(5)["x"].equal(full({16}, 6, kInt32)));  // each chunk reads where it lies
+  EXPECT_THROW_WITH(ds.verify(), FormatError,
+                    "chunk 1's payload (at byte offset " + std::to_string(e0.file_offset) +
+                        ") lies before chunk 0's (at byte offset " + std::to_string(e1.file_offset) +
+                        "); payloads must lie in the chunk table's order");
 }
 
 // A field name that the schema rules refuse for its control bytes is not echoed into the

@@ -115,12 +115,14 @@ struct DatasetInfo {
   int64_t chunks = 0;
   int64_t file_bytes = 0;
   int64_t alignment = 0;
-  CodecSpec codec;             // the codec the writer was asked for
+  CodecSpec codec;             // the codec the writer was asked for (the schema block's key);
+                               // for a file without it, its chunks' codec, level 0
   int64_t stored_bytes = 0;    // sum of chunks' stored bytes
   int64_t decoded_bytes = 0;   // sum of chunks' decoded bytes
   int64_t part_count = 1;      // files: more than one for a concatenation (parts())
   // A concatenation whose parts were written with different codecs (codec is then the first
-  // part's; each part's own info() tells its own).
+  // part's; each part's own info() tells its own), or a file without the schema's codec key
+  // whose chunks use several (codec is then chunk 0's).
   bool codecs_differ = false;
 };
 
