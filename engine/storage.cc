@@ -261,9 +261,12 @@ int64_t UntypedStorage::nbytes() const { return impl_ ? impl_->nbytes : 0; }
 const std::byte* UntypedStorage::data() const { return impl_ ? impl_->data : nullptr; }
 std::byte* UntypedStorage::mutable_data() const {
   if (!impl_) return nullptr;
+  // Read-only memory is a file mapped read-only, or memory the engine shares without a file
+  // (a decoded chunk, which the cache hands to every reader of it).
   MMT_CHECK(!impl_->read_only, ValueError, "storage",
-            (impl_->filename.empty() ? "" : " of '" + impl_->filename + "'"),
-            " is read-only (mapped with MapMode::ReadOnly); clone() it to modify a copy");
+            (impl_->filename.empty() ? " is read-only (memory the engine shares, such as a decoded chunk in the cache)"
+                                     : " of '" + impl_->filename + "' is read-only (mapped with MapMode::ReadOnly)"),
+            "; clone() it to modify a copy");
   return impl_->data;
 }
 Device UntypedStorage::device() const { return impl_ ? impl_->device : kCPU; }

@@ -113,7 +113,15 @@ TEST(Storage, MapFileRangesAndReadOnly) {
   EXPECT_TRUE(s.is_read_only());
   EXPECT_EQ(s.filename(), path);
   std::string msg = error_of([&] { s.mutable_data(); });
-  EXPECT_NE(msg.find("read-only"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("of '" + path + "' is read-only (mapped with MapMode::ReadOnly); clone() it"), std::string::npos)
+      << msg;
+  // Read-only memory without a file (a decoded chunk that the cache shares) is not said to
+  // be a mapping.
+  static std::byte shared[8];
+  msg = error_of([&] { UntypedStorage::from_blob(shared, 8, [](void*) {}, kCPU, /*read_only=*/true).mutable_data(); });
+  EXPECT_NE(msg.find("storage is read-only (memory the engine shares, such as a decoded chunk in the cache); clone()"),
+            std::string::npos)
+      << msg;
   // A tensor over a read-only mapping refuses writes with the same error, never a SIGSEGV.
   Tensor t(s, kUInt8, {4});
   EXPECT_THROW(t.fill_(1), ValueError);

@@ -241,18 +241,39 @@ loop picks up where that one stopped; set_epoch(e) starts an epoch over. A cpu b
 to a GPU with non_blocking=True must be kept until the copy is done; device="cuda:N" makes
 the copies on the loader's side and orders the slot's reuse after them. close() (or a with
 block) stops the workers.)doc")
-      .def(py::init([](const Dataset& dataset, int64_t batch_size, std::optional<std::vector<std::string>> fields,
-                       const std::string& sampler, uint64_t seed, int64_t window_chunks, int rank, int world_size,
+      .def(py::init([](const Dataset& dataset, int64_t batch_size, const py::object& fields,
+                       const std::string& sampler, const py::object& seed, int64_t window_chunks, int rank, int world_size,
                        bool drop_tail, const py::object& subset, int64_t epoch, bool drop_last, int num_workers,
                        int prefetch_batches, const std::string& device, std::optional<bool> pin_memory, const std::string& read_ahead,
                        std::optional<double> timeout, const py::object& state) {
              LoaderOptions options;
              options.batch_size = batch_size;
-             if (fields) options.fields = *fields;
+             // One field may be named alone (fields="image"), as a list of one; pybind11 would
+             // refuse a str for a list with its whole overload text.
+             if (py::isinstance<py::str>(fields)) {
+               options.fields = {fields.cast<std::string>()};
+             } else if (!fields.is_none()) {
+               for (const py::handle name : py::iter(fields)) {
+                 if (!py::isinstance<py::str>(name))
+                   throw py::type_error(std::string("fields must be field names (str), got ") + Py_TYPE(name.ptr())->tp_name);
+                 options.fields.push_back(name.cast<std::string>());
+               }
+             }
              const auto kind = sampler_kind_from_string(sampler);
              if (!kind) throw py::value_error("sampler must be 'sequential', 'random' or 'quasi_random', not '" + sampler + "'");
              options.sampler.kind = *kind;
-             options.sampler.seed = seed;
+             // An int (or np.int64) in [0, 2**64); pybind11 would refuse -1 with its whole
+             // overload text.
+             if (PyBool_Check(seed.ptr()) || !PyIndex_Check(seed.ptr()))
+               throw py::type_error(std::string("seed must be an int, got ") + Py_TYPE(seed.ptr())->tp_name);
+             const py::object seed_int = py::reinterpret_steal<py::object>(PyNumber_Index(seed.ptr()));
+             if (!seed_int) throw py::error_already_set();
+             const unsigned long long seed_value = PyLong_AsUnsignedLongLong(seed_int.ptr());
+             if (seed_value == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+               PyErr_Clear();
+               throw py::value_error("seed must be in [0, 2**64), got " + py::str(seed).cast<std::string>());
+             }
+             options.sampler.seed = seed_value;
              options.sampler.window_chunks = window_chunks;
              options.sampler.rank = rank;
              options.sampler.world_size = world_size;

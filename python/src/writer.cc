@@ -32,11 +32,28 @@ struct PyWriter {
   Schema schema;                        // the writer's, immutable
   std::atomic<int64_t> appended{0};     // records appended, for messages
   ForkAwareMutex mutex;  // see bindings.h
+  const uint64_t made_in_generation = detail::fork_generation();  // a forked child's copy says nothing
 
   DatasetWriter& get() {
     if (!writer) throw py::value_error("DatasetWriter: closed");
     return *writer;
   }
+
+  // A writer dropped without finish() or abort() publishes nothing (its temporary file is
+  // removed): a ResourceWarning says so, as Python says of a file left unclosed, since a
+  // script that forgot finish() otherwise ends as if it had written its dataset. Run by
+  // pybind11's dealloc, with the GIL held (no other reference exists: no lock needed).
+  ~PyWriter() {
+    if (!writer || closed || interpreter_finalizing() || detail::inherited_through_fork(made_in_generation)) return;
+    const std::string message = "DatasetWriter for '" + writer->path() +
+                                "' was dropped without finish() or abort(): nothing was published there (call "
+                                "finish(), or write in a with block)";
+    if (PyErr_WarnEx(PyExc_ResourceWarning, message.c_str(), 1) != 0)
+      PyErr_WriteUnraisable(nullptr);  // warnings made errors: a destructor cannot raise
+  }
+  PyWriter() = default;
+  PyWriter(const PyWriter&) = delete;
+  PyWriter& operator=(const PyWriter&) = delete;
 };
 
 // fn() under the writer's mutex, with the GIL released.
@@ -117,6 +134,7 @@ Builds a dataset file record by record; finish() publishes it atomically.
     with mmtensor.DatasetWriter("train.mmt", fields, codec="lz4") as w:
         w.append_batch({"image": images, "label": labels})   # [N, 28, 28] and [N]
     # a clean exit calls finish(); an exception calls abort(): no file appears
+    # (a writer dropped without finish() or abort() publishes nothing, with a ResourceWarning)
 
 A value is a NumPy array or a torch CPU tensor (any DLPack producer) of the field's dtype,
 any strides; bytes for a uint8 field; or a list or number, which an integer field takes only

@@ -417,6 +417,27 @@ class ErrorTest(unittest.TestCase):
         self.assertFalse(os.path.exists(path))
         self.assertEqual(os.listdir(self.dir.name), [])
 
+    def test_a_writer_dropped_unfinished_warns_that_nothing_was_published(self):
+        import warnings
+        path = self.path("forgotten.mmt")
+        writer = mmtensor.DatasetWriter(path, self.fields)
+        writer.append({"x": np.zeros(4, np.float32), "y": 1})
+        with self.assertWarnsRegex(ResourceWarning, "forgotten.mmt' was dropped without finish"):
+            del writer
+            gc.collect()
+        self.assertFalse(os.path.exists(path))
+        # Finished, aborted or in a with block: nothing to say.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ResourceWarning)
+            done = mmtensor.DatasetWriter(self.path("done.mmt"), self.fields)
+            done.finish()
+            dropped = mmtensor.DatasetWriter(self.path("dropped.mmt"), self.fields)
+            dropped.abort()
+            with mmtensor.DatasetWriter(self.path("with.mmt"), self.fields) as writer:
+                writer.append({"x": np.zeros(4, np.float32), "y": 1})
+            del done, dropped, writer
+            gc.collect()
+
     def test_values_of_the_wrong_kind_are_refused(self):
         with mmtensor.DatasetWriter(self.path("x.mmt"), self.fields) as writer:
             with self.assertRaisesRegex(ValueError, "dtype float32"):

@@ -204,6 +204,19 @@ class LoaderTest(unittest.TestCase):
             mmtensor.Loader(self.ds, fields=["nope"])
         with self.assertRaises(ValueError):
             mmtensor.Loader(self.ds, sampler="shuffled")
+        # One field named alone is a list of one; a seed out of range is named (pybind11 gave
+        # its whole overload text for both).
+        self.assertEqual(mmtensor.Loader(self.ds, batch_size=10, fields="label").next().keys(), ["label"])
+        with self.assertRaisesRegex(TypeError, "fields must be field names"):
+            mmtensor.Loader(self.ds, fields=["label", 3])
+        with self.assertRaisesRegex(ValueError, r"seed must be in \[0, 2\*\*64\), got -1"):
+            mmtensor.Loader(self.ds, seed=-1)
+        with self.assertRaisesRegex(TypeError, "seed must be an int"):
+            mmtensor.Loader(self.ds, seed=1.5)
+        first = mmtensor.Loader(self.ds, batch_size=10, sampler="random", seed=np.int64(7)).next()
+        again = mmtensor.Loader(self.ds, batch_size=10, sampler="random", seed=7).next()
+        np.testing.assert_array_equal(first.indices.numpy(), again.indices.numpy())
+        self.assertEqual(mmtensor.Loader(self.ds, batch_size=10, seed=2**64 - 1).next().size, 10)
 
     def test_a_batch_stays_valid_while_python_views_it(self):
         loader = mmtensor.Loader(self.ds, batch_size=100, sampler="random", seed=2, prefetch_batches=1)
