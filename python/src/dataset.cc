@@ -86,6 +86,21 @@ int64_t python_bound(std::optional<int64_t> bound, int64_t fallback, int64_t siz
   return *bound < 0 ? *bound + size : *bound;
 }
 
+// Records [start, stop) of `size`, negative bounds counted from the end; IndexError naming the
+// bounds as given when they fall outside (the engine's message would show them counted).
+std::pair<int64_t, int64_t> python_range(const char* method, const std::string& field, std::optional<int64_t> start,
+                                         std::optional<int64_t> stop, int64_t size) {
+  const int64_t begin = python_bound(start, 0, size), end = python_bound(stop, size, size);
+  if (begin < 0 || begin > end || end > size) {
+    const auto text = [](std::optional<int64_t> bound) { return bound ? std::to_string(*bound) : std::string("None"); };
+    throw py::index_error(std::string(method) + "('" + field + "', " + text(start) + ", " + text(stop) +
+                          "): records [" + std::to_string(begin) + ", " + std::to_string(end) +
+                          ") once negative bounds count from the end, outside [0, " + std::to_string(size) +
+                          "] or reversed (a slice would clip; this refuses)");
+  }
+  return {begin, end};
+}
+
 }  // namespace
 
 ReadAhead parse_read_ahead(const std::string& text) {
@@ -377,19 +392,18 @@ method may be called from many threads.)doc")
       })
       .def("column", [](const Dataset& ds, const std::string& field, std::optional<int64_t> start,
                         std::optional<int64_t> stop) {
-        return wrap(without_gil([&] {
-          return start || stop ? ds.column(field, python_bound(start, 0, ds.size()), python_bound(stop, ds.size(), ds.size()))
-                               : ds.column(field);
-        }));
+        if (!start && !stop) return wrap(without_gil([&] { return ds.column(field); }));
+        const auto [begin, end] = python_range("column", field, start, stop, ds.size());
+        return wrap(without_gil([&, begin = begin, end = end] { return ds.column(field, begin, end); }));
       }, py::arg("field"), py::arg("start") = py::none(), py::arg("stop") = py::none(),
          "A fixed field of records [start, stop) (negative from the end, as in a slice) as one [N, ...] tensor: "
          "a view when the chunks allow (column_is_view)")
       .def("column_is_view", &Dataset::column_is_view, py::arg("field"))
       .def("ragged_column", [](const Dataset& ds, const std::string& field, std::optional<int64_t> start,
                                std::optional<int64_t> stop) {
-        return wrap_ragged(without_gil([&] {
-          return ds.ragged_column(field, python_bound(start, 0, ds.size()), python_bound(stop, ds.size(), ds.size()));
-        }), nullptr);
+        const auto [begin, end] = python_range("ragged_column", field, start, stop, ds.size());
+        return wrap_ragged(without_gil([&, begin = begin, end = end] { return ds.ragged_column(field, begin, end); }),
+                           nullptr);
       }, py::arg("field"), py::arg("start") = py::none(), py::arg("stop") = py::none())
       .def("get_ragged_batch", [](const Dataset& ds, const py::object& indices, const std::string& field) {
         const std::vector<int64_t> idx = indices_of(indices, ds.size());

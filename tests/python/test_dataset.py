@@ -633,6 +633,13 @@ class PythonConventionsTest(unittest.TestCase):
             self.ds.get_batch(np.array([2**64 - 1], np.uint64), "x")
         np.testing.assert_array_equal(self.ds.column("x", -3).numpy(), self.x[-3:])
         np.testing.assert_array_equal(self.ds.column("x", 2, -2).numpy(), self.x[2:-2])
+        # Out of range: refused (a slice would clip), naming the bounds as given; the message
+        # showed them counted from the end ("column('x', -990, ...)" for -1000).
+        n = len(self.ds)
+        with self.assertRaisesRegex(IndexError, rf"column\('x', -1000, None\): records \[{n - 1000}, {n}\) once"):
+            self.ds.column("x", -1000)
+        with self.assertRaisesRegex(IndexError, r"column\('x', 5, 2\)"):
+            self.ds.column("x", 5, 2)
 
     def test_get_batch_outputs(self):
         out = {"x": np.zeros((2, 3), np.uint8), "y": np.zeros(2, np.int64)}
