@@ -2,6 +2,7 @@
 #include <lz4hc.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <memory>
@@ -47,9 +48,12 @@ CodecSpec CodecSpec::parse(std::string_view text) {
   }
   if (has_level) {
     MMT_CHECK(spec.codec != Codec::None, ValueError, "codec 'none' takes no level, got ", detail::quoted(text));
+    // Digits only (FORMAT.md): from_chars would also take a sign ("-0").
+    const bool digits = !level_text.empty() && std::all_of(level_text.begin(), level_text.end(),
+                                                           [](char c) { return c >= '0' && c <= '9'; });
     int level = -1;
     auto [end, ec] = std::from_chars(level_text.data(), level_text.data() + level_text.size(), level);
-    MMT_CHECK(ec == std::errc() && end == level_text.data() + level_text.size() && level >= 0 &&
+    MMT_CHECK(digits && ec == std::errc() && end == level_text.data() + level_text.size() && level >= 0 &&
                   level <= max_level,
               ValueError, "codec ", detail::quoted(text), ": level must be an integer in 0..", max_level);
     spec.level = level;

@@ -829,6 +829,7 @@ void DatasetWriter::Impl::add_metadata(std::string key, std::string value) {
 }
 
 int64_t DatasetWriter::size() const { return impl_ ? impl_->records.load() : 0; }
+bool DatasetWriter::is_open() const { return impl_ && impl_->state == Impl::State::Open; }
 const Schema& DatasetWriter::schema() const {
   MMT_CHECK(impl_, ValueError, "schema() on a moved-from DatasetWriter");
   return impl_->schema;

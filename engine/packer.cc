@@ -550,7 +550,9 @@ uint64_t sampled_content_hash(const std::string& path) {
     spans.emplace_back(0, size);
   } else {
     spans.emplace_back(0, kEndBytes);
-    const int64_t between = size - 2 * kEndBytes - kBlockBytes;  // > kBlocks * kBlockBytes
+    // Where the blocks may start: past the first end, up to a block before the last; more
+    // than (kBlocks - 1) * kBlockBytes, so blocks a 63rd of it apart never overlap.
+    const int64_t between = size - 2 * kEndBytes - kBlockBytes;
     for (int64_t k = 0; k < kBlocks; ++k) spans.emplace_back(kEndBytes + between / (kBlocks - 1) * k, kBlockBytes);
     spans.emplace_back(size - kEndBytes, kEndBytes);
   }

@@ -184,13 +184,25 @@ TEST(FileIoTest, FailureForeverDuringAppendAbortsTheWriter) {
   WriterOptions options;
   options.chunk_records = 4;
   DatasetWriter writer = DatasetWriter::create(dir.file("w.mmt"), Schema({Field::fixed("x", kInt64, {})}), options);
+  EXPECT_TRUE(writer.is_open());
   {
     ScopedFault fault({Step::Write, 1, true, ENOSPC});
     EXPECT_THROW(
         for (int i = 0; i < 100; ++i) writer.append({full({}, i, kInt64)}), IoError);
   }
   EXPECT_TRUE(folder_entries(dir).empty());
+  EXPECT_FALSE(writer.is_open());  // failed: nothing left to finish
   EXPECT_THROW(writer.append({full({}, 1, kInt64)}), ValueError);  // aborted: says so
+  // Open until finished or aborted; a value refused before anything is written leaves it open.
+  DatasetWriter done = DatasetWriter::create(dir.file("done.mmt"), Schema({Field::fixed("x", kInt64, {})}));
+  EXPECT_THROW(done.append({full({2}, 1, kInt64)}), ValueError);
+  EXPECT_TRUE(done.is_open());
+  done.finish();
+  EXPECT_FALSE(done.is_open());
+  DatasetWriter dropped = DatasetWriter::create(dir.file("dropped.mmt"), Schema({Field::fixed("x", kInt64, {})}));
+  dropped.abort();
+  EXPECT_FALSE(dropped.is_open());
+  EXPECT_FALSE(DatasetWriter(std::move(dropped)).is_open());
 }
 
 std::span<const std::byte> bytes_of(std::string_view text) { return std::as_bytes(std::span(text)); }

@@ -203,7 +203,9 @@ TEST(FormatTest, CodecSpecParseAndStr) {
   EXPECT_EQ(CodecSpec::parse("lz4:9"), (CodecSpec{Codec::LZ4, 9}));
   EXPECT_EQ(CodecSpec::parse("zstd:19").str(), "zstd:19");
   EXPECT_EQ(CodecSpec::parse("zstd").str(), "zstd");
-  for (const char* bad : {"", "gzip", "none:1", "lz4:", "lz4:13", "zstd:-1", "zstd:23", "zstd:3x", "ZSTD"})
+  EXPECT_EQ(CodecSpec::parse("zstd:03"), (CodecSpec{Codec::Zstd, 3}));  // leading zeros: FORMAT.md allows them
+  for (const char* bad : {"", "gzip", "none:1", "lz4:", "lz4:13", "zstd:-1", "zstd:23", "zstd:3x", "ZSTD", "lz4:-0",
+                          "zstd:-0", "zstd:+3", "zstd: 3"})
     EXPECT_THROW(CodecSpec::parse(bad), ValueError) << bad;
 }
 

@@ -4,11 +4,13 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "mmtensor/dataset.h"
@@ -23,6 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::error_of;
 using testing::file_bytes;
+using testing::folder_entries;
 using testing::ScopedEnv;
 using testing::TempDir;
 
@@ -411,6 +414,42 @@ TEST(PackerTest, ShardsPackedApartReadAsOnePackOfEverything) {
   EXPECT_NE(source_of(dir.file("photos"), dir.file("renamed.mmt")), as_packed);
 }
 
+// A cancel flag stops a pack wherever it is set before the file is published, even by the
+// progress report after the last records (a Ctrl-C there was lost: the pack went on to
+// publish): the path keeps what it had.
+TEST(PackerTest, CancelStopsThePackUntilTheFileIsPublished) {
+  TempDir dir;
+  save_npy(dir.file("a.npy"), arange(30, kInt32).view({10, 3}));
+  const PackSources arrays = PackSources::from_arrays(std::vector<std::string>{"a=" + dir.file("a.npy")});
+  std::atomic<bool> cancel{true};
+  PackOptions options;
+  options.cancel = &cancel;
+  EXPECT_THROW_WITH(pack_dataset(dir.file("x.mmt"), arrays, options), PackCancelled,
+                    "packing " + dir.file("x.mmt") + " was interrupted after 0 of 10 records; " + dir.file("x.mmt") +
+                        " was not created");
+  cancel = false;
+  options.progress_interval_seconds = 0;  // a report after every batch: here one, of all 10 records
+  options.on_progress = [&](const WriteStats& stats) {
+    if (stats.records == 10) cancel = true;
+  };
+  EXPECT_THROW_WITH(pack_dataset(dir.file("x.mmt"), arrays, options), PackCancelled,
+                    "was interrupted after 10 of 10 records; " + dir.file("x.mmt") + " was not created");
+  EXPECT_EQ(folder_entries(dir), std::vector<std::string>{"a.npy"});
+  // Over an old file (overwrite): the old file stays.
+  cancel = false;
+  options.on_progress = nullptr;
+  pack_dataset(dir.file("x.mmt"), arrays, options);
+  const std::string old_bytes = file_bytes(dir.file("x.mmt"));
+  options.writer.overwrite = true;
+  options.writer.codec = CodecSpec::parse("lz4");
+  options.on_progress = [&](const WriteStats& stats) {
+    if (stats.records == 10) cancel = true;
+  };
+  EXPECT_THROW_WITH(pack_dataset(dir.file("x.mmt"), arrays, options), PackCancelled,
+                    dir.file("x.mmt") + " was left as it was");
+  EXPECT_EQ(file_bytes(dir.file("x.mmt")), old_bytes);
+}
+
 // Shards cut from an input re-made between pack runs with other values of the same shape (same
 // name, same size) are shards of two packs, not one: pack_source samples each input's bytes.
 // A copy of the inputs elsewhere (another machine's disk) gives the same value.
@@ -446,6 +485,19 @@ TEST(PackerTest, ShardsOfAnInputRemadeWithOtherValuesAreShardsOfTwoPacks) {
                         dir.file("old1-zstd.mmt") +
                         ") hold the same records (the first, middle and last compared) in other bytes: the shard "
                         "packed again with other options (codec, chunk size)?");
+  // Compared bit for bit: a float field holding NaN (unequal to itself as a value) is the
+  // same record all the same.
+  save_npy(dir.file("nan.npy"), full({10, 2}, std::numeric_limits<float>::quiet_NaN(), kFloat32));
+  const PackSources nan = PackSources::from_arrays(std::vector<std::string>{"f=" + dir.file("nan.npy")});
+  for (const char* codec : {"none", "zstd"}) {
+    PackOptions options;
+    options.shard = 1;
+    options.shards = 2;
+    options.writer.codec = CodecSpec::parse(codec);
+    pack_dataset(dir.file(std::string("nan1-") + codec + ".mmt"), nan, options);
+  }
+  EXPECT_THROW_WITH(Dataset::open_concat({dir.file("nan1-none.mmt"), dir.file("nan1-zstd.mmt")}), ValueError,
+                    "hold the same records");
   save_npy(here, arange(1000, 1030, 1, kInt32).view({10, 3}));
   EXPECT_NE(pack_source(here, "new1.mmt", 1), first);
   pack_source(here, "new2.mmt", 2);

@@ -105,8 +105,9 @@ void check_every_shard(const Dataset& ds) {
         listed == 1 ? " " : "s ", missing, listed == 20 ? "..." : "",
         " missing", most > 1 ? detail::str(" (from one of ", most, " packs cut from inputs alike)") : std::string(),
         other_sources ? "; the other files hold the other shards of as many, cut from other inputs: were the "
-                        "inputs changed between pack runs (or some shards packed by an mmtensor without "
-                        "pack_source)? pack every shard from the same inputs"
+                        "inputs changed between pack runs (or some shards packed by another version of "
+                        "mmtensor, whose pack_source differs)? pack every shard from the same inputs, with "
+                        "one version"
                       : "",
         "; verify checks the dataset whole (give a shard's file alone to check it alone)"));
   }

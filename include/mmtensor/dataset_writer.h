@@ -101,6 +101,9 @@ class DatasetWriter {
   // docs/FORMAT.md) throws ValueError here, naming the key, and is not kept.
   void set_metadata(std::string key, std::string value);
   int64_t size() const;  // records appended so far
+  // Whether records may still be appended and finish() called: false once finished, aborted,
+  // failed (past validation: a full disk, say) or moved from.
+  bool is_open() const;
   const Schema& schema() const;
   const std::string& path() const;
   WriteStats stats() const;

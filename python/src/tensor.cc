@@ -178,10 +178,12 @@ py::object own_copy_if_mapped(const py::object& self) {
   return wrap(without_gil([&] { return s.tensor.clone(); }));
 }
 
-// `self OP other` for OP one of operator's comparisons, through NumPy (on a copy of a mapped
-// tensor, as tolist): a tensor on the other side goes through its __array__.
+// `self OP other` for OP one of operator's comparisons, through NumPy, on copies of mapped
+// tensors on either side (as tolist): NumPy reading a mapping of a file cut short under the
+// reader would end the process with SIGBUS, where the engine's copy raises OSError.
 py::object compare(const py::object& self, const py::object& other, const char* op) {
-  return py::module_::import("operator").attr(op)(to_numpy(own_copy_if_mapped(self)), other);
+  const py::object right = py::isinstance<PyTensor>(other) ? py::object(to_numpy(own_copy_if_mapped(other))) : other;
+  return py::module_::import("operator").attr(op)(to_numpy(own_copy_if_mapped(self)), right);
 }
 
 // t.clone() and copy.deepcopy(t): memory of its own, the layout kept, no batch slot held.

@@ -44,7 +44,10 @@ struct PyWriter {
   // script that forgot finish() otherwise ends as if it had written its dataset. Run by
   // pybind11's dealloc, with the GIL held (no other reference exists: no lock needed).
   ~PyWriter() {
-    if (!writer || closed || interpreter_finalizing() || detail::inherited_through_fork(made_in_generation)) return;
+    // A writer that failed (an I/O error in append) has nothing to finish: its error said so.
+    if (!writer || closed || !writer->is_open() || interpreter_finalizing() ||
+        detail::inherited_through_fork(made_in_generation))
+      return;
     const std::string message = "DatasetWriter for '" + writer->path() +
                                 "' was dropped without finish() or abort(): nothing was published there (call "
                                 "finish(), or write in a with block)";

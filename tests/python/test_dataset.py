@@ -379,10 +379,12 @@ class ErrorTest(unittest.TestCase):
                      {"x": np.ones((1000, 256), np.float32), "y": np.arange(1000)})
         ds = mmtensor.Dataset(path)
         x, y = ds[999]["x"], ds[999]["y"]
+        kept = ds[0]["x"].clone()
         os.truncate(path, 4096)
         copies = {"clone": x.clone, "float": x.float, "item": y.item, "int": lambda: int(y),
                   "repr": lambda: repr(x), "bytes": lambda: bytes(x), "tolist": x.tolist,
-                  "collate": lambda: mmtensor.collate([ds[999]])}
+                  "collate": lambda: mmtensor.collate([ds[999]]),
+                  "compare": lambda: x == 1.0, "compared with": lambda: kept == x}
         for name, copy in copies.items():
             with self.subTest(name), self.assertRaisesRegex(OSError, "truncated or changed while mapped") as caught:
                 copy()
@@ -436,6 +438,19 @@ class ErrorTest(unittest.TestCase):
             with mmtensor.DatasetWriter(self.path("with.mmt"), self.fields) as writer:
                 writer.append({"x": np.zeros(4, np.float32), "y": 1})
             del done, dropped, writer
+            gc.collect()
+        # A writer that failed (a source cut short under it) has nothing left to finish: its
+        # error said so, and dropping it says nothing more.
+        src = write(self.path("src.mmt"), [mmtensor.Field("x", "float32", [1 << 16])],
+                    {"x": np.ones((1, 1 << 16), np.float32)})
+        view = mmtensor.Dataset(src)[0]["x"]
+        os.truncate(src, 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ResourceWarning)
+            failed = mmtensor.DatasetWriter(self.path("failed.mmt"), [mmtensor.Field("x", "float32", [1 << 16])])
+            with self.assertRaises(OSError):
+                failed.append({"x": view})
+            del failed
             gc.collect()
 
     def test_values_of_the_wrong_kind_are_refused(self):

@@ -96,11 +96,12 @@ class PackTest(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(self.dir.name)), ["big.npy"])
 
     def test_ctrl_c_while_the_file_is_finished_is_raised_once_it_is_published(self):
-        # One record of 16 MiB: appended at once, then compressed (zstd at its highest level,
-        # seconds) inside finish(), where nothing can stop it. The interrupt used to be taken
-        # by the last progress report and dropped: pack() returned as if none had come.
+        # One record of 2 MiB: appended at once, then compressed (zstd at its highest level,
+        # seconds here) inside finish(), where nothing can stop it. The interrupt used
+        # to be taken by the last progress report and dropped: pack() returned as if none had
+        # come.
         rng = np.random.default_rng(0)
-        np.save(self.path("one.npy"), rng.integers(0, 16, size=(1, 16 << 20), dtype=np.uint8))
+        np.save(self.path("one.npy"), rng.integers(0, 16, size=(1, 2 << 20), dtype=np.uint8))
         timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
         timer.start()
         try:
