@@ -103,10 +103,13 @@ void Batch::wait(CUstream_st* stream) {
   const int stream_device = cuda::stream_device(stream);
   MMT_CHECK(stream_device < 0 || stream_device == device_.index, CudaError, "Batch::wait: the stream belongs to cuda:",
             stream_device, ", not to the batch's device ", device_.str(), "; copy the batch there instead");
-  core_->slots[slot_].copied.make_stream_wait(stream);
+  // Room first: a stream made to wait must also be one the slot's release waits for, so
+  // nothing after the wait may fail.
   const bool known = stream == consumer_stream_ ||
                      std::find(other_streams_.begin(), other_streams_.end(), stream) != other_streams_.end();
-  if (!known)    other_streams_.push_back(stream);
+  if (!known) other_streams_.reserve(other_streams_.size() + 1);
+  core_->slots[slot_].copied.make_stream_wait(stream);
+  if (!known) other_streams_.push_back(stream);
 }
 
 void Batch::synchronize() const {

@@ -83,6 +83,16 @@ std::string unavailable_reason() {
 
 void use_device(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
 
+int current_device() noexcept {
+  if (device_count() == 0) return -1;
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return device;
+}
+
 void synchronize_device_noexcept(int device) noexcept {
   on_device_noexcept(device, [] {
     if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
@@ -151,6 +161,7 @@ void memset(void* dst, int value, int64_t nbytes, int device) {
 int device_count() noexcept { return 0; }
 std::string unavailable_reason() { return "no CUDA device: mmtensor was built without CUDA"; }
 void use_device(int) { throw_built_without_cuda("selecting a CUDA device"); }
+int current_device() noexcept { return -1; }
 void synchronize_device_noexcept(int) noexcept {}
 void* malloc_device(int64_t, int) { throw_built_without_cuda("allocating CUDA memory"); }
 void free_device(void*, int) noexcept {}

@@ -14,6 +14,8 @@ std::string unavailable_reason();                   // why device_count() is 0; 
 // Makes `device` the calling thread's current device for good: for threads the engine owns,
 // so that every CUDA call they make (including those that take no device) uses its context.
 void use_device(int device);
+// The calling thread's current device (cudaGetDevice), or -1 when there is none to ask.
+int current_device() noexcept;
 // cudaDeviceSynchronize on `device`, unchecked: the last resort of paths that must not throw.
 void synchronize_device_noexcept(int device) noexcept;
 void* malloc_device(int64_t nbytes, int device);   // cudaMalloc on `device`

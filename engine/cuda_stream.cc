@@ -104,13 +104,32 @@ void copy_to_host_async(void* host_dst, const void* device_src, int64_t nbytes,
 }
 
 int stream_device(CUstream_st* stream) noexcept {
-  if (stream == nullptr) return -1;
+  // The default-stream handles: cudaStreamGetDevice answers the caller's current device for
+  // them, but they name that stream of the device they are used on.
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return -1;
   int device = -1;
   if (cudaStreamGetDevice(stream, &device) != cudaSuccess) {
     cudaGetLastError();  // an unanswered question, not an error for the caller's next check
     return -1;
   }
   return device;
+}
+
+void relax_stream_capture_on_this_thread() noexcept {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) cudaGetLastError();  // no driver: nothing to relax
+}
+
+ScopedRelaxedStreamCapture::ScopedRelaxedStreamCapture() noexcept {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess) previous_ = static_cast<int>(mode);
+  else cudaGetLastError();
+}
+
+ScopedRelaxedStreamCapture::~ScopedRelaxedStreamCapture() {
+  if (previous_ < 0) return;
+  cudaStreamCaptureMode mode = static_cast<cudaStreamCaptureMode>(previous_);
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) cudaGetLastError();
 }
 
 #else  // built without CUDA
@@ -131,6 +150,9 @@ void copy_to_host_async(void*, const void*, int64_t, const Stream&) {
   throw_built_without_cuda("copying from a CUDA device");
 }
 int stream_device(CUstream_st*) noexcept { return -1; }
+void relax_stream_capture_on_this_thread() noexcept {}
+ScopedRelaxedStreamCapture::ScopedRelaxedStreamCapture() noexcept = default;
+ScopedRelaxedStreamCapture::~ScopedRelaxedStreamCapture() = default;
 
 #endif
 

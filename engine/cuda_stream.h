@@ -62,10 +62,30 @@ class Event {
 };
 
 // The device `stream` belongs to (cudaStreamGetDevice), or -1 when the runtime cannot say:
-// nullptr (a legacy default stream, whose device is the caller's choice), or a runtime or
-// driver without the query. Never throws: callers use it to refuse a stream of a device
-// other than the one they work on.
+// a default stream handle (nullptr, cudaStreamLegacy, cudaStreamPerThread), which names that
+// stream of whichever device is current where it is used (the engine uses it on its own
+// device: torch passes 1 for cuda:1's legacy stream whatever the thread's current device),
+// or a runtime or driver without the query. Never throws: callers use it to refuse a stream
+// of a device other than the one they work on.
 int stream_device(CUstream_st* stream) noexcept;
+
+// CUDA graph capture in cudaStreamCaptureModeGlobal (torch.cuda.graph's default) on one
+// thread makes the runtime refuse "potentially unsafe" calls on every other thread
+// (cudaEventSynchronize, cudaMalloc...), and such a call invalidates that capture. The
+// loader's workers never capture: they run in relaxed mode, so a user capturing a step while
+// they prefetch is neither broken by them nor breaks them. The consumer thread's own helping
+// (a piece gathered inside next()) runs in relaxed mode too, for its duration.
+void relax_stream_capture_on_this_thread() noexcept;
+class ScopedRelaxedStreamCapture {
+ public:
+  ScopedRelaxedStreamCapture() noexcept;
+  ~ScopedRelaxedStreamCapture();
+  ScopedRelaxedStreamCapture(const ScopedRelaxedStreamCapture&) = delete;
+  ScopedRelaxedStreamCapture& operator=(const ScopedRelaxedStreamCapture&) = delete;
+
+ private:
+  int previous_ = -1;  // the thread's cudaStreamCaptureMode before, or -1 when not changed
+};
 
 // cudaMemcpyAsync host -> device on `stream`; `host` should be pinned for the copy to be
 // truly asynchronous (pageable memory makes the runtime stage it synchronously).

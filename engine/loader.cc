@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <optional>
 
 #include "checksum.h"
 #include "chunk_cache.h"
@@ -455,6 +456,10 @@ std::optional<Batch> LoaderCore::next(const std::function<void()>* poll) {
     Piece piece = std::move(*mine);
     pieces.erase(mine);
     update_work_hint_locked();
+    // Gathering here waits on slot events and may grow pinned buffers: calls that another
+    // thread's graph capture in global mode forbids (cuda_stream.h).
+    std::optional<cuda::ScopedRelaxedStreamCapture> relaxed;
+    if (options.device.is_cuda()) relaxed.emplace();
     run_taken_piece(lock, std::move(piece));
   }
   if (poll != nullptr && waited) {

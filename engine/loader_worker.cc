@@ -127,6 +127,7 @@ void LoaderCore::worker_main() {
     } catch (...) {
       // The calls that name a device still select it; a failing device reports itself there.
     }
+    cuda::relax_stream_capture_on_this_thread();  // cuda_stream.h: a user's graph capture elsewhere
   }
   std::unique_lock lock(mutex);
   while (true) {

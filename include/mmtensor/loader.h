@@ -47,11 +47,15 @@
 // (cpu(), clone(), to(), copy_()) are host-synchronous and run on the legacy default stream,
 // which next() also makes wait for the copy; they are safe right away whatever the consumer
 // stream. (So with a consumer stream of your own, work queued on the legacy stream after
-// next() starts after that batch's copy.) Every stream given as consumer_stream or to
+// next() starts after that batch's copy. Your own in-place changes to a batch on your stream
+// are not ordered before them: synchronize that stream first.) Every stream given as consumer_stream or to
 // wait() must live until the batch is released (an event is recorded on it then), must
 // not be cudaStreamPerThread unless the batch is released on its consumer thread (that
 // handle means "this thread's stream"), and must not be capturing a CUDA graph at next()
-// or release. The loader allocates its ring
+// or release. Another thread may capture a graph (torch.cuda.graph, global mode) while the
+// loader runs: its workers, and next()'s own gathering, use relaxed capture mode, so they
+// neither break that capture nor are refused by it; the thread that captures must not call
+// next() or release a batch meanwhile. The loader allocates its ring
 // with its device current; the thread that calls next() should have the loader's device
 // current too (cudaSetDevice, or torch.cuda.set_device in a multi-GPU job): next() helps
 // gather, which may grow a pinned buffer. Releasing and destroying may happen on any thread:

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "bindings.h"
+#include "cuda_memory.h"      // engine/
 #include "tensor_geometry.h"  // engine/
 
 namespace mmt::python {
@@ -828,9 +829,18 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
         for (int64_t i = 0; i < t.dim(); ++i) strides[i] = py::int_(t.strides()[i] * t.element_size());
         interface["strides"] = strides;
         interface["version"] = 3;
-        // next() ordered the copy before the legacy default stream. A consumer on another
-        // stream must call batch.wait(stream) too, so that the slot's reuse waits for it.
-        interface["stream"] = 1;
+        // next() ordered the copy before the legacy default stream of the batch's device. A
+        // consumer reads "stream": 1 as its current device's legacy stream (CuPy synchronizes
+        // it): right when that is the batch's device. With another device current it would
+        // wait on the wrong device, so the copy is waited for here, on the host, and no
+        // stream is named. A consumer on another stream must call batch.wait(stream) too, so
+        // that the slot's reuse waits for it.
+        if (cuda::current_device() == t.device().index) {
+          interface["stream"] = 1;
+        } else {
+          if (s.batch) without_gil([&] { s.batch->synchronize(); });
+          interface["stream"] = py::none();
+        }
         return interface;
       })
       .def("__repr__", [](const PyTensor& s) {
