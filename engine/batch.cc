@@ -54,7 +54,7 @@ void Batch::release() noexcept {
   rows_ = 0;
 }
 
-std::span<const int64_t> Batch::indices() const {
+std::span<const int64_t> Batch::indices() const& {
   MMT_CHECK(core_ != nullptr, ValueError, "Batch: this batch was released");
   return {core_->slots[slot_].indices.data(), static_cast<size_t>(rows_)};
 }
@@ -80,7 +80,7 @@ const std::vector<std::string>& Batch::field_names() const {
   return core_->field_names;
 }
 
-const Tensor& Batch::operator[](std::string_view field) const {
+const Tensor& Batch::operator[](std::string_view field) const& {
   return fields_[field_position(field)].values;
 }
 
@@ -89,7 +89,7 @@ bool Batch::is_ragged(std::string_view field) const {
   return core_->ring.fields()[f].ragged;
 }
 
-const RaggedBatch& Batch::ragged(std::string_view field) const {
+const RaggedBatch& Batch::ragged(std::string_view field) const& {
   const size_t f = field_position(field);
   MMT_CHECK(core_->ring.fields()[f].ragged, ValueError, "Batch: field '", field,
             "' has a fixed shape; use batch[\"", field, "\"]");

@@ -46,12 +46,12 @@ Sample& Sample::operator=(Sample&& other) noexcept {
   return *this;
 }
 
-const Tensor& Sample::operator[](size_t i) const {
+const Tensor& Sample::operator[](size_t i) const& {
   MMT_CHECK(i < count_, IndexError, "sample field index ", i, " is out of range for ", count_, " fields");
   return i < kInlineFields ? inline_[i] : overflow_[i - kInlineFields];
 }
 
-const Tensor& Sample::operator[](std::string_view field) const {
+const Tensor& Sample::operator[](std::string_view field) const& {
   MMT_CHECK(schema_ != nullptr, ValueError, "empty sample has no field '", field, "'");
   return (*this)[schema_->index_of(field)];
 }

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <random>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <tuple>
 
 #include "mmtensor/dataset.h"
@@ -148,6 +150,25 @@ TEST(DatasetTest, AbsolutePathIsFixedAtOpen) {
   EXPECT_EQ(both.absolute_path(), dir.file("a.mmt") + ", " + (dir.path() / "./b.mmt").string());
   EXPECT_EQ(both.parts()[1].absolute_path(), (dir.path() / "./b.mmt").string());
   std::filesystem::current_path(before);
+}
+
+// ds[5]["image"] in one line: the Sample is a temporary, and a reference into it dangled
+// (a crash at -O2, stack-use-after-scope under ASan). On a temporary the view comes by
+// value, and keeps the record's memory alive.
+static_assert(std::is_same_v<decltype(std::declval<Sample>()["x"]), Tensor>);
+static_assert(std::is_same_v<decltype(std::declval<Sample>()[size_t{0}]), Tensor>);
+static_assert(std::is_same_v<decltype(std::declval<Sample>().field("x")), Tensor>);
+static_assert(std::is_same_v<decltype(std::declval<const Sample&>()["x"]), const Tensor&>);
+TEST(DatasetTest, AFieldOfATemporarySampleOutlivesIt) {
+  TempDir dir;
+  DatasetWriter writer = DatasetWriter::create(dir.file("t.mmt"), Schema({Field::fixed("x", kInt32, {64})}));
+  for (int i = 0; i < 8; ++i) writer.append({full({64}, i, kInt32)});
+  writer.finish();
+  const Dataset ds = Dataset::open(dir.file("t.mmt"));
+  const Tensor& five = ds[5]["x"];  // binds a Tensor: its lifetime is the reference's
+  std::vector<Sample> others;
+  for (int i = 0; i < 8; ++i) others.push_back(ds[i]);  // reuse the stack and heap around it
+  EXPECT_TRUE(five.equal(full({64}, 5, kInt32)));
 }
 
 TEST(DatasetTest, RaggedOnlyChunkedByBytesUsesChunkSearch) {

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "checksum.h"
 #include "loader_test_util.h"
@@ -58,6 +59,17 @@ class LoaderTest : public ::testing::Test {
  protected:
   TempDir dir;
 };
+
+// (*loader.next())["x"] in one line would view the ring slot of a batch released at once,
+// which the loader refills: refused at compile time. Named batches work as before.
+template <typename B>
+concept IndexableByName = requires { std::declval<B>()["x"]; };
+template <typename B>
+concept HasIndices = requires { std::declval<B>().indices(); };
+template <typename B>
+concept HasRagged = requires { std::declval<B>().ragged("x"); };
+static_assert(!IndexableByName<Batch&&> && !HasIndices<Batch&&> && !HasRagged<Batch&&>);
+static_assert(IndexableByName<Batch&> && HasIndices<Batch&> && HasRagged<const Batch&>);
 
 TEST_F(LoaderTest, BatchesHoldWhatGetReturnsForTheirIndices) {
   for (CodecSpec codec : {CodecSpec{}, CodecSpec{Codec::LZ4, 0}, CodecSpec{Codec::Zstd, 3}}) {

@@ -130,7 +130,8 @@ TEST_F(LoaderTransformTest, WithNoFieldsListedEveryStoredFieldNoTransformTakesOv
   EXPECT_EQ((*listed_batch)["x"][1].to_vector<float>(), (std::vector<float>{21, 23, 25, 27}));
   EXPECT_EQ((*listed_batch)["label"][1].item<int64_t>(), 1);
   Loader only_outputs(dataset, {.batch_size = 4, .fields = {"scaled"}, .transforms = {scale_x()}});
-  EXPECT_THROW_WITH((void)(*only_outputs.next())["x"], ValueError, "it holds 'scaled')");
+  const std::optional<Batch> outputs_batch = only_outputs.next();
+  EXPECT_THROW_WITH((void)(*outputs_batch)["x"], ValueError, "it holds 'scaled')");
 }
 
 TEST_F(LoaderTransformTest, ATransformRunsBesideALoadedRaggedField) {

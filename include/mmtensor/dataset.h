@@ -154,10 +154,15 @@ class Sample {
   int64_t index() const { return index_; }
   size_t size() const { return count_; }
   const Schema& schema() const { return *schema_; }
-  // The field's view; throws ValueError listing the known fields.
-  const Tensor& operator[](std::string_view field) const;
-  const Tensor& operator[](size_t i) const;
-  const Tensor& field(std::string_view name) const { return (*this)[name]; }
+  // The field's view; throws ValueError listing the known fields. On a Sample about to go
+  // (`ds[5]["image"]`, one line), the view comes by value: it keeps the record's memory
+  // alive, where a reference into the Sample would dangle.
+  const Tensor& operator[](std::string_view field) const&;
+  const Tensor& operator[](size_t i) const&;
+  Tensor operator[](std::string_view field) const&& { return static_cast<const Sample&>(*this)[field]; }
+  Tensor operator[](size_t i) const&& { return static_cast<const Sample&>(*this)[i]; }
+  const Tensor& field(std::string_view name) const& { return (*this)[name]; }
+  Tensor field(std::string_view name) const&& { return static_cast<const Sample&>(*this)[name]; }
 
   // For the engine: a sample of `schema` with `count` undefined tensors.
   Sample(std::shared_ptr<const Schema> schema, int64_t index);

@@ -272,15 +272,21 @@ class Batch {
   int64_t number() const { return number_; }
   Device device() const { return device_; }
   // The record index of each row (host memory, valid until release).
-  std::span<const int64_t> indices() const;
+  std::span<const int64_t> indices() const&;
   // The loader's state just after this batch: resume with it to continue after it.
   const LoaderState& state() const { return state_after_; }
 
   // A fixed field's [B, ...] tensor, or a ragged field's packed values. ValueError for a
   // field the loader does not load (the message lists those it does).
-  const Tensor& operator[](std::string_view field) const;
+  const Tensor& operator[](std::string_view field) const&;
   bool is_ragged(std::string_view field) const;
-  const RaggedBatch& ragged(std::string_view field) const;  // ValueError for a fixed field
+  const RaggedBatch& ragged(std::string_view field) const&;  // ValueError for a fixed field
+  // Not on a Batch about to be released (`(*loader.next())["image"]`, one line): what they
+  // return views the batch's ring slot, which the loader refills once the batch is gone.
+  // Name the batch (`auto batch = loader.next();`) for as long as its tensors are used.
+  const Tensor& operator[](std::string_view field) const&& = delete;
+  const RaggedBatch& ragged(std::string_view field) const&& = delete;
+  std::span<const int64_t> indices() const&& = delete;
   // The batch's fields, in order: the loaded stored fields, then the transforms' outputs.
   // ValueError for a released batch.
   const std::vector<std::string>& field_names() const;
