@@ -244,6 +244,7 @@ void LoaderCore::stop_workers() noexcept {
     std::lock_guard lock(mutex);
     stopping = true;
     ++generation;
+    live_generation.store(generation, std::memory_order_relaxed);
     pieces.clear();
     update_work_hint_locked();
   }
@@ -264,6 +265,7 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
   EpochOrder new_order = sampler.epoch(new_epoch);
   const int64_t new_rank_samples = new_order.rank_size(consumed);
   ++generation;
+  live_generation.store(generation, std::memory_order_relaxed);
   pieces.clear();
   update_work_hint_locked();
   restarting = true;

@@ -132,6 +132,9 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   std::deque<int> delivery;  // slots of scheduled batches not yet handed out, in batch order
   std::vector<std::thread> workers;
   uint64_t generation = 0;   // bumped by every restart: older pieces are void
+  // `generation`, readable without the mutex: a worker running a user's transforms row by
+  // row leaves a piece voided meanwhile (set_epoch, destruction) instead of finishing it.
+  std::atomic<uint64_t> live_generation{0};
   int active = 0;            // pieces running plus copies being queued
   bool stopping = false;
   // While a restart waits for the workers, the epoch fields still describe the old epoch: a

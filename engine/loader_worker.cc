@@ -279,6 +279,9 @@ void LoaderCore::run_transforms(const Piece& piece, std::span<const int64_t> ind
     const Tensor out = ring.fixed_view(piece.slot, transform_fields[t], piece.rows, /*on_device=*/false);
     std::exception_ptr ahead_error = read(piece.row_begin, ahead);
     for (int64_t row = piece.row_begin; row < piece.row_end; ++row) {
+      // A user's transform may take long a row (heavy augmentation): a piece that a restart
+      // or the loader's destruction voided meanwhile is left here, not finished for nothing.
+      if (live_generation.load(std::memory_order_relaxed) != piece.generation) return;
       std::swap(current, ahead);
       const std::exception_ptr read_error = std::move(ahead_error);
       if (!read_error && row + 1 < piece.row_end) ahead_error = read(row + 1, ahead);
