@@ -162,7 +162,10 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
 
 Tensor Tensor::contiguous(MemoryFormat format) const {
   MMT_CHECK(defined_, ValueError, "contiguous() of an undefined tensor");
-  if (is_contiguous(format)) return *this;  // refuses Preserve, as PyTorch does
+  MMT_CHECK(format != MemoryFormat::Preserve, ValueError,  // as PyTorch refuses it
+            "contiguous: preserve memory format is unsupported (it says how clone() and empty_like() lay out a "
+            "copy; name a layout)");
+  if (is_contiguous(format)) return *this;
   Tensor out = empty(sizes_, dtype_, device(), format);
   out.copy_(*this);
   return out;
@@ -172,6 +175,14 @@ Tensor Tensor::clone(MemoryFormat format) const {
   MMT_CHECK(defined_, ValueError, "clone() of an undefined tensor");
   Tensor out = format == MemoryFormat::Preserve ? empty_like(*this, format)
                                                 : empty(sizes_, dtype_, device(), format);
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::to(ScalarType dtype) const {
+  MMT_CHECK(defined_, ValueError, "to() of an undefined tensor");
+  if (dtype == dtype_) return *this;
+  Tensor out = empty_strided(sizes_, detail::preserved_strides(sizes_, strides_), dtype, device());
   out.copy_(*this);
   return out;
 }

@@ -405,6 +405,21 @@ TEST(Tensor, CopiesKeepTheLayoutOfEmptyAndReversedViews) {
   EXPECT_TRUE(one_row.clone().equal(one_row));
 }
 
+// torch's x.to(dtype): the same tensor for its own dtype, else a converted copy in the same
+// layout (a channels-last uint8 image to float32 stays channels-last).
+TEST(Tensor, ToADtypeConvertsAndKeepsTheLayout) {
+  const Tensor image = arange(24, kUInt8).view({1, 2, 3, 4}).contiguous(MemoryFormat::ChannelsLast);
+  const Tensor as_float = image.to(kFloat32);
+  EXPECT_EQ(as_float.dtype(), kFloat32);
+  EXPECT_EQ(as_float.strides(), image.strides());
+  EXPECT_TRUE(as_float.equal(arange(24, kFloat32).view({1, 2, 3, 4})));
+  EXPECT_EQ(image.to(kUInt8).data_ptr(), image.data_ptr());
+  EXPECT_TRUE(full({2}, 300, kInt32).to(kUInt8).equal(full({2}, 44, kUInt8)));  // wraps, as PyTorch casts
+  // contiguous(Preserve) names itself, not is_contiguous.
+  EXPECT_THROW_WITH(image.contiguous(MemoryFormat::Preserve), ValueError,
+                    "contiguous: preserve memory format is unsupported");
+}
+
 // Strides past int64 were computed with signed overflow (undefined behaviour): unsqueeze and
 // real() over a huge stride of an empty or one-element dimension, flatten of an empty tensor
 // whose other sizes multiply past int64.

@@ -33,7 +33,7 @@ inline constexpr int kMaxWriterThreads = 1024;
 inline constexpr size_t kMaxWrittenFieldNameBytes = 251;
 
 struct WriterOptions {
-  CodecSpec codec;                    // per-chunk codec, none by default
+  CodecSpec codec{};                  // per-chunk codec, none by default
   // Target decoded bytes per chunk. For an uncompressed file of fixed fields only, rounded to
   // whole multiples of the alignment (records back to back: column() is then one view), when
   // such a multiple holds at most 64 MiB of records. With a codec, at least the alignment:
@@ -52,7 +52,7 @@ struct WriterOptions {
   int threads = 0;                    // compression threads (<= kMaxWriterThreads); 0 = one per
                                       // CPU the process may use (affinity, cgroup CPU quota)
   bool overwrite = false;             // replace an existing file at the path (atomically)
-  Metadata metadata;                  // stored with the dataset
+  Metadata metadata{};                // stored with the dataset
 };
 
 struct WriteStats {

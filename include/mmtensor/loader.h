@@ -158,11 +158,11 @@ struct SampleTransform {
     std::span<const Tensor> fields;  // its inputs, in SampleTransform::inputs order
     uint64_t seed = 0;
   };
-  std::string name;                  // batch[name]: [B, ...shape]; may reuse an input's name
-  std::vector<std::string> inputs;   // the dataset fields fn reads, fixed or ragged
+  std::string name{};                // batch[name]: [B, ...shape]; may reuse an input's name
+  std::vector<std::string> inputs{}; // the dataset fields fn reads, fixed or ragged
   ScalarType dtype = kFloat32;       // of the output
-  DimVector shape;                   // one sample's output; every dimension >= 1
-  std::function<void(const Input& in, const Tensor& out)> fn;
+  DimVector shape{};                 // one sample's output; every dimension >= 1
+  std::function<void(const Input& in, const Tensor& out)> fn{};
 };
 
 struct LoaderOptions {
@@ -173,10 +173,10 @@ struct LoaderOptions {
   // outputs to load nothing as stored). Empty: every stored field but those a transform
   // takes over (reads, or replaces by an output of the same name), so adding a transform
   // keeps the rest of the batch (the labels) as it was.
-  std::vector<std::string> fields;
+  std::vector<std::string> fields{};
   // Batch fields made per sample on the workers (above).
-  std::vector<SampleTransform> transforms;
-  SamplerOptions sampler;           // kind, seed, quasi-random window, rank / world_size
+  std::vector<SampleTransform> transforms{};
+  SamplerOptions sampler{};         // kind, seed, quasi-random window, rank / world_size
   int64_t epoch = 0;                // the first epoch, in [0, kMaxEpoch)
   bool drop_last = false;           // drop this rank's final, partial batch of each epoch
   int num_workers = 1;              // background gather threads, 0..kMaxLoaderWorkers; 0 loads

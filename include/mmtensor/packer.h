@@ -198,7 +198,7 @@ struct RecordRange {
 RecordRange shard_records(int64_t records, int64_t shard, int64_t shards);
 
 struct PackOptions {
-  WriterOptions writer;
+  WriterOptions writer{};
   // Packs only shard `shard` of `shards` (shard_records()). Each shard is a dataset of its
   // own with the whole sources' schema and metadata (a class folder's full class list), so
   // the shards, packed in parallel (processes or machines), read as the dataset one pack of
@@ -207,7 +207,7 @@ struct PackOptions {
   int64_t shard = 0;
   int64_t shards = 1;
   // Called from the packing thread about every progress_interval_seconds, and once at the end.
-  std::function<void(const WriteStats&)> on_progress;
+  std::function<void(const WriteStats&)> on_progress{};
   double progress_interval_seconds = 0.1;
   // When set and it becomes true, packing stops, the writer is aborted and PackCancelled thrown.
   const std::atomic<bool>* cancel = nullptr;

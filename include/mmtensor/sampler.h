@@ -116,7 +116,7 @@ struct SamplerOptions {
   // The records an epoch visits, as torch.utils.data.Subset or SubsetRandomSampler: each
   // entry once an epoch, in [0, num_records) (ValueError naming the first that is not).
   // std::nullopt: every record. An empty list: none (epochs of no batches).
-  std::optional<IndexList> subset;
+  std::optional<IndexList> subset{};
 };
 
 class Sampler;

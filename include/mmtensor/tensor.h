@@ -203,6 +203,9 @@ class Tensor {
   // always synchronous: non_blocking is accepted for PyTorch's signature (the Loader's copies
   // are the asynchronous ones).
   Tensor to(Device device, bool non_blocking = false) const;
+  // torch's x.to(dtype): this tensor when it has that dtype, else a copy on the same device,
+  // its layout kept, converted as copy_() converts (x.to(kFloat32) of a uint8 image).
+  Tensor to(ScalarType dtype) const;
   Tensor cpu() const { return to(kCPU); }
   // A copy in pinned host memory (this tensor when already pinned). Without a CUDA device,
   // or when the device cannot pin (UntypedStorage::allocate_pinned), the copy is ordinary
