@@ -18,6 +18,28 @@ using Wide16 = float;
 template <typename T>
 using Arith = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, Wide16, T>;
 
+// A floating value as integer type To, defined for every value (C++ leaves a value out of
+// To's range, and NaN, undefined: UBSan's float-cast-overflow) and as PyTorch's casts give it
+// on x86-64, where the compiler converts to int32 (types of 32 bits and fewer but uint32) or
+// to int64 and truncates, and the processor gives its "integer indefinite" (the lowest
+// value) for what does not fit: 300.0 as uint8 is 44, 3e9 as int32 is INT32_MIN, NaN as
+// int64 is INT64_MIN, -1.0 as uint64 is 2^64 - 1.
+template <typename To, typename F>
+To float_to_integer(F v) {
+  static_assert(std::is_integral_v<To> && std::is_floating_point_v<F>);
+  const auto in_int64 = [](F x) { return x >= F(-9223372036854775808.0) && x < F(9223372036854775808.0); };
+  if constexpr (std::is_same_v<To, uint64_t>) {
+    if (v >= F(9223372036854775808.0) && v < F(18446744073709551616.0))
+      return static_cast<uint64_t>(v - F(9223372036854775808.0)) ^ (uint64_t{1} << 63);
+    return static_cast<uint64_t>(in_int64(v) ? static_cast<int64_t>(v) : INT64_MIN);
+  } else if constexpr (sizeof(To) == 8 || std::is_same_v<To, uint32_t>) {
+    return static_cast<To>(in_int64(v) ? static_cast<int64_t>(v) : INT64_MIN);
+  } else {
+    const bool in_int32 = v >= F(-2147483648.0) && v < F(2147483648.0);
+    return static_cast<To>(in_int32 ? static_cast<int32_t>(v) : INT32_MIN);
+  }
+}
+
 // copy_()'s element conversion, PyTorch's casts: through float for the half types; a real value
 // becomes a complex one with imaginary part 0; a complex value becomes a real one by dropping
 // its imaginary part (PyTorch warns there, once), and a bool by being nonzero in either part,
@@ -42,6 +64,8 @@ To convert_value(From v) {
       return wide != Arith<From>(0);
     } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
       return To(static_cast<float>(wide));
+    } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<Arith<From>>) {
+      return float_to_integer<To>(wide);
     } else {
       return static_cast<To>(wide);
     }
