@@ -461,7 +461,7 @@ std::optional<Batch> LoaderCore::next(const std::function<void()>* poll) {
     // Gathering here waits on slot events and may grow pinned buffers: calls that another
     // thread's graph capture in global mode forbids (cuda_stream.h).
     std::optional<cuda::ScopedRelaxedStreamCapture> relaxed;
-    if (options.device.is_cuda()) relaxed.emplace();
+    if (options.device.is_cuda() || ring.host_storage().is_pinned()) relaxed.emplace();
     run_taken_piece(lock, std::move(piece));
   }
   if (poll != nullptr && waited) {

@@ -127,8 +127,10 @@ void LoaderCore::worker_main() {
     } catch (...) {
       // The calls that name a device still select it; a failing device reports itself there.
     }
-    cuda::relax_stream_capture_on_this_thread();  // cuda_stream.h: a user's graph capture elsewhere
   }
+  // cuda_stream.h: a user's graph capture elsewhere. A pinned host ring too: growing a ragged
+  // buffer calls cudaHostAlloc and cudaFreeHost.
+  if (options.device.is_cuda() || ring.host_storage().is_pinned()) cuda::relax_stream_capture_on_this_thread();
   std::unique_lock lock(mutex);
   while (true) {
     if (workers_spin && !stopping && pieces.empty()) {

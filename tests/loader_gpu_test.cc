@@ -3,7 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <numeric>
+#include <thread>
+
+#if MMT_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "cuda_stream.h"
 #include "loader_test_util.h"
@@ -218,6 +225,55 @@ TEST_F(LoaderGpuTest, HostBatchesArePinnedWhenAskedAndADeviceExists) {
   Loader loader(dataset, options);
   std::optional<Batch> batch = loader.next();
   EXPECT_TRUE((*batch)["x"].is_pinned());
+}
+
+// A user captures a CUDA graph in global mode (torch.cuda.graph's default) on one thread
+// while the loader's workers prefetch and another thread takes batches: the workers' event
+// waits were calls that capture forbids, which invalidated the capture and failed the epoch
+// with an unexplained CudaError. The workers run in relaxed capture mode now.
+TEST_F(LoaderGpuTest, AGraphCapturedOnAnotherThreadWhileTheLoaderPrefetches) {
+#if MMT_WITH_CUDA
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 512));
+  LoaderOptions options = cuda_options(SamplerKind::Random, 8, 2);
+  options.prefetch_batches = 2;
+  Loader loader(dataset, options);
+  ASSERT_TRUE(loader.next());  // the ring made, the context open: before the capture begins
+  std::atomic<bool> capturing{false};
+  cudaError_t begin = cudaSuccess, record = cudaSuccess, end = cudaSuccess;
+  std::thread capturer([&] {
+    cudaSetDevice(0);
+    cudaStream_t stream = nullptr;
+    void* buffer = nullptr;
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaMalloc(&buffer, 1 << 20) != cudaSuccess) {
+      begin = cudaErrorUnknown;
+      capturing = true;
+      return;
+    }
+    begin = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
+    capturing = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the loader works meanwhile
+    record = cudaMemsetAsync(buffer, 7, 1 << 20, stream);
+    cudaGraph_t graph = nullptr;
+    end = cudaStreamEndCapture(stream, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaFree(buffer);
+    cudaStreamDestroy(stream);
+  });
+  while (!capturing) std::this_thread::yield();
+  int64_t batches = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  // next() and release on this thread, not the capturing one; nothing here waits on the host
+  // for the GPU (this thread is not relaxed: a synchronize() would break the capture).
+  while (std::chrono::steady_clock::now() < until)
+    if (std::optional<Batch> batch = loader.next()) ++batches;
+  capturer.join();
+  EXPECT_EQ(begin, cudaSuccess) << cudaGetErrorString(begin);
+  EXPECT_EQ(record, cudaSuccess) << cudaGetErrorString(record);
+  EXPECT_EQ(end, cudaSuccess) << cudaGetErrorString(end) << " (the capture was invalidated)";
+  EXPECT_GT(batches, 0);
+  while (std::optional<Batch> batch = loader.next()) expect_device_batch_matches(*batch, dataset);
+#endif
 }
 
 TEST_F(LoaderGpuTest, DestroyingMidEpochWithCopiesInFlight) {

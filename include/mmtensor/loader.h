@@ -53,9 +53,11 @@
 // not be cudaStreamPerThread unless the batch is released on its consumer thread (that
 // handle means "this thread's stream"), and must not be capturing a CUDA graph at next()
 // or release. Another thread may capture a graph (torch.cuda.graph, global mode) while the
-// loader runs: its workers, and next()'s own gathering, use relaxed capture mode, so they
-// neither break that capture nor are refused by it; the thread that captures must not call
-// next() or release a batch meanwhile. The loader allocates its ring
+// loader runs: its workers, and next()'s own gathering, use relaxed capture mode (a pinned
+// cpu loader's too), so they neither break that capture nor are refused by it; the thread
+// that captures must not call next() or release a batch meanwhile, and no thread should
+// destroy the loader then (freeing its ring is a call that capture forbids). The loader
+// allocates its ring
 // with its device current; the thread that calls next() should have the loader's device
 // current too (cudaSetDevice, or torch.cuda.set_device in a multi-GPU job): next() helps
 // gather, which may grow a pinned buffer. Releasing and destroying may happen on any thread:
@@ -274,7 +276,8 @@ class Batch {
   // The record index of each row (host memory, valid until release).
   std::span<const int64_t> indices() const&;
   // The loader's state just after this batch: resume with it to continue after it.
-  const LoaderState& state() const { return state_after_; }
+  const LoaderState& state() const& { return state_after_; }
+  LoaderState state() const&& { return state_after_; }  // a copy, from a batch about to go
 
   // A fixed field's [B, ...] tensor, or a ragged field's packed values. ValueError for a
   // field the loader does not load (the message lists those it does).
@@ -283,7 +286,9 @@ class Batch {
   const RaggedBatch& ragged(std::string_view field) const&;  // ValueError for a fixed field
   // Not on a Batch about to be released (`(*loader.next())["image"]`, one line): what they
   // return views the batch's ring slot, which the loader refills once the batch is gone.
-  // Name the batch (`auto batch = loader.next();`) for as long as its tensors are used.
+  // Name the batch (`auto batch = loader.next();`) for as long as its tensors are used. The
+  // compiler cannot catch `loader.next()->ragged("x")` (operator-> gives an lvalue): that
+  // one-liner dangles just the same.
   const Tensor& operator[](std::string_view field) const&& = delete;
   const RaggedBatch& ragged(std::string_view field) const&& = delete;
   std::span<const int64_t> indices() const&& = delete;

@@ -9,6 +9,7 @@
 
 #include "bindings.h"
 #include "cuda_memory.h"      // engine/
+#include "cuda_stream.h"      // engine/
 #include "tensor_geometry.h"  // engine/
 
 namespace mmt::python {
@@ -838,7 +839,10 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
         if (cuda::current_device() == t.device().index) {
           interface["stream"] = 1;
         } else {
-          if (s.batch) without_gil([&] { s.batch->synchronize(); });
+          if (s.batch) without_gil([&] {
+            const cuda::ScopedRelaxedStreamCapture relaxed;  // another thread may be capturing a graph
+            s.batch->synchronize();
+          });
           interface["stream"] = py::none();
         }
         return interface;

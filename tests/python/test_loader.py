@@ -347,6 +347,19 @@ class LoaderTest(unittest.TestCase):
             indices = batch.indices.numpy()
             np.testing.assert_array_equal(images.cpu().numpy(), self.images[indices])
 
+    def test_cuda_array_interface_names_the_legacy_stream_of_the_current_device(self):
+        if not mmtensor.cuda_is_available():
+            self.skipTest("no CUDA device")
+        # cuda:0 is this thread's current device (nothing selected another): "stream": 1, the
+        # legacy stream of that device, which next() ordered after the batch's copy. (With
+        # another device current the batch is waited for and no stream is named.)
+        loader = mmtensor.Loader(self.ds, batch_size=16, device="cuda:0")
+        batch = next(iter(loader))
+        interface = batch["image"].__cuda_array_interface__
+        self.assertEqual(interface["stream"], 1)
+        self.assertEqual(interface["version"], 3)
+        loader.close()
+
     def test_a_cuda_tensor_pickles_back_onto_its_device(self):
         if not mmtensor.cuda_is_available():
             self.skipTest("no CUDA device")
