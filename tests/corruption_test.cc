@@ -507,6 +507,29 @@ void preamble_without_contiguous_flag(std::vector<std::byte>& bytes) {
   format::encode_preamble(preamble, bytes.data());
 }
 
+// Replaces uncompressed chunk `c`'s payload with its lz4 block, where it lies (the rest of the
+// old payload zeroed, as padding), and reseals the entry: a chunk another writer compressed.
+void compress_chunk_with_lz4_in_place(std::vector<std::byte>& bytes, int64_t c) {
+  const format::Footer footer = footer_of(bytes);
+  const format::ChunkEntry entry = format::decode_chunk_entry(
+      bytes.data() + footer.chunk_table_offset + c * format::kChunkEntryBytes, static_cast<uint64_t>(c));
+  ASSERT_EQ(entry.codec, static_cast<uint8_t>(Codec::None));
+  std::byte* payload = bytes.data() + entry.file_offset;
+  std::vector<char> compressed(static_cast<size_t>(LZ4_compressBound(static_cast<int>(entry.stored_bytes))));
+  const int compressed_bytes =
+      LZ4_compress_default(reinterpret_cast<const char*>(payload), compressed.data(),
+                           static_cast<int>(entry.stored_bytes), static_cast<int>(compressed.size()));
+  ASSERT_GT(compressed_bytes, 0);
+  ASSERT_LT(static_cast<uint64_t>(compressed_bytes), entry.stored_bytes);
+  std::memset(payload, 0, entry.stored_bytes);
+  std::memcpy(payload, compressed.data(), static_cast<size_t>(compressed_bytes));
+  rewrite_entry(bytes, c, [&](format::ChunkEntry& e) {
+    e.codec = static_cast<uint8_t>(Codec::LZ4);
+    e.stored_bytes = static_cast<uint64_t>(compressed_bytes);
+  });
+  reseal_payload(bytes, c);
+}
+
 // A key twice in one object: nlohmann's parser keeps the last, another reader might keep the
 // first, and the two would read different schemas from one checksummed block.
 TEST(CorruptionTest, AKeyGivenTwiceInTheSchemaIsRefused) {
@@ -559,25 +582,9 @@ TEST(CorruptionTest, AFileWithoutTheCodecKeyReportsItsChunksCodecs) {
   for (int i = 0; i < 8; ++i) writer.append({full({64}, i, kInt32)});
   writer.finish();
   std::vector<std::byte> bytes = read_file(path);
-  // Chunk 1 compressed with lz4 where it lies (the rest of its old payload zeroed): chunk 0
-  // stays uncompressed, so the file's records no longer lie back to back.
-  const format::Footer footer = footer_of(bytes);
-  const format::ChunkEntry entry =
-      format::decode_chunk_entry(bytes.data() + footer.chunk_table_offset + format::kChunkEntryBytes, 1);
-  std::byte* payload = bytes.data() + entry.file_offset;
-  std::vector<char> compressed(static_cast<size_t>(LZ4_compressBound(static_cast<int>(entry.stored_bytes))));
-  const int compressed_bytes = LZ4_compress_default(reinterpret_cast<const char*>(payload), compressed.data(),
-                                                    static_cast<int>(entry.stored_bytes),
-                                                    static_cast<int>(compressed.size()));
-  ASSERT_GT(compressed_bytes, 0);
-  ASSERT_LT(static_cast<uint64_t>(compressed_bytes), entry.stored_bytes);
-  std::memset(payload, 0, entry.stored_bytes);
-  std::memcpy(payload, compressed.data(), static_cast<size_t>(compressed_bytes));
-  rewrite_entry(bytes, 1, [&](format::ChunkEntry& e) {
-    e.codec = static_cast<uint8_t>(Codec::LZ4);
-    e.stored_bytes = static_cast<uint64_t>(compressed_bytes);
-  });
-  reseal_payload(bytes, 1);
+  // Chunk 1 compressed with lz4 where it lies: chunk 0 stays uncompressed, so the file's
+  // records no longer lie back to back.
+  ASSERT_NO_FATAL_FAILURE(compress_chunk_with_lz4_in_place(bytes, 1));
   preamble_without_contiguous_flag(bytes);
   const std::vector<std::byte> with_key = bytes;  // chunk 0 none, chunk 1 lz4
   edit_schema_text(bytes, "\"codec\":\"none\",", "");
@@ -595,19 +602,7 @@ TEST(CorruptionTest, AFileWithoutTheCodecKeyReportsItsChunksCodecs) {
   EXPECT_FALSE(Dataset::open(path).info().codecs_differ);
   // Every chunk lz4, no key: lz4.
   bytes = with_key;
-  const format::ChunkEntry first =
-      format::decode_chunk_entry(bytes.data() + footer.chunk_table_offset, 0);
-  payload = bytes.data() + first.file_offset;
-  const int first_bytes = LZ4_compress_default(reinterpret_cast<const char*>(payload), compressed.data(),
-                                               static_cast<int>(first.stored_bytes), static_cast<int>(compressed.size()));
-  ASSERT_GT(first_bytes, 0);
-  std::memset(payload, 0, first.stored_bytes);
-  std::memcpy(payload, compressed.data(), static_cast<size_t>(first_bytes));
-  rewrite_entry(bytes, 0, [&](format::ChunkEntry& e) {
-    e.codec = static_cast<uint8_t>(Codec::LZ4);
-    e.stored_bytes = static_cast<uint64_t>(first_bytes);
-  });
-  reseal_payload(bytes, 0);
+  ASSERT_NO_FATAL_FAILURE(compress_chunk_with_lz4_in_place(bytes, 0));
   edit_schema_text(bytes, "\"codec\":\"none\",", "");
   write_file(path, bytes);
   const Dataset all_lz4 = Dataset::open(path);
