@@ -122,20 +122,6 @@ void copy_from_part(const Dataset::Impl& part, const Tensor& dst, const Tensor& 
 
 namespace {
 
-// Shards packed apart (kShardMetadataKey) must come in order, each once: a shell's
-// `ls part-*` puts part-10 before part-2, and a shard given twice reads as a plausible
-// dataset of the wrong records. One pack's shards are the parts of equal N, R and sources
-// (kShardSourceMetadataKey; N and R alone for shards written before it). Packs may follow one
-// another or interleave: one rank's shards of several corpora, say. A shard number its pack
-// holds already is the same shard given twice, unless the two files' fingerprints differ and
-// so do their records: inputs alike in names, sizes and sampled bytes that hold other data
-// (fingerprints and records are read only then, so concatenating stays O(1) a part). A concatenation of only some shards of one pack
-// (a quick run on part of the data) says which it holds under the key.
-// Whether two files that hold the same shard of alike sources hold the same records, judged
-// by the first, middle and last (copies, read under the parts' guards: a file truncated
-// meanwhile gives IoError). The same shard packed again with other options (codec, chunk
-// size) has other bytes and the same records; a shard of other data alike in names, sizes and
-// sampled bytes differs in nearly every record. A few chunks decoded, in this case only.
 // Bit for bit: value equality would call a record holding NaN unlike itself.
 bool same_bytes(const Tensor& x, const Tensor& y) {
   // Both are new, contiguous tensors (get_batch, get_ragged_batch copy).
@@ -143,6 +129,11 @@ bool same_bytes(const Tensor& x, const Tensor& y) {
          (x.nbytes() == 0 || std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(x.nbytes())) == 0);
 }
 
+// Whether two files that hold the same shard of alike sources hold the same records, judged
+// by the first, middle and last (copies, read under the parts' guards: a file truncated
+// meanwhile gives IoError). The same shard packed again with other options (codec, chunk
+// size) has other bytes and the same records; a shard of other data alike in names, sizes and
+// sampled bytes differs in nearly every record. A few chunks decoded, in this case only.
 bool same_records_sampled(const Dataset& a, const Dataset& b) {
   if (a.size() != b.size() || !(a.schema() == b.schema())) return false;
   const int64_t n = a.size();
@@ -160,6 +151,16 @@ bool same_records_sampled(const Dataset& a, const Dataset& b) {
   return true;
 }
 
+// Shards packed apart (kShardMetadataKey) must come in order, each once: a shell's
+// `ls part-*` puts part-10 before part-2, and a shard given twice reads as a plausible
+// dataset of the wrong records. One pack's shards are the parts of equal N, R and sources
+// (kShardSourceMetadataKey; N and R alone for shards written before it). Packs may follow one
+// another or interleave: one rank's shards of several corpora, say. A shard number its pack
+// holds already is the same shard given twice, unless the two files' fingerprints differ and
+// so do their records: inputs alike in names, sizes and sampled bytes that hold other data
+// (fingerprints and records are read only then, so concatenating stays O(1) a part). A
+// concatenation of only some shards of one pack (a quick run on part of the data) says which
+// it holds under the key.
 void check_shard_order(Dataset::Concat& c) {
   struct Pack {
     PackedShard first;            // the pack's N, R and sources (and its first shard)
