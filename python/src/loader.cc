@@ -230,7 +230,8 @@ device="cuda:N", copied to the GPU asynchronously.
 
 sampler: "sequential", "random" or "quasi_random" (chunk-aware: each compressed chunk is
 decoded once an epoch). rank/world_size split each epoch as DistributedSampler does; subset
-limits it to a list of records (or a boolean mask). state() after any batch (JSON text)
+limits it to a list of records (negative from the end, as ds[i] takes them; or a boolean
+mask). state() after any batch (JSON text)
 resumes exactly there: Loader(ds, ..., state=text). timeout (seconds): how long next() waits
 before TimeoutError. pin_memory: pinned host batches; by default when a CUDA device exists.
 num_workers: threads, not processes; next() gathers rows of the batch it waits for too, so on
@@ -278,7 +279,14 @@ block) stops the workers.)doc")
              options.sampler.rank = rank;
              options.sampler.world_size = world_size;
              options.sampler.drop_tail = drop_tail;
-             if (!subset.is_none()) options.sampler.subset = IndexList(indices_of(subset, dataset.size()));
+             if (!subset.is_none()) {
+               // Negative from the end, as ds[i] and get_batch take them (torch's Subset too);
+               // the rest of the checks are the sampler's, naming the entry.
+               std::vector<int64_t> records = indices_of(subset, dataset.size());
+               for (int64_t& record : records)
+                 if (record < 0 && record >= -dataset.size()) record += dataset.size();
+               options.sampler.subset = IndexList(std::move(records));
+             }
              options.epoch = epoch;
              options.drop_last = drop_last;
              options.num_workers = num_workers;

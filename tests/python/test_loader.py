@@ -190,6 +190,11 @@ class LoaderTest(unittest.TestCase):
         np.testing.assert_array_equal(np.sort(labels), subset)
         with self.assertRaises(ValueError):
             mmtensor.Loader(self.ds, batch_size=16, subset=[RECORDS])
+        # Negative entries count from the end, as ds[i] counts them (they were refused).
+        last_two = mmtensor.Loader(self.ds, batch_size=2, subset=[-1, -2]).next()
+        self.assertEqual(last_two.indices.tolist(), [RECORDS - 1, RECORDS - 2])
+        with self.assertRaisesRegex(ValueError, f"subset entry 0 is {-RECORDS - 1}"):
+            mmtensor.Loader(self.ds, batch_size=16, subset=[-RECORDS - 1])
 
     def test_fields_drop_last_and_options(self):
         loader = mmtensor.Loader(self.ds, batch_size=300, fields=["label"], drop_last=True)
