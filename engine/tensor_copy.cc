@@ -19,11 +19,15 @@ template <typename T>
 using Arith = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, Wide16, T>;
 
 // A floating value as integer type To, defined for every value (C++ leaves a value out of
-// To's range, and NaN, undefined: UBSan's float-cast-overflow) and as PyTorch's casts give it
-// on x86-64, where the compiler converts to int32 (types of 32 bits and fewer but uint32) or
-// to int64 and truncates, and the processor gives its "integer indefinite" (the lowest
-// value) for what does not fit: 300.0 as uint8 is 44, 3e9 as int32 is INT32_MIN, NaN as
-// int64 is INT64_MIN, -1.0 as uint64 is 2^64 - 1.
+// To's range, and NaN, undefined: UBSan's float-cast-overflow). For signed types and uint8,
+// as PyTorch's casts give it on x86-64: through int64 for int64 and uint8 (PyTorch's own
+// special case for uint8) and through int32 for int8, int16, uint16 and int32, then
+// truncated, with the processor's "integer indefinite" (the lowest value) for what does not
+// fit: 300.0 as uint8 is 44, 3e9 as int32 is INT32_MIN, NaN as int64 is INT64_MIN. uint32
+// goes through int64 too (4294967296.0 is 0, -1.0 is 2^32 - 1), and uint64 takes
+// [2^63, 2^64) exactly, a value in int64's range through it (-1.0 is 2^64 - 1) and anything
+// else as 2^63: there PyTorch's own result depends on its compiler and the processor's
+// vector instructions, so these are defined values, not its.
 template <typename To, typename F>
 To float_to_integer(F v) {
   static_assert(std::is_integral_v<To> && std::is_floating_point_v<F>);
@@ -32,7 +36,7 @@ To float_to_integer(F v) {
     if (v >= F(9223372036854775808.0) && v < F(18446744073709551616.0))
       return static_cast<uint64_t>(v - F(9223372036854775808.0)) ^ (uint64_t{1} << 63);
     return static_cast<uint64_t>(in_int64(v) ? static_cast<int64_t>(v) : INT64_MIN);
-  } else if constexpr (sizeof(To) == 8 || std::is_same_v<To, uint32_t>) {
+  } else if constexpr (sizeof(To) == 8 || std::is_same_v<To, uint32_t> || std::is_same_v<To, uint8_t>) {
     return static_cast<To>(in_int64(v) ? static_cast<int64_t>(v) : INT64_MIN);
   } else {
     const bool in_int32 = v >= F(-2147483648.0) && v < F(2147483648.0);
