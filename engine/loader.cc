@@ -150,6 +150,8 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
            options.prefetch_batches + 1, options.device, options.pin_memory),
       read_ahead_policy(options.read_ahead) {
   options.sampler = sampler.options();
+  calls_cuda = options.device.is_cuda() || (ring.pins_host() && cuda::device_count() > 0);
+  if (calls_cuda && !options.device.is_cuda()) pinning_device = cuda::current_device();
   const size_t loaded = ring.fields().size() - options.transforms.size();
   std::vector<Field> loaded_fields;
   for (size_t f = 0; f < ring.fields().size(); ++f) {
@@ -461,7 +463,7 @@ std::optional<Batch> LoaderCore::next(const std::function<void()>* poll) {
     // Gathering here waits on slot events and may grow pinned buffers: calls that another
     // thread's graph capture in global mode forbids (cuda_stream.h).
     std::optional<cuda::ScopedRelaxedStreamCapture> relaxed;
-    if (options.device.is_cuda() || ring.host_storage().is_pinned()) relaxed.emplace();
+    if (calls_cuda) relaxed.emplace();
     run_taken_piece(lock, std::move(piece));
   }
   if (poll != nullptr && waited) {

@@ -110,6 +110,13 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   Sampler sampler;
   uint64_t dataset_fingerprint;  // what each state records; hashed once, outside the mutex
   StagingRing ring;
+  // The threads that call the CUDA runtime (pinned allocations, event waits): those of a
+  // cuda loader, and of a cpu loader that pins its host memory while a device exists. They
+  // run in relaxed capture mode (cuda_stream.h).
+  bool calls_cuda = false;
+  // The device a pinned cpu loader's threads select: the constructing thread's, so that a
+  // ragged buffer's regrowth opens no context on device 0 in a multi-GPU job. -1: none.
+  int pinning_device = -1;
   cuda::Stream copy_stream;
   std::vector<std::string> field_names;  // ring.fields() order
   std::vector<size_t> ragged_fields;     // positions in ring.fields()

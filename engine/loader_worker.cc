@@ -119,18 +119,18 @@ std::string chunk_of_or_unknown(const Dataset& dataset, int64_t index) {
 }  // namespace
 
 void LoaderCore::worker_main() {
-  if (options.device.is_cuda()) {
+  if (calls_cuda) {
     // A new thread's current device is 0; calls that take no device (pinned allocations
-    // when a ragged buffer grows) would open a context there for a loader on cuda:1.
+    // when a ragged buffer grows) would open a context there for a loader on cuda:1, or for
+    // a pinned cpu loader of a process that works on another device.
+    const int device = options.device.is_cuda() ? static_cast<int>(options.device.index) : pinning_device;
     try {
-      cuda::use_device(options.device.index);
+      if (device >= 0) cuda::use_device(device);
     } catch (...) {
       // The calls that name a device still select it; a failing device reports itself there.
     }
+    cuda::relax_stream_capture_on_this_thread();  // cuda_stream.h: a user's graph capture elsewhere
   }
-  // cuda_stream.h: a user's graph capture elsewhere. A pinned host ring too: growing a ragged
-  // buffer calls cudaHostAlloc and cudaFreeHost.
-  if (options.device.is_cuda() || ring.host_storage().is_pinned()) cuda::relax_stream_capture_on_this_thread();
   std::unique_lock lock(mutex);
   while (true) {
     if (workers_spin && !stopping && pieces.empty()) {

@@ -48,6 +48,9 @@ class StagingRing {
   bool has_device_buffers() const { return device_.is_cuda(); }
   const std::vector<FieldLayout>& fields() const { return fields_; }
   const UntypedStorage& host_storage() const { return host_; }
+  // Whether host buffers are asked for pinned (a ragged buffer's regrowth asks again, even
+  // after the ring fell back to ordinary memory).
+  bool pins_host() const { return pin_memory_; }
 
   // [rows, ...] view of fixed field `f` in `slot`, in the field's storage order.
   Tensor fixed_view(int slot, size_t f, int64_t rows, bool on_device) const;

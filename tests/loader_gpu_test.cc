@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <numeric>
 #include <thread>
 
@@ -264,10 +265,23 @@ TEST_F(LoaderGpuTest, AGraphCapturedOnAnotherThreadWhileTheLoaderPrefetches) {
   int64_t batches = 0;
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
   // next() and release on this thread, not the capturing one; nothing here waits on the host
-  // for the GPU (this thread is not relaxed: a synchronize() would break the capture).
-  while (std::chrono::steady_clock::now() < until)
-    if (std::optional<Batch> batch = loader.next()) ++batches;
+  // for the GPU (this thread is not relaxed: a synchronize() would break the capture). An
+  // error (the bug back) is reported after the capturer is joined, not by std::terminate.
+  std::exception_ptr error;
+  try {
+    while (std::chrono::steady_clock::now() < until)
+      if (std::optional<Batch> batch = loader.next()) ++batches;
+  } catch (...) {
+    error = std::current_exception();
+  }
   capturer.join();
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      FAIL() << "next() during the capture: " << e.what();
+    }
+  }
   EXPECT_EQ(begin, cudaSuccess) << cudaGetErrorString(begin);
   EXPECT_EQ(record, cudaSuccess) << cudaGetErrorString(record);
   EXPECT_EQ(end, cudaSuccess) << cudaGetErrorString(end) << " (the capture was invalidated)";
