@@ -22,6 +22,7 @@ namespace {
 // never holds up the thread inside next().
 struct PyLoader {
   std::unique_ptr<Loader> loader;
+  std::optional<Dataset> dataset;  // what load_state_dict() makes its new loader over
   ForkAwareMutex mutex;  // see bindings.h
 
   Loader& get() {
@@ -124,6 +125,16 @@ auto with_lock(PyLoader& self, Fn&& fn) {
     std::lock_guard lock(self.mutex);
     return fn(self.get());
   });
+}
+
+// A saved state as Loader(state=) and load_state_dict() take it: the JSON text state() gives,
+// or the dict state_dict() gives (or json.loads made of the text).
+LoaderState state_of(const py::object& state) {
+  if (py::isinstance<py::str>(state)) return LoaderState::parse(state.cast<std::string>());
+  if (!py::isinstance<py::dict>(state))
+    throw py::type_error(std::string("a loader state is the text state() returns or the dict state_dict() returns, not ") +
+                         Py_TYPE(state.ptr())->tp_name);
+  return LoaderState::parse(py::module_::import("json").attr("dumps")(state).cast<std::string>());
 }
 
 }  // namespace
@@ -231,8 +242,8 @@ device="cuda:N", copied to the GPU asynchronously.
 sampler: "sequential", "random" or "quasi_random" (chunk-aware: each compressed chunk is
 decoded once an epoch). rank/world_size split each epoch as DistributedSampler does; subset
 limits it to a list of records (negative from the end, as ds[i] takes them; or a boolean
-mask). state() after any batch (JSON text)
-resumes exactly there: Loader(ds, ..., state=text). timeout (seconds): how long next() waits
+mask). state() after any batch (JSON text; state_dict() as a
+dict) resumes exactly there: Loader(ds, ..., state=text), or load_state_dict() on this loader. timeout (seconds): how long next() waits
 before TimeoutError. pin_memory: pinned host batches; by default when a CUDA device exists.
 num_workers: threads, not processes; next() gathers rows of the batch it waits for too, so on
 C cores C - 1 workers keep every core busy for warm, uncompressed data.
@@ -302,13 +313,9 @@ block) stops the workers.)doc")
                if (*timeout > 0 && options.timeout.count() == 0) options.timeout = std::chrono::milliseconds(1);
              }
              std::optional<LoaderState> resume;
-             if (!state.is_none()) {
-               std::string text = py::isinstance<py::str>(state)
-                                      ? state.cast<std::string>()
-                                      : py::module_::import("json").attr("dumps")(state).cast<std::string>();
-               resume = LoaderState::parse(text);
-             }
+             if (!state.is_none()) resume = state_of(state);
              auto self = std::make_unique<PyLoader>();
+             self->dataset = dataset;
              self->loader = without_gil([&] {
                return resume ? std::make_unique<Loader>(dataset, std::move(options), *resume)
                              : std::make_unique<Loader>(dataset, std::move(options));
@@ -359,6 +366,26 @@ an epoch loop begins with, while on a loader that has taken batches it restarts 
       .def_property_readonly("epoch", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.epoch(); }); })
       .def("state", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.state().to_string(); }); },
            "Where the loader stands after the last batch next() returned, as JSON text")
+      .def("state_dict", [](PyLoader& self) {
+        const std::string text = with_lock(self, [](Loader& l) { return l.state().to_string(); });
+        return py::module_::import("json").attr("loads")(text);
+      }, "state() as a dict, for checkpoints that collect state_dict()s (torchdata's StatefulDataLoader, "
+         "Lightning): load_state_dict() or Loader(state=) resumes it")
+      .def("load_state_dict", [](PyLoader& self, const py::object& state) {
+        const LoaderState resume = state_of(state);
+        without_gil([&] {
+          std::lock_guard lock(self.mutex);
+          // The new loader first: a state of another dataset or order is refused with this
+          // loader untouched. The old one's workers stop as it goes; its batches stay valid.
+          auto replacement = std::make_unique<Loader>(*self.dataset, self.get().options(), resume);
+          self.loader = std::move(replacement);
+        });
+      }, py::arg("state_dict"), R"doc(
+Moves this loader to where `state_dict` (from state_dict(), or the text state() gives) was
+taken, as Loader(ds, ..., state=...) with this loader's options would start: the next batch is
+the one that followed it. ValueError, and the loader unchanged, when the state belongs to
+another dataset or order (records, fingerprint, sampler, seed, subset, window). Batches taken
+before stay valid.)doc")
       .def_property_readonly("ring_slots", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.ring_slots(); }); })
       .def_property_readonly("ring_bytes", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.ring_bytes(); }); })
       .def("stats", [](PyLoader& self) {

@@ -178,6 +178,45 @@ class LoaderTest(unittest.TestCase):
         with self.assertRaises(ValueError):  # another seed's order cannot continue this state
             mmtensor.Loader(self.ds, state=state, **dict(options, seed=10))
 
+    def test_state_dict_and_load_state_dict_move_a_loader_to_a_saved_place(self):
+        # The pair checkpoint code calls on anything with state (torchdata's
+        # StatefulDataLoader, Lightning): a dict out, and the same loader moved back to it.
+        options = dict(batch_size=30, sampler="random", seed=3, num_workers=2)
+        loader = mmtensor.Loader(self.ds, **options)
+        whole = self.epoch_labels(mmtensor.Loader(self.ds, **options))
+        first = [loader.next()["label"].numpy().copy() for _ in range(4)]
+        saved = loader.state_dict()
+        self.assertIsInstance(saved, dict)
+        self.assertEqual(saved, json.loads(loader.state()))
+        self.assertEqual(saved["consumed"], 120)
+        held = loader.next()  # a batch taken before the move stays valid after it
+        held_labels = held["label"].numpy().copy()
+        for _ in range(3):
+            loader.next()
+        loader.load_state_dict(saved)
+        self.assertEqual(loader.state_dict(), saved)
+        rest = self.epoch_labels(loader)
+        np.testing.assert_array_equal(np.concatenate(first + [rest]), whole)
+        np.testing.assert_array_equal(held["label"].numpy(), held_labels)
+        # Text as state() gives it, into a loader of another epoch: it goes to the saved place.
+        other = mmtensor.Loader(self.ds, epoch=5, **options)
+        other.next()
+        other.load_state_dict(json.dumps(saved))
+        self.assertEqual(other.epoch, 0)
+        np.testing.assert_array_equal(self.epoch_labels(other), rest)
+        # Refused, and the loader left where it was: another order's state, or no state at all.
+        other.set_epoch(0)
+        other.next()
+        before = other.state_dict()
+        with self.assertRaisesRegex(ValueError, "seed"):
+            other.load_state_dict(mmtensor.Loader(self.ds, **dict(options, seed=4)).state_dict())
+        with self.assertRaisesRegex(TypeError, "state_dict"):
+            other.load_state_dict([1, 2])
+        self.assertEqual(other.state_dict(), before)
+        other.close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            other.load_state_dict(saved)
+
     def test_ranks_and_subsets_split_the_epoch(self):
         parts = [self.epoch_labels(mmtensor.Loader(self.ds, batch_size=32, sampler="random", seed=1, rank=r,
                                                    world_size=3, drop_tail=True))
