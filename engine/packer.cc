@@ -301,7 +301,7 @@ std::vector<std::string> files_under(const fs::path& class_dir, std::set<std::pa
 
 }  // namespace
 
-PackSources PackSources::from_folder(const std::string& dir) {
+PackSources PackSources::from_folder(const std::string& dir, FolderOptions options) {
   std::error_code ec;
   MMT_CHECK(fs::is_directory(dir, ec), IoError, dir, ": not a folder (",
             ec                       ? ec.message()
@@ -309,12 +309,14 @@ PackSources PackSources::from_folder(const std::string& dir) {
                                      : std::string("it does not exist"), ")");
   PackSources out;
   std::vector<std::string> classes;
+  std::string first_top_file;  // a file directly in DIR: DIR is a folder of files alone, unless it has classes
+  int64_t top_hidden = 0;
   std::set<std::pair<dev_t, ino_t>> folders_seen;  // every folder walked, through links too
   try {
     for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
       std::string leaf = entry.path().filename().string();
       if (leaf.starts_with(".")) {
-        ++out.hidden_skipped_;
+        ++top_hidden;
         continue;
       }
       std::error_code kind_error;  // not found: a dangling link
@@ -322,15 +324,23 @@ PackSources PackSources::from_folder(const std::string& dir) {
         classes.push_back(leaf);
         continue;
       }
-      MMT_CHECK(entry.is_regular_file(kind_error), ValueError, entry.path().string(), ": not a folder of a class ",
-                "nor a file (",
+      MMT_CHECK(entry.is_regular_file(kind_error), IoError, entry.path().string(), ": not a folder nor a file (",
                 kind_error && kind_error != std::errc::no_such_file_or_directory ? kind_error.message()
                                                                                  : "a dangling link, a device or a pipe",
-                "); the top of ", dir, " holds one folder per class");
-      throw ValueError(str(entry.path().string(), ": a file directly in ", dir,
-                           " has no class; put each file in a folder named after its class"));
+                ") and cannot be packed");
+      if (first_top_file.empty() || entry.path().string() < first_top_file) first_top_file = entry.path().string();
     }
     std::sort(classes.begin(), classes.end());
+    MMT_CHECK(first_top_file.empty() || classes.empty(), ValueError, first_top_file, ": a file directly in ", dir,
+              ", beside class folders (", (fs::path(dir) / classes.front()).string(),
+              "), has no class; put each file in a folder named after its class, or pack a folder of files alone");
+    if (!first_top_file.empty()) {
+      // Unlabeled: DIR's own files (the walk skips the hidden ones, counting them itself).
+      out.files_ = files_under(fs::path(dir), folders_seen, out.linked_input_files_, out.hidden_skipped_);
+      std::sort(out.files_.begin(), out.files_.end());
+    } else {
+      out.hidden_skipped_ = top_hidden;
+    }
     for (const std::string& name : classes) {  // stored as JSON text in the metadata
       const size_t invalid = detail::first_invalid_utf8(name);
       MMT_CHECK(invalid == std::string::npos, ValueError, (fs::path(dir) / name).string(),
@@ -341,38 +351,65 @@ PackSources PackSources::from_folder(const std::string& dir) {
                                                      out.hidden_skipped_);
       std::sort(files.begin(), files.end());
       for (std::string& f : files) {
-        out.total_bytes_ += static_cast<int64_t>(fs::file_size(f)) + 8;
         out.files_.push_back(std::move(f));
         out.labels_.push_back(static_cast<int64_t>(label));
       }
     }
+    out.folder_ = dir;
+    out.paths_ = options.paths;
+    for (size_t i = 0; i < out.files_.size(); ++i) {
+      out.total_bytes_ += static_cast<int64_t>(fs::file_size(out.files_[i]));
+      if (!classes.empty()) out.total_bytes_ += 8;
+      if (out.paths_) out.total_bytes_ += static_cast<int64_t>(out.relative_path(i).size());
+    }
   } catch (const fs::filesystem_error& e) {
     throw IoError(str(dir, ": cannot list the folder: ", e.what()), e.code().value());
   }
-  MMT_CHECK(!classes.empty(), ValueError, dir, ": no class folders in it; put each file in a folder named "
-            "after its class (DIR/CLASS/FILE)");
+  const std::string hidden_note =
+      out.hidden_skipped_ > 0 ? str(" (", out.hidden_skipped_, " hidden entries, whose names start with '.', are skipped)")
+                              : std::string();
+  MMT_CHECK(!classes.empty() || !first_top_file.empty(), ValueError, dir,
+            ": no files and no class folders in it; give a folder of files, or of class folders (DIR/CLASS/FILE)",
+            hidden_note);
   MMT_CHECK(!out.files_.empty(), ValueError, dir, ": its ", classes.size(), " class folder",
-            classes.size() == 1 ? " holds" : "s hold", " no files",
-            out.hidden_skipped_ > 0 ? str(" (", out.hidden_skipped_, " hidden entries, whose names start with '.', are skipped)")
-                                    : std::string());
+            classes.size() == 1 ? " holds" : "s hold", " no files", hidden_note);
   out.records_ = static_cast<int64_t>(out.files_.size());
   out.input_paths_ = {dir};
   struct stat top {};
   if (::stat(dir.c_str(), &top) == 0) out.input_folders_.emplace_back(top.st_dev, top.st_ino);
   for (const auto& [device, inode] : folders_seen) out.input_folders_.emplace_back(device, inode);
   std::sort(out.input_folders_.begin(), out.input_folders_.end());
+  out.input_folders_.erase(std::unique(out.input_folders_.begin(), out.input_folders_.end()), out.input_folders_.end());
   std::sort(out.linked_input_files_.begin(), out.linked_input_files_.end());
-  out.schema_ = Schema({Field::bytes("data"), Field::fixed("label", kInt64, {})});
-  out.metadata_["classes"] = nlohmann::json(classes).dump();
+  std::vector<Field> fields{Field::bytes("data")};
+  out.origins_ = {str("data=", dir)};
+  if (!classes.empty()) {
+    fields.push_back(Field::fixed("label", kInt64, {}));
+    out.origins_.push_back(str("label=", dir, " (class folders)"));
+    out.metadata_["classes"] = nlohmann::json(classes).dump();
+  }
+  if (out.paths_) {
+    fields.push_back(Field::bytes("path"));
+    out.origins_.push_back(str("path=", dir, " (file paths)"));
+  }
+  out.schema_ = Schema(std::move(fields));
   out.metadata_["source"] = "folder";
-  out.origins_ = {str("data=", dir), str("label=", dir, " (class folders)")};
   return out;
+}
+
+std::string_view PackSources::relative_path(size_t index) const {
+  // The files' paths begin with the folder as given (from_folder joins onto it).
+  std::string_view file = files_[index];
+  if (file.starts_with(folder_)) file.remove_prefix(folder_.size());
+  while (file.starts_with('/')) file.remove_prefix(1);
+  return file;
 }
 
 std::string PackSources::record_origin(size_t field, int64_t index) const {
   if (files_.empty() || index < 0 || index >= records_) return origins_.at(field);
   const std::string& file = files_[static_cast<size_t>(index)];
-  return field == 0 ? file : str("the class folder of ", file);
+  if (field == 0) return file;
+  return field == 1 && !labels_.empty() ? str("the class folder of ", file) : str("the path of ", file);
 }
 
 std::vector<Tensor> PackSources::record(int64_t index) const {
@@ -393,7 +430,13 @@ void PackSources::record(int64_t index, std::vector<Tensor>& values) const {
   UntypedStorage bytes = detail::read_file_bytes(files_[static_cast<size_t>(index)]);
   int64_t n = bytes.nbytes();
   values[0] = Tensor(std::move(bytes), kUInt8, {n});
-  values[1] = full({}, static_cast<double>(labels_[static_cast<size_t>(index)]), kInt64);
+  if (!labels_.empty()) values[1] = full({}, static_cast<double>(labels_[static_cast<size_t>(index)]), kInt64);
+  if (paths_) {
+    const std::string_view path = relative_path(static_cast<size_t>(index));
+    Tensor name = empty({static_cast<int64_t>(path.size())}, kUInt8);
+    if (!path.empty()) std::memcpy(name.mutable_data_ptr(), path.data(), path.size());
+    values.back() = std::move(name);
+  }
 }
 
 void PackSources::check_unread_inputs() const {

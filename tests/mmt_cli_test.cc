@@ -876,6 +876,39 @@ TEST_F(MmtCli, VerifyComparesByNameAndRefusesAnEmptySource) {
                     "record 0, field 'data' differs from its source " + path("f1/cat/a.jpg") + " at byte 3 of the value");
 }
 
+// --paths keeps which file each record came from, and verify --folder then checks the names
+// too (a file renamed since the pack is caught); a folder of files alone packs unlabeled.
+TEST_F(MmtCli, FolderPathsAreStoredAndVerifiedAndUnlabeledFoldersPack) {
+  fs::create_directories(path("imgs/cat"));
+  fs::create_directories(path("imgs/dog"));
+  testutil::write_file(path("imgs/cat/a.jpg"), testutil::to_bytes("meow"));
+  testutil::write_file(path("imgs/dog/b.jpg"), testutil::to_bytes("woof"));
+  const RunResult packed = run_mmt({"pack", path("p.mmt"), "--folder", path("imgs"), "--paths"});
+  ASSERT_EQ(packed.exit_code, 0) << packed.err;
+  ASSERT_EQ(run_mmt({"get", path("p.mmt"), "1", "--field", "path", "--raw", path("name.bin")}).exit_code, 0);
+  EXPECT_EQ(testutil::read_file(path("name.bin")), testutil::to_bytes("dog/b.jpg"));
+  const RunResult sound = run_mmt({"verify", path("p.mmt"), "--folder", path("imgs")});
+  EXPECT_EQ(sound.exit_code, 0) << sound.err;
+  EXPECT_NE(sound.out.find("path"), std::string::npos) << sound.out;
+  fs::rename(path("imgs/dog/b.jpg"), path("imgs/dog/c.jpg"));  // same bytes, another name
+  EXPECT_FAILS_WITH(run_mmt({"verify", path("p.mmt"), "--folder", path("imgs")}), "record 1, field 'path' differs");
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("q.mmt"), "--paths", "x=" + path("x.npy")}), "--paths stores the path");
+  EXPECT_FALSE(fs::exists(path("q.mmt")));
+
+  fs::create_directories(path("flat"));
+  testutil::write_file(path("flat/1.txt"), testutil::to_bytes("one"));
+  testutil::write_file(path("flat/2.txt"), testutil::to_bytes("two"));
+  ASSERT_EQ(run_mmt({"pack", path("f.mmt"), "--folder", path("flat")}).exit_code, 0);
+  const RunResult info = run_mmt({"info", path("f.mmt"), "--json"});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  const nlohmann::json j = nlohmann::json::parse(info.out);
+  EXPECT_EQ(j["records"], 2);
+  ASSERT_EQ(j["fields"].size(), 1u);
+  EXPECT_EQ(j["fields"][0]["name"], "data");
+  EXPECT_FALSE(j["metadata"].contains("classes"));
+  EXPECT_EQ(run_mmt({"verify", path("f.mmt"), "--folder", path("flat")}).exit_code, 0);
+}
+
 // Hidden files and folders under --folder were skipped without a word; --help says so now, and
 // the summary counts them.
 TEST_F(MmtCli, PackSaysHowManyHiddenEntriesItSkipped) {

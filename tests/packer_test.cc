@@ -67,6 +67,80 @@ TEST(PackerTest, AFolderWithoutFilesIsRefused) {
   EXPECT_EQ(sources.metadata().at("classes"), R"(["cat","dog"])");
 }
 
+// A uint8 value's bytes as text (a folder record's data or path).
+std::string bytes_text(const Tensor& value) {
+  const Tensor bytes = value.contiguous();
+  return {static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.nbytes())};
+}
+
+// Unlabeled data (self-supervised pre-training, say) is a folder of files with no classes;
+// it was refused file by file ("has no class"). Now it packs as bytes alone, in name order.
+TEST(PackerTest, AFolderOfFilesAlonePacksUnlabeled) {
+  TempDir dir;
+  write_text(dir.path() / "flat" / "b.bin", "bee");
+  write_text(dir.path() / "flat" / "a.bin", "ay");
+  write_text(dir.path() / "flat" / ".DS_Store", "hidden");
+  write_text(dir.path() / "flat" / ".ipynb_checkpoints" / "a.bin", "hidden too");
+  const PackSources sources = PackSources::from_folder(dir.file("flat"));
+  EXPECT_EQ(sources.records(), 2);
+  ASSERT_EQ(sources.schema().size(), 1u);
+  EXPECT_EQ(sources.schema()[0].name, "data");
+  EXPECT_FALSE(sources.metadata().contains("classes"));
+  EXPECT_EQ(sources.hidden_skipped(), 2);
+  EXPECT_EQ(sources.record_origin(0, 1), dir.file("flat") + "/b.bin");
+  pack_dataset(dir.file("flat.mmt"), sources, {});
+  const Dataset ds = Dataset::open(dir.file("flat.mmt"));
+  ASSERT_EQ(ds.size(), 2);
+  EXPECT_EQ(bytes_text(ds[0]["data"]), "ay");
+  EXPECT_EQ(bytes_text(ds[1]["data"]), "bee");
+  EXPECT_EQ(compare_with_sources(ds, sources), 2);
+
+  // Files beside class folders have no class: refused, naming the first of them.
+  write_text(dir.path() / "flat" / "cat" / "c.jpg", "meow");
+  const std::string mixed = error_of([&] { PackSources::from_folder(dir.file("flat")); });
+  EXPECT_NE(mixed.find(dir.file("flat") + "/a.bin: a file directly in " + dir.file("flat") + ", beside class folders ("),
+            std::string::npos) << mixed;
+  EXPECT_NE(mixed.find("has no class"), std::string::npos) << mixed;
+}
+
+// Which file a record came from, once the folder is gone (or to find a mislabeled image):
+// FolderOptions::paths stores each file's path under the folder, however the folder was spelled.
+TEST(PackerTest, FolderPathsNameEachRecordsFile) {
+  TempDir dir;
+  write_text(dir.path() / "photos" / "cat" / "a.jpg", "meow");
+  write_text(dir.path() / "photos" / "dog" / "puppies" / "rex.jpg", "woof");
+  for (const std::string& spelled : {dir.file("photos"), dir.file("photos") + "/", dir.file("photos") + "/./"}) {
+    SCOPED_TRACE(spelled);
+    const PackSources sources = PackSources::from_folder(spelled, {.paths = true});
+    ASSERT_EQ(sources.schema().size(), 3u);
+    EXPECT_EQ(sources.schema()[2].name, "path");
+    EXPECT_FALSE(sources.schema()[2].is_fixed());
+    EXPECT_EQ(sources.origins().at(2), "path=" + spelled + " (file paths)");
+    EXPECT_EQ(bytes_text(sources.record(0).at(2)), "cat/a.jpg");
+    EXPECT_EQ(bytes_text(sources.record(1).at(2)), "dog/puppies/rex.jpg");
+    EXPECT_EQ(sources.record(1).at(1).item<int64_t>(), 1);
+    EXPECT_NE(sources.record_origin(2, 1).find("the path of "), std::string::npos);
+    EXPECT_NE(sources.record_origin(1, 1).find("the class folder of "), std::string::npos);
+  }
+  const PackSources sources = PackSources::from_folder(dir.file("photos"), {.paths = true});
+  pack_dataset(dir.file("p.mmt"), sources, {.writer = {.codec = CodecSpec::parse("zstd")}});
+  const Dataset ds = Dataset::open(dir.file("p.mmt"));
+  EXPECT_EQ(bytes_text(ds[1]["path"]), "dog/puppies/rex.jpg");
+  EXPECT_EQ(ds[1]["label"].item<int64_t>(), 1);
+  EXPECT_EQ(compare_with_sources(ds, sources), 2);
+  // Without the option the schema is as before: no "path".
+  EXPECT_FALSE(PackSources::from_folder(dir.file("photos")).schema().find("path").has_value());
+
+  // A folder of files alone, packed from inside it ("."): "data" and "path", the bare name.
+  write_text(dir.path() / "flat" / "x.txt", "x");
+  {
+    const WorkingDirectory in_flat(dir.path() / "flat");
+    const PackSources flat = PackSources::from_folder(".", {.paths = true});
+    ASSERT_EQ(flat.schema().size(), 2u);
+    EXPECT_EQ(bytes_text(flat.record(0).at(1)), "x.txt");
+  }
+}
+
 // Hidden folders are skipped with what is under them (a notebook's checkpoints used to become
 // samples of their class), linked folders are followed like linked files (they used to be
 // dropped without a word), and a link loop is refused instead of walked.
@@ -169,7 +243,7 @@ TEST(PackerTest, InputsOfTheWrongKindAreNamedForWhatTheyAre) {
   write_text(dir.path() / "photos" / "cat" / "a.jpg", "meow");
   fs::create_symlink(dir.path() / "nowhere", dir.path() / "photos" / "dangling");
   const std::string dangling = error_of([&] { PackSources::from_folder(dir.file("photos")); });
-  EXPECT_NE(dangling.find("dangling: not a folder of a class nor a file (a dangling link"), std::string::npos) << dangling;
+  EXPECT_NE(dangling.find("dangling: not a folder nor a file (a dangling link"), std::string::npos) << dangling;
   const std::string file = error_of([&] { PackSources::from_folder(dir.file("a.npy")); });
   EXPECT_NE(file.find("not a folder (it is a file)"), std::string::npos) << file;
 }

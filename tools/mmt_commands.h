@@ -141,6 +141,7 @@ namespace mmt {
 class PackSources;
 }
 namespace mmt::tool {
-// The sources named on a command line: array inputs, or a folder (not both).
-PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder);
+// The sources named on a command line: array inputs, or a folder (not both), with its files'
+// paths as field "path" when `folder_paths`.
+PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder, bool folder_paths);
 }  // namespace mmt::tool

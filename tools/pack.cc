@@ -29,6 +29,7 @@ struct PackArgs {
   int threads = 0;
   bool force = false;
   bool quiet = false;
+  bool paths = false;  // --paths: a folder's file paths as field "path"
   std::pair<int64_t, int64_t> shard{0, 1};  // --shard K/N: share K of N
   const CLI::Option* folder_option = nullptr;  // given, even empty
 };
@@ -91,7 +92,8 @@ void run_pack(const PackArgs& args) {
   check_output_path(args.output, args.force);
 
   CodecSpec codec = options.codec;
-  PackSources sources = load_pack_sources(args.inputs, args.folder);
+  MMT_CHECK(!args.paths || !args.folder.empty(), UsageError, "--paths stores the path of each file of a --folder; give --folder");
+  PackSources sources = load_pack_sources(args.inputs, args.folder, args.paths);
   const auto [shard, shards] = args.shard;
   const RecordRange range = shard_records(sources.records(), shard, shards);
   // A shard's share of the bytes, for the progress bar: exact for arrays, near for a folder.
@@ -162,11 +164,11 @@ void run_pack(const PackArgs& args) {
 
 }  // namespace
 
-PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder) {
+PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder, bool folder_paths) {
   if (!folder.empty()) {
     MMT_CHECK(inputs.empty(), UsageError,
               "--folder makes one record per file; it cannot be combined with array inputs");
-    return PackSources::from_folder(folder);
+    return PackSources::from_folder(folder, {.paths = folder_paths});
   }
   MMT_CHECK(!inputs.empty(), UsageError,
             "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not) or --folder DIR");
@@ -183,6 +185,8 @@ void add_pack_command(CLI::App& app) {
       "  NAME=PATH       an IDX file, gzip-compressed or not (MNIST's *-idx3-ubyte.gz)\n"
       "  --folder DIR    one record per file: its bytes ('data') and the index of its\n"
       "                  class subfolder ('label'); class names go to the metadata.\n"
+      "                  A folder of files alone (no subfolders) gives 'data' only.\n"
+      "                  --paths adds each file's path under DIR ('path', bytes).\n"
       "                  Hidden files and folders (names starting with '.', such as\n"
       "                  .DS_Store) are skipped; the summary says how many\n"
       "Arrays are read where they lie or converted a batch of records at a time; a\n"
@@ -199,7 +203,8 @@ void add_pack_command(CLI::App& app) {
   cmd->add_option("OUTPUT", args->output, "The dataset file to create")->required();
   cmd->add_option("INPUT", args->inputs, "Inputs (see below)");
   args->folder_option =
-      cmd->add_option("--folder", args->folder, "A folder of class subfolders to pack instead of arrays");
+      cmd->add_option("--folder", args->folder, "A folder of class subfolders (or of files alone) to pack instead of arrays");
+  cmd->add_flag("--paths", args->paths, "With --folder: store each file's path under the folder as field 'path'");
   add_parsed_option(cmd, "--codec", args->codec, "none, lz4[:LEVEL] or zstd[:LEVEL]", parse_codec)->default_str("none");
   add_parsed_option(cmd, "--chunk-bytes", args->chunk_bytes, "Target decoded bytes per chunk (e.g. 1M)",
                     parse_chunk_bytes)->default_str("1M");

@@ -125,7 +125,8 @@ void run_verify(const VerifyArgs& args) {
             << " chunks, every structure and checksum checked\n";
   if (args.against.empty() && args.folder.empty()) return;
 
-  PackSources sources = load_pack_sources(args.against, args.folder);
+  // A folder packed with --paths holds field "path": compared too, with no option to repeat.
+  PackSources sources = load_pack_sources(args.against, args.folder, ds.schema().find("path").has_value());
   std::vector<int64_t> indices;
   if (args.samples > 0 && args.samples < ds.size()) {
     // `samples` distinct records (Floyd's sampling: O(samples) memory whatever the size), in

@@ -22,7 +22,10 @@
 // folder (ImageFolder's convention): one record
 // per file under DIR/CLASS/..., field "data" holding the file's bytes (uint8, variable
 // length) and field "label" (int64) the index of CLASS among the sorted class names, which
-// are stored in the metadata key "classes" as a JSON list.
+// are stored in the metadata key "classes" as a JSON list. Or a folder of files alone, no
+// subfolder (unlabeled data): one record per file, field "data" only, no "classes". Either
+// folder's records come in the order of their paths (sorted by class, then by name), and
+// FolderOptions::paths adds each one's path.
 //
 // Failure. Loading sources throws the importers' errors (IoError, FormatError) naming the
 // file, and ValueError for sources that do not fit together (record counts, duplicate names,
@@ -113,15 +116,22 @@ class InputSpecError : public ValueError {
   using ValueError::ValueError;
 };
 
+struct FolderOptions {
+  // Adds field "path" (uint8, variable length): each record's file path under the folder,
+  // '/'-separated ("dog/001.jpg"), its bytes as the file system gives them (UTF-8 on most
+  // systems): which file a record came from, once the folder is gone.
+  bool paths = false;
+};
+
 class PackSources {
  public:
   // Arrays given as "NAME=PATH" or "PATH.npz" specs (see above); InputSpecError for a spec
   // that cannot be taken, ValueError for arrays that cannot be packed together.
   static PackSources from_arrays(std::span<const std::string> specs);
-  // A class folder; files and folders whose names start with '.' (".DS_Store",
-  // ".ipynb_checkpoints") are skipped, folders with everything under them, and a file
-  // directly in DIR (not in a class folder) is refused.
-  static PackSources from_folder(const std::string& dir);
+  // A class folder, or a folder of files alone; files and folders whose names start with '.'
+  // (".DS_Store", ".ipynb_checkpoints") are skipped, folders with everything under them. A
+  // folder holding both files and subfolders is refused: its files would have no class.
+  static PackSources from_folder(const std::string& dir, FolderOptions options = {});
 
   int64_t records() const { return records_; }
   const Schema& schema() const { return schema_; }
@@ -132,10 +142,11 @@ class PackSources {
   int64_t hidden_skipped() const { return hidden_skipped_; }
   // Where each field comes from, in schema order: the input as given
   // ("images=train-images-idx3-ubyte.gz"), "PATH.npz:NAME.npy" for an .npz member (its name
-  // escaped), "data=DIR" and "label=DIR (class folders)" for a folder.
+  // escaped), "data=DIR", "label=DIR (class folders)" and "path=DIR (file paths)" for a folder.
   const std::vector<std::string>& origins() const { return origins_; }
-  // Where record `index` of `field` comes from: for a folder, the record's file ("data") or
-  // "the class folder of FILE" ("label"); for arrays, origins()[field].
+  // Where record `index` of `field` comes from: for a folder, the record's file ("data"),
+  // "the class folder of FILE" ("label") or "the path of FILE" ("path"); for arrays,
+  // origins()[field].
   std::string record_origin(size_t field, int64_t index) const;
   // The files (arrays) or the folder (a class folder) the sources read: pack_dataset refuses
   // an output that is one of them or lies inside the folder, which would replace an input.
@@ -174,13 +185,17 @@ class PackSources {
     int64_t offset = 0;
     bool big_endian = false;
   };
+  // Folder: files_[index] under the folder, '/'-separated ("dog/001.jpg").
+  std::string_view relative_path(size_t index) const;
   // Records [start, start + count) of converted field `f`, in native order in new memory.
   Tensor converted_records(size_t f, int64_t start, int64_t count) const;
 
   std::vector<Tensor> columns_;        // arrays: [records, ...field shape]; undefined if converted
   std::vector<ConvertedColumn> converted_;  // arrays: one per field
   std::vector<std::string> files_;     // folder: one path per record
-  std::vector<int64_t> labels_;        // folder: the class index of each file
+  std::vector<int64_t> labels_;        // class folder: the class index of each file
+  std::string folder_;                 // folder: as given, which every path in files_ begins with
+  bool paths_ = false;                 // folder: field "path" (FolderOptions::paths)
   // Folder: (device, inode) of every folder walked (through links too) and of every file
   // reached through a link, sorted: for check_output.
   std::vector<std::pair<uint64_t, uint64_t>> input_folders_;

@@ -42,11 +42,12 @@ std::vector<std::string> array_specs(const py::handle& inputs) {
 void bind_pack(py::module_& m) {
   m.def("pack", [](const py::object& output, const py::object& inputs, const py::object& folder, const std::string& codec,
                    int64_t chunk_bytes, int64_t chunk_records, int64_t alignment, int threads, bool overwrite,
-                   const Metadata& metadata, std::optional<std::pair<int64_t, int64_t>> shard) {
+                   const Metadata& metadata, std::optional<std::pair<int64_t, int64_t>> shard, bool paths) {
     if (inputs.is_none() == folder.is_none()) throw py::value_error("pack: give inputs= (arrays) or folder= (a class folder), one of them");
     const std::string path = path_of(output);
     const std::vector<std::string> specs = inputs.is_none() ? std::vector<std::string>{} : array_specs(inputs);
     const std::string dir = folder.is_none() ? std::string() : path_of(folder);
+    if (paths && dir.empty()) throw py::value_error("pack: paths=True stores the path of each file of a folder; give folder=");
     PackOptions options;
     options.writer.codec = CodecSpec::parse(codec);
     options.writer.chunk_bytes = chunk_bytes;
@@ -74,7 +75,7 @@ void bind_pack(py::module_& m) {
       };
     try {
       const WriteStats stats = without_gil([&] {
-        const PackSources sources = dir.empty() ? PackSources::from_arrays(specs) : PackSources::from_folder(dir);
+        const PackSources sources = dir.empty() ? PackSources::from_arrays(specs) : PackSources::from_folder(dir, {.paths = paths});
         return pack_dataset(path, sources, options);
       });
       // A Ctrl-C taken by the last progress report (the one after finish(), or one during the
@@ -91,7 +92,7 @@ void bind_pack(py::module_& m) {
   }, py::arg("output"), py::arg("inputs") = py::none(), py::kw_only(), py::arg("folder") = py::none(),
      py::arg("codec") = "none", py::arg("chunk_bytes") = WriterOptions{}.chunk_bytes, py::arg("chunk_records") = 0,
      py::arg("alignment") = WriterOptions{}.alignment, py::arg("threads") = 0, py::arg("overwrite") = false,
-     py::arg("metadata") = Metadata{}, py::arg("shard") = py::none(), R"doc(
+     py::arg("metadata") = Metadata{}, py::arg("shard") = py::none(), py::arg("paths") = false, R"doc(
 Packs files into a dataset at `output`, as `mmt pack` does, and returns the figures.
 
     mmtensor.pack("train.mmt", {"images": "train-images-idx3-ubyte.gz",
@@ -101,7 +102,9 @@ Packs files into a dataset at `output`, as `mmt pack` does, and returns the figu
 
 inputs: a dict {field: path} or a list of "NAME=PATH" and "PATH.npz" (.npy, .npz and IDX
 files, gzipped or not); folder: a class folder instead, one record per file (field "data",
-its bytes; "label", its class's index; the class names in metadata["classes"]). Large
+its bytes; "label", its class's index; the class names in metadata["classes"]), or a folder
+of files alone ("data" only); paths=True adds field "path", each file's path under the
+folder (bytes: bytes(ds[i]["path"]).decode()). Large
 arrays are read where they lie, not into memory. The file appears complete or not at all:
 an error or Ctrl-C (KeyboardInterrupt) leaves `output` as it was (a Ctrl-C that comes while
 the file is being finished, its last chunks compressed and synced, is raised once it is

@@ -73,6 +73,23 @@ class PackTest(unittest.TestCase):
         self.assertEqual(sorted((bytes(s["data"]), s["label"].item()) for s in ds),
                          [(b"a.jpga.jpga.jpg", 0), (b"b.jpgb.jpgb.jpg", 0), (b"c.jpgc.jpgc.jpg", 1)])
 
+    def test_folder_paths_and_a_folder_of_files_alone(self):
+        for rel in ["photos/cat/a.jpg", "photos/dog/b.jpg", "plain/1.bin", "plain/2.bin"]:
+            os.makedirs(os.path.dirname(self.path(rel)), exist_ok=True)
+            with open(self.path(rel), "wb") as f:
+                f.write(rel.encode())
+        mmtensor.pack(self.path("p.mmt"), folder=self.path("photos"), paths=True)
+        ds = mmtensor.Dataset(self.path("p.mmt"))
+        self.assertEqual([f.name for f in ds.fields], ["data", "label", "path"])
+        self.assertEqual([(bytes(s["path"]).decode(), s["label"].item()) for s in ds], [("cat/a.jpg", 0), ("dog/b.jpg", 1)])
+        mmtensor.pack(self.path("u.mmt"), folder=self.path("plain"))
+        unlabeled = mmtensor.Dataset(self.path("u.mmt"))
+        self.assertEqual([bytes(s["data"]) for s in unlabeled], [b"plain/1.bin", b"plain/2.bin"])
+        self.assertEqual(list(unlabeled[0].keys()), ["data"])
+        self.assertNotIn("classes", unlabeled.metadata)
+        with self.assertRaisesRegex(ValueError, "paths=True stores the path"):
+            mmtensor.pack(self.path("x.mmt"), {"x": self.path("x.npy")}, paths=True)
+
     @unittest.skipUnless(os.path.exists(FASHION), "no dataset-fashion-mnist")
     def test_idx_files(self):
         mmtensor.pack(self.path("f.mmt"), {"images": os.path.join(FASHION, "train-images-idx3-ubyte.gz"),
