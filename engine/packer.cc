@@ -76,8 +76,9 @@ SourceKind sniff_kind(const std::string& path) {
     size_t got = std::fread(magic, 1, sizeof(magic), f);
     std::fclose(f);
     MMT_CHECK(got < sizeof format::kMagic || std::memcmp(magic, format::kMagic, sizeof format::kMagic) != 0, ValueError,
-              path, ": an mmtensor dataset, not a pack input (.npy, .npz, IDX); datasets (shards) are read as one ",
-              "as they are: give them all to mmt info, verify, get or export, or to Dataset::open_concat");
+              path, ": an mmtensor dataset, not an array input (.npy, .npz, IDX); to repack datasets give them ",
+              "alone, as bare paths (mmt pack OUT A.mmt B.mmt ..., --field to keep some fields); shards are read ",
+              "as one as they are: give them all to mmt info, verify, get or export, or to Dataset::open_concat");
     if (got >= detail::kNpyMagicBytes && std::memcmp(magic, detail::kNpyMagic, detail::kNpyMagicBytes) == 0)
       return SourceKind::Npy;
     if (got >= 4 && std::memcmp(magic, "PK\x03\x04", 4) == 0) return SourceKind::Npz;
@@ -241,6 +242,81 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
     native.data_offset = 0;
     out.columns_[pending.first] = detail::npy_tensor_over(converted, 0, native, v.what);
   }
+  return out;
+}
+
+bool is_dataset_file(const std::string& path) {
+  char magic[sizeof format::kMagic] = {};
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  const size_t got = std::fread(magic, 1, sizeof(magic), f);
+  std::fclose(f);
+  return got == sizeof format::kMagic && std::memcmp(magic, format::kMagic, sizeof format::kMagic) == 0;
+}
+
+PackSources PackSources::from_inputs(std::span<const std::string> specs, std::span<const std::string> fields) {
+  const bool all_datasets = !specs.empty() && std::all_of(specs.begin(), specs.end(), [](const std::string& spec) {
+    std::error_code ec;
+    return fs::is_regular_file(spec, ec) && is_dataset_file(spec);
+  });
+  if (all_datasets) return from_datasets(std::vector<std::string>(specs.begin(), specs.end()), fields);
+  MMT_CHECK(fields.empty(), InputSpecError, "choosing fields is for dataset inputs; of arrays, give the ones to pack");
+  return from_arrays(specs);
+}
+
+PackSources PackSources::from_datasets(const std::vector<std::string>& paths, std::span<const std::string> fields) {
+  MMT_CHECK(!paths.empty(), ValueError, "no datasets to repack");
+  PackSources out;
+  // Uncompressed chunks hashed too (once each, on first use): a repack must not carry a
+  // corrupt record into a file whose checksums would then vouch for it.
+  ReaderOptions reading;
+  reading.verify_uncompressed = true;
+  out.dataset_ = Dataset::open_concat(paths, reading);
+  const Dataset& ds = *out.dataset_;
+  const Schema& all = ds.schema();
+  std::vector<Field> kept;
+  if (fields.empty()) {
+    kept = all.fields();
+  } else {
+    for (const std::string& name : fields) {
+      const Field& field = all[all.index_of(name)];  // ValueError listing the known fields
+      MMT_CHECK(std::none_of(kept.begin(), kept.end(), [&](const Field& k) { return k.name == name; }), ValueError,
+                "field '", detail::escaped(name), "' is chosen twice");
+      kept.push_back(field);
+    }
+  }
+  // Bytes of values, for progress: exact for fixed fields; for ragged ones, the ragged bytes
+  // of the whole (an upper bound when only some of them are kept).
+  const DatasetInfo info = ds.info();
+  int64_t fixed_bytes_all = 0;
+  for (const Field& f : all)
+    if (f.is_fixed()) fixed_bytes_all += f.fixed_nbytes();
+  const int64_t ragged_bytes = std::max<int64_t>(0, info.decoded_bytes - ds.size() * fixed_bytes_all);
+  bool any_ragged = false;
+  for (const Field& f : kept) {
+    if (f.is_fixed()) out.total_bytes_ += ds.size() * f.fixed_nbytes();
+    else any_ragged = true;
+    out.dataset_fields_.push_back(f.name);
+    out.origins_.push_back(str(f.name, " of ", ds.path()));
+  }
+  if (any_ragged) out.total_bytes_ += ragged_bytes;
+  out.records_ = ds.size();
+  out.schema_ = Schema(std::move(kept));
+  out.metadata_ = ds.metadata();
+  out.metadata_.erase(std::string(kShardMetadataKey));
+  out.metadata_.erase(std::string(kShardSourceMetadataKey));
+  // The Fortran-order list names fields: only those kept (`mmt export` writes them so).
+  if (const auto it = out.metadata_.find(std::string(kFortranOrderMetadataKey)); it != out.metadata_.end()) {
+    const nlohmann::json listed = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+    if (listed.is_array()) {
+      nlohmann::json still = nlohmann::json::array();
+      for (const nlohmann::json& name : listed)
+        if (name.is_string() && out.schema_.find(name.get<std::string>())) still.push_back(name);
+      if (still.empty()) out.metadata_.erase(it);
+      else it->second = still.dump();
+    }
+  }
+  out.input_paths_ = paths;
   return out;
 }
 
@@ -422,6 +498,11 @@ void PackSources::record(int64_t index, std::vector<Tensor>& values) const {
   MMT_CHECK(index >= 0 && index < records_, IndexError, "record ", index, " is out of range for ",
             records_, " records");
   values.resize(schema_.size());
+  if (dataset_) {
+    const Sample sample = dataset_->get(index);
+    for (size_t f = 0; f < dataset_fields_.size(); ++f) values[f] = sample[dataset_fields_[f]];
+    return;
+  }
   if (!columns_.empty()) {
     for (size_t f = 0; f < columns_.size(); ++f)
       values[f] = columns_[f].defined() ? columns_[f].select(0, index) : converted_records(f, index, 1).select(0, 0);
@@ -447,6 +528,13 @@ void PackSources::check_unread_inputs() const {
 bool PackSources::record_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const {
   MMT_CHECK(start >= 0 && count >= 0 && start <= records_ - count, IndexError, "records [", start, ", ",
             start + count, ") are out of range for ", records_, " records");
+  if (dataset_) {
+    if (!schema_.all_fixed()) return false;
+    values.resize(dataset_fields_.size());
+    // A view of the file when the records lie back to back, else a copy (decoded chunks).
+    for (size_t f = 0; f < dataset_fields_.size(); ++f) values[f] = dataset_->column(dataset_fields_[f], start, start + count);
+    return true;
+  }
   if (columns_.empty()) return false;
   values.resize(columns_.size());
   for (size_t f = 0; f < columns_.size(); ++f)

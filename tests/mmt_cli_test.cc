@@ -909,6 +909,37 @@ TEST_F(MmtCli, FolderPathsAreStoredAndVerifiedAndUnlabeledFoldersPack) {
   EXPECT_EQ(run_mmt({"verify", path("f.mmt"), "--folder", path("flat")}).exit_code, 0);
 }
 
+// Shards repacked into one file with another codec (and some fields left out); verify
+// --against the shards compares the fields the repack kept.
+TEST_F(MmtCli, PackRepacksDatasetsMergingShards) {
+  save_npy(path("x.npy"), arange(40, kFloat32).view({10, 4}));
+  save_npy(path("y.npy"), arange(10, kInt64));
+  for (const char* k : {"0", "1"})
+    ASSERT_EQ(run_mmt({"pack", path(std::string("part-") + k + ".mmt"), "x=" + path("x.npy"), "y=" + path("y.npy"),
+                       "--shard", std::string(k) + "/2", "--quiet"}).exit_code, 0);
+  const RunResult merged = run_mmt({"pack", path("all.mmt"), path("part-0.mmt"), path("part-1.mmt"), "--codec", "zstd"});
+  ASSERT_EQ(merged.exit_code, 0) << merged.err;
+  EXPECT_NE(merged.out.find("packed 10 records (2 fields)"), std::string::npos) << merged.out;
+  const Dataset ds = Dataset::open(path("all.mmt"));
+  EXPECT_EQ(ds.info().codec.codec, Codec::Zstd);
+  EXPECT_TRUE(ds.column("x").equal(arange(40, kFloat32).view({10, 4})));
+  EXPECT_EQ(run_mmt({"verify", path("all.mmt"), "--against", "x=" + path("x.npy"), "y=" + path("y.npy")}).exit_code, 0);
+
+  const RunResult some = run_mmt({"pack", path("y.mmt"), path("part-0.mmt"), path("part-1.mmt"), "--field", "y"});
+  ASSERT_EQ(some.exit_code, 0) << some.err;
+  EXPECT_EQ(Dataset::open(path("y.mmt")).schema().size(), 1u);
+  const RunResult against = run_mmt({"verify", path("y.mmt"), "--against", path("part-0.mmt"), path("part-1.mmt")});
+  EXPECT_EQ(against.exit_code, 0) << against.err;
+  EXPECT_NE(against.out.find("equal their sources byte for byte (field y)"), std::string::npos) << against.out;
+
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("z.mmt"), path("part-0.mmt"), "--field", "nope"}), "unknown field 'nope'");
+  const RunResult arrays = run_mmt({"pack", path("z.mmt"), "x=" + path("x.npy"), "--field", "x"});
+  EXPECT_EQ(arrays.exit_code, 2) << arrays.err;
+  EXPECT_NE(arrays.err.find("--field chooses fields of dataset inputs"), std::string::npos) << arrays.err;
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("z.mmt"), path("part-1.mmt"), path("part-0.mmt")}), "shards out of order");
+  EXPECT_FALSE(fs::exists(path("z.mmt")));
+}
+
 // Hidden files and folders under --folder were skipped without a word; --help says so now, and
 // the summary counts them.
 TEST_F(MmtCli, PackSaysHowManyHiddenEntriesItSkipped) {

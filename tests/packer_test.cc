@@ -237,7 +237,7 @@ TEST(PackerTest, InputsOfTheWrongKindAreNamedForWhatTheyAre) {
   pack_dataset(dir.file("d.mmt"), PackSources::from_arrays(std::vector<std::string>{"a=" + dir.file("a.npy")}), {});
   for (const std::string& spec : {dir.file("d.mmt"), "a=" + dir.file("d.mmt")}) {
     const std::string message = error_of([&] { PackSources::from_arrays(std::vector<std::string>{spec}); });
-    EXPECT_NE(message.find("an mmtensor dataset, not a pack input"), std::string::npos) << message;
+    EXPECT_NE(message.find("an mmtensor dataset, not an array input"), std::string::npos) << message;
   }
 
   write_text(dir.path() / "photos" / "cat" / "a.jpg", "meow");
@@ -357,6 +357,76 @@ TEST(PackerTest, ShardRecordsTileTheRecordsInOrder) {
 // Shards packed one by one (as parallel processes would) read as the whole: arrays, and a
 // class folder whose every shard keeps the full class list (so the shards concatenate), even
 // a shard holding no record.
+// Repacking: shards merged into one file with another codec, some fields left out, ragged
+// fields too; `mmt pack OUT part-*.mmt --codec zstd`. The output is a pack of its inputs, so
+// it carries no shard keys and compares equal to them.
+TEST(PackerTest, DatasetsRepackMergedWithAnotherCodecAndSomeFields) {
+  TempDir dir;
+  const Schema schema({Field::fixed("x", kInt32, {3}), Field::ragged("tokens", kInt16, {-1}), Field::fixed("y", kInt64, {})});
+  std::vector<std::string> parts;
+  for (int64_t k = 0; k < 3; ++k) {
+    parts.push_back(dir.file("part" + std::to_string(k) + ".mmt"));
+    DatasetWriter w = DatasetWriter::create(parts.back(), schema,
+                                            {.codec = CodecSpec::parse(k == 1 ? "lz4" : "none"), .chunk_records = 4,
+                                             .metadata = {{std::string(kShardMetadataKey), std::to_string(k) + "/3 of 30"},
+                                                          {std::string(kFortranOrderMetadataKey), R"(["x","y"])"},
+                                                          {"mine", "kept"}}});
+    for (int64_t r = 10 * k; r < 10 * k + 10; ++r)
+      w.append({arange(r, r + 3, 1, kInt32), arange(r % 5, kInt16), full({}, static_cast<double>(r), kInt64)});
+    w.finish();
+  }
+  const PackSources all = PackSources::from_inputs(parts);
+  EXPECT_EQ(all.records(), 30);
+  EXPECT_EQ(all.schema(), schema);
+  EXPECT_EQ(all.metadata().count(std::string(kShardMetadataKey)), 0u);
+  EXPECT_EQ(all.metadata().at("mine"), "kept");
+  EXPECT_EQ(all.origins().at(1), "tokens of " + parts[0] + ", " + parts[1] + ", " + parts[2]);
+  pack_dataset(dir.file("all.mmt"), all, {.writer = {.codec = CodecSpec::parse("zstd")}});
+  const Dataset merged = Dataset::open(dir.file("all.mmt"));
+  EXPECT_EQ(merged.size(), 30);
+  EXPECT_EQ(merged.info().codec.codec, Codec::Zstd);
+  EXPECT_EQ(merged.metadata().count(std::string(kShardMetadataKey)), 0u);
+  EXPECT_EQ(merged.get(27, "tokens").numel(), 2);
+  EXPECT_EQ(merged.get(27, "y").item<int64_t>(), 27);
+  EXPECT_EQ(compare_with_sources(merged, all), 30);
+
+  // Fixed fields only, chosen in another order: copied a batch at a time; the Fortran-order
+  // list keeps the fields kept.
+  const std::vector<std::string> chosen{"y", "x"};
+  const PackSources fixed = PackSources::from_inputs(parts, chosen);
+  std::vector<Tensor> batch;
+  ASSERT_TRUE(fixed.record_batch(8, 5, batch));
+  EXPECT_TRUE(batch[0].equal(arange(8, 13, 1, kInt64)));
+  EXPECT_EQ(fixed.metadata().at(std::string(kFortranOrderMetadataKey)), R"(["x","y"])");
+  const std::vector<std::string> only_tokens{"tokens"};
+  EXPECT_EQ(PackSources::from_datasets(parts, only_tokens).metadata().count(std::string(kFortranOrderMetadataKey)), 0u);
+  EXPECT_FALSE(all.record_batch(0, 2, batch)) << "ragged fields go a record at a time";
+  pack_dataset(dir.file("yx.mmt"), fixed, {});
+  EXPECT_EQ(compare_with_sources(Dataset::open(dir.file("yx.mmt")), fixed), 30);
+
+  // Mistakes: an unknown field, one twice, fields of arrays, a dataset among arrays.
+  const std::vector<std::string> unknown{"z"}, twice{"x", "x"};
+  EXPECT_THROW_WITH(PackSources::from_inputs(parts, unknown), ValueError, "unknown field 'z'");
+  EXPECT_THROW_WITH(PackSources::from_inputs(parts, twice), ValueError, "field 'x' is chosen twice");
+  save_npy(dir.file("a.npy"), arange(30, kInt32));
+  const std::vector<std::string> arrays{"a=" + dir.file("a.npy")}, mixed{parts[0], "a=" + dir.file("a.npy")};
+  EXPECT_THROW_WITH(PackSources::from_inputs(arrays, chosen), InputSpecError, "choosing fields is for dataset inputs");
+  EXPECT_THROW_WITH(PackSources::from_inputs(mixed), ValueError, "to repack datasets give them alone");
+
+  // A corrupt input (uncompressed: views into the file, which get(i) alone does not hash)
+  // stops the repack before anything appears at the output.
+  const std::string corrupt = dir.file("corrupt.mmt");
+  fs::copy_file(parts[0], corrupt);
+  {
+    std::fstream f(corrupt, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4096 + 10);
+    f.put('\x7f');
+  }
+  const std::vector<std::string> bad{corrupt};
+  EXPECT_THROW(pack_dataset(dir.file("bad.mmt"), PackSources::from_inputs(bad), {}), ChecksumError);
+  EXPECT_FALSE(fs::exists(dir.file("bad.mmt")));
+}
+
 TEST(PackerTest, ShardsPackedApartReadAsOnePackOfEverything) {
   TempDir dir;
   save_npy(dir.file("a.npy"), arange(30, kInt32).view({10, 3}));

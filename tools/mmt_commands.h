@@ -141,7 +141,9 @@ namespace mmt {
 class PackSources;
 }
 namespace mmt::tool {
-// The sources named on a command line: array inputs, or a folder (not both), with its files'
-// paths as field "path" when `folder_paths`.
-PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder, bool folder_paths);
+// The sources named on a command line: array inputs, datasets (only `fields` of them when
+// some are named), or a folder (not both), with its files' paths as field "path" when
+// `folder_paths`.
+PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder, bool folder_paths,
+                              const std::vector<std::string>& fields);
 }  // namespace mmt::tool

@@ -30,6 +30,7 @@ struct PackArgs {
   bool force = false;
   bool quiet = false;
   bool paths = false;  // --paths: a folder's file paths as field "path"
+  std::vector<std::string> fields;  // --field: the fields of dataset inputs kept
   std::pair<int64_t, int64_t> shard{0, 1};  // --shard K/N: share K of N
   const CLI::Option* folder_option = nullptr;  // given, even empty
 };
@@ -93,7 +94,7 @@ void run_pack(const PackArgs& args) {
 
   CodecSpec codec = options.codec;
   MMT_CHECK(!args.paths || !args.folder.empty(), UsageError, "--paths stores the path of each file of a --folder; give --folder");
-  PackSources sources = load_pack_sources(args.inputs, args.folder, args.paths);
+  PackSources sources = load_pack_sources(args.inputs, args.folder, args.paths, args.fields);
   const auto [shard, shards] = args.shard;
   const RecordRange range = shard_records(sources.records(), shard, shards);
   // A shard's share of the bytes, for the progress bar: exact for arrays, near for a folder.
@@ -164,15 +165,22 @@ void run_pack(const PackArgs& args) {
 
 }  // namespace
 
-PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder, bool folder_paths) {
+PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder, bool folder_paths,
+                              const std::vector<std::string>& fields) {
   if (!folder.empty()) {
     MMT_CHECK(inputs.empty(), UsageError,
               "--folder makes one record per file; it cannot be combined with array inputs");
+    MMT_CHECK(fields.empty(), UsageError, "--field chooses fields of dataset inputs; a folder's are data and label");
     return PackSources::from_folder(folder, {.paths = folder_paths});
   }
   MMT_CHECK(!inputs.empty(), UsageError,
-            "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not) or --folder DIR");
-  return PackSources::from_arrays(inputs);
+            "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not), datasets or --folder DIR");
+  try {
+    return PackSources::from_inputs(inputs, fields);
+  } catch (const InputSpecError& e) {
+    if (!fields.empty()) throw UsageError("--field chooses fields of dataset inputs; of arrays, give the ones to pack");
+    throw;
+  }
 }
 
 void add_pack_command(CLI::App& app) {
@@ -183,6 +191,9 @@ void add_pack_command(CLI::App& app) {
       "  NAME=PATH.npy   one field; the first dimension indexes records\n"
       "  PATH.npz        one field per array in the archive\n"
       "  NAME=PATH       an IDX file, gzip-compressed or not (MNIST's *-idx3-ubyte.gz)\n"
+      "  PATH.mmt...     mmtensor datasets (all inputs), read as one and repacked: another\n"
+      "                  codec, chunk size or alignment, shards merged into one file;\n"
+      "                  --field NAME (repeated) keeps only those fields\n"
       "  --folder DIR    one record per file: its bytes ('data') and the index of its\n"
       "                  class subfolder ('label'); class names go to the metadata.\n"
       "                  A folder of files alone (no subfolders) gives 'data' only.\n"
@@ -199,11 +210,15 @@ void add_pack_command(CLI::App& app) {
       "they sort in that order (part-00.mmt ... part-15.mmt, not part-0 ... part-15).\n"
       "Example:\n"
       "  mmt pack train.mmt images=train-images-idx3-ubyte.gz labels=train-labels-idx1-ubyte.gz --codec lz4\n"
+      "  mmt pack train-zstd.mmt part-*.mmt --codec zstd:9\n"
       "  for k in 00 01 02 03; do mmt pack part-$k.mmt --folder photos/ --shard $k/4 & done; wait");
   cmd->add_option("OUTPUT", args->output, "The dataset file to create")->required();
   cmd->add_option("INPUT", args->inputs, "Inputs (see below)");
   args->folder_option =
       cmd->add_option("--folder", args->folder, "A folder of class subfolders (or of files alone) to pack instead of arrays");
+  cmd->add_option("--field", args->fields, "With dataset inputs: keep this field (repeat for more; all if none)")
+      ->type_name("NAME")
+      ->allow_extra_args(false);
   cmd->add_flag("--paths", args->paths, "With --folder: store each file's path under the folder as field 'path'");
   add_parsed_option(cmd, "--codec", args->codec, "none, lz4[:LEVEL] or zstd[:LEVEL]", parse_codec)->default_str("none");
   add_parsed_option(cmd, "--chunk-bytes", args->chunk_bytes, "Target decoded bytes per chunk (e.g. 1M)",

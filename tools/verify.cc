@@ -126,7 +126,13 @@ void run_verify(const VerifyArgs& args) {
   if (args.against.empty() && args.folder.empty()) return;
 
   // A folder packed with --paths holds field "path": compared too, with no option to repeat.
-  PackSources sources = load_pack_sources(args.against, args.folder, ds.schema().find("path").has_value());
+  // Datasets repacked with some of their fields: those fields are compared.
+  std::vector<std::string> fields;
+  const bool against_datasets = !args.against.empty() && std::all_of(args.against.begin(), args.against.end(),
+                                                                      [](const std::string& p) { return is_dataset_file(p); });
+  if (against_datasets)
+    for (const Field& f : ds.schema()) fields.push_back(f.name);
+  PackSources sources = load_pack_sources(args.against, args.folder, ds.schema().find("path").has_value(), fields);
   std::vector<int64_t> indices;
   if (args.samples > 0 && args.samples < ds.size()) {
     // `samples` distinct records (Floyd's sampling: O(samples) memory whatever the size), in

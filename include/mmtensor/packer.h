@@ -25,7 +25,8 @@
 // are stored in the metadata key "classes" as a JSON list. Or a folder of files alone, no
 // subfolder (unlabeled data): one record per file, field "data" only, no "classes". Either
 // folder's records come in the order of their paths (sorted by class, then by name), and
-// FolderOptions::paths adds each one's path.
+// FolderOptions::paths adds each one's path. Or mmtensor datasets, to repack them: another
+// codec, chunk size or alignment, shards merged into one file, some fields left out.
 //
 // Failure. Loading sources throws the importers' errors (IoError, FormatError) naming the
 // file, and ValueError for sources that do not fit together (record counts, duplicate names,
@@ -132,6 +133,17 @@ class PackSources {
   // (".DS_Store", ".ipynb_checkpoints") are skipped, folders with everything under them. A
   // folder holding both files and subfolders is refused: its files would have no class.
   static PackSources from_folder(const std::string& dir, FolderOptions options = {});
+  // mmtensor datasets, read as one as Dataset::open_concat reads shards, in that order: each
+  // record as the reader gives it, every chunk's checksum checked (uncompressed ones too). `fields`: the fields kept,
+  // in that order; empty, all of them. The metadata is the datasets' own but for the shard
+  // keys (kShardMetadataKey, kShardSourceMetadataKey): the output is a pack of these
+  // datasets, not a shard of their sources. Throws what open_concat throws, and ValueError
+  // for an unknown field (listing the known ones) or one named twice.
+  static PackSources from_datasets(const std::vector<std::string>& paths, std::span<const std::string> fields = {});
+  // What `mmt pack` and mmtensor.pack() take: datasets (from_datasets) when every spec is a
+  // bare path to one, arrays (from_arrays) otherwise, which refuses a dataset among them.
+  // `fields` is for datasets: InputSpecError with arrays, whose fields are the arrays given.
+  static PackSources from_inputs(std::span<const std::string> specs, std::span<const std::string> fields = {});
 
   int64_t records() const { return records_; }
   const Schema& schema() const { return schema_; }
@@ -156,13 +168,15 @@ class PackSources {
   // class folders reach through links, or it is a file a linked class file leads to.
   void check_output(const std::string& path) const;
   // The values of record `index`, one per field in schema order (views of the sources for
-  // arrays; the file's bytes, read now, for a folder). Throws IoError for an unreadable file.
+  // arrays and datasets; the file's bytes, read now, for a folder). Throws IoError for an
+  // unreadable file.
   std::vector<Tensor> record(int64_t index) const;
   // The same into `values` (resized to the field count), reusing its memory across records.
   void record(int64_t index, std::vector<Tensor>& values) const;
   // Records [start, start + count) as one [count, ...] view per field, for
-  // DatasetWriter::append_batch. Array sources only: returns false (and leaves `values`
-  // alone) for a folder, whose records are separate files.
+  // DatasetWriter::append_batch. Arrays, and datasets whose fields kept are all fixed:
+  // returns false (and leaves `values` alone) for a folder, whose records are separate
+  // files, and for ragged fields, which are read a record at a time.
   bool record_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const;
   // Reads what the reads so far left unread of each deflated .npz member, so that its CRC-32
   // is checked even when only some records were read (pack_dataset of a shard calls it):
@@ -192,6 +206,8 @@ class PackSources {
 
   std::vector<Tensor> columns_;        // arrays: [records, ...field shape]; undefined if converted
   std::vector<ConvertedColumn> converted_;  // arrays: one per field
+  std::optional<Dataset> dataset_;      // datasets: the inputs, read as one
+  std::vector<std::string> dataset_fields_;  // datasets: the fields kept, in schema order
   std::vector<std::string> files_;     // folder: one path per record
   std::vector<int64_t> labels_;        // class folder: the class index of each file
   std::string folder_;                 // folder: as given, which every path in files_ begins with
@@ -201,6 +217,10 @@ class PackSources {
   std::vector<std::pair<uint64_t, uint64_t>> input_folders_;
   std::vector<std::pair<uint64_t, uint64_t>> linked_input_files_;
 };
+
+// Whether `path` is an mmtensor dataset file (it begins with the format's magic); false for
+// any other file, and for one that cannot be read (its reader says why).
+bool is_dataset_file(const std::string& path);
 
 // The records of shard `shard` of `shards` of a set of `records`: [begin, end) with begin =
 // shard * records / shards (rounded down), so the shards tile the records in order and differ

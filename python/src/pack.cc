@@ -42,12 +42,14 @@ std::vector<std::string> array_specs(const py::handle& inputs) {
 void bind_pack(py::module_& m) {
   m.def("pack", [](const py::object& output, const py::object& inputs, const py::object& folder, const std::string& codec,
                    int64_t chunk_bytes, int64_t chunk_records, int64_t alignment, int threads, bool overwrite,
-                   const Metadata& metadata, std::optional<std::pair<int64_t, int64_t>> shard, bool paths) {
+                   const Metadata& metadata, std::optional<std::pair<int64_t, int64_t>> shard, bool paths,
+                   const std::vector<std::string>& fields) {
     if (inputs.is_none() == folder.is_none()) throw py::value_error("pack: give inputs= (arrays) or folder= (a class folder), one of them");
     const std::string path = path_of(output);
     const std::vector<std::string> specs = inputs.is_none() ? std::vector<std::string>{} : array_specs(inputs);
     const std::string dir = folder.is_none() ? std::string() : path_of(folder);
     if (paths && dir.empty()) throw py::value_error("pack: paths=True stores the path of each file of a folder; give folder=");
+    if (!fields.empty() && !dir.empty()) throw py::value_error("pack: fields= chooses fields of datasets given as inputs, not of a folder");
     PackOptions options;
     options.writer.codec = CodecSpec::parse(codec);
     options.writer.chunk_bytes = chunk_bytes;
@@ -75,7 +77,7 @@ void bind_pack(py::module_& m) {
       };
     try {
       const WriteStats stats = without_gil([&] {
-        const PackSources sources = dir.empty() ? PackSources::from_arrays(specs) : PackSources::from_folder(dir, {.paths = paths});
+        const PackSources sources = dir.empty() ? PackSources::from_inputs(specs, fields) : PackSources::from_folder(dir, {.paths = paths});
         return pack_dataset(path, sources, options);
       });
       // A Ctrl-C taken by the last progress report (the one after finish(), or one during the
@@ -92,19 +94,23 @@ void bind_pack(py::module_& m) {
   }, py::arg("output"), py::arg("inputs") = py::none(), py::kw_only(), py::arg("folder") = py::none(),
      py::arg("codec") = "none", py::arg("chunk_bytes") = WriterOptions{}.chunk_bytes, py::arg("chunk_records") = 0,
      py::arg("alignment") = WriterOptions{}.alignment, py::arg("threads") = 0, py::arg("overwrite") = false,
-     py::arg("metadata") = Metadata{}, py::arg("shard") = py::none(), py::arg("paths") = false, R"doc(
+     py::arg("metadata") = Metadata{}, py::arg("shard") = py::none(), py::arg("paths") = false,
+     py::arg("fields") = std::vector<std::string>{}, R"doc(
 Packs files into a dataset at `output`, as `mmt pack` does, and returns the figures.
 
     mmtensor.pack("train.mmt", {"images": "train-images-idx3-ubyte.gz",
                                 "labels": "train-labels-idx1-ubyte.gz"}, codec="lz4")
     mmtensor.pack("x.mmt", ["x=features.npy", "arrays.npz"])
     mmtensor.pack("photos.mmt", folder="photos/", codec="zstd")   # DIR/CLASS/FILE
+    mmtensor.pack("all.mmt", ["part-0.mmt", "part-1.mmt"], codec="zstd")  # repack datasets
 
 inputs: a dict {field: path} or a list of "NAME=PATH" and "PATH.npz" (.npy, .npz and IDX
 files, gzipped or not); folder: a class folder instead, one record per file (field "data",
 its bytes; "label", its class's index; the class names in metadata["classes"]), or a folder
 of files alone ("data" only); paths=True adds field "path", each file's path under the
-folder (bytes: bytes(ds[i]["path"]).decode()). Large
+folder (bytes: bytes(ds[i]["path"]).decode()). inputs may instead be mmtensor datasets, all
+of them, read as one and repacked (another codec, chunk size or alignment; shards merged);
+fields=[...] keeps only those of their fields. Large
 arrays are read where they lie, not into memory. The file appears complete or not at all:
 an error or Ctrl-C (KeyboardInterrupt) leaves `output` as it was (a Ctrl-C that comes while
 the file is being finished, its last chunks compressed and synced, is raised once it is

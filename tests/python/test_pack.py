@@ -73,6 +73,24 @@ class PackTest(unittest.TestCase):
         self.assertEqual(sorted((bytes(s["data"]), s["label"].item()) for s in ds),
                          [(b"a.jpga.jpga.jpg", 0), (b"b.jpgb.jpgb.jpg", 0), (b"c.jpgc.jpgc.jpg", 1)])
 
+    def test_datasets_repack_merged_with_some_fields(self):
+        np.save(self.path("x.npy"), np.arange(40, dtype=np.float32).reshape(10, 4))
+        np.save(self.path("y.npy"), np.arange(10))
+        parts = [self.path("p%d.mmt" % k) for k in range(2)]
+        for k, part in enumerate(parts):
+            mmtensor.pack(part, {"x": self.path("x.npy"), "y": self.path("y.npy")}, shard=(k, 2))
+        stats = mmtensor.pack(self.path("all.mmt"), parts, codec="lz4", fields=["y"])
+        self.assertEqual(stats["records"], 10)
+        ds = mmtensor.Dataset(self.path("all.mmt"))
+        self.assertEqual([f.name for f in ds.fields], ["y"])
+        np.testing.assert_array_equal(np.asarray(ds.column("y")), np.arange(10))
+        self.assertNotIn("pack_shard", ds.metadata)
+        with self.assertRaisesRegex(ValueError, "unknown field 'z'"):
+            mmtensor.pack(self.path("bad.mmt"), parts, fields=["z"])
+        with self.assertRaisesRegex(ValueError, "choosing fields is for dataset inputs"):
+            mmtensor.pack(self.path("bad.mmt"), {"x": self.path("x.npy")}, fields=["x"])
+        self.assertFalse(os.path.exists(self.path("bad.mmt")))
+
     def test_folder_paths_and_a_folder_of_files_alone(self):
         for rel in ["photos/cat/a.jpg", "photos/dog/b.jpg", "plain/1.bin", "plain/2.bin"]:
             os.makedirs(os.path.dirname(self.path(rel)), exist_ok=True)
