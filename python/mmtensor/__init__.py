@@ -39,6 +39,7 @@ from ._mmtensor import (  # noqa: F401
     pack,
 )
 from ._collate import collate, collate_torch  # noqa: F401
+from ._shards import write_shards  # noqa: F401
 
 # A Sample and a Batch are read-only mappings of field name to value: dict(sample) works,
 # and isinstance(sample, Mapping) holds.
@@ -48,7 +49,7 @@ _Mapping.register(Batch)
 __all__ = [
     "Batch", "ChecksumError", "CudaError", "Dataset", "DatasetWriter", "Error", "Field",
     "FormatError", "Loader", "RaggedBatch", "Sample", "Tensor", "collate", "collate_torch", "concat",
-    "cuda_is_available", "pack",
+    "cuda_is_available", "pack", "write_shards",
 ]
 
 

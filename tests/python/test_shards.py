@@ -1,0 +1,92 @@
+"""mmtensor.write_shards(): a user's conversion on several processes, one shard each."""
+import os
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+import mmtensor
+
+FIELDS = [mmtensor.Field("x", "float32", [3]), mmtensor.Field("tokens", "int32", [-1]), mmtensor.Field("i", "int64")]
+
+
+def convert(i):
+    """A record of input i; module-level, so that "spawn" workers can unpickle it."""
+    return {"x": np.full(3, i, dtype=np.float32), "tokens": np.arange(i % 7, dtype=np.int32), "i": i}
+
+
+def convert_failing_at_13(i):
+    if i == 13:
+        raise KeyError("no such image")
+    return convert(i)
+
+
+class WriteShardsTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.dir.name, name)
+
+    def test_shards_read_as_one_dataset_in_input_order(self):
+        for context in ("fork", "spawn"):
+            with self.subTest(context=context):
+                paths = mmtensor.write_shards(self.path(context + "-{shard:02d}.mmt"), FIELDS, range(50), convert,
+                                              shards=4, num_workers=2, codec="lz4", mp_context=context)
+                self.assertEqual(paths, [self.path("%s-%02d.mmt" % (context, k)) for k in range(4)])
+                ds = mmtensor.Dataset(paths)
+                self.assertEqual(len(ds), 50)
+                np.testing.assert_array_equal(np.asarray(ds.column("i")), np.arange(50))
+                self.assertEqual(list(ds[48]["tokens"].numpy()), list(range(48 % 7)))
+                # Shard k holds inputs k*R/N up to (k+1)*R/N, as `mmt pack --shard` cuts them.
+                self.assertEqual([len(mmtensor.Dataset(p)) for p in paths], [12, 13, 12, 13])
+                self.assertEqual(mmtensor.Dataset(paths[1]).metadata["pack_shard"], "1/4 of 50")
+                with self.assertRaisesRegex(ValueError, "shards out of order"):
+                    mmtensor.Dataset([paths[1], paths[0]])
+                self.assertEqual(sorted(os.listdir(self.dir.name)), sorted(os.path.basename(p) for p in paths))
+                for p in paths:
+                    os.remove(p)
+
+    def test_records_without_fn_and_shards_of_another_call_are_another_pack(self):
+        records = [{"x": np.zeros(3, np.float32), "tokens": [1, 2], "i": k} for k in range(5)]
+        a = mmtensor.write_shards(self.path("a{shard}.mmt"), FIELDS, records, num_workers=2)
+        b = mmtensor.write_shards(self.path("b{shard}.mmt"), FIELDS, records, num_workers=2)
+        self.assertEqual(len(mmtensor.Dataset(a + b)), 10)  # two packs, each in order
+        self.assertNotEqual(mmtensor.Dataset(a[0]).metadata["pack_source"], mmtensor.Dataset(b[0]).metadata["pack_source"])
+        np.testing.assert_array_equal(np.asarray(mmtensor.Dataset(a).column("i")), np.arange(5))
+
+    def test_an_error_in_fn_names_the_input_and_leaves_nothing(self):
+        with self.assertRaises(KeyError) as caught:
+            mmtensor.write_shards(self.path("f{shard}.mmt"), FIELDS, range(40), convert_failing_at_13, shards=3,
+                                  num_workers=2)
+        self.assertIn("while writing inputs[13] (shard 1 of 3)", "\n".join(getattr(caught.exception, "__notes__", [])))
+        self.assertEqual(os.listdir(self.dir.name), [])
+        # A record the writer refuses (a wrong shape) is an error of the same kind.
+        bad = [{"x": np.zeros(4, np.float32), "tokens": [], "i": 0}]
+        with self.assertRaisesRegex(ValueError, "x"):
+            mmtensor.write_shards(self.path("g{shard}.mmt"), FIELDS, bad, num_workers=1)
+        self.assertEqual(os.listdir(self.dir.name), [])
+
+    def test_existing_files_and_bad_arguments_are_refused_before_any_work(self):
+        open(self.path("e1.mmt"), "w").close()
+        with self.assertRaisesRegex(FileExistsError, "e1.mmt already exists"):
+            mmtensor.write_shards(self.path("e{shard}.mmt"), FIELDS, range(10), convert, shards=2)
+        self.assertEqual(os.listdir(self.dir.name), ["e1.mmt"])
+        paths = mmtensor.write_shards(self.path("e{shard}.mmt"), FIELDS, range(10), convert, shards=2, overwrite=True)
+        self.assertEqual(len(mmtensor.Dataset(paths)), 10)
+        with self.assertRaisesRegex(ValueError, "must hold {shard}"):
+            mmtensor.write_shards(self.path("plain.mmt"), FIELDS, range(10), convert)
+        with self.assertRaisesRegex(ValueError, "the same name"):
+            mmtensor.write_shards(self.path("s{shard!s:.0}.mmt"), FIELDS, range(10), convert, shards=2)
+        with self.assertRaisesRegex(TypeError, "inputs must be a sequence"):
+            mmtensor.write_shards(self.path("i{shard}.mmt"), FIELDS, iter(range(3)), convert)
+        with self.assertRaisesRegex(ValueError, "num_workers"):
+            mmtensor.write_shards(self.path("i{shard}.mmt"), FIELDS, range(3), convert, num_workers=0)
+
+
+if __name__ == "__main__":
+    sys.exit(unittest.main())
