@@ -254,12 +254,22 @@ bool is_dataset_file(const std::string& path) {
   return got == sizeof format::kMagic && std::memcmp(magic, format::kMagic, sizeof format::kMagic) == 0;
 }
 
-PackSources PackSources::from_inputs(std::span<const std::string> specs, std::span<const std::string> fields) {
-  const bool all_datasets = !specs.empty() && std::all_of(specs.begin(), specs.end(), [](const std::string& spec) {
+bool are_dataset_inputs(std::span<const std::string> specs) {
+  bool any_dataset = false;
+  for (const std::string& spec : specs) {
     std::error_code ec;
-    return fs::is_regular_file(spec, ec) && is_dataset_file(spec);
-  });
-  if (all_datasets) return from_datasets(std::vector<std::string>(specs.begin(), specs.end()), fields);
+    if (!fs::exists(spec, ec)) {
+      if (spec.find('=') != std::string::npos) return false;  // NAME=PATH: an array
+      continue;  // missing: the dataset reader names it
+    }
+    if (!fs::is_regular_file(spec, ec) || !is_dataset_file(spec)) return false;
+    any_dataset = true;
+  }
+  return any_dataset;
+}
+
+PackSources PackSources::from_inputs(std::span<const std::string> specs, std::span<const std::string> fields) {
+  if (are_dataset_inputs(specs)) return from_datasets(std::vector<std::string>(specs.begin(), specs.end()), fields);
   MMT_CHECK(fields.empty(), InputSpecError, "choosing fields is for dataset inputs; of arrays, give the ones to pack");
   return from_arrays(specs);
 }
@@ -302,9 +312,14 @@ PackSources PackSources::from_datasets(const std::vector<std::string>& paths, st
   if (any_ragged) out.total_bytes_ += ragged_bytes;
   out.records_ = ds.size();
   out.schema_ = Schema(std::move(kept));
+  // As open_concat gives it: a pack's shards whole carry no shard keys (they read as one pack
+  // of everything), one shard or some of them keep theirs, so that a shard repacked alone
+  // (another codec) is still that shard, checked for order among its siblings.
   out.metadata_ = ds.metadata();
-  out.metadata_.erase(std::string(kShardMetadataKey));
-  out.metadata_.erase(std::string(kShardSourceMetadataKey));
+  // Class names index the label: without it they name nothing.
+  if (!out.schema_.find("label") && out.metadata_.contains("classes") && out.metadata_.count("source") &&
+      out.metadata_.at("source") == "folder")
+    out.metadata_.erase("classes");
   // The Fortran-order list names fields: only those kept (`mmt export` writes them so).
   if (const auto it = out.metadata_.find(std::string(kFortranOrderMetadataKey)); it != out.metadata_.end()) {
     const nlohmann::json listed = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
@@ -482,6 +497,10 @@ std::string_view PackSources::relative_path(size_t index) const {
 }
 
 std::string PackSources::record_origin(size_t field, int64_t index) const {
+  if (dataset_ && index >= 0 && index < records_) {
+    const Dataset::Location at = dataset_->locate(index);
+    return str("record ", at.index, " of ", dataset_->parts()[at.part].path(), " (field ", dataset_fields_[field], ")");
+  }
   if (files_.empty() || index < 0 || index >= records_) return origins_.at(field);
   const std::string& file = files_[static_cast<size_t>(index)];
   if (field == 0) return file;
@@ -820,7 +839,11 @@ class SourceNumbering {
  public:
   SourceNumbering(const Dataset& dataset, const PackSources& sources) {
     const auto it = dataset.metadata().find(std::string(kShardMetadataKey));
-    const std::optional<ShardList> held = it == dataset.metadata().end() ? std::nullopt : parse_shard_list(it->second);
+    std::optional<ShardList> held = it == dataset.metadata().end() ? std::nullopt : parse_shard_list(it->second);
+    // Sources that are the same shards (a shard repacked, compared with the shard it was
+    // repacked from): record i is source record i.
+    const auto sources_key = sources.metadata().find(std::string(kShardMetadataKey));
+    if (held && sources_key != sources.metadata().end() && sources_key->second == it->second) held.reset();
     if (!held) {
       MMT_CHECK(dataset.size() == sources.records(), FormatError, dataset.path(), ": holds ", dataset.size(),
                 " records but the sources have ", sources.records());

@@ -889,7 +889,7 @@ TEST_F(MmtCli, FolderPathsAreStoredAndVerifiedAndUnlabeledFoldersPack) {
   EXPECT_EQ(testutil::read_file(path("name.bin")), testutil::to_bytes("dog/b.jpg"));
   const RunResult sound = run_mmt({"verify", path("p.mmt"), "--folder", path("imgs")});
   EXPECT_EQ(sound.exit_code, 0) << sound.err;
-  EXPECT_NE(sound.out.find("path"), std::string::npos) << sound.out;
+  EXPECT_NE(sound.out.find("equal their sources byte for byte (fields data, label, path)"), std::string::npos) << sound.out;
   fs::rename(path("imgs/dog/b.jpg"), path("imgs/dog/c.jpg"));  // same bytes, another name
   EXPECT_FAILS_WITH(run_mmt({"verify", path("p.mmt"), "--folder", path("imgs")}), "record 1, field 'path' differs");
   EXPECT_FAILS_WITH(run_mmt({"pack", path("q.mmt"), "--paths", "x=" + path("x.npy")}), "--paths stores the path");
@@ -931,6 +931,14 @@ TEST_F(MmtCli, PackRepacksDatasetsMergingShards) {
   const RunResult against = run_mmt({"verify", path("y.mmt"), "--against", path("part-0.mmt"), path("part-1.mmt")});
   EXPECT_EQ(against.exit_code, 0) << against.err;
   EXPECT_NE(against.out.find("equal their sources byte for byte (field y)"), std::string::npos) << against.out;
+  // The other way: datasets that hold some of the dataset's fields are compared on those.
+  const RunResult fewer = run_mmt({"verify", path("all.mmt"), "--against", path("y.mmt")});
+  EXPECT_EQ(fewer.exit_code, 0) << fewer.err;
+  EXPECT_NE(fewer.out.find("(field y; not compared, as the sources do not give them: x)"), std::string::npos) << fewer.out;
+  // A missing input among datasets is named as missing.
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("z.mmt"), path("part-0.mmt"), path("nowhere.mmt")}), "nowhere.mmt");
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("z.mmt"), path("part-0.mmt"), path("nowhere.mmt"), "--field", "y"}),
+                    "nowhere.mmt");
 
   EXPECT_FAILS_WITH(run_mmt({"pack", path("z.mmt"), path("part-0.mmt"), "--field", "nope"}), "unknown field 'nope'");
   const RunResult arrays = run_mmt({"pack", path("z.mmt"), "x=" + path("x.npy"), "--field", "x"});

@@ -128,6 +128,10 @@ TEST(PackerTest, FolderPathsNameEachRecordsFile) {
   EXPECT_EQ(bytes_text(ds[1]["path"]), "dog/puppies/rex.jpg");
   EXPECT_EQ(ds[1]["label"].item<int64_t>(), 1);
   EXPECT_EQ(compare_with_sources(ds, sources), 2);
+  // Repacked without "label", the class names index nothing and are dropped.
+  const std::vector<std::string> p_mmt{dir.file("p.mmt")}, unlabeled{"data", "path"};
+  EXPECT_FALSE(PackSources::from_inputs(p_mmt, unlabeled).metadata().contains("classes"));
+  EXPECT_TRUE(PackSources::from_inputs(p_mmt).metadata().contains("classes"));
   // Without the option the schema is as before: no "path".
   EXPECT_FALSE(PackSources::from_folder(dir.file("photos")).schema().find("path").has_value());
 
@@ -354,12 +358,9 @@ TEST(PackerTest, ShardRecordsTileTheRecordsInOrder) {
   EXPECT_THROW(shard_records(10, 0, 0), ValueError);
 }
 
-// Shards packed one by one (as parallel processes would) read as the whole: arrays, and a
-// class folder whose every shard keeps the full class list (so the shards concatenate), even
-// a shard holding no record.
 // Repacking: shards merged into one file with another codec, some fields left out, ragged
-// fields too; `mmt pack OUT part-*.mmt --codec zstd`. The output is a pack of its inputs, so
-// it carries no shard keys and compares equal to them.
+// fields too; `mmt pack OUT part-*.mmt --codec zstd`. A pack's shards whole read as one pack
+// of everything, so the merged file carries no shard keys, and compares equal to them.
 TEST(PackerTest, DatasetsRepackMergedWithAnotherCodecAndSomeFields) {
   TempDir dir;
   const Schema schema({Field::fixed("x", kInt32, {3}), Field::ragged("tokens", kInt16, {-1}), Field::fixed("y", kInt64, {})});
@@ -404,7 +405,19 @@ TEST(PackerTest, DatasetsRepackMergedWithAnotherCodecAndSomeFields) {
   pack_dataset(dir.file("yx.mmt"), fixed, {});
   EXPECT_EQ(compare_with_sources(Dataset::open(dir.file("yx.mmt")), fixed), 30);
 
-  // Mistakes: an unknown field, one twice, fields of arrays, a dataset among arrays.
+  // One shard repacked alone is still that shard: it keeps its keys, so a set of them is
+  // checked for order, and it compares equal to the shard it came from.
+  const std::vector<std::string> one{parts[1]};
+  pack_dataset(dir.file("re1.mmt"), PackSources::from_inputs(one), {.writer = {.codec = CodecSpec::parse("zstd")}});
+  EXPECT_EQ(Dataset::open(dir.file("re1.mmt")).metadata().at(std::string(kShardMetadataKey)), "1/3 of 30");
+  EXPECT_EQ(compare_with_sources(Dataset::open(dir.file("re1.mmt")), PackSources::from_inputs(one)), 10);
+  EXPECT_THROW_WITH(Dataset::open_concat({dir.file("re1.mmt"), parts[0]}), ValueError, "shards out of order");
+  EXPECT_EQ(Dataset::open_concat({parts[0], dir.file("re1.mmt"), parts[2]}).size(), 30);
+
+  // Mistakes: an unknown field, one twice, fields of arrays, a dataset among arrays, a
+  // missing dataset (named, not taken for an array).
+  const std::vector<std::string> missing{parts[0], dir.file("nowhere.mmt")};
+  EXPECT_THROW_WITH(PackSources::from_inputs(missing), IoError, "nowhere.mmt");
   const std::vector<std::string> unknown{"z"}, twice{"x", "x"};
   EXPECT_THROW_WITH(PackSources::from_inputs(parts, unknown), ValueError, "unknown field 'z'");
   EXPECT_THROW_WITH(PackSources::from_inputs(parts, twice), ValueError, "field 'x' is chosen twice");
@@ -427,6 +440,9 @@ TEST(PackerTest, DatasetsRepackMergedWithAnotherCodecAndSomeFields) {
   EXPECT_FALSE(fs::exists(dir.file("bad.mmt")));
 }
 
+// Shards packed one by one (as parallel processes would) read as the whole: arrays, and a
+// class folder whose every shard keeps the full class list (so the shards concatenate), even
+// a shard holding no record.
 TEST(PackerTest, ShardsPackedApartReadAsOnePackOfEverything) {
   TempDir dir;
   save_npy(dir.file("a.npy"), arange(30, kInt32).view({10, 3}));

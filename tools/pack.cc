@@ -1,4 +1,4 @@
-// mmt pack OUTPUT INPUT... : builds a dataset from .npy, .npz, IDX files or a class folder.
+// mmt pack OUTPUT INPUT... : builds a dataset from .npy, .npz, IDX files, a folder, or datasets (a repack).
 #include <bit>
 #include <cerrno>
 #include <csignal>
@@ -86,7 +86,7 @@ void run_pack(const PackArgs& args) {
   // Command-line mistakes exit 2 (UsageError), as CLI11's own do.
   MMT_CHECK(!args.output.empty(), UsageError, "OUTPUT is empty: name the dataset file to create (e.g. train.mmt)");
   if (args.folder_option->count() > 0 && args.folder.empty())
-    throw UsageError("--folder is empty: name the class folder to pack");
+    throw UsageError("--folder is empty: name the folder to pack");
   WriterOptions options = writer_options(args);
   // Checked before loading anything, so a long import is not wasted on a refusal; the
   // writer checks again when it publishes (the file may appear meanwhile).
@@ -170,7 +170,7 @@ PackSources load_pack_sources(const std::vector<std::string>& inputs, const std:
   if (!folder.empty()) {
     MMT_CHECK(inputs.empty(), UsageError,
               "--folder makes one record per file; it cannot be combined with array inputs");
-    MMT_CHECK(fields.empty(), UsageError, "--field chooses fields of dataset inputs; a folder's are data and label");
+    MMT_CHECK(fields.empty(), UsageError, "--field chooses fields of dataset inputs, not of a folder");
     return PackSources::from_folder(folder, {.paths = folder_paths});
   }
   MMT_CHECK(!inputs.empty(), UsageError,
@@ -185,7 +185,7 @@ PackSources load_pack_sources(const std::vector<std::string>& inputs, const std:
 
 void add_pack_command(CLI::App& app) {
   auto args = std::make_shared<PackArgs>();
-  CLI::App* cmd = app.add_subcommand("pack", "Build a dataset from .npy, .npz, IDX files or a class folder");
+  CLI::App* cmd = app.add_subcommand("pack", "Build a dataset from .npy, .npz, IDX files or a folder, or repack datasets");
   cmd->footer(
       "Inputs:\n"
       "  NAME=PATH.npy   one field; the first dimension indexes records\n"

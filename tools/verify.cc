@@ -34,7 +34,7 @@ struct VerifyArgs {
 // empty source must not pass as "no comparison asked for".
 void check_options(const VerifyArgs& args) {
   if (args.folder_option->count() > 0 && args.folder.empty())
-    throw UsageError("--folder is empty: name the class folder to compare the dataset with");
+    throw UsageError("--folder is empty: name the folder to compare the dataset with");
   for (const std::string& input : args.against)
     if (input.empty())
       throw UsageError("--against has an empty input: give NAME=PATH.npy, PATH.npz or NAME=PATH, as to mmt pack");
@@ -126,12 +126,15 @@ void run_verify(const VerifyArgs& args) {
   if (args.against.empty() && args.folder.empty()) return;
 
   // A folder packed with --paths holds field "path": compared too, with no option to repeat.
-  // Datasets repacked with some of their fields: those fields are compared.
+  // Datasets: the fields both hold are compared (a repack may have kept some of them; the
+  // sources may give some of the dataset's, as arrays may).
   std::vector<std::string> fields;
-  const bool against_datasets = !args.against.empty() && std::all_of(args.against.begin(), args.against.end(),
-                                                                      [](const std::string& p) { return is_dataset_file(p); });
-  if (against_datasets)
-    for (const Field& f : ds.schema()) fields.push_back(f.name);
+  if (are_dataset_inputs(args.against)) {
+    const Schema against = Dataset::open_concat(args.against).schema();
+    for (const Field& f : ds.schema())
+      if (against.find(f.name)) fields.push_back(f.name);
+    MMT_CHECK(!fields.empty(), ValueError, "the datasets given to --against share no field with ", printable(ds.path()));
+  }
   PackSources sources = load_pack_sources(args.against, args.folder, ds.schema().find("path").has_value(), fields);
   std::vector<int64_t> indices;
   if (args.samples > 0 && args.samples < ds.size()) {
@@ -163,7 +166,7 @@ void add_verify_command(CLI::App& app) {
                       "Also compare the records with these pack inputs (same syntax as mmt pack); fields are "
                       "matched by name, and a subset of the dataset's fields may be given")
           ->expected(1, -1);
-  args->folder_option = cmd->add_option("--folder", args->folder, "Also compare the records with this class folder");
+  args->folder_option = cmd->add_option("--folder", args->folder, "Also compare the records with this folder (of class folders, or of files)");
   args->samples_option = add_integer_option(cmd, "--samples", args->samples,
                                             "Compare this many distinct random records instead of all (0: all)",
                                             int64_t{0});

@@ -135,13 +135,14 @@ class PackSources {
   static PackSources from_folder(const std::string& dir, FolderOptions options = {});
   // mmtensor datasets, read as one as Dataset::open_concat reads shards, in that order: each
   // record as the reader gives it, every chunk's checksum checked (uncompressed ones too). `fields`: the fields kept,
-  // in that order; empty, all of them. The metadata is the datasets' own but for the shard
-  // keys (kShardMetadataKey, kShardSourceMetadataKey): the output is a pack of these
-  // datasets, not a shard of their sources. Throws what open_concat throws, and ValueError
-  // for an unknown field (listing the known ones) or one named twice.
+  // in that order; empty, all of them. The metadata is the datasets' as open_concat gives it:
+  // one shard of a pack (or some of its shards) keeps its shard keys, so that a shard
+  // repacked alone is still that shard; a pack's shards whole carry none. Throws what
+  // open_concat throws, and ValueError for an unknown field (listing the known ones) or one
+  // named twice.
   static PackSources from_datasets(const std::vector<std::string>& paths, std::span<const std::string> fields = {});
-  // What `mmt pack` and mmtensor.pack() take: datasets (from_datasets) when every spec is a
-  // bare path to one, arrays (from_arrays) otherwise, which refuses a dataset among them.
+  // What `mmt pack` and mmtensor.pack() take: datasets (from_datasets) when
+  // are_dataset_inputs(specs), arrays (from_arrays) otherwise, which refuses a dataset among them.
   // `fields` is for datasets: InputSpecError with arrays, whose fields are the arrays given.
   static PackSources from_inputs(std::span<const std::string> specs, std::span<const std::string> fields = {});
 
@@ -157,8 +158,8 @@ class PackSources {
   // escaped), "data=DIR", "label=DIR (class folders)" and "path=DIR (file paths)" for a folder.
   const std::vector<std::string>& origins() const { return origins_; }
   // Where record `index` of `field` comes from: for a folder, the record's file ("data"),
-  // "the class folder of FILE" ("label") or "the path of FILE" ("path"); for arrays,
-  // origins()[field].
+  // "the class folder of FILE" ("label") or "the path of FILE" ("path"); for datasets, the
+  // record's file and index there; for arrays, origins()[field].
   std::string record_origin(size_t field, int64_t index) const;
   // The files (arrays) or the folder (a class folder) the sources read: pack_dataset refuses
   // an output that is one of them or lies inside the folder, which would replace an input.
@@ -221,6 +222,10 @@ class PackSources {
 // Whether `path` is an mmtensor dataset file (it begins with the format's magic); false for
 // any other file, and for one that cannot be read (its reader says why).
 bool is_dataset_file(const std::string& path);
+// Whether pack inputs are datasets: at least one is a dataset file and every other names
+// nothing (a missing file, which the dataset reader then names). One file of another kind,
+// or a NAME=PATH spec, makes them array inputs.
+bool are_dataset_inputs(std::span<const std::string> specs);
 
 // The records of shard `shard` of `shards` of a set of `records`: [begin, end) with begin =
 // shard * records / shards (rounded down), so the shards tile the records in order and differ

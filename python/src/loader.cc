@@ -385,7 +385,8 @@ Moves this loader to where `state_dict` (from state_dict(), or the text state() 
 taken, as Loader(ds, ..., state=...) with this loader's options would start: the next batch is
 the one that followed it. ValueError, and the loader unchanged, when the state belongs to
 another dataset or order (records, fingerprint, sampler, seed, subset, window). Batches taken
-before stay valid.)doc")
+before stay valid. The new loader is made before the old one stops, so for a moment both
+rings (pinned and device memory) exist.)doc")
       .def_property_readonly("ring_slots", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.ring_slots(); }); })
       .def_property_readonly("ring_bytes", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.ring_bytes(); }); })
       .def("stats", [](PyLoader& self) {

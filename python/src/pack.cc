@@ -1,4 +1,4 @@
-// mmtensor.pack(): the packer `mmt pack` runs (.npy, .npz, IDX files, class folders), from
+// mmtensor.pack(): the packer `mmt pack` runs (.npy, .npz, IDX files, folders, datasets), from
 // Python, with Ctrl-C honoured: the packing thread looks at Python's signals with each
 // progress report and cancels, leaving the output path as it was.
 #include <pybind11/stl.h>
@@ -32,7 +32,8 @@ std::vector<std::string> array_specs(const py::handle& inputs) {
     return specs;
   }
   if (py::isinstance<py::str>(inputs) || !py::isinstance<py::iterable>(inputs))
-    throw py::type_error("pack: inputs must be a dict {field: path} or a list of 'NAME=PATH' / 'PATH.npz'");
+    throw py::type_error("pack: inputs must be a dict {field: path} or a list of 'NAME=PATH', 'PATH.npz' or dataset paths"
+                         " (a list of one for a single path)");
   for (const py::handle& spec : inputs) specs.push_back(path_of(spec));
   return specs;
 }
@@ -43,8 +44,19 @@ void bind_pack(py::module_& m) {
   m.def("pack", [](const py::object& output, const py::object& inputs, const py::object& folder, const std::string& codec,
                    int64_t chunk_bytes, int64_t chunk_records, int64_t alignment, int threads, bool overwrite,
                    const Metadata& metadata, std::optional<std::pair<int64_t, int64_t>> shard, bool paths,
-                   const std::vector<std::string>& fields) {
-    if (inputs.is_none() == folder.is_none()) throw py::value_error("pack: give inputs= (arrays) or folder= (a class folder), one of them");
+                   const py::object& field_names) {
+    // One field may be named alone (fields="x"), as Loader takes it.
+    std::vector<std::string> fields;
+    if (py::isinstance<py::str>(field_names)) {
+      fields.push_back(field_names.cast<std::string>());
+    } else if (!field_names.is_none()) {
+      for (const py::handle name : py::iter(field_names)) {
+        if (!py::isinstance<py::str>(name))
+          throw py::type_error(std::string("pack: fields must be field names (str), got ") + Py_TYPE(name.ptr())->tp_name);
+        fields.push_back(name.cast<std::string>());
+      }
+    }
+    if (inputs.is_none() == folder.is_none()) throw py::value_error("pack: give inputs= (arrays or datasets) or folder= (a folder), one of them");
     const std::string path = path_of(output);
     const std::vector<std::string> specs = inputs.is_none() ? std::vector<std::string>{} : array_specs(inputs);
     const std::string dir = folder.is_none() ? std::string() : path_of(folder);
@@ -95,7 +107,7 @@ void bind_pack(py::module_& m) {
      py::arg("codec") = "none", py::arg("chunk_bytes") = WriterOptions{}.chunk_bytes, py::arg("chunk_records") = 0,
      py::arg("alignment") = WriterOptions{}.alignment, py::arg("threads") = 0, py::arg("overwrite") = false,
      py::arg("metadata") = Metadata{}, py::arg("shard") = py::none(), py::arg("paths") = false,
-     py::arg("fields") = std::vector<std::string>{}, R"doc(
+     py::arg("fields") = py::none(), R"doc(
 Packs files into a dataset at `output`, as `mmt pack` does, and returns the figures.
 
     mmtensor.pack("train.mmt", {"images": "train-images-idx3-ubyte.gz",
@@ -108,7 +120,7 @@ inputs: a dict {field: path} or a list of "NAME=PATH" and "PATH.npz" (.npy, .npz
 files, gzipped or not); folder: a class folder instead, one record per file (field "data",
 its bytes; "label", its class's index; the class names in metadata["classes"]), or a folder
 of files alone ("data" only); paths=True adds field "path", each file's path under the
-folder (bytes: bytes(ds[i]["path"]).decode()). inputs may instead be mmtensor datasets, all
+folder (bytes, as the file system gives them: os.fsdecode(bytes(ds[i]["path"]))). inputs may instead be mmtensor datasets, all
 of them, read as one and repacked (another codec, chunk size or alignment; shards merged);
 fields=[...] keeps only those of their fields. Large
 arrays are read where they lie, not into memory. The file appears complete or not at all:

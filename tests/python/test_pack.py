@@ -79,7 +79,7 @@ class PackTest(unittest.TestCase):
         parts = [self.path("p%d.mmt" % k) for k in range(2)]
         for k, part in enumerate(parts):
             mmtensor.pack(part, {"x": self.path("x.npy"), "y": self.path("y.npy")}, shard=(k, 2))
-        stats = mmtensor.pack(self.path("all.mmt"), parts, codec="lz4", fields=["y"])
+        stats = mmtensor.pack(self.path("all.mmt"), parts, codec="lz4", fields="y")  # one field alone
         self.assertEqual(stats["records"], 10)
         ds = mmtensor.Dataset(self.path("all.mmt"))
         self.assertEqual([f.name for f in ds.fields], ["y"])
