@@ -1689,6 +1689,20 @@ TEST_F(MmtCli, BenchReportsBesideMemcpy) {
   EXPECT_GT(j["batch_gather_vs_memcpy"].get<double>(), 0);
 }
 
+// The loader ran whole epochs whatever --seconds said: on a dataset of billions of records
+// `mmt bench` ran for many minutes. It now stops at the time given, mid-epoch.
+TEST_F(MmtCli, BenchStopsTheLoaderAtTheTimeGivenOnALongEpoch) {
+  save("a.npy", records(kUInt8, 300000, {8}));
+  ASSERT_EQ(run_mmt({"pack", path("a.mmt"), "a=" + path("a.npy")}).exit_code, 0);
+  RunResult r = run_mmt({"bench", path("a.mmt"), "--json", "--seconds", "0.05", "--batch", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["loader"]["epochs"], 0) << "300,000 batches of one record do not fit 0.05 s";
+  EXPECT_GT(j["loader"]["batches"].get<int64_t>(), 0);
+  EXPECT_LT(j["loader"]["batches"].get<int64_t>(), 300000);
+  EXPECT_GT(j["loader"]["samples_per_second"].get<double>(), 0);
+}
+
 // The loader's bytes per second counted the fixed fields only (a folder of 10 kB files read
 // at "2.6 MB/s", and 0 B/s without a fixed field); the gathers, which read only those, did not
 // say so, and their JSON keys were missing for a file without one.
