@@ -254,22 +254,37 @@ bool is_dataset_file(const std::string& path) {
   return got == sizeof format::kMagic && std::memcmp(magic, format::kMagic, sizeof format::kMagic) == 0;
 }
 
-bool are_dataset_inputs(std::span<const std::string> specs) {
+namespace {
+
+// What pack inputs are, as far as the files that exist tell: a spec that names an existing
+// file of another kind (whole, or after "NAME=") makes them arrays; a dataset file makes them
+// datasets; missing files and folders tell nothing (the reader then names them).
+enum class InputsKind { Datasets, Arrays, Unknown };
+InputsKind inputs_kind(std::span<const std::string> specs) {
   bool any_dataset = false;
   for (const std::string& spec : specs) {
     std::error_code ec;
-    if (!fs::exists(spec, ec)) {
-      if (spec.find('=') != std::string::npos) return false;  // NAME=PATH: an array
-      continue;  // missing: the dataset reader names it
+    if (fs::is_directory(spec, ec)) continue;
+    if (fs::exists(spec, ec)) {
+      if (!fs::is_regular_file(spec, ec) || !is_dataset_file(spec)) return InputsKind::Arrays;
+      any_dataset = true;
+      continue;
     }
-    if (!fs::is_regular_file(spec, ec) || !is_dataset_file(spec)) return false;
-    any_dataset = true;
+    const size_t eq = spec.find('=');
+    if (eq != std::string::npos && fs::exists(spec.substr(eq + 1), ec)) return InputsKind::Arrays;  // NAME=PATH
   }
-  return any_dataset;
+  return any_dataset ? InputsKind::Datasets : InputsKind::Unknown;
 }
 
+}  // namespace
+
+bool are_dataset_inputs(std::span<const std::string> specs) { return inputs_kind(specs) == InputsKind::Datasets; }
+
 PackSources PackSources::from_inputs(std::span<const std::string> specs, std::span<const std::string> fields) {
-  if (are_dataset_inputs(specs)) return from_datasets(std::vector<std::string>(specs.begin(), specs.end()), fields);
+  const InputsKind kind = inputs_kind(specs);
+  // Fields chosen mean datasets: a missing one is then named as such, not taken for an array.
+  if (kind == InputsKind::Datasets || (kind == InputsKind::Unknown && !fields.empty()))
+    return from_datasets(std::vector<std::string>(specs.begin(), specs.end()), fields);
   MMT_CHECK(fields.empty(), InputSpecError, "choosing fields is for dataset inputs; of arrays, give the ones to pack");
   return from_arrays(specs);
 }
@@ -313,9 +328,15 @@ PackSources PackSources::from_datasets(const std::vector<std::string>& paths, st
   out.records_ = ds.size();
   out.schema_ = Schema(std::move(kept));
   // As open_concat gives it: a pack's shards whole carry no shard keys (they read as one pack
-  // of everything), one shard or some of them keep theirs, so that a shard repacked alone
-  // (another codec) is still that shard, checked for order among its siblings.
+  // of everything), and one shard keeps its own, so that a shard repacked alone (another
+  // codec) is still that shard, checked for order among its siblings. Several shards but not
+  // all ("0,1/3 of R") would make one file that claims several shards, which the order checks
+  // do not take: such a repack is a dataset of its own.
   out.metadata_ = ds.metadata();
+  if (out.metadata_.contains(std::string(kShardMetadataKey)) && !packed_shard(out.metadata_)) {
+    out.metadata_.erase(std::string(kShardMetadataKey));
+    out.metadata_.erase(std::string(kShardSourceMetadataKey));
+  }
   // Class names index the label: without it they name nothing.
   if (!out.schema_.find("label") && out.metadata_.contains("classes") && out.metadata_.count("source") &&
       out.metadata_.at("source") == "folder")

@@ -413,11 +413,19 @@ TEST(PackerTest, DatasetsRepackMergedWithAnotherCodecAndSomeFields) {
   EXPECT_EQ(compare_with_sources(Dataset::open(dir.file("re1.mmt")), PackSources::from_inputs(one)), 10);
   EXPECT_THROW_WITH(Dataset::open_concat({dir.file("re1.mmt"), parts[0]}), ValueError, "shards out of order");
   EXPECT_EQ(Dataset::open_concat({parts[0], dir.file("re1.mmt"), parts[2]}).size(), 30);
+  // Some shards but not all would be one file claiming several shards, which the order checks
+  // do not take: that repack is a dataset of its own.
+  const std::vector<std::string> two{parts[0], parts[1]};
+  EXPECT_EQ(PackSources::from_inputs(two).metadata().count(std::string(kShardMetadataKey)), 0u);
+  EXPECT_EQ(PackSources::from_inputs(two).metadata().count(std::string(kShardSourceMetadataKey)), 0u);
 
   // Mistakes: an unknown field, one twice, fields of arrays, a dataset among arrays, a
   // missing dataset (named, not taken for an array).
   const std::vector<std::string> missing{parts[0], dir.file("nowhere.mmt")};
   EXPECT_THROW_WITH(PackSources::from_inputs(missing), IoError, "nowhere.mmt");
+  const std::vector<std::string> only_missing{dir.file("nowhere.mmt")}, with_folder{parts[0], dir.path().string()};
+  EXPECT_THROW_WITH(PackSources::from_inputs(only_missing, chosen), IoError, "nowhere.mmt");  // fields: datasets
+  EXPECT_THROW_WITH(PackSources::from_inputs(with_folder), Error, dir.path().string());
   const std::vector<std::string> unknown{"z"}, twice{"x", "x"};
   EXPECT_THROW_WITH(PackSources::from_inputs(parts, unknown), ValueError, "unknown field 'z'");
   EXPECT_THROW_WITH(PackSources::from_inputs(parts, twice), ValueError, "field 'x' is chosen twice");

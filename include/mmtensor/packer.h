@@ -222,9 +222,9 @@ class PackSources {
 // Whether `path` is an mmtensor dataset file (it begins with the format's magic); false for
 // any other file, and for one that cannot be read (its reader says why).
 bool is_dataset_file(const std::string& path);
-// Whether pack inputs are datasets: at least one is a dataset file and every other names
-// nothing (a missing file, which the dataset reader then names). One file of another kind,
-// or a NAME=PATH spec, makes them array inputs.
+// Whether pack inputs are datasets: at least one is a dataset file, and no spec names an
+// existing file of another kind, whole or after "NAME=" (missing files and folders are left
+// to the reader to name).
 bool are_dataset_inputs(std::span<const std::string> specs);
 
 // The records of shard `shard` of `shards` of a set of `records`: [begin, end) with begin =

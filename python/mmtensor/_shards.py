@@ -9,8 +9,11 @@ k*R/N up to (k+1)*R/N), each shard is written by a worker process, and each file
 shard it is (metadata "pack_shard", "pack_source"), so that Dataset(paths) and `mmt verify`
 refuse the shards out of order, given twice, or, for verify, a set that is incomplete.
 """
+import concurrent.futures
 import multiprocessing
+import operator
 import os
+import pickle
 import secrets
 import signal
 
@@ -19,21 +22,41 @@ from ._mmtensor import DatasetWriter
 # What each worker process holds, set once by _start_worker: under "fork" the inputs and the
 # function are inherited rather than pickled per task.
 _job = None
-_writing = False  # whether this worker is inside a shard's writer
+_writing = False     # whether this worker is inside a shard's writer
+_terminated = False  # whether SIGTERM (the parent stopping the workers) ended the shard
 
 
 def _start_worker(job):
     global _job
     _job = job
-    # Pool.terminate() (another worker's error, or Ctrl-C) sends SIGTERM: leave through the
-    # writer's with-block, which removes its temporary file, rather than die with it there.
+    # The parent answers Ctrl-C (the whole process group gets it) by stopping the workers with
+    # SIGTERM; a worker then leaves through its writer's abort(), which removes its temporary
+    # file, rather than die with it there.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
 
 def _exit_on_sigterm(signum, frame):
+    global _terminated
     if _writing:
+        _terminated = True
         raise SystemExit(128 + signum)
     os._exit(128 + signum)  # idle: nothing to clean up
+
+
+def _portable(error):
+    """`error`, or a RuntimeError with its text and notes when the parent could not rebuild it
+    (an exception of the user's whose constructor takes other arguments, or that holds a
+    lock) or when it is no error of the shard's (SystemExit from fn: not the worker's end)."""
+    if isinstance(error, Exception):
+        try:
+            pickle.loads(pickle.dumps(error))
+            return error
+        except Exception:
+            pass
+    portable = RuntimeError("%s%s" % (type(error).__qualname__, ": %s" % error if str(error) else ""))
+    portable.__notes__ = list(getattr(error, "__notes__", []))
+    return portable
 
 
 def _write_shard(shard):
@@ -44,37 +67,60 @@ def _write_shard(shard):
     records, shards = len(inputs), job["shards"]
     begin, end = shard * records // shards, (shard + 1) * records // shards
     metadata = dict(job["metadata"])
-    metadata["pack_shard"] = "%d/%d of %d" % (shard, shards, records)
-    metadata["pack_source"] = job["source"]
+    if shards > 1:  # as `mmt pack --shard`: one shard of one is no shard
+        metadata["pack_shard"] = "%d/%d of %d" % (shard, shards, records)
+        metadata["pack_source"] = job["source"]
     writer = None
     _writing = True
     try:
-        writer = DatasetWriter(job["partials"][shard], job["fields"], metadata=metadata, **job["writer"])
+        # SIGTERM held back until `writer` is set, so that the abort below always finds it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            writer = DatasetWriter(job["partials"][shard], job["fields"], metadata=metadata, **job["writer"])
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         for i in range(begin, end):
+            if os.getppid() != job["parent"]:  # the parent died (SIGKILL): stop, leave nothing
+                raise SystemExit(1)
             try:
                 record = inputs[i] if fn is None else fn(inputs[i])
                 if record is None:
                     raise ValueError("returned None; every input must give a record (filter the inputs beforehand)")
                 writer.append(record)
-            except Exception as e:
-                e.add_note("mmtensor.write_shards: while writing inputs[%d] (shard %d of %d)" % (i, shard, shards))
+            except BaseException as e:
+                if not _terminated:
+                    e.add_note("mmtensor.write_shards: while writing inputs[%d] (shard %d of %d)" % (i, shard, shards))
                 raise
         writer.finish()
-    except BaseException:
+    except BaseException as e:
         if writer is not None:
             writer.abort()  # removes its temporary file
-        raise
+        if _terminated or os.getppid() != job["parent"]:
+            os._exit(128 + signal.SIGTERM)  # stopped: an executor's worker would take the next shard
+        portable = _portable(e)
+        if portable is e:
+            raise
+        raise portable from None
     finally:
         _writing = False
     return shard, end - begin
 
 
-def _remove(paths):
-    for path in paths:
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
+def _remove(path):
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def _stop_workers(pool):
+    """Terminates the pool's worker processes (SIGTERM: each aborts its writer)."""
+    if hasattr(pool, "terminate_workers"):  # Python 3.14
+        pool.terminate_workers()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.exitcode is None:
+            process.terminate()
 
 
 def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=None, codec="none",
@@ -96,30 +142,38 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
     zero-padded numbers ({shard:03d}) keep `ls` in shard order. inputs: a sequence (len and
     indexing: a list, a range, an array); fn(item) gives one record (a dict by field name, or
     a sequence in field order, as DatasetWriter.append takes); without fn, each item is a
-    record. shards: how many files (default: num_workers); num_workers: processes (default:
-    the CPUs this process may use). threads: each writer's compression threads (default:
-    CPUs / workers). Other options are DatasetWriter's. mp_context: a multiprocessing start
-    method ("fork", "spawn", "forkserver"; default, the platform's): under "spawn" and
-    "forkserver", fn and inputs must be picklable.
+    record (so a row of a 2-D array is a sequence of field values). shards: how many files
+    (default: num_workers); num_workers: processes (default: the CPUs this process may use).
+    threads: each writer's compression threads (default: CPUs / workers). Other options are
+    DatasetWriter's. mp_context: a multiprocessing start method ("fork", "spawn",
+    "forkserver"; default, the platform's): under "spawn" and "forkserver", fn and inputs
+    must be picklable.
 
-    The shards appear together or not at all: each is written under a temporary name and the
-    set is renamed into place only once every shard is written. An exception in fn (or a
-    record the writer refuses) stops every worker, removes what was written, and is raised
-    here with a note naming the input. An existing file at a shard's path: FileExistsError,
-    unless overwrite=True.
+    The shards are written under temporary names and renamed into place only once every
+    shard is written. An exception in fn (or a record the writer refuses) stops every worker,
+    removes what was written, and is raised here with a note naming the input (as a
+    RuntimeError with its text when it cannot be sent between processes); a worker that dies
+    (SIGKILL, out of memory) raises BrokenProcessPool the same way; Ctrl-C stops the workers
+    and leaves nothing. Workers whose parent dies stop at their next record. An existing file
+    at a shard's path: FileExistsError, unless overwrite=True (the old files of a set of more
+    shards are not removed).
     """
     fields = list(fields)
     if not hasattr(inputs, "__len__") or not hasattr(inputs, "__getitem__"):
         raise TypeError("inputs must be a sequence (len and indexing: a list, a range, an array), not "
                         + type(inputs).__name__)
-    if num_workers is None:
-        num_workers = len(os.sched_getaffinity(0))
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError("num_workers must be an int >= 1, got %r" % (num_workers,))
-    if shards is None:
-        shards = num_workers
-    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-        raise ValueError("shards must be an int >= 1, got %r" % (shards,))
+
+    def count(name, value):
+        try:
+            number = operator.index(value)
+        except TypeError:
+            number = 0
+        if isinstance(value, bool) or number < 1:
+            raise ValueError("%s must be an int >= 1, got %r" % (name, value))
+        return number
+
+    num_workers = count("num_workers", len(os.sched_getaffinity(0)) if num_workers is None else num_workers)
+    shards = count("shards", num_workers if shards is None else shards)
     output = os.fspath(output)
     if "{shard" not in output:
         raise ValueError("output must hold {shard} (as train-{shard:03d}.mmt), where each shard's number goes; got "
@@ -127,31 +181,47 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
     paths = [output.format(shard=k, shards=shards) for k in range(shards)]
     if len(set(paths)) != shards:
         raise ValueError("output %r gives the same name to several shards" % output)
-    if not overwrite:
-        for path in paths:
-            if os.path.lexists(path):
-                raise FileExistsError("%s already exists; pass overwrite=True to replace it" % path)
+    for path in paths:
+        folder = os.path.dirname(path) or "."
+        if not os.path.isdir(folder):
+            raise FileNotFoundError("cannot write %s: its folder %s does not exist" % (path, folder))
+        if os.path.isdir(path):
+            raise IsADirectoryError("cannot write %s: it is a folder" % path)
+        if not overwrite and os.path.lexists(path):
+            raise FileExistsError("%s already exists; pass overwrite=True to replace it" % path)
     workers = min(num_workers, shards)
     if threads is None:
         threads = max(1, len(os.sched_getaffinity(0)) // workers)
     # One value for every shard of this call: Dataset(paths) takes shards with equal N, R and
-    # pack_source as one pack's (16 hex digits, as the packer writes).
-    source = "%016x" % secrets.randbits(64)
-    partials = ["%s.partial-%s" % (path, source) for path in paths]
+    # pack_source as one pack's (written as the packer writes it: 0x and 16 hex digits).
+    token = secrets.randbits(64)
+    source = "0x%016x" % token
+    partials = ["%s.part-%08x" % (path, token & 0xFFFFFFFF) for path in paths]
     job = {
         "inputs": inputs, "fn": fn, "fields": fields, "shards": shards, "source": source, "partials": partials,
-        "metadata": dict(metadata or {}),
+        "parent": os.getpid(), "metadata": dict(metadata or {}),
         "writer": {"codec": codec, "chunk_bytes": chunk_bytes, "chunk_records": chunk_records, "alignment": alignment,
                    "threads": threads},
     }
     context = multiprocessing.get_context(mp_context)
     published = False
     try:
-        with context.Pool(workers, initializer=_start_worker, initargs=(job,)) as pool:
-            for _ in pool.imap_unordered(_write_shard, range(shards)):
-                pass
-            pool.close()  # every shard written: the workers leave on their own (an error
-            pool.join()   # leaves the with-block, whose terminate() stops them)
+        # concurrent.futures rather than multiprocessing.Pool: a worker that dies raises
+        # BrokenProcessPool here, where a Pool waits forever for the shard it held.
+        pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
+                                                      initargs=(job,))
+        try:
+            for done in concurrent.futures.as_completed([pool.submit(_write_shard, k) for k in range(shards)]):
+                done.result()
+        except BaseException:
+            _stop_workers(pool)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        # Checked again just before: a file made meanwhile is not replaced unasked.
+        for path in paths:
+            if os.path.isdir(path) or (not overwrite and os.path.lexists(path)):
+                raise FileExistsError("%s appeared while the shards were written; nothing was replaced" % path)
         for partial, path in zip(partials, paths):
             os.replace(partial, path)
         published = True
@@ -164,5 +234,12 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
                 os.close(fd)
     finally:
         if not published:
-            _remove(partials)
+            for partial in partials:
+                _remove(partial)
+                # A killed worker's writer leaves its temporary (PARTIAL.tmp-...); no later
+                # writer targets this name to sweep it.
+                folder, name = os.path.split(partial)
+                for entry in os.listdir(folder or "."):
+                    if entry.startswith(name + ".tmp-"):
+                        _remove(os.path.join(folder, entry))
     return paths

@@ -1,6 +1,8 @@
 """mmtensor.write_shards(): a user's conversion on several processes, one shard each."""
 import os
+import signal
 import sys
+from concurrent.futures.process import BrokenProcessPool
 import tempfile
 import unittest
 
@@ -19,6 +21,31 @@ def convert(i):
 def convert_failing_at_13(i):
     if i == 13:
         raise KeyError("no such image")
+    return convert(i)
+
+
+class NeedsTwoArguments(Exception):
+    """An exception of the user's that pickle cannot rebuild (its constructor's arguments)."""
+
+    def __init__(self, path, reason):
+        super().__init__("%s: %s" % (path, reason))
+
+
+def convert_dying_at_5(i):
+    if i == 5:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would
+    return convert(i)
+
+
+def convert_exiting_at_3(i):
+    if i == 3:
+        sys.exit("stop")
+    return convert(i)
+
+
+def convert_raising_unpicklable_at_2(i):
+    if i == 2:
+        raise NeedsTwoArguments("img2.jpg", "truncated")
     return convert(i)
 
 
@@ -71,6 +98,21 @@ class WriteShardsTest(unittest.TestCase):
             mmtensor.write_shards(self.path("g{shard}.mmt"), FIELDS, bad, num_workers=1)
         self.assertEqual(os.listdir(self.dir.name), [])
 
+    def test_a_worker_that_dies_or_exits_is_an_error_not_a_hang(self):
+        # multiprocessing.Pool waited forever for the shard a killed worker held.
+        with self.assertRaises(BrokenProcessPool):
+            mmtensor.write_shards(self.path("k{shard}.mmt"), FIELDS, range(20), convert_dying_at_5, shards=2,
+                                  num_workers=2)
+        self.assertEqual(os.listdir(self.dir.name), [], "no shard, no partial, no writer's temporary")
+        with self.assertRaisesRegex(RuntimeError, "SystemExit: stop") as caught:
+            mmtensor.write_shards(self.path("x{shard}.mmt"), FIELDS, range(20), convert_exiting_at_3, num_workers=2)
+        self.assertIn("while writing inputs[3]", "\n".join(caught.exception.__notes__))
+        with self.assertRaisesRegex(RuntimeError, "NeedsTwoArguments: img2.jpg: truncated") as caught:
+            mmtensor.write_shards(self.path("u{shard}.mmt"), FIELDS, range(20), convert_raising_unpicklable_at_2,
+                                  num_workers=2)
+        self.assertIn("while writing inputs[2]", "\n".join(caught.exception.__notes__))
+        self.assertEqual(os.listdir(self.dir.name), [])
+
     def test_existing_files_and_bad_arguments_are_refused_before_any_work(self):
         open(self.path("e1.mmt"), "w").close()
         with self.assertRaisesRegex(FileExistsError, "e1.mmt already exists"):
@@ -86,6 +128,11 @@ class WriteShardsTest(unittest.TestCase):
             mmtensor.write_shards(self.path("i{shard}.mmt"), FIELDS, iter(range(3)), convert)
         with self.assertRaisesRegex(ValueError, "num_workers"):
             mmtensor.write_shards(self.path("i{shard}.mmt"), FIELDS, range(3), convert, num_workers=0)
+        with self.assertRaisesRegex(FileNotFoundError, "its folder .*nowhere does not exist"):
+            mmtensor.write_shards(self.path("nowhere/i{shard}.mmt"), FIELDS, range(3), convert)
+        # NumPy integers count as integers; one shard is no shard (no shard keys, as mmt pack).
+        one = mmtensor.write_shards(self.path("one{shard}.mmt"), FIELDS, range(3), convert, shards=np.int64(1))
+        self.assertNotIn("pack_shard", mmtensor.Dataset(one[0]).metadata)
 
 
 if __name__ == "__main__":
