@@ -16,6 +16,7 @@ import os
 import pickle
 import secrets
 import signal
+import threading
 
 from ._mmtensor import DatasetWriter
 
@@ -42,6 +43,10 @@ def _exit_on_sigterm(signum, frame):
         _terminated = True
         raise SystemExit(128 + signum)
     os._exit(128 + signum)  # idle: nothing to clean up
+
+
+def _exit_on_sigterm_in_parent(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def _portable(error):
@@ -154,7 +159,9 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
     removes what was written, and is raised here with a note naming the input (as a
     RuntimeError with its text when it cannot be sent between processes); a worker that dies
     (SIGKILL, out of memory) raises BrokenProcessPool the same way; Ctrl-C stops the workers
-    and leaves nothing. Workers whose parent dies stop at their next record. An existing file
+    and leaves nothing, as does SIGTERM (while the shards are written, SIGTERM raises
+    SystemExit where the program set no handler of its own). Workers whose parent dies (SIGKILL)
+    stop at their next record. An existing file
     at a shard's path: FileExistsError, unless overwrite=True (the old files of a set of more
     shards are not removed).
     """
@@ -205,6 +212,13 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
     }
     context = multiprocessing.get_context(mp_context)
     published = False
+    # SIGTERM to this process alone (docker stop, a scheduler's kill) would end it with no
+    # cleanup, leaving the shards written so far under their temporary names: while the
+    # shards are written it raises SystemExit instead, where no handler of the program's is set.
+    sigterm_default = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    if sigterm_default:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm_in_parent)
     try:
         # concurrent.futures rather than multiprocessing.Pool: a worker that dies raises
         # BrokenProcessPool here, where a Pool waits forever for the shard it held.
@@ -233,6 +247,8 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
             finally:
                 os.close(fd)
     finally:
+        if sigterm_default:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if not published:
             for partial in partials:
                 _remove(partial)

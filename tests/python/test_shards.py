@@ -1,7 +1,10 @@
 """mmtensor.write_shards(): a user's conversion on several processes, one shard each."""
 import os
 import signal
+import subprocess
 import sys
+import textwrap
+import time
 from concurrent.futures.process import BrokenProcessPool
 import tempfile
 import unittest
@@ -112,6 +115,33 @@ class WriteShardsTest(unittest.TestCase):
                                   num_workers=2)
         self.assertIn("while writing inputs[2]", "\n".join(caught.exception.__notes__))
         self.assertEqual(os.listdir(self.dir.name), [])
+
+    def test_sigterm_to_the_parent_leaves_nothing(self):
+        # docker stop, or a scheduler's kill of the main process: the shards written so far
+        # were left under their temporary names, and the workers went on.
+        script = textwrap.dedent('''
+            import sys, time, numpy as np, mmtensor
+            def slow(i):  # shard 0 (inputs 0-499) is written at once, the others slowly
+                if i >= 500:
+                    time.sleep(0.02)
+                return {"x": np.zeros(3, np.float32), "tokens": [], "i": i}
+            if __name__ == "__main__":
+                fields = [mmtensor.Field("x", "float32", [3]), mmtensor.Field("tokens", "int32", [-1]),
+                          mmtensor.Field("i", "int64")]
+                print("started", flush=True)
+                mmtensor.write_shards(sys.argv[1] + "/t{shard}.mmt", fields, range(2000), slow, shards=4, num_workers=2)
+        ''')
+        with open(self.path("slow.py"), "w") as f:
+            f.write(script)
+        os.mkdir(self.path("out"))
+        child = subprocess.Popen([sys.executable, self.path("slow.py"), self.path("out")], stdout=subprocess.PIPE,
+                                 text=True)
+        self.assertEqual(child.stdout.readline().strip(), "started")
+        time.sleep(1.0)
+        child.send_signal(signal.SIGTERM)
+        self.assertEqual(child.wait(timeout=60), 128 + signal.SIGTERM)
+        time.sleep(0.5)  # the workers, stopped by the parent, are gone too
+        self.assertEqual(os.listdir(self.path("out")), [])
 
     def test_existing_files_and_bad_arguments_are_refused_before_any_work(self):
         open(self.path("e1.mmt"), "w").close()
