@@ -1,27 +1,18 @@
 """mmtensor.pack(): the packer of `mmt pack` from Python."""
 import os
 import signal
-import tempfile
 import threading
 import unittest
 
 import numpy as np
 
 import mmtensor
+from folder_case import FolderTestCase
 
 FASHION = "/usr/share/datasets/fashion-mnist"
 
 
-class PackTest(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.TemporaryDirectory()
-
-    def tearDown(self):
-        self.dir.cleanup()
-
-    def path(self, name):
-        return os.path.join(self.dir.name, name)
-
+class PackTest(FolderTestCase):
     def test_arrays_from_npy_and_npz(self):
         x = np.arange(60, dtype=np.float32).reshape(20, 3)
         y = np.arange(20, dtype=np.int16)

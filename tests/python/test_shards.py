@@ -6,12 +6,12 @@ import sys
 import textwrap
 import time
 from concurrent.futures.process import BrokenProcessPool
-import tempfile
 import unittest
 
 import numpy as np
 
 import mmtensor
+from folder_case import FolderTestCase
 
 FIELDS = [mmtensor.Field("x", "float32", [3]), mmtensor.Field("tokens", "int32", [-1]), mmtensor.Field("i", "int64")]
 
@@ -52,16 +52,7 @@ def convert_raising_unpicklable_at_2(i):
     return convert(i)
 
 
-class WriteShardsTest(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.TemporaryDirectory()
-
-    def tearDown(self):
-        self.dir.cleanup()
-
-    def path(self, name):
-        return os.path.join(self.dir.name, name)
-
+class WriteShardsTest(FolderTestCase):
     def test_shards_read_as_one_dataset_in_input_order(self):
         for context in ("fork", "spawn"):
             with self.subTest(context=context):
