@@ -200,6 +200,10 @@ Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::str
 // overflow past int64 reported in `overflow`; __index__'s own error (a 0-d float array, an
 // object whose __index__ raises) is raised as it is.
 long long index_value(const py::handle& value, int& overflow);
+// Field names as `fields=` takes them: None (none named), one str alone (a list of one:
+// pybind11 would refuse a str for a list with its whole overload text), or an iterable of
+// str; TypeError for anything else, naming its type.
+std::vector<std::string> field_names_of(const py::handle& fields);
 // Record indices from any integer sequence or array, as int64; also a boolean mask of
 // `mask_length` entries (the records), where one is taken (mask_length >= 0).
 std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length = -1);

@@ -260,17 +260,7 @@ block) stops the workers.)doc")
                        std::optional<double> timeout, const py::object& state) {
              LoaderOptions options;
              options.batch_size = batch_size;
-             // One field may be named alone (fields="image"), as a list of one; pybind11 would
-             // refuse a str for a list with its whole overload text.
-             if (py::isinstance<py::str>(fields)) {
-               options.fields = {fields.cast<std::string>()};
-             } else if (!fields.is_none()) {
-               for (const py::handle name : py::iter(fields)) {
-                 if (!py::isinstance<py::str>(name))
-                   throw py::type_error(std::string("fields must be field names (str), got ") + Py_TYPE(name.ptr())->tp_name);
-                 options.fields.push_back(name.cast<std::string>());
-               }
-             }
+             options.fields = field_names_of(fields);  // fields="image" names one
              const auto kind = sampler_kind_from_string(sampler);
              if (!kind) throw py::value_error("sampler must be 'sequential', 'random' or 'quasi_random', not '" + sampler + "'");
              options.sampler.kind = *kind;

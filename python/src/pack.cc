@@ -45,17 +45,7 @@ void bind_pack(py::module_& m) {
                    int64_t chunk_bytes, int64_t chunk_records, int64_t alignment, int threads, bool overwrite,
                    const Metadata& metadata, std::optional<std::pair<int64_t, int64_t>> shard, bool paths,
                    const py::object& field_names) {
-    // One field may be named alone (fields="x"), as Loader takes it.
-    std::vector<std::string> fields;
-    if (py::isinstance<py::str>(field_names)) {
-      fields.push_back(field_names.cast<std::string>());
-    } else if (!field_names.is_none()) {
-      for (const py::handle name : py::iter(field_names)) {
-        if (!py::isinstance<py::str>(name))
-          throw py::type_error(std::string("pack: fields must be field names (str), got ") + Py_TYPE(name.ptr())->tp_name);
-        fields.push_back(name.cast<std::string>());
-      }
-    }
+    const std::vector<std::string> fields = field_names_of(field_names);  // fields="x" names one, as Loader's
     if (inputs.is_none() == folder.is_none()) throw py::value_error("pack: give inputs= (arrays or datasets) or folder= (a folder), one of them");
     const std::string path = path_of(output);
     const std::vector<std::string> specs = inputs.is_none() ? std::vector<std::string>{} : array_specs(inputs);

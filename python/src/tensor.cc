@@ -597,6 +597,18 @@ long long index_value(const py::handle& value, int& overflow) {
   return result;
 }
 
+std::vector<std::string> field_names_of(const py::handle& fields) {
+  if (py::isinstance<py::str>(fields)) return {fields.cast<std::string>()};
+  std::vector<std::string> names;
+  if (fields.is_none()) return names;
+  for (const py::handle name : py::iter(fields)) {
+    if (!py::isinstance<py::str>(name))
+      throw py::type_error(std::string("fields must be field names (str), got ") + Py_TYPE(name.ptr())->tp_name);
+    names.push_back(name.cast<std::string>());
+  }
+  return names;
+}
+
 std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length) {
   // Text, sets, dicts, iterators and single numbers are no sequence of indices: NumPy would
   // make a 0-d or object array of them, and the message would be about dimensions.
