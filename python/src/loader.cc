@@ -242,11 +242,12 @@ device="cuda:N", copied to the GPU asynchronously.
 sampler: "sequential", "random" or "quasi_random" (chunk-aware: each compressed chunk is
 decoded once an epoch). rank/world_size split each epoch as DistributedSampler does; subset
 limits it to a list of records (negative from the end, as ds[i] takes them; or a boolean
-mask). state() after any batch (JSON text; state_dict() as a
-dict) resumes exactly there: Loader(ds, ..., state=text), or load_state_dict() on this loader. timeout (seconds): how long next() waits
-before TimeoutError. pin_memory: pinned host batches; by default when a CUDA device exists.
-num_workers: threads, not processes; next() gathers rows of the batch it waits for too, so on
-C cores C - 1 workers keep every core busy for warm, uncompressed data.
+mask). state() after any batch (JSON text; state_dict() gives it as a dict) resumes exactly
+there: Loader(ds, ..., state=text), or load_state_dict() on this loader. timeout (seconds):
+how long next() waits before TimeoutError. pin_memory: pinned host batches; by default when
+a CUDA device exists. num_workers: threads, not processes; next() gathers rows of the batch
+it waits for too, so on C cores C - 1 workers keep every core busy for warm, uncompressed
+data.
 
 `for batch in loader` runs through the rest of the current epoch: after a break, the next
 loop picks up where that one stopped; set_epoch(e) starts an epoch over. A cpu batch copied
