@@ -1,4 +1,5 @@
 """mmtensor.pack(): the packer of `mmt pack` from Python."""
+import contextlib
 import os
 import signal
 import threading
@@ -10,6 +11,18 @@ import mmtensor
 from folder_case import FolderTestCase
 
 FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+@contextlib.contextmanager
+def sigint_after(seconds):
+    """SIGINT to this process after `seconds` (a Ctrl-C in the middle of the call made
+    inside), cancelled on the way out if it has not come."""
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 class PackTest(FolderTestCase):
@@ -111,13 +124,8 @@ class PackTest(FolderTestCase):
         # Slow to compress (zstd at its highest level), so the interrupt comes mid-pack.
         rng = np.random.default_rng(0)
         np.save(self.path("big.npy"), rng.integers(0, 16, size=(4096, 4096), dtype=np.uint8))
-        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
-        try:
-            with self.assertRaises(KeyboardInterrupt):
-                mmtensor.pack(self.path("big.mmt"), {"x": self.path("big.npy")}, codec="zstd:19", threads=1)
-        finally:
-            timer.cancel()
+        with sigint_after(0.3), self.assertRaises(KeyboardInterrupt):
+            mmtensor.pack(self.path("big.mmt"), {"x": self.path("big.npy")}, codec="zstd:19", threads=1)
         self.assertFalse(os.path.exists(self.path("big.mmt")))
         self.assertEqual(sorted(os.listdir(self.dir.name)), ["big.npy"])
 
@@ -128,13 +136,8 @@ class PackTest(FolderTestCase):
         # come.
         rng = np.random.default_rng(0)
         np.save(self.path("one.npy"), rng.integers(0, 16, size=(1, 2 << 20), dtype=np.uint8))
-        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
-        try:
-            with self.assertRaises(KeyboardInterrupt):
-                mmtensor.pack(self.path("one.mmt"), {"x": self.path("one.npy")}, codec="zstd:19", threads=1)
-        finally:
-            timer.cancel()
+        with sigint_after(0.3), self.assertRaises(KeyboardInterrupt):
+            mmtensor.pack(self.path("one.mmt"), {"x": self.path("one.npy")}, codec="zstd:19", threads=1)
         # Either stopped before finishing (nothing there) or published whole.
         if os.path.exists(self.path("one.mmt")):
             mmtensor.Dataset(self.path("one.mmt")).verify()
