@@ -7,6 +7,10 @@
 //   BM_EpochOrderOfASubset/kind/records: the same over a subset of every other record
 //     (SamplerOptions::subset, records/2 entries): what mapping a position through the list
 //     adds (a load from it, which misses the caches once the list outgrows them).
+//   BM_EpochOrderOfAMixture/records: Random over a mixture (SamplerOptions::mixture) of four
+//     equal record ranges weighted 0.4, 0.3, 0.2, 0.1, an epoch of `records` positions: the
+//     first two sources are upsampled, the last two subsampled, so most positions take the
+//     source lookup and a keyed permutation of the source on top of the epoch's shuffle.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -19,15 +23,25 @@
 
 namespace {
 
-void run_epoch_order(benchmark::State& state, bool subset) {
-  const auto kind = static_cast<mmt::SamplerKind>(state.range(0));
-  const int64_t records = state.range(1);
+enum class Selection { Every, Subset, Mixture };
+
+void run_epoch_order(benchmark::State& state, Selection selection) {
+  const auto kind = selection == Selection::Mixture ? mmt::SamplerKind::Random
+                                                   : static_cast<mmt::SamplerKind>(state.range(0));
+  const int64_t records = state.range(selection == Selection::Mixture ? 0 : 1);
   std::vector<int64_t> chunks;
   if (kind == mmt::SamplerKind::QuasiRandom) {
     for (int64_t left = records; left > 0; left -= 1024) chunks.push_back(left < 1024 ? left : 1024);
   }
   mmt::SamplerOptions options{.kind = kind, .seed = 20240607};
-  if (subset) {
+  if (selection == Selection::Mixture) {
+    const int64_t quarter = records / 4;
+    mmt::Mixture mixture{.epoch_size = records};
+    for (int s = 0; s < 4; ++s)
+      mixture.sources.push_back({.first_record = s * quarter, .num_records = quarter, .weight = 0.4 - 0.1 * s});
+    options.mixture = std::move(mixture);
+  }
+  if (selection == Selection::Subset) {
     std::vector<int64_t> every_other(static_cast<size_t>(records / 2));
     for (size_t i = 0; i < every_other.size(); ++i) every_other[i] = static_cast<int64_t>(2 * i);
     options.subset = std::move(every_other);
@@ -58,8 +72,9 @@ void run_epoch_order(benchmark::State& state, bool subset) {
   state.SetLabel(std::string(mmt::to_string(kind)));
 }
 
-void BM_EpochOrder(benchmark::State& state) { run_epoch_order(state, false); }
-void BM_EpochOrderOfASubset(benchmark::State& state) { run_epoch_order(state, true); }
+void BM_EpochOrder(benchmark::State& state) { run_epoch_order(state, Selection::Every); }
+void BM_EpochOrderOfASubset(benchmark::State& state) { run_epoch_order(state, Selection::Subset); }
+void BM_EpochOrderOfAMixture(benchmark::State& state) { run_epoch_order(state, Selection::Mixture); }
 
 BENCHMARK(BM_EpochOrder)
     ->ArgNames({"kind", "records"})
@@ -70,6 +85,10 @@ BENCHMARK(BM_EpochOrderOfASubset)
     ->ArgNames({"kind", "records"})
     ->ArgsProduct({{static_cast<int64_t>(mmt::SamplerKind::Random), static_cast<int64_t>(mmt::SamplerKind::QuasiRandom)},
                    {60'000, 1'281'167, 100'000'000}})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EpochOrderOfAMixture)
+    ->ArgNames({"records"})
+    ->Args({60'000})->Args({1'281'167})->Args({100'000'000})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

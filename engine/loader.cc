@@ -133,6 +133,12 @@ std::string subset_description(uint64_t hash, int64_t size) {
   return detail::str("a subset of ", size, " entries (hash ", detail::hex64(hash), ")");
 }
 
+// "a mixture of 1000 positions an epoch (hash 0x...)" or "no mixture", for the resume check.
+std::string mixture_description(uint64_t hash, int64_t size) {
+  if (hash == 0) return "no mixture";
+  return detail::str("a mixture of ", size, " positions an epoch (hash ", detail::hex64(hash), ")");
+}
+
 SamplerOptions resumed_sampler_options(SamplerOptions options, const LoaderState* state) {
   if (state && options.kind == SamplerKind::QuasiRandom && options.window_chunks == 0)
     options.window_chunks = state->window_chunks;  // the order must be the one it was saved in
@@ -190,6 +196,11 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
               subset_description(state.subset_hash, state.subset_size), ", but the options give ",
               subset_description(sampler.subset_hash(), sampler.epoch_size()),
               " (a resume must visit the same list, or the rest of its epoch would be other records)");
+    MMT_CHECK(state.mixture_hash == sampler.mixture_hash(), ValueError, "Loader: the state was saved with ",
+              mixture_description(state.mixture_hash, state.mixture_size), ", but the options give ",
+              mixture_description(sampler.mixture_hash(), sampler.epoch_size()),
+              " (a resume must draw from the same sources in the same counts, or the rest of its epoch would be "
+              "other records)");
     MMT_CHECK(mine.kind != SamplerKind::QuasiRandom || state.window_chunks == mine.window_chunks,
               ValueError, "Loader: the state was saved with a window of ", state.window_chunks,
               " chunks; the options say ", mine.window_chunks, " (0 adopts the state's)");
@@ -299,7 +310,9 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
                               .chunk_layout = sampler.chunk_layout_hash(),
                               .dataset_fingerprint = dataset_fingerprint,
                               .subset_hash = sampler.subset_hash(),
-                              .subset_size = sampler.subset_hash() != 0 ? sampler.epoch_size() : 0};
+                              .subset_size = sampler.subset_hash() != 0 ? sampler.epoch_size() : 0,
+                              .mixture_hash = sampler.mixture_hash(),
+                              .mixture_size = sampler.mixture_hash() != 0 ? sampler.epoch_size() : 0};
   try {
     schedule_locked();
   } catch (...) {

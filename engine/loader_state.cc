@@ -47,7 +47,7 @@ uint64_t optional_hex64(const nlohmann::json& json, const char* key) {
 
 std::string LoaderState::to_string() const {
   nlohmann::json json = {
-      {"version", subset_hash != 0 ? kVersion : 2},
+      {"version", mixture_hash != 0 ? 4 : subset_hash != 0 ? 3 : 2},
       {"sampler", std::string(mmt::to_string(sampler))},
       {"seed", hex64(seed)},
       {"window_chunks", window_chunks},
@@ -60,6 +60,10 @@ std::string LoaderState::to_string() const {
   if (subset_hash != 0) {
     json["subset_hash"] = hex64(subset_hash);
     json["subset_size"] = subset_size;
+  }
+  if (mixture_hash != 0) {
+    json["mixture_hash"] = hex64(mixture_hash);
+    json["mixture_size"] = mixture_size;
   }
   return json.dump();
 }
@@ -145,6 +149,18 @@ LoaderState LoaderState::parse(std::string_view text) {
     state.subset_size = required<int64_t>(json, "subset_size");
     MMT_CHECK(state.subset_size >= 0, ValueError, "LoaderState: negative subset_size ", state.subset_size);
   }
+  // Mixtures came with version 4, both entries together, as a subset's; never with a subset.
+  const bool has_mixture = json.contains("mixture_hash") || json.contains("mixture_size");
+  MMT_CHECK(!has_mixture || version >= 4, ValueError, "LoaderState: a version-", version,
+            " state cannot name a mixture (mixtures came with version 4)");
+  MMT_CHECK(!has_mixture || !has_subset, ValueError, "LoaderState: a state names a subset or a mixture, not both");
+  if (has_mixture) {
+    state.mixture_hash = optional_hex64(json, "mixture_hash");
+    MMT_CHECK(state.mixture_hash != 0, ValueError, "LoaderState: entry 'mixture_hash' is ",
+              json.contains("mixture_hash") ? "0, which no mixture hashes to" : "missing, yet 'mixture_size' is there");
+    state.mixture_size = required<int64_t>(json, "mixture_size");
+    MMT_CHECK(state.mixture_size >= 0, ValueError, "LoaderState: negative mixture_size ", state.mixture_size);
+  }
   state.window_chunks = required<int64_t>(json, "window_chunks");
   state.records = required<int64_t>(json, "records");
   state.epoch = required<int64_t>(json, "epoch");
@@ -161,6 +177,9 @@ LoaderState LoaderState::parse(std::string_view text) {
   if (has_subset)
     MMT_CHECK(state.consumed >= 0 && state.consumed <= state.subset_size, ValueError, "LoaderState: consumed=",
               state.consumed, " is outside [0, subset_size=", state.subset_size, "]");
+  else if (has_mixture)
+    MMT_CHECK(state.consumed >= 0 && state.consumed <= state.mixture_size, ValueError, "LoaderState: consumed=",
+              state.consumed, " is outside [0, mixture_size=", state.mixture_size, "]");
   else
     MMT_CHECK(state.consumed >= 0 && state.consumed <= state.records, ValueError,
               "LoaderState: consumed=", state.consumed, " is outside [0, records=", state.records, "]");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <numeric>
 #include <span>
 
@@ -77,6 +78,38 @@ class KeyedPermutation {
   uint64_t high_mask_ = 1, low_mask_ = 1;
 };
 
+// Each source's positions an epoch: its weight's share of epoch_size, rounded down, and the
+// positions left one each to the largest remainders (ties to the first source), so the
+// counts add up to epoch_size exactly and no source is more than one position off its share.
+std::vector<int64_t> mixture_counts_of(const std::vector<MixtureSource>& sources, int64_t epoch_size) {
+  long double total_weight = 0;
+  for (const MixtureSource& source : sources) total_weight += source.weight;
+  std::vector<int64_t> counts(sources.size(), 0);
+  if (epoch_size == 0) return counts;
+  std::vector<long double> remainders(sources.size(), 0);
+  int64_t assigned = 0;
+  for (size_t s = 0; s < sources.size(); ++s) {
+    const long double share = static_cast<long double>(epoch_size) * (sources[s].weight / total_weight);
+    const long double whole = std::floor(share);
+    counts[s] = std::clamp<int64_t>(static_cast<int64_t>(std::min<long double>(whole, epoch_size)), 0,
+                                    epoch_size - assigned);
+    remainders[s] = share - whole;
+    assigned += counts[s];
+  }
+  // Rounding of the shares may leave a few positions (never more than the sources): to the
+  // largest remainders among sources of nonzero weight.
+  std::vector<size_t> by_remainder;
+  for (size_t s = 0; s < sources.size(); ++s)
+    if (sources[s].weight > 0) by_remainder.push_back(s);
+  std::stable_sort(by_remainder.begin(), by_remainder.end(),
+                   [&](size_t a, size_t b) { return remainders[a] > remainders[b]; });
+  for (size_t i = 0; assigned < epoch_size; i = (i + 1) % by_remainder.size()) {
+    ++counts[by_remainder[i]];
+    ++assigned;
+  }
+  return counts;
+}
+
 }  // namespace
 
 std::string_view to_string(SamplerKind kind) {
@@ -124,6 +157,13 @@ struct Sampler::Layout {
   // What a position maps to: options.subset (Sequential, Random) or its sorted copy
   // (QuasiRandom); std::nullopt without a subset.
   std::optional<IndexList> position_records;
+  // With a mixture: each source's range and its positions an epoch, and where each source's
+  // positions begin (sources + 1 entries). Empty without one.
+  std::vector<MixtureSource> mixture_sources;
+  std::vector<int64_t> mixture_counts;
+  std::vector<int64_t> mixture_first_position;
+  std::vector<int64_t> mixture_full_pass_positions;  // per source: (c_s / n_s) * n_s
+  uint64_t mixture_hash = 0;
 
   int64_t record_at(int64_t position) const {
     return position_records ? (*position_records)[position] : position;
@@ -132,8 +172,11 @@ struct Sampler::Layout {
 
 struct EpochOrder::Tables {
   std::shared_ptr<const Sampler::Layout> layout;
+  int64_t epoch = 0;
   uint64_t epoch_key = 0;
   KeyedPermutation positions{0, 0};  // Random: built once per epoch, not per position
+  // Random over a mixture: per source, the permutation its partial pass takes records from.
+  std::vector<KeyedPermutation> mixture_partial;
   // QuasiRandom: the chunk in each shuffled slot, and records before each slot.
   std::vector<int64_t> slot_chunk;
   std::vector<int64_t> slot_first_position;  // slots + 1 entries
@@ -161,6 +204,7 @@ Sampler Sampler::create(int64_t num_records, SamplerOptions options,
   auto layout = std::make_shared<Layout>();
   layout->records = num_records;
   layout->positions = num_records;
+  if (options.mixture) resolve_mixture(*layout, num_records, options);
   if (options.subset) {
     const IndexList& subset = *options.subset;
     MMT_CHECK(subset.size() <= INT64_MAX - options.world_size, ValueError, "Sampler: a subset of ",
@@ -222,6 +266,57 @@ Sampler Sampler::create(int64_t num_records, SamplerOptions options,
   return Sampler(std::move(layout));
 }
 
+void Sampler::resolve_mixture(Layout& layout, int64_t num_records, const SamplerOptions& options) {
+  const Mixture& mixture = *options.mixture;
+  MMT_CHECK(options.kind != SamplerKind::QuasiRandom, ValueError,
+            "Sampler: a mixture is drawn by the sequential or random sampler, not quasi_random (its windows of "
+            "chunks assume each record once an epoch)");
+  MMT_CHECK(!options.subset, ValueError,
+            "Sampler: give a subset or a mixture, not both (a mixture's sources are record ranges: give the "
+            "subset's records as sources of their own)");
+  MMT_CHECK(!mixture.sources.empty(), ValueError, "Sampler: a mixture needs at least one source");
+  MMT_CHECK(mixture.epoch_size >= 0, ValueError, "Sampler: a mixture's epoch_size must be >= 0, got ",
+            mixture.epoch_size);
+  int64_t records_in_sources = 0;
+  for (size_t s = 0; s < mixture.sources.size(); ++s) {
+    const MixtureSource& source = mixture.sources[s];
+    MMT_CHECK(source.first_record >= 0 && source.num_records >= 0 && source.first_record <= num_records &&
+                  source.num_records <= num_records - source.first_record,
+              ValueError, "Sampler: mixture source ", s, " (records ", source.first_record, " to ",
+              source.first_record, " + ", source.num_records, ") is not within [0, ", num_records,
+              ") (the records the order is drawn from)");
+    MMT_CHECK(std::isfinite(source.weight) && source.weight >= 0, ValueError, "Sampler: mixture source ", s,
+              " has weight ", source.weight, "; a weight is a finite number >= 0");
+    MMT_CHECK(source.num_records <= INT64_MAX / 2 - records_in_sources, ValueError,
+              "Sampler: the mixture's sources hold more than 2^62 records together");
+    records_in_sources += source.num_records;
+  }
+  const int64_t epoch_size = mixture.epoch_size != 0 ? mixture.epoch_size : records_in_sources;
+  MMT_CHECK(epoch_size <= INT64_MAX - options.world_size, ValueError, "Sampler: a mixture epoch of ", epoch_size,
+            " positions and world_size ", options.world_size, " overflow a position");
+  const bool weighted = std::any_of(mixture.sources.begin(), mixture.sources.end(),
+                                    [](const MixtureSource& source) { return source.weight > 0; });
+  MMT_CHECK(weighted || epoch_size == 0, ValueError, "Sampler: every mixture source has weight 0, so none can fill an "
+            "epoch of ", epoch_size, " positions");
+  layout.mixture_sources = mixture.sources;
+  layout.mixture_counts = mixture_counts_of(mixture.sources, epoch_size);
+  layout.mixture_first_position.assign(1, 0);
+  for (size_t s = 0; s < mixture.sources.size(); ++s) {
+    MMT_CHECK(layout.mixture_counts[s] == 0 || mixture.sources[s].num_records > 0, ValueError,
+              "Sampler: mixture source ", s, " has weight ", mixture.sources[s].weight, " (",
+              layout.mixture_counts[s], " positions an epoch) but no records to draw them from");
+    layout.mixture_first_position.push_back(layout.mixture_first_position.back() + layout.mixture_counts[s]);
+    const int64_t n = mixture.sources[s].num_records;
+    layout.mixture_full_pass_positions.push_back(n == 0 ? 0 : layout.mixture_counts[s] / n * n);
+  }
+  // The order depends on the ranges and counts, not on the weights that gave the counts.
+  std::vector<int64_t> drawn;
+  for (size_t s = 0; s < mixture.sources.size(); ++s)
+    drawn.insert(drawn.end(), {mixture.sources[s].first_record, mixture.sources[s].num_records, layout.mixture_counts[s]});
+  layout.mixture_hash = detail::checksum64(drawn.data(), drawn.size() * sizeof(int64_t)) | 1;
+  layout.positions = epoch_size;
+}
+
 int64_t Sampler::num_records() const { return layout_->records; }
 int64_t Sampler::epoch_size() const { return layout_->positions; }
 int64_t Sampler::num_chunks() const {
@@ -231,13 +326,21 @@ int64_t Sampler::num_chunks() const {
 const SamplerOptions& Sampler::options() const { return layout_->options; }
 uint64_t Sampler::chunk_layout_hash() const { return layout_->chunk_layout_hash; }
 uint64_t Sampler::subset_hash() const { return layout_->subset_hash; }
+const std::vector<int64_t>& Sampler::mixture_counts() const { return layout_->mixture_counts; }
+uint64_t Sampler::mixture_hash() const { return layout_->mixture_hash; }
 
 EpochOrder Sampler::epoch(int64_t epoch) const {
   auto tables = std::make_shared<EpochOrder::Tables>();
   tables->layout = layout_;
+  tables->epoch = epoch;
   tables->epoch_key = derive_key(mix64(layout_->options.seed), static_cast<uint64_t>(epoch));
-  if (layout_->options.kind == SamplerKind::Random)
+  if (layout_->options.kind == SamplerKind::Random) {
     tables->positions = KeyedPermutation(static_cast<uint64_t>(layout_->positions), tables->epoch_key);
+    // Keyed by epoch and source, so a partial pass draws other records each epoch.
+    for (size_t s = 0; s < layout_->mixture_sources.size(); ++s)
+      tables->mixture_partial.emplace_back(static_cast<uint64_t>(layout_->mixture_sources[s].num_records),
+                                           derive_key(tables->epoch_key, 0x6d69787475726500ULL ^ s));
+  }
   if (layout_->options.kind == SamplerKind::QuasiRandom) {
     const int64_t chunks = num_chunks();
     const KeyedPermutation chunk_order(static_cast<uint64_t>(chunks), tables->epoch_key);
@@ -269,13 +372,47 @@ int64_t EpochOrder::operator[](int64_t position) const {
   return tables_->layout->record_at(unmapped(position));
 }
 
+int64_t EpochOrder::mixture_record(int64_t position) const {
+  const Sampler::Layout& layout = *tables_->layout;
+  const auto& first = layout.mixture_first_position;
+  // The last source whose first position <= position (so sources of no positions are
+  // passed). A shuffled position lands in a random source: a binary search mispredicts a
+  // branch a step, a count over a few sources does not branch at all.
+  size_t s = 0;
+  if (first.size() <= 17) {
+    for (size_t i = 1; i + 1 < first.size(); ++i) s += static_cast<size_t>(first[i] <= position);
+  } else {
+    s = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), position) - first.begin()) - 1;
+  }
+  const MixtureSource& source = layout.mixture_sources[s];
+  const auto n = static_cast<uint64_t>(source.num_records);
+  const auto j = static_cast<uint64_t>(position - first[s]);  // the source's j-th position
+  if (layout.options.kind == SamplerKind::Sequential) {
+    // Epoch e starts at (e * c_s) mod n_s, where epoch e - 1 stopped.
+    const auto count = static_cast<unsigned __int128>(layout.mixture_counts[s]);
+    const auto start = static_cast<uint64_t>((static_cast<unsigned __int128>(tables_->epoch) * count) % n);
+    return source.first_record + static_cast<int64_t>((static_cast<unsigned __int128>(start) + j) % n);
+  }
+  // Random: a full pass over the source visits each record once, in any order (the epoch's
+  // permutation orders them); the partial pass takes the first entries of a permutation of
+  // the source keyed by epoch and source (Tables::mixture_partial).
+  // (A division costs as much as a round of the shuffle: none on the partial pass, and none
+  // on the first full one.)
+  const auto full_pass_positions = static_cast<uint64_t>(layout.mixture_full_pass_positions[s]);
+  if (j >= full_pass_positions)
+    return source.first_record + static_cast<int64_t>(tables_->mixture_partial[s](j - full_pass_positions));
+  return source.first_record + static_cast<int64_t>(j < n ? j : j % n);
+}
+
 int64_t EpochOrder::unmapped(int64_t position) const {
   const Sampler::Layout& layout = *tables_->layout;
   switch (layout.options.kind) {
     case SamplerKind::Sequential:
-      return position;
-    case SamplerKind::Random:
-      return static_cast<int64_t>(tables_->positions(static_cast<uint64_t>(position)));
+      return layout.mixture_sources.empty() ? position : mixture_record(position);
+    case SamplerKind::Random: {
+      const auto shuffled = static_cast<int64_t>(tables_->positions(static_cast<uint64_t>(position)));
+      return layout.mixture_sources.empty() ? shuffled : mixture_record(shuffled);
+    }
     case SamplerKind::QuasiRandom: break;
   }
   // Find the window holding `position` (upper_bound passes empty windows: the one found is

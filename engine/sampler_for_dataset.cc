@@ -19,6 +19,19 @@ int64_t automatic_window(int64_t budget_bytes, int64_t largest_chunk_bytes, int6
 
 }  // namespace
 
+Mixture Mixture::of_parts(const Dataset& dataset, std::vector<double> weights, int64_t epoch_size) {
+  const std::vector<Dataset> parts = dataset.parts();
+  MMT_CHECK(weights.size() == parts.size(), ValueError, "Mixture::of_parts: ", weights.size(),
+            " weight(s) for the ", parts.size(), " part(s) of ", dataset.path(), " (one weight a part)");
+  Mixture mixture{.epoch_size = epoch_size};
+  int64_t first = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    mixture.sources.push_back({.first_record = first, .num_records = parts[p].size(), .weight = weights[p]});
+    first += parts[p].size();
+  }
+  return mixture;
+}
+
 Sampler Sampler::for_dataset(const Dataset& dataset, SamplerOptions options) {
   std::vector<int64_t> counts;
   if (options.kind == SamplerKind::QuasiRandom) {

@@ -688,7 +688,7 @@ TEST(LoaderState, RoundTripsThroughTextAndRejectsDamage) {
   EXPECT_THROW(LoaderState::parse("not json"), ValueError);
   EXPECT_THROW(LoaderState::parse("[1, 2]"), ValueError);
   EXPECT_THROW(LoaderState::parse(R"({"version": 2})"), ValueError);
-  EXPECT_THROW(LoaderState::parse(R"({"version":4,"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":0,"consumed":0})"), ValueError);
+  EXPECT_THROW(LoaderState::parse(R"({"version":5,"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":0,"consumed":0})"), ValueError);
   EXPECT_THROW(LoaderState::parse(R"({"version":2,"sampler":"shuffle","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":0,"consumed":0})"), ValueError);
   EXPECT_THROW(LoaderState::parse(R"({"version":2,"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":0,"consumed":6})"), ValueError);
   EXPECT_THROW(LoaderState::parse(R"({"version":2,"sampler":"random","seed":"0x0000000000000001","window_chunks":0,"records":5,"epoch":0.5,"consumed":0})"), ValueError);

@@ -56,12 +56,12 @@ TEST(Sampler, RandomIsAPermutationForEverySize) {
   }
 }
 
-// The orders a checkpoint's positions refer to. A LoaderState of version 2 or 3 (which
-// added subsets, not new orders) resumes by position in these orders, so they must not
+// The orders a checkpoint's positions refer to. A LoaderState of version 2, 3 or 4 (which
+// added subsets and mixtures, not new orders) resumes by position in these orders, so they must not
 // change while the version stays: changing them means bumping LoaderState::kVersion and
 // refusing the old versions' mid-epoch states, as loader_state.cc does for version 1.
 TEST(Sampler, TheOrdersOfLoaderStateVersion2AreFixed) {
-  static_assert(LoaderState::kVersion == 3, "new orders: update these values with the version");
+  static_assert(LoaderState::kVersion == 4, "new orders: update these values with the version");
   const auto first_five = [](const EpochOrder& order) {
     std::vector<int64_t> out;
     for (int64_t p = 0; p < 5; ++p) out.push_back(order[p]);

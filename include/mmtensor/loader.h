@@ -73,6 +73,13 @@
 // batches' indices() are then the listed records; a state records the list's hash and size,
 // and a resume with another list is refused.
 //
+// Mixtures. options.sampler.mixture draws every epoch from several sources in proportion to
+// their weights, with an epoch size of its own (sampler.h): over a concatenation of datasets,
+//   Loader(Dataset::open_concat({"code.mmt", "web.mmt"}),
+//          {.batch_size = 256, .sampler = {.kind = SamplerKind::Random,
+//           .mixture = Mixture::of_parts(ds, {0.3, 0.7}, 1'000'000)}});
+// A state records the mixture's hash and epoch size, and a resume with another is refused.
+//
 // Epochs and resume. next() returns std::nullopt once at the end of an epoch and the loader
 // moves on to the next epoch (prefetching it at once); set_epoch() jumps to any epoch.
 // state() (or Batch::state()) after any batch, passed to Loader(dataset, options, state),
@@ -218,19 +225,20 @@ struct LoaderStats {
 struct LoaderState {
   // 2: random and quasi-random orders are uniform shuffles (sampler.h), and the seed is a hex
   // string. 3: a subset may be given (subset_hash, subset_size); the orders are version 2's.
-  // to_string() writes the oldest version that holds the state: 2 without a subset, so that
-  // builds from before subsets resume it, and 3 with one, which they refuse by its version
-  // rather than misread. parse() reads versions 1 to 3; of version 1, not a state in the
-  // middle of a random or quasi-random epoch, whose order this build no longer makes
-  // (ValueError says so).
-  static constexpr int kVersion = 3;
+  // 4: a mixture may be given (mixture_hash, mixture_size).
+  // to_string() writes the oldest version that holds the state: 2 without a subset or
+  // mixture, so that builds from before subsets resume it, 3 with a subset and 4 with a
+  // mixture, which older builds refuse by its version rather than misread. parse() reads
+  // versions 1 to 4; of version 1, not a state in the middle of a random or quasi-random
+  // epoch, whose order this build no longer makes (ValueError says so).
+  static constexpr int kVersion = 4;
 
   SamplerKind sampler = SamplerKind::Sequential;
   uint64_t seed = 0;           // in the JSON, a hex string as chunk_layout
   int64_t window_chunks = 0;  // the quasi-random window the order was made with
   int64_t records = 0;        // the dataset's size: a resume on a dataset of another size is refused
   int64_t epoch = 0;
-  int64_t consumed = 0;       // in [0, records], or [0, subset_size] with a subset
+  int64_t consumed = 0;       // in [0, records], or [0, subset_size] / [0, mixture_size]
   // Sampler::chunk_layout_hash() of the order (QuasiRandom), 0 otherwise: a resume on a file
   // with the same records in other chunks is refused. A state without it (0) is not checked.
   // In the JSON, a hex string ("0x..."): readers that hold numbers as doubles keep it exact.
@@ -245,6 +253,10 @@ struct LoaderState {
   // neither when subset_hash is 0). In the JSON, subset_hash is a hex string as chunk_layout.
   uint64_t subset_hash = 0;
   int64_t subset_size = 0;
+  // With a mixture (SamplerOptions::mixture): Sampler::mixture_hash() and the epoch size; a
+  // resume with another mixture, or none, is refused. 0 and 0 without one, as the subset's.
+  uint64_t mixture_hash = 0;
+  int64_t mixture_size = 0;
 
   std::string to_string() const;
   // The inverse of to_string(); throws ValueError naming the missing or malformed entry.

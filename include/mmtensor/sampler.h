@@ -30,6 +30,26 @@
 // shuffles chunks and windows of chunks as above, counting only the chunks the list touches.
 // Everything below (N, the resume rule) then counts the list's entries: N = M.
 //
+// Mixtures. SamplerOptions::mixture draws each epoch from several sources (record ranges of
+// one dataset, say the parts of a concatenation: Mixture::of_parts) in proportions of their
+// weights, with an epoch size of its own, as MosaicML Streaming's Stream(proportion=) and
+// LitData's CombinedStreamingDataset(weights=) do: a small, valuable corpus upsampled next to
+// a large web scrape. Source s gets c_s = its weight's share of epoch_size positions (shares
+// rounded down, then the positions left one each to the largest remainders, ties to the
+// first source). When c_s exceeds its n_s records, every record is visited floor(c_s / n_s)
+// times and the rest once more (a pass of its own); when it falls short, c_s distinct
+// records are chosen. The epoch's positions are then ordered as above over the mixture's
+// N = sum c_s positions:
+//   - Random shuffles them all together (sources interleave through the epoch), and a
+//     partial pass over a source draws its records afresh each epoch: a keyed permutation of
+//     the source, whose first (c_s mod n_s) entries are taken.
+//   - Sequential takes source 0's positions, then source 1's, ...; within a source, epoch e
+//     starts where epoch e - 1 stopped (at record (e * c_s) mod n_s of the source, wrapping),
+//     so a subsampled source is walked through in order over the epochs.
+// QuasiRandom does not draw mixtures (ValueError): its windows of chunks assume each record
+// visited once. Nor does a subset combine with a mixture (ValueError): give the subset's
+// records as sources, or split the subset out.
+//
 // Distributed sampling (world_size W > 1) partitions the global order as PyTorch's
 // DistributedSampler does: rank r takes positions r, r + W, r + 2W, ... The tail that does
 // not divide by W is padded by repeating the epoch's first positions 0, 1, ... (drop_tail =
@@ -94,6 +114,28 @@ class IndexList {
   std::shared_ptr<const std::vector<int64_t>> indices_;
 };
 
+// One source of a mixture: records [first_record, first_record + num_records) of the
+// dataset, drawn in proportion to `weight` (finite, >= 0).
+struct MixtureSource {
+  int64_t first_record = 0;
+  int64_t num_records = 0;
+  double weight = 1.0;
+  friend bool operator==(const MixtureSource&, const MixtureSource&) = default;
+};
+
+struct Mixture {
+  std::vector<MixtureSource> sources{};  // at least one; ranges may be given in any order
+  // Positions an epoch has; 0: the sources' records added up (each source then gets its
+  // weight's share of that). With weights equal to the sources' sizes and epoch_size 0, the
+  // mixture visits every record once an epoch, as a plain sampler would.
+  int64_t epoch_size = 0;
+
+  // One source per part of a concatenation (Dataset::open_concat; one file is one part), in
+  // parts() order, with these weights (as many as parts, else ValueError).
+  static Mixture of_parts(const Dataset& dataset, std::vector<double> weights, int64_t epoch_size = 0);
+  friend bool operator==(const Mixture&, const Mixture&) = default;
+};
+
 struct SamplerOptions {
   SamplerKind kind = SamplerKind::Sequential;
   uint64_t seed = 0;
@@ -117,6 +159,9 @@ struct SamplerOptions {
   // entry once an epoch, in [0, num_records) (ValueError naming the first that is not).
   // std::nullopt: every record. An empty list: none (epochs of no batches).
   std::optional<IndexList> subset{};
+  // Draw each epoch from these sources in these proportions (above); std::nullopt: every
+  // record (or the subset) once. Sequential and Random only; not with a subset.
+  std::optional<Mixture> mixture{};
 };
 
 class Sampler;
@@ -153,6 +198,8 @@ class EpochOrder {
   friend class Sampler;
   // Where `position` (in [0, N)) lands: the record, or with a subset the entry of the list.
   int64_t unmapped(int64_t position) const;
+  // The record a mixture draws at `position` of its sources' positions (in source order).
+  int64_t mixture_record(int64_t position) const;
   EpochOrder(std::shared_ptr<const Tables> tables, int64_t epoch) : tables_(std::move(tables)), epoch_(epoch) {}
   std::shared_ptr<const Tables> tables_;
   int64_t epoch_ = 0;
@@ -163,14 +210,17 @@ class Sampler {
   // For `num_records` records. QuasiRandom needs the chunk layout: chunk_record_counts[i]
   // records in chunk i, summing to num_records, chunks in record order. Throws ValueError for
   // negative sizes, a layout that does not sum to num_records, rank outside [0, world_size),
-  // world_size < 1, window_chunks < 0 or a subset entry outside [0, num_records).
+  // world_size < 1, window_chunks < 0, a subset entry outside [0, num_records), or a mixture
+  // whose source lies outside [0, num_records), has a weight that is negative or not finite,
+  // or must give positions to a source of no records (all weights 0, too, with a nonzero
+  // epoch size); the message names the source.
   static Sampler create(int64_t num_records, SamplerOptions options,
                         std::vector<int64_t> chunk_record_counts = {});
   // For an open dataset: reads its chunk layout, and its cache budget for an automatic window.
   static Sampler for_dataset(const Dataset& dataset, SamplerOptions options);
 
   int64_t num_records() const;  // the records the order is drawn from (the dataset's size)
-  int64_t epoch_size() const;   // positions an epoch has: the subset's size, or num_records()
+  int64_t epoch_size() const;   // positions an epoch has: the mixture's or subset's size, or num_records()
   // The chunks the order is made from (QuasiRandom; 0 for the other kinds): with a subset,
   // those holding at least one of its records.
   int64_t num_chunks() const;
@@ -187,6 +237,13 @@ class Sampler {
   // all the quasi-random order takes from the file's layout: a re-chunked file that gives
   // the same runs gives the same order, and resumes.)
   uint64_t subset_hash() const;
+  // With a mixture: the positions each source gets an epoch (c_s above, in sources order);
+  // empty without one.
+  const std::vector<int64_t>& mixture_counts() const;
+  // A 64-bit hash of the mixture as drawn (each source's range and count, in order), 0
+  // without one; a loader state keeps it, so a resume with another mixture is refused.
+  // Weights that round to the same counts draw the same order, and resume.
+  uint64_t mixture_hash() const;
   // The order of `epoch` (any value, negative included: it only keys the shuffle).
   EpochOrder epoch(int64_t epoch) const;
 
@@ -194,6 +251,7 @@ class Sampler {
 
  private:
   explicit Sampler(std::shared_ptr<const Layout> layout) : layout_(std::move(layout)) {}
+  static void resolve_mixture(Layout& layout, int64_t num_records, const SamplerOptions& options);
   std::shared_ptr<const Layout> layout_;
 };
 

@@ -1,0 +1,295 @@
+// Mixtures (SamplerOptions::mixture): each epoch draws from several sources in proportion to
+// their weights, with an epoch size of its own; the counts, the records drawn, determinism,
+// distribution over ranks, and a loader's resume follow sampler.h.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "loader_test_util.h"
+#include "mmtensor/error.h"
+#include "mmtensor/loader.h"
+#include "mmtensor/sampler.h"
+#include "test_util.h"
+
+namespace mmt {
+namespace {
+
+using testing::drain_epoch;
+using testing::TempDir;
+
+SamplerOptions mixed(SamplerKind kind, std::vector<MixtureSource> sources, int64_t epoch_size, uint64_t seed = 3) {
+  SamplerOptions options;
+  options.kind = kind;
+  options.seed = seed;
+  options.mixture = Mixture{.sources = std::move(sources), .epoch_size = epoch_size};
+  return options;
+}
+
+// How often each record comes in `order`.
+std::map<int64_t, int64_t> visits(const std::vector<int64_t>& order) {
+  std::map<int64_t, int64_t> count;
+  for (int64_t record : order) ++count[record];
+  return count;
+}
+
+int64_t in_range(const std::vector<int64_t>& order, int64_t first, int64_t count) {
+  return std::count_if(order.begin(), order.end(), [&](int64_t r) { return r >= first && r < first + count; });
+}
+
+TEST(Mixture, CountsFollowTheWeightsAndAddUpToTheEpochSize) {
+  // 100 records in [0, 60) and [60, 100); weights 3:1 of an epoch of 10 -> 7.5 and 2.5: the
+  // shares round down to 7 and 2, and the one left goes to the first of the equal remainders.
+  const Sampler sampler = Sampler::create(
+      100, mixed(SamplerKind::Random, {{.first_record = 0, .num_records = 60, .weight = 3},
+                                       {.first_record = 60, .num_records = 40, .weight = 1}}, 10));
+  EXPECT_EQ(sampler.epoch_size(), 10);
+  EXPECT_EQ(sampler.mixture_counts(), (std::vector<int64_t>{8, 2}));
+  // Three equal weights over 100 positions: 34, 33, 33.
+  const Sampler thirds = Sampler::create(
+      90, mixed(SamplerKind::Random, {{0, 30, 1.0}, {30, 30, 1.0}, {60, 30, 1.0}}, 100));
+  EXPECT_EQ(thirds.mixture_counts(), (std::vector<int64_t>{34, 33, 33}));
+  // epoch_size 0: the sources' records added up, shared by weight.
+  const Sampler automatic = Sampler::create(100, mixed(SamplerKind::Random, {{0, 60, 1}, {60, 40, 1}}, 0));
+  EXPECT_EQ(automatic.epoch_size(), 100);
+  EXPECT_EQ(automatic.mixture_counts(), (std::vector<int64_t>{50, 50}));
+  // A source of weight 0 gets nothing; and weights as sizes give each record once.
+  const Sampler zero = Sampler::create(100, mixed(SamplerKind::Random, {{0, 60, 0}, {60, 40, 1}}, 25));
+  EXPECT_EQ(zero.mixture_counts(), (std::vector<int64_t>{0, 25}));
+  const Sampler as_sizes = Sampler::create(100, mixed(SamplerKind::Random, {{0, 60, 60}, {60, 40, 40}}, 0));
+  EXPECT_EQ(as_sizes.mixture_counts(), (std::vector<int64_t>{60, 40}));
+  const std::vector<int64_t> once = as_sizes.epoch(4).to_vector();
+  EXPECT_EQ(visits(once).size(), 100u);
+}
+
+TEST(Mixture, AnUpsampledSourceRepeatsEachRecordEvenlyAndASubsampledOneDrawsDistinctRecords) {
+  // Source A: 10 records given 25 positions (2 full passes and 5 more); source B: 90 records
+  // given 25 (25 distinct ones).
+  for (SamplerKind kind : {SamplerKind::Sequential, SamplerKind::Random}) {
+    const Sampler sampler = Sampler::create(100, mixed(kind, {{0, 10, 1}, {10, 90, 1}}, 50));
+    ASSERT_EQ(sampler.mixture_counts(), (std::vector<int64_t>{25, 25})) << to_string(kind);
+    for (int64_t epoch : {0, 1, 7}) {
+      const std::vector<int64_t> order = sampler.epoch(epoch).to_vector();
+      ASSERT_EQ(order.size(), 50u);
+      EXPECT_EQ(in_range(order, 0, 10), 25);
+      EXPECT_EQ(in_range(order, 10, 90), 25);
+      const std::map<int64_t, int64_t> count = visits(order);
+      int64_t thrice = 0;
+      for (int64_t r = 0; r < 10; ++r) {
+        ASSERT_TRUE(count.contains(r)) << "record " << r << " of the upsampled source was never drawn";
+        EXPECT_TRUE(count.at(r) == 2 || count.at(r) == 3) << r << ": " << count.at(r);
+        thrice += count.at(r) == 3;
+      }
+      EXPECT_EQ(thrice, 5);
+      for (const auto& [record, times] : count) {
+        if (record >= 10) EXPECT_EQ(times, 1) << "record " << record << " of the subsampled source";
+      }
+    }
+  }
+}
+
+TEST(Mixture, RandomDrawsOtherRecordsOfASubsampledSourceEachEpochAndInterleavesTheSources) {
+  const Sampler sampler = Sampler::create(1000, mixed(SamplerKind::Random, {{0, 100, 1}, {100, 900, 1}}, 200));
+  std::set<int64_t> drawn_from_large;
+  for (int64_t epoch = 0; epoch < 20; ++epoch) {
+    const std::vector<int64_t> order = sampler.epoch(epoch).to_vector();
+    for (int64_t record : order)
+      if (record >= 100) drawn_from_large.insert(record);
+    // Interleaved: the epoch's first half holds records of both sources, about half each.
+    const std::vector<int64_t> head(order.begin(), order.begin() + 100);
+    EXPECT_GT(in_range(head, 0, 100), 25) << "epoch " << epoch;
+    EXPECT_GT(in_range(head, 100, 900), 25) << "epoch " << epoch;
+  }
+  // 100 of 900 each epoch, drawn afresh: 20 epochs reach nearly all of them (expected ~900 *
+  // (1 - (8/9)^20) = 857).
+  EXPECT_GT(drawn_from_large.size(), 780u);
+  // Deterministic in (seed, epoch); another seed gives another order.
+  EXPECT_EQ(sampler.epoch(3).to_vector(), sampler.epoch(3).to_vector());
+  const Sampler reseeded = Sampler::create(1000, mixed(SamplerKind::Random, {{0, 100, 1}, {100, 900, 1}}, 200, 4));
+  EXPECT_NE(reseeded.epoch(3).to_vector(), sampler.epoch(3).to_vector());
+}
+
+TEST(Mixture, SequentialWalksASubsampledSourceInOrderAcrossEpochs) {
+  // 3 of source A's 5 records an epoch; all 4 of B's once.
+  const Sampler sampler = Sampler::create(9, mixed(SamplerKind::Sequential, {{0, 5, 3}, {5, 4, 4}}, 7));
+  ASSERT_EQ(sampler.mixture_counts(), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(sampler.epoch(0).to_vector(), (std::vector<int64_t>{0, 1, 2, 5, 6, 7, 8}));
+  EXPECT_EQ(sampler.epoch(1).to_vector(), (std::vector<int64_t>{3, 4, 0, 5, 6, 7, 8}));
+  EXPECT_EQ(sampler.epoch(2).to_vector(), (std::vector<int64_t>{1, 2, 3, 5, 6, 7, 8}));
+  // Epochs past 2^32 keep the rule without overflow: (e * 3) mod 5.
+  const int64_t huge = kMaxEpoch - 1;
+  const auto start = static_cast<int64_t>((static_cast<unsigned __int128>(huge) * 3) % 5);
+  EXPECT_EQ(sampler.epoch(huge)[0], start);
+}
+
+// A version-4 state resumes by position in these orders (as sampler_test.cc's pinned orders
+// for the plain samplers): changing them means a new LoaderState version.
+TEST(Mixture, TheOrdersOfLoaderStateVersion4AreFixed) {
+  static_assert(LoaderState::kVersion == 4, "new orders: update these values with the version");
+  const Sampler sampler = Sampler::create(1000, mixed(SamplerKind::Random, {{0, 10, 1}, {10, 990, 1}}, 40, 7));
+  const EpochOrder order = sampler.epoch(3);
+  std::vector<int64_t> first_twelve;
+  for (int64_t p = 0; p < 12; ++p) first_twelve.push_back(order[p]);
+  EXPECT_EQ(first_twelve, (std::vector<int64_t>{683, 154, 887, 6, 9, 494, 822, 6, 5, 3, 605, 824}));
+}
+
+TEST(Mixture, SourcesMayBeGivenInAnyOrderAndOverlap) {
+  const Sampler sampler = Sampler::create(20, mixed(SamplerKind::Sequential, {{10, 10, 1}, {0, 15, 1}}, 4));
+  EXPECT_EQ(sampler.epoch(0).to_vector(), (std::vector<int64_t>{10, 11, 0, 1}));
+}
+
+TEST(Mixture, DistributedRanksTogetherTakeTheEpochAndAResumeTakesTheRest) {
+  const auto options = [](int rank, int world) {
+    SamplerOptions o = mixed(SamplerKind::Random, {{0, 7, 2}, {7, 50, 1}}, 61);
+    o.rank = rank;
+    o.world_size = world;
+    return o;
+  };
+  const std::vector<int64_t> global = Sampler::create(57, options(0, 1)).epoch(2).to_vector();
+  // Three ranks with padding: together the epoch's positions, the first two again as padding.
+  std::vector<int64_t> together;
+  for (int r = 0; r < 3; ++r) {
+    const std::vector<int64_t> mine = Sampler::create(57, options(r, 3)).epoch(2).rank_indices();
+    EXPECT_EQ(mine.size(), 21u);
+    together.insert(together.end(), mine.begin(), mine.end());
+  }
+  std::vector<int64_t> expected = global;
+  expected.push_back(global[0]);
+  expected.push_back(global[1]);
+  std::sort(together.begin(), together.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(together, expected);
+  // Elastic: 20 positions taken by 4 ranks, the rest by 2 ranks: the epoch's other 41.
+  const int64_t consumed = Sampler::create(57, options(0, 4)).epoch(2).consumed_after(0, 5);
+  ASSERT_EQ(consumed, 20);
+  std::vector<int64_t> rest;
+  for (int r = 0; r < 2; ++r) {
+    SamplerOptions o = options(r, 2);
+    o.drop_tail = true;
+    const std::vector<int64_t> mine = Sampler::create(57, o).epoch(2).rank_indices(consumed);
+    rest.insert(rest.end(), mine.begin(), mine.end());
+  }
+  std::vector<int64_t> expected_rest(global.begin() + 20, global.begin() + 60);  // 41 drop to 40
+  std::sort(rest.begin(), rest.end());
+  std::sort(expected_rest.begin(), expected_rest.end());
+  EXPECT_EQ(rest, expected_rest);
+}
+
+TEST(Mixture, BadMixturesAreRefusedNamingTheSource) {
+  const auto refuse = [](SamplerOptions options, const std::string& text) {
+    EXPECT_THROW_WITH(Sampler::create(100, options), ValueError, text);
+  };
+  refuse(mixed(SamplerKind::Random, {}, 10), "at least one source");
+  refuse(mixed(SamplerKind::Random, {{0, 50, 1}, {60, 41, 1}}, 10), "mixture source 1 (records 60 to 60 + 41)");
+  refuse(mixed(SamplerKind::Random, {{-1, 5, 1}}, 10), "mixture source 0");
+  refuse(mixed(SamplerKind::Random, {{0, 50, -1}}, 10), "mixture source 0 has weight -1");
+  refuse(mixed(SamplerKind::Random, {{0, 50, std::nan("")}}, 10), "a weight is a finite number");
+  refuse(mixed(SamplerKind::Random, {{0, 50, 0}, {50, 50, 0}}, 10), "every mixture source has weight 0, so none can fill an epoch of 10");
+  refuse(mixed(SamplerKind::Random, {{0, 50, 1}, {50, 0, 1}}, 10), "mixture source 1 has weight 1");
+  refuse(mixed(SamplerKind::Random, {{0, 50, 1}}, -1), "epoch_size must be >= 0");
+  SamplerOptions quasi = mixed(SamplerKind::QuasiRandom, {{0, 50, 1}}, 10);
+  EXPECT_THROW_WITH(Sampler::create(100, quasi, {50, 50}), ValueError, "not quasi_random");
+  SamplerOptions both = mixed(SamplerKind::Random, {{0, 50, 1}}, 10);
+  both.subset = IndexList{1, 2};
+  refuse(both, "a subset or a mixture, not both");
+  // epoch_size 0 means the sources' 50 records, which weights of 0 cannot fill; a source of
+  // no records and no weight makes an empty epoch.
+  refuse(mixed(SamplerKind::Random, {{0, 50, 0}}, 0), "none can fill an epoch of 50 positions");
+  EXPECT_EQ(Sampler::create(100, mixed(SamplerKind::Random, {{0, 0, 0}}, 0)).epoch(0).size(), 0);
+}
+
+TEST(Mixture, TheHashFollowsWhatIsDrawnNotTheWeightsThatGaveIt) {
+  const auto hash = [](std::vector<MixtureSource> sources, int64_t epoch_size) {
+    return Sampler::create(100, mixed(SamplerKind::Random, std::move(sources), epoch_size)).mixture_hash();
+  };
+  EXPECT_EQ(Sampler::create(100, SamplerOptions{}).mixture_hash(), 0u);
+  EXPECT_NE(hash({{0, 50, 1}, {50, 50, 1}}, 10), 0u);
+  EXPECT_EQ(hash({{0, 50, 1}, {50, 50, 1}}, 10), hash({{0, 50, 2}, {50, 50, 2}}, 10));
+  EXPECT_NE(hash({{0, 50, 1}, {50, 50, 1}}, 10), hash({{0, 50, 1}, {50, 50, 1}}, 12));
+  EXPECT_NE(hash({{0, 50, 1}, {50, 50, 1}}, 10), hash({{0, 50, 2}, {50, 50, 1}}, 10));
+  EXPECT_NE(hash({{0, 50, 1}, {50, 50, 1}}, 10), hash({{0, 40, 1}, {50, 50, 1}}, 10));
+}
+
+class MixtureLoaderTest : public ::testing::Test {
+ protected:
+  TempDir dir;
+};
+
+TEST_F(MixtureLoaderTest, OfPartsDrawsEachFileByItsWeightAndResumesMidEpoch) {
+  // Two datasets of one schema: a small one (30 records) upsampled beside a larger one (200).
+  const std::string small = testing::write_loader_records(dir.file("small.mmt"), 0, 30, CodecSpec::parse("lz4"), 8);
+  const std::string large = testing::write_loader_records(dir.file("large.mmt"), 0, 200, {}, 16);
+  const Dataset dataset = Dataset::open_concat({small, large});
+  LoaderOptions options;
+  options.batch_size = 16;
+  options.num_workers = 2;
+  options.sampler.kind = SamplerKind::Random;
+  options.sampler.seed = 9;
+  options.sampler.mixture = Mixture::of_parts(dataset, {0.5, 0.5}, 120);
+  EXPECT_EQ(options.sampler.mixture->sources[1].first_record, 30);
+  Loader loader(dataset, options);
+  EXPECT_EQ(loader.batches_in_epoch(), 8);  // 120 positions in batches of 16
+  std::vector<int64_t> reference;
+  while (std::optional<Batch> batch = loader.next()) {
+    testing::expect_batch_matches_dataset(*batch, dataset, {"x", "label", "image", "tokens"});
+    reference.insert(reference.end(), batch->indices().begin(), batch->indices().end());
+  }
+  EXPECT_EQ(in_range(reference, 0, 30), 60);  // each of the small file's records twice
+  EXPECT_EQ(in_range(reference, 30, 200), 60);
+  for (int64_t r = 0; r < 30; ++r) EXPECT_EQ(visits(reference)[r], 2) << r;
+
+  // Resume after 3 batches: the rest of the same epoch.
+  Loader first(dataset, options);
+  std::vector<int64_t> seen = testing::take_batches(first, 3);
+  const LoaderState state = LoaderState::parse(first.state().to_string());
+  EXPECT_EQ(state.mixture_size, 120);
+  EXPECT_EQ(state.consumed, 48);
+  EXPECT_NE(first.state().to_string().find("\"version\":4"), std::string::npos) << first.state().to_string();
+  Loader resumed(dataset, options, state);
+  const std::vector<int64_t> rest = drain_epoch(resumed);
+  seen.insert(seen.end(), rest.begin(), rest.end());
+  EXPECT_EQ(seen, reference);
+
+  // Another mixture, or none, is refused; weights giving the same counts resume.
+  LoaderOptions other = options;
+  other.sampler.mixture = Mixture::of_parts(dataset, {0.25, 0.75}, 120);
+  EXPECT_THROW_WITH(Loader(dataset, other, state), ValueError,
+                    "saved with a mixture of 120 positions an epoch");
+  LoaderOptions none = options;
+  none.sampler.mixture.reset();
+  EXPECT_THROW_WITH(Loader(dataset, none, state), ValueError, "but the options give no mixture");
+  LoaderOptions scaled = options;
+  scaled.sampler.mixture = Mixture::of_parts(dataset, {2, 2}, 120);
+  Loader from_scaled(dataset, scaled, state);
+  EXPECT_EQ(drain_epoch(from_scaled), rest);
+  EXPECT_THROW_WITH(Mixture::of_parts(dataset, {1}), ValueError, "1 weight(s) for the 2 part(s)");
+}
+
+TEST(MixtureState, ParseChecksTheMixtureEntries) {
+  LoaderState state;
+  state.sampler = SamplerKind::Random;
+  state.records = 100;
+  state.consumed = 150;
+  state.mixture_hash = 0x1234;
+  state.mixture_size = 200;
+  const std::string text = state.to_string();
+  EXPECT_NE(text.find("\"version\":4"), std::string::npos) << text;
+  EXPECT_EQ(LoaderState::parse(text), state);  // consumed counts the mixture's positions
+  const auto refuse = [](const std::string& text, const std::string& why) {
+    EXPECT_THROW_WITH(LoaderState::parse(text), ValueError, why);
+  };
+  const std::string base = R"({"sampler":"random","seed":"0x0000000000000000","window_chunks":0,"records":100,"epoch":0,)";
+  refuse(base + R"("consumed":0,"version":3,"mixture_hash":"0x0000000000001234","mixture_size":200})",
+         "cannot name a mixture");
+  refuse(base + R"("consumed":0,"version":4,"mixture_size":200})", "missing, yet 'mixture_size' is there");
+  refuse(base + R"("consumed":201,"version":4,"mixture_hash":"0x0000000000001234","mixture_size":200})",
+         "outside [0, mixture_size=200]");
+  refuse(base + R"("consumed":0,"version":4,"mixture_hash":"0x0000000000001234","mixture_size":200,)"
+                R"("subset_hash":"0x0000000000000001","subset_size":3})",
+         "a subset or a mixture, not both");
+}
+
+}  // namespace
+}  // namespace mmt
