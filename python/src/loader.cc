@@ -137,6 +137,39 @@ LoaderState state_of(const py::object& state) {
   return LoaderState::parse(py::module_::import("json").attr("dumps")(state).cast<std::string>());
 }
 
+// Loader(mixture=...): one weight per part of the dataset ([0.3, 0.7]), or sources as
+// (start, stop, weight) record ranges ([(0, 500, 1.0), (500, 800, 2.0)]).
+Mixture mixture_of(const py::object& mixture, const Dataset& dataset, int64_t epoch_size) {
+  const auto refuse = [](const std::string& what) {
+    throw py::type_error("mixture must be a list of weights, one per part of the dataset, or of (start, stop, weight) "
+                         "record ranges; " + what);
+  };
+  if (!py::isinstance<py::sequence>(mixture) || py::isinstance<py::str>(mixture))
+    refuse(std::string("got ") + Py_TYPE(mixture.ptr())->tp_name);
+  const auto entries = mixture.cast<py::sequence>();
+  const bool ranges = entries.size() > 0 && py::isinstance<py::sequence>(entries[0]);
+  std::vector<double> weights;
+  Mixture out{.epoch_size = epoch_size};
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const py::object entry = entries[i];
+    if (!ranges) {
+      if (!PyNumber_Check(entry.ptr()) || PyBool_Check(entry.ptr()))
+        refuse("entry " + std::to_string(i) + " is a " + Py_TYPE(entry.ptr())->tp_name + ", not a weight");
+      weights.push_back(entry.cast<double>());
+      continue;
+    }
+    if (!py::isinstance<py::sequence>(entry) || py::isinstance<py::str>(entry) || py::len(entry) != 3)
+      refuse("entry " + std::to_string(i) + " is not a (start, stop, weight) triple");
+    const auto triple = entry.cast<py::sequence>();
+    const auto start = triple[0].cast<int64_t>(), stop = triple[1].cast<int64_t>();
+    if (stop < start)
+      throw py::value_error("mixture entry " + std::to_string(i) + ": stop " + std::to_string(stop) + " is before start " +
+                            std::to_string(start));
+    out.sources.push_back({.first_record = start, .num_records = stop - start, .weight = triple[2].cast<double>()});
+  }
+  return ranges ? out : Mixture::of_parts(dataset, std::move(weights), epoch_size);
+}
+
 }  // namespace
 
 void bind_loader(py::module_& m) {
@@ -242,7 +275,13 @@ device="cuda:N", copied to the GPU asynchronously.
 sampler: "sequential", "random" or "quasi_random" (chunk-aware: each compressed chunk is
 decoded once an epoch). rank/world_size split each epoch as DistributedSampler does; subset
 limits it to a list of records (negative from the end, as ds[i] takes them; or a boolean
-mask). state() after any batch (JSON text; state_dict() gives it as a dict) resumes exactly
+mask). mixture draws each epoch from several sources in proportion to weights, as MosaicML
+Streaming's Stream(proportion=) and LitData's CombinedStreamingDataset(weights=) do: one
+weight per part of a concatenation (Dataset([a, b]) with mixture=[0.3, 0.7]), or
+(start, stop, weight) record ranges; epoch_size sets the positions an epoch has (default:
+the sources' records added up). A source given more positions than it has records repeats
+each of them evenly; one given fewer draws that many distinct records, others each epoch
+with sampler="random". state() after any batch (JSON text; state_dict() gives it as a dict) resumes exactly
 there: Loader(ds, ..., state=text), or load_state_dict() on this loader. timeout (seconds):
 how long next() waits before TimeoutError. pin_memory: pinned host batches; by default when
 a CUDA device exists. num_workers: threads, not processes; next() gathers rows of the batch
@@ -256,7 +295,8 @@ the copies on the loader's side and orders the slot's reuse after them. close() 
 block) stops the workers.)doc")
       .def(py::init([](const Dataset& dataset, int64_t batch_size, const py::object& fields,
                        const std::string& sampler, const py::object& seed, int64_t window_chunks, int rank, int world_size,
-                       bool drop_tail, const py::object& subset, int64_t epoch, bool drop_last, int num_workers,
+                       bool drop_tail, const py::object& subset, const py::object& mixture, int64_t epoch_size,
+                       int64_t epoch, bool drop_last, int num_workers,
                        int prefetch_batches, const std::string& device, std::optional<bool> pin_memory, const std::string& read_ahead,
                        std::optional<double> timeout, const py::object& state) {
              LoaderOptions options;
@@ -289,6 +329,8 @@ block) stops the workers.)doc")
                  if (record < 0 && record >= -dataset.size()) record += dataset.size();
                options.sampler.subset = IndexList(std::move(records));
              }
+             if (!mixture.is_none()) options.sampler.mixture = mixture_of(mixture, dataset, epoch_size);
+             else if (epoch_size != 0) throw py::value_error("epoch_size is the size of a mixture's epoch: give mixture= too");
              options.epoch = epoch;
              options.drop_last = drop_last;
              options.num_workers = num_workers;
@@ -315,7 +357,8 @@ block) stops the workers.)doc")
            }),
            py::arg("dataset"), py::kw_only(), py::arg("batch_size") = 1, py::arg("fields") = py::none(),
            py::arg("sampler") = "sequential", py::arg("seed") = 0, py::arg("window_chunks") = 0, py::arg("rank") = 0,
-           py::arg("world_size") = 1, py::arg("drop_tail") = false, py::arg("subset") = py::none(), py::arg("epoch") = 0,
+           py::arg("world_size") = 1, py::arg("drop_tail") = false, py::arg("subset") = py::none(),
+           py::arg("mixture") = py::none(), py::arg("epoch_size") = 0, py::arg("epoch") = 0,
            py::arg("drop_last") = false, py::arg("num_workers") = 1, py::arg("prefetch_batches") = 3,
            py::arg("device") = "cpu", py::arg("pin_memory") = py::none(), py::arg("read_ahead") = "auto",
            py::arg("timeout") = py::none(), py::arg("state") = py::none())

@@ -235,6 +235,42 @@ class LoaderTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, f"subset entry 0 is {-RECORDS - 1}"):
             mmtensor.Loader(self.ds, batch_size=16, subset=[-RECORDS - 1])
 
+    def test_a_mixture_draws_each_part_by_its_weight_and_resumes(self):
+        # A second file of the same fields, 200 records (labels 1000..1199), beside the first.
+        other_path = os.path.join(self.dir.name, "other.mmt")
+        fields = [mmtensor.Field("image", "uint8", [4, 4]), mmtensor.Field("label", "int64"),
+                  mmtensor.Field("tokens", "int32", [-1])]
+        with mmtensor.DatasetWriter(other_path, fields) as writer:
+            for i in range(200):
+                writer.append({"image": self.images[i], "label": np.int64(RECORDS + i), "tokens": self.tokens[i]})
+        both = mmtensor.Dataset([self.path, other_path])
+        options = dict(batch_size=50, sampler="random", seed=5, mixture=[0.5, 0.5], epoch_size=800)
+        labels = self.epoch_labels(mmtensor.Loader(both, **options))
+        self.assertEqual(len(labels), 800)
+        small = labels[labels >= RECORDS]
+        self.assertEqual(len(small), 400)  # the 200 records of the small file, each twice
+        self.assertEqual(np.bincount(small - RECORDS).tolist(), [2] * 200)
+        self.assertEqual(len(np.unique(labels[labels < RECORDS])), 400)  # 400 distinct of the 1000
+        loader = mmtensor.Loader(both, **options)
+        head = np.concatenate([loader.next()["label"].numpy().copy() for _ in range(3)])
+        state = loader.state_dict()
+        self.assertEqual(state["mixture_size"], 800)
+        rest = self.epoch_labels(mmtensor.Loader(both, **options, state=state))
+        np.testing.assert_array_equal(np.concatenate([head, rest]), labels)
+        with self.assertRaisesRegex(ValueError, "saved with a mixture of 800 positions"):
+            mmtensor.Loader(both, **dict(options, mixture=[0.2, 0.8]), state=state)
+        # Record ranges: the first 10 records only, three times an epoch, in order.
+        ranges = mmtensor.Loader(both, batch_size=30, mixture=[(0, 10, 1.0)], epoch_size=30)
+        self.assertEqual(ranges.next()["label"].numpy().tolist(), list(range(10)) * 3)
+        with self.assertRaisesRegex(ValueError, "2 part"):
+            mmtensor.Loader(both, mixture=[1.0])
+        with self.assertRaisesRegex(TypeError, "mixture must be a list of weights"):
+            mmtensor.Loader(both, mixture="0.5")
+        with self.assertRaisesRegex(ValueError, "give mixture= too"):
+            mmtensor.Loader(both, epoch_size=10)
+        with self.assertRaisesRegex(ValueError, "not quasi_random"):
+            mmtensor.Loader(both, sampler="quasi_random", mixture=[1, 1])
+
     def test_fields_drop_last_and_options(self):
         loader = mmtensor.Loader(self.ds, batch_size=300, fields=["label"], drop_last=True)
         batches = list(loader)
