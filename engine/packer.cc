@@ -24,6 +24,7 @@
 #include "import_util.h"
 #include "mapping_guard.h"
 #include "npy_format.h"
+#include "tar_reader.h"
 #include "utf8.h"
 #include "mmtensor/idx_io.h"
 #include "mmtensor/numpy_io.h"
@@ -256,11 +257,19 @@ bool is_dataset_file(const std::string& path) {
 
 namespace {
 
-// What pack inputs are, as far as the files that exist tell: a spec that names an existing
-// file of another kind (whole, or after "NAME=") makes them arrays; a dataset file makes them
-// datasets; missing files and folders tell nothing (the reader then names them).
-enum class InputsKind { Datasets, Arrays, Unknown };
+// What pack inputs are, as far as the files that exist tell: a tar archive (or a name that
+// ends as one: a compressed tar is then refused as such) makes them tars; a spec that names an
+// existing file of another kind (whole, or after "NAME=") makes them arrays; a dataset file
+// makes them datasets; missing files and folders tell nothing (the reader then names them).
+enum class InputsKind { Datasets, Arrays, Tars, Unknown };
+bool names_a_tar(const std::string& spec) {
+  for (const char* suffix : {".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst"})
+    if (spec.ends_with(suffix)) return true;
+  std::error_code ec;
+  return fs::is_regular_file(spec, ec) && detail::is_tar_file(spec);
+}
 InputsKind inputs_kind(std::span<const std::string> specs) {
+  if (std::any_of(specs.begin(), specs.end(), names_a_tar)) return InputsKind::Tars;
   bool any_dataset = false;
   for (const std::string& spec : specs) {
     std::error_code ec;
@@ -279,9 +288,16 @@ InputsKind inputs_kind(std::span<const std::string> specs) {
 }  // namespace
 
 bool are_dataset_inputs(std::span<const std::string> specs) { return inputs_kind(specs) == InputsKind::Datasets; }
+bool are_tar_inputs(std::span<const std::string> specs) { return inputs_kind(specs) == InputsKind::Tars; }
 
-PackSources PackSources::from_inputs(std::span<const std::string> specs, std::span<const std::string> fields) {
+PackSources PackSources::from_inputs(std::span<const std::string> specs, std::span<const std::string> fields,
+                                     TarOptions tar_options) {
   const InputsKind kind = inputs_kind(specs);
+  if (kind == InputsKind::Tars) {
+    MMT_CHECK(fields.empty(), InputSpecError, "choosing fields is for dataset inputs, not for tar archives");
+    return from_tars(std::vector<std::string>(specs.begin(), specs.end()), tar_options);
+  }
+  MMT_CHECK(!tar_options.keys, InputSpecError, "keys are a tar archive's samples'; these inputs are not tar archives");
   // Fields chosen mean datasets: a missing one is then named as such, not taken for an array.
   if (kind == InputsKind::Datasets || (kind == InputsKind::Unknown && !fields.empty()))
     return from_datasets(std::vector<std::string>(specs.begin(), specs.end()), fields);
@@ -522,6 +538,7 @@ std::string PackSources::record_origin(size_t field, int64_t index) const {
     const Dataset::Location at = dataset_->locate(index);
     return str("record ", at.index, " of ", dataset_->parts()[at.part].path(), " (field ", dataset_fields_[field], ")");
   }
+  if (tar_ && index >= 0 && index < records_) return tar_origin(field, index);
   if (files_.empty() || index < 0 || index >= records_) return origins_.at(field);
   const std::string& file = files_[static_cast<size_t>(index)];
   if (field == 0) return file;
@@ -538,6 +555,10 @@ void PackSources::record(int64_t index, std::vector<Tensor>& values) const {
   MMT_CHECK(index >= 0 && index < records_, IndexError, "record ", index, " is out of range for ",
             records_, " records");
   values.resize(schema_.size());
+  if (tar_) {
+    tar_record(index, values);
+    return;
+  }
   if (dataset_) {
     const Sample sample = dataset_->get(index);
     for (size_t f = 0; f < dataset_fields_.size(); ++f) values[f] = sample[dataset_fields_[f]];

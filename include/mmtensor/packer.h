@@ -26,7 +26,15 @@
 // subfolder (unlabeled data): one record per file, field "data" only, no "classes". Either
 // folder's records come in the order of their paths (sorted by class, then by name), and
 // FolderOptions::paths adds each one's path. Or mmtensor datasets, to repack them: another
-// codec, chunk size or alignment, shards merged into one file, some fields left out.
+// codec, chunk size or alignment, shards merged into one file, some fields left out. Or
+// WebDataset shards: uncompressed tar archives whose members are grouped into samples by key
+// (the member's path up to the first '.' of its file name: "000/x.jpg" and "000/x.cls" are
+// sample "000/x"), one record per sample, in archive order, the archives one after another.
+// Each extension (the rest of the name, lower-cased: "jpg", "seg.png") is a field holding the
+// member's bytes (uint8, variable length; a view into the mapped archive), but for "cls",
+// WebDataset's class number in decimal text, stored as int64. Fields come in name order;
+// every sample must have the same extensions. TarOptions::keys adds field "__key__", each
+// sample's key. Members whose file name has no '.' or starts with one are skipped.
 //
 // Failure. Loading sources throws the importers' errors (IoError, FormatError) naming the
 // file, and ValueError for sources that do not fit together (record counts, duplicate names,
@@ -124,6 +132,15 @@ struct FolderOptions {
   bool paths = false;
 };
 
+struct TarOptions {
+  // Adds field "__key__" (uint8, variable length): each sample's key, as WebDataset names it.
+  bool keys = false;
+};
+
+namespace detail {
+struct TarSamples;
+}
+
 class PackSources {
  public:
   // Arrays given as "NAME=PATH" or "PATH.npz" specs (see above); InputSpecError for a spec
@@ -144,22 +161,32 @@ class PackSources {
   // What `mmt pack` and mmtensor.pack() take: datasets (from_datasets) when
   // are_dataset_inputs(specs), arrays (from_arrays) otherwise, which refuses a dataset among them.
   // `fields` is for datasets: InputSpecError with arrays, whose fields are the arrays given.
-  static PackSources from_inputs(std::span<const std::string> specs, std::span<const std::string> fields = {});
+  static PackSources from_inputs(std::span<const std::string> specs, std::span<const std::string> fields = {},
+                                 TarOptions tar_options = {});
+  // WebDataset shards (above), read in the order given. FormatError naming the archive and the
+  // byte for a damaged or truncated one (or one that is compressed: decompress .tar.gz
+  // first), ValueError naming the sample for one whose extensions differ from the first
+  // sample's, an extension given twice in a sample, a "cls" that is not an integer, or no
+  // samples at all. An input that is not a tar archive is refused (tars are packed alone).
+  static PackSources from_tars(const std::vector<std::string>& paths, TarOptions options = {});
 
   int64_t records() const { return records_; }
   const Schema& schema() const { return schema_; }
   const Metadata& metadata() const { return metadata_; }
   // Bytes of all record values, for progress and throughput figures.
   int64_t total_bytes() const { return total_bytes_; }
-  // Hidden files and folders from_folder() skipped (a skipped folder counts once); 0 for arrays.
+  // Hidden files and folders from_folder() skipped (a skipped folder counts once), or tar
+  // members from_tars() skipped (no '.' in the file name, or a leading one); 0 for arrays.
   int64_t hidden_skipped() const { return hidden_skipped_; }
   // Where each field comes from, in schema order: the input as given
   // ("images=train-images-idx3-ubyte.gz"), "PATH.npz:NAME.npy" for an .npz member (its name
-  // escaped), "data=DIR", "label=DIR (class folders)" and "path=DIR (file paths)" for a folder.
+  // escaped), "data=DIR", "label=DIR (class folders)" and "path=DIR (file paths)" for a folder,
+  // "EXT=A.tar, B.tar (tar members)" for tars.
   const std::vector<std::string>& origins() const { return origins_; }
   // Where record `index` of `field` comes from: for a folder, the record's file ("data"),
   // "the class folder of FILE" ("label") or "the path of FILE" ("path"); for datasets, the
-  // record's file and index there; for arrays, origins()[field].
+  // record's file and index there; for tars, the member and its archive; for arrays,
+  // origins()[field].
   std::string record_origin(size_t field, int64_t index) const;
   // The files (arrays) or the folder (a class folder) the sources read: pack_dataset refuses
   // an output that is one of them or lies inside the folder, which would replace an input.
@@ -202,12 +229,16 @@ class PackSources {
   };
   // Folder: files_[index] under the folder, '/'-separated ("dog/001.jpg").
   std::string_view relative_path(size_t index) const;
+  // Tars: record `index`'s values, and where a field of it comes from.
+  void tar_record(int64_t index, std::vector<Tensor>& values) const;
+  std::string tar_origin(size_t field, int64_t index) const;
   // Records [start, start + count) of converted field `f`, in native order in new memory.
   Tensor converted_records(size_t f, int64_t start, int64_t count) const;
 
   std::vector<Tensor> columns_;        // arrays: [records, ...field shape]; undefined if converted
   std::vector<ConvertedColumn> converted_;  // arrays: one per field
   std::optional<Dataset> dataset_;      // datasets: the inputs, read as one
+  std::shared_ptr<const detail::TarSamples> tar_;  // tars: the archives and where each value lies
   std::vector<std::string> dataset_fields_;  // datasets: the fields kept, in schema order
   std::vector<std::string> files_;     // folder: one path per record
   std::vector<int64_t> labels_;        // class folder: the class index of each file
@@ -226,6 +257,9 @@ bool is_dataset_file(const std::string& path);
 // existing file of another kind, whole or after "NAME=" (missing files and folders are left
 // to the reader to name).
 bool are_dataset_inputs(std::span<const std::string> specs);
+// Whether pack inputs are tar archives: one of them is a tar archive, or is named like one
+// (".tar", ".tar.gz", ".tgz"...: from_inputs then refuses a compressed one as such).
+bool are_tar_inputs(std::span<const std::string> specs);
 
 // The records of shard `shard` of `shards` of a set of `records`: [begin, end) with begin =
 // shard * records / shards (rounded down), so the shards tile the records in order and differ

@@ -1,0 +1,252 @@
+// PackSources::from_tars: WebDataset shards as pack sources. Samples are runs of members
+// with one key (packer.h); values view the mapped archives.
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string_view>
+
+#include "mapping_guard.h"
+#include "mmtensor/error.h"
+#include "mmtensor/packer.h"
+#include "tar_reader.h"
+#include "utf8.h"
+
+namespace mmt {
+
+namespace detail {
+
+struct TarSamples {
+  struct Value {
+    int64_t offset = 0;  // in its archive
+    int64_t size = 0;
+  };
+  std::vector<UntypedStorage> archives;    // mapped whole; empty for an empty file
+  std::vector<std::string> extensions;     // one per member field, in schema order
+  size_t class_field = SIZE_MAX;           // the "cls" field, stored as int64
+  bool keys = false;                       // field "__key__" last
+  // Per record: its archive, its values (one per extension, record-major), its class
+  // number, and its key (keys_text[key_end[r - 1], key_end[r])).
+  std::vector<uint32_t> archive_of;
+  std::vector<Value> values;
+  std::vector<int64_t> classes;
+  std::string keys_text;
+  std::vector<int64_t> key_end;
+
+  std::string_view key(int64_t record) const {
+    const int64_t begin = record == 0 ? 0 : key_end[static_cast<size_t>(record) - 1];
+    return std::string_view(keys_text).substr(static_cast<size_t>(begin),
+                                              static_cast<size_t>(key_end[static_cast<size_t>(record)] - begin));
+  }
+};
+
+}  // namespace detail
+
+namespace {
+
+namespace fs = std::filesystem;
+using detail::str;
+using detail::TarSamples;
+
+// WebDataset's split of a member's path: the key is everything up to the first '.' of the
+// file name, the extension (lower-cased) the rest. nullopt for a name with no '.' or a leading
+// one ("README", ".DS_Store", "._x.jpg"): not part of any sample.
+std::optional<std::pair<std::string_view, std::string>> key_and_extension(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  const size_t file_start = slash == std::string_view::npos ? 0 : slash + 1;
+  const size_t dot = path.find('.', file_start);
+  if (dot == std::string_view::npos || dot == file_start || dot + 1 == path.size()) return std::nullopt;
+  std::string extension(path.substr(dot + 1));
+  for (char& c : extension)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return std::pair{path.substr(0, dot), std::move(extension)};
+}
+
+// WebDataset reads a .cls member as int(text): optional blanks around an optional sign and digits.
+std::optional<int64_t> class_number(std::string_view text) {
+  const auto blank = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+  while (!text.empty() && blank(text.front())) text.remove_prefix(1);
+  while (!text.empty() && blank(text.back())) text.remove_suffix(1);
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+// One sample as its members come: extension -> member.
+struct PendingSample {
+  std::string key;
+  uint32_t archive = 0;
+  int64_t first_header = 0;
+  std::vector<std::pair<std::string, detail::TarMember>> members;
+};
+
+}  // namespace
+
+PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOptions options) {
+  MMT_CHECK(!paths.empty(), ValueError, "no tar archives to pack");
+  auto samples = std::make_shared<TarSamples>();
+  samples->keys = options.keys;
+  PackSources out;
+  std::map<std::string, size_t, std::less<>> field_of_extension;
+  std::string first_sample;  // "KEY in ARCHIVE", for messages
+  PendingSample pending;
+  const auto where = [&](const PendingSample& sample) {
+    return str(paths[sample.archive], ": sample '", detail::cut_for_message(sample.key, 200), "' (header at byte ",
+               sample.first_header, ")");
+  };
+  const auto flush = [&] {
+    if (pending.members.empty()) return;
+    if (samples->extensions.empty()) {  // the first sample sets the fields
+      for (const auto& [extension, member] : pending.members) samples->extensions.push_back(extension);
+      std::sort(samples->extensions.begin(), samples->extensions.end());
+      for (size_t f = 0; f < samples->extensions.size(); ++f) field_of_extension[samples->extensions[f]] = f;
+      first_sample = str("'", detail::cut_for_message(pending.key, 200), "' of ", paths[pending.archive]);
+    }
+    const size_t fields = samples->extensions.size();
+    std::vector<std::string> missing;
+    const size_t first_value = samples->values.size();
+    samples->values.resize(first_value + fields, {-1, -1});
+    for (const auto& [extension, member] : pending.members) {
+      const auto it = field_of_extension.find(extension);
+      MMT_CHECK(it != field_of_extension.end(), ValueError, where(pending), " has a '.", extension,
+                "' member, which the first sample (", first_sample, ") has not; every sample must have the same "
+                "extensions (", joined(samples->extensions), ")");
+      samples->values[first_value + it->second] = {member.data_offset, member.size};
+    }
+    for (size_t f = 0; f < fields; ++f)
+      if (samples->values[first_value + f].offset < 0) missing.push_back(samples->extensions[f]);
+    MMT_CHECK(missing.empty(), ValueError, where(pending), " has no '.", missing.front(),
+              "' member, which the first sample (", first_sample, ") has; every sample must have the same extensions (",
+              joined(samples->extensions), ")");
+    samples->archive_of.push_back(pending.archive);
+    samples->keys_text += pending.key;
+    samples->key_end.push_back(static_cast<int64_t>(samples->keys_text.size()));
+    pending.members.clear();
+  };
+
+  for (size_t a = 0; a < paths.size(); ++a) {
+    const std::string& path = paths[a];
+    std::error_code ec;
+    MMT_CHECK(fs::is_regular_file(path, ec), IoError, path, ": ",
+              fs::exists(path, ec) ? "not a file" : "no such file", " (a tar archive was expected)");
+    MMT_CHECK(fs::file_size(path, ec) == 0 || detail::is_tar_file(path), ValueError, path,
+              ": not a tar archive (no ustar header at its start; a .tar.gz must be decompressed first); tar "
+              "archives are packed alone, not with other inputs");
+    MMT_CHECK(a <= UINT32_MAX, ValueError, "more than 2^32 tar archives");
+    UntypedStorage archive = fs::file_size(path, ec) == 0 ? UntypedStorage() : UntypedStorage::map_file(path);
+    if (archive.nbytes() > 0) {
+      detail::for_each_tar_member(archive, [&](const detail::TarMember& member) {
+        auto split = key_and_extension(member.name);
+        if (!split) {
+          ++out.hidden_skipped_;
+          return;
+        }
+        auto& [key, extension] = *split;
+        if (pending.archive != a || key != pending.key) {
+          flush();
+          pending.key = std::string(key);
+          pending.archive = static_cast<uint32_t>(a);
+          pending.first_header = member.header_offset;
+        }
+        for (const auto& [seen, earlier] : pending.members)
+          MMT_CHECK(seen != extension, ValueError, where(pending), " has two '.", extension, "' members (headers at bytes ",
+                    earlier.header_offset, " and ", member.header_offset, ")");
+        pending.members.emplace_back(std::move(extension), member);
+      });
+    }
+    flush();  // a sample ends with its archive
+    samples->archives.push_back(std::move(archive));
+  }
+  const auto records = static_cast<int64_t>(samples->archive_of.size());
+  MMT_CHECK(records > 0, ValueError, joined(paths), ": no samples (no member named KEY.EXTENSION",
+            out.hidden_skipped_ > 0 ? str("; ", out.hidden_skipped_, " other members were skipped") : std::string(), ")");
+
+  // The fields, in name order; "cls" holds numbers.
+  std::vector<Field> fields;
+  const size_t member_fields = samples->extensions.size();
+  for (size_t f = 0; f < member_fields; ++f) {
+    const std::string& extension = samples->extensions[f];
+    try {
+      fields.push_back(extension == "cls" ? Field::fixed(extension, kInt64, {}) : Field::bytes(extension));
+    } catch (const ValueError& e) {
+      throw ValueError(str(first_sample, ": the extension '", detail::cut_for_message(extension, 100),
+                           "' cannot name a field: ", e.what()));
+    }
+    if (extension == "cls") samples->class_field = f;
+    out.origins_.push_back(str(extension, "=", joined(paths), " (tar members)"));
+  }
+  if (samples->class_field != SIZE_MAX) {
+    samples->classes.resize(static_cast<size_t>(records));
+    for (int64_t r = 0; r < records; ++r) {
+      const TarSamples::Value& value = samples->values[static_cast<size_t>(r) * member_fields + samples->class_field];
+      const UntypedStorage& archive = samples->archives[samples->archive_of[static_cast<size_t>(r)]];
+      std::string text(static_cast<size_t>(std::min<int64_t>(value.size, 64)), '\0');
+      if (value.size <= 64)
+        detail::guard_storage_reads(archive, [&] { std::memcpy(text.data(), archive.data() + value.offset, text.size()); });
+      const std::optional<int64_t> number = value.size <= 64 ? class_number(text) : std::nullopt;
+      MMT_CHECK(number.has_value(), ValueError, paths[samples->archive_of[static_cast<size_t>(r)]], ": sample '",
+                detail::cut_for_message(std::string(samples->key(r)), 200), "': its .cls member (byte ", value.offset,
+                ") is not an integer in decimal text (WebDataset's class number): '",
+                detail::cut_for_message(text, 40), "'");
+      samples->classes[static_cast<size_t>(r)] = *number;
+    }
+  }
+  if (options.keys) {
+    MMT_CHECK(!field_of_extension.contains("__key__"), ValueError, first_sample,
+              ": a member's extension is '__key__', the field keys=true would add");
+    fields.push_back(Field::bytes("__key__"));
+    out.origins_.push_back(str("__key__=", joined(paths), " (sample keys)"));
+  }
+  for (int64_t r = 0; r < records; ++r) {
+    for (size_t f = 0; f < member_fields; ++f)
+      out.total_bytes_ += f == samples->class_field ? 8 : samples->values[static_cast<size_t>(r) * member_fields + f].size;
+  }
+  if (options.keys) out.total_bytes_ += static_cast<int64_t>(samples->keys_text.size());
+  out.schema_ = Schema(std::move(fields));
+  out.metadata_["source"] = "webdataset";
+  out.records_ = records;
+  out.input_paths_ = paths;
+  out.tar_ = std::move(samples);
+  return out;
+}
+
+void PackSources::tar_record(int64_t index, std::vector<Tensor>& values) const {
+  const TarSamples& samples = *tar_;
+  const size_t member_fields = samples.extensions.size();
+  const UntypedStorage& archive = samples.archives[samples.archive_of[static_cast<size_t>(index)]];
+  for (size_t f = 0; f < member_fields; ++f) {
+    if (f == samples.class_field) {
+      values[f] = full({}, static_cast<double>(samples.classes[static_cast<size_t>(index)]), kInt64);
+      continue;
+    }
+    const TarSamples::Value& value = samples.values[static_cast<size_t>(index) * member_fields + f];
+    values[f] = value.size == 0 ? empty({0}, kUInt8) : Tensor(archive, kUInt8, {value.size}, value.offset);
+  }
+  if (samples.keys) {
+    const std::string_view key = samples.key(index);
+    Tensor bytes = empty({static_cast<int64_t>(key.size())}, kUInt8);
+    if (!key.empty()) std::memcpy(bytes.mutable_data_ptr(), key.data(), key.size());
+    values.back() = std::move(bytes);
+  }
+}
+
+std::string PackSources::tar_origin(size_t field, int64_t index) const {
+  const TarSamples& samples = *tar_;
+  const std::string& archive = input_paths_[samples.archive_of[static_cast<size_t>(index)]];
+  const std::string key = detail::cut_for_message(std::string(samples.key(index)), 200);
+  if (field >= samples.extensions.size()) return str("the key of sample '", key, "' in ", archive);
+  const TarSamples::Value& value = samples.values[static_cast<size_t>(index) * samples.extensions.size() + field];
+  return str("member '", key, ".", samples.extensions[field], "' of ", archive, " (byte ", value.offset, ")");
+}
+
+}  // namespace mmt

@@ -1,0 +1,232 @@
+// WebDataset shards as pack sources (PackSources::from_tars): samples grouped by key, one
+// field per extension, "cls" as int64, keys, pax and GNU long names, and every kind of bad
+// archive refused with the archive, the byte and what is wrong.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "importer_test_util.h"
+#include "tar_test_util.h"
+#include "mmtensor/dataset.h"
+#include "mmtensor/error.h"
+#include "mmtensor/packer.h"
+#include "test_util.h"
+
+namespace mmt {
+namespace {
+
+using testutil::Bytes;
+using testutil::TarBuilder;
+using testutil::TempFolder;
+using testutil::to_bytes;
+using testutil::write_file;
+
+std::string text_of(const Tensor& bytes) {
+  const Tensor c = bytes.contiguous();
+  return std::string(reinterpret_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
+}
+
+TarBuilder three_samples() {
+  TarBuilder tar;
+  for (int i = 0; i < 3; ++i) {
+    const std::string key = "part/" + std::to_string(i);
+    tar.add(key + ".jpg", std::string(static_cast<size_t>(i) * 700, static_cast<char>('a' + i)))
+        .add(key + ".cls", " " + std::to_string(i * 10 - 5) + "\n")
+        .add(key + ".JSON", "{\"i\": " + std::to_string(i) + "}");
+  }
+  return tar;
+}
+
+TEST(PackTar, OneRecordPerSampleOneFieldPerExtensionClsAsInt64) {
+  TempFolder dir;
+  TarBuilder first = three_samples();
+  first.add("part/", "", '5').add("README", "no dot: not a sample's").add("part/.DS_Store", "hidden");
+  write_file(dir / "a.tar", first.finish());
+  TarBuilder second;
+  second.add("z.jpg", "zz").add("z.cls", "7").add("z.json", "{}");
+  write_file(dir / "b.tar", second.finish());
+
+  const PackSources sources = PackSources::from_tars({dir / "a.tar", dir / "b.tar"}, {.keys = true});
+  ASSERT_EQ(sources.records(), 4);
+  EXPECT_EQ(sources.hidden_skipped(), 2);  // README and .DS_Store (folders are passed over)
+  std::vector<std::string> names;
+  for (const Field& f : sources.schema().fields()) names.push_back(f.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"cls", "jpg", "json", "__key__"}));  // lower-cased, in order
+  EXPECT_EQ(sources.schema()[0].dtype, kInt64);
+  EXPECT_EQ(sources.metadata().at("source"), "webdataset");
+
+  const std::string out = dir / "out.mmt";
+  pack_dataset(out, sources, {});
+  const Dataset ds = Dataset::open(out);
+  ASSERT_EQ(ds.size(), 4);
+  for (int i = 0; i < 3; ++i) {
+    const Sample s = ds[i];
+    EXPECT_EQ(s["cls"].item<int64_t>(), i * 10 - 5);
+    EXPECT_EQ(text_of(s["jpg"]), std::string(static_cast<size_t>(i) * 700, static_cast<char>('a' + i)));
+    EXPECT_EQ(text_of(s["json"]), "{\"i\": " + std::to_string(i) + "}");
+    EXPECT_EQ(text_of(s["__key__"]), "part/" + std::to_string(i));
+  }
+  EXPECT_EQ(text_of(ds[3]["__key__"]), "z");
+  EXPECT_EQ(ds[3]["cls"].item<int64_t>(), 7);
+  EXPECT_EQ(compare_with_sources(ds, sources), 4);
+  // Where a value comes from names the member and its archive.
+  EXPECT_NE(sources.record_origin(1, 2).find("member 'part/2.jpg' of " + dir / "a.tar"), std::string::npos)
+      << sources.record_origin(1, 2);
+  // Values view the mapped archive: no copy per record.
+  const std::vector<Tensor> values = sources.record(1);
+  EXPECT_EQ(values[1].untyped_storage().filename(), dir / "a.tar");
+}
+
+TEST(PackTar, PaxAndGnuLongNamesAndPaxSizes) {
+  TempFolder dir;
+  const std::string long_key = "shard/" + std::string(150, 'k');
+  TarBuilder tar;
+  tar.pax({{"path", long_key + ".txt"}, {"mtime", "1.5"}}).add("ignored-short-name.txt", "pax named");
+  tar.add("././@LongLink", long_key + ".cls" + std::string(1, '\0'), 'L').add("ignored", "3");
+  tar.add("g", "comment=x\n", 'g');  // a global header: passed over
+  tar.add("other.txt", "x").add("other.cls", "4");
+  write_file(dir / "a.tar", tar.finish());
+  PackSources sources = PackSources::from_tars({dir / "a.tar"}, {.keys = true});
+  ASSERT_EQ(sources.records(), 2);
+  std::vector<Tensor> values = sources.record(0);
+  EXPECT_EQ(values[0].item<int64_t>(), 3);
+  EXPECT_EQ(text_of(values[1]), "pax named");
+  EXPECT_EQ(text_of(values[2]), long_key);
+}
+
+TEST(PackTar, SamplesThatDifferFromTheFirstAreRefusedNamingThem) {
+  TempFolder dir;
+  const auto refuse = [&](TarBuilder tar, const std::string& text) {
+    write_file(dir / "bad.tar", tar.finish());
+    EXPECT_THROW_WITH(PackSources::from_tars({dir / "bad.tar"}), ValueError, text);
+  };
+  TarBuilder missing = three_samples();
+  missing.add("part/9.jpg", "x").add("part/9.cls", "1");
+  refuse(missing, "bad.tar: sample 'part/9' (header at byte");
+  refuse(missing, "has no '.json' member, which the first sample ('part/0' of");
+  TarBuilder extra = three_samples();
+  extra.add("part/9.jpg", "x").add("part/9.cls", "1").add("part/9.json", "{}").add("part/9.txt", "t");
+  refuse(extra, "has a '.txt' member, which the first sample");
+  TarBuilder twice;
+  twice.add("a.jpg", "1").add("a.jpg", "2");
+  refuse(twice, "sample 'a' (header at byte 0) has two '.jpg' members (headers at bytes 0 and 1024)");
+  TarBuilder not_a_number;
+  not_a_number.add("a.cls", "cat");
+  refuse(not_a_number, "its .cls member (byte 512) is not an integer in decimal text");
+  TarBuilder nothing;
+  nothing.add("README", "x").add("dir/", "", '5');
+  refuse(nothing, "no samples (no member named KEY.EXTENSION; 1 other members were skipped)");
+}
+
+TEST(PackTar, LinksDevicesAndBadHeadersAreFormatErrorsNamingTheByte) {
+  TempFolder dir;
+  const auto refuse = [&](const Bytes& bytes, const std::string& text) {
+    write_file(dir / "bad.tar", bytes);
+    EXPECT_THROW_WITH(PackSources::from_tars({dir / "bad.tar"}), FormatError, text);
+  };
+  TarBuilder link;
+  link.add("a.jpg", "x").add("b.jpg", "", '2');
+  refuse(link.finish(), "bad.tar: byte 1024: member 'b.jpg' is a symbolic link; only regular files can be packed");
+  TarBuilder checksum;
+  checksum.add("a.jpg", "x").add("b.jpg", "y");
+  Bytes damaged = checksum.finish();
+  damaged[1024 + 3] = std::byte{'X'};  // in b.jpg's name
+  refuse(damaged, "bad.tar: byte 1024: the header's checksum does not hold (damaged)");
+  TarBuilder pax_only;
+  pax_only.add("a.jpg", "x").pax({{"path", "b.jpg"}});
+  refuse(pax_only.finish(), "an extended header is followed by no member");
+  TarBuilder bad_pax;
+  bad_pax.add("h", "8 path=x\n", 'x').add("a.jpg", "x");  // LEN says 8, the record is 9
+  refuse(bad_pax.finish(), "byte 0: a pax header record is malformed");
+  // Not a tar at all, and a gzipped one: named as such, before any member is read.
+  write_file(dir / "gz.tar.gz", to_bytes(std::string("\x1f\x8b\x08\x00", 4) + std::string(600, '\0')));
+  EXPECT_THROW_WITH(PackSources::from_tars({dir / "gz.tar.gz"}), ValueError, "a .tar.gz must be decompressed first");
+  EXPECT_THROW_WITH(PackSources::from_inputs(std::vector<std::string>{dir / "gz.tar.gz"}), ValueError,
+                    "a .tar.gz must be decompressed first");
+  EXPECT_THROW_WITH(PackSources::from_tars({dir / "missing.tar"}), IoError, "missing.tar: no such file");
+}
+
+TEST(PackTar, ATruncatedArchiveIsRefusedOrReadAsTheWholeMembersBeforeTheCut) {
+  // Every length: a cut inside a header or a member's data is a FormatError; a cut between
+  // members (no end marker) leaves an archive of the members before it, whose values are the
+  // original's.
+  TempFolder dir;
+  const Bytes whole = three_samples().finish();
+  const PackSources reference = PackSources::from_tars({[&] {
+    write_file(dir / "whole.tar", whole);
+    return dir / "whole.tar";
+  }()});
+  for (size_t length = 1; length < whole.size(); ++length) {
+    write_file(dir / "cut.tar", Bytes(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(length)));
+    try {
+      const PackSources cut = PackSources::from_tars({dir / "cut.tar"});
+      ASSERT_LE(cut.records(), reference.records()) << length;
+      for (int64_t r = 0; r < cut.records(); ++r) {
+        // (A cut inside the first sample leaves it with fewer extensions: fields by name.)
+        const std::vector<Tensor> got = cut.record(r), want = reference.record(r);
+        for (size_t f = 0; f < got.size(); ++f) {
+          const size_t in_reference = reference.schema().index_of(cut.schema()[f].name);
+          ASSERT_TRUE(got[f].equal(want[in_reference])) << "length " << length;
+        }
+      }
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find("cut.tar: byte "), std::string::npos) << e.what();
+    } catch (const ValueError& e) {
+      // A cut inside a sample's members leaves it short of an extension, or none at all.
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("cut.tar") != std::string::npos && (what.find("member") != std::string::npos ||
+                                                                what.find("not a tar archive") != std::string::npos))
+          << what;
+    }
+  }
+}
+
+TEST(PackTar, EveryBitFlipOfAHeaderIsCaughtByItsChecksum) {
+  TempFolder dir;
+  TarBuilder tar;
+  tar.add("a.jpg", "x").add("a.cls", "1");
+  const Bytes whole = tar.finish();
+  for (int64_t header : tar.header_offsets) {
+    for (int64_t byte = header; byte < header + 512; ++byte) {
+      for (int bit = 0; bit < 8; ++bit) {
+        Bytes flipped = whole;
+        flipped[static_cast<size_t>(byte)] ^= std::byte{static_cast<unsigned char>(1u << bit)};
+        write_file(dir / "flip.tar", flipped);
+        try {
+          const PackSources read = PackSources::from_tars({dir / "flip.tar"});
+          // Only a flip inside the checksum field may pass, and only one that leaves its value
+          // as it was (a leading '0' made a space, a NUL terminator a space: the sum of the
+          // header, which counts the field as spaces, must still match it): the archive then
+          // reads as it was.
+          const int64_t in_field = byte - header - 148;
+          ASSERT_TRUE(in_field >= 0 && in_field < 8) << "a flip of bit " << bit << " of byte " << byte << " was not caught";
+          ASSERT_EQ(read.records(), 1);
+          EXPECT_EQ(read.record(0)[0].item<int64_t>(), 1);
+        } catch (const FormatError&) {
+        } catch (const ValueError&) {  // the first header's: not a tar archive
+          ASSERT_EQ(header, 0) << byte;
+        }
+      }
+    }
+  }
+}
+
+TEST(PackTar, ShardsOfTarsReadAsTheWholePack) {
+  TempFolder dir;
+  write_file(dir / "a.tar", three_samples().finish());
+  const PackSources sources = PackSources::from_inputs(std::vector<std::string>{dir / "a.tar"});
+  for (int64_t shard = 0; shard < 2; ++shard)
+    pack_dataset(dir / ("part-" + std::to_string(shard) + ".mmt"), sources, {.shard = shard, .shards = 2});
+  const Dataset parts = Dataset::open_concat({dir / "part-0.mmt", dir / "part-1.mmt"});
+  EXPECT_EQ(compare_with_sources(parts, sources), 3);
+  EXPECT_THROW_WITH(PackSources::from_inputs(std::vector<std::string>{dir / "a.tar"}, std::vector<std::string>{"jpg"}),
+                    InputSpecError, "not for tar archives");
+  EXPECT_THROW(pack_dataset(dir / "a.tar", sources, {.writer = {.overwrite = true}}), ValueError);  // the input itself
+}
+
+}  // namespace
+}  // namespace mmt
