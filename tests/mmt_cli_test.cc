@@ -26,6 +26,7 @@
 #include "crafted_file_util.h"
 #include "file_io.h"
 #include "importer_test_util.h"
+#include "tar_test_util.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/dataset_writer.h"
 #include "mmtensor/idx_io.h"
@@ -907,6 +908,37 @@ TEST_F(MmtCli, FolderPathsAreStoredAndVerifiedAndUnlabeledFoldersPack) {
   EXPECT_EQ(j["fields"][0]["name"], "data");
   EXPECT_FALSE(j["metadata"].contains("classes"));
   EXPECT_EQ(run_mmt({"verify", path("f.mmt"), "--folder", path("flat")}).exit_code, 0);
+}
+
+// WebDataset shards: one record per sample, verified against the archives (keys too).
+TEST_F(MmtCli, PackTakesWebDatasetShardsAndVerifiesAgainstThem) {
+  for (int shard = 0; shard < 2; ++shard) {
+    testutil::TarBuilder tar;
+    for (int i = 0; i < 3; ++i) {
+      const std::string key = "s" + std::to_string(shard) + "/" + std::to_string(i);
+      tar.add(key + ".png", std::string(static_cast<size_t>(100 + i), 'p')).add(key + ".cls", std::to_string(i));
+    }
+    testutil::write_file(path("shard-" + std::to_string(shard) + ".tar"), tar.finish());
+  }
+  const RunResult packed = run_mmt({"pack", path("w.mmt"), path("shard-0.tar"), path("shard-1.tar"), "--keys",
+                                    "--codec", "zstd"});
+  ASSERT_EQ(packed.exit_code, 0) << packed.err;
+  EXPECT_NE(packed.out.find("packed 6 records (3 fields)"), std::string::npos) << packed.out;
+  const Dataset ds = Dataset::open(path("w.mmt"));
+  EXPECT_EQ(ds[4]["cls"].item<int64_t>(), 1);
+  const RunResult sound = run_mmt({"verify", path("w.mmt"), "--against", path("shard-0.tar"), path("shard-1.tar")});
+  EXPECT_EQ(sound.exit_code, 0) << sound.err;
+  EXPECT_NE(sound.out.find("equal their sources byte for byte (fields cls, png, __key__)"), std::string::npos) << sound.out;
+  // The archives in another order: the first record differs, named with its member.
+  EXPECT_FAILS_WITH(run_mmt({"verify", path("w.mmt"), "--against", path("shard-1.tar"), path("shard-0.tar")}),
+                    "record 0, field '__key__' differs");
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("q.mmt"), path("shard-0.tar"), "--field", "png"}), "all are packed");
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("q.mmt"), "--folder", path("."), "--keys"}), "a folder has --paths");
+  save("x.npy", arange(4, kInt64));
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("q.mmt"), "x=" + path("x.npy"), "--keys"}), "these inputs are not tar archives");
+  testutil::write_file(path("gz.tar.gz"), testutil::to_bytes(std::string("\x1f\x8b\x08\x00", 4) + std::string(600, '\0')));
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("q.mmt"), path("gz.tar.gz")}), "a .tar.gz must be decompressed first");
+  EXPECT_FALSE(fs::exists(path("q.mmt")));
 }
 
 // Shards repacked into one file with another codec (and some fields left out); verify

@@ -142,8 +142,8 @@ class PackSources;
 }
 namespace mmt::tool {
 // The sources named on a command line: array inputs, datasets (only `fields` of them when
-// some are named), or a folder (not both), with its files' paths as field "path" when
-// `folder_paths`.
+// some are named), tar archives (with each sample's key as field "__key__" when `tar_keys`),
+// or a folder (not both), with its files' paths as field "path" when `folder_paths`.
 PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder, bool folder_paths,
-                              const std::vector<std::string>& fields);
+                              const std::vector<std::string>& fields, bool tar_keys = false);
 }  // namespace mmt::tool

@@ -30,6 +30,7 @@ struct PackArgs {
   bool force = false;
   bool quiet = false;
   bool paths = false;  // --paths: a folder's file paths as field "path"
+  bool keys = false;   // --keys: tar samples' keys as field "__key__"
   std::vector<std::string> fields;  // --field: the fields of dataset inputs kept
   std::pair<int64_t, int64_t> shard{0, 1};  // --shard K/N: share K of N
   const CLI::Option* folder_option = nullptr;  // given, even empty
@@ -94,7 +95,7 @@ void run_pack(const PackArgs& args) {
 
   CodecSpec codec = options.codec;
   MMT_CHECK(!args.paths || !args.folder.empty(), UsageError, "--paths stores the path of each file of a --folder; give --folder");
-  PackSources sources = load_pack_sources(args.inputs, args.folder, args.paths, args.fields);
+  PackSources sources = load_pack_sources(args.inputs, args.folder, args.paths, args.fields, args.keys);
   const auto [shard, shards] = args.shard;
   const RecordRange range = shard_records(sources.records(), shard, shards);
   // A shard's share of the bytes, for the progress bar: exact for arrays, near for a folder.
@@ -166,26 +167,28 @@ void run_pack(const PackArgs& args) {
 }  // namespace
 
 PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder, bool folder_paths,
-                              const std::vector<std::string>& fields) {
+                              const std::vector<std::string>& fields, bool tar_keys) {
   if (!folder.empty()) {
+    MMT_CHECK(!tar_keys, UsageError, "--keys stores the key of each sample of tar archives; a folder has --paths");
     MMT_CHECK(inputs.empty(), UsageError,
               "--folder makes one record per file; it cannot be combined with array inputs");
     MMT_CHECK(fields.empty(), UsageError, "--field chooses fields of dataset inputs, not of a folder");
     return PackSources::from_folder(folder, {.paths = folder_paths});
   }
   MMT_CHECK(!inputs.empty(), UsageError,
-            "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not), datasets or --folder DIR");
+            "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not), datasets, tar archives or --folder DIR");
   try {
-    return PackSources::from_inputs(inputs, fields);
+    return PackSources::from_inputs(inputs, fields, {.keys = tar_keys});
   } catch (const InputSpecError& e) {
-    if (!fields.empty()) throw UsageError("--field chooses fields of dataset inputs; of arrays, give the ones to pack");
+    if (tar_keys) throw UsageError("--keys stores the key of each sample of tar archives; these inputs are not tar archives");
+    if (!fields.empty()) throw UsageError("--field chooses fields of dataset inputs; of arrays or tar archives, all are packed");
     throw;
   }
 }
 
 void add_pack_command(CLI::App& app) {
   auto args = std::make_shared<PackArgs>();
-  CLI::App* cmd = app.add_subcommand("pack", "Build a dataset from .npy, .npz, IDX files or a folder, or repack datasets");
+  CLI::App* cmd = app.add_subcommand("pack", "Build a dataset from .npy, .npz, IDX files, tar archives (WebDataset) or a folder, or repack datasets");
   cmd->footer(
       "Inputs:\n"
       "  NAME=PATH.npy   one field; the first dimension indexes records\n"
@@ -194,6 +197,10 @@ void add_pack_command(CLI::App& app) {
       "  PATH.mmt...     mmtensor datasets (all inputs), read as one and repacked: another\n"
       "                  codec, chunk size or alignment, shards merged into one file;\n"
       "                  --field NAME (repeated) keeps only those fields\n"
+      "  PATH.tar...     WebDataset shards (all inputs): one record per sample (members\n"
+      "                  with one key, KEY.EXT), one field per extension holding the\n"
+      "                  member's bytes; .cls as int64. --keys adds each sample's key\n"
+      "                  ('__key__'). Uncompressed tar only (decompress .tar.gz first)\n"
       "  --folder DIR    one record per file: its bytes ('data') and the index of its\n"
       "                  class subfolder ('label'); class names go to the metadata.\n"
       "                  A folder of files alone (no subfolders) gives 'data' only.\n"
@@ -211,6 +218,7 @@ void add_pack_command(CLI::App& app) {
       "Example:\n"
       "  mmt pack train.mmt images=train-images-idx3-ubyte.gz labels=train-labels-idx1-ubyte.gz --codec lz4\n"
       "  mmt pack train-zstd.mmt part-*.mmt --codec zstd:9\n"
+      "  mmt pack laion.mmt shard-{0000..0099}.tar --keys\n"
       "  for k in 00 01 02 03; do mmt pack part-$k.mmt --folder photos/ --shard $k/4 & done; wait");
   cmd->add_option("OUTPUT", args->output, "The dataset file to create")->required();
   cmd->add_option("INPUT", args->inputs, "Inputs (see below)");
@@ -220,6 +228,7 @@ void add_pack_command(CLI::App& app) {
       ->type_name("NAME")
       ->allow_extra_args(false);
   cmd->add_flag("--paths", args->paths, "With --folder: store each file's path under the folder as field 'path'");
+  cmd->add_flag("--keys", args->keys, "With tar archives: store each sample's key as field '__key__'");
   add_parsed_option(cmd, "--codec", args->codec, "none, lz4[:LEVEL] or zstd[:LEVEL]", parse_codec)->default_str("none");
   add_parsed_option(cmd, "--chunk-bytes", args->chunk_bytes, "Target decoded bytes per chunk (e.g. 1M)",
                     parse_chunk_bytes)->default_str("1M");

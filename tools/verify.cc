@@ -125,7 +125,8 @@ void run_verify(const VerifyArgs& args) {
             << " chunks, every structure and checksum checked\n";
   if (args.against.empty() && args.folder.empty()) return;
 
-  // A folder packed with --paths holds field "path": compared too, with no option to repeat.
+  // A folder packed with --paths holds field "path", tars packed with --keys "__key__":
+  // compared too, with no option to repeat.
   // Datasets: the fields both hold are compared (a repack may have kept some of them; the
   // sources may give some of the dataset's, as arrays may).
   std::vector<std::string> fields;
@@ -135,7 +136,8 @@ void run_verify(const VerifyArgs& args) {
       if (against.find(f.name)) fields.push_back(f.name);
     MMT_CHECK(!fields.empty(), ValueError, "the datasets given to --against share no field with ", printable(ds.path()));
   }
-  PackSources sources = load_pack_sources(args.against, args.folder, ds.schema().find("path").has_value(), fields);
+  PackSources sources = load_pack_sources(args.against, args.folder, ds.schema().find("path").has_value(), fields,
+                                          ds.schema().find("__key__").has_value() && are_tar_inputs(args.against));
   std::vector<int64_t> indices;
   if (args.samples > 0 && args.samples < ds.size()) {
     // `samples` distinct records (Floyd's sampling: O(samples) memory whatever the size), in

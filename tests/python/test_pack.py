@@ -1,7 +1,9 @@
 """mmtensor.pack(): the packer of `mmt pack` from Python."""
 import contextlib
+import io
 import os
 import signal
+import tarfile
 import threading
 import unittest
 
@@ -111,6 +113,37 @@ class PackTest(FolderTestCase):
         self.assertNotIn("classes", unlabeled.metadata)
         with self.assertRaisesRegex(ValueError, "paths=True stores the path"):
             mmtensor.pack(self.path("x.mmt"), {"x": self.path("x.npy")}, paths=True)
+
+    def test_webdataset_shards_of_every_tar_format(self):
+        # Python's tarfile writes the three formats WebDataset shards come in; a long key needs
+        # a GNU long name or a pax path.
+        expected = []
+        for n, fmt in enumerate([tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]):
+            with tarfile.open(self.path(f"shard-{n}.tar"), "w", format=fmt) as tar:
+                for i in range(4):
+                    key = f"{n}/" + ("k" * 120 if fmt != tarfile.USTAR_FORMAT else "") + f"{i:03d}"
+                    for ext, data in [("JPG", bytes([n, i]) * (i + 1)), ("cls", f"{i}\n".encode()),
+                                      ("txt", f"caption {n} {i}".encode())]:
+                        member = tarfile.TarInfo(f"{key}.{ext}")
+                        member.size = len(data)
+                        tar.addfile(member, io.BytesIO(data))
+                    expected.append((key, bytes([n, i]) * (i + 1), i, f"caption {n} {i}"))
+        shards = [self.path(f"shard-{n}.tar") for n in range(3)]
+        stats = mmtensor.pack(self.path("w.mmt"), shards, keys=True, codec="lz4")
+        self.assertEqual(stats["records"], 12)
+        ds = mmtensor.Dataset(self.path("w.mmt"))
+        self.assertEqual([f.name for f in ds.fields], ["cls", "jpg", "txt", "__key__"])
+        self.assertEqual(ds.metadata["source"], "webdataset")
+        got = [(bytes(s["__key__"]).decode(), bytes(s["jpg"]), s["cls"].item(), bytes(s["txt"]).decode()) for s in ds]
+        self.assertEqual(got, expected)
+        loader = mmtensor.Loader(ds, batch_size=12, fields=["cls"], sampler="random", seed=1)
+        self.assertEqual(sorted(loader.next()["cls"].numpy().tolist()), sorted([i for _ in range(3) for i in range(4)]))
+        with self.assertRaisesRegex(ValueError, "keys=True stores the key"):
+            mmtensor.pack(self.path("x.mmt"), folder=self.path("."), keys=True)
+        with tarfile.open(self.path("gz.tar.gz"), "w:gz") as tar:
+            tar.add(self.path("shard-0.tar"), arcname="a.bin")
+        with self.assertRaisesRegex(ValueError, "decompressed first"):
+            mmtensor.pack(self.path("x.mmt"), [self.path("gz.tar.gz")])
 
     @unittest.skipUnless(os.path.exists(FASHION), "no dataset-fashion-mnist")
     def test_idx_files(self):
