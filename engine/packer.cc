@@ -24,6 +24,7 @@
 #include "import_util.h"
 #include "mapping_guard.h"
 #include "npy_format.h"
+#include "pack_windows.h"
 #include "tar_reader.h"
 #include "utf8.h"
 #include "mmtensor/idx_io.h"
@@ -539,6 +540,7 @@ std::string PackSources::record_origin(size_t field, int64_t index) const {
     return str("record ", at.index, " of ", dataset_->parts()[at.part].path(), " (field ", dataset_fields_[field], ")");
   }
   if (tar_ && index >= 0 && index < records_) return tar_origin(field, index);
+  if (windows_ && index >= 0 && index < records_) return window_origin(index);
   if (files_.empty() || index < 0 || index >= records_) return origins_.at(field);
   const std::string& file = files_[static_cast<size_t>(index)];
   if (field == 0) return file;
@@ -557,6 +559,12 @@ void PackSources::record(int64_t index, std::vector<Tensor>& values) const {
   values.resize(schema_.size());
   if (tar_) {
     tar_record(index, values);
+    return;
+  }
+  if (windows_) {
+    const Tensor row = empty({1, schema_[0].shape[0]}, schema_[0].dtype);
+    fill_windows(index, 1, row);
+    values[0] = row.select(0, 0);
     return;
   }
   if (dataset_) {
@@ -582,6 +590,7 @@ void PackSources::record(int64_t index, std::vector<Tensor>& values) const {
 }
 
 void PackSources::check_unread_inputs() const {
+  if (windows_) windows_->tokens.check_unread_inputs();
   for (const ConvertedColumn& column : converted_)
     if (column.deflated) column.deflated->check_rest();
 }
@@ -589,6 +598,7 @@ void PackSources::check_unread_inputs() const {
 bool PackSources::record_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const {
   MMT_CHECK(start >= 0 && count >= 0 && start <= records_ - count, IndexError, "records [", start, ", ",
             start + count, ") are out of range for ", records_, " records");
+  if (windows_) return window_batch(start, count, values);
   if (dataset_) {
     if (!schema_.all_fixed()) return false;
     values.resize(dataset_fields_.size());

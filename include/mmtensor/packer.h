@@ -137,8 +137,28 @@ struct TarOptions {
   bool keys = false;
 };
 
+// The metadata key of a dataset of token windows (PackSources::token_windows): a JSON object
+// {"field", "length", "stride", "separator" (absent without one), "tokens" (the stream's),
+// "dropped" (its tail that fills no window)}, from which `mmt verify --against` cuts the
+// sources into the same windows.
+inline constexpr std::string_view kTokenWindowsMetadataKey = "token_windows";
+
+// Fixed-length windows over a stream of tokens, for language-model pretraining as llm-foundry's
+// concat_tokens and nanoGPT's train.bin prepare it: the values of the sources' one field, in
+// record order, concatenated into a stream (a 1-D array's values; a dataset's documents, each
+// followed by `separator` when one is given), cut into records of `length` tokens that start
+// every `stride` tokens. With stride = length the windows tile the stream; length = L + 1 with
+// stride = L gives each record a model's L inputs and, shifted by one, its L targets. A tail
+// that fills no window is dropped (its size is in the metadata).
+struct WindowOptions {
+  int64_t length = 0;                  // tokens a record holds, >= 1
+  int64_t stride = 0;                  // tokens from one record's start to the next's, >= 1; 0: length
+  std::optional<int64_t> separator{};  // after every document (an end-of-text token); must fit the dtype
+};
+
 namespace detail {
 struct TarSamples;
+struct TokenWindows;
 }
 
 class PackSources {
@@ -169,6 +189,16 @@ class PackSources {
   // sample's, an extension given twice in a sample, a "cls" that is not an integer, or no
   // samples at all. An input that is not a tar archive is refused (tars are packed alone).
   static PackSources from_tars(const std::vector<std::string>& paths, TarOptions options = {});
+  // `tokens` cut into windows (WindowOptions above): one field of the same name and dtype,
+  // shape [length]. `tokens` must have one field whose records hold one value each (a 1-D
+  // array's) or a 1-D value each (documents: ragged, or fixed [n]); a separator needs
+  // documents. Documents are read once here, to count their tokens (8 bytes of memory a
+  // document), and again as the windows are written. ValueError for other sources, bad
+  // options, or a separator that the dtype does not hold exactly.
+  static PackSources token_windows(PackSources tokens, WindowOptions options);
+  // The window options `dataset`'s metadata records (kTokenWindowsMetadataKey), or nullopt when
+  // it has none; FormatError when the entry is malformed.
+  static std::optional<WindowOptions> windows_of(const Dataset& dataset);
 
   int64_t records() const { return records_; }
   const Schema& schema() const { return schema_; }
@@ -229,6 +259,11 @@ class PackSources {
   };
   // Folder: files_[index] under the folder, '/'-separated ("dog/001.jpg").
   std::string_view relative_path(size_t index) const;
+  // Token windows: records [start, start + count) into `out` ([count, length]), and where
+  // window `index` comes from.
+  void fill_windows(int64_t start, int64_t count, const Tensor& out) const;
+  bool window_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const;
+  std::string window_origin(int64_t index) const;
   // Tars: record `index`'s values, and where a field of it comes from.
   void tar_record(int64_t index, std::vector<Tensor>& values) const;
   std::string tar_origin(size_t field, int64_t index) const;
@@ -239,6 +274,7 @@ class PackSources {
   std::vector<ConvertedColumn> converted_;  // arrays: one per field
   std::optional<Dataset> dataset_;      // datasets: the inputs, read as one
   std::shared_ptr<const detail::TarSamples> tar_;  // tars: the archives and where each value lies
+  std::shared_ptr<const detail::TokenWindows> windows_;  // token windows: the stream's sources and layout
   std::vector<std::string> dataset_fields_;  // datasets: the fields kept, in schema order
   std::vector<std::string> files_;     // folder: one path per record
   std::vector<int64_t> labels_;        // class folder: the class index of each file

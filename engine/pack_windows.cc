@@ -1,0 +1,195 @@
+// PackSources::token_windows: a field's values as one stream of tokens, cut into fixed-length
+// records (packer.h, WindowOptions).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "mmtensor/error.h"
+#include "mmtensor/packer.h"
+#include "pack_windows.h"
+
+namespace mmt {
+
+
+namespace {
+
+using detail::str;
+using detail::TokenWindows;
+
+// Whether `value` survives the trip into `dtype` and back (a separator must be that token).
+bool holds_exactly(ScalarType dtype, int64_t value) {
+  if (std::abs(static_cast<double>(value)) >= 9007199254740992.0) return false;  // past 2^53 a double rounds
+  try {
+    return full({}, static_cast<double>(value), dtype).item<double>() == static_cast<double>(value);
+  } catch (const ValueError&) {  // out of the dtype's range
+    return false;
+  }
+}
+
+}  // namespace
+
+PackSources PackSources::token_windows(PackSources tokens, WindowOptions options) {
+  MMT_CHECK(tokens.schema().size() == 1, ValueError, "token windows are cut from one field; the sources have ",
+            tokens.schema().size(), " (choose one: --field NAME of datasets, or one array)");
+  const Field field = tokens.schema()[0];
+  MMT_CHECK(options.length >= 1, ValueError, "token windows: the length must be >= 1 token, got ", options.length);
+  MMT_CHECK(options.stride >= 0, ValueError, "token windows: the stride must be >= 1 token (0: the length), got ",
+            options.stride);
+  if (options.stride == 0) options.stride = options.length;
+  MMT_CHECK(field.dtype != kBool, ValueError, "token windows: field '", field.name, "' holds bools, not tokens");
+  auto windows = std::make_shared<TokenWindows>();
+  windows->dtype = field.dtype;
+  windows->documents = field.shape.size() == 1;  // ragged [-1] or fixed [n]
+  MMT_CHECK(windows->documents || field.shape.empty(), ValueError, "token windows: field '", field.name,
+            "' holds values of shape ", IntArrayRef(field.shape),
+            "; a stream is cut from one value a record (a 1-D array) or a 1-D value a record (documents)");
+  if (options.separator) {
+    MMT_CHECK(windows->documents, ValueError, "token windows: a separator goes between documents, and field '",
+              field.name, "' holds one token a record (a 1-D array: its values are one document)");
+    MMT_CHECK(holds_exactly(field.dtype, *options.separator), ValueError, "token windows: the separator ",
+              *options.separator, " is not a ", to_string(field.dtype), " value");
+  }
+  if (windows->documents) {
+    // One pass over the documents for their sizes: the windows' count must be known before
+    // any is written (shards are cut by it), and a window's place in the stream needs them.
+    const int64_t records = tokens.records();
+    windows->document_start.reserve(static_cast<size_t>(records) + 1);
+    windows->document_start.push_back(0);
+    std::vector<Tensor> values;
+    const int64_t separator_tokens = options.separator ? 1 : 0;
+    for (int64_t d = 0; d < records; ++d) {
+      tokens.record(d, values);
+      const int64_t size = values[0].numel() + separator_tokens;
+      MMT_CHECK(size <= std::numeric_limits<int64_t>::max() - windows->document_start.back(), ValueError,
+                "token windows: the stream passes 2^63 tokens");
+      windows->document_start.push_back(windows->document_start.back() + size);
+    }
+    windows->stream_tokens = windows->document_start.back();
+  } else {
+    windows->stream_tokens = tokens.records();
+  }
+  const int64_t length = options.length, stride = options.stride;
+  windows->windows = windows->stream_tokens < length ? 0 : (windows->stream_tokens - length) / stride + 1;
+  const int64_t covered = windows->windows == 0 ? 0 : (windows->windows - 1) * stride + length;
+  windows->options = options;
+
+  PackSources out;
+  out.records_ = windows->windows;
+  out.schema_ = Schema({Field::fixed(field.name, field.dtype, {length})});
+  out.metadata_ = tokens.metadata();
+  nlohmann::json entry = {{"field", field.name}, {"length", length},          {"stride", stride},
+                          {"tokens", windows->stream_tokens}, {"dropped", windows->stream_tokens - covered}};
+  if (options.separator) entry["separator"] = *options.separator;
+  out.metadata_[std::string(kTokenWindowsMetadataKey)] = entry.dump();
+  out.origins_ = {str(field.name, "=windows of ", length, " tokens every ", stride, " over ", tokens.origins()[0])};
+  out.input_paths_ = tokens.input_paths_;
+  out.input_folders_ = tokens.input_folders_;
+  out.linked_input_files_ = tokens.linked_input_files_;
+  out.total_bytes_ = windows->windows * length * element_size(field.dtype);
+  windows->tokens = std::move(tokens);
+  out.windows_ = std::move(windows);
+  return out;
+}
+
+std::optional<WindowOptions> PackSources::windows_of(const Dataset& dataset) {
+  const auto it = dataset.metadata().find(std::string(kTokenWindowsMetadataKey));
+  if (it == dataset.metadata().end()) return std::nullopt;
+  const auto malformed = [&](const std::string& why) {
+    return FormatError(str(dataset.path(), ": metadata key '", kTokenWindowsMetadataKey, "' ", why));
+  };
+  const nlohmann::json entry = nlohmann::json::parse(it->second, nullptr, false);
+  if (!entry.is_object()) throw malformed("is not a JSON object");
+  const auto integer = [&](const char* key) -> std::optional<int64_t> {
+    const auto value = entry.find(key);
+    if (value == entry.end()) return std::nullopt;
+    if (!value->is_number_integer() || (value->is_number_unsigned() && value->get<uint64_t>() > INT64_MAX))
+      throw malformed(str("has '", key, "' that is not an integer"));
+    return value->get<int64_t>();
+  };
+  WindowOptions options;
+  const std::optional<int64_t> length = integer("length"), stride = integer("stride");
+  if (!length || !stride || *length < 1 || *stride < 1) throw malformed("lacks a length and stride >= 1");
+  options.length = *length;
+  options.stride = *stride;
+  options.separator = integer("separator");
+  return options;
+}
+
+void PackSources::fill_windows(int64_t start, int64_t count, const Tensor& out) const {
+  const TokenWindows& w = *windows_;
+  const int64_t length = w.options.length;
+  std::vector<Tensor> values;
+  for (int64_t r = 0; r < count; ++r) {
+    const Tensor row = out.select(0, r);
+    const int64_t first = (start + r) * w.options.stride;  // in the stream
+    if (!w.documents) {
+      // A 1-D array: the window is a run of its records, one token each.
+      if (w.tokens.record_batch(first, length, values)) {
+        row.copy_(values[0]);
+      } else {
+        for (int64_t k = 0; k < length; ++k) {
+          w.tokens.record(first + k, values);
+          row.select(0, k).copy_(values[0]);
+        }
+      }
+      continue;
+    }
+    // Documents: from the one holding `first` on, each one's part in the window, then its
+    // separator.
+    auto d = static_cast<size_t>(std::upper_bound(w.document_start.begin(), w.document_start.end(), first) -
+                                 w.document_start.begin()) - 1;
+    int64_t filled = 0, position = first;
+    while (filled < length) {
+      const int64_t within = position - w.document_start[d];
+      const int64_t tokens = w.document_tokens(d);
+      if (within < tokens) {
+        const int64_t take = std::min(tokens - within, length - filled);
+        w.tokens.record(static_cast<int64_t>(d), values);
+        row.narrow(0, filled, take).copy_(values[0].flatten().narrow(0, within, take));
+        filled += take;
+        position += take;
+      } else {  // the separator (without one, the loop below never leaves a document at its end)
+        row.narrow(0, filled, 1).fill_(static_cast<double>(*w.options.separator));
+        ++filled;
+        ++position;
+      }
+      // On to the next document that has tokens left (an empty one, without a separator,
+      // takes no place in the stream).
+      while (d + 2 < w.document_start.size() && position == w.document_start[d + 1]) ++d;
+    }
+  }
+}
+
+bool PackSources::window_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const {
+  const TokenWindows& w = *windows_;
+  const int64_t length = w.options.length, stride = w.options.stride;
+  values.resize(1);
+  if (!w.documents && count > 0) {
+    // A 1-D array that lies in memory as it is: the windows are one strided view of it
+    // (overlapping when stride < length), which the writer copies row by row.
+    std::vector<Tensor> run;
+    if (w.tokens.record_batch(start * stride, (count - 1) * stride + length, run) && run[0].is_contiguous()) {
+      values[0] = run[0].as_strided({count, length}, {stride, 1}, run[0].storage_offset());
+      return true;
+    }
+  }
+  values[0] = empty({count, length}, w.dtype);
+  fill_windows(start, count, values[0]);
+  return true;
+}
+
+std::string PackSources::window_origin(int64_t index) const {
+  const TokenWindows& w = *windows_;
+  const int64_t first = index * w.options.stride, last = first + w.options.length;  // [first, last) of the stream
+  if (!w.documents)
+    return str("tokens ", first, " to ", last - 1, " of ", w.tokens.origins()[0], " (window ", index, ")");
+  const auto d = static_cast<int64_t>(std::upper_bound(w.document_start.begin(), w.document_start.end(), first) -
+                                      w.document_start.begin()) - 1;
+  return str("window ", index, ": tokens ", first, " to ", last - 1, " of the stream, from token ",
+             first - w.document_start[static_cast<size_t>(d)], " of document ", d, " (",
+             w.tokens.record_origin(0, d), ") on");
+}
+
+}  // namespace mmt

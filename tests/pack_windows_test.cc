@@ -1,0 +1,139 @@
+// Token windows (PackSources::token_windows): a field's values as one stream, cut into
+// fixed-length records, as language-model pretraining reads them.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "importer_test_util.h"
+#include "mmtensor/dataset.h"
+#include "mmtensor/dataset_writer.h"
+#include "mmtensor/error.h"
+#include "mmtensor/numpy_io.h"
+#include "mmtensor/packer.h"
+#include "test_util.h"
+
+namespace mmt {
+namespace {
+
+using testutil::TempFolder;
+
+std::vector<int64_t> values_of(const Tensor& t) {
+  const Tensor wide = t.to(kInt64).contiguous();
+  return std::vector<int64_t>(wide.data_ptr<int64_t>(), wide.data_ptr<int64_t>() + wide.numel());
+}
+
+// Documents of i % 5 tokens each (100 * i + k), in an int32 ragged field "tokens" beside "id".
+std::string write_documents(const TempFolder& dir, int64_t count, CodecSpec codec = {}) {
+  const std::string path = dir / "docs.mmt";
+  WriterOptions options;
+  options.codec = codec;
+  options.chunk_records = 7;
+  DatasetWriter writer = DatasetWriter::create(
+      path, Schema({Field::ragged("tokens", kInt32, {kVariableDim}), Field::fixed("id", kInt64, {})}), options);
+  for (int64_t i = 0; i < count; ++i) {
+    std::vector<int32_t> tokens;
+    for (int64_t k = 0; k < i % 5; ++k) tokens.push_back(static_cast<int32_t>(100 * i + k));
+    writer.append({tokens.empty() ? empty({0}, kInt32) : tensor(tokens), full({}, static_cast<double>(i), kInt64)});
+  }
+  writer.finish();
+  return path;
+}
+
+// The stream the documents make, with `separator` after each.
+std::vector<int64_t> document_stream(int64_t count, std::optional<int64_t> separator) {
+  std::vector<int64_t> stream;
+  for (int64_t i = 0; i < count; ++i) {
+    for (int64_t k = 0; k < i % 5; ++k) stream.push_back(100 * i + k);
+    if (separator) stream.push_back(*separator);
+  }
+  return stream;
+}
+
+TEST(PackWindows, AnArrayIsCutIntoOverlappingWindowsViewedWhereItLies) {
+  TempFolder dir;
+  save_npy(dir / "tokens.npy", arange(1000, kUInt16));
+  // nanoGPT's x and y in one record: 9 tokens every 8.
+  const PackSources sources = PackSources::token_windows(
+      PackSources::from_arrays(std::vector<std::string>{"tokens=" + dir / "tokens.npy"}), {.length = 9, .stride = 8});
+  ASSERT_EQ(sources.records(), (1000 - 9) / 8 + 1);
+  EXPECT_EQ(sources.schema()[0].shape, (DimVector{9}));
+  EXPECT_EQ(sources.schema()[0].dtype, kUInt16);
+  EXPECT_EQ(sources.metadata().at(std::string(kTokenWindowsMetadataKey)),
+            R"({"dropped":7,"field":"tokens","length":9,"stride":8,"tokens":1000})");
+  std::vector<Tensor> batch;
+  ASSERT_TRUE(sources.record_batch(3, 2, batch));
+  EXPECT_EQ(batch[0].untyped_storage().filename(), dir / "tokens.npy");  // a strided view, no copy
+  EXPECT_EQ(values_of(batch[0].select(0, 1)), (std::vector<int64_t>{32, 33, 34, 35, 36, 37, 38, 39, 40}));
+  pack_dataset(dir / "w.mmt", sources, {});
+  const Dataset ds = Dataset::open(dir / "w.mmt");
+  for (int64_t w : {int64_t{0}, int64_t{61}, ds.size() - 1}) {
+    std::vector<int64_t> want(9);
+    std::iota(want.begin(), want.end(), w * 8);
+    EXPECT_EQ(values_of(ds.get(w, "tokens")), want) << w;
+  }
+  EXPECT_EQ(compare_with_sources(ds, sources), ds.size());
+  // Read back from the metadata, as `mmt verify --against` does.
+  const std::optional<WindowOptions> recorded = PackSources::windows_of(ds);
+  ASSERT_TRUE(recorded.has_value());
+  EXPECT_EQ(recorded->length, 9);
+  EXPECT_EQ(recorded->stride, 8);
+  EXPECT_FALSE(recorded->separator.has_value());
+}
+
+TEST(PackWindows, DocumentsWithASeparatorMakeOneStreamAcrossRecordsAndChunks) {
+  TempFolder dir;
+  const std::string docs = write_documents(dir, 60, CodecSpec::parse("zstd"));
+  const std::vector<std::string> field{"tokens"};
+  for (const std::optional<int64_t> separator : {std::optional<int64_t>(), std::optional<int64_t>(-1)}) {
+    for (const int64_t stride : {int64_t{5}, int64_t{3}, int64_t{11}}) {
+      const PackSources sources = PackSources::token_windows(PackSources::from_datasets({docs}, field),
+                                                             {.length = 5, .stride = stride, .separator = separator});
+      const std::vector<int64_t> stream = document_stream(60, separator);
+      const int64_t windows = (static_cast<int64_t>(stream.size()) - 5) / stride + 1;
+      ASSERT_EQ(sources.records(), windows);
+      std::vector<Tensor> batch;
+      ASSERT_TRUE(sources.record_batch(0, windows, batch));
+      for (int64_t w = 0; w < windows; ++w) {
+        const std::vector<int64_t> want(stream.begin() + w * stride, stream.begin() + w * stride + 5);
+        ASSERT_EQ(values_of(batch[0].select(0, w)), want) << "window " << w << " stride " << stride;
+        ASSERT_EQ(values_of(sources.record(w)[0]), want);
+      }
+    }
+  }
+  // Where a window comes from: its document and that document's record.
+  const PackSources sources = PackSources::token_windows(PackSources::from_datasets({docs}, field), {.length = 5});
+  EXPECT_NE(sources.record_origin(0, 3).find("window 3: tokens 15 to 19 of the stream, from token 2 of document 8 (record 8 of "),
+            std::string::npos)
+      << sources.record_origin(0, 3);
+}
+
+TEST(PackWindows, BadSourcesAndOptionsAreRefused) {
+  TempFolder dir;
+  const std::string docs = write_documents(dir, 10);
+  const auto refuse = [](auto make, const std::string& text) { EXPECT_THROW_WITH(make(), ValueError, text); };
+  refuse([&] { return PackSources::token_windows(PackSources::from_datasets({docs}), {.length = 4}); },
+         "cut from one field; the sources have 2");
+  refuse([&] { return PackSources::token_windows(PackSources::from_datasets({docs}, std::vector<std::string>{"id"}),
+                                                 {.length = 4, .separator = 1}); },
+         "a separator goes between documents");
+  refuse([&] { return PackSources::token_windows(PackSources::from_datasets({docs}, std::vector<std::string>{"tokens"}),
+                                                 {.length = 0}); },
+         "the length must be >= 1");
+  refuse([&] { return PackSources::token_windows(PackSources::from_datasets({docs}, std::vector<std::string>{"tokens"}),
+                                                 {.length = 4, .separator = int64_t{1} << 40}); },
+         "the separator 1099511627776 is not a int32 value");
+  save_npy(dir / "cube.npy", arange(16, kInt32).view({4, 2, 2}));
+  refuse([&] { return PackSources::token_windows(
+                   PackSources::from_arrays(std::vector<std::string>{"c=" + dir / "cube.npy"}), {.length = 2}); },
+         "holds values of shape [2, 2]");
+  // A stream shorter than one window: no records, all of it dropped.
+  const PackSources none = PackSources::token_windows(
+      PackSources::from_datasets({docs}, std::vector<std::string>{"tokens"}), {.length = 1000});
+  EXPECT_EQ(none.records(), 0);
+  EXPECT_NE(none.metadata().at(std::string(kTokenWindowsMetadataKey)).find("\"dropped\":20"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mmt
