@@ -941,6 +941,30 @@ TEST_F(MmtCli, PackTakesWebDatasetShardsAndVerifiesAgainstThem) {
   EXPECT_FALSE(fs::exists(path("q.mmt")));
 }
 
+// Token windows over a 1-D array, in shards, verified against the array by the windows the
+// metadata records.
+TEST_F(MmtCli, PackCutsTokenWindowsAndVerifyCutsTheSourcesAlike) {
+  save("tokens.npy", arange(5000, kInt32));
+  for (const char* k : {"0", "1"}) {
+    const RunResult packed = run_mmt({"pack", path(std::string("gpt-") + k + ".mmt"), "tokens=" + path("tokens.npy"),
+                                      "--window", "129:128", "--shard", std::string(k) + "/2", "--codec", "lz4"});
+    ASSERT_EQ(packed.exit_code, 0) << packed.err;
+  }
+  const Dataset ds = Dataset::open_concat({path("gpt-0.mmt"), path("gpt-1.mmt")});
+  ASSERT_EQ(ds.size(), (5000 - 129) / 128 + 1);
+  EXPECT_TRUE(ds.get(7, "tokens").equal(arange(7 * 128, 7 * 128 + 129, 1, kInt32)));  // inputs 896.., targets 897..
+  const RunResult sound = run_mmt({"verify", path("gpt-0.mmt"), path("gpt-1.mmt"), "--against", "tokens=" + path("tokens.npy")});
+  EXPECT_EQ(sound.exit_code, 0) << sound.err;
+  save("other.npy", arange(1, 5001, 1, kInt32));
+  EXPECT_FAILS_WITH(run_mmt({"verify", path("gpt-0.mmt"), "--against", "tokens=" + path("other.npy")}),
+                    "record 0, field 'tokens' differs from its source tokens 0 to 128 of tokens=");
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("q.mmt"), "tokens=" + path("tokens.npy"), "--separator", "0"}),
+                    "--separator goes between the documents of --window's stream");
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("q.mmt"), "tokens=" + path("tokens.npy"), "--window", "0"}),
+                    "--window's LENGTH '0' is out of range");
+  EXPECT_FALSE(fs::exists(path("q.mmt")));
+}
+
 // Shards repacked into one file with another codec (and some fields left out); verify
 // --against the shards compares the fields the repack kept.
 TEST_F(MmtCli, PackRepacksDatasetsMergingShards) {

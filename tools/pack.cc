@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "format.h"
@@ -31,6 +32,8 @@ struct PackArgs {
   bool quiet = false;
   bool paths = false;  // --paths: a folder's file paths as field "path"
   bool keys = false;   // --keys: tar samples' keys as field "__key__"
+  std::optional<WindowOptions> window;  // --window LENGTH[:STRIDE] (and --separator)
+  std::optional<int64_t> separator;
   std::vector<std::string> fields;  // --field: the fields of dataset inputs kept
   std::pair<int64_t, int64_t> shard{0, 1};  // --shard K/N: share K of N
   const CLI::Option* folder_option = nullptr;  // given, even empty
@@ -44,6 +47,15 @@ std::pair<int64_t, int64_t> parse_shard(const std::string& text) {
   const int64_t shards = parse_int64(text.substr(slash + 1), "--shard's N", 1, kMaxShards);
   const int64_t shard = parse_int64(text.substr(0, slash), "--shard's K", 0, shards - 1);
   return {shard, shards};
+}
+
+// "LENGTH" or "LENGTH:STRIDE", in tokens.
+WindowOptions parse_window(const std::string& text) {
+  const size_t colon = text.find(':');
+  WindowOptions window;
+  window.length = parse_int64(text.substr(0, colon), "--window's LENGTH", 1);
+  if (colon != std::string::npos) window.stride = parse_int64(text.substr(colon + 1), "--window's STRIDE", 1);
+  return window;
 }
 
 // The writer's own rules, checked as the command line is parsed, so a refusal is a usage
@@ -96,6 +108,12 @@ void run_pack(const PackArgs& args) {
   CodecSpec codec = options.codec;
   MMT_CHECK(!args.paths || !args.folder.empty(), UsageError, "--paths stores the path of each file of a --folder; give --folder");
   PackSources sources = load_pack_sources(args.inputs, args.folder, args.paths, args.fields, args.keys);
+  MMT_CHECK(!args.separator || args.window, UsageError, "--separator goes between the documents of --window's stream; give --window");
+  if (args.window) {
+    WindowOptions window = *args.window;
+    window.separator = args.separator;
+    sources = PackSources::token_windows(std::move(sources), window);
+  }
   const auto [shard, shards] = args.shard;
   const RecordRange range = shard_records(sources.records(), shard, shards);
   // A shard's share of the bytes, for the progress bar: exact for arrays, near for a folder.
@@ -201,6 +219,10 @@ void add_pack_command(CLI::App& app) {
       "                  with one key, KEY.EXT), one field per extension holding the\n"
       "                  member's bytes; .cls as int64. --keys adds each sample's key\n"
       "                  ('__key__'). Uncompressed tar only (decompress .tar.gz first)\n"
+      "  --window L[:S]  with one field of tokens (a 1-D array, or --field of datasets\n"
+      "                  holding documents): records of L tokens starting every S (default\n"
+      "                  L) over the field's values as one stream; --separator T puts\n"
+      "                  token T after each document (an end-of-text token)\n"
       "  --folder DIR    one record per file: its bytes ('data') and the index of its\n"
       "                  class subfolder ('label'); class names go to the metadata.\n"
       "                  A folder of files alone (no subfolders) gives 'data' only.\n"
@@ -219,6 +241,7 @@ void add_pack_command(CLI::App& app) {
       "  mmt pack train.mmt images=train-images-idx3-ubyte.gz labels=train-labels-idx1-ubyte.gz --codec lz4\n"
       "  mmt pack train-zstd.mmt part-*.mmt --codec zstd:9\n"
       "  mmt pack laion.mmt shard-{0000..0099}.tar --keys\n"
+      "  mmt pack gpt.mmt tokens=train.npy --window 2049:2048   # inputs and shifted targets\n"
       "  for k in 00 01 02 03; do mmt pack part-$k.mmt --folder photos/ --shard $k/4 & done; wait");
   cmd->add_option("OUTPUT", args->output, "The dataset file to create")->required();
   cmd->add_option("INPUT", args->inputs, "Inputs (see below)");
@@ -229,6 +252,12 @@ void add_pack_command(CLI::App& app) {
       ->allow_extra_args(false);
   cmd->add_flag("--paths", args->paths, "With --folder: store each file's path under the folder as field 'path'");
   cmd->add_flag("--keys", args->keys, "With tar archives: store each sample's key as field '__key__'");
+  add_parsed_option(cmd, "--window", args->window, "Records of LENGTH tokens every STRIDE over one field's values",
+                    [](const std::string& text) { return std::optional<WindowOptions>(parse_window(text)); })
+      ->type_name("LENGTH[:STRIDE]");
+  add_parsed_option(cmd, "--separator", args->separator, "With --window: a token after each document",
+                    [](const std::string& text) { return std::optional<int64_t>(parse_int64(text, "--separator")); })
+      ->type_name("TOKEN");
   add_parsed_option(cmd, "--codec", args->codec, "none, lz4[:LEVEL] or zstd[:LEVEL]", parse_codec)->default_str("none");
   add_parsed_option(cmd, "--chunk-bytes", args->chunk_bytes, "Target decoded bytes per chunk (e.g. 1M)",
                     parse_chunk_bytes)->default_str("1M");

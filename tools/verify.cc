@@ -138,6 +138,9 @@ void run_verify(const VerifyArgs& args) {
   }
   PackSources sources = load_pack_sources(args.against, args.folder, ds.schema().find("path").has_value(), fields,
                                           ds.schema().find("__key__").has_value() && are_tar_inputs(args.against));
+  // Token windows (pack --window): the inputs cut as the pack cut them, by the dataset's record of it.
+  if (const std::optional<WindowOptions> window = PackSources::windows_of(ds))
+    sources = PackSources::token_windows(std::move(sources), *window);
   std::vector<int64_t> indices;
   if (args.samples > 0 && args.samples < ds.size()) {
     // `samples` distinct records (Floyd's sampling: O(samples) memory whatever the size), in

@@ -44,13 +44,16 @@ void bind_pack(py::module_& m) {
   m.def("pack", [](const py::object& output, const py::object& inputs, const py::object& folder, const std::string& codec,
                    int64_t chunk_bytes, int64_t chunk_records, int64_t alignment, int threads, bool overwrite,
                    const Metadata& metadata, std::optional<std::pair<int64_t, int64_t>> shard, bool paths,
-                   const py::object& field_names, bool keys) {
+                   const py::object& field_names, bool keys, std::optional<int64_t> window, int64_t window_stride,
+                   std::optional<int64_t> separator) {
     const std::vector<std::string> fields = field_names_of(field_names);  // fields="x" names one, as Loader's
     if (inputs.is_none() == folder.is_none()) throw py::value_error("pack: give inputs= (arrays or datasets) or folder= (a folder), one of them");
     const std::string path = path_of(output);
     const std::vector<std::string> specs = inputs.is_none() ? std::vector<std::string>{} : array_specs(inputs);
     const std::string dir = folder.is_none() ? std::string() : path_of(folder);
     if (paths && dir.empty()) throw py::value_error("pack: paths=True stores the path of each file of a folder; give folder=");
+    if ((window_stride != 0 || separator) && !window)
+      throw py::value_error("pack: window_stride= and separator= shape the windows of window=; give window= too");
     if (keys && !dir.empty()) throw py::value_error("pack: keys=True stores the key of each sample of tar archives; a folder has paths=True");
     if (!fields.empty() && !dir.empty()) throw py::value_error("pack: fields= chooses fields of datasets given as inputs, not of a folder");
     PackOptions options;
@@ -80,7 +83,8 @@ void bind_pack(py::module_& m) {
       };
     try {
       const WriteStats stats = without_gil([&] {
-        const PackSources sources = dir.empty() ? PackSources::from_inputs(specs, fields, {.keys = keys}) : PackSources::from_folder(dir, {.paths = paths});
+        PackSources sources = dir.empty() ? PackSources::from_inputs(specs, fields, {.keys = keys}) : PackSources::from_folder(dir, {.paths = paths});
+        if (window) sources = PackSources::token_windows(std::move(sources), {.length = *window, .stride = window_stride, .separator = separator});
         return pack_dataset(path, sources, options);
       });
       // A Ctrl-C taken by the last progress report (the one after finish(), or one during the
@@ -98,7 +102,8 @@ void bind_pack(py::module_& m) {
      py::arg("codec") = "none", py::arg("chunk_bytes") = WriterOptions{}.chunk_bytes, py::arg("chunk_records") = 0,
      py::arg("alignment") = WriterOptions{}.alignment, py::arg("threads") = 0, py::arg("overwrite") = false,
      py::arg("metadata") = Metadata{}, py::arg("shard") = py::none(), py::arg("paths") = false,
-     py::arg("fields") = py::none(), py::arg("keys") = false, R"doc(
+     py::arg("fields") = py::none(), py::arg("keys") = false, py::arg("window") = py::none(),
+     py::arg("window_stride") = 0, py::arg("separator") = py::none(), R"doc(
 Packs files into a dataset at `output`, as `mmt pack` does, and returns the figures.
 
     mmtensor.pack("train.mmt", {"images": "train-images-idx3-ubyte.gz",
@@ -107,6 +112,7 @@ Packs files into a dataset at `output`, as `mmt pack` does, and returns the figu
     mmtensor.pack("photos.mmt", folder="photos/", codec="zstd")   # DIR/CLASS/FILE
     mmtensor.pack("all.mmt", ["part-0.mmt", "part-1.mmt"], codec="zstd")  # repack datasets
     mmtensor.pack("laion.mmt", ["shard-0000.tar", "shard-0001.tar"], keys=True)  # WebDataset
+    mmtensor.pack("gpt.mmt", {"tokens": "train.npy"}, window=2049, window_stride=2048)
 
 inputs: a dict {field: path} or a list of "NAME=PATH" and "PATH.npz" (.npy, .npz and IDX
 files, gzipped or not); folder: a class folder instead, one record per file (field "data",
@@ -116,7 +122,10 @@ folder (bytes, as the file system gives them: os.fsdecode(bytes(ds[i]["path"])))
 of them, read as one and repacked (another codec, chunk size or alignment; shards merged);
 fields=[...] keeps only those of their fields. inputs may instead be WebDataset shards (tar
 archives, all of them): one record per sample, one field per extension (the member's bytes;
-"cls" as int64), keys=True adding "__key__". Large
+"cls" as int64), keys=True adding "__key__". window=L cuts the one field given (a 1-D array, or fields=[name]
+of datasets whose records are documents) into records of L tokens starting every
+window_stride (default L) over its values as one stream, separator=T after each document
+(metadata["token_windows"] records how). Large
 arrays are read where they lie, not into memory. The file appears complete or not at all:
 an error or Ctrl-C (KeyboardInterrupt) leaves `output` as it was (a Ctrl-C that comes while
 the file is being finished, its last chunks compressed and synced, is raised once it is

@@ -1,6 +1,7 @@
 """mmtensor.pack(): the packer of `mmt pack` from Python."""
 import contextlib
 import io
+import json
 import os
 import signal
 import tarfile
@@ -144,6 +145,23 @@ class PackTest(FolderTestCase):
             tar.add(self.path("shard-0.tar"), arcname="a.bin")
         with self.assertRaisesRegex(ValueError, "decompressed first"):
             mmtensor.pack(self.path("x.mmt"), [self.path("gz.tar.gz")])
+
+    def test_token_windows_over_documents_with_a_separator(self):
+        docs = [np.arange(n, dtype=np.int32) + 100 * n for n in [3, 0, 5, 2, 7, 1]]
+        fields = [mmtensor.Field("tokens", "int32", [-1]), mmtensor.Field("n", "int64")]
+        with mmtensor.DatasetWriter(self.path("docs.mmt"), fields, codec="zstd") as writer:
+            for d in docs:
+                writer.append({"tokens": d, "n": len(d)})
+        stats = mmtensor.pack(self.path("w.mmt"), [self.path("docs.mmt")], fields="tokens", window=5, window_stride=4,
+                              separator=-1)
+        stream = np.concatenate([np.append(d, -1) for d in docs])
+        windows = [stream[s:s + 5] for s in range(0, len(stream) - 4, 4)]
+        self.assertEqual(stats["records"], len(windows))
+        ds = mmtensor.Dataset(self.path("w.mmt"))
+        np.testing.assert_array_equal(ds.get_batch(np.arange(len(ds)), "tokens"), np.stack(windows))
+        self.assertEqual(json.loads(ds.metadata["token_windows"])["separator"], -1)
+        with self.assertRaisesRegex(ValueError, "give window= too"):
+            mmtensor.pack(self.path("x.mmt"), [self.path("docs.mmt")], fields="tokens", separator=-1)
 
     @unittest.skipUnless(os.path.exists(FASHION), "no dataset-fashion-mnist")
     def test_idx_files(self):
