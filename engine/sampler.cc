@@ -82,14 +82,18 @@ class KeyedPermutation {
 // positions left one each to the largest remainders (ties to the first source), so the
 // counts add up to epoch_size exactly and no source is more than one position off its share.
 std::vector<int64_t> mixture_counts_of(const std::vector<MixtureSource>& sources, int64_t epoch_size) {
+  // Weights scaled by the largest first: their sum cannot overflow, even where long double
+  // is a double (weights near DBL_MAX would otherwise sum to inf and every share to 0).
+  double largest = 0;
+  for (const MixtureSource& source : sources) largest = std::max(largest, source.weight);
   long double total_weight = 0;
-  for (const MixtureSource& source : sources) total_weight += source.weight;
+  for (const MixtureSource& source : sources) total_weight += source.weight / largest;
   std::vector<int64_t> counts(sources.size(), 0);
   if (epoch_size == 0) return counts;
   std::vector<long double> remainders(sources.size(), 0);
   int64_t assigned = 0;
   for (size_t s = 0; s < sources.size(); ++s) {
-    const long double share = static_cast<long double>(epoch_size) * (sources[s].weight / total_weight);
+    const long double share = static_cast<long double>(epoch_size) * (sources[s].weight / largest / total_weight);
     const long double whole = std::floor(share);
     counts[s] = std::clamp<int64_t>(static_cast<int64_t>(std::min<long double>(whole, epoch_size)), 0,
                                     epoch_size - assigned);
@@ -282,9 +286,8 @@ void Sampler::resolve_mixture(Layout& layout, int64_t num_records, const Sampler
     const MixtureSource& source = mixture.sources[s];
     MMT_CHECK(source.first_record >= 0 && source.num_records >= 0 && source.first_record <= num_records &&
                   source.num_records <= num_records - source.first_record,
-              ValueError, "Sampler: mixture source ", s, " (records ", source.first_record, " to ",
-              source.first_record, " + ", source.num_records, ") is not within [0, ", num_records,
-              ") (the records the order is drawn from)");
+              ValueError, "Sampler: mixture source ", s, " (", source.num_records, " records from ",
+              source.first_record, ") is not within [0, ", num_records, ") (the records the order is drawn from)");
     MMT_CHECK(std::isfinite(source.weight) && source.weight >= 0, ValueError, "Sampler: mixture source ", s,
               " has weight ", source.weight, "; a weight is a finite number >= 0");
     MMT_CHECK(source.num_records <= INT64_MAX / 2 - records_in_sources, ValueError,
@@ -388,9 +391,11 @@ int64_t EpochOrder::mixture_record(int64_t position) const {
   const auto n = static_cast<uint64_t>(source.num_records);
   const auto j = static_cast<uint64_t>(position - first[s]);  // the source's j-th position
   if (layout.options.kind == SamplerKind::Sequential) {
-    // Epoch e starts at (e * c_s) mod n_s, where epoch e - 1 stopped.
-    const auto count = static_cast<unsigned __int128>(layout.mixture_counts[s]);
-    const auto start = static_cast<uint64_t>((static_cast<unsigned __int128>(tables_->epoch) * count) % n);
+    // Epoch e starts at (e * c_s) mod n_s, where epoch e - 1 stopped (negative epochs too:
+    // the remainder taken into [0, n_s)).
+    const __int128 product = static_cast<__int128>(tables_->epoch) * layout.mixture_counts[s];
+    const __int128 modulus = static_cast<__int128>(n);
+    const auto start = static_cast<uint64_t>(((product % modulus) + modulus) % modulus);
     return source.first_record + static_cast<int64_t>((static_cast<unsigned __int128>(start) + j) % n);
   }
   // Random: a full pass over the source visits each record once, in any order (the epoch's

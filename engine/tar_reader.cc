@@ -211,7 +211,8 @@ class TarWalk {
     while (!data.empty() && data.front() != '\0') {
       const size_t space = data.find(' ');
       int64_t length = 0;
-      bool well_formed = space != std::string_view::npos && space > 0 && space <= 19;
+      // At most 18 digits: the length is below 10^18 and cannot overflow as it is read.
+      bool well_formed = space != std::string_view::npos && space > 0 && space <= 18;
       for (size_t i = 0; well_formed && i < space; ++i) {
         well_formed = data[i] >= '0' && data[i] <= '9';
         length = length * 10 + (data[i] - '0');
@@ -223,6 +224,11 @@ class TarWalk {
       const size_t equals = record.find('=');
       MMT_CHECK(equals != std::string_view::npos, FormatError, where(offset), "a pax header record has no '='");
       const std::string_view key = record.substr(0, equals), value = record.substr(equals + 1);
+      // GNU tar's pax sparse files (--sparse --format=pax) are type '0' members whose data
+      // begins with a map of the holes: read as a file, they would be packed as wrong bytes.
+      MMT_CHECK(!key.starts_with("GNU.sparse."), FormatError, where(offset),
+                "the next member is a GNU sparse file (pax key ", key, "); only regular files can be packed (pack it "
+                "with tar's --sparse off)");
       if (key == "path") name = std::string(value);
       if (key == "size") {
         int64_t parsed = 0;
@@ -251,7 +257,10 @@ bool is_tar_file(const std::string& path) {
   if (f == nullptr) return false;
   const size_t got = std::fread(block.data(), 1, block.size(), f);
   std::fclose(f);
-  return got == block.size() && std::memcmp(block.data() + kMagic.offset, "ustar", 5) == 0 && checksum_holds(block);
+  // An archive of no members (what tar writes for an empty list, or a shard writer for an
+  // empty shard) is its end-of-archive marker alone.
+  return got == block.size() &&
+         (is_zero_block(block) || (std::memcmp(block.data() + kMagic.offset, "ustar", 5) == 0 && checksum_holds(block)));
 }
 
 void for_each_tar_member(const UntypedStorage& archive, const std::function<void(const TarMember&)>& on_member) {

@@ -7,7 +7,7 @@
 // Every header's checksum is checked, and every size against the file's: a damaged or
 // truncated archive is a FormatError naming the file, the header's byte offset and what is
 // wrong. Directories and pax global headers are passed over; links, devices, sparse files
-// and other member types are refused (a WebDataset shard holds regular files only). The
+// (GNU's 'S' type, and its pax GNU.sparse.* members) and other member types are refused (a WebDataset shard holds regular files only). The
 // archive ends at its first all-zero header block, or at the end of the file after a whole
 // member.
 #pragma once
@@ -27,7 +27,8 @@ struct TarMember {
   int64_t size = 0;
 };
 
-// Whether `path` begins with a ustar header whose checksum holds: a tar archive this reader takes.
+// Whether `path` begins with a ustar header whose checksum holds, or with an all-zero block
+// (an archive of no members): a tar archive this reader takes.
 bool is_tar_file(const std::string& path);
 
 // Calls on_member for each regular file of `archive` (a mapping of the whole file, whose

@@ -55,6 +55,9 @@ TEST(Mixture, CountsFollowTheWeightsAndAddUpToTheEpochSize) {
   const Sampler automatic = Sampler::create(100, mixed(SamplerKind::Random, {{0, 60, 1}, {60, 40, 1}}, 0));
   EXPECT_EQ(automatic.epoch_size(), 100);
   EXPECT_EQ(automatic.mixture_counts(), (std::vector<int64_t>{50, 50}));
+  // Weights near DBL_MAX share as any others do.
+  const Sampler huge = Sampler::create(100, mixed(SamplerKind::Random, {{0, 60, 1.5e308}, {60, 40, 1.5e308}}, 10));
+  EXPECT_EQ(huge.mixture_counts(), (std::vector<int64_t>{5, 5}));
   // A source of weight 0 gets nothing; and weights as sizes give each record once.
   const Sampler zero = Sampler::create(100, mixed(SamplerKind::Random, {{0, 60, 0}, {60, 40, 1}}, 25));
   EXPECT_EQ(zero.mixture_counts(), (std::vector<int64_t>{0, 25}));
@@ -84,7 +87,9 @@ TEST(Mixture, AnUpsampledSourceRepeatsEachRecordEvenlyAndASubsampledOneDrawsDist
       }
       EXPECT_EQ(thrice, 5);
       for (const auto& [record, times] : count) {
-        if (record >= 10) EXPECT_EQ(times, 1) << "record " << record << " of the subsampled source";
+        if (record >= 10) {
+          EXPECT_EQ(times, 1) << "record " << record << " of the subsampled source";
+        }
       }
     }
   }
@@ -118,10 +123,12 @@ TEST(Mixture, SequentialWalksASubsampledSourceInOrderAcrossEpochs) {
   EXPECT_EQ(sampler.epoch(0).to_vector(), (std::vector<int64_t>{0, 1, 2, 5, 6, 7, 8}));
   EXPECT_EQ(sampler.epoch(1).to_vector(), (std::vector<int64_t>{3, 4, 0, 5, 6, 7, 8}));
   EXPECT_EQ(sampler.epoch(2).to_vector(), (std::vector<int64_t>{1, 2, 3, 5, 6, 7, 8}));
-  // Epochs past 2^32 keep the rule without overflow: (e * 3) mod 5.
+  // Epochs past 2^32 keep the rule without overflow: (e * 3) mod 5; and negative ones, which
+  // an EpochOrder takes too: epoch -1 ends where epoch 0 starts.
   const int64_t huge = kMaxEpoch - 1;
   const auto start = static_cast<int64_t>((static_cast<unsigned __int128>(huge) * 3) % 5);
   EXPECT_EQ(sampler.epoch(huge)[0], start);
+  EXPECT_EQ(sampler.epoch(-1).to_vector(), (std::vector<int64_t>{2, 3, 4, 5, 6, 7, 8}));
 }
 
 // A version-4 state resumes by position in these orders (as sampler_test.cc's pinned orders
@@ -182,7 +189,7 @@ TEST(Mixture, BadMixturesAreRefusedNamingTheSource) {
     EXPECT_THROW_WITH(Sampler::create(100, options), ValueError, text);
   };
   refuse(mixed(SamplerKind::Random, {}, 10), "at least one source");
-  refuse(mixed(SamplerKind::Random, {{0, 50, 1}, {60, 41, 1}}, 10), "mixture source 1 (records 60 to 60 + 41)");
+  refuse(mixed(SamplerKind::Random, {{0, 50, 1}, {60, 41, 1}}, 10), "mixture source 1 (41 records from 60) is not within [0, 100)");
   refuse(mixed(SamplerKind::Random, {{-1, 5, 1}}, 10), "mixture source 0");
   refuse(mixed(SamplerKind::Random, {{0, 50, -1}}, 10), "mixture source 0 has weight -1");
   refuse(mixed(SamplerKind::Random, {{0, 50, std::nan("")}}, 10), "a weight is a finite number");

@@ -150,6 +150,28 @@ TEST(PackTar, LinksDevicesAndBadHeadersAreFormatErrorsNamingTheByte) {
   EXPECT_THROW_WITH(PackSources::from_tars({dir / "missing.tar"}), IoError, "missing.tar: no such file");
 }
 
+TEST(PackTar, AnEmptyArchiveHasNoSamplesAndSparseFilesAreRefused) {
+  TempFolder dir;
+  // What tar writes for an empty list: the end-of-archive marker alone. Beside a shard with
+  // samples it adds none; alone, there are no samples.
+  write_file(dir / "empty.tar", TarBuilder().finish());
+  write_file(dir / "a.tar", three_samples().finish());
+  EXPECT_EQ(PackSources::from_inputs(std::vector<std::string>{dir / "empty.tar", dir / "a.tar"}).records(), 3);
+  EXPECT_THROW_WITH(PackSources::from_tars({dir / "empty.tar"}), ValueError, "no samples");
+  // GNU tar's pax sparse format: a type '0' member whose data starts with a map of holes.
+  TarBuilder sparse;
+  sparse.pax({{"GNU.sparse.major", "1"}, {"GNU.sparse.minor", "0"}, {"GNU.sparse.name", "s.bin"}})
+      .add("./GNUSparseFile.1/s.bin", "1\n0\n4096\n");
+  write_file(dir / "sparse.tar", sparse.finish());
+  EXPECT_THROW_WITH(PackSources::from_tars({dir / "sparse.tar"}), FormatError,
+                    "sparse.tar: byte 0: the next member is a GNU sparse file (pax key GNU.sparse.major)");
+  // A pax record length of 19 digits is refused, not multiplied past int64.
+  TarBuilder long_length;
+  long_length.add("h", "9999999999999999999 path=x\n", 'x').add("a.jpg", "x");
+  write_file(dir / "long.tar", long_length.finish());
+  EXPECT_THROW_WITH(PackSources::from_tars({dir / "long.tar"}), FormatError, "a pax header record is malformed");
+}
+
 TEST(PackTar, ATruncatedArchiveIsRefusedOrReadAsTheWholeMembersBeforeTheCut) {
   // Every length: a cut inside a header or a member's data is a FormatError; a cut between
   // members (no end marker) leaves an archive of the members before it, whose values are the

@@ -75,9 +75,9 @@
 //
 // Mixtures. options.sampler.mixture draws every epoch from several sources in proportion to
 // their weights, with an epoch size of its own (sampler.h): over a concatenation of datasets,
-//   Loader(Dataset::open_concat({"code.mmt", "web.mmt"}),
-//          {.batch_size = 256, .sampler = {.kind = SamplerKind::Random,
-//           .mixture = Mixture::of_parts(ds, {0.3, 0.7}, 1'000'000)}});
+//   Dataset sources = Dataset::open_concat({"code.mmt", "web.mmt"});
+//   Loader loader(sources, {.batch_size = 256, .sampler = {.kind = SamplerKind::Random,
+//                 .mixture = Mixture::of_parts(sources, {0.3, 0.7}, 1'000'000)}});
 // A state records the mixture's hash and epoch size, and a resume with another is refused.
 //
 // Epochs and resume. next() returns std::nullopt once at the end of an epoch and the loader

@@ -146,26 +146,50 @@ Mixture mixture_of(const py::object& mixture, const Dataset& dataset, int64_t ep
   };
   if (!py::isinstance<py::sequence>(mixture) || py::isinstance<py::str>(mixture))
     refuse(std::string("got ") + Py_TYPE(mixture.ptr())->tp_name);
+  // A bool (Python's or NumPy's) is a number to Python, but not a weight anyone means.
+  const auto is_bool = [](const py::handle& value) {
+    const std::string_view type = Py_TYPE(value.ptr())->tp_name;
+    return PyBool_Check(value.ptr()) || type == "numpy.bool_" || type == "numpy.bool";
+  };
+  const auto weight_of = [&](const py::handle& value, size_t i) {
+    if (!PyNumber_Check(value.ptr()) || is_bool(value) || PyComplex_Check(value.ptr()))
+      refuse("entry " + std::to_string(i) + " has a " + Py_TYPE(value.ptr())->tp_name + ", not a weight");
+    const double weight = PyFloat_AsDouble(value.ptr());
+    if (weight == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      throw py::value_error("mixture entry " + std::to_string(i) + ": the weight " + py::str(value).cast<std::string>() +
+                            " is not a finite number");
+    }
+    return weight;
+  };
+  const auto record_of = [&](const py::handle& value, size_t i) {
+    if (is_bool(value) || !PyIndex_Check(value.ptr()))
+      refuse("entry " + std::to_string(i) + " has a " + Py_TYPE(value.ptr())->tp_name + " where a record number goes");
+    try {
+      return value.cast<int64_t>();
+    } catch (const py::cast_error&) {
+      throw py::value_error("mixture entry " + std::to_string(i) + ": record " + py::str(value).cast<std::string>() +
+                            " is out of range");
+    }
+  };
   const auto entries = mixture.cast<py::sequence>();
-  const bool ranges = entries.size() > 0 && py::isinstance<py::sequence>(entries[0]);
+  const bool ranges = entries.size() > 0 && py::isinstance<py::sequence>(entries[0]) && !py::isinstance<py::str>(entries[0]);
   std::vector<double> weights;
   Mixture out{.epoch_size = epoch_size};
   for (size_t i = 0; i < entries.size(); ++i) {
     const py::object entry = entries[i];
     if (!ranges) {
-      if (!PyNumber_Check(entry.ptr()) || PyBool_Check(entry.ptr()))
-        refuse("entry " + std::to_string(i) + " is a " + Py_TYPE(entry.ptr())->tp_name + ", not a weight");
-      weights.push_back(entry.cast<double>());
+      weights.push_back(weight_of(entry, i));
       continue;
     }
     if (!py::isinstance<py::sequence>(entry) || py::isinstance<py::str>(entry) || py::len(entry) != 3)
       refuse("entry " + std::to_string(i) + " is not a (start, stop, weight) triple");
     const auto triple = entry.cast<py::sequence>();
-    const auto start = triple[0].cast<int64_t>(), stop = triple[1].cast<int64_t>();
-    if (stop < start)
-      throw py::value_error("mixture entry " + std::to_string(i) + ": stop " + std::to_string(stop) + " is before start " +
-                            std::to_string(start));
-    out.sources.push_back({.first_record = start, .num_records = stop - start, .weight = triple[2].cast<double>()});
+    const int64_t start = record_of(triple[0], i), stop = record_of(triple[1], i);
+    if (start < 0 || stop < start)
+      throw py::value_error("mixture entry " + std::to_string(i) + ": records [" + std::to_string(start) + ", " +
+                            std::to_string(stop) + ") are not a range of records");
+    out.sources.push_back({.first_record = start, .num_records = stop - start, .weight = weight_of(triple[2], i)});
   }
   return ranges ? out : Mixture::of_parts(dataset, std::move(weights), epoch_size);
 }

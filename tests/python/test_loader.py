@@ -270,6 +270,16 @@ class LoaderTest(unittest.TestCase):
             mmtensor.Loader(both, epoch_size=10)
         with self.assertRaisesRegex(ValueError, "not quasi_random"):
             mmtensor.Loader(both, sampler="quasi_random", mixture=[1, 1])
+        # Entries that are not weights or ranges are named, not cast blindly.
+        for bad in ([True, 1.0], [np.bool_(True), 1.0], [1j, 1.0], [(0, 10, True)], [(0.5, 10, 1.0)], [(0, 10, "1")]):
+            with self.assertRaisesRegex(TypeError, "entry 0 has a"):
+                mmtensor.Loader(both, mixture=bad)
+        with self.assertRaisesRegex(ValueError, "is not a finite number"):
+            mmtensor.Loader(both, mixture=[10**400, 1.0])
+        with self.assertRaisesRegex(ValueError, "are not a range of records"):
+            mmtensor.Loader(both, mixture=[(-(2**63), 2**63 - 1, 1.0)])
+        ranges_array = mmtensor.Loader(both, batch_size=5, mixture=np.array([[0, 5, 1]]), epoch_size=5)
+        self.assertEqual(ranges_array.next()["label"].numpy().tolist(), [0, 1, 2, 3, 4])
 
     def test_fields_drop_last_and_options(self):
         loader = mmtensor.Loader(self.ds, batch_size=300, fields=["label"], drop_last=True)
