@@ -114,6 +114,44 @@ TEST_F(LoaderTransformTest, SetEpochAndDestructionDoNotWaitForASlowTransformsBat
   }
 }
 
+// A transform given as a C function (what Python passes from numba or a shared library):
+// contiguous inputs with their shapes, the output row, the seed and the record.
+extern "C" int32_t sum_of_x_plus_label(const uint8_t* const* inputs, const int64_t* const* shapes,
+                                       const int32_t* ndims, int32_t count, uint8_t* output, uint64_t seed,
+                                       int64_t index) {
+  if (count != 2 || ndims[0] != 1 || shapes[0][0] != 4 || ndims[1] != 0) return 1;
+  const auto* x = reinterpret_cast<const float*>(inputs[0]);
+  auto* out = reinterpret_cast<int64_t*>(output);
+  out[0] = static_cast<int64_t>(x[0] + x[1] + x[2] + x[3]) + *reinterpret_cast<const int64_t*>(inputs[1]);
+  out[1] = index;
+  out[2] = static_cast<int64_t>(seed & 0x7fffffff);
+  return index == 21 ? 5 : 0;
+}
+
+TEST_F(LoaderTransformTest, ACFunctionIsATransform) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 20));
+  LoaderOptions options;
+  options.batch_size = 20;
+  options.num_workers = 2;
+  options.fields = {"label"};
+  options.transforms = {SampleTransform::from_c("sum", {"x", "label"}, kInt64, {3}, sum_of_x_plus_label)};
+  Loader loader(dataset, options);
+  const std::optional<Batch> batch = loader.next();
+  ASSERT_TRUE(batch.has_value());
+  const Tensor sums = (*batch)["sum"];
+  for (int64_t row = 0; row < 20; ++row) {
+    const int64_t i = batch->indices()[static_cast<size_t>(row)];
+    EXPECT_EQ(sums[row][0].item<int64_t>(), 40 * i + 6 + i);  // x = 10i + k, k < 4; label = i
+    EXPECT_EQ(sums[row][1].item<int64_t>(), i);
+  }
+  // A nonzero return fails the sample, named with the value.
+  Dataset more = Dataset::open(write_loader_dataset(dir, 30, {}, 16, "more.mmt"));
+  Loader failing(more, options);
+  failing.next();
+  EXPECT_THROW_WITH(failing.next(), Error, "sample 21 (row 1), transform 'sum': the C function of transform 'sum' returned 5");
+  EXPECT_THROW_WITH(SampleTransform::from_c("x", {"x"}, kInt64, {1}, nullptr), ValueError, "has no function");
+}
+
 TEST_F(LoaderTransformTest, WorkersFillTheTransformsFieldsFromEachRecord) {
   for (CodecSpec codec : {CodecSpec{}, CodecSpec::parse("lz4")}) {
     Dataset dataset = Dataset::open(write_loader_dataset(dir, 70, codec, 16, "d" + codec.str() + ".mmt"));

@@ -161,7 +161,27 @@ inline constexpr int64_t kMaxEpoch = INT64_MAX;
 // An exception from fn reaches next() as mmt::Error naming the epoch, batch, sample and
 // transform, with fn's exception nested (std::rethrow_if_nested gives it back); only
 // std::bad_alloc passes through as it is.
+// A transform as a C function, for callers outside C++: Python passes one compiled by numba
+// (`@cfunc(sig)`, its .address) or loaded from a shared library (ctypes), so that per-sample
+// work runs on the loader's threads without the GIL. Called as SampleTransform::fn is (once
+// per sample, concurrently): inputs[i] points to input i's values, contiguous in row-major
+// order (a strided view, such as a channels-last field, is copied first), input_shapes[i] to
+// its input_ndims[i] dimensions; output to the sample's [shape] values of the transform's
+// dtype, contiguous. seed and index are SampleTransform::Input's. It returns 0, or any other
+// value to fail the sample: next() then throws mmt::Error naming the sample and the value.
+// It must not call into Python: a ctypes callback around a Python function takes the GIL,
+// which the thread that destroys the loader may hold while it waits for the workers.
+extern "C" {
+typedef int32_t (*mmt_transform_fn)(const uint8_t* const* inputs, const int64_t* const* input_shapes,
+                                    const int32_t* input_ndims, int32_t num_inputs, uint8_t* output, uint64_t seed,
+                                    int64_t index);
+}
+
 struct SampleTransform {
+  // A transform whose fn calls `fn` as above (ValueError for a null fn).
+  static SampleTransform from_c(std::string name, std::vector<std::string> inputs, ScalarType dtype, DimVector shape,
+                                mmt_transform_fn fn);
+
   struct Input {
     int64_t index = 0;               // the record
     std::span<const Tensor> fields;  // its inputs, in SampleTransform::inputs order
