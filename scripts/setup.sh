@@ -12,6 +12,7 @@ packages=(build-essential cmake ninja-build pkg-config
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
           clang libclang-rt-14-dev dataset-fashion-mnist
           python3-numpy   # the .npy/.npz interop tests check against numpy itself
+          python3-numba   # the Python transform test compiles a numba @cfunc, as users do
           python3-dev pybind11-dev libdlpack-dev)  # the Python module
 missing=()
 for p in "${packages[@]}"; do

@@ -33,6 +33,7 @@ from ._mmtensor import (  # noqa: F401
     RaggedBatch,
     Sample,
     Tensor,
+    Transform,
     __version__,
     concat,
     cuda_is_available,
@@ -48,7 +49,7 @@ _Mapping.register(Batch)
 
 __all__ = [
     "Batch", "ChecksumError", "CudaError", "Dataset", "DatasetWriter", "Error", "Field",
-    "FormatError", "Loader", "RaggedBatch", "Sample", "Tensor", "collate", "collate_torch", "concat",
+    "FormatError", "Loader", "RaggedBatch", "Sample", "Tensor", "Transform", "collate", "collate_torch", "concat",
     "cuda_is_available", "pack", "write_shards",
 ]
 

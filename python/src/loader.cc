@@ -4,8 +4,8 @@
 // waits, so a training loop's other Python threads run meanwhile. A batch's tensors hold the
 // batch: its ring slot is refilled only once every Python object viewing it is gone (or
 // release() is called), so a NumPy array or torch tensor made from a batch never sees the
-// next batch's bytes. Per-sample transforms (LoaderOptions::transforms) are C++ only: a
-// Python function called from the workers would serialise them on the GIL.
+// next batch's bytes. Per-sample transforms come as C functions (mmtensor.Transform): a Python
+// function called from the workers would serialise them on the GIL.
 #include <pybind11/stl.h>
 
 #include <csignal>
@@ -21,6 +21,9 @@ namespace {
 // turns instead of racing. It is taken with the GIL released, so a thread waiting for it
 // never holds up the thread inside next().
 struct PyLoader {
+  // What keeps the transforms' C functions alive (numba CFuncs, ctypes functions and their
+  // libraries): declared before `loader`, so the workers that call them are joined first.
+  std::vector<py::object> transform_owners;
   std::unique_ptr<Loader> loader;
   std::optional<Dataset> dataset;  // what load_state_dict() makes its new loader over
   ForkAwareMutex mutex;  // see bindings.h
@@ -135,6 +138,31 @@ LoaderState state_of(const py::object& state) {
     throw py::type_error(std::string("a loader state is the text state() returns or the dict state_dict() returns, not ") +
                          Py_TYPE(state.ptr())->tp_name);
   return LoaderState::parse(py::module_::import("json").attr("dumps")(state).cast<std::string>());
+}
+
+// mmtensor.Transform: a SampleTransform whose fn is a C function (loader.h, mmt_transform_fn),
+// and the Python object that owns that function's code.
+struct PyTransform {
+  SampleTransform transform;
+  py::object owner;
+};
+
+// The address a Transform's fn= gives: an int, a numba CFunc (its .address), or a ctypes
+// function (a library's symbol, or a CFUNCTYPE object).
+mmt_transform_fn c_function_of(const py::object& fn) {
+  py::object address = fn;
+  const py::module_ ctypes = py::module_::import("ctypes");
+  if (py::hasattr(fn, "address") && py::hasattr(fn, "native_name")) {  // numba.core.ccallback.CFunc
+    address = fn.attr("address");
+  } else if (py::isinstance(fn, ctypes.attr("_CFuncPtr"))) {
+    address = ctypes.attr("cast")(fn, ctypes.attr("c_void_p")).attr("value");
+  }
+  if (PyBool_Check(address.ptr()) || !PyIndex_Check(address.ptr()))
+    throw py::type_error(std::string("Transform: fn must be a C function: a numba @cfunc, a ctypes function or an "
+                                     "address (int), not ") + Py_TYPE(fn.ptr())->tp_name);
+  const auto value = address.cast<uint64_t>();
+  if (value == 0) throw py::value_error("Transform: fn is a null function pointer");
+  return reinterpret_cast<mmt_transform_fn>(static_cast<uintptr_t>(value));
 }
 
 // Loader(mixture=...): one weight per part of the dataset ([0.3, 0.7]), or sources as
@@ -286,6 +314,50 @@ where the loader makes the copies and orders the slot's reuse itself).)doc")
         return batch;
       });
 
+  py::class_<PyTransform>(m, "Transform", R"doc(
+A per-sample transform the loader's threads run, without the GIL: a C function that fills one
+batch field from a record's fields, compiled by numba or loaded from a shared library.
+
+    from numba import cfunc, carray, types
+    sig = types.int32(types.CPointer(types.CPointer(types.uint8)),   # inputs
+                      types.CPointer(types.CPointer(types.int64)),   # their shapes
+                      types.CPointer(types.int32), types.int32,      # their ndims, how many
+                      types.CPointer(types.uint8), types.uint64, types.int64)  # output, seed, index
+    @cfunc(sig)
+    def normalise(inputs, shapes, ndims, count, output, seed, index):
+        pixels = carray(inputs[0], (784,))
+        values = carray(output, (784 * 4,)).view(np.float32)
+        for k in range(784):
+            values[k] = pixels[k] / 255.0
+        return 0                                 # any other value fails the sample
+    t = mmtensor.Transform("image", inputs=["image"], dtype="float32", shape=[1, 28, 28],
+                           fn=normalise)         # or a ctypes function, or an address
+    loader = mmtensor.Loader(ds, batch_size=256, transforms=[t], num_workers=4)
+
+inputs are the record's fields, contiguous in row-major order; output the sample's `shape`
+values of `dtype`. seed is fixed by (sampler seed, epoch, position): augmentations seeded by it
+do not depend on the number of workers. fn runs on several threads at once and must not call
+into Python (a ctypes callback around a Python function would take the GIL). The Transform
+keeps fn's owner (the numba function, the ctypes library) alive while a loader uses it.)doc")
+      .def(py::init([](const std::string& name, const py::object& inputs, const py::object& dtype,
+                       const std::vector<int64_t>& shape, const py::object& fn) {
+             PyTransform out;
+             out.transform = SampleTransform::from_c(name, field_names_of(inputs), parse_dtype(dtype),
+                                                     DimVector(shape), c_function_of(fn));
+             out.owner = fn;
+             return out;
+           }),
+           py::arg("name"), py::kw_only(), py::arg("inputs"), py::arg("dtype"), py::arg("shape"), py::arg("fn"))
+      .def_property_readonly("name", [](const PyTransform& t) { return t.transform.name; })
+      .def_property_readonly("inputs", [](const PyTransform& t) { return t.transform.inputs; })
+      .def_property_readonly("shape", [](const PyTransform& t) {
+        return std::vector<int64_t>(t.transform.shape.begin(), t.transform.shape.end());
+      })
+      .def("__repr__", [](const PyTransform& t) {
+        return detail::str("<mmtensor.Transform '", t.transform.name, "' ", to_string(t.transform.dtype),
+                           IntArrayRef(t.transform.shape), ">");
+      });
+
   py::class_<PyLoader>(m, "Loader", R"doc(
 Batches of a Dataset, gathered by worker threads into a pinned staging ring and, with
 device="cuda:N", copied to the GPU asynchronously.
@@ -312,6 +384,9 @@ a CUDA device exists. num_workers: threads, not processes; next() gathers rows o
 it waits for too, so on C cores C - 1 workers keep every core busy for warm, uncompressed
 data.
 
+transforms=[mmtensor.Transform(...)] fill batch fields on the workers with C functions (numba
+@cfunc or a shared library's), per sample and without the GIL; help(mmtensor.Transform).
+
 `for batch in loader` runs through the rest of the current epoch: after a break, the next
 loop picks up where that one stopped; set_epoch(e) starts an epoch over. A cpu batch copied
 to a GPU with non_blocking=True must be kept until the copy is done; device="cuda:N" makes
@@ -322,8 +397,19 @@ block) stops the workers.)doc")
                        bool drop_tail, const py::object& subset, const py::object& mixture, int64_t epoch_size,
                        int64_t epoch, bool drop_last, int num_workers,
                        int prefetch_batches, const std::string& device, std::optional<bool> pin_memory, const std::string& read_ahead,
-                       std::optional<double> timeout, const py::object& state) {
+                       std::optional<double> timeout, const py::object& state, const py::object& transforms) {
              LoaderOptions options;
+             std::vector<py::object> transform_owners;
+             if (!transforms.is_none()) {
+               for (const py::handle& item : transforms) {
+                 if (!py::isinstance<PyTransform>(item))
+                   throw py::type_error(std::string("transforms must be mmtensor.Transform objects, not ") +
+                                        Py_TYPE(item.ptr())->tp_name);
+                 const auto& transform = item.cast<const PyTransform&>();
+                 options.transforms.push_back(transform.transform);
+                 transform_owners.push_back(transform.owner);
+               }
+             }
              options.batch_size = batch_size;
              options.fields = field_names_of(fields);  // fields="image" names one
              const auto kind = sampler_kind_from_string(sampler);
@@ -372,6 +458,7 @@ block) stops the workers.)doc")
              std::optional<LoaderState> resume;
              if (!state.is_none()) resume = state_of(state);
              auto self = std::make_unique<PyLoader>();
+             self->transform_owners = std::move(transform_owners);
              self->dataset = dataset;
              self->loader = without_gil([&] {
                return resume ? std::make_unique<Loader>(dataset, std::move(options), *resume)
@@ -385,7 +472,7 @@ block) stops the workers.)doc")
            py::arg("mixture") = py::none(), py::arg("epoch_size") = 0, py::arg("epoch") = 0,
            py::arg("drop_last") = false, py::arg("num_workers") = 1, py::arg("prefetch_batches") = 3,
            py::arg("device") = "cpu", py::arg("pin_memory") = py::none(), py::arg("read_ahead") = "auto",
-           py::arg("timeout") = py::none(), py::arg("state") = py::none())
+           py::arg("timeout") = py::none(), py::arg("state") = py::none(), py::arg("transforms") = py::none())
       .def("next", &next_batch, "The next batch of the epoch, or None at its end (the loader then moves to the next epoch). "
            "Ctrl-C raises KeyboardInterrupt without waiting for the whole batch, and loses nothing: state() stands "
            "before the batch, and the next call returns it")

@@ -281,6 +281,96 @@ class LoaderTest(unittest.TestCase):
         ranges_array = mmtensor.Loader(both, batch_size=5, mixture=np.array([[0, 5, 1]]), epoch_size=5)
         self.assertEqual(ranges_array.next()["label"].numpy().tolist(), [0, 1, 2, 3, 4])
 
+    C_TRANSFORMS = r"""
+#include <stdint.h>
+/* image (uint8 [4, 4]) -> float32 [4, 4]: pixel / 255 */
+int32_t scale(const uint8_t* const* in, const int64_t* const* shapes, const int32_t* ndims, int32_t n,
+              uint8_t* out, uint64_t seed, int64_t index) {
+  if (n != 1 || ndims[0] != 2 || shapes[0][0] != 4 || shapes[0][1] != 4) return 2;
+  float* values = (float*)out;
+  for (int k = 0; k < 16; ++k) values[k] = in[0][k] / 255.0f;
+  return 0;
+}
+/* tokens (int32, ragged) and label -> int64 [4]: count, sum, label, seed */
+int32_t summary(const uint8_t* const* in, const int64_t* const* shapes, const int32_t* ndims, int32_t n,
+                uint8_t* out, uint64_t seed, int64_t index) {
+  const int32_t* tokens = (const int32_t*)in[0];
+  int64_t* values = (int64_t*)out, sum = 0;
+  for (int64_t k = 0; k < shapes[0][0]; ++k) sum += tokens[k];
+  values[0] = shapes[0][0];
+  values[1] = sum;
+  values[2] = *(const int64_t*)in[1];
+  values[3] = (int64_t)seed;
+  return ndims[1] == 0 ? 0 : 3;
+}
+int32_t fail_on_13(const uint8_t* const* in, const int64_t* const* shapes, const int32_t* ndims, int32_t n,
+                   uint8_t* out, uint64_t seed, int64_t index) {
+  return index == 13 ? 7 : 0;
+}
+"""
+
+    @unittest.skipUnless(shutil.which("cc"), "no C compiler")
+    def test_transforms_in_c_run_on_the_workers(self):
+        import ctypes
+        source = os.path.join(self.dir.name, "transforms.c")
+        with open(source, "w") as f:
+            f.write(self.C_TRANSFORMS)
+        library_path = os.path.join(self.dir.name, "transforms.so")
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", library_path, source], check=True)
+        library = ctypes.CDLL(library_path)
+        scale = mmtensor.Transform("image", inputs=["image"], dtype="float32", shape=[4, 4], fn=library.scale)
+        summary = mmtensor.Transform("summary", inputs="tokens label".split(), dtype="int64", shape=[4],
+                                     fn=ctypes.cast(library.summary, ctypes.c_void_p).value)  # an address
+        self.assertEqual(repr(scale), "<mmtensor.Transform 'image' float32[4, 4]>")
+        seeds = None
+        for workers in (0, 2):
+            loader = mmtensor.Loader(self.ds, batch_size=100, sampler="random", seed=3, transforms=[scale, summary],
+                                     fields=["label"], num_workers=workers)  # "label" read by summary, and loaded
+            batch = loader.next()
+            self.assertEqual(batch.keys(), ["label", "image", "summary"])  # "image" is the transform's
+            labels = batch["label"].numpy()
+            np.testing.assert_allclose(batch["image"].numpy(), self.images[labels] / 255.0, rtol=1e-6)
+            got = batch["summary"].numpy()
+            np.testing.assert_array_equal(got[:, 0], [len(self.tokens[i]) for i in labels])
+            np.testing.assert_array_equal(got[:, 1], [int(self.tokens[i].sum()) for i in labels])
+            np.testing.assert_array_equal(got[:, 2], labels)
+            if seeds is None:
+                seeds = got[:, 3].copy()
+            np.testing.assert_array_equal(got[:, 3], seeds)  # the same whatever the workers
+            loader.close()
+        failing = mmtensor.Transform("x", inputs=["label"], dtype="int64", shape=[1], fn=library.fail_on_13)
+        with self.assertRaisesRegex(mmtensor.Error, "sample 13 .*transform 'x'.*returned 7"):
+            list(mmtensor.Loader(self.ds, batch_size=50, transforms=[failing]))
+        with self.assertRaisesRegex(TypeError, "fn must be a C function"):
+            mmtensor.Transform("x", inputs=["label"], dtype="int64", shape=[1], fn=lambda *a: 0)
+        with self.assertRaisesRegex(ValueError, "null function pointer"):
+            mmtensor.Transform("x", inputs=["label"], dtype="int64", shape=[1], fn=0)
+        with self.assertRaisesRegex(TypeError, "mmtensor.Transform objects"):
+            mmtensor.Loader(self.ds, transforms=[library.scale])
+
+    def test_a_numba_cfunc_is_a_transform(self):
+        try:
+            from numba import carray, cfunc, types
+        except ImportError:
+            self.skipTest("no numba")
+        sig = types.int32(types.CPointer(types.CPointer(types.uint8)), types.CPointer(types.CPointer(types.int64)),
+                          types.CPointer(types.int32), types.int32, types.CPointer(types.uint8), types.uint64,
+                          types.int64)
+
+        @cfunc(sig)
+        def invert(inputs, shapes, ndims, count, output, seed, index):
+            pixels = carray(inputs[0], (16,))
+            values = carray(output, (16,))
+            for k in range(16):
+                values[k] = 255 - pixels[k]
+            return 0
+        loader = mmtensor.Loader(self.ds, batch_size=RECORDS, num_workers=2, fields=["label"], transforms=[
+            mmtensor.Transform("image", inputs=["image"], dtype="uint8", shape=[4, 4], fn=invert)])
+        del invert  # the Transform keeps the compiled function alive
+        gc.collect()
+        batch = loader.next()
+        np.testing.assert_array_equal(batch["image"].numpy(), 255 - self.images[batch["label"].numpy()])
+
     def test_fields_drop_last_and_options(self):
         loader = mmtensor.Loader(self.ds, batch_size=300, fields=["label"], drop_last=True)
         batches = list(loader)
