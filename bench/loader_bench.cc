@@ -11,7 +11,8 @@
 //     time(consumer) / time(loader): what moving the work off the training thread gives.
 //     With 1 worker the consumer's thread helps gather, so the loader has two threads
 //     against the reference's one; the stage's own cost per sample (get(), the call, a row
-//     view) is in bench/RESULTS.md, measured apart.
+//     view) is in bench/RESULTS.md, measured apart. c_function:1 gives the stage as a C
+//     function (SampleTransform::from_c, what Python's mmtensor.Transform passes).
 //   BM_LoaderToDevice/workers: host-to-device throughput of the loader (cuda:0, warm,
 //     uncompressed [3, 224, 224] uint8 records, batch 256) against pinned cudaMemcpyAsync of
 //     the same batch bytes on one stream. vs_pinned_memcpy = loader bytes/s / memcpy bytes/s;
@@ -220,9 +221,19 @@ void normalise(const uint8_t* in, float* out, int64_t count) {
   for (int64_t k = 0; k < count; ++k) out[k] = (static_cast<float>(in[k]) * (1.0f / 255) - 0.5f) * 4.0f;
 }
 
+// The same as a C function (SampleTransform::from_c, what Python's Transform passes).
+extern "C" int32_t normalise_c(const uint8_t* const* inputs, const int64_t* const* shapes, const int32_t* ndims,
+                               int32_t, uint8_t* output, uint64_t, int64_t) {
+  int64_t count = 1;
+  for (int32_t d = 0; d < ndims[0]; ++d) count *= shapes[0][d];
+  normalise(inputs[0], reinterpret_cast<float*>(output), count);
+  return 0;
+}
+
 void BM_LoaderTransform(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   const int64_t side = state.range(1);
+  const bool c_function = state.range(2) != 0;
   const int64_t values = 3 * side * side;
   const Dataset& dataset = host_dataset(side);
   LoaderOptions options;
@@ -234,6 +245,7 @@ void BM_LoaderTransform(benchmark::State& state) {
                          .fn = [values](const SampleTransform::Input& in, const Tensor& out) {
                            normalise(in.fields[0].data_ptr<uint8_t>(), out.mutable_data_ptr<float>(), values);
                          }}};
+  if (c_function) options.transforms = {SampleTransform::from_c("image", {"image"}, kFloat32, {3, side, side}, normalise_c)};
   options.sampler.kind = SamplerKind::Random;
   options.num_workers = threads;
   options.pin_memory = false;
@@ -394,7 +406,7 @@ void BM_LoaderToDevice(benchmark::State& state) {
 BENCHMARK(BM_LoaderVsGetBatch)->ArgsProduct({{1, 2}, {32, 128}})->ArgNames({"threads", "side"})
     ->Iterations(9)
     ->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_LoaderTransform)->ArgsProduct({{1, 2}, {32, 128}})->ArgNames({"threads", "side"})
+BENCHMARK(BM_LoaderTransform)->ArgsProduct({{1, 2}, {32, 128}, {0, 1}})->ArgNames({"threads", "side", "c_function"})
     ->Iterations(9)
     ->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LoaderColdRandom)->Arg(784)->Arg(150528)->ArgName("record_bytes")->Iterations(5)
