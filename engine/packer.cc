@@ -10,6 +10,7 @@
 #include <bit>
 #include <cerrno>
 #include <charconv>
+#include <optional>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -111,6 +112,70 @@ std::pair<std::string, std::string> split_spec(const std::string& spec) {
 
 std::string describe_sizes(IntArrayRef sizes) { return str(sizes); }
 
+// A raw file of values with no header (nanoGPT's train.bin, a C program's dump): the path
+// given as "PATH:DTYPE" or "PATH:DTYPE:D1xD2x..." (each record's shape; one value a record
+// without it). nullopt when the path names a file as it is, or its suffix is not that.
+struct RawInput {
+  std::string path;
+  ScalarType dtype = kUInt8;
+  std::vector<int64_t> record_shape;
+};
+std::optional<RawInput> raw_input_of(const std::string& spec_path) {
+  std::error_code ec;
+  if (fs::exists(spec_path, ec)) return std::nullopt;
+  const size_t last = spec_path.rfind(':');
+  if (last == std::string::npos) return std::nullopt;
+  RawInput raw;
+  std::string dtype_text = spec_path.substr(last + 1), path = spec_path.substr(0, last);
+  const auto dims_of = [](const std::string& text) -> std::optional<std::vector<int64_t>> {
+    std::vector<int64_t> dims;
+    size_t begin = 0;
+    while (begin <= text.size()) {
+      const size_t end = std::min(text.find('x', begin), text.size());
+      int64_t d = 0;
+      const auto [at, error] = std::from_chars(text.data() + begin, text.data() + end, d);
+      if (error != std::errc() || at != text.data() + end || d < 1) return std::nullopt;
+      dims.push_back(d);
+      begin = end + 1;
+    }
+    return dims;
+  };
+  if (!scalar_type_from_string(dtype_text)) {
+    // PATH:DTYPE:SHAPE
+    const size_t before = path.rfind(':');
+    if (before == std::string::npos) return std::nullopt;
+    std::optional<std::vector<int64_t>> dims = dims_of(dtype_text);
+    if (!dims) return std::nullopt;
+    raw.record_shape = std::move(*dims);
+    dtype_text = path.substr(before + 1);
+    path = path.substr(0, before);
+  }
+  const std::optional<ScalarType> dtype = scalar_type_from_string(dtype_text);
+  if (!dtype || !fs::exists(path, ec)) return std::nullopt;
+  raw.path = std::move(path);
+  raw.dtype = *dtype;
+  return raw;
+}
+
+// The raw file's values as a [records, ...record_shape] view of its mapping.
+Tensor raw_values(const RawInput& raw, const std::string& spec) {
+  const int64_t file_bytes = detail::regular_file_size(raw.path);
+  int64_t record_bytes = element_size(raw.dtype);
+  for (int64_t d : raw.record_shape) {
+    MMT_CHECK(d <= (int64_t{1} << 40) / record_bytes, InputSpecError, "input '", spec, "': records of shape ",
+              IntArrayRef(raw.record_shape), " are too large");
+    record_bytes *= d;
+  }
+  MMT_CHECK(file_bytes % record_bytes == 0, ValueError, raw.path, ": ", file_bytes, " bytes are not a whole number of ",
+            record_bytes, "-byte records of ", to_string(raw.dtype), IntArrayRef(raw.record_shape), " (", file_bytes % record_bytes,
+            " bytes left over): the wrong dtype or shape, or a file cut short");
+  const int64_t records = file_bytes / record_bytes;
+  std::vector<int64_t> sizes{records};
+  sizes.insert(sizes.end(), raw.record_shape.begin(), raw.record_shape.end());
+  if (records == 0) return empty(IntArrayRef(sizes), raw.dtype);
+  return Tensor(UntypedStorage::map_file(raw.path), raw.dtype, IntArrayRef(sizes));
+}
+
 // The offset of the first byte at which `a` and `b` differ, in row-major order; 0 when their
 // dtypes or shapes differ; -1 when they are the same. Exact bytes, so NaNs compare equal to
 // themselves and -0.0 differs from 0.0.
@@ -198,6 +263,12 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
     MMT_CHECK(!spec.empty(), InputSpecError, "an input is empty: give NAME=PATH.npy, PATH.npz or NAME=PATH (IDX)");
     auto [name, path] = split_spec(spec);
     MMT_CHECK(!path.empty(), InputSpecError, "input '", spec, "' has no path after '='");
+    if (const std::optional<RawInput> raw = raw_input_of(path)) {
+      MMT_CHECK(!name.empty(), InputSpecError, "input '", spec, "' needs a field name: write NAME=", spec);
+      out.input_paths_.push_back(raw->path);
+      add_array(name, raw_values(*raw, spec), spec, /*typed_name=*/true);
+      continue;
+    }
     SourceKind kind = sniff_kind(path);
     out.input_paths_.push_back(path);
     if (kind == SourceKind::Npz) {

@@ -82,6 +82,31 @@ TEST(PackWindows, AnArrayIsCutIntoOverlappingWindowsViewedWhereItLies) {
   EXPECT_FALSE(recorded->separator.has_value());
 }
 
+TEST(PackWindows, ARawTokenFileAsNanoGPTWritesItIsAnArrayInput) {
+  TempFolder dir;
+  std::vector<uint16_t> tokens(5000);
+  std::iota(tokens.begin(), tokens.end(), uint16_t{0});
+  testutil::write_file(dir / "train.bin", testutil::Bytes(reinterpret_cast<const std::byte*>(tokens.data()),
+                                                          reinterpret_cast<const std::byte*>(tokens.data() + tokens.size())));
+  const PackSources raw = PackSources::from_arrays(std::vector<std::string>{"tokens=" + dir / "train.bin:uint16"});
+  ASSERT_EQ(raw.records(), 5000);
+  EXPECT_EQ(raw.schema()[0].dtype, kUInt16);
+  EXPECT_EQ(raw.input_paths(), (std::vector<std::string>{dir / "train.bin"}));
+  const PackSources windows = PackSources::token_windows(raw, {.length = 65, .stride = 64});
+  EXPECT_EQ(windows.records(), (5000 - 65) / 64 + 1);
+  EXPECT_EQ(values_of(windows.record(3)[0]).front(), 192);
+  // Records of a shape: "PATH:DTYPE:D1xD2".
+  const PackSources grid = PackSources::from_arrays(std::vector<std::string>{"g=" + dir / "train.bin:uint16:10x25"});
+  EXPECT_EQ(grid.records(), 20);
+  EXPECT_EQ(grid.schema()[0].shape, (DimVector{10, 25}));
+  EXPECT_THROW_WITH(PackSources::from_arrays(std::vector<std::string>{"t=" + dir / "train.bin:int64:3"}), ValueError,
+                    "10000 bytes are not a whole number of 24-byte records of int64[3] (16 bytes left over)");
+  EXPECT_THROW_WITH(PackSources::from_arrays(std::vector<std::string>{dir / "train.bin:uint16"}), InputSpecError,
+                    "needs a field name");
+  // Not a dtype, or no such file: the path is taken as it is, and named as missing.
+  EXPECT_THROW(PackSources::from_arrays(std::vector<std::string>{"t=" + dir / "train.bin:uint17"}), IoError);
+}
+
 TEST(PackWindows, DocumentsWithASeparatorMakeOneStreamAcrossRecordsAndChunks) {
   TempFolder dir;
   const std::string docs = write_documents(dir, 60, CodecSpec::parse("zstd"));

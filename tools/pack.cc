@@ -212,6 +212,8 @@ void add_pack_command(CLI::App& app) {
       "  NAME=PATH.npy   one field; the first dimension indexes records\n"
       "  PATH.npz        one field per array in the archive\n"
       "  NAME=PATH       an IDX file, gzip-compressed or not (MNIST's *-idx3-ubyte.gz)\n"
+      "  NAME=PATH:DTYPE[:D1xD2...]  a raw file of values with no header (nanoGPT's\n"
+      "                  train.bin: tokens=train.bin:uint16), records of one value or that shape\n"
       "  PATH.mmt...     mmtensor datasets (all inputs), read as one and repacked: another\n"
       "                  codec, chunk size or alignment, shards merged into one file;\n"
       "                  --field NAME (repeated) keeps only those fields\n"

@@ -8,6 +8,10 @@
 //                     mapped; deflated ones inflated a batch of records at a time as they
 //                     are packed, their CRC-32 checked at their end)
 //   "NAME=PATH"       an IDX file, gzip-compressed or not (MNIST's train-images-idx3-ubyte.gz)
+//   "NAME=PATH:DTYPE[:D1xD2...]"  a raw file of DTYPE values in native byte order with no
+//                     header (nanoGPT's train.bin: "tokens=train.bin:uint16"), one value a
+//                     record or records of shape [D1, D2, ...]; mapped, not read. Its size
+//                     must be a whole number of records (ValueError says what is left over)
 // whose record counts must agree. Values that cannot be used where they lie (big-endian, or
 // a stored member unaligned for its dtype, as numpy's ZIP headers leave most) are converted a
 // batch of records at a time: a large .npy or .npz array is never copied into memory whole.
