@@ -1004,7 +1004,7 @@ class SourceNumbering {
 }  // namespace
 
 int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
-                             std::span<const int64_t> indices) {
+                             std::span<const int64_t> indices, SourceFields which) {
   const Schema& expected = sources.schema();
   const Schema& actual = dataset.schema();
   // By name, not position: the sources may name the fields in another order, or only some of
@@ -1012,9 +1012,14 @@ int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
   // dataset, with the same dtype and shape.
   std::vector<std::string> dataset_fields;
   for (const Field& f : actual) dataset_fields.push_back(str("'", detail::escaped(f.name), "'"));
+  std::vector<bool> compared(expected.size(), true);
   for (size_t f = 0; f < expected.size(); ++f) {
     const Field& want = expected[f];
     const auto have = std::find_if(actual.begin(), actual.end(), [&](const Field& a) { return a.name == want.name; });
+    if (have == actual.end() && which == SourceFields::Shared) {
+      compared[f] = false;
+      continue;
+    }
     if (have == actual.end()) {
       std::string names;
       for (const std::string& name : dataset_fields) names += (names.empty() ? "" : ", ") + name;
@@ -1026,6 +1031,8 @@ int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
                             IntArrayRef(have->shape), " in the dataset but ", to_string(want.dtype),
                             IntArrayRef(want.shape), " in its source ", sources.origins()[f]));
   }
+  MMT_CHECK(std::find(compared.begin(), compared.end(), true) != compared.end(), FormatError, dataset.path(),
+            ": shares no field with its sources (", sources.origins().empty() ? std::string() : sources.origins()[0], ")");
   const SourceNumbering numbering(dataset, sources);
   std::vector<Tensor> values;
   auto check = [&](int64_t index) {
@@ -1034,6 +1041,7 @@ int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
     const int64_t source_index = numbering.source_index(index);
     sources.record(source_index, values);
     for (size_t f = 0; f < values.size(); ++f) {
+      if (!compared[f]) continue;
       const Tensor stored = dataset.get(index, expected[f].name);
       const int64_t at = first_difference(stored, values[f]);
       if (at < 0) continue;

@@ -46,14 +46,19 @@ void check_options(const VerifyArgs& args) {
 
 // "a, b" for the fields the sources give; the dataset's others, not compared, after them.
 std::string compared_fields(const Schema& dataset, const Schema& sources) {
-  std::string compared, skipped;
-  for (const Field& f : sources) compared += detail::str(compared.empty() ? "" : ", ", printable(f.name));
+  std::string compared, skipped, lacking;
+  for (const Field& f : sources) {
+    std::string& list = dataset.find(f.name) ? compared : lacking;
+    list += detail::str(list.empty() ? "" : ", ", printable(f.name));
+  }
   for (const Field& f : dataset) {
     const bool given = std::any_of(sources.begin(), sources.end(), [&](const Field& s) { return s.name == f.name; });
     if (!given) skipped += detail::str(skipped.empty() ? "" : ", ", printable(f.name));
   }
-  std::string text = detail::str(sources.size() == 1 ? "field " : "fields ", compared);
+  const bool one = compared.find(", ") == std::string::npos;
+  std::string text = detail::str(one ? "field " : "fields ", compared);
   if (!skipped.empty()) text += detail::str("; not compared, as the sources do not give them: ", skipped);
+  if (!lacking.empty()) text += detail::str("; not compared, as the dataset does not hold them: ", lacking);
   return text;
 }
 
@@ -154,7 +159,10 @@ void run_verify(const VerifyArgs& args) {
     indices.assign(picked.begin(), picked.end());
     std::sort(indices.begin(), indices.end());
   }
-  int64_t compared = compare_with_sources(ds, sources, indices);
+  // A folder gives its fields whatever the pack kept (a repack may have left "label" out):
+  // those the dataset holds are compared.
+  const SourceFields which = args.folder.empty() ? SourceFields::AllGiven : SourceFields::Shared;
+  int64_t compared = compare_with_sources(ds, sources, indices, which);
   std::cout << printable(ds.path()) << ": " << compared << (indices.empty() ? " records (all)" : " random records")
             << " equal their sources byte for byte (" << compared_fields(ds.schema(), sources.schema()) << ")\n";
 }

@@ -341,7 +341,11 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
 // when the record counts differ, and for the first record that differs (in ascending order): its
 // field, its source (for a folder, the file) and the first byte that differs; IndexError for
 // an index outside [0, dataset.size()). Returns the number of records compared.
+// With SourceFields::Shared, the fields the sources give that the dataset lacks are not
+// compared (a folder's "label", packed and then left out by a repack); at least one must be
+// shared, else FormatError.
+enum class SourceFields : uint8_t { AllGiven, Shared };
 int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
-                             std::span<const int64_t> indices = {});
+                             std::span<const int64_t> indices = {}, SourceFields fields = SourceFields::AllGiven);
 
 }  // namespace mmt
