@@ -28,6 +28,45 @@ bool holds_exactly(ScalarType dtype, int64_t value) {
   }
 }
 
+// Tokens [first, first + count) of a 1-D array's stream, from what the last call read
+// where it overlaps (TokenWindows::Held): new memory, or a view of the array's mapping.
+Tensor run_of(const TokenWindows& w, int64_t first, int64_t count) {
+  std::vector<Tensor> values;
+  if (!w.converted_array) {
+    if (!w.tokens.record_batch(first, count, values)) return Tensor();
+    return values[0];
+  }
+  TokenWindows::Held& held = *w.held;
+  std::lock_guard lock(held.mutex);
+  const int64_t held_end = held.run.defined() ? held.run_first + held.run.size(0) : -1;
+  Tensor run = empty({count}, w.dtype);
+  int64_t reused = 0;
+  if (held.run.defined() && held.run_first <= first && first <= held_end) {
+    reused = std::min(held_end - first, count);
+    if (reused > 0) run.narrow(0, 0, reused).copy_(held.run.narrow(0, first - held.run_first, reused));
+  }
+  if (reused < count) {
+    if (!w.tokens.record_batch(first + reused, count - reused, values)) return Tensor();
+    run.narrow(0, reused, count - reused).copy_(values[0]);
+  }
+  held.run = run;
+  held.run_first = first;
+  return run;
+}
+
+// Document d's values, flattened: the one the last window ended in is kept (TokenWindows::Held).
+Tensor document_of(const TokenWindows& w, int64_t d) {
+  TokenWindows::Held& held = *w.held;
+  std::lock_guard lock(held.mutex);
+  if (held.document != d) {
+    std::vector<Tensor> values;
+    w.tokens.record(d, values);
+    held.values = values[0].flatten();
+    held.document = d;
+  }
+  return held.values;
+}
+
 }  // namespace
 
 PackSources PackSources::token_windows(PackSources tokens, WindowOptions options) {
@@ -69,6 +108,7 @@ PackSources PackSources::token_windows(PackSources tokens, WindowOptions options
     windows->stream_tokens = windows->document_start.back();
   } else {
     windows->stream_tokens = tokens.records();
+    windows->converted_array = !tokens.columns_.empty() && !tokens.columns_[0].defined();
   }
   const int64_t length = options.length, stride = options.stride;
   windows->windows = windows->stream_tokens < length ? 0 : (windows->stream_tokens - length) / stride + 1;
@@ -87,7 +127,12 @@ PackSources PackSources::token_windows(PackSources tokens, WindowOptions options
   out.input_paths_ = tokens.input_paths_;
   out.input_folders_ = tokens.input_folders_;
   out.linked_input_files_ = tokens.linked_input_files_;
-  out.total_bytes_ = windows->windows * length * element_size(field.dtype);
+  // For progress figures only: saturated rather than wrapped for a stream of absurd windows.
+  int64_t window_bytes = 0, all_bytes = 0;
+  out.total_bytes_ = __builtin_mul_overflow(length, element_size(field.dtype), &window_bytes) ||
+                             __builtin_mul_overflow(window_bytes, windows->windows, &all_bytes)
+                         ? std::numeric_limits<int64_t>::max()
+                         : all_bytes;
   windows->tokens = std::move(tokens);
   out.windows_ = std::move(windows);
   return out;
@@ -126,8 +171,8 @@ void PackSources::fill_windows(int64_t start, int64_t count, const Tensor& out) 
     const int64_t first = (start + r) * w.options.stride;  // in the stream
     if (!w.documents) {
       // A 1-D array: the window is a run of its records, one token each.
-      if (w.tokens.record_batch(first, length, values)) {
-        row.copy_(values[0]);
+      if (const Tensor run = run_of(w, first, length); run.defined()) {
+        row.copy_(run);
       } else {
         for (int64_t k = 0; k < length; ++k) {
           w.tokens.record(first + k, values);
@@ -146,8 +191,7 @@ void PackSources::fill_windows(int64_t start, int64_t count, const Tensor& out) 
       const int64_t tokens = w.document_tokens(d);
       if (within < tokens) {
         const int64_t take = std::min(tokens - within, length - filled);
-        w.tokens.record(static_cast<int64_t>(d), values);
-        row.narrow(0, filled, take).copy_(values[0].flatten().narrow(0, within, take));
+        row.narrow(0, filled, take).copy_(document_of(w, static_cast<int64_t>(d)).narrow(0, within, take));
         filled += take;
         position += take;
       } else {  // the separator (without one, the loop below never leaves a document at its end)
@@ -167,11 +211,12 @@ bool PackSources::window_batch(int64_t start, int64_t count, std::vector<Tensor>
   const int64_t length = w.options.length, stride = w.options.stride;
   values.resize(1);
   if (!w.documents && count > 0) {
-    // A 1-D array that lies in memory as it is: the windows are one strided view of it
-    // (overlapping when stride < length), which the writer copies row by row.
-    std::vector<Tensor> run;
-    if (w.tokens.record_batch(start * stride, (count - 1) * stride + length, run) && run[0].is_contiguous()) {
-      values[0] = run[0].as_strided({count, length}, {stride, 1}, run[0].storage_offset());
+    // A 1-D array: the windows are one strided view of its run of tokens (overlapping when
+    // stride < length), of the array's mapping where it lies as it is; the writer copies
+    // them row by row.
+    const Tensor run = run_of(w, start * stride, (count - 1) * stride + length);
+    if (run.defined() && run.is_contiguous()) {
+      values[0] = run.as_strided({count, length}, {stride, 1}, run.storage_offset());
       return true;
     }
   }

@@ -114,7 +114,10 @@ std::string describe_sizes(IntArrayRef sizes) { return str(sizes); }
 
 // A raw file of values with no header (nanoGPT's train.bin, a C program's dump): the path
 // given as "PATH:DTYPE" or "PATH:DTYPE:D1xD2x..." (each record's shape; one value a record
-// without it). nullopt when the path names a file as it is, or its suffix is not that.
+// without it). nullopt when the path names a file as it is, or no file comes before a ':'.
+// InputSpecError when one does but what follows is not a sized dtype name (uint16, float32:
+// "float" or "int" would read a file of float64 or int64 values as twice as many float32 or
+// int32 ones, which no size check catches) and a shape of dimensions >= 1.
 struct RawInput {
   std::string path;
   ScalarType dtype = kUInt8;
@@ -123,37 +126,37 @@ struct RawInput {
 std::optional<RawInput> raw_input_of(const std::string& spec_path) {
   std::error_code ec;
   if (fs::exists(spec_path, ec)) return std::nullopt;
-  const size_t last = spec_path.rfind(':');
-  if (last == std::string::npos) return std::nullopt;
+  // The file: the longest part before a ':' that exists (a path may hold ':' itself).
+  size_t colon = spec_path.rfind(':');
+  while (colon != std::string::npos && colon > 0 && !fs::is_regular_file(spec_path.substr(0, colon), ec))
+    colon = spec_path.rfind(':', colon - 1);
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
   RawInput raw;
-  std::string dtype_text = spec_path.substr(last + 1), path = spec_path.substr(0, last);
-  const auto dims_of = [](const std::string& text) -> std::optional<std::vector<int64_t>> {
-    std::vector<int64_t> dims;
-    size_t begin = 0;
-    while (begin <= text.size()) {
-      const size_t end = std::min(text.find('x', begin), text.size());
-      int64_t d = 0;
-      const auto [at, error] = std::from_chars(text.data() + begin, text.data() + end, d);
-      if (error != std::errc() || at != text.data() + end || d < 1) return std::nullopt;
-      dims.push_back(d);
-      begin = end + 1;
-    }
-    return dims;
+  raw.path = spec_path.substr(0, colon);
+  const std::string suffix = spec_path.substr(colon + 1);
+  const size_t shape_colon = suffix.find(':');
+  const std::string dtype_text = suffix.substr(0, shape_colon);
+  const auto refuse = [&](const std::string& why) {
+    return InputSpecError(str("input '", spec_path, "': ", raw.path, " is a file, but ':", suffix,
+                              "' is not :DTYPE[:D1xD2...] for its raw values: ", why));
   };
-  if (!scalar_type_from_string(dtype_text)) {
-    // PATH:DTYPE:SHAPE
-    const size_t before = path.rfind(':');
-    if (before == std::string::npos) return std::nullopt;
-    std::optional<std::vector<int64_t>> dims = dims_of(dtype_text);
-    if (!dims) return std::nullopt;
-    raw.record_shape = std::move(*dims);
-    dtype_text = path.substr(before + 1);
-    path = path.substr(0, before);
-  }
   const std::optional<ScalarType> dtype = scalar_type_from_string(dtype_text);
-  if (!dtype || !fs::exists(path, ec)) return std::nullopt;
-  raw.path = std::move(path);
+  if (!dtype) throw refuse(str("'", dtype_text, "' is not a dtype"));
+  if (to_string(*dtype) != dtype_text)
+    throw refuse(str("write '", to_string(*dtype), "', not '", dtype_text,
+                     "' (a name without its size is read differently by numpy, torch and C)"));
   raw.dtype = *dtype;
+  if (shape_colon == std::string::npos) return raw;
+  const std::string shape = suffix.substr(shape_colon + 1);
+  for (size_t begin = 0; begin <= shape.size();) {
+    const size_t end = std::min(shape.find('x', begin), shape.size());
+    int64_t d = 0;
+    const auto [at, error] = std::from_chars(shape.data() + begin, shape.data() + end, d);
+    if (error != std::errc() || at != shape.data() + end || d < 1)
+      throw refuse(str("the shape '", shape, "' is not dimensions >= 1 joined by 'x' (28x28)"));
+    raw.record_shape.push_back(d);
+    begin = end + 1;
+  }
   return raw;
 }
 
@@ -353,6 +356,11 @@ InputsKind inputs_kind(std::span<const std::string> specs) {
     }
     const size_t eq = spec.find('=');
     if (eq != std::string::npos && fs::exists(spec.substr(eq + 1), ec)) return InputsKind::Arrays;  // NAME=PATH
+    try {
+      if (eq != std::string::npos && raw_input_of(spec.substr(eq + 1))) return InputsKind::Arrays;  // NAME=PATH:DTYPE
+    } catch (const InputSpecError&) {
+      return InputsKind::Arrays;  // from_arrays says what is wrong with it
+    }
   }
   return any_dataset ? InputsKind::Datasets : InputsKind::Unknown;
 }

@@ -965,6 +965,14 @@ TEST_F(MmtCli, PackCutsTokenWindowsAndVerifyCutsTheSourcesAlike) {
   save("other.npy", arange(1, 5001, 1, kInt32));
   EXPECT_FAILS_WITH(run_mmt({"verify", path("gpt-0.mmt"), "--against", "tokens=" + path("other.npy")}),
                     "record 0, field 'tokens' differs from its source tokens 0 to 128 of tokens=");
+  // The shards merged: verified against the shards, whose records are those windows already.
+  ASSERT_EQ(run_mmt({"pack", path("gpt.mmt"), path("gpt-0.mmt"), path("gpt-1.mmt"), "--codec", "zstd"}).exit_code, 0);
+  const RunResult merged = run_mmt({"verify", path("gpt.mmt"), "--against", path("gpt-0.mmt"), path("gpt-1.mmt")});
+  EXPECT_EQ(merged.exit_code, 0) << merged.err;
+  // A longer stream has enough tokens for the same windows, but is not the one they came from.
+  save("longer.npy", arange(5050, kInt32));
+  EXPECT_FAILS_WITH(run_mmt({"verify", path("gpt.mmt"), "--against", "tokens=" + path("longer.npy")}),
+                    "its windows were cut from a stream of 5000 tokens (metadata key token_windows), but these inputs make 5050");
   EXPECT_FAILS_WITH(run_mmt({"pack", path("q.mmt"), "tokens=" + path("tokens.npy"), "--separator", "0"}),
                     "--separator goes between the documents of --window's stream");
   EXPECT_FAILS_WITH(run_mmt({"pack", path("q.mmt"), "tokens=" + path("tokens.npy"), "--window", "0"}),

@@ -103,8 +103,48 @@ TEST(PackWindows, ARawTokenFileAsNanoGPTWritesItIsAnArrayInput) {
                     "10000 bytes are not a whole number of 24-byte records of int64[3] (16 bytes left over)");
   EXPECT_THROW_WITH(PackSources::from_arrays(std::vector<std::string>{dir / "train.bin:uint16"}), InputSpecError,
                     "needs a field name");
-  // Not a dtype, or no such file: the path is taken as it is, and named as missing.
-  EXPECT_THROW(PackSources::from_arrays(std::vector<std::string>{"t=" + dir / "train.bin:uint17"}), IoError);
+  // A dtype without its size reads other values than the file holds: refused, as is a bad shape.
+  EXPECT_THROW_WITH(PackSources::from_arrays(std::vector<std::string>{"t=" + dir / "train.bin:float"}), InputSpecError,
+                    "write 'float32', not 'float'");
+  EXPECT_THROW_WITH(PackSources::from_arrays(std::vector<std::string>{"t=" + dir / "train.bin:uint16:0"}),
+                    InputSpecError, "train.bin is a file, but ':uint16:0' is not :DTYPE[:D1xD2...]");
+  EXPECT_THROW_WITH(PackSources::from_arrays(std::vector<std::string>{"t=" + dir / "train.bin:uint17"}), InputSpecError,
+                    "'uint17' is not a dtype");
+  // Chosen fields are for datasets; a raw input is an array, and says so.
+  EXPECT_THROW_WITH(PackSources::from_inputs(std::vector<std::string>{"t=" + dir / "train.bin:uint16"},
+                                             std::vector<std::string>{"t"}),
+                    InputSpecError, "choosing fields is for dataset inputs");
+  // No file before the ':': the path is taken as it is, and named as missing.
+  EXPECT_THROW(PackSources::from_arrays(std::vector<std::string>{"t=" + dir / "none.bin:uint16"}), IoError);
+}
+
+TEST(PackWindows, ADeflatedArrayIsReadFrontToBackOnce) {
+  // An .npz member deflated: read front to back, so overlapping windows must not read it
+  // again from its start (each would inflate all that came before it). A 1-D array, and
+  // documents of a 2-D one, packed and compared window by window as verify does.
+  TempFolder dir;
+  const Tensor flat = arange(20000, kInt32);
+  testutil::Bytes flat_bytes(reinterpret_cast<const std::byte*>(flat.data_ptr()),
+                             reinterpret_cast<const std::byte*>(flat.data_ptr()) + flat.nbytes());
+  const testutil::Bytes npy = testutil::npy_with_dict("{'descr': '<i4', 'fortran_order': False, 'shape': (20000,), }",
+                                                      flat_bytes);
+  const testutil::Bytes grid = testutil::npy_with_dict("{'descr': '<i4', 'fortran_order': False, 'shape': (200, 100), }",
+                                                       flat_bytes);
+  // A one-member archive of each ("NAME=" cannot pick a member from an .npz).
+  for (const char* member : {"tokens", "docs"}) {
+    const testutil::Bytes& content = std::string(member) == "tokens" ? npy : grid;
+    testutil::write_file(dir / (std::string(member) + ".npz"),
+               testutil::zip_archive({{.name = std::string(member) + ".npy", .content = content, .deflate = true}}));
+    const PackSources windows = PackSources::token_windows(
+        PackSources::from_arrays(std::vector<std::string>{dir / (std::string(member) + ".npz")}),
+        {.length = 1025, .stride = 1000});
+    ASSERT_EQ(windows.records(), (20000 - 1025) / 1000 + 1);
+    pack_dataset(dir / "w.mmt", windows, {.writer = {.overwrite = true}});
+    const Dataset ds = Dataset::open(dir / "w.mmt");
+    for (int64_t w = 0; w < ds.size(); ++w)
+      ASSERT_TRUE(ds.get(w, member).equal(arange(w * 1000, w * 1000 + 1025, 1, kInt32))) << member << " " << w;
+    EXPECT_EQ(compare_with_sources(ds, windows), ds.size());  // window by window, as verify does
+  }
 }
 
 TEST(PackWindows, DocumentsWithASeparatorMakeOneStreamAcrossRecordsAndChunks) {

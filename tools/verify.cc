@@ -10,6 +10,8 @@
 #include <vector>
 #include <unordered_set>
 
+#include <nlohmann/json.hpp>
+
 #include "mmt_commands.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/packer.h"
@@ -143,9 +145,24 @@ void run_verify(const VerifyArgs& args) {
   }
   PackSources sources = load_pack_sources(args.against, args.folder, ds.schema().find("path").has_value(), fields,
                                           ds.schema().find("__key__").has_value() && are_tar_inputs(args.against));
-  // Token windows (pack --window): the inputs cut as the pack cut them, by the dataset's record of it.
-  if (const std::optional<WindowOptions> window = PackSources::windows_of(ds))
+  // Token windows (pack --window): the inputs cut as the pack cut them, by the dataset's record
+  // of it; not datasets that are those windows already (the shards merged, or a repack).
+  const std::optional<WindowOptions> window = PackSources::windows_of(ds);
+  const std::string windows_key(kTokenWindowsMetadataKey);
+  if (window && !sources.metadata().contains(windows_key)) {
     sources = PackSources::token_windows(std::move(sources), *window);
+    // The stream must be the one the windows were cut from, not only as long as their count
+    // needs (a longer input would pass, its tail dropped).
+    const auto stream_tokens = [&](const std::string& entry) {
+      const nlohmann::json json = nlohmann::json::parse(entry, nullptr, false);
+      return json.is_object() && json.contains("tokens") && json["tokens"].is_number_integer()
+                 ? json["tokens"].get<int64_t>() : int64_t{-1};
+    };
+    const int64_t packed = stream_tokens(ds.metadata().at(windows_key));
+    const int64_t given = stream_tokens(sources.metadata().at(windows_key));
+    MMT_CHECK(packed < 0 || packed == given, FormatError, printable(ds.path()), ": its windows were cut from a stream of ",
+              packed, " tokens (metadata key ", windows_key, "), but these inputs make ", given);
+  }
   std::vector<int64_t> indices;
   if (args.samples > 0 && args.samples < ds.size()) {
     // `samples` distinct records (Floyd's sampling: O(samples) memory whatever the size), in

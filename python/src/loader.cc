@@ -32,6 +32,24 @@ struct PyLoader {
     if (!loader) throw py::value_error("Loader: closed");
     return *loader;
   }
+
+  // Destroyed by Python with the GIL held: the workers are joined without it, as close() does,
+  // so one in a transform that takes the GIL (a C function calling back into Python) can
+  // finish. Not while the interpreter shuts down, when no other thread may take the GIL.
+  ~PyLoader() {
+    if (!loader) return;
+#if PY_VERSION_HEX >= 0x030D0000
+    const bool finalizing = Py_IsFinalizing();
+#else
+    const bool finalizing = _Py_IsFinalizing();
+#endif
+    if (finalizing || !PyGILState_Check()) {
+      loader.reset();
+      return;
+    }
+    py::gil_scoped_release release;
+    loader.reset();
+  }
 };
 
 // The Python Batch holds one reference to the C++ batch; every tensor taken from it holds
@@ -155,12 +173,27 @@ mmt_transform_fn c_function_of(const py::object& fn) {
   if (py::hasattr(fn, "address") && py::hasattr(fn, "native_name")) {  // numba.core.ccallback.CFunc
     address = fn.attr("address");
   } else if (py::isinstance(fn, ctypes.attr("_CFuncPtr"))) {
+    // A CFUNCTYPE around a Python function (its _objects hold the thunk) takes the GIL on
+    // every call: the workers would run one at a time, and wait on a thread that holds the
+    // GIL while it waits for them.
+    const py::object objects = py::getattr(fn, "_objects", py::none());
+    if (py::isinstance<py::dict>(objects))
+      for (const auto& [key, value] : objects.cast<py::dict>())
+        if (std::string_view(Py_TYPE(value.ptr())->tp_name).ends_with("CThunkObject"))
+          throw py::type_error("Transform: fn is a ctypes callback around a Python function, which would take the "
+                               "GIL on the loader's threads; give a compiled function (numba @cfunc, a shared "
+                               "library's symbol)");
     address = ctypes.attr("cast")(fn, ctypes.attr("c_void_p")).attr("value");
   }
   if (PyBool_Check(address.ptr()) || !PyIndex_Check(address.ptr()))
     throw py::type_error(std::string("Transform: fn must be a C function: a numba @cfunc, a ctypes function or an "
                                      "address (int), not ") + Py_TYPE(fn.ptr())->tp_name);
-  const auto value = address.cast<uint64_t>();
+  uint64_t value = 0;
+  try {
+    value = address.cast<uint64_t>();
+  } catch (const py::cast_error&) {
+    throw py::value_error("Transform: fn's address " + py::str(address).cast<std::string>() + " is not in [1, 2**64)");
+  }
   if (value == 0) throw py::value_error("Transform: fn is a null function pointer");
   return reinterpret_cast<mmt_transform_fn>(static_cast<uintptr_t>(value));
 }

@@ -345,6 +345,13 @@ int32_t fail_on_13(const uint8_t* const* in, const int64_t* const* shapes, const
             mmtensor.Transform("x", inputs=["label"], dtype="int64", shape=[1], fn=lambda *a: 0)
         with self.assertRaisesRegex(ValueError, "null function pointer"):
             mmtensor.Transform("x", inputs=["label"], dtype="int64", shape=[1], fn=0)
+        with self.assertRaisesRegex(ValueError, r"is not in \[1, 2\*\*64\)"):
+            mmtensor.Transform("x", inputs=["label"], dtype="int64", shape=[1], fn=-1)
+        # A ctypes callback around a Python function would take the GIL on the workers.
+        callback_type = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 4, ctypes.c_void_p, ctypes.c_uint64,
+                                         ctypes.c_int64)
+        with self.assertRaisesRegex(TypeError, "ctypes callback around a Python function"):
+            mmtensor.Transform("x", inputs=["label"], dtype="int64", shape=[1], fn=callback_type(lambda *a: 0))
         with self.assertRaisesRegex(TypeError, "mmtensor.Transform objects"):
             mmtensor.Loader(self.ds, transforms=[library.scale])
 
