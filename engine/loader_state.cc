@@ -91,6 +91,25 @@ T required(const nlohmann::json& json, const char* key) {
   }
 }
 
+// What an epoch selects, a subset or a mixture (`name`): entries NAME_hash and NAME_size,
+// which came with version `since`. A state holds both or neither, and no list or mixture
+// hashes to 0. Whether the state holds them.
+bool read_selection(const nlohmann::json& json, const std::string& name, int version, int since, uint64_t& hash,
+                    int64_t& size) {
+  const std::string hash_key = name + "_hash", size_key = name + "_size";
+  const bool present = json.contains(hash_key) || json.contains(size_key);
+  MMT_CHECK(!present || version >= since, ValueError, "LoaderState: a version-", version, " state cannot name a ", name,
+            " (", name, "s came with version ", since, ")");
+  if (!present) return false;
+  hash = optional_hex64(json, hash_key.c_str());
+  MMT_CHECK(hash != 0, ValueError, "LoaderState: entry '", hash_key, "' is ",
+            json.contains(hash_key) ? detail::str("0, which no ", name, " hashes to")
+                                      : detail::str("missing, yet '", size_key, "' is there"));
+  size = required<int64_t>(json, size_key.c_str());
+  MMT_CHECK(size >= 0, ValueError, "LoaderState: negative ", size_key, " ", size);
+  return true;
+}
+
 }  // namespace
 
 LoaderState LoaderState::parse(std::string_view text) {
@@ -137,30 +156,11 @@ LoaderState LoaderState::parse(std::string_view text) {
   MMT_CHECK(state.chunk_layout == 0 || state.sampler == SamplerKind::QuasiRandom, ValueError, "LoaderState: a ", kind,
             " order does not depend on the chunk layout, yet the state names one (", hex64(state.chunk_layout), ")");
   state.dataset_fingerprint = optional_hex64(json, "dataset_fingerprint");
-  // A subset came with version 3: an older state has none. A state that has one holds both
-  // entries, and the hash of any list is not 0.
-  const bool has_subset = json.contains("subset_hash") || json.contains("subset_size");
-  MMT_CHECK(!has_subset || version >= 3, ValueError, "LoaderState: a version-", version,
-            " state cannot name a subset (subsets came with version 3)");
-  if (has_subset) {
-    state.subset_hash = optional_hex64(json, "subset_hash");
-    MMT_CHECK(state.subset_hash != 0, ValueError, "LoaderState: entry 'subset_hash' is ",
-              json.contains("subset_hash") ? "0, which no subset hashes to" : "missing, yet 'subset_size' is there");
-    state.subset_size = required<int64_t>(json, "subset_size");
-    MMT_CHECK(state.subset_size >= 0, ValueError, "LoaderState: negative subset_size ", state.subset_size);
-  }
-  // Mixtures came with version 4, both entries together, as a subset's; never with a subset.
-  const bool has_mixture = json.contains("mixture_hash") || json.contains("mixture_size");
-  MMT_CHECK(!has_mixture || version >= 4, ValueError, "LoaderState: a version-", version,
-            " state cannot name a mixture (mixtures came with version 4)");
+  // A subset came with version 3, a mixture with version 4: an older state has neither, and
+  // no state both.
+  const bool has_subset = read_selection(json, "subset", version, 3, state.subset_hash, state.subset_size);
+  const bool has_mixture = read_selection(json, "mixture", version, 4, state.mixture_hash, state.mixture_size);
   MMT_CHECK(!has_mixture || !has_subset, ValueError, "LoaderState: a state names a subset or a mixture, not both");
-  if (has_mixture) {
-    state.mixture_hash = optional_hex64(json, "mixture_hash");
-    MMT_CHECK(state.mixture_hash != 0, ValueError, "LoaderState: entry 'mixture_hash' is ",
-              json.contains("mixture_hash") ? "0, which no mixture hashes to" : "missing, yet 'mixture_size' is there");
-    state.mixture_size = required<int64_t>(json, "mixture_size");
-    MMT_CHECK(state.mixture_size >= 0, ValueError, "LoaderState: negative mixture_size ", state.mixture_size);
-  }
   state.window_chunks = required<int64_t>(json, "window_chunks");
   state.records = required<int64_t>(json, "records");
   state.epoch = required<int64_t>(json, "epoch");
