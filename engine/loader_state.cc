@@ -47,7 +47,7 @@ uint64_t optional_hex64(const nlohmann::json& json, const char* key) {
 
 std::string LoaderState::to_string() const {
   nlohmann::json json = {
-      {"version", mixture_hash != 0 ? 4 : subset_hash != 0 ? 3 : 2},
+      {"version", mixture_hash != 0 ? kVersion : subset_hash != 0 ? 3 : 2},
       {"sampler", std::string(mmt::to_string(sampler))},
       {"seed", hex64(seed)},
       {"window_chunks", window_chunks},

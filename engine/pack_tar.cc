@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <string_view>
 
+#include "import_util.h"
 #include "mapping_guard.h"
 #include "mmtensor/error.h"
 #include "mmtensor/packer.h"
@@ -46,7 +46,6 @@ struct TarSamples {
 
 namespace {
 
-namespace fs = std::filesystem;
 using detail::str;
 using detail::TarSamples;
 
@@ -136,14 +135,12 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
 
   for (size_t a = 0; a < paths.size(); ++a) {
     const std::string& path = paths[a];
-    std::error_code ec;
-    MMT_CHECK(fs::is_regular_file(path, ec), IoError, path, ": ",
-              fs::exists(path, ec) ? "not a file" : "no such file", " (a tar archive was expected)");
-    MMT_CHECK(fs::file_size(path, ec) == 0 || detail::is_tar_file(path), ValueError, path,
+    const int64_t file_bytes = detail::regular_file_size(path);  // IoError naming a missing file or a folder
+    MMT_CHECK(file_bytes == 0 || detail::is_tar_file(path), ValueError, path,
               ": not a tar archive (no ustar header at its start; a .tar.gz must be decompressed first); tar "
               "archives are packed alone, not with other inputs");
     MMT_CHECK(a <= UINT32_MAX, ValueError, "more than 2^32 tar archives");
-    UntypedStorage archive = fs::file_size(path, ec) == 0 ? UntypedStorage() : UntypedStorage::map_file(path);
+    UntypedStorage archive = file_bytes == 0 ? UntypedStorage() : UntypedStorage::map_file(path);
     if (archive.nbytes() > 0) {
       detail::for_each_tar_member(archive, [&](const detail::TarMember& member) {
         auto split = key_and_extension(member.name);

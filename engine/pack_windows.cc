@@ -138,11 +138,11 @@ PackSources PackSources::token_windows(PackSources tokens, WindowOptions options
   return out;
 }
 
-std::optional<WindowOptions> PackSources::windows_of(const Dataset& dataset) {
-  const auto it = dataset.metadata().find(std::string(kTokenWindowsMetadataKey));
-  if (it == dataset.metadata().end()) return std::nullopt;
+std::optional<PackSources::RecordedWindows> PackSources::windows_of(const Metadata& metadata, const std::string& where) {
+  const auto it = metadata.find(std::string(kTokenWindowsMetadataKey));
+  if (it == metadata.end()) return std::nullopt;
   const auto malformed = [&](const std::string& why) {
-    return FormatError(str(dataset.path(), ": metadata key '", kTokenWindowsMetadataKey, "' ", why));
+    return FormatError(str(where, ": metadata key '", kTokenWindowsMetadataKey, "' ", why));
   };
   const nlohmann::json entry = nlohmann::json::parse(it->second, nullptr, false);
   if (!entry.is_object()) throw malformed("is not a JSON object");
@@ -153,13 +153,15 @@ std::optional<WindowOptions> PackSources::windows_of(const Dataset& dataset) {
       throw malformed(str("has '", key, "' that is not an integer"));
     return value->get<int64_t>();
   };
-  WindowOptions options;
-  const std::optional<int64_t> length = integer("length"), stride = integer("stride");
+  RecordedWindows recorded;
+  const std::optional<int64_t> length = integer("length"), stride = integer("stride"), tokens = integer("tokens");
   if (!length || !stride || *length < 1 || *stride < 1) throw malformed("lacks a length and stride >= 1");
-  options.length = *length;
-  options.stride = *stride;
-  options.separator = integer("separator");
-  return options;
+  if (!tokens || *tokens < 0) throw malformed("lacks the stream's tokens (>= 0)");
+  recorded.options.length = *length;
+  recorded.options.stride = *stride;
+  recorded.options.separator = integer("separator");
+  recorded.stream_tokens = *tokens;
+  return recorded;
 }
 
 void PackSources::fill_windows(int64_t start, int64_t count, const Tensor& out) const {

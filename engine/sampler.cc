@@ -163,11 +163,13 @@ struct Sampler::Layout {
   std::optional<IndexList> position_records;
   // With a mixture: each source's range and its positions an epoch, and where each source's
   // positions begin (sources + 1 entries). Empty without one.
-  std::vector<MixtureSource> mixture_sources;
   std::vector<int64_t> mixture_counts;
   std::vector<int64_t> mixture_first_position;
   std::vector<int64_t> mixture_full_pass_positions;  // per source: (c_s / n_s) * n_s
   uint64_t mixture_hash = 0;
+
+  bool mixed() const { return !mixture_counts.empty(); }
+  const std::vector<MixtureSource>& mixture_sources() const { return options.mixture->sources; }
 
   int64_t record_at(int64_t position) const {
     return position_records ? (*position_records)[position] : position;
@@ -176,11 +178,13 @@ struct Sampler::Layout {
 
 struct EpochOrder::Tables {
   std::shared_ptr<const Sampler::Layout> layout;
-  int64_t epoch = 0;
   uint64_t epoch_key = 0;
   KeyedPermutation positions{0, 0};  // Random: built once per epoch, not per position
   // Random over a mixture: per source, the permutation its partial pass takes records from.
   std::vector<KeyedPermutation> mixture_partial;
+  // Sequential over a mixture: per source, the record of it the epoch starts at, (e * c_s)
+  // mod n_s: where epoch e - 1 stopped (negative epochs too: the remainder in [0, n_s)).
+  std::vector<int64_t> mixture_start;
   // QuasiRandom: the chunk in each shuffled slot, and records before each slot.
   std::vector<int64_t> slot_chunk;
   std::vector<int64_t> slot_first_position;  // slots + 1 entries
@@ -301,7 +305,6 @@ void Sampler::resolve_mixture(Layout& layout, int64_t num_records, const Sampler
                                     [](const MixtureSource& source) { return source.weight > 0; });
   MMT_CHECK(weighted || epoch_size == 0, ValueError, "Sampler: every mixture source has weight 0, so none can fill an "
             "epoch of ", epoch_size, " positions");
-  layout.mixture_sources = mixture.sources;
   layout.mixture_counts = mixture_counts_of(mixture.sources, epoch_size);
   layout.mixture_first_position.assign(1, 0);
   for (size_t s = 0; s < mixture.sources.size(); ++s) {
@@ -335,14 +338,20 @@ uint64_t Sampler::mixture_hash() const { return layout_->mixture_hash; }
 EpochOrder Sampler::epoch(int64_t epoch) const {
   auto tables = std::make_shared<EpochOrder::Tables>();
   tables->layout = layout_;
-  tables->epoch = epoch;
   tables->epoch_key = derive_key(mix64(layout_->options.seed), static_cast<uint64_t>(epoch));
   if (layout_->options.kind == SamplerKind::Random) {
     tables->positions = KeyedPermutation(static_cast<uint64_t>(layout_->positions), tables->epoch_key);
     // Keyed by epoch and source, so a partial pass draws other records each epoch.
-    for (size_t s = 0; s < layout_->mixture_sources.size(); ++s)
-      tables->mixture_partial.emplace_back(static_cast<uint64_t>(layout_->mixture_sources[s].num_records),
+    for (size_t s = 0; s < layout_->mixture_counts.size(); ++s)
+      tables->mixture_partial.emplace_back(static_cast<uint64_t>(layout_->mixture_sources()[s].num_records),
                                            derive_key(tables->epoch_key, 0x6d69787475726500ULL ^ s));
+  }
+  if (layout_->options.kind == SamplerKind::Sequential) {
+    for (size_t s = 0; s < layout_->mixture_counts.size(); ++s) {
+      const __int128 n = layout_->mixture_sources()[s].num_records;
+      const __int128 product = static_cast<__int128>(epoch) * layout_->mixture_counts[s];
+      tables->mixture_start.push_back(n == 0 ? 0 : static_cast<int64_t>(((product % n) + n) % n));
+    }
   }
   if (layout_->options.kind == SamplerKind::QuasiRandom) {
     const int64_t chunks = num_chunks();
@@ -387,16 +396,12 @@ int64_t EpochOrder::mixture_record(int64_t position) const {
   } else {
     s = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), position) - first.begin()) - 1;
   }
-  const MixtureSource& source = layout.mixture_sources[s];
+  const MixtureSource& source = layout.mixture_sources()[s];
   const auto n = static_cast<uint64_t>(source.num_records);
   const auto j = static_cast<uint64_t>(position - first[s]);  // the source's j-th position
   if (layout.options.kind == SamplerKind::Sequential) {
-    // Epoch e starts at (e * c_s) mod n_s, where epoch e - 1 stopped (negative epochs too:
-    // the remainder taken into [0, n_s)).
-    const __int128 product = static_cast<__int128>(tables_->epoch) * layout.mixture_counts[s];
-    const __int128 modulus = static_cast<__int128>(n);
-    const auto start = static_cast<uint64_t>(((product % modulus) + modulus) % modulus);
-    return source.first_record + static_cast<int64_t>((static_cast<unsigned __int128>(start) + j) % n);
+    const auto start = static_cast<uint64_t>(tables_->mixture_start[s]);  // < n, and j < c_s: no overflow
+    return source.first_record + static_cast<int64_t>((start + j) % n);
   }
   // Random: a full pass over the source visits each record once, in any order (the epoch's
   // permutation orders them); the partial pass takes the first entries of a permutation of
@@ -413,10 +418,10 @@ int64_t EpochOrder::unmapped(int64_t position) const {
   const Sampler::Layout& layout = *tables_->layout;
   switch (layout.options.kind) {
     case SamplerKind::Sequential:
-      return layout.mixture_sources.empty() ? position : mixture_record(position);
+      return layout.mixed() ? mixture_record(position) : position;
     case SamplerKind::Random: {
       const auto shuffled = static_cast<int64_t>(tables_->positions(static_cast<uint64_t>(position)));
-      return layout.mixture_sources.empty() ? shuffled : mixture_record(shuffled);
+      return layout.mixed() ? mixture_record(shuffled) : shuffled;
     }
     case SamplerKind::QuasiRandom: break;
   }

@@ -128,13 +128,25 @@ extern "C" int32_t sum_of_x_plus_label(const uint8_t* const* inputs, const int64
   return index == 21 ? 5 : 0;
 }
 
+// Reads "image" ([3, 4, 4], stored channels-last: a strided view the C function gets copied
+// contiguous, in logical order) as the sum of k * value[k], which only the right order gives.
+extern "C" int32_t weighted_image_sum(const uint8_t* const* inputs, const int64_t* const* shapes, const int32_t* ndims,
+                                      int32_t count, uint8_t* output, uint64_t, int64_t) {
+  if (count != 1 || ndims[0] != 3 || shapes[0][0] != 3 || shapes[0][1] != 4 || shapes[0][2] != 4) return 1;
+  int64_t sum = 0;
+  for (int64_t k = 0; k < 48; ++k) sum += k * inputs[0][k];
+  *reinterpret_cast<int64_t*>(output) = sum;
+  return 0;
+}
+
 TEST_F(LoaderTransformTest, ACFunctionIsATransform) {
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 20));
   LoaderOptions options;
   options.batch_size = 20;
   options.num_workers = 2;
   options.fields = {"label"};
-  options.transforms = {SampleTransform::from_c("sum", {"x", "label"}, kInt64, {3}, sum_of_x_plus_label)};
+  options.transforms = {SampleTransform::from_c("sum", {"x", "label"}, kInt64, {3}, sum_of_x_plus_label),
+                        SampleTransform::from_c("image_sum", {"image"}, kInt64, {1}, weighted_image_sum)};
   Loader loader(dataset, options);
   const std::optional<Batch> batch = loader.next();
   ASSERT_TRUE(batch.has_value());
@@ -143,6 +155,12 @@ TEST_F(LoaderTransformTest, ACFunctionIsATransform) {
     const int64_t i = batch->indices()[static_cast<size_t>(row)];
     EXPECT_EQ(sums[row][0].item<int64_t>(), 40 * i + 6 + i);  // x = 10i + k, k < 4; label = i
     EXPECT_EQ(sums[row][1].item<int64_t>(), i);
+    const Tensor image = dataset.get(i, "image");
+    ASSERT_FALSE(image.is_contiguous());  // the strided view from_c copies
+    const Tensor logical = image.contiguous();
+    int64_t want = 0;
+    for (int64_t k = 0; k < 48; ++k) want += k * logical.data_ptr<uint8_t>()[k];
+    EXPECT_EQ((*batch)["image_sum"][row][0].item<int64_t>(), want) << i;
   }
   // A nonzero return fails the sample, named with the value.
   Dataset more = Dataset::open(write_loader_dataset(dir, 30, {}, 16, "more.mmt"));

@@ -10,8 +10,6 @@
 #include <vector>
 #include <unordered_set>
 
-#include <nlohmann/json.hpp>
-
 #include "mmt_commands.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/packer.h"
@@ -57,8 +55,10 @@ std::string compared_fields(const Schema& dataset, const Schema& sources) {
     const bool given = std::any_of(sources.begin(), sources.end(), [&](const Field& s) { return s.name == f.name; });
     if (!given) skipped += detail::str(skipped.empty() ? "" : ", ", printable(f.name));
   }
-  const bool one = compared.find(", ") == std::string::npos;
-  std::string text = detail::str(one ? "field " : "fields ", compared);
+  const auto compared_count = std::count_if(sources.begin(), sources.end(), [&](const Field& f) {
+    return dataset.find(f.name).has_value();
+  });
+  std::string text = detail::str(compared_count == 1 ? "field " : "fields ", compared);
   if (!skipped.empty()) text += detail::str("; not compared, as the sources do not give them: ", skipped);
   if (!lacking.empty()) text += detail::str("; not compared, as the dataset does not hold them: ", lacking);
   return text;
@@ -147,21 +147,14 @@ void run_verify(const VerifyArgs& args) {
                                           ds.schema().find("__key__").has_value() && are_tar_inputs(args.against));
   // Token windows (pack --window): the inputs cut as the pack cut them, by the dataset's record
   // of it; not datasets that are those windows already (the shards merged, or a repack).
-  const std::optional<WindowOptions> window = PackSources::windows_of(ds);
-  const std::string windows_key(kTokenWindowsMetadataKey);
-  if (window && !sources.metadata().contains(windows_key)) {
-    sources = PackSources::token_windows(std::move(sources), *window);
+  const std::optional<PackSources::RecordedWindows> windows = PackSources::windows_of(ds.metadata(), ds.path());
+  if (windows && !PackSources::windows_of(sources.metadata(), "the inputs")) {
+    sources = PackSources::token_windows(std::move(sources), windows->options);
     // The stream must be the one the windows were cut from, not only as long as their count
     // needs (a longer input would pass, its tail dropped).
-    const auto stream_tokens = [&](const std::string& entry) {
-      const nlohmann::json json = nlohmann::json::parse(entry, nullptr, false);
-      return json.is_object() && json.contains("tokens") && json["tokens"].is_number_integer()
-                 ? json["tokens"].get<int64_t>() : int64_t{-1};
-    };
-    const int64_t packed = stream_tokens(ds.metadata().at(windows_key));
-    const int64_t given = stream_tokens(sources.metadata().at(windows_key));
-    MMT_CHECK(packed < 0 || packed == given, FormatError, printable(ds.path()), ": its windows were cut from a stream of ",
-              packed, " tokens (metadata key ", windows_key, "), but these inputs make ", given);
+    const int64_t given = PackSources::windows_of(sources.metadata(), "the inputs")->stream_tokens;
+    MMT_CHECK(given == windows->stream_tokens, FormatError, printable(ds.path()), ": its windows were cut from a stream of ",
+              windows->stream_tokens, " tokens (metadata key ", kTokenWindowsMetadataKey, "), but these inputs make ", given);
   }
   std::vector<int64_t> indices;
   if (args.samples > 0 && args.samples < ds.size()) {

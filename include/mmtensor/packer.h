@@ -200,9 +200,13 @@ class PackSources {
   // document), and again as the windows are written. ValueError for other sources, bad
   // options, or a separator that the dtype does not hold exactly.
   static PackSources token_windows(PackSources tokens, WindowOptions options);
-  // The window options `dataset`'s metadata records (kTokenWindowsMetadataKey), or nullopt when
-  // it has none; FormatError when the entry is malformed.
-  static std::optional<WindowOptions> windows_of(const Dataset& dataset);
+  // The windows `metadata` records (kTokenWindowsMetadataKey: a dataset's, or token_windows'
+  // own), or nullopt when it has none; FormatError naming `where` when the entry is malformed.
+  struct RecordedWindows {
+    WindowOptions options;
+    int64_t stream_tokens = 0;  // of the stream they were cut from
+  };
+  static std::optional<RecordedWindows> windows_of(const Metadata& metadata, const std::string& where);
 
   int64_t records() const { return records_; }
   const Schema& schema() const { return schema_; }

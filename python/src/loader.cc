@@ -34,16 +34,12 @@ struct PyLoader {
   }
 
   // Destroyed by Python with the GIL held: the workers are joined without it, as close() does,
-  // so one in a transform that takes the GIL (a C function calling back into Python) can
-  // finish. Not while the interpreter shuts down, when no other thread may take the GIL.
+  // so that joining them never waits on the GIL this thread holds (Transform refuses ctypes
+  // callbacks into Python, but a C function may still take the GIL). Not while the
+  // interpreter shuts down, when no other thread may take the GIL.
   ~PyLoader() {
     if (!loader) return;
-#if PY_VERSION_HEX >= 0x030D0000
-    const bool finalizing = Py_IsFinalizing();
-#else
-    const bool finalizing = _Py_IsFinalizing();
-#endif
-    if (finalizing || !PyGILState_Check()) {
+    if (interpreter_finalizing() || !PyGILState_Check()) {
       loader.reset();
       return;
     }
