@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -231,13 +232,13 @@ class TarWalk {
                 "with tar's --sparse off)");
       if (key == "path") name = std::string(value);
       if (key == "size") {
+        // Decimal digits only (from_chars would take a sign), and at most 18: below 10^18.
         int64_t parsed = 0;
-        bool digits = !value.empty() && value.size() <= 18;
-        for (char c : value) {
-          digits = digits && c >= '0' && c <= '9';
-          parsed = parsed * 10 + (c - '0');
-        }
-        MMT_CHECK(digits, FormatError, where(offset), "the pax size '", cut_for_message(std::string(value), 40), "' is not a size");
+        const bool digits_only = !value.empty() && value.size() <= 18 &&
+                                 std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (digits_only) std::from_chars(value.data(), value.data() + value.size(), parsed);
+        MMT_CHECK(digits_only, FormatError, where(offset), "the pax size '", cut_for_message(std::string(value), 40),
+                  "' is not a size");
         size = parsed;
       }
       data.remove_prefix(static_cast<size_t>(length));

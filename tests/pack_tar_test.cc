@@ -165,6 +165,12 @@ TEST(PackTar, AnEmptyArchiveHasNoSamplesAndSparseFilesAreRefused) {
   write_file(dir / "sparse.tar", sparse.finish());
   EXPECT_THROW_WITH(PackSources::from_tars({dir / "sparse.tar"}), FormatError,
                     "sparse.tar: byte 0: the next member is a GNU sparse file (pax key GNU.sparse.major)");
+  // A pax size that is not digits is refused before it is multiplied past int64 (the tar
+  // fuzzer's first find: "size=p/qqq...").
+  TarBuilder bad_size;
+  bad_size.pax({{"size", "p/" + std::string(130, 'q')}}).add("a.jpg", "x");
+  write_file(dir / "size.tar", bad_size.finish());
+  EXPECT_THROW_WITH(PackSources::from_tars({dir / "size.tar"}), FormatError, "the pax size 'p/qqq");
   // A pax record length of 19 digits is refused, not multiplied past int64.
   TarBuilder long_length;
   long_length.add("h", "9999999999999999999 path=x\n", 'x').add("a.jpg", "x");
