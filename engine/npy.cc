@@ -18,6 +18,7 @@
 #include "mapping_guard.h"
 #include "mmtensor/numpy_io.h"
 #include "npy_format.h"
+#include "scratch_file.h"
 #include "temp_files.h"
 
 namespace mmt {
@@ -151,44 +152,15 @@ Tensor npy_tensor_over(const UntypedStorage& storage, int64_t data_offset,
 }
 
 // Written a block at a time, so the process never holds more than a block of the array;
-// the page cache holds the file, and can write it out. O_TMPFILE: nothing is left on disk
-// after the pack, or a crash.
+// the page cache holds the file, and can write it out.
 UntypedStorage fortran_values_in_temporary_file(const NpyHeader& header, const std::string& what,
                                                 const std::function<void(int64_t, std::byte*, int64_t)>& read) {
   if (header.data_nbytes == 0) return UntypedStorage();
   const int64_t nbytes = header.data_nbytes;
-  // $TMPDIR, or /tmp when it is unset or empty (`TMPDIR= cmd` is a common way to unset it,
-  // and Python's tempfile skips an empty one too).
-  const char* tmpdir = std::getenv("TMPDIR");
-  const std::filesystem::path folder = tmpdir && *tmpdir ? tmpdir : "/tmp";
-  std::error_code ec;
-  if (!std::filesystem::is_directory(folder, ec))
-    throw IoError(str(what, ": no temporary folder to convert this Fortran-order array in (", nbytes,
-                      " bytes): ", tmpdir && *tmpdir ? "TMPDIR is '" : "'", folder.string(), "': ",
-                      ec ? ec.message() : std::string("not a folder")),
-                  ec ? ec.value() : ENOTDIR);
-  auto fail = [&](const char* step, int err) {
-    throw IoError(str(what, ": cannot ", step, " a temporary file in ", folder.string(), " to convert this ",
-                      "Fortran-order array in (", nbytes, " bytes): ", std::strerror(err),
-                      "; set TMPDIR to a folder on a disk with room"),
-                  err);
-  };
-  int fd = ::open(folder.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0 && errno != ENOENT && errno != ENOTDIR) {  // no O_TMPFILE there (or refused): a named one
-    std::string name = (folder / "mmtensor-fortran-XXXXXX").string();
-    fd = ::mkostemp(name.data(), O_CLOEXEC);
-    if (fd >= 0 && ::unlink(name.c_str()) != 0) {
-      const int err = errno;
-      ::close(fd);
-      fail("unlink", err);
-    }
-  }
-  if (fd < 0) fail("create", errno);
-  FileCloser closer{fd};
+  ScratchFile file(what, str("to convert this Fortran-order array in (", nbytes, " bytes)"));
   // The space, reserved before the conversion starts: a full disk fails now, not after most
-  // of the array (or, on thin or remote storage, at a later write-back). Filesystems
-  // without fallocate simply write as they go.
-  if (::fallocate(fd, 0, 0, nbytes) != 0 && errno != EOPNOTSUPP && errno != ENOSYS) fail("reserve space for", errno);
+  // of the array (or, on thin or remote storage, at a later write-back).
+  file.reserve(nbytes);
   const int64_t element_bytes = element_size(header.dtype);
   const int64_t block_bytes = (int64_t{4} << 20) / element_bytes * element_bytes;
   std::vector<std::byte> block(static_cast<size_t>(std::min(block_bytes, nbytes)));
@@ -196,23 +168,10 @@ UntypedStorage fortran_values_in_temporary_file(const NpyHeader& header, const s
     const int64_t n = std::min(block_bytes, nbytes - done);
     read(done, block.data(), n);
     copy_to_native(block.data(), block.data(), n, header.dtype, header.big_endian);
-    for (int64_t written = 0; written < n;) {
-      const ssize_t w = ::pwrite(fd, block.data() + written, static_cast<size_t>(n - written), done + written);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) fail("write", w < 0 ? errno : ENOSPC);
-      written += w;
-    }
+    file.append(block.data(), n);
     done += n;
   }
-  void* map = ::mmap(nullptr, static_cast<size_t>(nbytes), PROT_READ, MAP_SHARED, fd, 0);
-  if (map == MAP_FAILED) fail("map", errno);
-  // Named, although the file has no name: the writer's copies out of a storage with a
-  // filename are guarded, so a disk error on reading the pages back (the page cache may
-  // have written them out and dropped them) fails the pack with an IoError naming the array,
-  // instead of killing the process with SIGBUS.
-  return UntypedStorage::from_blob(
-      map, nbytes, [nbytes](void* p) { ::munmap(p, static_cast<size_t>(nbytes)); }, kCPU, /*read_only=*/true,
-      str("the temporary file in ", folder.string(), " holding ", what, " converted from Fortran order"));
+  return file.map(str("the temporary file in ", file.folder().string(), " holding ", what, " converted from Fortran order"));
 }
 
 NpyValues map_npy_values(const std::string& path) {
