@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "mmtensor/dims.h"
 #include "mmtensor/dtype.h"
@@ -41,6 +42,11 @@ InputFile map_input_file(const std::string& path);
 // The whole file at `path` read into host memory (for small files, where a mapping costs
 // more than a read). Throws IoError naming the path.
 UntypedStorage read_file_bytes(const std::string& path);
+
+// A pack input spec split into NAME and PATH: "NAME=PATH" when the part before the first '='
+// could be a field name (no '/'), else ("", spec). InputSpecError for a name with '/' before
+// an existing file. (packer.cc)
+std::pair<std::string, std::string> split_input_spec(const std::string& spec);
 
 // The size in bytes of the regular file at `path`; IoError otherwise.
 int64_t regular_file_size(const std::string& path);

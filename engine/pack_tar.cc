@@ -4,13 +4,18 @@
 #include <charconv>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string_view>
 
+#include <zstd.h>
+
+#include "gzip_reader.h"
 #include "import_util.h"
 #include "mapping_guard.h"
 #include "mmtensor/error.h"
 #include "mmtensor/packer.h"
+#include "scratch_file.h"
 #include "tar_reader.h"
 #include "utf8.h"
 
@@ -81,6 +86,66 @@ std::string joined(const std::vector<std::string>& names) {
   return out;
 }
 
+// The decompressed bytes of a gzip- or zstd-compressed archive, streamed into a scratch file
+// (an archive may be larger than memory) and mapped, named after the archive.
+UntypedStorage decompressed_archive(const std::string& path, bool gzip) {
+  const detail::InputFile compressed = detail::map_input_file(path);
+  detail::ScratchFile file(path, "to decompress this archive into");
+  std::vector<std::byte> block(size_t{1} << 20);
+  if (gzip) {
+    detail::GzipReader reader(compressed.bytes, path);  // FormatError naming the archive for a bad stream
+    detail::guard_storage_reads(compressed.mapping, [&] {
+      for (size_t got; (got = reader.read(block.data(), block.size())) > 0;)
+        file.append(block.data(), static_cast<int64_t>(got));
+    });
+  } else {
+    std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> context{ZSTD_createDCtx(), ZSTD_freeDCtx};
+    MMT_CHECK(context != nullptr, IoError, path, ": cannot allocate a zstd decompression context");
+    ZSTD_inBuffer in{compressed.bytes.data(), compressed.bytes.size(), 0};
+    size_t frame_left = 0;  // ZSTD_decompressStream's hint: 0 once a frame is whole
+    detail::guard_storage_reads(compressed.mapping, [&] {
+      for (;;) {
+        ZSTD_outBuffer out{block.data(), block.size(), 0};
+        frame_left = ZSTD_decompressStream(context.get(), &out, &in);
+        MMT_CHECK(!ZSTD_isError(frame_left), FormatError, path, ": a corrupt zstd stream near compressed byte ", in.pos,
+                  ": ", ZSTD_getErrorName(frame_left));
+        file.append(block.data(), static_cast<int64_t>(out.pos));
+        // Done when the input is used up and the output was not filled (nothing held back).
+        if (in.pos == in.size && out.pos < out.size) break;
+      }
+    });
+    MMT_CHECK(frame_left == 0, FormatError, path, ": the zstd stream is cut short (its last frame is incomplete)");
+  }
+  const std::string name = str(path, " (decompressed into a temporary file in ", file.folder().string(), ")");
+  UntypedStorage archive = file.map(name);
+  MMT_CHECK(archive.nbytes() == 0 ||
+                detail::guard_storage_reads(archive, [&] { return detail::is_tar_start(archive.data(), archive.nbytes()); }),
+            ValueError, path, ": decompresses to something that is not a tar archive (no ustar header at its start)");
+  return archive;
+}
+
+// The archive at `path` mapped, or decompressed first (gzip, zstd); empty for an empty file.
+UntypedStorage archive_bytes(const std::string& path) {
+  const int64_t file_bytes = detail::regular_file_size(path);  // IoError naming a missing file or a folder
+  if (file_bytes == 0) return UntypedStorage();
+  unsigned char magic[6] = {};
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    const size_t got = std::fread(magic, 1, sizeof magic, f);
+    std::fclose(f);
+    if (got >= 2 && magic[0] == 0x1f && magic[1] == 0x8b) return decompressed_archive(path, /*gzip=*/true);
+    if (got >= 4 && std::memcmp(magic, "\x28\xb5\x2f\xfd", 4) == 0) return decompressed_archive(path, /*gzip=*/false);
+    const char* compressor = got >= 3 && std::memcmp(magic, "BZh", 3) == 0                 ? "bzip2"
+                             : got >= 6 && std::memcmp(magic, "\xfd" "7zXZ\0", 6) == 0 ? "xz"
+                                                                                      : nullptr;
+    MMT_CHECK(compressor == nullptr, ValueError, path, ": a ", compressor, "-compressed tar archive; tar archives are ",
+              "read uncompressed or compressed with gzip or zstd: decompress it first");
+  }
+  MMT_CHECK(detail::is_tar_file(path), ValueError, path,
+            ": not a tar archive (no ustar header at its start, nor gzip or zstd compression); tar archives are "
+            "packed alone, not with other inputs");
+  return UntypedStorage::map_file(path);
+}
+
 // One sample as its members come: extension -> member.
 struct PendingSample {
   std::string key;
@@ -135,12 +200,8 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
 
   for (size_t a = 0; a < paths.size(); ++a) {
     const std::string& path = paths[a];
-    const int64_t file_bytes = detail::regular_file_size(path);  // IoError naming a missing file or a folder
-    MMT_CHECK(file_bytes == 0 || detail::is_tar_file(path), ValueError, path,
-              ": not a tar archive (no ustar header at its start; a .tar.gz must be decompressed first); tar "
-              "archives are packed alone, not with other inputs");
     MMT_CHECK(a <= UINT32_MAX, ValueError, "more than 2^32 tar archives");
-    UntypedStorage archive = file_bytes == 0 ? UntypedStorage() : UntypedStorage::map_file(path);
+    UntypedStorage archive = archive_bytes(path);
     if (archive.nbytes() > 0) {
       detail::for_each_tar_member(archive, [&](const detail::TarMember& member) {
         auto split = key_and_extension(member.name);

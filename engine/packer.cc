@@ -24,6 +24,7 @@
 #include "gzip_reader.h"
 #include "import_util.h"
 #include "mapping_guard.h"
+#include "megatron_index.h"
 #include "npy_format.h"
 #include "pack_windows.h"
 #include "tar_reader.h"
@@ -32,10 +33,34 @@
 #include "mmtensor/numpy_io.h"
 
 namespace mmt {
+
+namespace detail {
+
+// "NAME=PATH" when the part before the first '=' could be a field name (no '/'), else PATH.
+// A file whose own name holds '=' ("train=v2.npz" in the current folder) is that file when
+// the split finds no file and the whole spec does.
+std::pair<std::string, std::string> split_input_spec(const std::string& spec) {
+  namespace fs = std::filesystem;
+  size_t eq = spec.find('=');
+  std::error_code ec;
+  if (eq != std::string::npos && spec.substr(0, eq).find('/') != std::string::npos) {
+    // "a/b=x.npy": no file by the whole name, one after the '=': a field name with a '/'.
+    MMT_CHECK(fs::exists(spec, ec) || !fs::exists(spec.substr(eq + 1), ec), InputSpecError, "input '", spec,
+              "': field name '", spec.substr(0, eq), "' cannot contain '/' (mmt export writes each field to NAME.npy)");
+    return {"", spec};
+  }
+  if (eq == std::string::npos) return {"", spec};
+  if (!fs::exists(spec.substr(eq + 1), ec) && fs::is_regular_file(spec, ec)) return {"", spec};
+  return {spec.substr(0, eq), spec.substr(eq + 1)};
+}
+
+}  // namespace detail
+
 namespace {
 
 namespace fs = std::filesystem;
 using detail::str;
+using detail::split_input_spec;
 
 enum class SourceKind { Npy, Npz, Idx };
 
@@ -93,22 +118,6 @@ SourceKind sniff_kind(const std::string& path) {
   return SourceKind::Idx;
 }
 
-// "NAME=PATH" when the part before the first '=' could be a field name (no '/'), else PATH.
-// A file whose own name holds '=' ("train=v2.npz" in the current folder) is that file when
-// the split finds no file and the whole spec does.
-std::pair<std::string, std::string> split_spec(const std::string& spec) {
-  size_t eq = spec.find('=');
-  std::error_code ec;
-  if (eq != std::string::npos && spec.substr(0, eq).find('/') != std::string::npos) {
-    // "a/b=x.npy": no file by the whole name, one after the '=': a field name with a '/'.
-    MMT_CHECK(fs::exists(spec, ec) || !fs::exists(spec.substr(eq + 1), ec), InputSpecError, "input '", spec,
-              "': field name '", spec.substr(0, eq), "' cannot contain '/' (mmt export writes each field to NAME.npy)");
-    return {"", spec};
-  }
-  if (eq == std::string::npos) return {"", spec};
-  if (!fs::exists(spec.substr(eq + 1), ec) && fs::is_regular_file(spec, ec)) return {"", spec};
-  return {spec.substr(0, eq), spec.substr(eq + 1)};
-}
 
 std::string describe_sizes(IntArrayRef sizes) { return str(sizes); }
 
@@ -264,7 +273,7 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
   };
   for (const std::string& spec : specs) {
     MMT_CHECK(!spec.empty(), InputSpecError, "an input is empty: give NAME=PATH.npy, PATH.npz or NAME=PATH (IDX)");
-    auto [name, path] = split_spec(spec);
+    auto [name, path] = split_input_spec(spec);
     MMT_CHECK(!path.empty(), InputSpecError, "input '", spec, "' has no path after '='");
     if (const std::optional<RawInput> raw = raw_input_of(path)) {
       MMT_CHECK(!name.empty(), InputSpecError, "input '", spec, "' needs a field name: write NAME=", spec);
@@ -336,7 +345,7 @@ namespace {
 // ends as one: a compressed tar is then refused as such) makes them tars; a spec that names an
 // existing file of another kind (whole, or after "NAME=") makes them arrays; a dataset file
 // makes them datasets; missing files and folders tell nothing (the reader then names them).
-enum class InputsKind { Datasets, Arrays, Tars, Unknown };
+enum class InputsKind { Datasets, Arrays, Tars, Megatron, Unknown };
 bool names_a_tar(const std::string& spec) {
   for (const char* suffix : {".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst"})
     if (spec.ends_with(suffix)) return true;
@@ -345,6 +354,15 @@ bool names_a_tar(const std::string& spec) {
 }
 InputsKind inputs_kind(std::span<const std::string> specs) {
   if (std::any_of(specs.begin(), specs.end(), names_a_tar)) return InputsKind::Tars;
+  // A Megatron pair is named by its prefix, which is no file: checked before the missing
+  // files below tell nothing.
+  for (const std::string& spec : specs) {
+    try {
+      if (detail::megatron_prefix(split_input_spec(spec).second)) return InputsKind::Megatron;
+    } catch (const InputSpecError&) {
+      // from_arrays says what is wrong with it
+    }
+  }
   bool any_dataset = false;
   for (const std::string& spec : specs) {
     std::error_code ec;
@@ -369,6 +387,7 @@ InputsKind inputs_kind(std::span<const std::string> specs) {
 
 bool are_dataset_inputs(std::span<const std::string> specs) { return inputs_kind(specs) == InputsKind::Datasets; }
 bool are_tar_inputs(std::span<const std::string> specs) { return inputs_kind(specs) == InputsKind::Tars; }
+bool are_megatron_inputs(std::span<const std::string> specs) { return inputs_kind(specs) == InputsKind::Megatron; }
 
 PackSources PackSources::from_inputs(std::span<const std::string> specs, std::span<const std::string> fields,
                                      TarOptions tar_options) {
@@ -378,6 +397,10 @@ PackSources PackSources::from_inputs(std::span<const std::string> specs, std::sp
     return from_tars(std::vector<std::string>(specs.begin(), specs.end()), tar_options);
   }
   MMT_CHECK(!tar_options.keys, InputSpecError, "keys are a tar archive's samples'; these inputs are not tar archives");
+  if (kind == InputsKind::Megatron) {
+    MMT_CHECK(fields.empty(), InputSpecError, "choosing fields is for dataset inputs; a Megatron dataset has one");
+    return from_megatron(specs);
+  }
   // Fields chosen mean datasets: a missing one is then named as such, not taken for an array.
   if (kind == InputsKind::Datasets || (kind == InputsKind::Unknown && !fields.empty()))
     return from_datasets(std::vector<std::string>(specs.begin(), specs.end()), fields);
@@ -619,6 +642,7 @@ std::string PackSources::record_origin(size_t field, int64_t index) const {
     return str("record ", at.index, " of ", dataset_->parts()[at.part].path(), " (field ", dataset_fields_[field], ")");
   }
   if (tar_ && index >= 0 && index < records_) return tar_origin(field, index);
+  if (megatron_ && index >= 0 && index < records_) return megatron_origin(index);
   if (windows_ && index >= 0 && index < records_) return window_origin(index);
   if (files_.empty() || index < 0 || index >= records_) return origins_.at(field);
   const std::string& file = files_[static_cast<size_t>(index)];
@@ -638,6 +662,10 @@ void PackSources::record(int64_t index, std::vector<Tensor>& values) const {
   values.resize(schema_.size());
   if (tar_) {
     tar_record(index, values);
+    return;
+  }
+  if (megatron_) {
+    megatron_record(index, values);
     return;
   }
   if (windows_) {

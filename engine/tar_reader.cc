@@ -115,7 +115,7 @@ class TarWalk {
       const Block block = read_block(offset);
       if (is_zero_block(block)) break;  // the end-of-archive marker
       MMT_CHECK(checksum_holds(block), FormatError, where(offset), "the header's checksum does not hold",
-                members == 0 ? " (not a tar archive, or a compressed one: decompress .tar.gz first)" : " (damaged)");
+                members == 0 ? " (not a tar archive)" : " (damaged)");
       const std::optional<int64_t> header_size = number_of(block, kSize);
       MMT_CHECK(header_size.has_value(), FormatError, where(offset), "the size field is not a number");
       const char type = block[kTypeFlag.offset];
@@ -252,16 +252,22 @@ class TarWalk {
 
 }  // namespace
 
+bool is_tar_start(const std::byte* bytes, int64_t n) {
+  if (n < kBlock) return false;
+  Block block{};
+  std::memcpy(block.data(), bytes, block.size());
+  // An archive of no members (what tar writes for an empty list, or a shard writer for an
+  // empty shard) is its end-of-archive marker alone.
+  return is_zero_block(block) || (std::memcmp(block.data() + kMagic.offset, "ustar", 5) == 0 && checksum_holds(block));
+}
+
 bool is_tar_file(const std::string& path) {
   Block block{};
   FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return false;
   const size_t got = std::fread(block.data(), 1, block.size(), f);
   std::fclose(f);
-  // An archive of no members (what tar writes for an empty list, or a shard writer for an
-  // empty shard) is its end-of-archive marker alone.
-  return got == block.size() &&
-         (is_zero_block(block) || (std::memcmp(block.data() + kMagic.offset, "ustar", 5) == 0 && checksum_holds(block)));
+  return is_tar_start(reinterpret_cast<const std::byte*>(block.data()), static_cast<int64_t>(got));
 }
 
 void for_each_tar_member(const UntypedStorage& archive, const std::function<void(const TarMember&)>& on_member) {

@@ -30,6 +30,8 @@ struct TarMember {
 // Whether `path` begins with a ustar header whose checksum holds, or with an all-zero block
 // (an archive of no members): a tar archive this reader takes.
 bool is_tar_file(const std::string& path);
+// The same for the first bytes of an archive (at least 512 of them for a yes).
+bool is_tar_start(const std::byte* bytes, int64_t n);
 
 // Calls on_member for each regular file of `archive` (a mapping of the whole file, whose
 // filename() names it in errors), in archive order.

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <zstd.h>
+
 #include "importer_test_util.h"
 #include "tar_test_util.h"
 #include "mmtensor/dataset.h"
@@ -142,12 +144,64 @@ TEST(PackTar, LinksDevicesAndBadHeadersAreFormatErrorsNamingTheByte) {
   TarBuilder bad_pax;
   bad_pax.add("h", "8 path=x\n", 'x').add("a.jpg", "x");  // LEN says 8, the record is 9
   refuse(bad_pax.finish(), "byte 0: a pax header record is malformed");
-  // Not a tar at all, and a gzipped one: named as such, before any member is read.
+  // A gzip stream that is not one: named as such, before any member is read.
   write_file(dir / "gz.tar.gz", to_bytes(std::string("\x1f\x8b\x08\x00", 4) + std::string(600, '\0')));
-  EXPECT_THROW_WITH(PackSources::from_tars({dir / "gz.tar.gz"}), ValueError, "a .tar.gz must be decompressed first");
-  EXPECT_THROW_WITH(PackSources::from_inputs(std::vector<std::string>{dir / "gz.tar.gz"}), ValueError,
-                    "a .tar.gz must be decompressed first");
+  EXPECT_THROW_WITH(PackSources::from_tars({dir / "gz.tar.gz"}), FormatError, dir / "gz.tar.gz");
+  EXPECT_THROW_WITH(PackSources::from_inputs(std::vector<std::string>{dir / "gz.tar.gz"}), FormatError, dir / "gz.tar.gz");
   EXPECT_THROW_WITH(PackSources::from_tars({dir / "missing.tar"}), IoError, "missing.tar");
+}
+
+// The bytes of `in` as zstd frames of at most `frame_bytes` each, one after another (as zstd
+// -T0 or a concatenation of .zst files writes them).
+Bytes zstd_frames(const Bytes& in, size_t frame_bytes) {
+  Bytes out;
+  for (size_t at = 0; at < in.size(); at += frame_bytes) {
+    const size_t n = std::min(frame_bytes, in.size() - at);
+    Bytes frame(ZSTD_compressBound(n));
+    const size_t made = ZSTD_compress(frame.data(), frame.size(), in.data() + at, n, 3);
+    frame.resize(made);
+    out.insert(out.end(), frame.begin(), frame.end());
+  }
+  return out;
+}
+
+TEST(PackTar, GzipAndZstdArchivesAreDecompressedIntoAScratchFile) {
+  TempFolder dir;
+  const Bytes plain = three_samples().finish();
+  write_file(dir / "a.tar.gz", testutil::gzip_bytes(plain));
+  write_file(dir / "b.tar.zst", zstd_frames(plain, 1000));  // several frames
+  write_file(dir / "c.tar", plain);
+  const std::vector<std::string> specs{dir / "a.tar.gz", dir / "b.tar.zst", dir / "c.tar"};
+  EXPECT_TRUE(are_tar_inputs(specs));
+  const PackSources sources = PackSources::from_inputs(specs);
+  ASSERT_EQ(sources.records(), 9);
+  for (int64_t r = 0; r < 9; ++r)
+    EXPECT_EQ(text_of(sources.record(r)[1]), std::string(static_cast<size_t>(r % 3) * 700, static_cast<char>('a' + r % 3)));
+  // Decompressed bytes are mapped from a scratch file named after the archive.
+  const std::string name = sources.record(4)[1].untyped_storage().filename();
+  EXPECT_NE(name.find(dir / "b.tar.zst" + " (decompressed into a temporary file in "), std::string::npos) << name;
+  EXPECT_NE(sources.record_origin(1, 0).find(dir / "a.tar.gz"), std::string::npos) << sources.record_origin(1, 0);
+
+  // Cut short, not a tar inside, another compressor, nowhere to decompress to: each named.
+  const Bytes gz = testutil::gzip_bytes(plain), zst = zstd_frames(plain, 1 << 20);
+  write_file(dir / "cut.tar.gz", Bytes(gz.begin(), gz.end() - 20));
+  EXPECT_THROW_WITH(PackSources::from_tars({dir / "cut.tar.gz"}), FormatError, dir / "cut.tar.gz");
+  write_file(dir / "cut.tar.zst", Bytes(zst.begin(), zst.end() - 20));
+  EXPECT_THROW_WITH(PackSources::from_tars({dir / "cut.tar.zst"}), FormatError, "the zstd stream is cut short");
+  Bytes junk(zst.begin(), zst.begin() + 4);
+  junk.resize(68, std::byte{0x55});
+  write_file(dir / "junk.tar.zst", junk);
+  EXPECT_THROW_WITH(PackSources::from_tars({dir / "junk.tar.zst"}), FormatError, "a corrupt zstd stream");
+  write_file(dir / "text.tar.gz", testutil::gzip_bytes(to_bytes(std::string(2000, 'x'))));
+  EXPECT_THROW_WITH(PackSources::from_tars({dir / "text.tar.gz"}), ValueError,
+                    "decompresses to something that is not a tar archive");
+  write_file(dir / "b.tar.bz2", to_bytes("BZh91AY&SY" + std::string(600, '\0')));
+  EXPECT_THROW_WITH(PackSources::from_inputs(std::vector<std::string>{dir / "b.tar.bz2"}), ValueError,
+                    "a bzip2-compressed tar archive");
+  {
+    const testing::ScopedEnv missing("TMPDIR", dir / "missing");
+    EXPECT_THROW_WITH(PackSources::from_tars({dir / "a.tar.gz"}), IoError, "no temporary folder to decompress this archive into");
+  }
 }
 
 TEST(PackTar, AnEmptyArchiveHasNoSamplesAndSparseFilesAreRefused) {

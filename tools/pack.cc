@@ -194,19 +194,19 @@ PackSources load_pack_sources(const std::vector<std::string>& inputs, const std:
     return PackSources::from_folder(folder, {.paths = folder_paths});
   }
   MMT_CHECK(!inputs.empty(), UsageError,
-            "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not), datasets, tar archives or --folder DIR");
+            "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not), datasets, tar archives, Megatron datasets or --folder DIR");
   try {
     return PackSources::from_inputs(inputs, fields, {.keys = tar_keys});
   } catch (const InputSpecError& e) {
     if (tar_keys) throw UsageError("--keys stores the key of each sample of tar archives; these inputs are not tar archives");
-    if (!fields.empty()) throw UsageError("--field chooses fields of dataset inputs; of arrays or tar archives, all are packed");
+    if (!fields.empty()) throw UsageError("--field chooses fields of dataset inputs; of arrays, tar archives or Megatron datasets, all are packed");
     throw;
   }
 }
 
 void add_pack_command(CLI::App& app) {
   auto args = std::make_shared<PackArgs>();
-  CLI::App* cmd = app.add_subcommand("pack", "Build a dataset from .npy, .npz, IDX files, tar archives (WebDataset) or a folder, or repack datasets");
+  CLI::App* cmd = app.add_subcommand("pack", "Build a dataset from .npy, .npz, IDX files, tar archives (WebDataset), Megatron indexed datasets or a folder, or repack datasets");
   cmd->footer(
       "Inputs:\n"
       "  NAME=PATH.npy   one field; the first dimension indexes records\n"
@@ -220,9 +220,13 @@ void add_pack_command(CLI::App& app) {
       "  PATH.tar...     WebDataset shards (all inputs): one record per sample (members\n"
       "                  with one key, KEY.EXT), one field per extension holding the\n"
       "                  member's bytes; .cls as int64. --keys adds each sample's key\n"
-      "                  ('__key__'). Uncompressed tar only (decompress .tar.gz first)\n"
-      "  --window L[:S]  with one field of tokens (a 1-D array, or --field of datasets\n"
-      "                  holding documents): records of L tokens starting every S (default\n"
+      "                  ('__key__'). gzip and zstd archives (.tar.gz, .tar.zst) are\n"
+      "                  decompressed first into a temporary file in $TMPDIR (or /tmp)\n"
+      "  [NAME=]PREFIX...  Megatron-LM indexed datasets (all inputs; PREFIX, PREFIX.idx or\n"
+      "                  PREFIX.bin): one record per document, its tokens in field NAME\n"
+      "                  ('tokens' by default), the index's dtype\n"
+      "  --window L[:S]  with one field of tokens (a 1-D array, Megatron documents, or\n"
+      "                  --field of datasets holding documents): records of L tokens starting every S (default\n"
       "                  L) over the field's values as one stream; --separator T puts\n"
       "                  token T after each document (an end-of-text token)\n"
       "  --folder DIR    one record per file: its bytes ('data') and the index of its\n"
@@ -244,6 +248,7 @@ void add_pack_command(CLI::App& app) {
       "  mmt pack train-zstd.mmt part-*.mmt --codec zstd:9\n"
       "  mmt pack laion.mmt shard-{0000..0099}.tar --keys\n"
       "  mmt pack gpt.mmt tokens=train.npy --window 2049:2048   # inputs and shifted targets\n"
+      "  mmt pack pile.mmt pile_text_document --window 2049:2048 --separator 0\n"
       "  for k in 00 01 02 03; do mmt pack part-$k.mmt --folder photos/ --shard $k/4 & done; wait");
   cmd->add_option("OUTPUT", args->output, "The dataset file to create")->required();
   cmd->add_option("INPUT", args->inputs, "Inputs (see below)");

@@ -31,14 +31,20 @@
 // folder's records come in the order of their paths (sorted by class, then by name), and
 // FolderOptions::paths adds each one's path. Or mmtensor datasets, to repack them: another
 // codec, chunk size or alignment, shards merged into one file, some fields left out. Or
-// WebDataset shards: uncompressed tar archives whose members are grouped into samples by key
+// WebDataset shards: tar archives (uncompressed, or gzip- or zstd-compressed: .tar.gz, .tgz,
+// .tar.zst, decompressed first into an unnamed file in $TMPDIR, or /tmp, which needs room for
+// them all) whose members are grouped into samples by key
 // (the member's path up to the first '.' of its file name: "000/x.jpg" and "000/x.cls" are
 // sample "000/x"), one record per sample, in archive order, the archives one after another.
 // Each extension (the rest of the name, lower-cased: "jpg", "seg.png") is a field holding the
 // member's bytes (uint8, variable length; a view into the mapped archive), but for "cls",
 // WebDataset's class number in decimal text, stored as int64. Fields come in name order;
 // every sample must have the same extensions. TarOptions::keys adds field "__key__", each
-// sample's key. Members whose file name has no '.' or starts with one are skipped.
+// sample's key. Members whose file name has no '.' or starts with one are skipped. Or
+// Megatron-LM indexed datasets ("[NAME=]PREFIX", PREFIX.idx or PREFIX.bin: the pair that
+// Megatron, NeMo and GPT-NeoX preprocess text into): one record per document, in order, the
+// datasets one after another, field NAME ("tokens" unless named) holding its tokens (ragged,
+// the index's dtype; a view into the mapped .bin, the document's sequences joined).
 //
 // Failure. Loading sources throws the importers' errors (IoError, FormatError) naming the
 // file, and ValueError for sources that do not fit together (record counts, duplicate names,
@@ -163,6 +169,7 @@ struct WindowOptions {
 namespace detail {
 struct TarSamples;
 struct TokenWindows;
+struct MegatronDocuments;
 }
 
 class PackSources {
@@ -188,11 +195,16 @@ class PackSources {
   static PackSources from_inputs(std::span<const std::string> specs, std::span<const std::string> fields = {},
                                  TarOptions tar_options = {});
   // WebDataset shards (above), read in the order given. FormatError naming the archive and the
-  // byte for a damaged or truncated one (or one that is compressed: decompress .tar.gz
-  // first), ValueError naming the sample for one whose extensions differ from the first
+  // byte for a damaged or truncated one, or a corrupt or cut compressed stream; ValueError
+  // for a bzip2 or xz archive (decompress it first), ValueError naming the sample for one whose extensions differ from the first
   // sample's, an extension given twice in a sample, a "cls" that is not an integer, or no
   // samples at all. An input that is not a tar archive is refused (tars are packed alone).
   static PackSources from_tars(const std::vector<std::string>& paths, TarOptions options = {});
+  // Megatron indexed datasets (above), read in the order given. FormatError naming the index,
+  // the entry and its byte for a damaged one (megatron_index.h says what is checked) or a
+  // multimodal one; IoError for a missing .bin; ValueError for datasets of different dtypes
+  // or an input of another kind (they are packed alone); InputSpecError for two field names.
+  static PackSources from_megatron(std::span<const std::string> specs);
   // `tokens` cut into windows (WindowOptions above): one field of the same name and dtype,
   // shape [length]. `tokens` must have one field whose records hold one value each (a 1-D
   // array's) or a 1-D value each (documents: ragged, or fixed [n]); a separator needs
@@ -219,11 +231,12 @@ class PackSources {
   // Where each field comes from, in schema order: the input as given
   // ("images=train-images-idx3-ubyte.gz"), "PATH.npz:NAME.npy" for an .npz member (its name
   // escaped), "data=DIR", "label=DIR (class folders)" and "path=DIR (file paths)" for a folder,
-  // "EXT=A.tar, B.tar (tar members)" for tars.
+  // "EXT=A.tar, B.tar (tar members)" for tars, "NAME=A.bin, B.bin (Megatron documents)".
   const std::vector<std::string>& origins() const { return origins_; }
   // Where record `index` of `field` comes from: for a folder, the record's file ("data"),
   // "the class folder of FILE" ("label") or "the path of FILE" ("path"); for datasets, the
-  // record's file and index there; for tars, the member and its archive; for arrays,
+  // record's file and index there; for tars, the member and its archive; for Megatron
+  // datasets, the document, its .bin and its sequences; for arrays,
   // origins()[field].
   std::string record_origin(size_t field, int64_t index) const;
   // The files (arrays) or the folder (a class folder) the sources read: pack_dataset refuses
@@ -272,6 +285,9 @@ class PackSources {
   void fill_windows(int64_t start, int64_t count, const Tensor& out) const;
   bool window_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const;
   std::string window_origin(int64_t index) const;
+  // Megatron documents: record `index`'s tokens, and where they come from.
+  void megatron_record(int64_t index, std::vector<Tensor>& values) const;
+  std::string megatron_origin(int64_t index) const;
   // Tars: record `index`'s values, and where a field of it comes from.
   void tar_record(int64_t index, std::vector<Tensor>& values) const;
   std::string tar_origin(size_t field, int64_t index) const;
@@ -282,6 +298,7 @@ class PackSources {
   std::vector<ConvertedColumn> converted_;  // arrays: one per field
   std::optional<Dataset> dataset_;      // datasets: the inputs, read as one
   std::shared_ptr<const detail::TarSamples> tar_;  // tars: the archives and where each value lies
+  std::shared_ptr<const detail::MegatronDocuments> megatron_;  // Megatron: the pairs mapped, their indexes
   std::shared_ptr<const detail::TokenWindows> windows_;  // token windows: the stream's sources and layout
   std::vector<std::string> dataset_fields_;  // datasets: the fields kept, in schema order
   std::vector<std::string> files_;     // folder: one path per record
@@ -304,6 +321,9 @@ bool are_dataset_inputs(std::span<const std::string> specs);
 // Whether pack inputs are tar archives: one of them is a tar archive, or is named like one
 // (".tar", ".tar.gz", ".tgz"...: from_inputs then refuses a compressed one as such).
 bool are_tar_inputs(std::span<const std::string> specs);
+// Whether pack inputs are Megatron indexed datasets: one of them (after any "NAME=") is
+// PREFIX, PREFIX.idx or PREFIX.bin where PREFIX.idx begins with the index's magic.
+bool are_megatron_inputs(std::span<const std::string> specs);
 
 // The records of shard `shard` of `shards` of a set of `records`: [begin, end) with begin =
 // shard * records / shards (rounded down), so the shards tile the records in order and differ

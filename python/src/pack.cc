@@ -113,6 +113,7 @@ Packs files into a dataset at `output`, as `mmt pack` does, and returns the figu
     mmtensor.pack("all.mmt", ["part-0.mmt", "part-1.mmt"], codec="zstd")  # repack datasets
     mmtensor.pack("laion.mmt", ["shard-0000.tar", "shard-0001.tar"], keys=True)  # WebDataset
     mmtensor.pack("gpt.mmt", {"tokens": "train.npy"}, window=2049, window_stride=2048)
+    mmtensor.pack("pile.mmt", ["pile_text_document"], window=2049, window_stride=2048, separator=0)  # Megatron
 
 inputs: a dict {field: path} or a list of "NAME=PATH" and "PATH.npz" (.npy, .npz and IDX
 files, gzipped or not); folder: a class folder instead, one record per file (field "data",
@@ -121,9 +122,11 @@ of files alone ("data" only); paths=True adds field "path", each file's path und
 folder (bytes, as the file system gives them: os.fsdecode(bytes(ds[i]["path"]))). inputs may instead be mmtensor datasets, all
 of them, read as one and repacked (another codec, chunk size or alignment; shards merged);
 fields=[...] keeps only those of their fields. inputs may instead be WebDataset shards (tar
-archives, all of them): one record per sample, one field per extension (the member's bytes;
-"cls" as int64), keys=True adding "__key__". window=L cuts the one field given (a 1-D array, or fields=[name]
-of datasets whose records are documents) into records of L tokens starting every
+archives, all of them; .tar.gz and .tar.zst are decompressed into a temporary file first): one record per sample, one field per extension (the member's bytes;
+"cls" as int64), keys=True adding "__key__". inputs may instead be Megatron-LM indexed
+datasets (PREFIX, PREFIX.idx or PREFIX.bin; {"ids": PREFIX} names the field, else "tokens"):
+one record per document, its tokens in the index's dtype. window=L cuts the one field given
+(a 1-D array, Megatron documents, or fields=[name] of datasets whose records are documents) into records of L tokens starting every
 window_stride (default L) over its values as one stream, separator=T after each document
 (metadata["token_windows"] records how). Large
 arrays are read where they lie, not into memory. The file appears complete or not at all:

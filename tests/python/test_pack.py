@@ -4,6 +4,7 @@ import io
 import json
 import os
 import signal
+import struct
 import tarfile
 import threading
 import unittest
@@ -141,10 +142,17 @@ class PackTest(FolderTestCase):
         self.assertEqual(sorted(loader.next()["cls"].numpy().tolist()), sorted([i for _ in range(3) for i in range(4)]))
         with self.assertRaisesRegex(ValueError, "keys=True stores the key"):
             mmtensor.pack(self.path("x.mmt"), folder=self.path("."), keys=True)
-        with tarfile.open(self.path("gz.tar.gz"), "w:gz") as tar:
-            tar.add(self.path("shard-0.tar"), arcname="a.bin")
-        with self.assertRaisesRegex(ValueError, "decompressed first"):
-            mmtensor.pack(self.path("x.mmt"), [self.path("gz.tar.gz")])
+        # A .tar.gz as tarfile writes it reads as the archive it holds.
+        with tarfile.open(self.path("shard-1.tar")) as source, tarfile.open(self.path("s.tar.gz"), "w:gz") as tar:
+            for member in source.getmembers():
+                tar.addfile(member, source.extractfile(member))
+        mmtensor.pack(self.path("gz.mmt"), [self.path("s.tar.gz")], keys=True)
+        gz = mmtensor.Dataset(self.path("gz.mmt"))
+        self.assertEqual([bytes(s["jpg"]) for s in gz], [e[1] for e in expected[4:8]])
+        with open(self.path("x.tar.bz2"), "wb") as f:
+            f.write(b"BZh9" + bytes(600))
+        with self.assertRaisesRegex(ValueError, "decompress it first"):
+            mmtensor.pack(self.path("x.mmt"), [self.path("x.tar.bz2")])
 
     def test_token_windows_over_documents_with_a_separator(self):
         docs = [np.arange(n, dtype=np.int32) + 100 * n for n in [3, 0, 5, 2, 7, 1]]
@@ -162,6 +170,56 @@ class PackTest(FolderTestCase):
         self.assertEqual(json.loads(ds.metadata["token_windows"])["separator"], -1)
         with self.assertRaisesRegex(ValueError, "give window= too"):
             mmtensor.pack(self.path("x.mmt"), [self.path("docs.mmt")], fields="tokens", separator=-1)
+
+    def write_megatron(self, prefix, documents, dtype=np.uint16):
+        """PREFIX.bin and PREFIX.idx as Megatron-LM's IndexedDatasetBuilder writes them: each
+        document a list of sequences (sentences), their tokens back to back in the .bin."""
+        code = {np.uint8: 1, np.int8: 2, np.int16: 3, np.int32: 4, np.int64: 5, np.float64: 6, np.float32: 7,
+                np.uint16: 8}[dtype]
+        lengths, document_indices = [], [0]
+        with open(prefix + ".bin", "wb") as bin_file:
+            for sequences in documents:
+                for sequence in sequences:
+                    bin_file.write(np.asarray(sequence, dtype=dtype).tobytes(order="C"))
+                    lengths.append(len(sequence))
+                document_indices.append(len(lengths))
+        itemsize = np.dtype(dtype).itemsize
+        pointers = np.concatenate([[0], np.cumsum(np.asarray(lengths, dtype=np.int64) * itemsize)[:-1]]) if lengths else []
+        with open(prefix + ".idx", "wb") as idx:
+            idx.write(b"MMIDIDX\x00\x00")
+            idx.write(struct.pack("<Q", 1))
+            idx.write(struct.pack("<B", code))
+            idx.write(struct.pack("<Q", len(lengths)))
+            idx.write(struct.pack("<Q", len(document_indices)))
+            idx.write(np.asarray(lengths, dtype=np.int32).tobytes(order="C"))
+            idx.write(np.asarray(pointers, dtype=np.int64).tobytes(order="C"))
+            idx.write(np.asarray(document_indices, dtype=np.int64).tobytes(order="C"))
+
+    def test_megatron_indexed_datasets(self):
+        rng = np.random.default_rng(3)
+        documents = [[rng.integers(0, 50000, size=n) for n in rng.integers(1, 40, size=rng.integers(1, 4))]
+                     for _ in range(200)]
+        documents[7] = []  # a document of no sentences
+        self.write_megatron(self.path("c_text_document"), documents)
+        stats = mmtensor.pack(self.path("m.mmt"), {"ids": self.path("c_text_document")}, codec="zstd")
+        self.assertEqual(stats["records"], 200)
+        ds = mmtensor.Dataset(self.path("m.mmt"))
+        self.assertEqual(ds.metadata["source"], "megatron")
+        for d in [0, 7, 199]:
+            expected = np.concatenate(documents[d]) if documents[d] else np.zeros(0)
+            np.testing.assert_array_equal(ds[d]["ids"], expected.astype(np.uint16))
+        # Windows of the stream, an end-of-text token after each document.
+        mmtensor.pack(self.path("w.mmt"), [self.path("c_text_document.idx")], window=33, window_stride=32,
+                      separator=0)
+        stream = np.concatenate([np.append(np.concatenate(d) if d else [], 0) for d in documents]).astype(np.uint16)
+        w = mmtensor.Dataset(self.path("w.mmt"))
+        self.assertEqual(len(w), (len(stream) - 33) // 32 + 1)
+        np.testing.assert_array_equal(w.get_batch(np.arange(len(w)), "tokens")[-1], stream[(len(w) - 1) * 32:][:33])
+        with open(self.path("c_text_document.idx"), "r+b") as idx:
+            idx.seek(17)
+            idx.write(b"\x09")
+        with self.assertRaisesRegex(mmtensor.FormatError, r"c_text_document.idx: dtype code 9 \(byte 17\)"):
+            mmtensor.pack(self.path("x.mmt"), [self.path("c_text_document")])
 
     @unittest.skipUnless(os.path.exists(FASHION), "no dataset-fashion-mnist")
     def test_idx_files(self):

@@ -1,0 +1,145 @@
+// PackSources::from_megatron: Megatron-LM indexed datasets (PREFIX.bin + PREFIX.idx) as pack
+// sources, one record per document; values view the mapped .bin (megatron_index.h).
+#include <algorithm>
+#include <cstring>
+
+#include "import_util.h"
+#include "mapping_guard.h"
+#include "megatron_index.h"
+#include "mmtensor/error.h"
+#include "mmtensor/packer.h"
+
+namespace mmt {
+
+namespace detail {
+
+struct MegatronDocuments {
+  struct Part {
+    MegatronIndex index;
+    UntypedStorage bin;  // mapped whole; empty for an empty file
+    std::string bin_path;
+  };
+  std::vector<Part> parts;
+  std::vector<int64_t> part_end;  // records before the end of each part
+  ScalarType dtype = kUInt8;
+
+  // The part of record `index`, and the document there.
+  std::pair<size_t, int64_t> locate(int64_t index) const {
+    const auto p = static_cast<size_t>(std::upper_bound(part_end.begin(), part_end.end(), index) - part_end.begin());
+    return {p, index - (p == 0 ? 0 : part_end[p - 1])};
+  }
+};
+
+}  // namespace detail
+
+using detail::MegatronDocuments;
+using detail::str;
+
+PackSources PackSources::from_megatron(std::span<const std::string> specs) {
+  MMT_CHECK(!specs.empty(), ValueError, "no Megatron indexed datasets to pack");
+  auto documents = std::make_shared<MegatronDocuments>();
+  PackSources out;
+  std::string name;
+  for (const std::string& spec : specs) {
+    auto [spec_name, path] = detail::split_input_spec(spec);
+    const std::optional<std::string> prefix = detail::megatron_prefix(path);
+    MMT_CHECK(prefix.has_value(), ValueError, "input '", spec, "' is not a Megatron indexed dataset (PREFIX, with ",
+              "PREFIX.idx beginning \"MMIDIDX\" beside PREFIX.bin); Megatron datasets are packed alone, not with ",
+              "other inputs");
+    if (spec_name.empty()) spec_name = "tokens";
+    MMT_CHECK(name.empty() || spec_name == name, InputSpecError, "input '", spec, "' names its field '", spec_name,
+              "', but an earlier one named it '", name, "': Megatron datasets are packed into one field");
+    name = spec_name;
+    const std::string index_path = *prefix + ".idx", bin_path = *prefix + ".bin";
+    const int64_t bin_bytes = detail::regular_file_size(bin_path);  // IoError naming a missing .bin
+    detail::MegatronIndex index(UntypedStorage::map_file(index_path), bin_bytes, bin_path);
+    if (documents->parts.empty()) documents->dtype = index.dtype();
+    MMT_CHECK(index.dtype() == documents->dtype, ValueError, index_path, " holds ", to_string(index.dtype()),
+              " tokens, but ", documents->parts.front().index.path(), " holds ", to_string(documents->dtype),
+              "; the datasets packed into one field must hold one dtype");
+    const int64_t before = documents->part_end.empty() ? 0 : documents->part_end.back();
+    int64_t bytes = 0;
+    MMT_CHECK(!__builtin_mul_overflow(index.total_tokens(), element_size(index.dtype()), &bytes) &&
+                  !__builtin_add_overflow(before, index.documents(), &out.records_) &&
+                  !__builtin_add_overflow(out.total_bytes_, bytes, &out.total_bytes_),
+              ValueError, "the Megatron datasets hold more than 2^63 documents or bytes");
+    documents->part_end.push_back(out.records_);
+    out.input_paths_.push_back(index_path);
+    out.input_paths_.push_back(bin_path);
+    UntypedStorage bin = bin_bytes == 0 ? UntypedStorage() : UntypedStorage::map_file(bin_path);
+    documents->parts.push_back({std::move(index), std::move(bin), bin_path});
+  }
+  try {
+    out.schema_ = Schema({Field::ragged(name, documents->dtype, {-1})});
+  } catch (const ValueError& e) {
+    throw InputSpecError(str("input '", specs.front(), "': ", e.what()));
+  }
+  std::string origin = str(name, "=");
+  for (size_t p = 0; p < documents->parts.size(); ++p)
+    origin += str(p == 0 ? "" : ", ", documents->parts[p].bin_path);
+  out.origins_ = {origin + " (Megatron documents)"};
+  out.metadata_["source"] = "megatron";
+  out.megatron_ = std::move(documents);
+  return out;
+}
+
+void PackSources::megatron_record(int64_t index, std::vector<Tensor>& values) const {
+  const MegatronDocuments& documents = *megatron_;
+  const auto [p, document_in_part] = documents.locate(index);
+  const int64_t document = document_in_part;  // a plain variable: lambdas capture it (clang 14 cannot capture bindings)
+  const MegatronDocuments::Part& part = documents.parts[p];
+  const detail::MegatronIndex& idx = part.index;
+  const int64_t item = element_size(documents.dtype);
+  // The index may shrink under the pack: its reads are guarded, as the .bin's copies are.
+  int64_t first = 0, end = 0, start_byte = 0, end_byte = 0;
+  bool contiguous = true;
+  detail::guard_storage_reads(idx.mapping(), [&] {
+    first = idx.first_sequence(document);
+    end = idx.first_sequence(document + 1);
+    start_byte = first < end ? idx.sequence_pointer(first) : 0;
+    end_byte = start_byte;
+    for (int64_t s = first; s < end; ++s) {
+      contiguous = contiguous && idx.sequence_pointer(s) == end_byte;
+      end_byte = idx.sequence_pointer(s) + idx.sequence_length(s) * item;  // checked inside the .bin at open
+    }
+  });
+  if (contiguous && start_byte % item == 0) {
+    // The builder's layout: one document's sequences back to back. A view of the mapping.
+    const int64_t tokens = (end_byte - start_byte) / item;
+    values[0] = tokens == 0 ? empty({0}, documents.dtype) : Tensor(part.bin, documents.dtype, {tokens}, start_byte / item);
+    return;
+  }
+  // Sequences apart (or a pointer between values, which no writer makes): gathered.
+  int64_t tokens = 0;
+  detail::guard_storage_reads(idx.mapping(), [&] {
+    for (int64_t s = first; s < end; ++s) tokens += idx.sequence_length(s);
+  });
+  Tensor gathered = empty({tokens}, documents.dtype);
+  auto* out = static_cast<std::byte*>(gathered.mutable_data_ptr());
+  detail::guard_storage_reads(idx.mapping(), [&] {
+    detail::guard_storage_reads(part.bin, [&] {
+      for (int64_t s = first; s < end; ++s) {
+        const int64_t bytes = idx.sequence_length(s) * item;
+        if (bytes > 0) std::memcpy(out, part.bin.data() + idx.sequence_pointer(s), static_cast<size_t>(bytes));
+        out += bytes;
+      }
+    });
+  });
+  values[0] = std::move(gathered);
+}
+
+std::string PackSources::megatron_origin(int64_t index) const {
+  const MegatronDocuments& documents = *megatron_;
+  const auto [p, document_in_part] = documents.locate(index);
+  const int64_t document = document_in_part;  // a plain variable: lambdas capture it (clang 14 cannot capture bindings)
+  const detail::MegatronIndex& idx = documents.parts[p].index;
+  int64_t first = 0, end = 0;
+  detail::guard_storage_reads(idx.mapping(), [&] {
+    first = idx.first_sequence(document);
+    end = idx.first_sequence(document + 1);
+  });
+  return str("document ", document, " of ", documents.parts[p].bin_path, " (sequences ", first, " to ", end,
+             " exclusive, as ", idx.path(), " gives them)");
+}
+
+}  // namespace mmt
