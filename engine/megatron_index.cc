@@ -37,12 +37,15 @@ bool begins_with_index_magic(const std::string& path) {
 }  // namespace
 
 std::optional<std::string> megatron_prefix(const std::string& path) {
-  std::string prefix = path;
-  if (path.ends_with(".idx") || path.ends_with(".bin")) prefix.resize(path.size() - 4);
-  std::error_code ec;
-  const std::string index = prefix + ".idx";
-  if (!std::filesystem::is_regular_file(index, ec) || !begins_with_index_magic(index)) return std::nullopt;
-  return prefix;
+  const auto indexes = [](const std::string& prefix) {
+    std::error_code ec;
+    const std::string index = prefix + ".idx";
+    return std::filesystem::is_regular_file(index, ec) && begins_with_index_magic(index);
+  };
+  if (indexes(path)) return path;
+  if ((path.ends_with(".idx") || path.ends_with(".bin")) && indexes(path.substr(0, path.size() - 4)))
+    return path.substr(0, path.size() - 4);
+  return std::nullopt;
 }
 
 MegatronIndex::MegatronIndex(UntypedStorage index, int64_t bin_bytes, const std::string& bin_path)

@@ -8,7 +8,8 @@
 //   version            uint64   1
 //   dtype code         uint8    1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64,
 //                               7 float32, 8 uint16 (Megatron's DType; fairseq's older
-//                               writer used 7 for float64 too: not told apart)
+//                               table also listed np.double as 7, though its writer
+//                               never wrote it)
 //   sequence_count     uint64   S
 //   document_count     uint64   D: the entries of document_indices, one more than the
 //                               documents
@@ -40,7 +41,8 @@ inline constexpr char kMegatronIndexMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X
 inline constexpr int64_t kMegatronIndexHeaderBytes = 34;
 
 // PREFIX when `path` is PREFIX, PREFIX.idx or PREFIX.bin of an indexed dataset: PREFIX.idx
-// is a regular file that begins with the index magic. nullopt otherwise.
+// is a regular file that begins with the index magic (`path` itself is first taken as a
+// prefix, so a prefix ending in ".bin" is found). nullopt otherwise.
 std::optional<std::string> megatron_prefix(const std::string& path);
 
 class MegatronIndex {

@@ -2,6 +2,9 @@
 // sources, one record per document; values view the mapped .bin (megatron_index.h).
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <utility>
+#include <vector>
 
 #include "import_util.h"
 #include "mapping_guard.h"
@@ -51,8 +54,15 @@ PackSources PackSources::from_megatron(std::span<const std::string> specs) {
               "', but an earlier one named it '", name, "': Megatron datasets are packed into one field");
     name = spec_name;
     const std::string index_path = *prefix + ".idx", bin_path = *prefix + ".bin";
-    const int64_t bin_bytes = detail::regular_file_size(bin_path);  // IoError naming a missing .bin
-    detail::MegatronIndex index(UntypedStorage::map_file(index_path), bin_bytes, bin_path);
+    // The .bin mapped first, and the index checked against the size of that mapping: a file
+    // renamed over the path in between cannot slip past the checks.
+    UntypedStorage bin = detail::regular_file_size(bin_path) == 0  // IoError naming a missing .bin
+                             ? UntypedStorage()
+                             : UntypedStorage::map_file(bin_path);
+    detail::MegatronIndex index(UntypedStorage::map_file(index_path), bin.nbytes(), bin_path);
+    for (const MegatronDocuments::Part& earlier : documents->parts)
+      MMT_CHECK(!std::filesystem::equivalent(earlier.index.path(), index_path), ValueError, "input '", spec,
+                "' is ", earlier.index.path(), " again; each Megatron dataset is packed once");
     if (documents->parts.empty()) documents->dtype = index.dtype();
     MMT_CHECK(index.dtype() == documents->dtype, ValueError, index_path, " holds ", to_string(index.dtype()),
               " tokens, but ", documents->parts.front().index.path(), " holds ", to_string(documents->dtype),
@@ -66,7 +76,6 @@ PackSources PackSources::from_megatron(std::span<const std::string> specs) {
     documents->part_end.push_back(out.records_);
     out.input_paths_.push_back(index_path);
     out.input_paths_.push_back(bin_path);
-    UntypedStorage bin = bin_bytes == 0 ? UntypedStorage() : UntypedStorage::map_file(bin_path);
     documents->parts.push_back({std::move(index), std::move(bin), bin_path});
   }
   try {
@@ -90,17 +99,25 @@ void PackSources::megatron_record(int64_t index, std::vector<Tensor>& values) co
   const MegatronDocuments::Part& part = documents.parts[p];
   const detail::MegatronIndex& idx = part.index;
   const int64_t item = element_size(documents.dtype);
-  // The index may shrink under the pack: its reads are guarded, as the .bin's copies are.
+  // The index may shrink under the pack (its reads are guarded, as the .bin's copies are), or
+  // be rewritten in place: what was checked at open is checked again as it is read.
   int64_t first = 0, end = 0, start_byte = 0, end_byte = 0;
   bool contiguous = true;
+  const int64_t bin_bytes = part.bin.nbytes();
   detail::guard_storage_reads(idx.mapping(), [&] {
     first = idx.first_sequence(document);
     end = idx.first_sequence(document + 1);
+    MMT_CHECK(0 <= first && first <= end && end <= idx.sequences(), IoError, idx.path(), ": document index ", document,
+              " or ", document + 1, " (bytes ", idx.document_byte(document), " on) changed while it was being packed");
     start_byte = first < end ? idx.sequence_pointer(first) : 0;
     end_byte = start_byte;
     for (int64_t s = first; s < end; ++s) {
-      contiguous = contiguous && idx.sequence_pointer(s) == end_byte;
-      end_byte = idx.sequence_pointer(s) + idx.sequence_length(s) * item;  // checked inside the .bin at open
+      const int64_t pointer = idx.sequence_pointer(s), length = idx.sequence_length(s);
+      MMT_CHECK(length >= 0 && pointer >= 0 && pointer <= bin_bytes && length * item <= bin_bytes - pointer, IoError,
+                idx.path(), ": sequence ", s, " (bytes ", idx.length_byte(s), " and ", idx.pointer_byte(s),
+                ") changed while it was being packed, and now lies outside ", part.bin_path);
+      contiguous = contiguous && pointer == end_byte;
+      end_byte = pointer + length * item;
     }
   });
   if (contiguous && start_byte % item == 0) {
@@ -110,20 +127,26 @@ void PackSources::megatron_record(int64_t index, std::vector<Tensor>& values) co
     return;
   }
   // Sequences apart (or a pointer between values, which no writer makes): gathered.
+  // The entries are read once into memory of our own, so that what is copied is what was
+  // checked (the index may still change under us).
+  std::vector<std::pair<int64_t, int64_t>> pieces;  // (byte, bytes) of each sequence
   int64_t tokens = 0;
   detail::guard_storage_reads(idx.mapping(), [&] {
-    for (int64_t s = first; s < end; ++s) tokens += idx.sequence_length(s);
+    for (int64_t s = first; s < end; ++s) {
+      const int64_t pointer = idx.sequence_pointer(s), length = idx.sequence_length(s);
+      MMT_CHECK(length >= 0 && pointer >= 0 && pointer <= bin_bytes && length * item <= bin_bytes - pointer, IoError,
+                idx.path(), ": sequence ", s, " changed while it was being packed, and now lies outside ", part.bin_path);
+      pieces.emplace_back(pointer, length * item);
+      tokens += length;
+    }
   });
   Tensor gathered = empty({tokens}, documents.dtype);
   auto* out = static_cast<std::byte*>(gathered.mutable_data_ptr());
-  detail::guard_storage_reads(idx.mapping(), [&] {
-    detail::guard_storage_reads(part.bin, [&] {
-      for (int64_t s = first; s < end; ++s) {
-        const int64_t bytes = idx.sequence_length(s) * item;
-        if (bytes > 0) std::memcpy(out, part.bin.data() + idx.sequence_pointer(s), static_cast<size_t>(bytes));
-        out += bytes;
-      }
-    });
+  detail::guard_storage_reads(part.bin, [&] {
+    for (const auto& [byte, bytes] : pieces) {
+      if (bytes > 0) std::memcpy(out, part.bin.data() + byte, static_cast<size_t>(bytes));
+      out += bytes;
+    }
   });
   values[0] = std::move(gathered);
 }
@@ -137,7 +160,7 @@ std::string PackSources::megatron_origin(int64_t index) const {
   detail::guard_storage_reads(idx.mapping(), [&] {
     first = idx.first_sequence(document);
     end = idx.first_sequence(document + 1);
-  });
+  });  // only printed: no check needed
   return str("document ", document, " of ", documents.parts[p].bin_path, " (sequences ", first, " to ", end,
              " exclusive, as ", idx.path(), " gives them)");
 }

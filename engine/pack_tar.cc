@@ -87,20 +87,36 @@ std::string joined(const std::vector<std::string>& names) {
 }
 
 // The decompressed bytes of a gzip- or zstd-compressed archive, streamed into a scratch file
-// (an archive may be larger than memory) and mapped, named after the archive.
+// (an archive may be larger than memory) and mapped, named after the archive. Its first block
+// is checked as soon as it is out, so that a large compressed file of something else is
+// refused before it fills the temporary folder.
 UntypedStorage decompressed_archive(const std::string& path, bool gzip) {
   const detail::InputFile compressed = detail::map_input_file(path);
   detail::ScratchFile file(path, "to decompress this archive into");
   std::vector<std::byte> block(size_t{1} << 20);
+  std::byte head[512];
+  int64_t head_bytes = 0;
+  const auto take = [&](int64_t n) {
+    if (head_bytes < 512) {
+      const int64_t more = std::min<int64_t>(512 - head_bytes, n);
+      std::memcpy(head + head_bytes, block.data(), static_cast<size_t>(more));
+      head_bytes += more;
+      MMT_CHECK(head_bytes < 512 || detail::is_tar_start(head, head_bytes), ValueError, path,
+                ": decompresses to something that is not a tar archive (no ustar header at its start)");
+    }
+    file.append(block.data(), n);
+  };
   if (gzip) {
     detail::GzipReader reader(compressed.bytes, path);  // FormatError naming the archive for a bad stream
     detail::guard_storage_reads(compressed.mapping, [&] {
-      for (size_t got; (got = reader.read(block.data(), block.size())) > 0;)
-        file.append(block.data(), static_cast<int64_t>(got));
+      for (size_t got; (got = reader.read(block.data(), block.size())) > 0;) take(static_cast<int64_t>(got));
     });
   } else {
     std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> context{ZSTD_createDCtx(), ZSTD_freeDCtx};
     MMT_CHECK(context != nullptr, IoError, path, ": cannot allocate a zstd decompression context");
+    // Any window the format allows (`zstd --long=31` writes 2 GiB ones): the output goes to a
+    // file, and the window is the decoder's memory, which such a stream needs.
+    ZSTD_DCtx_setParameter(context.get(), ZSTD_d_windowLogMax, ZSTD_dParam_getBounds(ZSTD_d_windowLogMax).upperBound);
     ZSTD_inBuffer in{compressed.bytes.data(), compressed.bytes.size(), 0};
     size_t frame_left = 0;  // ZSTD_decompressStream's hint: 0 once a frame is whole
     detail::guard_storage_reads(compressed.mapping, [&] {
@@ -109,19 +125,19 @@ UntypedStorage decompressed_archive(const std::string& path, bool gzip) {
         frame_left = ZSTD_decompressStream(context.get(), &out, &in);
         MMT_CHECK(!ZSTD_isError(frame_left), FormatError, path, ": a corrupt zstd stream near compressed byte ", in.pos,
                   ": ", ZSTD_getErrorName(frame_left));
-        file.append(block.data(), static_cast<int64_t>(out.pos));
-        // Done when the input is used up and the output was not filled (nothing held back).
-        if (in.pos == in.size && out.pos < out.size) break;
+        take(static_cast<int64_t>(out.pos));
+        // Done when the input is used up and nothing is held back: a frame ended, or the
+        // output was not filled. (A call after a frame ended on a full output, with no input
+        // left, would begin a frame that never comes.)
+        if (in.pos == in.size && (frame_left == 0 || out.pos < out.size)) break;
       }
     });
-    MMT_CHECK(frame_left == 0, FormatError, path, ": the zstd stream is cut short (its last frame is incomplete)");
+    MMT_CHECK(frame_left == 0, FormatError, path, ": the zstd stream is cut short (its last frame is incomplete, after ",
+              file.size(), " decompressed bytes)");
   }
-  const std::string name = str(path, " (decompressed into a temporary file in ", file.folder().string(), ")");
-  UntypedStorage archive = file.map(name);
-  MMT_CHECK(archive.nbytes() == 0 ||
-                detail::guard_storage_reads(archive, [&] { return detail::is_tar_start(archive.data(), archive.nbytes()); }),
-            ValueError, path, ": decompresses to something that is not a tar archive (no ustar header at its start)");
-  return archive;
+  MMT_CHECK(file.size() == 0 || head_bytes == 512, ValueError, path, ": decompresses to ", file.size(),
+            " bytes, less than a tar header");
+  return file.map(str(path, " (decompressed into a temporary file in ", file.folder().string(), ")"));
 }
 
 // The archive at `path` mapped, or decompressed first (gzip, zstd); empty for an empty file.
@@ -133,7 +149,11 @@ UntypedStorage archive_bytes(const std::string& path) {
     const size_t got = std::fread(magic, 1, sizeof magic, f);
     std::fclose(f);
     if (got >= 2 && magic[0] == 0x1f && magic[1] == 0x8b) return decompressed_archive(path, /*gzip=*/true);
-    if (got >= 4 && std::memcmp(magic, "\x28\xb5\x2f\xfd", 4) == 0) return decompressed_archive(path, /*gzip=*/false);
+    // A zstd frame, or a skippable frame (magic 0x184D2A5?, little-endian), which pzstd puts
+    // before each of its frames.
+    const bool zstd = got >= 4 && (std::memcmp(magic, "\x28\xb5\x2f\xfd", 4) == 0 ||
+                                   ((magic[0] & 0xF0) == 0x50 && std::memcmp(magic + 1, "\x2a\x4d\x18", 3) == 0));
+    if (zstd) return decompressed_archive(path, /*gzip=*/false);
     const char* compressor = got >= 3 && std::memcmp(magic, "BZh", 3) == 0                 ? "bzip2"
                              : got >= 6 && std::memcmp(magic, "\xfd" "7zXZ\0", 6) == 0 ? "xz"
                                                                                       : nullptr;

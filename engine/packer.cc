@@ -347,7 +347,7 @@ namespace {
 // makes them datasets; missing files and folders tell nothing (the reader then names them).
 enum class InputsKind { Datasets, Arrays, Tars, Megatron, Unknown };
 bool names_a_tar(const std::string& spec) {
-  for (const char* suffix : {".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst"})
+  for (const char* suffix : {".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", ".tzst"})
     if (spec.ends_with(suffix)) return true;
   std::error_code ec;
   return fs::is_regular_file(spec, ec) && detail::is_tar_file(spec);

@@ -26,7 +26,12 @@ ScratchFile::ScratchFile(std::string what, std::string purpose) : what_(std::mov
   if (fd_ < 0 && errno != ENOENT && errno != ENOTDIR) {  // no O_TMPFILE there (or refused): a named one
     std::string name = (folder_ / "mmtensor-scratch-XXXXXX").string();
     fd_ = ::mkostemp(name.data(), O_CLOEXEC);
-    if (fd_ >= 0 && ::unlink(name.c_str()) != 0) fail("unlink", errno);
+    if (fd_ >= 0 && ::unlink(name.c_str()) != 0) {
+      const int err = errno;
+      ::close(fd_);  // the destructor of an object whose constructor throws does not run
+      fd_ = -1;
+      fail("unlink", err);
+    }
   }
   if (fd_ < 0) fail("create", errno);
 }

@@ -35,8 +35,8 @@ class ScratchFile {
   const std::filesystem::path& folder() const { return folder_; }
   // The file's bytes, mapped read-only under the name `name` (the file has none: a storage
   // with a filename is read under the mapping guard, so a disk error reading the pages back
-  // is an IoError naming it, not SIGBUS). An empty storage for an empty file. The file is
-  // closed; the mapping keeps it.
+  // is an IoError naming it, not SIGBUS). An empty storage for an empty file. The mapping
+  // outlives the ScratchFile, which closes its descriptor when destroyed.
   UntypedStorage map(std::string name);
 
  private:

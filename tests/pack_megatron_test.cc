@@ -12,6 +12,7 @@
 #include "mmtensor/dataset.h"
 #include "mmtensor/error.h"
 #include "mmtensor/packer.h"
+#include "test_util.h"
 
 namespace mmt {
 namespace {
@@ -221,6 +222,27 @@ TEST(PackMegatron, DamagedIndexesAreRefusedWithTheEntryAndItsByte) {
   write_file(prefix + ".idx", good);
   std::filesystem::remove(prefix + ".bin");
   EXPECT_THROW(PackSources::from_megatron(std::vector<std::string>{prefix}), IoError);
+}
+
+TEST(PackMegatron, AnIndexRewrittenWhileItIsPackedIsAnIoErrorAndADatasetIsPackedOnce) {
+  TempFolder dir;
+  MegatronBuilder builder;
+  builder.document({{1, 2}, {3}}).document({{4}});
+  builder.write(dir / "x.bin");  // a prefix that ends in ".bin": x.bin.idx, x.bin.bin
+  const PackSources sources = PackSources::from_megatron(std::vector<std::string>{dir / "x.bin"});
+  ASSERT_EQ(sources.records(), 2);
+  // Rewritten in place, the same size: a pointer far past the .bin, then a document index.
+  Bytes index = builder.index();
+  for (int b = 0; b < 8; ++b) index[builder.pointers_at() + 8 + static_cast<size_t>(b)] = std::byte{0x7F};
+  write_file(dir / "x.bin.idx", index);
+  EXPECT_THROW_WITH(sources.record(0), IoError, "sequence 1 (bytes 38 and 54) changed while it was being packed");
+  index = builder.index();
+  index[builder.document_indices_at() + 8] = std::byte{9};
+  write_file(dir / "x.bin.idx", index);
+  EXPECT_THROW_WITH(sources.record(0), IoError, "changed while it was being packed");
+  write_file(dir / "x.bin.idx", builder.index());
+  EXPECT_THROW_WITH(PackSources::from_megatron(std::vector<std::string>{dir / "x.bin", dir / "x.bin.bin"}), ValueError,
+                    "each Megatron dataset is packed once");
 }
 
 TEST(PackMegatron, DocumentsCutIntoTokenWindows) {

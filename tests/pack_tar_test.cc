@@ -182,6 +182,18 @@ TEST(PackTar, GzipAndZstdArchivesAreDecompressedIntoAScratchFile) {
   EXPECT_NE(name.find(dir / "b.tar.zst" + " (decompressed into a temporary file in "), std::string::npos) << name;
   EXPECT_NE(sources.record_origin(1, 0).find(dir / "a.tar.gz"), std::string::npos) << sources.record_origin(1, 0);
 
+  // An archive of exactly 2 MiB (as tar's 10240-byte records make them) in one frame: the
+  // frame ends as the output block fills; and pzstd's skippable frame before a frame.
+  Bytes whole = plain;
+  whole.resize(size_t{2} << 20, std::byte{0});  // zeros past the end-of-archive marker
+  write_file(dir / "exact.tar.zst", zstd_frames(whole, whole.size()));
+  EXPECT_EQ(PackSources::from_tars({dir / "exact.tar.zst"}).records(), 3);
+  Bytes skippable = to_bytes(std::string("\x50\x2a\x4d\x18\x04\x00\x00\x00" "pzst", 12));
+  const Bytes frames = zstd_frames(plain, 4096);
+  skippable.insert(skippable.end(), frames.begin(), frames.end());
+  write_file(dir / "p.tar.zst", skippable);
+  EXPECT_EQ(PackSources::from_tars({dir / "p.tar.zst"}).records(), 3);
+
   // Cut short, not a tar inside, another compressor, nowhere to decompress to: each named.
   const Bytes gz = testutil::gzip_bytes(plain), zst = zstd_frames(plain, 1 << 20);
   write_file(dir / "cut.tar.gz", Bytes(gz.begin(), gz.end() - 20));
