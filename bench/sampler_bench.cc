@@ -7,7 +7,8 @@
 //   BM_EpochOrderOfASubset/kind/records: the same over a subset of every other record
 //     (SamplerOptions::subset, records/2 entries): what mapping a position through the list
 //     adds (a load from it, which misses the caches once the list outgrows them).
-//   BM_EpochOrderOfAMixture/records: Random over a mixture (SamplerOptions::mixture) of four
+//   BM_EpochOrderOfAMixture/kind/records: Random or QuasiRandom (chunks of 1024 records) over
+//     a mixture (SamplerOptions::mixture) of four
 //     equal record ranges weighted 0.4, 0.3, 0.2, 0.1, an epoch of `records` positions: the
 //     first two sources are upsampled, the last two subsampled, so most positions take the
 //     source lookup and a keyed permutation of the source on top of the epoch's shuffle.
@@ -26,9 +27,8 @@ namespace {
 enum class Selection { Every, Subset, Mixture };
 
 void run_epoch_order(benchmark::State& state, Selection selection) {
-  const auto kind = selection == Selection::Mixture ? mmt::SamplerKind::Random
-                                                   : static_cast<mmt::SamplerKind>(state.range(0));
-  const int64_t records = state.range(selection == Selection::Mixture ? 0 : 1);
+  const auto kind = static_cast<mmt::SamplerKind>(state.range(0));
+  const int64_t records = state.range(1);
   std::vector<int64_t> chunks;
   if (kind == mmt::SamplerKind::QuasiRandom) {
     for (int64_t left = records; left > 0; left -= 1024) chunks.push_back(left < 1024 ? left : 1024);
@@ -87,8 +87,9 @@ BENCHMARK(BM_EpochOrderOfASubset)
                    {60'000, 1'281'167, 100'000'000}})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EpochOrderOfAMixture)
-    ->ArgNames({"records"})
-    ->Args({60'000})->Args({1'281'167})->Args({100'000'000})
+    ->ArgNames({"kind", "records"})
+    ->ArgsProduct({{static_cast<int64_t>(mmt::SamplerKind::Random), static_cast<int64_t>(mmt::SamplerKind::QuasiRandom)},
+                   {60'000, 1'281'167, 100'000'000}})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -167,6 +167,11 @@ struct Sampler::Layout {
   std::vector<int64_t> mixture_first_position;
   std::vector<int64_t> mixture_full_pass_positions;  // per source: (c_s / n_s) * n_s
   uint64_t mixture_hash = 0;
+  // QuasiRandom over a mixture: each source's range cut at chunk boundaries into pieces;
+  // source s has pieces [mixture_piece_begin[s], mixture_piece_begin[s + 1]).
+  std::vector<int64_t> piece_first_record;
+  std::vector<int64_t> piece_records;
+  std::vector<size_t> mixture_piece_begin;
 
   bool mixed() const { return !mixture_counts.empty(); }
   const std::vector<MixtureSource>& mixture_sources() const { return options.mixture->sources; }
@@ -185,9 +190,14 @@ struct EpochOrder::Tables {
   // Sequential over a mixture: per source, the record of it the epoch starts at, (e * c_s)
   // mod n_s: where epoch e - 1 stopped (negative epochs too: the remainder in [0, n_s)).
   std::vector<int64_t> mixture_start;
-  // QuasiRandom: the chunk in each shuffled slot, and records before each slot.
-  std::vector<int64_t> slot_chunk;
+  // QuasiRandom: each shuffled slot's first record (a chunk's, or a mixture's piece's; with a
+  // subset, its first entry of the sorted list), and positions before each slot.
+  std::vector<int64_t> slot_start;
   std::vector<int64_t> slot_first_position;  // slots + 1 entries
+  // QuasiRandom over a mixture: for each slot, -1, or which of partial_orders orders the
+  // records of a piece a partial pass takes only some of (empty without a mixture).
+  std::vector<int32_t> slot_partial;
+  std::vector<KeyedPermutation> partial_orders;
   // QuasiRandom, per window of window_chunks slots: the records before it (windows + 1
   // entries: searched instead of every slot's).
   std::vector<int64_t> window_first_position;
@@ -271,14 +281,12 @@ Sampler Sampler::create(int64_t num_records, SamplerOptions options,
     layout->subset_hash = detail::checksum64(list.begin(), static_cast<size_t>(list.size()) * sizeof(int64_t)) | 1;
   }
   layout->options = options;
+  if (layout->mixed() && options.kind == SamplerKind::QuasiRandom) cut_mixture_pieces(*layout);
   return Sampler(std::move(layout));
 }
 
 void Sampler::resolve_mixture(Layout& layout, int64_t num_records, const SamplerOptions& options) {
   const Mixture& mixture = *options.mixture;
-  MMT_CHECK(options.kind != SamplerKind::QuasiRandom, ValueError,
-            "Sampler: a mixture is drawn by the sequential or random sampler, not quasi_random (its windows of "
-            "chunks assume each record once an epoch)");
   MMT_CHECK(!options.subset, ValueError,
             "Sampler: give a subset or a mixture, not both (a mixture's sources are record ranges: give the "
             "subset's records as sources of their own)");
@@ -323,6 +331,34 @@ void Sampler::resolve_mixture(Layout& layout, int64_t num_records, const Sampler
   layout.positions = epoch_size;
 }
 
+void Sampler::cut_mixture_pieces(Layout& layout) {
+  const std::vector<int64_t>& chunk_first = layout.chunk_first_record;  // records: no subset with a mixture
+  const std::vector<MixtureSource>& sources = layout.mixture_sources();
+  layout.mixture_piece_begin.assign(1, 0);
+  __int128 slots = 0;  // an epoch's, at most
+  for (size_t s = 0; s < sources.size(); ++s) {
+    const int64_t first = sources[s].first_record, end = first + sources[s].num_records;
+    // The chunk holding `first`, then each chunk up to `end`; chunks of no records give no piece.
+    auto c = static_cast<size_t>(std::upper_bound(chunk_first.begin(), chunk_first.end(), first) - chunk_first.begin());
+    for (int64_t at = first; at < end; ++c) {
+      const int64_t piece_end = std::min(end, chunk_first[c]);
+      if (piece_end > at) {
+        layout.piece_first_record.push_back(at);
+        layout.piece_records.push_back(piece_end - at);
+      }
+      at = std::max(at, piece_end);
+    }
+    layout.mixture_piece_begin.push_back(layout.piece_first_record.size());
+    const int64_t n = sources[s].num_records, count = layout.mixture_counts[s];
+    const auto pieces = static_cast<__int128>(layout.mixture_piece_begin[s + 1] - layout.mixture_piece_begin[s]);
+    if (n > 0) slots += pieces * (count / n + (count % n != 0));
+  }
+  MMT_CHECK(slots <= kMaxMixturePieces, ValueError, "Sampler: quasi-random sampling over this mixture would shuffle ",
+            static_cast<int64_t>(std::min<__int128>(slots, INT64_MAX)), " pieces of chunks an epoch (each pass over "
+            "a source is each of its chunks once), more than ", kMaxMixturePieces, "; a source upsampled that many "
+            "times has no locality to keep: use the random sampler");
+}
+
 int64_t Sampler::num_records() const { return layout_->records; }
 int64_t Sampler::epoch_size() const { return layout_->positions; }
 int64_t Sampler::num_chunks() const {
@@ -334,6 +370,40 @@ uint64_t Sampler::chunk_layout_hash() const { return layout_->chunk_layout_hash;
 uint64_t Sampler::subset_hash() const { return layout_->subset_hash; }
 const std::vector<int64_t>& Sampler::mixture_counts() const { return layout_->mixture_counts; }
 uint64_t Sampler::mixture_hash() const { return layout_->mixture_hash; }
+
+void Sampler::mixture_pieces(const Layout& layout, EpochOrder::Tables& tables, std::vector<int64_t>& start,
+                             std::vector<int64_t>& positions, std::vector<int32_t>& partial) {
+  const std::vector<MixtureSource>& sources = layout.mixture_sources();
+  for (size_t s = 0; s < sources.size(); ++s) {
+    const size_t begin = layout.mixture_piece_begin[s], end = layout.mixture_piece_begin[s + 1];
+    const int64_t n = sources[s].num_records, count = layout.mixture_counts[s];
+    if (n == 0) continue;
+    for (int64_t pass = 0; pass < count / n; ++pass) {
+      for (size_t p = begin; p < end; ++p) {
+        start.push_back(layout.piece_first_record[p]);
+        positions.push_back(layout.piece_records[p]);
+        partial.push_back(-1);
+      }
+    }
+    // The partial pass: whole pieces in an order keyed by epoch and source, the last in part
+    // (its records in an order of their own), so each epoch takes other records, chunk by chunk.
+    int64_t left = count % n;
+    const KeyedPermutation piece_order(end - begin, derive_key(tables.epoch_key, 0x7069656365730000ULL ^ s));
+    for (uint64_t i = 0; left > 0; ++i) {
+      const size_t p = begin + static_cast<size_t>(piece_order(i));
+      const int64_t take = std::min(left, layout.piece_records[p]);
+      start.push_back(layout.piece_first_record[p]);
+      positions.push_back(take);
+      partial.push_back(-1);
+      if (take < layout.piece_records[p]) {
+        partial.back() = static_cast<int32_t>(tables.partial_orders.size());
+        tables.partial_orders.emplace_back(static_cast<uint64_t>(layout.piece_records[p]),
+                                           derive_key(tables.epoch_key, 0x7061727469616c00ULL ^ s));
+      }
+      left -= take;
+    }
+  }
+}
 
 EpochOrder Sampler::epoch(int64_t epoch) const {
   auto tables = std::make_shared<EpochOrder::Tables>();
@@ -354,20 +424,35 @@ EpochOrder Sampler::epoch(int64_t epoch) const {
     }
   }
   if (layout_->options.kind == SamplerKind::QuasiRandom) {
-    const int64_t chunks = num_chunks();
-    const KeyedPermutation chunk_order(static_cast<uint64_t>(chunks), tables->epoch_key);
-    tables->slot_chunk.resize(static_cast<size_t>(chunks));
-    tables->slot_first_position.resize(static_cast<size_t>(chunks) + 1);
-    int64_t position = 0;
-    for (int64_t slot = 0; slot < chunks; ++slot) {
-      const auto chunk = static_cast<int64_t>(chunk_order(static_cast<uint64_t>(slot)));
-      tables->slot_chunk[slot] = chunk;
-      tables->slot_first_position[slot] = position;
-      position += layout_->chunk_first_record[chunk + 1] - layout_->chunk_first_record[chunk];
+    // The pieces the epoch shuffles, in a fixed order: the chunks; or over a mixture, each
+    // source's pieces once per full pass, then the pieces its partial pass takes.
+    std::vector<int64_t> piece_start, piece_positions;
+    std::vector<int32_t> piece_partial;
+    if (layout_->mixed()) {
+      mixture_pieces(*layout_, *tables, piece_start, piece_positions, piece_partial);
+    } else {
+      const int64_t chunks = num_chunks();
+      for (int64_t c = 0; c < chunks; ++c) {
+        piece_start.push_back(layout_->chunk_first_record[c]);
+        piece_positions.push_back(layout_->chunk_first_record[c + 1] - layout_->chunk_first_record[c]);
+      }
     }
-    tables->slot_first_position[chunks] = position;
+    const auto slots = static_cast<int64_t>(piece_start.size());
+    const KeyedPermutation slot_order(static_cast<uint64_t>(slots), tables->epoch_key);
+    tables->slot_start.resize(static_cast<size_t>(slots));
+    tables->slot_first_position.resize(static_cast<size_t>(slots) + 1);
+    if (!piece_partial.empty()) tables->slot_partial.resize(static_cast<size_t>(slots));
+    int64_t position = 0;
+    for (int64_t slot = 0; slot < slots; ++slot) {
+      const auto piece = static_cast<size_t>(slot_order(static_cast<uint64_t>(slot)));
+      tables->slot_start[slot] = piece_start[piece];
+      tables->slot_first_position[slot] = position;
+      if (!piece_partial.empty()) tables->slot_partial[slot] = piece_partial[piece];
+      position += piece_positions[piece];
+    }
+    tables->slot_first_position[slots] = position;
     const int64_t window = layout_->options.window_chunks;
-    const int64_t windows = chunks / window + (chunks % window != 0);
+    const int64_t windows = slots / window + (slots % window != 0);
     tables->window_first_position.resize(static_cast<size_t>(windows) + 1);
     for (int64_t w = 0; w < windows; ++w) tables->window_first_position[w] = tables->slot_first_position[w * window];
     tables->window_first_position[windows] = position;
@@ -436,7 +521,7 @@ int64_t EpochOrder::unmapped(int64_t position) const {
                                 derive_key(tables_->epoch_key, static_cast<uint64_t>(window_index)));
   const int64_t target = base + static_cast<int64_t>(within(static_cast<uint64_t>(position - base)));
   const auto& first = tables_->slot_first_position;
-  const int64_t slots = static_cast<int64_t>(tables_->slot_chunk.size());
+  const int64_t slots = static_cast<int64_t>(tables_->slot_start.size());
   const int64_t window = layout.options.window_chunks;
   const int64_t window_begin = window_index * window;
   const int64_t window_end = std::min(slots, window_begin + window);
@@ -444,7 +529,11 @@ int64_t EpochOrder::unmapped(int64_t position) const {
   const int64_t slot = static_cast<int64_t>(std::upper_bound(first.begin() + window_begin,
                                                              first.begin() + window_end + 1, target) -
                                             first.begin()) - 1;
-  return layout.chunk_first_record[tables_->slot_chunk[slot]] + (target - first[slot]);
+  const int64_t j = target - first[slot];
+  if (!tables_->slot_partial.empty() && tables_->slot_partial[slot] >= 0)
+    return tables_->slot_start[slot] +
+           static_cast<int64_t>(tables_->partial_orders[tables_->slot_partial[slot]](static_cast<uint64_t>(j)));
+  return tables_->slot_start[slot] + j;
 }
 
 std::vector<int64_t> EpochOrder::to_vector() const {

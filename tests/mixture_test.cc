@@ -70,8 +70,9 @@ TEST(Mixture, CountsFollowTheWeightsAndAddUpToTheEpochSize) {
 TEST(Mixture, AnUpsampledSourceRepeatsEachRecordEvenlyAndASubsampledOneDrawsDistinctRecords) {
   // Source A: 10 records given 25 positions (2 full passes and 5 more); source B: 90 records
   // given 25 (25 distinct ones).
-  for (SamplerKind kind : {SamplerKind::Sequential, SamplerKind::Random}) {
-    const Sampler sampler = Sampler::create(100, mixed(kind, {{0, 10, 1}, {10, 90, 1}}, 50));
+  for (SamplerKind kind : {SamplerKind::Sequential, SamplerKind::Random, SamplerKind::QuasiRandom}) {
+    const Sampler sampler = Sampler::create(100, mixed(kind, {{0, 10, 1}, {10, 90, 1}}, 50),
+                                            std::vector<int64_t>(10, 10));  // chunks of 10 records
     ASSERT_EQ(sampler.mixture_counts(), (std::vector<int64_t>{25, 25})) << to_string(kind);
     for (int64_t epoch : {0, 1, 7}) {
       const std::vector<int64_t> order = sampler.epoch(epoch).to_vector();
@@ -129,6 +130,56 @@ TEST(Mixture, SequentialWalksASubsampledSourceInOrderAcrossEpochs) {
   const auto start = static_cast<int64_t>((static_cast<unsigned __int128>(huge) * 3) % 5);
   EXPECT_EQ(sampler.epoch(huge)[0], start);
   EXPECT_EQ(sampler.epoch(-1).to_vector(), (std::vector<int64_t>{2, 3, 4, 5, 6, 7, 8}));
+}
+
+TEST(Mixture, QuasiRandomKeepsEachWindowToItsChunksAndSpreadsAnUpsampledSourcesPasses) {
+  // 10,000 records in 100 chunks of 100; source A (chunks 0-9) upsampled 3x beside B (chunks
+  // 10-99) subsampled to 67 of its 90 chunks: each pass over A, and each of B's pieces, is a
+  // whole chunk.
+  SamplerOptions options = mixed(SamplerKind::QuasiRandom, {{0, 1000, 3000}, {1000, 9000, 6700}}, 9700);
+  options.window_chunks = 4;
+  const Sampler sampler = Sampler::create(10000, options, std::vector<int64_t>(100, 100));
+  ASSERT_EQ(sampler.mixture_counts(), (std::vector<int64_t>{3000, 6700}));
+  std::set<int64_t> drawn_from_b;
+  for (int64_t epoch : {0, 1, 2}) {
+    const std::vector<int64_t> order = sampler.epoch(epoch).to_vector();
+    ASSERT_EQ(order.size(), 9700u);
+    EXPECT_EQ(in_range(order, 0, 1000), 3000);
+    const std::map<int64_t, int64_t> count = visits(order);
+    for (int64_t r = 0; r < 1000; ++r) ASSERT_EQ(count.at(r), 3) << "record " << r << " of A";
+    for (const auto& [record, times] : count)
+      if (record >= 1000) {
+        ASSERT_EQ(times, 1) << "record " << record << " of B";
+        drawn_from_b.insert(record);
+      }
+    // Windows of 4 pieces of 100 positions: each run of 400 positions from the start reads at
+    // most 4 chunks, where a random order would read ~98.
+    for (size_t w = 0; w + 400 <= order.size(); w += 400) {
+      std::set<int64_t> chunks;
+      for (size_t p = w; p < w + 400; ++p) chunks.insert(order[p] / 100);
+      EXPECT_LE(chunks.size(), 4u) << "epoch " << epoch << ", positions from " << w;
+    }
+    // An upsampled record's three visits fall in different windows, not one batch.
+    std::map<int64_t, std::vector<size_t>> where;
+    for (size_t p = 0; p < order.size(); ++p)
+      if (order[p] < 1000) where[order[p]].push_back(p);
+    int64_t bunched = 0;
+    for (const auto& [record, positions] : where) bunched += positions.back() - positions.front() < 400;
+    EXPECT_LT(bunched, 50) << "epoch " << epoch;
+  }
+  // B's partial pass takes other chunks each epoch: three epochs reach nearly all of B.
+  EXPECT_GT(drawn_from_b.size(), 8500u);
+  EXPECT_EQ(sampler.epoch(1).to_vector(), sampler.epoch(1).to_vector());
+  // A piece taken in part takes distinct records of it, others each epoch.
+  const Sampler partial = Sampler::create(100, mixed(SamplerKind::QuasiRandom, {{0, 100, 1}}, 55),
+                                          std::vector<int64_t>(2, 50));
+  std::set<int64_t> drawn;
+  for (int64_t epoch = 0; epoch < 8; ++epoch) {
+    const std::vector<int64_t> order = partial.epoch(epoch).to_vector();
+    EXPECT_EQ(visits(order).size(), 55u);
+    drawn.insert(order.begin(), order.end());
+  }
+  EXPECT_EQ(drawn.size(), 100u);
 }
 
 // A version-4 state resumes by position in these orders (as sampler_test.cc's pinned orders
@@ -196,8 +247,10 @@ TEST(Mixture, BadMixturesAreRefusedNamingTheSource) {
   refuse(mixed(SamplerKind::Random, {{0, 50, 0}, {50, 50, 0}}, 10), "every mixture source has weight 0, so none can fill an epoch of 10");
   refuse(mixed(SamplerKind::Random, {{0, 50, 1}, {50, 0, 1}}, 10), "mixture source 1 has weight 1");
   refuse(mixed(SamplerKind::Random, {{0, 50, 1}}, -1), "epoch_size must be >= 0");
-  SamplerOptions quasi = mixed(SamplerKind::QuasiRandom, {{0, 50, 1}}, 10);
-  EXPECT_THROW_WITH(Sampler::create(100, quasi, {50, 50}), ValueError, "not quasi_random");
+  // Quasi-random over a source upsampled past kMaxMixturePieces pieces an epoch: 2^23 passes
+  // over its two chunks, and one more piece.
+  SamplerOptions quasi = mixed(SamplerKind::QuasiRandom, {{40, 20, 1}}, (int64_t{20} << 23) + 1);
+  EXPECT_THROW_WITH(Sampler::create(100, quasi, {50, 50}), ValueError, "16777218 pieces of chunks an epoch");
   SamplerOptions both = mixed(SamplerKind::Random, {{0, 50, 1}}, 10);
   both.subset = IndexList{1, 2};
   refuse(both, "a subset or a mixture, not both");
@@ -272,6 +325,41 @@ TEST_F(MixtureLoaderTest, OfPartsDrawsEachFileByItsWeightAndResumesMidEpoch) {
   Loader from_scaled(dataset, scaled, state);
   EXPECT_EQ(drain_epoch(from_scaled), rest);
   EXPECT_THROW_WITH(Mixture::of_parts(dataset, {1}), ValueError, "1 weight(s) for the 2 part(s)");
+}
+
+TEST_F(MixtureLoaderTest, QuasiRandomOverPartsDecodesEachChunkOfAPassOnceAndResumes) {
+  // Two lz4 files of chunks of 8 records; the small one upsampled twice.
+  const std::string small = testing::write_loader_records(dir.file("small.mmt"), 0, 32, CodecSpec::parse("lz4"), 8);
+  const std::string large = testing::write_loader_records(dir.file("large.mmt"), 0, 160, CodecSpec::parse("lz4"), 8);
+  const Dataset dataset = Dataset::open_concat({small, large});
+  LoaderOptions options;
+  options.batch_size = 8;
+  options.num_workers = 2;
+  options.sampler.kind = SamplerKind::QuasiRandom;
+  options.sampler.window_chunks = 2;
+  options.sampler.seed = 5;
+  options.sampler.mixture = Mixture::of_parts(dataset, {64, 96}, 160);  // 64 of small, 96 of large
+  Loader loader(dataset, options);
+  std::vector<int64_t> reference;
+  while (std::optional<Batch> batch = loader.next()) {
+    testing::expect_batch_matches_dataset(*batch, dataset, {"x", "label", "image", "tokens"});
+    reference.insert(reference.end(), batch->indices().begin(), batch->indices().end());
+  }
+  ASSERT_EQ(reference.size(), 160u);
+  for (int64_t r = 0; r < 32; ++r) EXPECT_EQ(visits(reference)[r], 2) << r;
+  EXPECT_EQ(in_range(reference, 32, 160), 96);
+  // Every 16 positions (a window of two 8-record pieces) read at most two chunks.
+  for (size_t w = 0; w < reference.size(); w += 16) {
+    std::set<int64_t> chunks;
+    for (size_t p = w; p < w + 16; ++p) chunks.insert(reference[p] / 8);
+    EXPECT_LE(chunks.size(), 2u) << w;
+  }
+  Loader first(dataset, options);
+  std::vector<int64_t> seen = testing::take_batches(first, 5);
+  Loader resumed(dataset, options, LoaderState::parse(first.state().to_string()));
+  const std::vector<int64_t> rest = drain_epoch(resumed);
+  seen.insert(seen.end(), rest.begin(), rest.end());
+  EXPECT_EQ(seen, reference);
 }
 
 TEST(MixtureState, ParseChecksTheMixtureEntries) {

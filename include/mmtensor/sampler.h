@@ -46,9 +46,18 @@
 //   - Sequential takes source 0's positions, then source 1's, ...; within a source, epoch e
 //     starts where epoch e - 1 stopped (at record (e * c_s) mod n_s of the source, wrapping),
 //     so a subsampled source is walked through in order over the epochs.
-// QuasiRandom does not draw mixtures (ValueError): its windows of chunks assume each record
-// visited once. Nor does a subset combine with a mixture (ValueError): give the subset's
-// records as sources, or split the subset out.
+//   - QuasiRandom keeps its locality: each source's range is cut at chunk boundaries into
+//     pieces; a full pass over the source is each of its pieces once, and a partial pass
+//     takes whole pieces in a keyed order (another each epoch) until c_s mod n_s is reached,
+//     the last piece only in part (those records keyed-shuffled). The pieces of all passes of
+//     all sources are then shuffled, grouped into windows of `window_chunks` pieces and
+//     shuffled within a window, as chunks are above: a window still decodes at most
+//     `window_chunks` chunks, and the passes of an upsampled source land in different
+//     windows. It keeps three int64 per piece an epoch (Sampler::create refuses a mixture
+//     whose pieces an epoch would pass 2^24: a source upsampled many times over many chunks;
+//     use Random there).
+// A subset does not combine with a mixture (ValueError): give the subset's records as
+// sources, or split the subset out.
 //
 // Distributed sampling (world_size W > 1) partitions the global order as PyTorch's
 // DistributedSampler does: rank r takes positions r, r + W, r + 2W, ... The tail that does
@@ -92,6 +101,9 @@ std::optional<SamplerKind> sampler_kind_from_string(std::string_view name);
 
 // Chunks shuffled together by a quasi-random sampler made without a dataset.
 inline constexpr int64_t kDefaultWindowChunks = 16;
+// The most pieces of chunks quasi-random sampling shuffles an epoch over a mixture (three
+// int64 each: 384 MiB at most).
+inline constexpr int64_t kMaxMixturePieces = int64_t{1} << 24;
 
 // An immutable list of record indices, shared by its copies: options that hold one copy a
 // pointer, so a subset of millions of records costs its 8 bytes an entry once.
@@ -252,6 +264,11 @@ class Sampler {
  private:
   explicit Sampler(std::shared_ptr<const Layout> layout) : layout_(std::move(layout)) {}
   static void resolve_mixture(Layout& layout, int64_t num_records, const SamplerOptions& options);
+  // QuasiRandom over a mixture: its sources cut into pieces at chunk boundaries, once; and an
+  // epoch's pieces, unshuffled (see "Mixtures" above).
+  static void cut_mixture_pieces(Layout& layout);
+  static void mixture_pieces(const Layout& layout, EpochOrder::Tables& tables, std::vector<int64_t>& start,
+                             std::vector<int64_t>& positions, std::vector<int32_t>& partial);
   std::shared_ptr<const Layout> layout_;
 };
 

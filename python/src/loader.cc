@@ -406,7 +406,8 @@ weight per part of a concatenation (Dataset([a, b]) with mixture=[0.3, 0.7]), or
 (start, stop, weight) record ranges; epoch_size sets the positions an epoch has (default:
 the sources' records added up). A source given more positions than it has records repeats
 each of them evenly; one given fewer draws that many distinct records, others each epoch
-with sampler="random". state() after any batch (JSON text; state_dict() gives it as a dict) resumes exactly
+with sampler="random" (and "quasi_random", which takes them chunk by chunk and keeps its
+locality). state() after any batch (JSON text; state_dict() gives it as a dict) resumes exactly
 there: Loader(ds, ..., state=text), or load_state_dict() on this loader. timeout (seconds):
 how long next() waits before TimeoutError. pin_memory: pinned host batches; by default when
 a CUDA device exists. num_workers: threads, not processes; next() gathers rows of the batch

@@ -268,8 +268,12 @@ class LoaderTest(unittest.TestCase):
             mmtensor.Loader(both, mixture="0.5")
         with self.assertRaisesRegex(ValueError, "give mixture= too"):
             mmtensor.Loader(both, epoch_size=10)
-        with self.assertRaisesRegex(ValueError, "not quasi_random"):
-            mmtensor.Loader(both, sampler="quasi_random", mixture=[1, 1])
+        # Quasi-random over the parts: the same counts, chunk by chunk.
+        quasi = self.epoch_labels(mmtensor.Loader(both, batch_size=100, sampler="quasi_random", mixture=[1, 1],
+                                                  epoch_size=200))
+        self.assertEqual(len(quasi), 200)
+        self.assertEqual(int((quasi >= RECORDS).sum()), 100)
+        self.assertEqual(len(np.unique(quasi)), 200)  # both parts subsampled: distinct records
         # Entries that are not weights or ranges are named, not cast blindly.
         for bad in ([True, 1.0], [np.bool_(True), 1.0], [1j, 1.0], [(0, 10, True)], [(0.5, 10, 1.0)], [(0, 10, "1")]):
             with self.assertRaisesRegex(TypeError, "entry 0 has a"):
