@@ -194,10 +194,6 @@ struct EpochOrder::Tables {
   // subset, its first entry of the sorted list), and positions before each slot.
   std::vector<int64_t> slot_start;
   std::vector<int64_t> slot_first_position;  // slots + 1 entries
-  // QuasiRandom over a mixture: for each slot, -1, or which of partial_orders orders the
-  // records of a piece a partial pass takes only some of (empty without a mixture).
-  std::vector<int32_t> slot_partial;
-  std::vector<KeyedPermutation> partial_orders;
   // QuasiRandom, per window of window_chunks slots: the records before it (windows + 1
   // entries: searched instead of every slot's).
   std::vector<int64_t> window_first_position;
@@ -351,12 +347,14 @@ void Sampler::cut_mixture_pieces(Layout& layout) {
     layout.mixture_piece_begin.push_back(layout.piece_first_record.size());
     const int64_t n = sources[s].num_records, count = layout.mixture_counts[s];
     const auto pieces = static_cast<__int128>(layout.mixture_piece_begin[s + 1] - layout.mixture_piece_begin[s]);
-    if (n > 0) slots += pieces * (count / n + (count % n != 0));
+    // Each full pass is every piece; the partial one at most each piece and one more (its
+    // run may start and end in the same piece), and never more than its records.
+    if (n > 0) slots += pieces * (count / n) + std::min<__int128>(pieces + 1, count % n);
   }
-  MMT_CHECK(slots <= kMaxMixturePieces, ValueError, "Sampler: quasi-random sampling over this mixture would shuffle ",
+  MMT_CHECK(slots <= kMaxMixturePieces, ValueError, "Sampler: quasi-random sampling over this mixture could shuffle ",
             static_cast<int64_t>(std::min<__int128>(slots, INT64_MAX)), " pieces of chunks an epoch (each pass over "
-            "a source is each of its chunks once), more than ", kMaxMixturePieces, "; a source upsampled that many "
-            "times has no locality to keep: use the random sampler");
+            "a source is each chunk it touches once), more than ", kMaxMixturePieces,
+            ": too many passes over sources of many chunks; use the random sampler");
 }
 
 int64_t Sampler::num_records() const { return layout_->records; }
@@ -371,8 +369,8 @@ uint64_t Sampler::subset_hash() const { return layout_->subset_hash; }
 const std::vector<int64_t>& Sampler::mixture_counts() const { return layout_->mixture_counts; }
 uint64_t Sampler::mixture_hash() const { return layout_->mixture_hash; }
 
-void Sampler::mixture_pieces(const Layout& layout, EpochOrder::Tables& tables, std::vector<int64_t>& start,
-                             std::vector<int64_t>& positions, std::vector<int32_t>& partial) {
+void Sampler::mixture_pieces(const Layout& layout, uint64_t epoch_key, std::vector<int64_t>& start,
+                             std::vector<int64_t>& positions) {
   const std::vector<MixtureSource>& sources = layout.mixture_sources();
   for (size_t s = 0; s < sources.size(); ++s) {
     const size_t begin = layout.mixture_piece_begin[s], end = layout.mixture_piece_begin[s + 1];
@@ -382,24 +380,27 @@ void Sampler::mixture_pieces(const Layout& layout, EpochOrder::Tables& tables, s
       for (size_t p = begin; p < end; ++p) {
         start.push_back(layout.piece_first_record[p]);
         positions.push_back(layout.piece_records[p]);
-        partial.push_back(-1);
       }
     }
-    // The partial pass: whole pieces in an order keyed by epoch and source, the last in part
-    // (its records in an order of their own), so each epoch takes other records, chunk by chunk.
+    // The partial pass: the source's pieces in an order keyed by epoch and source, read as a
+    // ring of its n records, from a keyed offset for count mod n records. Each record is then
+    // drawn with probability exactly (count mod n) / n, whatever its piece's size, and the run
+    // is whole pieces but at its two ends.
     int64_t left = count % n;
-    const KeyedPermutation piece_order(end - begin, derive_key(tables.epoch_key, 0x7069656365730000ULL ^ s));
-    for (uint64_t i = 0; left > 0; ++i) {
+    if (left == 0) continue;
+    const uint64_t pieces = end - begin;
+    const KeyedPermutation piece_order(pieces, derive_key(epoch_key, 0x7069656365730000ULL ^ s));
+    const auto offset = static_cast<int64_t>(mix64(derive_key(epoch_key, 0x6f66667365740000ULL ^ s)) %
+                                             static_cast<uint64_t>(n));  // bias under n / 2^64
+    uint64_t i = 0;
+    int64_t within = offset;  // records into the ring's i-th piece
+    while (within >= layout.piece_records[begin + static_cast<size_t>(piece_order(i))])
+      within -= layout.piece_records[begin + static_cast<size_t>(piece_order(i++))];
+    for (; left > 0; i = (i + 1) % pieces, within = 0) {
       const size_t p = begin + static_cast<size_t>(piece_order(i));
-      const int64_t take = std::min(left, layout.piece_records[p]);
-      start.push_back(layout.piece_first_record[p]);
+      const int64_t take = std::min(left, layout.piece_records[p] - within);
+      start.push_back(layout.piece_first_record[p] + within);
       positions.push_back(take);
-      partial.push_back(-1);
-      if (take < layout.piece_records[p]) {
-        partial.back() = static_cast<int32_t>(tables.partial_orders.size());
-        tables.partial_orders.emplace_back(static_cast<uint64_t>(layout.piece_records[p]),
-                                           derive_key(tables.epoch_key, 0x7061727469616c00ULL ^ s));
-      }
       left -= take;
     }
   }
@@ -427,9 +428,8 @@ EpochOrder Sampler::epoch(int64_t epoch) const {
     // The pieces the epoch shuffles, in a fixed order: the chunks; or over a mixture, each
     // source's pieces once per full pass, then the pieces its partial pass takes.
     std::vector<int64_t> piece_start, piece_positions;
-    std::vector<int32_t> piece_partial;
     if (layout_->mixed()) {
-      mixture_pieces(*layout_, *tables, piece_start, piece_positions, piece_partial);
+      mixture_pieces(*layout_, tables->epoch_key, piece_start, piece_positions);
     } else {
       const int64_t chunks = num_chunks();
       for (int64_t c = 0; c < chunks; ++c) {
@@ -441,13 +441,11 @@ EpochOrder Sampler::epoch(int64_t epoch) const {
     const KeyedPermutation slot_order(static_cast<uint64_t>(slots), tables->epoch_key);
     tables->slot_start.resize(static_cast<size_t>(slots));
     tables->slot_first_position.resize(static_cast<size_t>(slots) + 1);
-    if (!piece_partial.empty()) tables->slot_partial.resize(static_cast<size_t>(slots));
     int64_t position = 0;
     for (int64_t slot = 0; slot < slots; ++slot) {
       const auto piece = static_cast<size_t>(slot_order(static_cast<uint64_t>(slot)));
       tables->slot_start[slot] = piece_start[piece];
       tables->slot_first_position[slot] = position;
-      if (!piece_partial.empty()) tables->slot_partial[slot] = piece_partial[piece];
       position += piece_positions[piece];
     }
     tables->slot_first_position[slots] = position;
@@ -529,11 +527,7 @@ int64_t EpochOrder::unmapped(int64_t position) const {
   const int64_t slot = static_cast<int64_t>(std::upper_bound(first.begin() + window_begin,
                                                              first.begin() + window_end + 1, target) -
                                             first.begin()) - 1;
-  const int64_t j = target - first[slot];
-  if (!tables_->slot_partial.empty() && tables_->slot_partial[slot] >= 0)
-    return tables_->slot_start[slot] +
-           static_cast<int64_t>(tables_->partial_orders[tables_->slot_partial[slot]](static_cast<uint64_t>(j)));
-  return tables_->slot_start[slot] + j;
+  return tables_->slot_start[slot] + (target - first[slot]);
 }
 
 std::vector<int64_t> EpochOrder::to_vector() const {

@@ -6,9 +6,10 @@
 // window under a chunk cache budget other than the default (SamplerOptions::window_chunks
 // says why, and what to set instead). Orders are computed, not stored: EpochOrder maps a
 // position to a record in O(1) (random) or O(log chunks) (quasi-random), so a sampler's
-// memory does not grow with the number of records (quasi-random keeps three int64 per chunk
-// and one per window of chunks). A subset (below) is the one thing kept per entry: the list
-// itself, shared, and for quasi-random a sorted copy unless the list is sorted already.
+// memory does not grow with the number of records (quasi-random keeps two int64 per chunk,
+// or per piece of a chunk over a mixture, and one per window of chunks). A subset (below) is
+// the one thing kept per entry: the list itself, shared, and for quasi-random a sorted copy
+// unless the list is sorted already.
 //
 // Kinds:
 //   - Sequential: 0, 1, ..., N-1.
@@ -48,14 +49,15 @@
 //     so a subsampled source is walked through in order over the epochs.
 //   - QuasiRandom keeps its locality: each source's range is cut at chunk boundaries into
 //     pieces; a full pass over the source is each of its pieces once, and a partial pass
-//     takes whole pieces in a keyed order (another each epoch) until c_s mod n_s is reached,
-//     the last piece only in part (those records keyed-shuffled). The pieces of all passes of
-//     all sources are then shuffled, grouped into windows of `window_chunks` pieces and
+//     reads the pieces in a keyed order (another each epoch) as a ring of the source's
+//     records, taking c_s mod n_s of them from a keyed offset: whole pieces but at the run's
+//     two ends, and every record drawn with the same probability. The pieces of all passes
+//     of all sources are then shuffled, grouped into windows of `window_chunks` pieces and
 //     shuffled within a window, as chunks are above: a window still decodes at most
-//     `window_chunks` chunks, and the passes of an upsampled source land in different
-//     windows. It keeps three int64 per piece an epoch (Sampler::create refuses a mixture
-//     whose pieces an epoch would pass 2^24: a source upsampled many times over many chunks;
-//     use Random there).
+//     `window_chunks` chunks, and the passes of an upsampled source are shuffled apart
+//     (mostly into different windows). It keeps two int64 per piece (Sampler::create
+//     refuses a mixture whose pieces an epoch could pass 2^24, kMaxMixturePieces: many
+//     passes over sources of many chunks; use Random there).
 // A subset does not combine with a mixture (ValueError): give the subset's records as
 // sources, or split the subset out.
 //
@@ -101,8 +103,8 @@ std::optional<SamplerKind> sampler_kind_from_string(std::string_view name);
 
 // Chunks shuffled together by a quasi-random sampler made without a dataset.
 inline constexpr int64_t kDefaultWindowChunks = 16;
-// The most pieces of chunks quasi-random sampling shuffles an epoch over a mixture (three
-// int64 each: 384 MiB at most).
+// The most pieces of chunks quasi-random sampling shuffles an epoch over a mixture (two int64
+// each kept, 256 MiB at most, and as much again while an epoch's order is made).
 inline constexpr int64_t kMaxMixturePieces = int64_t{1} << 24;
 
 // An immutable list of record indices, shared by its copies: options that hold one copy a
@@ -172,7 +174,7 @@ struct SamplerOptions {
   // std::nullopt: every record. An empty list: none (epochs of no batches).
   std::optional<IndexList> subset{};
   // Draw each epoch from these sources in these proportions (above); std::nullopt: every
-  // record (or the subset) once. Sequential and Random only; not with a subset.
+  // record (or the subset) once. Not with a subset.
   std::optional<Mixture> mixture{};
 };
 
@@ -267,8 +269,8 @@ class Sampler {
   // QuasiRandom over a mixture: its sources cut into pieces at chunk boundaries, once; and an
   // epoch's pieces, unshuffled (see "Mixtures" above).
   static void cut_mixture_pieces(Layout& layout);
-  static void mixture_pieces(const Layout& layout, EpochOrder::Tables& tables, std::vector<int64_t>& start,
-                             std::vector<int64_t>& positions, std::vector<int32_t>& partial);
+  static void mixture_pieces(const Layout& layout, uint64_t epoch_key, std::vector<int64_t>& start,
+                             std::vector<int64_t>& positions);
   std::shared_ptr<const Layout> layout_;
 };
 
