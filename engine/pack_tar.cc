@@ -8,6 +8,7 @@
 #include <optional>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
 #include <zstd.h>
 
 #include "gzip_reader.h"
@@ -181,37 +182,80 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
   auto samples = std::make_shared<TarSamples>();
   samples->keys = options.keys;
   PackSources out;
-  std::map<std::string, size_t, std::less<>> field_of_extension;
+  // extension -> (field, rank among the field's alternatives: the lowest present wins)
+  std::map<std::string, std::pair<size_t, size_t>, std::less<>> field_of_extension;
+  const bool chosen = !options.extensions.empty();
+  for (const std::string& spec : options.extensions) {
+    const size_t field = samples->extensions.size();
+    size_t rank = 0;
+    for (size_t begin = 0; begin <= spec.size();) {
+      const size_t end = std::min(spec.find(';', begin), spec.size());
+      std::string extension = spec.substr(begin, end - begin);
+      for (char& c : extension)
+        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+      while (extension.starts_with('.')) extension.erase(0, 1);  // ".jpg" as "jpg"
+      MMT_CHECK(!extension.empty(), ValueError, "tar extensions: '", spec, "' has an empty extension");
+      MMT_CHECK(!field_of_extension.contains(extension), ValueError, "tar extensions: '", extension, "' is given twice");
+      if (rank == 0) samples->extensions.push_back(extension);
+      field_of_extension[extension] = {field, rank++};
+      begin = end + 1;
+    }
+  }
   std::string first_sample;  // "KEY in ARCHIVE", for messages
   PendingSample pending;
   const auto where = [&](const PendingSample& sample) {
     return str(paths[sample.archive], ": sample '", detail::cut_for_message(sample.key, 200), "' (header at byte ",
                sample.first_header, ")");
   };
+  const std::string fix = "; choose the fields (TarOptions::extensions, mmt pack --ext) and what a sample lacking one "
+                          "gives (--missing skip|empty)";
+  std::vector<size_t> rank_taken;  // per field of the sample being flushed
   const auto flush = [&] {
     if (pending.members.empty()) return;
     if (samples->extensions.empty()) {  // the first sample sets the fields
       for (const auto& [extension, member] : pending.members) samples->extensions.push_back(extension);
       std::sort(samples->extensions.begin(), samples->extensions.end());
-      for (size_t f = 0; f < samples->extensions.size(); ++f) field_of_extension[samples->extensions[f]] = f;
+      for (size_t f = 0; f < samples->extensions.size(); ++f) field_of_extension[samples->extensions[f]] = {f, 0};
       first_sample = str("'", detail::cut_for_message(pending.key, 200), "' of ", paths[pending.archive]);
     }
     const size_t fields = samples->extensions.size();
     std::vector<std::string> missing;
     const size_t first_value = samples->values.size();
     samples->values.resize(first_value + fields, {-1, -1});
+    rank_taken.assign(fields, SIZE_MAX);
     for (const auto& [extension, member] : pending.members) {
       const auto it = field_of_extension.find(extension);
-      MMT_CHECK(it != field_of_extension.end(), ValueError, where(pending), " has a '.", extension,
-                "' member, which the first sample (", first_sample, ") has not; every sample must have the same "
-                "extensions (", joined(samples->extensions), ")");
-      samples->values[first_value + it->second] = {member.data_offset, member.size};
+      if (it == field_of_extension.end()) {
+        MMT_CHECK(chosen, ValueError, where(pending), " has a '.", extension, "' member, which the first sample (",
+                  first_sample, ") has not; every sample must have the same extensions (", joined(samples->extensions),
+                  ")", fix);
+        continue;  // not among the fields chosen
+      }
+      const auto [field, rank] = it->second;
+      if (rank < rank_taken[field]) {
+        rank_taken[field] = rank;
+        samples->values[first_value + field] = {member.data_offset, member.size};
+      }
     }
     for (size_t f = 0; f < fields; ++f)
       if (samples->values[first_value + f].offset < 0) missing.push_back(samples->extensions[f]);
-    MMT_CHECK(missing.empty(), ValueError, where(pending), " has no '.", missing.front(),
-              "' member, which the first sample (", first_sample, ") has; every sample must have the same extensions (",
-              joined(samples->extensions), ")");
+    if (!missing.empty()) {
+      MMT_CHECK(options.missing != MissingMember::Error, ValueError, where(pending), " has no '.", missing.front(),
+                "' member", chosen ? std::string() : str(", which the first sample (", first_sample, ") has"),
+                "; every sample must have the same extensions (", joined(samples->extensions), ")", fix);
+      if (options.missing == MissingMember::Skip) {
+        samples->values.resize(first_value);
+        ++out.samples_skipped_;
+        pending.members.clear();
+        return;
+      }
+      for (size_t f = 0; f < fields; ++f) {
+        if (samples->values[first_value + f].offset >= 0) continue;
+        MMT_CHECK(samples->extensions[f] != "cls", ValueError, where(pending), " has no '.cls' member, and a class "
+                  "number cannot be empty: skip such samples instead (--missing skip)");
+        samples->values[first_value + f] = {0, 0};  // empty
+      }
+    }
     samples->archive_of.push_back(pending.archive);
     samples->keys_text += pending.key;
     samples->key_end.push_back(static_cast<int64_t>(samples->keys_text.size()));
@@ -247,7 +291,11 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
   }
   const auto records = static_cast<int64_t>(samples->archive_of.size());
   MMT_CHECK(records > 0, ValueError, joined(paths), ": no samples (no member named KEY.EXTENSION",
-            out.hidden_skipped_ > 0 ? str("; ", out.hidden_skipped_, " other members were skipped") : std::string(), ")");
+            out.hidden_skipped_ > 0 ? str("; ", out.hidden_skipped_, " other members were skipped") : std::string(),
+            out.samples_skipped_ > 0 ? str("; ", out.samples_skipped_, " samples lacked a member and were skipped")
+                                     : std::string(),
+            ")");
+  if (first_sample.empty()) first_sample = str("the extensions chosen (", joined(options.extensions), ")");
 
   // The fields, in name order; "cls" holds numbers.
   std::vector<Field> fields;
@@ -292,6 +340,10 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
   if (options.keys) out.total_bytes_ += static_cast<int64_t>(samples->keys_text.size());
   out.schema_ = Schema(std::move(fields));
   out.metadata_["source"] = "webdataset";
+  if (chosen || options.missing != MissingMember::Error) {
+    nlohmann::json recorded = {{"extensions", options.extensions}, {"missing", std::string(to_string(options.missing))}};
+    out.metadata_[std::string(kTarOptionsMetadataKey)] = recorded.dump();
+  }
   out.records_ = records;
   out.input_paths_ = paths;
   out.tar_ = std::move(samples);
@@ -325,6 +377,45 @@ std::string PackSources::tar_origin(size_t field, int64_t index) const {
   if (field >= samples.extensions.size()) return str("the key of sample '", key, "' in ", archive);
   const TarSamples::Value& value = samples.values[static_cast<size_t>(index) * samples.extensions.size() + field];
   return str("member '", key, ".", samples.extensions[field], "' of ", archive, " (byte ", value.offset, ")");
+}
+
+std::string_view to_string(MissingMember missing) {
+  switch (missing) {
+    case MissingMember::Error: return "error";
+    case MissingMember::Skip: return "skip";
+    case MissingMember::Empty: return "empty";
+  }
+  return "unknown";
+}
+
+std::optional<MissingMember> missing_member_from_string(std::string_view name) {
+  for (MissingMember m : {MissingMember::Error, MissingMember::Skip, MissingMember::Empty})
+    if (name == to_string(m)) return m;
+  return std::nullopt;
+}
+
+std::optional<TarOptions> tar_options_of(const Metadata& metadata, const std::string& where) {
+  const auto it = metadata.find(std::string(kTarOptionsMetadataKey));
+  if (it == metadata.end()) return std::nullopt;
+  const auto malformed = [&](const std::string& why) {
+    return FormatError(str(where, ": metadata key '", kTarOptionsMetadataKey, "' ", why));
+  };
+  const nlohmann::json entry = nlohmann::json::parse(it->second, nullptr, false);
+  if (!entry.is_object()) throw malformed("is not a JSON object");
+  TarOptions options;
+  const auto extensions = entry.find("extensions");
+  if (extensions == entry.end() || !extensions->is_array()) throw malformed("lacks a list of extensions");
+  for (const nlohmann::json& extension : *extensions) {
+    if (!extension.is_string()) throw malformed("has an extension that is not text");
+    options.extensions.push_back(extension.get<std::string>());
+  }
+  const auto missing = entry.find("missing");
+  const std::optional<MissingMember> parsed =
+      missing != entry.end() && missing->is_string() ? missing_member_from_string(missing->get<std::string>())
+                                                     : std::nullopt;
+  if (!parsed) throw malformed("lacks 'missing' (error, skip or empty)");
+  options.missing = *parsed;
+  return options;
 }
 
 }  // namespace mmt

@@ -949,6 +949,25 @@ TEST_F(MmtCli, PackTakesWebDatasetShardsAndVerifiesAgainstThem) {
   EXPECT_FALSE(fs::exists(path("q.mmt")));
 }
 
+// Tar samples of uneven members: --ext chooses the fields, --missing what a sample lacking one
+// gives, and verify groups the archive as the pack did (its metadata records how).
+TEST_F(MmtCli, PackChoosesTarFieldsAndSkipsSamplesLackingOne) {
+  testutil::TarBuilder tar;
+  tar.add("a.jpg", "J").add("a.cls", "0").add("b.png", "P").add("b.cls", "1").add("c.cls", "2").add("c.txt", "T");
+  testutil::write_file(path("u.tar"), tar.finish());
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("x.mmt"), path("u.tar")}), "--missing skip|empty");
+  const RunResult packed = run_mmt({"pack", path("u.mmt"), path("u.tar"), "--ext", "jpg;png", "--ext", "cls",
+                                    "--missing", "skip"});
+  ASSERT_EQ(packed.exit_code, 0) << packed.err;
+  EXPECT_NE(packed.out.find("packed 2 records (2 fields)"), std::string::npos) << packed.out;
+  EXPECT_NE(packed.out.find("skipped 1 sample lacking a field's member (--missing skip)"), std::string::npos) << packed.out;
+  const RunResult sound = run_mmt({"verify", path("u.mmt"), "--against", path("u.tar")});
+  EXPECT_EQ(sound.exit_code, 0) << sound.err;
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("x.mmt"), path("u.tar"), "--missing", "sometimes"}), "error, skip or empty");
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("x.mmt"), "--folder", path("."), "--ext", "jpg"}), "not of a folder");
+  EXPECT_FALSE(fs::exists(path("x.mmt")));
+}
+
 // Megatron indexed datasets: one record per document, verified against the pair; cut into
 // windows and verified again.
 TEST_F(MmtCli, PackTakesMegatronDatasetsAndVerifiesAgainstThem) {

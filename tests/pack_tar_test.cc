@@ -216,6 +216,59 @@ TEST(PackTar, GzipAndZstdArchivesAreDecompressedIntoAScratchFile) {
   }
 }
 
+// Samples of a real crawl: images under two extensions, a caption some lack, an extra member.
+TarBuilder uneven_samples() {
+  TarBuilder tar;
+  tar.add("s0.jpg", "J0").add("s0.cls", "0").add("s0.txt", "t0");
+  tar.add("s1.cls", "1").add("s1.png", "P1");                       // no caption
+  tar.add("s2.json", "{}").add("s2.txt", "t2").add("s2.png", "P2").add("s2.cls", "2").add("s2.jpg", "J2");
+  return tar;
+}
+
+TEST(PackTar, ExtensionsChooseTheFieldsAndAMissingMemberIsAnErrorSkippedOrEmpty) {
+  TempFolder dir;
+  write_file(dir / "u.tar", uneven_samples().finish());
+  const std::vector<std::string> archive{dir / "u.tar"};
+  // By default every sample must have the first one's extensions; the message says how out.
+  EXPECT_THROW_WITH(PackSources::from_tars(archive), ValueError, "sample 's1' (header at byte 3072) has a '.png' member");
+  EXPECT_THROW_WITH(PackSources::from_tars(archive), ValueError, "--missing skip|empty");
+
+  TarOptions chosen{.extensions = {"JPG;png", "cls", ".txt"}, .missing = MissingMember::Skip};
+  const PackSources skipped = PackSources::from_tars(archive, chosen);
+  ASSERT_EQ(skipped.records(), 2);
+  EXPECT_EQ(skipped.samples_skipped(), 1);
+  std::vector<std::string> names;
+  for (const Field& f : skipped.schema().fields()) names.push_back(f.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"jpg", "cls", "txt"}));  // in the order given
+  EXPECT_EQ(text_of(skipped.record(1)[0]), "J2");  // the first alternative a sample has
+  EXPECT_EQ(skipped.record(1)[1].item<int64_t>(), 2);
+  const std::optional<TarOptions> recorded = tar_options_of(skipped.metadata(), "u.mmt");
+  ASSERT_TRUE(recorded.has_value());
+  EXPECT_EQ(recorded->extensions, chosen.extensions);
+  EXPECT_EQ(recorded->missing, MissingMember::Skip);
+
+  chosen.missing = MissingMember::Empty;
+  const PackSources emptied = PackSources::from_tars(archive, chosen);
+  ASSERT_EQ(emptied.records(), 3);
+  EXPECT_EQ(text_of(emptied.record(1)[0]), "P1");
+  EXPECT_EQ(emptied.record(1)[2].numel(), 0);  // s1's caption
+  const std::string out = dir / "u.mmt";
+  pack_dataset(out, emptied, {});
+  EXPECT_EQ(Dataset::open(out)[1]["txt"].numel(), 0);
+  EXPECT_EQ(compare_with_sources(Dataset::open(out), emptied), 3);
+
+  // A class number cannot be empty; alternatives and names are checked.
+  TarBuilder no_class;
+  no_class.add("a.jpg", "x").add("a.cls", "1").add("b.jpg", "y");
+  write_file(dir / "c.tar", no_class.finish());
+  EXPECT_THROW_WITH(PackSources::from_tars({dir / "c.tar"}, {.extensions = {"jpg", "cls"}, .missing = MissingMember::Empty}),
+                    ValueError, "sample 'b' (header at byte 2048) has no '.cls' member, and a class number cannot be empty");
+  EXPECT_THROW_WITH(PackSources::from_tars(archive, {.extensions = {"jpg;;png"}}), ValueError, "an empty extension");
+  EXPECT_THROW_WITH(PackSources::from_tars(archive, {.extensions = {"jpg", "png;jpg"}}), ValueError, "'jpg' is given twice");
+  EXPECT_THROW_WITH(PackSources::from_tars(archive, {.extensions = {"webp"}, .missing = MissingMember::Skip}), ValueError,
+                    "3 samples lacked a member and were skipped");
+}
+
 TEST(PackTar, AnEmptyArchiveHasNoSamplesAndSparseFilesAreRefused) {
   TempFolder dir;
   // What tar writes for an empty list: the end-of-archive marker alone. Beside a shard with

@@ -14,6 +14,7 @@
 
 #include "mmtensor/dataset.h"
 #include "mmtensor/error.h"
+#include "mmtensor/packer.h"
 
 namespace mmt::tool {
 
@@ -137,13 +138,10 @@ CLI::Option* add_parsed_option(CLI::App* cmd, const std::string& name, T& target
 
 }  // namespace mmt::tool
 
-namespace mmt {
-class PackSources;
-}
 namespace mmt::tool {
 // The sources named on a command line: array inputs, datasets (only `fields` of them when
-// some are named), tar archives (with each sample's key as field "__key__" when `tar_keys`),
-// or a folder (not both), with its files' paths as field "path" when `folder_paths`.
+// some are named), tar archives (grouped as `tar` says: keys, the fields chosen, missing
+// members), or a folder (not both), with its files' paths as field "path" when `folder_paths`.
 PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder, bool folder_paths,
-                              const std::vector<std::string>& fields, bool tar_keys = false);
+                              const std::vector<std::string>& fields, const TarOptions& tar = {});
 }  // namespace mmt::tool

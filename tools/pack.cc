@@ -32,6 +32,8 @@ struct PackArgs {
   bool quiet = false;
   bool paths = false;  // --paths: a folder's file paths as field "path"
   bool keys = false;   // --keys: tar samples' keys as field "__key__"
+  std::vector<std::string> extensions;  // --ext: a tar sample's fields (alternatives joined by ';')
+  std::string missing;                  // --missing: error, skip or empty
   std::optional<WindowOptions> window;  // --window LENGTH[:STRIDE] (and --separator)
   std::optional<int64_t> separator;
   std::vector<std::string> fields;  // --field: the fields of dataset inputs kept
@@ -107,7 +109,13 @@ void run_pack(const PackArgs& args) {
 
   CodecSpec codec = options.codec;
   MMT_CHECK(!args.paths || !args.folder.empty(), UsageError, "--paths stores the path of each file of a --folder; give --folder");
-  PackSources sources = load_pack_sources(args.inputs, args.folder, args.paths, args.fields, args.keys);
+  TarOptions tar{.keys = args.keys, .extensions = args.extensions};
+  if (!args.missing.empty()) {
+    const std::optional<MissingMember> missing = missing_member_from_string(args.missing);
+    MMT_CHECK(missing.has_value(), UsageError, "--missing takes error, skip or empty, got '", args.missing, "'");
+    tar.missing = *missing;
+  }
+  PackSources sources = load_pack_sources(args.inputs, args.folder, args.paths, args.fields, tar);
   MMT_CHECK(!args.separator || args.window, UsageError, "--separator goes between the documents of --window's stream; give --window");
   if (args.window) {
     WindowOptions window = *args.window;
@@ -175,18 +183,28 @@ void run_pack(const PackArgs& args) {
     std::cout << "  shard " << shard << " of " << shards << " (numbered from 0): records [" << range.begin << ", "
               << range.end << ") of the inputs' " << sources.records()
               << "; the shards read as one dataset in that order (mmt info SHARD...)\n";
-  if (sources.hidden_skipped() > 0)
+  if (sources.hidden_skipped() > 0 && !args.folder.empty())
     std::cout << "  skipped " << sources.hidden_skipped() << " hidden file"
               << (sources.hidden_skipped() == 1 ? "" : "s") << " or folder"
               << (sources.hidden_skipped() == 1 ? "" : "s") << " (names starting with '.') under "
               << printable(args.folder) << "\n";
+  if (sources.hidden_skipped() > 0 && args.folder.empty())
+    std::cout << "  skipped " << sources.hidden_skipped() << " tar member"
+              << (sources.hidden_skipped() == 1 ? "" : "s")
+              << " of no sample (no '.' in the file name, or a leading one)\n";
+  if (sources.samples_skipped() > 0)
+    std::cout << "  skipped " << sources.samples_skipped() << " sample" << (sources.samples_skipped() == 1 ? "" : "s")
+              << " lacking a field's member (--missing skip)\n";
 }
 
 }  // namespace
 
 PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder, bool folder_paths,
-                              const std::vector<std::string>& fields, bool tar_keys) {
+                              const std::vector<std::string>& fields, const TarOptions& tar) {
+  const bool tar_keys = tar.keys;
+  const bool tar_grouping = !tar.extensions.empty() || tar.missing != MissingMember::Error;
   if (!folder.empty()) {
+    MMT_CHECK(!tar_grouping, UsageError, "--ext and --missing choose the fields of tar archives' samples, not of a folder");
     MMT_CHECK(!tar_keys, UsageError, "--keys stores the key of each sample of tar archives; a folder has --paths");
     MMT_CHECK(inputs.empty(), UsageError,
               "--folder makes one record per file; it cannot be combined with array inputs");
@@ -196,9 +214,10 @@ PackSources load_pack_sources(const std::vector<std::string>& inputs, const std:
   MMT_CHECK(!inputs.empty(), UsageError,
             "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not), datasets, tar archives, Megatron datasets or --folder DIR");
   try {
-    return PackSources::from_inputs(inputs, fields, {.keys = tar_keys});
+    return PackSources::from_inputs(inputs, fields, tar);
   } catch (const InputSpecError& e) {
     if (tar_keys) throw UsageError("--keys stores the key of each sample of tar archives; these inputs are not tar archives");
+    if (tar_grouping) throw UsageError("--ext and --missing choose the fields of tar archives' samples; these inputs are not tar archives");
     if (!fields.empty()) throw UsageError("--field chooses fields of dataset inputs; of arrays, tar archives or Megatron datasets, all are packed");
     throw;
   }
@@ -220,7 +239,9 @@ void add_pack_command(CLI::App& app) {
       "  PATH.tar...     WebDataset shards (all inputs): one record per sample (members\n"
       "                  with one key, KEY.EXT), one field per extension holding the\n"
       "                  member's bytes; .cls as int64. --keys adds each sample's key\n"
-      "                  ('__key__'). gzip and zstd archives (.tar.gz, .tar.zst) are\n"
+      "                  ('__key__'); --ext jpg;png --ext cls chooses the fields (the first\n"
+      "                  alternative a sample has), --missing skip|empty what a sample\n"
+      "                  lacking one gives. gzip and zstd archives (.tar.gz, .tar.zst) are\n"
       "                  decompressed first into a temporary file in $TMPDIR (or /tmp)\n"
       "  [NAME=]PREFIX...  Megatron-LM indexed datasets (all inputs; PREFIX, PREFIX.idx or\n"
       "                  PREFIX.bin): one record per document, its tokens in field NAME\n"
@@ -259,6 +280,15 @@ void add_pack_command(CLI::App& app) {
       ->allow_extra_args(false);
   cmd->add_flag("--paths", args->paths, "With --folder: store each file's path under the folder as field 'path'");
   cmd->add_flag("--keys", args->keys, "With tar archives: store each sample's key as field '__key__'");
+  cmd->add_option("--ext", args->extensions,
+                  "With tar archives: a field, by extension or alternatives joined by ';' (jpg;png), repeated; "
+                  "other members are passed over")
+      ->type_name("EXT[;EXT...]")
+      ->allow_extra_args(false);
+  cmd->add_option("--missing", args->missing,
+                  "With tar archives: what a sample lacking a field gives: error (default), skip (the sample is "
+                  "left out) or empty (0 bytes)")
+      ->type_name("error|skip|empty");
   add_parsed_option(cmd, "--window", args->window, "Records of LENGTH tokens every STRIDE over one field's values",
                     [](const std::string& text) { return std::optional<WindowOptions>(parse_window(text)); })
       ->type_name("LENGTH[:STRIDE]");

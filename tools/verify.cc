@@ -143,8 +143,14 @@ void run_verify(const VerifyArgs& args) {
       if (against.find(f.name)) fields.push_back(f.name);
     MMT_CHECK(!fields.empty(), ValueError, "the datasets given to --against share no field with ", printable(ds.path()));
   }
-  PackSources sources = load_pack_sources(args.against, args.folder, ds.schema().find("path").has_value(), fields,
-                                          ds.schema().find("__key__").has_value() && are_tar_inputs(args.against));
+  // Tars are grouped as the pack grouped them: keys when it stored them, and the fields and
+  // missing members its metadata records.
+  TarOptions tar;
+  if (are_tar_inputs(args.against)) {
+    if (std::optional<TarOptions> recorded = tar_options_of(ds.metadata(), ds.path())) tar = std::move(*recorded);
+    tar.keys = ds.schema().find("__key__").has_value();
+  }
+  PackSources sources = load_pack_sources(args.against, args.folder, ds.schema().find("path").has_value(), fields, tar);
   // Token windows (pack --window): the inputs cut as the pack cut them, by the dataset's record
   // of it; not datasets that are those windows already (the shards merged, or a repack).
   const std::optional<PackSources::RecordedWindows> windows = PackSources::windows_of(ds.metadata(), ds.path());

@@ -39,8 +39,9 @@
 // Each extension (the rest of the name, lower-cased: "jpg", "seg.png") is a field holding the
 // member's bytes (uint8, variable length; a view into the mapped archive), but for "cls",
 // WebDataset's class number in decimal text, stored as int64. Fields come in name order;
-// every sample must have the same extensions. TarOptions::keys adds field "__key__", each
-// sample's key. Members whose file name has no '.' or starts with one are skipped. Or
+// every sample must have the same extensions, unless TarOptions chooses the fields and what a
+// sample lacking one gives. TarOptions::keys adds field "__key__", each sample's key. Members
+// whose file name has no '.' or starts with one are skipped. Or
 // Megatron-LM indexed datasets ("[NAME=]PREFIX", PREFIX.idx or PREFIX.bin: the pair that
 // Megatron, NeMo and GPT-NeoX preprocess text into): one record per document, in order, the
 // datasets one after another, field NAME ("tokens" unless named) holding its tokens (ragged,
@@ -142,10 +143,33 @@ struct FolderOptions {
   bool paths = false;
 };
 
+// What a tar sample lacking a field's member gives (DALI's missing_component_behavior).
+enum class MissingMember : uint8_t {
+  Error,  // ValueError naming the sample and the member (the default)
+  Skip,   // the sample is left out (PackSources::samples_skipped() counts them)
+  Empty,  // an empty value (0 bytes); refused for "cls", whose class number cannot be empty
+};
+
 struct TarOptions {
   // Adds field "__key__" (uint8, variable length): each sample's key, as WebDataset names it.
   bool keys = false;
+  // The fields, in this order, each an extension or alternatives joined by ';' ("jpg;png;jpeg":
+  // the first of them a sample has, as DALI's ext= and WebDataset's to_tuple() take them),
+  // named after its first extension (lower-case, as extensions are compared). Members of
+  // other extensions are passed over. Empty: the first sample's extensions, in name order,
+  // and a later sample with another extension is refused.
+  std::vector<std::string> extensions{};
+  MissingMember missing = MissingMember::Error;
 };
+// The metadata key under which a pack of tars with extensions or `missing` given records them
+// (JSON {"extensions": [...], "missing": "error"|"skip"|"empty"}), so that `mmt verify
+// --against` the archives groups them alike.
+inline constexpr std::string_view kTarOptionsMetadataKey = "webdataset_options";
+std::string_view to_string(MissingMember missing);
+std::optional<MissingMember> missing_member_from_string(std::string_view name);
+// TarOptions as a pack's metadata records them (kTarOptionsMetadataKey; keys are not: they are
+// the field "__key__"); nullopt without the key. FormatError naming `where` when malformed.
+std::optional<TarOptions> tar_options_of(const Metadata& metadata, const std::string& where);
 
 // The metadata key of a dataset of token windows (PackSources::token_windows): a JSON object
 // {"field", "length", "stride", "separator" (absent without one), "tokens" (the stream's),
@@ -228,6 +252,8 @@ class PackSources {
   // Hidden files and folders from_folder() skipped (a skipped folder counts once), or tar
   // members from_tars() skipped (no '.' in the file name, or a leading one); 0 for arrays.
   int64_t hidden_skipped() const { return hidden_skipped_; }
+  // Tar samples left out for a missing member (MissingMember::Skip); 0 otherwise.
+  int64_t samples_skipped() const { return samples_skipped_; }
   // Where each field comes from, in schema order: the input as given
   // ("images=train-images-idx3-ubyte.gz"), "PATH.npz:NAME.npy" for an .npz member (its name
   // escaped), "data=DIR", "label=DIR (class folders)" and "path=DIR (file paths)" for a folder,
@@ -266,6 +292,7 @@ class PackSources {
   int64_t records_ = 0;
   int64_t total_bytes_ = 0;
   int64_t hidden_skipped_ = 0;
+  int64_t samples_skipped_ = 0;
   Schema schema_;
   Metadata metadata_;
   std::vector<std::string> origins_;

@@ -45,7 +45,7 @@ void bind_pack(py::module_& m) {
                    int64_t chunk_bytes, int64_t chunk_records, int64_t alignment, int threads, bool overwrite,
                    const Metadata& metadata, std::optional<std::pair<int64_t, int64_t>> shard, bool paths,
                    const py::object& field_names, bool keys, std::optional<int64_t> window, int64_t window_stride,
-                   std::optional<int64_t> separator) {
+                   std::optional<int64_t> separator, const py::object& extensions, const std::string& missing) {
     const std::vector<std::string> fields = field_names_of(field_names);  // fields="x" names one, as Loader's
     if (inputs.is_none() == folder.is_none()) throw py::value_error("pack: give inputs= (arrays or datasets) or folder= (a folder), one of them");
     const std::string path = path_of(output);
@@ -55,6 +55,12 @@ void bind_pack(py::module_& m) {
     if ((window_stride != 0 || separator) && !window)
       throw py::value_error("pack: window_stride= and separator= shape the windows of window=; give window= too");
     if (keys && !dir.empty()) throw py::value_error("pack: keys=True stores the key of each sample of tar archives; a folder has paths=True");
+    TarOptions tar{.keys = keys, .extensions = extensions.is_none() ? std::vector<std::string>{} : field_names_of(extensions)};
+    const std::optional<MissingMember> missing_member = missing_member_from_string(missing);
+    if (!missing_member) throw py::value_error("pack: missing= takes 'error', 'skip' or 'empty', got '" + missing + "'");
+    tar.missing = *missing_member;
+    if ((!tar.extensions.empty() || tar.missing != MissingMember::Error) && !dir.empty())
+      throw py::value_error("pack: extensions= and missing= choose the fields of tar archives' samples, not of a folder");
     if (!fields.empty() && !dir.empty()) throw py::value_error("pack: fields= chooses fields of datasets given as inputs, not of a folder");
     PackOptions options;
     options.writer.codec = CodecSpec::parse(codec);
@@ -83,7 +89,7 @@ void bind_pack(py::module_& m) {
       };
     try {
       const WriteStats stats = without_gil([&] {
-        PackSources sources = dir.empty() ? PackSources::from_inputs(specs, fields, {.keys = keys}) : PackSources::from_folder(dir, {.paths = paths});
+        PackSources sources = dir.empty() ? PackSources::from_inputs(specs, fields, tar) : PackSources::from_folder(dir, {.paths = paths});
         if (window) sources = PackSources::token_windows(std::move(sources), {.length = *window, .stride = window_stride, .separator = separator});
         return pack_dataset(path, sources, options);
       });
@@ -103,7 +109,8 @@ void bind_pack(py::module_& m) {
      py::arg("alignment") = WriterOptions{}.alignment, py::arg("threads") = 0, py::arg("overwrite") = false,
      py::arg("metadata") = Metadata{}, py::arg("shard") = py::none(), py::arg("paths") = false,
      py::arg("fields") = py::none(), py::arg("keys") = false, py::arg("window") = py::none(),
-     py::arg("window_stride") = 0, py::arg("separator") = py::none(), R"doc(
+     py::arg("window_stride") = 0, py::arg("separator") = py::none(), py::arg("extensions") = py::none(),
+     py::arg("missing") = "error", R"doc(
 Packs files into a dataset at `output`, as `mmt pack` does, and returns the figures.
 
     mmtensor.pack("train.mmt", {"images": "train-images-idx3-ubyte.gz",
@@ -123,7 +130,9 @@ folder (bytes, as the file system gives them: os.fsdecode(bytes(ds[i]["path"])))
 of them, read as one and repacked (another codec, chunk size or alignment; shards merged);
 fields=[...] keeps only those of their fields. inputs may instead be WebDataset shards (tar
 archives, all of them; .tar.gz and .tar.zst are decompressed into a temporary file first): one record per sample, one field per extension (the member's bytes;
-"cls" as int64), keys=True adding "__key__". inputs may instead be Megatron-LM indexed
+"cls" as int64), keys=True adding "__key__"; extensions=["jpg;png", "cls"] chooses the fields
+(the first alternative a sample has, as DALI's ext= takes them; other members passed over)
+and missing="skip" or "empty" what a sample lacking one gives (default "error"). inputs may instead be Megatron-LM indexed
 datasets (PREFIX, PREFIX.idx or PREFIX.bin; {"ids": PREFIX} names the field, else "tokens"):
 one record per document, its tokens in the index's dtype. window=L cuts the one field given
 (a 1-D array, Megatron documents, or fields=[name] of datasets whose records are documents) into records of L tokens starting every

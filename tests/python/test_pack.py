@@ -149,6 +149,20 @@ class PackTest(FolderTestCase):
         mmtensor.pack(self.path("gz.mmt"), [self.path("s.tar.gz")], keys=True)
         gz = mmtensor.Dataset(self.path("gz.mmt"))
         self.assertEqual([bytes(s["jpg"]) for s in gz], [e[1] for e in expected[4:8]])
+        # Fields chosen by extension (alternatives joined by ';'), samples lacking one skipped.
+        with tarfile.open(self.path("uneven.tar"), "w") as tar:
+            for key, members in [("a", {"jpg": b"J", "cls": b"0"}), ("b", {"png": b"P", "cls": b"1"}),
+                                 ("c", {"cls": b"2", "txt": b"T"})]:
+                for ext, data in members.items():
+                    member = tarfile.TarInfo(f"{key}.{ext}")
+                    member.size = len(data)
+                    tar.addfile(member, io.BytesIO(data))
+        stats = mmtensor.pack(self.path("u.mmt"), [self.path("uneven.tar")], extensions=["jpg;png", "cls"], missing="skip")
+        self.assertEqual(stats["records"], 2)
+        u = mmtensor.Dataset(self.path("u.mmt"))
+        self.assertEqual([bytes(s["jpg"]) for s in u], [b"J", b"P"])
+        with self.assertRaisesRegex(ValueError, "missing= takes"):
+            mmtensor.pack(self.path("x.mmt"), [self.path("uneven.tar")], missing="maybe")
         with open(self.path("x.tar.bz2"), "wb") as f:
             f.write(b"BZh9" + bytes(600))
         with self.assertRaisesRegex(ValueError, "decompress it first"):
