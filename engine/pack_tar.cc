@@ -31,6 +31,7 @@ struct TarSamples {
   };
   std::vector<UntypedStorage> archives;    // mapped whole; empty for an empty file
   std::vector<std::string> extensions;     // one per member field, in schema order
+  std::vector<std::string> alternatives;   // per field: "jpg;png" when it has several (TarOptions), else ""
   size_t class_field = SIZE_MAX;           // the "cls" field, stored as int64
   bool keys = false;                       // field "__key__" last
   // Per record: its archive, its values (one per extension, record-major), its class
@@ -196,7 +197,10 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
       while (extension.starts_with('.')) extension.erase(0, 1);  // ".jpg" as "jpg"
       MMT_CHECK(!extension.empty(), ValueError, "tar extensions: '", spec, "' has an empty extension");
       MMT_CHECK(!field_of_extension.contains(extension), ValueError, "tar extensions: '", extension, "' is given twice");
-      if (rank == 0) samples->extensions.push_back(extension);
+      if (rank == 0) {
+        samples->extensions.push_back(extension);
+        samples->alternatives.push_back(spec.find(';') == std::string::npos ? std::string() : spec);
+      }
       field_of_extension[extension] = {field, rank++};
       begin = end + 1;
     }
@@ -376,6 +380,12 @@ std::string PackSources::tar_origin(size_t field, int64_t index) const {
   const std::string key = detail::cut_for_message(std::string(samples.key(index)), 200);
   if (field >= samples.extensions.size()) return str("the key of sample '", key, "' in ", archive);
   const TarSamples::Value& value = samples.values[static_cast<size_t>(index) * samples.extensions.size() + field];
+  // A member's bytes follow its header: offset 0 is no member (MissingMember::Empty).
+  if (value.offset == 0) return str("sample '", key, "' of ", archive, ", which has no '.", samples.extensions[field],
+                                    "' member (an empty value)");
+  if (field < samples.alternatives.size() && !samples.alternatives[field].empty())
+    return str("the member of sample '", key, "' for field '", samples.extensions[field], "' (the first of '",
+               samples.alternatives[field], "' it has) in ", archive, " (byte ", value.offset, ")");
   return str("member '", key, ".", samples.extensions[field], "' of ", archive, " (byte ", value.offset, ")");
 }
 

@@ -252,6 +252,10 @@ TEST(PackTar, ExtensionsChooseTheFieldsAndAMissingMemberIsAnErrorSkippedOrEmpty)
   ASSERT_EQ(emptied.records(), 3);
   EXPECT_EQ(text_of(emptied.record(1)[0]), "P1");
   EXPECT_EQ(emptied.record(1)[2].numel(), 0);  // s1's caption
+  EXPECT_NE(emptied.record_origin(2, 1).find("sample 's1' of " + dir / "u.tar" + ", which has no '.txt' member"),
+            std::string::npos) << emptied.record_origin(2, 1);
+  EXPECT_NE(emptied.record_origin(0, 1).find("for field 'jpg' (the first of 'JPG;png' it has)"), std::string::npos)
+      << emptied.record_origin(0, 1);
   const std::string out = dir / "u.mmt";
   pack_dataset(out, emptied, {});
   EXPECT_EQ(Dataset::open(out)[1]["txt"].numel(), 0);
