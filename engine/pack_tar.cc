@@ -194,10 +194,22 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
       std::string extension = spec.substr(begin, end - begin);
       for (char& c : extension)
         if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-      while (extension.starts_with('.')) extension.erase(0, 1);  // ".jpg" as "jpg"
+      while (!extension.empty() && (extension.front() == ' ' || extension.front() == '.')) extension.erase(0, 1);
+      while (!extension.empty() && extension.back() == ' ') extension.pop_back();  // "jpg; png"
       MMT_CHECK(!extension.empty(), ValueError, "tar extensions: '", spec, "' has an empty extension");
       MMT_CHECK(!field_of_extension.contains(extension), ValueError, "tar extensions: '", extension, "' is given twice");
+      MMT_CHECK(extension != "__key__", ValueError, "tar extensions: '__key__' names the field of each sample's key "
+                "(TarOptions::keys, --keys), not a member");
       if (rank == 0) {
+        // A class number is parsed from the member's text: it comes from a .cls member only.
+        MMT_CHECK(extension != "cls" || spec.find(';') == std::string::npos, ValueError, "tar extensions: '", spec,
+                  "': field 'cls' holds class numbers, which come from .cls members only; it cannot have alternatives");
+        try {
+          (void)Field::bytes(extension);  // a name a field may have: checked before any archive is read
+        } catch (const ValueError& e) {
+          throw ValueError(str("tar extensions: '", detail::cut_for_message(extension, 100), "' cannot name a field: ",
+                               e.what()));
+        }
         samples->extensions.push_back(extension);
         samples->alternatives.push_back(spec.find(';') == std::string::npos ? std::string() : spec);
       }
@@ -217,13 +229,16 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
   const auto flush = [&] {
     if (pending.members.empty()) return;
     if (samples->extensions.empty()) {  // the first sample sets the fields
-      for (const auto& [extension, member] : pending.members) samples->extensions.push_back(extension);
+      for (const auto& [extension, member] : pending.members) {
+        MMT_CHECK(extension != "__key__", ValueError, where(pending), " has a '.__key__' member; '__key__' names the "
+                  "field of each sample's key (--keys): choose the other fields (--ext)");
+        samples->extensions.push_back(extension);
+      }
       std::sort(samples->extensions.begin(), samples->extensions.end());
       for (size_t f = 0; f < samples->extensions.size(); ++f) field_of_extension[samples->extensions[f]] = {f, 0};
       first_sample = str("'", detail::cut_for_message(pending.key, 200), "' of ", paths[pending.archive]);
     }
     const size_t fields = samples->extensions.size();
-    std::vector<std::string> missing;
     const size_t first_value = samples->values.size();
     samples->values.resize(first_value + fields, {-1, -1});
     rank_taken.assign(fields, SIZE_MAX);
@@ -241,13 +256,24 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
         samples->values[first_value + field] = {member.data_offset, member.size};
       }
     }
+    size_t first_missing = SIZE_MAX;
     for (size_t f = 0; f < fields; ++f)
-      if (samples->values[first_value + f].offset < 0) missing.push_back(samples->extensions[f]);
-    if (!missing.empty()) {
-      MMT_CHECK(options.missing != MissingMember::Error, ValueError, where(pending), " has no '.", missing.front(),
-                "' member", chosen ? std::string() : str(", which the first sample (", first_sample, ") has"),
-                "; every sample must have the same extensions (", joined(samples->extensions), ")", fix);
-      if (options.missing == MissingMember::Skip) {
+      if (samples->values[first_value + f].offset < 0 && first_missing == SIZE_MAX) first_missing = f;
+    if (first_missing != SIZE_MAX) {
+      const std::string& spec = first_missing < samples->alternatives.size() ? samples->alternatives[first_missing]
+                                                                            : std::string();
+      MMT_CHECK(options.missing != MissingMember::Error, ValueError, where(pending),
+                spec.empty() ? str(" has no '.", samples->extensions[first_missing], "' member")
+                             : str(" has none of '", spec, "'"),
+                chosen ? str(" (a field chosen); say what such a sample gives: --missing skip|empty "
+                             "(TarOptions::missing)")
+                       : str(", which the first sample (", first_sample, ") has; every sample must have the same "
+                             "extensions (", joined(samples->extensions), ")", fix));
+      bool any_field = false;
+      for (size_t f = 0; f < fields; ++f) any_field = any_field || samples->values[first_value + f].offset >= 0;
+      // A sample of none of the fields (a stray member: "meta.json" beside the samples) is
+      // not made a record of empty values.
+      if (options.missing == MissingMember::Skip || !any_field) {
         samples->values.resize(first_value);
         ++out.samples_skipped_;
         pending.members.clear();
@@ -332,8 +358,6 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
     }
   }
   if (options.keys) {
-    MMT_CHECK(!field_of_extension.contains("__key__"), ValueError, first_sample,
-              ": a member's extension is '__key__', the field keys=true would add");
     fields.push_back(Field::bytes("__key__"));
     out.origins_.push_back(str("__key__=", joined(paths), " (sample keys)"));
   }
@@ -423,7 +447,7 @@ std::optional<TarOptions> tar_options_of(const Metadata& metadata, const std::st
   const std::optional<MissingMember> parsed =
       missing != entry.end() && missing->is_string() ? missing_member_from_string(missing->get<std::string>())
                                                      : std::nullopt;
-  if (!parsed) throw malformed("lacks 'missing' (error, skip or empty)");
+  if (!parsed) throw malformed("has no 'missing' of error, skip or empty");
   options.missing = *parsed;
   return options;
 }

@@ -397,6 +397,8 @@ PackSources PackSources::from_inputs(std::span<const std::string> specs, std::sp
     return from_tars(std::vector<std::string>(specs.begin(), specs.end()), tar_options);
   }
   MMT_CHECK(!tar_options.keys, InputSpecError, "keys are a tar archive's samples'; these inputs are not tar archives");
+  MMT_CHECK(tar_options.extensions.empty() && tar_options.missing == MissingMember::Error, InputSpecError,
+            "extensions and missing members are a tar archive's samples'; these inputs are not tar archives");
   if (kind == InputsKind::Megatron) {
     MMT_CHECK(fields.empty(), InputSpecError, "choosing fields is for dataset inputs; a Megatron dataset has one");
     return from_megatron(specs);

@@ -271,6 +271,34 @@ TEST(PackTar, ExtensionsChooseTheFieldsAndAMissingMemberIsAnErrorSkippedOrEmpty)
   EXPECT_THROW_WITH(PackSources::from_tars(archive, {.extensions = {"jpg", "png;jpg"}}), ValueError, "'jpg' is given twice");
   EXPECT_THROW_WITH(PackSources::from_tars(archive, {.extensions = {"webp"}, .missing = MissingMember::Skip}), ValueError,
                     "3 samples lacked a member and were skipped");
+  // A field of alternatives none of which a sample has is named by them all.
+  EXPECT_THROW_WITH(PackSources::from_tars(archive, {.extensions = {"jpg; png", "txt"}}), ValueError,
+                    "sample 's1' (header at byte 3072) has no '.txt' member (a field chosen)");
+  EXPECT_THROW_WITH(PackSources::from_tars(archive, {.extensions = {"webp;gif"}}), ValueError,
+                    "has none of 'webp;gif' (a field chosen); say what such a sample gives: --missing skip|empty");
+  // A class number comes from a .cls member only, and '__key__' is the key's field.
+  EXPECT_THROW_WITH(PackSources::from_tars(archive, {.extensions = {"cls;txt"}}), ValueError, "it cannot have alternatives");
+  EXPECT_THROW_WITH(PackSources::from_tars(archive, {.extensions = {"jpg", "__key__"}}), ValueError,
+                    "'__key__' names the field of each sample's key");
+  EXPECT_THROW_WITH(PackSources::from_tars(archive, {.extensions = {"a/b"}}), ValueError, "'a/b' cannot name a field");
+  TarBuilder keyed;
+  keyed.add("a.jpg", "x").add("a.__key__", "a");
+  write_file(dir / "k.tar", keyed.finish());
+  EXPECT_THROW_WITH(PackSources::from_tars({dir / "k.tar"}), ValueError, "has a '.__key__' member");
+  // With empty values, a stray member of no field chosen is not made a record.
+  TarBuilder stray = uneven_samples();
+  stray.add("meta.json", "{}");
+  write_file(dir / "stray.tar", stray.finish());
+  const PackSources with_stray =
+      PackSources::from_tars({dir / "stray.tar"}, {.extensions = {"jpg;png", "txt"}, .missing = MissingMember::Empty});
+  EXPECT_EQ(with_stray.records(), 3);
+  EXPECT_EQ(with_stray.samples_skipped(), 1);
+  // Other inputs take no tar options.
+  write_file(dir / "x.npy", testutil::npy_with_dict("{'descr': '<i8', 'fortran_order': False, 'shape': (1,), }",
+                                                    Bytes(8, std::byte{0})));
+  EXPECT_THROW_WITH(PackSources::from_inputs(std::vector<std::string>{"x=" + dir / "x.npy"}, {},
+                                             {.missing = MissingMember::Skip}),
+                    InputSpecError, "these inputs are not tar archives");
 }
 
 TEST(PackTar, AnEmptyArchiveHasNoSamplesAndSparseFilesAreRefused) {

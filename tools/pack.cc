@@ -239,7 +239,7 @@ void add_pack_command(CLI::App& app) {
       "  PATH.tar...     WebDataset shards (all inputs): one record per sample (members\n"
       "                  with one key, KEY.EXT), one field per extension holding the\n"
       "                  member's bytes; .cls as int64. --keys adds each sample's key\n"
-      "                  ('__key__'); --ext jpg;png --ext cls chooses the fields (the first\n"
+      "                  ('__key__'); --ext 'jpg;png' --ext cls chooses the fields (the first\n"
       "                  alternative a sample has), --missing skip|empty what a sample\n"
       "                  lacking one gives. gzip and zstd archives (.tar.gz, .tar.zst) are\n"
       "                  decompressed first into a temporary file in $TMPDIR (or /tmp)\n"

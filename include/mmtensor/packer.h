@@ -147,19 +147,22 @@ struct FolderOptions {
 enum class MissingMember : uint8_t {
   Error,  // ValueError naming the sample and the member (the default)
   Skip,   // the sample is left out (PackSources::samples_skipped() counts them)
-  Empty,  // an empty value (0 bytes); refused for "cls", whose class number cannot be empty
+  Empty,  // an empty value (0 bytes); refused for "cls", whose class number cannot be empty. A
+          // sample with none of the fields (a stray member) is left out, and counted, all the same
 };
 
 struct TarOptions {
   // Adds field "__key__" (uint8, variable length): each sample's key, as WebDataset names it.
   bool keys = false;
   // The fields, in this order, each an extension or alternatives joined by ';' ("jpg;png;jpeg":
-  // the first of them a sample has, as DALI's ext= and WebDataset's to_tuple() take them),
-  // named after its first extension (lower-case, as extensions are compared). Members of
-  // other extensions are passed over. Empty: the first sample's extensions, in name order,
-  // and a later sample with another extension is refused.
+  // the first of them, in the order listed, that a sample has, as WebDataset's to_tuple()
+  // takes them; DALI's ext= takes the first in archive order), named after its first
+  // extension (lower-case, as extensions are compared; blanks and a leading '.' dropped).
+  // Members of other extensions are passed over. "cls" cannot have alternatives, and
+  // "__key__" is the key's field (keys). Empty: the first sample's extensions, in name
+  // order, and a later sample with another extension is refused.
   std::vector<std::string> extensions{};
-  MissingMember missing = MissingMember::Error;
+  MissingMember missing = MissingMember::Error;  // DALI's default is empty; here, the strict one
 };
 // The metadata key under which a pack of tars with extensions or `missing` given records them
 // (JSON {"extensions": [...], "missing": "error"|"skip"|"empty"}), so that `mmt verify

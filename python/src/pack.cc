@@ -131,7 +131,8 @@ of them, read as one and repacked (another codec, chunk size or alignment; shard
 fields=[...] keeps only those of their fields. inputs may instead be WebDataset shards (tar
 archives, all of them; .tar.gz and .tar.zst are decompressed into a temporary file first): one record per sample, one field per extension (the member's bytes;
 "cls" as int64), keys=True adding "__key__"; extensions=["jpg;png", "cls"] chooses the fields
-(the first alternative a sample has, as DALI's ext= takes them; other members passed over)
+(the first alternative listed that a sample has, as WebDataset's to_tuple takes them; other
+members passed over)
 and missing="skip" or "empty" what a sample lacking one gives (default "error"). inputs may instead be Megatron-LM indexed
 datasets (PREFIX, PREFIX.idx or PREFIX.bin; {"ids": PREFIX} names the field, else "tokens"):
 one record per document, its tokens in the index's dtype. window=L cuts the one field given
