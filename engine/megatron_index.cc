@@ -48,15 +48,30 @@ std::optional<std::string> megatron_prefix(const std::string& path) {
   return std::nullopt;
 }
 
+std::optional<std::string> megatron_pair(const std::string& path) {
+  if (std::optional<std::string> prefix = megatron_prefix(path)) return prefix;
+  const auto pair = [](const std::string& prefix) {
+    std::error_code ec;
+    return std::filesystem::is_regular_file(prefix + ".idx", ec) && std::filesystem::is_regular_file(prefix + ".bin", ec);
+  };
+  if (pair(path)) return path;
+  if ((path.ends_with(".idx") || path.ends_with(".bin")) && pair(path.substr(0, path.size() - 4)))
+    return path.substr(0, path.size() - 4);
+  return std::nullopt;
+}
+
 MegatronIndex::MegatronIndex(UntypedStorage index, int64_t bin_bytes, const std::string& bin_path)
     : index_(std::move(index)) {
   const std::string& path = index_.filename();
   const int64_t size = index_.nbytes();
   const auto fault = [&](const std::string& why) { return FormatError(str(path, ": ", why)); };
   if (size < kMegatronIndexHeaderBytes)
-    throw fault(str("truncated: ", size, " bytes, less than the ", kMegatronIndexHeaderBytes,
-                    "-byte header of a Megatron index"));
+    throw fault(str(size, " bytes, less than the ", kMegatronIndexHeaderBytes,
+                    "-byte header of a Megatron index (truncated, or not one)"));
   guard_storage_reads(index_, [&] {
+    if (std::memcmp(at(0), "TNTIDX\0\0", 8) == 0)
+      throw fault("an index of the older IndexedDataset (\"TNTIDX\", fairseq's and Megatron's 'lazy' and 'cached' "
+                  "formats): rebuild it in the mmap format (\"MMIDIDX\", preprocess_data.py's default)");
     if (std::memcmp(at(0), kMegatronIndexMagic, sizeof kMegatronIndexMagic) != 0)
       throw fault("not a Megatron index (its first 9 bytes are not \"MMIDIDX\\0\\0\")");
     const uint64_t version = load_le64(at(9));

@@ -44,6 +44,10 @@ inline constexpr int64_t kMegatronIndexHeaderBytes = 34;
 // is a regular file that begins with the index magic (`path` itself is first taken as a
 // prefix, so a prefix ending in ".bin" is found). nullopt otherwise.
 std::optional<std::string> megatron_prefix(const std::string& path);
+// PREFIX when `path` names a pair PREFIX.idx and PREFIX.bin that both exist as regular files,
+// whatever the index holds (so that an index of another kind is named as such by
+// MegatronIndex, not taken for another input); nullopt otherwise.
+std::optional<std::string> megatron_pair(const std::string& path);
 
 class MegatronIndex {
  public:

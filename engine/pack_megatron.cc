@@ -45,7 +45,7 @@ PackSources PackSources::from_megatron(std::span<const std::string> specs) {
   std::string name;
   for (const std::string& spec : specs) {
     auto [spec_name, path] = detail::split_input_spec(spec);
-    const std::optional<std::string> prefix = detail::megatron_prefix(path);
+    const std::optional<std::string> prefix = detail::megatron_pair(path);
     MMT_CHECK(prefix.has_value(), ValueError, "input '", spec, "' is not a Megatron indexed dataset (PREFIX, with ",
               "PREFIX.idx beginning \"MMIDIDX\" beside PREFIX.bin); Megatron datasets are packed alone, not with ",
               "other inputs");

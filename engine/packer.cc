@@ -358,7 +358,7 @@ InputsKind inputs_kind(std::span<const std::string> specs) {
   // files below tell nothing.
   for (const std::string& spec : specs) {
     try {
-      if (detail::megatron_prefix(split_input_spec(spec).second)) return InputsKind::Megatron;
+      if (detail::megatron_pair(split_input_spec(spec).second)) return InputsKind::Megatron;
     } catch (const InputSpecError&) {
       // from_arrays says what is wrong with it
     }

@@ -219,6 +219,12 @@ TEST(PackMegatron, DamagedIndexesAreRefusedWithTheEntryAndItsByte) {
     } catch (const Error&) {
     }
   }
+  // An index of the older format, or of no format, beside a .bin: named as such.
+  write_file(prefix + ".idx", testutil::to_bytes(std::string("TNTIDX\0\0", 8) + std::string(40, '\0')));
+  EXPECT_TRUE(are_megatron_inputs(std::vector<std::string>{prefix}));
+  EXPECT_NE(refusal(testutil::to_bytes(std::string("TNTIDX\0\0", 8) + std::string(40, '\0'))).find("rebuild it in the mmap format"),
+            std::string::npos);
+  EXPECT_NE(refusal(testutil::to_bytes("tiny")).find("4 bytes, less than the 34-byte header"), std::string::npos);
   write_file(prefix + ".idx", good);
   std::filesystem::remove(prefix + ".bin");
   EXPECT_THROW(PackSources::from_megatron(std::vector<std::string>{prefix}), IoError);
