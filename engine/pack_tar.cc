@@ -9,14 +9,12 @@
 #include <string_view>
 
 #include <nlohmann/json.hpp>
-#include <zstd.h>
 
-#include "gzip_reader.h"
 #include "import_util.h"
 #include "mapping_guard.h"
 #include "mmtensor/error.h"
 #include "mmtensor/packer.h"
-#include "scratch_file.h"
+#include "decompressed_file.h"
 #include "tar_reader.h"
 #include "utf8.h"
 
@@ -88,58 +86,18 @@ std::string joined(const std::vector<std::string>& names) {
   return out;
 }
 
-// The decompressed bytes of a gzip- or zstd-compressed archive, streamed into a scratch file
-// (an archive may be larger than memory) and mapped, named after the archive. Its first block
-// is checked as soon as it is out, so that a large compressed file of something else is
-// refused before it fills the temporary folder.
+// The decompressed bytes of a gzip- or zstd-compressed archive, its first block checked as
+// soon as it is out, so that a large compressed file of something else is refused before it
+// fills the temporary folder.
 UntypedStorage decompressed_archive(const std::string& path, bool gzip) {
-  const detail::InputFile compressed = detail::map_input_file(path);
-  detail::ScratchFile file(path, "to decompress this archive into");
-  std::vector<std::byte> block(size_t{1} << 20);
-  std::byte head[512];
-  int64_t head_bytes = 0;
-  const auto take = [&](int64_t n) {
-    if (head_bytes < 512) {
-      const int64_t more = std::min<int64_t>(512 - head_bytes, n);
-      std::memcpy(head + head_bytes, block.data(), static_cast<size_t>(more));
-      head_bytes += more;
-      MMT_CHECK(head_bytes < 512 || detail::is_tar_start(head, head_bytes), ValueError, path,
-                ": decompresses to something that is not a tar archive (no ustar header at its start)");
-    }
-    file.append(block.data(), n);
-  };
-  if (gzip) {
-    detail::GzipReader reader(compressed.bytes, path);  // FormatError naming the archive for a bad stream
-    detail::guard_storage_reads(compressed.mapping, [&] {
-      for (size_t got; (got = reader.read(block.data(), block.size())) > 0;) take(static_cast<int64_t>(got));
-    });
-  } else {
-    std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> context{ZSTD_createDCtx(), ZSTD_freeDCtx};
-    MMT_CHECK(context != nullptr, IoError, path, ": cannot allocate a zstd decompression context");
-    // Any window the format allows (`zstd --long=31` writes 2 GiB ones): the output goes to a
-    // file, and the window is the decoder's memory, which such a stream needs.
-    ZSTD_DCtx_setParameter(context.get(), ZSTD_d_windowLogMax, ZSTD_dParam_getBounds(ZSTD_d_windowLogMax).upperBound);
-    ZSTD_inBuffer in{compressed.bytes.data(), compressed.bytes.size(), 0};
-    size_t frame_left = 0;  // ZSTD_decompressStream's hint: 0 once a frame is whole
-    detail::guard_storage_reads(compressed.mapping, [&] {
-      for (;;) {
-        ZSTD_outBuffer out{block.data(), block.size(), 0};
-        frame_left = ZSTD_decompressStream(context.get(), &out, &in);
-        MMT_CHECK(!ZSTD_isError(frame_left), FormatError, path, ": a corrupt zstd stream near compressed byte ", in.pos,
-                  ": ", ZSTD_getErrorName(frame_left));
-        take(static_cast<int64_t>(out.pos));
-        // Done when the input is used up and nothing is held back: a frame ended, or the
-        // output was not filled. (A call after a frame ended on a full output, with no input
-        // left, would begin a frame that never comes.)
-        if (in.pos == in.size && (frame_left == 0 || out.pos < out.size)) break;
-      }
-    });
-    MMT_CHECK(frame_left == 0, FormatError, path, ": the zstd stream is cut short (its last frame is incomplete, after ",
-              file.size(), " decompressed bytes)");
-  }
-  MMT_CHECK(file.size() == 0 || head_bytes == 512, ValueError, path, ": decompresses to ", file.size(),
-            " bytes, less than a tar header");
-  return file.map(str(path, " (decompressed into a temporary file in ", file.folder().string(), ")"));
+  UntypedStorage archive = detail::decompressed_file(
+      path, gzip ? detail::FileCompression::Gzip : detail::FileCompression::Zstd, 512,
+      [&](const std::byte* head, int64_t n) {
+        MMT_CHECK(n == 512, ValueError, path, ": decompresses to ", n, " bytes, less than a tar header");
+        MMT_CHECK(detail::is_tar_start(head, n), ValueError, path,
+                  ": decompresses to something that is not a tar archive (no ustar header at its start)");
+      });
+  return archive;
 }
 
 // The archive at `path` mapped, or decompressed first (gzip, zstd); empty for an empty file.

@@ -212,7 +212,7 @@ TEST(PackTar, GzipAndZstdArchivesAreDecompressedIntoAScratchFile) {
                     "a bzip2-compressed tar archive");
   {
     const testing::ScopedEnv missing("TMPDIR", dir / "missing");
-    EXPECT_THROW_WITH(PackSources::from_tars({dir / "a.tar.gz"}), IoError, "no temporary folder to decompress this archive into");
+    EXPECT_THROW_WITH(PackSources::from_tars({dir / "a.tar.gz"}), IoError, "no temporary folder to decompress this file into");
   }
 }
 

@@ -1,0 +1,69 @@
+#include "decompressed_file.h"
+
+#include <zstd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gzip_reader.h"
+#include "import_util.h"
+#include "mapping_guard.h"
+#include "mmtensor/error.h"
+#include "scratch_file.h"
+
+namespace mmt::detail {
+
+UntypedStorage decompressed_file(const std::string& path, FileCompression compression, int64_t head_bytes,
+                                 const std::function<void(const std::byte*, int64_t)>& check_head) {
+  const InputFile compressed = map_input_file(path);
+  ScratchFile file(path, "to decompress this file into");
+  std::vector<std::byte> block(size_t{1} << 20);
+  std::vector<std::byte> head;
+  bool head_checked = !check_head;
+  const auto take = [&](int64_t n) {
+    if (!head_checked) {
+      const int64_t more = std::min<int64_t>(head_bytes - static_cast<int64_t>(head.size()), n);
+      head.insert(head.end(), block.data(), block.data() + more);
+      if (static_cast<int64_t>(head.size()) == head_bytes) {
+        head_checked = true;
+        check_head(head.data(), head_bytes);
+      }
+    }
+    file.append(block.data(), n);
+  };
+  if (compression == FileCompression::Gzip) {
+    GzipReader reader(compressed.bytes, path);  // FormatError naming the file for a bad stream
+    guard_storage_reads(compressed.mapping, [&] {
+      for (size_t got; (got = reader.read(block.data(), block.size())) > 0;) take(static_cast<int64_t>(got));
+    });
+  } else {
+    std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> context{ZSTD_createDCtx(), ZSTD_freeDCtx};
+    MMT_CHECK(context != nullptr, IoError, path, ": cannot allocate a zstd decompression context");
+    // Any window the format allows (`zstd --long=31` writes 2 GiB ones): the output goes to a
+    // file, and the window is the decoder's memory, which such a stream needs.
+    ZSTD_DCtx_setParameter(context.get(), ZSTD_d_windowLogMax, ZSTD_dParam_getBounds(ZSTD_d_windowLogMax).upperBound);
+    ZSTD_inBuffer in{compressed.bytes.data(), compressed.bytes.size(), 0};
+    size_t frame_left = 0;  // ZSTD_decompressStream's hint: 0 once a frame is whole
+    guard_storage_reads(compressed.mapping, [&] {
+      for (;;) {
+        ZSTD_outBuffer out{block.data(), block.size(), 0};
+        frame_left = ZSTD_decompressStream(context.get(), &out, &in);
+        MMT_CHECK(!ZSTD_isError(frame_left), FormatError, path, ": a corrupt zstd stream near compressed byte ", in.pos,
+                  ": ", ZSTD_getErrorName(frame_left));
+        take(static_cast<int64_t>(out.pos));
+        // Done when the input is used up and nothing is held back: a frame ended, or the
+        // output was not filled. (A call after a frame ended on a full output, with no input
+        // left, would begin a frame that never comes.)
+        if (in.pos == in.size && (frame_left == 0 || out.pos < out.size)) break;
+      }
+    });
+    MMT_CHECK(frame_left == 0, FormatError, path, ": the zstd stream is cut short (its last frame is incomplete, after ",
+              file.size(), " decompressed bytes)");
+  }
+  if (!head_checked && file.size() > 0) check_head(head.data(), static_cast<int64_t>(head.size()));
+  return file.map(str(path, " (decompressed into a temporary file in ", file.folder().string(), ")"));
+}
+
+}  // namespace mmt::detail
