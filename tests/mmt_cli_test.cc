@@ -26,6 +26,7 @@
 #include "crafted_file_util.h"
 #include "file_io.h"
 #include "importer_test_util.h"
+#include "mds_test_util.h"
 #include "megatron_test_util.h"
 #include "tar_test_util.h"
 #include "mmtensor/dataset.h"
@@ -966,6 +967,24 @@ TEST_F(MmtCli, PackChoosesTarFieldsAndSkipsSamplesLackingOne) {
   EXPECT_FAILS_WITH(run_mmt({"pack", path("x.mmt"), path("u.tar"), "--missing", "sometimes"}), "error, skip or empty");
   EXPECT_FAILS_WITH(run_mmt({"pack", path("x.mmt"), "--folder", path("."), "--ext", "jpg"}), "not of a folder");
   EXPECT_FALSE(fs::exists(path("x.mmt")));
+}
+
+// MosaicML Streaming (MDS) datasets: one record per sample, verified against the shards.
+TEST_F(MmtCli, PackTakesMdsDatasetsAndVerifiesAgainstThem) {
+  fs::create_directories(path("mds"));
+  testutil::MdsBuilder builder({{"label", "int", 8}, {"text", "str"}});
+  for (int64_t i = 0; i < 20; ++i)
+    builder.sample({testutil::MdsBuilder::bytes_of(std::vector<int64_t>{i}), testutil::to_bytes(std::string(i, 'a'))});
+  builder.flush(path("mds"), "shard.00000.mds");
+  builder.write_index(path("mds"));
+  const RunResult packed = run_mmt({"pack", path("m.mmt"), path("mds"), "--codec", "zstd"});
+  ASSERT_EQ(packed.exit_code, 0) << packed.err;
+  EXPECT_NE(packed.out.find("packed 20 records (2 fields)"), std::string::npos) << packed.out;
+  EXPECT_EQ(Dataset::open(path("m.mmt"))[7]["text"].numel(), 7);
+  const RunResult sound = run_mmt({"verify", path("m.mmt"), "--against", path("mds/index.json")});
+  EXPECT_EQ(sound.exit_code, 0) << sound.err;
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("q.mmt"), path("mds"), "--field", "text"}), "all are packed");
+  EXPECT_FALSE(fs::exists(path("q.mmt")));
 }
 
 // Megatron indexed datasets: one record per document, verified against the pair; cut into

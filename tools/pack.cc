@@ -218,14 +218,14 @@ PackSources load_pack_sources(const std::vector<std::string>& inputs, const std:
   } catch (const InputSpecError& e) {
     if (tar_keys) throw UsageError("--keys stores the key of each sample of tar archives; these inputs are not tar archives");
     if (tar_grouping) throw UsageError("--ext and --missing choose the fields of tar archives' samples; these inputs are not tar archives");
-    if (!fields.empty()) throw UsageError("--field chooses fields of dataset inputs; of arrays, tar archives or Megatron datasets, all are packed");
+    if (!fields.empty()) throw UsageError("--field chooses fields of dataset inputs; of arrays, tar archives, Megatron or MDS datasets, all are packed");
     throw;
   }
 }
 
 void add_pack_command(CLI::App& app) {
   auto args = std::make_shared<PackArgs>();
-  CLI::App* cmd = app.add_subcommand("pack", "Build a dataset from .npy, .npz, IDX files, tar archives (WebDataset), Megatron indexed datasets or a folder, or repack datasets");
+  CLI::App* cmd = app.add_subcommand("pack", "Build a dataset from .npy, .npz, IDX files, tar archives (WebDataset), Megatron indexed datasets, MosaicML Streaming datasets or a folder, or repack datasets");
   cmd->footer(
       "Inputs:\n"
       "  NAME=PATH.npy   one field; the first dimension indexes records\n"
@@ -246,6 +246,9 @@ void add_pack_command(CLI::App& app) {
       "  [NAME=]PREFIX...  Megatron-LM indexed datasets (all inputs; PREFIX, PREFIX.idx or\n"
       "                  PREFIX.bin): one record per document, its tokens in field NAME\n"
       "                  ('tokens' by default), the index's dtype\n"
+      "  DIR...          MosaicML Streaming (MDS) datasets (all inputs; a folder holding\n"
+      "                  index.json, or that file): one record per sample, one field per\n"
+      "                  column; zstd and gz shards are decompressed into $TMPDIR\n"
       "  --window L[:S]  with one field of tokens (a 1-D array, Megatron documents, or\n"
       "                  --field of datasets holding documents): records of L tokens starting every S (default\n"
       "                  L) over the field's values as one stream; --separator T puts\n"

@@ -45,7 +45,10 @@
 // Megatron-LM indexed datasets ("[NAME=]PREFIX", PREFIX.idx or PREFIX.bin: the pair that
 // Megatron, NeMo and GPT-NeoX preprocess text into): one record per document, in order, the
 // datasets one after another, field NAME ("tokens" unless named) holding its tokens (ragged,
-// the index's dtype; a view into the mapped .bin, the document's sequences joined).
+// the index's dtype; a view into the mapped .bin, the document's sequences joined). Or
+// MosaicML Streaming datasets (a folder holding index.json, or that file; MDS shards,
+// uncompressed or zstd/gz): one record per sample, one field per column (pack_mds.cc says
+// how each encoding is stored; the encodings are in the metadata key "mds_encodings").
 //
 // Failure. Loading sources throws the importers' errors (IoError, FormatError) naming the
 // file, and ValueError for sources that do not fit together (record counts, duplicate names,
@@ -197,6 +200,7 @@ namespace detail {
 struct TarSamples;
 struct TokenWindows;
 struct MegatronDocuments;
+struct MdsShards;
 }
 
 class PackSources {
@@ -232,6 +236,11 @@ class PackSources {
   // multimodal one; IoError for a missing .bin; ValueError for datasets of different dtypes
   // or an input of another kind (they are packed alone); InputSpecError for two field names.
   static PackSources from_megatron(std::span<const std::string> specs);
+  // MosaicML Streaming datasets (above), read in the order given, their shards in the index's
+  // order. FormatError naming the index or the shard, the sample and the column for a damaged
+  // one; ValueError for an encoding or compression this packer does not read, shards of
+  // other columns, or an input of another kind (MDS datasets are packed alone).
+  static PackSources from_mds(std::span<const std::string> specs);
   // `tokens` cut into windows (WindowOptions above): one field of the same name and dtype,
   // shape [length]. `tokens` must have one field whose records hold one value each (a 1-D
   // array's) or a 1-D value each (documents: ragged, or fixed [n]); a separator needs
@@ -315,6 +324,9 @@ class PackSources {
   void fill_windows(int64_t start, int64_t count, const Tensor& out) const;
   bool window_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const;
   std::string window_origin(int64_t index) const;
+  // MDS samples: record `index`'s values, and where a field of it comes from.
+  void mds_record(int64_t index, std::vector<Tensor>& values) const;
+  std::string mds_origin(size_t field, int64_t index) const;
   // Megatron documents: record `index`'s tokens, and where they come from.
   void megatron_record(int64_t index, std::vector<Tensor>& values) const;
   std::string megatron_origin(int64_t index) const;
@@ -329,6 +341,7 @@ class PackSources {
   std::optional<Dataset> dataset_;      // datasets: the inputs, read as one
   std::shared_ptr<const detail::TarSamples> tar_;  // tars: the archives and where each value lies
   std::shared_ptr<const detail::MegatronDocuments> megatron_;  // Megatron: the pairs mapped, their indexes
+  std::shared_ptr<const detail::MdsShards> mds_;  // MDS: the shards mapped, their columns
   std::shared_ptr<const detail::TokenWindows> windows_;  // token windows: the stream's sources and layout
   std::vector<std::string> dataset_fields_;  // datasets: the fields kept, in schema order
   std::vector<std::string> files_;     // folder: one path per record
@@ -354,6 +367,9 @@ bool are_tar_inputs(std::span<const std::string> specs);
 // Whether pack inputs are Megatron indexed datasets: one of them (after any "NAME=") is
 // PREFIX, PREFIX.idx or PREFIX.bin where PREFIX.idx begins with the index's magic.
 bool are_megatron_inputs(std::span<const std::string> specs);
+// Whether pack inputs are MosaicML Streaming datasets: one of them is a folder holding
+// index.json, or such a file.
+bool are_mds_inputs(std::span<const std::string> specs);
 
 // The records of shard `shard` of `shards` of a set of `records`: [begin, end) with begin =
 // shard * records / shards (rounded down), so the shards tile the records in order and differ

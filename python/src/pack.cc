@@ -135,7 +135,8 @@ archives, all of them; .tar.gz and .tar.zst are decompressed into a temporary fi
 members passed over)
 and missing="skip" or "empty" what a sample lacking one gives (default "error"). inputs may instead be Megatron-LM indexed
 datasets (PREFIX, PREFIX.idx or PREFIX.bin; {"ids": PREFIX} names the field, else "tokens"):
-one record per document, its tokens in the index's dtype. window=L cuts the one field given
+one record per document, its tokens in the index's dtype. inputs may instead be MosaicML
+Streaming datasets (a folder holding index.json): one record per sample, a field per column. window=L cuts the one field given
 (a 1-D array, Megatron documents, or fields=[name] of datasets whose records are documents) into records of L tokens starting every
 window_stride (default L) over its values as one stream, separator=T after each document
 (metadata["token_windows"] records how). Large

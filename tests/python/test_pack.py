@@ -235,6 +235,74 @@ class PackTest(FolderTestCase):
         with self.assertRaisesRegex(mmtensor.FormatError, r"c_text_document.idx: dtype code 9 \(byte 17\)"):
             mmtensor.pack(self.path("x.mmt"), [self.path("c_text_document")])
 
+    def write_mds(self, folder, columns, samples):
+        """A MosaicML Streaming dataset as its MDSWriter writes one (one shard): columns sorted by
+        name; each sample the uint32 sizes of its variable columns, then every column's bytes;
+        the shard a uint32 count, uint32 absolute offsets, the config as JSON, the samples."""
+        os.makedirs(folder, exist_ok=True)
+        names = sorted(columns)
+        encodings = [columns[n] for n in names]
+        fixed = {"int": 8, "uint8": 1, "float32": 4, "float64": 8}
+        sizes = [fixed.get(e) for e in encodings]
+        for e, i in zip(encodings, range(len(sizes))):
+            if e.startswith("ndarray:") and e.count(":") == 2:
+                dtype, shape = e.split(":")[1:]
+                sizes[i] = int(np.prod([int(d) for d in shape.split(",")])) * np.dtype(dtype).itemsize
+        config = {"column_encodings": encodings, "column_names": names, "column_sizes": sizes, "compression": None,
+                  "format": "mds", "hashes": [], "size_limit": 1 << 26, "version": 2}
+        config_data = json.dumps(config, sort_keys=True).encode("utf-8")
+
+        def encode(encoding, value):
+            if encoding == "str":
+                return value.encode("utf-8")
+            if encoding == "int":
+                return np.int64(value).tobytes()
+            if encoding == "json":
+                return json.dumps(value).encode("utf-8")
+            if encoding.startswith("ndarray"):
+                parts = encoding.split(":")
+                head = b""
+                if len(parts) == 1:
+                    head += bytes([{"int32": 33, "uint16": 16, "float32": 34}[value.dtype.name]])
+                if len(parts) <= 2:
+                    head += bytes([(value.ndim << 2) | 0]) + np.array(value.shape, np.uint8).tobytes()
+                return head + value.tobytes()
+            return np.dtype(encoding).type(value).tobytes()
+
+        encoded = []
+        for sample in samples:
+            data = [encode(e, sample[n]) for n, e in zip(names, encodings)]
+            head = np.array([len(d) for d, size in zip(data, sizes) if size is None], np.uint32).tobytes()
+            encoded.append(head + b"".join(data))
+        offsets = np.array([0] + [len(e) for e in encoded]).cumsum().astype(np.uint32)
+        offsets += 4 + len(offsets.tobytes()) + len(config_data)
+        with open(os.path.join(folder, "shard.00000.mds"), "wb") as f:
+            f.write(np.uint32(len(samples)).tobytes() + offsets.tobytes() + config_data + b"".join(encoded))
+        shard = dict(config, samples=len(samples), raw_data={"basename": "shard.00000.mds", "bytes": 0, "hashes": {}},
+                     zip_data=None)
+        with open(os.path.join(folder, "index.json"), "w") as f:
+            json.dump({"shards": [shard], "version": 2}, f)
+
+    def test_mosaicml_streaming_datasets(self):
+        rng = np.random.default_rng(5)
+        samples = [{"caption": f"picture {i}", "label": i % 7, "meta": {"i": i},
+                    "image": rng.integers(0, 255, size=(4, 4, 3), dtype=np.uint8),
+                    "tokens": rng.integers(0, 50000, size=rng.integers(1, 30), dtype=np.int32)} for i in range(40)]
+        self.write_mds(self.path("mds"), {"caption": "str", "label": "int", "meta": "json", "image": "ndarray:uint8:4,4,3",
+                                          "tokens": "ndarray"}, samples)
+        stats = mmtensor.pack(self.path("m.mmt"), [self.path("mds")])
+        self.assertEqual(stats["records"], 40)
+        ds = mmtensor.Dataset(self.path("m.mmt"))
+        self.assertEqual(ds.metadata["source"], "mds")
+        self.assertEqual(json.loads(ds.metadata["mds_encodings"])["meta"], "json")
+        for i in [0, 17, 39]:
+            s = ds[i]
+            self.assertEqual(bytes(s["caption"]).decode(), samples[i]["caption"])
+            self.assertEqual(s["label"].item(), samples[i]["label"])
+            self.assertEqual(json.loads(bytes(s["meta"])), samples[i]["meta"])
+            np.testing.assert_array_equal(s["image"], samples[i]["image"])
+            np.testing.assert_array_equal(s["tokens"], samples[i]["tokens"])
+
     @unittest.skipUnless(os.path.exists(FASHION), "no dataset-fashion-mnist")
     def test_idx_files(self):
         mmtensor.pack(self.path("f.mmt"), {"images": os.path.join(FASHION, "train-images-idx3-ubyte.gz"),

@@ -1,0 +1,408 @@
+// PackSources::from_mds: MosaicML Streaming datasets (MDS shards and their index.json) as
+// pack sources, one record per sample; values view the mapped shards.
+//
+// The layout read (streaming/base/format/mds, index version 2):
+//   index.json  {"version": 2, "shards": [{"format": "mds", "version": 2, "samples": N,
+//               "column_names": [...], "column_encodings": [...], "column_sizes": [int|null],
+//               "compression": null | "zstd[:L]" | "gz[:L]" | ..., "raw_data": {"basename"},
+//               "zip_data": null | {"basename"}, ...}, ...]}
+//   a shard     uint32 N; uint32 offsets[N + 1] (absolute, from the file's start); the
+//               writer's config as JSON; the samples. A sample: a uint32 size for each
+//               column of no fixed size, in column order, then each column's bytes.
+// Column encodings: "bytes", "str", "json", "pkl", "jpeg", "png", "pil", "str_int",
+// "str_float", "str_decimal" are kept as bytes (uint8, variable length; the encoding is in
+// the metadata); "int" and the scalar encodings ("uint8" ... "float64") as one value of that
+// dtype; "ndarray:DTYPE:D1,D2,..." as a fixed field of that shape; "ndarray:DTYPE" and
+// "ndarray" (the dtype in each sample) as a 1-D array a record (ragged), which every sample's
+// array must be, of one dtype. Nothing is trusted: every offset, size and array header is
+// checked against the shard when the sources are made, and again as a record is read.
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "decompressed_file.h"
+#include "import_util.h"
+#include "mapping_guard.h"
+#include "mmtensor/error.h"
+#include "mmtensor/packer.h"
+#include "utf8.h"
+
+namespace mmt {
+
+namespace detail {
+
+struct MdsShards {
+  enum class Kind : uint8_t { Bytes, Fixed, Array1d };
+  struct Column {
+    std::string name, encoding;
+    Kind kind = Kind::Bytes;
+    ScalarType dtype = kUInt8;
+    DimVector shape;            // Fixed: the value's shape
+    int64_t fixed_bytes = -1;   // the encoded size when fixed, else -1
+    bool dtype_in_sample = false;  // Array1d: "ndarray" without a dtype
+  };
+  struct Shard {
+    UntypedStorage file;  // the shard mapped (or its decompression)
+    std::string path;     // as named in errors: the .mds, or the compressed file
+    int64_t samples = 0;
+  };
+  std::vector<Column> columns;
+  std::vector<Shard> shards;
+  std::vector<int64_t> shard_end;  // records before the end of each shard
+
+  std::pair<size_t, int64_t> locate(int64_t index) const {
+    const auto s = static_cast<size_t>(std::upper_bound(shard_end.begin(), shard_end.end(), index) - shard_end.begin());
+    return {s, index - (s == 0 ? 0 : shard_end[s - 1])};
+  }
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::MdsShards;
+using detail::str;
+namespace fs = std::filesystem;
+
+// MDS's NDArray value dtype codes.
+std::optional<ScalarType> ndarray_dtype(int code) {
+  switch (code) {
+    case 8: return kUInt8;
+    case 9: return kInt8;
+    case 16: return kUInt16;
+    case 17: return kInt16;
+    case 18: return kFloat16;
+    case 32: return kUInt32;
+    case 33: return kInt32;
+    case 34: return kFloat32;
+    case 64: return kUInt64;
+    case 65: return kInt64;
+    case 66: return kFloat64;
+    default: return std::nullopt;
+  }
+}
+
+// A column as its encoding makes it; ValueError naming the column for one that is not MDS's.
+MdsShards::Column column_of(const std::string& name, const std::string& encoding, const std::string& where) {
+  MdsShards::Column column{.name = name, .encoding = encoding};
+  const auto refuse = [&](const std::string& why) {
+    return ValueError(str(where, ": column '", detail::cut_for_message(name, 100), "' (encoding '",
+                          detail::cut_for_message(encoding, 100), "'): ", why));
+  };
+  static const char* const kBytes[] = {"bytes",   "str", "json",      "pkl",       "jpeg",       "png",
+                                       "pil",     "str_int", "str_float", "str_decimal"};
+  const std::string base = encoding.substr(0, encoding.find(':'));
+  for (const char* b : kBytes)
+    if (base == b) return column;  // "jpeg:95" too
+  if (encoding == "int") {
+    column.kind = MdsShards::Kind::Fixed;
+    column.dtype = kInt64;
+    column.fixed_bytes = 8;
+    return column;
+  }
+  if (const std::optional<ScalarType> scalar = scalar_type_from_string(encoding);
+      scalar && to_string(*scalar) == encoding && *scalar != kBool && !is_complex(*scalar)) {
+    column.kind = MdsShards::Kind::Fixed;
+    column.dtype = *scalar;
+    column.fixed_bytes = element_size(*scalar);
+    return column;
+  }
+  if (base != "ndarray") throw refuse("not an MDS encoding this packer reads");
+  const std::string config = encoding.size() > base.size() ? encoding.substr(base.size() + 1) : std::string();
+  const size_t colon = config.find(':');
+  const std::string dtype_text = config.substr(0, colon);
+  if (dtype_text.empty()) {
+    if (colon != std::string::npos) throw refuse("a shape without a dtype");
+    column.kind = MdsShards::Kind::Array1d;
+    column.dtype_in_sample = true;
+    return column;
+  }
+  const std::optional<ScalarType> dtype = scalar_type_from_string(dtype_text);
+  bool known = false;
+  for (int code : {8, 9, 16, 17, 18, 32, 33, 34, 64, 65, 66}) known = known || (dtype && ndarray_dtype(code) == dtype);
+  if (!dtype || to_string(*dtype) != dtype_text || !known) throw refuse(str("'", dtype_text, "' is not an NDArray dtype"));
+  column.dtype = *dtype;
+  if (colon == std::string::npos) {
+    column.kind = MdsShards::Kind::Array1d;
+    return column;
+  }
+  column.kind = MdsShards::Kind::Fixed;
+  const std::string shape = config.substr(colon + 1);
+  for (size_t begin = 0; begin <= shape.size();) {
+    const size_t end = std::min(shape.find(',', begin), shape.size());
+    int64_t d = 0;
+    const auto [at, error] = std::from_chars(shape.data() + begin, shape.data() + end, d);
+    if (error != std::errc() || at != shape.data() + end || d < 1) throw refuse(str("the shape '", shape, "' is not dimensions >= 1"));
+    column.shape.push_back(d);
+    begin = end + 1;
+  }
+  column.fixed_bytes = detail::checked_shape_nbytes(column.shape, element_size(*dtype), where);
+  return column;
+}
+
+uint32_t u32_at(const UntypedStorage& file, int64_t at) { return detail::load_le32(file.data() + at); }
+
+// Where sample `j` of `shard` lies, checked: [begin, end) in the file.
+std::pair<int64_t, int64_t> sample_range(const MdsShards::Shard& shard, int64_t j, bool again) {
+  const int64_t header_end = 4 + 4 * (shard.samples + 1);
+  const int64_t begin = u32_at(shard.file, 4 + 4 * j), end = u32_at(shard.file, 8 + 4 * j);
+  if (begin < header_end || begin > end || end > shard.file.nbytes()) {
+    const std::string what = str(shard.path, ": sample ", j, " spans bytes [", begin, ", ", end, ") (offsets at byte ",
+                                 4 + 4 * j, "), outside the samples of a ", shard.file.nbytes(), "-byte shard");
+    if (again) throw IoError(what + "; the shard changed while it was being packed");
+    throw FormatError(what);
+  }
+  return {begin, end};
+}
+
+// The columns' byte ranges of a sample, checked against its size; and for a 1-D array, where
+// its values begin and its dtype. Throws FormatError (or IoError when `again`) naming the shard,
+// the sample and the column.
+struct ValueAt {
+  int64_t offset = 0, size = 0;
+  ScalarType dtype = kUInt8;
+};
+void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, int64_t j, bool again,
+                   std::vector<ValueAt>& values) {
+  const auto [begin, end] = sample_range(shard, j, again);
+  const auto fault = [&](const std::string& why) -> Error {
+    const std::string what = str(shard.path, ": sample ", j, " (bytes ", begin, " to ", end, "): ", why);
+    if (again) return IoError(what + "; the shard changed while it was being packed");
+    return FormatError(what);
+  };
+  values.resize(mds.columns.size());
+  int64_t at = begin;
+  for (size_t c = 0; c < mds.columns.size(); ++c) {
+    if (mds.columns[c].fixed_bytes >= 0) continue;
+    if (end - at < 4) throw fault("its column sizes run past its end");
+    values[c].size = u32_at(shard.file, at);
+    at += 4;
+  }
+  for (size_t c = 0; c < mds.columns.size(); ++c) {
+    const MdsShards::Column& column = mds.columns[c];
+    ValueAt& value = values[c];
+    if (column.fixed_bytes >= 0) value.size = column.fixed_bytes;
+    if (value.size > end - at)
+      throw fault(str("column '", detail::cut_for_message(column.name, 100), "' (", value.size,
+                      " bytes) runs past its end"));
+    value.offset = at;
+    value.dtype = column.dtype;
+    at += value.size;
+    if (column.kind != MdsShards::Kind::Array1d) continue;
+    // [dtype code, when not in the encoding] [ndim << 2 | shape dtype] [shape] [values]
+    int64_t header = 0;
+    const auto byte = [&](int64_t k) -> int {
+      if (k >= value.size) throw fault(str("column '", column.name, "': its array header is cut short"));
+      return static_cast<int>(static_cast<uint8_t>(shard.file.data()[value.offset + k]));
+    };
+    if (column.dtype_in_sample) {
+      const std::optional<ScalarType> dtype = ndarray_dtype(byte(0));
+      if (!dtype) throw fault(str("column '", column.name, "': dtype code ", byte(0), " is none of NDArray's"));
+      value.dtype = *dtype;
+      header = 1;
+    }
+    const int shape_byte = byte(header);
+    if ((shape_byte >> 2) != 1)
+      throw fault(str("column '", column.name, "': an array of ", shape_byte >> 2, " dimensions; a column of arrays of "
+                      "no fixed shape is packed as 1-D arrays only"));
+    const int64_t shape_bytes = int64_t{1} << (shape_byte & 3);
+    if (value.size - header - 1 < shape_bytes) throw fault(str("column '", column.name, "': its array header is cut short"));
+    uint64_t n = 0;
+    for (int64_t k = 0; k < shape_bytes; ++k) n |= static_cast<uint64_t>(byte(header + 1 + k)) << (8 * k);
+    header += 1 + shape_bytes;
+    const int64_t item = element_size(value.dtype);
+    if (n > static_cast<uint64_t>(value.size) || static_cast<int64_t>(n) * item != value.size - header)
+      throw fault(str("column '", column.name, "': its array of ", n, " ", to_string(value.dtype), " values does not "
+                      "fill its ", value.size - header, " bytes"));
+    value.offset += header;
+    value.size -= header;
+  }
+  if (at != end) throw fault(str("its columns take ", at - begin, " of its ", end - begin, " bytes"));
+}
+
+// The index.json of an MDS input: DIR/index.json, or the file itself.
+std::optional<std::string> mds_index_of(const std::string& spec) {
+  std::error_code ec;
+  const fs::path path(spec);
+  const fs::path index = fs::is_directory(path, ec) ? path / "index.json" : path;
+  if (index.filename() != "index.json" || !fs::is_regular_file(index, ec)) return std::nullopt;
+  return index.string();
+}
+
+}  // namespace
+
+bool are_mds_inputs(std::span<const std::string> specs) {
+  return std::any_of(specs.begin(), specs.end(), [](const std::string& s) { return mds_index_of(s).has_value(); });
+}
+
+PackSources PackSources::from_mds(std::span<const std::string> specs) {
+  MMT_CHECK(!specs.empty(), ValueError, "no MDS datasets to pack");
+  auto mds = std::make_shared<MdsShards>();
+  PackSources out;
+  std::string first_index;
+  for (const std::string& spec : specs) {
+    const std::optional<std::string> index_path = mds_index_of(spec);
+    MMT_CHECK(index_path.has_value(), ValueError, "input '", spec, "' is not an MDS dataset (a folder holding ",
+              "index.json, or that file); MDS datasets are packed alone, not with other inputs");
+    const UntypedStorage text = detail::read_file_bytes(*index_path);
+    MMT_CHECK(text.nbytes() <= (int64_t{1} << 30), FormatError, *index_path, ": ", text.nbytes(),
+              " bytes; an index past 1 GiB is not one");
+    const nlohmann::json index = nlohmann::json::parse(reinterpret_cast<const char*>(text.data()),
+                                                       reinterpret_cast<const char*>(text.data()) + text.nbytes(),
+                                                       nullptr, false);
+    const auto malformed = [&](const std::string& why) { return FormatError(str(*index_path, ": ", why)); };
+    if (!index.is_object()) throw malformed("not a JSON object");
+    if (!index.contains("version") || index["version"] != 2) throw malformed("not an MDS index of version 2");
+    const auto shards = index.find("shards");
+    if (shards == index.end() || !shards->is_array()) throw malformed("has no list of shards");
+    const fs::path folder = fs::path(*index_path).parent_path();
+    for (size_t s = 0; s < shards->size(); ++s) {
+      const nlohmann::json& shard = (*shards)[s];
+      const std::string where = str(*index_path, ": shard ", s);
+      const auto string_of = [&](const nlohmann::json& j, const char* key) -> std::string {
+        const auto it = j.find(key);
+        if (it == j.end() || !it->is_string()) throw FormatError(str(where, ": no text '", key, "'"));
+        return it->get<std::string>();
+      };
+      if (!shard.is_object()) throw FormatError(str(where, ": not a JSON object"));
+      const std::string format = string_of(shard, "format");
+      MMT_CHECK(format == "mds", ValueError, where, ": format '", detail::cut_for_message(format, 40),
+                "'; this packer reads MDS shards (convert JSONL or CSV shards with their own tools)");
+      const auto samples = shard.find("samples");
+      if (samples == shard.end() || !samples->is_number_unsigned() || samples->get<uint64_t>() > UINT32_MAX)
+        throw FormatError(str(where, ": no count of samples (0 to 2^32 - 1)"));
+      const auto names = shard.find("column_names"), encodings = shard.find("column_encodings");
+      if (names == shard.end() || encodings == shard.end() || !names->is_array() || !encodings->is_array() ||
+          names->size() != encodings->size() || names->empty())
+        throw FormatError(str(where, ": column_names and column_encodings are not lists of one length"));
+      std::vector<MdsShards::Column> columns;
+      for (size_t c = 0; c < names->size(); ++c) {
+        if (!(*names)[c].is_string() || !(*encodings)[c].is_string())
+          throw FormatError(str(where, ": column ", c, " has a name or encoding that is not text"));
+        columns.push_back(column_of((*names)[c].get<std::string>(), (*encodings)[c].get<std::string>(), where));
+      }
+      if (mds->columns.empty()) {
+        mds->columns = columns;
+        first_index = *index_path;
+      }
+      bool same = columns.size() == mds->columns.size();
+      for (size_t c = 0; same && c < columns.size(); ++c)
+        same = columns[c].name == mds->columns[c].name && columns[c].encoding == mds->columns[c].encoding;
+      MMT_CHECK(same, ValueError, where, ": its columns differ from those of shard 0 of ", first_index,
+                "; the shards packed together must have the same columns and encodings");
+      // The shard: its raw file when it is there, else its compressed one (zstd or gzip).
+      const auto raw_data = shard.find("raw_data");
+      if (raw_data == shard.end() || !raw_data->is_object()) throw FormatError(str(where, ": no raw_data"));
+      const std::string raw = (folder / string_of(*raw_data, "basename")).string();
+      std::error_code ec;
+      MdsShards::Shard read;
+      if (fs::is_regular_file(raw, ec)) {
+        read.path = raw;
+        read.file = detail::regular_file_size(raw) == 0 ? UntypedStorage() : UntypedStorage::map_file(raw);
+      } else {
+        const auto zip = shard.find("zip_data");
+        MMT_CHECK(zip != shard.end() && zip->is_object(), IoError, where, ": its shard ", raw, " is missing, and it has ",
+                  "no compressed one");
+        const std::string compression = shard.contains("compression") && shard["compression"].is_string()
+                                            ? shard["compression"].get<std::string>() : std::string();
+        const std::string algorithm = compression.substr(0, compression.find(':'));
+        MMT_CHECK(algorithm == "zstd" || algorithm == "gz", ValueError, where, ": compressed with '",
+                  detail::cut_for_message(compression, 40), "'; this packer decompresses zstd and gz shards ",
+                  "(decompress others first, as StreamingDataset would into its cache)");
+        read.path = (folder / string_of(*zip, "basename")).string();
+        read.file = detail::decompressed_file(read.path, algorithm == "zstd" ? detail::FileCompression::Zstd
+                                                                             : detail::FileCompression::Gzip);
+      }
+      read.samples = static_cast<int64_t>(samples->get<uint64_t>());
+      const int64_t header_end = 4 + 4 * (read.samples + 1);
+      MMT_CHECK(read.file.nbytes() >= header_end, FormatError, read.path, ": ", read.file.nbytes(), " bytes, too few for ",
+                "the sample count and offsets of its ", read.samples, " samples (the index says)");
+      std::vector<ValueAt> values;
+      detail::guard_storage_reads(read.file, [&] {
+        MMT_CHECK(u32_at(read.file, 0) == read.samples, FormatError, read.path, ": begins with a count of ",
+                  u32_at(read.file, 0), " samples, but the index says ", read.samples);
+        for (int64_t j = 0; j < read.samples; ++j) {
+          sample_values(*mds, read, j, /*again=*/false, values);
+          for (size_t c = 0; c < values.size(); ++c) {
+            if (mds->columns[c].kind == MdsShards::Kind::Array1d && mds->columns[c].dtype_in_sample) {
+              if (out.records_ == 0 && j == 0) mds->columns[c].dtype = values[c].dtype;
+              MMT_CHECK(values[c].dtype == mds->columns[c].dtype, ValueError, read.path, ": sample ", j, ", column '",
+                        mds->columns[c].name, "': an array of ", to_string(values[c].dtype), ", where the first sample's "
+                        "is of ", to_string(mds->columns[c].dtype), "; a field holds one dtype");
+            }
+            out.total_bytes_ += values[c].size;
+          }
+        }
+      });
+      MMT_CHECK(!__builtin_add_overflow(out.records_, read.samples, &out.records_), ValueError, "too many samples");
+      mds->shard_end.push_back(out.records_);
+      out.input_paths_.push_back(read.path);
+      mds->shards.push_back(std::move(read));
+    }
+    out.input_paths_.push_back(*index_path);
+  }
+  MMT_CHECK(!mds->columns.empty(), ValueError, first_index.empty() ? specs.front() : first_index, ": no shards");
+  std::vector<Field> fields;
+  nlohmann::json encodings = nlohmann::json::object();
+  for (const MdsShards::Column& column : mds->columns) {
+    try {
+      switch (column.kind) {
+        case MdsShards::Kind::Bytes: fields.push_back(Field::bytes(column.name)); break;
+        case MdsShards::Kind::Fixed: fields.push_back(Field::fixed(column.name, column.dtype, column.shape)); break;
+        case MdsShards::Kind::Array1d: fields.push_back(Field::ragged(column.name, column.dtype, {-1})); break;
+      }
+    } catch (const ValueError& e) {
+      throw ValueError(str(first_index, ": column '", detail::cut_for_message(column.name, 100), "' cannot be a field: ",
+                           e.what()));
+    }
+    encodings[column.name] = column.encoding;
+    out.origins_.push_back(str(column.name, "=", first_index, " (MDS column, encoding ", column.encoding, ")"));
+  }
+  out.schema_ = Schema(std::move(fields));
+  out.metadata_["source"] = "mds";
+  // Which bytes are JPEG, JSON, pickles...: what a reader needs to decode them.
+  out.metadata_["mds_encodings"] = encodings.dump();
+  out.mds_ = std::move(mds);
+  return out;
+}
+
+void PackSources::mds_record(int64_t index, std::vector<Tensor>& values) const {
+  const MdsShards& mds = *mds_;
+  const auto [s, j] = mds.locate(index);
+  const MdsShards::Shard& shard = mds.shards[s];
+  std::vector<ValueAt> at;
+  const int64_t sample = j;  // a plain variable for the lambda
+  detail::guard_storage_reads(shard.file, [&] { sample_values(mds, shard, sample, /*again=*/true, at); });
+  for (size_t c = 0; c < mds.columns.size(); ++c) {
+    const MdsShards::Column& column = mds.columns[c];
+    const ValueAt& value = at[c];
+    if (column.kind == MdsShards::Kind::Array1d && value.dtype != column.dtype)
+      throw IoError(str(shard.path, ": sample ", j, ", column '", column.name,
+                        "': its dtype changed while the shard was being packed"));
+    const int64_t item = element_size(value.dtype);
+    DimVector shape = column.kind == MdsShards::Kind::Fixed ? column.shape : DimVector{value.size / item};
+    if (value.size == 0) {
+      values[c] = empty(shape, value.dtype);
+    } else if (value.offset % item == 0) {  // the shard's bytes where they lie
+      values[c] = Tensor(shard.file, value.dtype, shape, value.offset / item);
+    } else {  // MDS packs values back to back, unaligned: copied
+      Tensor copy = empty(shape, value.dtype);
+      detail::guard_storage_reads(shard.file, [&] {
+        std::memcpy(copy.mutable_data_ptr(), shard.file.data() + value.offset, static_cast<size_t>(value.size));
+      });
+      values[c] = std::move(copy);
+    }
+  }
+}
+
+std::string PackSources::mds_origin(size_t field, int64_t index) const {
+  const MdsShards& mds = *mds_;
+  const auto [s, j] = mds.locate(index);
+  return str("sample ", j, " of ", mds.shards[s].path, " (column '", mds.columns[field].name, "')");
+}
+
+}  // namespace mmt

@@ -1,0 +1,211 @@
+// MosaicML Streaming (MDS) datasets as pack sources (PackSources::from_mds): one record per
+// sample, a field per column, values viewing the mapped shards; compressed shards; every
+// damaged shard or index refused with the shard, the sample and the column.
+#include <gtest/gtest.h>
+
+#include <zlib.h>
+#include <zstd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "importer_test_util.h"
+#include "mds_test_util.h"
+#include "mmtensor/dataset.h"
+#include "mmtensor/error.h"
+#include "mmtensor/packer.h"
+#include "test_util.h"
+
+namespace mmt {
+namespace {
+
+using testing::error_of;
+using testutil::Bytes;
+using testutil::MdsBuilder;
+using testutil::TempFolder;
+using testutil::to_bytes;
+using testutil::write_file;
+
+std::string text_of(const Tensor& bytes) {
+  const Tensor c = bytes.contiguous();
+  return std::string(reinterpret_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
+}
+
+// An NDArray of int32 with its dtype and 1-D shape in the sample, as "ndarray" writes it.
+Bytes dynamic_int32_array(const std::vector<int32_t>& values) {
+  Bytes out{std::byte{33}, std::byte{(1 << 2) | 0}, static_cast<std::byte>(values.size())};  // int32, 1-D, uint8 shape
+  const Bytes data = MdsBuilder::bytes_of(values);
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+// Columns as MDSWriter sorts them: image (fixed array), label (int), text (str), tokens
+// (ndarray of int32, shape in the sample).
+MdsBuilder four_columns() {
+  return MdsBuilder({{"image", "ndarray:uint8:2,3", 6}, {"label", "int", 8}, {"text", "str"}, {"tokens", "ndarray"}});
+}
+
+void add_samples(MdsBuilder& builder, int first, int count) {
+  for (int i = first; i < first + count; ++i) {
+    std::vector<uint8_t> image(6);
+    for (int k = 0; k < 6; ++k) image[static_cast<size_t>(k)] = static_cast<uint8_t>(i * 10 + k);
+    std::vector<int32_t> tokens(static_cast<size_t>(i % 4 + 1), i * 1000);
+    builder.sample({MdsBuilder::bytes_of(image), MdsBuilder::bytes_of(std::vector<int64_t>{i - 5}),
+                    to_bytes("caption " + std::to_string(i)), dynamic_int32_array(tokens)});
+  }
+}
+
+TEST(PackMds, SamplesBecomeRecordsAndColumnsFields) {
+  TempFolder dir;
+  MdsBuilder builder = four_columns();
+  add_samples(builder, 0, 3);
+  builder.flush(dir.path(), "shard.00000.mds");
+  add_samples(builder, 3, 2);
+  builder.flush(dir.path(), "shard.00001.mds");
+  builder.write_index(dir.path());
+
+  EXPECT_TRUE(are_mds_inputs(std::vector<std::string>{dir.path()}));
+  EXPECT_TRUE(are_mds_inputs(std::vector<std::string>{dir / "index.json"}));
+  const PackSources sources = PackSources::from_inputs(std::vector<std::string>{dir.path()});
+  ASSERT_EQ(sources.records(), 5);
+  const Schema& schema = sources.schema();
+  ASSERT_EQ(schema.size(), 4u);
+  EXPECT_EQ(schema[0].dtype, kUInt8);
+  EXPECT_EQ(schema[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(schema[1].dtype, kInt64);
+  EXPECT_TRUE(schema[1].shape.empty());
+  EXPECT_FALSE(schema[2].is_fixed());
+  EXPECT_EQ(schema[3].dtype, kInt32);  // from the first sample's array
+  EXPECT_FALSE(schema[3].is_fixed());
+  EXPECT_EQ(sources.metadata().at("source"), "mds");
+  EXPECT_NE(sources.metadata().at("mds_encodings").find("\"text\":\"str\""), std::string::npos);
+  for (int i = 0; i < 5; ++i) {
+    const std::vector<Tensor> values = sources.record(i);
+    EXPECT_EQ(values[0].select(0, 1).select(0, 2).item<uint8_t>(), i * 10 + 5) << i;
+    EXPECT_EQ(values[1].item<int64_t>(), i - 5) << i;
+    EXPECT_EQ(text_of(values[2]), "caption " + std::to_string(i));
+    ASSERT_EQ(values[3].numel(), i % 4 + 1);
+    EXPECT_EQ(values[3].flatten()[0].item<int32_t>(), i * 1000);
+  }
+  // Bytes are views of the mapped shard; where a record comes from names it.
+  EXPECT_EQ(sources.record(4)[2].untyped_storage().filename(), dir / "shard.00001.mds");
+  EXPECT_EQ(sources.record_origin(2, 4), "sample 1 of " + dir / "shard.00001.mds" + " (column 'text')");
+
+  const std::string out = dir / "out.mmt";
+  pack_dataset(out, sources, {});
+  const Dataset ds = Dataset::open(out);
+  EXPECT_EQ(compare_with_sources(ds, sources), 5);
+  EXPECT_EQ(text_of(ds[3]["text"]), "caption 3");
+}
+
+Bytes zstd_of(const Bytes& in) {
+  Bytes out(ZSTD_compressBound(in.size()));
+  out.resize(ZSTD_compress(out.data(), out.size(), in.data(), in.size(), 3));
+  return out;
+}
+
+TEST(PackMds, CompressedShardsAreDecompressedWhenTheRawOneIsAbsent) {
+  TempFolder dir;
+  MdsBuilder builder = four_columns();
+  add_samples(builder, 0, 2);
+  const Bytes first = builder.shard_bytes();
+  builder.flush(dir.path(), "shard.00000.mds", "shard.00000.mds.zstd", "zstd:7");
+  write_file(dir / "shard.00000.mds.zstd", zstd_of(first));
+  add_samples(builder, 2, 2);
+  const Bytes second = builder.shard_bytes();
+  builder.flush(dir.path(), "shard.00001.mds", "shard.00001.mds.gz", "gz");
+  write_file(dir / "shard.00001.mds.gz", testutil::gzip_bytes(second));
+  builder.write_index(dir.path());
+  const PackSources sources = PackSources::from_mds(std::vector<std::string>{dir.path()});
+  ASSERT_EQ(sources.records(), 4);
+  EXPECT_EQ(text_of(sources.record(3)[2]), "caption 3");
+  EXPECT_NE(sources.record_origin(2, 0).find(dir / "shard.00000.mds.zstd"), std::string::npos);
+
+  // Other compressions are named; a missing shard too.
+  MdsBuilder other = four_columns();
+  add_samples(other, 0, 1);
+  TempFolder brotli;
+  other.flush(brotli.path(), "shard.00000.mds", "shard.00000.mds.br", "br");
+  other.write_index(brotli.path());
+  EXPECT_THROW_WITH(PackSources::from_mds(std::vector<std::string>{brotli.path()}), ValueError, "compressed with 'br'");
+}
+
+TEST(PackMds, EncodingsAreMappedOrRefusedByName) {
+  TempFolder dir;
+  MdsBuilder scalars({{"f", "float32", 4}, {"j", "json"}, {"u", "uint16", 2}, {"x", "ndarray:int16:2", 4}});
+  scalars.sample({MdsBuilder::bytes_of(std::vector<float>{1.5f}), to_bytes("{\"a\": 1}"),
+                  MdsBuilder::bytes_of(std::vector<uint16_t>{7}), MdsBuilder::bytes_of(std::vector<int16_t>{-1, 2})});
+  scalars.flush(dir.path(), "shard.00000.mds");
+  scalars.write_index(dir.path());
+  const PackSources sources = PackSources::from_mds(std::vector<std::string>{dir.path()});
+  EXPECT_EQ(sources.schema()[0].dtype, kFloat32);
+  EXPECT_EQ(sources.record(0)[0].item<float>(), 1.5f);  // unaligned in the shard: copied
+  EXPECT_EQ(text_of(sources.record(0)[1]), "{\"a\": 1}");
+  EXPECT_EQ(sources.record(0)[3].select(0, 0).item<int16_t>(), -1);
+
+  const auto refusal = [&](MdsBuilder builder, const std::vector<Bytes>& sample) {
+    TempFolder d;
+    builder.sample(sample);
+    builder.flush(d.path(), "shard.00000.mds");
+    builder.write_index(d.path());
+    return error_of([&] { PackSources::from_mds(std::vector<std::string>{d.path()}); });
+  };
+  EXPECT_NE(refusal(MdsBuilder(std::vector<MdsBuilder::Column>{{"x", "complex"}}), {to_bytes("x")}).find("not an MDS encoding"), std::string::npos);
+  Bytes two_d{std::byte{(2 << 2) | 0}, std::byte{1}, std::byte{2}, std::byte{1}, std::byte{2}};
+  EXPECT_NE(refusal(MdsBuilder(std::vector<MdsBuilder::Column>{{"x", "ndarray:uint8"}}), {two_d}).find("an array of 2 dimensions"), std::string::npos);
+  Bytes short_array{std::byte{(1 << 2) | 0}, std::byte{5}, std::byte{1}};
+  EXPECT_NE(refusal(MdsBuilder(std::vector<MdsBuilder::Column>{{"x", "ndarray:uint8"}}), {short_array}).find("does not fill its 1 bytes"),
+            std::string::npos);
+}
+
+TEST(PackMds, DamagedShardsAndIndexesAreRefusedNamingTheSample) {
+  TempFolder dir;
+  MdsBuilder builder = four_columns();
+  add_samples(builder, 0, 4);
+  const Bytes good = builder.shard_bytes();
+  builder.flush(dir.path(), "shard.00000.mds");
+  builder.write_index(dir.path());
+  const std::string shard = dir / "shard.00000.mds";
+  const auto refusal = [&](const Bytes& bytes) {
+    write_file(shard, bytes);
+    return error_of([&] { PackSources::from_mds(std::vector<std::string>{dir.path()}); });
+  };
+  Bytes count = good;
+  count[0] = std::byte{9};
+  EXPECT_NE(refusal(count).find("begins with a count of 9 samples, but the index says 4"), std::string::npos);
+  Bytes offset = good;
+  offset[8] = std::byte{0xFF};
+  offset[9] = std::byte{0xFF};  // sample 0's end, far past the file
+  EXPECT_NE(refusal(offset).find("sample 0 spans bytes"), std::string::npos);
+  // Cut at every byte, and every bit flipped: refused, or read without fault.
+  for (size_t cut = 0; cut < good.size(); ++cut)
+    EXPECT_NE(refusal(Bytes(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(cut))), "") << "cut at " << cut;
+  for (size_t bit = 0; bit < good.size() * 8; ++bit) {
+    Bytes flipped = good;
+    flipped[bit / 8] ^= static_cast<std::byte>(1u << (bit % 8));
+    write_file(shard, flipped);
+    try {
+      const PackSources sources = PackSources::from_mds(std::vector<std::string>{dir.path()});
+      for (int64_t r = 0; r < sources.records(); ++r) (void)sources.record(r);
+    } catch (const Error&) {
+    }
+  }
+  write_file(shard, good);
+  // The index: another version, another format, a missing shard, hostile JSON.
+  const auto index_refusal = [&](const std::string& text) {
+    write_file(dir / "index.json", to_bytes(text));
+    return error_of([&] { PackSources::from_mds(std::vector<std::string>{dir.path()}); });
+  };
+  EXPECT_NE(index_refusal("{\"version\": 3, \"shards\": []}").find("not an MDS index of version 2"), std::string::npos);
+  EXPECT_NE(index_refusal("[1, 2").find("not a JSON object"), std::string::npos);
+  EXPECT_NE(index_refusal("{\"version\": 2, \"shards\": [{\"format\": \"jsonl\"}]}").find("format 'jsonl'"),
+            std::string::npos);
+  EXPECT_NE(index_refusal("{\"version\": 2, \"shards\": []}").find("no shards"), std::string::npos);
+  std::filesystem::remove(shard);
+  builder.write_index(dir.path());
+  EXPECT_THROW_WITH(PackSources::from_mds(std::vector<std::string>{dir.path()}), IoError, "is missing");
+}
+
+}  // namespace
+}  // namespace mmt
