@@ -168,7 +168,8 @@ struct ValueAt {
 };
 void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, int64_t j, bool again,
                    std::vector<ValueAt>& values) {
-  const auto [begin, end] = sample_range(shard, j, again);
+  const std::pair<int64_t, int64_t> range = sample_range(shard, j, again);
+  const int64_t begin = range.first, end = range.second;  // plain variables: lambdas capture them (clang 14)
   const auto fault = [&](const std::string& why) -> Error {
     const std::string what = str(shard.path, ": sample ", j, " (bytes ", begin, " to ", end, "): ", why);
     if (again) return IoError(what + "; the shard changed while it was being packed");
