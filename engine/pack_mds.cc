@@ -96,16 +96,28 @@ MdsShards::Column column_of(const std::string& name, const std::string& encoding
   static const char* const kBytes[] = {"bytes",   "str", "json",      "pkl",       "jpeg",       "png",
                                        "pil",     "str_int", "str_float", "str_decimal"};
   const std::string base = encoding.substr(0, encoding.find(':'));
-  for (const char* b : kBytes)
-    if (base == b) return column;  // "jpeg:95" too
+  for (const char* b : kBytes) {
+    if (encoding == b) return column;
+    if (base == b && base == "jpeg") {  // "jpeg:QUALITY", the only bytes encoding with a setting
+      const std::string quality = encoding.substr(5);
+      int q = -1;
+      const auto [at, error] = std::from_chars(quality.data(), quality.data() + quality.size(), q);
+      if (error != std::errc() || at != quality.data() + quality.size() || q < 0 || q > 100)
+        throw refuse("a JPEG quality is 0 to 100");
+      return column;
+    }
+  }
   if (encoding == "int") {
     column.kind = MdsShards::Kind::Fixed;
     column.dtype = kInt64;
     column.fixed_bytes = 8;
     return column;
   }
-  if (const std::optional<ScalarType> scalar = scalar_type_from_string(encoding);
-      scalar && to_string(*scalar) == encoding && *scalar != kBool && !is_complex(*scalar)) {
+  static const char* const kScalars[] = {"uint8", "uint16", "uint32", "uint64", "int8",   "int16",
+                                         "int32", "int64",  "float16", "float32", "float64"};
+  const bool scalar_encoding = std::any_of(std::begin(kScalars), std::end(kScalars),
+                                           [&](const char* name) { return encoding == name; });
+  if (const std::optional<ScalarType> scalar = scalar_type_from_string(encoding); scalar && scalar_encoding) {
     column.kind = MdsShards::Kind::Fixed;
     column.dtype = *scalar;
     column.fixed_bytes = element_size(*scalar);
@@ -170,16 +182,17 @@ void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, int64_t 
                    std::vector<ValueAt>& values) {
   const std::pair<int64_t, int64_t> range = sample_range(shard, j, again);
   const int64_t begin = range.first, end = range.second;  // plain variables: lambdas capture them (clang 14)
-  const auto fault = [&](const std::string& why) -> Error {
+  // Thrown here, as its own type: an Error returned by value would be sliced to the base.
+  const auto fault = [&](const std::string& why) {
     const std::string what = str(shard.path, ": sample ", j, " (bytes ", begin, " to ", end, "): ", why);
-    if (again) return IoError(what + "; the shard changed while it was being packed");
-    return FormatError(what);
+    if (again) throw IoError(what + "; the shard changed while it was being packed");
+    throw FormatError(what);
   };
   values.resize(mds.columns.size());
   int64_t at = begin;
   for (size_t c = 0; c < mds.columns.size(); ++c) {
     if (mds.columns[c].fixed_bytes >= 0) continue;
-    if (end - at < 4) throw fault("its column sizes run past its end");
+    if (end - at < 4) fault("its column sizes run past its end");
     values[c].size = u32_at(shard.file, at);
     at += 4;
   }
@@ -188,7 +201,7 @@ void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, int64_t 
     ValueAt& value = values[c];
     if (column.fixed_bytes >= 0) value.size = column.fixed_bytes;
     if (value.size > end - at)
-      throw fault(str("column '", detail::cut_for_message(column.name, 100), "' (", value.size,
+      fault(str("column '", detail::cut_for_message(column.name, 100), "' (", value.size,
                       " bytes) runs past its end"));
     value.offset = at;
     value.dtype = column.dtype;
@@ -197,32 +210,32 @@ void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, int64_t 
     // [dtype code, when not in the encoding] [ndim << 2 | shape dtype] [shape] [values]
     int64_t header = 0;
     const auto byte = [&](int64_t k) -> int {
-      if (k >= value.size) throw fault(str("column '", column.name, "': its array header is cut short"));
+      if (k >= value.size) fault(str("column '", detail::cut_for_message(column.name, 100), "': its array header is cut short"));
       return static_cast<int>(static_cast<uint8_t>(shard.file.data()[value.offset + k]));
     };
     if (column.dtype_in_sample) {
       const std::optional<ScalarType> dtype = ndarray_dtype(byte(0));
-      if (!dtype) throw fault(str("column '", column.name, "': dtype code ", byte(0), " is none of NDArray's"));
+      if (!dtype) fault(str("column '", detail::cut_for_message(column.name, 100), "': dtype code ", byte(0), " is none of NDArray's"));
       value.dtype = *dtype;
       header = 1;
     }
     const int shape_byte = byte(header);
     if ((shape_byte >> 2) != 1)
-      throw fault(str("column '", column.name, "': an array of ", shape_byte >> 2, " dimensions; a column of arrays of "
+      fault(str("column '", detail::cut_for_message(column.name, 100), "': an array of ", shape_byte >> 2, " dimensions; a column of arrays of "
                       "no fixed shape is packed as 1-D arrays only"));
     const int64_t shape_bytes = int64_t{1} << (shape_byte & 3);
-    if (value.size - header - 1 < shape_bytes) throw fault(str("column '", column.name, "': its array header is cut short"));
+    if (value.size - header - 1 < shape_bytes) fault(str("column '", detail::cut_for_message(column.name, 100), "': its array header is cut short"));
     uint64_t n = 0;
     for (int64_t k = 0; k < shape_bytes; ++k) n |= static_cast<uint64_t>(byte(header + 1 + k)) << (8 * k);
     header += 1 + shape_bytes;
     const int64_t item = element_size(value.dtype);
     if (n > static_cast<uint64_t>(value.size) || static_cast<int64_t>(n) * item != value.size - header)
-      throw fault(str("column '", column.name, "': its array of ", n, " ", to_string(value.dtype), " values does not "
+      fault(str("column '", detail::cut_for_message(column.name, 100), "': its array of ", n, " ", to_string(value.dtype), " values does not "
                       "fill its ", value.size - header, " bytes"));
     value.offset += header;
     value.size -= header;
   }
-  if (at != end) throw fault(str("its columns take ", at - begin, " of its ", end - begin, " bytes"));
+  if (at != end) fault(str("its columns take ", at - begin, " of its ", end - begin, " bytes"));
 }
 
 // The index.json of an MDS input: DIR/index.json, or the file itself.
@@ -249,9 +262,10 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
     const std::optional<std::string> index_path = mds_index_of(spec);
     MMT_CHECK(index_path.has_value(), ValueError, "input '", spec, "' is not an MDS dataset (a folder holding ",
               "index.json, or that file); MDS datasets are packed alone, not with other inputs");
-    const UntypedStorage text = detail::read_file_bytes(*index_path);
-    MMT_CHECK(text.nbytes() <= (int64_t{1} << 30), FormatError, *index_path, ": ", text.nbytes(),
+    const int64_t index_bytes = detail::regular_file_size(*index_path);
+    MMT_CHECK(index_bytes <= (int64_t{1} << 30), FormatError, *index_path, ": ", index_bytes,
               " bytes; an index past 1 GiB is not one");
+    const UntypedStorage text = detail::read_file_bytes(*index_path);
     const nlohmann::json index = nlohmann::json::parse(reinterpret_cast<const char*>(text.data()),
                                                        reinterpret_cast<const char*>(text.data()) + text.nbytes(),
                                                        nullptr, false);
@@ -273,6 +287,8 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
       const std::string format = string_of(shard, "format");
       MMT_CHECK(format == "mds", ValueError, where, ": format '", detail::cut_for_message(format, 40),
                 "'; this packer reads MDS shards (convert JSONL or CSV shards with their own tools)");
+      const auto version = shard.find("version");
+      MMT_CHECK(version != shard.end() && *version == 2, ValueError, where, ": not a shard of MDS version 2");
       const auto samples = shard.find("samples");
       if (samples == shard.end() || !samples->is_number_unsigned() || samples->get<uint64_t>() > UINT32_MAX)
         throw FormatError(str(where, ": no count of samples (0 to 2^32 - 1)"));
@@ -290,6 +306,22 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
         mds->columns = columns;
         first_index = *index_path;
       }
+      // column_sizes is what Streaming's reader lays a sample out by: it must say what the
+      // encodings say (0 and null alike: no fixed size), or the bytes would be read otherwise.
+      const auto sizes = shard.find("column_sizes");
+      if (sizes == shard.end() || !sizes->is_array() || sizes->size() != columns.size())
+        throw FormatError(str(where, ": column_sizes is not a list of one entry a column"));
+      for (size_t c = 0; c < columns.size(); ++c) {
+        const nlohmann::json& size = (*sizes)[c];
+        const bool variable = size.is_null() || (size.is_number_integer() && size.get<int64_t>() == 0);
+        const bool agrees = variable ? columns[c].fixed_bytes < 0
+                                     : size.is_number_integer() && size.get<int64_t>() == columns[c].fixed_bytes;
+        if (!agrees)
+          throw FormatError(str(where, ": column '", detail::cut_for_message(columns[c].name, 100), "' has column_size ",
+                                detail::cut_for_message(size.dump(), 40), ", but its encoding '", columns[c].encoding,
+                                "' makes ", columns[c].fixed_bytes < 0 ? std::string("no fixed size")
+                                                                       : str(columns[c].fixed_bytes, " bytes")));
+      }
       bool same = columns.size() == mds->columns.size();
       for (size_t c = 0; same && c < columns.size(); ++c)
         same = columns[c].name == mds->columns[c].name && columns[c].encoding == mds->columns[c].encoding;
@@ -298,7 +330,16 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
       // The shard: its raw file when it is there, else its compressed one (zstd or gzip).
       const auto raw_data = shard.find("raw_data");
       if (raw_data == shard.end() || !raw_data->is_object()) throw FormatError(str(where, ": no raw_data"));
-      const std::string raw = (folder / string_of(*raw_data, "basename")).string();
+      // A shard lies in the index's folder or below it (merge_index writes "part/shard.mds").
+      const auto shard_path = [&](const nlohmann::json& info) {
+        const fs::path basename(string_of(info, "basename"));
+        bool inside = !basename.empty() && basename.is_relative();
+        for (const fs::path& part : basename) inside = inside && part != "..";
+        MMT_CHECK(inside, FormatError, where, ": the shard '", detail::cut_for_message(basename.string(), 200),
+                  "' is not a path inside the index's folder");
+        return (folder / basename).string();
+      };
+      const std::string raw = shard_path(*raw_data);
       std::error_code ec;
       MdsShards::Shard read;
       if (fs::is_regular_file(raw, ec)) {
@@ -312,12 +353,20 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
                                             ? shard["compression"].get<std::string>() : std::string();
         const std::string algorithm = compression.substr(0, compression.find(':'));
         MMT_CHECK(algorithm == "zstd" || algorithm == "gz", ValueError, where, ": compressed with '",
-                  detail::cut_for_message(compression, 40), "'; this packer decompresses zstd and gz shards ",
-                  "(decompress others first, as StreamingDataset would into its cache)");
-        read.path = (folder / string_of(*zip, "basename")).string();
+                  detail::cut_for_message(compression.empty() ? std::string("(no compression named)") : compression, 40),
+                  "'; this packer decompresses zstd and gz shards (decompress others first, as StreamingDataset "
+                  "would into its cache)");
+        read.path = shard_path(*zip);
         read.file = detail::decompressed_file(read.path, algorithm == "zstd" ? detail::FileCompression::Zstd
                                                                              : detail::FileCompression::Gzip);
       }
+      // The index's size of the shard, when it gives one: a shard cut short or left over from
+      // another write is named here.
+      const auto raw_bytes = raw_data->find("bytes");
+      if (raw_bytes != raw_data->end() && raw_bytes->is_number_unsigned())
+        MMT_CHECK(raw_bytes->get<uint64_t>() == static_cast<uint64_t>(read.file.nbytes()), FormatError, read.path, ": ",
+                  read.file.nbytes(), " bytes", read.path == raw ? "" : " decompressed", ", but the index says ",
+                  raw_bytes->get<uint64_t>());
       read.samples = static_cast<int64_t>(samples->get<uint64_t>());
       const int64_t header_end = 4 + 4 * (read.samples + 1);
       MMT_CHECK(read.file.nbytes() >= header_end, FormatError, read.path, ": ", read.file.nbytes(), " bytes, too few for ",
@@ -363,7 +412,11 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
     encodings[column.name] = column.encoding;
     out.origins_.push_back(str(column.name, "=", first_index, " (MDS column, encoding ", column.encoding, ")"));
   }
-  out.schema_ = Schema(std::move(fields));
+  try {
+    out.schema_ = Schema(std::move(fields));
+  } catch (const ValueError& e) {  // a column named twice
+    throw ValueError(str(first_index, ": ", e.what()));
+  }
   out.metadata_["source"] = "mds";
   // Which bytes are JPEG, JSON, pickles...: what a reader needs to decode them.
   out.metadata_["mds_encodings"] = encodings.dump();

@@ -7,6 +7,7 @@
 #include <zstd.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -178,6 +179,15 @@ TEST(PackMds, DamagedShardsAndIndexesAreRefusedNamingTheSample) {
   offset[8] = std::byte{0xFF};
   offset[9] = std::byte{0xFF};  // sample 0's end, far past the file
   EXPECT_NE(refusal(offset).find("sample 0 spans bytes"), std::string::npos);
+  Bytes size = good;
+  // Sample 0's text size (its first uint32, where offset 0 points) made larger than the sample:
+  // a FormatError, by type too.
+  const uint32_t first = static_cast<uint32_t>(good[4]) | static_cast<uint32_t>(good[5]) << 8 |
+                         static_cast<uint32_t>(good[6]) << 16 | static_cast<uint32_t>(good[7]) << 24;
+  size[first] = std::byte{0x7F};
+  write_file(shard, size);
+  EXPECT_THROW_WITH(PackSources::from_mds(std::vector<std::string>{dir.path()}), FormatError,
+                    "sample 0 (bytes " + std::to_string(first));
   // Cut at every byte, and every bit flipped: refused, or read without fault.
   for (size_t cut = 0; cut < good.size(); ++cut)
     EXPECT_NE(refusal(Bytes(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(cut))), "") << "cut at " << cut;
@@ -202,6 +212,23 @@ TEST(PackMds, DamagedShardsAndIndexesAreRefusedNamingTheSample) {
   EXPECT_NE(index_refusal("{\"version\": 2, \"shards\": [{\"format\": \"jsonl\"}]}").find("format 'jsonl'"),
             std::string::npos);
   EXPECT_NE(index_refusal("{\"version\": 2, \"shards\": []}").find("no shards"), std::string::npos);
+  // The index's column sizes, shard version, size and place of the shard must agree with it.
+  const auto with_shard = [&](const std::function<void(nlohmann::json&)>& change) {
+    builder.write_index(dir.path());
+    nlohmann::json index = nlohmann::json::parse(testing::file_bytes(dir / "index.json"));
+    change(index["shards"][0]);
+    return index_refusal(index.dump());
+  };
+  EXPECT_NE(with_shard([](nlohmann::json& s) { s["column_sizes"][2] = 4; })
+                .find("column 'text' has column_size 4, but its encoding 'str' makes no fixed size"),
+            std::string::npos);
+  EXPECT_NE(with_shard([](nlohmann::json& s) { s["version"] = 3; }).find("not a shard of MDS version 2"), std::string::npos);
+  EXPECT_NE(with_shard([](nlohmann::json& s) { s["raw_data"]["bytes"] = 5; }).find("but the index says 5"),
+            std::string::npos);
+  EXPECT_NE(with_shard([](nlohmann::json& s) { s["raw_data"]["basename"] = "../shard.00000.mds"; })
+                .find("is not a path inside the index's folder"),
+            std::string::npos);
+  builder.write_index(dir.path());
   std::filesystem::remove(shard);
   builder.write_index(dir.path());
   EXPECT_THROW_WITH(PackSources::from_mds(std::vector<std::string>{dir.path()}), IoError, "is missing");

@@ -47,8 +47,10 @@
 // datasets one after another, field NAME ("tokens" unless named) holding its tokens (ragged,
 // the index's dtype; a view into the mapped .bin, the document's sequences joined). Or
 // MosaicML Streaming datasets (a folder holding index.json, or that file; MDS shards,
-// uncompressed or zstd/gz): one record per sample, one field per column (pack_mds.cc says
-// how each encoding is stored; the encodings are in the metadata key "mds_encodings").
+// uncompressed or zstd/gz, the latter each decompressed when the sources are made into an
+// unnamed file in $TMPDIR, which needs room for them all): one record per sample, one field
+// per column (pack_mds.cc says how each encoding is stored; the encodings are in the
+// metadata key "mds_encodings").
 //
 // Failure. Loading sources throws the importers' errors (IoError, FormatError) naming the
 // file, and ValueError for sources that do not fit together (record counts, duplicate names,

@@ -276,10 +276,11 @@ class PackTest(FolderTestCase):
             encoded.append(head + b"".join(data))
         offsets = np.array([0] + [len(e) for e in encoded]).cumsum().astype(np.uint32)
         offsets += 4 + len(offsets.tobytes()) + len(config_data)
+        shard_data = np.uint32(len(samples)).tobytes() + offsets.tobytes() + config_data + b"".join(encoded)
         with open(os.path.join(folder, "shard.00000.mds"), "wb") as f:
-            f.write(np.uint32(len(samples)).tobytes() + offsets.tobytes() + config_data + b"".join(encoded))
-        shard = dict(config, samples=len(samples), raw_data={"basename": "shard.00000.mds", "bytes": 0, "hashes": {}},
-                     zip_data=None)
+            f.write(shard_data)
+        shard = dict(config, samples=len(samples),
+                     raw_data={"basename": "shard.00000.mds", "bytes": len(shard_data), "hashes": {}}, zip_data=None)
         with open(os.path.join(folder, "index.json"), "w") as f:
             json.dump({"shards": [shard], "version": 2}, f)
 
