@@ -15,6 +15,18 @@
 
 namespace mmt::detail {
 
+const char* compressor_of(const std::byte* head, size_t n) {
+  const auto* b = reinterpret_cast<const unsigned char*>(head);
+  if (n >= 2 && b[0] == 0x1f && b[1] == 0x8b) return "gzip";
+  // A zstd frame, or a skippable frame (magic 0x184D2A5?, little-endian), which pzstd puts
+  // before each of its frames.
+  if (n >= 4 && (std::memcmp(b, "\x28\xb5\x2f\xfd", 4) == 0 || ((b[0] & 0xF0) == 0x50 && std::memcmp(b + 1, "\x2a\x4d\x18", 3) == 0)))
+    return "zstd";
+  if (n >= 3 && std::memcmp(b, "BZh", 3) == 0) return "bzip2";
+  if (n >= 6 && std::memcmp(b, "\xfd" "7zXZ\0", 6) == 0) return "xz";
+  return nullptr;
+}
+
 UntypedStorage decompressed_file(const std::string& path, FileCompression compression, int64_t head_bytes,
                                  const std::function<void(const std::byte*, int64_t)>& check_head) {
   const InputFile compressed = map_input_file(path);

@@ -15,6 +15,10 @@ namespace mmt::detail {
 
 enum class FileCompression : uint8_t { Gzip, Zstd };
 
+// The compressor whose magic `head` (a file's first bytes) begins with: "gzip", "zstd" (a
+// frame, or pzstd's skippable frame before one), "bzip2", "xz"; nullptr for none of them.
+const char* compressor_of(const std::byte* head, size_t n);
+
 // `check_head` (optional) sees the first `head_bytes` decompressed bytes as soon as they are
 // out (fewer when the file decompresses to fewer), and throws to refuse the file before the
 // rest fills the temporary folder. FormatError naming `path` for a corrupt or cut-short

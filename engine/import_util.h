@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "mmtensor/dims.h"
 #include "mmtensor/dtype.h"
@@ -47,6 +49,14 @@ UntypedStorage read_file_bytes(const std::string& path);
 // could be a field name (no '/'), else ("", spec). InputSpecError for a name with '/' before
 // an existing file. (packer.cc)
 std::pair<std::string, std::string> split_input_spec(const std::string& spec);
+
+// Which part of several holds `index`, and its index there, given each part's end (records
+// before the end of each part, ascending): the packer's sources read as one (Megatron pairs,
+// MDS shards). `index` must be below ends.back().
+inline std::pair<size_t, int64_t> part_of(const std::vector<int64_t>& ends, int64_t index) {
+  const auto part = static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), index) - ends.begin());
+  return {part, index - (part == 0 ? 0 : ends[part - 1])};
+}
 
 // The size in bytes of the regular file at `path`; IoError otherwise.
 int64_t regular_file_size(const std::string& path);

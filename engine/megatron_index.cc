@@ -34,8 +34,7 @@ bool begins_with_index_magic(const std::string& path) {
   return got == sizeof magic && std::memcmp(magic, kMegatronIndexMagic, sizeof magic) == 0;
 }
 
-}  // namespace
-
+// PREFIX when PREFIX.idx begins with the index magic (`path` as a prefix first).
 std::optional<std::string> megatron_prefix(const std::string& path) {
   const auto indexes = [](const std::string& prefix) {
     std::error_code ec;
@@ -47,6 +46,8 @@ std::optional<std::string> megatron_prefix(const std::string& path) {
     return path.substr(0, path.size() - 4);
   return std::nullopt;
 }
+
+}  // namespace
 
 std::optional<std::string> megatron_pair(const std::string& path) {
   if (std::optional<std::string> prefix = megatron_prefix(path)) return prefix;
@@ -110,14 +111,12 @@ MegatronIndex::MegatronIndex(UntypedStorage index, int64_t bin_bytes, const std:
     pointers_ = lengths_ + 4 * sequences_;
     document_indices_ = pointers_ + 8 * sequences_;
 
-    const int64_t item = element_size(dtype_);
     for (int64_t s = 0; s < sequences_; ++s) {
-      const int64_t length = sequence_length(s), pointer = sequence_pointer(s);
+      const int64_t length = sequence_length(s);
       if (length < 0)
         throw fault(str("sequence ", s, " has length ", length, " (byte ", length_byte(s), ")"));
-      const int64_t bytes = length * item;  // an int32 times at most 8: no overflow
-      if (pointer < 0 || pointer > bin_bytes || bytes > bin_bytes - pointer)
-        throw fault(str("sequence ", s, " (", length, " tokens of ", to_string(dtype_), ") at byte ", pointer,
+      if (!sequence_bytes(s, bin_bytes))
+        throw fault(str("sequence ", s, " (", length, " tokens of ", to_string(dtype_), ") at byte ", sequence_pointer(s),
                         " of ", bin_path, " (pointer at byte ", pointer_byte(s), ") runs past its end (", bin_bytes,
                         " bytes)"));
       if (__builtin_add_overflow(total_tokens_, length, &total_tokens_))

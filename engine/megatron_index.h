@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "import_util.h"
 #include "mmtensor/dtype.h"
@@ -40,13 +41,11 @@ namespace mmt::detail {
 inline constexpr char kMegatronIndexMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 inline constexpr int64_t kMegatronIndexHeaderBytes = 34;
 
-// PREFIX when `path` is PREFIX, PREFIX.idx or PREFIX.bin of an indexed dataset: PREFIX.idx
-// is a regular file that begins with the index magic (`path` itself is first taken as a
-// prefix, so a prefix ending in ".bin" is found). nullopt otherwise.
-std::optional<std::string> megatron_prefix(const std::string& path);
-// PREFIX when `path` names a pair PREFIX.idx and PREFIX.bin that both exist as regular files,
-// whatever the index holds (so that an index of another kind is named as such by
-// MegatronIndex, not taken for another input); nullopt otherwise.
+// PREFIX when `path` is PREFIX, PREFIX.idx or PREFIX.bin of an indexed dataset (`path`
+// itself is first taken as a prefix, so a prefix ending in ".bin" is found): PREFIX.idx is a
+// regular file that begins with the index magic, or PREFIX.idx and PREFIX.bin both are
+// regular files whatever the index holds (so that an index of another kind is named as such
+// by MegatronIndex, not taken for another input). nullopt otherwise.
 std::optional<std::string> megatron_pair(const std::string& path);
 
 class MegatronIndex {
@@ -66,6 +65,14 @@ class MegatronIndex {
   int64_t sequence_pointer(int64_t s) const { return static_cast<int64_t>(load_le64(at(pointers_ + 8 * s))); }
   // Document d is sequences [first_sequence(d), first_sequence(d + 1)); d in [0, documents()].
   int64_t first_sequence(int64_t d) const { return static_cast<int64_t>(load_le64(at(document_indices_ + 8 * d))); }
+  // Sequence s's bytes in a .bin of `bin_bytes`: (its pointer, its length in bytes), or nullopt
+  // when its length is negative or it runs past the .bin's end.
+  std::optional<std::pair<int64_t, int64_t>> sequence_bytes(int64_t s, int64_t bin_bytes) const {
+    const int64_t length = sequence_length(s), pointer = sequence_pointer(s);
+    const int64_t bytes = length * element_size(dtype_);  // an int32 times at most 8: no overflow
+    if (length < 0 || pointer < 0 || pointer > bin_bytes || bytes > bin_bytes - pointer) return std::nullopt;
+    return std::pair{pointer, bytes};
+  }
   // The index's byte of each entry, for messages.
   int64_t length_byte(int64_t s) const { return lengths_ + 4 * s; }
   int64_t pointer_byte(int64_t s) const { return pointers_ + 8 * s; }

@@ -1,6 +1,5 @@
 // Loading and saving .npy files: the data part (the header lives in npy_header.cc).
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,7 +8,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <vector>
 

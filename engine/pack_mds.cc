@@ -20,7 +20,6 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
-#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -54,10 +53,6 @@ struct MdsShards {
   std::vector<Shard> shards;
   std::vector<int64_t> shard_end;  // records before the end of each shard
 
-  std::pair<size_t, int64_t> locate(int64_t index) const {
-    const auto s = static_cast<size_t>(std::upper_bound(shard_end.begin(), shard_end.end(), index) - shard_end.begin());
-    return {s, index - (s == 0 ? 0 : shard_end[s - 1])};
-  }
 };
 
 }  // namespace detail
@@ -68,22 +63,24 @@ using detail::MdsShards;
 using detail::str;
 namespace fs = std::filesystem;
 
-// MDS's NDArray value dtype codes.
+// MDS's NDArray value dtypes and their codes in a sample; also its scalar encodings' dtypes.
+struct NdarrayDtype {
+  int code;
+  ScalarType dtype;
+};
+constexpr NdarrayDtype kNdarrayDtypes[] = {{8, kUInt8},    {9, kInt8},     {16, kUInt16}, {17, kInt16},
+                                           {18, kFloat16}, {32, kUInt32},  {33, kInt32},  {34, kFloat32},
+                                           {64, kUInt64},  {65, kInt64},   {66, kFloat64}};
 std::optional<ScalarType> ndarray_dtype(int code) {
-  switch (code) {
-    case 8: return kUInt8;
-    case 9: return kInt8;
-    case 16: return kUInt16;
-    case 17: return kInt16;
-    case 18: return kFloat16;
-    case 32: return kUInt32;
-    case 33: return kInt32;
-    case 34: return kFloat32;
-    case 64: return kUInt64;
-    case 65: return kInt64;
-    case 66: return kFloat64;
-    default: return std::nullopt;
-  }
+  for (const NdarrayDtype& d : kNdarrayDtypes)
+    if (d.code == code) return d.dtype;
+  return std::nullopt;
+}
+// The dtype an MDS dtype name ("uint8" ... "float64") names; nullopt for other text.
+std::optional<ScalarType> mds_dtype(const std::string& name) {
+  for (const NdarrayDtype& d : kNdarrayDtypes)
+    if (to_string(d.dtype) == name) return d.dtype;
+  return std::nullopt;
 }
 
 // A column as its encoding makes it; ValueError naming the column for one that is not MDS's.
@@ -113,11 +110,7 @@ MdsShards::Column column_of(const std::string& name, const std::string& encoding
     column.fixed_bytes = 8;
     return column;
   }
-  static const char* const kScalars[] = {"uint8", "uint16", "uint32", "uint64", "int8",   "int16",
-                                         "int32", "int64",  "float16", "float32", "float64"};
-  const bool scalar_encoding = std::any_of(std::begin(kScalars), std::end(kScalars),
-                                           [&](const char* name) { return encoding == name; });
-  if (const std::optional<ScalarType> scalar = scalar_type_from_string(encoding); scalar && scalar_encoding) {
+  if (const std::optional<ScalarType> scalar = mds_dtype(encoding)) {
     column.kind = MdsShards::Kind::Fixed;
     column.dtype = *scalar;
     column.fixed_bytes = element_size(*scalar);
@@ -133,10 +126,8 @@ MdsShards::Column column_of(const std::string& name, const std::string& encoding
     column.dtype_in_sample = true;
     return column;
   }
-  const std::optional<ScalarType> dtype = scalar_type_from_string(dtype_text);
-  bool known = false;
-  for (int code : {8, 9, 16, 17, 18, 32, 33, 34, 64, 65, 66}) known = known || (dtype && ndarray_dtype(code) == dtype);
-  if (!dtype || to_string(*dtype) != dtype_text || !known) throw refuse(str("'", dtype_text, "' is not an NDArray dtype"));
+  const std::optional<ScalarType> dtype = mds_dtype(dtype_text);
+  if (!dtype) throw refuse(str("'", dtype_text, "' is not an NDArray dtype"));
   column.dtype = *dtype;
   if (colon == std::string::npos) {
     column.kind = MdsShards::Kind::Array1d;
@@ -426,9 +417,9 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
 
 void PackSources::mds_record(int64_t index, std::vector<Tensor>& values) const {
   const MdsShards& mds = *mds_;
-  const auto [s, j] = mds.locate(index);
+  const auto [s, j] = detail::part_of(mds.shard_end, index);
   const MdsShards::Shard& shard = mds.shards[s];
-  std::vector<ValueAt> at;
+  thread_local std::vector<ValueAt> at;  // record() runs on many threads; no allocation a record
   const int64_t sample = j;  // a plain variable for the lambda
   detail::guard_storage_reads(shard.file, [&] { sample_values(mds, shard, sample, /*again=*/true, at); });
   for (size_t c = 0; c < mds.columns.size(); ++c) {
@@ -455,7 +446,7 @@ void PackSources::mds_record(int64_t index, std::vector<Tensor>& values) const {
 
 std::string PackSources::mds_origin(size_t field, int64_t index) const {
   const MdsShards& mds = *mds_;
-  const auto [s, j] = mds.locate(index);
+  const auto [s, j] = detail::part_of(mds.shard_end, index);
   return str("sample ", j, " of ", mds.shards[s].path, " (column '", mds.columns[field].name, "')");
 }
 

@@ -26,11 +26,6 @@ struct MegatronDocuments {
   std::vector<int64_t> part_end;  // records before the end of each part
   ScalarType dtype = kUInt8;
 
-  // The part of record `index`, and the document there.
-  std::pair<size_t, int64_t> locate(int64_t index) const {
-    const auto p = static_cast<size_t>(std::upper_bound(part_end.begin(), part_end.end(), index) - part_end.begin());
-    return {p, index - (p == 0 ? 0 : part_end[p - 1])};
-  }
 };
 
 }  // namespace detail
@@ -94,56 +89,47 @@ PackSources PackSources::from_megatron(std::span<const std::string> specs) {
 
 void PackSources::megatron_record(int64_t index, std::vector<Tensor>& values) const {
   const MegatronDocuments& documents = *megatron_;
-  const auto [p, document_in_part] = documents.locate(index);
+  const auto [p, document_in_part] = detail::part_of(documents.part_end, index);
   const int64_t document = document_in_part;  // a plain variable: lambdas capture it (clang 14 cannot capture bindings)
   const MegatronDocuments::Part& part = documents.parts[p];
   const detail::MegatronIndex& idx = part.index;
   const int64_t item = element_size(documents.dtype);
   // The index may shrink under the pack (its reads are guarded, as the .bin's copies are), or
-  // be rewritten in place: what was checked at open is checked again as it is read.
-  int64_t first = 0, end = 0, start_byte = 0, end_byte = 0;
-  bool contiguous = true;
+  // be rewritten in place: what was checked at open is checked again as it is read, once,
+  // into memory of our own, so that what is viewed or copied is what was checked.
+  thread_local std::vector<std::pair<int64_t, int64_t>> sequences;  // (byte, bytes) of each
+  sequences.clear();
   const int64_t bin_bytes = part.bin.nbytes();
   detail::guard_storage_reads(idx.mapping(), [&] {
-    first = idx.first_sequence(document);
-    end = idx.first_sequence(document + 1);
+    const int64_t first = idx.first_sequence(document), end = idx.first_sequence(document + 1);
     MMT_CHECK(0 <= first && first <= end && end <= idx.sequences(), IoError, idx.path(), ": document index ", document,
               " or ", document + 1, " (bytes ", idx.document_byte(document), " on) changed while it was being packed");
-    start_byte = first < end ? idx.sequence_pointer(first) : 0;
-    end_byte = start_byte;
     for (int64_t s = first; s < end; ++s) {
-      const int64_t pointer = idx.sequence_pointer(s), length = idx.sequence_length(s);
-      MMT_CHECK(length >= 0 && pointer >= 0 && pointer <= bin_bytes && length * item <= bin_bytes - pointer, IoError,
-                idx.path(), ": sequence ", s, " (bytes ", idx.length_byte(s), " and ", idx.pointer_byte(s),
-                ") changed while it was being packed, and now lies outside ", part.bin_path);
-      contiguous = contiguous && pointer == end_byte;
-      end_byte = pointer + length * item;
+      const std::optional<std::pair<int64_t, int64_t>> bytes = idx.sequence_bytes(s, bin_bytes);
+      MMT_CHECK(bytes.has_value(), IoError, idx.path(), ": sequence ", s, " (bytes ", idx.length_byte(s), " and ",
+                idx.pointer_byte(s), ") changed while it was being packed, and now lies outside ", part.bin_path);
+      sequences.push_back(*bytes);
     }
   });
+  const int64_t start_byte = sequences.empty() ? 0 : sequences.front().first;
+  int64_t end_byte = start_byte, total_bytes = 0;
+  bool contiguous = true;
+  for (const auto& [byte, bytes] : sequences) {
+    contiguous = contiguous && byte == end_byte;
+    end_byte = byte + bytes;
+    total_bytes += bytes;
+  }
   if (contiguous && start_byte % item == 0) {
     // The builder's layout: one document's sequences back to back. A view of the mapping.
-    const int64_t tokens = (end_byte - start_byte) / item;
+    const int64_t tokens = total_bytes / item;
     values[0] = tokens == 0 ? empty({0}, documents.dtype) : Tensor(part.bin, documents.dtype, {tokens}, start_byte / item);
     return;
   }
   // Sequences apart (or a pointer between values, which no writer makes): gathered.
-  // The entries are read once into memory of our own, so that what is copied is what was
-  // checked (the index may still change under us).
-  std::vector<std::pair<int64_t, int64_t>> pieces;  // (byte, bytes) of each sequence
-  int64_t tokens = 0;
-  detail::guard_storage_reads(idx.mapping(), [&] {
-    for (int64_t s = first; s < end; ++s) {
-      const int64_t pointer = idx.sequence_pointer(s), length = idx.sequence_length(s);
-      MMT_CHECK(length >= 0 && pointer >= 0 && pointer <= bin_bytes && length * item <= bin_bytes - pointer, IoError,
-                idx.path(), ": sequence ", s, " changed while it was being packed, and now lies outside ", part.bin_path);
-      pieces.emplace_back(pointer, length * item);
-      tokens += length;
-    }
-  });
-  Tensor gathered = empty({tokens}, documents.dtype);
+  Tensor gathered = empty({total_bytes / item}, documents.dtype);
   auto* out = static_cast<std::byte*>(gathered.mutable_data_ptr());
   detail::guard_storage_reads(part.bin, [&] {
-    for (const auto& [byte, bytes] : pieces) {
+    for (const auto& [byte, bytes] : sequences) {
       if (bytes > 0) std::memcpy(out, part.bin.data() + byte, static_cast<size_t>(bytes));
       out += bytes;
     }
@@ -153,7 +139,7 @@ void PackSources::megatron_record(int64_t index, std::vector<Tensor>& values) co
 
 std::string PackSources::megatron_origin(int64_t index) const {
   const MegatronDocuments& documents = *megatron_;
-  const auto [p, document_in_part] = documents.locate(index);
+  const auto [p, document_in_part] = detail::part_of(documents.part_end, index);
   const int64_t document = document_in_part;  // a plain variable: lambdas capture it (clang 14 cannot capture bindings)
   const detail::MegatronIndex& idx = documents.parts[p].index;
   int64_t first = 0, end = 0;

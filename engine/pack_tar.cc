@@ -102,28 +102,21 @@ UntypedStorage decompressed_archive(const std::string& path, bool gzip) {
 
 // The archive at `path` mapped, or decompressed first (gzip, zstd); empty for an empty file.
 UntypedStorage archive_bytes(const std::string& path) {
-  const int64_t file_bytes = detail::regular_file_size(path);  // IoError naming a missing file or a folder
-  if (file_bytes == 0) return UntypedStorage();
-  unsigned char magic[6] = {};
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
-    const size_t got = std::fread(magic, 1, sizeof magic, f);
-    std::fclose(f);
-    if (got >= 2 && magic[0] == 0x1f && magic[1] == 0x8b) return decompressed_archive(path, /*gzip=*/true);
-    // A zstd frame, or a skippable frame (magic 0x184D2A5?, little-endian), which pzstd puts
-    // before each of its frames.
-    const bool zstd = got >= 4 && (std::memcmp(magic, "\x28\xb5\x2f\xfd", 4) == 0 ||
-                                   ((magic[0] & 0xF0) == 0x50 && std::memcmp(magic + 1, "\x2a\x4d\x18", 3) == 0));
-    if (zstd) return decompressed_archive(path, /*gzip=*/false);
-    const char* compressor = got >= 3 && std::memcmp(magic, "BZh", 3) == 0                 ? "bzip2"
-                             : got >= 6 && std::memcmp(magic, "\xfd" "7zXZ\0", 6) == 0 ? "xz"
-                                                                                      : nullptr;
-    MMT_CHECK(compressor == nullptr, ValueError, path, ": a ", compressor, "-compressed tar archive; tar archives are ",
-              "read uncompressed or compressed with gzip or zstd: decompress it first");
-  }
-  MMT_CHECK(detail::is_tar_file(path), ValueError, path,
+  detail::InputFile file = detail::map_input_file(path);  // IoError naming a missing file or a folder
+  if (file.bytes.empty()) return UntypedStorage();
+  const char* compressor = detail::guard_storage_reads(
+      file.mapping, [&] { return detail::compressor_of(file.bytes.data(), std::min<size_t>(file.bytes.size(), 6)); });
+  if (compressor != nullptr && std::strcmp(compressor, "gzip") == 0) return decompressed_archive(path, /*gzip=*/true);
+  if (compressor != nullptr && std::strcmp(compressor, "zstd") == 0) return decompressed_archive(path, /*gzip=*/false);
+  MMT_CHECK(compressor == nullptr, ValueError, path, ": a ", compressor, "-compressed tar archive; tar archives are ",
+            "read uncompressed or compressed with gzip or zstd: decompress it first");
+  MMT_CHECK(detail::guard_storage_reads(file.mapping, [&] {
+              return detail::is_tar_start(file.bytes.data(), static_cast<int64_t>(file.bytes.size()));
+            }),
+            ValueError, path,
             ": not a tar archive (no ustar header at its start, nor gzip or zstd compression); tar archives are "
             "packed alone, not with other inputs");
-  return UntypedStorage::map_file(path);
+  return std::move(file.mapping);
 }
 
 // One sample as its members come: extension -> member.
@@ -193,6 +186,7 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
         samples->extensions.push_back(extension);
       }
       std::sort(samples->extensions.begin(), samples->extensions.end());
+      samples->alternatives.assign(samples->extensions.size(), std::string());
       for (size_t f = 0; f < samples->extensions.size(); ++f) field_of_extension[samples->extensions[f]] = {f, 0};
       first_sample = str("'", detail::cut_for_message(pending.key, 200), "' of ", paths[pending.archive]);
     }
@@ -218,8 +212,7 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
     for (size_t f = 0; f < fields; ++f)
       if (samples->values[first_value + f].offset < 0 && first_missing == SIZE_MAX) first_missing = f;
     if (first_missing != SIZE_MAX) {
-      const std::string& spec = first_missing < samples->alternatives.size() ? samples->alternatives[first_missing]
-                                                                            : std::string();
+      const std::string& spec = samples->alternatives[first_missing];
       MMT_CHECK(options.missing != MissingMember::Error, ValueError, where(pending),
                 spec.empty() ? str(" has no '.", samples->extensions[first_missing], "' member")
                              : str(" has none of '", spec, "'"),
@@ -283,7 +276,6 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
             out.samples_skipped_ > 0 ? str("; ", out.samples_skipped_, " samples lacked a member and were skipped")
                                      : std::string(),
             ")");
-  if (first_sample.empty()) first_sample = str("the extensions chosen (", joined(options.extensions), ")");
 
   // The fields, in name order; "cls" holds numbers.
   std::vector<Field> fields;
@@ -365,7 +357,7 @@ std::string PackSources::tar_origin(size_t field, int64_t index) const {
   // A member's bytes follow its header: offset 0 is no member (MissingMember::Empty).
   if (value.offset == 0) return str("sample '", key, "' of ", archive, ", which has no '.", samples.extensions[field],
                                     "' member (an empty value)");
-  if (field < samples.alternatives.size() && !samples.alternatives[field].empty())
+  if (!samples.alternatives[field].empty())
     return str("the member of sample '", key, "' for field '", samples.extensions[field], "' (the first of '",
                samples.alternatives[field], "' it has) in ", archive, " (byte ", value.offset, ")");
   return str("member '", key, ".", samples.extensions[field], "' of ", archive, " (byte ", value.offset, ")");

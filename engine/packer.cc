@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checksum.h"
+#include "decompressed_file.h"
 #include "format.h"
 #include "gzip_reader.h"
 #include "import_util.h"
@@ -89,10 +90,7 @@ void refuse_compressed_input(const std::string& path, const char* magic, size_t 
               "(only IDX files may be gzipped); decompress it first (gunzip)");
     return;
   }
-  const char* compressor = nullptr;
-  if (got >= 3 && std::memcmp(magic, "BZh", 3) == 0) compressor = "bzip2";
-  if (got >= 6 && std::memcmp(magic, "\xfd" "7zXZ\0", 6) == 0) compressor = "xz";
-  if (got >= 4 && std::memcmp(magic, "\x28\xb5\x2f\xfd", 4) == 0) compressor = "zstd";
+  const char* compressor = detail::compressor_of(reinterpret_cast<const std::byte*>(magic), got);
   MMT_CHECK(compressor == nullptr, FormatError, path, ": a ", compressor, "-compressed file is not supported ",
             "(only IDX files may be compressed, with gzip); decompress it first");
 }
@@ -117,7 +115,6 @@ SourceKind sniff_kind(const std::string& path) {
   if (path.ends_with(".npz")) return SourceKind::Npz;
   return SourceKind::Idx;
 }
-
 
 std::string describe_sizes(IntArrayRef sizes) { return str(sizes); }
 

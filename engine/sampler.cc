@@ -428,6 +428,8 @@ EpochOrder Sampler::epoch(int64_t epoch) const {
     // The pieces the epoch shuffles, in a fixed order: the chunks; or over a mixture, each
     // source's pieces once per full pass, then the pieces its partial pass takes.
     std::vector<int64_t> piece_start, piece_positions;
+    piece_start.reserve(layout_->mixed() ? layout_->piece_first_record.size() : static_cast<size_t>(num_chunks()));
+    piece_positions.reserve(piece_start.capacity());
     if (layout_->mixed()) {
       mixture_pieces(*layout_, tables->epoch_key, piece_start, piece_positions);
     } else {

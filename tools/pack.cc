@@ -183,15 +183,15 @@ void run_pack(const PackArgs& args) {
     std::cout << "  shard " << shard << " of " << shards << " (numbered from 0): records [" << range.begin << ", "
               << range.end << ") of the inputs' " << sources.records()
               << "; the shards read as one dataset in that order (mmt info SHARD...)\n";
-  if (sources.hidden_skipped() > 0 && !args.folder.empty())
-    std::cout << "  skipped " << sources.hidden_skipped() << " hidden file"
-              << (sources.hidden_skipped() == 1 ? "" : "s") << " or folder"
-              << (sources.hidden_skipped() == 1 ? "" : "s") << " (names starting with '.') under "
-              << printable(args.folder) << "\n";
-  if (sources.hidden_skipped() > 0 && args.folder.empty())
-    std::cout << "  skipped " << sources.hidden_skipped() << " tar member"
-              << (sources.hidden_skipped() == 1 ? "" : "s")
-              << " of no sample (no '.' in the file name, or a leading one)\n";
+  if (sources.hidden_skipped() > 0) {
+    const char* plural = sources.hidden_skipped() == 1 ? "" : "s";
+    if (!args.folder.empty())
+      std::cout << "  skipped " << sources.hidden_skipped() << " hidden file" << plural << " or folder" << plural
+                << " (names starting with '.') under " << printable(args.folder) << "\n";
+    else
+      std::cout << "  skipped " << sources.hidden_skipped() << " tar member" << plural
+                << " of no sample (no '.' in the file name, or a leading one)\n";
+  }
   if (sources.samples_skipped() > 0)
     std::cout << "  skipped " << sources.samples_skipped() << " sample" << (sources.samples_skipped() == 1 ? "" : "s")
               << " lacking a field's member (--missing skip)\n";
@@ -212,7 +212,7 @@ PackSources load_pack_sources(const std::vector<std::string>& inputs, const std:
     return PackSources::from_folder(folder, {.paths = folder_paths});
   }
   MMT_CHECK(!inputs.empty(), UsageError,
-            "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not), datasets, tar archives, Megatron datasets or --folder DIR");
+            "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not), datasets, tar archives, Megatron or MDS datasets or --folder DIR");
   try {
     return PackSources::from_inputs(inputs, fields, tar);
   } catch (const InputSpecError& e) {

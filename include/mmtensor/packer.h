@@ -271,12 +271,14 @@ class PackSources {
   // Where each field comes from, in schema order: the input as given
   // ("images=train-images-idx3-ubyte.gz"), "PATH.npz:NAME.npy" for an .npz member (its name
   // escaped), "data=DIR", "label=DIR (class folders)" and "path=DIR (file paths)" for a folder,
-  // "EXT=A.tar, B.tar (tar members)" for tars, "NAME=A.bin, B.bin (Megatron documents)".
+  // "EXT=A.tar, B.tar (tar members)" for tars, "NAME=A.bin, B.bin (Megatron documents)",
+  // "NAME=DIR/index.json (MDS column, encoding E)" for MDS datasets.
   const std::vector<std::string>& origins() const { return origins_; }
   // Where record `index` of `field` comes from: for a folder, the record's file ("data"),
   // "the class folder of FILE" ("label") or "the path of FILE" ("path"); for datasets, the
   // record's file and index there; for tars, the member and its archive; for Megatron
-  // datasets, the document, its .bin and its sequences; for arrays,
+  // datasets, the document, its .bin and its sequences; for MDS, the sample and its shard;
+  // for arrays,
   // origins()[field].
   std::string record_origin(size_t field, int64_t index) const;
   // The files (arrays) or the folder (a class folder) the sources read: pack_dataset refuses
@@ -367,7 +369,8 @@ bool are_dataset_inputs(std::span<const std::string> specs);
 // (".tar", ".tar.gz", ".tgz"...: from_inputs then refuses a compressed one as such).
 bool are_tar_inputs(std::span<const std::string> specs);
 // Whether pack inputs are Megatron indexed datasets: one of them (after any "NAME=") is
-// PREFIX, PREFIX.idx or PREFIX.bin where PREFIX.idx begins with the index's magic.
+// PREFIX, PREFIX.idx or PREFIX.bin where PREFIX.idx begins with the index's magic, or where
+// PREFIX.idx and PREFIX.bin both exist (an index of another kind is then refused as such).
 bool are_megatron_inputs(std::span<const std::string> specs);
 // Whether pack inputs are MosaicML Streaming datasets: one of them is a folder holding
 // index.json, or such a file.

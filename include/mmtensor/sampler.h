@@ -6,7 +6,7 @@
 // window under a chunk cache budget other than the default (SamplerOptions::window_chunks
 // says why, and what to set instead). Orders are computed, not stored: EpochOrder maps a
 // position to a record in O(1) (random) or O(log chunks) (quasi-random), so a sampler's
-// memory does not grow with the number of records (quasi-random keeps two int64 per chunk,
+// memory does not grow with the number of records (quasi-random keeps three int64 per chunk,
 // or per piece of a chunk over a mixture, and one per window of chunks). A subset (below) is
 // the one thing kept per entry: the list itself, shared, and for quasi-random a sorted copy
 // unless the list is sorted already.
