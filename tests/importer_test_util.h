@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "mmtensor/error.h"
+#include "mmtensor/tensor.h"
 
 namespace mmt::testutil {
 
@@ -48,6 +49,12 @@ inline Bytes to_bytes(std::string_view s) {
   Bytes out(s.size());
   if (!s.empty()) std::memcpy(out.data(), s.data(), s.size());
   return out;
+}
+
+// A tensor of bytes (a bytes field's value) as text.
+inline std::string text_of(const Tensor& bytes) {
+  const Tensor c = bytes.contiguous();
+  return std::string(reinterpret_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
 }
 
 inline void append(Bytes& out, const Bytes& more) { out.insert(out.end(), more.begin(), more.end()); }

@@ -25,13 +25,9 @@ using testing::error_of;
 using testutil::Bytes;
 using testutil::MdsBuilder;
 using testutil::TempFolder;
+using testutil::text_of;
 using testutil::to_bytes;
 using testutil::write_file;
-
-std::string text_of(const Tensor& bytes) {
-  const Tensor c = bytes.contiguous();
-  return std::string(reinterpret_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
-}
 
 // An NDArray of int32 with its dtype and 1-D shape in the sample, as "ndarray" writes it.
 Bytes dynamic_int32_array(const std::vector<int32_t>& values) {

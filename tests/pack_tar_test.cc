@@ -24,13 +24,9 @@ namespace {
 using testutil::Bytes;
 using testutil::TarBuilder;
 using testutil::TempFolder;
+using testutil::text_of;
 using testutil::to_bytes;
 using testutil::write_file;
-
-std::string text_of(const Tensor& bytes) {
-  const Tensor c = bytes.contiguous();
-  return std::string(reinterpret_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
-}
 
 TarBuilder three_samples() {
   TarBuilder tar;
