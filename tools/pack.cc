@@ -225,7 +225,7 @@ PackSources load_pack_sources(const std::vector<std::string>& inputs, const std:
 
 void add_pack_command(CLI::App& app) {
   auto args = std::make_shared<PackArgs>();
-  CLI::App* cmd = app.add_subcommand("pack", "Build a dataset from .npy, .npz, IDX files, tar archives (WebDataset), Megatron indexed datasets, MosaicML Streaming datasets or a folder, or repack datasets");
+  CLI::App* cmd = app.add_subcommand("pack", "Build a dataset from .npy, .npz, IDX files, tar archives (WebDataset), Megatron indexed datasets, MosaicML Streaming datasets, Arrow files (Hugging Face datasets) or a folder, or repack datasets");
   cmd->footer(
       "Inputs:\n"
       "  NAME=PATH.npy   one field; the first dimension indexes records\n"
@@ -249,6 +249,12 @@ void add_pack_command(CLI::App& app) {
       "  DIR...          MosaicML Streaming (MDS) datasets (all inputs; a folder holding\n"
       "                  index.json, or that file): one record per sample, one field per\n"
       "                  column; zstd and gz shards are decompressed into $TMPDIR\n"
+      "  PATH.arrow...   Apache Arrow IPC files or streams (all inputs; .arrow, .arrows,\n"
+      "                  .feather, .ipc), or a folder Hugging Face datasets' save_to_disk\n"
+      "                  wrote: one record per row, one field per column (structs\n"
+      "                  flattened: image.bytes); numbers, bools, byte strings and lists\n"
+      "                  of numbers (N-d arrays). --field NAME (repeated) keeps only\n"
+      "                  those columns (leaving out a type no field holds)\n"
       "  --window L[:S]  with one field of tokens (a 1-D array, Megatron documents, or\n"
       "                  --field of datasets holding documents): records of L tokens starting every S (default\n"
       "                  L) over the field's values as one stream; --separator T puts\n"
@@ -271,6 +277,7 @@ void add_pack_command(CLI::App& app) {
       "  mmt pack train.mmt images=train-images-idx3-ubyte.gz labels=train-labels-idx1-ubyte.gz --codec lz4\n"
       "  mmt pack train-zstd.mmt part-*.mmt --codec zstd:9\n"
       "  mmt pack laion.mmt shard-{0000..0099}.tar --keys\n"
+      "  mmt pack cifar10.mmt ~/cifar10/train --field img.bytes --field label   # save_to_disk's folder\n"
       "  mmt pack gpt.mmt tokens=train.npy --window 2049:2048   # inputs and shifted targets\n"
       "  mmt pack pile.mmt pile_text_document --window 2049:2048 --separator 0\n"
       "  for k in 00 01 02 03; do mmt pack part-$k.mmt --folder photos/ --shard $k/4 & done; wait");
@@ -278,7 +285,7 @@ void add_pack_command(CLI::App& app) {
   cmd->add_option("INPUT", args->inputs, "Inputs (see below)");
   args->folder_option =
       cmd->add_option("--folder", args->folder, "A folder of class subfolders (or of files alone) to pack instead of arrays");
-  cmd->add_option("--field", args->fields, "With dataset inputs: keep this field (repeat for more; all if none)")
+  cmd->add_option("--field", args->fields, "With dataset or Arrow inputs: keep this field (repeat for more; all if none)")
       ->type_name("NAME")
       ->allow_extra_args(false);
   cmd->add_flag("--paths", args->paths, "With --folder: store each file's path under the folder as field 'path'");

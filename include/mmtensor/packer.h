@@ -50,7 +50,16 @@
 // uncompressed or zstd/gz, the latter each decompressed when the sources are made into an
 // unnamed file in $TMPDIR, which needs room for them all): one record per sample, one field
 // per column (pack_mds.cc says how each encoding is stored; the encodings are in the
-// metadata key "mds_encodings").
+// metadata key "mds_encodings"). Or Apache Arrow IPC files and streams (".arrow", ".arrows",
+// ".feather", ".ipc", or any file beginning with "ARROW1"), or a folder that Hugging Face
+// datasets' save_to_disk wrote (its state.json lists the .arrow files): one record per row,
+// the files one after another, one field per column (a struct's columns flattened as
+// "image.bytes"); pack_arrow.cc says how each Arrow type is stored. Numbers, bools, byte
+// strings and lists of numbers (nested: N-d arrays) are packed; other types are refused by
+// name unless the fields chosen leave them out. The Arrow type of each field is in the
+// metadata key "arrow_types", Hugging Face's features in "huggingface" (and the class names of
+// a ClassLabel column in "classes"). Compressed record batches (Feather's lz4, zstd) are
+// decompressed when the sources are made into an unnamed file in $TMPDIR.
 //
 // Failure. Loading sources throws the importers' errors (IoError, FormatError) naming the
 // file, and ValueError for sources that do not fit together (record counts, duplicate names,
@@ -203,6 +212,7 @@ struct TarSamples;
 struct TokenWindows;
 struct MegatronDocuments;
 struct MdsShards;
+struct ArrowColumns;
 }
 
 class PackSources {
@@ -243,6 +253,13 @@ class PackSources {
   // one; ValueError for an encoding or compression this packer does not read, shards of
   // other columns, or an input of another kind (MDS datasets are packed alone).
   static PackSources from_mds(std::span<const std::string> specs);
+  // Arrow IPC files and streams, or Hugging Face dataset folders (above), read in the order
+  // given. `fields`: the columns packed, in that order (flattened names); empty, all of them.
+  // FormatError naming the file, the message's byte and what is wrong for a damaged one
+  // (arrow_ipc.h); ValueError naming the column for one of a type no field holds (unless
+  // `fields` leaves it out), a null where a field cannot store one, a jagged list, files of
+  // other columns, a DatasetDict folder (pack one split), or an input of another kind.
+  static PackSources from_arrow(std::span<const std::string> specs, std::span<const std::string> fields = {});
   // `tokens` cut into windows (WindowOptions above): one field of the same name and dtype,
   // shape [length]. `tokens` must have one field whose records hold one value each (a 1-D
   // array's) or a 1-D value each (documents: ragged, or fixed [n]); a separator needs
@@ -328,6 +345,9 @@ class PackSources {
   void fill_windows(int64_t start, int64_t count, const Tensor& out) const;
   bool window_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const;
   std::string window_origin(int64_t index) const;
+  // Arrow rows: record `index`'s values, and where a field of it comes from.
+  void arrow_record(int64_t index, std::vector<Tensor>& values) const;
+  std::string arrow_origin(size_t field, int64_t index) const;
   // MDS samples: record `index`'s values, and where a field of it comes from.
   void mds_record(int64_t index, std::vector<Tensor>& values) const;
   std::string mds_origin(size_t field, int64_t index) const;
@@ -346,6 +366,7 @@ class PackSources {
   std::shared_ptr<const detail::TarSamples> tar_;  // tars: the archives and where each value lies
   std::shared_ptr<const detail::MegatronDocuments> megatron_;  // Megatron: the pairs mapped, their indexes
   std::shared_ptr<const detail::MdsShards> mds_;  // MDS: the shards mapped, their columns
+  std::shared_ptr<const detail::ArrowColumns> arrow_;  // Arrow: the files mapped, their columns and batches
   std::shared_ptr<const detail::TokenWindows> windows_;  // token windows: the stream's sources and layout
   std::vector<std::string> dataset_fields_;  // datasets: the fields kept, in schema order
   std::vector<std::string> files_;     // folder: one path per record
@@ -375,6 +396,10 @@ bool are_megatron_inputs(std::span<const std::string> specs);
 // Whether pack inputs are MosaicML Streaming datasets: one of them is a folder holding
 // index.json, or such a file.
 bool are_mds_inputs(std::span<const std::string> specs);
+// Whether pack inputs are Arrow IPC files: one of them begins with "ARROW1", or is named
+// .arrow/.arrows/.feather/.ipc and begins as a stream (or is missing), or is a folder holding
+// state.json or dataset_dict.json (Hugging Face's save_to_disk).
+bool are_arrow_inputs(std::span<const std::string> specs);
 
 // The records of shard `shard` of `shards` of a set of `records`: [begin, end) with begin =
 // shard * records / shards (rounded down), so the shards tile the records in order and differ

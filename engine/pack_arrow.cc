@@ -1,0 +1,654 @@
+// PackSources::from_arrow: Apache Arrow IPC files and streams (arrow_ipc.h) as pack sources,
+// one record per row, one field per column; values view the mapped files.
+//
+// Columns and the fields they make (a struct's columns are flattened: "image.bytes"):
+//   integers, floats, date/time/timestamp/duration  a value of that dtype (the storage's
+//                                                   integer for the temporal types)
+//   bool                                            bool (Arrow's bits unpacked)
+//   binary, string, large_binary, large_string      bytes (uint8, variable length)
+//   fixed_size_binary[W]                            uint8 [W]
+//   lists (list, large_list, fixed_size_list), nested, of the numeric types or bool
+//                                                   an array, one dimension a list level:
+//                                                   fixed where the level's lists all have one
+//                                                   length (a fixed_size_list's, or the same
+//                                                   length throughout the inputs), else
+//                                                   variable (ragged); each row's lists at a
+//                                                   level must then have one length (a jagged
+//                                                   row is refused: no tensor holds it)
+// A null row is stored as NaN in a fixed-shape float field (as pandas reads it), empty in a
+// variable-length one (counted, per field, in the metadata key "arrow_nulls"); a null in
+// another fixed field, or inside a list, is refused. Other types
+// (decimals, maps, unions, views, dictionary-encoded columns, lists of strings or structs)
+// are refused by name, unless `fields` leaves them out.
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "arrow_ipc.h"
+#include "import_util.h"
+#include "mapping_guard.h"
+#include "mmtensor/error.h"
+#include "mmtensor/packer.h"
+#include "utf8.h"
+
+namespace mmt {
+
+namespace detail {
+
+struct ArrowColumns {
+  enum class Leaf : uint8_t { Values, Bool, FixedBytes, Bytes };
+  struct Level {
+    enum class Kind : uint8_t { Struct, List, LargeList, FixedList } kind;
+    int node = 0;
+    int32_t fixed = 0;  // FixedList: its list size
+  };
+  struct Column {
+    std::string name;
+    std::string type_name;   // the Arrow type of the column (its leaf, under the structs)
+    std::vector<Level> path;  // the structs, then the list levels, above the leaf
+    size_t structs = 0;       // path[0, structs) are structs
+    int leaf_node = 0;
+    Leaf leaf = Leaf::Values;
+    bool wide_offsets = false;  // Bytes: large_binary/large_string
+    ScalarType dtype = kUInt8;
+    int64_t item = 1;          // bytes of a leaf value (FixedBytes: the width)
+    DimVector shape;           // the field's
+    int64_t nulls = 0;         // null rows stored empty
+  };
+  struct Batch {
+    uint32_t input = 0, batch = 0;
+    std::vector<int> first_buffer;  // by node
+  };
+  std::vector<ArrowIpc> inputs;
+  std::vector<Batch> batches;
+  std::vector<int64_t> batch_end;  // rows before the end of each batch, all inputs in order
+  std::vector<Column> columns;
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::ArrowBatch;
+using detail::ArrowColumns;
+using detail::ArrowField;
+using detail::ArrowIpc;
+using detail::ArrowTypeId;
+using detail::str;
+namespace fs = std::filesystem;
+
+// The dtype of a numeric Arrow type; nullopt for others.
+std::optional<ScalarType> numeric_dtype(const ArrowField& f) {
+  switch (f.type) {
+    case ArrowTypeId::Int:
+      switch (f.bit_width) {
+        case 8: return f.is_signed ? kInt8 : kUInt8;
+        case 16: return f.is_signed ? kInt16 : kUInt16;
+        case 32: return f.is_signed ? kInt32 : kUInt32;
+        default: return f.is_signed ? kInt64 : kUInt64;
+      }
+    case ArrowTypeId::FloatingPoint: return f.precision == 0 ? kFloat16 : f.precision == 1 ? kFloat32 : kFloat64;
+    case ArrowTypeId::Date: case ArrowTypeId::Time: case ArrowTypeId::Timestamp: case ArrowTypeId::Duration:
+      return f.bit_width == 32 ? kInt32 : kInt64;
+    default: return std::nullopt;
+  }
+}
+
+// Where one row of a column lies in its batch: its leaf range and shape, or null.
+struct RowAt {
+  bool null = false;
+  int64_t start = 0, end = 0;  // leaf values (Values, Bool) or bytes (Bytes, FixedBytes)
+  DimVector dims;
+};
+
+class ColumnReader {
+ public:
+  ColumnReader(const ArrowColumns& arrow, size_t batch_index)
+      : arrow_(arrow), batch_(arrow.batches[batch_index]), ipc_(arrow.inputs[batch_.input]),
+        batch_data_(ipc_.batches[batch_.batch]), bytes_(ipc_.bytes_of(batch_data_)) {}
+
+  std::string where() const {
+    return str(ipc_.path, ", the record batch at byte ", batch_data_.message_offset);
+  }
+  const UntypedStorage& bytes() const { return bytes_; }
+  const ArrowBatch::Buffer& buffer(int node, int k) const {
+    return batch_data_.buffers[static_cast<size_t>(batch_.first_buffer[static_cast<size_t>(node)] + k)];
+  }
+  const ArrowBatch::Node& node(int n) const { return batch_data_.nodes[static_cast<size_t>(n)]; }
+
+  bool is_null(int n, int64_t index) const {
+    if (node(n).null_count == 0) return false;
+    const ArrowBatch::Buffer& validity = buffer(n, 0);
+    const auto byte = static_cast<uint8_t>(bytes_.data()[validity.offset + index / 8]);
+    return ((byte >> (index % 8)) & 1) == 0;
+  }
+  int64_t offset_at(const ArrowBatch::Buffer& offsets, bool wide, int64_t index) const {
+    const std::byte* p = bytes_.data() + offsets.offset;
+    if (wide) {
+      int64_t v;
+      std::memcpy(&v, p + 8 * index, 8);
+      return v;
+    }
+    int32_t v;
+    std::memcpy(&v, p + 4 * index, 4);
+    return v;
+  }
+
+  // Checks the buffers the column reads in this batch against its nodes: sizes, offsets in
+  // order and within their children, no nulls where none can be stored. Call before row().
+  void check(const ArrowColumns::Column& column) const {
+    const auto fail = [&](const std::string& why) {
+      throw FormatError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "' ", why));
+    };
+    const auto need_validity = [&](int n) {
+      if (node(n).null_count > 0 && buffer(n, 0).length < (node(n).length + 7) / 8)
+        fail(str("has ", node(n).null_count, " nulls but a validity bitmap of ", buffer(n, 0).length, " bytes for ",
+                 node(n).length, " values"));
+    };
+    for (size_t k = 0; k < column.path.size(); ++k) {
+      const ArrowColumns::Level& level = column.path[k];
+      const int child = k + 1 < column.path.size() ? column.path[k + 1].node : column.leaf_node;
+      if (k <= column.structs) need_validity(level.node);  // the structs and the outer list
+      if (k > column.structs && node(level.node).null_count > 0)
+        throw ValueError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "' has nulls inside its "
+                             "lists, which no tensor holds"));
+      switch (level.kind) {
+        case ArrowColumns::Level::Kind::Struct:
+          if (node(child).length < node(level.node).length) fail("has a struct child shorter than its struct");
+          break;
+        case ArrowColumns::Level::Kind::FixedList:
+          if (node(child).length / level.fixed < node(level.node).length)
+            fail(str("has a fixed-size list's values (", node(child).length, ") too few for its ",
+                     node(level.node).length, " lists of ", level.fixed));
+          break;
+        case ArrowColumns::Level::Kind::List:
+        case ArrowColumns::Level::Kind::LargeList:
+          check_offsets(buffer(level.node, 1), level.kind == ArrowColumns::Level::Kind::LargeList,
+                        node(level.node).length, node(child).length, fail);
+          break;
+      }
+    }
+    if (column.path.size() > column.structs && node(column.leaf_node).null_count > 0)
+      throw ValueError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "' has null values inside "
+                           "its lists, which no tensor holds"));
+    if (column.path.size() == column.structs) need_validity(column.leaf_node);
+    const int64_t length = node(column.leaf_node).length;
+    switch (column.leaf) {
+      case ArrowColumns::Leaf::Values:
+      case ArrowColumns::Leaf::FixedBytes:
+        if (buffer(column.leaf_node, 1).length / column.item < length)
+          fail(str("has a values buffer of ", buffer(column.leaf_node, 1).length, " bytes, too few for ", length,
+                   " values of ", column.item, " bytes"));
+        break;
+      case ArrowColumns::Leaf::Bool:
+        if (buffer(column.leaf_node, 1).length < (length + 7) / 8)
+          fail(str("has a values bitmap of ", buffer(column.leaf_node, 1).length, " bytes, too few for ", length,
+                   " values"));
+        break;
+      case ArrowColumns::Leaf::Bytes:
+        check_offsets(buffer(column.leaf_node, 1), column.wide_offsets, length, buffer(column.leaf_node, 2).length, fail);
+        break;
+    }
+  }
+
+  // Row `row` of the column (checked first); a jagged row is a ValueError naming it.
+  void row(const ArrowColumns::Column& column, int64_t row, RowAt& at) const {
+    at.dims.clear();
+    at.null = false;
+    for (size_t k = 0; k < column.structs; ++k) at.null = at.null || is_null(column.path[k].node, row);
+    at.null = at.null || is_null(column.path.size() > column.structs ? column.path[column.structs].node
+                                                                     : column.leaf_node, row);
+    if (at.null) return;
+    int64_t start = row, end = row + 1;
+    // Within the lists (or values) of the level: always so for a checked file, unless it
+    // changed since (then offsets read now could lead anywhere).
+    const auto within = [&](int n) {
+      if (start < 0 || end < start || end > node(n).length)
+        throw IoError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row,
+                          ": its offsets changed while the file was being packed"));
+    };
+    for (size_t k = column.structs; k < column.path.size(); ++k) {
+      const ArrowColumns::Level& level = column.path[k];
+      within(level.node);
+      if (level.kind == ArrowColumns::Level::Kind::FixedList) {
+        at.dims.push_back(level.fixed);
+        start *= level.fixed;
+        end *= level.fixed;
+        continue;
+      }
+      const ArrowBatch::Buffer& offsets = buffer(level.node, 1);
+      const bool wide = level.kind == ArrowColumns::Level::Kind::LargeList;
+      const int64_t first = offset_at(offsets, wide, start);
+      int64_t length = offset_at(offsets, wide, start + 1) - first;
+      int64_t last = first + length;
+      for (int64_t j = start + 1; j < end; ++j) {
+        const int64_t next = offset_at(offsets, wide, j + 1);
+        if (next - last != length)
+          throw ValueError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row,
+                               ": a jagged list (its lists at depth ", k - column.structs + 1, " have lengths ", length,
+                               " and ", next - last, "), which no tensor holds"));
+        last = next;
+      }
+      at.dims.push_back(end > start ? length : 0);
+      start = first;
+      end = last;
+    }
+    within(column.leaf_node);
+    switch (column.leaf) {
+      case ArrowColumns::Leaf::Values:
+      case ArrowColumns::Leaf::Bool:
+        at.start = start;
+        at.end = end;
+        break;
+      case ArrowColumns::Leaf::FixedBytes:
+        at.start = start * column.item;
+        at.end = end * column.item;
+        at.dims.push_back(column.item);
+        break;
+      case ArrowColumns::Leaf::Bytes:
+        at.start = offset_at(buffer(column.leaf_node, 1), column.wide_offsets, start);
+        at.end = offset_at(buffer(column.leaf_node, 1), column.wide_offsets, end);
+        at.dims.push_back(at.end - at.start);
+        break;
+    }
+  }
+
+ private:
+  template <class Fail>
+  void check_offsets(const ArrowBatch::Buffer& offsets, bool wide, int64_t lists, int64_t child_length,
+                     const Fail& fail) const {
+    const int64_t width = wide ? 8 : 4;
+    if (offsets.length / width < lists + 1) {
+      if (lists == 0) return;  // an empty array may leave its offsets out
+      fail(str("has an offsets buffer of ", offsets.length, " bytes, too few for ", lists, " lists"));
+    }
+    int64_t previous = offset_at(offsets, wide, 0);
+    if (previous < 0) fail(str("has a first offset of ", previous));
+    for (int64_t j = 1; j <= lists; ++j) {
+      const int64_t next = offset_at(offsets, wide, j);
+      if (next < previous) fail(str("has offsets out of order at list ", j - 1, " (", previous, " then ", next, ")"));
+      previous = next;
+    }
+    if (previous > child_length)
+      fail(str("has offsets reaching ", previous, ", past the ", child_length, " values they index"));
+  }
+
+  const ArrowColumns& arrow_;
+  const ArrowColumns::Batch& batch_;
+  const ArrowIpc& ipc_;
+  const ArrowBatch& batch_data_;
+  const UntypedStorage& bytes_;
+};
+
+// The column a field makes, its structs flattened; ValueError for a type no field holds.
+void add_columns(const ArrowField& field, const std::string& prefix, std::vector<ArrowColumns::Level> structs,
+                 std::vector<ArrowColumns::Column>& out, std::vector<std::string>& refused) {
+  const std::string name = prefix.empty() ? field.name : str(prefix, ".", field.name);
+  const auto refuse = [&](const std::string& why) { refused.push_back(str("'", name, "' (", why, ")")); };
+  if (field.dictionary_encoded) return refuse(str("dictionary-encoded ", arrow_type_name(field)));
+  if (field.type == ArrowTypeId::Struct) {
+    structs.push_back({ArrowColumns::Level::Kind::Struct, field.node, 0});
+    for (const ArrowField& child : field.children) add_columns(child, name, structs, out, refused);
+    return;
+  }
+  ArrowColumns::Column column;
+  column.name = name;
+  column.type_name = arrow_type_name(field);
+  column.path = structs;
+  column.structs = structs.size();
+  const ArrowField* leaf = &field;
+  for (;;) {
+    if (leaf->type == ArrowTypeId::List || leaf->type == ArrowTypeId::LargeList ||
+        leaf->type == ArrowTypeId::FixedSizeList) {
+      if (leaf->type == ArrowTypeId::FixedSizeList && leaf->fixed_size == 0)
+        return refuse("a fixed_size_list of 0 values");
+      column.path.push_back({leaf->type == ArrowTypeId::List        ? ArrowColumns::Level::Kind::List
+                             : leaf->type == ArrowTypeId::LargeList ? ArrowColumns::Level::Kind::LargeList
+                                                                    : ArrowColumns::Level::Kind::FixedList,
+                             leaf->node, leaf->fixed_size});
+      leaf = &leaf->children[0];
+      if (leaf->dictionary_encoded) return refuse("a list of dictionary-encoded values");
+      continue;
+    }
+    break;
+  }
+  column.leaf_node = leaf->node;
+  const bool listed = column.path.size() > column.structs;
+  if (const std::optional<ScalarType> dtype = numeric_dtype(*leaf)) {
+    column.leaf = ArrowColumns::Leaf::Values;
+    column.dtype = *dtype;
+    column.item = element_size(*dtype);
+  } else if (leaf->type == ArrowTypeId::Bool) {
+    column.leaf = ArrowColumns::Leaf::Bool;
+    column.dtype = kBool;
+  } else if (!listed && leaf->type == ArrowTypeId::FixedSizeBinary && leaf->fixed_size > 0) {
+    column.leaf = ArrowColumns::Leaf::FixedBytes;
+    column.item = leaf->fixed_size;
+  } else if (!listed && (leaf->type == ArrowTypeId::Binary || leaf->type == ArrowTypeId::Utf8 ||
+                         leaf->type == ArrowTypeId::LargeBinary || leaf->type == ArrowTypeId::LargeUtf8)) {
+    column.leaf = ArrowColumns::Leaf::Bytes;
+    column.wide_offsets = leaf->type == ArrowTypeId::LargeBinary || leaf->type == ArrowTypeId::LargeUtf8;
+  } else {
+    return refuse(listed ? str(column.type_name, ": lists hold numbers or bools here") : column.type_name);
+  }
+  out.push_back(std::move(column));
+}
+
+bool same_fields(const std::vector<ArrowField>& a, const std::vector<ArrowField>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].name != b[i].name || arrow_type_name(a[i]) != arrow_type_name(b[i]) ||
+        a[i].dictionary_encoded != b[i].dictionary_encoded || !same_fields(a[i].children, b[i].children))
+      return false;
+  }
+  return true;
+}
+
+// The files an input names: an Arrow file, or a folder that Hugging Face's save_to_disk
+// wrote (state.json lists its data files, in order).
+std::vector<std::string> arrow_files_of(const std::string& spec) {
+  std::error_code ec;
+  if (!fs::is_directory(spec, ec)) return {spec};
+  const fs::path folder(spec);
+  if (fs::exists(folder / "dataset_dict.json", ec)) {
+    std::string splits;
+    for (const auto& entry : fs::directory_iterator(folder, ec))
+      if (entry.is_directory(ec) && fs::exists(entry.path() / "state.json", ec))
+        splits += str(splits.empty() ? "" : ", ", entry.path().filename().string());
+    throw ValueError(str(spec, ": a Hugging Face DatasetDict (splits: ", splits.empty() ? "none found" : splits,
+                         "); pack one split's folder, such as ", (folder / "train").string()));
+  }
+  const fs::path state_path = folder / "state.json";
+  MMT_CHECK(fs::is_regular_file(state_path, ec), ValueError, spec, ": a folder without state.json; Arrow inputs are "
+            ".arrow files, or a folder that Hugging Face datasets' save_to_disk wrote");
+  const UntypedStorage text = detail::read_file_bytes(state_path.string());
+  const nlohmann::json state = nlohmann::json::parse(text.data(), text.data() + text.nbytes(), nullptr, false);
+  const auto files = state.is_object() ? state.find("_data_files") : state.end();
+  MMT_CHECK(state.is_object() && files != state.end() && files->is_array(), FormatError, state_path.string(),
+            ": not a Hugging Face dataset state (no list \"_data_files\")");
+  std::vector<std::string> out;
+  for (const nlohmann::json& file : *files) {
+    const auto name = file.is_object() ? file.find("filename") : file.end();
+    MMT_CHECK(name != file.end() && name->is_string(), FormatError, state_path.string(),
+              ": an entry of \"_data_files\" has no \"filename\"");
+    const fs::path relative(name->get<std::string>());
+    bool inside = !relative.empty() && relative.is_relative();
+    for (const fs::path& part : relative) inside = inside && part != "..";
+    MMT_CHECK(inside, FormatError, state_path.string(), ": the data file '",
+              detail::cut_for_message(relative.string(), 200), "' is not a path inside its folder");
+    out.push_back((folder / relative).string());
+  }
+  MMT_CHECK(!out.empty(), ValueError, state_path.string(), ": lists no data files");
+  return out;
+}
+
+// Hugging Face's features, from the schema metadata "huggingface" ({"info": {"features":
+// {...}}}): the class names of the one ClassLabel column, when exactly one is packed.
+std::optional<nlohmann::json> class_names(const nlohmann::json& huggingface, const std::vector<std::string>& fields) {
+  const nlohmann::json* features = nullptr;
+  if (huggingface.is_object() && huggingface.contains("info") && huggingface["info"].is_object() &&
+      huggingface["info"].contains("features") && huggingface["info"]["features"].is_object())
+    features = &huggingface["info"]["features"];
+  if (features == nullptr) return std::nullopt;
+  std::optional<nlohmann::json> names;
+  int labels = 0;
+  for (const auto& [name, feature] : features->items()) {
+    if (!feature.is_object() || feature.value("_type", "") != "ClassLabel") continue;
+    if (std::find(fields.begin(), fields.end(), name) == fields.end()) continue;
+    ++labels;
+    if (feature.contains("names") && feature["names"].is_array()) names = feature["names"];
+  }
+  return labels == 1 ? names : std::nullopt;
+}
+
+}  // namespace
+
+bool are_arrow_inputs(std::span<const std::string> specs) {
+  for (const std::string& spec : specs) {
+    std::error_code ec;
+    if (fs::is_directory(spec, ec)) {
+      if (fs::exists(fs::path(spec) / "state.json", ec) || fs::exists(fs::path(spec) / "dataset_dict.json", ec))
+        return true;
+      continue;
+    }
+    const std::string extension = fs::path(spec).extension().string();
+    const bool named = extension == ".arrow" || extension == ".arrows" || extension == ".feather" ||
+                       extension == ".ipc";
+    std::byte head[8] = {};
+    FILE* f = std::fopen(spec.c_str(), "rb");
+    if (f == nullptr) {
+      if (named && spec.find('=') == std::string::npos) return true;  // from_arrow names it missing
+      continue;
+    }
+    const size_t got = std::fread(head, 1, sizeof head, f);
+    std::fclose(f);
+    // "ARROW1" is Arrow's own; a stream's framing is named by its extension too, since
+    // 0xFFFFFFFF could begin other files.
+    if (detail::is_arrow_file_start(head, got) || (named && detail::is_arrow_stream_start(head, got))) return true;
+    int32_t legacy_length = 0;  // a stream from before Arrow 0.15: the metadata length alone
+    if (got >= 4) std::memcpy(&legacy_length, head, 4);
+    if (named && legacy_length > 0) return true;
+  }
+  return false;
+}
+
+PackSources PackSources::from_arrow(std::span<const std::string> specs, std::span<const std::string> fields) {
+  MMT_CHECK(!specs.empty(), ValueError, "no Arrow files to pack");
+  auto arrow = std::make_shared<ArrowColumns>();
+  PackSources out;
+  for (const std::string& spec : specs) {
+    for (const std::string& path : arrow_files_of(spec)) {
+      ArrowIpc ipc = detail::read_arrow_ipc(path);
+      if (!arrow->inputs.empty())
+        MMT_CHECK(same_fields(ipc.fields, arrow->inputs.front().fields), ValueError, path, ": its columns differ from ",
+                  "those of ", arrow->inputs.front().path, "; the files packed together must have the same columns");
+      const auto input = static_cast<uint32_t>(arrow->inputs.size());
+      for (size_t b = 0; b < ipc.batches.size(); ++b) {
+        if (ipc.batches[b].rows == 0) continue;
+        arrow->batches.push_back({input, static_cast<uint32_t>(b), detail::arrow_field_buffers(ipc, ipc.batches[b])});
+        out.records_ += ipc.batches[b].rows;
+        arrow->batch_end.push_back(out.records_);
+      }
+      out.input_paths_.push_back(path);
+      arrow->inputs.push_back(std::move(ipc));
+    }
+  }
+  const ArrowIpc& first = arrow->inputs.front();
+  // The columns, and which are packed.
+  std::vector<ArrowColumns::Column> all;
+  std::vector<std::string> refused;
+  for (const ArrowField& field : first.fields) add_columns(field, "", {}, all, refused);
+  if (fields.empty()) {
+    MMT_CHECK(refused.empty(), ValueError, first.path, ": columns of types no field holds: ",
+              detail::cut_for_message([&] {
+                std::string list;
+                for (const std::string& r : refused) list += (list.empty() ? "" : ", ") + r;
+                return list;
+              }(), 2000), "; choose the columns to pack (mmt pack --fields, PackSources::from_arrow's fields)");
+    arrow->columns = std::move(all);
+  } else {
+    for (const std::string& name : fields) {
+      const auto it = std::find_if(all.begin(), all.end(), [&](const ArrowColumns::Column& c) { return c.name == name; });
+      if (it == all.end()) {
+        const auto why = std::find_if(refused.begin(), refused.end(),
+                                      [&](const std::string& r) { return r.starts_with(str("'", name, "' (")); });
+        MMT_CHECK(why == refused.end(), ValueError, first.path, ": column ", *why, " is of a type no field holds");
+        std::string known;
+        for (const ArrowColumns::Column& c : all) known += (known.empty() ? "" : ", ") + c.name;
+        throw ValueError(str(first.path, ": no column '", detail::cut_for_message(name, 100), "' (its columns: ",
+                             detail::cut_for_message(known, 2000), ")"));
+      }
+      MMT_CHECK(std::none_of(arrow->columns.begin(), arrow->columns.end(),
+                             [&](const ArrowColumns::Column& c) { return c.name == name; }),
+                ValueError, "column '", detail::cut_for_message(name, 100), "' is chosen twice");
+      arrow->columns.push_back(*it);
+    }
+  }
+  MMT_CHECK(!arrow->columns.empty(), ValueError, first.path, ": no columns");
+
+  // Every row read once: the buffers checked, each list level's length seen (a level is
+  // fixed where every row's is the same), nulls counted, jagged rows refused.
+  for (ArrowColumns::Column& column : arrow->columns) {
+    const size_t levels = column.path.size() - column.structs;
+    std::vector<int64_t> common(levels, -2);  // -2: none seen; -1: lengths differ
+    const bool variable_leaf = column.leaf == ArrowColumns::Leaf::Bytes;
+    const bool floating = column.leaf == ArrowColumns::Leaf::Values && is_floating_point(column.dtype);
+    RowAt at;
+    for (size_t b = 0; b < arrow->batches.size(); ++b) {
+      const ColumnReader reader(*arrow, b);
+      detail::guard_storage_reads(reader.bytes(), [&] {
+        reader.check(column);
+        const ArrowIpc& ipc = arrow->inputs[arrow->batches[b].input];
+        const int64_t rows = ipc.batches[arrow->batches[b].batch].rows;
+        for (int64_t r = 0; r < rows; ++r) {
+          reader.row(column, r, at);
+          if (at.null) {
+            // Floats take NaN where the field is fixed (as pandas reads them); a variable
+            // field stores the row empty (its outer length then varies).
+            const bool outer_variable = levels > 0 && column.path[column.structs].kind != ArrowColumns::Level::Kind::FixedList;
+            MMT_CHECK(floating || variable_leaf || outer_variable, ValueError, reader.where(), ": column '",
+                      detail::cut_for_message(column.name, 100), "', row ", r, ": a null ", column.type_name,
+                      ", which a field of fixed shape cannot store (nulls are stored as NaN in floats, empty in ",
+                      "variable-length fields); leave the column out with --fields, or fill its nulls first");
+            ++column.nulls;
+            if (outer_variable && !floating) common[0] = -1;
+            continue;
+          }
+          for (size_t k = 0; k < levels; ++k) {
+            const int64_t length = at.dims[k];
+            common[k] = common[k] == -2 ? length : common[k] == length ? length : -1;
+          }
+          out.total_bytes_ += (at.end - at.start) * (column.leaf == ArrowColumns::Leaf::Values ? column.item : 1);
+        }
+      });
+    }
+    for (size_t k = 0; k < levels; ++k) {
+      const ArrowColumns::Level& level = column.path[column.structs + k];
+      column.shape.push_back(level.kind == ArrowColumns::Level::Kind::FixedList ? level.fixed
+                             : common[k] >= 1                                   ? common[k]
+                                                                                : kVariableDim);
+    }
+    if (column.leaf == ArrowColumns::Leaf::FixedBytes) column.shape.push_back(column.item);
+    if (column.leaf == ArrowColumns::Leaf::Bytes) column.shape.push_back(kVariableDim);
+  }
+
+  std::vector<Field> schema_fields;
+  nlohmann::json types = nlohmann::json::object(), nulls = nlohmann::json::object();
+  std::vector<std::string> names;
+  for (const ArrowColumns::Column& column : arrow->columns) {
+    try {
+      const bool fixed = std::none_of(column.shape.begin(), column.shape.end(), [](int64_t d) { return d == kVariableDim; });
+      schema_fields.push_back(fixed ? Field::fixed(column.name, column.dtype, column.shape)
+                                    : Field::ragged(column.name, column.dtype, column.shape));
+    } catch (const ValueError& e) {
+      throw ValueError(str(first.path, ": column '", detail::cut_for_message(column.name, 100), "' cannot be a field: ",
+                           e.what()));
+    }
+    types[column.name] = column.type_name;
+    if (column.nulls > 0) nulls[column.name] = column.nulls;
+    names.push_back(column.name);
+    out.origins_.push_back(str(column.name, "=", first.path, arrow->inputs.size() > 1 ? ", ..." : "", " (Arrow column, ",
+                               column.type_name, ")"));
+  }
+  try {
+    out.schema_ = Schema(std::move(schema_fields));
+  } catch (const ValueError& e) {  // "a.b" flattened onto a column of that name
+    throw ValueError(str(first.path, ": ", e.what()));
+  }
+  out.metadata_["source"] = "arrow";
+  out.metadata_["arrow_types"] = types.dump();
+  if (!nulls.empty()) out.metadata_["arrow_nulls"] = nulls.dump();
+  for (const auto& [key, value] : first.metadata) {
+    if (key != "huggingface") continue;
+    // Hugging Face's features (Image, Audio, ClassLabel...): what the bytes and numbers are.
+    out.metadata_["huggingface"] = value;
+    const nlohmann::json parsed = nlohmann::json::parse(value, nullptr, false);
+    if (const std::optional<nlohmann::json> classes = class_names(parsed, names))
+      out.metadata_["classes"] = classes->dump();
+  }
+  out.arrow_ = std::move(arrow);
+  return out;
+}
+
+void PackSources::arrow_record(int64_t index, std::vector<Tensor>& values) const {
+  const ArrowColumns& arrow = *arrow_;
+  const auto [b, row] = detail::part_of(arrow.batch_end, index);
+  const ColumnReader reader(arrow, b);
+  thread_local RowAt at;  // record() runs on many threads; no allocation a record
+  const int64_t r = row;  // a plain variable for the lambda
+  for (size_t c = 0; c < arrow.columns.size(); ++c) {
+    const ArrowColumns::Column& column = arrow.columns[c];
+    const Field& field = schema_[c];
+    detail::guard_storage_reads(reader.bytes(), [&] { reader.row(column, r, at); });
+    if (at.null) {  // NaN in a fixed float field, else empty (checked when the sources were made)
+      if (field.is_fixed()) {
+        values[c] = full(field.shape, std::numeric_limits<double>::quiet_NaN(), field.dtype);
+        continue;
+      }
+      DimVector shape = field.shape;
+      for (int64_t& d : shape) d = d == kVariableDim ? 0 : d;
+      values[c] = empty(shape, field.dtype);
+      continue;
+    }
+    // The file could have changed since it was checked: what is read must still fit.
+    for (size_t k = 0; k < at.dims.size(); ++k)
+      MMT_CHECK(field.shape[k] == kVariableDim || field.shape[k] == at.dims[k], IoError, reader.where(),
+                ": column '", column.name, "', row ", r, ": its shape changed while the file was being packed");
+    switch (column.leaf) {
+      case ArrowColumns::Leaf::Values: {
+        const ArrowBatch::Buffer& data = reader.buffer(column.leaf_node, 1);
+        MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length / column.item, IoError, reader.where(),
+                  ": column '", column.name, "', row ", r, ": changed while the file was being packed");
+        if (at.end == at.start) {
+          values[c] = empty(at.dims, column.dtype);
+        } else if (data.offset % column.item == 0) {
+          values[c] = Tensor(reader.bytes(), column.dtype, at.dims, data.offset / column.item + at.start);
+        } else {  // unaligned (a writer that does not pad): copied
+          Tensor copy = empty(at.dims, column.dtype);
+          detail::guard_storage_reads(reader.bytes(), [&] {
+            std::memcpy(copy.mutable_data_ptr(), reader.bytes().data() + data.offset + at.start * column.item,
+                        static_cast<size_t>((at.end - at.start) * column.item));
+          });
+          values[c] = std::move(copy);
+        }
+        break;
+      }
+      case ArrowColumns::Leaf::Bool: {
+        const ArrowBatch::Buffer& data = reader.buffer(column.leaf_node, 1);
+        MMT_CHECK(at.start >= 0 && at.end >= at.start && (at.end + 7) / 8 <= data.length, IoError, reader.where(),
+                  ": column '", column.name, "', row ", r, ": changed while the file was being packed");
+        Tensor bools = empty(at.dims, kBool);
+        auto* out = static_cast<uint8_t*>(bools.mutable_data_ptr());
+        detail::guard_storage_reads(reader.bytes(), [&] {
+          const auto* bits = reinterpret_cast<const uint8_t*>(reader.bytes().data() + data.offset);
+          for (int64_t j = at.start; j < at.end; ++j) out[j - at.start] = (bits[j / 8] >> (j % 8)) & 1;
+        });
+        values[c] = std::move(bools);
+        break;
+      }
+      case ArrowColumns::Leaf::FixedBytes:
+      case ArrowColumns::Leaf::Bytes: {
+        const ArrowBatch::Buffer& data = reader.buffer(column.leaf_node, column.leaf == ArrowColumns::Leaf::Bytes ? 2 : 1);
+        MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length, IoError, reader.where(), ": column '",
+                  column.name, "', row ", r, ": changed while the file was being packed");
+        values[c] = at.end == at.start ? empty(at.dims, kUInt8)
+                                       : Tensor(reader.bytes(), kUInt8, at.dims, data.offset + at.start);
+        break;
+      }
+    }
+  }
+}
+
+std::string PackSources::arrow_origin(size_t field, int64_t index) const {
+  const ArrowColumns& arrow = *arrow_;
+  const auto [b, row] = detail::part_of(arrow.batch_end, index);
+  const ColumnReader reader(arrow, b);
+  return str("row ", row, " of ", reader.where(), " (column '", arrow.columns[field].name, "')");
+}
+
+}  // namespace mmt

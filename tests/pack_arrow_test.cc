@@ -1,0 +1,428 @@
+// Apache Arrow IPC files and streams as pack sources (PackSources::from_arrow): what Hugging
+// Face datasets, Feather and pyarrow write. One record per row, a field per column; lists of
+// numbers as N-d arrays; nulls as NaN or empty values; compressed batches; save_to_disk
+// folders; every damaged file refused with the file, the message's byte and what is wrong.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "arrow_test_util.h"
+#include "importer_test_util.h"
+#include "mmtensor/dataset.h"
+#include "mmtensor/error.h"
+#include "mmtensor/packer.h"
+#include "test_util.h"
+
+namespace mmt {
+namespace {
+
+namespace arrow = testutil::arrow;
+using testing::error_of;
+using testutil::TempFolder;
+using testutil::text_of;
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(f.good()) << "cannot write " << path;
+}
+
+std::vector<int64_t> shape_of(const Tensor& t) { return std::vector<int64_t>(t.sizes().begin(), t.sizes().end()); }
+
+template <class T>
+T scalar_of(const Tensor& t) {
+  return *static_cast<const T*>(t.contiguous().data_ptr());
+}
+template <class T>
+std::vector<T> values_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  const auto* p = static_cast<const T*>(c.data_ptr());
+  return std::vector<T>(p, p + c.numel());
+}
+
+// Rows [first, first + n): every scalar type, bytes and text, one batch.
+std::vector<arrow::Column> scalar_batch(int first, int n) {
+  std::vector<int8_t> i8;
+  std::vector<uint16_t> u16;
+  std::vector<int32_t> i32;
+  std::vector<int64_t> i64;
+  std::vector<uint64_t> u64;
+  std::vector<float> f32;
+  std::vector<double> f64;
+  std::vector<bool> flags;
+  std::vector<std::string> text, blobs, fixed;
+  for (int r = first; r < first + n; ++r) {
+    i8.push_back(static_cast<int8_t>(-r));
+    u16.push_back(static_cast<uint16_t>(r * 300));
+    i32.push_back(r * 100000);
+    i64.push_back(int64_t{r} << 40);
+    u64.push_back(uint64_t{1} << 63 | static_cast<uint64_t>(r));
+    f32.push_back(0.5f * static_cast<float>(r));
+    f64.push_back(-0.25 * r);
+    flags.push_back(r % 3 == 0);
+    text.push_back("row " + std::to_string(r));
+    blobs.push_back(std::string(static_cast<size_t>(r % 5), static_cast<char>('a' + r % 26)));
+    fixed.push_back(std::string{static_cast<char>(r), static_cast<char>(r + 1), static_cast<char>(r + 2)});
+  }
+  return {arrow::numbers("i8", i8),       arrow::numbers("u16", u16),
+          arrow::numbers("i32", i32),     arrow::numbers("i64", i64),
+          arrow::numbers("u64", u64),     arrow::numbers("f32", f32),
+          arrow::numbers("f64", f64),     arrow::bools("flag", flags),
+          arrow::texts("text", text),     arrow::texts("blob", blobs, {}, /*utf8=*/false, /*large=*/true),
+          arrow::fixed_binary("id", 3, fixed)};
+}
+
+void expect_scalar_rows(const PackSources& sources, int rows) {
+  ASSERT_EQ(sources.records(), rows);
+  const Schema& schema = sources.schema();
+  ASSERT_EQ(schema.size(), 11u);
+  EXPECT_EQ(schema[0].dtype, kInt8);
+  EXPECT_EQ(schema[1].dtype, kUInt16);
+  EXPECT_EQ(schema[4].dtype, kUInt64);
+  EXPECT_EQ(schema[5].dtype, kFloat32);
+  EXPECT_EQ(schema[7].dtype, kBool);
+  EXPECT_TRUE(schema[0].shape.empty());
+  EXPECT_EQ(schema[8].shape, (DimVector{kVariableDim}));
+  EXPECT_EQ(schema[10].shape, (DimVector{3}));
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<Tensor> v = sources.record(r);
+    EXPECT_EQ(scalar_of<int8_t>(v[0]), static_cast<int8_t>(-r));
+    EXPECT_EQ(scalar_of<uint16_t>(v[1]), static_cast<uint16_t>(r * 300));
+    EXPECT_EQ(scalar_of<int32_t>(v[2]), r * 100000);
+    EXPECT_EQ(scalar_of<int64_t>(v[3]), int64_t{r} << 40);
+    EXPECT_EQ(scalar_of<uint64_t>(v[4]), uint64_t{1} << 63 | static_cast<uint64_t>(r));
+    EXPECT_EQ(scalar_of<float>(v[5]), 0.5f * static_cast<float>(r));
+    EXPECT_EQ(scalar_of<double>(v[6]), -0.25 * r);
+    EXPECT_EQ(scalar_of<bool>(v[7]), r % 3 == 0);
+    EXPECT_EQ(text_of(v[8]), "row " + std::to_string(r));
+    EXPECT_EQ(text_of(v[9]), std::string(static_cast<size_t>(r % 5), static_cast<char>('a' + r % 26)));
+    EXPECT_EQ(values_of<uint8_t>(v[10]), (std::vector<uint8_t>{static_cast<uint8_t>(r), static_cast<uint8_t>(r + 1),
+                                                               static_cast<uint8_t>(r + 2)}));
+  }
+}
+
+TEST(PackArrow, RowsBecomeRecordsAndColumnsFields) {
+  TempFolder dir;
+  const arrow::Written stream = arrow::write({scalar_batch(0, 5), scalar_batch(5, 4), scalar_batch(9, 0)});
+  write_bytes(dir / "data.arrow", stream.bytes);
+  EXPECT_TRUE(are_arrow_inputs(std::vector<std::string>{dir / "data.arrow"}));
+  const PackSources sources = PackSources::from_inputs(std::vector<std::string>{dir / "data.arrow"});
+  expect_scalar_rows(sources, 9);
+  EXPECT_EQ(sources.metadata().at("source"), "arrow");
+  EXPECT_NE(sources.metadata().at("arrow_types").find("\"blob\":\"large_binary\""), std::string::npos);
+  EXPECT_NE(sources.metadata().at("arrow_types").find("\"id\":\"fixed_size_binary[3]\""), std::string::npos);
+  EXPECT_FALSE(sources.metadata().contains("arrow_nulls"));
+  // Values view the mapped file.
+  EXPECT_EQ(sources.record(7)[2].untyped_storage().filename(), dir / "data.arrow");
+  EXPECT_NE(sources.record_origin(2, 7).find("row 2 of " + (dir / "data.arrow") + ", the record batch at byte"),
+            std::string::npos);
+
+  // Packed and read back.
+  pack_dataset(dir / "out.mmt", sources, {});
+  const Dataset ds = Dataset::open(dir / "out.mmt");
+  ASSERT_EQ(ds.size(), 9);
+  EXPECT_EQ(text_of(ds.get(6)["text"]), "row 6");
+  EXPECT_EQ(scalar_of<int64_t>(ds.get(8)["i64"]), int64_t{8} << 40);
+  EXPECT_EQ(compare_with_sources(ds, sources), 9);
+}
+
+TEST(PackArrow, FileFormatAndEveryFraming) {
+  TempFolder dir;
+  const std::vector<std::vector<arrow::Column>> batches = {scalar_batch(0, 3), scalar_batch(3, 3)};
+  arrow::WriteOptions file;
+  file.file_format = true;
+  write_bytes(dir / "file.feather", arrow::write(batches, file).bytes);
+  arrow::WriteOptions legacy;  // streams of Arrow before 0.15
+  legacy.legacy_framing = true;
+  write_bytes(dir / "legacy.arrows", arrow::write(batches, legacy).bytes);
+  arrow::WriteOptions unended;  // a stream closed without its end marker, which the format allows
+  unended.end_marker = false;
+  write_bytes(dir / "unended.arrow", arrow::write(batches, unended).bytes);
+  // "ARROW1" names a file of any name.
+  write_bytes(dir / "file.bin", arrow::write(batches, file).bytes);
+  for (const char* name : {"file.feather", "legacy.arrows", "unended.arrow", "file.bin"}) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(are_arrow_inputs(std::vector<std::string>{dir / name}));
+    expect_scalar_rows(PackSources::from_inputs(std::vector<std::string>{dir / name}), 6);
+  }
+  // Several files read one after another.
+  const PackSources both = PackSources::from_arrow(std::vector<std::string>{dir / "file.feather", dir / "legacy.arrows"});
+  EXPECT_EQ(both.records(), 12);
+  EXPECT_EQ(text_of(both.record(7)[8]), "row 1");
+}
+
+TEST(PackArrow, CompressedBatchesAreDecompressed) {
+  TempFolder dir;
+  for (int codec : {0, 1}) {
+    SCOPED_TRACE(codec == 0 ? "lz4" : "zstd");
+    arrow::WriteOptions options;
+    options.codec = codec;
+    options.file_format = codec == 0;  // Feather V2: a file, lz4 by default
+    write_bytes(dir / "c.arrow", arrow::write({scalar_batch(0, 4), scalar_batch(4, 5)}, options).bytes);
+    const PackSources sources = PackSources::from_arrow(std::vector<std::string>{dir / "c.arrow"});
+    expect_scalar_rows(sources, 9);
+    // A buffer's stated length (the int64 before its compressed bytes) made wrong: the batch
+    // is named. One column of 4 int32: its values buffer, 16 bytes, is the body's only one.
+    std::vector<uint8_t> damaged =
+        arrow::write({{arrow::numbers("i32", std::vector<int32_t>{1, 2, 3, 4})}}, options).bytes;
+    bool changed = false;
+    for (size_t i = damaged.size() - 8; i-- > 0 && !changed;) {
+      int64_t stated;
+      std::memcpy(&stated, damaged.data() + i, 8);
+      if (stated == 16 && i % 8 == 0) {
+        const int64_t wrong = 15;
+        std::memcpy(damaged.data() + i, &wrong, 8);
+        changed = true;
+      }
+    }
+    ASSERT_TRUE(changed);
+    write_bytes(dir / "bad.arrow", damaged);
+    const std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "bad.arrow"}); });
+    EXPECT_NE(message.find("the record batch at byte"), std::string::npos) << message;
+    EXPECT_NE(message.find("decompresses to"), std::string::npos) << message;
+  }
+}
+
+TEST(PackArrow, ListsBecomeArrays) {
+  TempFolder dir;
+  // tokens: list<int32>, ragged; embedding: list<float> all of 4 (fixed [4]); rgb:
+  // fixed_size_list<uint8>[3]; grid: list<list<double>>, 2 x 3 and 1 x 2 (rectangular
+  // rows, ragged); points: list<fixed_size_list<int16>[2]> (ragged [-1, 2]); mask:
+  // list<bool>; long: large_list<int64>.
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6};
+  const std::vector<float> embedding(12, 0.5f);
+  const std::vector<uint8_t> rgb = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const std::vector<double> grid = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<int16_t> points = {1, 2, 3, 4, 5, 6};
+  const std::vector<std::vector<arrow::Column>> batches = {{
+      arrow::list("tokens", arrow::numbers("", tokens), {0, 1, 1, 6}),
+      arrow::list("embedding", arrow::numbers("", embedding), {0, 4, 8, 12}),
+      arrow::fixed_list("rgb", arrow::numbers("", rgb), 3, 3),
+      arrow::list("grid", arrow::list("", arrow::numbers("", grid), {0, 3, 6, 8, 8}), {0, 2, 3, 3}),
+      arrow::list("points", arrow::fixed_list("", arrow::numbers("", points), 2, 3), {0, 2, 2, 3}),
+      arrow::list("mask", arrow::bools("", {true, false, true}), {0, 0, 3, 3}),
+      arrow::list("long", arrow::numbers("", std::vector<int64_t>{7, 8}), {0, 2, 2, 2}, {}, /*large=*/true),
+  }};
+  write_bytes(dir / "lists.arrow", arrow::write(batches).bytes);
+  const PackSources sources = PackSources::from_arrow(std::vector<std::string>{dir / "lists.arrow"});
+  const Schema& schema = sources.schema();
+  EXPECT_EQ(schema[0].shape, (DimVector{kVariableDim}));
+  EXPECT_EQ(schema[1].shape, (DimVector{4}));
+  EXPECT_EQ(schema[1].dtype, kFloat32);
+  EXPECT_EQ(schema[2].shape, (DimVector{3}));
+  EXPECT_EQ(schema[3].shape, (DimVector{kVariableDim, kVariableDim}));
+  EXPECT_EQ(schema[4].shape, (DimVector{kVariableDim, 2}));
+  EXPECT_EQ(schema[5].dtype, kBool);
+  EXPECT_EQ(schema[6].dtype, kInt64);
+  const std::vector<Tensor> r0 = sources.record(0), r1 = sources.record(1), r2 = sources.record(2);
+  EXPECT_EQ(values_of<int32_t>(r0[0]), (std::vector<int32_t>{1}));
+  EXPECT_EQ(r1[0].numel(), 0);
+  EXPECT_EQ(values_of<int32_t>(r2[0]), (std::vector<int32_t>{2, 3, 4, 5, 6}));
+  EXPECT_EQ(values_of<uint8_t>(r1[2]), (std::vector<uint8_t>{4, 5, 6}));
+  EXPECT_EQ(shape_of(r0[3]), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(values_of<double>(r0[3]), (std::vector<double>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(shape_of(r1[3]), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(values_of<double>(r1[3]), (std::vector<double>{7, 8}));
+  EXPECT_EQ(shape_of(r2[3]), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(shape_of(r0[4]), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(values_of<int16_t>(r0[4]), (std::vector<int16_t>{1, 2, 3, 4}));
+  EXPECT_EQ(shape_of(r2[4]), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(values_of<bool>(r1[5]), (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(values_of<int64_t>(r0[6]), (std::vector<int64_t>{7, 8}));
+  pack_dataset(dir / "lists.mmt", sources, {});
+  const Dataset ds = Dataset::open(dir / "lists.mmt");
+  EXPECT_EQ(shape_of(ds.get(1)["grid"]), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(compare_with_sources(ds, sources), 3);
+}
+
+TEST(PackArrow, JaggedListsAndNullsInsideListsAreRefused) {
+  TempFolder dir;
+  // Row 1's lists have lengths 2 and 1: no tensor holds it.
+  write_bytes(dir / "jagged.arrow",
+              arrow::write({{arrow::list("grid", arrow::list("", arrow::numbers("", std::vector<int32_t>{1, 2, 3, 4, 5}),
+                                                             {0, 2, 4, 5}),
+                                         {0, 1, 3})}})
+                  .bytes);
+  std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "jagged.arrow"}); });
+  EXPECT_NE(message.find("column 'grid', row 1: a jagged list (its lists at depth 2 have lengths 2 and 1)"),
+            std::string::npos)
+      << message;
+  write_bytes(dir / "inner.arrow",
+              arrow::write({{arrow::list("tokens", arrow::numbers("", std::vector<int32_t>{1, 2}, {true, false}), {0, 2})}})
+                  .bytes);
+  message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "inner.arrow"}); });
+  EXPECT_NE(message.find("column 'tokens' has null values inside its lists"), std::string::npos) << message;
+}
+
+TEST(PackArrow, StructsAreFlattenedAndNullsStoredAsHuggingFaceReadsThem) {
+  TempFolder dir;
+  // Hugging Face's Image feature: struct<bytes: binary, path: string>; row 1's image null,
+  // row 2's path null. A float column with a null (NaN), a text column with one (empty).
+  const std::vector<std::vector<arrow::Column>> batches = {{
+      arrow::structure("image",
+                       {arrow::texts("bytes", {"\x89PNG0", "", "\xff\xd8jpeg"}, {}, /*utf8=*/false),
+                        arrow::texts("path", {"a.png", "", ""}, {true, true, false})},
+                       3, {true, false, true}),
+      arrow::numbers("score", std::vector<double>{1.5, 0, 2.5}, {true, false, true}),
+      arrow::texts("caption", {"x", "", "z"}, {true, false, true}),
+      arrow::list("tokens", arrow::numbers("", std::vector<int32_t>{1, 2}), {0, 2, 2, 2}, {true, true, false}),
+  }};
+  write_bytes(dir / "images.arrow", arrow::write(batches).bytes);
+  const PackSources sources = PackSources::from_arrow(std::vector<std::string>{dir / "images.arrow"});
+  const Schema& schema = sources.schema();
+  ASSERT_EQ(schema.size(), 5u);
+  EXPECT_EQ(schema[0].name, "image.bytes");
+  EXPECT_EQ(schema[1].name, "image.path");
+  EXPECT_EQ(schema[2].shape, DimVector{});
+  const std::vector<Tensor> r0 = sources.record(0), r1 = sources.record(1), r2 = sources.record(2);
+  EXPECT_EQ(text_of(r0[0]), "\x89PNG0");
+  EXPECT_EQ(text_of(r0[1]), "a.png");
+  EXPECT_EQ(r1[0].numel(), 0);  // the struct is null: each of its columns is
+  EXPECT_EQ(text_of(r2[0]), "\xff\xd8jpeg");
+  EXPECT_EQ(r2[1].numel(), 0);
+  EXPECT_EQ(scalar_of<double>(r0[2]), 1.5);
+  EXPECT_TRUE(std::isnan(scalar_of<double>(r1[2])));
+  EXPECT_EQ(r1[3].numel(), 0);
+  EXPECT_EQ(r2[4].numel(), 0);
+  EXPECT_EQ(sources.metadata().at("arrow_nulls"),
+            R"({"caption":1,"image.bytes":1,"image.path":2,"score":1,"tokens":1})");
+
+  // A null where a field cannot hold one: named, with the way out.
+  write_bytes(dir / "labels.arrow",
+              arrow::write({{arrow::numbers("label", std::vector<int64_t>{1, 0, 3}, {true, false, true})}}).bytes);
+  const std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "labels.arrow"}); });
+  EXPECT_NE(message.find("column 'label', row 1: a null int64, which a field of fixed shape cannot store"),
+            std::string::npos)
+      << message;
+}
+
+TEST(PackArrow, ColumnsChosenAndTypesNoFieldHolds) {
+  TempFolder dir;
+  const std::vector<std::vector<arrow::Column>> batches = {{
+      arrow::numbers("label", std::vector<int64_t>{4, 5}),
+      arrow::decimals("price", 2),
+      arrow::list("tags", arrow::texts("", {"a", "b"}), {0, 1, 2}),
+      arrow::texts("text", {"p", "q"}),
+  }};
+  write_bytes(dir / "mixed.arrow", arrow::write(batches).bytes);
+  const std::vector<std::string> input{dir / "mixed.arrow"};
+  std::string message = error_of([&] { PackSources::from_inputs(input); });
+  EXPECT_NE(message.find("columns of types no field holds: 'price' (decimal128), 'tags' (list<string>: lists hold "
+                         "numbers or bools here)"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("--field"), std::string::npos) << message;
+  const std::vector<std::string> chosen{"text", "label"};
+  const PackSources sources = PackSources::from_inputs(input, chosen);
+  ASSERT_EQ(sources.schema().size(), 2u);
+  EXPECT_EQ(sources.schema()[0].name, "text");
+  EXPECT_EQ(scalar_of<int64_t>(sources.record(1)[1]), 5);
+  const std::vector<std::string> wrong{"labels"};
+  message = error_of([&] { PackSources::from_inputs(input, wrong); });
+  EXPECT_NE(message.find("no column 'labels' (its columns: label, text)"), std::string::npos) << message;
+  const std::vector<std::string> refused{"price"};
+  message = error_of([&] { PackSources::from_inputs(input, refused); });
+  EXPECT_NE(message.find("column 'price' (decimal128) is of a type no field holds"), std::string::npos) << message;
+
+  // Files of other columns are not packed together.
+  write_bytes(dir / "other.arrow", arrow::write({{arrow::numbers("label", std::vector<int32_t>{1})}}).bytes);
+  write_bytes(dir / "one.arrow", arrow::write({{arrow::numbers("label", std::vector<int64_t>{1})}}).bytes);
+  message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "one.arrow", dir / "other.arrow"}); });
+  EXPECT_NE(message.find("its columns differ from those of"), std::string::npos) << message;
+}
+
+TEST(PackArrow, HuggingFaceSaveToDiskFolders) {
+  TempFolder dir;
+  std::filesystem::create_directories(dir / "ds/train");
+  const std::string features =
+      R"({"info": {"features": {"img": {"_type": "Image"}, "label": {"names": ["cat", "dog"], "_type": "ClassLabel"}}}})";
+  arrow::WriteOptions options;
+  options.metadata = {{"huggingface", features}};
+  const auto shard = [&](int first) {
+    return arrow::write({{arrow::structure("img", {arrow::texts("bytes", {"jpg" + std::to_string(first)}, {}, false),
+                                                   arrow::texts("path", {"p"})},
+                                           1),
+                          arrow::numbers("label", std::vector<int64_t>{first % 2})}},
+                        options)
+        .bytes;
+  };
+  write_bytes(dir / "ds/train/data-00000-of-00002.arrow", shard(0));
+  write_bytes(dir / "ds/train/data-00001-of-00002.arrow", shard(1));
+  std::ofstream(dir / "ds/train/state.json")
+      << R"({"_data_files": [{"filename": "data-00000-of-00002.arrow"}, {"filename": "data-00001-of-00002.arrow"}],)"
+      << R"( "_split": "train"})";
+  std::ofstream(dir / "ds/dataset_dict.json") << R"({"splits": ["train"]})";
+
+  const std::vector<std::string> split{dir / "ds/train"};
+  EXPECT_TRUE(are_arrow_inputs(split));
+  const std::vector<std::string> chosen{"img.bytes", "label"};
+  const PackSources sources = PackSources::from_inputs(split, chosen);
+  ASSERT_EQ(sources.records(), 2);
+  EXPECT_EQ(text_of(sources.record(1)[0]), "jpg1");
+  EXPECT_EQ(scalar_of<int64_t>(sources.record(1)[1]), 1);
+  EXPECT_EQ(sources.metadata().at("classes"), R"(["cat","dog"])");
+  EXPECT_EQ(sources.metadata().at("huggingface"), features);
+  EXPECT_EQ(sources.input_paths().size(), 2u);
+
+  // The DatasetDict's folder: one split is packed, and the message names them.
+  const std::string message = error_of([&] { PackSources::from_inputs(std::vector<std::string>{dir / "ds"}); });
+  EXPECT_NE(message.find("a Hugging Face DatasetDict (splits: train); pack one split's folder"), std::string::npos)
+      << message;
+  // A data file outside the folder is refused.
+  std::ofstream(dir / "ds/train/state.json") << R"({"_data_files": [{"filename": "../x.arrow"}]})";
+  EXPECT_NE(error_of([&] { PackSources::from_arrow(split); }).find("is not a path inside its folder"), std::string::npos);
+}
+
+// Trust no byte: a stream cut anywhere reads only when cut between messages (a stream may end
+// there), a file never; every flipped bit of the metadata gives records or an error.
+TEST(PackArrow, CutsAndFlipsNeverCrash) {
+  TempFolder dir;
+  const std::vector<std::vector<arrow::Column>> batches = {{
+      arrow::structure("image", {arrow::texts("bytes", {"ab", "c"}, {}, false), arrow::texts("path", {"x", "y"})}, 2),
+      arrow::list("grid", arrow::list("", arrow::numbers("", std::vector<int16_t>{1, 2, 3, 4, 5, 6}), {0, 2, 4, 6}),
+                  {0, 1, 3}),
+      arrow::numbers("score", std::vector<float>{1, 2}, {true, false}),
+  }};
+  for (bool file_format : {false, true}) {
+    SCOPED_TRACE(file_format ? "file" : "stream");
+    arrow::WriteOptions options;
+    options.file_format = file_format;
+    const arrow::Written whole = arrow::write(batches, options);
+    const std::string path = dir / "cut.arrow";
+    for (size_t cut = 0; cut < whole.bytes.size(); ++cut) {
+      write_bytes(path, std::vector<uint8_t>(whole.bytes.begin(), whole.bytes.begin() + static_cast<ptrdiff_t>(cut)));
+      const bool between = !file_format && std::find(whole.message_ends.begin(), whole.message_ends.end(), cut) !=
+                                               whole.message_ends.end();
+      try {
+        const PackSources sources = PackSources::from_arrow(std::vector<std::string>{path});
+        EXPECT_TRUE(between) << "a cut at byte " << cut << " read";
+        for (int64_t r = 0; r < sources.records(); ++r) (void)sources.record(r);
+      } catch (const Error& e) {
+        EXPECT_FALSE(between && cut > 0) << "a cut between messages at byte " << cut << " refused: " << e.what();
+      }
+    }
+    // Every bit of the schema's and the batch's metadata (not the bodies, whose values the
+    // reader checks where it reads them).
+    const size_t metadata_end = whole.message_ends.back();
+    for (size_t byte = file_format ? 8 : 0; byte < metadata_end; ++byte) {
+      for (int bit = 0; bit < 8; ++bit) {
+        std::vector<uint8_t> flipped = whole.bytes;
+        flipped[byte] ^= static_cast<uint8_t>(1 << bit);
+        write_bytes(path, flipped);
+        try {
+          const PackSources sources = PackSources::from_arrow(std::vector<std::string>{path});
+          std::vector<Tensor> values;
+          for (int64_t r = 0; r < sources.records(); ++r) sources.record(r, values);
+        } catch (const Error&) {
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mmt
