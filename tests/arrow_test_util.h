@@ -415,8 +415,7 @@ inline Written write(const std::vector<std::vector<Column>>& batches, const Writ
   using namespace detail_writer;
   Written w;
   if (options.file_format) {
-    const char magic[8] = {'A', 'R', 'R', 'O', 'W', '1', 0, 0};
-    w.bytes.insert(w.bytes.end(), magic, magic + 8);
+    w.bytes = {'A', 'R', 'R', 'O', 'W', '1', 0, 0};
   }
   FbPtr schema = table();
   std::vector<FbPtr> fields;
@@ -474,8 +473,7 @@ inline Written write(const std::vector<std::vector<Column>>& batches, const Writ
     w.bytes.insert(w.bytes.end(), bytes.begin(), bytes.end());
     const auto length = bytes_of<int32_t>(static_cast<int32_t>(bytes.size()));
     w.bytes.insert(w.bytes.end(), length.begin(), length.end());
-    const char magic[6] = {'A', 'R', 'R', 'O', 'W', '1'};
-    w.bytes.insert(w.bytes.end(), magic, magic + 6);
+    for (const char c : {'A', 'R', 'R', 'O', 'W', '1'}) w.bytes.push_back(static_cast<uint8_t>(c));
   }
   return w;
 }

@@ -136,7 +136,10 @@ members passed over)
 and missing="skip" or "empty" what a sample lacking one gives (default "error"). inputs may instead be Megatron-LM indexed
 datasets (PREFIX, PREFIX.idx or PREFIX.bin; {"ids": PREFIX} names the field, else "tokens"):
 one record per document, its tokens in the index's dtype. inputs may instead be MosaicML
-Streaming datasets (a folder holding index.json): one record per sample, a field per column. window=L cuts the one field given
+Streaming datasets (a folder holding index.json): one record per sample, a field per column. inputs may
+instead be Apache Arrow files (.arrow, .arrows, .feather, .ipc) or a folder that Hugging Face datasets'
+save_to_disk wrote (pack one split's): one record per row, a field per column (structs flattened:
+"image.bytes"), lists of numbers as N-d arrays, fields=[...] choosing the columns. window=L cuts the one field given
 (a 1-D array, Megatron documents, or fields=[name] of datasets whose records are documents) into records of L tokens starting every
 window_stride (default L) over its values as one stream, separator=T after each document
 (metadata["token_windows"] records how). Large

@@ -304,6 +304,23 @@ class PackTest(FolderTestCase):
             np.testing.assert_array_equal(s["image"], samples[i]["image"])
             np.testing.assert_array_equal(s["tokens"], samples[i]["tokens"])
 
+    def test_arrow_files(self):
+        # The fuzzer's seed, an Arrow IPC file that tests/arrow_test_util.h wrote as pyarrow
+        # lays one out: a struct (Hugging Face's Image), nested lists, a nullable float...
+        seed = os.path.join(os.path.dirname(__file__), "..", "..", "fuzz", "corpus", "arrow", "file")
+        with open(seed, "rb") as f, open(self.path("data.arrow"), "wb") as out:
+            out.write(f.read())
+        stats = mmtensor.pack(self.path("a.mmt"), [self.path("data.arrow")], fields=["image.bytes", "grid", "score"])
+        self.assertEqual(stats["records"], 2)
+        ds = mmtensor.Dataset(self.path("a.mmt"))
+        self.assertEqual(ds.metadata["source"], "arrow")
+        self.assertEqual(json.loads(ds.metadata["arrow_types"])["grid"], "list<list<int16>>")
+        self.assertEqual(bytes(ds[0]["image.bytes"]), b"ab")
+        np.testing.assert_array_equal(ds[1]["grid"], np.array([[3, 4], [5, 6]], dtype=np.int16))
+        self.assertTrue(np.isnan(ds[1]["score"].item()))
+        with self.assertRaisesRegex(ValueError, "no column 'nope'"):
+            mmtensor.pack(self.path("b.mmt"), [self.path("data.arrow")], fields=["nope"])
+
     @unittest.skipUnless(os.path.exists(FASHION), "no dataset-fashion-mnist")
     def test_idx_files(self):
         mmtensor.pack(self.path("f.mmt"), {"images": os.path.join(FASHION, "train-images-idx3-ubyte.gz"),
