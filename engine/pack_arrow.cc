@@ -7,6 +7,11 @@
 //   bool                                            bool (Arrow's bits unpacked)
 //   binary, string, large_binary, large_string      bytes (uint8, variable length)
 //   fixed_size_binary[W]                            uint8 [W]
+//   a list of strings (one level: list<string>, large_list<binary>...)
+//                                                   two fields: NAME, the row's strings joined
+//                                                   (bytes), and NAME.lengths, each string's
+//                                                   length in bytes (int64, fixed where every
+//                                                   row has as many strings)
 //   lists (list, large_list, fixed_size_list), nested, of the numeric types or bool
 //                                                   an array, one dimension a list level:
 //                                                   fixed where the level's lists all have one
@@ -18,7 +23,8 @@
 // A null row is stored as NaN in a fixed-shape float field (as pandas reads it), empty in a
 // variable-length one (counted, per field, in the metadata key "arrow_nulls"); a null in
 // another fixed field, or inside a list, is refused. Other types
-// (decimals, maps, unions, views, dictionary-encoded columns, lists of strings or structs)
+// (decimals, maps, unions, views, dictionary-encoded columns, lists of lists of strings, lists
+// of structs)
 // are refused by name, unless `fields` leaves them out.
 #include <algorithm>
 #include <cstring>
@@ -59,6 +65,9 @@ struct ArrowColumns {
     int64_t item = 1;          // bytes of a leaf value (FixedBytes: the width)
     DimVector shape;           // the field's
     int64_t nulls = 0;         // null rows stored empty
+    // A list of strings is two fields: its strings joined (bytes), and, under NAME.lengths,
+    // each one's length in bytes (int64, a value a string): this is the second.
+    bool lengths = false;
   };
   struct Batch {
     uint32_t input = 0, batch = 0;
@@ -208,9 +217,8 @@ class ColumnReader {
     // Within the lists (or values) of the level: always so for a checked file, unless it
     // changed since (then offsets read now could lead anywhere).
     const auto within = [&](int n) {
-      if (start < 0 || end < start || end > node(n).length)
-        throw IoError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row,
-                          ": its offsets changed while the file was being packed"));
+      if (start < 0 || end < start || end > node(n).length) [[unlikely]]
+        changed_while_packed(column, row);
     };
     for (size_t k = column.structs; k < column.path.size(); ++k) {
       const ArrowColumns::Level& level = column.path[k];
@@ -251,9 +259,14 @@ class ColumnReader {
         at.dims.push_back(column.item);
         break;
       case ArrowColumns::Leaf::Bytes:
+        if (column.lengths) {  // the strings [start, end): their lengths are read from the offsets
+          at.start = start;
+          at.end = end;
+          break;
+        }
         at.start = offset_at(buffer(column.leaf_node, 1), column.wide_offsets, start);
         at.end = offset_at(buffer(column.leaf_node, 1), column.wide_offsets, end);
-        at.dims.push_back(at.end - at.start);
+        at.dims.assign(1, at.end - at.start);  // a list of strings: their bytes joined
         break;
     }
   }
@@ -276,6 +289,11 @@ class ColumnReader {
     }
     if (previous > child_length)
       fail(str("has offsets reaching ", previous, ", past the ", child_length, " values they index"));
+  }
+
+  [[noreturn, gnu::cold, gnu::noinline]] void changed_while_packed(const ArrowColumns::Column& column, int64_t row) const {
+    throw IoError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row,
+                      ": its offsets changed while the file was being packed"));
   }
 
   const ArrowColumns& arrow_;
@@ -329,12 +347,25 @@ void add_columns(const ArrowField& field, const std::string& prefix, std::vector
   } else if (!listed && leaf->type == ArrowTypeId::FixedSizeBinary && leaf->fixed_size > 0) {
     column.leaf = ArrowColumns::Leaf::FixedBytes;
     column.item = leaf->fixed_size;
-  } else if (!listed && (leaf->type == ArrowTypeId::Binary || leaf->type == ArrowTypeId::Utf8 ||
-                         leaf->type == ArrowTypeId::LargeBinary || leaf->type == ArrowTypeId::LargeUtf8)) {
+  } else if (column.path.size() <= column.structs + 1 &&
+             (leaf->type == ArrowTypeId::Binary || leaf->type == ArrowTypeId::Utf8 ||
+              leaf->type == ArrowTypeId::LargeBinary || leaf->type == ArrowTypeId::LargeUtf8)) {
     column.leaf = ArrowColumns::Leaf::Bytes;
     column.wide_offsets = leaf->type == ArrowTypeId::LargeBinary || leaf->type == ArrowTypeId::LargeUtf8;
   } else {
-    return refuse(listed ? str(column.type_name, ": lists hold numbers or bools here") : column.type_name);
+    return refuse(listed ? str(column.type_name, ": lists hold numbers, bools or (one level of) strings here")
+                         : column.type_name);
+  }
+  if (column.leaf == ArrowColumns::Leaf::Bytes && listed) {  // a list of strings: two fields
+    ArrowColumns::Column lengths = column;
+    lengths.name += ".lengths";
+    lengths.type_name += " (lengths)";
+    lengths.lengths = true;
+    lengths.dtype = kInt64;
+    lengths.item = 8;
+    out.push_back(std::move(column));
+    out.push_back(std::move(lengths));
+    return;
   }
   out.push_back(std::move(column));
 }
@@ -469,7 +500,7 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
                 std::string list;
                 for (const std::string& r : refused) list += (list.empty() ? "" : ", ") + r;
                 return list;
-              }(), 2000), "; choose the columns to pack (mmt pack --fields, PackSources::from_arrow's fields)");
+              }(), 2000), "; choose the columns to pack (mmt pack --field NAME, repeated; PackSources::from_arrow's fields)");
     arrow->columns = std::move(all);
   } else {
     for (const std::string& name : fields) {
@@ -487,6 +518,12 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
                              [&](const ArrowColumns::Column& c) { return c.name == name; }),
                 ValueError, "column '", detail::cut_for_message(name, 100), "' is chosen twice");
       arrow->columns.push_back(*it);
+      // A list of strings' lengths follow its strings, unless chosen apart: the joined bytes
+      // alone could not be split.
+      const auto next = it + 1;
+      if (next != all.end() && next->lengths && !it->lengths &&
+          std::find(fields.begin(), fields.end(), next->name) == fields.end())
+        arrow->columns.push_back(*next);
     }
   }
   MMT_CHECK(!arrow->columns.empty(), ValueError, first.path, ": no columns");
@@ -497,6 +534,7 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
     const size_t levels = column.path.size() - column.structs;
     std::vector<int64_t> common(levels, -2);  // -2: none seen; -1: lengths differ
     const bool variable_leaf = column.leaf == ArrowColumns::Leaf::Bytes;
+    const bool joined = variable_leaf && levels > 0 && !column.lengths;  // a list of strings' bytes
     const bool floating = column.leaf == ArrowColumns::Leaf::Values && is_floating_point(column.dtype);
     RowAt at;
     for (size_t b = 0; b < arrow->batches.size(); ++b) {
@@ -514,27 +552,28 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
             MMT_CHECK(floating || variable_leaf || outer_variable, ValueError, reader.where(), ": column '",
                       detail::cut_for_message(column.name, 100), "', row ", r, ": a null ", column.type_name,
                       ", which a field of fixed shape cannot store (nulls are stored as NaN in floats, empty in ",
-                      "variable-length fields); leave the column out with --fields, or fill its nulls first");
+                      "variable-length fields); leave the column out (choose the others with --field), or fill its nulls first");
             ++column.nulls;
             if (outer_variable && !floating) common[0] = -1;
             continue;
           }
-          for (size_t k = 0; k < levels; ++k) {
+          for (size_t k = 0; k < levels && !joined; ++k) {
             const int64_t length = at.dims[k];
             common[k] = common[k] == -2 ? length : common[k] == length ? length : -1;
           }
-          out.total_bytes_ += (at.end - at.start) * (column.leaf == ArrowColumns::Leaf::Values ? column.item : 1);
+          const bool items = column.leaf == ArrowColumns::Leaf::Values || column.lengths;
+          out.total_bytes_ += (at.end - at.start) * (items ? column.item : 1);
         }
       });
     }
-    for (size_t k = 0; k < levels; ++k) {
+    for (size_t k = 0; k < levels && !joined; ++k) {
       const ArrowColumns::Level& level = column.path[column.structs + k];
       column.shape.push_back(level.kind == ArrowColumns::Level::Kind::FixedList ? level.fixed
                              : common[k] >= 1                                   ? common[k]
                                                                                 : kVariableDim);
     }
     if (column.leaf == ArrowColumns::Leaf::FixedBytes) column.shape.push_back(column.item);
-    if (column.leaf == ArrowColumns::Leaf::Bytes) column.shape.push_back(kVariableDim);
+    if (variable_leaf && !column.lengths) column.shape.push_back(kVariableDim);
   }
 
   std::vector<Field> schema_fields;
@@ -575,16 +614,42 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
   return out;
 }
 
+namespace {
+
+// The byte lengths of strings [at.start, at.end) of a list-of-strings column, from their offsets.
+Tensor string_lengths(const ColumnReader& reader, const ArrowColumns::Column& column, int64_t row, const RowAt& at) {
+  Tensor lengths = empty({at.end - at.start}, kInt64);
+  auto* out = static_cast<int64_t*>(lengths.mutable_data_ptr());
+  const ArrowBatch::Buffer& offsets = reader.buffer(column.leaf_node, 1);
+  detail::guard_storage_reads(reader.bytes(), [&] {
+    int64_t previous = reader.offset_at(offsets, column.wide_offsets, at.start);
+    for (int64_t j = at.start; j < at.end; ++j) {
+      const int64_t next = reader.offset_at(offsets, column.wide_offsets, j + 1);
+      MMT_CHECK(next >= previous, IoError, reader.where(), ": column '", column.name, "', row ", row,
+                ": changed while the file was being packed");
+      out[j - at.start] = next - previous;
+      previous = next;
+    }
+  });
+  return lengths;
+}
+
+}  // namespace
+
 void PackSources::arrow_record(int64_t index, std::vector<Tensor>& values) const {
   const ArrowColumns& arrow = *arrow_;
   const auto [b, row] = detail::part_of(arrow.batch_end, index);
   const ColumnReader reader(arrow, b);
-  thread_local RowAt at;  // record() runs on many threads; no allocation a record
+  thread_local std::vector<RowAt> rows;  // record() runs on many threads; no allocation a record
+  rows.resize(arrow.columns.size());
   const int64_t r = row;  // a plain variable for the lambda
+  detail::guard_storage_reads(reader.bytes(), [&] {
+    for (size_t c = 0; c < arrow.columns.size(); ++c) reader.row(arrow.columns[c], r, rows[c]);
+  });
   for (size_t c = 0; c < arrow.columns.size(); ++c) {
     const ArrowColumns::Column& column = arrow.columns[c];
     const Field& field = schema_[c];
-    detail::guard_storage_reads(reader.bytes(), [&] { reader.row(column, r, at); });
+    const RowAt& at = rows[c];
     if (at.null) {  // NaN in a fixed float field, else empty (checked when the sources were made)
       if (field.is_fixed()) {
         values[c] = full(field.shape, std::numeric_limits<double>::quiet_NaN(), field.dtype);
@@ -633,6 +698,10 @@ void PackSources::arrow_record(int64_t index, std::vector<Tensor>& values) const
       }
       case ArrowColumns::Leaf::FixedBytes:
       case ArrowColumns::Leaf::Bytes: {
+        if (column.lengths) {
+          values[c] = string_lengths(reader, column, r, at);
+          break;
+        }
         const ArrowBatch::Buffer& data = reader.buffer(column.leaf_node, column.leaf == ArrowColumns::Leaf::Bytes ? 2 : 1);
         MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length, IoError, reader.where(), ": column '",
                   column.name, "', row ", r, ": changed while the file was being packed");

@@ -239,6 +239,55 @@ TEST(PackArrow, ListsBecomeArrays) {
   EXPECT_EQ(compare_with_sources(ds, sources), 3);
 }
 
+// A list of strings (captions, answers, tokens of text): the row's strings joined, and their
+// lengths beside them; chosen together.
+TEST(PackArrow, ListsOfStringsBecomeBytesAndLengths) {
+  TempFolder dir;
+  const std::vector<std::vector<arrow::Column>> batches = {{
+      arrow::list("captions", arrow::texts("", {"a", "bb", "ccc"}), {0, 2, 2, 2, 3}, {true, true, false, true}),
+      arrow::list("pair", arrow::texts("", {"x", "yz", "", "w"}, {}, false, /*large=*/true), {0, 2, 4, 4, 4}),
+      arrow::list("deep", arrow::list("", arrow::texts("", {"q"}), {0, 1}), {0, 1, 1, 1, 1}),
+      arrow::numbers("id", std::vector<int32_t>{0, 1, 2, 3}),
+  }};
+  write_bytes(dir / "captions.arrow", arrow::write(batches).bytes);
+  const std::vector<std::string> input{dir / "captions.arrow"};
+  const std::string message = error_of([&] { PackSources::from_arrow(input); });
+  EXPECT_NE(message.find("'deep' (list<list<string>>: lists hold numbers, bools or (one level of) strings here)"),
+            std::string::npos)
+      << message;
+  const std::vector<std::string> chosen{"captions", "pair", "id"};
+  const PackSources sources = PackSources::from_arrow(input, chosen);
+  const Schema& schema = sources.schema();
+  ASSERT_EQ(schema.size(), 5u);
+  EXPECT_EQ(schema[0].name, "captions");
+  EXPECT_EQ(schema[0].shape, (DimVector{kVariableDim}));
+  EXPECT_EQ(schema[1].name, "captions.lengths");
+  EXPECT_EQ(schema[1].dtype, kInt64);
+  EXPECT_EQ(schema[1].shape, (DimVector{kVariableDim}));
+  EXPECT_EQ(schema[3].name, "pair.lengths");
+  const std::vector<Tensor> r0 = sources.record(0), r2 = sources.record(2), r3 = sources.record(3);
+  EXPECT_EQ(text_of(r0[0]), "abb");
+  EXPECT_EQ(values_of<int64_t>(r0[1]), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(r2[0].numel(), 0);  // null: no strings
+  EXPECT_EQ(r2[1].numel(), 0);
+  EXPECT_EQ(text_of(r3[0]), "ccc");
+  EXPECT_EQ(values_of<int64_t>(r3[1]), (std::vector<int64_t>{3}));
+  EXPECT_EQ(text_of(sources.record(0)[2]), "xyz");
+  EXPECT_EQ(text_of(sources.record(1)[2]), "w");
+  EXPECT_EQ(values_of<int64_t>(sources.record(1)[3]), (std::vector<int64_t>{0, 1}));
+  EXPECT_NE(sources.metadata().at("arrow_types").find(R"x("captions.lengths":"list<string> (lengths)")x"),
+            std::string::npos);
+  pack_dataset(dir / "c.mmt", sources, {});
+  EXPECT_EQ(compare_with_sources(Dataset::open(dir / "c.mmt"), sources), 4);
+
+  // Every row of two strings: the lengths are a fixed [2].
+  write_bytes(dir / "two.arrow",
+              arrow::write({{arrow::list("q", arrow::texts("", {"a", "b", "cc", "d"}), {0, 2, 4})}}).bytes);
+  const PackSources two = PackSources::from_arrow(std::vector<std::string>{dir / "two.arrow"});
+  EXPECT_EQ(two.schema()[1].shape, (DimVector{2}));
+  EXPECT_EQ(values_of<int64_t>(two.record(1)[1]), (std::vector<int64_t>{2, 1}));
+}
+
 TEST(PackArrow, JaggedListsAndNullsInsideListsAreRefused) {
   TempFolder dir;
   // Row 1's lists have lengths 2 and 1: no tensor holds it.
@@ -311,9 +360,7 @@ TEST(PackArrow, ColumnsChosenAndTypesNoFieldHolds) {
   write_bytes(dir / "mixed.arrow", arrow::write(batches).bytes);
   const std::vector<std::string> input{dir / "mixed.arrow"};
   std::string message = error_of([&] { PackSources::from_inputs(input); });
-  EXPECT_NE(message.find("columns of types no field holds: 'price' (decimal128), 'tags' (list<string>: lists hold "
-                         "numbers or bools here)"),
-            std::string::npos)
+  EXPECT_NE(message.find("columns of types no field holds: 'price' (decimal128); choose"), std::string::npos)
       << message;
   EXPECT_NE(message.find("--field"), std::string::npos) << message;
   const std::vector<std::string> chosen{"text", "label"};
@@ -323,7 +370,8 @@ TEST(PackArrow, ColumnsChosenAndTypesNoFieldHolds) {
   EXPECT_EQ(scalar_of<int64_t>(sources.record(1)[1]), 5);
   const std::vector<std::string> wrong{"labels"};
   message = error_of([&] { PackSources::from_inputs(input, wrong); });
-  EXPECT_NE(message.find("no column 'labels' (its columns: label, text)"), std::string::npos) << message;
+  EXPECT_NE(message.find("no column 'labels' (its columns: label, tags, tags.lengths, text)"), std::string::npos)
+      << message;
   const std::vector<std::string> refused{"price"};
   message = error_of([&] { PackSources::from_inputs(input, refused); });
   EXPECT_NE(message.find("column 'price' (decimal128) is of a type no field holds"), std::string::npos) << message;

@@ -55,7 +55,8 @@
 // datasets' save_to_disk wrote (its state.json lists the .arrow files): one record per row,
 // the files one after another, one field per column (a struct's columns flattened as
 // "image.bytes"); pack_arrow.cc says how each Arrow type is stored. Numbers, bools, byte
-// strings and lists of numbers (nested: N-d arrays) are packed; other types are refused by
+// strings, lists of numbers (nested: N-d arrays) and lists of strings (NAME, their bytes
+// joined, and NAME.lengths) are packed; other types are refused by
 // name unless the fields chosen leave them out. The Arrow type of each field is in the
 // metadata key "arrow_types", Hugging Face's features in "huggingface" (and the class names of
 // a ClassLabel column in "classes"). Compressed record batches (Feather's lz4, zstd) are
