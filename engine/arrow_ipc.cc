@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 
 #include "flatbuffer_table.h"
@@ -50,15 +51,25 @@ const char* time_unit_name(int unit) {
 
 struct SchemaReader {
   const std::string& where;
+  // What the schema may cost to copy out: the metadata's own size. A FlatBuffer may point at
+  // one table or string from many places, so a small one could otherwise ask for gigabytes.
+  int64_t budget;
   int fields_read = 0;
+
+  void spend(int64_t bytes) {
+    budget -= bytes;
+    MMT_CHECK(budget >= 0, FormatError, where, ": its schema refers to the same tables and strings many times over, "
+              "more than its metadata holds (a damaged or hostile file)");
+  }
 
   ArrowKeyValues key_values(const FlatTable& table, int slot) {
     ArrowKeyValues out;
     const FlatVector entries = table.vector(slot, 4, "custom_metadata");
     for (uint32_t i = 0; i < entries.count; ++i) {
       const FlatTable entry = table.table_in(entries, i, "a KeyValue");
-      out.emplace_back(std::string(entry.string(0, "a key").value_or("")),
-                       std::string(entry.string(1, "a value").value_or("")));
+      const std::string_view key = entry.string(0, "a key").value_or(""), value = entry.string(1, "a value").value_or("");
+      spend(8 + static_cast<int64_t>(key.size() + value.size()));
+      out.emplace_back(std::string(key), std::string(value));
     }
     return out;
   }
@@ -68,6 +79,7 @@ struct SchemaReader {
     MMT_CHECK(++fields_read <= kMaxFields, FormatError, where, ": more than ", kMaxFields, " fields");
     ArrowField out;
     out.name = std::string(table.string(0, "a field's name").value_or(""));
+    spend(16 + static_cast<int64_t>(out.name.size()));
     out.type = static_cast<ArrowTypeId>(table.scalar<uint8_t>(2, 0));
     MMT_CHECK(out.type != ArrowTypeId::None && static_cast<uint8_t>(out.type) <= static_cast<uint8_t>(ArrowTypeId::LargeListView),
               FormatError, where, ": field '", cut_for_message(out.name, 100), "' has type code ",
@@ -107,6 +119,7 @@ struct SchemaReader {
       case ArrowTypeId::Timestamp:
         out.unit = type ? type->scalar<int16_t>(0, 0) : 0;
         out.timezone = type ? std::string(type->string(1, "a timezone").value_or("")) : std::string();
+        spend(static_cast<int64_t>(out.timezone.size()));
         out.bit_width = 64;
         break;
       case ArrowTypeId::Duration:
@@ -128,7 +141,18 @@ struct SchemaReader {
       default:
         break;
     }
-    out.dictionary_encoded = table.has(4);
+    if (const std::optional<FlatTable> encoding = table.table(4, "a field's dictionary encoding")) {
+      out.dictionary_encoded = true;
+      out.dictionary_id = encoding->scalar<int64_t>(0, 0);
+      if (const std::optional<FlatTable> index = encoding->table(1, "a dictionary's index type")) {
+        out.index_bit_width = index->scalar<int32_t>(0, 0);
+        out.index_signed = index->scalar<uint8_t>(1, 0) != 0;
+      }
+      MMT_CHECK(out.index_bit_width == 8 || out.index_bit_width == 16 || out.index_bit_width == 32 ||
+                    out.index_bit_width == 64,
+                FormatError, where, ": field '", cut_for_message(out.name, 100), "' has dictionary indices of ",
+                out.index_bit_width, " bits");
+    }
     out.metadata = key_values(table, 6);
     const FlatVector children = table.vector(5, 4, "a field's children");
     for (uint32_t i = 0; i < children.count; ++i)
@@ -243,6 +267,12 @@ class BufferDecompressor {
 }  // namespace
 
 std::string arrow_type_name(const ArrowField& field) {
+  if (field.dictionary_encoded) {
+    ArrowField values = field;
+    values.dictionary_encoded = false;
+    return str("dictionary<values=", arrow_type_name(values), ", indices=", field.index_signed ? "int" : "uint",
+               field.index_bit_width, ">");
+  }
   const auto child = [&](size_t i) { return i < field.children.size() ? arrow_type_name(field.children[i]) : "?"; };
   switch (field.type) {
     case ArrowTypeId::Null: return "null";
@@ -288,34 +318,108 @@ bool is_arrow_stream_start(const std::byte* head, size_t n) {
   return n >= 8 && load_i32(head) == -1 && load_i32(head + 4) > 0;
 }
 
-std::vector<int> arrow_field_buffers(const ArrowIpc& ipc, const ArrowBatch& batch) {
-  std::vector<int> first(static_cast<size_t>(ipc.node_count), 0);
-  int buffer = 0;
+namespace {
+
+// Where each field's own buffers begin in `batch`, a batch of `fields` (see the header).
+std::vector<int> field_buffers(const std::vector<ArrowField>& fields, int node_count, bool v4, const ArrowBatch& batch,
+                               const std::string& path) {
+  std::vector<int> first(static_cast<size_t>(node_count), 0);
+  // Counted in int64 and held within the batch's buffers field by field: view fields' variadic
+  // counts could otherwise add up past any int and wrap back to a count that fits.
+  const auto buffers = static_cast<int64_t>(batch.buffers.size());
+  int64_t buffer = 0;
   size_t view = 0;
-  const auto walk = [&](const auto& self, const std::vector<ArrowField>& fields) -> void {
-    for (const ArrowField& f : fields) {
-      first[static_cast<size_t>(f.node)] = buffer;
+  const auto too_many = [&] {
+    throw FormatError(str(path, ": the batch at byte ", batch.message_offset, " has ", buffers,
+                          " buffers, fewer than its fields have"));
+  };
+  const auto walk = [&](const auto& self, const std::vector<ArrowField>& level) -> void {
+    for (const ArrowField& f : level) {
+      first[static_cast<size_t>(f.node)] = static_cast<int>(buffer);
       if (f.dictionary_encoded) {  // validity and indices
         buffer += 2;
+        if (buffer > buffers) too_many();
         continue;
       }
-      buffer += own_buffers(f, ipc.metadata_v4);
+      buffer += own_buffers(f, v4);
       if (f.type == ArrowTypeId::BinaryView || f.type == ArrowTypeId::Utf8View) {
         const int64_t extra = view < batch.variadic_buffer_counts.size() ? batch.variadic_buffer_counts[view] : -1;
-        MMT_CHECK(extra >= 0 && extra <= static_cast<int64_t>(batch.buffers.size()), FormatError, ipc.path,
-                  ": the record batch at byte ", batch.message_offset, " has no valid variadic buffer count for view "
-                  "field '", cut_for_message(f.name, 100), "'");
-        buffer += static_cast<int>(extra);
+        MMT_CHECK(extra >= 0 && extra <= buffers, FormatError, path, ": the batch at byte ", batch.message_offset,
+                  " has no valid variadic buffer count for view field '", cut_for_message(f.name, 100), "'");
+        buffer += extra;
         ++view;
       }
+      if (buffer > buffers) too_many();
       self(self, f.children);
     }
   };
-  walk(walk, ipc.fields);
-  MMT_CHECK(static_cast<size_t>(buffer) == batch.buffers.size() && view == batch.variadic_buffer_counts.size(),
-            FormatError, ipc.path, ": the record batch at byte ", batch.message_offset, " has ", batch.buffers.size(),
-            " buffers, where the schema's fields have ", buffer);
+  walk(walk, fields);
+  MMT_CHECK(buffer == buffers && view == batch.variadic_buffer_counts.size(),
+            FormatError, path, ": the batch at byte ", batch.message_offset, " has ", batch.buffers.size(),
+            " buffers, where its fields have ", buffer);
   return first;
+}
+
+// A RecordBatch table (a record batch, or a dictionary batch's data) of `fields`, its body
+// [body_start, body_start + body) in the file.
+ArrowBatch read_batch(const FlatTable& header, const std::string& where, int64_t message_offset, int64_t body_start,
+                      int64_t body, const std::vector<ArrowField>& fields, int node_count, bool v4,
+                      const std::string& path) {
+  ArrowBatch batch;
+  batch.message_offset = message_offset;
+  batch.rows = header.scalar<int64_t>(0, 0);
+  MMT_CHECK(batch.rows >= 0, FormatError, where, ": a batch of ", batch.rows, " rows");
+  const FlatVector nodes = header.vector(1, 16, "the batch's nodes");
+  const FlatVector buffers = header.vector(2, 16, "the batch's buffers");
+  MMT_CHECK(nodes.count == static_cast<uint32_t>(node_count), FormatError, where, ": a batch of ", nodes.count,
+            " field nodes, where its fields have ", node_count);
+  for (uint32_t i = 0; i < nodes.count; ++i) {
+    const ArrowBatch::Node node{header.element<int64_t>(nodes, i, 0), header.element<int64_t>(nodes, i, 8)};
+    MMT_CHECK(node.length >= 0 && node.null_count >= 0 && node.null_count <= node.length, FormatError, where,
+              ": field node ", i, " has length ", node.length, " and ", node.null_count, " nulls");
+    batch.nodes.push_back(node);
+  }
+  for (const ArrowField& f : fields)
+    MMT_CHECK(batch.nodes[static_cast<size_t>(f.node)].length == batch.rows, FormatError, where, ": column '",
+              cut_for_message(f.name, 100), "' has ", batch.nodes[static_cast<size_t>(f.node)].length,
+              " values in a batch of ", batch.rows, " rows");
+  for (uint32_t i = 0; i < buffers.count; ++i) {
+    const ArrowBatch::Buffer buffer{header.element<int64_t>(buffers, i, 0), header.element<int64_t>(buffers, i, 8)};
+    MMT_CHECK(buffer.offset >= 0 && buffer.length >= 0 && buffer.offset <= body && buffer.length <= body - buffer.offset,
+              FormatError, where, ": buffer ", i, " (", buffer.length, " bytes at body byte ", buffer.offset,
+              ") lies outside the ", body, "-byte body");
+    batch.buffers.push_back({body_start + buffer.offset, buffer.length});
+  }
+  const FlatVector variadic = header.vector(4, 8, "the batch's variadic buffer counts");
+  for (uint32_t i = 0; i < variadic.count; ++i) batch.variadic_buffer_counts.push_back(header.element<int64_t>(variadic, i));
+  (void)field_buffers(fields, node_count, v4, batch, path);  // the buffers fit the fields
+  if (const std::optional<FlatTable> compression = header.table(3, "the batch's compression")) {
+    const int codec = compression->scalar<int8_t>(0, 0);
+    MMT_CHECK(codec == 0 || codec == 1, ValueError, where, ": a body compressed with codec ", codec,
+              "; Arrow's are LZ4_FRAME (0) and ZSTD (1)");
+    MMT_CHECK(compression->scalar<int8_t>(1, 0) == 0, ValueError, where,
+              ": a body compressed by a method other than BUFFER");
+    batch.codec = codec;  // decompressed once the file is read, into one scratch file for it
+  }
+  return batch;
+}
+
+// The dictionary-encoded fields, by dictionary id (fields may share one).
+void encoded_fields(const std::vector<ArrowField>& fields, std::map<int64_t, const ArrowField*>& out) {
+  for (const ArrowField& f : fields) {
+    if (f.dictionary_encoded) out.emplace(f.dictionary_id, &f);
+    encoded_fields(f.children, out);
+  }
+}
+
+}  // namespace
+
+std::vector<int> arrow_field_buffers(const ArrowIpc& ipc, const ArrowBatch& batch) {
+  return field_buffers(ipc.fields, ipc.node_count, ipc.metadata_v4, batch, ipc.path);
+}
+
+std::vector<int> arrow_field_buffers(const ArrowIpc& ipc, const ArrowDictionary& dictionary) {
+  return field_buffers(*dictionary.value, dictionary.node_count, ipc.metadata_v4, dictionary.batch, ipc.path);
 }
 
 ArrowIpc read_arrow_ipc(const std::string& path) {
@@ -342,6 +446,8 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
     }
     bool schema_read = false;
     bool any_dictionary = false;
+    // Dictionary id -> its values' field and their node count, from the schema.
+    std::map<int64_t, std::pair<std::shared_ptr<const std::vector<ArrowField>>, int>> dictionaries_of;
     int16_t version = kMetadataV5;
     for (;;) {
       if (position == end) break;  // a stream may end between messages
@@ -379,7 +485,7 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
                   "type ", static_cast<int>(header_type), "); is this an Arrow IPC stream?");
         MMT_CHECK(header->scalar<int16_t>(0, 0) == 0, ValueError, path, ": big-endian Arrow data; write it again on a "
                   "little-endian machine, or convert it first");
-        SchemaReader reader{where};
+        SchemaReader reader{where, length};
         const FlatVector fields = header->vector(1, 4, "the schema's fields");
         for (uint32_t i = 0; i < fields.count; ++i)
           ipc.fields.push_back(reader.field(header->table_in(fields, i, "a field"), 0));
@@ -391,54 +497,47 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
           });
         };
         any_dictionary = any_encoded(any_encoded, ipc.fields);
+        std::map<int64_t, const ArrowField*> encoded;
+        encoded_fields(ipc.fields, encoded);
+        for (const auto& [id, field] : encoded) {  // each id's values, laid out as a batch of one field
+          auto value = std::make_shared<std::vector<ArrowField>>(1, *field);
+          value->front().dictionary_encoded = false;
+          int nodes = 0;
+          number_nodes(*value, nodes);
+          dictionaries_of[id] = {std::move(value), nodes};
+        }
         schema_read = true;
         continue;
       }
       if (header_type == kDictionaryBatchMessage) {
-        // Dictionary-encoded fields are refused where they are packed; their dictionaries
-        // are not read.
         MMT_CHECK(any_dictionary, FormatError, where, ": a DictionaryBatch, but no field is dictionary-encoded");
+        ArrowDictionary dictionary;
+        dictionary.id = header->scalar<int64_t>(0, 0);
+        dictionary.delta = header->scalar<uint8_t>(2, 0) != 0;
+        dictionary.batches_before = ipc.batches.size();
+        const auto encoded = dictionaries_of.find(dictionary.id);
+        MMT_CHECK(encoded != dictionaries_of.end(), FormatError, where, ": a DictionaryBatch of id ", dictionary.id,
+                  ", which no field's dictionary encoding names");
+        dictionary.value = encoded->second.first;
+        dictionary.node_count = encoded->second.second;
+        const std::optional<FlatTable> data = header->table(1, "the dictionary's data");
+        MMT_CHECK(data.has_value(), FormatError, where, ": a DictionaryBatch without its data");
+        dictionary.batch = read_batch(*data, where, start, body_start, body, *dictionary.value, dictionary.node_count,
+                                      ipc.metadata_v4, path);
+        // A file's dictionaries are given once, before its record batches (deltas aside).
+        MMT_CHECK(!ipc.file_format || dictionary.delta ||
+                      std::none_of(ipc.dictionaries.begin(), ipc.dictionaries.end(),
+                                   [&](const ArrowDictionary& d) { return d.id == dictionary.id; }),
+                  FormatError, where, ": a second dictionary of id ", dictionary.id, " in an Arrow file, which "
+                  "replaces none (only streams replace dictionaries)");
+        ipc.dictionaries.push_back(std::move(dictionary));
         continue;
       }
       MMT_CHECK(header_type == kRecordBatchMessage, FormatError, where, ": message type ",
                 static_cast<int>(header_type), header_type == kSchemaMessage ? " (a second Schema)" : "",
                 " where record batches are expected");
-      ArrowBatch batch;
-      batch.message_offset = start;
-      batch.rows = header->scalar<int64_t>(0, 0);
-      MMT_CHECK(batch.rows >= 0, FormatError, where, ": a record batch of ", batch.rows, " rows");
-      const FlatVector nodes = header->vector(1, 16, "the batch's nodes");
-      const FlatVector buffers = header->vector(2, 16, "the batch's buffers");
-      MMT_CHECK(nodes.count == static_cast<uint32_t>(ipc.node_count), FormatError, where, ": a record batch of ",
-                nodes.count, " field nodes, where the schema has ", ipc.node_count, " fields");
-      for (uint32_t i = 0; i < nodes.count; ++i) {
-        const ArrowBatch::Node node{header->element<int64_t>(nodes, i, 0), header->element<int64_t>(nodes, i, 8)};
-        MMT_CHECK(node.length >= 0 && node.null_count >= 0 && node.null_count <= node.length, FormatError, where,
-                  ": field node ", i, " has length ", node.length, " and ", node.null_count, " nulls");
-        batch.nodes.push_back(node);
-      }
-      for (const ArrowField& f : ipc.fields)
-        MMT_CHECK(batch.nodes[static_cast<size_t>(f.node)].length == batch.rows, FormatError, where, ": column '",
-                  cut_for_message(f.name, 100), "' has ", batch.nodes[static_cast<size_t>(f.node)].length,
-                  " values in a batch of ", batch.rows, " rows");
-      for (uint32_t i = 0; i < buffers.count; ++i) {
-        const ArrowBatch::Buffer buffer{header->element<int64_t>(buffers, i, 0), header->element<int64_t>(buffers, i, 8)};
-        MMT_CHECK(buffer.offset >= 0 && buffer.length >= 0 && buffer.offset <= body && buffer.length <= body - buffer.offset,
-                  FormatError, where, ": buffer ", i, " (", buffer.length, " bytes at body byte ", buffer.offset,
-                  ") lies outside the ", body, "-byte body");
-        batch.buffers.push_back({body_start + buffer.offset, buffer.length});
-      }
-      const FlatVector variadic = header->vector(4, 8, "the batch's variadic buffer counts");
-      for (uint32_t i = 0; i < variadic.count; ++i) batch.variadic_buffer_counts.push_back(header->element<int64_t>(variadic, i));
-      (void)arrow_field_buffers(ipc, batch);  // the buffers fit the schema
-      if (const std::optional<FlatTable> compression = header->table(3, "the batch's compression")) {
-        const int codec = compression->scalar<int8_t>(0, 0);
-        MMT_CHECK(codec == 0 || codec == 1, ValueError, where, ": a body compressed with codec ", codec,
-                  "; Arrow's are LZ4_FRAME (0) and ZSTD (1)");
-        MMT_CHECK(compression->scalar<int8_t>(1, 0) == 0, ValueError, where,
-                  ": a body compressed by a method other than BUFFER");
-        batch.codec = codec;  // decompressed below, into one scratch file for the whole input
-      }
+      ArrowBatch batch = read_batch(*header, where, start, body_start, body, ipc.fields, ipc.node_count,
+                                    ipc.metadata_v4, path);
       MMT_CHECK(!__builtin_add_overflow(ipc.rows, batch.rows, &ipc.rows), FormatError, path, ": too many rows");
       ipc.batches.push_back(std::move(batch));
     }
@@ -446,11 +545,16 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
   });
   // Compressed batches: each buffer is an int64 uncompressed length (-1: stored as is) and
   // its compressed bytes. Decompressed into one file, each buffer at a 64-byte boundary.
-  if (std::any_of(ipc.batches.begin(), ipc.batches.end(), [](const ArrowBatch& b) { return b.codec >= 0; })) {
+  std::vector<ArrowBatch*> compressed;
+  for (ArrowBatch& batch : ipc.batches)
+    if (batch.codec >= 0) compressed.push_back(&batch);
+  for (ArrowDictionary& dictionary : ipc.dictionaries)
+    if (dictionary.batch.codec >= 0) compressed.push_back(&dictionary.batch);
+  if (!compressed.empty()) {
     ScratchFile scratch(path, "to decompress its compressed record batches into");
     const std::byte zeros[64] = {};
-    for (ArrowBatch& batch : ipc.batches) {
-      if (batch.codec < 0) continue;
+    for (ArrowBatch* each : compressed) {
+      ArrowBatch& batch = *each;
       batch.decompressed = true;
       BufferDecompressor decompressor(path, batch.codec);
       const std::string where = str(path, ": the record batch at byte ", batch.message_offset);

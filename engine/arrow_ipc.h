@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,7 +44,10 @@ struct ArrowField {
   int32_t fixed_size = 0;  // FixedSizeBinary's byte width, FixedSizeList's list size
   bool dense_union = false;
   std::string timezone;    // Timestamp
-  bool dictionary_encoded = false;
+  bool dictionary_encoded = false;  // then its type and children are its dictionary's values'
+  int64_t dictionary_id = 0;
+  int index_bit_width = 32;         // the indices' integer type (DictionaryEncoding.indexType)
+  bool index_signed = true;
   std::vector<ArrowField> children;
   ArrowKeyValues metadata;  // "ARROW:extension:name"...
   // Its place in a batch: its node is nodes[node] (pre-order; a dictionary-encoded field's
@@ -74,6 +78,18 @@ struct ArrowBatch {
   std::vector<int64_t> variadic_buffer_counts;
 };
 
+// A dictionary-encoded field's values (a DictionaryBatch): laid out as a batch of one field,
+// `value` (the encoded field's type and children), numbered from node 0. A delta adds its
+// values after those before; another replaces them for the record batches after it.
+struct ArrowDictionary {
+  int64_t id = 0;
+  bool delta = false;
+  size_t batches_before = 0;  // record batches before it in the stream
+  std::shared_ptr<const std::vector<ArrowField>> value;  // shared by the dictionaries of one id
+  int node_count = 0;
+  ArrowBatch batch;
+};
+
 struct ArrowIpc {
   std::string path;
   UntypedStorage file;          // mapped (an empty file is refused)
@@ -83,6 +99,7 @@ struct ArrowIpc {
   std::vector<ArrowField> fields;
   ArrowKeyValues metadata;
   std::vector<ArrowBatch> batches;
+  std::vector<ArrowDictionary> dictionaries;
   int64_t rows = 0;
   int node_count = 0;  // nodes a batch has: every field, in pre-order
   const UntypedStorage& bytes_of(const ArrowBatch& batch) const { return batch.decompressed ? decompressed : file; }
@@ -106,5 +123,7 @@ ArrowIpc read_arrow_ipc(const std::string& path);
 // buffers counted); FormatError when the batch's buffers or variadic counts do not match the
 // schema.
 std::vector<int> arrow_field_buffers(const ArrowIpc& ipc, const ArrowBatch& batch);
+// The same for a dictionary's batch.
+std::vector<int> arrow_field_buffers(const ArrowIpc& ipc, const ArrowDictionary& dictionary);
 
 }  // namespace mmt::detail

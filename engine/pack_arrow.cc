@@ -20,11 +20,12 @@
 //                                                   variable (ragged); each row's lists at a
 //                                                   level must then have one length (a jagged
 //                                                   row is refused: no tensor holds it)
+//   dictionary-encoded columns (pandas categoricals) of the types above (not lists)
+//                                                   each row its value, as the columns above
 // A null row is stored as NaN in a fixed-shape float field (as pandas reads it), empty in a
 // variable-length one (counted, per field, in the metadata key "arrow_nulls"); a null in
 // another fixed field, or inside a list, is refused. Other types
-// (decimals, maps, unions, views, dictionary-encoded columns, lists of lists of strings, lists
-// of structs)
+// (decimals, maps, unions, views, lists of lists of strings, lists of structs)
 // are refused by name, unless `fields` leaves them out.
 #include <algorithm>
 #include <cstring>
@@ -68,12 +69,28 @@ struct ArrowColumns {
     // A list of strings is two fields: its strings joined (bytes), and, under NAME.lengths,
     // each one's length in bytes (int64, a value a string): this is the second.
     bool lengths = false;
+    // A dictionary-encoded column: its indices are node `index_node` of the record batches,
+    // its values (the leaf) node 0 of its dictionary's batches.
+    bool dictionary = false;
+    int64_t dictionary_id = 0;
+    int index_node = 0;
+    int index_bytes = 4;
+    bool index_signed = true;
+    std::string value_type;  // the dictionary's values' Arrow type
+  };
+  // The part of a dictionary that one dictionary batch gives: values [end of the part before,
+  // end) are its values [0, ...).
+  struct DictionaryPart {
+    uint32_t dictionary = 0;  // in its input's ArrowIpc::dictionaries
+    int64_t end = 0;
   };
   struct Batch {
     uint32_t input = 0, batch = 0;
     std::vector<int> first_buffer;  // by node
+    std::map<int64_t, std::vector<DictionaryPart>> dictionaries;  // by id: the values in effect for it
   };
   std::vector<ArrowIpc> inputs;
+  std::vector<std::vector<std::vector<int>>> dictionary_buffers;  // [input][dictionary]: first buffer by node
   std::vector<Batch> batches;
   std::vector<int64_t> batch_end;  // rows before the end of each batch, all inputs in order
   std::vector<Column> columns;
@@ -108,36 +125,36 @@ std::optional<ScalarType> numeric_dtype(const ArrowField& f) {
   }
 }
 
-// Where one row of a column lies in its batch: its leaf range and shape, or null.
-struct RowAt {
-  bool null = false;
-  int64_t start = 0, end = 0;  // leaf values (Values, Bool) or bytes (Bytes, FixedBytes)
-  DimVector dims;
-};
-
-class ColumnReader {
+// One batch's nodes and buffers as a column reads them: a record batch, or a dictionary's.
+class BatchView {
  public:
-  ColumnReader(const ArrowColumns& arrow, size_t batch_index)
-      : arrow_(arrow), batch_(arrow.batches[batch_index]), ipc_(arrow.inputs[batch_.input]),
-        batch_data_(ipc_.batches[batch_.batch]), bytes_(ipc_.bytes_of(batch_data_)) {}
+  BatchView() = default;
+  BatchView(const ArrowIpc& ipc, const ArrowBatch& batch, const std::vector<int>& first_buffer, const char* kind)
+      : ipc_(&ipc), batch_(&batch), first_buffer_(&first_buffer), bytes_(&ipc.bytes_of(batch)), kind_(kind) {}
 
-  std::string where() const {
-    return str(ipc_.path, ", the record batch at byte ", batch_data_.message_offset);
-  }
-  const UntypedStorage& bytes() const { return bytes_; }
+  std::string where() const { return str(ipc_->path, ", the ", kind_, " at byte ", batch_->message_offset); }
+  const UntypedStorage& bytes() const { return *bytes_; }
   const ArrowBatch::Buffer& buffer(int node, int k) const {
-    return batch_data_.buffers[static_cast<size_t>(batch_.first_buffer[static_cast<size_t>(node)] + k)];
+    return batch_->buffers[static_cast<size_t>((*first_buffer_)[static_cast<size_t>(node)] + k)];
   }
-  const ArrowBatch::Node& node(int n) const { return batch_data_.nodes[static_cast<size_t>(n)]; }
+  const ArrowBatch::Node& node(int n) const { return batch_->nodes[static_cast<size_t>(n)]; }
+  int64_t rows() const { return batch_->rows; }
 
   bool is_null(int n, int64_t index) const {
     if (node(n).null_count == 0) return false;
     const ArrowBatch::Buffer& validity = buffer(n, 0);
-    const auto byte = static_cast<uint8_t>(bytes_.data()[validity.offset + index / 8]);
+    const auto byte = static_cast<uint8_t>(bytes_->data()[validity.offset + index / 8]);
     return ((byte >> (index % 8)) & 1) == 0;
   }
+  // Whether any of values [start, end) of node `n` is null.
+  bool any_null(int n, int64_t start, int64_t end) const {
+    if (node(n).null_count == 0) return false;
+    for (int64_t i = start; i < end; ++i)
+      if (is_null(n, i)) return true;
+    return false;
+  }
   int64_t offset_at(const ArrowBatch::Buffer& offsets, bool wide, int64_t index) const {
-    const std::byte* p = bytes_.data() + offsets.offset;
+    const std::byte* p = bytes_->data() + offsets.offset;
     if (wide) {
       int64_t v;
       std::memcpy(&v, p + 8 * index, 8);
@@ -147,9 +164,19 @@ class ColumnReader {
     std::memcpy(&v, p + 4 * index, 4);
     return v;
   }
+  // A dictionary index: value `index` of an integer buffer of `bytes`-byte values.
+  int64_t integer_at(const ArrowBatch::Buffer& values, int bytes, bool is_signed, int64_t index) const {
+    const std::byte* p = bytes_->data() + values.offset + bytes * index;
+    switch (bytes) {
+      case 1: return is_signed ? int64_t{static_cast<int8_t>(*p)} : int64_t{static_cast<uint8_t>(*p)};
+      case 2: { uint16_t v; std::memcpy(&v, p, 2); return is_signed ? int64_t{static_cast<int16_t>(v)} : int64_t{v}; }
+      case 4: { uint32_t v; std::memcpy(&v, p, 4); return is_signed ? int64_t{static_cast<int32_t>(v)} : int64_t{v}; }
+      default: { int64_t v; std::memcpy(&v, p, 8); return v; }  // uint64 past int64 reads negative: refused
+    }
+  }
 
-  // Checks the buffers the column reads in this batch against its nodes: sizes, offsets in
-  // order and within their children, no nulls where none can be stored. Call before row().
+  // Checks the buffers `column` reads in this batch against its nodes: validity bitmaps,
+  // sizes, offsets in order and within their children. Call before row().
   void check(const ArrowColumns::Column& column) const {
     const auto fail = [&](const std::string& why) {
       throw FormatError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "' ", why));
@@ -161,11 +188,10 @@ class ColumnReader {
     };
     for (size_t k = 0; k < column.path.size(); ++k) {
       const ArrowColumns::Level& level = column.path[k];
-      const int child = k + 1 < column.path.size() ? column.path[k + 1].node : column.leaf_node;
-      if (k <= column.structs) need_validity(level.node);  // the structs and the outer list
-      if (k > column.structs && node(level.node).null_count > 0)
-        throw ValueError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "' has nulls inside its "
-                             "lists, which no tensor holds"));
+      const int child = k + 1 < column.path.size() ? column.path[k + 1].node
+                        : column.dictionary        ? column.index_node
+                                                   : column.leaf_node;
+      need_validity(level.node);
       switch (level.kind) {
         case ArrowColumns::Level::Kind::Struct:
           if (node(child).length < node(level.node).length) fail("has a struct child shorter than its struct");
@@ -182,10 +208,14 @@ class ColumnReader {
           break;
       }
     }
-    if (column.path.size() > column.structs && node(column.leaf_node).null_count > 0)
-      throw ValueError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "' has null values inside "
-                           "its lists, which no tensor holds"));
-    if (column.path.size() == column.structs) need_validity(column.leaf_node);
+    if (column.dictionary) {  // the indices; the values are checked once, in their dictionary's batch
+      need_validity(column.index_node);
+      if (buffer(column.index_node, 1).length / column.index_bytes < node(column.index_node).length)
+        fail(str("has an indices buffer of ", buffer(column.index_node, 1).length, " bytes, too few for ",
+                 node(column.index_node).length, " indices"));
+      return;
+    }
+    need_validity(column.leaf_node);
     const int64_t length = node(column.leaf_node).length;
     switch (column.leaf) {
       case ArrowColumns::Leaf::Values:
@@ -205,48 +235,134 @@ class ColumnReader {
     }
   }
 
-  // Row `row` of the column (checked first); a jagged row is a ValueError naming it.
+ private:
+  template <class Fail>
+  void check_offsets(const ArrowBatch::Buffer& offsets, bool wide, int64_t lists, int64_t child_length,
+                     const Fail& fail) const {
+    const int64_t width = wide ? 8 : 4;
+    if (offsets.length / width < lists + 1) {
+      if (lists == 0) return;  // an empty array may leave its offsets out (none is read then)
+      fail(str("has an offsets buffer of ", offsets.length, " bytes, too few for ", lists, " lists"));
+    }
+    int64_t previous = offset_at(offsets, wide, 0);
+    if (previous < 0) fail(str("has a first offset of ", previous));
+    for (int64_t j = 1; j <= lists; ++j) {
+      const int64_t next = offset_at(offsets, wide, j);
+      if (next < previous) fail(str("has offsets out of order at list ", j - 1, " (", previous, " then ", next, ")"));
+      previous = next;
+    }
+    if (previous > child_length)
+      fail(str("has offsets reaching ", previous, ", past the ", child_length, " values they index"));
+  }
+
+  const ArrowIpc* ipc_ = nullptr;
+  const ArrowBatch* batch_ = nullptr;
+  const std::vector<int>* first_buffer_ = nullptr;
+  const UntypedStorage* bytes_ = nullptr;
+  const char* kind_ = "";
+};
+
+// Where one row of a column lies: its leaf range, in `view`'s batch (the record batch, or a
+// dictionary's), and its shape (an inner dimension under an empty list is unknown: -1), or null.
+struct RowAt {
+  bool null = false;
+  BatchView view;
+  int64_t start = 0, end = 0;  // leaf values (Values, Bool, the strings of `lengths`) or bytes
+  DimVector dims;
+};
+
+// Reads rows of the columns of one record batch.
+class ColumnReader {
+ public:
+  ColumnReader(const ArrowColumns& arrow, size_t batch_index)
+      : arrow_(arrow), batch_(arrow.batches[batch_index]), ipc_(arrow.inputs[batch_.input]),
+        view_(ipc_, ipc_.batches[batch_.batch], batch_.first_buffer, "record batch") {}
+
+  const BatchView& view() const { return view_; }
+  std::string where() const { return view_.where(); }
+
+  // Row `row` of the column (checked first). ValueError naming the row for a jagged list or a
+  // null inside a list; FormatError for a dictionary index outside its dictionary.
   void row(const ArrowColumns::Column& column, int64_t row, RowAt& at) const {
     at.dims.clear();
+    at.view = view_;
     at.null = false;
-    for (size_t k = 0; k < column.structs; ++k) at.null = at.null || is_null(column.path[k].node, row);
-    at.null = at.null || is_null(column.path.size() > column.structs ? column.path[column.structs].node
-                                                                     : column.leaf_node, row);
-    if (at.null) return;
+    for (size_t k = 0; k < column.structs; ++k) at.null = at.null || view_.is_null(column.path[k].node, row);
     int64_t start = row, end = row + 1;
-    // Within the lists (or values) of the level: always so for a checked file, unless it
-    // changed since (then offsets read now could lead anywhere).
-    const auto within = [&](int n) {
-      if (start < 0 || end < start || end > node(n).length) [[unlikely]]
-        changed_while_packed(column, row);
-    };
+    if (column.dictionary) {
+      at.null = at.null || view_.is_null(column.index_node, row);
+      if (at.null) return;
+      const int64_t index = view_.integer_at(view_.buffer(column.index_node, 1), column.index_bytes,
+                                             column.index_signed, row);
+      const std::vector<ArrowColumns::DictionaryPart>& parts = batch_.dictionaries.at(column.dictionary_id);
+      const auto part = std::upper_bound(parts.begin(), parts.end(), index,
+                                         [](int64_t i, const ArrowColumns::DictionaryPart& p) { return i < p.end; });
+      if (index < 0 || part == parts.end())
+        throw FormatError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row,
+                              ": dictionary index ", index, " is outside its dictionary's ",
+                              parts.empty() ? 0 : parts.back().end, " values"));
+      const int64_t before = part == parts.begin() ? 0 : (part - 1)->end;
+      const detail::ArrowDictionary& dictionary = ipc_.dictionaries[part->dictionary];
+      at.view = BatchView(ipc_, dictionary.batch, arrow_.dictionary_buffers[batch_.input][part->dictionary],
+                          "dictionary batch");
+      start = index - before;
+      end = start + 1;
+      if (at.view.is_null(column.leaf_node, start)) at.null = true;  // a null among the dictionary's values
+      if (at.null) return;
+      leaf(column, start, end, at);
+      return;
+    }
+    at.null = at.null || view_.is_null(column.path.size() > column.structs ? column.path[column.structs].node
+                                                                           : column.leaf_node, row);
+    if (at.null) return;
     for (size_t k = column.structs; k < column.path.size(); ++k) {
       const ArrowColumns::Level& level = column.path[k];
-      within(level.node);
+      if (start == end) {  // under an empty list: no lists here, whose length is then unknown
+        at.dims.push_back(level.kind == ArrowColumns::Level::Kind::FixedList ? level.fixed : kVariableDim);
+        continue;
+      }
+      within(column, level.node, start, end, row);
+      // A null list inside the row: no tensor holds it (a null row's own lists, which
+      // writers fill with nulls too, are never read).
+      if (k > column.structs && view_.any_null(level.node, start, end)) inner_null(column, row);
       if (level.kind == ArrowColumns::Level::Kind::FixedList) {
         at.dims.push_back(level.fixed);
-        start *= level.fixed;
+        start *= level.fixed;  // within the node's length, which check() held to its values'
         end *= level.fixed;
         continue;
       }
-      const ArrowBatch::Buffer& offsets = buffer(level.node, 1);
+      const ArrowBatch::Buffer& offsets = view_.buffer(level.node, 1);
       const bool wide = level.kind == ArrowColumns::Level::Kind::LargeList;
-      const int64_t first = offset_at(offsets, wide, start);
-      int64_t length = offset_at(offsets, wide, start + 1) - first;
+      const int64_t first = view_.offset_at(offsets, wide, start);
+      const int64_t length = view_.offset_at(offsets, wide, start + 1) - first;
       int64_t last = first + length;
       for (int64_t j = start + 1; j < end; ++j) {
-        const int64_t next = offset_at(offsets, wide, j + 1);
+        const int64_t next = view_.offset_at(offsets, wide, j + 1);
         if (next - last != length)
           throw ValueError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row,
                                ": a jagged list (its lists at depth ", k - column.structs + 1, " have lengths ", length,
                                " and ", next - last, "), which no tensor holds"));
         last = next;
       }
-      at.dims.push_back(end > start ? length : 0);
+      at.dims.push_back(length);
       start = first;
       end = last;
     }
-    within(column.leaf_node);
+    if (start == end) {  // nothing at the leaf: no offsets to read (an empty array may have none)
+      at.start = at.end = 0;
+      if (column.leaf == ArrowColumns::Leaf::FixedBytes) at.dims.push_back(column.item);
+      if (column.leaf == ArrowColumns::Leaf::Bytes && !column.lengths) at.dims.assign(1, 0);
+      if (column.leaf == ArrowColumns::Leaf::Bytes && column.lengths && at.dims.empty()) at.dims.push_back(0);
+      return;
+    }
+    within(column, column.leaf_node, start, end, row);
+    if (column.path.size() > column.structs && view_.any_null(column.leaf_node, start, end)) inner_null(column, row);
+    leaf(column, start, end, at);
+  }
+
+ private:
+  // The leaf's range for values [start, end) of its node, in at.view's batch.
+  static void leaf(const ArrowColumns::Column& column, int64_t start, int64_t end, RowAt& at) {
     switch (column.leaf) {
       case ArrowColumns::Leaf::Values:
       case ArrowColumns::Leaf::Bool:
@@ -264,52 +380,48 @@ class ColumnReader {
           at.end = end;
           break;
         }
-        at.start = offset_at(buffer(column.leaf_node, 1), column.wide_offsets, start);
-        at.end = offset_at(buffer(column.leaf_node, 1), column.wide_offsets, end);
+        at.start = at.view.offset_at(at.view.buffer(column.leaf_node, 1), column.wide_offsets, start);
+        at.end = at.view.offset_at(at.view.buffer(column.leaf_node, 1), column.wide_offsets, end);
         at.dims.assign(1, at.end - at.start);  // a list of strings: their bytes joined
         break;
     }
   }
-
- private:
-  template <class Fail>
-  void check_offsets(const ArrowBatch::Buffer& offsets, bool wide, int64_t lists, int64_t child_length,
-                     const Fail& fail) const {
-    const int64_t width = wide ? 8 : 4;
-    if (offsets.length / width < lists + 1) {
-      if (lists == 0) return;  // an empty array may leave its offsets out
-      fail(str("has an offsets buffer of ", offsets.length, " bytes, too few for ", lists, " lists"));
-    }
-    int64_t previous = offset_at(offsets, wide, 0);
-    if (previous < 0) fail(str("has a first offset of ", previous));
-    for (int64_t j = 1; j <= lists; ++j) {
-      const int64_t next = offset_at(offsets, wide, j);
-      if (next < previous) fail(str("has offsets out of order at list ", j - 1, " (", previous, " then ", next, ")"));
-      previous = next;
-    }
-    if (previous > child_length)
-      fail(str("has offsets reaching ", previous, ", past the ", child_length, " values they index"));
+  // Within the lists (or values) of node `n`: always so for a checked file, unless it changed
+  // since (then offsets read now could lead anywhere).
+  void within(const ArrowColumns::Column& column, int n, int64_t start, int64_t end, int64_t row) const {
+    if (start < 0 || end < start || end > view_.node(n).length) [[unlikely]]
+      throw IoError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row,
+                        ": its offsets changed while the file was being packed"));
   }
-
-  [[noreturn, gnu::cold, gnu::noinline]] void changed_while_packed(const ArrowColumns::Column& column, int64_t row) const {
-    throw IoError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row,
-                      ": its offsets changed while the file was being packed"));
+  [[noreturn, gnu::cold]] void inner_null(const ArrowColumns::Column& column, int64_t row) const {
+    throw ValueError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row,
+                         ": a null inside its lists, which no tensor holds"));
   }
 
   const ArrowColumns& arrow_;
   const ArrowColumns::Batch& batch_;
   const ArrowIpc& ipc_;
-  const ArrowBatch& batch_data_;
-  const UntypedStorage& bytes_;
+  BatchView view_;
 };
+
+// Runs fn() with a fault reading either of an input's mappings (the file, its decompressed
+// batches) made an IoError: a row may read a record batch of one and a dictionary of the other.
+template <class Fn>
+void guard_input(const ArrowIpc& ipc, const Fn& fn) {
+  detail::guard_storage_reads(ipc.file, [&] {
+    if (ipc.decompressed.nbytes() > 0)
+      detail::guard_storage_reads(ipc.decompressed, fn);
+    else
+      fn();
+  });
+}
 
 // The column a field makes, its structs flattened; ValueError for a type no field holds.
 void add_columns(const ArrowField& field, const std::string& prefix, std::vector<ArrowColumns::Level> structs,
                  std::vector<ArrowColumns::Column>& out, std::vector<std::string>& refused) {
   const std::string name = prefix.empty() ? field.name : str(prefix, ".", field.name);
   const auto refuse = [&](const std::string& why) { refused.push_back(str("'", name, "' (", why, ")")); };
-  if (field.dictionary_encoded) return refuse(str("dictionary-encoded ", arrow_type_name(field)));
-  if (field.type == ArrowTypeId::Struct) {
+  if (field.type == ArrowTypeId::Struct && !field.dictionary_encoded) {
     structs.push_back({ArrowColumns::Level::Kind::Struct, field.node, 0});
     for (const ArrowField& child : field.children) add_columns(child, name, structs, out, refused);
     return;
@@ -320,22 +432,34 @@ void add_columns(const ArrowField& field, const std::string& prefix, std::vector
   column.path = structs;
   column.structs = structs.size();
   const ArrowField* leaf = &field;
-  for (;;) {
-    if (leaf->type == ArrowTypeId::List || leaf->type == ArrowTypeId::LargeList ||
-        leaf->type == ArrowTypeId::FixedSizeList) {
-      if (leaf->type == ArrowTypeId::FixedSizeList && leaf->fixed_size == 0)
-        return refuse("a fixed_size_list of 0 values");
-      column.path.push_back({leaf->type == ArrowTypeId::List        ? ArrowColumns::Level::Kind::List
-                             : leaf->type == ArrowTypeId::LargeList ? ArrowColumns::Level::Kind::LargeList
-                                                                    : ArrowColumns::Level::Kind::FixedList,
-                             leaf->node, leaf->fixed_size});
-      leaf = &leaf->children[0];
-      if (leaf->dictionary_encoded) return refuse("a list of dictionary-encoded values");
-      continue;
+  if (field.dictionary_encoded) {  // its values are node 0 of its dictionary's batches
+    column.dictionary = true;
+    column.dictionary_id = field.dictionary_id;
+    column.index_node = field.node;
+    column.index_bytes = field.index_bit_width / 8;
+    column.index_signed = field.index_signed;
+    column.leaf_node = 0;
+    ArrowField values = field;
+    values.dictionary_encoded = false;
+    column.value_type = arrow_type_name(values);
+  } else {
+    for (;;) {
+      if (leaf->type == ArrowTypeId::List || leaf->type == ArrowTypeId::LargeList ||
+          leaf->type == ArrowTypeId::FixedSizeList) {
+        if (leaf->type == ArrowTypeId::FixedSizeList && leaf->fixed_size == 0)
+          return refuse("a fixed_size_list of 0 values");
+        column.path.push_back({leaf->type == ArrowTypeId::List        ? ArrowColumns::Level::Kind::List
+                               : leaf->type == ArrowTypeId::LargeList ? ArrowColumns::Level::Kind::LargeList
+                                                                      : ArrowColumns::Level::Kind::FixedList,
+                               leaf->node, leaf->fixed_size});
+        leaf = &leaf->children[0];
+        if (leaf->dictionary_encoded) return refuse("a list of dictionary-encoded values");
+        continue;
+      }
+      break;
     }
-    break;
+    column.leaf_node = leaf->node;
   }
-  column.leaf_node = leaf->node;
   const bool listed = column.path.size() > column.structs;
   if (const std::optional<ScalarType> dtype = numeric_dtype(*leaf)) {
     column.leaf = ArrowColumns::Leaf::Values;
@@ -353,8 +477,9 @@ void add_columns(const ArrowField& field, const std::string& prefix, std::vector
     column.leaf = ArrowColumns::Leaf::Bytes;
     column.wide_offsets = leaf->type == ArrowTypeId::LargeBinary || leaf->type == ArrowTypeId::LargeUtf8;
   } else {
-    return refuse(listed ? str(column.type_name, ": lists hold numbers, bools or (one level of) strings here")
-                         : column.type_name);
+    return refuse(column.dictionary ? str(column.type_name, ": dictionaries of numbers, bools or strings are read")
+                  : listed          ? str(column.type_name, ": lists hold numbers, bools or (one level of) strings here")
+                                    : column.type_name);
   }
   if (column.leaf == ArrowColumns::Leaf::Bytes && listed) {  // a list of strings: two fields
     ArrowColumns::Column lengths = column;
@@ -419,20 +544,30 @@ std::vector<std::string> arrow_files_of(const std::string& spec) {
 }
 
 // Hugging Face's features, from the schema metadata "huggingface" ({"info": {"features":
-// {...}}}): the class names of the one ClassLabel column, when exactly one is packed.
-std::optional<nlohmann::json> class_names(const nlohmann::json& huggingface, const std::vector<std::string>& fields) {
-  const nlohmann::json* features = nullptr;
-  if (huggingface.is_object() && huggingface.contains("info") && huggingface["info"].is_object() &&
-      huggingface["info"].contains("features") && huggingface["info"]["features"].is_object())
-    features = &huggingface["info"]["features"];
-  if (features == nullptr) return std::nullopt;
-  std::optional<nlohmann::json> names;
+// {...}}}): the class names of the one ClassLabel column, when exactly one is packed and its
+// names are a list of strings. Nothing else of the (untrusted) JSON is copied.
+std::optional<std::vector<std::string>> class_names(const nlohmann::json& huggingface,
+                                                    const std::vector<std::string>& fields) {
+  const auto info = huggingface.is_object() ? huggingface.find("info") : huggingface.end();
+  if (info == huggingface.end() || !info->is_object()) return std::nullopt;
+  const auto features = info->find("features");
+  if (features == info->end() || !features->is_object()) return std::nullopt;
+  std::optional<std::vector<std::string>> names;
   int labels = 0;
   for (const auto& [name, feature] : features->items()) {
-    if (!feature.is_object() || feature.value("_type", "") != "ClassLabel") continue;
+    if (!feature.is_object()) continue;
+    const auto type = feature.find("_type");
+    if (type == feature.end() || !type->is_string() || type->get_ref<const std::string&>() != "ClassLabel") continue;
     if (std::find(fields.begin(), fields.end(), name) == fields.end()) continue;
     ++labels;
-    if (feature.contains("names") && feature["names"].is_array()) names = feature["names"];
+    const auto list = feature.find("names");
+    if (list == feature.end() || !list->is_array()) continue;
+    std::vector<std::string> read;
+    for (const nlohmann::json& each : *list) {
+      if (!each.is_string()) return std::nullopt;
+      read.push_back(each.get<std::string>());
+    }
+    names = std::move(read);
   }
   return labels == 1 ? names : std::nullopt;
 }
@@ -479,12 +614,32 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
         MMT_CHECK(same_fields(ipc.fields, arrow->inputs.front().fields), ValueError, path, ": its columns differ from ",
                   "those of ", arrow->inputs.front().path, "; the files packed together must have the same columns");
       const auto input = static_cast<uint32_t>(arrow->inputs.size());
+      // The dictionaries in effect for each record batch: those before it, a delta adding its
+      // values to the id's, another replacing them.
+      std::map<int64_t, std::vector<ArrowColumns::DictionaryPart>> current;
+      size_t next_dictionary = 0;
+      std::vector<std::vector<int>> dictionary_buffers;
+      for (const detail::ArrowDictionary& dictionary : ipc.dictionaries)
+        dictionary_buffers.push_back(detail::arrow_field_buffers(ipc, dictionary));
       for (size_t b = 0; b < ipc.batches.size(); ++b) {
+        for (; next_dictionary < ipc.dictionaries.size() && ipc.dictionaries[next_dictionary].batches_before <= b;
+             ++next_dictionary) {
+          const detail::ArrowDictionary& dictionary = ipc.dictionaries[next_dictionary];
+          std::vector<ArrowColumns::DictionaryPart>& parts = current[dictionary.id];
+          if (!dictionary.delta) parts.clear();
+          const int64_t before = parts.empty() ? 0 : parts.back().end;
+          int64_t end = 0;
+          MMT_CHECK(!__builtin_add_overflow(before, dictionary.batch.rows, &end), FormatError, path,
+                    ": dictionaries of too many values");
+          parts.push_back({static_cast<uint32_t>(next_dictionary), end});
+        }
         if (ipc.batches[b].rows == 0) continue;
-        arrow->batches.push_back({input, static_cast<uint32_t>(b), detail::arrow_field_buffers(ipc, ipc.batches[b])});
+        arrow->batches.push_back({input, static_cast<uint32_t>(b), detail::arrow_field_buffers(ipc, ipc.batches[b]),
+                                  current});
         out.records_ += ipc.batches[b].rows;
         arrow->batch_end.push_back(out.records_);
       }
+      arrow->dictionary_buffers.push_back(std::move(dictionary_buffers));
       out.input_paths_.push_back(path);
       arrow->inputs.push_back(std::move(ipc));
     }
@@ -528,6 +683,27 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
   }
   MMT_CHECK(!arrow->columns.empty(), ValueError, first.path, ": no columns");
 
+  // Dictionaries: each one a column reads holds values of its type, their buffers checked.
+  for (const ArrowColumns::Column& column : arrow->columns) {
+    if (!column.dictionary) continue;
+    ArrowColumns::Column values = column;
+    values.path.clear();
+    values.structs = 0;
+    values.dictionary = false;
+    for (size_t i = 0; i < arrow->inputs.size(); ++i) {
+      const ArrowIpc& ipc = arrow->inputs[i];
+      for (size_t d = 0; d < ipc.dictionaries.size(); ++d) {
+        const detail::ArrowDictionary& dictionary = ipc.dictionaries[d];
+        if (dictionary.id != column.dictionary_id) continue;
+        const BatchView view(ipc, dictionary.batch, arrow->dictionary_buffers[i][d], "dictionary batch");
+        MMT_CHECK(arrow_type_name(dictionary.value->front()) == column.value_type, FormatError, view.where(),
+                  ": column '", detail::cut_for_message(column.name, 100), "' reads dictionary ", column.dictionary_id,
+                  " as ", column.value_type, ", but it holds ", arrow_type_name(dictionary.value->front()));
+        guard_input(ipc, [&] { view.check(values); });
+      }
+    }
+  }
+
   // Every row read once: the buffers checked, each list level's length seen (a level is
   // fixed where every row's is the same), nulls counted, jagged rows refused.
   for (ArrowColumns::Column& column : arrow->columns) {
@@ -539,8 +715,8 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
     RowAt at;
     for (size_t b = 0; b < arrow->batches.size(); ++b) {
       const ColumnReader reader(*arrow, b);
-      detail::guard_storage_reads(reader.bytes(), [&] {
-        reader.check(column);
+      guard_input(arrow->inputs[arrow->batches[b].input], [&] {
+        reader.view().check(column);
         const ArrowIpc& ipc = arrow->inputs[arrow->batches[b].input];
         const int64_t rows = ipc.batches[arrow->batches[b].batch].rows;
         for (int64_t r = 0; r < rows; ++r) {
@@ -559,6 +735,7 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
           }
           for (size_t k = 0; k < levels && !joined; ++k) {
             const int64_t length = at.dims[k];
+            if (length == kVariableDim) continue;  // under an empty list: unknown
             common[k] = common[k] == -2 ? length : common[k] == length ? length : -1;
           }
           const bool items = column.leaf == ArrowColumns::Leaf::Values || column.lengths;
@@ -607,8 +784,8 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
     // Hugging Face's features (Image, Audio, ClassLabel...): what the bytes and numbers are.
     out.metadata_["huggingface"] = value;
     const nlohmann::json parsed = nlohmann::json::parse(value, nullptr, false);
-    if (const std::optional<nlohmann::json> classes = class_names(parsed, names))
-      out.metadata_["classes"] = classes->dump();
+    if (const std::optional<std::vector<std::string>> classes = class_names(parsed, names))
+      out.metadata_["classes"] = nlohmann::json(*classes).dump();
   }
   out.arrow_ = std::move(arrow);
   return out;
@@ -617,15 +794,17 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
 namespace {
 
 // The byte lengths of strings [at.start, at.end) of a list-of-strings column, from their offsets.
-Tensor string_lengths(const ColumnReader& reader, const ArrowColumns::Column& column, int64_t row, const RowAt& at) {
+Tensor string_lengths(const ArrowColumns::Column& column, int64_t row, const RowAt& at) {
   Tensor lengths = empty({at.end - at.start}, kInt64);
+  if (at.end == at.start) return lengths;
   auto* out = static_cast<int64_t*>(lengths.mutable_data_ptr());
-  const ArrowBatch::Buffer& offsets = reader.buffer(column.leaf_node, 1);
-  detail::guard_storage_reads(reader.bytes(), [&] {
-    int64_t previous = reader.offset_at(offsets, column.wide_offsets, at.start);
+  const BatchView& view = at.view;
+  const ArrowBatch::Buffer& offsets = view.buffer(column.leaf_node, 1);
+  detail::guard_storage_reads(view.bytes(), [&] {
+    int64_t previous = view.offset_at(offsets, column.wide_offsets, at.start);
     for (int64_t j = at.start; j < at.end; ++j) {
-      const int64_t next = reader.offset_at(offsets, column.wide_offsets, j + 1);
-      MMT_CHECK(next >= previous, IoError, reader.where(), ": column '", column.name, "', row ", row,
+      const int64_t next = view.offset_at(offsets, column.wide_offsets, j + 1);
+      MMT_CHECK(next >= previous, IoError, view.where(), ": column '", column.name, "', row ", row,
                 ": changed while the file was being packed");
       out[j - at.start] = next - previous;
       previous = next;
@@ -643,13 +822,13 @@ void PackSources::arrow_record(int64_t index, std::vector<Tensor>& values) const
   thread_local std::vector<RowAt> rows;  // record() runs on many threads; no allocation a record
   rows.resize(arrow.columns.size());
   const int64_t r = row;  // a plain variable for the lambda
-  detail::guard_storage_reads(reader.bytes(), [&] {
+  guard_input(arrow.inputs[arrow.batches[b].input], [&] {
     for (size_t c = 0; c < arrow.columns.size(); ++c) reader.row(arrow.columns[c], r, rows[c]);
   });
   for (size_t c = 0; c < arrow.columns.size(); ++c) {
     const ArrowColumns::Column& column = arrow.columns[c];
     const Field& field = schema_[c];
-    const RowAt& at = rows[c];
+    RowAt& at = rows[c];
     if (at.null) {  // NaN in a fixed float field, else empty (checked when the sources were made)
       if (field.is_fixed()) {
         values[c] = full(field.shape, std::numeric_limits<double>::quiet_NaN(), field.dtype);
@@ -660,23 +839,29 @@ void PackSources::arrow_record(int64_t index, std::vector<Tensor>& values) const
       values[c] = empty(shape, field.dtype);
       continue;
     }
-    // The file could have changed since it was checked: what is read must still fit.
-    for (size_t k = 0; k < at.dims.size(); ++k)
-      MMT_CHECK(field.shape[k] == kVariableDim || field.shape[k] == at.dims[k], IoError, reader.where(),
-                ": column '", column.name, "', row ", r, ": its shape changed while the file was being packed");
+    // Dimensions under an empty list are the field's (0 where it varies). The file could have
+    // changed since it was checked: what is read must still fit the field.
+    const BatchView& view = at.view;
+    MMT_CHECK(at.dims.size() == field.shape.size(), IoError, view.where(), ": column '", column.name, "', row ", r,
+              ": its shape changed while the file was being packed");
+    for (size_t k = 0; k < at.dims.size(); ++k) {
+      if (at.dims[k] == kVariableDim) at.dims[k] = field.shape[k] == kVariableDim ? 0 : field.shape[k];
+      MMT_CHECK(field.shape[k] == kVariableDim || field.shape[k] == at.dims[k], IoError, view.where(), ": column '",
+                column.name, "', row ", r, ": its shape changed while the file was being packed");
+    }
     switch (column.leaf) {
       case ArrowColumns::Leaf::Values: {
-        const ArrowBatch::Buffer& data = reader.buffer(column.leaf_node, 1);
-        MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length / column.item, IoError, reader.where(),
+        const ArrowBatch::Buffer& data = view.buffer(column.leaf_node, 1);
+        MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length / column.item, IoError, view.where(),
                   ": column '", column.name, "', row ", r, ": changed while the file was being packed");
         if (at.end == at.start) {
           values[c] = empty(at.dims, column.dtype);
         } else if (data.offset % column.item == 0) {
-          values[c] = Tensor(reader.bytes(), column.dtype, at.dims, data.offset / column.item + at.start);
+          values[c] = Tensor(view.bytes(), column.dtype, at.dims, data.offset / column.item + at.start);
         } else {  // unaligned (a writer that does not pad): copied
           Tensor copy = empty(at.dims, column.dtype);
-          detail::guard_storage_reads(reader.bytes(), [&] {
-            std::memcpy(copy.mutable_data_ptr(), reader.bytes().data() + data.offset + at.start * column.item,
+          detail::guard_storage_reads(view.bytes(), [&] {
+            std::memcpy(copy.mutable_data_ptr(), view.bytes().data() + data.offset + at.start * column.item,
                         static_cast<size_t>((at.end - at.start) * column.item));
           });
           values[c] = std::move(copy);
@@ -684,29 +869,34 @@ void PackSources::arrow_record(int64_t index, std::vector<Tensor>& values) const
         break;
       }
       case ArrowColumns::Leaf::Bool: {
-        const ArrowBatch::Buffer& data = reader.buffer(column.leaf_node, 1);
-        MMT_CHECK(at.start >= 0 && at.end >= at.start && (at.end + 7) / 8 <= data.length, IoError, reader.where(),
+        const ArrowBatch::Buffer& data = view.buffer(column.leaf_node, 1);
+        MMT_CHECK(at.start >= 0 && at.end >= at.start && (at.end + 7) / 8 <= data.length, IoError, view.where(),
                   ": column '", column.name, "', row ", r, ": changed while the file was being packed");
         Tensor bools = empty(at.dims, kBool);
-        auto* out = static_cast<uint8_t*>(bools.mutable_data_ptr());
-        detail::guard_storage_reads(reader.bytes(), [&] {
-          const auto* bits = reinterpret_cast<const uint8_t*>(reader.bytes().data() + data.offset);
-          for (int64_t j = at.start; j < at.end; ++j) out[j - at.start] = (bits[j / 8] >> (j % 8)) & 1;
-        });
+        if (at.end > at.start) {
+          auto* out = static_cast<uint8_t*>(bools.mutable_data_ptr());
+          detail::guard_storage_reads(view.bytes(), [&] {
+            const auto* bits = reinterpret_cast<const uint8_t*>(view.bytes().data() + data.offset);
+            for (int64_t j = at.start; j < at.end; ++j) out[j - at.start] = (bits[j / 8] >> (j % 8)) & 1;
+          });
+        }
         values[c] = std::move(bools);
         break;
       }
       case ArrowColumns::Leaf::FixedBytes:
       case ArrowColumns::Leaf::Bytes: {
         if (column.lengths) {
-          values[c] = string_lengths(reader, column, r, at);
+          values[c] = string_lengths(column, r, at);
           break;
         }
-        const ArrowBatch::Buffer& data = reader.buffer(column.leaf_node, column.leaf == ArrowColumns::Leaf::Bytes ? 2 : 1);
-        MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length, IoError, reader.where(), ": column '",
+        if (at.end == at.start) {
+          values[c] = empty(at.dims, kUInt8);
+          break;
+        }
+        const ArrowBatch::Buffer& data = view.buffer(column.leaf_node, column.leaf == ArrowColumns::Leaf::Bytes ? 2 : 1);
+        MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length, IoError, view.where(), ": column '",
                   column.name, "', row ", r, ": changed while the file was being packed");
-        values[c] = at.end == at.start ? empty(at.dims, kUInt8)
-                                       : Tensor(reader.bytes(), kUInt8, at.dims, data.offset + at.start);
+        values[c] = Tensor(view.bytes(), kUInt8, at.dims, data.offset + at.start);
         break;
       }
     }

@@ -181,7 +181,10 @@ struct Column {
   std::vector<Column> children;
   int64_t length = 0, null_count = 0;
   std::vector<std::vector<uint8_t>> buffers;  // its own
+  // Dictionary-encoded: the type (and children) are the values', the buffers the indices'.
   bool dictionary = false;
+  int64_t dictionary_id = 0;
+  int index_bits = 32;
 };
 
 // A validity bitmap for `valid` (empty: every value valid, and no bitmap written).
@@ -332,12 +335,42 @@ inline Column decimals(std::string name, int64_t length) {
   return c;
 }
 
+// A dictionary-encoded column: `values_like`'s type, indices (int32, or `index_bits` wide)
+// into dictionary `id`.
+template <class Index = int32_t>
+Column encoded(std::string name, const Column& values_like, int64_t id, const std::vector<Index>& indices,
+               const std::vector<bool>& valid = {}) {
+  Column c;
+  c.name = std::move(name);
+  c.type = values_like.type;
+  c.type_table = values_like.type_table;
+  c.children = values_like.children;
+  c.dictionary = true;
+  c.dictionary_id = id;
+  c.index_bits = static_cast<int>(8 * sizeof(Index));
+  c.length = static_cast<int64_t>(indices.size());
+  c.buffers.push_back(validity(valid, c.null_count));
+  c.buffers.emplace_back(reinterpret_cast<const uint8_t*>(indices.data()),
+                         reinterpret_cast<const uint8_t*>(indices.data() + indices.size()));
+  return c;
+}
+
+// A DictionaryBatch: dictionary `id`'s values (a column of the values' type), written before
+// record batch `before` (0: before them all).
+struct DictionaryWrite {
+  int64_t id = 0;
+  Column values;
+  bool delta = false;
+  size_t before = 0;
+};
+
 struct WriteOptions {
   bool file_format = false;         // "ARROW1" ... footer ... "ARROW1"
   bool legacy_framing = false;      // no continuation markers (before Arrow 0.15)
   int codec = -1;                   // -1 none, 0 LZ4_FRAME, 1 ZSTD
   bool end_marker = true;           // the end-of-stream marker
   std::vector<std::pair<std::string, std::string>> metadata;  // the schema's
+  std::vector<DictionaryWrite> dictionaries;
 };
 
 struct Written {
@@ -355,7 +388,11 @@ inline FbPtr field_of(const Column& c) {
   set_child(f, 3, c.type_table);
   if (c.dictionary) {
     FbPtr encoding = table();
-    set<int64_t>(encoding, 0, 0);
+    set<int64_t>(encoding, 0, c.dictionary_id);
+    FbPtr index = table();
+    set<int32_t>(index, 0, c.index_bits);
+    set<uint8_t>(index, 1, 1);
+    set_child(encoding, 1, index);
     set_child(f, 4, encoding);
   }
   std::vector<FbPtr> children;
@@ -371,6 +408,7 @@ inline void flatten(const Column& c, std::vector<uint8_t>& nodes, uint32_t& node
   nodes.insert(nodes.end(), n.begin(), n.end());
   ++node_count;
   for (const auto& b : c.buffers) buffers.push_back(&b);
+  if (c.dictionary) return;  // its children are its dictionary's values', not in the batch
   for (const Column& child : c.children) flatten(child, nodes, node_count, buffers);
 }
 
@@ -433,11 +471,12 @@ inline Written write(const std::vector<std::vector<Column>>& batches, const Writ
   }
   message(w.bytes, 1, schema, {}, options);
   w.message_ends.push_back(w.bytes.size());
-  for (const std::vector<Column>& batch : batches) {
-    std::vector<uint8_t> nodes, body, buffer_specs;
+  // A RecordBatch table of `columns` and its body.
+  const auto record_batch = [&](const std::vector<Column>& columns, std::vector<uint8_t>& body) {
+    std::vector<uint8_t> nodes, buffer_specs;
     uint32_t node_count = 0;
     std::vector<const std::vector<uint8_t>*> buffers;
-    for (const Column& c : batch) flatten(c, nodes, node_count, buffers);
+    for (const Column& c : columns) flatten(c, nodes, node_count, buffers);
     for (const std::vector<uint8_t>* b : buffers) {
       const std::vector<uint8_t> stored = options.codec >= 0 && !b->empty() ? compress(*b, options.codec) : *b;
       const auto offset = bytes_of<int64_t>(static_cast<int64_t>(body.size()));
@@ -447,16 +486,32 @@ inline Written write(const std::vector<std::vector<Column>>& batches, const Writ
       body.insert(body.end(), stored.begin(), stored.end());
       while (body.size() % 8 != 0) body.push_back(0);
     }
-    FbPtr record_batch = table();
-    set<int64_t>(record_batch, 0, batch.empty() ? 0 : batch[0].length);
-    set_child(record_batch, 1, structs(std::move(nodes), node_count));
-    set_child(record_batch, 2, structs(std::move(buffer_specs), static_cast<uint32_t>(buffers.size())));
+    FbPtr batch = table();
+    set<int64_t>(batch, 0, columns.empty() ? 0 : columns[0].length);
+    set_child(batch, 1, structs(std::move(nodes), node_count));
+    set_child(batch, 2, structs(std::move(buffer_specs), static_cast<uint32_t>(buffers.size())));
     if (options.codec >= 0) {
       FbPtr compression = table();
       set<int8_t>(compression, 0, static_cast<int8_t>(options.codec));
-      set_child(record_batch, 3, compression);
+      set_child(batch, 3, compression);
     }
-    message(w.bytes, 3, record_batch, body, options);
+    return batch;
+  };
+  for (size_t b = 0; b <= batches.size(); ++b) {
+    for (const DictionaryWrite& d : options.dictionaries) {
+      if (d.before != b) continue;
+      std::vector<uint8_t> body;
+      FbPtr dictionary = table();
+      set<int64_t>(dictionary, 0, d.id);
+      set_child(dictionary, 1, record_batch({d.values}, body));
+      set<uint8_t>(dictionary, 2, d.delta ? 1 : 0);
+      message(w.bytes, 2, dictionary, body, options);
+      w.message_ends.push_back(w.bytes.size());
+    }
+    if (b == batches.size()) break;
+    std::vector<uint8_t> body;
+    FbPtr batch = record_batch(batches[b], body);
+    message(w.bytes, 3, batch, body, options);
     w.message_ends.push_back(w.bytes.size());
   }
   if (options.end_marker) {

@@ -304,7 +304,8 @@ TEST(PackArrow, JaggedListsAndNullsInsideListsAreRefused) {
               arrow::write({{arrow::list("tokens", arrow::numbers("", std::vector<int32_t>{1, 2}, {true, false}), {0, 2})}})
                   .bytes);
   message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "inner.arrow"}); });
-  EXPECT_NE(message.find("column 'tokens' has null values inside its lists"), std::string::npos) << message;
+  EXPECT_NE(message.find("column 'tokens', row 0: a null inside its lists, which no tensor holds"), std::string::npos)
+      << message;
 }
 
 TEST(PackArrow, StructsAreFlattenedAndNullsStoredAsHuggingFaceReadsThem) {
@@ -416,6 +417,20 @@ TEST(PackArrow, HuggingFaceSaveToDiskFolders) {
   EXPECT_EQ(sources.metadata().at("huggingface"), features);
   EXPECT_EQ(sources.input_paths().size(), 2u);
 
+  // Features of other shapes than Hugging Face's: no class names, and no fault.
+  for (const std::string& odd : {std::string(R"({"info": {"features": {"label": {"_type": 5}}}})"),
+                                 std::string(R"({"info": {"features": {"label": {"_type": "ClassLabel", "names": [[["x"]]]}}}})"),
+                                 std::string(R"({"info": {"features": {"label": {"_type": "ClassLabel", "names": )") +
+                                     std::string(100000, '[') + std::string(100000, ']') + "}}}}",
+                                 std::string("not json")}) {
+    arrow::WriteOptions odd_options;
+    odd_options.metadata = {{"huggingface", odd}};
+    write_bytes(dir / "odd.arrow", arrow::write({{arrow::numbers("label", std::vector<int64_t>{1})}}, odd_options).bytes);
+    const PackSources read = PackSources::from_arrow(std::vector<std::string>{dir / "odd.arrow"});
+    EXPECT_FALSE(read.metadata().contains("classes"));
+    EXPECT_EQ(read.metadata().at("huggingface"), odd);
+  }
+
   // The DatasetDict's folder: one split is packed, and the message names them.
   const std::string message = error_of([&] { PackSources::from_inputs(std::vector<std::string>{dir / "ds"}); });
   EXPECT_NE(message.find("a Hugging Face DatasetDict (splits: train); pack one split's folder"), std::string::npos)
@@ -423,6 +438,121 @@ TEST(PackArrow, HuggingFaceSaveToDiskFolders) {
   // A data file outside the folder is refused.
   std::ofstream(dir / "ds/train/state.json") << R"({"_data_files": [{"filename": "../x.arrow"}]})";
   EXPECT_NE(error_of([&] { PackSources::from_arrow(split); }).find("is not a path inside its folder"), std::string::npos);
+}
+
+// Empty lists above inner ones: an image without boxes. The inner dimension is the other
+// rows' (no offsets of the empty level are read: an array of none may leave them out).
+TEST(PackArrow, EmptyListsOverInnerOnes) {
+  TempFolder dir;
+  const std::vector<float> boxes = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  for (int codec : {-1, 1}) {
+    SCOPED_TRACE(codec);
+    arrow::WriteOptions options;
+    options.codec = codec;
+    write_bytes(dir / "boxes.arrow",
+                arrow::write({{arrow::list("boxes", arrow::list("", arrow::numbers("", boxes), {0, 4, 8, 12}),
+                                           {0, 2, 2, 3, 3}),
+                               arrow::list("names", arrow::texts("", {"a"}), {0, 1, 1, 1, 1})}},
+                             options)
+                    .bytes);
+    const PackSources sources = PackSources::from_arrow(std::vector<std::string>{dir / "boxes.arrow"});
+    EXPECT_EQ(sources.schema()[0].shape, (DimVector{kVariableDim, 4}));
+    EXPECT_EQ(shape_of(sources.record(0)[0]), (std::vector<int64_t>{2, 4}));
+    EXPECT_EQ(shape_of(sources.record(1)[0]), (std::vector<int64_t>{0, 4}));
+    EXPECT_EQ(values_of<float>(sources.record(2)[0]), (std::vector<float>{9, 10, 11, 12}));
+    EXPECT_EQ(shape_of(sources.record(3)[0]), (std::vector<int64_t>{0, 4}));
+    EXPECT_EQ(sources.record(3)[1].numel(), 0);
+    EXPECT_EQ(sources.total_bytes(), 12 * 4 + 1 + 8);
+    // Every row empty, its inner arrays of no values: nothing to say the inner dimension.
+    write_bytes(dir / "none.arrow",
+                arrow::write({{arrow::list("boxes", arrow::list("", arrow::numbers("", std::vector<float>{}), {0}),
+                                           {0, 0, 0})}},
+                             options)
+                    .bytes);
+    const PackSources none = PackSources::from_arrow(std::vector<std::string>{dir / "none.arrow"});
+    EXPECT_EQ(none.schema()[0].shape, (DimVector{kVariableDim, kVariableDim}));
+    EXPECT_EQ(shape_of(none.record(1)[0]), (std::vector<int64_t>{0, 0}));
+  }
+}
+
+// A null fixed-size list: pyarrow writes its values null too. Floats take NaN; other
+// dtypes are refused, naming the row.
+TEST(PackArrow, NullFixedSizeListsAsPyarrowWritesThem) {
+  TempFolder dir;
+  write_bytes(dir / "v.arrow",
+              arrow::write({{arrow::fixed_list("v", arrow::numbers("", std::vector<float>{1, 2, 0, 0, 5, 6},
+                                                                   {true, true, false, false, true, true}),
+                                               2, 3, {true, false, true})}})
+                  .bytes);
+  const PackSources sources = PackSources::from_arrow(std::vector<std::string>{dir / "v.arrow"});
+  EXPECT_EQ(sources.schema()[0].shape, (DimVector{2}));
+  EXPECT_EQ(values_of<float>(sources.record(2)[0]), (std::vector<float>{5, 6}));
+  const std::vector<float> nan = values_of<float>(sources.record(1)[0]);
+  ASSERT_EQ(nan.size(), 2u);
+  EXPECT_TRUE(std::isnan(nan[0]) && std::isnan(nan[1]));
+  EXPECT_EQ(sources.metadata().at("arrow_nulls"), R"({"v":1})");
+  write_bytes(dir / "i.arrow",
+              arrow::write({{arrow::fixed_list("v", arrow::numbers("", std::vector<int16_t>{1, 2, 0, 0},
+                                                                   {true, true, false, false}),
+                                               2, 2, {true, false})}})
+                  .bytes);
+  const std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "i.arrow"}); });
+  EXPECT_NE(message.find("column 'v', row 1: a null fixed_size_list<int16>[2], which a field of fixed shape cannot "
+                         "store"),
+            std::string::npos)
+      << message;
+}
+
+// Dictionary-encoded columns (pandas categoricals, polars' categorical): each row its value.
+// Deltas add values, a stream's later dictionary replaces them; an index outside is named.
+TEST(PackArrow, DictionaryEncodedColumns) {
+  TempFolder dir;
+  const arrow::Column strings = arrow::texts("", {});
+  arrow::WriteOptions options;
+  options.dictionaries = {{0, arrow::texts("", {"cat", "dog"}), false, 0},
+                          {1, arrow::numbers("", std::vector<double>{0.5, 1.5}), false, 0},
+                          {0, arrow::texts("", {"bird"}), /*delta=*/true, 1},
+                          {0, arrow::texts("", {"fish"}), false, 2}};
+  const arrow::Column doubles = arrow::numbers("", std::vector<double>{});
+  const std::vector<std::vector<arrow::Column>> batches = {
+      {arrow::encoded<int32_t>("animal", strings, 0, {1, 0, 0}, {true, true, false}),
+       arrow::encoded<int8_t>("weight", doubles, 1, {1, 0, 1})},
+      {arrow::encoded<int32_t>("animal", strings, 0, {2, 1}), arrow::encoded<int8_t>("weight", doubles, 1, {0, 0})},
+      {arrow::encoded<int32_t>("animal", strings, 0, {0}), arrow::encoded<int8_t>("weight", doubles, 1, {1})},
+  };
+  for (int codec : {-1, 1}) {
+    SCOPED_TRACE(codec);
+    options.codec = codec;
+    write_bytes(dir / "cat.arrow", arrow::write(batches, options).bytes);
+    const PackSources sources = PackSources::from_arrow(std::vector<std::string>{dir / "cat.arrow"});
+    ASSERT_EQ(sources.records(), 6);
+    EXPECT_EQ(sources.schema()[0].shape, (DimVector{kVariableDim}));
+    EXPECT_EQ(sources.schema()[1].dtype, kFloat64);
+    const std::vector<std::string> animals = {"dog", "cat", "", "bird", "dog", "fish"};
+    const std::vector<double> weights = {1.5, 0.5, 1.5, 0.5, 0.5, 1.5};
+    for (int r = 0; r < 6; ++r) {
+      EXPECT_EQ(text_of(sources.record(r)[0]), animals[static_cast<size_t>(r)]) << r;
+      EXPECT_EQ(scalar_of<double>(sources.record(r)[1]), weights[static_cast<size_t>(r)]) << r;
+    }
+    EXPECT_NE(sources.metadata().at("arrow_types").find(R"("animal":"dictionary<values=string, indices=int32>")"),
+              std::string::npos);
+    EXPECT_EQ(sources.metadata().at("arrow_nulls"), R"({"animal":1})");
+  }
+  // An index past the dictionary (batch 0 sees "cat" and "dog" only).
+  options.codec = -1;
+  write_bytes(dir / "bad.arrow",
+              arrow::write({{arrow::encoded<int32_t>("animal", strings, 0, {0, 2}), arrow::encoded<int8_t>("weight", doubles, 1, {0, 0})}},
+                           options)
+                  .bytes);
+  std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "bad.arrow"}); });
+  EXPECT_NE(message.find("column 'animal', row 1: dictionary index 2 is outside its dictionary's 2 values"),
+            std::string::npos)
+      << message;
+  // A file replaces no dictionary.
+  options.file_format = true;
+  write_bytes(dir / "file.arrow", arrow::write(batches, options).bytes);
+  message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "file.arrow"}); });
+  EXPECT_NE(message.find("a second dictionary of id 0 in an Arrow file"), std::string::npos) << message;
 }
 
 // Trust no byte: a stream cut anywhere reads only when cut between messages (a stream may end
