@@ -37,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arrow_ipc.h"
+#include "flatbuffer_table.h"
 #include "import_util.h"
 #include "mapping_guard.h"
 #include "mmtensor/error.h"
@@ -592,10 +593,26 @@ bool are_arrow_inputs(std::span<const std::string> specs) {
       continue;
     }
     const size_t got = std::fread(head, 1, sizeof head, f);
+    // "ARROW1" is Arrow's own. A stream is named by its extension, or by its first message
+    // being a Schema (0xFFFFFFFF could begin other files; that message could not).
+    bool stream = false;
+    if (!named && detail::is_arrow_stream_start(head, got)) {
+      int32_t length = 0;
+      std::memcpy(&length, head + 4, 4);
+      std::vector<std::byte> metadata(static_cast<size_t>(std::min(length, int32_t{1} << 24)));
+      if (std::fread(metadata.data(), 1, metadata.size(), f) == metadata.size()) {
+        try {
+          const std::string where = spec;
+          const detail::FlatTable message = detail::FlatTable::root(metadata, where);
+          const auto version = message.scalar<int16_t>(0, 0);
+          stream = message.scalar<uint8_t>(1, 0) == 1 && (version == 3 || version == 4) && message.table(2, "a header");
+        } catch (const FormatError&) {
+        }
+      }
+    }
     std::fclose(f);
-    // "ARROW1" is Arrow's own; a stream's framing is named by its extension too, since
-    // 0xFFFFFFFF could begin other files.
-    if (detail::is_arrow_file_start(head, got) || (named && detail::is_arrow_stream_start(head, got))) return true;
+    if (stream || detail::is_arrow_file_start(head, got) || (named && detail::is_arrow_stream_start(head, got)))
+      return true;
     int32_t legacy_length = 0;  // a stream from before Arrow 0.15: the metadata length alone
     if (got >= 4) std::memcpy(&legacy_length, head, 4);
     if (named && legacy_length > 0) return true;

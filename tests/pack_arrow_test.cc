@@ -142,13 +142,17 @@ TEST(PackArrow, FileFormatAndEveryFraming) {
   arrow::WriteOptions unended;  // a stream closed without its end marker, which the format allows
   unended.end_marker = false;
   write_bytes(dir / "unended.arrow", arrow::write(batches, unended).bytes);
-  // "ARROW1" names a file of any name.
+  // "ARROW1" names a file of any name, and a stream's first message (a Schema) a stream.
   write_bytes(dir / "file.bin", arrow::write(batches, file).bytes);
-  for (const char* name : {"file.feather", "legacy.arrows", "unended.arrow", "file.bin"}) {
+  write_bytes(dir / "stream.data", arrow::write(batches).bytes);
+  for (const char* name : {"file.feather", "legacy.arrows", "unended.arrow", "file.bin", "stream.data"}) {
     SCOPED_TRACE(name);
     EXPECT_TRUE(are_arrow_inputs(std::vector<std::string>{dir / name}));
     expect_scalar_rows(PackSources::from_inputs(std::vector<std::string>{dir / name}), 6);
   }
+  // Four bytes of 0xFF begin other files too: not taken for a stream without its Schema.
+  write_bytes(dir / "ff.bin", {0xff, 0xff, 0xff, 0xff, 8, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8});
+  EXPECT_FALSE(are_arrow_inputs(std::vector<std::string>{dir / "ff.bin"}));
   // Several files read one after another.
   const PackSources both = PackSources::from_arrow(std::vector<std::string>{dir / "file.feather", dir / "legacy.arrows"});
   EXPECT_EQ(both.records(), 12);
