@@ -1011,6 +1011,24 @@ TEST_F(MmtCli, PackTakesArrowFilesAndVerifiesAgainstThem) {
   EXPECT_NE(sound.out.find("equal their sources byte for byte (fields text, label)"), std::string::npos) << sound.out;
 }
 
+// Metadata values longer than a line or two are cut in `mmt info`, whole in --json.
+TEST_F(MmtCli, InfoCutsLongMetadataValues) {
+  WriterOptions options;
+  const std::string classes(5000, 'c');
+  options.metadata["classes"] = classes;
+  options.metadata["short"] = "kept";
+  DatasetWriter writer = DatasetWriter::create(path("m.mmt"), Schema({Field::fixed("x", kInt32, {})}), options);
+  writer.append({full({}, 1, kInt32)});
+  writer.finish();
+  const RunResult info = run_mmt({"info", path("m.mmt")});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("  short = kept\n"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find(" ... (5000 bytes; --json gives them all)\n"), std::string::npos) << info.out;
+  EXPECT_EQ(info.out.find(classes), std::string::npos);
+  const RunResult json = run_mmt({"info", path("m.mmt"), "--json"});
+  EXPECT_EQ(nlohmann::json::parse(json.out)["metadata"]["classes"], classes);
+}
+
 // Megatron indexed datasets: one record per document, verified against the pair; cut into
 // windows and verified again.
 TEST_F(MmtCli, PackTakesMegatronDatasetsAndVerifiesAgainstThem) {

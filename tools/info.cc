@@ -167,8 +167,20 @@ void print_text(const Dataset& ds) {
   std::fflush(stdout);
   const size_t keys = ds.metadata().size();
   std::cout << "metadata   " << keys << (keys == 0 ? "\n" : keys == 1 ? " key\n" : " keys\n");
-  for (const auto& [key, value] : ds.metadata())
-    std::cout << "  " << printable(key) << " = " << printable(value) << "\n";
+  // A value longer than a line or two (a thousand class names, Hugging Face's features) is
+  // cut, its size said; --json gives every byte.
+  constexpr size_t kShownValueBytes = 240;
+  for (const auto& [key, value] : ds.metadata()) {
+    std::cout << "  " << printable(key) << " = ";
+    if (value.size() <= kShownValueBytes) {
+      std::cout << printable(value) << "\n";
+      continue;
+    }
+    size_t cut = kShownValueBytes;
+    while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+    std::cout << printable(std::string_view(value).substr(0, cut)) << " ... (" << value.size()
+              << " bytes; --json gives them all)\n";
+  }
 }
 
 }  // namespace
