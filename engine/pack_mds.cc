@@ -13,8 +13,8 @@
 // "str_float", "str_decimal" are kept as bytes (uint8, variable length; the encoding is in
 // the metadata); "int" and the scalar encodings ("uint8" ... "float64") as one value of that
 // dtype; "ndarray:DTYPE:D1,D2,..." as a fixed field of that shape; "ndarray:DTYPE" and
-// "ndarray" (the dtype in each sample) as a 1-D array a record (ragged), which every sample's
-// array must be, of one dtype. Nothing is trusted: every offset, size and array header is
+// "ndarray" (the dtype in each sample) as an array a record (ragged: each dimension
+// variable), every sample's of the first one's rank (1 to 8) and dtype. Nothing is trusted: every offset, size and array header is
 // checked against the shard when the sources are made, and again as a record is read.
 #include <algorithm>
 #include <charconv>
@@ -35,14 +35,15 @@ namespace mmt {
 namespace detail {
 
 struct MdsShards {
-  enum class Kind : uint8_t { Bytes, Fixed, Array1d };
+  enum class Kind : uint8_t { Bytes, Fixed, Array };
   struct Column {
     std::string name, encoding;
     Kind kind = Kind::Bytes;
     ScalarType dtype = kUInt8;
     DimVector shape;            // Fixed: the value's shape
     int64_t fixed_bytes = -1;   // the encoded size when fixed, else -1
-    bool dtype_in_sample = false;  // Array1d: "ndarray" without a dtype
+    bool dtype_in_sample = false;  // Array: "ndarray" without a dtype
+    int64_t rank = 0;              // Array: its arrays' dimensions, the first sample's (0 before it)
   };
   struct Shard {
     UntypedStorage file;  // the shard mapped (or its decompression)
@@ -122,7 +123,7 @@ MdsShards::Column column_of(const std::string& name, const std::string& encoding
   const std::string dtype_text = config.substr(0, colon);
   if (dtype_text.empty()) {
     if (colon != std::string::npos) throw refuse("a shape without a dtype");
-    column.kind = MdsShards::Kind::Array1d;
+    column.kind = MdsShards::Kind::Array;
     column.dtype_in_sample = true;
     return column;
   }
@@ -130,7 +131,7 @@ MdsShards::Column column_of(const std::string& name, const std::string& encoding
   if (!dtype) throw refuse(str("'", dtype_text, "' is not an NDArray dtype"));
   column.dtype = *dtype;
   if (colon == std::string::npos) {
-    column.kind = MdsShards::Kind::Array1d;
+    column.kind = MdsShards::Kind::Array;
     return column;
   }
   column.kind = MdsShards::Kind::Fixed;
@@ -168,6 +169,7 @@ std::pair<int64_t, int64_t> sample_range(const MdsShards::Shard& shard, int64_t 
 struct ValueAt {
   int64_t offset = 0, size = 0;
   ScalarType dtype = kUInt8;
+  DimVector shape;  // an array's of no fixed shape
 };
 void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, int64_t j, bool again,
                    std::vector<ValueAt>& values) {
@@ -197,7 +199,7 @@ void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, int64_t 
     value.offset = at;
     value.dtype = column.dtype;
     at += value.size;
-    if (column.kind != MdsShards::Kind::Array1d) continue;
+    if (column.kind != MdsShards::Kind::Array) continue;
     // [dtype code, when not in the encoding] [ndim << 2 | shape dtype] [shape] [values]
     int64_t header = 0;
     const auto byte = [&](int64_t k) -> int {
@@ -211,18 +213,27 @@ void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, int64_t 
       header = 1;
     }
     const int shape_byte = byte(header);
-    if ((shape_byte >> 2) != 1)
-      fault(str("column '", detail::cut_for_message(column.name, 100), "': an array of ", shape_byte >> 2, " dimensions; a column of arrays of "
-                      "no fixed shape is packed as 1-D arrays only"));
+    const int64_t rank = shape_byte >> 2;
+    if (rank < 1 || rank > 8)  // kMaxFieldRank is more; MDS writes what numpy holds, and 0-d is no array here
+      fault(str("column '", detail::cut_for_message(column.name, 100), "': an array of ", rank, " dimensions; arrays "
+                "of 1 to 8 are packed"));
     const int64_t shape_bytes = int64_t{1} << (shape_byte & 3);
-    if (value.size - header - 1 < shape_bytes) fault(str("column '", detail::cut_for_message(column.name, 100), "': its array header is cut short"));
-    uint64_t n = 0;
-    for (int64_t k = 0; k < shape_bytes; ++k) n |= static_cast<uint64_t>(byte(header + 1 + k)) << (8 * k);
-    header += 1 + shape_bytes;
+    if (value.size - header - 1 < rank * shape_bytes)
+      fault(str("column '", detail::cut_for_message(column.name, 100), "': its array header is cut short"));
+    value.shape.clear();
+    int64_t numel = 1;
+    bool fits = true;
+    for (int64_t d = 0; d < rank; ++d) {
+      uint64_t n = 0;
+      for (int64_t k = 0; k < shape_bytes; ++k) n |= static_cast<uint64_t>(byte(header + 1 + d * shape_bytes + k)) << (8 * k);
+      fits = fits && n <= static_cast<uint64_t>(value.size) && !__builtin_mul_overflow(numel, static_cast<int64_t>(n), &numel);
+      value.shape.push_back(fits ? static_cast<int64_t>(n) : 0);
+    }
+    header += 1 + rank * shape_bytes;
     const int64_t item = element_size(value.dtype);
-    if (n > static_cast<uint64_t>(value.size) || static_cast<int64_t>(n) * item != value.size - header)
-      fault(str("column '", detail::cut_for_message(column.name, 100), "': its array of ", n, " ", to_string(value.dtype), " values does not "
-                      "fill its ", value.size - header, " bytes"));
+    if (!fits || numel > value.size || numel * item != value.size - header)
+      fault(str("column '", detail::cut_for_message(column.name, 100), "': its array of shape ", IntArrayRef(value.shape),
+                " (", to_string(value.dtype), ") does not fill its ", value.size - header, " bytes"));
     value.offset += header;
     value.size -= header;
   }
@@ -369,11 +380,17 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
         for (int64_t j = 0; j < read.samples; ++j) {
           sample_values(*mds, read, j, /*again=*/false, values);
           for (size_t c = 0; c < values.size(); ++c) {
-            if (mds->columns[c].kind == MdsShards::Kind::Array1d && mds->columns[c].dtype_in_sample) {
-              if (out.records_ == 0 && j == 0) mds->columns[c].dtype = values[c].dtype;
-              MMT_CHECK(values[c].dtype == mds->columns[c].dtype, ValueError, read.path, ": sample ", j, ", column '",
-                        mds->columns[c].name, "': an array of ", to_string(values[c].dtype), ", where the first sample's "
-                        "is of ", to_string(mds->columns[c].dtype), "; a field holds one dtype");
+            if (mds->columns[c].kind == MdsShards::Kind::Array) {
+              MdsShards::Column& column = mds->columns[c];
+              const bool first_sample = out.records_ == 0 && j == 0;
+              if (first_sample && column.dtype_in_sample) column.dtype = values[c].dtype;
+              if (first_sample) column.rank = static_cast<int64_t>(values[c].shape.size());
+              MMT_CHECK(values[c].dtype == column.dtype, ValueError, read.path, ": sample ", j, ", column '",
+                        column.name, "': an array of ", to_string(values[c].dtype), ", where the first sample's "
+                        "is of ", to_string(column.dtype), "; a field holds one dtype");
+              MMT_CHECK(static_cast<int64_t>(values[c].shape.size()) == column.rank, ValueError, read.path, ": sample ",
+                        j, ", column '", column.name, "': an array of ", values[c].shape.size(), " dimensions, where "
+                        "the first sample's has ", column.rank, "; a field holds arrays of one rank");
             }
             out.total_bytes_ += values[c].size;
           }
@@ -394,7 +411,9 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
       switch (column.kind) {
         case MdsShards::Kind::Bytes: fields.push_back(Field::bytes(column.name)); break;
         case MdsShards::Kind::Fixed: fields.push_back(Field::fixed(column.name, column.dtype, column.shape)); break;
-        case MdsShards::Kind::Array1d: fields.push_back(Field::ragged(column.name, column.dtype, {-1})); break;
+        case MdsShards::Kind::Array:
+          fields.push_back(Field::ragged(column.name, column.dtype, DimVector(static_cast<size_t>(column.rank), kVariableDim)));
+          break;
       }
     } catch (const ValueError& e) {
       throw ValueError(str(first_index, ": column '", detail::cut_for_message(column.name, 100), "' cannot be a field: ",
@@ -425,11 +444,14 @@ void PackSources::mds_record(int64_t index, std::vector<Tensor>& values) const {
   for (size_t c = 0; c < mds.columns.size(); ++c) {
     const MdsShards::Column& column = mds.columns[c];
     const ValueAt& value = at[c];
-    if (column.kind == MdsShards::Kind::Array1d && value.dtype != column.dtype)
+    if (column.kind == MdsShards::Kind::Array &&
+        (value.dtype != column.dtype || static_cast<int64_t>(value.shape.size()) != column.rank))
       throw IoError(str(shard.path, ": sample ", j, ", column '", column.name,
-                        "': its dtype changed while the shard was being packed"));
+                        "': its dtype or rank changed while the shard was being packed"));
     const int64_t item = element_size(value.dtype);
-    DimVector shape = column.kind == MdsShards::Kind::Fixed ? column.shape : DimVector{value.size / item};
+    DimVector shape = column.kind == MdsShards::Kind::Fixed   ? column.shape
+                      : column.kind == MdsShards::Kind::Array ? value.shape
+                                                              : DimVector{value.size / item};
     if (value.size == 0) {
       values[c] = empty(shape, value.dtype);
     } else if (value.offset % item == 0) {  // the shard's bytes where they lie

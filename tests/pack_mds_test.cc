@@ -149,8 +149,38 @@ TEST(PackMds, EncodingsAreMappedOrRefusedByName) {
     return error_of([&] { PackSources::from_mds(std::vector<std::string>{d.path()}); });
   };
   EXPECT_NE(refusal(MdsBuilder(std::vector<MdsBuilder::Column>{{"x", "complex"}}), {to_bytes("x")}).find("not an MDS encoding"), std::string::npos);
-  Bytes two_d{std::byte{(2 << 2) | 0}, std::byte{1}, std::byte{2}, std::byte{1}, std::byte{2}};
-  EXPECT_NE(refusal(MdsBuilder(std::vector<MdsBuilder::Column>{{"x", "ndarray:uint8"}}), {two_d}).find("an array of 2 dimensions"), std::string::npos);
+  // N-d arrays of no fixed shape: every dimension variable, one rank a column.
+  const Bytes two_by_one{std::byte{(2 << 2) | 0}, std::byte{2}, std::byte{1}, std::byte{5}, std::byte{6}};
+  {
+    TempFolder d;
+    MdsBuilder nd(std::vector<MdsBuilder::Column>{{"x", "ndarray:uint8"}});
+    nd.sample({Bytes{std::byte{(2 << 2) | 0}, std::byte{1}, std::byte{3}, std::byte{7}, std::byte{8}, std::byte{9}}});
+    nd.sample({two_by_one});
+    nd.flush(d.path(), "shard.00000.mds");
+    nd.write_index(d.path());
+    const PackSources arrays = PackSources::from_mds(std::vector<std::string>{d.path()});
+    EXPECT_EQ(arrays.schema()[0].shape, (DimVector{kVariableDim, kVariableDim}));
+    const Tensor second = arrays.record(1)[0];
+    EXPECT_EQ(std::vector<int64_t>(second.sizes().begin(), second.sizes().end()), (std::vector<int64_t>{2, 1}));
+    EXPECT_EQ(second.select(0, 1).select(0, 0).item<uint8_t>(), 6);
+    EXPECT_EQ(arrays.record(0)[0].select(0, 0).select(0, 2).item<uint8_t>(), 9);
+  }
+  {
+    TempFolder d;
+    MdsBuilder mixed(std::vector<MdsBuilder::Column>{{"x", "ndarray:uint8"}});
+    mixed.sample({two_by_one});
+    mixed.sample({Bytes{std::byte{(1 << 2) | 0}, std::byte{1}, std::byte{4}}});
+    mixed.flush(d.path(), "shard.00000.mds");
+    mixed.write_index(d.path());
+    EXPECT_NE(error_of([&] { PackSources::from_mds(std::vector<std::string>{d.path()}); })
+                  .find("sample 1, column 'x': an array of 1 dimensions, where the first sample's has 2"),
+              std::string::npos);
+  }
+  Bytes nine_d{std::byte{(9 << 2) | 0}};
+  nine_d.resize(10, std::byte{1});
+  EXPECT_NE(refusal(MdsBuilder(std::vector<MdsBuilder::Column>{{"x", "ndarray:uint8"}}), {nine_d})
+                .find("an array of 9 dimensions; arrays of 1 to 8 are packed"),
+            std::string::npos);
   Bytes short_array{std::byte{(1 << 2) | 0}, std::byte{5}, std::byte{1}};
   EXPECT_NE(refusal(MdsBuilder(std::vector<MdsBuilder::Column>{{"x", "ndarray:uint8"}}), {short_array}).find("does not fill its 1 bytes"),
             std::string::npos);

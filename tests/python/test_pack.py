@@ -288,9 +288,11 @@ class PackTest(FolderTestCase):
         rng = np.random.default_rng(5)
         samples = [{"caption": f"picture {i}", "label": i % 7, "meta": {"i": i},
                     "image": rng.integers(0, 255, size=(4, 4, 3), dtype=np.uint8),
-                    "tokens": rng.integers(0, 50000, size=rng.integers(1, 30), dtype=np.int32)} for i in range(40)]
+                    "tokens": rng.integers(0, 50000, size=rng.integers(1, 30), dtype=np.int32),
+                    "mask": rng.integers(0, 2, size=(rng.integers(1, 9), rng.integers(1, 9)), dtype=np.uint8)}
+                   for i in range(40)]
         self.write_mds(self.path("mds"), {"caption": "str", "label": "int", "meta": "json", "image": "ndarray:uint8:4,4,3",
-                                          "tokens": "ndarray"}, samples)
+                                          "tokens": "ndarray", "mask": "ndarray:uint8"}, samples)
         stats = mmtensor.pack(self.path("m.mmt"), [self.path("mds")])
         self.assertEqual(stats["records"], 40)
         ds = mmtensor.Dataset(self.path("m.mmt"))
@@ -303,6 +305,7 @@ class PackTest(FolderTestCase):
             self.assertEqual(json.loads(bytes(s["meta"])), samples[i]["meta"])
             np.testing.assert_array_equal(s["image"], samples[i]["image"])
             np.testing.assert_array_equal(s["tokens"], samples[i]["tokens"])
+            np.testing.assert_array_equal(s["mask"], samples[i]["mask"])  # 2-D, of its own shape
 
     def test_arrow_files(self):
         # The fuzzer's seed, an Arrow IPC file that tests/arrow_test_util.h wrote as pyarrow
