@@ -1,17 +1,21 @@
 #include "decompressed_file.h"
 
+#include <sys/statvfs.h>
 #include <zstd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "checksum.h"
 #include "gzip_reader.h"
 #include "import_util.h"
 #include "mapping_guard.h"
 #include "mmtensor/error.h"
 #include "scratch_file.h"
+#include "utf8.h"
 
 namespace mmt::detail {
 
@@ -76,6 +80,86 @@ UntypedStorage decompressed_file(const std::string& path, FileCompression compre
   }
   if (!head_checked && file.size() > 0) check_head(head.data(), static_cast<int64_t>(head.size()));
   return file.map(str(path, " (decompressed into a temporary file in ", file.folder().string(), ")"));
+}
+
+namespace {
+
+uint64_t hash_of(const UntypedStorage& bytes) {
+  if (bytes.nbytes() == 0) return 0;
+  return guard_storage_reads(bytes, [&] { return checksum64(bytes.data(), static_cast<size_t>(bytes.nbytes())); });
+}
+
+}  // namespace
+
+int64_t DecompressedFiles::scratch_budget() {
+  if (const char* text = std::getenv("MMT_SCRATCH_BYTES"); text != nullptr && *text != '\0') {
+    char* end = nullptr;
+    const double value = std::strtod(text, &end);
+    double scale = 1;
+    switch (end != nullptr ? *end : '\0') {
+      case 'K': case 'k': scale = 1024.0; ++end; break;
+      case 'M': case 'm': scale = 1024.0 * 1024; ++end; break;
+      case 'G': case 'g': scale = 1024.0 * 1024 * 1024; ++end; break;
+      case 'T': case 't': scale = 1024.0 * 1024 * 1024 * 1024; ++end; break;
+      default: break;
+    }
+    MMT_CHECK(end != nullptr && *end == '\0' && value >= 0 && value * scale < 9.0e18, ValueError,
+              "MMT_SCRATCH_BYTES is '", cut_for_message(text, 40), "', not a number of bytes (such as 20G)");
+    return static_cast<int64_t>(value * scale);
+  }
+  const char* tmpdir = std::getenv("TMPDIR");
+  struct statvfs fs {};
+  if (::statvfs(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp", &fs) != 0)
+    return int64_t{1} << 62;  // unknown: ScratchFile names the folder when it is used
+  return static_cast<int64_t>(static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize) / 2);
+}
+
+DecompressedFiles::DecompressedFiles(int64_t budget_bytes) : budget_(budget_bytes) {}
+
+size_t DecompressedFiles::add(const std::string& path, FileCompression compression, UntypedStorage bytes) {
+  Entry entry{path, compression, bytes.nbytes(), hash_of(bytes), {}, 0};
+  std::lock_guard lock(mutex_);
+  entry.last_use = ++clock_;
+  // Kept while they fit: the first inputs, which packing reads first.
+  if (kept_bytes_ + entry.size <= budget_) {
+    kept_bytes_ += entry.size;
+    entry.kept = std::move(bytes);
+  }
+  entries_.push_back(std::move(entry));
+  return entries_.size() - 1;
+}
+
+UntypedStorage DecompressedFiles::get(size_t index) const {
+  std::lock_guard lock(mutex_);  // held while decompressing: the threads that want it wait for it
+  Entry& entry = entries_.at(index);
+  entry.last_use = ++clock_;
+  if (entry.kept.nbytes() > 0 || entry.size == 0) return entry.kept;
+  UntypedStorage bytes = decompressed_file(entry.path, entry.compression);
+  ++again_;
+  MMT_CHECK(bytes.nbytes() == entry.size && hash_of(bytes) == entry.hash, IoError, entry.path,
+            ": decompresses to other bytes than when it was first read (", bytes.nbytes(), " bytes, where it gave ",
+            entry.size, "): it changed while it was being packed");
+  entry.kept = bytes;
+  kept_bytes_ += entry.size;
+  drop_past_budget(index);
+  return bytes;
+}
+
+void DecompressedFiles::drop_past_budget(size_t keep) const {
+  while (kept_bytes_ > budget_) {
+    size_t oldest = entries_.size();
+    for (size_t i = 0; i < entries_.size(); ++i)
+      if (i != keep && entries_[i].kept.nbytes() > 0 && (oldest == entries_.size() || entries_[i].last_use < entries_[oldest].last_use))
+        oldest = i;
+    if (oldest == entries_.size()) return;  // only the one in use: kept whatever its size
+    kept_bytes_ -= entries_[oldest].size;
+    entries_[oldest].kept = UntypedStorage();  // its scratch file goes once no view holds it
+  }
+}
+
+int64_t DecompressedFiles::decompressed_again() const {
+  std::lock_guard lock(mutex_);
+  return again_;
 }
 
 }  // namespace mmt::detail

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <mutex>
+#include <vector>
 #include <string>
 
 #include "mmtensor/storage.h"
@@ -26,5 +28,47 @@ const char* compressor_of(const std::byte* head, size_t n);
 // "PATH (decompressed into a temporary file in FOLDER)".
 UntypedStorage decompressed_file(const std::string& path, FileCompression compression, int64_t head_bytes = 0,
                                  const std::function<void(const std::byte*, int64_t)>& check_head = {});
+
+// Decompressed copies of compressed inputs (tar archives, MDS shards), kept in the scratch
+// folder within a byte budget. A copy past the budget is dropped once the sources have read it
+// and made again when its records are packed, checked against the first (its size and XXH3),
+// so $TMPDIR needs room for the budget (and the copy in use), not for every input; inputs
+// that fit are decompressed once. Thread-safe.
+class DecompressedFiles {
+ public:
+  explicit DecompressedFiles(int64_t budget_bytes = scratch_budget());
+
+  // Adds `bytes`, the decompression of `path` just made; hashed now, and kept while the copies
+  // kept fit the budget. Returns its index.
+  size_t add(const std::string& path, FileCompression compression, UntypedStorage bytes);
+  // File `index`'s decompressed bytes: the kept copy, or a new decompression, which is kept
+  // while the least recently used others are dropped past the budget. IoError (or the
+  // decompressor's FormatError) when the file no longer decompresses to what it did.
+  UntypedStorage get(size_t index) const;
+  // How many decompressions get() made (the inputs' second ones).
+  int64_t decompressed_again() const;
+
+  // The budget when none is given: MMT_SCRATCH_BYTES (bytes, suffixes K/M/G/T) when set, else
+  // half the free space of the scratch folder ($TMPDIR, or /tmp).
+  static int64_t scratch_budget();
+
+ private:
+  struct Entry {
+    std::string path;
+    FileCompression compression;
+    int64_t size = 0;
+    uint64_t hash = 0;
+    UntypedStorage kept;  // empty when dropped
+    uint64_t last_use = 0;
+  };
+  void drop_past_budget(size_t keep) const;  // with mutex_ held
+
+  mutable std::mutex mutex_;
+  mutable std::vector<Entry> entries_;
+  int64_t budget_;
+  mutable int64_t kept_bytes_ = 0;
+  mutable uint64_t clock_ = 0;
+  mutable int64_t again_ = 0;
+};
 
 }  // namespace mmt::detail

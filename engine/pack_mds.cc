@@ -46,13 +46,19 @@ struct MdsShards {
     int64_t rank = 0;              // Array: its arrays' dimensions, the first sample's (0 before it)
   };
   struct Shard {
-    UntypedStorage file;  // the shard mapped (or its decompression)
+    UntypedStorage file;  // the shard mapped; empty for a compressed one, whose decompression is
+    int64_t decompressed = -1;  // this one of `decompressed`
     std::string path;     // as named in errors: the .mds, or the compressed file
     int64_t samples = 0;
   };
   std::vector<Column> columns;
   std::vector<Shard> shards;
   std::vector<int64_t> shard_end;  // records before the end of each shard
+  DecompressedFiles decompressed;  // compressed shards' decompressions, within a budget of $TMPDIR
+
+  UntypedStorage file_of(const Shard& shard) const {
+    return shard.decompressed < 0 ? shard.file : decompressed.get(static_cast<size_t>(shard.decompressed));
+  }
 
 };
 
@@ -151,12 +157,13 @@ MdsShards::Column column_of(const std::string& name, const std::string& encoding
 uint32_t u32_at(const UntypedStorage& file, int64_t at) { return detail::load_le32(file.data() + at); }
 
 // Where sample `j` of `shard` lies, checked: [begin, end) in the file.
-std::pair<int64_t, int64_t> sample_range(const MdsShards::Shard& shard, int64_t j, bool again) {
+// `file` is the shard's bytes (its mapping, or its decompression).
+std::pair<int64_t, int64_t> sample_range(const MdsShards::Shard& shard, const UntypedStorage& file, int64_t j, bool again) {
   const int64_t header_end = 4 + 4 * (shard.samples + 1);
-  const int64_t begin = u32_at(shard.file, 4 + 4 * j), end = u32_at(shard.file, 8 + 4 * j);
-  if (begin < header_end || begin > end || end > shard.file.nbytes()) {
+  const int64_t begin = u32_at(file, 4 + 4 * j), end = u32_at(file, 8 + 4 * j);
+  if (begin < header_end || begin > end || end > file.nbytes()) {
     const std::string what = str(shard.path, ": sample ", j, " spans bytes [", begin, ", ", end, ") (offsets at byte ",
-                                 4 + 4 * j, "), outside the samples of a ", shard.file.nbytes(), "-byte shard");
+                                 4 + 4 * j, "), outside the samples of a ", file.nbytes(), "-byte shard");
     if (again) throw IoError(what + "; the shard changed while it was being packed");
     throw FormatError(what);
   }
@@ -171,9 +178,9 @@ struct ValueAt {
   ScalarType dtype = kUInt8;
   DimVector shape;  // an array's of no fixed shape
 };
-void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, int64_t j, bool again,
+void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, const UntypedStorage& file, int64_t j, bool again,
                    std::vector<ValueAt>& values) {
-  const std::pair<int64_t, int64_t> range = sample_range(shard, j, again);
+  const std::pair<int64_t, int64_t> range = sample_range(shard, file, j, again);
   const int64_t begin = range.first, end = range.second;  // plain variables: lambdas capture them (clang 14)
   // Thrown here, as its own type: an Error returned by value would be sliced to the base.
   const auto fault = [&](const std::string& why) {
@@ -186,7 +193,7 @@ void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, int64_t 
   for (size_t c = 0; c < mds.columns.size(); ++c) {
     if (mds.columns[c].fixed_bytes >= 0) continue;
     if (end - at < 4) fault("its column sizes run past its end");
-    values[c].size = u32_at(shard.file, at);
+    values[c].size = u32_at(file, at);
     at += 4;
   }
   for (size_t c = 0; c < mds.columns.size(); ++c) {
@@ -204,7 +211,7 @@ void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, int64_t 
     int64_t header = 0;
     const auto byte = [&](int64_t k) -> int {
       if (k >= value.size) fault(str("column '", detail::cut_for_message(column.name, 100), "': its array header is cut short"));
-      return static_cast<int>(static_cast<uint8_t>(shard.file.data()[value.offset + k]));
+      return static_cast<int>(static_cast<uint8_t>(file.data()[value.offset + k]));
     };
     if (column.dtype_in_sample) {
       const std::optional<ScalarType> dtype = ndarray_dtype(byte(0));
@@ -344,6 +351,7 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
       const std::string raw = shard_path(*raw_data);
       std::error_code ec;
       MdsShards::Shard read;
+      std::optional<detail::FileCompression> compressed;
       if (fs::is_regular_file(raw, ec)) {
         read.path = raw;
         read.file = detail::regular_file_size(raw) == 0 ? UntypedStorage() : UntypedStorage::map_file(raw);
@@ -359,8 +367,8 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
                   "'; this packer decompresses zstd and gz shards (decompress others first, as StreamingDataset "
                   "would into its cache)");
         read.path = shard_path(*zip);
-        read.file = detail::decompressed_file(read.path, algorithm == "zstd" ? detail::FileCompression::Zstd
-                                                                             : detail::FileCompression::Gzip);
+        compressed = algorithm == "zstd" ? detail::FileCompression::Zstd : detail::FileCompression::Gzip;
+        read.file = detail::decompressed_file(read.path, *compressed);
       }
       // The index's size of the shard, when it gives one: a shard cut short or left over from
       // another write is named here.
@@ -378,7 +386,7 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
         MMT_CHECK(u32_at(read.file, 0) == read.samples, FormatError, read.path, ": begins with a count of ",
                   u32_at(read.file, 0), " samples, but the index says ", read.samples);
         for (int64_t j = 0; j < read.samples; ++j) {
-          sample_values(*mds, read, j, /*again=*/false, values);
+          sample_values(*mds, read, read.file, j, /*again=*/false, values);
           for (size_t c = 0; c < values.size(); ++c) {
             if (mds->columns[c].kind == MdsShards::Kind::Array) {
               MdsShards::Column& column = mds->columns[c];
@@ -397,6 +405,8 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
         }
       });
       MMT_CHECK(!__builtin_add_overflow(out.records_, read.samples, &out.records_), ValueError, "too many samples");
+      if (compressed)  // kept within the budget, else decompressed again when its samples are packed
+        read.decompressed = static_cast<int64_t>(mds->decompressed.add(read.path, *compressed, std::move(read.file)));
       mds->shard_end.push_back(out.records_);
       out.input_paths_.push_back(read.path);
       mds->shards.push_back(std::move(read));
@@ -440,7 +450,8 @@ void PackSources::mds_record(int64_t index, std::vector<Tensor>& values) const {
   const MdsShards::Shard& shard = mds.shards[s];
   thread_local std::vector<ValueAt> at;  // record() runs on many threads; no allocation a record
   const int64_t sample = j;  // a plain variable for the lambda
-  detail::guard_storage_reads(shard.file, [&] { sample_values(mds, shard, sample, /*again=*/true, at); });
+  const UntypedStorage file = mds.file_of(shard);
+  detail::guard_storage_reads(file, [&] { sample_values(mds, shard, file, sample, /*again=*/true, at); });
   for (size_t c = 0; c < mds.columns.size(); ++c) {
     const MdsShards::Column& column = mds.columns[c];
     const ValueAt& value = at[c];
@@ -455,11 +466,11 @@ void PackSources::mds_record(int64_t index, std::vector<Tensor>& values) const {
     if (value.size == 0) {
       values[c] = empty(shape, value.dtype);
     } else if (value.offset % item == 0) {  // the shard's bytes where they lie
-      values[c] = Tensor(shard.file, value.dtype, shape, value.offset / item);
+      values[c] = Tensor(file, value.dtype, shape, value.offset / item);
     } else {  // MDS packs values back to back, unaligned: copied
       Tensor copy = empty(shape, value.dtype);
-      detail::guard_storage_reads(shard.file, [&] {
-        std::memcpy(copy.mutable_data_ptr(), shard.file.data() + value.offset, static_cast<size_t>(value.size));
+      detail::guard_storage_reads(file, [&] {
+        std::memcpy(copy.mutable_data_ptr(), file.data() + value.offset, static_cast<size_t>(value.size));
       });
       values[c] = std::move(copy);
     }

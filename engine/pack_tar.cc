@@ -27,7 +27,11 @@ struct TarSamples {
     int64_t offset = 0;  // in its archive
     int64_t size = 0;
   };
-  std::vector<UntypedStorage> archives;    // mapped whole; empty for an empty file
+  // Each archive mapped whole (empty for an empty file, or a compressed one), or, compressed,
+  // its decompression in `decompressed` (decompressed_index >= 0).
+  std::vector<UntypedStorage> mapped;
+  std::vector<int64_t> decompressed_index;
+  DecompressedFiles decompressed;
   std::vector<std::string> extensions;     // one per member field, in schema order
   std::vector<std::string> alternatives;   // per field: "jpg;png" when it has several (TarOptions), else ""
   size_t class_field = SIZE_MAX;           // the "cls" field, stored as int64
@@ -39,6 +43,10 @@ struct TarSamples {
   std::vector<int64_t> classes;
   std::string keys_text;
   std::vector<int64_t> key_end;
+
+  UntypedStorage archive(uint32_t a) const {
+    return decompressed_index[a] < 0 ? mapped[a] : decompressed.get(static_cast<size_t>(decompressed_index[a]));
+  }
 
   std::string_view key(int64_t record) const {
     const int64_t begin = record == 0 ? 0 : key_end[static_cast<size_t>(record) - 1];
@@ -100,14 +108,22 @@ UntypedStorage decompressed_archive(const std::string& path, bool gzip) {
   return archive;
 }
 
-// The archive at `path` mapped, or decompressed first (gzip, zstd); empty for an empty file.
-UntypedStorage archive_bytes(const std::string& path) {
+// The archive at `path` mapped, or decompressed first (gzip, zstd: `compression` says which);
+// empty for an empty file.
+UntypedStorage archive_bytes(const std::string& path, std::optional<detail::FileCompression>& compression) {
+  compression.reset();
   detail::InputFile file = detail::map_input_file(path);  // IoError naming a missing file or a folder
   if (file.bytes.empty()) return UntypedStorage();
   const char* compressor = detail::guard_storage_reads(
       file.mapping, [&] { return detail::compressor_of(file.bytes.data(), std::min<size_t>(file.bytes.size(), 6)); });
-  if (compressor != nullptr && std::strcmp(compressor, "gzip") == 0) return decompressed_archive(path, /*gzip=*/true);
-  if (compressor != nullptr && std::strcmp(compressor, "zstd") == 0) return decompressed_archive(path, /*gzip=*/false);
+  if (compressor != nullptr && std::strcmp(compressor, "gzip") == 0) {
+    compression = detail::FileCompression::Gzip;
+    return decompressed_archive(path, /*gzip=*/true);
+  }
+  if (compressor != nullptr && std::strcmp(compressor, "zstd") == 0) {
+    compression = detail::FileCompression::Zstd;
+    return decompressed_archive(path, /*gzip=*/false);
+  }
   MMT_CHECK(compressor == nullptr, ValueError, path, ": a ", compressor, "-compressed tar archive; tar archives are ",
             "read uncompressed or compressed with gzip or zstd: decompress it first");
   MMT_CHECK(detail::guard_storage_reads(file.mapping, [&] {
@@ -177,6 +193,7 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
   const std::string fix = "; choose the fields (TarOptions::extensions, mmt pack --ext) and what a sample lacking one "
                           "gives (--missing skip|empty)";
   std::vector<size_t> rank_taken;  // per field of the sample being flushed
+  const UntypedStorage* scanned = nullptr;  // the archive being read
   const auto flush = [&] {
     if (pending.members.empty()) return;
     if (samples->extensions.empty()) {  // the first sample sets the fields
@@ -237,6 +254,21 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
         samples->values[first_value + f] = {0, 0};  // empty
       }
     }
+    // The class number, read now: a compressed archive's decompression may be gone once the
+    // next one is read.
+    const auto cls = std::find(samples->extensions.begin(), samples->extensions.end(), "cls");
+    if (cls != samples->extensions.end()) {
+      const TarSamples::Value& value = samples->values[first_value + static_cast<size_t>(cls - samples->extensions.begin())];
+      std::string text(static_cast<size_t>(std::min<int64_t>(value.size, 64)), '\0');
+      if (value.size <= 64 && !text.empty())
+        detail::guard_storage_reads(*scanned, [&] { std::memcpy(text.data(), scanned->data() + value.offset, text.size()); });
+      const std::optional<int64_t> number = value.size <= 64 ? class_number(text) : std::nullopt;
+      MMT_CHECK(number.has_value(), ValueError, paths[pending.archive], ": sample '",
+                detail::cut_for_message(pending.key, 200), "': its .cls member (byte ", value.offset,
+                ") is not an integer in decimal text (WebDataset's class number): '",
+                detail::cut_for_message(text, 40), "'");
+      samples->classes.push_back(*number);
+    }
     samples->archive_of.push_back(pending.archive);
     samples->keys_text += pending.key;
     samples->key_end.push_back(static_cast<int64_t>(samples->keys_text.size()));
@@ -246,7 +278,9 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
   for (size_t a = 0; a < paths.size(); ++a) {
     const std::string& path = paths[a];
     MMT_CHECK(a <= UINT32_MAX, ValueError, "more than 2^32 tar archives");
-    UntypedStorage archive = archive_bytes(path);
+    std::optional<detail::FileCompression> compression;
+    UntypedStorage archive = archive_bytes(path, compression);
+    scanned = &archive;
     if (archive.nbytes() > 0) {
       detail::for_each_tar_member(archive, [&](const detail::TarMember& member) {
         auto split = key_and_extension(member.name);
@@ -268,7 +302,15 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
       });
     }
     flush();  // a sample ends with its archive
-    samples->archives.push_back(std::move(archive));
+    scanned = nullptr;
+    if (compression) {  // kept in the scratch folder while within its budget, else decompressed again when packed
+      samples->decompressed_index.push_back(
+          static_cast<int64_t>(samples->decompressed.add(path, *compression, std::move(archive))));
+      samples->mapped.emplace_back();
+    } else {
+      samples->decompressed_index.push_back(-1);
+      samples->mapped.push_back(std::move(archive));
+    }
   }
   const auto records = static_cast<int64_t>(samples->archive_of.size());
   MMT_CHECK(records > 0, ValueError, joined(paths), ": no samples (no member named KEY.EXTENSION",
@@ -290,22 +332,6 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
     }
     if (extension == "cls") samples->class_field = f;
     out.origins_.push_back(str(extension, "=", joined(paths), " (tar members)"));
-  }
-  if (samples->class_field != SIZE_MAX) {
-    samples->classes.resize(static_cast<size_t>(records));
-    for (int64_t r = 0; r < records; ++r) {
-      const TarSamples::Value& value = samples->values[static_cast<size_t>(r) * member_fields + samples->class_field];
-      const UntypedStorage& archive = samples->archives[samples->archive_of[static_cast<size_t>(r)]];
-      std::string text(static_cast<size_t>(std::min<int64_t>(value.size, 64)), '\0');
-      if (value.size <= 64)
-        detail::guard_storage_reads(archive, [&] { std::memcpy(text.data(), archive.data() + value.offset, text.size()); });
-      const std::optional<int64_t> number = value.size <= 64 ? class_number(text) : std::nullopt;
-      MMT_CHECK(number.has_value(), ValueError, paths[samples->archive_of[static_cast<size_t>(r)]], ": sample '",
-                detail::cut_for_message(std::string(samples->key(r)), 200), "': its .cls member (byte ", value.offset,
-                ") is not an integer in decimal text (WebDataset's class number): '",
-                detail::cut_for_message(text, 40), "'");
-      samples->classes[static_cast<size_t>(r)] = *number;
-    }
   }
   if (options.keys) {
     fields.push_back(Field::bytes("__key__"));
@@ -331,7 +357,7 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
 void PackSources::tar_record(int64_t index, std::vector<Tensor>& values) const {
   const TarSamples& samples = *tar_;
   const size_t member_fields = samples.extensions.size();
-  const UntypedStorage& archive = samples.archives[samples.archive_of[static_cast<size_t>(index)]];
+  const UntypedStorage archive = samples.archive(samples.archive_of[static_cast<size_t>(index)]);
   for (size_t f = 0; f < member_fields; ++f) {
     if (f == samples.class_field) {
       values[f] = full({}, static_cast<double>(samples.classes[static_cast<size_t>(index)]), kInt64);

@@ -118,6 +118,15 @@ TEST(PackMds, CompressedShardsAreDecompressedWhenTheRawOneIsAbsent) {
   ASSERT_EQ(sources.records(), 4);
   EXPECT_EQ(text_of(sources.record(3)[2]), "caption 3");
   EXPECT_NE(sources.record_origin(2, 0).find(dir / "shard.00000.mds.zstd"), std::string::npos);
+  {
+    // Past the scratch budget, a shard is decompressed again when its samples are packed.
+    const testing::ScopedEnv budget("MMT_SCRATCH_BYTES", "16");
+    const PackSources again = PackSources::from_mds(std::vector<std::string>{dir.path()});
+    for (int64_t r : {3, 0, 2, 1})
+      EXPECT_EQ(text_of(again.record(r)[2]), "caption " + std::to_string(r));
+    pack_dataset(dir / "again.mmt", again, {});
+    EXPECT_EQ(compare_with_sources(Dataset::open(dir / "again.mmt"), again), 4);
+  }
 
   // Other compressions are named; a missing shard too.
   MdsBuilder other = four_columns();

@@ -11,6 +11,7 @@
 
 #include <zstd.h>
 
+#include "decompressed_file.h"
 #include "importer_test_util.h"
 #include "tar_test_util.h"
 #include "mmtensor/dataset.h"
@@ -210,6 +211,64 @@ TEST(PackTar, GzipAndZstdArchivesAreDecompressedIntoAScratchFile) {
     const testing::ScopedEnv missing("TMPDIR", dir / "missing");
     EXPECT_THROW_WITH(PackSources::from_tars({dir / "a.tar.gz"}), IoError, "no temporary folder to decompress this file into");
   }
+}
+
+// Compressed archives past the scratch budget (MMT_SCRATCH_BYTES; half of $TMPDIR's free
+// space by default) are dropped once read and decompressed again when their records are
+// packed: the same records, with about one archive in $TMPDIR at a time.
+TEST(PackTar, ArchivesPastTheScratchBudgetAreDecompressedAgainWhenPacked) {
+  TempFolder dir;
+  std::vector<std::string> specs;
+  for (int a = 0; a < 3; ++a) {
+    TarBuilder tar;
+    for (int i = 0; i < 4; ++i)
+      tar.add("s" + std::to_string(a * 4 + i) + ".txt", std::string(5000, static_cast<char>('a' + a)))
+          .add("s" + std::to_string(a * 4 + i) + ".cls", std::to_string(a * 4 + i));
+    specs.push_back(dir / ("part" + std::to_string(a) + ".tar.gz"));
+    write_file(specs.back(), testutil::gzip_bytes(tar.finish()));
+  }
+  const testing::ScopedEnv budget("MMT_SCRATCH_BYTES", "1K");  // less than one archive: only the one in use
+  const PackSources sources = PackSources::from_tars(specs);
+  ASSERT_EQ(sources.records(), 12);
+  for (int64_t r : {0, 11, 4, 5, 0}) {  // out of order too: each archive made again as needed
+    const std::vector<Tensor> values = sources.record(r);
+    EXPECT_EQ(values[0].item<int64_t>(), r);
+    EXPECT_EQ(text_of(values[1]), std::string(5000, static_cast<char>('a' + r / 4)));
+  }
+  pack_dataset(dir / "out.mmt", sources, {});
+  EXPECT_EQ(compare_with_sources(Dataset::open(dir / "out.mmt"), sources), 12);
+
+  // An archive that changed since it was read is named, not packed as it is now.
+  TarBuilder other;
+  other.add("s0.txt", std::string(5000, 'z')).add("s0.cls", "0");
+  write_file(specs[0], testutil::gzip_bytes(other.finish()));
+  EXPECT_THROW_WITH(sources.record(1), IoError, specs[0] + ": decompresses to other bytes than when it was first read");
+}
+
+TEST(DecompressedFiles, KeepsCopiesWithinTheBudgetTheLeastRecentlyUsedDropped) {
+  TempFolder dir;
+  std::vector<std::string> paths;
+  for (char c : {'a', 'b', 'c'}) {
+    paths.push_back(dir / (std::string(1, c) + ".gz"));
+    write_file(paths.back(), testutil::gzip_bytes(to_bytes(std::string(1000, c))));
+  }
+  detail::DecompressedFiles files(2500);
+  for (const std::string& path : paths)
+    files.add(path, detail::FileCompression::Gzip, detail::decompressed_file(path, detail::FileCompression::Gzip));
+  // a and b kept (2000 bytes), c dropped.
+  EXPECT_EQ(files.get(0).nbytes(), 1000);
+  EXPECT_EQ(files.get(1).nbytes(), 1000);
+  EXPECT_EQ(files.decompressed_again(), 0);
+  const UntypedStorage c = files.get(2);  // made again; a, the least recently used, dropped
+  EXPECT_EQ(static_cast<char>(c.data()[999]), 'c');
+  EXPECT_EQ(files.decompressed_again(), 1);
+  (void)files.get(1);
+  EXPECT_EQ(files.decompressed_again(), 1);
+  (void)files.get(0);
+  EXPECT_EQ(files.decompressed_again(), 2);
+  // Not a number of bytes: named.
+  const testing::ScopedEnv bad("MMT_SCRATCH_BYTES", "lots");
+  EXPECT_THROW_WITH(detail::DecompressedFiles::scratch_budget(), ValueError, "MMT_SCRATCH_BYTES is 'lots'");
 }
 
 // Samples of a real crawl: images under two extensions, a caption some lack, an extra member.

@@ -32,8 +32,8 @@
 // FolderOptions::paths adds each one's path. Or mmtensor datasets, to repack them: another
 // codec, chunk size or alignment, shards merged into one file, some fields left out. Or
 // WebDataset shards: tar archives (uncompressed, or gzip- or zstd-compressed: .tar.gz, .tgz,
-// .tar.zst, decompressed first into an unnamed file in $TMPDIR, or /tmp, which needs room for
-// them all) whose members are grouped into samples by key
+// .tar.zst, decompressed first into an unnamed file in $TMPDIR, or /tmp: see "Scratch" below)
+// whose members are grouped into samples by key
 // (the member's path up to the first '.' of its file name: "000/x.jpg" and "000/x.cls" are
 // sample "000/x"), one record per sample, in archive order, the archives one after another.
 // Each extension (the rest of the name, lower-cased: "jpg", "seg.png") is a field holding the
@@ -48,7 +48,7 @@
 // the index's dtype; a view into the mapped .bin, the document's sequences joined). Or
 // MosaicML Streaming datasets (a folder holding index.json, or that file; MDS shards,
 // uncompressed or zstd/gz, the latter each decompressed when the sources are made into an
-// unnamed file in $TMPDIR, which needs room for them all): one record per sample, one field
+// unnamed file in $TMPDIR: see "Scratch"): one record per sample, one field
 // per column (pack_mds.cc says how each encoding is stored; the encodings are in the
 // metadata key "mds_encodings"). Or Apache Arrow IPC files and streams (".arrow", ".arrows",
 // ".feather", ".ipc", or any file beginning with "ARROW1"), or a folder that Hugging Face
@@ -61,6 +61,12 @@
 // metadata key "arrow_types", Hugging Face's features in "huggingface" (and the class names of
 // a ClassLabel column in "classes"). Compressed record batches (Feather's lz4, zstd) are
 // decompressed when the sources are made into an unnamed file in $TMPDIR.
+//
+// Scratch. Decompressed tar archives and MDS shards are kept within a budget of $TMPDIR
+// (MMT_SCRATCH_BYTES, such as "20G"; half the folder's free space by default): those past it
+// are dropped once the sources have read them and decompressed again when their records are
+// read (record() then pays that decompression; the bytes are checked to be the same), so the
+// folder needs room for the budget and the archive in use, not for every input.
 //
 // Failure. Loading sources throws the importers' errors (IoError, FormatError) naming the
 // file, and ValueError for sources that do not fit together (record counts, duplicate names,
