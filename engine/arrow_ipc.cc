@@ -405,10 +405,17 @@ ArrowBatch read_batch(const FlatTable& header, const std::string& where, int64_t
 }
 
 // The dictionary-encoded fields, by dictionary id (fields may share one).
-void encoded_fields(const std::vector<ArrowField>& fields, std::map<int64_t, const ArrowField*>& out) {
+// A dictionary's values may not be dictionary-encoded in turn (no packer field reads such a
+// column, and copying nested dictionaries' value types would multiply the schema's size).
+void encoded_fields(const std::vector<ArrowField>& fields, std::map<int64_t, const ArrowField*>& out,
+                    const std::string& where, bool inside_dictionary = false) {
   for (const ArrowField& f : fields) {
-    if (f.dictionary_encoded) out.emplace(f.dictionary_id, &f);
-    encoded_fields(f.children, out);
+    if (f.dictionary_encoded) {
+      MMT_CHECK(!inside_dictionary, ValueError, where, ": field '", cut_for_message(f.name, 100),
+                "' is dictionary-encoded inside a dictionary's values, which this reader does not take");
+      out.emplace(f.dictionary_id, &f);
+    }
+    encoded_fields(f.children, out, where, inside_dictionary || f.dictionary_encoded);
   }
 }
 
@@ -498,7 +505,7 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
         };
         any_dictionary = any_encoded(any_encoded, ipc.fields);
         std::map<int64_t, const ArrowField*> encoded;
-        encoded_fields(ipc.fields, encoded);
+        encoded_fields(ipc.fields, encoded, where);
         for (const auto& [id, field] : encoded) {  // each id's values, laid out as a batch of one field
           auto value = std::make_shared<std::vector<ArrowField>>(1, *field);
           value->front().dictionary_encoded = false;
@@ -514,7 +521,9 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
         ArrowDictionary dictionary;
         dictionary.id = header->scalar<int64_t>(0, 0);
         dictionary.delta = header->scalar<uint8_t>(2, 0) != 0;
-        dictionary.batches_before = ipc.batches.size();
+        // A file's dictionaries hold for all its batches, wherever they lie (the format lets a
+        // file give them after the batches that use them); a stream's for the batches after.
+        dictionary.batches_before = ipc.file_format ? 0 : ipc.batches.size();
         const auto encoded = dictionaries_of.find(dictionary.id);
         MMT_CHECK(encoded != dictionaries_of.end(), FormatError, where, ": a DictionaryBatch of id ", dictionary.id,
                   ", which no field's dictionary encoding names");
@@ -557,7 +566,7 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
       ArrowBatch& batch = *each;
       batch.decompressed = true;
       BufferDecompressor decompressor(path, batch.codec);
-      const std::string where = str(path, ": the record batch at byte ", batch.message_offset);
+      const std::string where = str(path, ": the batch at byte ", batch.message_offset);
       for (size_t i = 0; i < batch.buffers.size(); ++i) {
         ArrowBatch::Buffer& buffer = batch.buffers[i];
         if (scratch.size() % 64 != 0) scratch.append(zeros, 64 - scratch.size() % 64);

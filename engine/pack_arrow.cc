@@ -80,18 +80,21 @@ struct ArrowColumns {
     std::string value_type;  // the dictionary's values' Arrow type
   };
   // The part of a dictionary that one dictionary batch gives: values [end of the part before,
-  // end) are its values [0, ...).
+  // end) are its values [0, ...). A generation is a dictionary and the deltas after it, until
+  // the next that replaces it.
   struct DictionaryPart {
-    uint32_t dictionary = 0;  // in its input's ArrowIpc::dictionaries
-    int64_t end = 0;
+    uint32_t dictionary = 0;  // in its input's ArrowIpc::dictionaries, ascending
+    int64_t end = 0;          // values of its generation up to its end
+    size_t generation = 0;    // where its generation's first part is, in the id's parts
   };
   struct Batch {
     uint32_t input = 0, batch = 0;
     std::vector<int> first_buffer;  // by node
-    std::map<int64_t, std::vector<DictionaryPart>> dictionaries;  // by id: the values in effect for it
+    size_t dictionaries_before = 0;  // its input's dictionaries that hold for it: [0, this)
   };
   std::vector<ArrowIpc> inputs;
   std::vector<std::vector<std::vector<int>>> dictionary_buffers;  // [input][dictionary]: first buffer by node
+  std::vector<std::map<int64_t, std::vector<DictionaryPart>>> dictionary_parts;  // [input]: by id, in order
   std::vector<Batch> batches;
   std::vector<int64_t> batch_end;  // rows before the end of each batch, all inputs in order
   std::vector<Column> columns;
@@ -295,14 +298,28 @@ class ColumnReader {
       if (at.null) return;
       const int64_t index = view_.integer_at(view_.buffer(column.index_node, 1), column.index_bytes,
                                              column.index_signed, row);
-      const std::vector<ArrowColumns::DictionaryPart>& parts = batch_.dictionaries.at(column.dictionary_id);
-      const auto part = std::upper_bound(parts.begin(), parts.end(), index,
-                                         [](int64_t i, const ArrowColumns::DictionaryPart& p) { return i < p.end; });
-      if (index < 0 || part == parts.end())
+      // The dictionary's parts that hold for this batch: the last generation of those before it.
+      const auto& by_id = arrow_.dictionary_parts[batch_.input];
+      const auto found = by_id.find(column.dictionary_id);
+      const std::vector<ArrowColumns::DictionaryPart>* parts = found == by_id.end() ? nullptr : &found->second;
+      const auto last = parts == nullptr ? 0
+                                         : std::partition_point(parts->begin(), parts->end(),
+                                                                [&](const ArrowColumns::DictionaryPart& p) {
+                                                                  return p.dictionary < batch_.dictionaries_before;
+                                                                }) - parts->begin();
+      if (last == 0)
         throw FormatError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row,
-                              ": dictionary index ", index, " is outside its dictionary's ",
-                              parts.empty() ? 0 : parts.back().end, " values"));
-      const int64_t before = part == parts.begin() ? 0 : (part - 1)->end;
+                              ": no dictionary of id ", column.dictionary_id, " comes before it"));
+      const auto first = parts->begin() + static_cast<ptrdiff_t>((*parts)[static_cast<size_t>(last - 1)].generation);
+      const auto stop = parts->begin() + last;
+      const auto part = std::upper_bound(first, stop, index,
+                                         [](int64_t i, const ArrowColumns::DictionaryPart& p) { return i < p.end; });
+      if (index < 0 || part == stop)
+        throw FormatError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row,
+                              ": dictionary index ",
+                              column.index_signed ? str(index) : str(static_cast<uint64_t>(index)),
+                              " is outside its dictionary's ", (stop - 1)->end, " values"));
+      const int64_t before = part == first ? 0 : (part - 1)->end;
       const detail::ArrowDictionary& dictionary = ipc_.dictionaries[part->dictionary];
       at.view = BatchView(ipc_, dictionary.batch, arrow_.dictionary_buffers[batch_.input][part->dictionary],
                           "dictionary batch");
@@ -500,7 +517,8 @@ bool same_fields(const std::vector<ArrowField>& a, const std::vector<ArrowField>
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].name != b[i].name || arrow_type_name(a[i]) != arrow_type_name(b[i]) ||
-        a[i].dictionary_encoded != b[i].dictionary_encoded || !same_fields(a[i].children, b[i].children))
+        a[i].dictionary_encoded != b[i].dictionary_encoded || a[i].dictionary_id != b[i].dictionary_id ||
+        !same_fields(a[i].children, b[i].children))
       return false;
   }
   return true;
@@ -631,32 +649,34 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
         MMT_CHECK(same_fields(ipc.fields, arrow->inputs.front().fields), ValueError, path, ": its columns differ from ",
                   "those of ", arrow->inputs.front().path, "; the files packed together must have the same columns");
       const auto input = static_cast<uint32_t>(arrow->inputs.size());
-      // The dictionaries in effect for each record batch: those before it, a delta adding its
-      // values to the id's, another replacing them.
-      std::map<int64_t, std::vector<ArrowColumns::DictionaryPart>> current;
-      size_t next_dictionary = 0;
+      // Each dictionary id's parts, in order: a delta adds its values to the id's generation,
+      // another begins a new one. A record batch reads the dictionaries before it (a file's:
+      // all of them), which a row's lookup finds by binary search: memory a dictionary.
+      std::map<int64_t, std::vector<ArrowColumns::DictionaryPart>> parts_by_id;
       std::vector<std::vector<int>> dictionary_buffers;
-      for (const detail::ArrowDictionary& dictionary : ipc.dictionaries)
+      for (size_t d = 0; d < ipc.dictionaries.size(); ++d) {
+        const detail::ArrowDictionary& dictionary = ipc.dictionaries[d];
         dictionary_buffers.push_back(detail::arrow_field_buffers(ipc, dictionary));
+        std::vector<ArrowColumns::DictionaryPart>& parts = parts_by_id[dictionary.id];
+        const bool continues = dictionary.delta && !parts.empty();
+        const int64_t before = continues ? parts.back().end : 0;
+        int64_t end = 0;
+        MMT_CHECK(!__builtin_add_overflow(before, dictionary.batch.rows, &end), FormatError, path,
+                  ": dictionaries of too many values");
+        parts.push_back({static_cast<uint32_t>(d), end, continues ? parts.back().generation : parts.size()});
+      }
+      size_t next_dictionary = 0;
       for (size_t b = 0; b < ipc.batches.size(); ++b) {
-        for (; next_dictionary < ipc.dictionaries.size() && ipc.dictionaries[next_dictionary].batches_before <= b;
-             ++next_dictionary) {
-          const detail::ArrowDictionary& dictionary = ipc.dictionaries[next_dictionary];
-          std::vector<ArrowColumns::DictionaryPart>& parts = current[dictionary.id];
-          if (!dictionary.delta) parts.clear();
-          const int64_t before = parts.empty() ? 0 : parts.back().end;
-          int64_t end = 0;
-          MMT_CHECK(!__builtin_add_overflow(before, dictionary.batch.rows, &end), FormatError, path,
-                    ": dictionaries of too many values");
-          parts.push_back({static_cast<uint32_t>(next_dictionary), end});
-        }
+        while (next_dictionary < ipc.dictionaries.size() && ipc.dictionaries[next_dictionary].batches_before <= b)
+          ++next_dictionary;
         if (ipc.batches[b].rows == 0) continue;
-        arrow->batches.push_back({input, static_cast<uint32_t>(b), detail::arrow_field_buffers(ipc, ipc.batches[b]),
-                                  current});
+        arrow->batches.push_back(
+            {input, static_cast<uint32_t>(b), detail::arrow_field_buffers(ipc, ipc.batches[b]), next_dictionary});
         out.records_ += ipc.batches[b].rows;
         arrow->batch_end.push_back(out.records_);
       }
       arrow->dictionary_buffers.push_back(std::move(dictionary_buffers));
+      arrow->dictionary_parts.push_back(std::move(parts_by_id));
       out.input_paths_.push_back(path);
       arrow->inputs.push_back(std::move(ipc));
     }
@@ -701,6 +721,8 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
   MMT_CHECK(!arrow->columns.empty(), ValueError, first.path, ": no columns");
 
   // Dictionaries: each one a column reads holds values of its type, their buffers checked.
+  std::vector<std::vector<bool>> dictionary_checked(arrow->inputs.size());
+  for (size_t i = 0; i < arrow->inputs.size(); ++i) dictionary_checked[i].assign(arrow->inputs[i].dictionaries.size(), false);
   for (const ArrowColumns::Column& column : arrow->columns) {
     if (!column.dictionary) continue;
     ArrowColumns::Column values = column;
@@ -712,6 +734,8 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
       for (size_t d = 0; d < ipc.dictionaries.size(); ++d) {
         const detail::ArrowDictionary& dictionary = ipc.dictionaries[d];
         if (dictionary.id != column.dictionary_id) continue;
+        if (dictionary_checked[i][d]) continue;  // another column of this id checked it (of one value type)
+        dictionary_checked[i][d] = true;
         const BatchView view(ipc, dictionary.batch, arrow->dictionary_buffers[i][d], "dictionary batch");
         MMT_CHECK(arrow_type_name(dictionary.value->front()) == column.value_type, FormatError, view.where(),
                   ": column '", detail::cut_for_message(column.name, 100), "' reads dictionary ", column.dictionary_id,
@@ -747,7 +771,9 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
                       ", which a field of fixed shape cannot store (nulls are stored as NaN in floats, empty in ",
                       "variable-length fields); leave the column out (choose the others with --field), or fill its nulls first");
             ++column.nulls;
-            if (outer_variable && !floating) common[0] = -1;
+            // Stored empty: the outer length varies, a fixed-size list's of strings too (its
+            // lengths field is then ragged). Floats keep their shape, filled with NaN.
+            if (levels > 0 && !floating) common[0] = -1;
             continue;
           }
           for (size_t k = 0; k < levels && !joined; ++k) {
@@ -762,9 +788,8 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
     }
     for (size_t k = 0; k < levels && !joined; ++k) {
       const ArrowColumns::Level& level = column.path[column.structs + k];
-      column.shape.push_back(level.kind == ArrowColumns::Level::Kind::FixedList ? level.fixed
-                             : common[k] >= 1                                   ? common[k]
-                                                                                : kVariableDim);
+      const bool fixed_list = level.kind == ArrowColumns::Level::Kind::FixedList && (k > 0 || common[0] != -1 || floating);
+      column.shape.push_back(fixed_list ? level.fixed : common[k] >= 1 ? common[k] : kVariableDim);
     }
     if (column.leaf == ArrowColumns::Leaf::FixedBytes) column.shape.push_back(column.item);
     if (variable_leaf && !column.lengths) column.shape.push_back(kVariableDim);

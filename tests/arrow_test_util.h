@@ -185,6 +185,7 @@ struct Column {
   bool dictionary = false;
   int64_t dictionary_id = 0;
   int index_bits = 32;
+  bool index_signed = true;
 };
 
 // A validity bitmap for `valid` (empty: every value valid, and no bitmap written).
@@ -348,6 +349,7 @@ Column encoded(std::string name, const Column& values_like, int64_t id, const st
   c.dictionary = true;
   c.dictionary_id = id;
   c.index_bits = static_cast<int>(8 * sizeof(Index));
+  c.index_signed = std::is_signed_v<Index>;
   c.length = static_cast<int64_t>(indices.size());
   c.buffers.push_back(validity(valid, c.null_count));
   c.buffers.emplace_back(reinterpret_cast<const uint8_t*>(indices.data()),
@@ -391,7 +393,7 @@ inline FbPtr field_of(const Column& c) {
     set<int64_t>(encoding, 0, c.dictionary_id);
     FbPtr index = table();
     set<int32_t>(index, 0, c.index_bits);
-    set<uint8_t>(index, 1, 1);
+    set<uint8_t>(index, 1, c.index_signed ? 1 : 0);
     set_child(encoding, 1, index);
     set_child(f, 4, encoding);
   }

@@ -186,7 +186,7 @@ TEST(PackArrow, CompressedBatchesAreDecompressed) {
     ASSERT_TRUE(changed);
     write_bytes(dir / "bad.arrow", damaged);
     const std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "bad.arrow"}); });
-    EXPECT_NE(message.find("the record batch at byte"), std::string::npos) << message;
+    EXPECT_NE(message.find("the batch at byte"), std::string::npos) << message;
     EXPECT_NE(message.find("decompresses to"), std::string::npos) << message;
   }
 }
@@ -552,11 +552,55 @@ TEST(PackArrow, DictionaryEncodedColumns) {
   EXPECT_NE(message.find("column 'animal', row 1: dictionary index 2 is outside its dictionary's 2 values"),
             std::string::npos)
       << message;
-  // A file replaces no dictionary.
+  // No dictionary at all for an encoded column: named.
+  write_bytes(dir / "none.arrow", arrow::write({{arrow::encoded<int32_t>("animal", strings, 7, {0})}}).bytes);
+  message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "none.arrow"}); });
+  EXPECT_NE(message.find("column 'animal', row 0: no dictionary of id 7 comes before it"), std::string::npos)
+      << message;
+  // Unsigned indices, and one past int64 named as it is.
+  arrow::WriteOptions unsigned_indices;
+  unsigned_indices.dictionaries = {{0, arrow::texts("", {"cat", "dog"}), false, 0}};
+  write_bytes(dir / "u.arrow", arrow::write({{arrow::encoded<uint8_t>("animal", strings, 0, {1, 0})}}, unsigned_indices).bytes);
+  EXPECT_EQ(text_of(PackSources::from_arrow(std::vector<std::string>{dir / "u.arrow"}).record(0)[0]), "dog");
+  write_bytes(dir / "u64.arrow",
+              arrow::write({{arrow::encoded<uint64_t>("animal", strings, 0, {uint64_t{1} << 63})}}, unsigned_indices).bytes);
+  message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "u64.arrow"}); });
+  EXPECT_NE(message.find("dictionary index 9223372036854775808 is outside"), std::string::npos) << message;
+  // A file's dictionaries hold for all its batches, wherever they lie; it replaces none.
+  arrow::WriteOptions late = unsigned_indices;
+  late.file_format = true;
+  late.dictionaries = {{0, arrow::texts("", {"cat"}), false, 1}, {0, arrow::texts("", {"dog"}), true, 1}};
+  write_bytes(dir / "late.arrow", arrow::write({{arrow::encoded<int32_t>("animal", strings, 0, {1, 0})}}, late).bytes);
+  EXPECT_EQ(text_of(PackSources::from_arrow(std::vector<std::string>{dir / "late.arrow"}).record(0)[0]), "dog");
   options.file_format = true;
   write_bytes(dir / "file.arrow", arrow::write(batches, options).bytes);
   message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "file.arrow"}); });
   EXPECT_NE(message.find("a second dictionary of id 0 in an Arrow file"), std::string::npos) << message;
+  // Files whose columns read other dictionary ids are not packed together.
+  arrow::WriteOptions swapped;
+  swapped.dictionaries = {{1, arrow::texts("", {"cat", "dog"}), false, 0}, {0, arrow::numbers("", std::vector<double>{0.5}), false, 0}};
+  write_bytes(dir / "swapped.arrow", arrow::write({{arrow::encoded<int32_t>("animal", strings, 1, {0}),
+                                                    arrow::encoded<int8_t>("weight", doubles, 0, {0})}}, swapped).bytes);
+  options.file_format = false;
+  options.codec = -1;
+  write_bytes(dir / "cat.arrow", arrow::write(batches, options).bytes);
+  message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "cat.arrow", dir / "swapped.arrow"}); });
+  EXPECT_NE(message.find("its columns differ from those of"), std::string::npos) << message;
+}
+
+// A null fixed-size list of strings: stored empty, its lengths field ragged.
+TEST(PackArrow, NullFixedSizeListsOfStrings) {
+  TempFolder dir;
+  write_bytes(dir / "pairs.arrow",
+              arrow::write({{arrow::fixed_list("pair", arrow::texts("", {"a", "b", "", "", "c", "d"}, {true, true, false, false, true, true}),
+                                               2, 3, {true, false, true})}})
+                  .bytes);
+  const PackSources sources = PackSources::from_arrow(std::vector<std::string>{dir / "pairs.arrow"});
+  EXPECT_EQ(sources.schema()[1].name, "pair.lengths");
+  EXPECT_EQ(sources.schema()[1].shape, (DimVector{kVariableDim}));
+  EXPECT_EQ(sources.record(1)[1].numel(), 0);
+  EXPECT_EQ(values_of<int64_t>(sources.record(2)[1]), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(text_of(sources.record(2)[0]), "cd");
 }
 
 // Trust no byte: a stream cut anywhere reads only when cut between messages (a stream may end
