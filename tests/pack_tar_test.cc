@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <zstd.h>
@@ -243,6 +245,37 @@ TEST(PackTar, ArchivesPastTheScratchBudgetAreDecompressedAgainWhenPacked) {
   other.add("s0.txt", std::string(5000, 'z')).add("s0.cls", "0");
   write_file(specs[0], testutil::gzip_bytes(other.finish()));
   EXPECT_THROW_WITH(sources.record(1), IoError, specs[0] + ": decompresses to other bytes than when it was first read");
+}
+
+// Threads reading records of compressed archives past the budget: each archive made again
+// under the cache's lock, every value as it was (ThreadSanitizer runs this).
+TEST(PackTar, ArchivesPastTheBudgetReadConcurrently) {
+  TempFolder dir;
+  std::vector<std::string> specs;
+  for (int a = 0; a < 3; ++a) {
+    TarBuilder tar;
+    for (int i = 0; i < 8; ++i)
+      tar.add("s" + std::to_string(a * 8 + i) + ".txt", std::string(3000, static_cast<char>('a' + a)))
+          .add("s" + std::to_string(a * 8 + i) + ".cls", std::to_string(a * 8 + i));
+    specs.push_back(dir / ("part" + std::to_string(a) + ".tar.zst"));
+    write_file(specs.back(), zstd_frames(tar.finish(), 1 << 20));
+  }
+  const testing::ScopedEnv budget("MMT_SCRATCH_BYTES", "1");
+  const PackSources sources = PackSources::from_tars(specs);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      std::vector<Tensor> values;
+      for (int k = 0; k < 60; ++k) {
+        const int64_t r = (k * 7 + t * 5) % 24;
+        sources.record(r, values);
+        if (values[0].item<int64_t>() != r || text_of(values[1]) != std::string(3000, static_cast<char>('a' + r / 8)))
+          ++wrong;
+      }
+    });
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST(DecompressedFiles, KeepsCopiesWithinTheBudgetTheLeastRecentlyUsedDropped) {
