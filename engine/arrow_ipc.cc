@@ -452,7 +452,6 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
       end = size - 10 - footer;
     }
     bool schema_read = false;
-    bool any_dictionary = false;
     // Dictionary id -> its values' field and their node count, from the schema.
     std::map<int64_t, std::pair<std::shared_ptr<const std::vector<ArrowField>>, int>> dictionaries_of;
     int16_t version = kMetadataV5;
@@ -498,12 +497,6 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
           ipc.fields.push_back(reader.field(header->table_in(fields, i, "a field"), 0));
         ipc.metadata = reader.key_values(*header, 2);
         number_nodes(ipc.fields, ipc.node_count);
-        const auto any_encoded = [&](const auto& self, const std::vector<ArrowField>& fs) -> bool {
-          return std::any_of(fs.begin(), fs.end(), [&](const ArrowField& f) {
-            return f.dictionary_encoded || self(self, f.children);
-          });
-        };
-        any_dictionary = any_encoded(any_encoded, ipc.fields);
         std::map<int64_t, const ArrowField*> encoded;
         encoded_fields(ipc.fields, encoded, where);
         for (const auto& [id, field] : encoded) {  // each id's values, laid out as a batch of one field
@@ -517,7 +510,7 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
         continue;
       }
       if (header_type == kDictionaryBatchMessage) {
-        MMT_CHECK(any_dictionary, FormatError, where, ": a DictionaryBatch, but no field is dictionary-encoded");
+        MMT_CHECK(!dictionaries_of.empty(), FormatError, where, ": a DictionaryBatch, but no field is dictionary-encoded");
         ArrowDictionary dictionary;
         dictionary.id = header->scalar<int64_t>(0, 0);
         dictionary.delta = header->scalar<uint8_t>(2, 0) != 0;
@@ -547,7 +540,6 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
                 " where record batches are expected");
       ArrowBatch batch = read_batch(*header, where, start, body_start, body, ipc.fields, ipc.node_count,
                                     ipc.metadata_v4, path);
-      MMT_CHECK(!__builtin_add_overflow(ipc.rows, batch.rows, &ipc.rows), FormatError, path, ": too many rows");
       ipc.batches.push_back(std::move(batch));
     }
     MMT_CHECK(schema_read, FormatError, path, ": an Arrow stream with no Schema message");

@@ -100,7 +100,6 @@ struct ArrowIpc {
   ArrowKeyValues metadata;
   std::vector<ArrowBatch> batches;
   std::vector<ArrowDictionary> dictionaries;
-  int64_t rows = 0;
   int node_count = 0;  // nodes a batch has: every field, in pre-order
   const UntypedStorage& bytes_of(const ArrowBatch& batch) const { return batch.decompressed ? decompressed : file; }
 };

@@ -91,15 +91,6 @@ class FlatTable {
   T element(const FlatVector& vector, uint32_t index, size_t field = 0) const {
     return load<T>(vector.first + vector.element_bytes * index + field, "a vector element");
   }
-  // Element `index` of a vector of strings.
-  std::string_view string_in(const FlatVector& vector, uint32_t index, const char* what) const {
-    const size_t start = target(vector.first + size_t{4} * index, what);
-    const uint32_t length = load<uint32_t>(start, what);
-    need(start + 4, length, what);
-    return std::string_view(reinterpret_cast<const char*>(buffer_.data() + start + 4), length);
-  }
-
-  const std::string& where() const { return *where_; }
 
  private:
   FlatTable(std::span<const std::byte> buffer, size_t position, const std::string& where)

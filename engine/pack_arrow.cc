@@ -142,7 +142,6 @@ class BatchView {
     return batch_->buffers[static_cast<size_t>((*first_buffer_)[static_cast<size_t>(node)] + k)];
   }
   const ArrowBatch::Node& node(int n) const { return batch_->nodes[static_cast<size_t>(n)]; }
-  int64_t rows() const { return batch_->rows; }
 
   bool is_null(int n, int64_t index) const {
     if (node(n).null_count == 0) return false;
@@ -672,7 +671,8 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
         if (ipc.batches[b].rows == 0) continue;
         arrow->batches.push_back(
             {input, static_cast<uint32_t>(b), detail::arrow_field_buffers(ipc, ipc.batches[b]), next_dictionary});
-        out.records_ += ipc.batches[b].rows;
+        MMT_CHECK(!__builtin_add_overflow(out.records_, ipc.batches[b].rows, &out.records_), FormatError, path,
+                  ": too many rows");
         arrow->batch_end.push_back(out.records_);
       }
       arrow->dictionary_buffers.push_back(std::move(dictionary_buffers));
