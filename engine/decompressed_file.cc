@@ -4,9 +4,11 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "checksum.h"
@@ -33,7 +35,16 @@ const char* compressor_of(const std::byte* head, size_t n) {
 
 UntypedStorage decompressed_file(const std::string& path, FileCompression compression, int64_t head_bytes,
                                  const std::function<void(const std::byte*, int64_t)>& check_head) {
-  const InputFile compressed = map_input_file(path);
+  const InputFile input = map_input_file(path);
+  return decompressed_file(path, input.mapping, compression, head_bytes, check_head);
+}
+
+UntypedStorage decompressed_file(const std::string& path, const UntypedStorage& mapping, FileCompression compression,
+                                 int64_t head_bytes, const std::function<void(const std::byte*, int64_t)>& check_head) {
+  const struct {
+    const UntypedStorage& mapping;
+    std::span<const std::byte> bytes;
+  } compressed{mapping, std::span<const std::byte>(mapping.data(), static_cast<size_t>(mapping.nbytes()))};
   ScratchFile file(path, "to decompress this file into");
   std::vector<std::byte> block(size_t{1} << 20);
   std::vector<std::byte> head;
@@ -93,17 +104,22 @@ uint64_t hash_of(const UntypedStorage& bytes) {
 
 int64_t DecompressedFiles::scratch_budget() {
   if (const char* text = std::getenv("MMT_SCRATCH_BYTES"); text != nullptr && *text != '\0') {
-    char* end = nullptr;
-    const double value = std::strtod(text, &end);
+    // from_chars: no locale, no leading blanks, no hex.
+    const char* end = text + std::strlen(text);
+    double value = -1;
+    const auto [rest, error] = std::from_chars(text, end, value);
     double scale = 1;
-    switch (end != nullptr ? *end : '\0') {
-      case 'K': case 'k': scale = 1024.0; ++end; break;
-      case 'M': case 'm': scale = 1024.0 * 1024; ++end; break;
-      case 'G': case 'g': scale = 1024.0 * 1024 * 1024; ++end; break;
-      case 'T': case 't': scale = 1024.0 * 1024 * 1024 * 1024; ++end; break;
-      default: break;
+    const char* tail = rest;
+    if (error == std::errc() && tail != end) {
+      switch (*tail) {
+        case 'K': case 'k': scale = 1024.0; ++tail; break;
+        case 'M': case 'm': scale = 1024.0 * 1024; ++tail; break;
+        case 'G': case 'g': scale = 1024.0 * 1024 * 1024; ++tail; break;
+        case 'T': case 't': scale = 1024.0 * 1024 * 1024 * 1024; ++tail; break;
+        default: break;
+      }
     }
-    MMT_CHECK(end != nullptr && *end == '\0' && value >= 0 && value * scale < 9.0e18, ValueError,
+    MMT_CHECK(error == std::errc() && tail == end && value >= 0 && value * scale < 9.0e18, ValueError,
               "MMT_SCRATCH_BYTES is '", cut_for_message(text, 40), "', not a number of bytes (such as 20G)");
     return static_cast<int64_t>(value * scale);
   }
@@ -114,11 +130,12 @@ int64_t DecompressedFiles::scratch_budget() {
   return static_cast<int64_t>(static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize) / 2);
 }
 
-DecompressedFiles::DecompressedFiles(int64_t budget_bytes) : budget_(budget_bytes) {}
-
 size_t DecompressedFiles::add(const std::string& path, FileCompression compression, UntypedStorage bytes) {
-  Entry entry{path, compression, bytes.nbytes(), hash_of(bytes), {}, 0};
+  // Mapped again now, just after it was decompressed, and kept: what a second decompression
+  // reads. The hash tells if it is not the file the copy was made from.
+  Entry entry{path, compression, map_input_file(path).mapping, bytes.nbytes(), hash_of(bytes), {}, 0, false};
   std::lock_guard lock(mutex_);
+  if (budget_ < 0) budget_ = scratch_budget();  // only when a compressed input needs it
   entry.last_use = ++clock_;
   // Kept while they fit: the first inputs, which packing reads first.
   if (kept_bytes_ + entry.size <= budget_) {
@@ -130,15 +147,37 @@ size_t DecompressedFiles::add(const std::string& path, FileCompression compressi
 }
 
 UntypedStorage DecompressedFiles::get(size_t index) const {
-  std::lock_guard lock(mutex_);  // held while decompressing: the threads that want it wait for it
-  Entry& entry = entries_.at(index);
+  std::unique_lock lock(mutex_);
+  MMT_CHECK(index < entries_.size(), IndexError, "decompressed file ", index, " of ", entries_.size());
+  // entries_ does not grow once the sources are made (add() runs only then), so the reference
+  // holds while the lock is let go below.
+  Entry& entry = entries_[index];
+  done_.wait(lock, [&] { return !entry.in_flight; });
   entry.last_use = ++clock_;
   if (entry.kept.nbytes() > 0 || entry.size == 0) return entry.kept;
-  UntypedStorage bytes = decompressed_file(entry.path, entry.compression);
-  ++again_;
-  MMT_CHECK(bytes.nbytes() == entry.size && hash_of(bytes) == entry.hash, IoError, entry.path,
+  entry.in_flight = true;
+  const std::string path = entry.path;
+  const UntypedStorage compressed = entry.compressed;
+  const FileCompression compression = entry.compression;
+  lock.unlock();
+  UntypedStorage bytes;
+  uint64_t hash = 0;
+  try {
+    bytes = decompressed_file(path, compressed, compression);
+    hash = hash_of(bytes);
+  } catch (...) {
+    lock.lock();
+    entry.in_flight = false;
+    done_.notify_all();
+    throw;
+  }
+  lock.lock();
+  entry.in_flight = false;
+  done_.notify_all();
+  MMT_CHECK(bytes.nbytes() == entry.size && hash == entry.hash, IoError, entry.path,
             ": decompresses to other bytes than when it was first read (", bytes.nbytes(), " bytes, where it gave ",
             entry.size, "): it changed while it was being packed");
+  ++again_;
   entry.kept = bytes;
   kept_bytes_ += entry.size;
   drop_past_budget(index);
@@ -149,7 +188,8 @@ void DecompressedFiles::drop_past_budget(size_t keep) const {
   while (kept_bytes_ > budget_) {
     size_t oldest = entries_.size();
     for (size_t i = 0; i < entries_.size(); ++i)
-      if (i != keep && entries_[i].kept.nbytes() > 0 && (oldest == entries_.size() || entries_[i].last_use < entries_[oldest].last_use))
+      if (i != keep && entries_[i].kept.nbytes() > 0 &&
+          (oldest == entries_.size() || entries_[i].last_use < entries_[oldest].last_use))
         oldest = i;
     if (oldest == entries_.size()) return;  // only the one in use: kept whatever its size
     kept_bytes_ -= entries_[oldest].size;

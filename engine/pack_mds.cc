@@ -229,16 +229,17 @@ void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, const Un
       fault(str("column '", detail::cut_for_message(column.name, 100), "': its array header is cut short"));
     value.shape.clear();
     int64_t numel = 1;
-    bool fits = true;
     for (int64_t d = 0; d < rank; ++d) {
       uint64_t n = 0;
       for (int64_t k = 0; k < shape_bytes; ++k) n |= static_cast<uint64_t>(byte(header + 1 + d * shape_bytes + k)) << (8 * k);
-      fits = fits && n <= static_cast<uint64_t>(value.size) && !__builtin_mul_overflow(numel, static_cast<int64_t>(n), &numel);
-      value.shape.push_back(fits ? static_cast<int64_t>(n) : 0);
+      if (n > static_cast<uint64_t>(value.size) || __builtin_mul_overflow(numel, static_cast<int64_t>(n), &numel))
+        fault(str("column '", detail::cut_for_message(column.name, 100), "': dimension ", d, " of its array is ", n,
+                  ", more than its value's ", value.size, " bytes hold"));
+      value.shape.push_back(static_cast<int64_t>(n));
     }
     header += 1 + rank * shape_bytes;
     const int64_t item = element_size(value.dtype);
-    if (!fits || numel > value.size || numel * item != value.size - header)
+    if (numel > value.size || numel * item != value.size - header)
       fault(str("column '", detail::cut_for_message(column.name, 100), "': its array of shape ", IntArrayRef(value.shape),
                 " (", to_string(value.dtype), ") does not fill its ", value.size - header, " bytes"));
     value.offset += header;
@@ -422,7 +423,9 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
         case MdsShards::Kind::Bytes: fields.push_back(Field::bytes(column.name)); break;
         case MdsShards::Kind::Fixed: fields.push_back(Field::fixed(column.name, column.dtype, column.shape)); break;
         case MdsShards::Kind::Array:
-          fields.push_back(Field::ragged(column.name, column.dtype, DimVector(static_cast<size_t>(column.rank), kVariableDim)));
+          // Of no sample at all: 1-D, as the shape says nothing.
+          fields.push_back(Field::ragged(column.name, column.dtype,
+                                         DimVector(static_cast<size_t>(std::max<int64_t>(column.rank, 1)), kVariableDim)));
           break;
       }
     } catch (const ValueError& e) {

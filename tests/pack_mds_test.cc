@@ -191,8 +191,23 @@ TEST(PackMds, EncodingsAreMappedOrRefusedByName) {
                 .find("an array of 9 dimensions; arrays of 1 to 8 are packed"),
             std::string::npos);
   Bytes short_array{std::byte{(1 << 2) | 0}, std::byte{5}, std::byte{1}};
-  EXPECT_NE(refusal(MdsBuilder(std::vector<MdsBuilder::Column>{{"x", "ndarray:uint8"}}), {short_array}).find("does not fill its 1 bytes"),
+  EXPECT_NE(refusal(MdsBuilder(std::vector<MdsBuilder::Column>{{"x", "ndarray:uint8"}}), {short_array})
+                .find("dimension 0 of its array is 5, more than its value's 3 bytes hold"),
             std::string::npos);
+  Bytes unfilled{std::byte{(2 << 2) | 0}, std::byte{1}, std::byte{2}, std::byte{9}};
+  EXPECT_NE(refusal(MdsBuilder(std::vector<MdsBuilder::Column>{{"x", "ndarray:uint8"}}), {unfilled})
+                .find("its array of shape [1, 2] (uint8) does not fill its 1 bytes"),
+            std::string::npos);
+  {
+    // No sample at all: an array column is 1-D, as it was.
+    TempFolder d;
+    MdsBuilder none(std::vector<MdsBuilder::Column>{{"x", "ndarray:uint8"}});
+    none.flush(d.path(), "shard.00000.mds");
+    none.write_index(d.path());
+    const PackSources empty_sources = PackSources::from_mds(std::vector<std::string>{d.path()});
+    EXPECT_EQ(empty_sources.records(), 0);
+    EXPECT_EQ(empty_sources.schema()[0].shape, (DimVector{kVariableDim}));
+  }
 }
 
 TEST(PackMds, DamagedShardsAndIndexesAreRefusedNamingTheSample) {

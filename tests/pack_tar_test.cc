@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -299,9 +300,26 @@ TEST(DecompressedFiles, KeepsCopiesWithinTheBudgetTheLeastRecentlyUsedDropped) {
   EXPECT_EQ(files.decompressed_again(), 1);
   (void)files.get(0);
   EXPECT_EQ(files.decompressed_again(), 2);
-  // Not a number of bytes: named.
-  const testing::ScopedEnv bad("MMT_SCRATCH_BYTES", "lots");
-  EXPECT_THROW_WITH(detail::DecompressedFiles::scratch_budget(), ValueError, "MMT_SCRATCH_BYTES is 'lots'");
+  // Made again from the file as it was mapped when added: a rename since changes nothing.
+  std::filesystem::rename(paths[2], dir / "moved.gz");
+  const UntypedStorage c_again = files.get(2);  // dropped by the get(0) above (c was used before b)
+  EXPECT_EQ(static_cast<char>(c_again.data()[0]), 'c');
+  EXPECT_EQ(files.decompressed_again(), 3);
+  // Not a number of bytes: named, when a compressed input needs the budget (a plain tar does not).
+  for (const char* bad : {"lots", " 5", "0x10", "5X", "-5", "1e30"}) {
+    const testing::ScopedEnv budget("MMT_SCRATCH_BYTES", bad);
+    EXPECT_THROW_WITH(detail::DecompressedFiles::scratch_budget(), ValueError,
+                      std::string("MMT_SCRATCH_BYTES is '") + bad + "'");
+    detail::DecompressedFiles lazy;
+    EXPECT_THROW_WITH(lazy.add(paths[0], detail::FileCompression::Gzip,
+                               detail::decompressed_file(paths[0], detail::FileCompression::Gzip)),
+                      ValueError, "MMT_SCRATCH_BYTES");
+  }
+  const testing::ScopedEnv budget("MMT_SCRATCH_BYTES", "lots");
+  write_file(dir / "plain.tar", three_samples().finish());
+  EXPECT_EQ(PackSources::from_tars({dir / "plain.tar"}).records(), 3);
+  const testing::ScopedEnv fine("MMT_SCRATCH_BYTES", "1.5k");
+  EXPECT_EQ(detail::DecompressedFiles::scratch_budget(), 1536);
 }
 
 // Samples of a real crawl: images under two extensions, a caption some lack, an extra member.
