@@ -50,6 +50,13 @@ UntypedStorage read_file_bytes(const std::string& path);
 // an existing file. (packer.cc)
 std::pair<std::string, std::string> split_input_spec(const std::string& spec);
 
+// Names joined with ", ", for messages ("a, b, c").
+inline std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
 // Which part of several holds `index`, and its index there, given each part's end (records
 // before the end of each part, ascending): the packer's sources read as one (Megatron pairs,
 // MDS shards). `index` must be below ends.back().

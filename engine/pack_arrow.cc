@@ -688,11 +688,7 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
   for (const ArrowField& field : first.fields) add_columns(field, "", {}, all, refused);
   if (fields.empty()) {
     MMT_CHECK(refused.empty(), ValueError, first.path, ": columns of types no field holds: ",
-              detail::cut_for_message([&] {
-                std::string list;
-                for (const std::string& r : refused) list += (list.empty() ? "" : ", ") + r;
-                return list;
-              }(), 2000), "; choose the columns to pack (mmt pack --field NAME, repeated; PackSources::from_arrow's fields)");
+              detail::cut_for_message(detail::joined(refused), 2000), "; choose the columns to pack (mmt pack --field NAME, repeated; PackSources::from_arrow's fields)");
     arrow->columns = std::move(all);
   } else {
     for (const std::string& name : fields) {
@@ -701,10 +697,10 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
         const auto why = std::find_if(refused.begin(), refused.end(),
                                       [&](const std::string& r) { return r.starts_with(str("'", name, "' (")); });
         MMT_CHECK(why == refused.end(), ValueError, first.path, ": column ", *why, " is of a type no field holds");
-        std::string known;
-        for (const ArrowColumns::Column& c : all) known += (known.empty() ? "" : ", ") + c.name;
+        std::vector<std::string> known;
+        for (const ArrowColumns::Column& c : all) known.push_back(c.name);
         throw ValueError(str(first.path, ": no column '", detail::cut_for_message(name, 100), "' (its columns: ",
-                             detail::cut_for_message(known, 2000), ")"));
+                             detail::cut_for_message(detail::joined(known), 2000), ")"));
       }
       MMT_CHECK(std::none_of(arrow->columns.begin(), arrow->columns.end(),
                              [&](const ArrowColumns::Column& c) { return c.name == name; }),

@@ -88,12 +88,6 @@ std::optional<int64_t> class_number(std::string_view text) {
   return value;
 }
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
-  return out;
-}
-
 // The decompressed bytes of a gzip- or zstd-compressed archive, its first block checked as
 // soon as it is out, so that a large compressed file of something else is refused before it
 // fills the temporary folder.
@@ -215,7 +209,7 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
       const auto it = field_of_extension.find(extension);
       if (it == field_of_extension.end()) {
         MMT_CHECK(chosen, ValueError, where(pending), " has a '.", extension, "' member, which the first sample (",
-                  first_sample, ") has not; every sample must have the same extensions (", joined(samples->extensions),
+                  first_sample, ") has not; every sample must have the same extensions (", detail::joined(samples->extensions),
                   ")", fix);
         continue;  // not among the fields chosen
       }
@@ -236,7 +230,7 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
                 chosen ? str(" (a field chosen); say what such a sample gives: --missing skip|empty "
                              "(TarOptions::missing)")
                        : str(", which the first sample (", first_sample, ") has; every sample must have the same "
-                             "extensions (", joined(samples->extensions), ")", fix));
+                             "extensions (", detail::joined(samples->extensions), ")", fix));
       bool any_field = false;
       for (size_t f = 0; f < fields; ++f) any_field = any_field || samples->values[first_value + f].offset >= 0;
       // A sample of none of the fields (a stray member: "meta.json" beside the samples) is
@@ -313,7 +307,7 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
     }
   }
   const auto records = static_cast<int64_t>(samples->archive_of.size());
-  MMT_CHECK(records > 0, ValueError, joined(paths), ": no samples (no member named KEY.EXTENSION",
+  MMT_CHECK(records > 0, ValueError, detail::joined(paths), ": no samples (no member named KEY.EXTENSION",
             out.hidden_skipped_ > 0 ? str("; ", out.hidden_skipped_, " other members were skipped") : std::string(),
             out.samples_skipped_ > 0 ? str("; ", out.samples_skipped_, " samples lacked a member and were skipped")
                                      : std::string(),
@@ -331,11 +325,11 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
                            "' cannot name a field: ", e.what()));
     }
     if (extension == "cls") samples->class_field = f;
-    out.origins_.push_back(str(extension, "=", joined(paths), " (tar members)"));
+    out.origins_.push_back(str(extension, "=", detail::joined(paths), " (tar members)"));
   }
   if (options.keys) {
     fields.push_back(Field::bytes("__key__"));
-    out.origins_.push_back(str("__key__=", joined(paths), " (sample keys)"));
+    out.origins_.push_back(str("__key__=", detail::joined(paths), " (sample keys)"));
   }
   for (int64_t r = 0; r < records; ++r) {
     for (size_t f = 0; f < member_fields; ++f)
