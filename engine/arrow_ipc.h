@@ -73,6 +73,7 @@ struct ArrowBatch {
   int64_t message_offset = 0;  // the message's first byte in the file, for errors
   int codec = -1;              // its body's compression: -1 none, 0 LZ4_FRAME, 1 ZSTD
   bool decompressed = false;   // its buffers lie in ArrowIpc::decompressed, not the file
+  int64_t row_group = -1;      // a Parquet row group's number (parquet.h), for errors
   std::vector<Node> nodes;
   std::vector<Buffer> buffers;
   std::vector<int64_t> variadic_buffer_counts;

@@ -37,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arrow_ipc.h"
+#include "parquet.h"
 #include "flatbuffer_table.h"
 #include "import_util.h"
 #include "mapping_guard.h"
@@ -136,7 +137,10 @@ class BatchView {
   BatchView(const ArrowIpc& ipc, const ArrowBatch& batch, const std::vector<int>& first_buffer, const char* kind)
       : ipc_(&ipc), batch_(&batch), first_buffer_(&first_buffer), bytes_(&ipc.bytes_of(batch)), kind_(kind) {}
 
-  std::string where() const { return str(ipc_->path, ", the ", kind_, " at byte ", batch_->message_offset); }
+  std::string where() const {
+    if (batch_->row_group >= 0) return str(ipc_->path, ", row group ", batch_->row_group);
+    return str(ipc_->path, ", the ", kind_, " at byte ", batch_->message_offset);
+  }
   const UntypedStorage& bytes() const { return *bytes_; }
   const ArrowBatch::Buffer& buffer(int node, int k) const {
     return batch_->buffers[static_cast<size_t>((*first_buffer_)[static_cast<size_t>(node)] + k)];
@@ -523,12 +527,39 @@ bool same_fields(const std::vector<ArrowField>& a, const std::vector<ArrowField>
   return true;
 }
 
-// The files an input names: an Arrow file, or a folder that Hugging Face's save_to_disk
-// wrote (state.json lists its data files, in order).
+// Whether the file at `path` is Parquet: named so, or beginning with "PAR1".
+bool is_parquet_file(const std::string& path) {
+  const std::string extension = fs::path(path).extension().string();
+  if (extension == ".parquet" || extension == ".pq" || extension == ".parq") return true;
+  std::byte head[4] = {};
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  const size_t got = std::fread(head, 1, sizeof head, f);
+  std::fclose(f);
+  return detail::is_parquet_start(head, got);
+}
+
+// The Parquet files directly in `folder` (a Hugging Face Hub dataset's split: train-00000-of-
+// 00004.parquet ...), in name order; none when it holds none.
+std::vector<std::string> parquet_files_in(const fs::path& folder) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec))
+    if (entry.is_regular_file(ec) && entry.path().extension() == ".parquet") out.push_back(entry.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The files an input names: an Arrow or Parquet file, a folder that Hugging Face datasets'
+// save_to_disk wrote (state.json lists its data files, in order), or a folder of Parquet files.
 std::vector<std::string> arrow_files_of(const std::string& spec) {
   std::error_code ec;
   if (!fs::is_directory(spec, ec)) return {spec};
   const fs::path folder(spec);
+  if (!fs::exists(folder / "state.json", ec) && !fs::exists(folder / "dataset_dict.json", ec)) {
+    std::vector<std::string> parquet = parquet_files_in(folder);
+    if (!parquet.empty()) return parquet;
+  }
   if (fs::exists(folder / "dataset_dict.json", ec)) {
     std::string splits;
     for (const auto& entry : fs::directory_iterator(folder, ec))
@@ -538,8 +569,9 @@ std::vector<std::string> arrow_files_of(const std::string& spec) {
                          "); pack one split's folder, such as ", (folder / "train").string()));
   }
   const fs::path state_path = folder / "state.json";
-  MMT_CHECK(fs::is_regular_file(state_path, ec), ValueError, spec, ": a folder without state.json; Arrow inputs are "
-            ".arrow files, or a folder that Hugging Face datasets' save_to_disk wrote");
+  MMT_CHECK(fs::is_regular_file(state_path, ec), ValueError, spec, ": a folder without state.json or .parquet files; "
+            "Arrow inputs are .arrow or .parquet files, a folder of .parquet files, or a folder that Hugging Face "
+            "datasets' save_to_disk wrote");
   const UntypedStorage text = detail::read_file_bytes(state_path.string());
   const nlohmann::json state = nlohmann::json::parse(text.data(), text.data() + text.nbytes(), nullptr, false);
   const auto files = state.is_object() ? state.find("_data_files") : state.end();
@@ -596,13 +628,14 @@ bool are_arrow_inputs(std::span<const std::string> specs) {
   for (const std::string& spec : specs) {
     std::error_code ec;
     if (fs::is_directory(spec, ec)) {
-      if (fs::exists(fs::path(spec) / "state.json", ec) || fs::exists(fs::path(spec) / "dataset_dict.json", ec))
+      if (fs::exists(fs::path(spec) / "state.json", ec) || fs::exists(fs::path(spec) / "dataset_dict.json", ec) ||
+          !parquet_files_in(spec).empty())
         return true;
       continue;
     }
     const std::string extension = fs::path(spec).extension().string();
     const bool named = extension == ".arrow" || extension == ".arrows" || extension == ".feather" ||
-                       extension == ".ipc";
+                       extension == ".ipc" || extension == ".parquet" || extension == ".pq" || extension == ".parq";
     std::byte head[8] = {};
     FILE* f = std::fopen(spec.c_str(), "rb");
     if (f == nullptr) {
@@ -628,7 +661,8 @@ bool are_arrow_inputs(std::span<const std::string> specs) {
       }
     }
     std::fclose(f);
-    if (stream || detail::is_arrow_file_start(head, got) || (named && detail::is_arrow_stream_start(head, got)))
+    if (stream || detail::is_arrow_file_start(head, got) || detail::is_parquet_start(head, got) ||
+        (named && detail::is_arrow_stream_start(head, got)))
       return true;
     int32_t legacy_length = 0;  // a stream from before Arrow 0.15: the metadata length alone
     if (got >= 4) std::memcpy(&legacy_length, head, 4);
@@ -641,9 +675,13 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
   MMT_CHECK(!specs.empty(), ValueError, "no Arrow files to pack");
   auto arrow = std::make_shared<ArrowColumns>();
   PackSources out;
+  std::string source;
   for (const std::string& spec : specs) {
     for (const std::string& path : arrow_files_of(spec)) {
-      ArrowIpc ipc = detail::read_arrow_ipc(path);
+      const bool parquet = is_parquet_file(path);
+      ArrowIpc ipc = parquet ? detail::read_parquet_as_arrow(path, fields) : detail::read_arrow_ipc(path);
+      if (arrow->inputs.empty()) source = parquet ? "parquet" : "arrow";
+      else if (source != (parquet ? "parquet" : "arrow")) source = "arrow+parquet";
       if (!arrow->inputs.empty())
         MMT_CHECK(same_fields(ipc.fields, arrow->inputs.front().fields), ValueError, path, ": its columns differ from ",
                   "those of ", arrow->inputs.front().path, "; the files packed together must have the same columns");
@@ -814,7 +852,7 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
   } catch (const ValueError& e) {  // "a.b" flattened onto a column of that name
     throw ValueError(str(first.path, ": ", e.what()));
   }
-  out.metadata_["source"] = "arrow";
+  out.metadata_["source"] = source;
   out.metadata_["arrow_types"] = types.dump();
   if (!nulls.empty()) out.metadata_["arrow_nulls"] = nulls.dump();
   for (const auto& [key, value] : first.metadata) {

@@ -1,0 +1,479 @@
+// read_parquet_as_arrow: a Parquet file's columns assembled from their levels (Dremel's
+// record shredding, undone) into Arrow's columnar layout, one record batch per row group,
+// written to a temporary file for pack_arrow.cc to read as it reads Arrow IPC.
+//
+// The schema's tree becomes Arrow fields as pyarrow makes them: a group is a struct, a
+// LIST-annotated group (three-level, or the two-level forms older writers made) or an
+// unannotated repeated field is a list, a leaf is the Arrow type of its physical and logical
+// type. Strings, binaries and lists take 64-bit offsets (large_string...): a row group's
+// strings may pass 2 GiB.
+//
+// Assembly: each Arrow node has "slots", its values in the batch. A node under lists has the
+// levels of its innermost list's repeated field, (R, D): its slots are the entries (level
+// pairs) of any leaf below it with repetition <= R and definition >= D, in order (R = D = 0 at
+// the top: one slot a row). A slot's value is present when its definition reaches the node's
+// own; a list's length in a slot is the number of its element's slots up to its next slot.
+// Levels of the nodes a struct shares are read from its first leaf.
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
+#include "import_util.h"
+#include "mapping_guard.h"
+#include "parquet.h"
+#include "scratch_file.h"
+#include "utf8.h"
+
+namespace mmt::detail {
+
+namespace {
+
+constexpr int kMaxDepth = 64;
+
+struct SchemaNode {
+  const ParquetSchemaElement* element = nullptr;
+  std::vector<SchemaNode> children;
+  int16_t definition = 0, repetition = 0;  // the levels at this node
+  int leaf = -1;                           // its column, for a leaf
+};
+
+// Builds the tree below schema[index] (a group of `count` children): FormatError for a tree
+// that does not fit the list.
+void build_tree(const ParquetMetadata& meta, size_t& index, SchemaNode& parent, int depth, int& leaves,
+                const std::string& path) {
+  MMT_CHECK(depth <= kMaxDepth, ValueError, path, ": a schema nested deeper than ", kMaxDepth, " levels");
+  const int32_t count = parent.element->num_children;
+  for (int32_t i = 0; i < count; ++i) {
+    MMT_CHECK(index < meta.schema.size(), FormatError, path, ": its schema's groups state more children (",
+              count, " for '", cut_for_message(parent.element->name, 100), "') than it has elements");
+    SchemaNode& node = parent.children.emplace_back();
+    node.element = &meta.schema[index++];
+    const bool optional = node.element->repetition != ParquetRepetition::Required;
+    const bool repeated = node.element->repetition == ParquetRepetition::Repeated;
+    node.definition = static_cast<int16_t>(parent.definition + (optional ? 1 : 0));
+    node.repetition = static_cast<int16_t>(parent.repetition + (repeated ? 1 : 0));
+    if (node.element->type == ParquetType::Group) {
+      build_tree(meta, index, node, depth + 1, leaves, path);
+    } else {
+      MMT_CHECK(node.element->num_children == 0, FormatError, path, ": its schema's leaf '",
+                cut_for_message(node.element->name, 100), "' states children");
+      node.leaf = leaves++;
+    }
+  }
+}
+
+// What a column cannot be read as (ValueError naming it, when chosen).
+struct Refused {
+  std::string why;
+};
+
+// An Arrow node and how its buffers are made.
+struct PlanNode {
+  enum class Kind : uint8_t { Leaf, Struct, List } kind = Kind::Leaf;
+  int first_buffer = 0;
+  int16_t slot_repetition = 0, slot_definition = 0;
+  int16_t present_definition = 0;
+  int16_t child_repetition = 0, child_definition = 0;  // List: its element's slots
+  int column = 0;                                      // Leaf: its column; else the first leaf below
+  int value_bytes = 0;  // Leaf: Arrow's bytes a value (0: bytes with offsets; -1: bool bits)
+  std::vector<int> children;  // nodes
+};
+
+struct Plan {
+  std::vector<PlanNode> nodes;  // by Arrow node, in pre-order
+  int buffers = 0;
+};
+
+class Converter {
+ public:
+  explicit Converter(Plan& plan) : plan_(plan) {}
+
+  // The Arrow field of `n`, whose slots are (repetition, definition); `as_element` when it is
+  // the repeated field a list's elements are (then not itself a list).
+  ArrowField convert(const SchemaNode& n, int16_t repetition, int16_t definition, bool as_element) {
+    const ParquetSchemaElement& e = *n.element;
+    const bool group = e.type == ParquetType::Group;
+    if (e.repetition == ParquetRepetition::Repeated && !as_element) {
+      // An unannotated repeated field: a list, never null, of required elements.
+      if (group) throw Refused{"a repeated group: a list of structs"};
+      ArrowField list = begin(e.name, ArrowTypeId::LargeList, PlanNode::Kind::List, repetition, definition,
+                              static_cast<int16_t>(n.definition - 1));
+      PlanNode& node = plan_.nodes[static_cast<size_t>(list.node)];
+      node.child_repetition = n.repetition;
+      node.child_definition = n.definition;
+      const int self = list.node;
+      list.children.push_back(convert(n, n.repetition, n.definition, true));
+      finish(self, list.children);
+      return list;
+    }
+    if (!group) return leaf(n, repetition, definition);
+    if (e.logical == ParquetLogical::Map || e.map_key_value) throw Refused{"a map"};
+    if (e.logical == ParquetLogical::List) return list(n, repetition, definition);
+    if (n.children.empty()) throw Refused{"a group of no columns"};
+    ArrowField out = begin(e.name, ArrowTypeId::Struct, PlanNode::Kind::Struct, repetition, definition, n.definition);
+    const int self = out.node;
+    for (const SchemaNode& child : n.children) out.children.push_back(convert(child, repetition, definition, false));
+    finish(self, out.children);
+    return out;
+  }
+
+ private:
+  ArrowField begin(const std::string& name, ArrowTypeId type, PlanNode::Kind kind, int16_t repetition,
+                   int16_t definition, int16_t present) {
+    ArrowField f;
+    f.name = name;
+    f.type = type;
+    f.node = static_cast<int>(plan_.nodes.size());
+    PlanNode& node = plan_.nodes.emplace_back();
+    node.kind = kind;
+    node.first_buffer = plan_.buffers;
+    plan_.buffers += kind == PlanNode::Kind::Struct ? 1 : type == ArrowTypeId::LargeBinary || type == ArrowTypeId::LargeUtf8 ? 3 : 2;
+    node.slot_repetition = repetition;
+    node.slot_definition = definition;
+    node.present_definition = present;
+    return f;
+  }
+  void finish(int self, const std::vector<ArrowField>& children) {
+    PlanNode& node = plan_.nodes[static_cast<size_t>(self)];
+    for (const ArrowField& child : children) node.children.push_back(child.node);
+    node.column = plan_.nodes[static_cast<size_t>(children.front().node)].column;
+  }
+
+  // A LIST-annotated group: three levels (group, repeated group, element), or the two-level
+  // forms (LogicalTypes.md, "Backward-compatibility rules").
+  ArrowField list(const SchemaNode& n, int16_t repetition, int16_t definition) {
+    const ParquetSchemaElement& e = *n.element;
+    if (n.children.size() != 1 || n.children[0].element->repetition != ParquetRepetition::Repeated)
+      throw Refused{"a LIST group whose one child is not a repeated field"};
+    const SchemaNode& repeated = n.children[0];
+    ArrowField out = begin(e.name, ArrowTypeId::LargeList, PlanNode::Kind::List, repetition, definition, n.definition);
+    PlanNode& node = plan_.nodes[static_cast<size_t>(out.node)];
+    node.child_repetition = repeated.repetition;
+    node.child_definition = repeated.definition;
+    const int self = out.node;
+    const ParquetSchemaElement& r = *repeated.element;
+    if (r.type != ParquetType::Group) {
+      out.children.push_back(convert(repeated, repeated.repetition, repeated.definition, true));
+    } else if (repeated.children.size() != 1 || repeated.children[0].element->repetition == ParquetRepetition::Repeated ||
+               r.name == "array" || r.name == e.name + "_tuple") {
+      throw Refused{"a list of structs"};  // the repeated group is the element
+    } else {
+      const SchemaNode& element = repeated.children[0];
+      if (element.element->type == ParquetType::Group && element.element->logical != ParquetLogical::List)
+        throw Refused{"a list of structs or maps"};
+      out.children.push_back(convert(element, repeated.repetition, repeated.definition, false));
+    }
+    finish(self, out.children);
+    return out;
+  }
+
+  ArrowField leaf(const SchemaNode& n, int16_t repetition, int16_t definition) {
+    const ParquetSchemaElement& e = *n.element;
+    ArrowField f;
+    int value_bytes = 0;
+    switch (e.type) {
+      case ParquetType::Boolean: f.type = ArrowTypeId::Bool; value_bytes = -1; break;
+      case ParquetType::Int32:
+      case ParquetType::Int64: {
+        const int physical = e.type == ParquetType::Int32 ? 32 : 64;
+        f.bit_width = physical;
+        if (e.logical == ParquetLogical::Decimal) throw Refused{str("decimal(", e.precision, ", ", e.scale, ")")};
+        if (e.logical == ParquetLogical::Date && physical == 32) {
+          f.type = ArrowTypeId::Date;
+          f.unit = 0;  // days
+        } else if (e.logical == ParquetLogical::Time && e.time_unit != 0) {
+          f.type = ArrowTypeId::Time;
+          f.unit = e.time_unit;
+        } else if (e.logical == ParquetLogical::Timestamp && physical == 64 && e.time_unit != 0) {
+          f.type = ArrowTypeId::Timestamp;
+          f.unit = e.time_unit;
+          if (e.adjusted_to_utc) f.timezone = "UTC";
+        } else {
+          f.type = ArrowTypeId::Int;
+          f.is_signed = e.logical == ParquetLogical::Integer ? e.int_signed : true;
+          // INT(8) and INT(16) are stored in INT32s: narrowed to their width.
+          if (e.logical == ParquetLogical::Integer && physical == 32 && (e.int_bits == 8 || e.int_bits == 16))
+            f.bit_width = e.int_bits;
+        }
+        value_bytes = f.bit_width / 8;
+        break;
+      }
+      case ParquetType::Int96:  // a legacy timestamp: read as nanoseconds, as pyarrow does
+        f.type = ArrowTypeId::Timestamp;
+        f.bit_width = 64;
+        f.unit = 3;
+        value_bytes = 8;
+        break;
+      case ParquetType::Float: f.type = ArrowTypeId::FloatingPoint; f.precision = 1; value_bytes = 4; break;
+      case ParquetType::Double: f.type = ArrowTypeId::FloatingPoint; f.precision = 2; value_bytes = 8; break;
+      case ParquetType::ByteArray:
+        if (e.logical == ParquetLogical::Decimal) throw Refused{str("decimal(", e.precision, ", ", e.scale, ")")};
+        f.type = e.logical == ParquetLogical::String || e.logical == ParquetLogical::Enum ||
+                         e.logical == ParquetLogical::Json
+                     ? ArrowTypeId::LargeUtf8
+                     : ArrowTypeId::LargeBinary;
+        break;
+      case ParquetType::FixedLenByteArray:
+        if (e.logical == ParquetLogical::Decimal) throw Refused{str("decimal(", e.precision, ", ", e.scale, ")")};
+        if (e.type_length <= 0 || e.type_length > (1 << 24))
+          throw Refused{str("a FIXED_LEN_BYTE_ARRAY of ", e.type_length, " bytes")};
+        if (e.logical == ParquetLogical::Float16 && e.type_length == 2) {
+          f.type = ArrowTypeId::FloatingPoint;
+          f.precision = 0;
+        } else {
+          f.type = ArrowTypeId::FixedSizeBinary;
+          f.fixed_size = e.type_length;
+        }
+        value_bytes = e.type_length;
+        break;
+      default: throw Refused{"a leaf of no type"};
+    }
+    if (e.logical == ParquetLogical::Unknown) throw Refused{"null (a column of nulls only)"};
+    ArrowField out = begin(e.name, f.type, PlanNode::Kind::Leaf, repetition, definition, n.definition);
+    f.name = out.name;
+    f.node = out.node;
+    PlanNode& node = plan_.nodes[static_cast<size_t>(f.node)];
+    node.column = n.leaf;
+    node.value_bytes = value_bytes;
+    return f;
+  }
+
+  Plan& plan_;
+};
+
+// The leaves below a schema node, by column.
+void leaves_of(const SchemaNode& n, std::vector<const SchemaNode*>& out) {
+  if (n.leaf >= 0) out[static_cast<size_t>(n.leaf)] = &n;
+  for (const SchemaNode& child : n.children) leaves_of(child, out);
+}
+
+// Appends buffers to the scratch file, each at a 64-byte boundary.
+class BufferWriter {
+ public:
+  BufferWriter(ScratchFile& scratch, ArrowBatch& batch) : scratch_(scratch), batch_(batch) {}
+  void write(int index, const void* data, size_t n) {
+    static const std::byte zeros[64] = {};
+    if (scratch_.size() % 64 != 0) scratch_.append(zeros, 64 - scratch_.size() % 64);
+    batch_.buffers[static_cast<size_t>(index)] = {scratch_.size(), static_cast<int64_t>(n)};
+    if (n > 0) scratch_.append(static_cast<const std::byte*>(data), static_cast<int64_t>(n));
+  }
+
+ private:
+  ScratchFile& scratch_;
+  ArrowBatch& batch_;
+};
+
+// Writes node `index`'s buffers, and its length and nulls, from its column's levels and values.
+void assemble(const PlanNode& node, int index, const ParquetColumnValues& column, int16_t max_definition,
+              ArrowBatch& batch, BufferWriter& out) {
+  const auto definition = [&](int64_t e) { return column.definition.empty() ? int16_t{0} : int16_t{column.definition[static_cast<size_t>(e)]}; };
+  const auto repetition = [&](int64_t e) { return column.repetition.empty() ? int16_t{0} : int16_t{column.repetition[static_cast<size_t>(e)]}; };
+  const auto is_slot = [&](int64_t e, int16_t r, int16_t d) { return repetition(e) <= r && definition(e) >= d; };
+  int64_t length = 0, nulls = 0;
+  std::vector<uint8_t> validity;
+  const auto add_slot = [&](bool valid) {
+    if (length % 8 == 0) validity.push_back(0);
+    if (valid) validity.back() |= static_cast<uint8_t>(1u << (length % 8));
+    else ++nulls;
+    ++length;
+  };
+  const int64_t entries = column.entries;
+  switch (node.kind) {
+    case PlanNode::Kind::Struct:
+      for (int64_t e = 0; e < entries; ++e)
+        if (is_slot(e, node.slot_repetition, node.slot_definition)) add_slot(definition(e) >= node.present_definition);
+      break;
+    case PlanNode::Kind::List: {
+      std::vector<int64_t> offsets;
+      int64_t elements = 0;
+      for (int64_t e = 0; e < entries; ++e) {
+        if (is_slot(e, node.slot_repetition, node.slot_definition)) {
+          offsets.push_back(elements);
+          add_slot(definition(e) >= node.present_definition);
+        }
+        if (is_slot(e, node.child_repetition, node.child_definition)) ++elements;
+      }
+      offsets.push_back(elements);
+      out.write(node.first_buffer + 1, offsets.data(), offsets.size() * 8);
+      break;
+    }
+    case PlanNode::Kind::Leaf: {
+      int64_t next = 0;  // the next present value
+      const bool every_slot_present =
+          column.definition.empty() ||
+          std::all_of(column.definition.begin(), column.definition.end(), [&](uint8_t d) { return d == max_definition; });
+      if (node.value_bytes == 0) {  // bytes: the values as they are, offsets a slot
+        std::vector<int64_t> offsets;
+        offsets.reserve(static_cast<size_t>(column.count) + 1);
+        offsets.push_back(0);
+        for (int64_t e = 0; e < entries; ++e) {
+          if (!is_slot(e, node.slot_repetition, node.slot_definition)) continue;
+          const bool present = definition(e) == max_definition;
+          add_slot(present);
+          if (present) ++next;
+          offsets.push_back(column.offsets[static_cast<size_t>(next)]);
+        }
+        out.write(node.first_buffer + 1, offsets.data(), offsets.size() * 8);
+        out.write(node.first_buffer + 2, column.values.data(), column.values.size());
+      } else if (node.value_bytes == -1) {  // bool: bits
+        std::vector<uint8_t> bits;
+        int64_t slot = 0;
+        for (int64_t e = 0; e < entries; ++e) {
+          if (!is_slot(e, node.slot_repetition, node.slot_definition)) continue;
+          const bool present = definition(e) == max_definition;
+          add_slot(present);
+          if (slot % 8 == 0) bits.push_back(0);
+          if (present && column.values[static_cast<size_t>(next++)] != std::byte{0})
+            bits.back() |= static_cast<uint8_t>(1u << (slot % 8));
+          ++slot;
+        }
+        out.write(node.first_buffer + 1, bits.data(), bits.size());
+      } else {
+        const auto width = static_cast<size_t>(node.value_bytes);
+        const size_t stored = column.count > 0 ? column.values.size() / static_cast<size_t>(column.count) : width;
+        if (every_slot_present && stored == width) {  // as decoded: no copy
+          length = column.count;
+          out.write(node.first_buffer + 1, column.values.data(), column.values.size());
+          break;
+        }
+        std::vector<std::byte> values;
+        values.reserve(static_cast<size_t>(entries) * width);
+        for (int64_t e = 0; e < entries; ++e) {
+          if (!is_slot(e, node.slot_repetition, node.slot_definition)) continue;
+          const bool present = definition(e) == max_definition;
+          add_slot(present);
+          const size_t at = values.size();
+          values.resize(at + width);
+          // A narrower value (INT(8), INT(16) in INT32s) is the low bytes: little-endian.
+          if (present) std::memcpy(values.data() + at, column.values.data() + static_cast<size_t>(next++) * stored, width);
+        }
+        out.write(node.first_buffer + 1, values.data(), values.size());
+      }
+      break;
+    }
+  }
+  if (nulls == 0) validity.clear();
+  out.write(node.first_buffer, validity.data(), validity.size());
+  batch.nodes[static_cast<size_t>(index)] = {length, nulls};
+}
+
+}  // namespace
+
+ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::string> fields) {
+  InputFile input = map_input_file(path);  // IoError naming a missing file or a folder
+  ArrowIpc ipc;
+  ipc.path = path;
+  ipc.file = std::move(input.mapping);
+  const std::span<const std::byte> bytes = input.bytes;
+  ParquetMetadata meta;
+  guard_storage_reads(ipc.file, [&] { meta = read_parquet_metadata(bytes, path); });
+  const int64_t data_end = static_cast<int64_t>(bytes.size()) - 8;  // the footer's bounds are checked
+
+  // The schema's tree and the Arrow fields of the columns chosen.
+  SchemaNode root;
+  root.element = &meta.schema.front();
+  size_t index = 1;
+  int leaves = 0;
+  build_tree(meta, index, root, 0, leaves, path);
+  MMT_CHECK(index == meta.schema.size(), FormatError, path, ": its schema has ", meta.schema.size() - index,
+            " elements outside its tree");
+  std::vector<const SchemaNode*> leaf_nodes(static_cast<size_t>(leaves));
+  leaves_of(root, leaf_nodes);
+  const auto wanted = [&](const std::string& name) {
+    if (fields.empty()) return true;
+    return std::any_of(fields.begin(), fields.end(), [&](const std::string& f) {
+      return f == name || (f.size() > name.size() && f.starts_with(name) && f[name.size()] == '.');
+    });
+  };
+  std::vector<std::string> names, refused;
+  for (const SchemaNode& child : root.children) names.push_back(child.element->name);
+  for (const std::string& f : fields) {
+    const bool known = std::any_of(names.begin(), names.end(), [&](const std::string& name) {
+      return f == name || (f.size() > name.size() && f.starts_with(name) && f[name.size()] == '.');
+    });
+    MMT_CHECK(known, ValueError, path, ": no column '", cut_for_message(f, 100), "' (its columns: ",
+              cut_for_message(joined(names), 2000), ")");
+  }
+  Plan plan;
+  Converter converter(plan);
+  for (const SchemaNode& child : root.children) {
+    if (!wanted(child.element->name)) continue;
+    const size_t nodes_before = plan.nodes.size();
+    const int buffers_before = plan.buffers;
+    try {
+      ipc.fields.push_back(converter.convert(child, 0, 0, false));
+    } catch (const Refused& r) {
+      plan.nodes.resize(nodes_before);
+      plan.buffers = buffers_before;
+      refused.push_back(str("'", child.element->name, "' (", r.why, ")"));
+    }
+  }
+  MMT_CHECK(refused.empty(), ValueError, path, ": columns of types no field holds: ",
+            cut_for_message(joined(refused), 2000),
+            "; choose the columns to pack (mmt pack --field NAME, repeated; PackSources::from_arrow's fields)");
+  ipc.node_count = static_cast<int>(plan.nodes.size());
+  for (const auto& [key, value] : meta.key_values)
+    if (key != "ARROW:schema") ipc.metadata.emplace_back(key, value);  // pyarrow's own copy of the schema
+
+  // The columns each chosen leaf's values feed: the leaf, and the nodes it is the first below.
+  std::vector<std::vector<int>> fed_by(static_cast<size_t>(leaves));
+  for (size_t n = 0; n < plan.nodes.size(); ++n)
+    fed_by[static_cast<size_t>(plan.nodes[n].column)].push_back(static_cast<int>(n));
+
+  std::optional<ScratchFile> scratch;
+  int64_t rows = 0;
+  for (size_t g = 0; g < meta.row_groups.size(); ++g) {
+    const ParquetRowGroup& group = meta.row_groups[g];
+    const std::string group_where = str(path, ", row group ", g);
+    MMT_CHECK(group.columns.size() == static_cast<size_t>(leaves), FormatError, group_where, " has ",
+              group.columns.size(), " column chunks for the schema's ", leaves, " columns");
+    MMT_CHECK(!__builtin_add_overflow(rows, group.num_rows, &rows), FormatError, path, ": too many rows");
+    if (group.num_rows == 0) continue;
+    if (!scratch) scratch.emplace(path, "to decode its Parquet row groups into");
+    ArrowBatch& batch = ipc.batches.emplace_back();
+    batch.rows = group.num_rows;
+    batch.decompressed = true;
+    batch.row_group = static_cast<int64_t>(g);
+    batch.nodes.resize(plan.nodes.size());
+    batch.buffers.resize(static_cast<size_t>(plan.buffers));
+    BufferWriter writer(*scratch, batch);
+    for (int c = 0; c < leaves; ++c) {
+      if (fed_by[static_cast<size_t>(c)].empty()) continue;
+      const ParquetColumnChunk& chunk = group.columns[static_cast<size_t>(c)];
+      const SchemaNode& leaf = *leaf_nodes[static_cast<size_t>(c)];
+      std::string column_name;
+      for (const std::string& part : chunk.path) column_name += str(column_name.empty() ? "" : ".", part);
+      const std::string where = str(group_where, ", column '", cut_for_message(column_name, 200), "'");
+      MMT_CHECK(chunk.has_metadata, ValueError, where, ": its metadata is encrypted or missing");
+      MMT_CHECK(chunk.file_path.empty(), ValueError, where, ": its data lies in another file ('",
+                cut_for_message(chunk.file_path, 200), "'); pack the data files themselves");
+      MMT_CHECK(chunk.type == leaf.element->type, FormatError, where, ": its chunk's physical type differs from the schema's");
+      const ParquetLeaf description{leaf.element->type, leaf.element->type_length, leaf.definition, leaf.repetition};
+      ParquetColumnValues values;
+      guard_storage_reads(ipc.file, [&] { values = read_parquet_column(bytes, data_end, chunk, description, where); });
+      for (const int n : fed_by[static_cast<size_t>(c)])
+        assemble(plan.nodes[static_cast<size_t>(n)], n, values, leaf.definition, batch, writer);
+    }
+    // The top level's slots are the row group's rows; a struct's columns have its slots (their
+    // levels share the struct's).
+    for (const ArrowField& top : ipc.fields)
+      MMT_CHECK(batch.nodes[static_cast<size_t>(top.node)].length == group.num_rows, FormatError, group_where,
+                ": column '", cut_for_message(top.name, 100), "' holds ", batch.nodes[static_cast<size_t>(top.node)].length,
+                " rows, not the row group's ", group.num_rows);
+    for (size_t n = 0; n < plan.nodes.size(); ++n) {
+      if (plan.nodes[n].kind != PlanNode::Kind::Struct) continue;
+      for (const int child : plan.nodes[n].children)
+        MMT_CHECK(batch.nodes[static_cast<size_t>(child)].length == batch.nodes[n].length, FormatError, group_where,
+                  ": a struct's columns hold different numbers of values");
+    }
+  }
+  MMT_CHECK(rows == meta.num_rows, FormatError, path, ": its row groups hold ", rows, " rows, not the ", meta.num_rows,
+            " its footer states");
+  if (scratch)
+    ipc.decompressed = scratch->map(str(path, " (Parquet row groups decoded into a temporary file in ",
+                                        scratch->folder().string(), ")"));
+  return ipc;
+}
+
+}  // namespace mmt::detail

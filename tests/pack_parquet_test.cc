@@ -1,0 +1,374 @@
+// Parquet inputs: real files written by DuckDB 1.5.6, arrow-rs 59 (parquet-wasm 0.8.0) and
+// hyparquet-writer 0.17.0 (tests/data/parquet, each with the values its writer was given, as
+// another reader read them back: NAME.expected.json), decoded value for value; packed as
+// Arrow inputs are; and damaged at every byte, which must give errors, never crashes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "importer_test_util.h"
+#include "mmtensor/dataset.h"
+#include "mmtensor/error.h"
+#include "mmtensor/packer.h"
+#include "parquet.h"
+#include "test_util.h"
+
+namespace mmt {
+namespace {
+
+namespace fs = std::filesystem;
+using detail::ArrowBatch;
+using detail::ArrowField;
+using detail::ArrowIpc;
+using detail::ArrowTypeId;
+using json = nlohmann::json;
+using testing::error_of;
+using testutil::TempFolder;
+using testutil::text_of;
+
+const fs::path kData = fs::path(MMT_SOURCE_DIR) / "tests" / "data" / "parquet";
+
+std::string data_file(const std::string& name) { return (kData / (name + ".parquet")).string(); }
+
+json expected_of(const std::string& name) {
+  std::ifstream in(kData / (name + ".expected.json"));
+  return json::parse(in);
+}
+
+// --- Arrow batches as JSON rows, as the expected files write them ---------------------------
+
+class ArrowAsJson {
+ public:
+  explicit ArrowAsJson(const ArrowIpc& ipc) : ipc_(ipc) {
+    first_.resize(static_cast<size_t>(ipc.node_count));
+    int buffer = 0;
+    number(ipc.fields, buffer);
+  }
+  json column(const std::string& name) const {
+    const auto field = std::find_if(ipc_.fields.begin(), ipc_.fields.end(), [&](const ArrowField& f) { return f.name == name; });
+    if (field == ipc_.fields.end()) return nullptr;
+    json rows = json::array();
+    for (const ArrowBatch& batch : ipc_.batches)
+      for (int64_t r = 0; r < batch.rows; ++r) rows.push_back(value(batch, *field, r));
+    return rows;
+  }
+
+ private:
+  void number(const std::vector<ArrowField>& fields, int& buffer) {
+    for (const ArrowField& f : fields) {
+      first_[static_cast<size_t>(f.node)] = buffer;
+      buffer += f.type == ArrowTypeId::Struct ? 1 : f.type == ArrowTypeId::LargeBinary || f.type == ArrowTypeId::LargeUtf8 ? 3 : 2;
+      number(f.children, buffer);
+    }
+  }
+  const std::byte* buffer(const ArrowBatch& b, int node, int k) const {
+    return ipc_.decompressed.data() + b.buffers[static_cast<size_t>(first_[static_cast<size_t>(node)] + k)].offset;
+  }
+  template <class T>
+  static T load(const std::byte* p, int64_t i) {
+    T v;
+    std::memcpy(&v, p + sizeof(T) * static_cast<size_t>(i), sizeof(T));
+    return v;
+  }
+  static std::string hex(const std::byte* p, size_t n) {
+    std::string out = "hex:";
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; ++i) {
+      out += digits[static_cast<uint8_t>(p[i]) >> 4];
+      out += digits[static_cast<uint8_t>(p[i]) & 15];
+    }
+    return out;
+  }
+  json value(const ArrowBatch& b, const ArrowField& f, int64_t i) const {
+    if (b.nodes[static_cast<size_t>(f.node)].null_count > 0 &&
+        ((static_cast<uint8_t>(buffer(b, f.node, 0)[i / 8]) >> (i % 8)) & 1) == 0)
+      return nullptr;
+    const std::byte* p = buffer(b, f.node, 1);
+    switch (f.type) {
+      case ArrowTypeId::Bool: return ((static_cast<uint8_t>(p[i / 8]) >> (i % 8)) & 1) != 0;
+      case ArrowTypeId::Int: case ArrowTypeId::Date: case ArrowTypeId::Time: case ArrowTypeId::Timestamp:
+        switch (f.bit_width) {
+          case 8: return f.is_signed ? json(load<int8_t>(p, i)) : json(load<uint8_t>(p, i));
+          case 16: return f.is_signed ? json(load<int16_t>(p, i)) : json(load<uint16_t>(p, i));
+          case 32: return f.is_signed || f.type != ArrowTypeId::Int ? json(load<int32_t>(p, i)) : json(load<uint32_t>(p, i));
+          default: return f.is_signed || f.type != ArrowTypeId::Int ? json(load<int64_t>(p, i)) : json(load<uint64_t>(p, i));
+        }
+      case ArrowTypeId::FloatingPoint:
+        if (f.precision == 1) return load<float>(p, i);
+        if (f.precision == 2) return load<double>(p, i);
+        return half_to_double(load<uint16_t>(p, i));
+      case ArrowTypeId::LargeUtf8:
+      case ArrowTypeId::LargeBinary: {
+        const auto start = load<int64_t>(p, i), end = load<int64_t>(p, i + 1);
+        const std::byte* data = buffer(b, f.node, 2) + start;
+        if (f.type == ArrowTypeId::LargeBinary) return hex(data, static_cast<size_t>(end - start));
+        return std::string(reinterpret_cast<const char*>(data), static_cast<size_t>(end - start));
+      }
+      case ArrowTypeId::FixedSizeBinary: return hex(p + f.fixed_size * i, static_cast<size_t>(f.fixed_size));
+      case ArrowTypeId::LargeList: {
+        json out = json::array();
+        for (int64_t k = load<int64_t>(p, i); k < load<int64_t>(p, i + 1); ++k) out.push_back(value(b, f.children[0], k));
+        return out;
+      }
+      case ArrowTypeId::Struct: {
+        json out = json::object();
+        for (const ArrowField& child : f.children) out[child.name] = value(b, child, i);
+        return out;
+      }
+      default: return "unexpected type";
+    }
+  }
+  static double half_to_double(uint16_t h) {
+    const int exponent = (h >> 10) & 31, mantissa = h & 1023;
+    const double sign = (h & 0x8000) != 0 ? -1 : 1;
+    if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+    if (exponent == 31) return mantissa == 0 ? sign * INFINITY : NAN;
+    return sign * std::ldexp(1024 + mantissa, exponent - 25);
+  }
+
+  const ArrowIpc& ipc_;
+  std::vector<int> first_;
+};
+
+// Equal as the writers' values: numbers by value (float32 values as their doubles), UUIDs as
+// their 16 bytes.
+bool same(const json& got, const json& want) {
+  if (got.is_number() && want.is_number()) {
+    if (got.is_number_float() || want.is_number_float()) return got.get<double>() == want.get<double>();
+    const bool got_negative = got.is_number_integer() && !got.is_number_unsigned() && got.get<int64_t>() < 0;
+    const bool want_negative = want.is_number_integer() && !want.is_number_unsigned() && want.get<int64_t>() < 0;
+    if (got_negative != want_negative) return false;
+    if (!got_negative) return got.get<uint64_t>() == want.get<uint64_t>();
+    return got.get<int64_t>() == want.get<int64_t>();
+  }
+  if (got.is_string() && want.is_string() && want.get<std::string>().size() == 36 &&
+      got.get<std::string>().starts_with("hex:")) {  // a UUID
+    std::string digits = want.get<std::string>();
+    digits.erase(std::remove(digits.begin(), digits.end(), '-'), digits.end());
+    return "hex:" + digits == got.get<std::string>();
+  }
+  if (got.is_array() && want.is_array()) {
+    if (got.size() != want.size()) return false;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (!same(got[i], want[i])) return false;
+    return true;
+  }
+  if (got.is_object() && want.is_object()) {
+    if (got.size() != want.size()) return false;
+    for (const auto& [key, value] : want.items())
+      if (!got.contains(key) || !same(got[key], value)) return false;
+    return true;
+  }
+  return got == want;
+}
+
+// Columns no field holds, which the reader refuses by name: left out here.
+bool refused_type(const std::string& type) {
+  for (const char* t : {"map<", "decimal", "list<struct", "interval", "source column was DuckDB HUGEINT"})
+    if (type.find(t) != std::string::npos) return true;
+  return false;
+}
+
+std::vector<std::string> data_files() {
+  std::vector<std::string> out;
+  for (const auto& entry : fs::directory_iterator(kData))
+    if (entry.path().extension() == ".parquet") out.push_back(entry.path().stem().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(ParquetReader, EveryRealFileDecodesToTheValuesItsWriterWasGiven) {
+  const std::vector<std::string> files = data_files();
+  ASSERT_GE(files.size(), 20u);
+  for (const std::string& name : files) {
+    SCOPED_TRACE(name);
+    const json expected = expected_of(name);
+    std::vector<std::string> columns;
+    for (const json& column : expected["columns"])
+      if (!refused_type(column["type"].get<std::string>())) columns.push_back(column["name"]);
+    const ArrowIpc ipc = detail::read_parquet_as_arrow(data_file(name), columns);
+    const ArrowAsJson rows(ipc);
+    for (const json& column : expected["columns"]) {
+      const std::string column_name = column["name"];
+      if (refused_type(column["type"].get<std::string>())) continue;
+      SCOPED_TRACE(column_name);
+      const json got = rows.column(column_name);
+      ASSERT_TRUE(got.is_array());
+      ASSERT_EQ(got.size(), column["values"].size());
+      for (size_t r = 0; r < got.size(); ++r)
+        EXPECT_TRUE(same(got[r], column["values"][r])) << "row " << r << ": " << got[r].dump() << " vs " << column["values"][r].dump();
+    }
+    for (const auto& [key, value] : expected["key_value_metadata"].items()) {
+      const auto it = std::find_if(ipc.metadata.begin(), ipc.metadata.end(), [&](const auto& kv) { return kv.first == key; });
+      ASSERT_NE(it, ipc.metadata.end()) << key;
+      EXPECT_EQ(it->second, value.get<std::string>());
+    }
+  }
+}
+
+TEST(ParquetReader, TypesReadAsPyarrowReadsThem) {
+  const ArrowIpc ipc = detail::read_parquet_as_arrow(data_file("pw_types"), std::vector<std::string>{"i8", "u64", "date", "ts_ns_utc", "time_ms", "f16"});
+  std::vector<std::string> types;
+  for (const ArrowField& f : ipc.fields) types.push_back(detail::arrow_type_name(f));
+  EXPECT_EQ(types, (std::vector<std::string>{"int8", "uint64", "date32[day]", "timestamp[ns, tz=UTC]", "time32[ms]", "halffloat"}));
+}
+
+TEST(PackParquet, HuggingFaceImageRowsPackWithTheirClassNames) {
+  const std::string path = data_file("pw_hf_image");
+  EXPECT_TRUE(are_arrow_inputs(std::vector<std::string>{path}));
+  const PackSources sources = PackSources::from_inputs(std::vector<std::string>{path});
+  ASSERT_EQ(sources.records(), 6);
+  const Schema& schema = sources.schema();
+  ASSERT_EQ(schema.size(), 3u);
+  EXPECT_EQ(schema[0].name, "image.bytes");
+  EXPECT_EQ(schema[1].name, "image.path");
+  EXPECT_EQ(schema[2].name, "label");
+  EXPECT_EQ(schema[2].dtype, kInt64);
+  EXPECT_EQ(sources.metadata().at("source"), "parquet");
+  EXPECT_EQ(sources.metadata().at("classes"), R"(["cat","dog"])");
+  EXPECT_EQ(sources.metadata().at("arrow_nulls"), R"({"image.path":3})");
+  const json expected = expected_of("pw_hf_image");
+  for (int64_t r = 0; r < 6; ++r) {
+    const std::vector<Tensor> record = sources.record(r);
+    const json& image = expected["columns"][0]["values"][static_cast<size_t>(r)];
+    std::string hex = "hex:";
+    for (const unsigned char c : text_of(record[0])) {
+      static const char digits[] = "0123456789abcdef";
+      hex += digits[c >> 4];
+      hex += digits[c & 15];
+    }
+    EXPECT_EQ(hex, image["bytes"].get<std::string>());
+    EXPECT_EQ(text_of(record[1]), image["path"].is_null() ? "" : image["path"].get<std::string>());
+    EXPECT_EQ(*static_cast<const int64_t*>(record[2].data_ptr()), expected["columns"][1]["values"][static_cast<size_t>(r)]);
+  }
+}
+
+TEST(PackParquet, ListsBecomeArrays) {
+  const std::string path = data_file("duckdb_nested");
+  const std::vector<std::string> fields{"list_int32", "embedding", "nested_struct.b.c"};
+  const PackSources sources = PackSources::from_inputs(std::vector<std::string>{path}, fields);
+  ASSERT_EQ(sources.records(), 12);
+  const Schema& schema = sources.schema();
+  ASSERT_EQ(schema.size(), 3u);
+  EXPECT_EQ(schema[0].name, "list_int32");
+  EXPECT_EQ(schema[0].shape, (DimVector{kVariableDim}));
+  // Every row of `embedding` holds 8 floats: a fixed [8] (its null row NaN).
+  EXPECT_EQ(schema[1].name, "embedding");
+  EXPECT_EQ(schema[1].dtype, kFloat32);
+  EXPECT_EQ(schema[1].shape, (DimVector{8}));
+  EXPECT_EQ(schema[2].name, "nested_struct.b.c");
+  EXPECT_EQ(schema[2].dtype, kFloat64);
+  // Row 4: [4, 14, 24, 34, 44]; row 2 null (empty).
+  const std::vector<Tensor> row4 = sources.record(4);
+  ASSERT_EQ(row4[0].numel(), 5);
+  EXPECT_EQ(static_cast<const int32_t*>(row4[0].contiguous().data_ptr())[4], 44);
+  EXPECT_EQ(static_cast<const float*>(row4[1].contiguous().data_ptr())[7], 1.875f);
+  EXPECT_EQ(sources.record(2)[0].numel(), 0);
+  EXPECT_TRUE(std::isnan(static_cast<const float*>(sources.record(7)[1].contiguous().data_ptr())[0]));
+  // A null struct, or a null value under it: NaN.
+  EXPECT_TRUE(std::isnan(*static_cast<const double*>(sources.record(1)[2].data_ptr())));
+  EXPECT_EQ(*static_cast<const double*>(sources.record(2)[2].data_ptr()), 2.25);
+  // A row whose inner lists differ in length (row 1 of a list of lists: [[1], []]) or a null
+  // inside a list is refused, naming it.
+  const auto error_packing = [&](const char* field) {
+    return error_of([&] { (void)PackSources::from_inputs(std::vector<std::string>{path}, std::vector<std::string>{field}); });
+  };
+  const std::string jagged = error_packing("list_list_int16");
+  EXPECT_NE(jagged.find("row group 0: column 'list_list_int16', row 1: a jagged list"), std::string::npos) << jagged;
+  const std::string null_inside = error_packing("list_string");
+  EXPECT_NE(null_inside.find("column 'list_string', row 1: a null inside its lists"), std::string::npos) << null_inside;
+}
+
+TEST(PackParquet, MapsListsOfStructsAndDecimalsAreRefusedByNameUnlessLeftOut) {
+  const std::string nested = data_file("duckdb_nested");
+  const std::string error = error_of([&] { (void)PackSources::from_inputs(std::vector<std::string>{nested}); });
+  EXPECT_NE(error.find("'map_str_int32' (a map)"), std::string::npos) << error;
+  EXPECT_NE(error.find("'list_struct' (a list of structs"), std::string::npos) << error;
+  EXPECT_NE(error.find("--field"), std::string::npos) << error;
+  const std::string types = data_file("duckdb_types");
+  EXPECT_NE(error_of([&] { (void)PackSources::from_inputs(std::vector<std::string>{types}, std::vector<std::string>{"dec_9_2"}); })
+                .find("'dec_9_2' (decimal(9, 2))"),
+            std::string::npos);
+  const std::string missing = error_of([&] { (void)PackSources::from_inputs(std::vector<std::string>{types}, std::vector<std::string>{"nope"}); });
+  EXPECT_NE(missing.find("no column 'nope' (its columns: i8, i16"), std::string::npos) << missing;
+  // A null in an integer column cannot be stored; in a float column it is NaN.
+  EXPECT_NE(error_of([&] { (void)PackSources::from_inputs(std::vector<std::string>{types}, std::vector<std::string>{"i8"}); })
+                .find("column 'i8', row 5: a null int8"),
+            std::string::npos);
+  const PackSources halves = PackSources::from_inputs(std::vector<std::string>{data_file("pw_types")}, std::vector<std::string>{"f16"});
+  ASSERT_EQ(halves.schema().size(), 1u);
+  EXPECT_EQ(halves.schema()[0].dtype, kFloat16);
+}
+
+TEST(PackParquet, AFolderOfParquetFilesPacksInNameOrder) {
+  TempFolder dir;
+  const fs::path folder = dir / "data";
+  fs::create_directory(folder);
+  fs::copy_file(data_file("duckdb_codec_zstd"), folder / "train-00001-of-00002.parquet");
+  fs::copy_file(data_file("duckdb_codec_brotli"), folder / "train-00000-of-00002.parquet");
+  const std::vector<std::string> inputs{folder.string()};
+  EXPECT_TRUE(are_arrow_inputs(inputs));
+  const PackSources sources = PackSources::from_inputs(inputs, std::vector<std::string>{"c_double", "c_string"});
+  ASSERT_EQ(sources.records(), 100);
+  EXPECT_EQ(sources.input_paths().front(), (folder / "train-00000-of-00002.parquet").string());
+  const json expected = expected_of("duckdb_codec_brotli");
+  for (const json& column : expected["columns"]) {
+    if (column["name"] != "c_string") continue;
+    for (int64_t r : {0, 50, 99}) {
+      const json& want = column["values"][static_cast<size_t>(r % 50)];
+      EXPECT_EQ(text_of(sources.record(r)[1]), want.is_null() ? "" : want.get<std::string>()) << r;
+    }
+  }
+}
+
+// Every cut and a flip of every bit of the footer, and of bytes throughout: an error that
+// names the file (or, for a flip in a value, other values), never a crash, hang or overread
+// (the sanitizer builds run this too).
+TEST(ParquetReader, DamagedFilesGiveErrorsNotCrashes) {
+  TempFolder dir;
+  for (const std::string name : {"duckdb_codec_snappy", "pw_nested_v2_plain", "hw_encodings", "pw_enc_delta_byte_array_v2"}) {
+    SCOPED_TRACE(name);
+    const testutil::Bytes original = testutil::read_file(data_file(name));
+    const std::string damaged = dir / (name + ".parquet");
+    const auto try_read = [&](const testutil::Bytes& bytes) {
+      testutil::write_file(damaged, bytes);
+      try {
+        (void)detail::read_parquet_as_arrow(damaged, {});
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(damaged), std::string::npos) << e.what();
+      }
+    };
+    // Every cut and every bit of the footer of the smallest file; of the others, every 7th cut
+    // and a bit of every 13th byte (each try writes the file again).
+    const bool everything = name == "duckdb_codec_snappy";
+    const size_t step = everything ? 1 : 7;
+    for (size_t cut = 0; cut < original.size(); cut += step) {
+      testutil::Bytes bytes(original.begin(), original.begin() + static_cast<std::ptrdiff_t>(cut));
+      try_read(bytes);
+    }
+    uint32_t footer = 0;
+    std::memcpy(&footer, original.data() + original.size() - 8, 4);
+    const size_t footer_start = original.size() - 8 - footer;
+    for (size_t i = 0; i < original.size(); ++i) {
+      const bool in_footer = i >= footer_start && (everything || i % 5 == 0);
+      if (!in_footer && i % 13 != 0) continue;
+      for (int bit = 0; bit < 8; ++bit) {
+        if (!in_footer && bit != static_cast<int>(i % 8)) continue;
+        testutil::Bytes bytes = original;
+        bytes[i] ^= std::byte{static_cast<uint8_t>(1u << bit)};
+        try_read(bytes);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mmt
