@@ -58,6 +58,7 @@ struct ParquetColumnChunk {
   int64_t data_page_offset = 0;
   int64_t dictionary_page_offset = -1;  // -1: none stated
   int64_t total_compressed_size = 0;
+  int64_t total_uncompressed_size = 0;
   std::string file_path;  // data in another file (refused)
   bool has_metadata = false;
 };
@@ -107,8 +108,9 @@ struct ParquetLeaf {
   int16_t max_definition = 0, max_repetition = 0;
 };
 // Reads column chunk `chunk` of `file` (the whole file; `end` where its data may reach, the
-// footer's start) as `leaf` describes it. `where` names the file, row group and column.
-ParquetColumnValues read_parquet_column(std::span<const std::byte> file, int64_t end, const ParquetColumnChunk& chunk,
-                                        const ParquetLeaf& leaf, const std::string& where);
+// footer's start) as `leaf` describes it into `out` (emptied first; its memory is kept, for
+// the next chunk). `where` names the file, row group and column.
+void read_parquet_column(std::span<const std::byte> file, int64_t end, const ParquetColumnChunk& chunk,
+                         const ParquetLeaf& leaf, const std::string& where, ParquetColumnValues& out);
 
 }  // namespace mmt::detail

@@ -15,10 +15,15 @@
 // own; a list's length in a slot is the number of its element's slots up to its next slot.
 // Levels of the nodes a struct shares are read from its first leaf.
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <filesystem>
+#include <mutex>
 #include <optional>
+#include <thread>
 
+#include "cpu_budget.h"
 #include "import_util.h"
 #include "mapping_guard.h"
 #include "parquet.h"
@@ -248,25 +253,26 @@ void leaves_of(const SchemaNode& n, std::vector<const SchemaNode*>& out) {
   for (const SchemaNode& child : n.children) leaves_of(child, out);
 }
 
-// Appends buffers to the scratch file, each at a 64-byte boundary.
-class BufferWriter {
- public:
-  BufferWriter(ScratchFile& scratch, ArrowBatch& batch) : scratch_(scratch), batch_(batch) {}
-  void write(int index, const void* data, size_t n) {
-    static const std::byte zeros[64] = {};
-    if (scratch_.size() % 64 != 0) scratch_.append(zeros, 64 - scratch_.size() % 64);
-    batch_.buffers[static_cast<size_t>(index)] = {scratch_.size(), static_cast<int64_t>(n)};
-    if (n > 0) scratch_.append(static_cast<const std::byte*>(data), static_cast<int64_t>(n));
-  }
+// A row group decoded: each node's length and nulls, each buffer's bytes (by buffer index).
+struct DecodedGroup {
+  std::vector<ArrowBatch::Node> nodes;
+  std::vector<std::vector<std::byte>> buffers;
+  std::exception_ptr error;
+  bool done = false;
 
- private:
-  ScratchFile& scratch_;
-  ArrowBatch& batch_;
+  void write(int index, const void* data, size_t n) {
+    const auto* p = static_cast<const std::byte*>(data);
+    buffers[static_cast<size_t>(index)].assign(p, p + n);
+  }
+  // Takes `bytes` whole (a column's values, as decoded): no copy.
+  void take(int index, std::vector<std::byte>&& bytes) { buffers[static_cast<size_t>(index)] = std::move(bytes); }
 };
 
 // Writes node `index`'s buffers, and its length and nulls, from its column's levels and values.
-void assemble(const PlanNode& node, int index, const ParquetColumnValues& column, int16_t max_definition,
-              ArrowBatch& batch, BufferWriter& out) {
+// A leaf's values are taken from `column` (its ancestors, which read only the levels, come
+// before it).
+void assemble(const PlanNode& node, int index, ParquetColumnValues& column, int16_t max_definition,
+              DecodedGroup& out) {
   const auto definition = [&](int64_t e) { return column.definition.empty() ? int16_t{0} : int16_t{column.definition[static_cast<size_t>(e)]}; };
   const auto repetition = [&](int64_t e) { return column.repetition.empty() ? int16_t{0} : int16_t{column.repetition[static_cast<size_t>(e)]}; };
   const auto is_slot = [&](int64_t e, int16_t r, int16_t d) { return repetition(e) <= r && definition(e) >= d; };
@@ -315,7 +321,7 @@ void assemble(const PlanNode& node, int index, const ParquetColumnValues& column
           offsets.push_back(column.offsets[static_cast<size_t>(next)]);
         }
         out.write(node.first_buffer + 1, offsets.data(), offsets.size() * 8);
-        out.write(node.first_buffer + 2, column.values.data(), column.values.size());
+        out.take(node.first_buffer + 2, std::move(column.values));
       } else if (node.value_bytes == -1) {  // bool: bits
         std::vector<uint8_t> bits;
         int64_t slot = 0;
@@ -334,7 +340,7 @@ void assemble(const PlanNode& node, int index, const ParquetColumnValues& column
         const size_t stored = column.count > 0 ? column.values.size() / static_cast<size_t>(column.count) : width;
         if (every_slot_present && stored == width) {  // as decoded: no copy
           length = column.count;
-          out.write(node.first_buffer + 1, column.values.data(), column.values.size());
+          out.take(node.first_buffer + 1, std::move(column.values));
           break;
         }
         std::vector<std::byte> values;
@@ -355,7 +361,7 @@ void assemble(const PlanNode& node, int index, const ParquetColumnValues& column
   }
   if (nulls == 0) validity.clear();
   out.write(node.first_buffer, validity.data(), validity.size());
-  batch.nodes[static_cast<size_t>(index)] = {length, nulls};
+  out.nodes[static_cast<size_t>(index)] = {length, nulls};
 }
 
 }  // namespace
@@ -421,23 +427,25 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
   for (size_t n = 0; n < plan.nodes.size(); ++n)
     fed_by[static_cast<size_t>(plan.nodes[n].column)].push_back(static_cast<int>(n));
 
-  std::optional<ScratchFile> scratch;
+  // The row groups of rows, checked against the schema and the footer's count first.
+  std::vector<size_t> groups;
   int64_t rows = 0;
   for (size_t g = 0; g < meta.row_groups.size(); ++g) {
     const ParquetRowGroup& group = meta.row_groups[g];
-    const std::string group_where = str(path, ", row group ", g);
-    MMT_CHECK(group.columns.size() == static_cast<size_t>(leaves), FormatError, group_where, " has ",
+    MMT_CHECK(group.columns.size() == static_cast<size_t>(leaves), FormatError, path, ", row group ", g, " has ",
               group.columns.size(), " column chunks for the schema's ", leaves, " columns");
     MMT_CHECK(!__builtin_add_overflow(rows, group.num_rows, &rows), FormatError, path, ": too many rows");
-    if (group.num_rows == 0) continue;
-    if (!scratch) scratch.emplace(path, "to decode its Parquet row groups into");
-    ArrowBatch& batch = ipc.batches.emplace_back();
-    batch.rows = group.num_rows;
-    batch.decompressed = true;
-    batch.row_group = static_cast<int64_t>(g);
-    batch.nodes.resize(plan.nodes.size());
-    batch.buffers.resize(static_cast<size_t>(plan.buffers));
-    BufferWriter writer(*scratch, batch);
+    if (group.num_rows > 0) groups.push_back(g);
+  }
+  MMT_CHECK(rows == meta.num_rows, FormatError, path, ": its row groups hold ", rows, " rows, not the ", meta.num_rows,
+            " its footer states");
+
+  // Decodes row group `g` into `out`, with `values` a column chunk's (its memory kept).
+  const auto decode = [&](size_t g, DecodedGroup& out, ParquetColumnValues& values) {
+    const ParquetRowGroup& group = meta.row_groups[g];
+    const std::string group_where = str(path, ", row group ", g);
+    out.nodes.resize(plan.nodes.size());
+    out.buffers.resize(static_cast<size_t>(plan.buffers));
     for (int c = 0; c < leaves; ++c) {
       if (fed_by[static_cast<size_t>(c)].empty()) continue;
       const ParquetColumnChunk& chunk = group.columns[static_cast<size_t>(c)];
@@ -450,26 +458,97 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
                 cut_for_message(chunk.file_path, 200), "'); pack the data files themselves");
       MMT_CHECK(chunk.type == leaf.element->type, FormatError, where, ": its chunk's physical type differs from the schema's");
       const ParquetLeaf description{leaf.element->type, leaf.element->type_length, leaf.definition, leaf.repetition};
-      ParquetColumnValues values;
-      guard_storage_reads(ipc.file, [&] { values = read_parquet_column(bytes, data_end, chunk, description, where); });
+      guard_storage_reads(ipc.file, [&] { read_parquet_column(bytes, data_end, chunk, description, where, values); });
       for (const int n : fed_by[static_cast<size_t>(c)])
-        assemble(plan.nodes[static_cast<size_t>(n)], n, values, leaf.definition, batch, writer);
+        assemble(plan.nodes[static_cast<size_t>(n)], n, values, leaf.definition, out);
     }
     // The top level's slots are the row group's rows; a struct's columns have its slots (their
     // levels share the struct's).
     for (const ArrowField& top : ipc.fields)
-      MMT_CHECK(batch.nodes[static_cast<size_t>(top.node)].length == group.num_rows, FormatError, group_where,
-                ": column '", cut_for_message(top.name, 100), "' holds ", batch.nodes[static_cast<size_t>(top.node)].length,
+      MMT_CHECK(out.nodes[static_cast<size_t>(top.node)].length == group.num_rows, FormatError, group_where,
+                ": column '", cut_for_message(top.name, 100), "' holds ", out.nodes[static_cast<size_t>(top.node)].length,
                 " rows, not the row group's ", group.num_rows);
     for (size_t n = 0; n < plan.nodes.size(); ++n) {
       if (plan.nodes[n].kind != PlanNode::Kind::Struct) continue;
       for (const int child : plan.nodes[n].children)
-        MMT_CHECK(batch.nodes[static_cast<size_t>(child)].length == batch.nodes[n].length, FormatError, group_where,
+        MMT_CHECK(out.nodes[static_cast<size_t>(child)].length == out.nodes[n].length, FormatError, group_where,
                   ": a struct's columns hold different numbers of values");
     }
+  };
+
+  // Row groups are decoded on threads, a few ahead of the one written (memory: that many row
+  // groups), and written to the scratch file in order, each buffer at a 64-byte boundary.
+  std::optional<ScratchFile> scratch;
+  if (!groups.empty()) scratch.emplace(path, "to decode its Parquet row groups into");
+  const size_t threads = std::min<size_t>({groups.size(), static_cast<size_t>(available_cpus()), 8});
+  const size_t window = 2 * std::max<size_t>(threads, 1);
+  std::vector<DecodedGroup> decoded(groups.size());
+  std::mutex mutex;
+  std::condition_variable changed;
+  size_t next = 0, written = 0;
+  bool stop = false;
+  const auto work = [&] {
+    ParquetColumnValues values;
+    for (;;) {
+      size_t k = 0;
+      {
+        std::unique_lock lock(mutex);
+        changed.wait(lock, [&] { return stop || next >= groups.size() || next < written + window; });
+        if (stop || next >= groups.size()) return;
+        k = next++;
+      }
+      DecodedGroup& out = decoded[k];
+      try {
+        decode(groups[k], out, values);
+      } catch (...) {
+        out.error = std::current_exception();
+      }
+      std::lock_guard lock(mutex);
+      out.done = true;
+      if (out.error) stop = true;  // the groups after it are not needed
+      changed.notify_all();
+    }
+  };
+  struct Joiner {  // stops and joins the workers however this function leaves
+    std::vector<std::thread> workers;
+    std::mutex& mutex;
+    std::condition_variable& changed;
+    bool& stop;
+    ~Joiner() {
+      {
+        std::lock_guard lock(mutex);
+        stop = true;
+      }
+      changed.notify_all();
+      for (std::thread& t : workers) t.join();
+    }
+  } joiner{{}, mutex, changed, stop};
+  for (size_t t = 0; t < threads; ++t) joiner.workers.emplace_back(work);
+  static const std::byte zeros[64] = {};
+  for (size_t k = 0; k < groups.size(); ++k) {
+    DecodedGroup& group = decoded[k];
+    {
+      std::unique_lock lock(mutex);
+      changed.wait(lock, [&] { return group.done; });
+    }
+    if (group.error) std::rethrow_exception(group.error);
+    ArrowBatch& batch = ipc.batches.emplace_back();
+    batch.rows = meta.row_groups[groups[k]].num_rows;
+    batch.decompressed = true;
+    batch.row_group = static_cast<int64_t>(groups[k]);
+    batch.nodes = std::move(group.nodes);
+    batch.buffers.resize(group.buffers.size());
+    for (size_t b = 0; b < group.buffers.size(); ++b) {
+      if (scratch->size() % 64 != 0) scratch->append(zeros, 64 - scratch->size() % 64);
+      const std::vector<std::byte>& bytes = group.buffers[b];
+      batch.buffers[b] = {scratch->size(), static_cast<int64_t>(bytes.size())};
+      if (!bytes.empty()) scratch->append(bytes.data(), static_cast<int64_t>(bytes.size()));
+    }
+    group = DecodedGroup{};  // its memory freed
+    std::lock_guard lock(mutex);
+    ++written;
+    changed.notify_all();
   }
-  MMT_CHECK(rows == meta.num_rows, FormatError, path, ": its row groups hold ", rows, " rows, not the ", meta.num_rows,
-            " its footer states");
   if (scratch)
     ipc.decompressed = scratch->map(str(path, " (Parquet row groups decoded into a temporary file in ",
                                         scratch->folder().string(), ")"));

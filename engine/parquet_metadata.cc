@@ -136,6 +136,7 @@ ParquetColumnChunk read_column_chunk(ThriftReader& in) {
               break;
             case 4: c.codec = static_cast<int>(in.integer(t, 0, INT32_MAX, "a codec")); break;
             case 5: c.num_values = in.integer(t, 0, INT64_MAX, "a value count"); break;
+            case 6: c.total_uncompressed_size = in.integer(t, 0, INT64_MAX, "an uncompressed size"); break;
             case 7: c.total_compressed_size = in.integer(t, 0, INT64_MAX, "a compressed size"); break;
             case 9: c.data_page_offset = in.integer(t, 0, INT64_MAX, "a data page offset"); break;
             case 11: c.dictionary_page_offset = in.integer(t); break;

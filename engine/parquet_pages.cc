@@ -298,10 +298,11 @@ int64_t zigzag(uint64_t v) { return static_cast<int64_t>((v >> 1) ^ (~(v & 1) + 
 
 // The RLE / bit-packing hybrid (Encodings.md): runs, each a varint header whose low bit says
 // bit-packed (groups of 8 values, `width` bits each) or repeated (a value in ceil(width / 8)
-// bytes, header >> 1 times). Decodes `count` values into `out` with `store(index, value)`;
-// returns the bytes read.
-template <class Store>
-size_t decode_hybrid(Bytes in, int width, int64_t count, const Where& where, const char* what, Store&& store) {
+// bytes, header >> 1 times). Decodes `count` values into `out` with `store(index, value)`,
+// and each repeated run with `store_run(first, n, value)`; returns the bytes read.
+template <class Store, class StoreRun>
+size_t decode_hybrid(Bytes in, int width, int64_t count, const Where& where, const char* what, Store&& store,
+                     StoreRun&& store_run) {
   size_t at = 0;
   int64_t done = 0;
   const size_t value_bytes = (static_cast<size_t>(width) + 7) / 8;
@@ -329,11 +330,17 @@ size_t decode_hybrid(Bytes in, int width, int64_t count, const Where& where, con
       for (size_t i = 0; i < value_bytes; ++i) value |= uint64_t{static_cast<uint8_t>(in[at + i])} << (8 * i);
       at += value_bytes;
       const int64_t take = static_cast<int64_t>(std::min<uint64_t>(run, static_cast<uint64_t>(count - done)));
-      for (int64_t i = 0; i < take; ++i) store(done + i, value);
+      store_run(done, take, value);
       done += take;
     }
   }
   return at;
+}
+template <class Store>
+size_t decode_hybrid(Bytes in, int width, int64_t count, const Where& where, const char* what, Store&& store) {
+  return decode_hybrid(in, width, count, where, what, store, [&](int64_t first, int64_t n, uint64_t value) {
+    for (int64_t i = 0; i < n; ++i) store(first + i, value);
+  });
 }
 
 // Levels of `count` entries, each at most `max` (RLE: the hybrid; BIT_PACKED: the deprecated
@@ -346,10 +353,16 @@ void decode_levels(Bytes in, int encoding, int16_t max, int64_t count, std::vect
   uint8_t* levels = out.data() + first;
   bool bad = false;
   if (encoding == kRle) {
-    decode_hybrid(in, width, count, where, what, [&](int64_t i, uint64_t v) {
-      bad |= v > static_cast<uint64_t>(max);
-      levels[i] = static_cast<uint8_t>(v);
-    });
+    decode_hybrid(
+        in, width, count, where, what,
+        [&](int64_t i, uint64_t v) {
+          bad |= v > static_cast<uint64_t>(max);
+          levels[i] = static_cast<uint8_t>(v);
+        },
+        [&](int64_t first_level, int64_t n, uint64_t v) {  // runs are most of a column's levels
+          bad |= v > static_cast<uint64_t>(max);
+          std::memset(levels + first_level, static_cast<int>(v & 0xFF), static_cast<size_t>(n));
+        });
   } else if (encoding == kBitPacked) {
     if (static_cast<uint64_t>(count) * static_cast<uint64_t>(width) > in.size() * 8) where.fail(str("its ", what, " are cut short"));
     for (int64_t i = 0; i < count; ++i) {
@@ -688,13 +701,23 @@ int64_t present(const std::vector<uint8_t>& definition, size_t first, int16_t ma
 
 }  // namespace
 
-ParquetColumnValues read_parquet_column(std::span<const std::byte> file, int64_t end, const ParquetColumnChunk& chunk,
-                                        const ParquetLeaf& leaf, const std::string& where_text) {
+void read_parquet_column(std::span<const std::byte> file, int64_t end, const ParquetColumnChunk& chunk,
+                         const ParquetLeaf& leaf, const std::string& where_text, ParquetColumnValues& out) {
   Where where{where_text};
   if (leaf.type == ParquetType::FixedLenByteArray && (leaf.type_length <= 0 || leaf.type_length > (1 << 24)))
     where.fail(str("a FIXED_LEN_BYTE_ARRAY of ", leaf.type_length, " bytes"));
-  ParquetColumnValues out;
-  if (leaf.type == ParquetType::ByteArray) out.offsets.push_back(0);
+  out.definition.clear();
+  out.repetition.clear();
+  out.values.clear();
+  out.offsets.clear();
+  out.entries = out.count = 0;
+  if (leaf.type == ParquetType::ByteArray) {
+    out.offsets.push_back(0);
+    // Room for the values as the chunk states them (a hint, held to what the file could hold
+    // uncompressed): no copy as they grow.
+    const auto hint = static_cast<size_t>(std::min<int64_t>(chunk.total_uncompressed_size, end * 64));
+    if (hint > out.values.capacity()) out.values.reserve(hint);
+  }
   ParquetColumnValues dictionary;
   bool has_dictionary = false;
   if (leaf.type == ParquetType::ByteArray) dictionary.offsets.push_back(0);
@@ -795,7 +818,6 @@ ParquetColumnValues read_parquet_column(std::span<const std::byte> file, int64_t
     if (out.count - count_before != n) where.fail(str("decodes ", out.count - count_before, " values, not the ", n, " its levels make present"));
     out.entries += h.num_values;
   }
-  return out;
 }
 
 }  // namespace mmt::detail

@@ -1014,7 +1014,7 @@ TEST_F(MmtCli, PackTakesArrowFilesAndVerifiesAgainstThem) {
 // Parquet files (a Hugging Face image dataset's shard, written by arrow-rs): packed, their
 // class names kept, and verified against the file.
 TEST_F(MmtCli, PackTakesParquetFilesAndVerifiesAgainstThem) {
-  const std::string parquet = std::string(MMT_SOURCE_DIR) + "/tests/data/parquet/pw_hf_image.parquet";
+  const std::string parquet = (fs::path(MMT_SOURCE_DIR) / "tests/data/parquet/pw_hf_image.parquet").string();
   const RunResult packed = run_mmt({"pack", path("p.mmt"), parquet, "--codec", "lz4"});
   ASSERT_EQ(packed.exit_code, 0) << packed.err;
   EXPECT_NE(packed.out.find("packed 6 records (3 fields)"), std::string::npos) << packed.out;
@@ -1025,7 +1025,7 @@ TEST_F(MmtCli, PackTakesParquetFilesAndVerifiesAgainstThem) {
   EXPECT_EQ(sound.exit_code, 0) << sound.err;
   EXPECT_NE(sound.out.find("equal their sources byte for byte (fields image.bytes, image.path, label)"), std::string::npos)
       << sound.out;
-  const std::string nested = std::string(MMT_SOURCE_DIR) + "/tests/data/parquet/duckdb_nested.parquet";
+  const std::string nested = (fs::path(MMT_SOURCE_DIR) / "tests/data/parquet/duckdb_nested.parquet").string();
   EXPECT_FAILS_WITH(run_mmt({"pack", path("n.mmt"), nested}), "'map_str_int32' (a map)");
   EXPECT_FALSE(fs::exists(path("n.mmt")));
 }

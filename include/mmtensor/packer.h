@@ -60,7 +60,10 @@
 // name unless the fields chosen leave them out. The Arrow type of each field is in the
 // metadata key "arrow_types", Hugging Face's features in "huggingface" (and the class names of
 // a ClassLabel column in "classes"). Compressed record batches (Feather's lz4, zstd) are
-// decompressed when the sources are made into an unnamed file in $TMPDIR.
+// decompressed when the sources are made into an unnamed file in $TMPDIR. Parquet files
+// (".parquet", ".pq", or any file beginning with "PAR1"), and folders of .parquet files (in
+// name order), are Arrow inputs too: the columns chosen are decoded, a row group at a time,
+// into Arrow's layout (parquet.h) in an unnamed file in $TMPDIR, and packed as above.
 //
 // Scratch. Decompressed tar archives and MDS shards are kept within a budget of $TMPDIR
 // (MMT_SCRATCH_BYTES, such as "20G"; half the folder's free space by default): those past it
@@ -260,10 +263,10 @@ class PackSources {
   // one; ValueError for an encoding or compression this packer does not read, shards of
   // other columns, or an input of another kind (MDS datasets are packed alone).
   static PackSources from_mds(std::span<const std::string> specs);
-  // Arrow IPC files and streams, or Hugging Face dataset folders (above), read in the order
+  // Arrow IPC files and streams, Parquet files, or folders of them (above), read in the order
   // given. `fields`: the columns packed, in that order (flattened names); empty, all of them.
   // FormatError naming the file, the message's byte and what is wrong for a damaged one
-  // (arrow_ipc.h); ValueError naming the column for one of a type no field holds (unless
+  // (arrow_ipc.h), or the row group, column and page (parquet.h); ValueError naming the column for one of a type no field holds (unless
   // `fields` leaves it out), a null where a field cannot store one, a jagged list, files of
   // other columns, a DatasetDict folder (pack one split), or an input of another kind.
   static PackSources from_arrow(std::span<const std::string> specs, std::span<const std::string> fields = {});
@@ -403,9 +406,10 @@ bool are_megatron_inputs(std::span<const std::string> specs);
 // Whether pack inputs are MosaicML Streaming datasets: one of them is a folder holding
 // index.json, or such a file.
 bool are_mds_inputs(std::span<const std::string> specs);
-// Whether pack inputs are Arrow IPC files: one of them begins with "ARROW1", or is named
-// .arrow/.arrows/.feather/.ipc and begins as a stream (or is missing), or is a folder holding
-// state.json or dataset_dict.json (Hugging Face's save_to_disk).
+// Whether pack inputs are Arrow IPC or Parquet files: one of them begins with "ARROW1" or
+// "PAR1", or is named .arrow/.arrows/.feather/.ipc (and begins as a stream) or
+// .parquet/.pq/.parq (or is missing), or is a folder holding state.json or dataset_dict.json
+// (Hugging Face's save_to_disk) or .parquet files.
 bool are_arrow_inputs(std::span<const std::string> specs);
 
 // The records of shard `shard` of `shards` of a set of `records`: [begin, end) with begin =
