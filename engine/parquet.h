@@ -109,8 +109,9 @@ struct ParquetLeaf {
 };
 // Reads column chunk `chunk` of `file` (the whole file; `end` where its data may reach, the
 // footer's start) as `leaf` describes it into `out` (emptied first; its memory is kept, for
-// the next chunk). `where` names the file, row group and column.
+// the next chunk). `where` names the file, row group and column. Its pages are decoded on up
+// to `threads` threads (one part of them each) when it has many.
 void read_parquet_column(std::span<const std::byte> file, int64_t end, const ParquetColumnChunk& chunk,
-                         const ParquetLeaf& leaf, const std::string& where, ParquetColumnValues& out);
+                         const ParquetLeaf& leaf, const std::string& where, ParquetColumnValues& out, int threads = 1);
 
 }  // namespace mmt::detail

@@ -440,6 +440,14 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
   MMT_CHECK(rows == meta.num_rows, FormatError, path, ": its row groups hold ", rows, " rows, not the ", meta.num_rows,
             " its footer states");
 
+  // Row groups are decoded on threads, a few ahead of the one written and within a memory
+  // budget (at least one row group), and written to the scratch file in order, each buffer at
+  // a 64-byte boundary. A column chunk's pages are split among the CPUs the row groups leave
+  // (a file of one row group decodes on them all).
+  const int cpus = available_cpus();
+  const size_t threads = std::min<size_t>({groups.size(), static_cast<size_t>(cpus), 8});
+  const int page_threads = std::max(1, cpus / static_cast<int>(std::max<size_t>(threads, 1)));
+
   // Decodes row group `g` into `out`, with `values` a column chunk's (its memory kept).
   const auto decode = [&](size_t g, DecodedGroup& out, ParquetColumnValues& values) {
     const ParquetRowGroup& group = meta.row_groups[g];
@@ -458,7 +466,9 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
                 cut_for_message(chunk.file_path, 200), "'); pack the data files themselves");
       MMT_CHECK(chunk.type == leaf.element->type, FormatError, where, ": its chunk's physical type differs from the schema's");
       const ParquetLeaf description{leaf.element->type, leaf.element->type_length, leaf.definition, leaf.repetition};
-      guard_storage_reads(ipc.file, [&] { read_parquet_column(bytes, data_end, chunk, description, where, values); });
+      guard_storage_reads(ipc.file, [&] {
+        read_parquet_column(bytes, data_end, chunk, description, where, values, page_threads);
+      });
       for (const int n : fed_by[static_cast<size_t>(c)])
         assemble(plan.nodes[static_cast<size_t>(n)], n, values, leaf.definition, out);
     }
@@ -476,12 +486,18 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
     }
   };
 
-  // Row groups are decoded on threads, a few ahead of the one written (memory: that many row
-  // groups), and written to the scratch file in order, each buffer at a 64-byte boundary.
   std::optional<ScratchFile> scratch;
   if (!groups.empty()) scratch.emplace(path, "to decode its Parquet row groups into");
-  const size_t threads = std::min<size_t>({groups.size(), static_cast<size_t>(available_cpus()), 8});
   const size_t window = 2 * std::max<size_t>(threads, 1);
+  // Each row group's decoded bytes as its chosen columns state them (uncompressed).
+  constexpr int64_t kInFlightBytes = int64_t{1} << 30;
+  std::vector<int64_t> estimate(groups.size(), 0);
+  for (size_t k = 0; k < groups.size(); ++k)
+    for (int c = 0; c < leaves; ++c)
+      if (!fed_by[static_cast<size_t>(c)].empty())
+        estimate[k] = std::min(estimate[k] + meta.row_groups[groups[k]].columns[static_cast<size_t>(c)].total_uncompressed_size,
+                               kInFlightBytes);
+  int64_t in_flight = 0;
   std::vector<DecodedGroup> decoded(groups.size());
   std::mutex mutex;
   std::condition_variable changed;
@@ -493,9 +509,13 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
       size_t k = 0;
       {
         std::unique_lock lock(mutex);
-        changed.wait(lock, [&] { return stop || next >= groups.size() || next < written + window; });
+        changed.wait(lock, [&] {
+          return stop || next >= groups.size() ||
+                 (next < written + window && (next == written || in_flight + estimate[next] <= kInFlightBytes));
+        });
         if (stop || next >= groups.size()) return;
         k = next++;
+        in_flight += estimate[k];
       }
       DecodedGroup& out = decoded[k];
       try {
@@ -547,6 +567,7 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
     group = DecodedGroup{};  // its memory freed
     std::lock_guard lock(mutex);
     ++written;
+    in_flight -= estimate[k];
     changed.notify_all();
   }
   if (scratch)

@@ -4,7 +4,9 @@
 // exactly the size its page states.
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <thread>
 
 #include <brotli/decode.h>
 #include <lz4.h>
@@ -699,28 +701,106 @@ int64_t present(const std::vector<uint8_t>& definition, size_t first, int16_t ma
   return std::count(definition.begin() + static_cast<std::ptrdiff_t>(first), definition.end(), static_cast<uint8_t>(max));
 }
 
+
+// A data page found by the scan of a column chunk: its header, where it lies, its bytes.
+struct DataPage {
+  PageHeader header;
+  int64_t position = 0;  // its header's first byte
+  Bytes stored;
+};
+
+// Decodes data page `p` of a column chunk (codec `codec`) into `out`, appending to its levels
+// and values; `page` is scratch memory for its decompressed bytes.
+void decode_data_page(const DataPage& p, int codec, const ParquetLeaf& leaf, const ParquetColumnValues* dictionary,
+                      ParquetColumnValues& out, std::vector<std::byte>& page, std::vector<std::byte>& previous,
+                      const std::string& where_text) {
+  const Where where{where_text, p.position};
+  const PageHeader& h = p.header;
+  Bytes values;
+  const size_t definition_first = out.definition.size();
+  if (h.type == kDataPage) {
+    decompress(codec, p.stored, static_cast<size_t>(h.uncompressed), page, where);
+    Bytes rest = page;
+    // Repetition levels, then definition levels, each (RLE) after its int32 size.
+    const auto levels = [&](int encoding, int16_t max, std::vector<uint8_t>& into, const char* what) {
+      if (max == 0) return;
+      if (encoding == kRle) {
+        if (rest.size() < 4) where.fail(str("its ", what, " are cut short"));
+        const uint32_t size = load_u32(rest.data());
+        if (size > rest.size() - 4) where.fail(str("its ", what, " of ", size, " bytes run past the page"));
+        decode_levels(rest.subspan(4, size), encoding, max, h.num_values, into, where, what);
+        rest = rest.subspan(4 + size);
+      } else {
+        const size_t size = (static_cast<size_t>(h.num_values) * static_cast<size_t>(bit_width_of(max)) + 7) / 8;
+        if (size > rest.size()) where.fail(str("its ", what, " are cut short"));
+        decode_levels(rest.subspan(0, size), encoding, max, h.num_values, into, where, what);
+        rest = rest.subspan(size);
+      }
+    };
+    levels(h.repetition_encoding, leaf.max_repetition, out.repetition, "repetition levels");
+    levels(h.definition_encoding, leaf.max_definition, out.definition, "definition levels");
+    values = rest;
+  } else {
+    // V2: the levels (RLE, without sizes) are never compressed; the values may be.
+    if (h.repetition_bytes + h.definition_bytes > h.compressed || h.repetition_bytes + h.definition_bytes > h.uncompressed)
+      where.fail(str("its levels' ", h.repetition_bytes + h.definition_bytes, " bytes exceed the page"));
+    const Bytes repetition = p.stored.subspan(0, static_cast<size_t>(h.repetition_bytes));
+    const Bytes definition = p.stored.subspan(static_cast<size_t>(h.repetition_bytes), static_cast<size_t>(h.definition_bytes));
+    if (leaf.max_repetition > 0)
+      decode_levels(repetition, kRle, leaf.max_repetition, h.num_values, out.repetition, where, "repetition levels");
+    if (leaf.max_definition > 0)
+      decode_levels(definition, kRle, leaf.max_definition, h.num_values, out.definition, where, "definition levels");
+    const Bytes body = p.stored.subspan(static_cast<size_t>(h.repetition_bytes + h.definition_bytes));
+    const auto body_size = static_cast<size_t>(h.uncompressed - h.repetition_bytes - h.definition_bytes);
+    // Writers before Arrow 3 marked compressed values uncompressed (ARROW-10353): values of
+    // another size than stated are decompressed.
+    if (codec != kUncompressed && (h.is_compressed || body.size() != body_size)) {
+      decompress(codec, body, body_size, page, where);
+      values = page;
+    } else {
+      if (body.size() != body_size) where.fail(str("its values hold ", body.size(), " bytes, not the ", body_size, " stated"));
+      values = body;
+    }
+  }
+  const int64_t n = leaf.max_definition == 0 ? h.num_values : present(out.definition, definition_first, leaf.max_definition);
+  const int64_t count_before = out.count;
+  ValueDecoder(leaf, out, where, previous).decode(h.encoding, values, n, dictionary);
+  if (out.count - count_before != n)
+    where.fail(str("decodes ", out.count - count_before, " values, not the ", n, " its levels make present"));
+  out.entries += h.num_values;
+}
+
+// Appends `part` (the pages after those of `out`) to `out`.
+void append_part(ParquetColumnValues& out, const ParquetColumnValues& part) {
+  out.definition.insert(out.definition.end(), part.definition.begin(), part.definition.end());
+  out.repetition.insert(out.repetition.end(), part.repetition.begin(), part.repetition.end());
+  const auto base = static_cast<int64_t>(out.values.size());
+  out.values.insert(out.values.end(), part.values.begin(), part.values.end());
+  if (!out.offsets.empty())
+    for (size_t i = 1; i < part.offsets.size(); ++i) out.offsets.push_back(base + part.offsets[i]);
+  out.entries += part.entries;
+  out.count += part.count;
+}
+
 }  // namespace
 
 void read_parquet_column(std::span<const std::byte> file, int64_t end, const ParquetColumnChunk& chunk,
-                         const ParquetLeaf& leaf, const std::string& where_text, ParquetColumnValues& out) {
+                         const ParquetLeaf& leaf, const std::string& where_text, ParquetColumnValues& out, int threads) {
   Where where{where_text};
   if (leaf.type == ParquetType::FixedLenByteArray && (leaf.type_length <= 0 || leaf.type_length > (1 << 24)))
     where.fail(str("a FIXED_LEN_BYTE_ARRAY of ", leaf.type_length, " bytes"));
-  out.definition.clear();
-  out.repetition.clear();
-  out.values.clear();
-  out.offsets.clear();
-  out.entries = out.count = 0;
-  if (leaf.type == ParquetType::ByteArray) {
-    out.offsets.push_back(0);
-    // Room for the values as the chunk states them (a hint, held to what the file could hold
-    // uncompressed): no copy as they grow.
-    const auto hint = static_cast<size_t>(std::min<int64_t>(chunk.total_uncompressed_size, end * 64));
-    if (hint > out.values.capacity()) out.values.reserve(hint);
-  }
+  const auto reset = [&](ParquetColumnValues& values) {
+    values.definition.clear();
+    values.repetition.clear();
+    values.values.clear();
+    values.offsets.clear();
+    values.entries = values.count = 0;
+    if (leaf.type == ParquetType::ByteArray) values.offsets.push_back(0);
+  };
+  reset(out);
   ParquetColumnValues dictionary;
   bool has_dictionary = false;
-  if (leaf.type == ParquetType::ByteArray) dictionary.offsets.push_back(0);
+  reset(dictionary);
 
   // The chunk begins at its dictionary page when it states one before its data pages (some
   // writers state 0 or none; a dictionary page first is then read as such anyway).
@@ -731,13 +811,18 @@ void read_parquet_column(std::span<const std::byte> file, int64_t end, const Par
   if (chunk.total_compressed_size > 0 && chunk.total_compressed_size <= end - position)
     chunk_end = position + chunk.total_compressed_size;
 
+  // The pages' headers first (the dictionary decoded when met): the data pages may then be
+  // decoded on several threads.
   std::vector<std::byte> page;
   // DELTA_BYTE_ARRAY's last value: parquet-mr before 1.8 let a page's first value take a prefix
-  // of the page before's last (PARQUET-246).
+  // of the page before's last (PARQUET-246), so those pages are decoded in order.
   std::vector<std::byte> previous;
-  while (out.entries < chunk.num_values) {
+  std::vector<DataPage> pages;
+  bool carries_values = false;
+  int64_t entries = 0;
+  while (entries < chunk.num_values) {
     if (position >= chunk_end)
-      where.fail(str("its pages end at byte ", position, " with ", out.entries, " of its ", chunk.num_values, " values"));
+      where.fail(str("its pages end at byte ", position, " with ", entries, " of its ", chunk.num_values, " values"));
     where.page = position;
     ThriftReader in(file.subspan(static_cast<size_t>(position), static_cast<size_t>(chunk_end - position)),
                     str(where_text, ", the page header at byte ", position));
@@ -747,14 +832,13 @@ void read_parquet_column(std::span<const std::byte> file, int64_t end, const Par
     if (h.compressed > chunk_end - data_start)
       where.fail(str("its ", h.compressed, " bytes run past the column chunk's end at byte ", chunk_end));
     const Bytes stored = file.subspan(static_cast<size_t>(data_start), static_cast<size_t>(h.compressed));
+    const int64_t page_position = position;
     position = data_start + h.compressed;
 
-    if (h.type == kIndexPage) continue;
-    if (h.type != kDataPage && h.type != kDataPageV2 && h.type != kDictionaryPage) continue;  // a kind from later
+    if (h.type != kDataPage && h.type != kDataPageV2 && h.type != kDictionaryPage) continue;  // an index page, or a kind from later
     if (h.num_values < 0) where.fail("its header lacks the page's value count");
-
     if (h.type == kDictionaryPage) {
-      if (has_dictionary || out.entries > 0) where.fail("a dictionary page that is not the column chunk's first page");
+      if (has_dictionary || !pages.empty()) where.fail("a dictionary page that is not the column chunk's first page");
       if (h.encoding != kPlain && h.encoding != kPlainDictionary)
         where.refuse(str("a dictionary page encoded with ", encoding_name(h.encoding)));
       decompress(chunk.codec, stored, static_cast<size_t>(h.uncompressed), page, where);
@@ -762,62 +846,56 @@ void read_parquet_column(std::span<const std::byte> file, int64_t end, const Par
       has_dictionary = true;
       continue;
     }
-
-    if (h.num_values > chunk.num_values - out.entries)
+    if (h.num_values > chunk.num_values - entries)
       where.fail(str("holds ", h.num_values, " values, past its column chunk's ", chunk.num_values));
-    Bytes values;
-    const size_t definition_first = out.definition.size();
-    if (h.type == kDataPage) {
-      decompress(chunk.codec, stored, static_cast<size_t>(h.uncompressed), page, where);
-      Bytes rest = page;
-      // Repetition levels, then definition levels, each (RLE) after its int32 size.
-      const auto levels = [&](int encoding, int16_t max, std::vector<uint8_t>& into, const char* what) {
-        if (max == 0) return;
-        if (encoding == kRle) {
-          if (rest.size() < 4) where.fail(str("its ", what, " are cut short"));
-          const uint32_t size = load_u32(rest.data());
-          if (size > rest.size() - 4) where.fail(str("its ", what, " of ", size, " bytes run past the page"));
-          decode_levels(rest.subspan(4, size), encoding, max, h.num_values, into, where, what);
-          rest = rest.subspan(4 + size);
-        } else {
-          const size_t size = (static_cast<size_t>(h.num_values) * static_cast<size_t>(bit_width_of(max)) + 7) / 8;
-          if (size > rest.size()) where.fail(str("its ", what, " are cut short"));
-          decode_levels(rest.subspan(0, size), encoding, max, h.num_values, into, where, what);
-          rest = rest.subspan(size);
-        }
-      };
-      levels(h.repetition_encoding, leaf.max_repetition, out.repetition, "repetition levels");
-      levels(h.definition_encoding, leaf.max_definition, out.definition, "definition levels");
-      values = rest;
-    } else {
-      // V2: the levels (RLE, without sizes) are never compressed; the values may be.
-      if (h.repetition_bytes + h.definition_bytes > h.compressed ||
-          h.repetition_bytes + h.definition_bytes > h.uncompressed)
-        where.fail(str("its levels' ", h.repetition_bytes + h.definition_bytes, " bytes exceed the page"));
-      const Bytes repetition = stored.subspan(0, static_cast<size_t>(h.repetition_bytes));
-      const Bytes definition = stored.subspan(static_cast<size_t>(h.repetition_bytes), static_cast<size_t>(h.definition_bytes));
-      if (leaf.max_repetition > 0)
-        decode_levels(repetition, kRle, leaf.max_repetition, h.num_values, out.repetition, where, "repetition levels");
-      if (leaf.max_definition > 0)
-        decode_levels(definition, kRle, leaf.max_definition, h.num_values, out.definition, where, "definition levels");
-      const Bytes body = stored.subspan(static_cast<size_t>(h.repetition_bytes + h.definition_bytes));
-      const auto body_size = static_cast<size_t>(h.uncompressed - h.repetition_bytes - h.definition_bytes);
-      if (h.is_compressed && chunk.codec != kUncompressed) {
-        decompress(chunk.codec, body, body_size, page, where);
-        values = page;
-      } else {
-        if (body.size() != body_size) where.fail(str("its values hold ", body.size(), " bytes, not the ", body_size, " stated"));
-        values = body;
-      }
-    }
-    if (leaf.max_repetition > 0 && out.entries == 0 && out.repetition.front() != 0)
-      where.fail("its first value continues a list (repetition level above 0)");
-    const int64_t n = leaf.max_definition == 0 ? h.num_values : present(out.definition, definition_first, leaf.max_definition);
-    const int64_t count_before = out.count;
-    ValueDecoder(leaf, out, where, previous).decode(h.encoding, values, n, has_dictionary ? &dictionary : nullptr);
-    if (out.count - count_before != n) where.fail(str("decodes ", out.count - count_before, " values, not the ", n, " its levels make present"));
-    out.entries += h.num_values;
+    entries += h.num_values;
+    carries_values |= h.encoding == kDeltaByteArray;
+    pages.push_back({h, page_position, stored});
   }
+  const ParquetColumnValues* dictionary_read = has_dictionary ? &dictionary : nullptr;
+
+  // Pages split into parts of about equal bytes, one a thread (the first into `out`), then
+  // joined: for a chunk of many pages when threads are spare.
+  size_t parts = 1;
+  if (threads > 1 && !carries_values) parts = std::min<size_t>(static_cast<size_t>(threads), pages.size() / 2);
+  if (parts <= 1) {
+    for (const DataPage& p : pages) decode_data_page(p, chunk.codec, leaf, dictionary_read, out, page, previous, where_text);
+  } else {
+    int64_t total = 0;
+    for (const DataPage& p : pages) total += static_cast<int64_t>(p.stored.size());
+    std::vector<size_t> first_page{0};
+    int64_t bytes = 0;
+    for (size_t i = 0; i < pages.size() && first_page.size() < parts; ++i) {
+      bytes += static_cast<int64_t>(pages[i].stored.size());
+      if (bytes * static_cast<int64_t>(parts) >= total * static_cast<int64_t>(first_page.size()) && i + 1 < pages.size())
+        first_page.push_back(i + 1);
+    }
+    first_page.push_back(pages.size());
+    const size_t count = first_page.size() - 1;
+    std::vector<ParquetColumnValues> rest(count);
+    std::vector<std::exception_ptr> errors(count);
+    const auto run = [&](size_t part) {
+      try {
+        ParquetColumnValues& into = part == 0 ? out : rest[part];
+        if (part > 0) reset(into);
+        std::vector<std::byte> own_page, own_previous;
+        for (size_t i = first_page[part]; i < first_page[part + 1]; ++i)
+          decode_data_page(pages[i], chunk.codec, leaf, dictionary_read, into, own_page, own_previous, where_text);
+      } catch (...) {
+        errors[part] = std::current_exception();
+      }
+    };
+    {
+      std::vector<std::jthread> workers;
+      for (size_t part = 1; part < count; ++part) workers.emplace_back(run, part);
+      run(0);
+    }
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+    for (size_t part = 1; part < count; ++part) append_part(out, rest[part]);
+  }
+  if (leaf.max_repetition > 0 && !out.repetition.empty() && out.repetition.front() != 0)
+    Where{where_text, pages.front().position}.fail("its first value continues a list (repetition level above 0)");
 }
 
 }  // namespace mmt::detail

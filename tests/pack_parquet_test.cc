@@ -214,6 +214,50 @@ TEST(ParquetReader, EveryRealFileDecodesToTheValuesItsWriterWasGiven) {
   }
 }
 
+// A column chunk's pages decoded on several threads, one part of them each, then joined:
+// the same levels and values as decoded in order, for every column of files of many pages.
+TEST(ParquetReader, PagesDecodedOnThreadsJoinAsDecodedInOrder) {
+  for (const std::string name : {"pw_rowgroups_pages_v2_dict", "hw_rowgroups_pages", "pw_nested_v2_plain"}) {
+    SCOPED_TRACE(name);
+    const testutil::Bytes file = testutil::read_file(data_file(name));
+    const detail::ParquetMetadata meta = detail::read_parquet_metadata(file, name);
+    // The leaves' levels, from the schema (pre-order; a group's children follow it).
+    std::vector<detail::ParquetLeaf> leaves;
+    struct Open {
+      int32_t children_left;
+      int16_t definition, repetition;
+    };
+    std::vector<Open> stack{{meta.schema[0].num_children, 0, 0}};
+    for (size_t i = 1; i < meta.schema.size(); ++i) {
+      while (stack.back().children_left == 0) stack.pop_back();
+      --stack.back().children_left;
+      const detail::ParquetSchemaElement& e = meta.schema[i];
+      const auto definition = static_cast<int16_t>(stack.back().definition + (e.repetition != detail::ParquetRepetition::Required));
+      const auto repetition = static_cast<int16_t>(stack.back().repetition + (e.repetition == detail::ParquetRepetition::Repeated));
+      if (e.type == detail::ParquetType::Group) stack.push_back({e.num_children, definition, repetition});
+      else leaves.push_back({e.type, e.type_length, definition, repetition});
+    }
+    int many_pages = 0;
+    for (const detail::ParquetRowGroup& group : meta.row_groups) {
+      ASSERT_EQ(group.columns.size(), leaves.size());
+      for (size_t c = 0; c < leaves.size(); ++c) {
+        detail::ParquetColumnValues in_order, on_threads;
+        const auto end = static_cast<int64_t>(file.size()) - 8;
+        detail::read_parquet_column(file, end, group.columns[c], leaves[c], name, in_order, 1);
+        detail::read_parquet_column(file, end, group.columns[c], leaves[c], name, on_threads, 3);
+        EXPECT_EQ(on_threads.definition, in_order.definition);
+        EXPECT_EQ(on_threads.repetition, in_order.repetition);
+        EXPECT_EQ(on_threads.values, in_order.values);
+        EXPECT_EQ(on_threads.offsets, in_order.offsets);
+        EXPECT_EQ(on_threads.entries, in_order.entries);
+        EXPECT_EQ(on_threads.count, in_order.count);
+        many_pages += in_order.entries > 0;
+      }
+    }
+    EXPECT_GT(many_pages, 0);
+  }
+}
+
 TEST(ParquetReader, TypesReadAsPyarrowReadsThem) {
   const ArrowIpc ipc = detail::read_parquet_as_arrow(data_file("pw_types"), std::vector<std::string>{"i8", "u64", "date", "ts_ns_utc", "time_ms", "f16"});
   std::vector<std::string> types;

@@ -324,6 +324,19 @@ class PackTest(FolderTestCase):
         with self.assertRaisesRegex(ValueError, "no column 'nope'"):
             mmtensor.pack(self.path("b.mmt"), [self.path("data.arrow")], fields=["nope"])
 
+    def test_parquet_files(self):
+        # A Hugging Face image shard as arrow-rs writes it (tests/data/parquet), packed
+        # straight from the file, its ClassLabel's names kept.
+        shard = os.path.join(os.path.dirname(__file__), "..", "data", "parquet", "pw_hf_image.parquet")
+        stats = mmtensor.pack(self.path("p.mmt"), [shard])
+        self.assertEqual(stats["records"], 6)
+        ds = mmtensor.Dataset(self.path("p.mmt"))
+        self.assertEqual(ds.metadata["source"], "parquet")
+        self.assertEqual(json.loads(ds.metadata["classes"]), ["cat", "dog"])
+        self.assertEqual(bytes(ds[2]["image.bytes"])[:4], b"\x89PNG")
+        self.assertEqual(bytes(ds[2]["image.path"]), b"train/dog_2.png")
+        self.assertEqual(ds[3]["label"].item(), 1)
+
     @unittest.skipUnless(os.path.exists(FASHION), "no dataset-fashion-mnist")
     def test_idx_files(self):
         mmtensor.pack(self.path("f.mmt"), {"images": os.path.join(FASHION, "train-images-idx3-ubyte.gz"),
