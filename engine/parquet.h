@@ -82,6 +82,12 @@ bool is_parquet_start(const std::byte* head, size_t n);
 // The footer of the Parquet file `bytes` (the whole file): FormatError naming `path` for a file
 // cut short, not ending in "PAR1", or a damaged footer; ValueError for an encrypted one.
 ParquetMetadata read_parquet_metadata(std::span<const std::byte> bytes, const std::string& path);
+// The same from its parts: the file's size, its first 4 and last 8 bytes, and its footer
+// (`footer_bytes`, the length its last 8 bytes state, read when footer_length() allows).
+int64_t parquet_footer_length(int64_t size, std::span<const std::byte, 4> head, std::span<const std::byte, 8> tail,
+                              const std::string& path);
+ParquetMetadata parse_parquet_footer(std::span<const std::byte> footer_bytes, int64_t footer_start,
+                                     const std::string& path);
 
 // Decodes the columns under the top-level fields `fields` names (all when empty; a name "a.b"
 // or "a.lengths" names field "a") of the Parquet file at `path` into an ArrowIpc whose record
@@ -101,17 +107,30 @@ struct ParquetColumnValues {
   std::vector<std::byte> values;
   std::vector<int64_t> offsets;
   int64_t count = 0;
+  // The most bytes its values (and levels) may take: a column chunk's is 1024 times what it
+  // states uncompressed, at least 1 GiB (ValueError past it: dictionaries and runs let a few
+  // bytes of a hostile file stand for any number of values).
+  int64_t limit = INT64_MAX;
 };
 struct ParquetLeaf {
   ParquetType type = ParquetType::Boolean;
   int32_t type_length = 0;
   int16_t max_definition = 0, max_repetition = 0;
 };
-// Reads column chunk `chunk` of `file` (the whole file; `end` where its data may reach, the
-// footer's start) as `leaf` describes it into `out` (emptied first; its memory is kept, for
-// the next chunk). `where` names the file, row group and column. Its pages are decoded on up
-// to `threads` threads (one part of them each) when it has many.
-void read_parquet_column(std::span<const std::byte> file, int64_t end, const ParquetColumnChunk& chunk,
+// The bytes of the file column chunk `chunk` may read: from its first page, its stated size
+// (and 100 bytes more, within the data: some writers left a header out of it), before
+// `data_end` (the footer's start). FormatError naming `where` for a range outside the data.
+struct ParquetByteRange {
+  int64_t begin = 0, end = 0;
+};
+ParquetByteRange parquet_chunk_range(const ParquetColumnChunk& chunk, int64_t data_end, const std::string& where);
+
+// Reads column chunk `chunk` from `bytes` (its range, which begins at byte `first_byte` of the
+// file: a copy, read without a mapping guard) as `leaf` describes it into `out` (emptied
+// first; its memory is kept, for the next chunk). `where` names the file, row group and
+// column. Its pages are decoded on up to `threads` threads (one part of them each) when it
+// has many.
+void read_parquet_column(std::span<const std::byte> bytes, int64_t first_byte, const ParquetColumnChunk& chunk,
                          const ParquetLeaf& leaf, const std::string& where, ParquetColumnValues& out, int threads = 1);
 
 }  // namespace mmt::detail

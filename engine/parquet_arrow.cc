@@ -15,11 +15,13 @@
 // own; a list's length in a slot is the number of its element's slots up to its next slot.
 // Levels of the nodes a struct shares are read from its first leaf.
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <thread>
 
@@ -38,6 +40,7 @@ constexpr int kMaxDepth = 64;
 
 struct SchemaNode {
   const ParquetSchemaElement* element = nullptr;
+  std::string path;  // the names from the top, joined with '.' (path_in_schema)
   std::vector<SchemaNode> children;
   int16_t definition = 0, repetition = 0;  // the levels at this node
   int leaf = -1;                           // its column, for a leaf
@@ -54,6 +57,7 @@ void build_tree(const ParquetMetadata& meta, size_t& index, SchemaNode& parent, 
               count, " for '", cut_for_message(parent.element->name, 100), "') than it has elements");
     SchemaNode& node = parent.children.emplace_back();
     node.element = &meta.schema[index++];
+    node.path = parent.path.empty() ? node.element->name : str(parent.path, ".", node.element->name);
     const bool optional = node.element->repetition != ParquetRepetition::Required;
     const bool repeated = node.element->repetition == ParquetRepetition::Repeated;
     node.definition = static_cast<int16_t>(parent.definition + (optional ? 1 : 0));
@@ -83,6 +87,7 @@ struct PlanNode {
   int column = 0;                                      // Leaf: its column; else the first leaf below
   int value_bytes = 0;  // Leaf: Arrow's bytes a value (0: bytes with offsets; -1: bool bits)
   std::vector<int> children;  // nodes
+  std::string name;           // its schema path, for messages
 };
 
 struct Plan {
@@ -102,7 +107,7 @@ class Converter {
     if (e.repetition == ParquetRepetition::Repeated && !as_element) {
       // An unannotated repeated field: a list, never null, of required elements.
       if (group) throw Refused{"a repeated group: a list of structs"};
-      ArrowField list = begin(e.name, ArrowTypeId::LargeList, PlanNode::Kind::List, repetition, definition,
+      ArrowField list = begin(n, ArrowTypeId::LargeList, PlanNode::Kind::List, repetition, definition,
                               static_cast<int16_t>(n.definition - 1));
       PlanNode& node = plan_.nodes[static_cast<size_t>(list.node)];
       node.child_repetition = n.repetition;
@@ -116,7 +121,7 @@ class Converter {
     if (e.logical == ParquetLogical::Map || e.map_key_value) throw Refused{"a map"};
     if (e.logical == ParquetLogical::List) return list(n, repetition, definition);
     if (n.children.empty()) throw Refused{"a group of no columns"};
-    ArrowField out = begin(e.name, ArrowTypeId::Struct, PlanNode::Kind::Struct, repetition, definition, n.definition);
+    ArrowField out = begin(n, ArrowTypeId::Struct, PlanNode::Kind::Struct, repetition, definition, n.definition);
     const int self = out.node;
     for (const SchemaNode& child : n.children) out.children.push_back(convert(child, repetition, definition, false));
     finish(self, out.children);
@@ -124,8 +129,9 @@ class Converter {
   }
 
  private:
-  ArrowField begin(const std::string& name, ArrowTypeId type, PlanNode::Kind kind, int16_t repetition,
-                   int16_t definition, int16_t present) {
+  ArrowField begin(const SchemaNode& n, ArrowTypeId type, PlanNode::Kind kind, int16_t repetition, int16_t definition,
+                   int16_t present) {
+    const std::string& name = n.element->name;
     ArrowField f;
     f.name = name;
     f.type = type;
@@ -137,6 +143,7 @@ class Converter {
     node.slot_repetition = repetition;
     node.slot_definition = definition;
     node.present_definition = present;
+    node.name = n.path;
     return f;
   }
   void finish(int self, const std::vector<ArrowField>& children) {
@@ -152,7 +159,7 @@ class Converter {
     if (n.children.size() != 1 || n.children[0].element->repetition != ParquetRepetition::Repeated)
       throw Refused{"a LIST group whose one child is not a repeated field"};
     const SchemaNode& repeated = n.children[0];
-    ArrowField out = begin(e.name, ArrowTypeId::LargeList, PlanNode::Kind::List, repetition, definition, n.definition);
+    ArrowField out = begin(n, ArrowTypeId::LargeList, PlanNode::Kind::List, repetition, definition, n.definition);
     PlanNode& node = plan_.nodes[static_cast<size_t>(out.node)];
     node.child_repetition = repeated.repetition;
     node.child_definition = repeated.definition;
@@ -214,10 +221,8 @@ class Converter {
       case ParquetType::Double: f.type = ArrowTypeId::FloatingPoint; f.precision = 2; value_bytes = 8; break;
       case ParquetType::ByteArray:
         if (e.logical == ParquetLogical::Decimal) throw Refused{str("decimal(", e.precision, ", ", e.scale, ")")};
-        f.type = e.logical == ParquetLogical::String || e.logical == ParquetLogical::Enum ||
-                         e.logical == ParquetLogical::Json
-                     ? ArrowTypeId::LargeUtf8
-                     : ArrowTypeId::LargeBinary;
+        f.type = e.logical == ParquetLogical::String || e.logical == ParquetLogical::Json ? ArrowTypeId::LargeUtf8
+                                                                                          : ArrowTypeId::LargeBinary;
         break;
       case ParquetType::FixedLenByteArray:
         if (e.logical == ParquetLogical::Decimal) throw Refused{str("decimal(", e.precision, ", ", e.scale, ")")};
@@ -235,7 +240,7 @@ class Converter {
       default: throw Refused{"a leaf of no type"};
     }
     if (e.logical == ParquetLogical::Unknown) throw Refused{"null (a column of nulls only)"};
-    ArrowField out = begin(e.name, f.type, PlanNode::Kind::Leaf, repetition, definition, n.definition);
+    ArrowField out = begin(n, f.type, PlanNode::Kind::Leaf, repetition, definition, n.definition);
     f.name = out.name;
     f.node = out.node;
     PlanNode& node = plan_.nodes[static_cast<size_t>(f.node)];
@@ -372,9 +377,23 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
   ipc.path = path;
   ipc.file = std::move(input.mapping);
   const std::span<const std::byte> bytes = input.bytes;
-  ParquetMetadata meta;
-  guard_storage_reads(ipc.file, [&] { meta = read_parquet_metadata(bytes, path); });
-  const int64_t data_end = static_cast<int64_t>(bytes.size()) - 8;  // the footer's bounds are checked
+  // The mapped bytes are copied out under the mapping guard (a file cut while mapped is an
+  // IoError, not SIGBUS) and parsed from the copies: a guarded section may own nothing that a
+  // fault's jump would skip (mapping_guard.h).
+  const auto copy_out = [&](int64_t offset, int64_t n, std::byte* into) {
+    guard_storage_reads(ipc.file, [&] { std::memcpy(into, bytes.data() + offset, static_cast<size_t>(n)); });
+  };
+  const auto size = static_cast<int64_t>(bytes.size());
+  std::array<std::byte, 4> head{};
+  std::array<std::byte, 8> tail{};
+  copy_out(0, std::min<int64_t>(size, 4), head.data());
+  if (size >= 8) copy_out(size - 8, 8, tail.data());
+  const int64_t footer_length = parquet_footer_length(size, head, tail, path);
+  const int64_t data_end = size - 8 - footer_length;  // the footer's start: pages lie before it
+  std::vector<std::byte> footer(static_cast<size_t>(footer_length));
+  copy_out(data_end, footer_length, footer.data());
+  const ParquetMetadata meta = parse_parquet_footer(footer, data_end, path);
+  footer = {};
 
   // The schema's tree and the Arrow fields of the columns chosen.
   SchemaNode root;
@@ -449,7 +468,7 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
   const int page_threads = std::max(1, cpus / static_cast<int>(std::max<size_t>(threads, 1)));
 
   // Decodes row group `g` into `out`, with `values` a column chunk's (its memory kept).
-  const auto decode = [&](size_t g, DecodedGroup& out, ParquetColumnValues& values) {
+  const auto decode = [&](size_t g, DecodedGroup& out, ParquetColumnValues& values, std::vector<std::byte>& chunk_bytes) {
     const ParquetRowGroup& group = meta.row_groups[g];
     const std::string group_where = str(path, ", row group ", g);
     out.nodes.resize(plan.nodes.size());
@@ -458,17 +477,16 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
       if (fed_by[static_cast<size_t>(c)].empty()) continue;
       const ParquetColumnChunk& chunk = group.columns[static_cast<size_t>(c)];
       const SchemaNode& leaf = *leaf_nodes[static_cast<size_t>(c)];
-      std::string column_name;
-      for (const std::string& part : chunk.path) column_name += str(column_name.empty() ? "" : ".", part);
-      const std::string where = str(group_where, ", column '", cut_for_message(column_name, 200), "'");
+      const std::string where = str(group_where, ", column '", cut_for_message(leaf.path, 200), "'");
       MMT_CHECK(chunk.has_metadata, ValueError, where, ": its metadata is encrypted or missing");
       MMT_CHECK(chunk.file_path.empty(), ValueError, where, ": its data lies in another file ('",
                 cut_for_message(chunk.file_path, 200), "'); pack the data files themselves");
       MMT_CHECK(chunk.type == leaf.element->type, FormatError, where, ": its chunk's physical type differs from the schema's");
       const ParquetLeaf description{leaf.element->type, leaf.element->type_length, leaf.definition, leaf.repetition};
-      guard_storage_reads(ipc.file, [&] {
-        read_parquet_column(bytes, data_end, chunk, description, where, values, page_threads);
-      });
+      const ParquetByteRange range = parquet_chunk_range(chunk, data_end, where);
+      chunk_bytes.resize(static_cast<size_t>(range.end - range.begin));
+      copy_out(range.begin, range.end - range.begin, chunk_bytes.data());
+      read_parquet_column(chunk_bytes, range.begin, chunk, description, where, values, page_threads);
       for (const int n : fed_by[static_cast<size_t>(c)])
         assemble(plan.nodes[static_cast<size_t>(n)], n, values, leaf.definition, out);
     }
@@ -482,7 +500,9 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
       if (plan.nodes[n].kind != PlanNode::Kind::Struct) continue;
       for (const int child : plan.nodes[n].children)
         MMT_CHECK(out.nodes[static_cast<size_t>(child)].length == out.nodes[n].length, FormatError, group_where,
-                  ": a struct's columns hold different numbers of values");
+                  ": group '", cut_for_message(plan.nodes[n].name, 200), "' holds ", out.nodes[n].length,
+                  " values, but its column '", cut_for_message(plan.nodes[static_cast<size_t>(child)].name, 200),
+                  "' ", out.nodes[static_cast<size_t>(child)].length, " (their levels differ)");
     }
   };
 
@@ -495,8 +515,8 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
   for (size_t k = 0; k < groups.size(); ++k)
     for (int c = 0; c < leaves; ++c)
       if (!fed_by[static_cast<size_t>(c)].empty())
-        estimate[k] = std::min(estimate[k] + meta.row_groups[groups[k]].columns[static_cast<size_t>(c)].total_uncompressed_size,
-                               kInFlightBytes);
+        estimate[k] += std::min(meta.row_groups[groups[k]].columns[static_cast<size_t>(c)].total_uncompressed_size,
+                                kInFlightBytes - estimate[k]);  // at most the budget: no overflow
   int64_t in_flight = 0;
   std::vector<DecodedGroup> decoded(groups.size());
   std::mutex mutex;
@@ -505,6 +525,7 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
   bool stop = false;
   const auto work = [&] {
     ParquetColumnValues values;
+    std::vector<std::byte> chunk_bytes;  // a column chunk's bytes, copied out of the mapping
     for (;;) {
       size_t k = 0;
       {
@@ -519,7 +540,12 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
       }
       DecodedGroup& out = decoded[k];
       try {
-        decode(groups[k], out, values);
+        try {
+          decode(groups[k], out, values, chunk_bytes);
+        } catch (const std::bad_alloc&) {
+          throw IoError(str(path, ", row group ", groups[k], ": not enough memory to decode it (its columns state ",
+                            estimate[k], " bytes uncompressed)"));
+        }
       } catch (...) {
         out.error = std::current_exception();
       }

@@ -1,5 +1,7 @@
 // Parquet's footer: the FileMetaData Thrift struct, read field by field (parquet.thrift's ids),
 // every other field skipped.
+#include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "parquet.h"
@@ -77,8 +79,9 @@ void apply_converted_type(int64_t converted, ParquetSchemaElement& e) {
     case 4: e.logical = ParquetLogical::Enum; break;
     case 5: e.logical = ParquetLogical::Decimal; break;
     case 6: e.logical = ParquetLogical::Date; break;
-    case 7: case 8: e.logical = ParquetLogical::Time; e.time_unit = converted == 7 ? 1 : 2; e.adjusted_to_utc = true; break;
-    case 9: case 10: e.logical = ParquetLogical::Timestamp; e.time_unit = converted == 9 ? 1 : 2; e.adjusted_to_utc = true; break;
+    // As Arrow reads them: no time zone (what they were adjusted to is not said).
+    case 7: case 8: e.logical = ParquetLogical::Time; e.time_unit = converted == 7 ? 1 : 2; break;
+    case 9: case 10: e.logical = ParquetLogical::Timestamp; e.time_unit = converted == 9 ? 1 : 2; break;
     case 11: case 12: case 13: case 14:  // UINT_8 ... UINT_64
       e.logical = ParquetLogical::Integer; e.int_signed = false; e.int_bits = 8 << (converted - 11); break;
     case 15: case 16: case 17: case 18:  // INT_8 ... INT_64
@@ -154,22 +157,37 @@ ParquetColumnChunk read_column_chunk(ThriftReader& in) {
 
 bool is_parquet_start(const std::byte* head, size_t n) { return n >= 4 && std::memcmp(head, kMagic, 4) == 0; }
 
-ParquetMetadata read_parquet_metadata(std::span<const std::byte> bytes, const std::string& path) {
-  const auto size = static_cast<int64_t>(bytes.size());
-  MMT_CHECK(size >= 12 && std::memcmp(bytes.data(), kMagic, 4) == 0, FormatError, path,
+int64_t parquet_footer_length(int64_t size, std::span<const std::byte, 4> head, std::span<const std::byte, 8> tail,
+                              const std::string& path) {
+  MMT_CHECK(size >= 12 && std::memcmp(head.data(), kMagic, 4) == 0, FormatError, path,
             ": not a Parquet file (it does not begin with \"PAR1\")");
-  MMT_CHECK(std::memcmp(bytes.data() + size - 4, kEncryptedMagic, 4) != 0, ValueError, path,
+  MMT_CHECK(std::memcmp(tail.data() + 4, kEncryptedMagic, 4) != 0, ValueError, path,
             ": an encrypted Parquet file (its footer ends with \"PARE\"); decrypt it first");
-  MMT_CHECK(std::memcmp(bytes.data() + size - 4, kMagic, 4) == 0, FormatError, path,
+  MMT_CHECK(std::memcmp(tail.data() + 4, kMagic, 4) == 0, FormatError, path,
             ": begins as a Parquet file but does not end with \"PAR1\" (", size,
             " bytes: cut short, or still being written)");
   uint32_t footer_length = 0;
-  std::memcpy(&footer_length, bytes.data() + size - 8, 4);
+  std::memcpy(&footer_length, tail.data(), 4);
   MMT_CHECK(footer_length > 0 && int64_t{footer_length} <= size - 12, FormatError, path, ": its footer's length (",
             footer_length, ") does not fit the file's ", size, " bytes");
+  return footer_length;
+}
+
+ParquetMetadata read_parquet_metadata(std::span<const std::byte> bytes, const std::string& path) {
+  const auto size = static_cast<int64_t>(bytes.size());
+  std::array<std::byte, 4> head{};
+  std::array<std::byte, 8> tail{};
+  std::memcpy(head.data(), bytes.data(), std::min<size_t>(4, bytes.size()));
+  if (bytes.size() >= 8) std::memcpy(tail.data(), bytes.data() + size - 8, 8);
+  const int64_t footer_length = parquet_footer_length(size, head, tail, path);
   const int64_t footer_start = size - 8 - footer_length;
-  ThriftReader in(bytes.subspan(static_cast<size_t>(footer_start), footer_length),
-                  str(path, ": the footer at byte ", footer_start));
+  return parse_parquet_footer(bytes.subspan(static_cast<size_t>(footer_start), static_cast<size_t>(footer_length)),
+                              footer_start, path);
+}
+
+ParquetMetadata parse_parquet_footer(std::span<const std::byte> footer_bytes, int64_t footer_start,
+                                     const std::string& path) {
+  ThriftReader in(footer_bytes, str(path, ": the footer at byte ", footer_start));
   ParquetMetadata meta;
   bool has_schema = false, has_rows = false;
   in.read_struct([&](int16_t id, ThriftType type) {

@@ -227,6 +227,12 @@ bool lz4_hadoop(Bytes in, std::byte* out, size_t expected) {
 }
 
 void decompress(int codec, Bytes in, size_t expected, std::vector<std::byte>& out, const Where& where) {
+  if (codec != kUncompressed && codec != kLzo && expected == 0) {
+    // Nothing to decompress: writers compress an empty values section (arrow's zstd frame of
+    // nothing) or leave it empty (Spark's V2 pages of nulls); readers take either.
+    out.clear();
+    return;
+  }
   switch (codec) {
     case kUncompressed:
       if (in.size() != expected)
@@ -384,6 +390,12 @@ void decode_levels(Bytes in, int encoding, int16_t max, int64_t count, std::vect
 
 // --- Values ----------------------------------------------------------------------------------
 
+// What a column chunk's values and levels may decode to: this many times the bytes it states
+// uncompressed, and at least kMinimumLimit (a dictionary of long strings repeated is legal,
+// and far past its stated size).
+constexpr int64_t kExpansion = 1024;
+constexpr int64_t kMinimumLimit = int64_t{1} << 30;
+
 size_t value_width(const ParquetLeaf& leaf) {
   switch (leaf.type) {
     case ParquetType::Boolean: return 1;
@@ -429,14 +441,23 @@ class ValueDecoder {
  private:
   std::byte* grow_fixed(int64_t n) {
     const size_t before = out_.values.size();
+    room(static_cast<uint64_t>(n) * width_);
     out_.values.resize(before + static_cast<size_t>(n) * width_);
     out_.count += n;
     return out_.values.data() + before;
   }
   void add_bytes(const std::byte* p, size_t n) {
+    room(n);
     out_.values.insert(out_.values.end(), p, p + n);
     out_.offsets.push_back(static_cast<int64_t>(out_.values.size()));
     ++out_.count;
+  }
+  // Dictionaries and runs let a few bytes stand for many values: the values decoded are held
+  // to the column chunk's limit (ParquetColumnValues::limit).
+  void room(uint64_t more) const {
+    if (more > static_cast<uint64_t>(out_.limit) || out_.values.size() > static_cast<uint64_t>(out_.limit) - more)
+      where_.refuse(str("its values decode to more than ", out_.limit, " bytes, ", kExpansion,
+                        " times what its column chunk states uncompressed; such a file is refused as a decompression bomb"));
   }
   void need(Bytes in, uint64_t bytes, const char* what) const {
     if (bytes > in.size()) where_.fail(str("its ", what, " need ", bytes, " bytes, but the page holds ", in.size()));
@@ -716,6 +737,10 @@ void decode_data_page(const DataPage& p, int codec, const ParquetLeaf& leaf, con
                       const std::string& where_text) {
   const Where where{where_text, p.position};
   const PageHeader& h = p.header;
+  const int64_t level_bytes = (leaf.max_definition > 0 ? 1 : 0) + (leaf.max_repetition > 0 ? 1 : 0);
+  if (level_bytes > 0 && (out.entries + h.num_values) > out.limit / level_bytes)
+    where.refuse(str("its levels decode to more than ", out.limit, " bytes, ", kExpansion,
+                     " times what its column chunk states uncompressed; such a file is refused as a decompression bomb"));
   Bytes values;
   const size_t definition_first = out.definition.size();
   if (h.type == kDataPage) {
@@ -784,32 +809,52 @@ void append_part(ParquetColumnValues& out, const ParquetColumnValues& part) {
 
 }  // namespace
 
-void read_parquet_column(std::span<const std::byte> file, int64_t end, const ParquetColumnChunk& chunk,
+ParquetByteRange parquet_chunk_range(const ParquetColumnChunk& chunk, int64_t data_end, const std::string& where_text) {
+  const Where where{where_text};
+  // The chunk begins at its dictionary page when it states one before its data pages (some
+  // writers state 0 or none; a dictionary page first is then read as such anyway).
+  int64_t begin = chunk.data_page_offset;
+  if (chunk.dictionary_page_offset > 0 && chunk.dictionary_page_offset < begin) begin = chunk.dictionary_page_offset;
+  if (begin < 4 || begin >= data_end)
+    where.fail(str("its pages begin at byte ", begin, ", outside the data (bytes 4 to ", data_end, ")"));
+  if (chunk.total_compressed_size <= 0 || chunk.total_compressed_size > data_end - begin)
+    where.fail(str("states ", chunk.total_compressed_size, " bytes from byte ", begin, ", outside the data (bytes 4 to ",
+                   data_end, ")"));
+  // parquet-mr before 1.2.9 left the dictionary page's header out of the size (PARQUET-816):
+  // up to 100 bytes more may be read, within the data.
+  return {begin, std::min(data_end, begin + chunk.total_compressed_size + 100)};
+}
+
+void read_parquet_column(std::span<const std::byte> bytes, int64_t first_byte, const ParquetColumnChunk& chunk,
                          const ParquetLeaf& leaf, const std::string& where_text, ParquetColumnValues& out, int threads) {
   Where where{where_text};
   if (leaf.type == ParquetType::FixedLenByteArray && (leaf.type_length <= 0 || leaf.type_length > (1 << 24)))
     where.fail(str("a FIXED_LEN_BYTE_ARRAY of ", leaf.type_length, " bytes"));
+  int64_t limit = kMinimumLimit;
+  if (chunk.total_uncompressed_size > kMinimumLimit / kExpansion)
+    limit = chunk.total_uncompressed_size > INT64_MAX / kExpansion ? INT64_MAX : chunk.total_uncompressed_size * kExpansion;
   const auto reset = [&](ParquetColumnValues& values) {
     values.definition.clear();
     values.repetition.clear();
     values.values.clear();
     values.offsets.clear();
     values.entries = values.count = 0;
+    values.limit = limit;
     if (leaf.type == ParquetType::ByteArray) values.offsets.push_back(0);
   };
   reset(out);
+  if (leaf.type == ParquetType::ByteArray) {
+    // Room for the values as the chunk states them (a hint, held to what the chunk's bytes
+    // could hold uncompressed): no copy as they grow.
+    const auto hint = static_cast<size_t>(std::min<int64_t>(chunk.total_uncompressed_size,
+                                                            static_cast<int64_t>(bytes.size()) * 64));
+    if (hint > out.values.capacity()) out.values.reserve(hint);
+  }
   ParquetColumnValues dictionary;
   bool has_dictionary = false;
   reset(dictionary);
-
-  // The chunk begins at its dictionary page when it states one before its data pages (some
-  // writers state 0 or none; a dictionary page first is then read as such anyway).
-  int64_t position = chunk.data_page_offset;
-  if (chunk.dictionary_page_offset > 0 && chunk.dictionary_page_offset < position) position = chunk.dictionary_page_offset;
-  if (position < 4 || position >= end) where.fail(str("its pages begin at byte ", position, ", outside the data (bytes 4 to ", end, ")"));
-  int64_t chunk_end = end;
-  if (chunk.total_compressed_size > 0 && chunk.total_compressed_size <= end - position)
-    chunk_end = position + chunk.total_compressed_size;
+  const auto chunk_end = static_cast<int64_t>(bytes.size());
+  int64_t position = 0;  // in `bytes`; first_byte + position in the file
 
   // The pages' headers first (the dictionary decoded when met): the data pages may then be
   // decoded on several threads.
@@ -822,17 +867,17 @@ void read_parquet_column(std::span<const std::byte> file, int64_t end, const Par
   int64_t entries = 0;
   while (entries < chunk.num_values) {
     if (position >= chunk_end)
-      where.fail(str("its pages end at byte ", position, " with ", entries, " of its ", chunk.num_values, " values"));
-    where.page = position;
-    ThriftReader in(file.subspan(static_cast<size_t>(position), static_cast<size_t>(chunk_end - position)),
-                    str(where_text, ", the page header at byte ", position));
+      where.fail(str("its pages end at byte ", first_byte + position, " with ", entries, " of its ", chunk.num_values,
+                     " values"));
+    where.page = first_byte + position;
+    ThriftReader in(bytes.subspan(static_cast<size_t>(position)), str(where_text, ", the page header at byte ", where.page));
     const PageHeader h = read_page_header(in);
     const int64_t data_start = position + static_cast<int64_t>(in.position());
     if (h.compressed < 0 || h.uncompressed < 0) where.fail("its header lacks the page's sizes");
     if (h.compressed > chunk_end - data_start)
-      where.fail(str("its ", h.compressed, " bytes run past the column chunk's end at byte ", chunk_end));
-    const Bytes stored = file.subspan(static_cast<size_t>(data_start), static_cast<size_t>(h.compressed));
-    const int64_t page_position = position;
+      where.fail(str("its ", h.compressed, " bytes run past the column chunk's end at byte ", first_byte + chunk_end));
+    const Bytes stored = bytes.subspan(static_cast<size_t>(data_start), static_cast<size_t>(h.compressed));
+    const int64_t page_position = first_byte + position;
     position = data_start + h.compressed;
 
     if (h.type != kDataPage && h.type != kDataPageV2 && h.type != kDictionaryPage) continue;  // an index page, or a kind from later

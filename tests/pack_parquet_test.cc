@@ -243,8 +243,10 @@ TEST(ParquetReader, PagesDecodedOnThreadsJoinAsDecodedInOrder) {
       for (size_t c = 0; c < leaves.size(); ++c) {
         detail::ParquetColumnValues in_order, on_threads;
         const auto end = static_cast<int64_t>(file.size()) - 8;
-        detail::read_parquet_column(file, end, group.columns[c], leaves[c], name, in_order, 1);
-        detail::read_parquet_column(file, end, group.columns[c], leaves[c], name, on_threads, 3);
+        const detail::ParquetByteRange range = detail::parquet_chunk_range(group.columns[c], end, name);
+        const std::span<const std::byte> bytes(file.data() + range.begin, static_cast<size_t>(range.end - range.begin));
+        detail::read_parquet_column(bytes, range.begin, group.columns[c], leaves[c], name, in_order, 1);
+        detail::read_parquet_column(bytes, range.begin, group.columns[c], leaves[c], name, on_threads, 3);
         EXPECT_EQ(on_threads.definition, in_order.definition);
         EXPECT_EQ(on_threads.repetition, in_order.repetition);
         EXPECT_EQ(on_threads.values, in_order.values);
@@ -256,6 +258,38 @@ TEST(ParquetReader, PagesDecodedOnThreadsJoinAsDecodedInOrder) {
     }
     EXPECT_GT(many_pages, 0);
   }
+}
+
+// Files written by hand, byte by byte, as other writers lay them out (tests/data/parquet/edge):
+// the list and struct forms of the spec's rules, pages of nothing, and a bomb.
+TEST(ParquetReader, ListFormsEmptyPagesAndBombs) {
+  const auto rows_of = [](const std::string& name, const std::string& column) {
+    const ArrowIpc ipc = detail::read_parquet_as_arrow((kData / "edge" / (name + ".parquet")).string(), {});
+    return ArrowAsJson(ipc).column(column).dump();
+  };
+  // optional group a (LIST) { repeated int32 element }: the two-level form of older writers.
+  EXPECT_EQ(rows_of("two_level_list", "a"), "[[1,2],[],null,[3]]");
+  // list<list<int32>>, three levels each, nulls and empty lists at both.
+  EXPECT_EQ(rows_of("nested_lists_with_nulls", "a"), "[[[1,null],[],null],null,[],[[2]]]");
+  // optional struct s { optional LIST l, optional int32 y }.
+  EXPECT_EQ(rows_of("struct_of_list", "s"), R"([null,{"l":null,"y":7},{"l":[4,null],"y":null},{"l":[],"y":8}])");
+  // repeated int32 r, not annotated: a list (never null) of required values.
+  EXPECT_EQ(rows_of("unannotated_repeated", "r"), "[[1,2],[],[3]]");
+  EXPECT_EQ(rows_of("struct_of_repeated", "s"), R"([null,{"r":[]},{"r":[5,6]}])");
+  // required group a (LIST) { repeated group list { required int32 element } }.
+  EXPECT_EQ(rows_of("required_list", "a"), "[[1],[],[2,3]]");
+  // A first data page of no values, then one of [1, 2].
+  EXPECT_EQ(rows_of("first_page_empty", "a"), "[[1,2]]");
+  // Pages whose values are nothing: arrow-rs's zstd frame of no bytes (all-null strings, V2,
+  // and an empty dictionary), and Spark's V2 page of nulls with no body at all.
+  EXPECT_EQ(rows_of("arrow_rs_null_strings_zstd_v2", "s"), "[null,null,null]");
+  EXPECT_EQ(rows_of("v2_empty_body_zstd", "value"), "[null]");
+  // 662 bytes: a dictionary of one 16 MiB value, 256 indices of it: refused before gigabytes
+  // are allocated, naming the page.
+  const std::string bomb = error_of([&] { (void)rows_of("dictionary_bomb", "x"); });
+  EXPECT_NE(bomb.find("row group 0, column 'x', the page at byte 552: its values decode to more than 1073741824 bytes"),
+            std::string::npos)
+      << bomb;
 }
 
 TEST(ParquetReader, TypesReadAsPyarrowReadsThem) {
