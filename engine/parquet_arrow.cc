@@ -381,6 +381,7 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
   // IoError, not SIGBUS) and parsed from the copies: a guarded section may own nothing that a
   // fault's jump would skip (mapping_guard.h).
   const auto copy_out = [&](int64_t offset, int64_t n, std::byte* into) {
+    if (n == 0) return;  // an empty file maps to no address
     guard_storage_reads(ipc.file, [&] { std::memcpy(into, bytes.data() + offset, static_cast<size_t>(n)); });
   };
   const auto size = static_cast<int64_t>(bytes.size());

@@ -260,6 +260,36 @@ TEST(ParquetReader, PagesDecodedOnThreadsJoinAsDecodedInOrder) {
   }
 }
 
+// Row groups are decoded on several threads (the CPUs this process may use, up to 8), a few
+// ahead of the one written, and written in order: the rows of a file of 10 row groups (or
+// 3) come out in order, and an error in one of them reaches the caller. (Named for the
+// thread sanitizer's filter.)
+TEST(ParquetReader, RowGroupsDecodedInParallelComeOutInOrder) {
+  for (const std::string name : {"pw_rowgroups_pages_v2_dict", "hw_rowgroups_pages", "duckdb_codec_zstd"}) {
+    SCOPED_TRACE(name);
+    const json expected = expected_of(name);
+    const ArrowIpc ipc = detail::read_parquet_as_arrow(data_file(name), {});
+    const ArrowAsJson rows(ipc);
+    for (const json& column : expected["columns"]) {
+      const json got = rows.column(column["name"]);
+      ASSERT_EQ(got.size(), column["values"].size());
+      for (size_t r = 0; r < got.size(); ++r) ASSERT_TRUE(same(got[r], column["values"][r])) << r;
+    }
+  }
+  // A page of the last row group damaged: its error, naming it, after the others decoded.
+  TempFolder dir;
+  testutil::Bytes bytes = testutil::read_file(data_file("pw_rowgroups_pages_v2_dict"));
+  const detail::ParquetMetadata meta = detail::read_parquet_metadata(bytes, "file");
+  ASSERT_GE(meta.row_groups.size(), 3u);
+  const detail::ParquetColumnChunk& last = meta.row_groups.back().columns.front();
+  const int64_t first_page = last.dictionary_page_offset > 0 ? last.dictionary_page_offset : last.data_page_offset;
+  bytes[static_cast<size_t>(first_page)] = std::byte{0xFF};  // no page header begins so
+  const std::string damaged = dir / "damaged.parquet";
+  testutil::write_file(damaged, bytes);
+  const std::string error = error_of([&] { (void)detail::read_parquet_as_arrow(damaged, {}); });
+  EXPECT_NE(error.find("row group " + std::to_string(meta.row_groups.size() - 1) + ", column '"), std::string::npos) << error;
+}
+
 // Files written by hand, byte by byte, as other writers lay them out (tests/data/parquet/edge):
 // the list and struct forms of the spec's rules, pages of nothing, and a bomb.
 TEST(ParquetReader, ListFormsEmptyPagesAndBombs) {
