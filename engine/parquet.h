@@ -16,6 +16,7 @@
 // the file, the row group, the column and what is wrong).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -97,6 +98,10 @@ ParquetMetadata parse_parquet_footer(std::span<const std::byte> footer_bytes, in
 // column, when it is chosen; FormatError for a damaged file.
 ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::string> fields);
 
+// Sets the least a column chunk may decode to (ParquetColumnValues::limit) instead of an
+// eighth of the machine's memory; 0 restores that. For fuzzers, whose allocations are capped.
+void set_parquet_decode_floor(int64_t bytes);
+
 // Pages and their codecs and encodings (parquet_pages.cc).
 struct ParquetColumnValues {
   std::vector<uint8_t> definition, repetition;  // one per entry (empty when the maximum is 0; at most 64)
@@ -107,10 +112,13 @@ struct ParquetColumnValues {
   std::vector<std::byte> values;
   std::vector<int64_t> offsets;
   int64_t count = 0;
-  // The most bytes its values (and levels) may take: a column chunk's is 1024 times what it
-  // states uncompressed, at least 1 GiB (ValueError past it: dictionaries and runs let a few
-  // bytes of a hostile file stand for any number of values).
+  // The most bytes its values, their offsets and its levels may take, counted in `charged`
+  // (shared by the threads that decode parts of one column chunk): 1024 times the chunk's
+  // bytes in the file, at least an eighth of the machine's memory and 1 GiB
+  // (ValueError past it: dictionaries and runs let a few bytes of a hostile file stand for
+  // any number of values).
   int64_t limit = INT64_MAX;
+  std::atomic<int64_t>* charged = nullptr;
 };
 struct ParquetLeaf {
   ParquetType type = ParquetType::Boolean;

@@ -3,6 +3,7 @@
 // levels and present values. Every size is checked before it is used; a codec must produce
 // exactly the size its page states.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <lz4.h>
 #include <snappy.h>
 #include <zlib.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #include "parquet.h"
@@ -390,11 +392,42 @@ void decode_levels(Bytes in, int encoding, int16_t max, int64_t count, std::vect
 
 // --- Values ----------------------------------------------------------------------------------
 
-// What a column chunk's values and levels may decode to: this many times the bytes it states
-// uncompressed, and at least kMinimumLimit (a dictionary of long strings repeated is legal,
-// and far past its stated size).
+// What a column chunk's values and levels may decode to: this many times its bytes in the
+// file, and at least an eighth of the machine's memory and 1 GiB (a dictionary of long strings
+// repeated is legal, and far past its size).
 constexpr int64_t kExpansion = 1024;
-constexpr int64_t kMinimumLimit = int64_t{1} << 30;
+
+std::atomic<int64_t> floor_override{0};  // set_parquet_decode_floor
+
+int64_t minimum_limit() {
+  static const int64_t limit = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const int64_t memory = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+    return std::max<int64_t>(int64_t{1} << 30, memory / 8);
+  }();
+  const int64_t override = floor_override.load();
+  return override > 0 ? override : limit;
+}
+
+// The limit for a column chunk of `stored` bytes in the file (what it claims uncompressed is
+// not counted: nothing bounds a claim, and a codec can make gigabytes of a few bytes).
+int64_t limit_for(int64_t stored) {
+  const int64_t floor = minimum_limit();
+  return stored > floor / kExpansion ? (stored > INT64_MAX / kExpansion ? INT64_MAX : stored * kExpansion) : floor;
+}
+
+// Counts `more` bytes decoded against the column chunk's limit, shared by the threads that
+// decode parts of it: dictionaries and runs let a few bytes of a file stand for any number of
+// values, and the values, their offsets and the levels are held to the limit together.
+void charge(const ParquetColumnValues& out, uint64_t more, const Where& where) {
+  bool over = more > static_cast<uint64_t>(out.limit);
+  if (!over && out.charged != nullptr)
+    over = out.charged->fetch_add(static_cast<int64_t>(more)) > out.limit - static_cast<int64_t>(more);
+  if (over)
+    where.refuse(str("decodes to more than ", out.limit, " bytes (", kExpansion,
+                     " times its column chunk's bytes in the file, and at least an eighth of this machine's ",
+                     "memory); such a file is refused as a decompression bomb"));
+}
 
 size_t value_width(const ParquetLeaf& leaf) {
   switch (leaf.type) {
@@ -447,18 +480,12 @@ class ValueDecoder {
     return out_.values.data() + before;
   }
   void add_bytes(const std::byte* p, size_t n) {
-    room(n);
+    room(n + sizeof(int64_t));  // its bytes and its offset
     out_.values.insert(out_.values.end(), p, p + n);
     out_.offsets.push_back(static_cast<int64_t>(out_.values.size()));
     ++out_.count;
   }
-  // Dictionaries and runs let a few bytes stand for many values: the values decoded are held
-  // to the column chunk's limit (ParquetColumnValues::limit).
-  void room(uint64_t more) const {
-    if (more > static_cast<uint64_t>(out_.limit) || out_.values.size() > static_cast<uint64_t>(out_.limit) - more)
-      where_.refuse(str("its values decode to more than ", out_.limit, " bytes, ", kExpansion,
-                        " times what its column chunk states uncompressed; such a file is refused as a decompression bomb"));
-  }
+  void room(uint64_t more) const { charge(out_, more, where_); }
   void need(Bytes in, uint64_t bytes, const char* what) const {
     if (bytes > in.size()) where_.fail(str("its ", what, " need ", bytes, " bytes, but the page holds ", in.size()));
   }
@@ -597,6 +624,7 @@ class ValueDecoder {
 
   // Lengths (DELTA_BINARY_PACKED), then the bytes one after another.
   std::vector<int64_t> lengths(Bytes in, int64_t n, size_t& at, const char* what) const {
+    room(static_cast<uint64_t>(n) * sizeof(int64_t));
     std::vector<int64_t> out(static_cast<size_t>(n));
     bool bad = false;
     at = delta_binary_packed_lengths(in, n, out, bad);
@@ -738,9 +766,7 @@ void decode_data_page(const DataPage& p, int codec, const ParquetLeaf& leaf, con
   const Where where{where_text, p.position};
   const PageHeader& h = p.header;
   const int64_t level_bytes = (leaf.max_definition > 0 ? 1 : 0) + (leaf.max_repetition > 0 ? 1 : 0);
-  if (level_bytes > 0 && (out.entries + h.num_values) > out.limit / level_bytes)
-    where.refuse(str("its levels decode to more than ", out.limit, " bytes, ", kExpansion,
-                     " times what its column chunk states uncompressed; such a file is refused as a decompression bomb"));
+  charge(out, static_cast<uint64_t>(h.num_values) * static_cast<uint64_t>(level_bytes), where);
   Bytes values;
   const size_t definition_first = out.definition.size();
   if (h.type == kDataPage) {
@@ -809,6 +835,8 @@ void append_part(ParquetColumnValues& out, const ParquetColumnValues& part) {
 
 }  // namespace
 
+void set_parquet_decode_floor(int64_t bytes) { floor_override.store(bytes); }
+
 ParquetByteRange parquet_chunk_range(const ParquetColumnChunk& chunk, int64_t data_end, const std::string& where_text) {
   const Where where{where_text};
   // The chunk begins at its dictionary page when it states one before its data pages (some
@@ -830,9 +858,8 @@ void read_parquet_column(std::span<const std::byte> bytes, int64_t first_byte, c
   Where where{where_text};
   if (leaf.type == ParquetType::FixedLenByteArray && (leaf.type_length <= 0 || leaf.type_length > (1 << 24)))
     where.fail(str("a FIXED_LEN_BYTE_ARRAY of ", leaf.type_length, " bytes"));
-  int64_t limit = kMinimumLimit;
-  if (chunk.total_uncompressed_size > kMinimumLimit / kExpansion)
-    limit = chunk.total_uncompressed_size > INT64_MAX / kExpansion ? INT64_MAX : chunk.total_uncompressed_size * kExpansion;
+  const int64_t limit = limit_for(static_cast<int64_t>(bytes.size()));
+  std::atomic<int64_t> charged{0};  // bytes decoded, by every part (ParquetColumnValues::charged)
   const auto reset = [&](ParquetColumnValues& values) {
     values.definition.clear();
     values.repetition.clear();
@@ -840,6 +867,7 @@ void read_parquet_column(std::span<const std::byte> bytes, int64_t first_byte, c
     values.offsets.clear();
     values.entries = values.count = 0;
     values.limit = limit;
+    values.charged = &charged;
     if (leaf.type == ParquetType::ByteArray) values.offsets.push_back(0);
   };
   reset(out);

@@ -9,6 +9,9 @@
 #include "parquet.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // A column chunk decodes to at most 1024 times its pages' stated size, and at least this:
+  // within the fuzzer's cap on one allocation.
+  mmt::detail::set_parquet_decode_floor(int64_t{256} << 20);
   try {
     const mmt::detail::ParquetMetadata meta = mmt::detail::read_parquet_metadata(
         std::span<const std::byte>(reinterpret_cast<const std::byte*>(data), size), "input.parquet");

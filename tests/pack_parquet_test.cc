@@ -314,12 +314,39 @@ TEST(ParquetReader, ListFormsEmptyPagesAndBombs) {
   // and an empty dictionary), and Spark's V2 page of nulls with no body at all.
   EXPECT_EQ(rows_of("arrow_rs_null_strings_zstd_v2", "s"), "[null,null,null]");
   EXPECT_EQ(rows_of("v2_empty_body_zstd", "value"), "[null]");
-  // 662 bytes: a dictionary of one 16 MiB value, 256 indices of it: refused before gigabytes
-  // are allocated, naming the page.
+  // 667 bytes: a dictionary of one 16 MiB value, 65,536 indices of it (1 TiB): refused before
+  // anything is allocated, naming the page.
   const std::string bomb = error_of([&] { (void)rows_of("dictionary_bomb", "x"); });
-  EXPECT_NE(bomb.find("row group 0, column 'x', the page at byte 552: its values decode to more than 1073741824 bytes"),
-            std::string::npos)
+  EXPECT_NE(bomb.find("row group 0, column 'x', the page at byte 552: decodes to more than "), std::string::npos) << bomb;
+  EXPECT_NE(bomb.find("refused as a decompression bomb"), std::string::npos)
       << bomb;
+}
+
+// Bombs: a few hundred bytes standing for gigabytes of levels (8 pages of 200 million nulls)
+// or of offsets (150 million empty strings of a dictionary) are refused at the limit (here
+// set to 256 MiB), counted over every thread that decodes a part of the column chunk.
+TEST(ParquetReader, DecompressionBombsAreRefusedWhateverTheThreads) {
+  detail::set_parquet_decode_floor(int64_t{256} << 20);
+  for (const std::string name : {"null_runs_bomb", "empty_strings_bomb", "dictionary_bomb"}) {
+    for (const int threads : {1, 4}) {
+      SCOPED_TRACE(name + " on " + std::to_string(threads) + " threads");
+      const testutil::Bytes file = testutil::read_file((kData / "edge" / (name + ".parquet")).string());
+      const detail::ParquetMetadata meta = detail::read_parquet_metadata(file, name);
+      const detail::ParquetSchemaElement& e = meta.schema.at(1);
+      const detail::ParquetLeaf leaf{e.type, e.type_length,
+                                     static_cast<int16_t>(e.repetition == detail::ParquetRepetition::Optional), 0};
+      const detail::ParquetColumnChunk& chunk = meta.row_groups.at(0).columns.at(0);
+      const detail::ParquetByteRange range = detail::parquet_chunk_range(chunk, static_cast<int64_t>(file.size()) - 8, name);
+      detail::ParquetColumnValues out;
+      const std::string error = error_of([&] {
+        detail::read_parquet_column(std::span(file).subspan(static_cast<size_t>(range.begin),
+                                                            static_cast<size_t>(range.end - range.begin)),
+                                    range.begin, chunk, leaf, name, out, threads);
+      });
+      EXPECT_NE(error.find("refused as a decompression bomb"), std::string::npos) << error;
+    }
+  }
+  detail::set_parquet_decode_floor(0);
 }
 
 TEST(ParquetReader, TypesReadAsPyarrowReadsThem) {
