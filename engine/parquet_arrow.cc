@@ -311,9 +311,9 @@ void assemble(const PlanNode& node, int index, ParquetColumnValues& column, int1
     }
     case PlanNode::Kind::Leaf: {
       int64_t next = 0;  // the next present value
-      const bool every_slot_present =
-          column.definition.empty() ||
-          std::all_of(column.definition.begin(), column.definition.end(), [&](uint8_t d) { return d == max_definition; });
+      // Every entry's value is present (its definition at the maximum) when as many values
+      // were decoded as there are entries (the pages' decoder checks each page's count).
+      const bool every_slot_present = column.count == column.entries;
       if (node.value_bytes == 0) {  // bytes: the values as they are, offsets a slot
         std::vector<int64_t> offsets;
         offsets.reserve(static_cast<size_t>(column.count) + 1);

@@ -627,20 +627,13 @@ class ValueDecoder {
     room(static_cast<uint64_t>(n) * sizeof(int64_t));
     std::vector<int64_t> out(static_cast<size_t>(n));
     bool bad = false;
-    at = delta_binary_packed_lengths(in, n, out, bad);
-    if (bad) where_.fail(str("its ", what, " hold a negative length"));
-    return out;
-  }
-  size_t delta_binary_packed_lengths(Bytes in, int64_t n, std::vector<int64_t>& out, bool& bad) const {
-    // Lengths are INT32 in the encoding.
-    ParquetLeaf as_int32 = leaf_;
-    as_int32.type = ParquetType::Int32;
-    const ValueDecoder int32_reader(as_int32, out_, where_, previous_);
-    return int32_reader.delta_binary_packed(in, n, [&](int64_t i, uint64_t v) {
+    at = delta_binary_packed(in, n, [&](int64_t i, uint64_t v) {  // lengths are INT32s
       const auto length = static_cast<int32_t>(static_cast<uint32_t>(v));
       bad |= length < 0;
       out[static_cast<size_t>(i)] = length;
     });
+    if (bad) where_.fail(str("its ", what, " hold a negative length"));
+    return out;
   }
 
   void delta_length_byte_arrays(Bytes in, int64_t n) {
