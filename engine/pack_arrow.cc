@@ -22,11 +22,16 @@
 //                                                   row is refused: no tensor holds it)
 //   dictionary-encoded columns (pandas categoricals) of the types above (not lists)
 //                                                   each row its value, as the columns above
+//   a list of structs (list<struct<role, content>>) flattened: a column for each of the
+//                                                   struct's, as a list of its values (of the
+//                                                   types above: "messages.role" a list of
+//                                                   strings, "objects.bbox" a list of fixed-
+//                                                   size lists); a null struct inside is refused
 // A null row is stored as NaN in a fixed-shape float field (as pandas reads it), empty in a
 // variable-length one (counted, per field, in the metadata key "arrow_nulls"); a null in
 // another fixed field, or inside a list, is refused. Other types
-// (decimals, maps, unions, views, lists of lists of strings, lists of structs)
-// are refused by name, unless `fields` leaves them out.
+// (decimals, maps, unions, views, lists of lists of strings) are refused by name, unless
+// `fields` leaves them out; a struct's name in `fields` stands for all its columns.
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -338,6 +343,12 @@ class ColumnReader {
     if (at.null) return;
     for (size_t k = column.structs; k < column.path.size(); ++k) {
       const ArrowColumns::Level& level = column.path[k];
+      if (level.kind == ArrowColumns::Level::Kind::Struct) {  // inside a list: its values are the list's
+        if (start == end) continue;
+        within(column, level.node, start, end, row);
+        if (view_.any_null(level.node, start, end)) inner_null(column, row);
+        continue;
+      }
       if (start == end) {  // under an empty list: no lists here, whose length is then unknown
         at.dims.push_back(level.kind == ArrowColumns::Level::Kind::FixedList ? level.fixed : kVariableDim);
         continue;
@@ -361,7 +372,7 @@ class ColumnReader {
         const int64_t next = view_.offset_at(offsets, wide, j + 1);
         if (next - last != length)
           throw ValueError(str(where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row,
-                               ": a jagged list (its lists at depth ", k - column.structs + 1, " have lengths ", length,
+                               ": a jagged list (its lists at depth ", at.dims.size() + 1, " have lengths ", length,
                                " and ", next - last, "), which no tensor holds"));
         last = next;
       }
@@ -437,23 +448,39 @@ void guard_input(const ArrowIpc& ipc, const Fn& fn) {
   });
 }
 
-// The column a field makes, its structs flattened; ValueError for a type no field holds.
-void add_columns(const ArrowField& field, const std::string& prefix, std::vector<ArrowColumns::Level> structs,
-                 std::vector<ArrowColumns::Column>& out, std::vector<std::string>& refused) {
+// The levels of `column` that are dimensions: its lists, below the structs it is flattened out of
+// (a struct inside a list, list<struct<...>>, is a dimension of none).
+std::vector<const ArrowColumns::Level*> list_levels(const ArrowColumns::Column& column) {
+  std::vector<const ArrowColumns::Level*> out;
+  for (size_t k = column.structs; k < column.path.size(); ++k)
+    if (column.path[k].kind != ArrowColumns::Level::Kind::Struct) out.push_back(&column.path[k]);
+  return out;
+}
+
+// The columns a field makes, with `path` the levels above it: structs are flattened ("image.
+// bytes"), and so are structs inside lists (list<struct<role, content>>: "messages.role" and
+// "messages.content", each a list of its values; `within` is then the list's type, for its
+// columns' type names); `refused` names what no field holds.
+void add_columns(const ArrowField& field, const std::string& prefix, std::vector<ArrowColumns::Level> path,
+                 const std::string& within, std::vector<ArrowColumns::Column>& out, std::vector<std::string>& refused) {
   const std::string name = prefix.empty() ? field.name : str(prefix, ".", field.name);
   const auto refuse = [&](const std::string& why) { refused.push_back(str("'", name, "' (", why, ")")); };
-  if (field.type == ArrowTypeId::Struct && !field.dictionary_encoded) {
-    structs.push_back({ArrowColumns::Level::Kind::Struct, field.node, 0});
-    for (const ArrowField& child : field.children) add_columns(child, name, structs, out, refused);
+  const auto is_struct = [](const ArrowField& f) { return f.type == ArrowTypeId::Struct && !f.dictionary_encoded; };
+  if (is_struct(field)) {
+    path.push_back({ArrowColumns::Level::Kind::Struct, field.node, 0});
+    for (const ArrowField& child : field.children) add_columns(child, name, path, within, out, refused);
     return;
   }
   ArrowColumns::Column column;
   column.name = name;
-  column.type_name = arrow_type_name(field);
-  column.path = structs;
-  column.structs = structs.size();
+  column.type_name = within.empty() ? arrow_type_name(field) : str(arrow_type_name(field), " in ", within);
+  while (column.structs < path.size() && path[column.structs].kind == ArrowColumns::Level::Kind::Struct)
+    ++column.structs;
+  const bool under_list = column.structs < path.size();
+  column.path = std::move(path);
   const ArrowField* leaf = &field;
   if (field.dictionary_encoded) {  // its values are node 0 of its dictionary's batches
+    if (under_list) return refuse("a list of dictionary-encoded values");
     column.dictionary = true;
     column.dictionary_id = field.dictionary_id;
     column.index_node = field.node;
@@ -464,24 +491,27 @@ void add_columns(const ArrowField& field, const std::string& prefix, std::vector
     values.dictionary_encoded = false;
     column.value_type = arrow_type_name(values);
   } else {
-    for (;;) {
-      if (leaf->type == ArrowTypeId::List || leaf->type == ArrowTypeId::LargeList ||
-          leaf->type == ArrowTypeId::FixedSizeList) {
-        if (leaf->type == ArrowTypeId::FixedSizeList && leaf->fixed_size == 0)
-          return refuse("a fixed_size_list of 0 values");
-        column.path.push_back({leaf->type == ArrowTypeId::List        ? ArrowColumns::Level::Kind::List
-                               : leaf->type == ArrowTypeId::LargeList ? ArrowColumns::Level::Kind::LargeList
-                                                                      : ArrowColumns::Level::Kind::FixedList,
-                               leaf->node, leaf->fixed_size});
-        leaf = &leaf->children[0];
-        if (leaf->dictionary_encoded) return refuse("a list of dictionary-encoded values");
-        continue;
+    while (leaf->type == ArrowTypeId::List || leaf->type == ArrowTypeId::LargeList ||
+           leaf->type == ArrowTypeId::FixedSizeList) {
+      if (leaf->type == ArrowTypeId::FixedSizeList && leaf->fixed_size == 0)
+        return refuse("a fixed_size_list of 0 values");
+      column.path.push_back({leaf->type == ArrowTypeId::List        ? ArrowColumns::Level::Kind::List
+                             : leaf->type == ArrowTypeId::LargeList ? ArrowColumns::Level::Kind::LargeList
+                                                                    : ArrowColumns::Level::Kind::FixedList,
+                             leaf->node, leaf->fixed_size});
+      leaf = &leaf->children[0];
+      if (leaf->dictionary_encoded) return refuse("a list of dictionary-encoded values");
+      if (is_struct(*leaf)) {  // a list of structs: each of the struct's columns a list of its values
+        column.path.push_back({ArrowColumns::Level::Kind::Struct, leaf->node, 0});
+        const std::string list_type = arrow_type_name(field);
+        for (const ArrowField& child : leaf->children) add_columns(child, name, column.path, list_type, out, refused);
+        return;
       }
-      break;
     }
     column.leaf_node = leaf->node;
   }
-  const bool listed = column.path.size() > column.structs;
+  const size_t lists = list_levels(column).size();
+  const bool listed = lists > 0;
   if (const std::optional<ScalarType> dtype = numeric_dtype(*leaf)) {
     column.leaf = ArrowColumns::Leaf::Values;
     column.dtype = *dtype;
@@ -492,7 +522,7 @@ void add_columns(const ArrowField& field, const std::string& prefix, std::vector
   } else if (!listed && leaf->type == ArrowTypeId::FixedSizeBinary && leaf->fixed_size > 0) {
     column.leaf = ArrowColumns::Leaf::FixedBytes;
     column.item = leaf->fixed_size;
-  } else if (column.path.size() <= column.structs + 1 &&
+  } else if (lists <= 1 &&
              (leaf->type == ArrowTypeId::Binary || leaf->type == ArrowTypeId::Utf8 ||
               leaf->type == ArrowTypeId::LargeBinary || leaf->type == ArrowTypeId::LargeUtf8)) {
     column.leaf = ArrowColumns::Leaf::Bytes;
@@ -723,33 +753,52 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
   // The columns, and which are packed.
   std::vector<ArrowColumns::Column> all;
   std::vector<std::string> refused;
-  for (const ArrowField& field : first.fields) add_columns(field, "", {}, all, refused);
+  for (const ArrowField& field : first.fields) add_columns(field, "", {}, "", all, refused);
   if (fields.empty()) {
     MMT_CHECK(refused.empty(), ValueError, first.path, ": columns of types no field holds: ",
               detail::cut_for_message(detail::joined(refused), 2000), "; choose the columns to pack (mmt pack --field NAME, repeated; PackSources::from_arrow's fields)");
     arrow->columns = std::move(all);
   } else {
+    const auto choose = [&](const ArrowColumns::Column& column) {
+      MMT_CHECK(std::none_of(arrow->columns.begin(), arrow->columns.end(),
+                             [&](const ArrowColumns::Column& c) { return c.name == column.name; }),
+                ValueError, "column '", detail::cut_for_message(column.name, 100), "' is chosen twice");
+      arrow->columns.push_back(column);
+    };
     for (const std::string& name : fields) {
       const auto it = std::find_if(all.begin(), all.end(), [&](const ArrowColumns::Column& c) { return c.name == name; });
-      if (it == all.end()) {
-        const auto why = std::find_if(refused.begin(), refused.end(),
-                                      [&](const std::string& r) { return r.starts_with(str("'", name, "' (")); });
-        MMT_CHECK(why == refused.end(), ValueError, first.path, ": column ", *why, " is of a type no field holds");
-        std::vector<std::string> known;
-        for (const ArrowColumns::Column& c : all) known.push_back(c.name);
-        throw ValueError(str(first.path, ": no column '", detail::cut_for_message(name, 100), "' (its columns: ",
-                             detail::cut_for_message(detail::joined(known), 2000), ")"));
+      if (it != all.end()) {
+        choose(*it);
+        // A list of strings' lengths follow its strings, unless chosen apart: the joined bytes
+        // alone could not be split.
+        const auto next = it + 1;
+        if (next != all.end() && next->lengths && !it->lengths &&
+            std::find(fields.begin(), fields.end(), next->name) == fields.end())
+          choose(*next);
+        continue;
       }
-      MMT_CHECK(std::none_of(arrow->columns.begin(), arrow->columns.end(),
-                             [&](const ArrowColumns::Column& c) { return c.name == name; }),
-                ValueError, "column '", detail::cut_for_message(name, 100), "' is chosen twice");
-      arrow->columns.push_back(*it);
-      // A list of strings' lengths follow its strings, unless chosen apart: the joined bytes
-      // alone could not be split.
-      const auto next = it + 1;
-      if (next != all.end() && next->lengths && !it->lengths &&
-          std::find(fields.begin(), fields.end(), next->name) == fields.end())
-        arrow->columns.push_back(*next);
+      const auto refusal = [&](const std::string& column_name) {
+        return std::find_if(refused.begin(), refused.end(),
+                            [&](const std::string& r) { return r.starts_with(str("'", column_name)); });
+      };
+      const auto why = refusal(str(name, "' ("));
+      MMT_CHECK(why == refused.end(), ValueError, first.path, ": column ", *why, " is of a type no field holds");
+      // A struct (or a list of structs) by its name: all its columns.
+      const std::string prefix = str(name, ".");
+      const auto inner_why = refusal(prefix);
+      MMT_CHECK(inner_why == refused.end(), ValueError, first.path, ": column ", *inner_why,
+                " is of a type no field holds; choose the others of '", detail::cut_for_message(name, 100), "' by their names");
+      bool found = false;
+      for (const ArrowColumns::Column& c : all) {
+        if (!c.name.starts_with(prefix)) continue;
+        choose(c);
+        found = true;
+      }
+      if (found) continue;
+      std::vector<std::string> known;
+      for (const ArrowColumns::Column& c : all) known.push_back(c.name);
+      throw ValueError(str(first.path, ": no column '", detail::cut_for_message(name, 100), "' (its columns: ",
+                           detail::cut_for_message(detail::joined(known), 2000), ")"));
     }
   }
   MMT_CHECK(!arrow->columns.empty(), ValueError, first.path, ": no columns");
@@ -782,7 +831,8 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
   // Every row read once: the buffers checked, each list level's length seen (a level is
   // fixed where every row's is the same), nulls counted, jagged rows refused.
   for (ArrowColumns::Column& column : arrow->columns) {
-    const size_t levels = column.path.size() - column.structs;
+    const std::vector<const ArrowColumns::Level*> lists = list_levels(column);
+    const size_t levels = lists.size();
     std::vector<int64_t> common(levels, -2);  // -2: none seen; -1: lengths differ
     const bool variable_leaf = column.leaf == ArrowColumns::Leaf::Bytes;
     const bool joined = variable_leaf && levels > 0 && !column.lengths;  // a list of strings' bytes
@@ -799,7 +849,7 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
           if (at.null) {
             // Floats take NaN where the field is fixed (as pandas reads them); a variable
             // field stores the row empty (its outer length then varies).
-            const bool outer_variable = levels > 0 && column.path[column.structs].kind != ArrowColumns::Level::Kind::FixedList;
+            const bool outer_variable = levels > 0 && lists[0]->kind != ArrowColumns::Level::Kind::FixedList;
             MMT_CHECK(floating || variable_leaf || outer_variable, ValueError, reader.where(), ": column '",
                       detail::cut_for_message(column.name, 100), "', row ", r, ": a null ", column.type_name,
                       ", which a field of fixed shape cannot store (nulls are stored as NaN in floats, empty in ",
@@ -821,7 +871,7 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
       });
     }
     for (size_t k = 0; k < levels && !joined; ++k) {
-      const ArrowColumns::Level& level = column.path[column.structs + k];
+      const ArrowColumns::Level& level = *lists[k];
       const bool fixed_list = level.kind == ArrowColumns::Level::Kind::FixedList && (k > 0 || common[0] != -1 || floating);
       column.shape.push_back(fixed_list ? level.fixed : common[k] >= 1 ? common[k] : kVariableDim);
     }

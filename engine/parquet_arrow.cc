@@ -13,7 +13,8 @@
 // pairs) of any leaf below it with repetition <= R and definition >= D, in order (R = D = 0 at
 // the top: one slot a row). A slot's value is present when its definition reaches the node's
 // own; a list's length in a slot is the number of its element's slots up to its next slot.
-// Levels of the nodes a struct shares are read from its first leaf.
+// Levels of the nodes a struct shares are read from its first leaf; under lists, each other
+// leaf's levels must place it in the same lists (lists_above).
 #include <algorithm>
 #include <array>
 #include <condition_variable>
@@ -105,8 +106,8 @@ class Converter {
     const ParquetSchemaElement& e = *n.element;
     const bool group = e.type == ParquetType::Group;
     if (e.repetition == ParquetRepetition::Repeated && !as_element) {
-      // An unannotated repeated field: a list, never null, of required elements.
-      if (group) throw Refused{"a repeated group: a list of structs"};
+      // An unannotated repeated field: a list, never null, of required elements (a repeated
+      // group: of structs).
       ArrowField list = begin(n, ArrowTypeId::LargeList, PlanNode::Kind::List, repetition, definition,
                               static_cast<int16_t>(n.definition - 1));
       PlanNode& node = plan_.nodes[static_cast<size_t>(list.node)];
@@ -165,16 +166,13 @@ class Converter {
     node.child_definition = repeated.definition;
     const int self = out.node;
     const ParquetSchemaElement& r = *repeated.element;
-    if (r.type != ParquetType::Group) {
+    if (r.type != ParquetType::Group || repeated.children.size() != 1 ||
+        repeated.children[0].element->repetition == ParquetRepetition::Repeated || r.name == "array" ||
+        r.name == e.name + "_tuple") {
+      // The repeated field is the element: a value, or a struct of its fields (two levels).
       out.children.push_back(convert(repeated, repeated.repetition, repeated.definition, true));
-    } else if (repeated.children.size() != 1 || repeated.children[0].element->repetition == ParquetRepetition::Repeated ||
-               r.name == "array" || r.name == e.name + "_tuple") {
-      throw Refused{"a list of structs"};  // the repeated group is the element
-    } else {
-      const SchemaNode& element = repeated.children[0];
-      if (element.element->type == ParquetType::Group && element.element->logical != ParquetLogical::List)
-        throw Refused{"a list of structs or maps"};
-      out.children.push_back(convert(element, repeated.repetition, repeated.definition, false));
+    } else {  // three levels: the repeated group's one field is the element (a value, list, struct)
+      out.children.push_back(convert(repeated.children[0], repeated.repetition, repeated.definition, false));
     }
     finish(self, out.children);
     return out;
@@ -369,6 +367,20 @@ void assemble(const PlanNode& node, int index, ParquetColumnValues& column, int1
   out.nodes[static_cast<size_t>(index)] = {length, nulls};
 }
 
+// Where a leaf's entries place it in the lists above a struct whose slots are (repetition,
+// definition): each entry that begins a slot or an empty or null list above it, as its
+// repetition and its definition up to the struct's. Two leaves of one struct have the same.
+std::vector<uint16_t> lists_above(const ParquetColumnValues& column, int16_t repetition, int16_t definition) {
+  std::vector<uint16_t> out;
+  out.reserve(static_cast<size_t>(column.entries));
+  for (int64_t e = 0; e < column.entries; ++e) {
+    const int r = column.repetition.empty() ? 0 : column.repetition[static_cast<size_t>(e)];
+    const int d = column.definition.empty() ? 0 : column.definition[static_cast<size_t>(e)];
+    if (r <= repetition) out.push_back(static_cast<uint16_t>(r << 8 | std::min<int>(d, definition)));
+  }
+  return out;
+}
+
 }  // namespace
 
 ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::string> fields) {
@@ -446,6 +458,20 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
   std::vector<std::vector<int>> fed_by(static_cast<size_t>(leaves));
   for (size_t n = 0; n < plan.nodes.size(); ++n)
     fed_by[static_cast<size_t>(plan.nodes[n].column)].push_back(static_cast<int>(n));
+  // The structs inside lists above each leaf: a struct's lists and validity come from its first
+  // leaf, so each other leaf's levels must place its values in the same lists (equal counts
+  // alone could pair one row's role with another's content).
+  std::vector<std::vector<int>> structs_over(static_cast<size_t>(leaves));
+  for (size_t n = 0; n < plan.nodes.size(); ++n) {
+    if (plan.nodes[n].kind != PlanNode::Kind::Struct || plan.nodes[n].slot_repetition == 0) continue;
+    std::vector<int> below{static_cast<int>(n)};
+    while (!below.empty()) {
+      const PlanNode& node = plan.nodes[static_cast<size_t>(below.back())];
+      below.pop_back();
+      if (node.kind == PlanNode::Kind::Leaf) structs_over[static_cast<size_t>(node.column)].push_back(static_cast<int>(n));
+      below.insert(below.end(), node.children.begin(), node.children.end());
+    }
+  }
 
   // The row groups of rows, checked against the schema and the footer's count first.
   std::vector<size_t> groups;
@@ -474,6 +500,7 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
     const std::string group_where = str(path, ", row group ", g);
     out.nodes.resize(plan.nodes.size());
     out.buffers.resize(static_cast<size_t>(plan.buffers));
+    std::vector<std::vector<uint16_t>> struct_lists(plan.nodes.size());  // by struct: its first leaf's
     for (int c = 0; c < leaves; ++c) {
       if (fed_by[static_cast<size_t>(c)].empty()) continue;
       const ParquetColumnChunk& chunk = group.columns[static_cast<size_t>(c)];
@@ -488,6 +515,17 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
       chunk_bytes.resize(static_cast<size_t>(range.end - range.begin));
       copy_out(range.begin, range.end - range.begin, chunk_bytes.data());
       read_parquet_column(chunk_bytes, range.begin, chunk, description, where, values, page_threads);
+      for (const int n : structs_over[static_cast<size_t>(c)]) {
+        const PlanNode& node = plan.nodes[static_cast<size_t>(n)];
+        std::vector<uint16_t> lists = lists_above(values, node.slot_repetition, node.slot_definition);
+        if (node.column == c) {
+          struct_lists[static_cast<size_t>(n)] = std::move(lists);
+          continue;
+        }
+        MMT_CHECK(lists == struct_lists[static_cast<size_t>(n)], FormatError, where, ": its levels place its values in ",
+                  "other lists than those of column '", cut_for_message(leaf_nodes[static_cast<size_t>(node.column)]->path, 200),
+                  "', beside it in group '", cut_for_message(node.name, 200), "'");
+      }
       for (const int n : fed_by[static_cast<size_t>(c)])
         assemble(plan.nodes[static_cast<size_t>(n)], n, values, leaf.definition, out);
     }

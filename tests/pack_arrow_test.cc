@@ -314,6 +314,103 @@ TEST(PackArrow, JaggedListsAndNullsInsideListsAreRefused) {
       << message;
 }
 
+// list<struct<...>>: a chat dataset's messages and a detection dataset's objects. Each of the
+// struct's columns is a field of the row's list of its values (a list of strings: its bytes
+// and their lengths); a struct chosen by name brings all its columns.
+TEST(PackArrow, ListsOfStructsBecomeAFieldForEachOfTheirColumns) {
+  TempFolder dir;
+  // Rows: [system "Be brief.", user "Hi"], [], null, [user "2+2?", assistant "4", user ""].
+  const auto messages = [](std::vector<bool> valid_turns) {
+    return arrow::list("messages",
+                       arrow::structure("", {arrow::texts("role", {"system", "user", "user", "assistant", "user"}),
+                                             arrow::texts("content", {"Be brief.", "Hi", "2+2?", "4", ""})},
+                                        5, std::move(valid_turns)),
+                       {0, 2, 2, 2, 5}, {true, true, false, true});
+  };
+  // Objects: two boxes, none, one, one; a box is a fixed_size_list<float, 4>.
+  std::vector<float> boxes;
+  for (int k = 0; k < 16; ++k) boxes.push_back(static_cast<float>(k) * 0.5f);
+  const arrow::Column objects = arrow::list(
+      "objects",
+      arrow::structure("", {arrow::fixed_list("bbox", arrow::numbers("", boxes), 4, 4),
+                            arrow::numbers("category", std::vector<int64_t>{3, 1, 4, 1})},
+                       4),
+      {0, 2, 2, 3, 4});
+  write_bytes(dir / "chat.arrow", arrow::write({{arrow::numbers("id", std::vector<int64_t>{7, 8, 9, 10}), messages({}),
+                                                 objects}})
+                                      .bytes);
+  const PackSources sources = PackSources::from_arrow(std::vector<std::string>{dir / "chat.arrow"});
+  const Schema& schema = sources.schema();
+  ASSERT_EQ(schema.size(), 7u);
+  EXPECT_EQ(schema[1].name, "messages.role");
+  EXPECT_EQ(schema[2].name, "messages.role.lengths");
+  EXPECT_EQ(schema[3].name, "messages.content");
+  EXPECT_EQ(schema[4].name, "messages.content.lengths");
+  EXPECT_EQ(schema[5].name, "objects.bbox");
+  EXPECT_EQ(schema[5].shape, (DimVector{kVariableDim, 4}));
+  EXPECT_EQ(schema[6].name, "objects.category");
+  EXPECT_EQ(schema[6].shape, (DimVector{kVariableDim}));
+  const std::vector<Tensor> r0 = sources.record(0), r1 = sources.record(1), r2 = sources.record(2),
+                            r3 = sources.record(3);
+  EXPECT_EQ(text_of(r0[1]), "systemuser");
+  EXPECT_EQ(values_of<int64_t>(r0[2]), (std::vector<int64_t>{6, 4}));
+  EXPECT_EQ(text_of(r0[3]), "Be brief.Hi");
+  EXPECT_EQ(values_of<int64_t>(r0[4]), (std::vector<int64_t>{9, 2}));
+  EXPECT_EQ(r1[2].numel(), 0);  // no messages
+  EXPECT_EQ(r2[2].numel(), 0);  // a null conversation: stored empty, and counted
+  EXPECT_EQ(text_of(r3[3]), "2+2?4");
+  EXPECT_EQ(values_of<int64_t>(r3[4]), (std::vector<int64_t>{4, 1, 0}));
+  EXPECT_EQ(DimVector(r0[5].sizes()), (DimVector{2, 4}));
+  EXPECT_EQ(values_of<float>(r0[5]), (std::vector<float>{0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5}));
+  EXPECT_EQ(values_of<int64_t>(r0[6]), (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(DimVector(r1[5].sizes()), (DimVector{0, 4}));
+  EXPECT_EQ(values_of<float>(r3[5]), (std::vector<float>{6, 6.5, 7, 7.5}));
+  EXPECT_NE(sources.metadata().at("arrow_nulls").find(R"("messages.role":1)"), std::string::npos);
+  EXPECT_NE(sources.metadata().at("arrow_types").find(
+                R"x("objects.category":"int64 in list<struct<bbox: fixed_size_list<float>[4], category: int64>>")x"),
+            std::string::npos)
+      << sources.metadata().at("arrow_types");
+  pack_dataset(dir / "chat.mmt", sources, {});
+  EXPECT_EQ(compare_with_sources(Dataset::open(dir / "chat.mmt"), sources), 4);
+
+  // A struct chosen by its name: all its columns, in order.
+  const PackSources chosen = PackSources::from_arrow(std::vector<std::string>{dir / "chat.arrow"},
+                                                     std::vector<std::string>{"objects", "messages.content"});
+  ASSERT_EQ(chosen.schema().size(), 4u);
+  EXPECT_EQ(chosen.schema()[0].name, "objects.bbox");
+  EXPECT_EQ(chosen.schema()[1].name, "objects.category");
+  EXPECT_EQ(chosen.schema()[2].name, "messages.content");
+  EXPECT_EQ(chosen.schema()[3].name, "messages.content.lengths");
+
+  // A null message inside a conversation: refused, naming the row, as a null inside a list is.
+  write_bytes(dir / "null_turn.arrow",
+              arrow::write({{messages({true, true, true, false, true})}}).bytes);
+  std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "null_turn.arrow"}); });
+  EXPECT_NE(message.find("column 'messages.role', row 3: a null inside its lists"), std::string::npos) << message;
+  // A list of strings inside a list of structs (two levels of strings): refused by name, and
+  // choosing the struct names what holds it back.
+  write_bytes(dir / "tags.arrow",
+              arrow::write({{arrow::list("spans",
+                                         arrow::structure("", {arrow::numbers("start", std::vector<int32_t>{0, 5}),
+                                                               arrow::list("tags", arrow::texts("", {"a", "b"}), {0, 1, 2})},
+                                                          2),
+                                         {0, 2})}})
+                  .bytes);
+  message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "tags.arrow"}); });
+  EXPECT_NE(message.find("'spans.tags' (list<string> in list<struct<start: int32, tags: list<string>>>: lists hold "
+                         "numbers, bools or (one level of) strings here)"),
+            std::string::npos)
+      << message;
+  message = error_of([&] {
+    PackSources::from_arrow(std::vector<std::string>{dir / "tags.arrow"}, std::vector<std::string>{"spans"});
+  });
+  EXPECT_NE(message.find("column 'spans.tags' (list<string>"), std::string::npos) << message;
+  EXPECT_NE(message.find("choose the others of 'spans' by their names"), std::string::npos) << message;
+  const PackSources starts =
+      PackSources::from_arrow(std::vector<std::string>{dir / "tags.arrow"}, std::vector<std::string>{"spans.start"});
+  EXPECT_EQ(values_of<int32_t>(starts.record(0)[0]), (std::vector<int32_t>{0, 5}));
+}
+
 TEST(PackArrow, StructsAreFlattenedAndNullsStoredAsHuggingFaceReadsThem) {
   TempFolder dir;
   // Hugging Face's Image feature: struct<bytes: binary, path: string>; row 1's image null,
@@ -656,6 +753,9 @@ TEST(PackArrow, CutsAndFlipsNeverCrash) {
       arrow::list("grid", arrow::list("", arrow::numbers("", std::vector<int16_t>{1, 2, 3, 4, 5, 6}), {0, 2, 4, 6}),
                   {0, 1, 3}),
       arrow::numbers("score", std::vector<float>{1, 2}, {true, false}),
+      arrow::list("turns",
+                  arrow::structure("", {arrow::numbers("n", std::vector<int32_t>{1, 2, 3}), arrow::texts("t", {"a", "bb", "c"})}, 3),
+                  {0, 1, 3}),
   }};
   for (bool file_format : {false, true}) {
     SCOPED_TRACE(file_format ? "file" : "stream");

@@ -264,7 +264,9 @@ class PackSources {
   // other columns, or an input of another kind (MDS datasets are packed alone).
   static PackSources from_mds(std::span<const std::string> specs);
   // Arrow IPC files and streams, Parquet files, or folders of them (above), read in the order
-  // given. `fields`: the columns packed, in that order (flattened names); empty, all of them.
+  // given. `fields`: the columns packed, in that order (flattened names: "image.bytes",
+  // "messages.role" of a list of structs; a struct's own name stands for all its columns);
+  // empty, all of them.
   // FormatError naming the file, the message's byte and what is wrong for a damaged one
   // (arrow_ipc.h), or the row group, column and page (parquet.h); ValueError naming the column for one of a type no field holds (unless
   // `fields` leaves it out), a null where a field cannot store one, a jagged list, files of

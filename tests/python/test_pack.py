@@ -336,6 +336,16 @@ class PackTest(FolderTestCase):
         self.assertEqual(bytes(ds[2]["image.bytes"])[:4], b"\x89PNG")
         self.assertEqual(bytes(ds[2]["image.path"]), b"train/dog_2.png")
         self.assertEqual(ds[3]["label"].item(), 1)
+        # A chat dataset's messages, list<struct<role, content>>: a field of each column's
+        # values a row, chosen by the struct's name.
+        chat = os.path.join(os.path.dirname(__file__), "..", "data", "parquet", "duckdb_chat.parquet")
+        mmtensor.pack(self.path("c.mmt"), [chat], fields=["messages"])
+        ds = mmtensor.Dataset(self.path("c.mmt"))
+        self.assertEqual(list(ds[1].keys()), ["messages.role", "messages.role.lengths", "messages.content",
+                                              "messages.content.lengths"])
+        lengths = ds[1]["messages.role.lengths"].tolist()
+        roles = bytes(ds[1]["messages.role"]).decode()
+        self.assertEqual([roles[:lengths[0]], roles[lengths[0]:]], ["user", "assistant"])
 
     @unittest.skipUnless(os.path.exists(FASHION), "no dataset-fashion-mnist")
     def test_idx_files(self):

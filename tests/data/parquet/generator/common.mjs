@@ -194,6 +194,30 @@ export function nestedTable() {
   };
 }
 
+// A chat dataset's and a detection dataset's rows (lists of structs): messages of a role and
+// content (one conversation empty, one null), objects of a box and a category.
+export function chatTable() {
+  const n = 9;
+  const r = [...Array(n).keys()];
+  const roles = ['system', 'user', 'assistant'];
+  const messages = r.map((i) => (i === 7 ? null : i === 5 ? [] : [...Array((i % 4) + 1).keys()].map((k) => ({
+    role: roles[k === 0 ? (i % 2 ? 1 : 0) : (k % 2) + 1],
+    content: k === 2 && i === 3 ? '' : `${WORDS[(i + k) % 7]} ${i}.${k} ${'·'.repeat(k)}`,
+  }))));
+  const objects = r.map((i) => (i % 3 === 2 ? [] : [...Array((i % 3) + 1).keys()].map((k) => ({
+    bbox: [i + k, i * 2 + 0.5, 10 + k * 0.25, 20 - i],
+    category: BigInt((i * 3 + k) % 5),
+  }))));
+  return {
+    num_rows: n,
+    columns: [
+      { name: 'id', type: T.i64, values: r.map((i) => BigInt(1000 + i)) },
+      { name: 'messages', type: T.list(T.struct([['role', T.str], ['content', T.str]])), values: messages },
+      { name: 'objects', type: T.list(T.struct([['bbox', T.fixed(4, T.f32)], ['category', T.i64]])), values: objects },
+    ],
+  };
+}
+
 export const HF_META = '{"info": {"features": {"image": {"_type": "Image"}, "label": {"names": ["cat", "dog"], "_type": "ClassLabel"}}}}';
 export function hfTable() {
   const n = 6;

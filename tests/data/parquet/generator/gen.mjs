@@ -1,6 +1,6 @@
 import fs from 'fs';
 import path from 'path';
-import { OUT, T, J, typeStr, canonExpected, VALUE_CONVENTIONS, base50, rows1000, encTable, f16exact, typesTable, nestedTable, hfTable, HF_META, largeTable, sliceTable, dictTable } from './common.mjs';
+import { OUT, T, J, typeStr, canonExpected, VALUE_CONVENTIONS, base50, rows1000, encTable, f16exact, typesTable, nestedTable, chatTable, hfTable, HF_META, largeTable, sliceTable, dictTable } from './common.mjs';
 import { VERSIONS, duckConn, duckWrite, pwWrite, hwWrite } from './writers.mjs';
 import { readDuck, readPw, readHyp, duckMeta, hypPageCounts } from './readers.mjs';
 
@@ -15,6 +15,7 @@ const ENC = encTable();
 const TYP = typesTable();
 const NEST = nestedTable();
 const HF = hfTable();
+const CHAT = chatTable();
 const LARGE = largeTable();
 const DICT = dictTable();
 const R5000 = rows1000(5000);
@@ -58,6 +59,7 @@ J_('duckdb_dict_off', 'duckdb', DICT, 'COMPRESSION uncompressed, DICTIONARY_SIZE
 J_('duckdb_types', 'duckdb', TYP_DUCK, 'COMPRESSION snappy', 'int8/int16/uint8/uint16/uint32/uint64, date, timestamp ms/us/ns, timestamptz (us, UTC), time(us), decimal(9,2)/(18,4)/(38,10), HUGEINT, UUID, INTERVAL', { selfCheck: 'duckdb' });
 J_('duckdb_nested', 'duckdb', NEST, 'COMPRESSION snappy', 'list<int32> (empty/null rows), list<int32> with null elements, FLOAT[8] embedding, list<list<int16>>, list<string>, HF Image struct<bytes,path>, struct<a,b:struct<c>>, map<string,int32>, list<struct<x,y>>');
 J_('duckdb_nested_v2', 'duckdb', NEST, 'COMPRESSION zstd, PARQUET_VERSION v2', 'nested columns with DuckDB PARQUET_VERSION V2');
+J_('duckdb_chat', 'duckdb', CHAT, 'COMPRESSION zstd', 'lists of structs: chat messages list<struct<role, content: string>> (one conversation empty, one null), detection objects list<struct<bbox FLOAT[4], category int64>>');
 J_('duckdb_hf_image', 'duckdb', HF, `COMPRESSION snappy, KV_METADATA {huggingface: '${HF_META}'}`, 'Hugging Face Image+ClassLabel layout with "huggingface" key-value metadata', { kv: { huggingface: HF_META } });
 J_('duckdb_empty', 'duckdb', sliceTable(B50, 0), 'COMPRESSION snappy', 'empty table (0 rows), base schema');
 J_('duckdb_one_row', 'duckdb', sliceTable(B50, 1), 'COMPRESSION snappy', 'single row, base schema');
@@ -90,6 +92,7 @@ J_('pw_rowgroups_pages_v2_dict', 'parquet-wasm', R1000, { compression: 'ZSTD', v
 J_('pw_types', 'parquet-wasm', TYP_PW, { compression: 'SNAPPY' }, 'int8/int16/uint8/uint16/uint32/uint64, date32, timestamp ms/us/ns naive and UTC, time32[ms]/time64[us]/time64[ns], float16, decimal128(9,2)/(18,4)/(38,10) (INT32/INT64/FLBA physical)');
 J_('pw_nested', 'parquet-wasm', NEST, { compression: 'SNAPPY' }, 'same nested columns as duckdb_nested (embedding is arrow fixed_size_list<float,8>)');
 J_('pw_nested_v2_plain', 'parquet-wasm', NEST, { compression: 'UNCOMPRESSED', version: 'V2', dictionary: false }, 'nested columns, data page V2, no dictionary');
+J_('pw_chat', 'parquet-wasm', CHAT, { compression: 'SNAPPY', version: 'V2' }, 'the lists of structs of duckdb_chat from arrow-rs, data page V2');
 J_('pw_hf_image', 'parquet-wasm', HF, { compression: 'SNAPPY', kv: { huggingface: HF_META } }, 'Hugging Face Image+ClassLabel layout with "huggingface" key-value metadata', { kv: { huggingface: HF_META } });
 J_('pw_empty', 'parquet-wasm', sliceTable(B50, 0), { compression: 'SNAPPY' }, 'empty table (0 rows), base schema');
 J_('pw_one_row', 'parquet-wasm', sliceTable(B50, 1), { compression: 'SNAPPY' }, 'single row, base schema');
