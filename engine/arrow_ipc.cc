@@ -297,7 +297,11 @@ std::string arrow_type_name(const ArrowField& field) {
     case ArrowTypeId::Union: return field.dense_union ? "dense_union" : "sparse_union";
     case ArrowTypeId::FixedSizeBinary: return str("fixed_size_binary[", field.fixed_size, "]");
     case ArrowTypeId::FixedSizeList: return str("fixed_size_list<", child(0), ">[", field.fixed_size, "]");
-    case ArrowTypeId::Map: return "map";
+    case ArrowTypeId::Map: {  // its entries: struct<key, value>
+      const ArrowField* entries = field.children.empty() ? nullptr : &field.children[0];
+      if (entries == nullptr || entries->type != ArrowTypeId::Struct || entries->children.size() != 2) return "map";
+      return str("map<", arrow_type_name(entries->children[0]), ", ", arrow_type_name(entries->children[1]), ">");
+    }
     case ArrowTypeId::Duration: return str("duration[", time_unit_name(field.unit), "]");
     case ArrowTypeId::LargeBinary: return "large_binary";
     case ArrowTypeId::LargeUtf8: return "large_string";

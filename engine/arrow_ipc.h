@@ -37,7 +37,8 @@ using ArrowKeyValues = std::vector<std::pair<std::string, std::string>>;
 struct ArrowField {
   std::string name;
   ArrowTypeId type = ArrowTypeId::None;
-  int bit_width = 0;       // Int, Time, Decimal; the storage width of Date, Timestamp, Duration
+  int bit_width = 0;       // Int, Time, Decimal; the storage width of Date, Timestamp, Duration;
+                           // Map: 64 for 64-bit offsets (the Parquet reader's), else Arrow's 32
   bool is_signed = false;  // Int
   int precision = 0;       // FloatingPoint: 0 half, 1 single, 2 double
   int unit = 0;            // Date, Time, Timestamp, Duration, Interval: the enum's value

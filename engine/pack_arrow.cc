@@ -27,10 +27,11 @@
 //                                                   types above: "messages.role" a list of
 //                                                   strings, "objects.bbox" a list of fixed-
 //                                                   size lists); a null struct inside is refused
+//   a map (a list of struct<key, value>)            the same: NAME.key and NAME.value
 // A null row is stored as NaN in a fixed-shape float field (as pandas reads it), empty in a
 // variable-length one (counted, per field, in the metadata key "arrow_nulls"); a null in
 // another fixed field, or inside a list, is refused. Other types
-// (decimals, maps, unions, views, lists of lists of strings) are refused by name, unless
+// (decimals, unions, views, lists of lists of strings) are refused by name, unless
 // `fields` leaves them out; a struct's name in `fields` stands for all its columns.
 #include <algorithm>
 #include <cstring>
@@ -492,12 +493,17 @@ void add_columns(const ArrowField& field, const std::string& prefix, std::vector
     column.value_type = arrow_type_name(values);
   } else {
     while (leaf->type == ArrowTypeId::List || leaf->type == ArrowTypeId::LargeList ||
-           leaf->type == ArrowTypeId::FixedSizeList) {
+           leaf->type == ArrowTypeId::FixedSizeList || leaf->type == ArrowTypeId::Map) {
       if (leaf->type == ArrowTypeId::FixedSizeList && leaf->fixed_size == 0)
         return refuse("a fixed_size_list of 0 values");
-      column.path.push_back({leaf->type == ArrowTypeId::List        ? ArrowColumns::Level::Kind::List
-                             : leaf->type == ArrowTypeId::LargeList ? ArrowColumns::Level::Kind::LargeList
-                                                                    : ArrowColumns::Level::Kind::FixedList,
+      // A map is a list of its entries, struct<key, value>: NAME.key and NAME.value.
+      if (leaf->type == ArrowTypeId::Map &&
+          (leaf->children[0].type != ArrowTypeId::Struct || leaf->children[0].children.size() != 2))
+        return refuse("a map whose entries are not a struct of a key and a value");
+      const bool wide = leaf->type == ArrowTypeId::LargeList || (leaf->type == ArrowTypeId::Map && leaf->bit_width == 64);
+      column.path.push_back({leaf->type == ArrowTypeId::FixedSizeList ? ArrowColumns::Level::Kind::FixedList
+                             : wide                                   ? ArrowColumns::Level::Kind::LargeList
+                                                                      : ArrowColumns::Level::Kind::List,
                              leaf->node, leaf->fixed_size});
       leaf = &leaf->children[0];
       if (leaf->dictionary_encoded) return refuse("a list of dictionary-encoded values");

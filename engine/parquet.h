@@ -94,7 +94,7 @@ ParquetMetadata parse_parquet_footer(std::span<const std::byte> footer_bytes, in
 // or "a.lengths" names field "a") of the Parquet file at `path` into an ArrowIpc whose record
 // batches (one per row group) lie in a temporary file. Columns map to Arrow types as pyarrow
 // reads them (strings, binaries and lists with 64-bit offsets: large_string, large_list...);
-// ValueError for what no Arrow type here holds (maps, decimals), naming the
+// ValueError for what no Arrow type here holds (decimals, maps of keys alone), naming the
 // column, when it is chosen; FormatError for a damaged file.
 ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::string> fields);
 

@@ -119,8 +119,9 @@ class Converter {
       return list;
     }
     if (!group) return leaf(n, repetition, definition);
-    if (e.logical == ParquetLogical::Map || e.map_key_value) throw Refused{"a map"};
-    if (e.logical == ParquetLogical::List) return list(n, repetition, definition);
+    // A repeated key_value group (MAP_KEY_VALUE) is a map's element: a struct.
+    if (e.logical == ParquetLogical::Map && !as_element) return map(n, repetition, definition);
+    if (e.logical == ParquetLogical::List && !as_element) return list(n, repetition, definition);
     if (n.children.empty()) throw Refused{"a group of no columns"};
     ArrowField out = begin(n, ArrowTypeId::Struct, PlanNode::Kind::Struct, repetition, definition, n.definition);
     const int self = out.node;
@@ -174,6 +175,27 @@ class Converter {
     } else {  // three levels: the repeated group's one field is the element (a value, list, struct)
       out.children.push_back(convert(repeated.children[0], repeated.repetition, repeated.definition, false));
     }
+    finish(self, out.children);
+    return out;
+  }
+
+  // A MAP-annotated group (or the MAP_KEY_VALUE of older writers): repeated group key_value
+  // { required key; optional value } (LogicalTypes.md, "Maps"), a list of struct<key, value>
+  // as Arrow's map is, with 64-bit offsets.
+  ArrowField map(const SchemaNode& n, int16_t repetition, int16_t definition) {
+    if (n.children.size() != 1 || n.children[0].element->repetition != ParquetRepetition::Repeated ||
+        n.children[0].element->type != ParquetType::Group || n.children[0].children.empty() ||
+        n.children[0].children.size() > 2)
+      throw Refused{"a MAP group whose one child is not a repeated group of a key and a value"};
+    if (n.children[0].children.size() == 1) throw Refused{"a map of keys alone"};
+    const SchemaNode& key_value = n.children[0];
+    ArrowField out = begin(n, ArrowTypeId::Map, PlanNode::Kind::List, repetition, definition, n.definition);
+    out.bit_width = 64;
+    PlanNode& node = plan_.nodes[static_cast<size_t>(out.node)];
+    node.child_repetition = key_value.repetition;
+    node.child_definition = key_value.definition;
+    const int self = out.node;
+    out.children.push_back(convert(key_value, key_value.repetition, key_value.definition, true));
     finish(self, out.children);
     return out;
   }

@@ -170,7 +170,7 @@ class FbWriter {
 enum TypeId : uint8_t {
   kNull = 1, kInt = 2, kFloatingPoint = 3, kBinary = 4, kUtf8 = 5, kBool = 6, kDecimal = 7, kTimestamp = 10,
   kList = 12, kStruct = 13, kFixedSizeBinary = 15, kFixedSizeList = 16, kLargeBinary = 19, kLargeUtf8 = 20,
-  kLargeList = 21,
+  kMap = 17, kLargeList = 21,
 };
 
 // One column (a field and its arrays) of one batch.
@@ -319,6 +319,21 @@ inline Column structure(std::string name, std::vector<Column> children, int64_t 
   c.length = length;
   c.buffers.push_back(validity(valid, c.null_count));
   c.children = std::move(children);
+  return c;
+}
+
+// A map column: lists (cut at `offsets`) of struct<key, value> entries, Arrow's layout.
+inline Column map(std::string name, Column keys, Column values, const std::vector<int64_t>& offsets,
+                  const std::vector<bool>& valid = {}) {
+  const int64_t entries = keys.length;
+  keys.name = "key";
+  values.name = "value";
+  std::vector<Column> pair;
+  pair.push_back(std::move(keys));
+  pair.push_back(std::move(values));
+  Column c = list(std::move(name), structure("entries", std::move(pair), entries), offsets, valid);
+  c.type = kMap;
+  c.children[0].name = "entries";
   return c;
 }
 

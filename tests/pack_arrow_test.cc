@@ -411,6 +411,38 @@ TEST(PackArrow, ListsOfStructsBecomeAFieldForEachOfTheirColumns) {
   EXPECT_EQ(values_of<int32_t>(starts.record(0)[0]), (std::vector<int32_t>{0, 5}));
 }
 
+// A map is a list of struct<key, value> entries: NAME.key and NAME.value, a list each a row.
+TEST(PackArrow, MapsBecomeTheirKeysAndValues) {
+  TempFolder dir;
+  // {"bleu": 0.5, "rouge": 0.75}, {}, null, {"bleu": 0.25}
+  const auto scores = [](std::vector<bool> valid_values) {
+    return arrow::map("scores", arrow::texts("", {"bleu", "rouge", "bleu"}),
+                      arrow::numbers("", std::vector<float>{0.5f, 0.75f, 0.25f}, std::move(valid_values)), {0, 2, 2, 2, 3},
+                      {true, true, false, true});
+  };
+  write_bytes(dir / "scores.arrow", arrow::write({{scores({})}}).bytes);
+  const PackSources sources = PackSources::from_arrow(std::vector<std::string>{dir / "scores.arrow"});
+  ASSERT_EQ(sources.schema().size(), 3u);
+  EXPECT_EQ(sources.schema()[0].name, "scores.key");
+  EXPECT_EQ(sources.schema()[1].name, "scores.key.lengths");
+  EXPECT_EQ(sources.schema()[2].name, "scores.value");
+  EXPECT_EQ(sources.schema()[2].dtype, kFloat32);
+  EXPECT_EQ(sources.schema()[2].shape, (DimVector{kVariableDim}));
+  EXPECT_EQ(text_of(sources.record(0)[0]), "bleurouge");
+  EXPECT_EQ(values_of<int64_t>(sources.record(0)[1]), (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(values_of<float>(sources.record(0)[2]), (std::vector<float>{0.5f, 0.75f}));
+  EXPECT_EQ(sources.record(1)[2].numel(), 0);
+  EXPECT_EQ(sources.record(2)[2].numel(), 0);  // null: empty
+  EXPECT_EQ(values_of<float>(sources.record(3)[2]), (std::vector<float>{0.25f}));
+  EXPECT_NE(sources.metadata().at("arrow_types").find(R"("scores.value":"float in map<string, float>")"),
+            std::string::npos)
+      << sources.metadata().at("arrow_types");
+  // A null value inside a map: refused, naming the row.
+  write_bytes(dir / "null_value.arrow", arrow::write({{scores({true, false, true})}}).bytes);
+  const std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "null_value.arrow"}); });
+  EXPECT_NE(message.find("column 'scores.value', row 0: a null inside its lists"), std::string::npos) << message;
+}
+
 TEST(PackArrow, StructsAreFlattenedAndNullsStoredAsHuggingFaceReadsThem) {
   TempFolder dir;
   // Hugging Face's Image feature: struct<bytes: binary, path: string>; row 1's image null,
