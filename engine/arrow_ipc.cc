@@ -442,76 +442,77 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
   ipc.file = std::move(input.mapping);
   const std::byte* bytes = input.bytes.data();
   guard_storage_reads(ipc.file, [&] {
-    int64_t position = 0, end = size;
-    if (is_arrow_file_start(bytes, static_cast<size_t>(size))) {
-      // "ARROW1", 2 bytes of padding, the stream, the footer, its int32 length, "ARROW1".
-      ipc.file_format = true;
-      MMT_CHECK(size >= 8 + 10 && std::memcmp(bytes + size - 6, kFileMagic, 6) == 0, FormatError, path,
-                ": begins as an Arrow IPC file but does not end with one's \"ARROW1\" (",
-                size, " bytes: cut short, or still being written)");
-      const int32_t footer = load_i32(bytes + size - 10);
-      MMT_CHECK(footer > 0 && footer <= size - 18, FormatError, path, ": its footer's length (", footer,
-                ") does not fit the file's ", size, " bytes");
-      position = 8;
-      end = size - 10 - footer;
-    }
-    bool schema_read = false;
     // Dictionary id -> its values' field and their node count, from the schema.
     std::map<int64_t, std::pair<std::shared_ptr<const std::vector<ArrowField>>, int>> dictionaries_of;
-    int16_t version = kMetadataV5;
-    for (;;) {
-      if (position == end) break;  // a stream may end between messages
-      const int64_t start = position;
-      const std::string where = str(path, ": the Arrow message at byte ", start);
-      MMT_CHECK(end - position >= 4, FormatError, where, " is cut short (", end - position, " bytes left)");
-      int32_t length = load_i32(bytes + position);
-      position += 4;
-      if (length == -1) {  // today's framing: the continuation marker, then the length
-        MMT_CHECK(end - position >= 4, FormatError, where, " is cut short after its continuation marker");
-        length = load_i32(bytes + position);
-        position += 4;
+    const auto read_schema = [&](const FlatTable& schema, const std::string& where, int64_t length) {
+      MMT_CHECK(schema.scalar<int16_t>(0, 0) == 0, ValueError, path, ": big-endian Arrow data; write it again on a "
+                "little-endian machine, or convert it first");
+      SchemaReader reader{where, length};
+      const FlatVector fields = schema.vector(1, 4, "the schema's fields");
+      for (uint32_t i = 0; i < fields.count; ++i)
+        ipc.fields.push_back(reader.field(schema.table_in(fields, i, "a field"), 0));
+      ipc.metadata = reader.key_values(schema, 2);
+      number_nodes(ipc.fields, ipc.node_count);
+      std::map<int64_t, const ArrowField*> encoded;
+      encoded_fields(ipc.fields, encoded, where);
+      for (const auto& [id, field] : encoded) {  // each id's values, laid out as a batch of one field
+        auto value = std::make_shared<std::vector<ArrowField>>(1, *field);
+        value->front().dictionary_encoded = false;
+        int nodes = 0;
+        number_nodes(*value, nodes);
+        dictionaries_of[id] = {std::move(value), nodes};
       }
-      if (length == 0) break;  // end of stream
-      MMT_CHECK(length > 0 && length <= end - position, FormatError, where, " declares ", length,
-                " bytes of metadata, but ", end - position, " are left", length > 0 ? " (cut short?)" : "");
-      const std::span<const std::byte> metadata(bytes + position, static_cast<size_t>(length));
-      position += length;
-      const FlatTable message = FlatTable::root(metadata, where);
-      version = message.scalar<int16_t>(0, 0);
+    };
+    const auto check_version = [&](int16_t version, const std::string& where) {
       MMT_CHECK(version == kMetadataV4 || version == kMetadataV5, ValueError, where, ": metadata version V",
                 version + 1, version < kMetadataV4 ? " (Arrow before 0.8); write it again with a newer Arrow"
                                                    : ", newer than this reader's V5");
+    };
+    // The message at `start`: its framing (0xFFFFFFFF and an int32 length, or the length alone
+    // before Arrow 0.15), its metadata within [start, metadata_end), its body from `body_start`
+    // (the metadata's end when < 0) within `end`. `expected`: the message type a file's block
+    // lists (0: any). Returns where the message ends, or -1 at an end-of-stream marker.
+    bool schema_read = false;
+    const auto read_message = [&](int64_t start, int64_t metadata_end, int64_t body_start, int64_t end,
+                                  uint8_t expected, int64_t expected_body) -> int64_t {
+      const std::string where = str(path, ": the Arrow message at byte ", start);
+      int64_t position = start;
+      MMT_CHECK(metadata_end - position >= 4, FormatError, where, " is cut short (", metadata_end - position,
+                " bytes left)");
+      int32_t length = load_i32(bytes + position);
+      position += 4;
+      if (length == -1) {  // today's framing: the continuation marker, then the length
+        MMT_CHECK(metadata_end - position >= 4, FormatError, where, " is cut short after its continuation marker");
+        length = load_i32(bytes + position);
+        position += 4;
+      }
+      if (length == 0 && expected == 0) return -1;  // end of stream
+      MMT_CHECK(length > 0 && length <= metadata_end - position, FormatError, where, " declares ", length,
+                " bytes of metadata, but ", metadata_end - position, " are left", length > 0 ? " (cut short?)" : "");
+      const std::span<const std::byte> metadata(bytes + position, static_cast<size_t>(length));
+      position += length;
+      if (body_start < 0) body_start = position;
+      const FlatTable message = FlatTable::root(metadata, where);
+      const int16_t version = message.scalar<int16_t>(0, 0);
+      check_version(version, where);
       const auto header_type = message.scalar<uint8_t>(1, 0);
       const int64_t body = message.scalar<int64_t>(3, 0);
-      MMT_CHECK(body >= 0 && body <= end - position, FormatError, where, ": a body of ", body, " bytes, but ",
-                end - position, " are left", body >= 0 ? " (cut short?)" : "");
-      const int64_t body_start = position;
-      position += body;
+      MMT_CHECK(expected_body < 0 || body == expected_body, FormatError, where, ": a body of ", body,
+                " bytes, where the file's footer states ", expected_body);
+      MMT_CHECK(body >= 0 && body <= end - body_start, FormatError, where, ": a body of ", body, " bytes, but ",
+                end - body_start, " are left", body >= 0 ? " (cut short?)" : "");
       const std::optional<FlatTable> header = message.table(2, "the message's header");
       MMT_CHECK(header.has_value(), FormatError, where, ": a message without its header");
+      MMT_CHECK(expected == 0 || header_type == expected, FormatError, where, ": message type ",
+                static_cast<int>(header_type), " where the file's footer lists a ",
+                expected == kDictionaryBatchMessage ? "DictionaryBatch" : "RecordBatch");
       if (!schema_read) {
         ipc.metadata_v4 = version == kMetadataV4;  // unions' buffers differ
         MMT_CHECK(header_type == kSchemaMessage, FormatError, where, ": the first message is not a Schema (message "
                   "type ", static_cast<int>(header_type), "); is this an Arrow IPC stream?");
-        MMT_CHECK(header->scalar<int16_t>(0, 0) == 0, ValueError, path, ": big-endian Arrow data; write it again on a "
-                  "little-endian machine, or convert it first");
-        SchemaReader reader{where, length};
-        const FlatVector fields = header->vector(1, 4, "the schema's fields");
-        for (uint32_t i = 0; i < fields.count; ++i)
-          ipc.fields.push_back(reader.field(header->table_in(fields, i, "a field"), 0));
-        ipc.metadata = reader.key_values(*header, 2);
-        number_nodes(ipc.fields, ipc.node_count);
-        std::map<int64_t, const ArrowField*> encoded;
-        encoded_fields(ipc.fields, encoded, where);
-        for (const auto& [id, field] : encoded) {  // each id's values, laid out as a batch of one field
-          auto value = std::make_shared<std::vector<ArrowField>>(1, *field);
-          value->front().dictionary_encoded = false;
-          int nodes = 0;
-          number_nodes(*value, nodes);
-          dictionaries_of[id] = {std::move(value), nodes};
-        }
+        read_schema(*header, where, length);
         schema_read = true;
-        continue;
+        return body_start + body;
       }
       if (header_type == kDictionaryBatchMessage) {
         MMT_CHECK(!dictionaries_of.empty(), FormatError, where, ": a DictionaryBatch, but no field is dictionary-encoded");
@@ -537,16 +538,60 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
                   FormatError, where, ": a second dictionary of id ", dictionary.id, " in an Arrow file, which "
                   "replaces none (only streams replace dictionaries)");
         ipc.dictionaries.push_back(std::move(dictionary));
-        continue;
+        return body_start + body;
       }
       MMT_CHECK(header_type == kRecordBatchMessage, FormatError, where, ": message type ",
                 static_cast<int>(header_type), header_type == kSchemaMessage ? " (a second Schema)" : "",
                 " where record batches are expected");
-      ArrowBatch batch = read_batch(*header, where, start, body_start, body, ipc.fields, ipc.node_count,
-                                    ipc.metadata_v4, path);
-      ipc.batches.push_back(std::move(batch));
+      ipc.batches.push_back(read_batch(*header, where, start, body_start, body, ipc.fields, ipc.node_count,
+                                       ipc.metadata_v4, path));
+      return body_start + body;
+    };
+
+    if (!is_arrow_file_start(bytes, static_cast<size_t>(size))) {  // a stream: its messages in order
+      for (int64_t position = 0; position != size;) {  // a stream may end between messages
+        position = read_message(position, size, -1, size, 0, -1);
+        if (position < 0) break;
+      }
+      MMT_CHECK(schema_read, FormatError, path, ": an Arrow stream with no Schema message");
+      return;
     }
-    MMT_CHECK(schema_read, FormatError, path, ": an Arrow stream with no Schema message");
+    // A file: "ARROW1", 2 bytes of padding, the stream, the footer, its int32 length, "ARROW1".
+    // As Arrow's own readers do, the footer is read, not the stream: it holds the schema and
+    // where each dictionary and record batch lies (a Block: offset, metadata length, body
+    // length; Arrow JS writes no Schema message before them).
+    ipc.file_format = true;
+    MMT_CHECK(size >= 8 + 10 && std::memcmp(bytes + size - 6, kFileMagic, 6) == 0, FormatError, path,
+              ": begins as an Arrow IPC file but does not end with one's \"ARROW1\" (",
+              size, " bytes: cut short, or still being written)");
+    const int32_t footer_length = load_i32(bytes + size - 10);
+    MMT_CHECK(footer_length > 0 && footer_length <= size - 18, FormatError, path, ": its footer's length (",
+              footer_length, ") does not fit the file's ", size, " bytes");
+    const int64_t footer_start = size - 10 - footer_length;
+    const std::string footer_where = str(path, ": the Arrow file's footer at byte ", footer_start);
+    const FlatTable footer = FlatTable::root(
+        std::span<const std::byte>(bytes + footer_start, static_cast<size_t>(footer_length)), footer_where);
+    const int16_t version = footer.scalar<int16_t>(0, 0);
+    check_version(version, footer_where);
+    ipc.metadata_v4 = version == kMetadataV4;
+    const std::optional<FlatTable> schema = footer.table(1, "the footer's schema");
+    MMT_CHECK(schema.has_value(), FormatError, footer_where, ": no schema");
+    read_schema(*schema, footer_where, footer_length);
+    schema_read = true;
+    for (const auto& [slot, type] : {std::pair{2, kDictionaryBatchMessage}, std::pair{3, kRecordBatchMessage}}) {
+      const FlatVector blocks = footer.vector(slot, 24, "the footer's blocks");  // struct Block, 24 bytes
+      for (uint32_t i = 0; i < blocks.count; ++i) {
+        const auto offset = footer.element<int64_t>(blocks, i, 0);
+        const auto metadata = footer.element<int32_t>(blocks, i, 8);
+        const auto body = footer.element<int64_t>(blocks, i, 16);
+        MMT_CHECK(offset >= 8 && offset < footer_start && metadata > 0 && metadata <= footer_start - offset &&
+                      body >= 0 && body <= footer_start - offset - metadata,
+                  FormatError, footer_where, ": its ", type == kRecordBatchMessage ? "record batch" : "dictionary",
+                  " ", i, " (", metadata, " bytes of metadata and ", body, " of body at byte ", offset,
+                  ") lies outside the file's ", footer_start, " bytes of messages");
+        read_message(offset, offset + metadata, offset + metadata, offset + metadata + body, type, body);
+      }
+    }
   });
   // Compressed batches: each buffer is an int64 uncompressed length (-1: stored as is) and
   // its compressed bytes. Decompressed into one file, each buffer at a 64-byte boundary.

@@ -8,7 +8,10 @@
 // from before Arrow 0.15 lack the 0xFFFFFFFF. An end-of-stream marker is a length of 0; a
 // stream may also just end between messages. The first message is the Schema; the others are
 // RecordBatch messages (and DictionaryBatch ones for dictionary-encoded fields), whose
-// FieldNodes and Buffers follow the schema's fields in pre-order.
+// FieldNodes and Buffers follow the schema's fields in pre-order. A file is read by its
+// footer (File.fbs: the schema, and a Block for each dictionary and record batch: where its
+// message lies, its metadata's and its body's lengths), as Arrow's own readers read it: the
+// stream inside may lack its Schema message (Arrow JS writes none).
 //
 // Nothing is trusted: every message, buffer and node is checked against the file and the
 // schema here (FormatError naming the file, the message's byte and what is wrong); the

@@ -386,6 +386,7 @@ struct WriteOptions {
   bool legacy_framing = false;      // no continuation markers (before Arrow 0.15)
   int codec = -1;                   // -1 none, 0 LZ4_FRAME, 1 ZSTD
   bool end_marker = true;           // the end-of-stream marker
+  bool schema_message = true;       // a file's Schema message (Arrow JS writes none: the footer's alone)
   std::vector<std::pair<std::string, std::string>> metadata;  // the schema's
   std::vector<DictionaryWrite> dictionaries;
 };
@@ -486,8 +487,22 @@ inline Written write(const std::vector<std::vector<Column>>& batches, const Writ
     }
     set_child(schema, 2, tables(std::move(entries)));
   }
-  message(w.bytes, 1, schema, {}, options);
-  w.message_ends.push_back(w.bytes.size());
+  if (!options.file_format || options.schema_message) {
+    message(w.bytes, 1, schema, {}, options);
+    w.message_ends.push_back(w.bytes.size());
+  }
+  // The footer's Blocks (offset, metadata length, 4 bytes of padding, body length) of the
+  // dictionaries and the record batches.
+  std::vector<uint8_t> dictionary_blocks, batch_blocks;
+  const auto add_block = [&](std::vector<uint8_t>& blocks, size_t offset, size_t body) {
+    const auto at = bytes_of<int64_t>(static_cast<int64_t>(offset));
+    const auto metadata = bytes_of<int32_t>(static_cast<int32_t>(w.bytes.size() - offset - body));
+    const auto length = bytes_of<int64_t>(static_cast<int64_t>(body));
+    blocks.insert(blocks.end(), at.begin(), at.end());
+    blocks.insert(blocks.end(), metadata.begin(), metadata.end());
+    blocks.insert(blocks.end(), 4, 0);
+    blocks.insert(blocks.end(), length.begin(), length.end());
+  };
   // A RecordBatch table of `columns` and its body.
   const auto record_batch = [&](const std::vector<Column>& columns, std::vector<uint8_t>& body) {
     std::vector<uint8_t> nodes, buffer_specs;
@@ -522,13 +537,17 @@ inline Written write(const std::vector<std::vector<Column>>& batches, const Writ
       set<int64_t>(dictionary, 0, d.id);
       set_child(dictionary, 1, record_batch({d.values}, body));
       set<uint8_t>(dictionary, 2, d.delta ? 1 : 0);
+      const size_t offset = w.bytes.size();
       message(w.bytes, 2, dictionary, body, options);
+      add_block(dictionary_blocks, offset, body.size());
       w.message_ends.push_back(w.bytes.size());
     }
     if (b == batches.size()) break;
     std::vector<uint8_t> body;
     FbPtr batch = record_batch(batches[b], body);
+    const size_t offset = w.bytes.size();
     message(w.bytes, 3, batch, body, options);
+    add_block(batch_blocks, offset, body.size());
     w.message_ends.push_back(w.bytes.size());
   }
   if (options.end_marker) {
@@ -537,10 +556,15 @@ inline Written write(const std::vector<std::vector<Column>>& batches, const Writ
     w.bytes.insert(w.bytes.end(), zero.begin(), zero.end());
   }
   if (options.file_format) {
-    // A footer (its content is not read back here: the blocks are found by reading the
-    // stream), its length, the magic.
+    // The footer (the schema and the blocks, which readers read instead of the stream), its
+    // length, the magic.
     FbPtr footer = table();
     set<int16_t>(footer, 0, 4);
+    set_child(footer, 1, schema);
+    const auto dictionaries = static_cast<uint32_t>(dictionary_blocks.size() / 24);
+    const auto record_batches = static_cast<uint32_t>(batch_blocks.size() / 24);
+    set_child(footer, 2, structs(std::move(dictionary_blocks), dictionaries));
+    set_child(footer, 3, structs(std::move(batch_blocks), record_batches));
     const std::vector<uint8_t> bytes = FbWriter::finish(footer);
     w.bytes.insert(w.bytes.end(), bytes.begin(), bytes.end());
     const auto length = bytes_of<int32_t>(static_cast<int32_t>(bytes.size()));

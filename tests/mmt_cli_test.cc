@@ -1025,8 +1025,19 @@ TEST_F(MmtCli, PackTakesParquetFilesAndVerifiesAgainstThem) {
   EXPECT_EQ(sound.exit_code, 0) << sound.err;
   EXPECT_NE(sound.out.find("equal their sources byte for byte (fields image.bytes, image.path, label)"), std::string::npos)
       << sound.out;
-  const std::string nested = (fs::path(MMT_SOURCE_DIR) / "tests/data/parquet/duckdb_nested.parquet").string();
-  EXPECT_FAILS_WITH(run_mmt({"pack", path("n.mmt"), nested}), "'map_str_int32' (a map)");
+  // A chat dataset's messages, list<struct<role, content>>, chosen by the struct's name.
+  const std::string chat = (fs::path(MMT_SOURCE_DIR) / "tests/data/parquet/duckdb_chat.parquet").string();
+  const RunResult messages = run_mmt({"pack", path("c.mmt"), chat, "--field", "messages", "--codec", "zstd"});
+  ASSERT_EQ(messages.exit_code, 0) << messages.err;
+  EXPECT_NE(messages.out.find("packed 9 records (4 fields)"), std::string::npos) << messages.out;
+  const RunResult chat_sound = run_mmt({"verify", path("c.mmt"), "--against", chat});
+  EXPECT_EQ(chat_sound.exit_code, 0) << chat_sound.err;
+  EXPECT_NE(chat_sound.out.find("(fields messages.role, messages.role.lengths, messages.content, "
+                                "messages.content.lengths)"),
+            std::string::npos)
+      << chat_sound.out;
+  const std::string types = (fs::path(MMT_SOURCE_DIR) / "tests/data/parquet/duckdb_types.parquet").string();
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("n.mmt"), types}), "'dec_9_2' (decimal(9, 2))");
   EXPECT_FALSE(fs::exists(path("n.mmt")));
 }
 

@@ -147,7 +147,12 @@ TEST(PackArrow, FileFormatAndEveryFraming) {
   // "ARROW1" names a file of any name, and a stream's first message (a Schema) a stream.
   write_bytes(dir / "file.bin", arrow::write(batches, file).bytes);
   write_bytes(dir / "stream.data", arrow::write(batches).bytes);
-  for (const char* name : {"file.feather", "legacy.arrows", "unended.arrow", "file.bin", "stream.data"}) {
+  // A file is read by its footer, which holds the schema and where each batch lies: Arrow JS
+  // writes no Schema message before the batches.
+  arrow::WriteOptions footer_schema = file;
+  footer_schema.schema_message = false;
+  write_bytes(dir / "js.arrow", arrow::write(batches, footer_schema).bytes);
+  for (const char* name : {"file.feather", "legacy.arrows", "unended.arrow", "file.bin", "stream.data", "js.arrow"}) {
     SCOPED_TRACE(name);
     EXPECT_TRUE(are_arrow_inputs(std::vector<std::string>{dir / name}));
     expect_scalar_rows(PackSources::from_inputs(std::vector<std::string>{dir / name}), 6);
@@ -159,6 +164,72 @@ TEST(PackArrow, FileFormatAndEveryFraming) {
   const PackSources both = PackSources::from_arrow(std::vector<std::string>{dir / "file.feather", dir / "legacy.arrows"});
   EXPECT_EQ(both.records(), 12);
   EXPECT_EQ(text_of(both.record(7)[8]), "row 1");
+
+  // A footer's block that leads outside the messages, or whose body disagrees with its
+  // message's, is refused naming the footer or the message.
+  const arrow::Written whole = arrow::write(batches, file);
+  int32_t footer_length = 0;
+  std::memcpy(&footer_length, whole.bytes.data() + whole.bytes.size() - 10, 4);
+  const size_t footer_start = whole.bytes.size() - 10 - static_cast<size_t>(footer_length);
+  // The second record batch's block: found in the footer by its offset, where the batch's
+  // message begins (then its metadata length, 4 bytes of padding, its body length).
+  const int64_t second_offset = static_cast<int64_t>(whole.message_ends[1]);
+  size_t block = 0;
+  for (size_t i = footer_start; i + 8 <= whole.bytes.size() - 10; ++i) {
+    int64_t v = 0;
+    std::memcpy(&v, whole.bytes.data() + i, 8);
+    if (v == second_offset) block = i;
+  }
+  ASSERT_NE(block, 0u);
+  std::vector<uint8_t> outside = whole.bytes;
+  const int64_t past = static_cast<int64_t>(footer_start);
+  std::memcpy(outside.data() + block, &past, 8);
+  write_bytes(dir / "outside.arrow", outside);
+  std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "outside.arrow"}); });
+  EXPECT_NE(message.find("the Arrow file's footer at byte " + std::to_string(footer_start) + ": its record batch 1 ("),
+            std::string::npos)
+      << message;
+  std::vector<uint8_t> shorter = whole.bytes;
+  int64_t body = 0;
+  std::memcpy(&body, shorter.data() + block + 16, 8);
+  body -= 8;
+  std::memcpy(shorter.data() + block + 16, &body, 8);
+  write_bytes(dir / "shorter.arrow", shorter);
+  message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "shorter.arrow"}); });
+  EXPECT_NE(message.find("the Arrow message at byte " + std::to_string(second_offset) + ": a body of "), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("where the file's footer states"), std::string::npos) << message;
+}
+
+// Files Apache Arrow JS 21.2.0 wrote (tests/data/arrow, generator/gen.mjs): its file format
+// keeps the schema in the footer alone. Both read as the stream of the same table does:
+// numbers, strings with a null, a dictionary, a fixed_size_list, a list of structs, a map.
+TEST(PackArrow, FilesArrowJsWrites) {
+  const std::filesystem::path data = std::filesystem::path(MMT_SOURCE_DIR) / "tests" / "data" / "arrow";
+  for (const char* name : {"arrowjs.arrow", "arrowjs.arrows"}) {
+    SCOPED_TRACE(name);
+    const std::string path = (data / name).string();
+    EXPECT_TRUE(are_arrow_inputs(std::vector<std::string>{path}));
+    const PackSources sources = PackSources::from_inputs(std::vector<std::string>{path});
+    ASSERT_EQ(sources.records(), 4);
+    std::vector<std::string> names;
+    for (const Field& f : sources.schema().fields()) names.push_back(f.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"id", "name", "label", "vec", "messages.role", "messages.role.lengths",
+                                               "messages.content", "messages.content.lengths", "scores.key",
+                                               "scores.key.lengths", "scores.value"}));
+    EXPECT_EQ(scalar_of<int32_t>(sources.record(3)[0]), 13);
+    EXPECT_EQ(text_of(sources.record(3)[1]), "ζήτα");
+    EXPECT_EQ(sources.record(2)[1].numel(), 0);  // null
+    EXPECT_EQ(text_of(sources.record(1)[2]), "cat");
+    EXPECT_EQ(values_of<float>(sources.record(3)[3]), (std::vector<float>{0.5f, 0.25f, 0.125f}));
+    EXPECT_EQ(text_of(sources.record(0)[4]), "userassistant");
+    EXPECT_EQ(text_of(sources.record(0)[6]), "hihello");
+    EXPECT_EQ(values_of<int64_t>(sources.record(0)[7]), (std::vector<int64_t>{2, 5}));
+    EXPECT_EQ(sources.record(2)[4].numel(), 0);  // a null conversation
+    EXPECT_EQ(text_of(sources.record(0)[8]), "bleurouge");
+    EXPECT_EQ(values_of<float>(sources.record(0)[10]), (std::vector<float>{0.5f, 0.75f}));
+    EXPECT_EQ(values_of<float>(sources.record(3)[10]), (std::vector<float>{0.25f}));
+  }
 }
 
 TEST(PackArrow, CompressedBatchesAreDecompressed) {
@@ -808,9 +879,13 @@ TEST(PackArrow, CutsAndFlipsNeverCrash) {
       }
     }
     // Every bit of the schema's and the batch's metadata (not the bodies, whose values the
-    // reader checks where it reads them).
+    // reader checks where it reads them), and of a file's footer.
     const size_t metadata_end = whole.message_ends.back();
-    for (size_t byte = file_format ? 8 : 0; byte < metadata_end; ++byte) {
+    int32_t footer_length = 0;
+    if (file_format) std::memcpy(&footer_length, whole.bytes.data() + whole.bytes.size() - 10, 4);
+    const size_t footer_start = whole.bytes.size() - 10 - static_cast<size_t>(footer_length);
+    for (size_t byte = file_format ? 8 : 0; byte < whole.bytes.size() - 10; ++byte) {
+      if (byte >= metadata_end && !(file_format && byte >= footer_start)) continue;
       for (int bit = 0; bit < 8; ++bit) {
         std::vector<uint8_t> flipped = whole.bytes;
         flipped[byte] ^= static_cast<uint8_t>(1 << bit);
