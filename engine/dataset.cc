@@ -175,13 +175,9 @@ const FieldPlan& fixed_plan(const Dataset::Impl& d, size_t f, const char* what) 
   return plan;
 }
 
-}  // namespace
-
-Sample Dataset::get(int64_t index) const {
-  if (concat_) [[unlikely]]
-    return concat_->get(index);
-  const Impl& d = checked_impl(impl_);
-  const int64_t i = d.normalize_index(index, "get");
+// Record `i` (an index checked) of one file: its sample built where the caller's return value
+// lies (one named result: no copy of its inline tensors on the way out).
+Sample sample_of(const Dataset::Impl& d, int64_t i) {
   Sample sample(d.schema, i);
   if (d.contiguous) {
     if (!d.all_chunks_validated()) [[unlikely]]
@@ -189,8 +185,8 @@ Sample Dataset::get(int64_t index) const {
     const int64_t record_at = d.data_offset + i * d.record_stride_bytes;
     for (size_t f = 0; f < d.plans.size(); ++f) {
       const FieldPlan& plan = d.plans[f];
-      sample.mutable_field(f) = make_tensor_unchecked(d.file, plan.dtype, plan.sizes, plan.strides,
-                                                      (record_at + plan.offset_bytes) / plan.element_bytes);
+      assign_tensor_unchecked(sample.mutable_field(f), d.file, plan.dtype, plan.sizes, plan.strides,
+                              (record_at + plan.offset_bytes) / plan.element_bytes);
     }
     return sample;
   }
@@ -208,6 +204,16 @@ Sample Dataset::get(int64_t index) const {
     sample.mutable_field(f) = d.ragged_view(ref, section, i, f);
   }
   return sample;
+}
+
+}  // namespace
+
+Sample Dataset::get(int64_t index) const {
+  // Each return a prvalue: the sample is made in place, whichever path makes it.
+  if (concat_) [[unlikely]]
+    return concat_->get(index);
+  const Impl& d = checked_impl(impl_);
+  return sample_of(d, d.normalize_index(index, "get"));
 }
 
 Tensor Dataset::get(int64_t index, std::string_view field) const {

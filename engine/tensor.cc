@@ -65,6 +65,16 @@ Tensor make_tensor_unchecked(UntypedStorage storage, ScalarType dtype, DimVector
   return t;
 }
 
+void assign_tensor_unchecked(Tensor& out, const UntypedStorage& storage, ScalarType dtype, IntArrayRef sizes,
+                             IntArrayRef strides, int64_t storage_offset) {
+  out.storage_ = storage;
+  out.dtype_ = dtype;
+  out.sizes_.assign(sizes);
+  out.strides_.assign(strides);
+  out.storage_offset_ = storage_offset;
+  out.defined_ = true;
+}
+
 int64_t Tensor::wrap_dim(int64_t dim, int64_t ndim_plus) const {
   return detail::wrap_dim(dim, this->dim() + ndim_plus);
 }

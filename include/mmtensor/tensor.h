@@ -262,6 +262,7 @@ class Tensor {
   bool defined_ = false;
 
   friend Tensor make_tensor_unchecked(UntypedStorage, ScalarType, DimVector, DimVector, int64_t);
+  friend void assign_tensor_unchecked(Tensor&, const UntypedStorage&, ScalarType, IntArrayRef, IntArrayRef, int64_t);
 };
 
 // ---- factories ----
@@ -306,6 +307,9 @@ Tensor tensor2d(std::initializer_list<std::initializer_list<T>> rows);
 // validated the extent (Dataset::get). Not for user code.
 Tensor make_tensor_unchecked(UntypedStorage storage, ScalarType dtype, DimVector sizes,
                              DimVector strides, int64_t storage_offset);
+// The same view made in `out` (a sample's field, filled in place: no temporary tensor).
+void assign_tensor_unchecked(Tensor& out, const UntypedStorage& storage, ScalarType dtype, IntArrayRef sizes,
+                             IntArrayRef strides, int64_t storage_offset);
 
 // ---- template definitions ----
 template <typename T>
