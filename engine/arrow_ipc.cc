@@ -495,6 +495,9 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
       const FlatTable message = FlatTable::root(metadata, where);
       const int16_t version = message.scalar<int16_t>(0, 0);
       check_version(version, where);
+      MMT_CHECK(!schema_read || (version == kMetadataV4) == ipc.metadata_v4, FormatError, where, ": metadata version V",
+                version + 1, ", where the ", ipc.file_format ? "file's footer" : "stream's Schema", " states V",
+                ipc.metadata_v4 ? 4 : 5);
       const auto header_type = message.scalar<uint8_t>(1, 0);
       const int64_t body = message.scalar<int64_t>(3, 0);
       MMT_CHECK(expected_body < 0 || body == expected_body, FormatError, where, ": a body of ", body,
@@ -578,20 +581,43 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
     MMT_CHECK(schema.has_value(), FormatError, footer_where, ": no schema");
     read_schema(*schema, footer_where, footer_length);
     schema_read = true;
+    struct Block {
+      int64_t offset, metadata, body;
+      uint8_t type;
+      uint32_t index;
+    };
+    std::vector<Block> blocks;
     for (const auto& [slot, type] : {std::pair{2, kDictionaryBatchMessage}, std::pair{3, kRecordBatchMessage}}) {
-      const FlatVector blocks = footer.vector(slot, 24, "the footer's blocks");  // struct Block, 24 bytes
-      for (uint32_t i = 0; i < blocks.count; ++i) {
-        const auto offset = footer.element<int64_t>(blocks, i, 0);
-        const auto metadata = footer.element<int32_t>(blocks, i, 8);
-        const auto body = footer.element<int64_t>(blocks, i, 16);
-        MMT_CHECK(offset >= 8 && offset < footer_start && metadata > 0 && metadata <= footer_start - offset &&
-                      body >= 0 && body <= footer_start - offset - metadata,
-                  FormatError, footer_where, ": its ", type == kRecordBatchMessage ? "record batch" : "dictionary",
-                  " ", i, " (", metadata, " bytes of metadata and ", body, " of body at byte ", offset,
+      const FlatVector listed = footer.vector(slot, 24, "the footer's blocks");  // struct Block, 24 bytes
+      for (uint32_t i = 0; i < listed.count; ++i) {
+        const Block block{footer.element<int64_t>(listed, i, 0), footer.element<int32_t>(listed, i, 8),
+                          footer.element<int64_t>(listed, i, 16), type, i};
+        MMT_CHECK(block.offset >= 8 && block.offset < footer_start && block.metadata > 0 &&
+                      block.metadata <= footer_start - block.offset && block.body >= 0 &&
+                      block.body <= footer_start - block.offset - block.metadata,
+                  FormatError, footer_where, ": its ", type == kRecordBatchMessage ? "record batch" : "dictionary", " ",
+                  i, " (", block.metadata, " bytes of metadata and ", block.body, " of body at byte ", block.offset,
                   ") lies outside the file's ", footer_start, " bytes of messages");
-        read_message(offset, offset + metadata, offset + metadata, offset + metadata + body, type, body);
+        blocks.push_back(block);
       }
     }
+    // Each message once: blocks that overlap (a footer listing one batch many times would make
+    // a few bytes of footer stand for any number of rows, and of decompressions) are refused.
+    std::vector<const Block*> by_offset;
+    for (const Block& block : blocks) by_offset.push_back(&block);
+    std::sort(by_offset.begin(), by_offset.end(), [](const Block* a, const Block* b) { return a->offset < b->offset; });
+    for (size_t k = 1; k < by_offset.size(); ++k) {
+      const Block& before = *by_offset[k - 1];
+      const Block& block = *by_offset[k];
+      const auto name = [](const Block& b) {
+        return str(b.type == kRecordBatchMessage ? "record batch " : "dictionary ", b.index, " (at byte ", b.offset, ")");
+      };
+      MMT_CHECK(block.offset >= before.offset + before.metadata + before.body, FormatError, footer_where, ": its ",
+                name(block), " overlaps its ", name(before));
+    }
+    for (const Block& block : blocks)
+      read_message(block.offset, block.offset + block.metadata, block.offset + block.metadata,
+                   block.offset + block.metadata + block.body, block.type, block.body);
   });
   // Compressed batches: each buffer is an int64 uncompressed length (-1: stored as is) and
   // its compressed bytes. Decompressed into one file, each buffer at a 64-byte boundary.

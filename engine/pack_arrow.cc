@@ -509,7 +509,7 @@ void add_columns(const ArrowField& field, const std::string& prefix, std::vector
       if (leaf->dictionary_encoded) return refuse("a list of dictionary-encoded values");
       if (is_struct(*leaf)) {  // a list of structs: each of the struct's columns a list of its values
         column.path.push_back({ArrowColumns::Level::Kind::Struct, leaf->node, 0});
-        const std::string list_type = arrow_type_name(field);
+        const std::string list_type = within.empty() ? arrow_type_name(field) : within;  // the outermost list's
         for (const ArrowField& child : leaf->children) add_columns(child, name, column.path, list_type, out, refused);
         return;
       }
@@ -555,7 +555,8 @@ void add_columns(const ArrowField& field, const std::string& prefix, std::vector
 bool same_fields(const std::vector<ArrowField>& a, const std::vector<ArrowField>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].name != b[i].name || arrow_type_name(a[i]) != arrow_type_name(b[i]) ||
+    // bit_width too: a map's offsets are 32-bit in Arrow files, 64-bit from Parquet ones.
+    if (a[i].name != b[i].name || arrow_type_name(a[i]) != arrow_type_name(b[i]) || a[i].bit_width != b[i].bit_width ||
         a[i].dictionary_encoded != b[i].dictionary_encoded || a[i].dictionary_id != b[i].dictionary_id ||
         !same_fields(a[i].children, b[i].children))
       return false;
@@ -765,13 +766,18 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
               detail::cut_for_message(detail::joined(refused), 2000), "; choose the columns to pack (mmt pack --field NAME, repeated; PackSources::from_arrow's fields)");
     arrow->columns = std::move(all);
   } else {
-    const auto choose = [&](const ArrowColumns::Column& column) {
-      MMT_CHECK(std::none_of(arrow->columns.begin(), arrow->columns.end(),
-                             [&](const ArrowColumns::Column& c) { return c.name == column.name; }),
-                ValueError, "column '", detail::cut_for_message(column.name, 100), "' is chosen twice");
-      arrow->columns.push_back(column);
+    const auto chosen = [&](const std::string& name) {
+      return std::any_of(arrow->columns.begin(), arrow->columns.end(),
+                         [&](const ArrowColumns::Column& c) { return c.name == name; });
     };
-    for (const std::string& name : fields) {
+    // Each column once: one named twice is refused; one a struct's name also brings is not.
+    const auto choose = [&](const ArrowColumns::Column& column) {
+      if (!chosen(column.name)) arrow->columns.push_back(column);
+    };
+    for (size_t k = 0; k < fields.size(); ++k) {
+      const std::string& name = fields[k];
+      MMT_CHECK(std::find(fields.begin(), fields.begin() + static_cast<ptrdiff_t>(k), name) == fields.begin() + static_cast<ptrdiff_t>(k),
+                ValueError, first.path, ": column '", detail::cut_for_message(name, 100), "' is chosen twice");
       const auto it = std::find_if(all.begin(), all.end(), [&](const ArrowColumns::Column& c) { return c.name == name; });
       if (it != all.end()) {
         choose(*it);

@@ -90,8 +90,9 @@ int64_t parquet_footer_length(int64_t size, std::span<const std::byte, 4> head, 
 ParquetMetadata parse_parquet_footer(std::span<const std::byte> footer_bytes, int64_t footer_start,
                                      const std::string& path);
 
-// Decodes the columns under the top-level fields `fields` names (all when empty; a name "a.b"
-// or "a.lengths" names field "a") of the Parquet file at `path` into an ArrowIpc whose record
+// Decodes the columns `fields` names, as the packer names them (all when empty; "a" a field
+// and all its columns, "a.b" column b of struct a alone, its siblings left undecoded, "a.lengths"
+// field a) of the Parquet file at `path` into an ArrowIpc whose record
 // batches (one per row group) lie in a temporary file. Columns map to Arrow types as pyarrow
 // reads them (strings, binaries and lists with 64-bit offsets: large_string, large_list...);
 // ValueError for what no Arrow type here holds (decimals, maps of keys alone), naming the

@@ -14,7 +14,7 @@
 // the top: one slot a row). A slot's value is present when its definition reaches the node's
 // own; a list's length in a slot is the number of its element's slots up to its next slot.
 // Levels of the nodes a struct shares are read from its first leaf; under lists, each other
-// leaf's levels must place it in the same lists (lists_above).
+// leaf's levels must place it in the same lists (same_lists_above).
 #include <algorithm>
 #include <array>
 #include <condition_variable>
@@ -73,10 +73,22 @@ void build_tree(const ParquetMetadata& meta, size_t& index, SchemaNode& parent, 
   }
 }
 
-// What a column cannot be read as (ValueError naming it, when chosen).
+// What a column cannot be read as (ValueError naming it, when chosen): `name` is its column's
+// as the packer names it ("pts.d"; empty: the top-level field's).
 struct Refused {
   std::string why;
+  std::string name;
 };
+
+// Whether the packer's column `name` ("a", "a.b": structs flattened, lists and maps adding no
+// name) is among `fields` (all when empty), or holds or is held by one of them.
+bool wanted_column(std::span<const std::string> fields, const std::string& name) {
+  if (fields.empty()) return true;
+  return std::any_of(fields.begin(), fields.end(), [&](const std::string& f) {
+    return f == name || (f.size() > name.size() && f.starts_with(name) && f[name.size()] == '.') ||
+           (name.size() > f.size() && name.starts_with(f) && name[f.size()] == '.');
+  });
+}
 
 // An Arrow node and how its buffers are made.
 struct PlanNode {
@@ -98,11 +110,15 @@ struct Plan {
 
 class Converter {
  public:
-  explicit Converter(Plan& plan) : plan_(plan) {}
+  // Converts the columns `fields` chooses (all when empty): a struct's others are left out,
+  // undecoded (a Parquet file is read column by column).
+  Converter(Plan& plan, std::span<const std::string> fields) : plan_(plan), fields_(fields) {}
 
   // The Arrow field of `n`, whose slots are (repetition, definition); `as_element` when it is
-  // the repeated field a list's elements are (then not itself a list).
-  ArrowField convert(const SchemaNode& n, int16_t repetition, int16_t definition, bool as_element) {
+  // the repeated field a list's elements are (then not itself a list); `flat` the name the
+  // packer gives its columns (the list's for a list's element).
+  ArrowField convert(const SchemaNode& n, int16_t repetition, int16_t definition, bool as_element,
+                     const std::string& flat) {
     const ParquetSchemaElement& e = *n.element;
     const bool group = e.type == ParquetType::Group;
     if (e.repetition == ParquetRepetition::Repeated && !as_element) {
@@ -114,18 +130,31 @@ class Converter {
       node.child_repetition = n.repetition;
       node.child_definition = n.definition;
       const int self = list.node;
-      list.children.push_back(convert(n, n.repetition, n.definition, true));
+      list.children.push_back(convert(n, n.repetition, n.definition, true, flat));
       finish(self, list.children);
       return list;
     }
     if (!group) return leaf(n, repetition, definition);
     // A repeated key_value group (MAP_KEY_VALUE) is a map's element: a struct.
-    if (e.logical == ParquetLogical::Map && !as_element) return map(n, repetition, definition);
-    if (e.logical == ParquetLogical::List && !as_element) return list(n, repetition, definition);
+    if (e.logical == ParquetLogical::Map && !as_element) return map(n, repetition, definition, flat);
+    if (e.logical == ParquetLogical::List && !as_element) return list(n, repetition, definition, flat);
     if (n.children.empty()) throw Refused{"a group of no columns"};
     ArrowField out = begin(n, ArrowTypeId::Struct, PlanNode::Kind::Struct, repetition, definition, n.definition);
     const int self = out.node;
-    for (const SchemaNode& child : n.children) out.children.push_back(convert(child, repetition, definition, false));
+    // The children chosen (all when none is: the packer then names what is missing).
+    const auto child_name = [&](const SchemaNode& child) { return str(flat, ".", child.element->name); };
+    const bool choosing = std::any_of(n.children.begin(), n.children.end(),
+                                      [&](const SchemaNode& child) { return wanted_column(fields_, child_name(child)); });
+    for (const SchemaNode& child : n.children) {
+      const std::string name = child_name(child);
+      if (choosing && !wanted_column(fields_, name)) continue;
+      try {
+        out.children.push_back(convert(child, repetition, definition, false, name));
+      } catch (Refused& r) {
+        if (r.name.empty()) r.name = name;
+        throw;
+      }
+    }
     finish(self, out.children);
     return out;
   }
@@ -156,7 +185,7 @@ class Converter {
 
   // A LIST-annotated group: three levels (group, repeated group, element), or the two-level
   // forms (LogicalTypes.md, "Backward-compatibility rules").
-  ArrowField list(const SchemaNode& n, int16_t repetition, int16_t definition) {
+  ArrowField list(const SchemaNode& n, int16_t repetition, int16_t definition, const std::string& flat) {
     const ParquetSchemaElement& e = *n.element;
     if (n.children.size() != 1 || n.children[0].element->repetition != ParquetRepetition::Repeated)
       throw Refused{"a LIST group whose one child is not a repeated field"};
@@ -171,9 +200,9 @@ class Converter {
         repeated.children[0].element->repetition == ParquetRepetition::Repeated || r.name == "array" ||
         r.name == e.name + "_tuple") {
       // The repeated field is the element: a value, or a struct of its fields (two levels).
-      out.children.push_back(convert(repeated, repeated.repetition, repeated.definition, true));
+      out.children.push_back(convert(repeated, repeated.repetition, repeated.definition, true, flat));
     } else {  // three levels: the repeated group's one field is the element (a value, list, struct)
-      out.children.push_back(convert(repeated.children[0], repeated.repetition, repeated.definition, false));
+      out.children.push_back(convert(repeated.children[0], repeated.repetition, repeated.definition, false, flat));
     }
     finish(self, out.children);
     return out;
@@ -182,7 +211,7 @@ class Converter {
   // A MAP-annotated group (or the MAP_KEY_VALUE of older writers): repeated group key_value
   // { required key; optional value } (LogicalTypes.md, "Maps"), a list of struct<key, value>
   // as Arrow's map is, with 64-bit offsets.
-  ArrowField map(const SchemaNode& n, int16_t repetition, int16_t definition) {
+  ArrowField map(const SchemaNode& n, int16_t repetition, int16_t definition, const std::string& flat) {
     if (n.children.size() != 1 || n.children[0].element->repetition != ParquetRepetition::Repeated ||
         n.children[0].element->type != ParquetType::Group || n.children[0].children.empty() ||
         n.children[0].children.size() > 2)
@@ -195,7 +224,14 @@ class Converter {
     node.child_repetition = key_value.repetition;
     node.child_definition = key_value.definition;
     const int self = out.node;
-    out.children.push_back(convert(key_value, key_value.repetition, key_value.definition, true));
+    // A map's entries keep their key and value, whichever is chosen (Arrow's map has both).
+    struct AllFields {
+      std::span<const std::string>& fields;
+      std::span<const std::string> saved = fields;
+      ~AllFields() { fields = saved; }
+    } all_fields{fields_};
+    fields_ = {};
+    out.children.push_back(convert(key_value, key_value.repetition, key_value.definition, true, flat));
     finish(self, out.children);
     return out;
   }
@@ -270,6 +306,7 @@ class Converter {
   }
 
   Plan& plan_;
+  std::span<const std::string> fields_;
 };
 
 // The leaves below a schema node, by column.
@@ -389,18 +426,30 @@ void assemble(const PlanNode& node, int index, ParquetColumnValues& column, int1
   out.nodes[static_cast<size_t>(index)] = {length, nulls};
 }
 
-// Where a leaf's entries place it in the lists above a struct whose slots are (repetition,
-// definition): each entry that begins a slot or an empty or null list above it, as its
-// repetition and its definition up to the struct's. Two leaves of one struct have the same.
-std::vector<uint16_t> lists_above(const ParquetColumnValues& column, int16_t repetition, int16_t definition) {
-  std::vector<uint16_t> out;
-  out.reserve(static_cast<size_t>(column.entries));
-  for (int64_t e = 0; e < column.entries; ++e) {
-    const int r = column.repetition.empty() ? 0 : column.repetition[static_cast<size_t>(e)];
-    const int d = column.definition.empty() ? 0 : column.definition[static_cast<size_t>(e)];
-    if (r <= repetition) out.push_back(static_cast<uint16_t>(r << 8 | std::min<int>(d, definition)));
+// A leaf's levels, kept while the other leaves of its structs are compared with them.
+struct LeafLevels {
+  std::vector<uint8_t> repetition, definition;
+  int64_t entries = 0;
+};
+
+// Whether two leaves of a struct whose slots are (repetition, definition) place their values
+// in the same lists above it: their entries that begin a slot or an empty or null list above
+// it, as their repetition and their definition up to the struct's, are the same.
+bool same_lists_above(const LeafLevels& a, const ParquetColumnValues& b, int16_t repetition, int16_t definition) {
+  const auto level = [](const std::vector<uint8_t>& levels, int64_t e) {
+    return levels.empty() ? 0 : int{levels[static_cast<size_t>(e)]};
+  };
+  int64_t i = 0, j = 0;
+  for (;;) {
+    while (i < a.entries && level(a.repetition, i) > repetition) ++i;
+    while (j < b.entries && level(b.repetition, j) > repetition) ++j;
+    if (i == a.entries || j == b.entries) return i == a.entries && j == b.entries;
+    if (level(a.repetition, i) != level(b.repetition, j) ||
+        std::min<int>(level(a.definition, i), definition) != std::min<int>(level(b.definition, j), definition))
+      return false;
+    ++i;
+    ++j;
   }
-  return out;
 }
 
 }  // namespace
@@ -440,12 +489,6 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
             " elements outside its tree");
   std::vector<const SchemaNode*> leaf_nodes(static_cast<size_t>(leaves));
   leaves_of(root, leaf_nodes);
-  const auto wanted = [&](const std::string& name) {
-    if (fields.empty()) return true;
-    return std::any_of(fields.begin(), fields.end(), [&](const std::string& f) {
-      return f == name || (f.size() > name.size() && f.starts_with(name) && f[name.size()] == '.');
-    });
-  };
   std::vector<std::string> names, refused;
   for (const SchemaNode& child : root.children) names.push_back(child.element->name);
   for (const std::string& f : fields) {
@@ -456,17 +499,18 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
               cut_for_message(joined(names), 2000), ")");
   }
   Plan plan;
-  Converter converter(plan);
+  Converter converter(plan, fields);
   for (const SchemaNode& child : root.children) {
-    if (!wanted(child.element->name)) continue;
+    const std::string& name = child.element->name;
+    if (!wanted_column(fields, name)) continue;
     const size_t nodes_before = plan.nodes.size();
     const int buffers_before = plan.buffers;
     try {
-      ipc.fields.push_back(converter.convert(child, 0, 0, false));
+      ipc.fields.push_back(converter.convert(child, 0, 0, false, name));
     } catch (const Refused& r) {
       plan.nodes.resize(nodes_before);
       plan.buffers = buffers_before;
-      refused.push_back(str("'", child.element->name, "' (", r.why, ")"));
+      refused.push_back(str("'", r.name.empty() ? name : r.name, "' (", r.why, ")"));
     }
   }
   MMT_CHECK(refused.empty(), ValueError, path, ": columns of types no field holds: ",
@@ -522,7 +566,7 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
     const std::string group_where = str(path, ", row group ", g);
     out.nodes.resize(plan.nodes.size());
     out.buffers.resize(static_cast<size_t>(plan.buffers));
-    std::vector<std::vector<uint16_t>> struct_lists(plan.nodes.size());  // by struct: its first leaf's
+    std::vector<LeafLevels> first_leaf_levels(static_cast<size_t>(leaves));  // of the structs' first leaves
     for (int c = 0; c < leaves; ++c) {
       if (fed_by[static_cast<size_t>(c)].empty()) continue;
       const ParquetColumnChunk& chunk = group.columns[static_cast<size_t>(c)];
@@ -537,19 +581,24 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
       chunk_bytes.resize(static_cast<size_t>(range.end - range.begin));
       copy_out(range.begin, range.end - range.begin, chunk_bytes.data());
       read_parquet_column(chunk_bytes, range.begin, chunk, description, where, values, page_threads);
+      bool first_of_a_struct = false;
       for (const int n : structs_over[static_cast<size_t>(c)]) {
         const PlanNode& node = plan.nodes[static_cast<size_t>(n)];
-        std::vector<uint16_t> lists = lists_above(values, node.slot_repetition, node.slot_definition);
         if (node.column == c) {
-          struct_lists[static_cast<size_t>(n)] = std::move(lists);
+          first_of_a_struct = true;
           continue;
         }
-        MMT_CHECK(lists == struct_lists[static_cast<size_t>(n)], FormatError, where, ": its levels place its values in ",
-                  "other lists than those of column '", cut_for_message(leaf_nodes[static_cast<size_t>(node.column)]->path, 200),
-                  "', beside it in group '", cut_for_message(node.name, 200), "'");
+        MMT_CHECK(same_lists_above(first_leaf_levels[static_cast<size_t>(node.column)], values, node.slot_repetition,
+                                   node.slot_definition),
+                  FormatError, where, ": its levels place its values in other lists than those of column '",
+                  cut_for_message(leaf_nodes[static_cast<size_t>(node.column)]->path, 200), "', beside it in group '",
+                  cut_for_message(node.name, 200), "'");
       }
       for (const int n : fed_by[static_cast<size_t>(c)])
         assemble(plan.nodes[static_cast<size_t>(n)], n, values, leaf.definition, out);
+      if (first_of_a_struct)  // kept, one copy, until the row group is decoded
+        first_leaf_levels[static_cast<size_t>(c)] = {std::move(values.repetition), std::move(values.definition),
+                                                     values.entries};
     }
     // The top level's slots are the row group's rows; a struct's columns have its slots (their
     // levels share the struct's).

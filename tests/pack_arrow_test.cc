@@ -199,6 +199,15 @@ TEST(PackArrow, FileFormatAndEveryFraming) {
   EXPECT_NE(message.find("the Arrow message at byte " + std::to_string(second_offset) + ": a body of "), std::string::npos)
       << message;
   EXPECT_NE(message.find("where the file's footer states"), std::string::npos) << message;
+  // A footer that lists one batch twice (a few bytes of footer for any number of rows).
+  std::vector<uint8_t> twice = whole.bytes;
+  const int64_t first_offset = static_cast<int64_t>(whole.message_ends[0]);
+  std::memcpy(twice.data() + block, &first_offset, 8);
+  write_bytes(dir / "twice.arrow", twice);
+  message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "twice.arrow"}); });
+  EXPECT_NE(message.find("its record batch 1 (at byte " + std::to_string(first_offset) + ") overlaps its record batch 0"),
+            std::string::npos)
+      << message;
 }
 
 // Files Apache Arrow JS 21.2.0 wrote (tests/data/arrow, generator/gen.mjs): its file format
@@ -452,6 +461,34 @@ TEST(PackArrow, ListsOfStructsBecomeAFieldForEachOfTheirColumns) {
   EXPECT_EQ(chosen.schema()[1].name, "objects.category");
   EXPECT_EQ(chosen.schema()[2].name, "messages.content");
   EXPECT_EQ(chosen.schema()[3].name, "messages.content.lengths");
+  // A column named and also brought by its struct's name is chosen once; one named twice is refused.
+  const PackSources both = PackSources::from_arrow(std::vector<std::string>{dir / "chat.arrow"},
+                                                   std::vector<std::string>{"messages.content", "messages"});
+  ASSERT_EQ(both.schema().size(), 4u);
+  EXPECT_EQ(both.schema()[0].name, "messages.content");
+  EXPECT_EQ(both.schema()[2].name, "messages.role");
+  std::string twice = error_of([&] {
+    PackSources::from_arrow(std::vector<std::string>{dir / "chat.arrow"}, std::vector<std::string>{"id", "id"});
+  });
+  EXPECT_NE(twice.find("chat.arrow: column 'id' is chosen twice"), std::string::npos) << twice;
+
+  // Lists of structs inside lists of structs: o: list<struct<a: list<struct<b: int32>>>>, rows
+  // [{a: [{b: 1}]}], [{a: [{b: 2}]}, {a: [{b: 3}]}], [].
+  write_bytes(dir / "nested.arrow",
+              arrow::write({{arrow::list(
+                                "o",
+                                arrow::structure("", {arrow::list("a", arrow::structure("", {arrow::numbers("b", std::vector<int32_t>{1, 2, 3})}, 3), {0, 1, 2, 3})}, 3),
+                                {0, 1, 3, 3})}})
+                  .bytes);
+  const PackSources nested = PackSources::from_arrow(std::vector<std::string>{dir / "nested.arrow"});
+  ASSERT_EQ(nested.schema().size(), 1u);
+  EXPECT_EQ(nested.schema()[0].name, "o.a.b");
+  EXPECT_EQ(nested.schema()[0].shape, (DimVector{kVariableDim, 1}));
+  EXPECT_EQ(values_of<int32_t>(nested.record(1)[0]), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(DimVector(nested.record(2)[0].sizes()), (DimVector{0, 1}));
+  EXPECT_NE(nested.metadata().at("arrow_types").find(R"("o.a.b":"int32 in list<struct<a: list<struct<b: int32>>>>")"),
+            std::string::npos)
+      << nested.metadata().at("arrow_types");
 
   // A null message inside a conversation: refused, naming the row, as a null inside a list is.
   write_bytes(dir / "null_turn.arrow",

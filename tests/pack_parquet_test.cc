@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "arrow_test_util.h"
 #include "importer_test_util.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/error.h"
@@ -322,6 +323,14 @@ TEST(ParquetReader, ListFormsEmptyPagesAndBombs) {
                             "of column 'points.x', beside it in group 'points'"),
             std::string::npos)
       << misaligned;
+  // A map as older writers annotate it: MAP_KEY_VALUE on the outer group. Its value column's
+  // levels putting as many values in other maps is refused, as a struct's are.
+  EXPECT_EQ(rows_of("legacy_map", "m"), R"([[{"key":"a","value":1},{"key":"b","value":2}],null,[],[{"key":"c","value":3}]])");
+  const std::string misaligned_map = error_of([&] { (void)rows_of("legacy_map_misaligned", "m"); });
+  EXPECT_NE(misaligned_map.find("column 'm.map.value': its levels place its values in other lists than those of "
+                                "column 'm.map.key'"),
+            std::string::npos)
+      << misaligned_map;
   // A first data page of no values, then one of [1, 2].
   EXPECT_EQ(rows_of("first_page_empty", "a"), "[[1,2]]");
   // Pages whose values are nothing: arrow-rs's zstd frame of no bytes (all-null strings, V2,
@@ -519,11 +528,46 @@ TEST(PackParquet, MapsBecomeTheirKeysAndValues) {
   EXPECT_NE(null_value.find("column 'map_str_int32.value', row 5: a null inside its lists"), std::string::npos) << null_value;
 }
 
+// A map from an Arrow file (32-bit offsets) and one from a Parquet file (64-bit, as the reader
+// makes them) are not packed together: their columns differ.
+TEST(PackParquet, MapsOfArrowAndParquetFilesAreNotMixed) {
+  namespace arrow = testutil::arrow;
+  TempFolder dir;
+  const std::string parquet = (kData / "edge" / "legacy_map.parquet").string();
+  const ArrowIpc ipc = detail::read_parquet_as_arrow(parquet, {});
+  ASSERT_EQ(ipc.fields.size(), 1u);
+  EXPECT_EQ(ipc.fields[0].type, ArrowTypeId::Map);
+  EXPECT_EQ(ipc.fields[0].bit_width, 64);
+  // The same map in an Arrow file: m: map<large_string, int32>, its entries named as the
+  // Parquet file's key_value group ("map").
+  arrow::Column m = arrow::map("m", arrow::texts("", {"a", "b", "c"}, {}, true, /*large=*/true),
+                               arrow::numbers("", std::vector<int32_t>{1, 2, 3}), {0, 2, 2, 2, 3}, {true, false, true, true});
+  m.children[0].name = "map";
+  const std::string arrow_file = dir / "m.arrow";
+  std::ofstream(arrow_file, std::ios::binary)
+      .write(reinterpret_cast<const char*>(arrow::write({{m}}).bytes.data()), static_cast<std::streamsize>(arrow::write({{m}}).bytes.size()));
+  const PackSources alone = PackSources::from_inputs(std::vector<std::string>{arrow_file});
+  EXPECT_EQ(text_of(alone.record(0)[0]), "ab");
+  (void)PackSources::from_inputs(std::vector<std::string>{parquet, parquet});
+  for (const auto& order : {std::vector<std::string>{parquet, arrow_file}, std::vector<std::string>{arrow_file, parquet}}) {
+    const std::string error = error_of([&] { (void)PackSources::from_arrow(order); });
+    EXPECT_NE(error.find("its columns differ from those of"), std::string::npos) << error;
+  }
+}
+
 TEST(PackParquet, DecimalsAreRefusedByNameUnlessLeftOut) {
   const std::string types = data_file("duckdb_types");
   const std::string error = error_of([&] { (void)PackSources::from_inputs(std::vector<std::string>{types}); });
   EXPECT_NE(error.find("'dec_9_2' (decimal(9, 2))"), std::string::npos) << error;
   EXPECT_NE(error.find("--field"), std::string::npos) << error;
+  // Inside a list of structs (repeated group pts { x; d: DECIMAL }): named, and left out by
+  // choosing its sibling, whose column alone is decoded.
+  const std::string points = (kData / "edge" / "repeated_group_with_decimal.parquet").string();
+  const std::string inner = error_of([&] { (void)PackSources::from_inputs(std::vector<std::string>{points}); });
+  EXPECT_NE(inner.find("'pts.d' (decimal(0, 0))"), std::string::npos) << inner;
+  const PackSources x = PackSources::from_inputs(std::vector<std::string>{points}, std::vector<std::string>{"pts.x"});
+  ASSERT_EQ(x.schema().size(), 1u);
+  EXPECT_EQ(x.schema()[0].name, "pts.x");
   EXPECT_NE(error_of([&] { (void)PackSources::from_inputs(std::vector<std::string>{types}, std::vector<std::string>{"dec_9_2"}); })
                 .find("'dec_9_2' (decimal(9, 2))"),
             std::string::npos);
