@@ -472,7 +472,7 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
     // before Arrow 0.15), its metadata within [start, metadata_end), its body from `body_start`
     // (the metadata's end when < 0) within `end`. `expected`: the message type a file's block
     // lists (0: any). Returns where the message ends, or -1 at an end-of-stream marker.
-    bool schema_read = false;
+    bool schema_read = false, message_version_read = false;
     const auto read_message = [&](int64_t start, int64_t metadata_end, int64_t body_start, int64_t end,
                                   uint8_t expected, int64_t expected_body) -> int64_t {
       const std::string where = str(path, ": the Arrow message at byte ", start);
@@ -495,9 +495,14 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
       const FlatTable message = FlatTable::root(metadata, where);
       const int16_t version = message.scalar<int16_t>(0, 0);
       check_version(version, where);
-      MMT_CHECK(!schema_read || (version == kMetadataV4) == ipc.metadata_v4, FormatError, where, ": metadata version V",
-                version + 1, ", where the ", ipc.file_format ? "file's footer" : "stream's Schema", " states V",
-                ipc.metadata_v4 ? 4 : 5);
+      // The messages' version (unions' buffers differ in V4), one for them all. A file's
+      // footer is V5 whatever its messages are (Arrow C++ writes it so), and is not compared.
+      if (!message_version_read) {
+        ipc.metadata_v4 = version == kMetadataV4;
+        message_version_read = true;
+      }
+      MMT_CHECK((version == kMetadataV4) == ipc.metadata_v4, FormatError, where, ": metadata version V", version + 1,
+                ", where the messages before it are V", ipc.metadata_v4 ? 4 : 5);
       const auto header_type = message.scalar<uint8_t>(1, 0);
       const int64_t body = message.scalar<int64_t>(3, 0);
       MMT_CHECK(expected_body < 0 || body == expected_body, FormatError, where, ": a body of ", body,
@@ -510,7 +515,6 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
                 static_cast<int>(header_type), " where the file's footer lists a ",
                 expected == kDictionaryBatchMessage ? "DictionaryBatch" : "RecordBatch");
       if (!schema_read) {
-        ipc.metadata_v4 = version == kMetadataV4;  // unions' buffers differ
         MMT_CHECK(header_type == kSchemaMessage, FormatError, where, ": the first message is not a Schema (message "
                   "type ", static_cast<int>(header_type), "); is this an Arrow IPC stream?");
         read_schema(*header, where, length);
@@ -574,9 +578,7 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
     const std::string footer_where = str(path, ": the Arrow file's footer at byte ", footer_start);
     const FlatTable footer = FlatTable::root(
         std::span<const std::byte>(bytes + footer_start, static_cast<size_t>(footer_length)), footer_where);
-    const int16_t version = footer.scalar<int16_t>(0, 0);
-    check_version(version, footer_where);
-    ipc.metadata_v4 = version == kMetadataV4;
+    check_version(footer.scalar<int16_t>(0, 0), footer_where);
     const std::optional<FlatTable> schema = footer.table(1, "the footer's schema");
     MMT_CHECK(schema.has_value(), FormatError, footer_where, ": no schema");
     read_schema(*schema, footer_where, footer_length);

@@ -555,8 +555,9 @@ void add_columns(const ArrowField& field, const std::string& prefix, std::vector
 bool same_fields(const std::vector<ArrowField>& a, const std::vector<ArrowField>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    // bit_width too: a map's offsets are 32-bit in Arrow files, 64-bit from Parquet ones.
-    if (a[i].name != b[i].name || arrow_type_name(a[i]) != arrow_type_name(b[i]) || a[i].bit_width != b[i].bit_width ||
+    // A map's offsets are 32-bit in Arrow files, 64-bit from Parquet ones (its bit_width).
+    if (a[i].name != b[i].name || arrow_type_name(a[i]) != arrow_type_name(b[i]) ||
+        (a[i].type == ArrowTypeId::Map && a[i].bit_width != b[i].bit_width) ||
         a[i].dictionary_encoded != b[i].dictionary_encoded || a[i].dictionary_id != b[i].dictionary_id ||
         !same_fields(a[i].children, b[i].children))
       return false;

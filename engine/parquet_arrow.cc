@@ -112,13 +112,15 @@ class Converter {
  public:
   // Converts the columns `fields` chooses (all when empty): a struct's others are left out,
   // undecoded (a Parquet file is read column by column).
-  Converter(Plan& plan, std::span<const std::string> fields) : plan_(plan), fields_(fields) {}
+  Converter(Plan& plan, std::span<const std::string> fields, const std::string& path)
+      : plan_(plan), fields_(fields), path_(path) {}
 
   // The Arrow field of `n`, whose slots are (repetition, definition); `as_element` when it is
   // the repeated field a list's elements are (then not itself a list); `flat` the name the
-  // packer gives its columns (the list's for a list's element).
+  // packer gives its columns (the list's for a list's element); `all_children`: a struct's
+  // children all converted, chosen or not (a map's key and value).
   ArrowField convert(const SchemaNode& n, int16_t repetition, int16_t definition, bool as_element,
-                     const std::string& flat) {
+                     const std::string& flat, bool all_children = false) {
     const ParquetSchemaElement& e = *n.element;
     const bool group = e.type == ParquetType::Group;
     if (e.repetition == ParquetRepetition::Repeated && !as_element) {
@@ -143,8 +145,19 @@ class Converter {
     const int self = out.node;
     // The children chosen (all when none is: the packer then names what is missing).
     const auto child_name = [&](const SchemaNode& child) { return str(flat, ".", child.element->name); };
-    const bool choosing = std::any_of(n.children.begin(), n.children.end(),
-                                      [&](const SchemaNode& child) { return wanted_column(fields_, child_name(child)); });
+    const bool choosing = !all_children && std::any_of(n.children.begin(), n.children.end(), [&](const SchemaNode& child) {
+      return wanted_column(fields_, child_name(child));
+    });
+    // A name below this struct that none of its columns is (the packer would find it missing
+    // only after every row group was decoded).
+    for (const std::string& f : fields_) {
+      if (all_children || choosing || f.size() <= flat.size() + 1 || !f.starts_with(flat) || f[flat.size()] != '.')
+        continue;
+      std::vector<std::string> names;
+      for (const SchemaNode& child : n.children) names.push_back(child_name(child));
+      throw ValueError(str(path_, ": no column '", cut_for_message(f, 100), "' (the columns of '",
+                           cut_for_message(flat, 100), "': ", cut_for_message(joined(names), 2000), ")"));
+    }
     for (const SchemaNode& child : n.children) {
       const std::string name = child_name(child);
       if (choosing && !wanted_column(fields_, name)) continue;
@@ -224,14 +237,9 @@ class Converter {
     node.child_repetition = key_value.repetition;
     node.child_definition = key_value.definition;
     const int self = out.node;
-    // A map's entries keep their key and value, whichever is chosen (Arrow's map has both).
-    struct AllFields {
-      std::span<const std::string>& fields;
-      std::span<const std::string> saved = fields;
-      ~AllFields() { fields = saved; }
-    } all_fields{fields_};
-    fields_ = {};
-    out.children.push_back(convert(key_value, key_value.repetition, key_value.definition, true, flat));
+    // A map's entries keep their key and value, whichever is chosen (Arrow's map has both);
+    // below them, what is chosen.
+    out.children.push_back(convert(key_value, key_value.repetition, key_value.definition, true, flat, true));
     finish(self, out.children);
     return out;
   }
@@ -307,6 +315,7 @@ class Converter {
 
   Plan& plan_;
   std::span<const std::string> fields_;
+  const std::string& path_;
 };
 
 // The leaves below a schema node, by column.
@@ -499,7 +508,7 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
               cut_for_message(joined(names), 2000), ")");
   }
   Plan plan;
-  Converter converter(plan, fields);
+  Converter converter(plan, fields, path);
   for (const SchemaNode& child : root.children) {
     const std::string& name = child.element->name;
     if (!wanted_column(fields, name)) continue;

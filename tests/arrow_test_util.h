@@ -387,6 +387,7 @@ struct WriteOptions {
   int codec = -1;                   // -1 none, 0 LZ4_FRAME, 1 ZSTD
   bool end_marker = true;           // the end-of-stream marker
   bool schema_message = true;       // a file's Schema message (Arrow JS writes none: the footer's alone)
+  bool v4_messages = false;         // messages of metadata version V4 (the footer stays V5, as Arrow C++ writes it)
   std::vector<std::pair<std::string, std::string>> metadata;  // the schema's
   std::vector<DictionaryWrite> dictionaries;
 };
@@ -447,7 +448,7 @@ inline std::vector<uint8_t> compress(const std::vector<uint8_t>& data, int codec
 inline void message(std::vector<uint8_t>& out, uint8_t header_type, const FbPtr& header,
                     const std::vector<uint8_t>& body, const WriteOptions& options) {
   FbPtr m = table();
-  set<int16_t>(m, 0, 4);  // V5
+  set<int16_t>(m, 0, options.v4_messages ? 3 : 4);  // V4 or V5
   set<uint8_t>(m, 1, header_type);
   set_child(m, 2, header);
   set<int64_t>(m, 3, static_cast<int64_t>(body.size()));

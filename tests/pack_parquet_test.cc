@@ -553,6 +553,14 @@ TEST(PackParquet, MapsOfArrowAndParquetFilesAreNotMixed) {
     const std::string error = error_of([&] { (void)PackSources::from_arrow(order); });
     EXPECT_NE(error.find("its columns differ from those of"), std::string::npos) << error;
   }
+  // Columns of the same type otherwise do pack together: f: float, from either kind of file.
+  const std::string floats = (kData / "edge" / "one_float_column.parquet").string();
+  const std::string float_arrow = dir / "f.arrow";
+  const std::vector<uint8_t> bytes = arrow::write({{arrow::numbers("f", std::vector<float>{1.5f})}}).bytes;
+  std::ofstream(float_arrow, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  const PackSources mixed = PackSources::from_arrow(std::vector<std::string>{float_arrow, floats});
+  ASSERT_EQ(mixed.records(), 3);
+  EXPECT_EQ(mixed.record(2)[0].item<float>(), 4.5f);
 }
 
 TEST(PackParquet, DecimalsAreRefusedByNameUnlessLeftOut) {
@@ -568,6 +576,20 @@ TEST(PackParquet, DecimalsAreRefusedByNameUnlessLeftOut) {
   const PackSources x = PackSources::from_inputs(std::vector<std::string>{points}, std::vector<std::string>{"pts.x"});
   ASSERT_EQ(x.schema().size(), 1u);
   EXPECT_EQ(x.schema()[0].name, "pts.x");
+  // A name below a struct that none of its columns is: named, before anything is decoded.
+  const std::string missing_inner = error_of([&] {
+    (void)PackSources::from_inputs(std::vector<std::string>{points}, std::vector<std::string>{"pts.nope"});
+  });
+  EXPECT_NE(missing_inner.find("no column 'pts.nope' (the columns of 'pts': pts.x, pts.d)"), std::string::npos)
+      << missing_inner;
+  // Inside a map's values (m: map<int32, struct<a, d: DECIMAL>>): its key and value are kept,
+  // the value's columns chosen one by one.
+  const std::string map = (kData / "edge" / "map_of_structs_with_decimal.parquet").string();
+  const PackSources a = PackSources::from_inputs(std::vector<std::string>{map}, std::vector<std::string>{"m.value.a"});
+  ASSERT_EQ(a.schema().size(), 1u);
+  EXPECT_EQ(a.schema()[0].name, "m.value.a");
+  EXPECT_NE(error_of([&] { (void)PackSources::from_inputs(std::vector<std::string>{map}); }).find("'m.value.d' (decimal("),
+            std::string::npos);
   EXPECT_NE(error_of([&] { (void)PackSources::from_inputs(std::vector<std::string>{types}, std::vector<std::string>{"dec_9_2"}); })
                 .find("'dec_9_2' (decimal(9, 2))"),
             std::string::npos);
