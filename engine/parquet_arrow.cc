@@ -143,7 +143,8 @@ class Converter {
     if (n.children.empty()) throw Refused{"a group of no columns"};
     ArrowField out = begin(n, ArrowTypeId::Struct, PlanNode::Kind::Struct, repetition, definition, n.definition);
     const int self = out.node;
-    // The children chosen (all when none is: the packer then names what is missing).
+    // The children chosen: those `fields` names (or holds), or all of them when the struct
+    // itself, or a column above it, is chosen (or a map's entries).
     const auto child_name = [&](const SchemaNode& child) { return str(flat, ".", child.element->name); };
     const bool choosing = !all_children && std::any_of(n.children.begin(), n.children.end(), [&](const SchemaNode& child) {
       return wanted_column(fields_, child_name(child));
