@@ -5,7 +5,8 @@
 //   integers, floats, date/time/timestamp/duration  a value of that dtype (the storage's
 //                                                   integer for the temporal types)
 //   bool                                            bool (Arrow's bits unpacked)
-//   binary, string, large_binary, large_string      bytes (uint8, variable length)
+//   binary, string, large_binary, large_string,     bytes (uint8, variable length)
+//   binary_view, string_view (Polars' strings)
 //   fixed_size_binary[W]                            uint8 [W]
 //   a list of strings (one level: list<string>, large_list<binary>...)
 //                                                   two fields: NAME, the row's strings joined
@@ -31,7 +32,7 @@
 // A null row is stored as NaN in a fixed-shape float field (as pandas reads it), empty in a
 // variable-length one (counted, per field, in the metadata key "arrow_nulls"); a null in
 // another fixed field, or inside a list, is refused. Other types
-// (decimals, unions, views, lists of lists of strings) are refused by name, unless
+// (decimals, unions, list views, lists of lists of strings) are refused by name, unless
 // `fields` leaves them out; a struct's name in `fields` stands for all its columns.
 #include <algorithm>
 #include <cstring>
@@ -70,6 +71,10 @@ struct ArrowColumns {
     int leaf_node = 0;
     Leaf leaf = Leaf::Values;
     bool wide_offsets = false;  // Bytes: large_binary/large_string
+    // Bytes: binary_view/string_view, whose buffers are validity, the views (16 bytes each: a
+    // string of up to 12 bytes inline, a longer one's place in a data buffer) and the data
+    // buffers (a batch's "variadic" ones).
+    bool views = false;
     ScalarType dtype = kUInt8;
     int64_t item = 1;          // bytes of a leaf value (FixedBytes: the width)
     DimVector shape;           // the field's
@@ -177,6 +182,54 @@ class BatchView {
     std::memcpy(&v, p + 4 * index, 4);
     return v;
   }
+  // A binary_view/string_view node's data buffers: those between its views and the next node's
+  // buffers (a view node has no children), as arrow_field_buffers() counted them.
+  int64_t data_buffers(int n) const {
+    const auto next = static_cast<size_t>(n) + 1;
+    const int end = next < first_buffer_->size() ? (*first_buffer_)[next] : static_cast<int>(batch_->buffers.size());
+    return end - (*first_buffer_)[static_cast<size_t>(n)] - 2;
+  }
+  // Where value j of binary_view/string_view node `n` lies in bytes(): inline in its view (up
+  // to 12 bytes), else in one of the node's data buffers. False, with `why` when given, for a
+  // view that says a negative length or a place outside its data buffers.
+  struct StringAt {
+    int64_t offset = 0, length = 0;
+  };
+  bool string_at(int n, int64_t j, StringAt& out, std::string* why = nullptr) const {
+    const ArrowBatch::Buffer& views = buffer(n, 1);
+    const std::byte* view = bytes_->data() + views.offset + 16 * j;
+    int32_t length, index, offset;
+    std::memcpy(&length, view, 4);
+    std::memcpy(&index, view + 8, 4);
+    std::memcpy(&offset, view + 12, 4);
+    if (length <= 12) {
+      out = {views.offset + 16 * j + 4, length};
+      if (length >= 0) return true;
+      if (why != nullptr) *why = str("has a view of length ", length, " for value ", j);
+      return false;
+    }
+    const int64_t buffers = data_buffers(n);
+    if (index < 0 || index >= buffers) {
+      if (why != nullptr) *why = str("has value ", j, " in data buffer ", index, ", where the batch has ", buffers, " for it");
+      return false;
+    }
+    const ArrowBatch::Buffer& data = buffer(n, 2 + index);
+    if (offset < 0 || length > data.length - offset) {
+      if (why != nullptr)
+        *why = str("has value ", j, " (", length, " bytes at byte ", offset, " of data buffer ", index,
+                   ") past that buffer's ", data.length, " bytes");
+      return false;
+    }
+    out = {data.offset + offset, length};
+    return true;
+  }
+  // The bytes node `n`'s values take in this batch, past its validity: a binary_view/
+  // string_view node's views and data buffers.
+  int64_t view_node_bytes(int n) const {
+    int64_t bytes = 0;
+    for (int64_t k = 1; k < 2 + data_buffers(n); ++k) bytes += buffer(n, static_cast<int>(k)).length;
+    return bytes;
+  }
   // A dictionary index: value `index` of an integer buffer of `bytes`-byte values.
   int64_t integer_at(const ArrowBatch::Buffer& values, int bytes, bool is_signed, int64_t index) const {
     const std::byte* p = bytes_->data() + values.offset + bytes * index;
@@ -243,6 +296,10 @@ class BatchView {
                    " values"));
         break;
       case ArrowColumns::Leaf::Bytes:
+        if (column.views) {
+          check_views(column.leaf_node, length, fail);
+          break;
+        }
         check_offsets(buffer(column.leaf_node, 1), column.wide_offsets, length, buffer(column.leaf_node, 2).length, fail);
         break;
     }
@@ -266,6 +323,17 @@ class BatchView {
     }
     if (previous > child_length)
       fail(str("has offsets reaching ", previous, ", past the ", child_length, " values they index"));
+  }
+
+  // Every non-null view of node `n` (a null's may hold anything): within its data buffers.
+  template <class Fail>
+  void check_views(int n, int64_t values, const Fail& fail) const {
+    if (buffer(n, 1).length / 16 < values)
+      fail(str("has a views buffer of ", buffer(n, 1).length, " bytes, too few for ", values, " values of 16 bytes"));
+    StringAt at;
+    std::string why;
+    for (int64_t j = 0; j < values; ++j)
+      if (!is_null(n, j) && !string_at(n, j, at, &why)) fail(why);
   }
 
   const ArrowIpc* ipc_ = nullptr;
@@ -413,6 +481,20 @@ class ColumnReader {
           at.end = end;
           break;
         }
+        if (column.views) {  // the strings [start, end), gathered from their views when read
+          at.start = start;
+          at.end = end;
+          // Checked not negative; one that changed since is refused when read. The sum saturates:
+          // views may repeat one string any number of times (refuse_repeated_views).
+          int64_t bytes = 0;
+          for (int64_t j = start; j < end; ++j) {
+            int32_t length;
+            std::memcpy(&length, at.view.bytes().data() + at.view.buffer(column.leaf_node, 1).offset + 16 * j, 4);
+            if (__builtin_add_overflow(bytes, std::max(length, 0), &bytes)) bytes = std::numeric_limits<int64_t>::max();
+          }
+          at.dims.assign(1, bytes);
+          break;
+        }
         at.start = at.view.offset_at(at.view.buffer(column.leaf_node, 1), column.wide_offsets, start);
         at.end = at.view.offset_at(at.view.buffer(column.leaf_node, 1), column.wide_offsets, end);
         at.dims.assign(1, at.end - at.start);  // a list of strings: their bytes joined
@@ -436,6 +518,18 @@ class ColumnReader {
   const ArrowIpc& ipc_;
   BatchView view_;
 };
+
+// Views let many strings share bytes: a list of a million views of one megabyte-long string
+// would be a terabyte. A row that joins more bytes than its batch holds for the column, and
+// past a gigabyte, is refused as such a bomb (no real table repeats a string so).
+void refuse_repeated_views(const ArrowColumns::Column& column, int64_t row, const RowAt& at) {
+  if (!column.views || column.lengths || at.dims.empty() || at.dims.back() <= (int64_t{1} << 30)) return;
+  const int64_t held = at.view.view_node_bytes(column.leaf_node);
+  if (at.dims.back() > held)
+    throw FormatError(str(at.view.where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row,
+                          ": its strings come to ", at.dims.back(), " bytes, where the batch holds ", held,
+                          " for the column: views repeating the same bytes, refused as a bomb"));
+}
 
 // Runs fn() with a fault reading either of an input's mappings (the file, its decompressed
 // batches) made an IoError: a row may read a record batch of one and a dictionary of the other.
@@ -530,9 +624,11 @@ void add_columns(const ArrowField& field, const std::string& prefix, std::vector
     column.item = leaf->fixed_size;
   } else if (lists <= 1 &&
              (leaf->type == ArrowTypeId::Binary || leaf->type == ArrowTypeId::Utf8 ||
-              leaf->type == ArrowTypeId::LargeBinary || leaf->type == ArrowTypeId::LargeUtf8)) {
+              leaf->type == ArrowTypeId::LargeBinary || leaf->type == ArrowTypeId::LargeUtf8 ||
+              leaf->type == ArrowTypeId::BinaryView || leaf->type == ArrowTypeId::Utf8View)) {
     column.leaf = ArrowColumns::Leaf::Bytes;
     column.wide_offsets = leaf->type == ArrowTypeId::LargeBinary || leaf->type == ArrowTypeId::LargeUtf8;
+    column.views = leaf->type == ArrowTypeId::BinaryView || leaf->type == ArrowTypeId::Utf8View;
   } else {
     return refuse(column.dictionary ? str(column.type_name, ": dictionaries of numbers, bools or strings are read")
                   : listed          ? str(column.type_name, ": lists hold numbers, bools or (one level of) strings here")
@@ -859,6 +955,7 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
         const int64_t rows = ipc.batches[arrow->batches[b].batch].rows;
         for (int64_t r = 0; r < rows; ++r) {
           reader.row(column, r, at);
+          refuse_repeated_views(column, r, at);
           if (at.null) {
             // Floats take NaN where the field is fixed (as pandas reads them); a variable
             // field stores the row empty (its outer length then varies).
@@ -879,7 +976,9 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
             common[k] = common[k] == -2 ? length : common[k] == length ? length : -1;
           }
           const bool items = column.leaf == ArrowColumns::Leaf::Values || column.lengths;
-          out.total_bytes_ += (at.end - at.start) * (items ? column.item : 1);
+          out.total_bytes_ += items          ? (at.end - at.start) * column.item
+                              : column.views ? at.dims.back()
+                                             : at.end - at.start;
         }
       });
     }
@@ -939,6 +1038,17 @@ Tensor string_lengths(const ArrowColumns::Column& column, int64_t row, const Row
   auto* out = static_cast<int64_t*>(lengths.mutable_data_ptr());
   const BatchView& view = at.view;
   const ArrowBatch::Buffer& offsets = view.buffer(column.leaf_node, 1);
+  if (column.views) {
+    detail::guard_storage_reads(view.bytes(), [&] {
+      BatchView::StringAt string;
+      for (int64_t j = at.start; j < at.end; ++j) {
+        MMT_CHECK(view.string_at(column.leaf_node, j, string), IoError, view.where(), ": column '", column.name,
+                  "', row ", row, ": changed while the file was being packed");
+        out[j - at.start] = string.length;
+      }
+    });
+    return lengths;
+  }
   detail::guard_storage_reads(view.bytes(), [&] {
     int64_t previous = view.offset_at(offsets, column.wide_offsets, at.start);
     for (int64_t j = at.start; j < at.end; ++j) {
@@ -950,6 +1060,35 @@ Tensor string_lengths(const ArrowColumns::Column& column, int64_t row, const Row
     }
   });
   return lengths;
+}
+
+// The strings [at.start, at.end) of a binary_view/string_view column, their bytes joined: one
+// is a view of the mapped file, several are gathered from where their views say.
+Tensor view_strings(const ArrowColumns::Column& column, int64_t row, const RowAt& at) {
+  const BatchView& view = at.view;
+  const auto changed = [&] {
+    return IoError(str(view.where(), ": column '", column.name, "', row ", row, ": changed while the file was being packed"));
+  };
+  const int64_t total = at.dims.back();
+  BatchView::StringAt string;
+  if (at.end - at.start == 1) {
+    bool found = false;
+    detail::guard_storage_reads(view.bytes(), [&] { found = view.string_at(column.leaf_node, at.start, string); });
+    if (!found || string.length != total) throw changed();
+    return Tensor(view.bytes(), kUInt8, {total}, string.offset);
+  }
+  Tensor joined = empty({total}, kUInt8);
+  auto* out = static_cast<std::byte*>(joined.mutable_data_ptr());
+  int64_t filled = 0;
+  detail::guard_storage_reads(view.bytes(), [&] {
+    for (int64_t j = at.start; j < at.end; ++j) {
+      if (!view.string_at(column.leaf_node, j, string) || string.length > total - filled) throw changed();
+      std::memcpy(out + filled, view.bytes().data() + string.offset, static_cast<size_t>(string.length));
+      filled += string.length;
+    }
+  });
+  if (filled != total) throw changed();
+  return joined;
 }
 
 }  // namespace
@@ -964,6 +1103,7 @@ void PackSources::arrow_record(int64_t index, std::vector<Tensor>& values) const
   guard_input(arrow.inputs[arrow.batches[b].input], [&] {
     for (size_t c = 0; c < arrow.columns.size(); ++c) reader.row(arrow.columns[c], r, rows[c]);
   });
+  for (size_t c = 0; c < arrow.columns.size(); ++c) refuse_repeated_views(arrow.columns[c], r, rows[c]);
   for (size_t c = 0; c < arrow.columns.size(); ++c) {
     const ArrowColumns::Column& column = arrow.columns[c];
     const Field& field = schema_[c];
@@ -1030,6 +1170,10 @@ void PackSources::arrow_record(int64_t index, std::vector<Tensor>& values) const
         }
         if (at.end == at.start) {
           values[c] = empty(at.dims, kUInt8);
+          break;
+        }
+        if (column.views) {
+          values[c] = view_strings(column, r, at);
           break;
         }
         const ArrowBatch::Buffer& data = view.buffer(column.leaf_node, column.leaf == ArrowColumns::Leaf::Bytes ? 2 : 1);

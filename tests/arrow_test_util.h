@@ -170,7 +170,7 @@ class FbWriter {
 enum TypeId : uint8_t {
   kNull = 1, kInt = 2, kFloatingPoint = 3, kBinary = 4, kUtf8 = 5, kBool = 6, kDecimal = 7, kTimestamp = 10,
   kList = 12, kStruct = 13, kFixedSizeBinary = 15, kFixedSizeList = 16, kLargeBinary = 19, kLargeUtf8 = 20,
-  kMap = 17, kLargeList = 21,
+  kMap = 17, kLargeList = 21, kBinaryView = 23, kUtf8View = 24,
 };
 
 // One column (a field and its arrays) of one batch.
@@ -181,6 +181,7 @@ struct Column {
   std::vector<Column> children;
   int64_t length = 0, null_count = 0;
   std::vector<std::vector<uint8_t>> buffers;  // its own
+  int64_t data_buffers = -1;  // binary_view/string_view: its buffers past the views (the batch's variadic count)
   // Dictionary-encoded: the type (and children) are the values', the buffers the indices'.
   bool dictionary = false;
   int64_t dictionary_id = 0;
@@ -261,6 +262,43 @@ inline Column texts(std::string name, const std::vector<std::string>& values, co
   }
   c.buffers.push_back(std::move(offsets));
   c.buffers.push_back(std::move(data));
+  return c;
+}
+
+// binary_view (utf8 = false) or string_view, as Polars writes its strings: each value a
+// 16-byte view, its length and, up to 12 bytes, the string inline; past that, its first 4
+// bytes, the data buffer it lies in and its offset there. A data buffer holds up to
+// `buffer_bytes` (a longer string takes one of its own).
+inline Column string_views(std::string name, const std::vector<std::string>& values, const std::vector<bool>& valid = {},
+                           bool utf8 = true, size_t buffer_bytes = 64) {
+  Column c;
+  c.name = std::move(name);
+  c.type = utf8 ? kUtf8View : kBinaryView;
+  c.type_table = table();
+  c.length = static_cast<int64_t>(values.size());
+  c.buffers.push_back(validity(valid, c.null_count));
+  std::vector<uint8_t> views;
+  std::vector<std::vector<uint8_t>> data;
+  for (const std::string& v : values) {
+    uint8_t view[16] = {};
+    const auto length = static_cast<int32_t>(v.size());
+    std::memcpy(view, &length, 4);
+    if (v.size() <= 12) {
+      std::memcpy(view + 4, v.data(), v.size());
+    } else {
+      if (data.empty() || data.back().size() + v.size() > buffer_bytes) data.emplace_back();
+      const auto index = static_cast<int32_t>(data.size() - 1);
+      const auto offset = static_cast<int32_t>(data.back().size());
+      std::memcpy(view + 4, v.data(), 4);
+      std::memcpy(view + 8, &index, 4);
+      std::memcpy(view + 12, &offset, 4);
+      data.back().insert(data.back().end(), v.begin(), v.end());
+    }
+    views.insert(views.end(), view, view + 16);
+  }
+  c.buffers.push_back(std::move(views));
+  c.data_buffers = static_cast<int64_t>(data.size());
+  for (std::vector<uint8_t>& d : data) c.buffers.push_back(std::move(d));
   return c;
 }
 
@@ -421,14 +459,18 @@ inline FbPtr field_of(const Column& c) {
 }
 
 inline void flatten(const Column& c, std::vector<uint8_t>& nodes, uint32_t& node_count,
-                    std::vector<const std::vector<uint8_t>*>& buffers) {
+                    std::vector<const std::vector<uint8_t>*>& buffers, std::vector<uint8_t>& variadic) {
   auto l = bytes_of<int64_t>(c.length), n = bytes_of<int64_t>(c.null_count);
   nodes.insert(nodes.end(), l.begin(), l.end());
   nodes.insert(nodes.end(), n.begin(), n.end());
   ++node_count;
   for (const auto& b : c.buffers) buffers.push_back(&b);
+  if (c.data_buffers >= 0) {
+    const auto count = bytes_of<int64_t>(c.data_buffers);
+    variadic.insert(variadic.end(), count.begin(), count.end());
+  }
   if (c.dictionary) return;  // its children are its dictionary's values', not in the batch
-  for (const Column& child : c.children) flatten(child, nodes, node_count, buffers);
+  for (const Column& child : c.children) flatten(child, nodes, node_count, buffers, variadic);
 }
 
 inline std::vector<uint8_t> compress(const std::vector<uint8_t>& data, int codec) {
@@ -506,10 +548,10 @@ inline Written write(const std::vector<std::vector<Column>>& batches, const Writ
   };
   // A RecordBatch table of `columns` and its body.
   const auto record_batch = [&](const std::vector<Column>& columns, std::vector<uint8_t>& body) {
-    std::vector<uint8_t> nodes, buffer_specs;
+    std::vector<uint8_t> nodes, buffer_specs, variadic;
     uint32_t node_count = 0;
     std::vector<const std::vector<uint8_t>*> buffers;
-    for (const Column& c : columns) flatten(c, nodes, node_count, buffers);
+    for (const Column& c : columns) flatten(c, nodes, node_count, buffers, variadic);
     for (const std::vector<uint8_t>* b : buffers) {
       const std::vector<uint8_t> stored = options.codec >= 0 && !b->empty() ? compress(*b, options.codec) : *b;
       const auto offset = bytes_of<int64_t>(static_cast<int64_t>(body.size()));
@@ -523,6 +565,10 @@ inline Written write(const std::vector<std::vector<Column>>& batches, const Writ
     set<int64_t>(batch, 0, columns.empty() ? 0 : columns[0].length);
     set_child(batch, 1, structs(std::move(nodes), node_count));
     set_child(batch, 2, structs(std::move(buffer_specs), static_cast<uint32_t>(buffers.size())));
+    if (!variadic.empty()) {
+      const auto counts = static_cast<uint32_t>(variadic.size() / 8);
+      set_child(batch, 4, structs(std::move(variadic), counts));
+    }
     if (options.codec >= 0) {
       FbPtr compression = table();
       set<int8_t>(compression, 0, static_cast<int8_t>(options.codec));

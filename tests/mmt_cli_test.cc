@@ -1009,6 +1009,14 @@ TEST_F(MmtCli, PackTakesArrowFilesAndVerifiesAgainstThem) {
   const RunResult sound = run_mmt({"verify", path("a.mmt"), "--against", path("t.arrow")});
   EXPECT_EQ(sound.exit_code, 0) << sound.err;
   EXPECT_NE(sound.out.find("equal their sources byte for byte (fields text, label)"), std::string::npos) << sound.out;
+  // A file Polars wrote (zstd; its strings string_view): packed whole, and verified.
+  const std::string polars = (fs::path(MMT_SOURCE_DIR) / "tests/data/arrow/polars_zstd.arrow").string();
+  const RunResult from_polars = run_mmt({"pack", path("p.mmt"), polars, "--codec", "lz4"});
+  ASSERT_EQ(from_polars.exit_code, 0) << from_polars.err;
+  EXPECT_NE(from_polars.out.find("packed 45 records (14 fields)"), std::string::npos) << from_polars.out;
+  const RunResult polars_sound = run_mmt({"verify", path("p.mmt"), "--against", polars});
+  EXPECT_EQ(polars_sound.exit_code, 0) << polars_sound.err;
+  EXPECT_NE(polars_sound.out.find("equal their sources byte for byte"), std::string::npos) << polars_sound.out;
 }
 
 // Parquet files (a Hugging Face image dataset's shard, written by arrow-rs): packed, their

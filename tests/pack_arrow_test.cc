@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "arrow_test_util.h"
 #include "importer_test_util.h"
 #include "mmtensor/dataset.h"
@@ -242,6 +244,205 @@ TEST(PackArrow, FilesArrowJsWrites) {
     EXPECT_EQ(text_of(sources.record(0)[8]), "bleurouge");
     EXPECT_EQ(values_of<float>(sources.record(0)[10]), (std::vector<float>{0.5f, 0.75f}));
     EXPECT_EQ(values_of<float>(sources.record(3)[10]), (std::vector<float>{0.25f}));
+  }
+}
+
+// What Polars writes (its default, the newest compat level): strings as string_view, inline in
+// their views up to 12 bytes and in two data buffers past that, categoricals as dictionaries of
+// string_view, lists as large_list; uncompressed and zstd (and a stream, lz4, of large_string).
+// Each packs to the values Arrow JS reads back (polars.expected.json).
+TEST(PackArrow, FilesPolarsWrites) {
+  const std::filesystem::path data = std::filesystem::path(MMT_SOURCE_DIR) / "tests" / "data" / "arrow";
+  std::ifstream in(data / "polars.expected.json");
+  const nlohmann::json expected = nlohmann::json::parse(in).at("rows");
+  ASSERT_EQ(expected.size(), 45u);
+  // A row's strings, joined, and their lengths.
+  const auto joined = [](const nlohmann::json& strings, const char* key) {
+    std::string bytes;
+    std::vector<int64_t> lengths;
+    for (const nlohmann::json& s : strings) {
+      const std::string one = key == nullptr ? s.get<std::string>() : s.at(key).get<std::string>();
+      bytes += one;
+      lengths.push_back(static_cast<int64_t>(one.size()));
+    }
+    return std::pair{bytes, lengths};
+  };
+  TempFolder dir;
+  for (const char* name : {"polars.arrow", "polars_zstd.arrow", "polars_lz4.arrows"}) {
+    SCOPED_TRACE(name);
+    const std::string path = (data / name).string();
+    EXPECT_TRUE(are_arrow_inputs(std::vector<std::string>{path}));
+    const PackSources sources = PackSources::from_inputs(std::vector<std::string>{path});
+    std::vector<std::string> names;
+    for (const Field& f : sources.schema().fields()) names.push_back(f.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"id", "text", "label", "score", "words", "words.lengths", "emb", "tokens",
+                                               "meta.src", "meta.w", "messages.role", "messages.role.lengths",
+                                               "messages.content", "messages.content.lengths"}));
+    // nodejs-polars' writeIPCStream writes large_string (Polars' oldest compat level).
+    const std::string string_type = std::string(name).ends_with(".arrows") ? "large_string" : "string_view";
+    const std::string types = sources.metadata().at("arrow_types");
+    EXPECT_NE(types.find(R"("text":")" + string_type + '"'), std::string::npos) << types;
+    EXPECT_NE(types.find(R"("label":"dictionary<values=)" + string_type + R"(, indices=uint32>")"), std::string::npos)
+        << types;
+    EXPECT_NE(types.find(R"("words":"large_list<)" + string_type + '>'), std::string::npos) << types;
+    pack_dataset(dir / (std::string(name) + ".mmt"), sources, {});
+    const Dataset ds = Dataset::open(dir / (std::string(name) + ".mmt"));
+    ASSERT_EQ(ds.size(), 45);
+    for (int64_t r = 0; r < ds.size(); ++r) {
+      SCOPED_TRACE(r);
+      const nlohmann::json& row = expected[static_cast<size_t>(r)];
+      const Sample sample = ds.get(r);
+      EXPECT_EQ(scalar_of<int64_t>(sample["id"]), row.at("id").get<int64_t>());
+      EXPECT_EQ(text_of(sample["text"]), row.at("text").is_null() ? "" : row.at("text").get<std::string>());
+      EXPECT_EQ(text_of(sample["label"]), row.at("label").get<std::string>());
+      if (row.at("score").is_null()) EXPECT_TRUE(std::isnan(scalar_of<float>(sample["score"])));
+      else EXPECT_EQ(scalar_of<float>(sample["score"]), row.at("score").get<float>());
+      const auto [words, word_lengths] = joined(row.at("words"), nullptr);
+      EXPECT_EQ(text_of(sample["words"]), words);
+      EXPECT_EQ(values_of<int64_t>(sample["words.lengths"]), word_lengths);
+      EXPECT_EQ(values_of<float>(sample["emb"]), row.at("emb").get<std::vector<float>>());
+      EXPECT_EQ(values_of<int32_t>(sample["tokens"]), row.at("tokens").get<std::vector<int32_t>>());
+      EXPECT_EQ(text_of(sample["meta.src"]), row.at("meta").at("src").get<std::string>());
+      EXPECT_EQ(scalar_of<double>(sample["meta.w"]), row.at("meta").at("w").get<double>());
+      for (const char* key : {"role", "content"}) {
+        const auto [bytes, lengths] = joined(row.at("messages"), key);
+        EXPECT_EQ(text_of(sample[std::string("messages.") + key]), bytes);
+        EXPECT_EQ(values_of<int64_t>(sample[std::string("messages.") + key + ".lengths"]), lengths);
+      }
+    }
+    // A string of the uncompressed file is a view of it: no copy.
+    if (std::string(name) == "polars.arrow") {
+      EXPECT_EQ(sources.record(0)[1].untyped_storage().filename(), path);
+    }
+  }
+}
+
+// binary_view and string_view columns (Polars' strings): plain, in lists, structs and
+// dictionaries, over several data buffers, compressed or not; a single string stays a view of
+// the file, a list's are gathered.
+TEST(PackArrow, StringViewsInEveryPlaceAStringGoes) {
+  TempFolder dir;
+  const std::string long_a(40, 'a'), long_b = "a string past the twelve inline bytes", long_c(70, 'c');
+  const arrow::Column view_values = arrow::string_views("", {});
+  arrow::WriteOptions options;
+  options.dictionaries = {{0, arrow::string_views("", {"cat", long_b}), false, 0}};
+  const std::vector<std::vector<arrow::Column>> batches = {
+      {arrow::string_views("text", {"short", long_a, "", long_b, long_c}, {true, true, true, true, true}),
+       arrow::string_views("blob", {std::string("\0\1", 2), "", long_c, "x", long_a}, {true, false, true, true, true},
+                           /*utf8=*/false),
+       arrow::list("words", arrow::string_views("", {"w", long_a, long_b, "zz", long_c}), {0, 2, 2, 3, 5, 5}, {}, true),
+       arrow::structure("meta", {arrow::string_views("src", {"web", long_b, "a", "b", "c"})}, 5),
+       arrow::encoded<int32_t>("label", view_values, 0, {1, 0, 0, 1, 0})},
+      {arrow::string_views("text", {long_c}), arrow::string_views("blob", {"b"}, {}, false),
+       arrow::list("words", arrow::string_views("", {long_c, "q"}), {0, 2}, {}, true),
+       arrow::structure("meta", {arrow::string_views("src", {long_a})}, 1), arrow::encoded<int32_t>("label", view_values, 0, {0})},
+  };
+  ASSERT_GE(batches[0][0].data_buffers, 2);  // the long strings span data buffers
+  for (int codec : {-1, 0, 1}) {
+    SCOPED_TRACE(codec);
+    options.codec = codec;
+    write_bytes(dir / "views.arrow", arrow::write(batches, options).bytes);
+    const PackSources sources = PackSources::from_arrow(std::vector<std::string>{dir / "views.arrow"});
+    ASSERT_EQ(sources.records(), 6);
+    std::vector<std::string> names;
+    for (const Field& f : sources.schema().fields()) names.push_back(f.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"text", "blob", "words", "words.lengths", "meta.src", "label"}));
+    const std::vector<std::string> texts = {"short", long_a, "", long_b, long_c, long_c};
+    const std::vector<std::string> blobs = {std::string("\0\1", 2), "", long_c, "x", long_a, "b"};
+    const std::vector<std::string> words = {"w" + long_a, "", long_b, "zz" + long_c, "", long_c + "q"};
+    const std::vector<std::vector<int64_t>> lengths = {{1, 40}, {}, {37}, {2, 70}, {}, {70, 1}};
+    const std::vector<std::string> sources_of = {"web", long_b, "a", "b", "c", long_a};
+    const std::vector<std::string> labels = {long_b, "cat", "cat", long_b, "cat", "cat"};
+    for (int r = 0; r < 6; ++r) {
+      SCOPED_TRACE(r);
+      const std::vector<Tensor> v = sources.record(r);
+      EXPECT_EQ(text_of(v[0]), texts[static_cast<size_t>(r)]);
+      EXPECT_EQ(text_of(v[1]), blobs[static_cast<size_t>(r)]);
+      EXPECT_EQ(text_of(v[2]), words[static_cast<size_t>(r)]);
+      EXPECT_EQ(values_of<int64_t>(v[3]), lengths[static_cast<size_t>(r)]);
+      EXPECT_EQ(text_of(v[4]), sources_of[static_cast<size_t>(r)]);
+      EXPECT_EQ(text_of(v[5]), labels[static_cast<size_t>(r)]);
+    }
+    EXPECT_EQ(sources.metadata().at("arrow_nulls"), R"({"blob":1})");
+    const std::string types = sources.metadata().at("arrow_types");
+    EXPECT_NE(types.find(R"("blob":"binary_view")"), std::string::npos) << types;
+    EXPECT_NE(types.find(R"("words":"large_list<string_view>")"), std::string::npos) << types;
+    if (codec < 0) {  // inline or in a data buffer, one string is a view of the file
+      EXPECT_EQ(sources.record(0)[0].untyped_storage().filename(), dir / "views.arrow");
+      EXPECT_EQ(sources.record(1)[0].untyped_storage().filename(), dir / "views.arrow");
+    }
+    pack_dataset(dir / ("views" + std::to_string(codec) + ".mmt"), sources, {});
+    EXPECT_EQ(compare_with_sources(Dataset::open(dir / ("views" + std::to_string(codec) + ".mmt")), sources), 6);
+  }
+}
+
+// A view that says a negative length, a data buffer the batch lacks, or bytes past its data
+// buffer is refused, naming the column and the value; so is a views buffer too short, and a
+// list repeating views of one string into more than a gigabyte (a bomb of a few megabytes).
+TEST(PackArrow, DamagedStringViewsAreRefused) {
+  TempFolder dir;
+  const std::string long_a(40, 'a');
+  const auto refused = [&](const arrow::Column& column, const std::string& expected) {
+    write_bytes(dir / "bad.arrow", arrow::write({{column}}).bytes);
+    const std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "bad.arrow"}); });
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+  };
+  const auto put_i32 = [](arrow::Column& c, size_t at, int32_t v) { std::memcpy(c.buffers[1].data() + at, &v, 4); };
+  arrow::Column column = arrow::string_views("text", {"ok", long_a});
+  put_i32(column, 0, -3);
+  refused(column, "column 'text' has a view of length -3 for value 0");
+  column = arrow::string_views("text", {"ok", long_a});
+  put_i32(column, 16 + 8, 1);
+  refused(column, "column 'text' has value 1 in data buffer 1, where the batch has 1 for it");
+  column = arrow::string_views("text", {"ok", long_a});
+  put_i32(column, 16 + 12, 10);
+  refused(column, "column 'text' has value 1 (40 bytes at byte 10 of data buffer 0) past that buffer's 40 bytes");
+  column = arrow::string_views("text", {"ok", long_a});
+  column.buffers[1].resize(20);
+  refused(column, "column 'text' has a views buffer of 20 bytes, too few for 2 values of 16 bytes");
+  column = arrow::string_views("text", {"ok", long_a});
+  column.data_buffers = 3;  // more than the batch has
+  refused(column, "has 3 buffers, fewer than its fields have");
+  column.data_buffers = -1;  // no variadic count written
+  refused(column, "has no valid variadic buffer count for view field 'text'");
+  // A null's view is never read: it may hold anything.
+  column = arrow::string_views("text", {"ok", long_a}, {true, false});
+  put_i32(column, 16, -1);
+  write_bytes(dir / "null.arrow", arrow::write({{column}}).bytes);
+  EXPECT_EQ(PackSources::from_arrow(std::vector<std::string>{dir / "null.arrow"}).record(1)[0].numel(), 0);
+
+  // 1,100 views of one 1 MiB string in one row: 1.1 GiB from a 1 MiB file.
+  const std::string mebibyte(size_t{1} << 20, 'm');
+  arrow::Column repeated = arrow::string_views("", {mebibyte}, {}, true, size_t{1} << 20);
+  const std::vector<uint8_t> view(repeated.buffers[1].begin(), repeated.buffers[1].begin() + 16);
+  for (int k = 1; k < 1100; ++k) repeated.buffers[1].insert(repeated.buffers[1].end(), view.begin(), view.end());
+  repeated.length = 1100;
+  write_bytes(dir / "bomb.arrow", arrow::write({{arrow::list("words", repeated, {0, 1100})}}).bytes);
+  const std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "bomb.arrow"}); });
+  EXPECT_NE(message.find("column 'words', row 0: its strings come to 1153433600 bytes, where the batch holds"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("refused as a bomb"), std::string::npos) << message;
+
+  // Every bit of a small file flipped, bodies too (the views are values the reader checks):
+  // read or refused, never a crash or a read outside the file.
+  const std::vector<uint8_t> whole =
+      arrow::write({{arrow::string_views("text", {"ok", long_a, "another string past 12"}, {true, false, true}),
+                     arrow::list("words", arrow::string_views("", {long_a, "w", "yet another long one"}), {0, 2, 2, 3}, {},
+                                 true)}})
+          .bytes;
+  for (size_t byte = 0; byte < whole.size(); ++byte) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::vector<uint8_t> flipped = whole;
+      flipped[byte] ^= static_cast<uint8_t>(1 << bit);
+      write_bytes(dir / "flip.arrow", flipped);
+      try {
+        const PackSources sources = PackSources::from_arrow(std::vector<std::string>{dir / "flip.arrow"});
+        std::vector<Tensor> values;
+        for (int64_t r = 0; r < sources.records(); ++r) sources.record(r, values);
+      } catch (const Error&) {
+      }
+    }
   }
 }
 
@@ -900,6 +1101,7 @@ TEST(PackArrow, CutsAndFlipsNeverCrash) {
       arrow::list("turns",
                   arrow::structure("", {arrow::numbers("n", std::vector<int32_t>{1, 2, 3}), arrow::texts("t", {"a", "bb", "c"})}, 3),
                   {0, 1, 3}),
+      arrow::string_views("note", {"n", "a note past twelve bytes"}),
   }};
   for (bool file_format : {false, true}) {
     SCOPED_TRACE(file_format ? "file" : "stream");

@@ -323,6 +323,18 @@ class PackTest(FolderTestCase):
         self.assertTrue(np.isnan(ds[1]["score"].item()))
         with self.assertRaisesRegex(ValueError, "no column 'nope'"):
             mmtensor.pack(self.path("b.mmt"), [self.path("data.arrow")], fields=["nope"])
+        # What Polars' DataFrame.write_ipc writes: strings as string_view, lists as large_list.
+        polars = os.path.join(os.path.dirname(__file__), "..", "data", "arrow", "polars.arrow")
+        with open(os.path.join(os.path.dirname(__file__), "..", "data", "arrow", "polars.expected.json")) as f:
+            expected = json.load(f)["rows"]
+        mmtensor.pack(self.path("pl.mmt"), [polars], fields=["text", "words", "label"])
+        ds = mmtensor.Dataset(self.path("pl.mmt"))
+        self.assertEqual(json.loads(ds.metadata["arrow_types"])["text"], "string_view")
+        for i in [0, 1, 2, 44]:
+            self.assertEqual(bytes(ds[i]["text"]).decode(), expected[i]["text"] or "")
+            self.assertEqual(bytes(ds[i]["words"]).decode(), "".join(expected[i]["words"]))
+            self.assertEqual(ds[i]["words.lengths"].tolist(), [len(w.encode()) for w in expected[i]["words"]])
+            self.assertEqual(bytes(ds[i]["label"]).decode(), expected[i]["label"])
 
     def test_parquet_files(self):
         # A Hugging Face image shard as arrow-rs writes it (tests/data/parquet), packed
