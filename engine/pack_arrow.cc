@@ -1083,6 +1083,7 @@ Tensor view_strings(const ArrowColumns::Column& column, int64_t row, const RowAt
   detail::guard_storage_reads(view.bytes(), [&] {
     for (int64_t j = at.start; j < at.end; ++j) {
       if (!view.string_at(column.leaf_node, j, string) || string.length > total - filled) throw changed();
+      if (string.length == 0) continue;  // (a list of empty strings joins to no bytes: `out` is null)
       std::memcpy(out + filled, view.bytes().data() + string.offset, static_cast<size_t>(string.length));
       filled += string.length;
     }

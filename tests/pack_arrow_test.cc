@@ -330,7 +330,8 @@ TEST(PackArrow, StringViewsInEveryPlaceAStringGoes) {
       {arrow::string_views("text", {"short", long_a, "", long_b, long_c}, {true, true, true, true, true}),
        arrow::string_views("blob", {std::string("\0\1", 2), "", long_c, "x", long_a}, {true, false, true, true, true},
                            /*utf8=*/false),
-       arrow::list("words", arrow::string_views("", {"w", long_a, long_b, "zz", long_c}), {0, 2, 2, 3, 5, 5}, {}, true),
+       arrow::list("words", arrow::string_views("", {"w", long_a, long_b, "zz", long_c, "", ""}), {0, 2, 2, 3, 5, 7}, {},
+                   true),
        arrow::structure("meta", {arrow::string_views("src", {"web", long_b, "a", "b", "c"})}, 5),
        arrow::encoded<int32_t>("label", view_values, 0, {1, 0, 0, 1, 0})},
       {arrow::string_views("text", {long_c}), arrow::string_views("blob", {"b"}, {}, false),
@@ -350,7 +351,7 @@ TEST(PackArrow, StringViewsInEveryPlaceAStringGoes) {
     const std::vector<std::string> texts = {"short", long_a, "", long_b, long_c, long_c};
     const std::vector<std::string> blobs = {std::string("\0\1", 2), "", long_c, "x", long_a, "b"};
     const std::vector<std::string> words = {"w" + long_a, "", long_b, "zz" + long_c, "", long_c + "q"};
-    const std::vector<std::vector<int64_t>> lengths = {{1, 40}, {}, {37}, {2, 70}, {}, {70, 1}};
+    const std::vector<std::vector<int64_t>> lengths = {{1, 40}, {}, {37}, {2, 70}, {0, 0}, {70, 1}};
     const std::vector<std::string> sources_of = {"web", long_b, "a", "b", "c", long_a};
     const std::vector<std::string> labels = {long_b, "cat", "cat", long_b, "cat", "cat"};
     for (int r = 0; r < 6; ++r) {
