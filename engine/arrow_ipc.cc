@@ -103,8 +103,13 @@ struct SchemaReader {
                   cut_for_message(out.name, 100), "' has floating-point precision ", out.precision);
         out.bit_width = 16 << out.precision;
         break;
-      case ArrowTypeId::Decimal:
-        out.bit_width = type ? type->scalar<int32_t>(2, 128) : 128;
+      case ArrowTypeId::Decimal:  // precision and scale are required; bitWidth defaults to 128
+        out.precision = type_table().scalar<int32_t>(0, 0);
+        out.scale = type_table().scalar<int32_t>(1, 0);
+        out.bit_width = type_table().scalar<int32_t>(2, 128);
+        MMT_CHECK(out.bit_width == 32 || out.bit_width == 64 || out.bit_width == 128 || out.bit_width == 256,
+                  FormatError, where, ": field '", cut_for_message(out.name, 100), "' is a decimal of ", out.bit_width,
+                  " bits");
         break;
       case ArrowTypeId::Date:
         out.unit = type ? type->scalar<int16_t>(0, 1) : 1;
@@ -281,7 +286,7 @@ std::string arrow_type_name(const ArrowField& field) {
     case ArrowTypeId::Binary: return "binary";
     case ArrowTypeId::Utf8: return "string";
     case ArrowTypeId::Bool: return "bool";
-    case ArrowTypeId::Decimal: return str("decimal", field.bit_width);
+    case ArrowTypeId::Decimal: return str("decimal", field.bit_width, "(", field.precision, ", ", field.scale, ")");
     case ArrowTypeId::Date: return field.unit == 0 ? "date32[day]" : "date64[ms]";
     case ArrowTypeId::Time: return str("time", field.bit_width, "[", time_unit_name(field.unit), "]");
     case ArrowTypeId::Timestamp:

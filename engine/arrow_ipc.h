@@ -43,7 +43,8 @@ struct ArrowField {
   int bit_width = 0;       // Int, Time, Decimal; the storage width of Date, Timestamp, Duration;
                            // Map: 64 for 64-bit offsets (the Parquet reader's), else Arrow's 32
   bool is_signed = false;  // Int
-  int precision = 0;       // FloatingPoint: 0 half, 1 single, 2 double
+  int precision = 0;       // FloatingPoint: 0 half, 1 single, 2 double; Decimal: its digits
+  int scale = 0;           // Decimal: a value is its integer times 10^-scale
   int unit = 0;            // Date, Time, Timestamp, Duration, Interval: the enum's value
   int32_t fixed_size = 0;  // FixedSizeBinary's byte width, FixedSizeList's list size
   bool dense_union = false;

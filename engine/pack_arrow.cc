@@ -5,6 +5,9 @@
 //   integers, floats, date/time/timestamp/duration  a value of that dtype (the storage's
 //                                                   integer for the temporal types)
 //   bool                                            bool (Arrow's bits unpacked)
+//   decimal32/64/128/256(P, S)                      float64: its integer times 10^-S, exact
+//                                                   (the decimal read back) up to 15 digits,
+//                                                   rounded past that
 //   binary, string, large_binary, large_string,     bytes (uint8, variable length)
 //   binary_view, string_view (Polars' strings)
 //   fixed_size_binary[W]                            uint8 [W]
@@ -35,6 +38,7 @@
 // (decimals, unions, list views, lists of lists of strings) are refused by name, unless
 // `fields` leaves them out; a struct's name in `fields` stands for all its columns.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -57,7 +61,7 @@ namespace mmt {
 namespace detail {
 
 struct ArrowColumns {
-  enum class Leaf : uint8_t { Values, Bool, FixedBytes, Bytes };
+  enum class Leaf : uint8_t { Values, Bool, FixedBytes, Bytes, Decimal };
   struct Level {
     enum class Kind : uint8_t { Struct, List, LargeList, FixedList } kind;
     int node = 0;
@@ -75,8 +79,9 @@ struct ArrowColumns {
     // string of up to 12 bytes inline, a longer one's place in a data buffer) and the data
     // buffers (a batch's "variadic" ones).
     bool views = false;
+    int scale = 0;              // Decimal: its values are integers times 10^-scale
     ScalarType dtype = kUInt8;
-    int64_t item = 1;          // bytes of a leaf value (FixedBytes: the width)
+    int64_t item = 1;          // bytes of a leaf value (FixedBytes: the width; Decimal: the integer's)
     DimVector shape;           // the field's
     int64_t nulls = 0;         // null rows stored empty
     // A list of strings is two fields: its strings joined (bytes), and, under NAME.lengths,
@@ -286,6 +291,7 @@ class BatchView {
     switch (column.leaf) {
       case ArrowColumns::Leaf::Values:
       case ArrowColumns::Leaf::FixedBytes:
+      case ArrowColumns::Leaf::Decimal:
         if (buffer(column.leaf_node, 1).length / column.item < length)
           fail(str("has a values buffer of ", buffer(column.leaf_node, 1).length, " bytes, too few for ", length,
                    " values of ", column.item, " bytes"));
@@ -467,6 +473,7 @@ class ColumnReader {
     switch (column.leaf) {
       case ArrowColumns::Leaf::Values:
       case ArrowColumns::Leaf::Bool:
+      case ArrowColumns::Leaf::Decimal:
         at.start = start;
         at.end = end;
         break;
@@ -616,6 +623,15 @@ void add_columns(const ArrowField& field, const std::string& prefix, std::vector
     column.leaf = ArrowColumns::Leaf::Values;
     column.dtype = *dtype;
     column.item = element_size(*dtype);
+  } else if (leaf->type == ArrowTypeId::Decimal) {
+    // Digits a decimal of its width holds (Arrow's limits), and a scale a float64 can take.
+    const int digits = leaf->bit_width == 32 ? 9 : leaf->bit_width == 64 ? 18 : leaf->bit_width == 128 ? 38 : 76;
+    if (leaf->precision < 1 || leaf->precision > digits || leaf->scale < -digits || leaf->scale > digits)
+      return refuse(str(column.type_name, ": a precision outside 1 to ", digits, ", or a scale outside -", digits, " to ", digits));
+    column.leaf = ArrowColumns::Leaf::Decimal;
+    column.dtype = kFloat64;
+    column.item = leaf->bit_width / 8;
+    column.scale = leaf->scale;
   } else if (leaf->type == ArrowTypeId::Bool) {
     column.leaf = ArrowColumns::Leaf::Bool;
     column.dtype = kBool;
@@ -945,7 +961,8 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
     std::vector<int64_t> common(levels, -2);  // -2: none seen; -1: lengths differ
     const bool variable_leaf = column.leaf == ArrowColumns::Leaf::Bytes;
     const bool joined = variable_leaf && levels > 0 && !column.lengths;  // a list of strings' bytes
-    const bool floating = column.leaf == ArrowColumns::Leaf::Values && is_floating_point(column.dtype);
+    const bool floating = (column.leaf == ArrowColumns::Leaf::Values || column.leaf == ArrowColumns::Leaf::Decimal) &&
+                          is_floating_point(column.dtype);
     RowAt at;
     for (size_t b = 0; b < arrow->batches.size(); ++b) {
       const ColumnReader reader(*arrow, b);
@@ -975,7 +992,8 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
             if (length == kVariableDim) continue;  // under an empty list: unknown
             common[k] = common[k] == -2 ? length : common[k] == length ? length : -1;
           }
-          const bool items = column.leaf == ArrowColumns::Leaf::Values || column.lengths;
+          const bool items = column.leaf == ArrowColumns::Leaf::Values || column.leaf == ArrowColumns::Leaf::Decimal ||
+                             column.lengths;
           out.total_bytes_ += items          ? (at.end - at.start) * column.item
                               : column.views ? at.dims.back()
                                              : at.end - at.start;
@@ -1062,6 +1080,32 @@ Tensor string_lengths(const ArrowColumns::Column& column, int64_t row, const Row
   return lengths;
 }
 
+// A decimal's value: its integer (`bytes` of little-endian two's complement) times 10^-scale.
+// The integer and the power of ten are exact as doubles up to 15 digits and 10^22, so the one
+// rounding of the division gives the double nearest the decimal, which reads back as it.
+double decimal_value(const std::byte* p, int64_t bytes, int scale) {
+  static constexpr double kPowers[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                       1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+  const auto load = [](const std::byte* q, int64_t n) {  // n <= 16 bytes, sign-extended
+    unsigned __int128 u = 0;
+    std::memcpy(&u, q, static_cast<size_t>(n));
+    const int shift = static_cast<int>(128 - 8 * n);
+    return shift == 0 ? static_cast<__int128>(u) : static_cast<__int128>(u << shift) >> shift;
+  };
+  double value;
+  if (bytes <= 16) {
+    value = static_cast<double>(load(p, bytes));
+  } else {  // decimal256: as an __int128 when its high half only extends the low half's sign
+    const __int128 low = load(p, 16), high = load(p + 16, 16);
+    value = high == (low < 0 ? -1 : 0)
+                ? static_cast<double>(low)  // past that, |value| >= 2^127: the sum loses no more than a rounding
+                : std::ldexp(static_cast<double>(high), 128) + static_cast<double>(static_cast<unsigned __int128>(low));
+  }
+  const int magnitude = scale < 0 ? -scale : scale;
+  const double power = magnitude < 23 ? kPowers[magnitude] : std::pow(10.0, magnitude);
+  return scale >= 0 ? value / power : value * power;
+}
+
 // The strings [at.start, at.end) of a binary_view/string_view column, their bytes joined: one
 // is a view of the mapped file, several are gathered from where their views say.
 Tensor view_strings(const ArrowColumns::Column& column, int64_t row, const RowAt& at) {
@@ -1146,6 +1190,22 @@ void PackSources::arrow_record(int64_t index, std::vector<Tensor>& values) const
           });
           values[c] = std::move(copy);
         }
+        break;
+      }
+      case ArrowColumns::Leaf::Decimal: {
+        const ArrowBatch::Buffer& data = view.buffer(column.leaf_node, 1);
+        MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length / column.item, IoError, view.where(),
+                  ": column '", column.name, "', row ", r, ": changed while the file was being packed");
+        Tensor decimals = empty(at.dims, kFloat64);
+        if (at.end > at.start) {
+          auto* out = static_cast<double*>(decimals.mutable_data_ptr());
+          detail::guard_storage_reads(view.bytes(), [&] {
+            const std::byte* values = view.bytes().data() + data.offset;
+            for (int64_t j = at.start; j < at.end; ++j)
+              out[j - at.start] = decimal_value(values + j * column.item, column.item, column.scale);
+          });
+        }
+        values[c] = std::move(decimals);
         break;
       }
       case ArrowColumns::Leaf::Bool: {

@@ -94,9 +94,10 @@ ParquetMetadata parse_parquet_footer(std::span<const std::byte> footer_bytes, in
 // and all its columns, "a.b" column b of struct a alone, its siblings left undecoded, "a.lengths"
 // field a) of the Parquet file at `path` into an ArrowIpc whose record
 // batches (one per row group) lie in a temporary file. Columns map to Arrow types as pyarrow
-// reads them (strings, binaries and lists with 64-bit offsets: large_string, large_list...);
-// ValueError for what no Arrow type here holds (decimals, maps of keys alone), naming the
-// column, when it is chosen; FormatError for a damaged file.
+// reads them (strings, binaries and lists with 64-bit offsets: large_string, large_list...;
+// decimals as decimal128, or decimal256 past 38 digits); ValueError for what no Arrow type here
+// holds (maps of keys alone, a decimal of no precision), naming the column, when it is chosen;
+// FormatError for a damaged file.
 ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::string> fields);
 
 // Sets the least a column chunk may decode to (ParquetColumnValues::limit) instead of an

@@ -99,6 +99,9 @@ struct PlanNode {
   int16_t child_repetition = 0, child_definition = 0;  // List: its element's slots
   int column = 0;                                      // Leaf: its column; else the first leaf below
   int value_bytes = 0;  // Leaf: Arrow's bytes a value (0: bytes with offsets; -1: bool bits)
+  // Leaf, a decimal: Parquet's bytes a value (INT32 4, INT64 8 little-endian; a FIXED_LEN_BYTE_
+  // ARRAY its length, 0 a BYTE_ARRAY, big-endian), widened to Arrow's value_bytes.
+  int decimal_stored = -1;
   std::vector<int> children;  // nodes
   std::string name;           // its schema path, for messages
 };
@@ -255,7 +258,7 @@ class Converter {
       case ParquetType::Int64: {
         const int physical = e.type == ParquetType::Int32 ? 32 : 64;
         f.bit_width = physical;
-        if (e.logical == ParquetLogical::Decimal) throw Refused{str("decimal(", e.precision, ", ", e.scale, ")")};
+        if (e.logical == ParquetLogical::Decimal) return decimal(n, repetition, definition, physical / 8);
         if (e.logical == ParquetLogical::Date && physical == 32) {
           f.type = ArrowTypeId::Date;
           f.unit = 0;  // days
@@ -285,12 +288,15 @@ class Converter {
       case ParquetType::Float: f.type = ArrowTypeId::FloatingPoint; f.precision = 1; value_bytes = 4; break;
       case ParquetType::Double: f.type = ArrowTypeId::FloatingPoint; f.precision = 2; value_bytes = 8; break;
       case ParquetType::ByteArray:
-        if (e.logical == ParquetLogical::Decimal) throw Refused{str("decimal(", e.precision, ", ", e.scale, ")")};
+        if (e.logical == ParquetLogical::Decimal) return decimal(n, repetition, definition, 0);
         f.type = e.logical == ParquetLogical::String || e.logical == ParquetLogical::Json ? ArrowTypeId::LargeUtf8
                                                                                           : ArrowTypeId::LargeBinary;
         break;
       case ParquetType::FixedLenByteArray:
-        if (e.logical == ParquetLogical::Decimal) throw Refused{str("decimal(", e.precision, ", ", e.scale, ")")};
+        if (e.logical == ParquetLogical::Decimal && e.type_length > 0 && e.type_length <= 32)
+          return decimal(n, repetition, definition, e.type_length);
+        if (e.logical == ParquetLogical::Decimal)
+          throw Refused{str("decimal(", e.precision, ", ", e.scale, ") in ", e.type_length, "-byte values")};
         if (e.type_length <= 0 || e.type_length > (1 << 24))
           throw Refused{str("a FIXED_LEN_BYTE_ARRAY of ", e.type_length, " bytes")};
         if (e.logical == ParquetLogical::Float16 && e.type_length == 2) {
@@ -311,6 +317,27 @@ class Converter {
     PlanNode& node = plan_.nodes[static_cast<size_t>(f.node)];
     node.column = n.leaf;
     node.value_bytes = value_bytes;
+    return f;
+  }
+
+  // A DECIMAL leaf, stored in `stored`-byte integers (0: byte arrays): Arrow's decimal128 (up
+  // to 38 digits) or decimal256 (76), which the packer reads as float64.
+  ArrowField decimal(const SchemaNode& n, int16_t repetition, int16_t definition, int stored) {
+    const ParquetSchemaElement& e = *n.element;
+    if (e.precision < 1 || e.precision > 76 || e.scale < -76 || e.scale > 76)
+      throw Refused{str("decimal(", e.precision, ", ", e.scale, ")")};
+    ArrowField f;
+    f.type = ArrowTypeId::Decimal;
+    f.precision = e.precision;
+    f.scale = e.scale;
+    f.bit_width = e.precision <= 38 ? 128 : 256;
+    ArrowField out = begin(n, f.type, PlanNode::Kind::Leaf, repetition, definition, n.definition);
+    f.name = out.name;
+    f.node = out.node;
+    PlanNode& node = plan_.nodes[static_cast<size_t>(f.node)];
+    node.column = n.leaf;
+    node.value_bytes = f.bit_width / 8;
+    node.decimal_stored = stored;
     return f;
   }
 
@@ -340,11 +367,45 @@ struct DecodedGroup {
   void take(int index, std::vector<std::byte>&& bytes) { buffers[static_cast<size_t>(index)] = std::move(bytes); }
 };
 
+// Value `i` of a decimal column, Parquet's integer (little-endian INT32 or INT64, big-endian
+// bytes otherwise), as Arrow's: node.value_bytes of little-endian two's complement at `out`.
+// FormatError for a value of more bytes than that which are not its sign's.
+void widen_decimal(const PlanNode& node, const ParquetColumnValues& column, int64_t i, std::byte* out,
+                   const std::string& where) {
+  const auto width = static_cast<size_t>(node.value_bytes);
+  const std::byte* value;
+  size_t length;
+  if (node.decimal_stored == 0) {
+    value = column.values.data() + column.offsets[static_cast<size_t>(i)];
+    length = static_cast<size_t>(column.offsets[static_cast<size_t>(i) + 1] - column.offsets[static_cast<size_t>(i)]);
+  } else {
+    length = static_cast<size_t>(node.decimal_stored);
+    value = column.values.data() + static_cast<size_t>(i) * length;
+  }
+  if (node.decimal_stored == 4 || node.decimal_stored == 8) {  // little-endian already
+    std::memcpy(out, value, length);
+    std::memset(out + length, static_cast<int>(value[length - 1] >> 7) != 0 ? 0xff : 0, width - length);
+    return;
+  }
+  if (length == 0) {  // an empty byte array: zero, as Arrow's readers take it
+    std::memset(out, 0, width);
+    return;
+  }
+  const std::byte sign = (value[0] >> 7) != std::byte{0} ? std::byte{0xff} : std::byte{0};
+  for (size_t k = 0; k + width < length; ++k)  // bytes past Arrow's width only repeat the sign
+    if (value[k] != sign || (k + 1 + width == length && ((value[k + 1] ^ sign) >> 7) != std::byte{0}))
+      throw FormatError(str(where, ": decimal value ", i, " takes ", length, " bytes, past the ", width,
+                            " of its precision's"));
+  const size_t used = std::min(length, width);
+  for (size_t k = 0; k < used; ++k) out[k] = value[length - 1 - k];
+  std::memset(out + used, static_cast<int>(sign), width - used);
+}
+
 // Writes node `index`'s buffers, and its length and nulls, from its column's levels and values.
 // A leaf's values are taken from `column` (its ancestors, which read only the levels, come
 // before it).
 void assemble(const PlanNode& node, int index, ParquetColumnValues& column, int16_t max_definition,
-              DecodedGroup& out) {
+              DecodedGroup& out, const std::string& where) {
   const auto definition = [&](int64_t e) { return column.definition.empty() ? int16_t{0} : int16_t{column.definition[static_cast<size_t>(e)]}; };
   const auto repetition = [&](int64_t e) { return column.repetition.empty() ? int16_t{0} : int16_t{column.repetition[static_cast<size_t>(e)]}; };
   const auto is_slot = [&](int64_t e, int16_t r, int16_t d) { return repetition(e) <= r && definition(e) >= d; };
@@ -381,7 +442,20 @@ void assemble(const PlanNode& node, int index, ParquetColumnValues& column, int1
       // Every entry's value is present (its definition at the maximum) when as many values
       // were decoded as there are entries (the pages' decoder checks each page's count).
       const bool every_slot_present = column.count == column.entries;
-      if (node.value_bytes == 0) {  // bytes: the values as they are, offsets a slot
+      if (node.decimal_stored >= 0) {  // decimals: each integer widened to Arrow's little-endian width
+        const auto width = static_cast<size_t>(node.value_bytes);
+        std::vector<std::byte> values;
+        values.reserve(width * static_cast<size_t>(entries));
+        for (int64_t e = 0; e < entries; ++e) {
+          if (!is_slot(e, node.slot_repetition, node.slot_definition)) continue;
+          const bool present = definition(e) == max_definition;
+          add_slot(present);
+          const size_t at = values.size();
+          values.resize(at + width);
+          if (present) widen_decimal(node, column, next++, values.data() + at, where);
+        }
+        out.write(node.first_buffer + 1, values.data(), values.size());
+      } else if (node.value_bytes == 0) {  // bytes: the values as they are, offsets a slot
         std::vector<int64_t> offsets;
         offsets.reserve(static_cast<size_t>(column.count) + 1);
         offsets.push_back(0);
@@ -605,7 +679,7 @@ ArrowIpc read_parquet_as_arrow(const std::string& path, std::span<const std::str
                   cut_for_message(node.name, 200), "'");
       }
       for (const int n : fed_by[static_cast<size_t>(c)])
-        assemble(plan.nodes[static_cast<size_t>(n)], n, values, leaf.definition, out);
+        assemble(plan.nodes[static_cast<size_t>(n)], n, values, leaf.definition, out, where);
       if (first_of_a_struct)  // kept, one copy, until the row group is decoded
         first_leaf_levels[static_cast<size_t>(c)] = {std::move(values.repetition), std::move(values.definition),
                                                      values.entries};

@@ -169,6 +169,7 @@ class FbWriter {
 // Type codes (Schema.fbs's Type union).
 enum TypeId : uint8_t {
   kNull = 1, kInt = 2, kFloatingPoint = 3, kBinary = 4, kUtf8 = 5, kBool = 6, kDecimal = 7, kTimestamp = 10,
+  kInterval = 11,
   kList = 12, kStruct = 13, kFixedSizeBinary = 15, kFixedSizeList = 16, kLargeBinary = 19, kLargeUtf8 = 20,
   kMap = 17, kLargeList = 21, kBinaryView = 23, kUtf8View = 24,
 };
@@ -375,17 +376,40 @@ inline Column map(std::string name, Column keys, Column values, const std::vecto
   return c;
 }
 
-// A type no field holds: decimal128 (16-byte values).
-inline Column decimals(std::string name, int64_t length) {
+// decimal(precision, scale) of `bit_width` bits (32, 64, 128, 256): each value its integer,
+// little-endian two's complement (an __int128 sign-extended into a decimal256's 32 bytes).
+inline Column decimals(std::string name, const std::vector<__int128>& unscaled, int32_t precision, int32_t scale,
+                       int32_t bit_width = 128, const std::vector<bool>& valid = {}) {
   Column c;
   c.name = std::move(name);
   c.type = kDecimal;
   c.type_table = table();
-  set<int32_t>(c.type_table, 0, 10);
-  set<int32_t>(c.type_table, 1, 2);
+  set<int32_t>(c.type_table, 0, precision);
+  set<int32_t>(c.type_table, 1, scale);
+  set<int32_t>(c.type_table, 2, bit_width);
+  c.length = static_cast<int64_t>(unscaled.size());
+  c.buffers.push_back(validity(valid, c.null_count));
+  std::vector<uint8_t> data;
+  for (const __int128 v : unscaled) {
+    uint8_t bytes[32];
+    std::memcpy(bytes, &v, 16);
+    std::memset(bytes + 16, v < 0 ? 0xff : 0, 16);
+    data.insert(data.end(), bytes, bytes + bit_width / 8);
+  }
+  c.buffers.push_back(std::move(data));
+  return c;
+}
+
+// A type no field holds: interval[months] (4-byte values).
+inline Column intervals(std::string name, int64_t length) {
+  Column c;
+  c.name = std::move(name);
+  c.type = kInterval;
+  c.type_table = table();
+  set<int16_t>(c.type_table, 0, 0);  // YEAR_MONTH
   c.length = length;
   c.buffers.emplace_back();
-  c.buffers.emplace_back(static_cast<size_t>(16 * length), uint8_t{0});
+  c.buffers.emplace_back(static_cast<size_t>(4 * length), uint8_t{0});
   return c;
 }
 

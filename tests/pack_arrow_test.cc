@@ -447,6 +447,66 @@ TEST(PackArrow, DamagedStringViewsAreRefused) {
   }
 }
 
+// Decimals (a database's prices, Spark's and DuckDB's DECIMAL): float64, the integer times
+// 10^-scale; the double nearest the decimal up to 15 digits (it reads back as written),
+// rounded past that; a null is NaN; every width Arrow has, and in lists.
+TEST(PackArrow, DecimalsBecomeFloat64) {
+  TempFolder dir;
+  __int128 thirty_digits = 0;  // 123456789012345678901234567890
+  for (const char digit : std::string("123456789012345678901234567890")) thirty_digits = thirty_digits * 10 + (digit - '0');
+  const std::vector<std::vector<arrow::Column>> batches = {{
+      arrow::decimals("price", {1234, -5, 0, 999999999, 7}, 9, 2, 128, {true, true, true, true, false}),
+      arrow::decimals("wide", {thirty_digits, -thirty_digits, 1, 0, 0}, 38, 10),
+      arrow::decimals("d32", {123, -1, 0, 0, 0}, 5, -2, 32),
+      arrow::decimals("d64", {123456789012345678, 0, 0, 0, 0}, 18, 4, 64),
+      arrow::decimals("d256", {-thirty_digits, 25, 0, 0, 0}, 60, 5, 256),
+      arrow::list("steps", arrow::decimals("", {15, -20, 3}, 5, 1), {0, 2, 2, 3, 3, 3}),
+  }};
+  for (int codec : {-1, 1}) {
+    SCOPED_TRACE(codec);
+    arrow::WriteOptions options;
+    options.codec = codec;
+    write_bytes(dir / "prices.arrow", arrow::write(batches, options).bytes);
+    const PackSources sources = PackSources::from_arrow(std::vector<std::string>{dir / "prices.arrow"});
+    for (const Field& f : sources.schema().fields()) EXPECT_EQ(f.dtype, kFloat64) << f.name;
+    const auto value = [&](int64_t row, size_t field) { return scalar_of<double>(sources.record(row)[field]); };
+    // Up to 15 digits: the double nearest the decimal, as a parser reads its text.
+    EXPECT_EQ(value(0, 0), std::stod("12.34"));
+    EXPECT_EQ(value(1, 0), std::stod("-0.05"));
+    EXPECT_EQ(value(2, 0), 0.0);
+    EXPECT_EQ(value(3, 0), std::stod("9999999.99"));
+    EXPECT_TRUE(std::isnan(value(4, 0)));  // null
+    EXPECT_EQ(value(0, 2), 12300.0);
+    EXPECT_EQ(value(1, 2), -100.0);
+    EXPECT_EQ(value(1, 4), std::stod("0.00025"));
+    // Past 15 digits: rounded, within a few units of the last place.
+    EXPECT_NEAR(value(0, 1), 12345678901234567890.123456789, 1e-15 * 1.2345678901234567e19);
+    EXPECT_NEAR(value(1, 1), -12345678901234567890.123456789, 1e-15 * 1.2345678901234567e19);
+    EXPECT_EQ(value(2, 1), 1e-10);
+    EXPECT_NEAR(value(0, 3), 12345678901234.5678, 1e-15 * 1.2345678901234e13);
+    EXPECT_NEAR(value(0, 4), -1234567890123456789012345.6789, 1e-15 * 1.2345678901234e24);
+    EXPECT_EQ(values_of<double>(sources.record(0)[5]), (std::vector<double>{1.5, -2.0}));
+    EXPECT_EQ(values_of<double>(sources.record(2)[5]), (std::vector<double>{std::stod("0.3")}));
+    EXPECT_EQ(sources.schema()[5].shape, (DimVector{kVariableDim}));
+    const std::string types = sources.metadata().at("arrow_types");
+    EXPECT_NE(types.find(R"x("price":"decimal128(9, 2)")x"), std::string::npos) << types;
+    EXPECT_NE(types.find(R"x("d32":"decimal32(5, -2)")x"), std::string::npos) << types;
+    EXPECT_NE(types.find(R"x("steps":"list<decimal128(5, 1)>")x"), std::string::npos) << types;
+    EXPECT_EQ(sources.metadata().at("arrow_nulls"), R"({"price":1})");
+    pack_dataset(dir / ("prices" + std::to_string(codec) + ".mmt"), sources, {});
+    EXPECT_EQ(compare_with_sources(Dataset::open(dir / ("prices" + std::to_string(codec) + ".mmt")), sources), 5);
+  }
+  // A precision no decimal of its width has is refused by name; a width Arrow lacks, as damage.
+  write_bytes(dir / "zero.arrow", arrow::write({{arrow::decimals("p", {1}, 0, 0)}}).bytes);
+  std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "zero.arrow"}); });
+  EXPECT_NE(message.find("'p' (decimal128(0, 0): a precision outside 1 to 38, or a scale outside -38 to 38)"),
+            std::string::npos)
+      << message;
+  write_bytes(dir / "odd.arrow", arrow::write({{arrow::decimals("p", {1}, 5, 0, 48)}}).bytes);
+  message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "odd.arrow"}); });
+  EXPECT_NE(message.find("field 'p' is a decimal of 48 bits"), std::string::npos) << message;
+}
+
 TEST(PackArrow, CompressedBatchesAreDecompressed) {
   TempFolder dir;
   for (int codec : {0, 1}) {
@@ -803,14 +863,14 @@ TEST(PackArrow, ColumnsChosenAndTypesNoFieldHolds) {
   TempFolder dir;
   const std::vector<std::vector<arrow::Column>> batches = {{
       arrow::numbers("label", std::vector<int64_t>{4, 5}),
-      arrow::decimals("price", 2),
+      arrow::intervals("period", 2),
       arrow::list("tags", arrow::texts("", {"a", "b"}), {0, 1, 2}),
       arrow::texts("text", {"p", "q"}),
   }};
   write_bytes(dir / "mixed.arrow", arrow::write(batches).bytes);
   const std::vector<std::string> input{dir / "mixed.arrow"};
   std::string message = error_of([&] { PackSources::from_inputs(input); });
-  EXPECT_NE(message.find("columns of types no field holds: 'price' (decimal128); choose"), std::string::npos)
+  EXPECT_NE(message.find("columns of types no field holds: 'period' (interval); choose"), std::string::npos)
       << message;
   EXPECT_NE(message.find("--field"), std::string::npos) << message;
   const std::vector<std::string> chosen{"text", "label"};
@@ -822,9 +882,9 @@ TEST(PackArrow, ColumnsChosenAndTypesNoFieldHolds) {
   message = error_of([&] { PackSources::from_inputs(input, wrong); });
   EXPECT_NE(message.find("no column 'labels' (its columns: label, tags, tags.lengths, text)"), std::string::npos)
       << message;
-  const std::vector<std::string> refused{"price"};
+  const std::vector<std::string> refused{"period"};
   message = error_of([&] { PackSources::from_inputs(input, refused); });
-  EXPECT_NE(message.find("column 'price' (decimal128) is of a type no field holds"), std::string::npos) << message;
+  EXPECT_NE(message.find("column 'period' (interval) is of a type no field holds"), std::string::npos) << message;
 
   // Files of other columns are not packed together.
   write_bytes(dir / "other.arrow", arrow::write({{arrow::numbers("label", std::vector<int32_t>{1})}}).bytes);
