@@ -38,6 +38,7 @@
 // (decimals, unions, list views, lists of lists of strings) are refused by name, unless
 // `fields` leaves them out; a struct's name in `fields` stands for all its columns.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -228,11 +229,21 @@ class BatchView {
     out = {data.offset + offset, length};
     return true;
   }
-  // The bytes node `n`'s values take in this batch, past its validity: a binary_view/
-  // string_view node's views and data buffers.
+  // The bytes a binary_view/string_view node's views and data buffers cover in this batch,
+  // each once (buffers may name the same bytes: their sum could be any multiple of the file).
   int64_t view_node_bytes(int n) const {
-    int64_t bytes = 0;
-    for (int64_t k = 1; k < 2 + data_buffers(n); ++k) bytes += buffer(n, static_cast<int>(k)).length;
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // [start, end)
+    for (int64_t k = 1; k < 2 + data_buffers(n); ++k) {
+      const ArrowBatch::Buffer& b = buffer(n, static_cast<int>(k));
+      ranges.emplace_back(b.offset, b.offset + b.length);
+    }
+    std::sort(ranges.begin(), ranges.end());
+    int64_t bytes = 0, covered = INT64_MIN;  // covered: where the ranges so far end
+    for (const auto& [start, end] : ranges) {
+      if (end <= covered) continue;
+      bytes += end - std::max(start, covered);
+      covered = end;
+    }
     return bytes;
   }
   // A dictionary index: value `index` of an integer buffer of `bytes`-byte values.
@@ -527,15 +538,28 @@ class ColumnReader {
 };
 
 // Views let many strings share bytes: a list of a million views of one megabyte-long string
-// would be a terabyte. A row that joins more bytes than its batch holds for the column, and
-// past a gigabyte, is refused as such a bomb (no real table repeats a string so).
-void refuse_repeated_views(const ArrowColumns::Column& column, int64_t row, const RowAt& at) {
-  if (!column.views || column.lengths || at.dims.empty() || at.dims.back() <= (int64_t{1} << 30)) return;
+// would be a terabyte. A row that joins more bytes than its batch's views and data buffers
+// cover, and past a gigabyte, is refused as such a bomb; so is a batch whose rows come to 1024
+// times those bytes, and past a gigabyte (`batch_total` adds this row's; a table gathered with
+// repeats stays far below that). A dictionary's values are one string a row, as in other
+// dictionaries.
+void refuse_repeated_views(const ArrowColumns::Column& column, int64_t row, const RowAt& at,
+                           int64_t* batch_total = nullptr) {
+  if (!column.views || column.lengths || column.dictionary || at.null || at.dims.empty()) return;
+  constexpr int64_t kGigabyte = int64_t{1} << 30;
+  const int64_t bytes = at.dims.back();
+  int64_t total = 0;
+  if (batch_total != nullptr && __builtin_add_overflow(*batch_total, bytes, batch_total)) *batch_total = INT64_MAX;
+  if (batch_total != nullptr) total = *batch_total;
+  if (bytes <= kGigabyte && total <= kGigabyte) return;
   const int64_t held = at.view.view_node_bytes(column.leaf_node);
-  if (at.dims.back() > held)
-    throw FormatError(str(at.view.where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row,
-                          ": its strings come to ", at.dims.back(), " bytes, where the batch holds ", held,
-                          " for the column: views repeating the same bytes, refused as a bomb"));
+  const bool row_over = bytes > kGigabyte && bytes > held;
+  const bool batch_over = total > kGigabyte && total / 1024 > held;
+  if (!row_over && !batch_over) return;
+  throw FormatError(str(at.view.where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row, ": ",
+                        row_over ? str("its strings come to ", bytes) : str("the rows up to it come to ", total),
+                        " bytes, where the batch's views and data hold ", held,
+                        ": views repeating the same bytes, refused as a bomb"));
 }
 
 // Runs fn() with a fault reading either of an input's mappings (the file, its decompressed
@@ -966,13 +990,14 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
     RowAt at;
     for (size_t b = 0; b < arrow->batches.size(); ++b) {
       const ColumnReader reader(*arrow, b);
+      int64_t view_bytes = 0;  // the batch's rows' so far, for refuse_repeated_views
       guard_input(arrow->inputs[arrow->batches[b].input], [&] {
         reader.view().check(column);
         const ArrowIpc& ipc = arrow->inputs[arrow->batches[b].input];
         const int64_t rows = ipc.batches[arrow->batches[b].batch].rows;
         for (int64_t r = 0; r < rows; ++r) {
           reader.row(column, r, at);
-          refuse_repeated_views(column, r, at);
+          refuse_repeated_views(column, r, at, &view_bytes);
           if (at.null) {
             // Floats take NaN where the field is fixed (as pandas reads them); a variable
             // field stores the row empty (its outer length then varies).
@@ -992,11 +1017,11 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
             if (length == kVariableDim) continue;  // under an empty list: unknown
             common[k] = common[k] == -2 ? length : common[k] == length ? length : -1;
           }
-          const bool items = column.leaf == ArrowColumns::Leaf::Values || column.leaf == ArrowColumns::Leaf::Decimal ||
-                             column.lengths;
-          out.total_bytes_ += items          ? (at.end - at.start) * column.item
-                              : column.views ? at.dims.back()
-                                             : at.end - at.start;
+          const bool items = column.leaf == ArrowColumns::Leaf::Values || column.lengths;
+          out.total_bytes_ += items                                         ? (at.end - at.start) * column.item
+                              : column.leaf == ArrowColumns::Leaf::Decimal ? (at.end - at.start) * 8  // as float64
+                              : column.views                                ? at.dims.back()
+                                                                            : at.end - at.start;
         }
       });
     }
@@ -1102,8 +1127,19 @@ double decimal_value(const std::byte* p, int64_t bytes, int scale) {
                 : std::ldexp(static_cast<double>(high), 128) + static_cast<double>(static_cast<unsigned __int128>(low));
   }
   const int magnitude = scale < 0 ? -scale : scale;
-  const double power = magnitude < 23 ? kPowers[magnitude] : std::pow(10.0, magnitude);
-  return scale >= 0 ? value / power : value * power;
+  if (magnitude < 23) return scale >= 0 ? value / kPowers[magnitude] : value * kPowers[magnitude];
+  // 10^23 and past are not doubles: the decimal's text, read back, is the nearest one (for an
+  // integer a double holds exactly; a larger one is rounded already).
+  if (std::abs(value) < 0x1p53) {
+    char text[48];
+    const auto integer = std::to_chars(text, text + 24, static_cast<int64_t>(value)).ptr;
+    *integer = 'e';
+    const auto end = std::to_chars(integer + 1, text + sizeof text, -scale).ptr;
+    double nearest = 0;
+    std::from_chars(text, end, nearest);  // never out of range: 16 digits, an exponent within 76
+    return nearest;
+  }
+  return scale >= 0 ? value / std::pow(10.0, magnitude) : value * std::pow(10.0, magnitude);
 }
 
 // The strings [at.start, at.end) of a binary_view/string_view column, their bytes joined: one

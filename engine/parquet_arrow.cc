@@ -369,9 +369,8 @@ struct DecodedGroup {
 
 // Value `i` of a decimal column, Parquet's integer (little-endian INT32 or INT64, big-endian
 // bytes otherwise), as Arrow's: node.value_bytes of little-endian two's complement at `out`.
-// FormatError for a value of more bytes than that which are not its sign's.
-void widen_decimal(const PlanNode& node, const ParquetColumnValues& column, int64_t i, std::byte* out,
-                   const std::string& where) {
+// False for a value of more bytes than that which are not its sign's.
+bool widen_decimal(const PlanNode& node, const ParquetColumnValues& column, int64_t i, std::byte* out) {
   const auto width = static_cast<size_t>(node.value_bytes);
   const std::byte* value;
   size_t length;
@@ -385,20 +384,19 @@ void widen_decimal(const PlanNode& node, const ParquetColumnValues& column, int6
   if (node.decimal_stored == 4 || node.decimal_stored == 8) {  // little-endian already
     std::memcpy(out, value, length);
     std::memset(out + length, static_cast<int>(value[length - 1] >> 7) != 0 ? 0xff : 0, width - length);
-    return;
+    return true;
   }
   if (length == 0) {  // an empty byte array: zero, as Arrow's readers take it
     std::memset(out, 0, width);
-    return;
+    return true;
   }
   const std::byte sign = (value[0] >> 7) != std::byte{0} ? std::byte{0xff} : std::byte{0};
   for (size_t k = 0; k + width < length; ++k)  // bytes past Arrow's width only repeat the sign
-    if (value[k] != sign || (k + 1 + width == length && ((value[k + 1] ^ sign) >> 7) != std::byte{0}))
-      throw FormatError(str(where, ": decimal value ", i, " takes ", length, " bytes, past the ", width,
-                            " of its precision's"));
+    if (value[k] != sign || (k + 1 + width == length && ((value[k + 1] ^ sign) >> 7) != std::byte{0})) return false;
   const size_t used = std::min(length, width);
   for (size_t k = 0; k < used; ++k) out[k] = value[length - 1 - k];
   std::memset(out + used, static_cast<int>(sign), width - used);
+  return true;
 }
 
 // Writes node `index`'s buffers, and its length and nulls, from its column's levels and values.
@@ -444,6 +442,12 @@ void assemble(const PlanNode& node, int index, ParquetColumnValues& column, int1
       const bool every_slot_present = column.count == column.entries;
       if (node.decimal_stored >= 0) {  // decimals: each integer widened to Arrow's little-endian width
         const auto width = static_cast<size_t>(node.value_bytes);
+        // Held to the column's decoding limit as its values were: a null costs a level's bit in
+        // the file and 16 or 32 bytes here.
+        if (entries > column.limit / static_cast<int64_t>(width))
+          throw ValueError(str(where, ": its ", entries, " decimals widen to more than ", column.limit,
+                               " bytes (1024 times its column chunk's bytes in the file, and at least an eighth of ",
+                               "this machine's memory); such a file is refused as a decompression bomb"));
         std::vector<std::byte> values;
         values.reserve(width * static_cast<size_t>(entries));
         for (int64_t e = 0; e < entries; ++e) {
@@ -452,7 +456,11 @@ void assemble(const PlanNode& node, int index, ParquetColumnValues& column, int1
           add_slot(present);
           const size_t at = values.size();
           values.resize(at + width);
-          if (present) widen_decimal(node, column, next++, values.data() + at, where);
+          if (present && !widen_decimal(node, column, next++, values.data() + at))
+            // Entries are rows when nothing repeats: name the row, else the value's place.
+            throw FormatError(str(where, ": ", column.repetition.empty() ? "row " : "value ",
+                                  column.repetition.empty() ? e : next - 1, ": a decimal of more bytes than the ", width,
+                                  " of its precision's"));
         }
         out.write(node.first_buffer + 1, values.data(), values.size());
       } else if (node.value_bytes == 0) {  // bytes: the values as they are, offsets a slot

@@ -419,11 +419,41 @@ TEST(PackArrow, DamagedStringViewsAreRefused) {
   for (int k = 1; k < 1100; ++k) repeated.buffers[1].insert(repeated.buffers[1].end(), view.begin(), view.end());
   repeated.length = 1100;
   write_bytes(dir / "bomb.arrow", arrow::write({{arrow::list("words", repeated, {0, 1100})}}).bytes);
-  const std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "bomb.arrow"}); });
-  EXPECT_NE(message.find("column 'words', row 0: its strings come to 1153433600 bytes, where the batch holds"),
+  std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "bomb.arrow"}); });
+  EXPECT_NE(message.find("column 'words', row 0: its strings come to 1153433600 bytes, where the batch's views and data hold"),
             std::string::npos)
       << message;
   EXPECT_NE(message.find("refused as a bomb"), std::string::npos) << message;
+  // The same, with 1,099 more data buffers that all name the first one's megabyte: the bytes
+  // the batch holds are counted once.
+  arrow::Column aliased = repeated;
+  for (int k = 1; k < 1100; ++k) aliased.buffers.emplace_back();
+  aliased.data_buffers = 1100;
+  std::vector<uint8_t> bytes = arrow::write({{arrow::list("words", aliased, {0, 1100})}}).bytes;
+  // The buffer specs (offset, length): the megabyte's, then the empty ones, pointed at it.
+  size_t spec = 0;
+  for (size_t p = 8; p + 24 <= bytes.size() && spec == 0; p += 8) {
+    int64_t length, next_length;
+    std::memcpy(&length, &bytes[p], 8);
+    std::memcpy(&next_length, &bytes[p + 16], 8);
+    if (length == int64_t{1} << 20 && next_length == 0) spec = p - 8;
+  }
+  ASSERT_NE(spec, 0u);
+  for (int k = 1; k < 1100; ++k) std::memcpy(&bytes[spec + 16 * static_cast<size_t>(k)], &bytes[spec], 16);
+  write_bytes(dir / "aliased.arrow", bytes);
+  message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "aliased.arrow"}); });
+  EXPECT_NE(message.find("column 'words', row 0: its strings come to 1153433600 bytes"), std::string::npos) << message;
+  // 110 rows of 10 views of it each: no row past a gigabyte, but 105 rows are past 1,024 times
+  // the bytes the batch holds.
+  arrow::Column rows_of_ten = repeated;
+  std::vector<int64_t> offsets;
+  for (int64_t r = 0; r <= 110; ++r) offsets.push_back(10 * r);
+  write_bytes(dir / "rows.arrow", arrow::write({{arrow::list("words", rows_of_ten, offsets)}}).bytes);
+  message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "rows.arrow"}); });
+  EXPECT_NE(message.find("column 'words', row 104: the rows up to it come to 1101004800 bytes, where the batch's views "
+                         "and data hold"),
+            std::string::npos)
+      << message;
 
   // Every bit of a small file flipped, bodies too (the views are values the reader checks):
   // read or refused, never a crash or a read outside the file.
@@ -454,7 +484,7 @@ TEST(PackArrow, DecimalsBecomeFloat64) {
   TempFolder dir;
   __int128 thirty_digits = 0;  // 123456789012345678901234567890
   for (const char digit : std::string("123456789012345678901234567890")) thirty_digits = thirty_digits * 10 + (digit - '0');
-  const std::vector<std::vector<arrow::Column>> batches = {{
+  std::vector<std::vector<arrow::Column>> batches = {{
       arrow::decimals("price", {1234, -5, 0, 999999999, 7}, 9, 2, 128, {true, true, true, true, false}),
       arrow::decimals("wide", {thirty_digits, -thirty_digits, 1, 0, 0}, 38, 10),
       arrow::decimals("d32", {123, -1, 0, 0, 0}, 5, -2, 32),
@@ -462,6 +492,12 @@ TEST(PackArrow, DecimalsBecomeFloat64) {
       arrow::decimals("d256", {-thirty_digits, 25, 0, 0, 0}, 60, 5, 256),
       arrow::list("steps", arrow::decimals("", {15, -20, 3}, 5, 1), {0, 2, 2, 3, 3, 3}),
   }};
+  // A second batch (of the schema's types: the first batch's).
+  batches.push_back({
+      arrow::decimals("price", {5}, 9, 2), arrow::decimals("wide", {5}, 38, 10),
+      arrow::decimals("d32", {3}, 5, -2, 32), arrow::decimals("d64", {3}, 18, 4, 64),
+      arrow::decimals("d256", {1}, 60, 5, 256), arrow::list("steps", arrow::decimals("", {}, 5, 1), {0, 0}),
+  });
   for (int codec : {-1, 1}) {
     SCOPED_TRACE(codec);
     arrow::WriteOptions options;
@@ -493,8 +529,26 @@ TEST(PackArrow, DecimalsBecomeFloat64) {
     EXPECT_NE(types.find(R"x("d32":"decimal32(5, -2)")x"), std::string::npos) << types;
     EXPECT_NE(types.find(R"x("steps":"list<decimal128(5, 1)>")x"), std::string::npos) << types;
     EXPECT_EQ(sources.metadata().at("arrow_nulls"), R"({"price":1})");
+    EXPECT_EQ(value(5, 0), 0.05);
+    EXPECT_EQ(value(5, 1), 5e-10);
+    EXPECT_EQ(value(5, 2), 300.0);
+    EXPECT_EQ(value(5, 3), 3e-4);
+    EXPECT_EQ(value(5, 4), 1e-5);
+    EXPECT_EQ(sources.record(5)[5].numel(), 0);
     pack_dataset(dir / ("prices" + std::to_string(codec) + ".mmt"), sources, {});
-    EXPECT_EQ(compare_with_sources(Dataset::open(dir / ("prices" + std::to_string(codec) + ".mmt")), sources), 5);
+    EXPECT_EQ(compare_with_sources(Dataset::open(dir / ("prices" + std::to_string(codec) + ".mmt")), sources), 6);
+  }
+  // Past 10^22 either way, the double nearest each decimal still, as a parser reads its text.
+  write_bytes(dir / "scales.arrow",
+              arrow::write({{arrow::decimals("small", {5, 1, 123456789012345, -7}, 38, 23),
+                             arrow::decimals("large", {3, -3, 999999999999999, 1}, 18, -25)}})
+                  .bytes);
+  const PackSources scales = PackSources::from_arrow(std::vector<std::string>{dir / "scales.arrow"});
+  const std::vector<std::string> small = {"5e-23", "1e-23", "123456789012345e-23", "-7e-23"};
+  const std::vector<std::string> large = {"3e25", "-3e25", "999999999999999e25", "1e25"};
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(scales.record(r)[0].item<double>(), std::stod(small[static_cast<size_t>(r)])) << r;
+    EXPECT_EQ(scales.record(r)[1].item<double>(), std::stod(large[static_cast<size_t>(r)])) << r;
   }
   // A precision no decimal of its width has is refused by name; a width Arrow lacks, as damage.
   write_bytes(dir / "zero.arrow", arrow::write({{arrow::decimals("p", {1}, 0, 0)}}).bytes);

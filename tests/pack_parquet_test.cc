@@ -625,11 +625,12 @@ TEST(PackParquet, DecimalsBecomeFloat64) {
   EXPECT_EQ(at(3, 2), 0.001);
   EXPECT_EQ(spark.metadata().at("arrow_types"),
             R"x({"amount":"decimal128(25, 5)","price":"decimal128(20, 2)","wide":"decimal256(45, 3)"})x");
-  // A value of more bytes than its precision's that are not its sign's: refused, naming it.
+  // A value of more bytes than its precision's, past its sign's (2^127 in 17 bytes): refused,
+  // naming its row.
   const std::string too_long = error_of([&] {
     (void)PackSources::from_inputs(std::vector<std::string>{(kData / "edge" / "decimal_too_long.parquet").string()});
   });
-  EXPECT_NE(too_long.find("row group 0, column 'd': decimal value 0 takes 17 bytes, past the 16 of its precision's"),
+  EXPECT_NE(too_long.find("row group 0, column 'd': row 3: a decimal of more bytes than the 16 of its precision's"),
             std::string::npos)
       << too_long;
   // Inside a list of structs (repeated group pts { x; d: DECIMAL(0, 0) }, no precision): named,
