@@ -538,27 +538,31 @@ class ColumnReader {
 };
 
 // Views let many strings share bytes: a list of a million views of one megabyte-long string
-// would be a terabyte. A row that joins more bytes than its batch's views and data buffers
-// cover, and past a gigabyte, is refused as such a bomb; so is a batch whose rows come to 1024
-// times those bytes, and past a gigabyte (`batch_total` adds this row's; a table gathered with
-// repeats stays far below that). A dictionary's values are one string a row, as in other
-// dictionaries.
+// would be a terabyte. A row of a list of strings that joins more bytes than its batch's views
+// and data buffers cover, and past a gigabyte, is refused as such a bomb; so is a batch whose
+// rows come to 1024 times those bytes, and past a gigabyte (`batch_total` adds this row's;
+// `held`, -1 until then, keeps the batch's bytes). A column of one string a row (as a
+// dictionary's) holds each within its data buffer: no row or batch is bigger than a plain
+// column of those strings would be.
 void refuse_repeated_views(const ArrowColumns::Column& column, int64_t row, const RowAt& at,
-                           int64_t* batch_total = nullptr) {
-  if (!column.views || column.lengths || column.dictionary || at.null || at.dims.empty()) return;
+                           int64_t* batch_total = nullptr, int64_t* held = nullptr) {
+  if (!column.views || column.lengths || column.path.size() == column.structs || at.null || at.dims.empty()) return;
   constexpr int64_t kGigabyte = int64_t{1} << 30;
   const int64_t bytes = at.dims.back();
   int64_t total = 0;
   if (batch_total != nullptr && __builtin_add_overflow(*batch_total, bytes, batch_total)) *batch_total = INT64_MAX;
   if (batch_total != nullptr) total = *batch_total;
   if (bytes <= kGigabyte && total <= kGigabyte) return;
-  const int64_t held = at.view.view_node_bytes(column.leaf_node);
-  const bool row_over = bytes > kGigabyte && bytes > held;
-  const bool batch_over = total > kGigabyte && total / 1024 > held;
+  int64_t covered = held != nullptr ? *held : -1;
+  if (covered < 0) covered = at.view.view_node_bytes(column.leaf_node);  // sorts the buffers: once a batch
+  if (held != nullptr) *held = covered;
+  const bool row_over = bytes > kGigabyte && bytes > covered;
+  const bool batch_over = total > kGigabyte && total / 1024 > covered;
   if (!row_over && !batch_over) return;
   throw FormatError(str(at.view.where(), ": column '", detail::cut_for_message(column.name, 100), "', row ", row, ": ",
-                        row_over ? str("its strings come to ", bytes) : str("the rows up to it come to ", total),
-                        " bytes, where the batch's views and data hold ", held,
+                        row_over ? str("its strings come to ", bytes, " bytes, more than")
+                                 : str("the rows up to it come to ", total, " bytes, more than 1024 times"),
+                        " the ", covered, " the batch's views and data hold",
                         ": views repeating the same bytes, refused as a bomb"));
 }
 
@@ -990,14 +994,14 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
     RowAt at;
     for (size_t b = 0; b < arrow->batches.size(); ++b) {
       const ColumnReader reader(*arrow, b);
-      int64_t view_bytes = 0;  // the batch's rows' so far, for refuse_repeated_views
+      int64_t view_bytes = 0, view_held = -1;  // for refuse_repeated_views
       guard_input(arrow->inputs[arrow->batches[b].input], [&] {
         reader.view().check(column);
         const ArrowIpc& ipc = arrow->inputs[arrow->batches[b].input];
         const int64_t rows = ipc.batches[arrow->batches[b].batch].rows;
         for (int64_t r = 0; r < rows; ++r) {
           reader.row(column, r, at);
-          refuse_repeated_views(column, r, at, &view_bytes);
+          refuse_repeated_views(column, r, at, &view_bytes, &view_held);
           if (at.null) {
             // Floats take NaN where the field is fixed (as pandas reads them); a variable
             // field stores the row empty (its outer length then varies).

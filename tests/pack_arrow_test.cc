@@ -420,7 +420,8 @@ TEST(PackArrow, DamagedStringViewsAreRefused) {
   repeated.length = 1100;
   write_bytes(dir / "bomb.arrow", arrow::write({{arrow::list("words", repeated, {0, 1100})}}).bytes);
   std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "bomb.arrow"}); });
-  EXPECT_NE(message.find("column 'words', row 0: its strings come to 1153433600 bytes, where the batch's views and data hold"),
+  EXPECT_NE(message.find("column 'words', row 0: its strings come to 1153433600 bytes, more than the 1066176 the batch's "
+                         "views and data hold"),
             std::string::npos)
       << message;
   EXPECT_NE(message.find("refused as a bomb"), std::string::npos) << message;
@@ -442,7 +443,9 @@ TEST(PackArrow, DamagedStringViewsAreRefused) {
   for (int k = 1; k < 1100; ++k) std::memcpy(&bytes[spec + 16 * static_cast<size_t>(k)], &bytes[spec], 16);
   write_bytes(dir / "aliased.arrow", bytes);
   message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "aliased.arrow"}); });
-  EXPECT_NE(message.find("column 'words', row 0: its strings come to 1153433600 bytes"), std::string::npos) << message;
+  EXPECT_NE(message.find("column 'words', row 0: its strings come to 1153433600 bytes, more than the 1066176"),
+            std::string::npos)
+      << message;
   // 110 rows of 10 views of it each: no row past a gigabyte, but 105 rows are past 1,024 times
   // the bytes the batch holds.
   arrow::Column rows_of_ten = repeated;
@@ -450,10 +453,19 @@ TEST(PackArrow, DamagedStringViewsAreRefused) {
   for (int64_t r = 0; r <= 110; ++r) offsets.push_back(10 * r);
   write_bytes(dir / "rows.arrow", arrow::write({{arrow::list("words", rows_of_ten, offsets)}}).bytes);
   message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "rows.arrow"}); });
-  EXPECT_NE(message.find("column 'words', row 104: the rows up to it come to 1101004800 bytes, where the batch's views "
-                         "and data hold"),
+  EXPECT_NE(message.find("column 'words', row 104: the rows up to it come to 1101004800 bytes, more than 1024 times "
+                         "the 1066176 the batch's views and data hold"),
             std::string::npos)
       << message;
+
+  // One string a row, every row a view of the same 20 KiB (what a broadcast literal makes): as
+  // a dictionary of one value, no bomb, though its rows come to 2 GB.
+  arrow::Column broadcast = arrow::string_views("text", {std::string(20 << 10, 'b')}, {}, true, 20 << 10);
+  const std::vector<uint8_t> one_view(broadcast.buffers[1].begin(), broadcast.buffers[1].end());
+  for (int k = 1; k < 100000; ++k) broadcast.buffers[1].insert(broadcast.buffers[1].end(), one_view.begin(), one_view.end());
+  broadcast.length = 100000;
+  write_bytes(dir / "broadcast.arrow", arrow::write({{broadcast}}).bytes);
+  EXPECT_EQ(PackSources::from_arrow(std::vector<std::string>{dir / "broadcast.arrow"}).total_bytes(), int64_t{100000} * (20 << 10));
 
   // Every bit of a small file flipped, bodies too (the views are values the reader checks):
   // read or refused, never a crash or a read outside the file.
