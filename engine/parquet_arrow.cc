@@ -440,30 +440,7 @@ void assemble(const PlanNode& node, int index, ParquetColumnValues& column, int1
       // Every entry's value is present (its definition at the maximum) when as many values
       // were decoded as there are entries (the pages' decoder checks each page's count).
       const bool every_slot_present = column.count == column.entries;
-      if (node.decimal_stored >= 0) {  // decimals: each integer widened to Arrow's little-endian width
-        const auto width = static_cast<size_t>(node.value_bytes);
-        // Held to the column's decoding limit as its values were: a null costs a level's bit in
-        // the file and 16 or 32 bytes here.
-        if (entries > column.limit / static_cast<int64_t>(width))
-          throw ValueError(str(where, ": its ", entries, " decimals widen to more than ", column.limit,
-                               " bytes (1024 times its column chunk's bytes in the file, and at least an eighth of ",
-                               "this machine's memory); such a file is refused as a decompression bomb"));
-        std::vector<std::byte> values;
-        values.reserve(width * static_cast<size_t>(entries));
-        for (int64_t e = 0; e < entries; ++e) {
-          if (!is_slot(e, node.slot_repetition, node.slot_definition)) continue;
-          const bool present = definition(e) == max_definition;
-          add_slot(present);
-          const size_t at = values.size();
-          values.resize(at + width);
-          if (present && !widen_decimal(node, column, next++, values.data() + at))
-            // Entries are rows when nothing repeats: name the row, else the value's place.
-            throw FormatError(str(where, ": ", column.repetition.empty() ? "row " : "value ",
-                                  column.repetition.empty() ? e : next - 1, ": a decimal of more bytes than the ", width,
-                                  " of its precision's"));
-        }
-        out.write(node.first_buffer + 1, values.data(), values.size());
-      } else if (node.value_bytes == 0) {  // bytes: the values as they are, offsets a slot
+      if (node.value_bytes == 0) {  // bytes: the values as they are, offsets a slot
         std::vector<int64_t> offsets;
         offsets.reserve(static_cast<size_t>(column.count) + 1);
         offsets.push_back(0);
@@ -492,11 +469,18 @@ void assemble(const PlanNode& node, int index, ParquetColumnValues& column, int1
       } else {
         const auto width = static_cast<size_t>(node.value_bytes);
         const size_t stored = column.count > 0 ? column.values.size() / static_cast<size_t>(column.count) : width;
-        if (every_slot_present && stored == width) {  // as decoded: no copy
+        const bool decimal = node.decimal_stored >= 0;  // each integer widened to Arrow's width
+        if (every_slot_present && stored == width && !decimal) {  // as decoded: no copy
           length = column.count;
           out.take(node.first_buffer + 1, std::move(column.values));
           break;
         }
+        // Held to the column's decoding limit as its values were: a null decimal costs a
+        // level's bit in the file and 16 or 32 bytes here.
+        if (decimal && entries > column.limit / static_cast<int64_t>(width))
+          throw ValueError(str(where, ": its ", entries, " decimals widen to more than ", column.limit,
+                               " bytes (1024 times its column chunk's bytes in the file, and at least an eighth of ",
+                               "this machine's memory); such a file is refused as a decompression bomb"));
         std::vector<std::byte> values;
         values.reserve(static_cast<size_t>(entries) * width);
         for (int64_t e = 0; e < entries; ++e) {
@@ -505,8 +489,15 @@ void assemble(const PlanNode& node, int index, ParquetColumnValues& column, int1
           add_slot(present);
           const size_t at = values.size();
           values.resize(at + width);
-          // A narrower value (INT(8), INT(16) in INT32s) is the low bytes: little-endian.
-          if (present) std::memcpy(values.data() + at, column.values.data() + static_cast<size_t>(next++) * stored, width);
+          if (!present) continue;
+          if (!decimal) {  // a narrower value (INT(8), INT(16) in INT32s) is the low bytes: little-endian
+            std::memcpy(values.data() + at, column.values.data() + static_cast<size_t>(next++) * stored, width);
+          } else if (!widen_decimal(node, column, next++, values.data() + at)) {
+            // Entries are rows when nothing repeats: name the row, else the value's place.
+            throw FormatError(str(where, ": ", column.repetition.empty() ? "row " : "value ",
+                                  column.repetition.empty() ? e : next - 1, ": a decimal of more bytes than the ",
+                                  width, " of its precision's"));
+          }
         }
         out.write(node.first_buffer + 1, values.data(), values.size());
       }
