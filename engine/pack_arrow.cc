@@ -33,8 +33,9 @@
 //                                                   size lists); a null struct inside is refused
 //   a map (a list of struct<key, value>)            the same: NAME.key and NAME.value
 // A null row is stored as NaN in a fixed-shape float field (as pandas reads it), empty in a
-// variable-length one (counted, per field, in the metadata key "arrow_nulls"); a null in
-// another fixed field, or inside a list, is refused. Other types
+// variable-length one, zeros in another fixed one beside a field NAME.valid (bool: the row is
+// not null) (nulls counted, per field, in the metadata key "arrow_nulls"); a null inside a list
+// is refused. Other types
 // (decimals, unions, list views, lists of lists of strings) are refused by name, unless
 // `fields` leaves them out; a struct's name in `fields` stands for all its columns.
 #include <algorithm>
@@ -88,6 +89,11 @@ struct ArrowColumns {
     // A list of strings is two fields: its strings joined (bytes), and, under NAME.lengths,
     // each one's length in bytes (int64, a value a string): this is the second.
     bool lengths = false;
+    // A column of fixed shape (not float) with null rows stores zeros there, and beside it,
+    // under NAME.valid, whether each row is not null (bool): this is the second. `masked`
+    // marks the first.
+    bool validity = false;
+    bool masked = false;
     // A dictionary-encoded column: its indices are node `index_node` of the record batches,
     // its values (the leaf) node 0 of its dictionary's batches.
     bool dictionary = false;
@@ -1004,13 +1010,14 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
           refuse_repeated_views(column, r, at, &view_bytes, &view_held);
           if (at.null) {
             // Floats take NaN where the field is fixed (as pandas reads them); a variable
-            // field stores the row empty (its outer length then varies).
+            // field stores the row empty (its outer length then varies); other fixed fields
+            // store zeros, and NAME.valid says which rows are null.
             const bool outer_variable = levels > 0 && lists[0]->kind != ArrowColumns::Level::Kind::FixedList;
-            MMT_CHECK(floating || variable_leaf || outer_variable, ValueError, reader.where(), ": column '",
-                      detail::cut_for_message(column.name, 100), "', row ", r, ": a null ", column.type_name,
-                      ", which a field of fixed shape cannot store (nulls are stored as NaN in floats, empty in ",
-                      "variable-length fields); leave the column out (choose the others with --field), or fill its nulls first");
             ++column.nulls;
+            if (!floating && !variable_leaf && !outer_variable) {
+              column.masked = true;
+              continue;
+            }
             // Stored empty: the outer length varies, a fixed-size list's of strings too (its
             // lengths field is then ragged). Floats keep their shape, filled with NaN.
             if (levels > 0 && !floating) common[0] = -1;
@@ -1037,6 +1044,24 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
     if (column.leaf == ArrowColumns::Leaf::FixedBytes) column.shape.push_back(column.item);
     if (variable_leaf && !column.lengths) column.shape.push_back(kVariableDim);
   }
+
+  // Each masked column's NAME.valid, right after it.
+  std::vector<ArrowColumns::Column> with_validity;
+  for (ArrowColumns::Column& column : arrow->columns) {
+    with_validity.push_back(column);
+    if (!column.masked) continue;
+    ArrowColumns::Column valid = column;
+    valid.name += ".valid";
+    valid.type_name += " (valid)";
+    valid.masked = false;
+    valid.validity = true;
+    valid.dtype = kBool;
+    valid.shape.clear();
+    valid.nulls = 0;
+    out.total_bytes_ += out.records_;
+    with_validity.push_back(std::move(valid));
+  }
+  arrow->columns = std::move(with_validity);
 
   std::vector<Field> schema_fields;
   nlohmann::json types = nlohmann::json::object(), nulls = nlohmann::json::object();
@@ -1193,9 +1218,14 @@ void PackSources::arrow_record(int64_t index, std::vector<Tensor>& values) const
     const ArrowColumns::Column& column = arrow.columns[c];
     const Field& field = schema_[c];
     RowAt& at = rows[c];
-    if (at.null) {  // NaN in a fixed float field, else empty (checked when the sources were made)
+    if (column.validity) {
+      values[c] = full({}, at.null ? 0 : 1, kBool);
+      continue;
+    }
+    if (at.null) {  // NaN in a fixed float field, zeros in another, else empty
       if (field.is_fixed()) {
-        values[c] = full(field.shape, std::numeric_limits<double>::quiet_NaN(), field.dtype);
+        values[c] = full(field.shape, is_floating_point(field.dtype) ? std::numeric_limits<double>::quiet_NaN() : 0.0,
+                         field.dtype);
         continue;
       }
       DimVector shape = field.shape;

@@ -916,13 +916,30 @@ TEST(PackArrow, StructsAreFlattenedAndNullsStoredAsHuggingFaceReadsThem) {
   EXPECT_EQ(sources.metadata().at("arrow_nulls"),
             R"({"caption":1,"image.bytes":1,"image.path":2,"score":1,"tokens":1})");
 
-  // A null where a field cannot hold one: named, with the way out.
+  // A null in an integer (a bool, fixed bytes...): zero, and NAME.valid false (a mask, as a
+  // training loop applies one); a column without nulls has none.
   write_bytes(dir / "labels.arrow",
-              arrow::write({{arrow::numbers("label", std::vector<int64_t>{1, 0, 3}, {true, false, true})}}).bytes);
-  const std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "labels.arrow"}); });
-  EXPECT_NE(message.find("column 'label', row 1: a null int64, which a field of fixed shape cannot store"),
-            std::string::npos)
-      << message;
+              arrow::write({{arrow::numbers("label", std::vector<int64_t>{1, 7, 3}, {true, false, true}),
+                             arrow::bools("flag", {true, true, false}, {false, true, true}),
+                             arrow::numbers("id", std::vector<int32_t>{4, 5, 6})}})
+                  .bytes);
+  const PackSources labels = PackSources::from_arrow(std::vector<std::string>{dir / "labels.arrow"});
+  std::vector<std::string> names;
+  for (const Field& f : labels.schema().fields()) names.push_back(f.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"label", "label.valid", "flag", "flag.valid", "id"}));
+  EXPECT_EQ(labels.schema()[1].dtype, kBool);
+  EXPECT_TRUE(labels.schema()[1].shape.empty());
+  EXPECT_EQ(scalar_of<int64_t>(labels.record(0)[0]), 1);
+  EXPECT_EQ(scalar_of<int64_t>(labels.record(1)[0]), 0);  // null: zero, not the 7 beneath it
+  EXPECT_EQ(scalar_of<bool>(labels.record(0)[1]), true);
+  EXPECT_EQ(scalar_of<bool>(labels.record(1)[1]), false);
+  EXPECT_EQ(scalar_of<bool>(labels.record(0)[2]), false);
+  EXPECT_EQ(scalar_of<bool>(labels.record(0)[3]), false);
+  EXPECT_EQ(scalar_of<bool>(labels.record(2)[3]), true);
+  EXPECT_EQ(labels.metadata().at("arrow_nulls"), R"({"flag":1,"label":1})");
+  EXPECT_NE(labels.metadata().at("arrow_types").find(R"x("label.valid":"int64 (valid)")x"), std::string::npos);
+  pack_dataset(dir / "labels.mmt", labels, {});
+  EXPECT_EQ(compare_with_sources(Dataset::open(dir / "labels.mmt"), labels), 3);
 }
 
 TEST(PackArrow, ColumnsChosenAndTypesNoFieldHolds) {
@@ -1071,11 +1088,13 @@ TEST(PackArrow, NullFixedSizeListsAsPyarrowWritesThem) {
                                                                    {true, true, false, false}),
                                                2, 2, {true, false})}})
                   .bytes);
-  const std::string message = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "i.arrow"}); });
-  EXPECT_NE(message.find("column 'v', row 1: a null fixed_size_list<int16>[2], which a field of fixed shape cannot "
-                         "store"),
-            std::string::npos)
-      << message;
+  // Of integers: zeros of its shape, and v.valid.
+  const PackSources ints = PackSources::from_arrow(std::vector<std::string>{dir / "i.arrow"});
+  EXPECT_EQ(ints.schema()[0].shape, (DimVector{2}));
+  EXPECT_EQ(values_of<int16_t>(ints.record(0)[0]), (std::vector<int16_t>{1, 2}));
+  EXPECT_EQ(values_of<int16_t>(ints.record(1)[0]), (std::vector<int16_t>{0, 0}));
+  EXPECT_EQ(ints.schema()[1].name, "v.valid");
+  EXPECT_EQ(scalar_of<bool>(ints.record(1)[1]), false);
 }
 
 // Dictionary-encoded columns (pandas categoricals, polars' categorical): each row its value.

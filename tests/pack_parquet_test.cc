@@ -658,10 +658,13 @@ TEST(PackParquet, DecimalsBecomeFloat64) {
             std::string::npos);
   const std::string missing = error_of([&] { (void)PackSources::from_inputs(std::vector<std::string>{types}, std::vector<std::string>{"nope"}); });
   EXPECT_NE(missing.find("no column 'nope' (its columns: i8, i16"), std::string::npos) << missing;
-  // A null in an integer column cannot be stored; in a float column it is NaN.
-  EXPECT_NE(error_of([&] { (void)PackSources::from_inputs(std::vector<std::string>{types}, std::vector<std::string>{"i8"}); })
-                .find("column 'i8', row 5: a null int8"),
-            std::string::npos);
+  // A null in an integer column is zero, and i8.valid false; in a float column it is NaN.
+  const PackSources i8 = PackSources::from_inputs(std::vector<std::string>{types}, std::vector<std::string>{"i8"});
+  ASSERT_EQ(i8.schema().size(), 2u);
+  EXPECT_EQ(i8.schema()[1].name, "i8.valid");
+  EXPECT_EQ(i8.record(5)[0].item<int8_t>(), 0);
+  EXPECT_FALSE(i8.record(5)[1].item<bool>());
+  EXPECT_TRUE(i8.record(4)[1].item<bool>());
   const PackSources halves = PackSources::from_inputs(std::vector<std::string>{data_file("pw_types")}, std::vector<std::string>{"f16"});
   ASSERT_EQ(halves.schema().size(), 1u);
   EXPECT_EQ(halves.schema()[0].dtype, kFloat16);
