@@ -936,6 +936,16 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
           choose(*next);
         continue;
       }
+      // NAME.valid, the mask of a column with nulls (verify chooses every field a pack made):
+      // NAME, which brings it.
+      if (name.ends_with(".valid")) {
+        const std::string base = name.substr(0, name.size() - 6);
+        const auto masked = std::find_if(all.begin(), all.end(), [&](const ArrowColumns::Column& c) { return c.name == base; });
+        if (masked != all.end() && masked->leaf != ArrowColumns::Leaf::Bytes) {
+          choose(*masked);
+          continue;
+        }
+      }
       const auto refusal = [&](const std::string& column_name) {
         return std::find_if(refused.begin(), refused.end(),
                             [&](const std::string& r) { return r.starts_with(str("'", column_name)); });
@@ -997,6 +1007,7 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
     const bool joined = variable_leaf && levels > 0 && !column.lengths;  // a list of strings' bytes
     const bool floating = (column.leaf == ArrowColumns::Leaf::Values || column.leaf == ArrowColumns::Leaf::Decimal) &&
                           is_floating_point(column.dtype);
+    int64_t filled_nulls = 0;  // null rows stored as NaN or zeros (where the field is fixed)
     RowAt at;
     for (size_t b = 0; b < arrow->batches.size(); ++b) {
       const ColumnReader reader(*arrow, b);
@@ -1016,8 +1027,10 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
             ++column.nulls;
             if (!floating && !variable_leaf && !outer_variable) {
               column.masked = true;
+              ++filled_nulls;
               continue;
             }
+            if (floating) ++filled_nulls;
             // Stored empty: the outer length varies, a fixed-size list's of strings too (its
             // lengths field is then ragged). Floats keep their shape, filled with NaN.
             if (levels > 0 && !floating) common[0] = -1;
@@ -1043,6 +1056,11 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
     }
     if (column.leaf == ArrowColumns::Leaf::FixedBytes) column.shape.push_back(column.item);
     if (variable_leaf && !column.lengths) column.shape.push_back(kVariableDim);
+    if (std::none_of(column.shape.begin(), column.shape.end(), [](int64_t d) { return d == kVariableDim; })) {
+      int64_t values = 1;  // the NaN or zeros of a null row
+      for (const int64_t d : column.shape) values *= d;
+      out.total_bytes_ += filled_nulls * values * static_cast<int64_t>(element_size(column.dtype));
+    }
   }
 
   // Each masked column's NAME.valid, right after it.
@@ -1050,6 +1068,11 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
   for (ArrowColumns::Column& column : arrow->columns) {
     with_validity.push_back(column);
     if (!column.masked) continue;
+    for (const ArrowColumns::Column& other : arrow->columns)
+      MMT_CHECK(other.name != column.name + ".valid", ValueError, first.path, ": column '",
+                detail::cut_for_message(column.name, 100), "' has nulls, and its mask, '",
+                detail::cut_for_message(column.name, 100), ".valid', would take the name of a column; leave one of ",
+                "the two out (mmt pack --field NAME, repeated), or rename it");
     ArrowColumns::Column valid = column;
     valid.name += ".valid";
     valid.type_name += " (valid)";

@@ -1009,6 +1009,16 @@ TEST_F(MmtCli, PackTakesArrowFilesAndVerifiesAgainstThem) {
   const RunResult sound = run_mmt({"verify", path("a.mmt"), "--against", path("t.arrow")});
   EXPECT_EQ(sound.exit_code, 0) << sound.err;
   EXPECT_NE(sound.out.find("equal their sources byte for byte (fields text, label)"), std::string::npos) << sound.out;
+  // A nullable integer: zeros and a mask, label.valid, which verify reads back too.
+  const std::vector<uint8_t> nullable =
+      arrow::write({{arrow::numbers("label", std::vector<int64_t>{3, 1, 4}, {true, false, true})}}).bytes;
+  std::ofstream(path("n.arrow"), std::ios::binary).write(reinterpret_cast<const char*>(nullable.data()),
+                                                         static_cast<std::streamsize>(nullable.size()));
+  ASSERT_EQ(run_mmt({"pack", path("n.mmt"), path("n.arrow")}).exit_code, 0);
+  EXPECT_FALSE(Dataset::open(path("n.mmt"))[1]["label.valid"].item<bool>());
+  const RunResult masked = run_mmt({"verify", path("n.mmt"), "--against", path("n.arrow")});
+  EXPECT_EQ(masked.exit_code, 0) << masked.err;
+  EXPECT_NE(masked.out.find("(fields label, label.valid)"), std::string::npos) << masked.out;
   // A file Polars wrote (zstd; its strings string_view): packed whole, and verified.
   const std::string polars = (fs::path(MMT_SOURCE_DIR) / "tests/data/arrow/polars_zstd.arrow").string();
   const RunResult from_polars = run_mmt({"pack", path("p.mmt"), polars, "--codec", "lz4"});
@@ -1044,6 +1054,12 @@ TEST_F(MmtCli, PackTakesParquetFilesAndVerifiesAgainstThem) {
                                 "messages.content.lengths)"),
             std::string::npos)
       << chat_sound.out;
+  // DuckDB's nullable int8: its mask verified against the file too.
+  const std::string duckdb = (fs::path(MMT_SOURCE_DIR) / "tests/data/parquet/duckdb_types.parquet").string();
+  ASSERT_EQ(run_mmt({"pack", path("i.mmt"), duckdb, "--field", "i8", "--field", "dec_9_2"}).exit_code, 0);
+  const RunResult i8 = run_mmt({"verify", path("i.mmt"), "--against", duckdb});
+  EXPECT_EQ(i8.exit_code, 0) << i8.err;
+  EXPECT_NE(i8.out.find("(fields i8, i8.valid, dec_9_2)"), std::string::npos) << i8.out;
   const std::string types = (fs::path(MMT_SOURCE_DIR) / "tests/data/parquet/edge/repeated_group_with_decimal.parquet").string();
   EXPECT_FAILS_WITH(run_mmt({"pack", path("n.mmt"), types}), "'pts.d' (decimal(0, 0))");
   EXPECT_FALSE(fs::exists(path("n.mmt")));

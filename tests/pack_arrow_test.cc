@@ -940,6 +940,21 @@ TEST(PackArrow, StructsAreFlattenedAndNullsStoredAsHuggingFaceReadsThem) {
   EXPECT_NE(labels.metadata().at("arrow_types").find(R"x("label.valid":"int64 (valid)")x"), std::string::npos);
   pack_dataset(dir / "labels.mmt", labels, {});
   EXPECT_EQ(compare_with_sources(Dataset::open(dir / "labels.mmt"), labels), 3);
+  // NAME.valid chosen by name is NAME, which brings it (verify chooses every field a pack made).
+  const PackSources chosen = PackSources::from_arrow(std::vector<std::string>{dir / "labels.arrow"},
+                                                     std::vector<std::string>{"label.valid", "id"});
+  ASSERT_EQ(chosen.schema().size(), 3u);
+  EXPECT_EQ(chosen.schema()[0].name, "label");
+  EXPECT_EQ(chosen.schema()[1].name, "label.valid");
+  // A column already named so: the clash named, with the way out.
+  write_bytes(dir / "clash.arrow",
+              arrow::write({{arrow::numbers("x", std::vector<int32_t>{1, 2}, {true, false}),
+                             arrow::bools("x.valid", {true, true})}})
+                  .bytes);
+  const std::string clash = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "clash.arrow"}); });
+  EXPECT_NE(clash.find("column 'x' has nulls, and its mask, 'x.valid', would take the name of a column"),
+            std::string::npos)
+      << clash;
 }
 
 TEST(PackArrow, ColumnsChosenAndTypesNoFieldHolds) {
