@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 
+#include "decode_limit.h"
 #include "flatbuffer_table.h"
 #include "import_util.h"
 #include "mapping_guard.h"
@@ -634,6 +635,20 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
   for (ArrowDictionary& dictionary : ipc.dictionaries)
     if (dictionary.batch.codec >= 0) compressed.push_back(&dictionary.batch);
   if (!compressed.empty()) {
+    // What the buffers state, held to decode_limit() of the file before anything is written: a
+    // zstd frame of a few bytes may stand for a terabyte of zeros.
+    const int64_t limit = decode_limit(size);
+    int64_t stated_total = 0;
+    for (const ArrowBatch* batch : compressed)
+      for (const ArrowBatch::Buffer& buffer : batch->buffers) {
+        if (buffer.length < 8) continue;  // refused below
+        const int64_t stated = guard_storage_reads(ipc.file, [&] { return load_i64(ipc.file.data() + buffer.offset); });
+        const int64_t bytes = stated == -1 ? buffer.length - 8 : stated;
+        if (bytes > 0 && __builtin_add_overflow(stated_total, bytes, &stated_total)) stated_total = INT64_MAX;
+      }
+    MMT_CHECK(stated_total <= limit, ValueError, path, ": its compressed batches state ", stated_total,
+              " decompressed bytes, more than ", limit, " (", kDecodeExpansion, " times the file's bytes, and at ",
+              "least an eighth of this machine's memory); such a file is refused as a decompression bomb");
     ScratchFile scratch(path, "to decompress its compressed record batches into");
     const std::byte zeros[64] = {};
     for (ArrowBatch* each : compressed) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include "decode_limit.h"
 #include "parquet.h"
 #include "thrift_compact.h"
 #include "utf8.h"
@@ -392,29 +393,8 @@ void decode_levels(Bytes in, int encoding, int16_t max, int64_t count, std::vect
 
 // --- Values ----------------------------------------------------------------------------------
 
-// What a column chunk's values and levels may decode to: this many times its bytes in the
-// file, and at least an eighth of the machine's memory and 1 GiB (a dictionary of long strings
-// repeated is legal, and far past its size).
-constexpr int64_t kExpansion = 1024;
-
-std::atomic<int64_t> floor_override{0};  // set_parquet_decode_floor
-
-int64_t minimum_limit() {
-  static const int64_t limit = [] {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    const int64_t memory = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
-    return std::max<int64_t>(int64_t{1} << 30, memory / 8);
-  }();
-  const int64_t override = floor_override.load();
-  return override > 0 ? override : limit;
-}
-
-// The limit for a column chunk of `stored` bytes in the file (what it claims uncompressed is
-// not counted: nothing bounds a claim, and a codec can make gigabytes of a few bytes).
-int64_t limit_for(int64_t stored) {
-  const int64_t floor = minimum_limit();
-  return stored > floor / kExpansion ? (stored > INT64_MAX / kExpansion ? INT64_MAX : stored * kExpansion) : floor;
-}
+// A column chunk's values and levels are held to decode_limit() of its bytes.
+constexpr int64_t kExpansion = kDecodeExpansion;
 
 // Counts `more` bytes decoded against the column chunk's limit, shared by the threads that
 // decode parts of it: dictionaries and runs let a few bytes of a file stand for any number of
@@ -828,7 +808,7 @@ void append_part(ParquetColumnValues& out, const ParquetColumnValues& part) {
 
 }  // namespace
 
-void set_parquet_decode_floor(int64_t bytes) { floor_override.store(bytes); }
+void set_parquet_decode_floor(int64_t bytes) { set_decode_floor(bytes); }
 
 ParquetByteRange parquet_chunk_range(const ParquetColumnChunk& chunk, int64_t data_end, const std::string& where_text) {
   const Where where{where_text};
@@ -851,7 +831,7 @@ void read_parquet_column(std::span<const std::byte> bytes, int64_t first_byte, c
   Where where{where_text};
   if (leaf.type == ParquetType::FixedLenByteArray && (leaf.type_length <= 0 || leaf.type_length > (1 << 24)))
     where.fail(str("a FIXED_LEN_BYTE_ARRAY of ", leaf.type_length, " bytes"));
-  const int64_t limit = limit_for(static_cast<int64_t>(bytes.size()));
+  const int64_t limit = decode_limit(static_cast<int64_t>(bytes.size()));
   std::atomic<int64_t> charged{0};  // bytes decoded, by every part (ParquetColumnValues::charged)
   const auto reset = [&](ParquetColumnValues& values) {
     values.definition.clear();

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arrow_test_util.h"
+#include "decode_limit.h"
 #include "importer_test_util.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/error.h"
@@ -603,6 +604,20 @@ TEST(PackArrow, CompressedBatchesAreDecompressed) {
     EXPECT_NE(message.find("the batch at byte"), std::string::npos) << message;
     EXPECT_NE(message.find("decompresses to"), std::string::npos) << message;
   }
+  // A bomb: 4 MiB of zeros in a file of a few hundred bytes, past the limit (1024 times the
+  // file, and here at least 1 MiB: the machine's floor lowered), refused before anything is
+  // decompressed.
+  detail::set_decode_floor(int64_t{1} << 20);
+  arrow::WriteOptions zstd;
+  zstd.codec = 1;
+  write_bytes(dir / "bomb.arrow",
+              arrow::write({{arrow::numbers("zeros", std::vector<int64_t>(size_t{1} << 19, 0))}}, zstd).bytes);
+  const std::string bomb = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "bomb.arrow"}); });
+  detail::set_decode_floor(0);
+  EXPECT_NE(bomb.find("its compressed batches state 4194304 decompressed bytes, more than 1048576"), std::string::npos)
+      << bomb;
+  EXPECT_NE(bomb.find("refused as a decompression bomb"), std::string::npos) << bomb;
+  EXPECT_LT(std::filesystem::file_size(dir / "bomb.arrow"), 4096u);
 }
 
 TEST(PackArrow, ListsBecomeArrays) {
