@@ -276,9 +276,10 @@ TEST(PackArrow, FilesPolarsWrites) {
     const PackSources sources = PackSources::from_inputs(std::vector<std::string>{path});
     std::vector<std::string> names;
     for (const Field& f : sources.schema().fields()) names.push_back(f.name);
-    EXPECT_EQ(names, (std::vector<std::string>{"id", "text", "label", "score", "words", "words.lengths", "emb", "tokens",
-                                               "meta.src", "meta.w", "messages.role", "messages.role.lengths",
-                                               "messages.content", "messages.content.lengths"}));
+    EXPECT_EQ(names, (std::vector<std::string>{"id", "text", "label", "score", "n", "n.valid", "flag", "flag.valid",
+                                               "words", "words.lengths", "emb", "tokens", "meta.src", "meta.w",
+                                               "messages.role", "messages.role.lengths", "messages.content",
+                                               "messages.content.lengths"}));
     // nodejs-polars' writeIPCStream writes large_string (Polars' oldest compat level).
     const std::string string_type = std::string(name).ends_with(".arrows") ? "large_string" : "string_view";
     const std::string types = sources.metadata().at("arrow_types");
@@ -298,6 +299,11 @@ TEST(PackArrow, FilesPolarsWrites) {
       EXPECT_EQ(text_of(sample["label"]), row.at("label").get<std::string>());
       if (row.at("score").is_null()) EXPECT_TRUE(std::isnan(scalar_of<float>(sample["score"])));
       else EXPECT_EQ(scalar_of<float>(sample["score"]), row.at("score").get<float>());
+      // Nullable int32 and bool: zero and a false mask where null.
+      EXPECT_EQ(scalar_of<int32_t>(sample["n"]), row.at("n").is_null() ? 0 : row.at("n").get<int32_t>());
+      EXPECT_EQ(scalar_of<bool>(sample["n.valid"]), !row.at("n").is_null());
+      EXPECT_EQ(scalar_of<bool>(sample["flag"]), row.at("flag").is_null() ? false : row.at("flag").get<bool>());
+      EXPECT_EQ(scalar_of<bool>(sample["flag.valid"]), !row.at("flag").is_null());
       const auto [words, word_lengths] = joined(row.at("words"), nullptr);
       EXPECT_EQ(text_of(sample["words"]), words);
       EXPECT_EQ(values_of<int64_t>(sample["words.lengths"]), word_lengths);

@@ -28,6 +28,8 @@ const part = (first, n) => {
     pl.Series('text', rows.map(r => r % 7 === 5 ? null : r % 3 === 0 ? letters(1200, r) : r % 3 === 1 ? `row ${r}` : `ζήτα ${r}`), pl.Utf8),
     pl.Series('label', rows.map(r => ['cat', 'dog', 'bird'][r % 3]), pl.Categorical),
     pl.Series('score', rows.map(r => r % 5 === 4 ? null : r / 4), pl.Float32),
+    pl.Series('n', rows.map(r => r % 6 === 2 ? null : r * 3), pl.Int32),
+    pl.Series('flag', rows.map(r => r % 8 === 1 ? null : r % 3 === 0), pl.Bool),
     pl.Series('words', rows.map(r => r % 4 === 3 ? [] : [`w${r}`, letters(20 + r % 3, r), 'x']), pl.List(pl.Utf8)),
     pl.Series('emb', rows.map(r => [r, r + 0.5, -r]), pl.FixedSizeList(pl.Float32, 3)),
     pl.Series('tokens', rows.map(r => [...Array(r % 4).keys()].map(k => r * 10 + k)), pl.List(pl.Int32)),
