@@ -99,9 +99,11 @@ struct PlanNode {
   int16_t child_repetition = 0, child_definition = 0;  // List: its element's slots
   int column = 0;                                      // Leaf: its column; else the first leaf below
   int value_bytes = 0;  // Leaf: Arrow's bytes a value (0: bytes with offsets; -1: bool bits)
-  // Leaf, a decimal: Parquet's bytes a value (INT32 4, INT64 8 little-endian; a FIXED_LEN_BYTE_
-  // ARRAY its length, 0 a BYTE_ARRAY, big-endian), widened to Arrow's value_bytes.
+  // Leaf, a decimal: Parquet's bytes a value (INT32 4, INT64 8, little-endian; a FIXED_LEN_
+  // BYTE_ARRAY its length, 0 a BYTE_ARRAY, big-endian: Spark's legacy form stores 4 and 8 byte
+  // ones too), widened to Arrow's value_bytes.
   int decimal_stored = -1;
+  bool decimal_little_endian = false;
   std::vector<int> children;  // nodes
   std::string name;           // its schema path, for messages
 };
@@ -258,7 +260,7 @@ class Converter {
       case ParquetType::Int64: {
         const int physical = e.type == ParquetType::Int32 ? 32 : 64;
         f.bit_width = physical;
-        if (e.logical == ParquetLogical::Decimal) return decimal(n, repetition, definition, physical / 8);
+        if (e.logical == ParquetLogical::Decimal) return decimal(n, repetition, definition, physical / 8, true);
         if (e.logical == ParquetLogical::Date && physical == 32) {
           f.type = ArrowTypeId::Date;
           f.unit = 0;  // days
@@ -322,7 +324,8 @@ class Converter {
 
   // A DECIMAL leaf, stored in `stored`-byte integers (0: byte arrays): Arrow's decimal128 (up
   // to 38 digits) or decimal256 (76), which the packer reads as float64.
-  ArrowField decimal(const SchemaNode& n, int16_t repetition, int16_t definition, int stored) {
+  ArrowField decimal(const SchemaNode& n, int16_t repetition, int16_t definition, int stored,
+                     bool little_endian = false) {
     const ParquetSchemaElement& e = *n.element;
     if (e.precision < 1 || e.precision > 76 || e.scale < -76 || e.scale > 76)
       throw Refused{str("decimal(", e.precision, ", ", e.scale, ")")};
@@ -338,6 +341,7 @@ class Converter {
     node.column = n.leaf;
     node.value_bytes = f.bit_width / 8;
     node.decimal_stored = stored;
+    node.decimal_little_endian = little_endian;
     return f;
   }
 
@@ -367,7 +371,7 @@ struct DecodedGroup {
   void take(int index, std::vector<std::byte>&& bytes) { buffers[static_cast<size_t>(index)] = std::move(bytes); }
 };
 
-// Value `i` of a decimal column, Parquet's integer (little-endian INT32 or INT64, big-endian
+// Value `i` of a decimal column, Parquet's integer (an INT32 or INT64, little-endian; big-endian
 // bytes otherwise), as Arrow's: node.value_bytes of little-endian two's complement at `out`.
 // False for a value of more bytes than that which are not its sign's.
 bool widen_decimal(const PlanNode& node, const ParquetColumnValues& column, int64_t i, std::byte* out) {
@@ -381,7 +385,7 @@ bool widen_decimal(const PlanNode& node, const ParquetColumnValues& column, int6
     length = static_cast<size_t>(node.decimal_stored);
     value = column.values.data() + static_cast<size_t>(i) * length;
   }
-  if (node.decimal_stored == 4 || node.decimal_stored == 8) {  // little-endian already
+  if (node.decimal_little_endian) {  // INT32, INT64
     std::memcpy(out, value, length);
     std::memset(out + length, static_cast<int>(value[length - 1] >> 7) != 0 ? 0xff : 0, width - length);
     return true;

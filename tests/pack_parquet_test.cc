@@ -581,7 +581,8 @@ TEST(PackParquet, MapsOfArrowAndParquetFilesAreNotMixed) {
 }
 
 // Decimals, as DuckDB, arrow-rs and Spark store them (INT32, INT64, FIXED_LEN_BYTE_ARRAY of
-// 16 bytes or of the fewest for the precision, BYTE_ARRAY of the fewest for each value): float64,
+// 16 bytes or of the fewest for the precision, 4 and 8 in Spark's legacy form, BYTE_ARRAY of
+// the fewest for each value): float64,
 // the double nearest the decimal up to 15 digits; one of a precision no decimal has is refused
 // by name, and left out by choosing its siblings.
 TEST(PackParquet, DecimalsBecomeFloat64) {
@@ -623,8 +624,15 @@ TEST(PackParquet, DecimalsBecomeFloat64) {
   EXPECT_NEAR(at(0, 2), 1e41, 1e41 * 1e-15);
   EXPECT_EQ(at(1, 2), -0.007);
   EXPECT_EQ(at(3, 2), 0.001);
+  // Spark's legacy form: big-endian FIXED_LEN_BYTE_ARRAYs of 4 and 8 bytes.
+  const std::vector<std::string> small = {"-123.45", "0.01", "0", "999.99"};
+  const std::vector<std::string> mid = {"-123456789.012", "0.007", "0", "0.001"};
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(at(r, 3), std::stod(small[static_cast<size_t>(r)])) << r;
+    EXPECT_EQ(at(r, 4), std::stod(mid[static_cast<size_t>(r)])) << r;
+  }
   EXPECT_EQ(spark.metadata().at("arrow_types"),
-            R"x({"amount":"decimal128(25, 5)","price":"decimal128(20, 2)","wide":"decimal256(45, 3)"})x");
+            R"x({"amount":"decimal128(25, 5)","mid":"decimal128(15, 3)","price":"decimal128(20, 2)","small":"decimal128(5, 2)","wide":"decimal256(45, 3)"})x");
   // A value of more bytes than its precision's, past its sign's (2^127 in 17 bytes): refused,
   // naming its row.
   const std::string too_long = error_of([&] {
