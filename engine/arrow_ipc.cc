@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "decode_limit.h"
+#include "decompressed_file.h"
 #include "flatbuffer_table.h"
 #include "import_util.h"
 #include "mapping_guard.h"
@@ -635,20 +636,23 @@ ArrowIpc read_arrow_ipc(const std::string& path) {
   for (ArrowDictionary& dictionary : ipc.dictionaries)
     if (dictionary.batch.codec >= 0) compressed.push_back(&dictionary.batch);
   if (!compressed.empty()) {
-    // What the buffers state, held to decode_limit() of the file before anything is written: a
-    // zstd frame of a few bytes may stand for a terabyte of zeros.
-    const int64_t limit = decode_limit(size);
+    // What the buffers state, checked before anything is written: a zstd frame of a few bytes
+    // may stand for a terabyte of zeros. Held to decode_limit() of the file, or to the scratch
+    // budget where that is more (columns of one value legitimately compress past 1024 times).
+    const int64_t limit = std::max(decode_limit(size), DecompressedFiles::scratch_budget());
     int64_t stated_total = 0;
     for (const ArrowBatch* batch : compressed)
       for (const ArrowBatch::Buffer& buffer : batch->buffers) {
         if (buffer.length < 8) continue;  // refused below
         const int64_t stated = guard_storage_reads(ipc.file, [&] { return load_i64(ipc.file.data() + buffer.offset); });
         const int64_t bytes = stated == -1 ? buffer.length - 8 : stated;
-        if (bytes > 0 && __builtin_add_overflow(stated_total, bytes, &stated_total)) stated_total = INT64_MAX;
+        if (bytes <= 0 || bytes > (int64_t{1} << 40)) continue;  // a stated size out of range: refused below
+        if (__builtin_add_overflow(stated_total, bytes, &stated_total)) stated_total = INT64_MAX;
       }
     MMT_CHECK(stated_total <= limit, ValueError, path, ": its compressed batches state ", stated_total,
-              " decompressed bytes, more than ", limit, " (", kDecodeExpansion, " times the file's bytes, and at ",
-              "least an eighth of this machine's memory); such a file is refused as a decompression bomb");
+              " decompressed bytes, more than both ", kDecodeExpansion, " times the file's bytes (at least ",
+              decode_limit(0), ") and the scratch budget (MMT_SCRATCH_BYTES, else half the free space of the ",
+              "scratch folder): ", limit, "; refused as a decompression bomb (set MMT_SCRATCH_BYTES to allow more)");
     ScratchFile scratch(path, "to decompress its compressed record batches into");
     const std::byte zeros[64] = {};
     for (ArrowBatch* each : compressed) {

@@ -120,8 +120,8 @@ bool is_arrow_stream_start(const std::byte* head, size_t n);
 // FlatBuffer, nodes or buffers that do not fit the schema or the body, a compressed buffer
 // that does not decompress to its stated size); ValueError for what this reader does not
 // take: big-endian data, metadata before V4 (Arrow before 0.8), a body compressed with a
-// codec other than LZ4_FRAME or ZSTD, compressed buffers that state more bytes than
-// decode_limit() of the file (a decompression bomb). Compressed buffers are decompressed into a
+// codec other than LZ4_FRAME or ZSTD, compressed buffers that state more bytes than both
+// decode_limit() of the file and the scratch budget (a decompression bomb). Compressed buffers are decompressed into a
 // ScratchFile ($TMPDIR needs room for them).
 ArrowIpc read_arrow_ipc(const std::string& path);
 

@@ -610,20 +610,28 @@ TEST(PackArrow, CompressedBatchesAreDecompressed) {
     EXPECT_NE(message.find("the batch at byte"), std::string::npos) << message;
     EXPECT_NE(message.find("decompresses to"), std::string::npos) << message;
   }
-  // A bomb: 4 MiB of zeros in a file of a few hundred bytes, past the limit (1024 times the
-  // file, and here at least 1 MiB: the machine's floor lowered), refused before anything is
-  // decompressed.
+  // A bomb: 4 MiB of zeros in a file of a few hundred bytes, past both limits (1024 times the
+  // file, here at least 1 MiB, the machine's floor lowered; and a scratch budget of 2 MiB),
+  // refused before anything is decompressed. A larger budget lets it through.
   detail::set_decode_floor(int64_t{1} << 20);
   arrow::WriteOptions zstd;
   zstd.codec = 1;
   write_bytes(dir / "bomb.arrow",
               arrow::write({{arrow::numbers("zeros", std::vector<int64_t>(size_t{1} << 19, 0))}}, zstd).bytes);
-  const std::string bomb = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "bomb.arrow"}); });
-  detail::set_decode_floor(0);
-  EXPECT_NE(bomb.find("its compressed batches state 4194304 decompressed bytes, more than 1048576"), std::string::npos)
-      << bomb;
-  EXPECT_NE(bomb.find("refused as a decompression bomb"), std::string::npos) << bomb;
   EXPECT_LT(std::filesystem::file_size(dir / "bomb.arrow"), 4096u);
+  ::setenv("MMT_SCRATCH_BYTES", "2M", 1);
+  const std::string bomb = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "bomb.arrow"}); });
+  ::setenv("MMT_SCRATCH_BYTES", "8M", 1);
+  EXPECT_EQ(PackSources::from_arrow(std::vector<std::string>{dir / "bomb.arrow"}).records(), int64_t{1} << 19);
+  ::unsetenv("MMT_SCRATCH_BYTES");
+  detail::set_decode_floor(0);
+  EXPECT_NE(bomb.find("its compressed batches state 4194304 decompressed bytes, more than both 1024 times the file's "
+                      "bytes (at least 1048576) and the scratch budget"),
+            std::string::npos)
+      << bomb;
+  EXPECT_NE(bomb.find(": 2097152; refused as a decompression bomb (set MMT_SCRATCH_BYTES to allow more)"),
+            std::string::npos)
+      << bomb;
 }
 
 TEST(PackArrow, ListsBecomeArrays) {
