@@ -1234,7 +1234,13 @@ void PackSources::arrow_record(int64_t index, std::vector<Tensor>& values) const
   rows.resize(arrow.columns.size());
   const int64_t r = row;  // a plain variable for the lambda
   guard_input(arrow.inputs[arrow.batches[b].input], [&] {
-    for (size_t c = 0; c < arrow.columns.size(); ++c) reader.row(arrow.columns[c], r, rows[c]);
+    for (size_t c = 0; c < arrow.columns.size(); ++c) {
+      if (arrow.columns[c].validity) {  // its column's, just before it: not read again
+        rows[c].null = rows[c - 1].null;
+        continue;
+      }
+      reader.row(arrow.columns[c], r, rows[c]);
+    }
   });
   for (size_t c = 0; c < arrow.columns.size(); ++c) refuse_repeated_views(arrow.columns[c], r, rows[c]);
   for (size_t c = 0; c < arrow.columns.size(); ++c) {
