@@ -153,14 +153,33 @@ struct DatasetWriter::Impl {
   void validate_record(std::span<const Tensor> values, int64_t record) const;
   void copy_record(std::span<const Tensor> values);
   void grow_fixed_buffer(int64_t wanted);
-  int64_t validate_batch(std::span<const Tensor> values) const;
-  void copy_records(std::span<const Tensor> values, int64_t start, int64_t count);
+  // A batch for append_batch, checked: B records, each field's tensor (on the host), and the
+  // offsets of its jagged fields, as int64 (empty for a field given [B, ...]).
+  struct Batch {
+    int64_t records = 0;
+    std::vector<Tensor> values;
+    std::vector<std::vector<int64_t>> offsets;
+  };
+  Batch validate_batch(std::span<const Tensor> values, std::span<const Tensor> offsets) const;
+  // Bytes of ragged field f's values in records [start, start + count) of the batch.
+  int64_t batch_value_bytes(const Batch& batch, size_t f, int64_t start, int64_t count) const;
+  // decoded_bytes_with() for records [start, start + count) of the batch.
+  int64_t batch_decoded_bytes(const Batch& batch, int64_t start, int64_t count, bool fresh) const;
+  // How many records of the batch from `start` go into the current chunk before it closes
+  // (FORMAT.md, "Chunking"; what append() record by record would put there); 0 when, with a
+  // codec, the next record must start a new chunk.
+  int64_t batch_records_for_chunk(const Batch& batch, int64_t start) const;
+  void check_batch_chunks_fit(const Batch& batch) const;
+  void copy_batch_records(const Batch& batch, int64_t start, int64_t count);
   int64_t records_left_in_chunk() const;
   int64_t current_decoded_bytes() const;
   // The decoded bytes of the current chunk (of a new one when `fresh`) once `count` more
-  // records shaped like `record` join it, saturating; `record` is unread when `count` is 0.
+  // records join it whose ragged field f adds `added_bytes(f)` bytes of values, saturating.
   // FORMAT.md's "Decoded chunk payload": the fixed region, then per ragged field its
   // value_end and extents words (from S_i) and its values (from V_i), each 64-byte aligned.
+  template <class AddedBytes>
+  int64_t decoded_bytes(int64_t count, bool fresh, const AddedBytes& added_bytes) const;
+  // decoded_bytes() for `count` records shaped like `record` (unread when `count` is 0).
   int64_t decoded_bytes_with(std::span<const Tensor> record, int64_t count, bool fresh) const;
   bool chunk_is_full() const;
   // For a compressed writer chunking by bytes: whether adding `values` would take the current
@@ -367,7 +386,8 @@ void DatasetWriter::Impl::validate_record(std::span<const Tensor> values, int64_
 
 int64_t DatasetWriter::Impl::current_decoded_bytes() const { return decoded_bytes_with({}, 0, false); }
 
-int64_t DatasetWriter::Impl::decoded_bytes_with(std::span<const Tensor> record, int64_t count, bool fresh) const {
+template <class AddedBytes>
+int64_t DatasetWriter::Impl::decoded_bytes(int64_t count, bool fresh, const AddedBytes& added_bytes) const {
   auto add = [](int64_t a, int64_t b) {
     int64_t sum = 0;
     return __builtin_add_overflow(a, b, &sum) ? INT64_MAX : sum;
@@ -384,11 +404,15 @@ int64_t DatasetWriter::Impl::decoded_bytes_with(std::span<const Tensor> record, 
     const int64_t variable_dims = std::count(field.shape.begin(), field.shape.end(), kVariableDim);
     const int64_t words = add(column ? static_cast<int64_t>(column->value_ends.size() + column->extents.size()) : 0,
                               saturating_mul(count, 1 + variable_dims));
-    const int64_t values = add(column ? static_cast<int64_t>(column->values.size()) : 0,
-                               count == 0 ? 0 : saturating_mul(count, record[f].nbytes()));
+    const int64_t values = add(column ? static_cast<int64_t>(column->values.size()) : 0, added_bytes(f));
     total = add(section(add(section(total), saturating_mul(words, 8))), values);
   }
   return total;
+}
+
+int64_t DatasetWriter::Impl::decoded_bytes_with(std::span<const Tensor> record, int64_t count, bool fresh) const {
+  return decoded_bytes(count, fresh,
+                       [&](size_t f) { return count == 0 ? int64_t{0} : saturating_mul(count, record[f].nbytes()); });
 }
 
 // Moves the current chunk's fixed records into a (recycled) buffer of `wanted` bytes.
@@ -456,69 +480,292 @@ std::string batch_shape(const Field& field) {
 }
 }  // namespace
 
-// Checks a whole batch for append_batch, before any of it is appended, and returns its
-// record count B.
-int64_t DatasetWriter::Impl::validate_batch(std::span<const Tensor> values) const {
+// Checks a whole batch for append_batch, before any of it is appended: its tensors against
+// the schema, the same B for every field, offsets in order and within their values, bools,
+// and with a codec that each record fits a compressed chunk alone.
+DatasetWriter::Impl::Batch DatasetWriter::Impl::validate_batch(std::span<const Tensor> values,
+                                                               std::span<const Tensor> offsets) const {
   const int64_t first = records.load(std::memory_order_relaxed);
   MMT_CHECK(values.size() == schema.size(), ValueError, "append_batch at record ", first, ": expected ",
             schema.size(), " tensors (one per field), got ", values.size());
-  int64_t batch = -1;
+  MMT_CHECK(offsets.empty() || offsets.size() == schema.size(), ValueError, "append_batch at record ", first,
+            ": expected ", schema.size(), " offsets tensors (one per field, undefined where a field has none), got ",
+            offsets.size());
+  const auto jagged = [&](size_t f) { return !offsets.empty() && offsets[f].defined(); };
+  Batch batch;
+  batch.records = -1;
+  size_t first_field = 0;  // the one whose B the others are held to
   for (size_t f = 0; f < schema.size(); ++f) {
     const Field& field = schema[f];
     const Tensor& value = values[f];
-    MMT_CHECK(value.defined(), ValueError, "append_batch at record ", first, ", field '", field.name,
-              "': undefined tensor");
-    MMT_CHECK(value.dim() == static_cast<int64_t>(field.shape.size()) + 1, ValueError, "append_batch at record ",
-              first, ", field '", field.name, "': expected ", batch_shape(field), " (", field.shape.size() + 1,
-              " dimensions), got ", value.sizes());
-    if (batch < 0) batch = value.size(0);
-    MMT_CHECK(value.size(0) == batch, ValueError, "append_batch at record ", first, ", field '", field.name,
-              "': holds ", value.size(0), " records but field '", schema[0].name, "' holds ", batch);
+    const auto where = [&] { return detail::str("append_batch at record ", first, ", field '", field.name, "'"); };
+    MMT_CHECK(value.defined(), ValueError, where(), ": undefined tensor");
+    int64_t records_here = 0;
+    if (jagged(f)) {
+      MMT_CHECK(field.variable_dims() == 1 && field.shape[0] == kVariableDim, ValueError, where(), ": offsets are for ",
+                "a field whose one variable dimension is its first, not one of shape ", field.shape);
+      const Tensor& offset = offsets[f];
+      MMT_CHECK(offset.dim() == 1 && offset.size(0) >= 1 && (offset.dtype() == kInt64 || offset.dtype() == kInt32),
+                ValueError, where(), ": offsets must be [B + 1] int64 or int32, got ", to_string(offset.dtype()),
+                offset.sizes());
+      MMT_CHECK(value.dim() == static_cast<int64_t>(field.shape.size()), ValueError, where(),
+                ": expected its values back to back, ", field.shape, " with the records along dimension 0 (",
+                field.shape.size(), " dimensions), got ", value.sizes());
+      records_here = offset.size(0) - 1;
+    } else {
+      MMT_CHECK(value.dim() == static_cast<int64_t>(field.shape.size()) + 1, ValueError, where(), ": expected ",
+                batch_shape(field), " (", field.shape.size() + 1, " dimensions), got ", value.sizes());
+      records_here = value.size(0);
+    }
+    if (batch.records < 0) {
+      batch.records = records_here;
+      first_field = f;
+    }
+    MMT_CHECK(records_here == batch.records, ValueError, where(), ": holds ", records_here, " records but field '",
+              schema[first_field].name, "' holds ", batch.records);
   }
   // Checked for an empty batch too: a wrong dtype or shape is a bug whatever the batch holds.
   for (size_t f = 0; f < schema.size(); ++f) {
     const Field& field = schema[f];
     MMT_CHECK(values[f].dtype() == field.dtype, ValueError, "append_batch at record ", first, ", field '",
               field.name, "': expected dtype ", to_string(field.dtype), ", got ", to_string(values[f].dtype()));
-    const IntArrayRef sizes = values[f].sizes();  // [B, ...], its rank checked above
-    MMT_CHECK(value_has_field_shape(field, IntArrayRef(sizes.data() + 1, sizes.size() - 1)), ValueError,
-              "append_batch at record ", first, ", field '", field.name, "': expected records of shape ",
-              field.shape, ", got ", values[f].sizes(), " (B first)");
+    const IntArrayRef sizes = values[f].sizes();  // [B, ...] or, jagged, [N, ...], its rank checked above
+    const bool fits = jagged(f) ? std::equal(sizes.begin() + 1, sizes.end(), field.shape.begin() + 1)
+                                : value_has_field_shape(field, IntArrayRef(sizes.data() + 1, sizes.size() - 1));
+    MMT_CHECK(fits, ValueError, "append_batch at record ", first, ", field '", field.name, "': expected records of shape ",
+              field.shape, ", got ", sizes, jagged(f) ? " (records back to back along dimension 0)" : " (B first)");
   }
-  if (batch <= 0) return 0;
-  for (size_t f = 0; f < schema.size(); ++f)
-    if (schema[f].dtype == kBool && values[f].dtype() == kBool) check_bool_bytes(values[f], batch, first, schema[f]);
-  if (!schema.all_fixed()) {
-    // The records of a batch share their shapes and dtypes: checking the first checks all.
-    std::vector<Tensor> first_record;
-    for (const Tensor& value : values) first_record.push_back(value.select(0, 0));
-    validate_record(first_record, first);
+  batch.values.assign(values.begin(), values.end());
+  for (Tensor& value : batch.values)
+    if (value.is_cuda()) value = value.cpu();
+  batch.offsets.resize(schema.size());
+  for (size_t f = 0; f < schema.size(); ++f) {
+    if (!jagged(f)) continue;
+    const Field& field = schema[f];
+    // Read once, as int64; guarded, as the values are: offsets may be a view of a mapped file.
+    const Tensor offset = offsets[f].is_cuda() ? offsets[f].cpu() : offsets[f];
+    std::vector<int64_t>& out = batch.offsets[f];
+    out.resize(static_cast<size_t>(offset.size(0)));
+    detail::guard_storage_reads(offset.untyped_storage(), [&] {
+      const auto* base = static_cast<const std::byte*>(offset.data_ptr());
+      const int64_t step = offset.stride(0) * element_size(offset.dtype());
+      for (size_t i = 0; i < out.size(); ++i) {
+        const std::byte* p = base + static_cast<int64_t>(i) * step;
+        if (offset.dtype() == kInt64) {
+          std::memcpy(&out[i], p, 8);
+        } else {
+          int32_t v;
+          std::memcpy(&v, p, 4);
+          out[i] = v;
+        }
+      }
+    });
+    const int64_t available = values[f].size(0);
+    const auto where = [&](size_t i) { return detail::str("append_batch at record ", first + static_cast<int64_t>(i), ", field '", field.name, "'"); };
+    MMT_CHECK(out[0] >= 0, ValueError, where(0), ": its first offset is ", out[0]);
+    for (size_t i = 1; i < out.size(); ++i)
+      MMT_CHECK(out[i] >= out[i - 1], ValueError, where(i - 1), ": offsets decrease (", out[i - 1], " then ", out[i],
+                ")");
+    MMT_CHECK(out.back() <= available, ValueError, where(out.size() - 2 + (out.size() == 1)), ": offsets reach ",
+              out.back(), ", past the ", available, " values given");
+  }
+  if (batch.records <= 0) return batch;
+  for (size_t f = 0; f < schema.size(); ++f) {
+    const Field& field = schema[f];
+    if (field.dtype != kBool) continue;
+    if (!jagged(f)) {
+      check_bool_bytes(batch.values[f], batch.records, first, field);
+      continue;
+    }
+    // The values the records hold; an error names the record whose value holds the byte.
+    const std::vector<int64_t>& offset = batch.offsets[f];
+    const Tensor held = batch.values[f].narrow(0, offset.front(), offset.back() - offset.front()).contiguous();
+    const int64_t at = detail::first_invalid_bool(static_cast<const std::byte*>(held.data_ptr()), held.numel());
+    if (at < 0) continue;
+    const int64_t inner = held.size(0) == 0 ? 1 : held.numel() / held.size(0);
+    const int64_t row = offset.front() + at / inner;
+    const auto record = std::upper_bound(offset.begin(), offset.end(), row) - offset.begin() - 1;
+    throw ValueError(detail::str("record ", first + record, ", field '", field.name, "': bool element ",
+                         (row - offset[static_cast<size_t>(record)]) * inner + at % inner, " holds the byte ",
+                         static_cast<int>(static_cast<const uint8_t*>(held.data_ptr())[at]),
+                         "; a bool value may hold only 0 and 1"));
+  }
+  if (schema.all_fixed()) return batch;
+  for (size_t f = 0; f < schema.size(); ++f) {
+    const Field& field = schema[f];
+    if (field.is_fixed()) continue;
+    // What readers check: a value's extents (each 0 counted as 1) must not overflow int64.
+    const IntArrayRef sizes = batch.values[f].sizes();
+    const size_t skip = jagged(f) ? 0 : 1;
+    DimVector largest(IntArrayRef(sizes.data() + skip, sizes.size() - skip));
+    if (jagged(f)) {
+      const std::vector<int64_t>& offset = batch.offsets[f];
+      largest[0] = 0;
+      for (size_t i = 1; i < offset.size(); ++i) largest[0] = std::max(largest[0], offset[i] - offset[i - 1]);
+    }
+    int64_t elements = 0;
+    MMT_CHECK(format::ragged_value_elements(largest.data(), largest.size(), &elements), ValueError,
+              "append_batch at record ", first, ", field '", field.name, "': the extents ", largest,
+              " overflow int64 (each 0 counted as 1)");
+  }
+  // Alone in a chunk, each record must fit a compressed one (append() checks the same).
+  if (options.codec.codec != Codec::None) {
+    for (int64_t i = 0; i < batch.records; ++i) {
+      const int64_t alone = batch_decoded_bytes(batch, i, 1, true);
+      if (alone <= format::kMaxDecodedChunkBytes) continue;
+      int64_t ragged_bytes = 0;
+      for (size_t f = 0; f < schema.size(); ++f)
+        if (!schema[f].is_fixed()) ragged_bytes += batch_value_bytes(batch, f, i, 1);
+      throw ValueError(detail::str("record ", first + i, ": ", ragged_bytes, " bytes of ragged values make a chunk of ", alone,
+                           " decoded bytes by themselves, over the ", format::kMaxDecodedChunkBytes,
+                           "-byte limit of a compressed chunk; store it without a codec"));
+    }
   }
   return batch;
 }
 
+int64_t DatasetWriter::Impl::batch_value_bytes(const Batch& batch, size_t f, int64_t start, int64_t count) const {
+  const Tensor& value = batch.values[f];
+  const int64_t element = element_size(value.dtype());
+  int64_t inner = 1;  // elements of a record ([B, ...]) or of one row along dimension 0 (jagged)
+  for (size_t d = 1; d < value.sizes().size(); ++d) inner = saturating_mul(inner, value.sizes()[d]);
+  const std::vector<int64_t>& offset = batch.offsets[f];
+  const int64_t rows = offset.empty() ? count : offset[static_cast<size_t>(start + count)] - offset[static_cast<size_t>(start)];
+  return saturating_mul(saturating_mul(rows, inner), element);
+}
+
+int64_t DatasetWriter::Impl::batch_decoded_bytes(const Batch& batch, int64_t start, int64_t count, bool fresh) const {
+  return decoded_bytes(count, fresh, [&](size_t f) { return batch_value_bytes(batch, f, start, count); });
+}
+
+int64_t DatasetWriter::Impl::batch_records_for_chunk(const Batch& batch, int64_t start) const {
+  const int64_t left = batch.records - start;
+  if (records_per_chunk > 0) return std::min(left, records_per_chunk - current.record_count);
+  if (schema.all_fixed()) return std::min(left, records_left_in_chunk());
+  // Closed by size: after the record that takes it to its target, or at kMaxChunkRecords;
+  // with a codec, before a record that would take it past the decoded limit. The decoded
+  // bytes grow with each record: both bounds are binary searches.
+  int64_t count = std::min(left, format::kMaxChunkRecords - current.record_count);
+  const int64_t target = chunk_target_bytes(options);
+  int64_t low = 1, high = count;  // the first k in [1, count] that reaches the target, else count
+  while (low < high) {
+    const int64_t mid = low + (high - low) / 2;
+    if (batch_decoded_bytes(batch, start, mid, false) >= target) high = mid;
+    else low = mid + 1;
+  }
+  count = low;
+  if (options.codec.codec == Codec::None || current.record_count == 0) return count;  // one record alone fits
+  low = 0, high = count;  // the last k in [0, count] within the limit
+  while (low < high) {
+    const int64_t mid = low + (high - low + 1) / 2;
+    if (batch_decoded_bytes(batch, start, mid, false) <= format::kMaxDecodedChunkBytes) low = mid;
+    else high = mid - 1;
+  }
+  return low;
+}
+
+// For a compressed writer with a ragged field and chunk_records: a ValueError, before anything
+// is written, when a chunk the batch fills would decode past the limit (its record count is
+// fixed, so it cannot close early).
+void DatasetWriter::Impl::check_batch_chunks_fit(const Batch& batch) const {
+  if (records_per_chunk == 0 || options.codec.codec == Codec::None || schema.all_fixed()) return;
+  const int64_t first = records.load(std::memory_order_relaxed);
+  for (int64_t start = 0, room = records_per_chunk - current.record_count; start < batch.records;
+       room = records_per_chunk) {
+    const int64_t count = std::min(room, batch.records - start);
+    const int64_t bytes = batch_decoded_bytes(batch, start, count, start > 0);
+    MMT_CHECK(bytes <= format::kMaxDecodedChunkBytes, ValueError, "records ", first + start, " to ",
+              first + start + count - 1, " (of a batch): a chunk of chunk_records=", records_per_chunk,
+              " records holding them would decode to ", bytes, " bytes, over the ", format::kMaxDecodedChunkBytes,
+              "-byte limit of a compressed chunk; lower chunk_records, or leave it 0 so that chunks close by size "
+              "(each record then fits one alone). Nothing of it was written");
+    start += count;
+  }
+}
+
 // Copies records [start, start + count) of a validated batch into the current chunk, which
-// has room for them; fixed fields only.
-void DatasetWriter::Impl::copy_records(std::span<const Tensor> values, int64_t start, int64_t count) {
+// has room for them: one strided copy per field (for a jagged field stored in another order
+// than its logical one, one per record).
+void DatasetWriter::Impl::copy_batch_records(const Batch& batch, int64_t start, int64_t count) {
   const int64_t stride = layout.record_stride_bytes;
+  if (current.ragged.size() != layout.ragged_fields.size()) current.ragged.resize(layout.ragged_fields.size());
   const int64_t needed = (current.record_count + count) * stride;
-  if (needed > current.fixed_capacity_bytes)
-    grow_fixed_buffer(grown_capacity(needed, saturating_mul(current.record_count + records_left_in_chunk(), stride),
-                                     current.fixed_capacity_bytes));
+  if (stride > 0 && needed > current.fixed_capacity_bytes) {
+    const int64_t full_chunk = schema.all_fixed() ? saturating_mul(current.record_count + records_left_in_chunk(), stride)
+                               : records_per_chunk > 0 ? saturating_mul(records_per_chunk, stride)
+                                                       : 0;
+    grow_fixed_buffer(full_chunk > 0 ? grown_capacity(needed, full_chunk, current.fixed_capacity_bytes)
+                                     : std::max(needed * 2, 64 * stride));
+  }
   std::byte* first_slot = current.fixed.get() + current.record_count * stride;
   if (record_has_padding) std::memset(first_slot, 0, static_cast<size_t>(count * stride));
   int64_t value_bytes = 0;
+  size_t ragged_index = 0;
   for (size_t f = 0; f < schema.size(); ++f) {
     const Field& field = schema[f];
-    const Tensor part = values[f].narrow(0, start, count);
+    const Tensor& value = batch.values[f];
     const int64_t elem = element_size(field.dtype);
-    value_bytes += part.nbytes();
-    // One copy of the [count, ...] block: the record stride is a stride like any other. It
-    // is a whole number of elements: the layout rounds it to the largest field alignment,
-    // and every field's alignment (its element size, or 64) is a multiple of its element size.
-    DimVector dst_strides{stride / elem};
-    for (int64_t s : fixed_strides[f]) dst_strides.push_back(s);
-    copy_from(part, first_slot + layout.field_offset_bytes[f], dst_strides);
+    if (field.is_fixed()) {
+      const Tensor part = value.narrow(0, start, count);
+      value_bytes += part.nbytes();
+      // One copy of the [count, ...] block: the record stride is a stride like any other. It
+      // is a whole number of elements: the layout rounds it to the largest field alignment,
+      // and every field's alignment (its element size, or 64) is a multiple of its element size.
+      DimVector dst_strides{stride / elem};
+      for (int64_t s : fixed_strides[f]) dst_strides.push_back(s);
+      copy_from(part, first_slot + layout.field_offset_bytes[f], dst_strides);
+      continue;
+    }
+    ChunkBuilder::RaggedColumn& column = current.ragged[ragged_index++];
+    const int64_t bytes = batch_value_bytes(batch, f, start, count);
+    value_bytes += bytes;
+    const size_t old_size = column.values.size();
+    column.values.resize(old_size + static_cast<size_t>(bytes));
+    std::byte* out = column.values.data() + old_size;
+    uint64_t value_end = column.value_ends.empty() ? 0 : column.value_ends.back();
+    const std::vector<int64_t>& offset = batch.offsets[f];
+    if (!offset.empty()) {  // jagged: records [start, start + count) are rows [first, last) of the values
+      int64_t inner = 1;
+      for (size_t d = 1; d < value.sizes().size(); ++d) inner *= value.sizes()[d];
+      const int64_t first = offset[static_cast<size_t>(start)], last = offset[static_cast<size_t>(start + count)];
+      if (last > first && inner > 0) {
+        if (field.stored_in_logical_order()) {  // records back to back, each dense: the rows as they are
+          const Tensor rows = value.narrow(0, first, last - first);
+          copy_from(rows, out, contiguous_strides(rows.sizes()));
+        } else {
+          for (int64_t i = start; i < start + count; ++i) {
+            const int64_t from = offset[static_cast<size_t>(i)], length = offset[static_cast<size_t>(i) + 1] - from;
+            if (length == 0) continue;
+            const Tensor record = value.narrow(0, from, length);
+            copy_from(record, out + (from - first) * inner * elem, field.value_strides(record.sizes()));
+          }
+        }
+      }
+      column.value_ends.reserve(column.value_ends.size() + static_cast<size_t>(count));
+      column.extents.reserve(column.extents.size() + static_cast<size_t>(count));
+      for (int64_t i = start; i < start + count; ++i) {
+        const int64_t length = offset[static_cast<size_t>(i) + 1] - offset[static_cast<size_t>(i)];
+        value_end += static_cast<uint64_t>(length * inner);
+        column.value_ends.push_back(value_end);
+        column.extents.push_back(static_cast<uint64_t>(length));
+      }
+      continue;
+    }
+    // [B, ...]: every record of the batch has the same extents.
+    const IntArrayRef record_sizes(value.sizes().data() + 1, value.sizes().size() - 1);
+    int64_t record_elements = 1;
+    for (const int64_t size : record_sizes) record_elements *= size;
+    if (bytes > 0) {
+      DimVector dst_strides{record_elements};
+      for (const int64_t s : field.value_strides(record_sizes)) dst_strides.push_back(s);
+      copy_from(value.narrow(0, start, count), out, dst_strides);
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      value_end += static_cast<uint64_t>(record_elements);
+      column.value_ends.push_back(value_end);
+      for (size_t d = 0; d < field.shape.size(); ++d)
+        if (field.shape[d] == kVariableDim) column.extents.push_back(static_cast<uint64_t>(record_sizes[d]));
+    }
   }
   current.record_count += count;
   records.fetch_add(count, std::memory_order_relaxed);
@@ -763,39 +1010,25 @@ void DatasetWriter::append(const std::map<std::string, Tensor, std::less<>>& val
   append(std::span<const Tensor>(ordered));
 }
 
-void DatasetWriter::append_batch(std::span<const Tensor> values) {
+void DatasetWriter::append_batch(std::span<const Tensor> values) { append_batch(values, {}); }
+
+void DatasetWriter::append_batch(std::span<const Tensor> values, std::span<const Tensor> offsets) {
   MMT_CHECK(impl_, ValueError, "append_batch on a moved-from DatasetWriter");
   Impl& d = *impl_;
   d.check_open();
-  const int64_t batch = d.validate_batch(values);  // a bad batch leaves the writer as it was
-  if (batch == 0) return;
-  std::vector<Tensor> host(values.begin(), values.end());
-  for (Tensor& value : host)
-    if (value.is_cuda()) value = value.cpu();
+  const Impl::Batch batch = d.validate_batch(values, offsets);  // a bad batch leaves the writer as it was
+  if (batch.records == 0) return;
+  d.check_batch_chunks_fit(batch);
   const int64_t first = d.records.load(std::memory_order_relaxed);
-  if (!d.schema.all_fixed()) {
-    // The records of a batch share their shapes: the first stands for all.
-    std::vector<Tensor> first_record;
-    for (const Tensor& value : host) first_record.push_back(value.select(0, 0));
-    d.check_counted_chunks_fit(first_record, batch, first);
-  }
   try {
-    if (!d.schema.all_fixed()) {
-      // Ragged values go through the record path (their columns grow per record anyway).
-      std::vector<Tensor> record(host.size());
-      for (int64_t i = 0; i < batch; ++i) {
-        for (size_t f = 0; f < host.size(); ++f) record[f] = host[f].select(0, i);
-        if (d.record_would_overflow_chunk(record)) d.seal_chunk();
-        if (d.current.record_count == 0) d.current_first_record = first + i;
-        d.copy_record(record);
-        if (d.chunk_is_full()) d.seal_chunk();
-      }
-      return;
-    }
-    for (int64_t done = 0; done < batch;) {
+    for (int64_t done = 0; done < batch.records;) {
       if (d.current.record_count == 0) d.current_first_record = first + done;
-      const int64_t count = std::min(batch - done, d.records_left_in_chunk());
-      d.copy_records(host, done, count);
+      const int64_t count = d.batch_records_for_chunk(batch, done);
+      if (count == 0) {  // with a codec, the next record would take the chunk past its limit
+        d.seal_chunk();
+        continue;
+      }
+      d.copy_batch_records(batch, done, count);
       done += count;
       if (d.chunk_is_full()) d.seal_chunk();
     }

@@ -538,7 +538,7 @@ TEST(DatasetWriterTest, ACountedChunkThatWouldPassTheCompressedLimitRefusesTheRe
     {
       Tensor two = empty({2, value_bytes}, kUInt8);  // a batch: refused whole
       EXPECT_THROW_WITH(writer.append_batch({two}), ValueError,
-                        "record 0 (of a batch): a chunk of chunk_records=2 records like it would decode to");
+                        "records 0 to 1 (of a batch): a chunk of chunk_records=2 records holding them would decode to");
     }
     EXPECT_EQ(writer.size(), 0);
     Tensor value = empty({value_bytes}, kUInt8);

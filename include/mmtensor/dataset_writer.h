@@ -95,6 +95,20 @@ class DatasetWriter {
   void append_batch(std::initializer_list<Tensor> values) {
     append_batch(std::span<const Tensor>(values.begin(), values.size()));
   }
+  // Appends B records at once, ragged fields in PyTorch's jagged layout (the values and
+  // offsets of torch.nested.nested_tensor_from_jagged; Arrow's and Parquet's strings and lists
+  // are laid out so): where offsets[f] is defined, values[f] holds field f's records back to
+  // back along dimension 0, [N, ...shape[1:]], and offsets[f] ([B + 1], int64 or int32, not
+  // decreasing, within [0, N]; it need not start at 0) says where each lies: record i is
+  // values[f][offsets[f][i] : offsets[f][i + 1]]. Only a field whose one variable dimension
+  // is its first may be given so (tokens [-1], bytes [-1], boxes [-1, 4]). A field whose
+  // offsets[f] is undefined is given as for append_batch(values): [B, ...]. `offsets` has one
+  // tensor per field, or none at all (every field then [B, ...]).
+  // The same file as B calls of append(), made with one validation and one copy per field and
+  // chunk: a million short strings pack as a few large copies. A bad batch (a wrong dtype,
+  // shape or B, offsets out of order or past their values) throws ValueError naming the field
+  // before anything is appended, and leaves the writer usable.
+  void append_batch(std::span<const Tensor> values, std::span<const Tensor> offsets);
 
   // Sets (or replaces) a metadata entry; key and value must be valid UTF-8. An entry that
   // would take the schema block past what readers open (64 MiB of JSON, or 2^20 JSON values;
