@@ -1224,7 +1224,267 @@ Tensor view_strings(const ArrowColumns::Column& column, int64_t row, const RowAt
   return joined;
 }
 
+// A record batch's rows as one batch for DatasetWriter::append_batch(values, offsets): most
+// columns are views of the file as they lie (numbers, fixed-size lists of them, fixed-size
+// binaries), strings and lists go in their jagged layout (the values as they lie, the offsets
+// copied), bools and decimals are converted. The rows then cost one copy per field and
+// chunk, not the per-record work of arrow_record(). Columns whose rows need that work
+// (dictionaries, views, lists of strings, lists of structs, nulls inside lists, null rows
+// whose lists are not empty) make the batch go row by row, and so does anything out of place
+// (the file changed since it was checked): arrow_record() then refuses it with its message.
+class BatchRows {
+ public:
+  BatchRows(const ArrowColumns::Column& column, const BatchView& view) : column_(column), view_(view) {
+    if (column.dictionary || column.views || column.lengths) return;
+    size_t k = column.structs;
+    top_ = k < column.path.size() ? column.path[k].node : column.leaf_node;
+    if (k < column.path.size() && column.path[k].kind != ArrowColumns::Level::Kind::FixedList) {
+      if (column.path[k].kind == ArrowColumns::Level::Kind::Struct) return;  // a list of structs is row by row
+      listed_ = true;
+      wide_ = column.path[k].kind == ArrowColumns::Level::Kind::LargeList;
+      ++k;
+    }
+    for (; k < column.path.size(); ++k) {
+      if (column.path[k].kind != ArrowColumns::Level::Kind::FixedList) return;
+      fixed_.push_back(&column.path[k]);
+      inner_ *= column.path[k].fixed;
+    }
+    if (column.leaf == ArrowColumns::Leaf::Bytes && (listed_ || !fixed_.empty())) return;
+    possible_ = true;
+  }
+  bool possible() const { return possible_; }
+  // Whether the rows are jagged (strings, lists): read offsets() first.
+  bool jagged() const { return listed_ || column_.leaf == ArrowColumns::Leaf::Bytes; }
+
+  // Rows [row, row + count): their nulls (a struct's, or the row's own), false when none of
+  // them is null; `nulls` is then left empty.
+  bool nulls(int64_t row, int64_t count, std::vector<uint8_t>& nulls) const {
+    nulls.clear();
+    bool any = false;
+    for (size_t k = 0; k <= column_.structs; ++k) {
+      const int node = k < column_.structs ? column_.path[k].node : top_;
+      if (view_.node(node).null_count == 0) continue;
+      if (nulls.empty()) nulls.assign(static_cast<size_t>(count), 0);
+      for (int64_t i = 0; i < count; ++i)
+        if (view_.is_null(node, row + i)) nulls[static_cast<size_t>(i)] = 1, any = true;
+    }
+    if (!any) nulls.clear();
+    return any;
+  }
+  // The offsets of jagged rows [row, row + count) into `out` (count + 1 of them, in leaf rows:
+  // a string's bytes, a list's elements); false if out of order or past the values they index.
+  bool offsets(int64_t row, int64_t count, std::vector<int64_t>& out) const {
+    const int node = listed_ ? top_ : column_.leaf_node;
+    const ArrowBatch::Buffer& buffer = view_.buffer(node, 1);
+    const bool wide = listed_ ? wide_ : column_.wide_offsets;
+    if (row + count > view_.node(node).length || buffer.length / (wide ? 8 : 4) < row + count + 1) return false;
+    out.resize(static_cast<size_t>(count + 1));
+    for (int64_t i = 0; i <= count; ++i) out[static_cast<size_t>(i)] = view_.offset_at(buffer, wide, row + i);
+    for (int64_t i = 0; i < count; ++i)
+      if (out[static_cast<size_t>(i) + 1] < out[static_cast<size_t>(i)]) return false;
+    const int64_t children = listed_ ? view_.node(fixed_.empty() ? column_.leaf_node : fixed_[0]->node).length
+                                     : view_.buffer(column_.leaf_node, 2).length;
+    return out[0] >= 0 && out.back() <= children;
+  }
+  // Bytes one leaf row of `offsets()` holds (what the batch's size is counted in).
+  int64_t row_bytes() const {
+    if (column_.leaf == ArrowColumns::Leaf::Bytes) return 1;
+    return inner_ * (column_.leaf == ArrowColumns::Leaf::Bool ? 1 : element_size(column_.dtype));
+  }
+
+  // The rows as `field` takes them: values [count, ...] (or back to back, with `offsets`, for
+  // jagged rows, whose offsets() are `at`), or false for rows that go one at a time.
+  bool read(const Field& field, int64_t row, int64_t count, const std::vector<uint8_t>& nulls,
+            const std::vector<int64_t>& at, Tensor& values, Tensor& offsets) const {
+    if (column_.dtype != field.dtype) return false;
+    if (!jagged()) {
+      DimVector shape{count};
+      for (const ArrowColumns::Level* level : fixed_) shape.push_back(level->fixed);
+      if (column_.leaf == ArrowColumns::Leaf::FixedBytes) shape.push_back(column_.item);
+      if (!(IntArrayRef(shape.data() + 1, shape.size() - 1) == IntArrayRef(field.shape))) return false;
+      if (!inner_values_present(row, count, nulls)) return false;
+      if (!leaf(row * inner_, (row + count) * inner_, shape, values)) return false;
+      if (!nulls.empty()) fill_nulls(values, nulls);
+      return true;
+    }
+    // Jagged: a null row holds nothing (its lists, or string, must be empty as it lies).
+    for (size_t i = 0; i < nulls.size(); ++i)
+      if (nulls[i] != 0 && at[i + 1] != at[i]) return false;
+    const int64_t first = at.front(), last = at.back();
+    if (listed_ && !inner_values_present(first, last - first, {})) return false;
+    DimVector shape{last - first};
+    for (const ArrowColumns::Level* level : fixed_) shape.push_back(level->fixed);
+    if (field.shape.size() != shape.size() ||
+        !std::equal(shape.begin() + 1, shape.end(), field.shape.begin() + 1))
+      return false;
+    if (field.shape[0] != kVariableDim) {  // every row the field's length: a [count, length, ...] view
+      for (size_t i = 0; i + 1 < at.size(); ++i)
+        if (at[i + 1] - at[i] != field.shape[0]) return false;
+      DimVector rows{count, field.shape[0]};
+      for (const ArrowColumns::Level* level : fixed_) rows.push_back(level->fixed);
+      return leaf(first * inner_, last * inner_, rows, values);
+    }
+    if (!leaf(first * inner_, last * inner_, shape, values)) return false;
+    offsets = empty({count + 1}, kInt64);
+    auto* out = offsets.mutable_data_ptr<int64_t>();
+    for (size_t i = 0; i < at.size(); ++i) out[i] = at[i] - first;
+    return true;
+  }
+
+ private:
+  // Leaf values [start, end) (bytes for strings) as a tensor of `shape`: a view where they lie
+  // in place, else converted (bools, decimals); false if past their buffer.
+  bool leaf(int64_t start, int64_t end, const DimVector& shape, Tensor& out) const {
+    const int n = column_.leaf_node;
+    if (column_.leaf != ArrowColumns::Leaf::Bytes && end > view_.node(n).length) return false;
+    switch (column_.leaf) {
+      case ArrowColumns::Leaf::Values:
+      case ArrowColumns::Leaf::FixedBytes: {
+        const ArrowBatch::Buffer& data = view_.buffer(n, 1);
+        const int64_t item = column_.leaf == ArrowColumns::Leaf::Values ? column_.item : 1;
+        const int64_t scale = column_.leaf == ArrowColumns::Leaf::Values ? 1 : column_.item;  // bytes a value
+        if (data.offset % item != 0 || end * scale > data.length / item) return false;
+        out = Tensor(view_.bytes(), column_.dtype, shape, data.offset / item + start * scale);
+        return true;
+      }
+      case ArrowColumns::Leaf::Bytes: {
+        const ArrowBatch::Buffer& data = view_.buffer(n, 2);
+        if (end > data.length) return false;
+        out = Tensor(view_.bytes(), kUInt8, shape, data.offset + start);
+        return true;
+      }
+      case ArrowColumns::Leaf::Bool: {
+        const ArrowBatch::Buffer& data = view_.buffer(n, 1);
+        if ((end + 7) / 8 > data.length) return false;
+        out = empty(shape, kBool);
+        auto* to = static_cast<uint8_t*>(out.mutable_data_ptr());
+        const auto* bits = reinterpret_cast<const uint8_t*>(view_.bytes().data() + data.offset);
+        for (int64_t j = start; j < end; ++j) to[j - start] = (bits[j / 8] >> (j % 8)) & 1;
+        return true;
+      }
+      case ArrowColumns::Leaf::Decimal: {
+        const ArrowBatch::Buffer& data = view_.buffer(n, 1);
+        if (end > data.length / column_.item) return false;
+        out = empty(shape, kFloat64);
+        auto* to = static_cast<double*>(out.mutable_data_ptr());
+        const std::byte* from = view_.bytes().data() + data.offset;
+        for (int64_t j = start; j < end; ++j)
+          to[j - start] = decimal_value(from + j * column_.item, column_.item, column_.scale);
+        return true;
+      }
+    }
+    return false;
+  }
+  // Whether no value below elements [start, start + count) of the top level is null: the
+  // fixed-size lists inside, and the leaf under any list (arrow_record() refuses a null inside
+  // a list). For a fixed-size list the elements are the rows, and those in `nulls` are left
+  // out: a null row's values are never read.
+  bool inner_values_present(int64_t start, int64_t count, const std::vector<uint8_t>& nulls) const {
+    if (!listed_ && fixed_.empty()) return true;  // the leaf's nulls are the rows'
+    std::vector<std::pair<int, int64_t>> below;  // a node, and its values an element holds
+    int64_t per = listed_ ? 1 : fixed_[0]->fixed;
+    for (size_t k = listed_ ? 0 : 1; k < fixed_.size(); ++k) {
+      below.emplace_back(fixed_[k]->node, per);
+      per *= fixed_[k]->fixed;
+    }
+    below.emplace_back(column_.leaf_node, per);
+    for (const auto& [node, values] : below) {
+      if (view_.node(node).null_count == 0) continue;
+      if (nulls.empty()) {
+        if (view_.any_null(node, start * values, (start + count) * values)) return false;
+        continue;
+      }
+      for (int64_t i = 0; i < count; ++i)
+        if (nulls[static_cast<size_t>(i)] == 0 && view_.any_null(node, (start + i) * values, (start + i + 1) * values))
+          return false;
+    }
+    return true;
+  }
+  // Null rows of a fixed field: NaN for floats, else zeros (arrow_record()'s values for them).
+  void fill_nulls(Tensor& values, const std::vector<uint8_t>& nulls) const {
+    // A view of the file is copied first; bools and decimals were converted into their own.
+    const bool view = column_.leaf == ArrowColumns::Leaf::Values || column_.leaf == ArrowColumns::Leaf::FixedBytes;
+    Tensor copy = view ? values.clone(MemoryFormat::Contiguous) : values;
+    const int64_t record_bytes = copy.nbytes() / std::max<int64_t>(copy.size(0), 1);
+    auto* base = static_cast<std::byte*>(copy.mutable_data_ptr());
+    const IntArrayRef sizes = copy.sizes();
+    const Tensor filler = full(IntArrayRef(sizes.data() + 1, sizes.size() - 1),
+                               is_floating_point(copy.dtype()) ? std::numeric_limits<double>::quiet_NaN() : 0.0,
+                               copy.dtype());
+    for (size_t i = 0; i < nulls.size(); ++i)
+      if (nulls[i] != 0) std::memcpy(base + static_cast<int64_t>(i) * record_bytes, filler.data_ptr(), record_bytes);
+    values = std::move(copy);
+  }
+
+  const ArrowColumns::Column& column_;
+  const BatchView& view_;
+  bool possible_ = false;
+  int top_ = 0;         // the node whose nulls are the row's own
+  bool listed_ = false;  // a list (List or LargeList) first: jagged
+  bool wide_ = false;
+  std::vector<const ArrowColumns::Level*> fixed_;  // the fixed-size lists after it
+  int64_t inner_ = 1;                              // leaf values an element of the top level holds
+};
+
 }  // namespace
+
+int64_t PackSources::arrow_batch(int64_t start, int64_t count, std::vector<Tensor>& values,
+                                 std::vector<Tensor>& offsets) const {
+  const ArrowColumns& arrow = *arrow_;
+  const auto [b, row] = detail::part_of(arrow.batch_end, start);
+  count = std::min(count, arrow.batch_end[b] - start);  // the rows of one record batch
+  if (count <= 0) return 0;
+  const ColumnReader reader(arrow, b);
+  const size_t columns = arrow.columns.size();
+  std::vector<BatchRows> plans;
+  plans.reserve(columns);
+  for (const ArrowColumns::Column& column : arrow.columns) {
+    plans.emplace_back(column, reader.view());
+    if (!plans.back().possible()) return -count;
+  }
+  thread_local std::vector<std::vector<int64_t>> at;     // each jagged column's offsets
+  thread_local std::vector<std::vector<uint8_t>> nulls;  // each column's null rows
+  at.resize(columns);
+  nulls.resize(columns);
+  std::vector<Tensor> batch_values(columns), batch_offsets(columns);
+  bool whole = true;
+  const int64_t r = row;  // a plain variable for the lambda
+  guard_input(arrow.inputs[arrow.batches[b].input], [&] {
+    // The rows whose strings and lists come to kBatchBytes (at least one): a batch of images
+    // is a few of them, not a thousand (a Ctrl-C waits for what a batch copies).
+    std::vector<int64_t> bytes_before(static_cast<size_t>(count) + 1, 0);
+    for (size_t c = 0; c < columns && whole; ++c) {
+      if (!plans[c].jagged()) continue;
+      if (!plans[c].offsets(r, count, at[c])) {
+        whole = false;
+        break;
+      }
+      const int64_t row_bytes = plans[c].row_bytes();
+      for (int64_t i = 0; i <= count; ++i)
+        bytes_before[static_cast<size_t>(i)] += (at[c][static_cast<size_t>(i)] - at[c][0]) * row_bytes;
+    }
+    if (!whole) return;
+    constexpr int64_t kBatchBytes = int64_t{4} << 20;
+    const auto past = std::upper_bound(bytes_before.begin() + 1, bytes_before.end(), kBatchBytes);
+    count = std::max<int64_t>(1, past - bytes_before.begin() - 1);
+    for (size_t c = 0; c < columns && whole; ++c) {
+      if (plans[c].jagged()) at[c].resize(static_cast<size_t>(count) + 1);
+      if (arrow.columns[c].validity) {  // the null rows of its column, just before it
+        Tensor valid = empty({count}, kBool);
+        auto* out = static_cast<uint8_t*>(valid.mutable_data_ptr());
+        for (int64_t i = 0; i < count; ++i) out[i] = nulls[c - 1].empty() || nulls[c - 1][static_cast<size_t>(i)] == 0;
+        batch_values[c] = std::move(valid);
+        continue;
+      }
+      plans[c].nulls(r, count, nulls[c]);
+      whole = plans[c].read(schema_[c], r, count, nulls[c], at[c], batch_values[c], batch_offsets[c]);
+    }
+  });
+  if (!whole) return -count;  // row by row: tried again at each row, a batch would cost O(count) a row
+  values = std::move(batch_values);
+  offsets = std::move(batch_offsets);
+  return count;
+}
 
 void PackSources::arrow_record(int64_t index, std::vector<Tensor>& values) const {
   const ArrowColumns& arrow = *arrow_;

@@ -736,6 +736,18 @@ bool PackSources::record_batch(int64_t start, int64_t count, std::vector<Tensor>
   return true;
 }
 
+int64_t PackSources::jagged_record_batch(int64_t start, int64_t count, std::vector<Tensor>& values,
+                                         std::vector<Tensor>& offsets) const {
+  if (arrow_) {
+    MMT_CHECK(start >= 0 && count >= 0 && start <= records_ - count, IndexError, "records [", start, ", ",
+              start + count, ") are out of range for ", records_, " records");
+    return arrow_batch(start, count, values, offsets);
+  }
+  if (!record_batch(start, count, values)) return 0;
+  offsets.assign(values.size(), Tensor());
+  return count;
+}
+
 Tensor PackSources::converted_records(size_t f, int64_t start, int64_t count) const {
   const Field& field = schema_[f];
   const ConvertedColumn& column = converted_[f];
@@ -958,8 +970,10 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
   using Clock = std::chrono::steady_clock;
   auto interval = std::chrono::duration<double>(options.progress_interval_seconds);
   Clock::time_point last_report = Clock::now();
-  // Arrays go in batches (one copy per field and chunk); a folder record by record (each
-  // record is a file read). Cancellation and progress are checked between steps.
+  // Arrays, and the rows of an Arrow record batch or Parquet row group, go in batches (one
+  // copy per field and chunk); a folder record by record (each record is a file read), and
+  // so do rows that record() converts one by one. Cancellation and progress are checked
+  // between steps.
   // A batch is at most 1024 records and about 4 MiB, so a Ctrl-C waits for a few MiB of
   // copying (and the chunks in flight), not for 1024 records of 4 MiB each.
   constexpr int64_t kBatchRecords = 1024, kBatchBytes = int64_t{4} << 20;
@@ -975,17 +989,21 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
     throw PackCancelled(str("packing ", path, " was interrupted after ", done, " of ", range.size(), " records; ",
                             path, existed ? " was left as it was" : " was not created"));
   };
-  std::vector<Tensor> values;
+  std::vector<Tensor> values, offsets;
+  int64_t one_at_a_time = 0;  // records to append singly before a batch is tried again
   for (int64_t i = range.begin; i < range.end;) {
     stop_if_cancelled(i - range.begin);
     const int64_t count = std::min(batch_records, range.end - i);
-    if (sources.record_batch(i, count, values)) {
-      writer.append_batch(std::span<const Tensor>(values));
-      i += count;
+    const int64_t given = one_at_a_time > 0 ? 0 : sources.jagged_record_batch(i, count, values, offsets);
+    if (given > 0) {
+      writer.append_batch(std::span<const Tensor>(values), std::span<const Tensor>(offsets));
+      i += given;
     } else {
+      if (one_at_a_time == 0) one_at_a_time = std::max<int64_t>(1, -given);
       sources.record(i, values);
       writer.append(std::span<const Tensor>(values));
       ++i;
+      --one_at_a_time;
     }
     if (options.on_progress && Clock::now() - last_report >= interval) {
       options.on_progress(writer.stats());

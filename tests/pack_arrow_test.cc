@@ -18,6 +18,7 @@
 #include "decode_limit.h"
 #include "importer_test_util.h"
 #include "mmtensor/dataset.h"
+#include "mmtensor/dataset_writer.h"
 #include "mmtensor/error.h"
 #include "mmtensor/packer.h"
 #include "test_util.h"
@@ -1139,6 +1140,116 @@ TEST(PackArrow, NullFixedSizeListsAsPyarrowWritesThem) {
   EXPECT_EQ(values_of<int16_t>(ints.record(1)[0]), (std::vector<int16_t>{0, 0}));
   EXPECT_EQ(ints.schema()[1].name, "v.valid");
   EXPECT_EQ(scalar_of<bool>(ints.record(1)[1]), false);
+}
+
+// pack_dataset() takes a record batch's rows as one batch (views of the file, strings and
+// lists in their jagged layout); the file it writes is the one that appending record() row
+// by row writes, for every kind of column, with nulls, and in chunks that cut the batches.
+// Rows that need the row-by-row path (a null string whose bytes are not empty) still go that
+// way, to the same file.
+TEST(PackArrow, BatchesOfRowsPackToTheSameFileAsRowByRow) {
+  TempFolder dir;
+  const auto batch_of = [](int first, int n, bool stray_bytes) {
+    std::vector<float> score, emb;
+    std::vector<int32_t> count, tokens;
+    std::vector<int64_t> token_at{0}, box_at{0}, pair_at{0}, meta_a, pairs;
+    std::vector<float> boxes;
+    std::vector<bool> flag, valid, list_valid, emb_values_valid;
+    std::vector<std::string> text, blob, id, meta_b;
+    std::vector<__int128> price;
+    for (int r = first; r < first + n; ++r) {
+      const bool null = r % 7 == 3;
+      valid.push_back(!null);
+      score.push_back(null ? 0 : 0.5f * static_cast<float>(r));
+      count.push_back(null ? 0 : r * 3);
+      flag.push_back(r % 2 == 0);
+      text.push_back(null && !stray_bytes ? "" : "row " + std::to_string(r));
+      blob.push_back(std::string(static_cast<size_t>(r % 9), static_cast<char>('a' + r % 26)));
+      id.push_back(std::string{static_cast<char>(r), static_cast<char>(r + 1), static_cast<char>(r + 2)});
+      const bool list_null = r % 11 == 5;
+      list_valid.push_back(!list_null);
+      for (int k = 0; k < (list_null ? 0 : r % 13); ++k) tokens.push_back(r * 100 + k);
+      token_at.push_back(static_cast<int64_t>(tokens.size()));
+      for (int k = 0; k < 4 * (r % 3); ++k) boxes.push_back(static_cast<float>(r) + 0.25f * static_cast<float>(k));
+      box_at.push_back(static_cast<int64_t>(boxes.size()) / 4);
+      for (int k = 0; k < 3; ++k) {
+        emb.push_back(null ? 0 : static_cast<float>(r * 3 + k));
+        emb_values_valid.push_back(!null);
+      }
+      price.push_back(static_cast<__int128>(r) * 1234 - 5000);
+      meta_a.push_back(null ? 0 : int64_t{r} << 33);
+      meta_b.push_back(null ? "" : std::string(static_cast<size_t>(r % 4), 'm'));
+      pairs.push_back(r);
+      pairs.push_back(-r);
+      pair_at.push_back(pair_at.back() + 2);
+    }
+    return std::vector<arrow::Column>{
+        arrow::numbers("score", score, valid),
+        arrow::numbers("count", count, valid),
+        arrow::bools("flag", flag, valid),
+        arrow::texts("text", text, valid),
+        arrow::texts("blob", blob, {}, /*utf8=*/false, /*large=*/true),
+        arrow::fixed_binary("id", 3, id),
+        arrow::list("tokens", arrow::numbers("", tokens), token_at, list_valid),
+        arrow::list("boxes", arrow::fixed_list("", arrow::numbers("", boxes), 4, box_at.back()), box_at, {}, true),
+        arrow::fixed_list("emb", arrow::numbers("", emb, emb_values_valid), 3, n, valid),
+        arrow::decimals("price", price, 9, 2, 128, valid),
+        arrow::structure("meta", {arrow::numbers("a", meta_a), arrow::texts("b", meta_b)}, n, valid),
+        arrow::list("pair", arrow::numbers("", pairs), pair_at),
+    };
+  };
+  for (const bool stray_bytes : {false, true}) {
+    write_bytes(dir / "rows.arrow",
+                arrow::write({batch_of(0, 700, stray_bytes), batch_of(700, 1, stray_bytes), batch_of(701, 0, stray_bytes),
+                              batch_of(701, 2600, stray_bytes)},
+                             {.file_format = true})
+                    .bytes);
+    const PackSources sources = PackSources::from_arrow(std::vector<std::string>{dir / "rows.arrow"});
+    ASSERT_EQ(sources.records(), 3301);
+    std::vector<std::string> names;
+    for (const Field& field : sources.schema()) names.push_back(field.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"score", "count", "count.valid", "flag", "flag.valid", "text", "blob", "id",
+                                               "tokens", "boxes", "emb", "price", "meta.a", "meta.a.valid", "meta.b",
+                                               "pair"}));
+    EXPECT_EQ(sources.schema()[9].shape, (DimVector{kVariableDim, 4}));
+    EXPECT_EQ(sources.schema()[15].shape, (DimVector{2}));
+    for (const char* codec : {"none", "lz4"}) {
+      for (const int64_t chunk_bytes : {int64_t{1} << 20, int64_t{5000}}) {
+        PackOptions options;
+        options.writer.codec = CodecSpec::parse(codec);
+        options.writer.chunk_bytes = chunk_bytes;
+        options.writer.alignment = 64;
+        options.writer.overwrite = true;
+        pack_dataset(dir / "batched.mmt", sources, options);
+        WriterOptions one_by_one = options.writer;
+        one_by_one.metadata = sources.metadata();
+        DatasetWriter writer = DatasetWriter::create(dir / "rows.mmt", sources.schema(), one_by_one);
+        for (int64_t i = 0; i < sources.records(); ++i) writer.append(sources.record(i));
+        writer.finish();
+        ASSERT_EQ(testing::file_bytes(dir / "batched.mmt"), testing::file_bytes(dir / "rows.mmt"))
+            << codec << ", chunk_bytes " << chunk_bytes << (stray_bytes ? ", null strings holding bytes" : "");
+      }
+    }
+    const Dataset packed = Dataset::open(dir / "batched.mmt");
+    EXPECT_TRUE(std::isnan(scalar_of<float>(packed.get(3)["score"])));
+    EXPECT_EQ(scalar_of<int32_t>(packed.get(3)["count"]), 0);
+    EXPECT_FALSE(scalar_of<bool>(packed.get(3)["count.valid"]));
+    EXPECT_EQ(packed.get(3)["text"].numel(), 0);
+    EXPECT_EQ(text_of(packed.get(4)["text"]), "row 4");
+    EXPECT_EQ(values_of<int32_t>(packed.get(5)["tokens"]).size(), 0u);
+    EXPECT_EQ(values_of<int32_t>(packed.get(2)["tokens"]), (std::vector<int32_t>{200, 201}));
+    EXPECT_EQ(shape_of(packed.get(701)["boxes"]), (std::vector<int64_t>{2, 4}));
+    EXPECT_DOUBLE_EQ(scalar_of<double>(packed.get(4)["price"]), (4 * 1234 - 5000) / 100.0);
+    EXPECT_EQ(values_of<int64_t>(packed.get(2000)["pair"]), (std::vector<int64_t>{2000, -2000}));
+  }
+  // A null inside a list is refused as row by row, naming its row.
+  write_bytes(dir / "inner.arrow",
+              arrow::write({{arrow::list("l", arrow::numbers("", std::vector<int32_t>{1, 2, 3}, {true, false, true}),
+                                         {0, 1, 3})}})
+                  .bytes);
+  EXPECT_NE(error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "inner.arrow"}); })
+                .find("column 'l', row 1: a null inside its lists"),
+            std::string::npos);
 }
 
 // Dictionary-encoded columns (pandas categoricals, polars' categorical): each row its value.

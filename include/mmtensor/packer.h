@@ -328,6 +328,17 @@ class PackSources {
   // returns false (and leaves `values` alone) for a folder, whose records are separate
   // files, and for ragged fields, which are read a record at a time.
   bool record_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const;
+  // Records from `start` (at most `count`) as one batch for DatasetWriter::append_batch(values,
+  // offsets): what record_batch() gives (every offsets[f] undefined), and for Arrow and
+  // Parquet inputs the rows of one record batch or row group, strings and lists in their
+  // jagged layout (offsets[f] defined) and numbers as views of the file. Returns how many
+  // records it gave, fewer than `count` where a record batch ends or its strings and lists
+  // pass a few MiB. Where records go one at a time (record(); values and offsets are left
+  // alone), 0 for the one at `start` (a folder's file), or -k for the k from `start` (rows
+  // of an Arrow column of dictionaries, views or lists of strings, or of anything record()
+  // converts or refuses row by row).
+  int64_t jagged_record_batch(int64_t start, int64_t count, std::vector<Tensor>& values,
+                              std::vector<Tensor>& offsets) const;
   // Reads what the reads so far left unread of each deflated .npz member, so that its CRC-32
   // is checked even when only some records were read (pack_dataset of a shard calls it):
   // ChecksumError or FormatError naming the member.
@@ -359,6 +370,7 @@ class PackSources {
   std::string window_origin(int64_t index) const;
   // Arrow rows: record `index`'s values, and where a field of it comes from.
   void arrow_record(int64_t index, std::vector<Tensor>& values) const;
+  int64_t arrow_batch(int64_t start, int64_t count, std::vector<Tensor>& values, std::vector<Tensor>& offsets) const;
   std::string arrow_origin(size_t field, int64_t index) const;
   // MDS samples: record `index`'s values, and where a field of it comes from.
   void mds_record(int64_t index, std::vector<Tensor>& values) const;
