@@ -502,8 +502,8 @@ DatasetWriter::Impl::Batch DatasetWriter::Impl::validate_batch(std::span<const T
     MMT_CHECK(value.defined(), ValueError, where(), ": undefined tensor");
     int64_t records_here = 0;
     if (jagged(f)) {
-      MMT_CHECK(field.variable_dims() == 1 && field.shape[0] == kVariableDim, ValueError, where(), ": offsets are for ",
-                "a field whose one variable dimension is its first, not one of shape ", field.shape);
+      MMT_CHECK(field.variable_dims() == 1 && field.shape[0] == kVariableDim, ValueError, where(), " (shape ",
+                field.shape, ") takes no offsets: only a field whose one variable dimension is its first does");
       const Tensor& offset = offsets[f];
       MMT_CHECK(offset.dim() == 1 && offset.size(0) >= 1 && (offset.dtype() == kInt64 || offset.dtype() == kInt32),
                 ValueError, where(), ": offsets must be [B + 1] int64 or int32, got ", to_string(offset.dtype()),
@@ -579,15 +579,22 @@ DatasetWriter::Impl::Batch DatasetWriter::Impl::validate_batch(std::span<const T
     }
     // The values the records hold; an error names the record whose value holds the byte.
     const std::vector<int64_t>& offset = batch.offsets[f];
-    const Tensor held = batch.values[f].narrow(0, offset.front(), offset.back() - offset.front()).contiguous();
-    const int64_t at = detail::first_invalid_bool(static_cast<const std::byte*>(held.data_ptr()), held.numel());
+    const Tensor held = batch.values[f].narrow(0, offset.front(), offset.back() - offset.front());
+    int64_t at = -1;
+    uint8_t byte = 0;
+    detail::guard_storage_reads(held.untyped_storage(), [&] {  // a view of a mapped file, perhaps
+      const Tensor dense = held.contiguous();
+      const auto* bytes = static_cast<const std::byte*>(dense.data_ptr());
+      at = detail::first_invalid_bool(bytes, dense.numel());
+      if (at >= 0) byte = static_cast<uint8_t>(bytes[at]);
+    });
     if (at < 0) continue;
     const int64_t inner = held.size(0) == 0 ? 1 : held.numel() / held.size(0);
     const int64_t row = offset.front() + at / inner;
     const auto record = std::upper_bound(offset.begin(), offset.end(), row) - offset.begin() - 1;
     throw ValueError(detail::str("record ", first + record, ", field '", field.name, "': bool element ",
                          (row - offset[static_cast<size_t>(record)]) * inner + at % inner, " holds the byte ",
-                         static_cast<int>(static_cast<const uint8_t*>(held.data_ptr())[at]),
+                         static_cast<int>(byte),
                          "; a bool value may hold only 0 and 1"));
   }
   if (schema.all_fixed()) return batch;
@@ -654,8 +661,10 @@ int64_t DatasetWriter::Impl::batch_records_for_chunk(const Batch& batch, int64_t
     else low = mid + 1;
   }
   count = low;
-  if (options.codec.codec == Codec::None || current.record_count == 0) return count;  // one record alone fits
-  low = 0, high = count;  // the last k in [0, count] within the limit
+  if (options.codec.codec == Codec::None) return count;
+  // The last k in [0, count] within the limit; an empty chunk takes at least one record (it
+  // fits alone: validate_batch checked).
+  low = current.record_count == 0 ? 1 : 0, high = count;
   while (low < high) {
     const int64_t mid = low + (high - low + 1) / 2;
     if (batch_decoded_bytes(batch, start, mid, false) <= format::kMaxDecodedChunkBytes) low = mid;

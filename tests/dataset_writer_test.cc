@@ -522,6 +522,33 @@ TEST(DatasetWriterTest, ARecordThatWouldOverflowACompressedChunkStartsItsOwn) {
   }
 }
 
+// The same for a batch (append_batch's jagged layout, and [B, ...]): a batch that would take
+// an empty chunk past 1 GiB is cut where append() would cut it. It used to fill the chunk
+// past the limit and fail when sealing it, aborting the writer. Release builds only.
+TEST(DatasetWriterTest, ABatchThatWouldOverflowACompressedChunkIsCutBeforeTheLimit) {
+  SKIP_GIGABYTES_UNDER_SANITIZERS();
+  TempDir dir;
+  WriterOptions options;
+  options.codec = CodecSpec::parse("lz4");
+  options.chunk_bytes = int64_t{2} << 30;
+  const int64_t big = (int64_t{1} << 30) - 64;  // 1 GiB alone, with its value end and extent
+  const Tensor values = zeros({100 + big}, kUInt8);
+  Tensor offsets = empty({3}, kInt64);
+  offsets.mutable_data_ptr<int64_t>()[0] = 0;
+  offsets.mutable_data_ptr<int64_t>()[1] = 100;
+  offsets.mutable_data_ptr<int64_t>()[2] = 100 + big;
+  {
+    DatasetWriter writer = DatasetWriter::create(dir.file("big.mmt"), Schema({Field::bytes("b")}), options);
+    writer.append_batch(std::vector<Tensor>{values}, std::vector<Tensor>{offsets});
+    writer.finish();
+  }
+  Dataset ds = Dataset::open(dir.file("big.mmt"));
+  ASSERT_EQ(ds.size(), 2);
+  EXPECT_EQ(ds.num_chunks(), 2);
+  EXPECT_EQ(ds.get(0, "b").numel(), 100);
+  EXPECT_EQ(ds.get(1, "b").numel(), big);
+}
+
 // With chunk_records, a chunk holds that many records and cannot close early: a record (or a
 // batch) that would take it past 1 GiB decoded is refused before anything of it is written,
 // and the writer goes on. It used to fail when the chunk was sealed, aborting the writer and

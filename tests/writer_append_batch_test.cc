@@ -297,11 +297,11 @@ TEST(WriterAppendBatch, BadOffsetsAreRefusedWholeNamingTheRecord) {
   EXPECT_EQ(message_of({text, labels, bools, pairs}, {offsets({0, 6}), undefined, offsets({0, 1, 6}), undefined}),
             "append_batch at record 2, field 'label': holds 2 records but field 'text' holds 1");
   EXPECT_EQ(message_of({text, labels, bools, pairs}, {offsets({0, 6, 8}), offsets({0, 1, 2}), offsets({0, 1, 6}), undefined}),
-            "append_batch at record 2, field 'label': offsets are for a field whose one variable dimension is its "
-            "first, not one of shape []");
+            "append_batch at record 2, field 'label' (shape []) takes no offsets: only a field whose one variable "
+            "dimension is its first does");
   EXPECT_EQ(message_of({text, labels, bools, pairs}, {offsets({0, 6, 8}), undefined, offsets({0, 1, 6}), offsets({0, 1, 2})}),
-            "append_batch at record 2, field 'pair': offsets are for a field whose one variable dimension is its "
-            "first, not one of shape [2, -1]");
+            "append_batch at record 2, field 'pair' (shape [2, -1]) takes no offsets: only a field whose one "
+            "variable dimension is its first does");
   EXPECT_EQ(message_of({counting_bytes({10, 1}), labels, bools, pairs}, {offsets({0, 6, 8}), undefined, offsets({0, 1, 6}), undefined}),
             "append_batch at record 2, field 'text': expected its values back to back, [-1] with the records along "
             "dimension 0 (1 dimensions), got [10, 1]");
