@@ -1224,14 +1224,119 @@ Tensor view_strings(const ArrowColumns::Column& column, int64_t row, const RowAt
   return joined;
 }
 
+// Row `r` of `column` as `field` holds it, `at` being where row() found it: a view of the
+// file where its values lie so, else converted (bools, decimals, views' strings, nulls).
+void row_value(const ArrowColumns::Column& column, const Field& field, int64_t r, RowAt& at, Tensor& value) {
+  if (column.validity) {
+    value = full({}, at.null ? 0 : 1, kBool);
+    return;
+  }
+  if (at.null) {  // NaN in a fixed float field, zeros in another, else empty
+    if (field.is_fixed()) {
+      value = full(field.shape, is_floating_point(field.dtype) ? std::numeric_limits<double>::quiet_NaN() : 0.0,
+                       field.dtype);
+      return;
+    }
+    DimVector shape = field.shape;
+    for (int64_t& d : shape) d = d == kVariableDim ? 0 : d;
+    value = empty(shape, field.dtype);
+    return;
+  }
+  // Dimensions under an empty list are the field's (0 where it varies). The file could have
+  // changed since it was checked: what is read must still fit the field.
+  const BatchView& view = at.view;
+  MMT_CHECK(at.dims.size() == field.shape.size(), IoError, view.where(), ": column '", column.name, "', row ", r,
+            ": its shape changed while the file was being packed");
+  for (size_t k = 0; k < at.dims.size(); ++k) {
+    if (at.dims[k] == kVariableDim) at.dims[k] = field.shape[k] == kVariableDim ? 0 : field.shape[k];
+    MMT_CHECK(field.shape[k] == kVariableDim || field.shape[k] == at.dims[k], IoError, view.where(), ": column '",
+              column.name, "', row ", r, ": its shape changed while the file was being packed");
+  }
+  switch (column.leaf) {
+    case ArrowColumns::Leaf::Values: {
+      const ArrowBatch::Buffer& data = view.buffer(column.leaf_node, 1);
+      MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length / column.item, IoError, view.where(),
+                ": column '", column.name, "', row ", r, ": changed while the file was being packed");
+      if (at.end == at.start) {
+        value = empty(at.dims, column.dtype);
+      } else if (data.offset % column.item == 0) {
+        value = Tensor(view.bytes(), column.dtype, at.dims, data.offset / column.item + at.start);
+      } else {  // unaligned (a writer that does not pad): copied
+        Tensor copy = empty(at.dims, column.dtype);
+        detail::guard_storage_reads(view.bytes(), [&] {
+          std::memcpy(copy.mutable_data_ptr(), view.bytes().data() + data.offset + at.start * column.item,
+                      static_cast<size_t>((at.end - at.start) * column.item));
+        });
+        value = std::move(copy);
+      }
+      break;
+    }
+    case ArrowColumns::Leaf::Decimal: {
+      const ArrowBatch::Buffer& data = view.buffer(column.leaf_node, 1);
+      MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length / column.item, IoError, view.where(),
+                ": column '", column.name, "', row ", r, ": changed while the file was being packed");
+      Tensor decimals = empty(at.dims, kFloat64);
+      if (at.end > at.start) {
+        auto* out = static_cast<double*>(decimals.mutable_data_ptr());
+        detail::guard_storage_reads(view.bytes(), [&] {
+          const std::byte* values = view.bytes().data() + data.offset;
+          for (int64_t j = at.start; j < at.end; ++j)
+            out[j - at.start] = decimal_value(values + j * column.item, column.item, column.scale);
+        });
+      }
+      value = std::move(decimals);
+      break;
+    }
+    case ArrowColumns::Leaf::Bool: {
+      const ArrowBatch::Buffer& data = view.buffer(column.leaf_node, 1);
+      MMT_CHECK(at.start >= 0 && at.end >= at.start && (at.end + 7) / 8 <= data.length, IoError, view.where(),
+                ": column '", column.name, "', row ", r, ": changed while the file was being packed");
+      Tensor bools = empty(at.dims, kBool);
+      if (at.end > at.start) {
+        auto* out = static_cast<uint8_t*>(bools.mutable_data_ptr());
+        detail::guard_storage_reads(view.bytes(), [&] {
+          const auto* bits = reinterpret_cast<const uint8_t*>(view.bytes().data() + data.offset);
+          for (int64_t j = at.start; j < at.end; ++j) out[j - at.start] = (bits[j / 8] >> (j % 8)) & 1;
+        });
+      }
+      value = std::move(bools);
+      break;
+    }
+    case ArrowColumns::Leaf::FixedBytes:
+    case ArrowColumns::Leaf::Bytes: {
+      if (column.lengths) {
+        value = string_lengths(column, r, at);
+        break;
+      }
+      if (at.end == at.start) {
+        value = empty(at.dims, kUInt8);
+        break;
+      }
+      if (column.views) {
+        value = view_strings(column, r, at);
+        break;
+      }
+      const ArrowBatch::Buffer& data = view.buffer(column.leaf_node, column.leaf == ArrowColumns::Leaf::Bytes ? 2 : 1);
+      MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length, IoError, view.where(), ": column '",
+                column.name, "', row ", r, ": changed while the file was being packed");
+      value = Tensor(view.bytes(), kUInt8, at.dims, data.offset + at.start);
+      break;
+    }
+  }
+}
+
+// The bytes of strings and lists a batch of rows holds, at most (but for its first row).
+constexpr int64_t kBatchBytes = int64_t{4} << 20;
+
 // A record batch's rows as one batch for DatasetWriter::append_batch(values, offsets): most
 // columns are views of the file as they lie (numbers, fixed-size lists of them, fixed-size
 // binaries), strings and lists go in their jagged layout (the values as they lie, the offsets
 // copied), bools and decimals are converted. The rows then cost one copy per field and
 // chunk, not the per-record work of arrow_record(). Columns whose rows need that work
-// (dictionaries, views, lists of strings, lists of structs, nulls inside lists, null rows
-// whose lists are not empty) make the batch go row by row, and so does anything out of place
-// (the file changed since it was checked): arrow_record() then refuses it with its message.
+// (dictionaries, views, lists of strings or structs, null rows whose strings hold bytes) are
+// read row by row as arrow_record() reads them, into one buffer (GatheredRows), and so is a
+// column whose rows are out of place (the file changed since it was checked): row() then
+// refuses them with arrow_record()'s message.
 class BatchRows {
  public:
   BatchRows(const ArrowColumns::Column& column, const BatchView& view) : column_(column), view_(view) {
@@ -1426,6 +1531,58 @@ class BatchRows {
   int64_t inner_ = 1;                              // leaf values an element of the top level holds
 };
 
+// The rows of a column that a batch cannot take as they lie (dictionaries, views, lists of
+// strings, null rows whose strings hold bytes, ...), each read as arrow_record() reads it
+// and copied one after another: the writer still copies the batch once per field and chunk.
+struct GatheredRows {
+  bool wanted = false;
+  std::vector<std::byte> bytes;
+  std::vector<int64_t> ends;  // after each row: its bytes (a fixed field) or rows along dimension 0
+  std::vector<uint8_t> null;  // each row's
+
+  // Whether a batch holds the field's rows: fixed, or varying in its first dimension alone.
+  static bool holds(const Field& field) {
+    return field.is_fixed() || (field.variable_dims() == 1 && field.shape[0] == kVariableDim);
+  }
+  // Reads rows [row, row + count), stopping after the one that takes `total` (the batch's
+  // bytes so far) past `budget`; returns the rows read. Refusals are arrow_record()'s.
+  int64_t gather(const ColumnReader& reader, const ArrowColumns::Column& column, const Field& field, int64_t row,
+                 int64_t count, int64_t budget, int64_t& total) {
+    bytes.clear();
+    ends.clear();
+    null.clear();
+    thread_local RowAt at;
+    Tensor value;
+    int64_t rows_so_far = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      reader.row(column, row + i, at);
+      refuse_repeated_views(column, row + i, at);
+      row_value(column, field, row + i, at, value);
+      const Tensor dense = value.contiguous();
+      const auto* from = static_cast<const std::byte*>(dense.data_ptr());
+      bytes.insert(bytes.end(), from, from + dense.nbytes());
+      rows_so_far += field.is_fixed() ? 0 : dense.size(0);
+      ends.push_back(field.is_fixed() ? static_cast<int64_t>(bytes.size()) : rows_so_far);
+      null.push_back(at.null ? 1 : 0);
+      total += dense.nbytes();
+      if (total > budget) return i + 1;
+    }
+    return count;
+  }
+  // The first `count` rows read, as append_batch() takes them.
+  void take(const Field& field, int64_t count, Tensor& values, Tensor& offsets) const {
+    DimVector shape{field.is_fixed() ? count : (count == 0 ? 0 : ends[static_cast<size_t>(count) - 1])};
+    for (size_t d = field.is_fixed() ? 0 : 1; d < field.shape.size(); ++d) shape.push_back(field.shape[d]);
+    values = empty(shape, field.dtype);
+    if (values.nbytes() > 0) std::memcpy(values.mutable_data_ptr(), bytes.data(), static_cast<size_t>(values.nbytes()));
+    if (field.is_fixed()) return;
+    offsets = empty({count + 1}, kInt64);
+    auto* out = offsets.mutable_data_ptr<int64_t>();
+    out[0] = 0;
+    for (int64_t i = 0; i < count; ++i) out[i + 1] = ends[static_cast<size_t>(i)];
+  }
+};
+
 }  // namespace
 
 int64_t PackSources::arrow_batch(int64_t start, int64_t count, std::vector<Tensor>& values,
@@ -1438,49 +1595,60 @@ int64_t PackSources::arrow_batch(int64_t start, int64_t count, std::vector<Tenso
   const size_t columns = arrow.columns.size();
   std::vector<BatchRows> plans;
   plans.reserve(columns);
-  for (const ArrowColumns::Column& column : arrow.columns) {
-    plans.emplace_back(column, reader.view());
-    if (!plans.back().possible()) return -count;
+  std::vector<GatheredRows> gathered(columns);
+  for (size_t c = 0; c < columns; ++c) {
+    plans.emplace_back(arrow.columns[c], reader.view());
+    // A field the jagged layout cannot hold (two dimensions that vary): row by row.
+    if (!arrow.columns[c].validity && !GatheredRows::holds(schema_[c])) return -count;
+    gathered[c].wanted = !plans[c].possible() && !arrow.columns[c].validity;
   }
   thread_local std::vector<std::vector<int64_t>> at;     // each jagged column's offsets
   thread_local std::vector<std::vector<uint8_t>> nulls;  // each column's null rows
   at.resize(columns);
   nulls.resize(columns);
   std::vector<Tensor> batch_values(columns), batch_offsets(columns);
-  bool whole = true;
   const int64_t r = row;  // a plain variable for the lambda
   guard_input(arrow.inputs[arrow.batches[b].input], [&] {
     // The rows whose strings and lists come to kBatchBytes (at least one): a batch of images
     // is a few of them, not a thousand (a Ctrl-C waits for what a batch copies).
     std::vector<int64_t> bytes_before(static_cast<size_t>(count) + 1, 0);
-    for (size_t c = 0; c < columns && whole; ++c) {
-      if (!plans[c].jagged()) continue;
-      if (!plans[c].offsets(r, count, at[c])) {
-        whole = false;
-        break;
+    for (size_t c = 0; c < columns; ++c) {
+      if (gathered[c].wanted || arrow.columns[c].validity || !plans[c].jagged()) continue;
+      if (!plans[c].offsets(r, count, at[c])) {  // the file changed: row() says how
+        gathered[c].wanted = true;
+        continue;
       }
       const int64_t row_bytes = plans[c].row_bytes();
       for (int64_t i = 0; i <= count; ++i)
         bytes_before[static_cast<size_t>(i)] += (at[c][static_cast<size_t>(i)] - at[c][0]) * row_bytes;
     }
-    if (!whole) return;
-    constexpr int64_t kBatchBytes = int64_t{4} << 20;
     const auto past = std::upper_bound(bytes_before.begin() + 1, bytes_before.end(), kBatchBytes);
     count = std::max<int64_t>(1, past - bytes_before.begin() - 1);
-    for (size_t c = 0; c < columns && whole; ++c) {
-      if (plans[c].jagged()) at[c].resize(static_cast<size_t>(count) + 1);
-      if (arrow.columns[c].validity) {  // the null rows of its column, just before it
+    int64_t gathered_bytes = bytes_before[static_cast<size_t>(count)];
+    for (size_t c = 0; c < columns; ++c)
+      if (gathered[c].wanted)
+        count = gathered[c].gather(reader, arrow.columns[c], schema_[c], r, count, kBatchBytes, gathered_bytes);
+    for (size_t c = 0; c < columns; ++c) {
+      const ArrowColumns::Column& column = arrow.columns[c];
+      if (column.validity) {  // the null rows of its column, just before it
         Tensor valid = empty({count}, kBool);
         auto* out = static_cast<uint8_t*>(valid.mutable_data_ptr());
-        for (int64_t i = 0; i < count; ++i) out[i] = nulls[c - 1].empty() || nulls[c - 1][static_cast<size_t>(i)] == 0;
+        const std::vector<uint8_t>& null = gathered[c - 1].wanted ? gathered[c - 1].null : nulls[c - 1];
+        for (int64_t i = 0; i < count; ++i) out[i] = null.empty() || null[static_cast<size_t>(i)] == 0;
         batch_values[c] = std::move(valid);
         continue;
       }
-      plans[c].nulls(r, count, nulls[c]);
-      whole = plans[c].read(schema_[c], r, count, nulls[c], at[c], batch_values[c], batch_offsets[c]);
+      if (!gathered[c].wanted) {
+        if (plans[c].jagged()) at[c].resize(static_cast<size_t>(count) + 1);
+        plans[c].nulls(r, count, nulls[c]);
+        if (plans[c].read(schema_[c], r, count, nulls[c], at[c], batch_values[c], batch_offsets[c])) continue;
+        // Rows the batch cannot take as they lie (a null string holding bytes): gathered.
+        gathered[c].wanted = true;
+        gathered[c].gather(reader, column, schema_[c], r, count, INT64_MAX, gathered_bytes);
+      }
+      gathered[c].take(schema_[c], count, batch_values[c], batch_offsets[c]);
     }
   });
-  if (!whole) return -count;  // row by row: tried again at each row, a batch would cost O(count) a row
   values = std::move(batch_values);
   offsets = std::move(batch_offsets);
   return count;
@@ -1503,107 +1671,7 @@ void PackSources::arrow_record(int64_t index, std::vector<Tensor>& values) const
     }
   });
   for (size_t c = 0; c < arrow.columns.size(); ++c) refuse_repeated_views(arrow.columns[c], r, rows[c]);
-  for (size_t c = 0; c < arrow.columns.size(); ++c) {
-    const ArrowColumns::Column& column = arrow.columns[c];
-    const Field& field = schema_[c];
-    RowAt& at = rows[c];
-    if (column.validity) {
-      values[c] = full({}, at.null ? 0 : 1, kBool);
-      continue;
-    }
-    if (at.null) {  // NaN in a fixed float field, zeros in another, else empty
-      if (field.is_fixed()) {
-        values[c] = full(field.shape, is_floating_point(field.dtype) ? std::numeric_limits<double>::quiet_NaN() : 0.0,
-                         field.dtype);
-        continue;
-      }
-      DimVector shape = field.shape;
-      for (int64_t& d : shape) d = d == kVariableDim ? 0 : d;
-      values[c] = empty(shape, field.dtype);
-      continue;
-    }
-    // Dimensions under an empty list are the field's (0 where it varies). The file could have
-    // changed since it was checked: what is read must still fit the field.
-    const BatchView& view = at.view;
-    MMT_CHECK(at.dims.size() == field.shape.size(), IoError, view.where(), ": column '", column.name, "', row ", r,
-              ": its shape changed while the file was being packed");
-    for (size_t k = 0; k < at.dims.size(); ++k) {
-      if (at.dims[k] == kVariableDim) at.dims[k] = field.shape[k] == kVariableDim ? 0 : field.shape[k];
-      MMT_CHECK(field.shape[k] == kVariableDim || field.shape[k] == at.dims[k], IoError, view.where(), ": column '",
-                column.name, "', row ", r, ": its shape changed while the file was being packed");
-    }
-    switch (column.leaf) {
-      case ArrowColumns::Leaf::Values: {
-        const ArrowBatch::Buffer& data = view.buffer(column.leaf_node, 1);
-        MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length / column.item, IoError, view.where(),
-                  ": column '", column.name, "', row ", r, ": changed while the file was being packed");
-        if (at.end == at.start) {
-          values[c] = empty(at.dims, column.dtype);
-        } else if (data.offset % column.item == 0) {
-          values[c] = Tensor(view.bytes(), column.dtype, at.dims, data.offset / column.item + at.start);
-        } else {  // unaligned (a writer that does not pad): copied
-          Tensor copy = empty(at.dims, column.dtype);
-          detail::guard_storage_reads(view.bytes(), [&] {
-            std::memcpy(copy.mutable_data_ptr(), view.bytes().data() + data.offset + at.start * column.item,
-                        static_cast<size_t>((at.end - at.start) * column.item));
-          });
-          values[c] = std::move(copy);
-        }
-        break;
-      }
-      case ArrowColumns::Leaf::Decimal: {
-        const ArrowBatch::Buffer& data = view.buffer(column.leaf_node, 1);
-        MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length / column.item, IoError, view.where(),
-                  ": column '", column.name, "', row ", r, ": changed while the file was being packed");
-        Tensor decimals = empty(at.dims, kFloat64);
-        if (at.end > at.start) {
-          auto* out = static_cast<double*>(decimals.mutable_data_ptr());
-          detail::guard_storage_reads(view.bytes(), [&] {
-            const std::byte* values = view.bytes().data() + data.offset;
-            for (int64_t j = at.start; j < at.end; ++j)
-              out[j - at.start] = decimal_value(values + j * column.item, column.item, column.scale);
-          });
-        }
-        values[c] = std::move(decimals);
-        break;
-      }
-      case ArrowColumns::Leaf::Bool: {
-        const ArrowBatch::Buffer& data = view.buffer(column.leaf_node, 1);
-        MMT_CHECK(at.start >= 0 && at.end >= at.start && (at.end + 7) / 8 <= data.length, IoError, view.where(),
-                  ": column '", column.name, "', row ", r, ": changed while the file was being packed");
-        Tensor bools = empty(at.dims, kBool);
-        if (at.end > at.start) {
-          auto* out = static_cast<uint8_t*>(bools.mutable_data_ptr());
-          detail::guard_storage_reads(view.bytes(), [&] {
-            const auto* bits = reinterpret_cast<const uint8_t*>(view.bytes().data() + data.offset);
-            for (int64_t j = at.start; j < at.end; ++j) out[j - at.start] = (bits[j / 8] >> (j % 8)) & 1;
-          });
-        }
-        values[c] = std::move(bools);
-        break;
-      }
-      case ArrowColumns::Leaf::FixedBytes:
-      case ArrowColumns::Leaf::Bytes: {
-        if (column.lengths) {
-          values[c] = string_lengths(column, r, at);
-          break;
-        }
-        if (at.end == at.start) {
-          values[c] = empty(at.dims, kUInt8);
-          break;
-        }
-        if (column.views) {
-          values[c] = view_strings(column, r, at);
-          break;
-        }
-        const ArrowBatch::Buffer& data = view.buffer(column.leaf_node, column.leaf == ArrowColumns::Leaf::Bytes ? 2 : 1);
-        MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length, IoError, view.where(), ": column '",
-                  column.name, "', row ", r, ": changed while the file was being packed");
-        values[c] = Tensor(view.bytes(), kUInt8, at.dims, data.offset + at.start);
-        break;
-      }
-    }
-  }
+  for (size_t c = 0; c < arrow.columns.size(); ++c) row_value(arrow.columns[c], schema_[c], r, rows[c], values[c]);
 }
 
 std::string PackSources::arrow_origin(size_t field, int64_t index) const {

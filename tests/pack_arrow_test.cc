@@ -1145,8 +1145,8 @@ TEST(PackArrow, NullFixedSizeListsAsPyarrowWritesThem) {
 // pack_dataset() takes a record batch's rows as one batch (views of the file, strings and
 // lists in their jagged layout); the file it writes is the one that appending record() row
 // by row writes, for every kind of column, with nulls, and in chunks that cut the batches.
-// Rows that need the row-by-row path (a null string whose bytes are not empty) still go that
-// way, to the same file.
+// Columns read row by row (views, dictionaries, lists of strings, null strings holding
+// bytes) are gathered into the batch, to the same file.
 TEST(PackArrow, BatchesOfRowsPackToTheSameFileAsRowByRow) {
   TempFolder dir;
   const auto batch_of = [](int first, int n, bool stray_bytes) {
@@ -1157,6 +1157,10 @@ TEST(PackArrow, BatchesOfRowsPackToTheSameFileAsRowByRow) {
     std::vector<bool> flag, valid, list_valid, emb_values_valid;
     std::vector<std::string> text, blob, id, meta_b;
     std::vector<__int128> price;
+    std::vector<std::string> notes, words;
+    std::vector<int64_t> word_at{0};
+    std::vector<int32_t> animal;
+    std::vector<int16_t> size;
     for (int r = first; r < first + n; ++r) {
       const bool null = r % 7 == 3;
       valid.push_back(!null);
@@ -1182,6 +1186,11 @@ TEST(PackArrow, BatchesOfRowsPackToTheSameFileAsRowByRow) {
       pairs.push_back(r);
       pairs.push_back(-r);
       pair_at.push_back(pair_at.back() + 2);
+      notes.push_back(null ? "" : std::string(static_cast<size_t>(r % 30), static_cast<char>('A' + r % 26)));
+      for (int k = 0; k < r % 4; ++k) words.push_back(std::string(static_cast<size_t>(k + 1), 'w'));
+      word_at.push_back(static_cast<int64_t>(words.size()));
+      animal.push_back(r % 3);
+      size.push_back(static_cast<int16_t>(r % 2));
     }
     return std::vector<arrow::Column>{
         arrow::numbers("score", score, valid),
@@ -1196,13 +1205,22 @@ TEST(PackArrow, BatchesOfRowsPackToTheSameFileAsRowByRow) {
         arrow::decimals("price", price, 9, 2, 128, valid),
         arrow::structure("meta", {arrow::numbers("a", meta_a), arrow::texts("b", meta_b)}, n, valid),
         arrow::list("pair", arrow::numbers("", pairs), pair_at),
+        // Gathered row by row into the batch: views, a list of strings, dictionaries.
+        arrow::string_views("note", notes, valid),
+        arrow::list("words", arrow::texts("", words), word_at),
+        arrow::encoded<int32_t>("animal", arrow::texts("", {}), 0, animal, valid),
+        arrow::encoded<int16_t>("size", arrow::numbers("", std::vector<float>{}), 1, size),
     };
   };
+  arrow::WriteOptions options;
+  options.file_format = true;
+  options.dictionaries = {{0, arrow::texts("", {"cat", "dog", "bird"}), false, 0},
+                          {1, arrow::numbers("", std::vector<float>{0.5f, 1.5f}), false, 0}};
   for (const bool stray_bytes : {false, true}) {
     write_bytes(dir / "rows.arrow",
                 arrow::write({batch_of(0, 700, stray_bytes), batch_of(700, 1, stray_bytes), batch_of(701, 0, stray_bytes),
                               batch_of(701, 2600, stray_bytes)},
-                             {.file_format = true})
+                             options)
                     .bytes);
     const PackSources sources = PackSources::from_arrow(std::vector<std::string>{dir / "rows.arrow"});
     ASSERT_EQ(sources.records(), 3301);
@@ -1210,7 +1228,7 @@ TEST(PackArrow, BatchesOfRowsPackToTheSameFileAsRowByRow) {
     for (const Field& field : sources.schema()) names.push_back(field.name);
     EXPECT_EQ(names, (std::vector<std::string>{"score", "count", "count.valid", "flag", "flag.valid", "text", "blob", "id",
                                                "tokens", "boxes", "emb", "price", "meta.a", "meta.a.valid", "meta.b",
-                                               "pair"}));
+                                               "pair", "note", "words", "words.lengths", "animal", "size"}));
     EXPECT_EQ(sources.schema()[9].shape, (DimVector{kVariableDim, 4}));
     EXPECT_EQ(sources.schema()[15].shape, (DimVector{2}));
     for (const char* codec : {"none", "lz4"}) {
@@ -1241,6 +1259,12 @@ TEST(PackArrow, BatchesOfRowsPackToTheSameFileAsRowByRow) {
     EXPECT_EQ(shape_of(packed.get(701)["boxes"]), (std::vector<int64_t>{2, 4}));
     EXPECT_DOUBLE_EQ(scalar_of<double>(packed.get(4)["price"]), (4 * 1234 - 5000) / 100.0);
     EXPECT_EQ(values_of<int64_t>(packed.get(2000)["pair"]), (std::vector<int64_t>{2000, -2000}));
+    EXPECT_EQ(text_of(packed.get(32)["note"]), "GG");
+    EXPECT_EQ(text_of(packed.get(3)["words"]), "wwwwww");
+    EXPECT_EQ(values_of<int64_t>(packed.get(3)["words.lengths"]), (std::vector<int64_t>{1, 2, 3}));
+    EXPECT_EQ(text_of(packed.get(2)["animal"]), "bird");
+    EXPECT_EQ(packed.get(3)["animal"].numel(), 0);
+    EXPECT_EQ(scalar_of<float>(packed.get(5)["size"]), 1.5f);
   }
   // A null inside a list is refused as row by row, naming its row.
   write_bytes(dir / "inner.arrow",

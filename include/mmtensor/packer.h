@@ -333,10 +333,11 @@ class PackSources {
   // Parquet inputs the rows of one record batch or row group, strings and lists in their
   // jagged layout (offsets[f] defined) and numbers as views of the file. Returns how many
   // records it gave, fewer than `count` where a record batch ends or its strings and lists
-  // pass a few MiB. Where records go one at a time (record(); values and offsets are left
-  // alone), 0 for the one at `start` (a folder's file), or -k for the k from `start` (rows
-  // of an Arrow column of dictionaries, views or lists of strings, or of anything record()
-  // converts or refuses row by row).
+  // pass a few MiB. Columns whose rows must be converted one by one (dictionaries, string
+  // views, lists of strings) are, into one buffer, with record()'s values and refusals.
+  // Where records go one at a time (record(); values and offsets are left alone), 0 for the
+  // one at `start` (a folder's file), or -k for the k from `start` (Arrow rows of a field
+  // whose shape varies in a dimension after its first: the jagged layout cannot hold it).
   int64_t jagged_record_batch(int64_t start, int64_t count, std::vector<Tensor>& values,
                               std::vector<Tensor>& offsets) const;
   // Reads what the reads so far left unread of each deflated .npz member, so that its CRC-32
