@@ -76,8 +76,8 @@ bool is_by_name(const py::handle& value) {
   return py::isinstance<py::dict>(value) || (py::hasattr(value, "keys") && !py::isinstance<py::array>(value));
 }
 
-std::vector<Tensor> values_in_schema_order(const Schema& schema, const py::handle& record, const std::string& what) {
-  std::vector<Tensor> values;
+std::vector<py::object> objects_in_schema_order(const Schema& schema, const py::handle& record, const std::string& what) {
+  std::vector<py::object> objects;
   if (is_by_name(record)) {
     py::dict dict(py::reinterpret_borrow<py::object>(record));
     for (const auto& item : dict) {
@@ -86,17 +86,70 @@ std::vector<Tensor> values_in_schema_order(const Schema& schema, const py::handl
     }
     for (const Field& f : schema) {
       if (!dict.contains(f.name)) throw py::value_error(what + ": field '" + f.name + "' is missing");
-      values.push_back(tensor_of_value(dict[py::str(f.name)], f.dtype, what + ", field '" + f.name + "'"));
+      objects.push_back(dict[py::str(f.name)]);
     }
-    return values;
+    return objects;
   }
   auto sequence = py::reinterpret_borrow<py::sequence>(record);
   if (sequence.size() != schema.size())
     throw py::value_error(what + ": " + std::to_string(sequence.size()) + " values for " + std::to_string(schema.size()) +
                           " fields (give them in schema order, or as a dict by name)");
+  for (size_t i = 0; i < schema.size(); ++i) objects.push_back(sequence[i]);
+  return objects;
+}
+
+std::vector<Tensor> values_in_schema_order(const Schema& schema, const py::handle& record, const std::string& what) {
+  const std::vector<py::object> objects = objects_in_schema_order(schema, record, what);
+  std::vector<Tensor> values;
   for (size_t i = 0; i < schema.size(); ++i)
-    values.push_back(tensor_of_value(sequence[i], schema[i].dtype, what + ", field '" + schema[i].name + "'"));
+    values.push_back(tensor_of_value(objects[i], schema[i].dtype, what + ", field '" + schema[i].name + "'"));
   return values;
+}
+
+// Whether a field's records may come jagged: it varies in its first dimension alone.
+bool takes_offsets(const Field& field) { return field.variable_dims() == 1 && field.shape[0] == kVariableDim; }
+
+// A ragged field's records given jagged, as PyTorch's nested tensors of jagged layout and
+// mmtensor's RaggedBatch hold them: an object with `values` and `offsets` (attributes, or
+// methods as torch's), record i being values[offsets[i]:offsets[i+1]].
+bool is_jagged(const py::handle& value) {
+  return !py::isinstance<py::dict>(value) && py::hasattr(value, "values") && py::hasattr(value, "offsets");
+}
+
+// Its values ([N, ...the field's shape after its first dimension]) and offsets ([B+1]). A
+// RaggedBatch's values are flat, its offsets counted in elements: reshaped for a field of
+// more dimensions ([-1, 4]: values [N, 4], offsets / 4).
+std::pair<Tensor, Tensor> jagged_parts(const py::handle& value, const Field& field, const std::string& what) {
+  py::object values = value.attr("values"), offsets = value.attr("offsets");
+  if (PyCallable_Check(values.ptr())) values = values();
+  if (PyCallable_Check(offsets.ptr())) offsets = offsets();
+  Tensor v = tensor_of_value(values, field.dtype, what + " values");
+  Tensor o;
+  if (py::isinstance<PyTensor>(offsets)) o = offsets.cast<const PyTensor&>().tensor;
+  else if (py::isinstance<py::array>(offsets)) o = tensor_of_array(py::reinterpret_borrow<py::array>(offsets), false);
+  else if (py::hasattr(offsets, "__dlpack__")) o = tensor_of_dlpack(offsets);
+  else o = tensor_of_value(offsets, kInt64, what + " offsets");
+  if (field.shape.size() > 1 && v.dim() == 1) {
+    int64_t inner = 1;
+    for (size_t d = 1; d < field.shape.size(); ++d) inner *= std::max<int64_t>(field.shape[d], 0);
+    if (inner == 0 || v.numel() % inner != 0)
+      throw py::value_error(what + ": " + std::to_string(v.numel()) + " flat values do not make rows of " +
+                            std::to_string(inner) + " for shape " + detail::str(field.shape));
+    DimVector rows{v.numel() / inner};
+    for (size_t d = 1; d < field.shape.size(); ++d) rows.push_back(field.shape[d]);
+    v = v.reshape(rows);
+    const Tensor counted = o.to(kInt64).contiguous();
+    Tensor by_rows = empty({counted.numel()}, kInt64);
+    for (int64_t i = 0; i < counted.numel(); ++i) {
+      const int64_t at = counted.data_ptr<int64_t>()[i];
+      if (at % inner != 0)
+        throw py::value_error(what + ": offset " + std::to_string(at) + " falls inside a row of " +
+                              std::to_string(inner) + " values");
+      by_rows.mutable_data_ptr<int64_t>()[i] = at / inner;
+    }
+    o = by_rows;
+  }
+  return {v, o};
 }
 
 // The rows of a batch whose ragged fields are given as lists (or tuples) of values, one per
@@ -109,8 +162,10 @@ std::optional<py::ssize_t> ragged_rows(const Schema& schema, const py::handle& b
     if (schema[f].is_fixed()) continue;
     if (by_name && !py::dict(py::reinterpret_borrow<py::object>(batch)).contains(schema[f].name)) continue;
     py::object value = by_name ? py::object(batch[py::str(schema[f].name)]) : py::object(batch[py::int_(f)]);
-    // A list or tuple of values, or a RaggedBatch (a loader batch's, being copied).
-    if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value) || py::hasattr(value, "offsets"))
+    // A list or tuple of values; a RaggedBatch (a loader batch's, being copied) of a field
+    // the jagged layout cannot hold ([-1, -1, 3] images), whose records are indexed.
+    if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value) ||
+        (py::hasattr(value, "offsets") && !takes_offsets(schema[f])))
       return static_cast<py::ssize_t>(py::len(value));
   }
   return std::nullopt;
@@ -203,17 +258,31 @@ per CPU the process may use: its affinity, within a cgroup CPU quota).)doc")
           }
           return;
         }
-        const std::vector<Tensor> values =
-            values_in_schema_order(schema, batch, "batch from record " + std::to_string(self.appended));
+        const std::string what = "batch from record " + std::to_string(self.appended);
+        const std::vector<py::object> objects = objects_in_schema_order(schema, batch, what);
+        std::vector<Tensor> values, offsets(schema.size());
+        for (size_t f = 0; f < schema.size(); ++f) {
+          const std::string field_what = what + ", field '" + schema[f].name + "'";
+          if (takes_offsets(schema[f]) && is_jagged(objects[f])) {
+            auto [v, o] = jagged_parts(objects[f], schema[f], field_what);
+            values.push_back(std::move(v));
+            offsets[f] = std::move(o);
+            continue;
+          }
+          values.push_back(tensor_of_value(objects[f], schema[f].dtype, field_what));
+        }
         locked(self, [&] {
-          self.get().append_batch(values);
+          self.get().append_batch(values, offsets);
           self.appended = self.get().size();
         });
       }, py::arg("batch"), R"doc(
 Appends B records at once: each field's value is [B, ...field shape]. A ragged field's
-value may be a list of B values of their own extents (token lists of different lengths);
-the batch is then appended record by record, and a bad record stops it there, after the
-records before it.)doc")
+value may instead be its B records in PyTorch's jagged layout, one copy for the batch: a
+nested tensor of jagged layout (torch.nested.nested_tensor_from_jagged(values, offsets)),
+an mmtensor RaggedBatch, or any object with `values` ([N, ...], the records back to back)
+and `offsets` ([B+1] int64 or int32; record i is values[offsets[i]:offsets[i+1]]). Or a list
+of B values of their own extents (token lists of different lengths): the batch is then
+appended record by record, and a bad record stops it there, after the records before it.)doc")
       .def("set_metadata", [](PyWriter& self, std::string key, std::string value) {
         locked(self, [&] { self.get().set_metadata(std::move(key), std::move(value)); });
       })

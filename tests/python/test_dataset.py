@@ -716,6 +716,59 @@ class PythonConventionsTest(unittest.TestCase):
             np.testing.assert_array_equal(ds[i]["tokens"].numpy(), doc)
             self.assertEqual(ds[i]["label"].item(), 7 + i)
 
+    def test_ragged_batches_may_be_jagged(self):
+        # Records back to back and offsets, as torch.nested.nested_tensor_from_jagged takes
+        # them: one copy for the batch. The same file as the records appended one by one.
+        from types import SimpleNamespace
+        fields = [mmtensor.Field("tokens", "int32", [-1]), mmtensor.Field("boxes", "float32", [-1, 4]),
+                  mmtensor.Field("label", "int64")]
+        lengths = [3, 0, 7, 1]
+        tokens = np.arange(100, 100 + sum(lengths), dtype=np.int32)
+        token_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        boxes = np.arange(4 * sum(lengths), dtype=np.float32).reshape(-1, 4)
+        labels = np.array([5, 6, 7, 8])
+        one_by_one = os.path.join(self.dir.name, "one.mmt")
+        with mmtensor.DatasetWriter(one_by_one, fields, chunk_bytes=64) as writer:
+            for i in range(4):
+                a, b = token_offsets[i], token_offsets[i + 1]
+                writer.append({"tokens": tokens[a:b], "boxes": boxes[a:b], "label": labels[i]})
+        jagged = os.path.join(self.dir.name, "jagged.mmt")
+        with mmtensor.DatasetWriter(jagged, fields, chunk_bytes=64) as writer:
+            writer.append_batch({"tokens": SimpleNamespace(values=tokens, offsets=token_offsets.astype(np.int32)),
+                                 "boxes": SimpleNamespace(values=boxes, offsets=token_offsets),
+                                 "label": labels})
+        with open(one_by_one, "rb") as a, open(jagged, "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        # A RaggedBatch read back goes in as it is (its offsets count elements: [-1, 4] rows
+        # are regrouped), and so do a torch nested tensor's parts.
+        ds = mmtensor.Dataset(jagged)
+        copy = os.path.join(self.dir.name, "copy.mmt")
+        with mmtensor.DatasetWriter(copy, fields, chunk_bytes=64) as writer:
+            writer.append_batch({"tokens": ds.get_ragged_batch([0, 1, 2, 3], "tokens"),
+                                 "boxes": ds.get_ragged_batch([0, 1, 2, 3], "boxes"), "label": labels})
+        with open(one_by_one, "rb") as a, open(copy, "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        with mmtensor.DatasetWriter(os.path.join(self.dir.name, "bad.mmt"), fields) as writer:
+            with self.assertRaisesRegex(ValueError, "field 'tokens'.*offsets decrease"):
+                writer.append_batch({"tokens": SimpleNamespace(values=tokens, offsets=np.array([0, 5, 2, 9, 11])),
+                                     "boxes": SimpleNamespace(values=boxes, offsets=token_offsets), "label": labels})
+            with self.assertRaisesRegex(ValueError, "offset 3 falls inside a row of 4 values"):
+                writer.append_batch({"tokens": SimpleNamespace(values=tokens, offsets=token_offsets),
+                                     "boxes": SimpleNamespace(values=boxes.ravel(), offsets=token_offsets),
+                                     "label": labels})
+            self.assertEqual(len(writer), 0)
+        try:
+            import torch
+        except ImportError:
+            return
+        nested = torch.nested.nested_tensor_from_jagged(torch.from_numpy(tokens), torch.from_numpy(token_offsets))
+        torch_file = os.path.join(self.dir.name, "torch.mmt")
+        with mmtensor.DatasetWriter(torch_file, fields, chunk_bytes=64) as writer:
+            writer.append_batch({"tokens": nested, "boxes": SimpleNamespace(values=boxes, offsets=token_offsets),
+                                 "label": labels})
+        with open(one_by_one, "rb") as a, open(torch_file, "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
     def test_threads_sharing_a_writer_take_turns(self):
         path = os.path.join(self.dir.name, "t.mmt")
         with mmtensor.DatasetWriter(path, self.fields, codec="lz4", chunk_records=7) as writer:
