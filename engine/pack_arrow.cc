@@ -1544,43 +1544,49 @@ struct GatheredRows {
   static bool holds(const Field& field) {
     return field.is_fixed() || (field.variable_dims() == 1 && field.shape[0] == kVariableDim);
   }
-  // Reads rows [row, row + count), stopping after the one that takes `total` (the batch's
-  // bytes so far) past `budget`; returns the rows read. Refusals are arrow_record()'s.
-  int64_t gather(const ColumnReader& reader, const ArrowColumns::Column& column, const Field& field, int64_t row,
-                 int64_t count, int64_t budget, int64_t& total) {
-    bytes.clear();
-    ends.clear();
-    null.clear();
+  // Reads row `row` after those read so far; returns its bytes, or -1 (and reads nothing) for
+  // a row of `too_big` bytes or more. Refusals are arrow_record()'s.
+  int64_t read(const ColumnReader& reader, const ArrowColumns::Column& column, const Field& field, int64_t row,
+               int64_t too_big = INT64_MAX) {
     thread_local RowAt at;
-    Tensor value;
-    int64_t rows_so_far = 0;
-    for (int64_t i = 0; i < count; ++i) {
-      reader.row(column, row + i, at);
-      refuse_repeated_views(column, row + i, at);
-      row_value(column, field, row + i, at, value);
-      const Tensor dense = value.contiguous();
-      const auto* from = static_cast<const std::byte*>(dense.data_ptr());
-      bytes.insert(bytes.end(), from, from + dense.nbytes());
-      rows_so_far += field.is_fixed() ? 0 : dense.size(0);
-      ends.push_back(field.is_fixed() ? static_cast<int64_t>(bytes.size()) : rows_so_far);
-      null.push_back(at.null ? 1 : 0);
-      total += dense.nbytes();
-      if (total > budget) return i + 1;
+    reader.row(column, row, at);
+    refuse_repeated_views(column, row, at);
+    if (!at.null) {  // its value's bytes, saturating (views may name one string many times)
+      int64_t bytes = element_size(field.dtype);
+      for (const int64_t d : at.dims)
+        if (__builtin_mul_overflow(bytes, std::max<int64_t>(d, 0), &bytes)) bytes = INT64_MAX;
+      if (bytes >= too_big) return -1;
     }
-    return count;
+    row_value(column, field, row, at, value_);
+    const Tensor dense = value_.contiguous();
+    const auto* from = static_cast<const std::byte*>(dense.data_ptr());
+    if (bytes.capacity() == 0) bytes.reserve(static_cast<size_t>(kBatchBytes / 4));
+    bytes.insert(bytes.end(), from, from + dense.nbytes());
+    const int64_t rows_before = ends.empty() ? 0 : ends.back();
+    ends.push_back(field.is_fixed() ? static_cast<int64_t>(bytes.size()) : rows_before + dense.size(0));
+    null.push_back(at.null ? 1 : 0);
+    return dense.nbytes();
   }
-  // The first `count` rows read, as append_batch() takes them.
-  void take(const Field& field, int64_t count, Tensor& values, Tensor& offsets) const {
+  // The first `count` rows read, as append_batch() takes them; the bytes are handed over.
+  void take(const Field& field, int64_t count, Tensor& values, Tensor& offsets) {
     DimVector shape{field.is_fixed() ? count : (count == 0 ? 0 : ends[static_cast<size_t>(count) - 1])};
     for (size_t d = field.is_fixed() ? 0 : 1; d < field.shape.size(); ++d) shape.push_back(field.shape[d]);
-    values = empty(shape, field.dtype);
-    if (values.nbytes() > 0) std::memcpy(values.mutable_data_ptr(), bytes.data(), static_cast<size_t>(values.nbytes()));
-    if (field.is_fixed()) return;
-    offsets = empty({count + 1}, kInt64);
-    auto* out = offsets.mutable_data_ptr<int64_t>();
-    out[0] = 0;
-    for (int64_t i = 0; i < count; ++i) out[i + 1] = ends[static_cast<size_t>(i)];
+    if (!field.is_fixed()) {
+      offsets = empty({count + 1}, kInt64);
+      auto* out = offsets.mutable_data_ptr<int64_t>();
+      out[0] = 0;
+      for (int64_t i = 0; i < count; ++i) out[i + 1] = ends[static_cast<size_t>(i)];
+    }
+    // The tensor owns the buffer (a huge row is not copied a second time).
+    auto* held = new std::vector<std::byte>(std::move(bytes));
+    if (held->empty()) held->resize(1);
+    UntypedStorage storage = UntypedStorage::from_blob(
+        held->data(), static_cast<int64_t>(held->size()), [held](void*) { delete held; });
+    values = Tensor(std::move(storage), field.dtype, shape, 0);
   }
+
+ private:
+  Tensor value_;
 };
 
 }  // namespace
@@ -1624,10 +1630,28 @@ int64_t PackSources::arrow_batch(int64_t start, int64_t count, std::vector<Tenso
     }
     const auto past = std::upper_bound(bytes_before.begin() + 1, bytes_before.end(), kBatchBytes);
     count = std::max<int64_t>(1, past - bytes_before.begin() - 1);
-    int64_t gathered_bytes = bytes_before[static_cast<size_t>(count)];
-    for (size_t c = 0; c < columns; ++c)
-      if (gathered[c].wanted)
-        count = gathered[c].gather(reader, arrow.columns[c], schema_[c], r, count, kBatchBytes, gathered_bytes);
+    // Gathered columns row by row, as arrow_record() reads them, up to the row that takes the
+    // batch past kBatchBytes.
+    const bool any_gathered =
+        std::any_of(gathered.begin(), gathered.end(), [](const GatheredRows& g) { return g.wanted; });
+    // A row of a megabyte or more goes alone, row by row: record() keeps its string a view of
+    // the file, where the batch would copy it once more.
+    int64_t gathered_bytes = 0;
+    for (int64_t i = 0; any_gathered && i < count; ++i) {
+      int64_t row_bytes = 0;
+      for (size_t c = 0; c < columns && row_bytes >= 0; ++c) {
+        if (!gathered[c].wanted) continue;
+        const int64_t bytes = gathered[c].read(reader, arrow.columns[c], schema_[c], r + i, kBatchBytes / 4);
+        row_bytes = bytes < 0 ? -1 : row_bytes + bytes;
+      }
+      if (row_bytes < 0) {
+        count = i;  // the rows before it; 0: it goes by itself
+        break;
+      }
+      gathered_bytes += row_bytes;
+      if (bytes_before[static_cast<size_t>(i) + 1] + gathered_bytes > kBatchBytes) count = i + 1;
+    }
+    if (count == 0) return;
     for (size_t c = 0; c < columns; ++c) {
       const ArrowColumns::Column& column = arrow.columns[c];
       if (column.validity) {  // the null rows of its column, just before it
@@ -1644,11 +1668,12 @@ int64_t PackSources::arrow_batch(int64_t start, int64_t count, std::vector<Tenso
         if (plans[c].read(schema_[c], r, count, nulls[c], at[c], batch_values[c], batch_offsets[c])) continue;
         // Rows the batch cannot take as they lie (a null string holding bytes): gathered.
         gathered[c].wanted = true;
-        gathered[c].gather(reader, column, schema_[c], r, count, INT64_MAX, gathered_bytes);
+        for (int64_t i = 0; i < count; ++i) gathered[c].read(reader, column, schema_[c], r + i);
       }
       gathered[c].take(schema_[c], count, batch_values[c], batch_offsets[c]);
     }
   });
+  if (count == 0) return -1;  // a row too big to copy into the batch
   values = std::move(batch_values);
   offsets = std::move(batch_offsets);
   return count;
