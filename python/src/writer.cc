@@ -116,40 +116,70 @@ bool is_jagged(const py::handle& value) {
   return !py::isinstance<py::dict>(value) && py::hasattr(value, "values") && py::hasattr(value, "offsets");
 }
 
-// Its values ([N, ...the field's shape after its first dimension]) and offsets ([B+1]). A
-// RaggedBatch's values are flat, its offsets counted in elements: reshaped for a field of
-// more dimensions ([-1, 4]: values [N, 4], offsets / 4).
+// Its values ([N, ...the field's shape after its first dimension]) and offsets ([B+1]).
+// A RaggedBatch (it has `shapes`) holds its values flat, its offsets counted in elements:
+// regrouped into rows for a field of more dimensions ([-1, 4]: values [N, 4], offsets / 4),
+// each record's shape checked against the field's. A torch nested tensor is taken only when
+// its records lie back to back along its one ragged dimension, the first of a record.
 std::pair<Tensor, Tensor> jagged_parts(const py::handle& value, const Field& field, const std::string& what) {
+  if (py::hasattr(value, "is_nested") && py::bool_(value.attr("is_nested"))) {
+    if (py::hasattr(value, "lengths") && !value.attr("lengths")().is_none())
+      throw py::value_error(what + ": a nested tensor with holes between its records (lengths() is set); "
+                            "pass nt.contiguous()");
+    if (py::hasattr(value, "_ragged_idx") && value.attr("_ragged_idx").cast<int64_t>() != 1)
+      throw py::value_error(what + ": a nested tensor ragged in dimension " +
+                            py::str(value.attr("_ragged_idx")).cast<std::string>() +
+                            "; a record's first dimension must be the ragged one");
+  }
   py::object values = value.attr("values"), offsets = value.attr("offsets");
   if (PyCallable_Check(values.ptr())) values = values();
   if (PyCallable_Check(offsets.ptr())) offsets = offsets();
+  const auto host_tensor = [&](const py::handle& object, const std::string& name) {
+    if (py::isinstance<PyTensor>(object)) return object.cast<const PyTensor&>().tensor;
+    if (py::isinstance<py::array>(object)) return tensor_of_array(py::reinterpret_borrow<py::array>(object), false);
+    if (py::hasattr(object, "__dlpack__")) return tensor_of_dlpack(object);
+    return tensor_of_value(object, kInt64, what + " " + name);
+  };
   Tensor v = tensor_of_value(values, field.dtype, what + " values");
-  Tensor o;
-  if (py::isinstance<PyTensor>(offsets)) o = offsets.cast<const PyTensor&>().tensor;
-  else if (py::isinstance<py::array>(offsets)) o = tensor_of_array(py::reinterpret_borrow<py::array>(offsets), false);
-  else if (py::hasattr(offsets, "__dlpack__")) o = tensor_of_dlpack(offsets);
-  else o = tensor_of_value(offsets, kInt64, what + " offsets");
-  if (field.shape.size() > 1 && v.dim() == 1) {
-    int64_t inner = 1;
-    for (size_t d = 1; d < field.shape.size(); ++d) inner *= std::max<int64_t>(field.shape[d], 0);
-    if (inner == 0 || v.numel() % inner != 0)
-      throw py::value_error(what + ": " + std::to_string(v.numel()) + " flat values do not make rows of " +
-                            std::to_string(inner) + " for shape " + detail::str(field.shape));
-    DimVector rows{v.numel() / inner};
-    for (size_t d = 1; d < field.shape.size(); ++d) rows.push_back(field.shape[d]);
-    v = v.reshape(rows);
-    const Tensor counted = o.to(kInt64).contiguous();
-    Tensor by_rows = empty({counted.numel()}, kInt64);
-    for (int64_t i = 0; i < counted.numel(); ++i) {
-      const int64_t at = counted.data_ptr<int64_t>()[i];
-      if (at % inner != 0)
-        throw py::value_error(what + ": offset " + std::to_string(at) + " falls inside a row of " +
-                              std::to_string(inner) + " values");
-      by_rows.mutable_data_ptr<int64_t>()[i] = at / inner;
-    }
-    o = by_rows;
+  Tensor o = host_tensor(offsets, "offsets");
+  if (!py::hasattr(value, "shapes") || field.shape.size() == 1) return {v, o};
+  // A RaggedBatch of a field of more dimensions: its records' shapes say how its flat values
+  // make rows.
+  const Tensor shapes = host_tensor(value.attr("shapes"), "shapes").cpu().to(kInt64).contiguous();
+  const Tensor counted = o.cpu().to(kInt64).contiguous();
+  const int64_t records = counted.numel() - 1, rank = static_cast<int64_t>(field.shape.size());
+  if (v.dim() != 1 || shapes.dim() != 2 || shapes.size(0) != records || shapes.size(1) != rank)
+    throw py::value_error(what + ": a RaggedBatch of flat values and [B, " + std::to_string(rank) +
+                          "] shapes is expected, for records of shape " + detail::str(field.shape));
+  const int64_t* shape = shapes.data_ptr<int64_t>();
+  const int64_t* at = counted.data_ptr<int64_t>();
+  int64_t inner = 1;
+  for (int64_t d = 1; d < rank; ++d) inner *= field.shape[static_cast<size_t>(d)];
+  Tensor rows_at = empty({records + 1}, kInt64);
+  int64_t* out = rows_at.mutable_data_ptr<int64_t>();
+  if (inner == 0 || at[0] % inner != 0)
+    throw py::value_error(what + ": the RaggedBatch's first offset, " + std::to_string(at[0]) +
+                          ", falls inside a row of " + std::to_string(inner) + " values");
+  out[0] = at[0] / inner;
+  for (int64_t i = 0; i < records; ++i) {
+    for (int64_t d = 1; d < rank; ++d)
+      if (shape[i * rank + d] != field.shape[static_cast<size_t>(d)]) {
+        DimVector got(IntArrayRef(shape + i * rank, static_cast<size_t>(rank)));
+        throw py::value_error(what + ": record " + std::to_string(i) + " of the RaggedBatch has shape " +
+                              detail::str(got) + ", not one of " + detail::str(field.shape));
+      }
+    if (at[i + 1] - at[i] != shape[i * rank] * inner)
+      throw py::value_error(what + ": record " + std::to_string(i) + " of the RaggedBatch holds " +
+                            std::to_string(at[i + 1] - at[i]) + " values, not the " +
+                            std::to_string(shape[i * rank] * inner) + " its shape says");
+    out[i + 1] = out[i] + shape[i * rank];
   }
-  return {v, o};
+  if (v.numel() % inner != 0)
+    throw py::value_error(what + ": the RaggedBatch's " + std::to_string(v.numel()) + " values do not make rows of " +
+                          std::to_string(inner));
+  DimVector row_shape{v.numel() / inner};
+  for (int64_t d = 1; d < rank; ++d) row_shape.push_back(field.shape[static_cast<size_t>(d)]);
+  return {v.reshape(row_shape), rows_at};
 }
 
 // The rows of a batch whose ragged fields are given as lists (or tuples) of values, one per

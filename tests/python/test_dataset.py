@@ -716,6 +716,13 @@ class PythonConventionsTest(unittest.TestCase):
             np.testing.assert_array_equal(ds[i]["tokens"].numpy(), doc)
             self.assertEqual(ds[i]["label"].item(), 7 + i)
 
+    def _pairs_file(self):
+        path = os.path.join(self.dir.name, "pairs.mmt")
+        with mmtensor.DatasetWriter(path, [mmtensor.Field("p", "float32", [-1, 2])], overwrite=True) as writer:
+            writer.append({"p": np.zeros((2, 2), np.float32)})
+            writer.append({"p": np.ones((4, 2), np.float32)})
+        return path
+
     def test_ragged_batches_may_be_jagged(self):
         # Records back to back and offsets, as torch.nested.nested_tensor_from_jagged takes
         # them: one copy for the batch. The same file as the records appended one by one.
@@ -752,10 +759,15 @@ class PythonConventionsTest(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "field 'tokens'.*offsets decrease"):
                 writer.append_batch({"tokens": SimpleNamespace(values=tokens, offsets=np.array([0, 5, 2, 9, 11])),
                                      "boxes": SimpleNamespace(values=boxes, offsets=token_offsets), "label": labels})
-            with self.assertRaisesRegex(ValueError, "offset 3 falls inside a row of 4 values"):
+            # Flat values are regrouped only from a RaggedBatch, whose shapes say how.
+            with self.assertRaisesRegex(ValueError, "field 'boxes'.*expected its values back to back"):
                 writer.append_batch({"tokens": SimpleNamespace(values=tokens, offsets=token_offsets),
                                      "boxes": SimpleNamespace(values=boxes.ravel(), offsets=token_offsets),
                                      "label": labels})
+            pairs = mmtensor.Dataset(self._pairs_file()).get_ragged_batch([0, 1], "p")
+            with self.assertRaisesRegex(ValueError, r"record 0 of the RaggedBatch has shape \[2, 2\]"):
+                writer.append_batch({"tokens": SimpleNamespace(values=tokens[:4], offsets=token_offsets[:3]),
+                                     "boxes": pairs, "label": labels[:2]})
             self.assertEqual(len(writer), 0)
         try:
             import torch
