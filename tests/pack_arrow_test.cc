@@ -1266,6 +1266,18 @@ TEST(PackArrow, BatchesOfRowsPackToTheSameFileAsRowByRow) {
     EXPECT_EQ(packed.get(3)["animal"].numel(), 0);
     EXPECT_EQ(scalar_of<float>(packed.get(5)["size"]), 1.5f);
   }
+  // A gathered row of a megabyte or more goes by itself (record() keeps its string a view of
+  // the file, where a batch would copy it); the rows before it make a batch.
+  std::vector<std::string> notes(40, "short");
+  notes[30] = std::string(size_t{3} << 19, 'n');
+  write_bytes(dir / "big.arrow", arrow::write({{arrow::string_views("note", notes)}}).bytes);
+  const PackSources big = PackSources::from_arrow(std::vector<std::string>{dir / "big.arrow"});
+  std::vector<Tensor> values, offsets;
+  EXPECT_EQ(big.jagged_record_batch(0, 40, values, offsets), 30);
+  EXPECT_EQ(big.jagged_record_batch(30, 10, values, offsets), -1);
+  EXPECT_EQ(big.jagged_record_batch(31, 9, values, offsets), 9);
+  pack_dataset(dir / "big.mmt", big, {});
+  EXPECT_EQ(Dataset::open(dir / "big.mmt").get(30)["note"].numel(), int64_t{3} << 19);
   // A null inside a list is refused as row by row, naming its row.
   write_bytes(dir / "inner.arrow",
               arrow::write({{arrow::list("l", arrow::numbers("", std::vector<int32_t>{1, 2, 3}, {true, false, true}),
