@@ -1194,6 +1194,19 @@ double decimal_value(const std::byte* p, int64_t bytes, int scale) {
   return scale >= 0 ? value / std::pow(10.0, magnitude) : value * std::pow(10.0, magnitude);
 }
 
+// Leaf values [start, end) of a Bool or Decimal column, whose buffer begins at `data`,
+// converted into `out`: bools (Arrow's bits) as bytes 0 and 1, decimals as float64.
+void convert_leaf(const ArrowColumns::Column& column, const std::byte* data, int64_t start, int64_t end, void* out) {
+  if (column.leaf == ArrowColumns::Leaf::Bool) {
+    const auto* bits = reinterpret_cast<const uint8_t*>(data);
+    auto* to = static_cast<uint8_t*>(out);
+    for (int64_t j = start; j < end; ++j) to[j - start] = (bits[j / 8] >> (j % 8)) & 1;
+    return;
+  }
+  auto* to = static_cast<double*>(out);
+  for (int64_t j = start; j < end; ++j) to[j - start] = decimal_value(data + j * column.item, column.item, column.scale);
+}
+
 // The strings [at.start, at.end) of a binary_view/string_view column, their bytes joined: one
 // is a view of the mapped file, several are gathered from where their views say.
 Tensor view_strings(const ArrowColumns::Column& column, int64_t row, const RowAt& at) {
@@ -1234,7 +1247,7 @@ void row_value(const ArrowColumns::Column& column, const Field& field, int64_t r
   if (at.null) {  // NaN in a fixed float field, zeros in another, else empty
     if (field.is_fixed()) {
       value = full(field.shape, is_floating_point(field.dtype) ? std::numeric_limits<double>::quiet_NaN() : 0.0,
-                       field.dtype);
+                   field.dtype);
       return;
     }
     DimVector shape = field.shape;
@@ -1276,14 +1289,10 @@ void row_value(const ArrowColumns::Column& column, const Field& field, int64_t r
       MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length / column.item, IoError, view.where(),
                 ": column '", column.name, "', row ", r, ": changed while the file was being packed");
       Tensor decimals = empty(at.dims, kFloat64);
-      if (at.end > at.start) {
-        auto* out = static_cast<double*>(decimals.mutable_data_ptr());
+      if (at.end > at.start)
         detail::guard_storage_reads(view.bytes(), [&] {
-          const std::byte* values = view.bytes().data() + data.offset;
-          for (int64_t j = at.start; j < at.end; ++j)
-            out[j - at.start] = decimal_value(values + j * column.item, column.item, column.scale);
+          convert_leaf(column, view.bytes().data() + data.offset, at.start, at.end, decimals.mutable_data_ptr());
         });
-      }
       value = std::move(decimals);
       break;
     }
@@ -1292,13 +1301,10 @@ void row_value(const ArrowColumns::Column& column, const Field& field, int64_t r
       MMT_CHECK(at.start >= 0 && at.end >= at.start && (at.end + 7) / 8 <= data.length, IoError, view.where(),
                 ": column '", column.name, "', row ", r, ": changed while the file was being packed");
       Tensor bools = empty(at.dims, kBool);
-      if (at.end > at.start) {
-        auto* out = static_cast<uint8_t*>(bools.mutable_data_ptr());
+      if (at.end > at.start)
         detail::guard_storage_reads(view.bytes(), [&] {
-          const auto* bits = reinterpret_cast<const uint8_t*>(view.bytes().data() + data.offset);
-          for (int64_t j = at.start; j < at.end; ++j) out[j - at.start] = (bits[j / 8] >> (j % 8)) & 1;
+          convert_leaf(column, view.bytes().data() + data.offset, at.start, at.end, bools.mutable_data_ptr());
         });
-      }
       value = std::move(bools);
       break;
     }
@@ -1458,23 +1464,13 @@ class BatchRows {
         out = Tensor(view_.bytes(), kUInt8, shape, data.offset + start);
         return true;
       }
-      case ArrowColumns::Leaf::Bool: {
-        const ArrowBatch::Buffer& data = view_.buffer(n, 1);
-        if ((end + 7) / 8 > data.length) return false;
-        out = empty(shape, kBool);
-        auto* to = static_cast<uint8_t*>(out.mutable_data_ptr());
-        const auto* bits = reinterpret_cast<const uint8_t*>(view_.bytes().data() + data.offset);
-        for (int64_t j = start; j < end; ++j) to[j - start] = (bits[j / 8] >> (j % 8)) & 1;
-        return true;
-      }
+      case ArrowColumns::Leaf::Bool:
       case ArrowColumns::Leaf::Decimal: {
         const ArrowBatch::Buffer& data = view_.buffer(n, 1);
-        if (end > data.length / column_.item) return false;
-        out = empty(shape, kFloat64);
-        auto* to = static_cast<double*>(out.mutable_data_ptr());
-        const std::byte* from = view_.bytes().data() + data.offset;
-        for (int64_t j = start; j < end; ++j)
-          to[j - start] = decimal_value(from + j * column_.item, column_.item, column_.scale);
+        const bool bools = column_.leaf == ArrowColumns::Leaf::Bool;
+        if (bools ? (end + 7) / 8 > data.length : end > data.length / column_.item) return false;
+        out = empty(shape, bools ? kBool : kFloat64);
+        convert_leaf(column_, view_.bytes().data() + data.offset, start, end, out.mutable_data_ptr());
         return true;
       }
     }
