@@ -1284,28 +1284,20 @@ void row_value(const ArrowColumns::Column& column, const Field& field, int64_t r
       }
       break;
     }
-    case ArrowColumns::Leaf::Decimal: {
+    case ArrowColumns::Leaf::Decimal:
+    case ArrowColumns::Leaf::Bool: {  // converted: bools from bits, decimals to float64
       const ArrowBatch::Buffer& data = view.buffer(column.leaf_node, 1);
-      MMT_CHECK(at.start >= 0 && at.end >= at.start && at.end <= data.length / column.item, IoError, view.where(),
-                ": column '", column.name, "', row ", r, ": changed while the file was being packed");
-      Tensor decimals = empty(at.dims, kFloat64);
+      const bool bools = column.leaf == ArrowColumns::Leaf::Bool;
+      MMT_CHECK(at.start >= 0 && at.end >= at.start &&
+                    (bools ? (at.end + 7) / 8 <= data.length : at.end <= data.length / column.item),
+                IoError, view.where(), ": column '", column.name, "', row ", r,
+                ": changed while the file was being packed");
+      Tensor converted = empty(at.dims, bools ? kBool : kFloat64);
       if (at.end > at.start)
         detail::guard_storage_reads(view.bytes(), [&] {
-          convert_leaf(column, view.bytes().data() + data.offset, at.start, at.end, decimals.mutable_data_ptr());
+          convert_leaf(column, view.bytes().data() + data.offset, at.start, at.end, converted.mutable_data_ptr());
         });
-      value = std::move(decimals);
-      break;
-    }
-    case ArrowColumns::Leaf::Bool: {
-      const ArrowBatch::Buffer& data = view.buffer(column.leaf_node, 1);
-      MMT_CHECK(at.start >= 0 && at.end >= at.start && (at.end + 7) / 8 <= data.length, IoError, view.where(),
-                ": column '", column.name, "', row ", r, ": changed while the file was being packed");
-      Tensor bools = empty(at.dims, kBool);
-      if (at.end > at.start)
-        detail::guard_storage_reads(view.bytes(), [&] {
-          convert_leaf(column, view.bytes().data() + data.offset, at.start, at.end, bools.mutable_data_ptr());
-        });
-      value = std::move(bools);
+      value = std::move(converted);
       break;
     }
     case ArrowColumns::Leaf::FixedBytes:
