@@ -11,6 +11,10 @@
 //   - small rows from Arrow (BM_PackArrowSmallRowsVsDisk): 1,000,000 rows of a string (20-200
 //     bytes), an int64 and a float32 in record batches of 1,000 rows (what Hugging Face's
 //     datasets writes), packed uncompressed, against the disk as above: target >= 0.8.
+//   - TFRecord files (BM_PackTfRecordVsDisk/BYTES): about 100 MB of tf.train.Example records,
+//     each an "image/encoded" bytes_list of BYTES bytes (784: Fashion-MNIST's size; 110,000:
+//     an ImageNet JPEG's) and an int64 "image/class/label", as TFDS writes image datasets,
+//     packed uncompressed, against the disk as above: target >= 0.8.
 // Counters: vs_disk / vs_codec_x_threads (the targets' ratios), pack_MBps, reference_MBps.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
@@ -18,6 +22,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,6 +34,7 @@
 #include "mmtensor/packer.h"
 #include "ratio.h"
 #include "../tests/arrow_test_util.h"
+#include "../tests/tfrecord_test_util.h"
 
 namespace {
 
@@ -244,6 +251,64 @@ void BM_PackArrowSmallRowsVsDisk(benchmark::State& state) {
   remove_outputs();
 }
 
+// A TFRecord file of about 100 MB of records of `record_bytes` image bytes and a label,
+// written once per size.
+struct TfRecordImages {
+  std::string path;
+  PackSources sources;
+
+  explicit TfRecordImages(int64_t record_bytes) : path(workload().dir + "/images-" + std::to_string(record_bytes) + ".tfrecord") {
+    const int64_t records = 100'000'000 / record_bytes;
+    std::mt19937 rng(13);
+    std::vector<std::string> examples;
+    std::string image(static_cast<size_t>(record_bytes), '\0');
+    for (int64_t r = 0; r < records; ++r) {
+      for (char& c : image) c = static_cast<char>(rng());
+      examples.push_back(testutil::example_bytes(
+          {{"image/encoded", std::vector<std::string>{image}}, {"image/class/label", std::vector<int64_t>{r % 1000}}}));
+    }
+    const testutil::Bytes bytes = testutil::tfrecord_file(examples);
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) std::abort();
+    std::fclose(f);
+    sources = PackSources::from_tfrecord(std::vector<std::string>{path});
+  }
+};
+
+const PackSources& tfrecord_images(int64_t record_bytes) {
+  static std::map<int64_t, std::unique_ptr<TfRecordImages>> files;
+  std::unique_ptr<TfRecordImages>& file = files[record_bytes];
+  if (!file) file = std::make_unique<TfRecordImages>(record_bytes);
+  return file->sources;
+}
+
+void BM_PackTfRecordVsDisk(benchmark::State& state) {
+  const PackSources& sources = tfrecord_images(state.range(0));  // written before the timing starts
+  const auto pack = [&] {
+    PackOptions options;
+    options.writer.overwrite = true;
+    return pack_dataset(output_path(), sources, options);
+  };
+  WriteStats stats;
+  for (auto _ : state) {
+    state.PauseTiming();
+    remove_outputs();
+    state.ResumeTiming();
+    stats = pack();
+  }
+  const int64_t file_bytes = stats.bytes_out;
+  state.counters["vs_disk"] = bench::median_speed_ratio([&] { pack(); }, [&] { write_reference(file_bytes); }, kRounds,
+                                                        remove_outputs);
+  remove_outputs();
+  state.SetBytesProcessed(state.iterations() * stats.bytes_in);
+  state.counters["pack_MBps"] = stats.bytes_in / stats.seconds / 1e6;
+  state.counters["records_per_s"] = stats.records / stats.seconds;
+  state.counters["reference_MBps"] = file_bytes / bench::seconds_of([&] { write_reference(file_bytes); }) / 1e6;
+  state.SetLabel(std::to_string(stats.records) + " TFRecord Examples: image bytes, int64 label");
+  remove_outputs();
+}
+
+BENCHMARK(BM_PackTfRecordVsDisk)->Arg(784)->Arg(110000)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 BENCHMARK(BM_PackArrowSmallRowsVsDisk)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 BENCHMARK(BM_PackUncompressedVsDisk)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 BENCHMARK_CAPTURE(BM_PackCompressedVsCodec, lz4, std::string("lz4"))

@@ -342,7 +342,7 @@ namespace {
 // ends as one: a compressed tar is then refused as such) makes them tars; a spec that names an
 // existing file of another kind (whole, or after "NAME=") makes them arrays; a dataset file
 // makes them datasets; missing files and folders tell nothing (the reader then names them).
-enum class InputsKind { Datasets, Arrays, Tars, Megatron, Mds, Arrow, Unknown };
+enum class InputsKind { Datasets, Arrays, Tars, Megatron, Mds, Arrow, TfRecord, Unknown };
 bool names_a_tar(const std::string& spec) {
   for (const char* suffix : {".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", ".tzst"})
     if (spec.ends_with(suffix)) return true;
@@ -353,6 +353,7 @@ InputsKind inputs_kind(std::span<const std::string> specs) {
   if (std::any_of(specs.begin(), specs.end(), names_a_tar)) return InputsKind::Tars;
   if (are_mds_inputs(specs)) return InputsKind::Mds;
   if (are_arrow_inputs(specs)) return InputsKind::Arrow;
+  if (are_tfrecord_inputs(specs)) return InputsKind::TfRecord;
   // A Megatron pair is named by its prefix, which is no file: checked before the missing
   // files below tell nothing.
   for (const std::string& spec : specs) {
@@ -403,6 +404,7 @@ PackSources PackSources::from_inputs(std::span<const std::string> specs, std::sp
     return from_mds(specs);
   }
   if (kind == InputsKind::Arrow) return from_arrow(specs, fields);
+  if (kind == InputsKind::TfRecord) return from_tfrecord(specs, fields);
   if (kind == InputsKind::Megatron) {
     MMT_CHECK(fields.empty(), InputSpecError, "choosing fields is for dataset inputs; a Megatron dataset has one");
     return from_megatron(specs);
@@ -651,6 +653,7 @@ std::string PackSources::record_origin(size_t field, int64_t index) const {
   if (megatron_ && index >= 0 && index < records_) return megatron_origin(index);
   if (mds_ && index >= 0 && index < records_) return mds_origin(field, index);
   if (arrow_ && index >= 0 && index < records_) return arrow_origin(field, index);
+  if (tfrecord_ && index >= 0 && index < records_) return tfrecord_origin(field, index);
   if (windows_ && index >= 0 && index < records_) return window_origin(index);
   if (files_.empty() || index < 0 || index >= records_) return origins_.at(field);
   const std::string& file = files_[static_cast<size_t>(index)];
@@ -682,6 +685,10 @@ void PackSources::record(int64_t index, std::vector<Tensor>& values) const {
   }
   if (arrow_) {
     arrow_record(index, values);
+    return;
+  }
+  if (tfrecord_) {
+    tfrecord_record(index, values);
     return;
   }
   if (windows_) {

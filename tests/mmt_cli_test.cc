@@ -28,6 +28,7 @@
 #include "file_io.h"
 #include "importer_test_util.h"
 #include "arrow_test_util.h"
+#include "tfrecord_test_util.h"
 #include "mds_test_util.h"
 #include "megatron_test_util.h"
 #include "tar_test_util.h"
@@ -1027,6 +1028,38 @@ TEST_F(MmtCli, PackTakesArrowFilesAndVerifiesAgainstThem) {
   const RunResult polars_sound = run_mmt({"verify", path("p.mmt"), "--against", polars});
   EXPECT_EQ(polars_sound.exit_code, 0) << polars_sound.err;
   EXPECT_NE(polars_sound.out.find("equal their sources byte for byte"), std::string::npos) << polars_sound.out;
+}
+
+// TFRecord files: one record per Example; features chosen with --field by key; verified
+// against the files, the lengths of a bytes_list too; a damaged record named.
+TEST_F(MmtCli, PackTakesTfRecordFilesAndVerifiesAgainstThem) {
+  using testutil::example_bytes;
+  const std::vector<std::string> examples = {
+      example_bytes({{"image/encoded", std::vector<std::string>{"jpeg-0"}},
+                     {"image/class/label", std::vector<int64_t>{7}},
+                     {"objects/text", std::vector<std::string>{"cat", "mat"}}}),
+      example_bytes({{"image/encoded", std::vector<std::string>{"jpeg-1"}},
+                     {"image/class/label", std::vector<int64_t>{2}},
+                     {"objects/text", std::vector<std::string>{}}})};
+  testutil::write_file(path("train.tfrecord-00000-of-00001"), testutil::tfrecord_file(examples));
+  const RunResult packed = run_mmt({"pack", path("t.mmt"), path("train.tfrecord-00000-of-00001"), "--field",
+                                    "image/encoded", "--field", "objects/text", "--codec", "zstd"});
+  ASSERT_EQ(packed.exit_code, 0) << packed.err;
+  EXPECT_NE(packed.out.find("packed 2 records (3 fields)"), std::string::npos) << packed.out;
+  const Dataset dataset = Dataset::open(path("t.mmt"));
+  EXPECT_EQ(testutil::text_of(dataset[1]["image.encoded"]), "jpeg-1");
+  EXPECT_EQ(dataset[0]["objects.text.lengths"].numel(), 2);
+  const RunResult sound = run_mmt({"verify", path("t.mmt"), "--against", path("train.tfrecord-00000-of-00001")});
+  EXPECT_EQ(sound.exit_code, 0) << sound.err;
+  EXPECT_NE(sound.out.find("equal their sources byte for byte (fields image.encoded, objects.text, objects.text.lengths)"),
+            std::string::npos)
+      << sound.out;
+  // A damaged record: named, and nothing written.
+  testutil::Bytes damaged = testutil::tfrecord_file(examples);
+  damaged[damaged.size() - 10] ^= std::byte{1};
+  testutil::write_file(path("bad.tfrecord"), damaged);
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("bad.mmt"), path("bad.tfrecord")}), "bad.tfrecord, record 1 (byte ");
+  EXPECT_FALSE(fs::exists(path("bad.mmt")));
 }
 
 // Parquet files (a Hugging Face image dataset's shard, written by arrow-rs): packed, their

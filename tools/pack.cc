@@ -212,7 +212,7 @@ PackSources load_pack_sources(const std::vector<std::string>& inputs, const std:
     return PackSources::from_folder(folder, {.paths = folder_paths});
   }
   MMT_CHECK(!inputs.empty(), UsageError,
-            "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not), datasets, tar archives, Megatron or MDS datasets or --folder DIR");
+            "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not), datasets, tar archives, Megatron or MDS datasets, Arrow, Parquet or TFRecord files or --folder DIR");
   try {
     return PackSources::from_inputs(inputs, fields, tar);
   } catch (const InputSpecError& e) {
@@ -225,7 +225,7 @@ PackSources load_pack_sources(const std::vector<std::string>& inputs, const std:
 
 void add_pack_command(CLI::App& app) {
   auto args = std::make_shared<PackArgs>();
-  CLI::App* cmd = app.add_subcommand("pack", "Build a dataset from .npy, .npz, IDX files, tar archives (WebDataset), Megatron indexed datasets, MosaicML Streaming datasets, Arrow files (Hugging Face datasets) or a folder, or repack datasets");
+  CLI::App* cmd = app.add_subcommand("pack", "Build a dataset from .npy, .npz, IDX files, tar archives (WebDataset), Megatron indexed datasets, MosaicML Streaming datasets, Arrow or Parquet files (Hugging Face datasets), TFRecord files or a folder, or repack datasets");
   cmd->footer(
       "Inputs:\n"
       "  NAME=PATH.npy   one field; the first dimension indexes records\n"
@@ -264,6 +264,14 @@ void add_pack_command(CLI::App& app) {
       "                  (a Hugging Face Hub split, in name order): packed as Arrow\n"
       "                  columns are; the columns chosen are decoded a row group at a\n"
       "                  time into a temporary file in $TMPDIR (or /tmp)\n"
+      "  PATH.tfrecord... TensorFlow TFRecord files of tf.train.Example records (all\n"
+      "                  inputs; .tfrecord, .tfrecords, TFDS' NAME.tfrecord-00000-of-00008,\n"
+      "                  gzip-compressed or not): one record per Example, one field per\n"
+      "                  feature ('/' in a key is '.': image.encoded); int64_list and\n"
+      "                  float_list as int64 and float32 (a scalar, [n] or ragged, as the\n"
+      "                  records hold one, n or varying values); bytes_list as bytes, or\n"
+      "                  NAME (joined) and NAME.lengths where records hold other than one.\n"
+      "                  --field NAME (repeated) keeps only those features\n"
       "  --window L[:S]  with one field of tokens (a 1-D array, Megatron documents, or\n"
       "                  --field of datasets holding documents): records of L tokens starting every S (default\n"
       "                  L) over the field's values as one stream; --separator T puts\n"
@@ -290,6 +298,7 @@ void add_pack_command(CLI::App& app) {
       "  mmt pack train-zstd.mmt part-*.mmt --codec zstd:9\n"
       "  mmt pack laion.mmt shard-{0000..0099}.tar --keys\n"
       "  mmt pack cifar10.mmt ~/cifar10/train --field img.bytes --field label   # save_to_disk's folder\n"
+      "  mmt pack imagenet.mmt train-*.tfrecord --field image/encoded --field image/class/label\n"
       "  mmt pack gpt.mmt tokens=train.npy --window 2049:2048   # inputs and shifted targets\n"
       "  mmt pack pile.mmt pile_text_document --window 2049:2048 --separator 0\n"
       "  for k in 00 01 02 03; do mmt pack part-$k.mmt --folder photos/ --shard $k/4 & done; wait");
@@ -297,7 +306,7 @@ void add_pack_command(CLI::App& app) {
   cmd->add_option("INPUT", args->inputs, "Inputs (see below)");
   args->folder_option =
       cmd->add_option("--folder", args->folder, "A folder of class subfolders (or of files alone) to pack instead of arrays");
-  cmd->add_option("--field", args->fields, "With dataset or Arrow inputs: keep this field (repeat for more; all if none)")
+  cmd->add_option("--field", args->fields, "With dataset, Arrow, Parquet or TFRecord inputs: keep this field (repeat for more; all if none)")
       ->type_name("NAME")
       ->allow_extra_args(false);
   cmd->add_flag("--paths", args->paths, "With --folder: store each file's path under the folder as field 'path'");

@@ -143,8 +143,9 @@ void run_verify(const VerifyArgs& args) {
       if (against.find(f.name)) fields.push_back(f.name);
     MMT_CHECK(!fields.empty(), ValueError, "the datasets given to --against share no field with ", printable(ds.path()));
   }
-  // Arrow files: the columns the dataset holds (a pack may have chosen some).
-  if (are_arrow_inputs(args.against))
+  // Arrow, Parquet and TFRecord files: the columns (features) the dataset holds (a pack may
+  // have chosen some).
+  if (are_arrow_inputs(args.against) || are_tfrecord_inputs(args.against))
     for (const Field& f : ds.schema()) fields.push_back(f.name);
   // Tars are grouped as the pack grouped them: keys when it stored them, and the fields and
   // missing members its metadata records.

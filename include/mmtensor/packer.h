@@ -223,6 +223,7 @@ struct TokenWindows;
 struct MegatronDocuments;
 struct MdsShards;
 struct ArrowColumns;
+struct TfRecordExamples;
 }
 
 class PackSources {
@@ -272,6 +273,17 @@ class PackSources {
   // `fields` leaves it out), a null where a field cannot store one, a jagged list, files of
   // other columns, a DatasetDict folder (pack one split), or an input of another kind.
   static PackSources from_arrow(std::span<const std::string> specs, std::span<const std::string> fields = {});
+  // TensorFlow TFRecord files of tf.train.Example records (".tfrecord", ".tfrecords", TFDS'
+  // "NAME.tfrecord-00000-of-00008", gzip-compressed or not, or any file beginning with a record
+  // header), read in the order given: one record per Example, one field per feature
+  // (pack_tfrecord.cc says how each list is stored; "image/encoded" is field "image.encoded").
+  // `fields`: the features packed, in that order, by field name or key; empty, all of them, in
+  // name order. FormatError naming the file, the record and its byte for a damaged one (a
+  // length's CRC, a record cut short, bytes that are no tf.train.Example: tfrecord.h), and
+  // ChecksumError for a record whose data's CRC fails (checked as it is read); ValueError for
+  // a feature whose records hold lists of two kinds, one with no list in any record (unless
+  // `fields` leaves it out), a ZLIB-compressed file, or an input of another kind.
+  static PackSources from_tfrecord(std::span<const std::string> specs, std::span<const std::string> fields = {});
   // `tokens` cut into windows (WindowOptions above): one field of the same name and dtype,
   // shape [length]. `tokens` must have one field whose records hold one value each (a 1-D
   // array's) or a 1-D value each (documents: ragged, or fixed [n]); a separator needs
@@ -373,6 +385,9 @@ class PackSources {
   void arrow_record(int64_t index, std::vector<Tensor>& values) const;
   int64_t arrow_batch(int64_t start, int64_t count, std::vector<Tensor>& values, std::vector<Tensor>& offsets) const;
   std::string arrow_origin(size_t field, int64_t index) const;
+  // TFRecord Examples: record `index`'s values, and where a field of it comes from.
+  void tfrecord_record(int64_t index, std::vector<Tensor>& values) const;
+  std::string tfrecord_origin(size_t field, int64_t index) const;
   // MDS samples: record `index`'s values, and where a field of it comes from.
   void mds_record(int64_t index, std::vector<Tensor>& values) const;
   std::string mds_origin(size_t field, int64_t index) const;
@@ -392,6 +407,7 @@ class PackSources {
   std::shared_ptr<const detail::MegatronDocuments> megatron_;  // Megatron: the pairs mapped, their indexes
   std::shared_ptr<const detail::MdsShards> mds_;  // MDS: the shards mapped, their columns
   std::shared_ptr<const detail::ArrowColumns> arrow_;  // Arrow: the files mapped, their columns and batches
+  std::shared_ptr<const detail::TfRecordExamples> tfrecord_;  // TFRecord: the files, their records and features
   std::shared_ptr<const detail::TokenWindows> windows_;  // token windows: the stream's sources and layout
   std::vector<std::string> dataset_fields_;  // datasets: the fields kept, in schema order
   std::vector<std::string> files_;     // folder: one path per record
@@ -426,6 +442,9 @@ bool are_mds_inputs(std::span<const std::string> specs);
 // .parquet/.pq/.parq (or is missing), or is a folder holding state.json or dataset_dict.json
 // (Hugging Face's save_to_disk) or .parquet files.
 bool are_arrow_inputs(std::span<const std::string> specs);
+// Whether pack inputs are TFRecord files: one of them is a file whose name holds ".tfrecord"
+// or that begins with a TFRecord header (a length and its CRC-32C).
+bool are_tfrecord_inputs(std::span<const std::string> specs);
 
 // The records of shard `shard` of `shards` of a set of `records`: [begin, end) with begin =
 // shard * records / shards (rounded down), so the shards tile the records in order and differ

@@ -1,0 +1,337 @@
+// TensorFlow TFRecord files of tf.train.Example records as pack sources
+// (PackSources::from_tfrecord): one record per Example, one field per feature, shapes from
+// what the records hold; every damaged file refused naming the record and its byte.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "crc32c.h"
+#include "importer_test_util.h"
+#include "mmtensor/dataset.h"
+#include "mmtensor/error.h"
+#include "mmtensor/packer.h"
+#include "test_util.h"
+#include "tfrecord.h"
+#include "tfrecord_test_util.h"
+
+namespace mmt {
+namespace {
+
+using testing::error_of;
+using testutil::Bytes;
+using testutil::example_bytes;
+using testutil::FeatureValue;
+using testutil::TempFolder;
+using testutil::text_of;
+using testutil::tfrecord_file;
+using testutil::write_file;
+using Strings = std::vector<std::string>;
+using Floats = std::vector<float>;
+using Ints = std::vector<int64_t>;
+
+std::vector<int64_t> ints_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  std::vector<int64_t> out(static_cast<size_t>(c.numel()));
+  if (!out.empty()) std::memcpy(out.data(), c.data_ptr(), out.size() * 8);
+  return out;
+}
+std::vector<float> floats_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  std::vector<float> out(static_cast<size_t>(c.numel()));
+  if (!out.empty()) std::memcpy(out.data(), c.data_ptr(), out.size() * 4);
+  return out;
+}
+
+TEST(TfRecord, Crc32cIsCastagnolisWhicheverWayItIsComputed) {
+  // RFC 3720's check value.
+  EXPECT_EQ(detail::crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(detail::crc32c_portable("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(detail::crc32c("", 0), 0u);
+  std::mt19937 rng(7);
+  std::vector<unsigned char> bytes(5000);
+  for (auto& b : bytes) b = static_cast<unsigned char>(rng());
+  for (size_t start : {0, 1, 3, 7, 8}) {
+    for (size_t n : {0, 1, 7, 8, 9, 63, 64, 1000, 4991}) {
+      const uint32_t whole = detail::crc32c_portable(bytes.data() + start, n);
+      EXPECT_EQ(detail::crc32c(bytes.data() + start, n), whole) << start << " " << n;
+      // Continued across two calls.
+      EXPECT_EQ(detail::crc32c(bytes.data() + start + n / 3, n - n / 3, detail::crc32c(bytes.data() + start, n / 3)), whole);
+    }
+  }
+}
+
+// The record TensorFlow's TFRecord tutorial serializes (feature0 False, feature1 4, feature2
+// b'goat', feature3 0.9876), as it prints example_observation.SerializeToString().
+const std::string kTutorialExample(
+    "\nR\n\x14\n\x08" "feature2\x12\x08\n\x06\n\x04goat"
+    "\n\x14\n\x08" "feature3\x12\x08\x12\x06\n\x04[\xd3|?"
+    "\n\x11\n\x08" "feature0\x12\x05\x1a\x03\n\x01\x00"
+    "\n\x11\n\x08" "feature1\x12\x05\x1a\x03\n\x01\x04",
+    84);
+
+TEST(TfRecord, TheTensorFlowTutorialsExampleReadsAsTensorFlowWroteIt) {
+  // Our test writer makes TensorFlow's bytes exactly.
+  EXPECT_EQ(example_bytes({{"feature2", Strings{"goat"}}, {"feature3", Floats{0.9876f}}, {"feature0", Ints{0}},
+                           {"feature1", Ints{4}}}),
+            kTutorialExample);
+
+  TempFolder dir;
+  write_file(dir / "tutorial.tfrecord", tfrecord_file({kTutorialExample, kTutorialExample}));
+  const PackSources sources = PackSources::from_tfrecord(std::vector<std::string>{dir / "tutorial.tfrecord"});
+  ASSERT_EQ(sources.records(), 2);
+  // Fields in name order, each one value a record: scalars, and bytes.
+  ASSERT_EQ(sources.schema().size(), 4u);
+  EXPECT_EQ(sources.schema()[0].name, "feature0");
+  EXPECT_EQ(sources.schema()[0].dtype, kInt64);
+  EXPECT_TRUE(sources.schema()[0].is_fixed());
+  EXPECT_TRUE(sources.schema()[0].shape.empty());
+  EXPECT_EQ(sources.schema()[2].name, "feature2");
+  EXPECT_EQ(sources.schema()[2].dtype, kUInt8);
+  EXPECT_FALSE(sources.schema()[2].is_fixed());
+  EXPECT_EQ(sources.schema()[3].dtype, kFloat32);
+  const std::vector<Tensor> record = sources.record(1);
+  EXPECT_EQ(ints_of(record[0]), Ints{0});
+  EXPECT_EQ(ints_of(record[1]), Ints{4});
+  EXPECT_EQ(text_of(record[2]), "goat");
+  EXPECT_EQ(floats_of(record[3]), Floats{0.9876f});
+  EXPECT_EQ(sources.metadata().at("source"), "tfrecord");
+}
+
+// Three records covering every way a feature's records can hold values.
+std::vector<std::string> varied_records() {
+  return {
+      example_bytes({{"image/encoded", Strings{"\xff\xd8jpeg-0"}},
+                     {"image/class/label", Ints{3}},
+                     {"bbox", Floats{0.1f, 0.2f, 0.3f, 0.4f}},
+                     {"tokens", Ints{5, -6, 7}},
+                     {"captions", Strings{"a cat", "", "on a mat"}}}),
+      // Another order, unpacked numbers, a feature missing (tokens), an empty caption list.
+      example_bytes({{"captions", Strings{}},
+                     {"bbox", Floats{1.5f, 2.5f, 3.5f, 4.5f}},
+                     {"image/class/label", Ints{-1}},
+                     {"image/encoded", Strings{"png-1"}}},
+                    /*packed=*/false),
+      example_bytes({{"image/encoded", Strings{""}},
+                     {"image/class/label", Ints{INT64_MIN}},
+                     {"bbox", Floats{-1, -2, -3, -4}},
+                     {"tokens", Ints{INT64_MAX}},
+                     {"captions", Strings{"one"}}}),
+  };
+}
+
+TEST(TfRecord, FeaturesBecomeFieldsShapedByWhatTheRecordsHold) {
+  TempFolder dir;
+  const std::string path = dir / "train.tfrecord-00000-of-00001";
+  write_file(path, tfrecord_file(varied_records()));
+  ASSERT_TRUE(are_tfrecord_inputs(std::vector<std::string>{path}));
+  const PackSources sources = PackSources::from_inputs(std::vector<std::string>{path});
+  ASSERT_EQ(sources.records(), 3);
+  const Schema& schema = sources.schema();
+  ASSERT_EQ(schema.size(), 6u);
+  // bbox: 4 floats in every record.
+  EXPECT_EQ(schema[0].name, "bbox");
+  EXPECT_EQ(schema[0].dtype, kFloat32);
+  EXPECT_EQ(schema[0].shape, (std::vector<int64_t>{4}));
+  // captions: other than one value a record: joined, and their lengths.
+  EXPECT_EQ(schema[1].name, "captions");
+  EXPECT_EQ(schema[2].name, "captions.lengths");
+  EXPECT_EQ(schema[2].dtype, kInt64);
+  // '/' made '.'; one value a record.
+  EXPECT_EQ(schema[3].name, "image.class.label");
+  EXPECT_TRUE(schema[3].shape.empty());
+  EXPECT_EQ(schema[4].name, "image.encoded");
+  EXPECT_EQ(schema[4].dtype, kUInt8);
+  // tokens: missing from a record: ragged.
+  EXPECT_EQ(schema[5].name, "tokens");
+  EXPECT_FALSE(schema[5].is_fixed());
+
+  std::vector<Tensor> r = sources.record(0);
+  EXPECT_EQ(floats_of(r[0]), (Floats{0.1f, 0.2f, 0.3f, 0.4f}));
+  EXPECT_EQ(text_of(r[1]), "a caton a mat");
+  EXPECT_EQ(ints_of(r[2]), (Ints{5, 0, 8}));
+  EXPECT_EQ(ints_of(r[3]), Ints{3});
+  EXPECT_EQ(text_of(r[4]), "\xff\xd8jpeg-0");
+  EXPECT_EQ(r[4].untyped_storage().filename(), path);  // a view of the file
+  EXPECT_EQ(ints_of(r[5]), (Ints{5, -6, 7}));
+  r = sources.record(1);
+  EXPECT_EQ(floats_of(r[0]), (Floats{1.5f, 2.5f, 3.5f, 4.5f}));
+  EXPECT_EQ(r[1].numel(), 0);
+  EXPECT_EQ(r[2].numel(), 0);
+  EXPECT_EQ(ints_of(r[3]), Ints{-1});
+  EXPECT_EQ(text_of(r[4]), "png-1");
+  EXPECT_EQ(r[5].numel(), 0);  // missing: no values
+  r = sources.record(2);
+  EXPECT_EQ(ints_of(r[3]), Ints{INT64_MIN});
+  EXPECT_EQ(r[4].numel(), 0);
+  EXPECT_EQ(ints_of(r[5]), Ints{INT64_MAX});
+
+  EXPECT_NE(sources.metadata().at("tfrecord_features").find(R"("image.encoded":{"key":"image/encoded","kind":"bytes_list"})"),
+            std::string::npos)
+      << sources.metadata().at("tfrecord_features");
+  EXPECT_NE(sources.record_origin(4, 2).find(path + ", record 2 (byte "), std::string::npos) << sources.record_origin(4, 2);
+  EXPECT_NE(sources.record_origin(4, 2).find("feature 'image/encoded'"), std::string::npos);
+  EXPECT_THROW(sources.check_output(path), ValueError);
+
+  for (const char* codec : {"none", "zstd"}) {
+    const std::string out = dir / (std::string("out-") + codec + ".mmt");
+    PackOptions options;
+    options.writer.codec = CodecSpec::parse(codec);
+    pack_dataset(out, sources, options);
+    const Dataset ds = Dataset::open(out);
+    ASSERT_EQ(ds.size(), 3);
+    EXPECT_EQ(text_of(ds[0]["image.encoded"]), "\xff\xd8jpeg-0");
+    EXPECT_EQ(ints_of(ds[2]["image.class.label"]), Ints{INT64_MIN});
+    EXPECT_EQ(compare_with_sources(ds, sources), 3);
+  }
+}
+
+TEST(TfRecord, GzipFilesAndSeveralFilesReadAsOneAndFeaturesCanBeChosen) {
+  TempFolder dir;
+  const std::vector<std::string> records = varied_records();
+  write_file(dir / "a.tfrecord.gz", testutil::gzip_bytes(tfrecord_file({records[0], records[1]})));
+  write_file(dir / "b.tfrecords", tfrecord_file({records[2]}));
+  write_file(dir / "empty.tfrecord", {});
+  const std::vector<std::string> paths{dir / "a.tfrecord.gz", dir / "empty.tfrecord", dir / "b.tfrecords"};
+  const std::vector<std::string> fields{"image/encoded", "captions", "image.class.label"};
+  const PackSources sources = PackSources::from_inputs(paths, fields);
+  ASSERT_EQ(sources.records(), 3);
+  ASSERT_EQ(sources.schema().size(), 4u);
+  EXPECT_EQ(sources.schema()[0].name, "image.encoded");
+  EXPECT_EQ(sources.schema()[1].name, "captions");
+  EXPECT_EQ(sources.schema()[2].name, "captions.lengths");
+  EXPECT_EQ(sources.schema()[3].name, "image.class.label");
+  EXPECT_EQ(text_of(sources.record(1)[0]), "png-1");
+  EXPECT_EQ(text_of(sources.record(2)[1]), "one");
+  EXPECT_NE(sources.record_origin(0, 1).find("a.tfrecord.gz, record 1 (byte "), std::string::npos);
+  EXPECT_NE(sources.record_origin(0, 1).find("of the decompressed file"), std::string::npos);
+  EXPECT_NE(sources.record_origin(0, 2).find("b.tfrecords, record 0 (byte 0)"), std::string::npos);
+
+  // A dataset's field list (what `mmt verify --against` gives) chooses the same.
+  const std::vector<std::string> listed{"image.encoded", "captions", "captions.lengths", "image.class.label"};
+  EXPECT_EQ(PackSources::from_tfrecord(paths, listed).schema().size(), 4u);
+  const std::string unknown = error_of([&] { PackSources::from_tfrecord(paths, std::vector<std::string>{"label"}); });
+  EXPECT_NE(unknown.find("no feature 'label' (features, as fields: bbox, captions, image.class.label"), std::string::npos)
+      << unknown;
+}
+
+std::string pack_error(const std::string& path) {
+  return error_of([&] {
+    const PackSources sources = PackSources::from_tfrecord(std::vector<std::string>{path});
+    for (int64_t i = 0; i < sources.records(); ++i) sources.record(i);
+  });
+}
+
+TEST(TfRecord, DamagedFilesAreRefusedNamingTheRecordAndItsByte) {
+  TempFolder dir;
+  const std::string path = dir / "x.tfrecord";
+  const Bytes good = tfrecord_file(varied_records());
+  const int64_t second = 12 + static_cast<int64_t>(varied_records()[0].size()) + 4;
+  const int64_t third = second + 12 + static_cast<int64_t>(varied_records()[1].size()) + 4;
+
+  Bytes bad = good;
+  bad[second + 8] ^= std::byte{1};  // the second length's CRC
+  write_file(path, bad);
+  std::string e = pack_error(path);
+  EXPECT_NE(e.find(path + ": record 1 (byte " + std::to_string(second) + "): its length's CRC-32C is"), std::string::npos) << e;
+
+  bad = good;
+  bad[second + 20] ^= std::byte{0x40};  // inside the second record's data
+  write_file(path, bad);
+  e = pack_error(path);
+  EXPECT_NE(e.find("record 1 (byte " + std::to_string(second) + "): the masked CRC-32C of its"), std::string::npos) << e;
+
+  // Cut anywhere: refused (or, cut at a record's end, the records before it), never a crash.
+  for (size_t cut = 1; cut < good.size(); ++cut) {
+    write_file(path, Bytes(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(cut)));
+    e = pack_error(path);
+    const bool at_a_record_end = cut == static_cast<size_t>(second) || cut == static_cast<size_t>(third);
+    EXPECT_EQ(e.empty(), at_a_record_end) << cut << ": " << e;
+    if (!e.empty()) {
+      EXPECT_NE(e.find(path + ": record "), std::string::npos) << e;
+    }
+  }
+  // Every bit flipped: an error or the same records, never a crash (CRCs catch nearly all).
+  for (size_t byte = 0; byte < good.size(); ++byte) {
+    for (int bit = 0; bit < 8; bit += 3) {
+      bad = good;
+      bad[byte] ^= std::byte(1 << bit);
+      write_file(path, bad);
+      EXPECT_FALSE(pack_error(path).empty()) << byte << " " << bit;
+    }
+  }
+}
+
+// A file of these records, each framed with good CRCs: what the Example parser must refuse.
+std::string example_error(const std::vector<std::string>& records) {
+  TempFolder dir;
+  write_file(dir / "x.tfrecord", tfrecord_file(records));
+  return pack_error(dir / "x.tfrecord");
+}
+
+TEST(TfRecord, RecordsThatAreNoExamplesOrDisagreeAreRefusedByName) {
+  using testutil::message_field;
+  using testutil::varint;
+  // Not protobuf at all.
+  std::string e = example_error({"hello, world"});
+  EXPECT_NE(e.find("x.tfrecord, record 0 (byte 0): byte "), std::string::npos) << e;
+  // A SequenceExample: context and feature_lists.
+  e = example_error({message_field(1, "") + message_field(2, "")});
+  EXPECT_NE(e.find("tf.train.SequenceExample's feature_lists"), std::string::npos) << e;
+  // A key given twice.
+  e = example_error({message_field(1, message_field(1, message_field(1, "k") + message_field(2, testutil::feature_message(Ints{1}))) +
+                                          message_field(1, message_field(1, "k") + message_field(2, testutil::feature_message(Ints{2}))))});
+  EXPECT_NE(e.find("feature 'k' is given twice"), std::string::npos) << e;
+  // A Feature with two lists.
+  e = example_error({message_field(1, message_field(1, message_field(1, "k") +
+                                                           message_field(2, message_field(3, "") + message_field(1, ""))))});
+  EXPECT_NE(e.find("it holds a bytes_list after a int64_list"), std::string::npos) << e;
+  // A varint of 11 bytes, a group, a length past the end, packed floats of 5 bytes.
+  e = example_error({varint(5 << 3 | 0) + std::string(10, '\xff') + '\x01'});
+  EXPECT_NE(e.find("a varint longer than 64 bits"), std::string::npos) << e;
+  e = example_error({varint(1 << 3 | 3)});
+  EXPECT_NE(e.find("is a group (wire type 3)"), std::string::npos) << e;
+  e = example_error({message_field(1, "") + "\x0a\x7f"});
+  EXPECT_NE(e.find("a field of 127 bytes runs past the end of its message"), std::string::npos) << e;
+  e = example_error({message_field(1, message_field(1, message_field(1, "f") +
+                                                           message_field(2, message_field(2, message_field(1, "12345")))))});
+  EXPECT_NE(e.find("(in the float_list of feature 'f'): a packed run of floats holds 5 bytes"), std::string::npos) << e;
+  // One key, two kinds.
+  e = example_error({example_bytes({{"k", Ints{1}}}), example_bytes({{"k", Floats{1}}})});
+  EXPECT_NE(e.find("record 1 (byte "), std::string::npos) << e;
+  EXPECT_NE(e.find("feature 'k' is a float_list, but record 0 gave it a int64_list"), std::string::npos) << e;
+  // Keys that make one field name.
+  e = example_error({example_bytes({{"a/b", Ints{1}}, {"a.b", Ints{2}}})});
+  EXPECT_NE(e.find("features 'a/b' and 'a.b' would both be field 'a.b'"), std::string::npos) << e;
+  // A feature with no list in any record: refused, unless left out.
+  const std::string none = message_field(1, message_field(1, message_field(1, "empty") + message_field(2, "")));
+  e = example_error({none});
+  EXPECT_NE(e.find("feature 'empty' holds no list in any record"), std::string::npos) << e;
+  // Not TFRecord framing at all, and ZLIB.
+  TempFolder dir;
+  write_file(dir / "y.tfrecord", testutil::to_bytes("this is not a TFRecord file"));
+  e = pack_error(dir / "y.tfrecord");
+  EXPECT_NE(e.find("is this a TFRecord file?"), std::string::npos) << e;
+  write_file(dir / "z.tfrecord", testutil::to_bytes("\x78\x9c rest of a zlib stream"));
+  e = pack_error(dir / "z.tfrecord");
+  EXPECT_NE(e.find("a ZLIB-compressed TFRecord file"), std::string::npos) << e;
+  // An empty file alone holds nothing to pack.
+  write_file(dir / "empty.tfrecord", {});
+  e = pack_error(dir / "empty.tfrecord");
+  EXPECT_NE(e.find("hold no records"), std::string::npos) << e;
+}
+
+TEST(TfRecord, FilesAreRecognisedByNameOrByTheirFirstHeader) {
+  TempFolder dir;
+  write_file(dir / "data.bin", tfrecord_file({kTutorialExample}));
+  write_file(dir / "other.bin", testutil::to_bytes("0123456789abcdef"));
+  EXPECT_TRUE(are_tfrecord_inputs(std::vector<std::string>{dir / "data.bin"}));
+  EXPECT_FALSE(are_tfrecord_inputs(std::vector<std::string>{dir / "other.bin"}));
+  EXPECT_FALSE(are_tfrecord_inputs(std::vector<std::string>{dir / "missing.tfrecord"}));
+  EXPECT_EQ(PackSources::from_inputs(std::vector<std::string>{dir / "data.bin"}).records(), 1);
+}
+
+}  // namespace
+}  // namespace mmt
