@@ -56,6 +56,7 @@ struct TfRecordExamples {
   std::vector<int64_t> file_end;    // records before each file's end
   std::vector<Column> columns;
   std::unordered_map<std::string_view, size_t> column_of;  // key -> column (keys in `columns`)
+  size_t fixed_columns = 0;  // columns with `fixed` >= 0
 
   std::string where(int64_t record) const {
     const auto [f, local] = part_of(file_end, record);
@@ -320,7 +321,10 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
   } catch (const ValueError& e) {
     throw ValueError(str("the TFRecord files' features: ", e.what()));
   }
-  for (const TfRecordExamples::Column& column : examples->columns) examples->column_of.emplace(column.key, &column - examples->columns.data());
+  for (const TfRecordExamples::Column& column : examples->columns) {
+    examples->column_of.emplace(column.key, &column - examples->columns.data());
+    examples->fixed_columns += column.fixed >= 0;
+  }
 
   std::string files;
   for (size_t f = 0; f < examples->files.size(); ++f) files += str(f == 0 ? "" : ", ", examples->files[f].path);
@@ -337,47 +341,88 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
   return out;
 }
 
+namespace {
+
+// A feature of a record that is packed: its column, its list, and how many values it holds.
+struct PackedFeature {
+  size_t column = 0;
+  ExampleFeature feature;
+  int64_t count = 0;
+};
+
+// Reads the record at `span` of `base` (its file's bytes, under the mapping guard): checks its
+// data's CRC, parses its Example and appends each feature packed to `out`, checked against the
+// scan (kind, a fixed column's count, every fixed column present). Errors are left for the
+// caller to name the record (naming()).
+void read_packed_features(const TfRecordExamples& examples, const std::byte* base, detail::TfRecordSpan span,
+                          std::vector<PackedFeature>& out) {
+  thread_local std::vector<ExampleFeature> features;
+  detail::check_tfrecord_data(base, span, kNoWhere);
+  detail::parse_example({base + span.offset, static_cast<size_t>(span.size)}, kNoWhere, features);
+  const auto first = static_cast<std::ptrdiff_t>(out.size());
+  size_t fixed_found = 0;
+  for (const ExampleFeature& feature : features) {
+    const auto found = examples.column_of.find(feature.key);
+    if (found == examples.column_of.end()) continue;  // not chosen
+    const TfRecordExamples::Column& column = examples.columns[found->second];
+    MMT_CHECK(feature.kind == column.kind || feature.kind == FeatureKind::None, IoError, ": feature '",
+              detail::cut_for_message(column.key, 200), "' is now a ", to_string(feature.kind), ", not the ",
+              to_string(column.kind), " it was when the files were scanned: the file changed");
+    const int64_t n = detail::feature_value_count(feature, kNoWhere);
+    MMT_CHECK(column.fixed < 0 || n == column.fixed, IoError, ": feature '", detail::cut_for_message(column.key, 200),
+              "' holds ", n, " values, not the ", column.fixed, " it held in every record when the files were "
+              "scanned: the file changed");
+    fixed_found += column.fixed >= 0;  // keys are unique within a record (parse_example)
+    out.push_back({found->second, feature, n});
+  }
+  if (fixed_found == examples.fixed_columns) return;
+  for (const TfRecordExamples::Column& column : examples.columns)
+    MMT_CHECK(column.fixed < 0 || std::any_of(out.begin() + first, out.end(),
+                                              [&](const PackedFeature& p) { return p.feature.key == column.key; }),
+              IoError, ": feature '", detail::cut_for_message(column.key, 200),
+              "' is missing, but every record held it when the files were scanned: the file changed");
+}
+
+// The values of a bytes_list feature, checked to number what was counted.
+void bytes_of(const PackedFeature& packed, std::vector<std::span<const std::byte>>& items) {
+  detail::bytes_values(packed.feature, kNoWhere, items);
+  MMT_CHECK(static_cast<int64_t>(items.size()) == packed.count, IoError, ": feature '",
+            detail::cut_for_message(std::string(packed.feature.key), 200), "' changed while it was being read");
+}
+
+}  // namespace
+
 void PackSources::tfrecord_record(int64_t index, std::vector<Tensor>& values) const {
   const TfRecordExamples& examples = *tfrecord_;
   const TfRecordExamples::File& file = examples.files[detail::part_of(examples.file_end, index).first];
   const detail::TfRecordSpan span = examples.spans[static_cast<size_t>(index)];
   const auto where = [&] { return examples.where(index); };
-  thread_local std::vector<ExampleFeature> features;
+  thread_local std::vector<PackedFeature> packed;
   thread_local std::vector<std::span<const std::byte>> items;
-  thread_local std::vector<uint8_t> filled;
-  filled.assign(examples.columns.size(), 0);
+  for (const TfRecordExamples::Column& column : examples.columns) {  // what a record lacking the feature holds
+    values[column.field] = empty({0}, schema_[column.field].dtype);
+    if (column.joined) values[column.field + 1] = empty({0}, kInt64);
+  }
   detail::guard_storage_reads(file.bytes, [&] {
     naming(where, [&] {
       const std::byte* base = file.bytes.data();
-      detail::check_tfrecord_data(base, span, kNoWhere);
-      detail::parse_example({base + span.offset, static_cast<size_t>(span.size)}, kNoWhere, features);
-      for (const ExampleFeature& feature : features) {
-        const auto found = examples.column_of.find(feature.key);
-        if (found == examples.column_of.end()) continue;  // not chosen
-        const TfRecordExamples::Column& column = examples.columns[found->second];
-        MMT_CHECK(feature.kind == column.kind || feature.kind == FeatureKind::None, IoError, ": feature '",
-                  detail::cut_for_message(column.key, 200), "' is now a ", to_string(feature.kind), ", not the ",
-                  to_string(column.kind), " it was when the files were scanned: the file changed");
-        filled[found->second] = 1;
-        const int64_t n = detail::feature_value_count(feature, kNoWhere);
-        MMT_CHECK(column.fixed < 0 || n == column.fixed, IoError, ": feature '", detail::cut_for_message(column.key, 200),
-                  "' holds ", n, " values, not the ", column.fixed, " it held in every record when the files were "
-                  "scanned: the file changed");
+      packed.clear();
+      read_packed_features(examples, base, span, packed);
+      for (const PackedFeature& p : packed) {
+        const TfRecordExamples::Column& column = examples.columns[p.column];
+        const int64_t n = p.count;
         Tensor& value = values[column.field];
         if (column.kind == FeatureKind::Bytes) {
-          detail::bytes_values(feature, kNoWhere, items);
-          MMT_CHECK(static_cast<int64_t>(items.size()) == n, IoError, ": feature '",
-                    detail::cut_for_message(column.key, 200), "' changed while it was being read");
-          if (!column.joined) {
+          bytes_of(p, items);
+          if (!column.joined) {  // a view of the file
             const std::span<const std::byte> item = items.front();
-            value = item.empty() ? empty({0}, kUInt8)
-                                 : Tensor(file.bytes, kUInt8, {static_cast<int64_t>(item.size())}, item.data() - base);
+            if (!item.empty()) value = Tensor(file.bytes, kUInt8, {static_cast<int64_t>(item.size())}, item.data() - base);
             continue;
           }
           int64_t total = 0;
           for (const auto& item : items) total += static_cast<int64_t>(item.size());
           value = empty({total}, kUInt8);
-          Tensor lengths = empty({static_cast<int64_t>(items.size())}, kInt64);
+          Tensor lengths = empty({n}, kInt64);
           auto* joined = static_cast<std::byte*>(value.mutable_data_ptr());
           auto* length = static_cast<int64_t*>(lengths.mutable_data_ptr());
           for (const auto& item : items) {
@@ -388,35 +433,142 @@ void PackSources::tfrecord_record(int64_t index, std::vector<Tensor>& values) co
           values[column.field + 1] = std::move(lengths);
           continue;
         }
-        const std::vector<int64_t> shape =
-            column.fixed == 1 ? std::vector<int64_t>{} : std::vector<int64_t>{n};
+        const std::vector<int64_t> shape = column.fixed == 1 ? std::vector<int64_t>{} : std::vector<int64_t>{n};
         if (column.kind == FeatureKind::Float) {
-          const std::optional<std::span<const std::byte>> run = detail::packed_float_run(feature);
+          const std::optional<std::span<const std::byte>> run = detail::packed_float_run(p.feature);
           const int64_t offset = run && !run->empty() ? run->data() - base : -1;
           if (offset >= 0 && offset % 4 == 0 && static_cast<int64_t>(run->size()) == 4 * n) {
             value = Tensor(file.bytes, kFloat32, shape, offset / 4);  // a view of the file
             continue;
           }
           value = empty(shape, kFloat32);
-          detail::copy_float_values(feature, {static_cast<float*>(value.mutable_data_ptr()), static_cast<size_t>(n)},
+          detail::copy_float_values(p.feature, {static_cast<float*>(value.mutable_data_ptr()), static_cast<size_t>(n)},
                                     kNoWhere);
           continue;
         }
         value = empty(shape, kInt64);
-        detail::copy_int64_values(feature, {static_cast<int64_t*>(value.mutable_data_ptr()), static_cast<size_t>(n)},
+        detail::copy_int64_values(p.feature, {static_cast<int64_t*>(value.mutable_data_ptr()), static_cast<size_t>(n)},
                                   kNoWhere);
       }
     });
   });
-  for (size_t c = 0; c < examples.columns.size(); ++c) {
-    if (filled[c]) continue;
-    const TfRecordExamples::Column& column = examples.columns[c];
-    MMT_CHECK(column.fixed < 0, IoError, where(), ": feature '", detail::cut_for_message(column.key, 200),
-              "' is missing, but every record held it when the files were scanned: the file changed");
-    const ScalarType dtype = schema_[column.field].dtype;
-    values[column.field] = empty({0}, dtype);
-    if (column.joined) values[column.field + 1] = empty({0}, kInt64);
+}
+
+int64_t PackSources::tfrecord_batch(int64_t start, int64_t count, std::vector<Tensor>& values,
+                                    std::vector<Tensor>& offsets) const {
+  const TfRecordExamples& examples = *tfrecord_;
+  const size_t f = detail::part_of(examples.file_end, start).first;
+  const TfRecordExamples::File& file = examples.files[f];
+  // Records of one file, up to kBatchBytes of them. A record of kViewBytes or more goes alone,
+  // through record(), which views its bytes in the file: a batch would copy them twice (into
+  // the batch, then into the chunk), where small records gain more from the writer's batch
+  // path than the copy costs.
+  constexpr int64_t kBatchBytes = int64_t{4} << 20, kViewBytes = int64_t{64} << 10;
+  count = std::min(count, examples.file_end[f] - start);
+  int64_t records = 0, bytes = 0;
+  for (; records < count; ++records) {
+    const int64_t size = examples.spans[static_cast<size_t>(start + records)].size;
+    if (size >= kViewBytes || (records > 0 && bytes + size > kBatchBytes)) break;
+    bytes += size;
   }
+  if (records == 0) return -1;
+  count = records;
+
+  // Pass one: each record read and checked, its features and their counts kept; pass two:
+  // every field's values copied into one buffer for the batch.
+  thread_local std::vector<PackedFeature> packed;
+  thread_local std::vector<size_t> record_end;  // packed[] of each record: up to record_end[r]
+  thread_local std::vector<std::span<const std::byte>> items;
+  packed.clear();
+  record_end.clear();
+  const size_t columns = examples.columns.size();
+  std::vector<int64_t> value_total(columns, 0), byte_total(columns, 0);
+  detail::guard_storage_reads(file.bytes, [&] {
+    const std::byte* base = file.bytes.data();
+    for (int64_t r = 0; r < count; ++r) {
+      naming([&] { return examples.where(start + r); }, [&] {
+        const size_t first = packed.size();
+        read_packed_features(examples, base, examples.spans[static_cast<size_t>(start + r)], packed);
+        for (size_t k = first; k < packed.size(); ++k) {
+          const PackedFeature& p = packed[k];
+          value_total[p.column] += p.count;
+          if (examples.columns[p.column].kind != FeatureKind::Bytes) continue;
+          bytes_of(p, items);
+          for (const auto& item : items) byte_total[p.column] += static_cast<int64_t>(item.size());
+        }
+      });
+      record_end.push_back(packed.size());
+    }
+
+    values.assign(schema_.size(), Tensor());
+    offsets.assign(schema_.size(), Tensor());
+    std::vector<std::byte*> out(columns);       // where each column's next values go
+    std::vector<int64_t*> lengths_out(columns);  // a joined bytes_list's next lengths
+    std::vector<int64_t> running(columns, 0), items_running(columns, 0);
+    for (size_t c = 0; c < columns; ++c) {
+      const TfRecordExamples::Column& column = examples.columns[c];
+      const Field& field = schema_[column.field];
+      if (column.kind == FeatureKind::Bytes) {
+        values[column.field] = empty({byte_total[c]}, kUInt8);
+        offsets[column.field] = empty({count + 1}, kInt64);
+        if (column.joined) {
+          values[column.field + 1] = empty({value_total[c]}, kInt64);
+          offsets[column.field + 1] = empty({count + 1}, kInt64);
+          lengths_out[c] = static_cast<int64_t*>(values[column.field + 1].mutable_data_ptr());
+        }
+      } else if (column.fixed >= 0) {
+        std::vector<int64_t> shape{count};
+        shape.insert(shape.end(), field.shape.begin(), field.shape.end());
+        values[column.field] = empty(shape, field.dtype);
+      } else {
+        values[column.field] = empty({value_total[c]}, field.dtype);
+        offsets[column.field] = empty({count + 1}, kInt64);
+      }
+      out[c] = static_cast<std::byte*>(values[column.field].mutable_data_ptr());
+      if (offsets[column.field].defined()) static_cast<int64_t*>(offsets[column.field].mutable_data_ptr())[0] = 0;
+      if (column.joined) static_cast<int64_t*>(offsets[column.field + 1].mutable_data_ptr())[0] = 0;
+    }
+    size_t k = 0;
+    for (int64_t r = 0; r < count; ++r) {
+      naming([&] { return examples.where(start + r); }, [&] {
+        for (; k < record_end[static_cast<size_t>(r)]; ++k) {
+          const PackedFeature& p = packed[k];
+          const size_t c = p.column;
+          const TfRecordExamples::Column& column = examples.columns[c];
+          if (column.kind == FeatureKind::Bytes) {
+            bytes_of(p, items);
+            for (const auto& item : items) {
+              const auto size = static_cast<int64_t>(item.size());
+              MMT_CHECK(running[c] + size <= byte_total[c], IoError, ": feature '",
+                        detail::cut_for_message(column.key, 200), "' changed while it was being read");
+              if (size > 0) std::memcpy(out[c], item.data(), item.size());
+              out[c] += size;
+              running[c] += size;
+              if (column.joined) *lengths_out[c]++ = size;
+            }
+            items_running[c] += p.count;
+            continue;
+          }
+          const auto n = static_cast<size_t>(p.count);
+          if (column.kind == FeatureKind::Float) {
+            detail::copy_float_values(p.feature, {reinterpret_cast<float*>(out[c]), n}, kNoWhere);
+            out[c] += n * sizeof(float);
+          } else {
+            detail::copy_int64_values(p.feature, {reinterpret_cast<int64_t*>(out[c]), n}, kNoWhere);
+            out[c] += n * sizeof(int64_t);
+          }
+          running[c] += p.count;
+        }
+      });
+      for (size_t c = 0; c < columns; ++c) {
+        const TfRecordExamples::Column& column = examples.columns[c];
+        if (offsets[column.field].defined())
+          static_cast<int64_t*>(offsets[column.field].mutable_data_ptr())[r + 1] = running[c];
+        if (column.joined) static_cast<int64_t*>(offsets[column.field + 1].mutable_data_ptr())[r + 1] = items_running[c];
+      }
+    }
+  });
+  return count;
 }
 
 std::string PackSources::tfrecord_origin(size_t field, int64_t index) const {

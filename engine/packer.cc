@@ -750,6 +750,11 @@ int64_t PackSources::jagged_record_batch(int64_t start, int64_t count, std::vect
               start + count, ") are out of range for ", records_, " records");
     return arrow_batch(start, count, values, offsets);
   }
+  if (tfrecord_) {
+    MMT_CHECK(start >= 0 && count >= 0 && start <= records_ - count, IndexError, "records [", start, ", ",
+              start + count, ") are out of range for ", records_, " records");
+    return count == 0 ? 0 : tfrecord_batch(start, count, values, offsets);
+  }
   if (!record_batch(start, count, values)) return 0;
   offsets.assign(values.size(), Tensor());
   return count;

@@ -11,6 +11,7 @@
 #include "crc32c.h"
 #include "importer_test_util.h"
 #include "mmtensor/dataset.h"
+#include "mmtensor/dataset_writer.h"
 #include "mmtensor/error.h"
 #include "mmtensor/packer.h"
 #include "test_util.h"
@@ -215,6 +216,57 @@ TEST(TfRecord, GzipFilesAndSeveralFilesReadAsOneAndFeaturesCanBeChosen) {
   const std::string unknown = error_of([&] { PackSources::from_tfrecord(paths, std::vector<std::string>{"label"}); });
   EXPECT_NE(unknown.find("no feature 'label' (features, as fields: bbox, captions, image.class.label"), std::string::npos)
       << unknown;
+}
+
+// pack_dataset() takes records of under 64 KiB as batches (each field's values copied into
+// one buffer, jagged where they vary); the file is the one that appending record() one by
+// one writes, across files, with missing features, chunks that cut the batches and a large
+// record between them (which goes alone, its bytes a view of the file).
+TEST(TfRecord, BatchesPackTheSameFileAsRecordByRecord) {
+  TempFolder dir;
+  std::vector<std::string> first, second;
+  for (int64_t r = 0; r < 1500; ++r) {
+    std::vector<std::pair<std::string, FeatureValue>> features{
+        {"image/encoded", Strings{std::string(static_cast<size_t>(r % 97), static_cast<char>('a' + r % 26))}},
+        {"label", Ints{r}},
+        {"bbox", Floats{static_cast<float>(r), 1, 2, static_cast<float>(-r)}}};
+    if (r % 3 != 0) features.push_back({"tokens", Ints(static_cast<size_t>(r % 7), -r)});
+    if (r % 5 != 0) features.push_back({"captions", Strings(static_cast<size_t>(r % 4), std::string(static_cast<size_t>(r % 5), 'c'))});
+    if (r % 2 == 0) features.push_back({"weights", Floats(static_cast<size_t>(r % 3), 0.5f)});
+    if (r == 700) features[0].second = Strings{std::string(size_t{100} << 10, 'L')};  // past 64 KiB: alone
+    (r < 1000 ? first : second).push_back(example_bytes(features, /*packed=*/r % 11 != 0));
+  }
+  write_file(dir / "a.tfrecord", tfrecord_file(first));
+  write_file(dir / "b.tfrecord", tfrecord_file(second));
+  const PackSources sources = PackSources::from_tfrecord(std::vector<std::string>{dir / "a.tfrecord", dir / "b.tfrecord"});
+  ASSERT_EQ(sources.schema().size(), 7u);  // bbox, captions(.lengths), image.encoded, label, tokens, weights
+  std::vector<Tensor> values, offsets;
+  EXPECT_EQ(sources.jagged_record_batch(0, 1000, values, offsets), 700);  // up to the large record
+  EXPECT_EQ(sources.jagged_record_batch(700, 800, values, offsets), -1);
+  EXPECT_EQ(sources.jagged_record_batch(701, 799, values, offsets), 299);  // to the end of a.tfrecord
+  for (const char* codec : {"none", "lz4"}) {
+    for (const int64_t chunk_bytes : {int64_t{4096}, int64_t{1} << 20}) {
+      PackOptions options;
+      options.writer.codec = CodecSpec::parse(codec);
+      options.writer.chunk_bytes = chunk_bytes;
+      options.writer.alignment = 64;
+      options.writer.overwrite = true;
+      pack_dataset(dir / "batched.mmt", sources, options);
+      WriterOptions one_by_one = options.writer;
+      one_by_one.metadata = sources.metadata();
+      DatasetWriter writer = DatasetWriter::create(dir / "records.mmt", sources.schema(), one_by_one);
+      for (int64_t i = 0; i < sources.records(); ++i) writer.append(sources.record(i));
+      writer.finish();
+      ASSERT_EQ(testing::file_bytes(dir / "batched.mmt"), testing::file_bytes(dir / "records.mmt"))
+          << codec << ", chunk_bytes " << chunk_bytes;
+    }
+  }
+  const Dataset packed = Dataset::open(dir / "batched.mmt");
+  EXPECT_EQ(ints_of(packed[1234]["label"]), Ints{1234});
+  EXPECT_EQ(packed[1234]["tokens"].numel(), 1234 % 7);
+  EXPECT_EQ(packed[1233]["tokens"].numel(), 0);  // missing
+  EXPECT_EQ(packed[700]["image.encoded"].numel(), 100 << 10);
+  EXPECT_EQ(compare_with_sources(packed, sources), 1500);
 }
 
 std::string pack_error(const std::string& path) {

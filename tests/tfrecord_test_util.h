@@ -25,7 +25,10 @@ inline std::string varint(uint64_t v) {
 }
 // A length-delimited field: tag, length, payload.
 inline std::string message_field(int field, const std::string& payload) {
-  return varint(static_cast<uint64_t>(field) << 3 | 2) + varint(payload.size()) + payload;
+  std::string out = varint(static_cast<uint64_t>(field) << 3 | 2);  // appended, not a + chain: GCC 12's
+  out += varint(payload.size());                                     // -Wrestrict misfires on those
+  out += payload;
+  return out;
 }
 
 using FeatureValue = std::variant<std::vector<std::string>, std::vector<float>, std::vector<int64_t>>;
@@ -65,8 +68,11 @@ inline std::string feature_message(const FeatureValue& value, bool packed = true
 // A serialized tf.train.Example of these features, in this order.
 inline std::string example_bytes(const std::vector<std::pair<std::string, FeatureValue>>& features, bool packed = true) {
   std::string map;
-  for (const auto& [key, value] : features)  // a map entry: key = 1, value = 2
-    map += message_field(1, message_field(1, key) + message_field(2, feature_message(value, packed)));
+  for (const auto& [key, value] : features) {  // a map entry: key = 1, value = 2
+    std::string entry = message_field(1, key);
+    entry += message_field(2, feature_message(value, packed));
+    map += message_field(1, entry);
+  }
   return message_field(1, map);
 }
 

@@ -343,7 +343,9 @@ class PackSources {
   // Records from `start` (at most `count`) as one batch for DatasetWriter::append_batch(values,
   // offsets): what record_batch() gives (every offsets[f] undefined), and for Arrow and
   // Parquet inputs the rows of one record batch or row group, strings and lists in their
-  // jagged layout (offsets[f] defined) and numbers as views of the file. Returns how many
+  // jagged layout (offsets[f] defined) and numbers as views of the file; for TFRecord inputs
+  // records of one file under 64 KiB each, their values copied into one buffer a field (a
+  // larger record goes alone, -1, its bytes a view of the file). Returns how many
   // records it gave, fewer than `count` where a record batch ends or its strings and lists
   // pass a few MiB. Columns whose rows must be converted one by one (dictionaries, string
   // views, lists of strings) are, into one buffer, with record()'s values and refusals.
@@ -387,6 +389,7 @@ class PackSources {
   std::string arrow_origin(size_t field, int64_t index) const;
   // TFRecord Examples: record `index`'s values, and where a field of it comes from.
   void tfrecord_record(int64_t index, std::vector<Tensor>& values) const;
+  int64_t tfrecord_batch(int64_t start, int64_t count, std::vector<Tensor>& values, std::vector<Tensor>& offsets) const;
   std::string tfrecord_origin(size_t field, int64_t index) const;
   // MDS samples: record `index`'s values, and where a field of it comes from.
   void mds_record(int64_t index, std::vector<Tensor>& values) const;
