@@ -336,6 +336,62 @@ class PackTest(FolderTestCase):
             self.assertEqual(ds[i]["words.lengths"].tolist(), [len(w.encode()) for w in expected[i]["words"]])
             self.assertEqual(bytes(ds[i]["label"]).decode(), expected[i]["label"])
 
+    def test_tfrecord_files(self):
+        # TensorFlow's TFRecord framing and tf.train.Example's wire format, written here as
+        # TensorFlow writes them (TensorFlow is not needed to read them).
+        def varint(v):
+            v &= (1 << 64) - 1
+            out = b""
+            while True:
+                byte, v = v & 0x7F, v >> 7
+                out += bytes([byte | (0x80 if v else 0)])
+                if not v:
+                    return out
+
+        def field(number, payload):
+            return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+        def example(features):
+            entries = b""
+            for key, (kind, values) in features.items():
+                if kind == "bytes":
+                    lst = field(1, b"".join(field(1, v) for v in values))
+                elif kind == "float":
+                    lst = field(2, field(1, struct.pack(f"<{len(values)}f", *values)))
+                else:
+                    lst = field(3, field(1, b"".join(varint(v) for v in values)))
+                entries += field(1, field(1, key.encode()) + field(2, lst))
+            return field(1, entries)
+
+        def crc32c(data):
+            crc = 0xFFFFFFFF
+            for byte in data:
+                crc ^= byte
+                for _ in range(8):
+                    crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+            return crc ^ 0xFFFFFFFF
+
+        def masked(crc):
+            return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+        records = [example({"image/encoded": ("bytes", [b"jpeg-%d" % i]), "image/class/label": ("int", [i - 1]),
+                            "bbox": ("float", [0.5 * i, 1.0, 2.0, 3.0])}) for i in range(3)]
+        with open(self.path("train.tfrecord"), "wb") as f:
+            for r in records:
+                length = struct.pack("<Q", len(r))
+                f.write(length + struct.pack("<I", masked(crc32c(length))) + r + struct.pack("<I", masked(crc32c(r))))
+        stats = mmtensor.pack(self.path("t.mmt"), [self.path("train.tfrecord")],
+                              fields=["image/encoded", "image/class/label", "bbox"])
+        self.assertEqual(stats["records"], 3)
+        ds = mmtensor.Dataset(self.path("t.mmt"))
+        self.assertEqual(ds.metadata["source"], "tfrecord")
+        self.assertEqual(list(ds[0].keys()), ["image.encoded", "image.class.label", "bbox"])
+        self.assertEqual(bytes(ds[2]["image.encoded"]), b"jpeg-2")
+        self.assertEqual(ds[0]["image.class.label"].item(), -1)
+        np.testing.assert_array_equal(ds[1]["bbox"], np.array([0.5, 1, 2, 3], dtype=np.float32))
+        with self.assertRaisesRegex(ValueError, "no feature 'label'"):
+            mmtensor.pack(self.path("b.mmt"), [self.path("train.tfrecord")], fields=["label"])
+
     def test_parquet_files(self):
         # A Hugging Face image shard as arrow-rs writes it (tests/data/parquet), packed
         # straight from the file, its ClassLabel's names kept.
