@@ -15,7 +15,9 @@
 // since field names are file names in `mmt export`. The metadata key "tfrecord_features"
 // maps each feature's field to its key and kind. A data CRC is checked as its record is read.
 #include <algorithm>
+#include <cctype>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -26,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "decompressed_file.h"
+#include "gzip_reader.h"
 #include "import_util.h"
 #include "mapping_guard.h"
 #include "mmtensor/error.h"
@@ -146,17 +149,62 @@ std::string field_name_of(std::string_view key) {
   return name;
 }
 
+// Whether a file's name is one TensorFlow's writers give TFRecord files: NAME.tfrecord,
+// .tfrecords, .tfrec (Kaggle's), TFDS' NAME.tfrecord-00000-of-00008, TFX's
+// data_tfrecord-00000-of-00001.gz. Not "x.tfrecord.mmt": the kind comes last.
+bool named_as_tfrecord(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (name.ends_with(".gz")) name.resize(name.size() - 3);
+  // A shard's "-00000-of-00008" (or "-00000").
+  const auto strip_number = [&] {
+    size_t digits = 0;
+    while (digits < name.size() && std::isdigit(static_cast<unsigned char>(name[name.size() - 1 - digits]))) ++digits;
+    if (digits == 0 || digits == name.size() || name[name.size() - 1 - digits] != '-') return false;
+    name.resize(name.size() - 1 - digits);
+    return true;
+  };
+  const std::string before = name;
+  if (strip_number() && name.ends_with("-of")) {
+    name.resize(name.size() - 3);
+    if (!strip_number()) name = before;
+  } else if (name.ends_with("-of")) {
+    name = before;
+  }
+  for (const std::string_view kind : {"tfrecords", "tfrecord", "tfrec"}) {
+    if (!name.ends_with(kind)) continue;
+    const size_t at = name.size() - kind.size();
+    return at == 0 || name[at - 1] == '.' || name[at - 1] == '_' || name[at - 1] == '-';
+  }
+  return false;
+}
+
+// Whether `path` is a TFRecord file: a regular file named as one, or whose first bytes (after
+// gzip, when it is gzipped) are a record header.
 bool is_tfrecord_path(const std::string& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return false;
-  const std::string name = fs::path(path).filename().string();
-  if (name.find(".tfrecord") != std::string::npos) return true;  // .tfrecord, .tfrecords, TFDS' .tfrecord-00000-of-00008
+  if (named_as_tfrecord(fs::path(path).filename().string())) return true;
   FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return false;
-  std::byte head[12];
-  const size_t got = std::fread(head, 1, sizeof head, f);
+  std::vector<std::byte> head(64 << 10);  // enough for a gzip header and a first deflate block's start
+  head.resize(std::fread(head.data(), 1, head.size(), f));
   std::fclose(f);
-  return detail::is_tfrecord_start(head, got);
+  if (detail::is_tfrecord_start(head.data(), head.size())) return true;
+  const char* compressor = detail::compressor_of(head.data(), head.size());
+  if (compressor == nullptr || std::strcmp(compressor, "gzip") != 0) return false;
+  try {
+    detail::GzipReader gzip(head, path);
+    std::byte first[detail::kTfRecordHeaderBytes];
+    size_t got = 0;
+    while (got < sizeof first) {
+      const size_t n = gzip.read(first + got, sizeof first - got);
+      if (n == 0) break;
+      got += n;
+    }
+    return detail::is_tfrecord_start(first, got);
+  } catch (const Error&) {
+    return false;  // cut short here, or not gzip after all: another reader names it
+  }
 }
 
 }  // namespace
@@ -170,12 +218,13 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
   auto examples = std::make_shared<TfRecordExamples>();
   PackSources out;
   for (const std::string& path : specs) {
-    MMT_CHECK(is_tfrecord_path(path) || !fs::is_regular_file(path), ValueError, "input '", path,
-              "' is not a TFRecord file (its name has no .tfrecord and it does not begin with a record header); "
-              "TFRecord files are packed alone, not with other inputs");
+    std::error_code ec;
+    MMT_CHECK(is_tfrecord_path(path) || !fs::is_regular_file(path, ec), ValueError, "input '", path,
+              "' is not a TFRecord file (not named as one, .tfrecord..., and it does not begin with a record "
+              "header, gzipped or not); TFRecord files are packed alone, not with other inputs");
     TfRecordExamples::File file = open_file(path);  // IoError naming a missing file
     for (const TfRecordExamples::File& earlier : examples->files)
-      MMT_CHECK(!fs::equivalent(earlier.path, path), ValueError, "input '", path, "' is ", earlier.path,
+      MMT_CHECK(!fs::equivalent(earlier.path, path, ec), ValueError, "input '", path, "' is ", earlier.path,
                 " again; each TFRecord file is packed once");
     if (file.bytes.nbytes() > 0)
       detail::guard_storage_reads(file.bytes, [&] {
@@ -192,10 +241,13 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
   // The scan: each record's Example, its keys and how many values each holds. Records mostly
   // list the same keys in the same order, so each feature is first looked for where the
   // record before had it.
+  // Everything the guarded sections fill outlives them (a fault must skip no destructor).
   std::vector<KeyStats> stats;
   std::unordered_map<std::string, size_t> stat_of;
   std::vector<size_t> previous;  // the stats of the record before's features, in its order
   std::vector<ExampleFeature> features;
+  std::string key;  // a feature's key, copied out of the file
+  std::exception_ptr error;
   for (int64_t r = 0; r < out.records_; ++r) {
     const TfRecordExamples::File& file = examples->files[detail::part_of(examples->file_end, r).first];
     const detail::TfRecordSpan span = examples->spans[static_cast<size_t>(r)];
@@ -208,7 +260,7 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
             const ExampleFeature& feature = features[j];
             size_t s = j < previous.size() && stats[previous[j]].key == feature.key ? previous[j] : SIZE_MAX;
             if (s == SIZE_MAX) {
-              const std::string key(feature.key);
+              key.assign(feature.key);
               const auto found = stat_of.find(key);
               if (found != stat_of.end()) {
                 s = found->second;
@@ -228,9 +280,9 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
                 stat.kind = feature.kind;
                 stat.kind_record = r;
               }
-              MMT_CHECK(feature.kind == stat.kind, ValueError, ": feature '",
-                        detail::cut_for_message(stat.key, 200), "' is a ", to_string(feature.kind), ", but record ",
-                        stat.kind_record, " gave it a ", to_string(stat.kind), "; a feature holds one kind of list");
+              MMT_CHECK(feature.kind == stat.kind, ValueError, ": feature '", detail::cut_for_message(stat.key, 200),
+                        "' is a ", to_string(feature.kind), ", but ", examples->where(stat.kind_record), " gave it a ",
+                        to_string(stat.kind), "; a feature holds one kind of list");
             }
             const int64_t n = detail::feature_value_count(feature, kNoWhere);
             ++stat.present;
@@ -240,15 +292,26 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
           previous.resize(features.size());
         });
       } catch (const Error&) {
-        // A record that is not an Example, or disagrees with the others, may be one whose
-        // bytes are damaged: say so when its CRC says so.
-        detail::check_tfrecord_data(file.bytes.data(), span, where());
-        throw;
+        error = std::current_exception();
       }
     });
+    if (error) {
+      // A record that is not an Example, or disagrees with the others, may be one whose bytes
+      // are damaged: say so when its CRC says so.
+      detail::guard_storage_reads(file.bytes, [&] { detail::check_tfrecord_data(file.bytes.data(), span, where()); });
+      std::rethrow_exception(error);
+    }
     out.total_bytes_ += span.size;
   }
 
+  // Each feature is a field of every record, present or not: a file of many keys, each in a
+  // few records (a hostile one: a key a record), would make a file of their product.
+  constexpr size_t kMaxFeatures = 1024;
+  MMT_CHECK(!stats.empty(), ValueError, "the TFRecord files' Examples hold no features: there is nothing to pack");
+  MMT_CHECK(fields.size() > 0 || stats.size() <= kMaxFeatures, ValueError, "the TFRecord files' Examples name ",
+            stats.size(), " feature keys (first '", detail::cut_for_message(stats.front().key, 200), "', in ",
+            examples->where(stats.front().first_record), "), more than the ", kMaxFeatures,
+            " packed without a choice: each would be a field of every record; choose the features with --field");
   // The features chosen, in the order asked for, or all, in the order of their names.
   std::map<std::string, size_t> by_name;  // field name -> stat
   for (size_t s = 0; s < stats.size(); ++s) {
@@ -343,23 +406,42 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
 
 namespace {
 
-// A feature of a record that is packed: its column, its list, and how many values it holds.
+// A feature of a record that is packed: its column, its list, how many values it holds, and
+// for a bytes_list where its values' spans begin in the reader's list of them.
 struct PackedFeature {
   size_t column = 0;
   ExampleFeature feature;
   int64_t count = 0;
+  size_t first_item = 0;
 };
 
-// Reads the record at `span` of `base` (its file's bytes, under the mapping guard): checks its
-// data's CRC, parses its Example and appends each feature packed to `out`, checked against the
-// scan (kind, a fixed column's count, every fixed column present). Errors are left for the
-// caller to name the record (naming()).
+// What one thread keeps while it reads records: these outlive the guarded sections that fill
+// them (a fault inside one must skip no destructor: mapping_guard.h).
+struct ReadScratch {
+  std::vector<PackedFeature> packed;
+  std::vector<std::span<const std::byte>> items;  // every bytes_list value, in packed's order
+  std::vector<std::span<const std::byte>> list;   // one bytes_list's values
+  std::vector<std::byte*> out;                    // per packed feature (record) or column (batch)
+  std::vector<int64_t*> lengths_out;
+  std::vector<int64_t> running, items_running, value_total, byte_total;
+  std::vector<size_t> record_end;
+};
+ReadScratch& read_scratch() {
+  thread_local ReadScratch scratch;
+  return scratch;
+}
+
+// Reads the record at `span` of `base` (its file's bytes), under the caller's mapping guard:
+// checks its data's CRC, parses its Example and appends each feature packed to
+// scratch.packed (and a bytes_list's values to scratch.items), checked against the scan
+// (kind, a fixed column's count, every fixed column present). Errors are left for the caller
+// to name the record (naming()).
 void read_packed_features(const TfRecordExamples& examples, const std::byte* base, detail::TfRecordSpan span,
-                          std::vector<PackedFeature>& out) {
+                          ReadScratch& scratch) {
   thread_local std::vector<ExampleFeature> features;
   detail::check_tfrecord_data(base, span, kNoWhere);
   detail::parse_example({base + span.offset, static_cast<size_t>(span.size)}, kNoWhere, features);
-  const auto first = static_cast<std::ptrdiff_t>(out.size());
+  const size_t first = scratch.packed.size();
   size_t fixed_found = 0;
   for (const ExampleFeature& feature : features) {
     const auto found = examples.column_of.find(feature.key);
@@ -373,21 +455,30 @@ void read_packed_features(const TfRecordExamples& examples, const std::byte* bas
               "' holds ", n, " values, not the ", column.fixed, " it held in every record when the files were "
               "scanned: the file changed");
     fixed_found += column.fixed >= 0;  // keys are unique within a record (parse_example)
-    out.push_back({found->second, feature, n});
+    scratch.packed.push_back({found->second, feature, n, scratch.items.size()});
+    if (column.kind != FeatureKind::Bytes) continue;
+    detail::bytes_values(feature, kNoWhere, scratch.list);
+    MMT_CHECK(static_cast<int64_t>(scratch.list.size()) == n, IoError, ": feature '",
+              detail::cut_for_message(column.key, 200), "' changed while it was being read");
+    scratch.items.insert(scratch.items.end(), scratch.list.begin(), scratch.list.end());
   }
   if (fixed_found == examples.fixed_columns) return;
   for (const TfRecordExamples::Column& column : examples.columns)
-    MMT_CHECK(column.fixed < 0 || std::any_of(out.begin() + first, out.end(),
-                                              [&](const PackedFeature& p) { return p.feature.key == column.key; }),
+    MMT_CHECK(column.fixed < 0 || std::any_of(scratch.packed.begin() + static_cast<std::ptrdiff_t>(first),
+                                              scratch.packed.end(),
+                                              [&](const PackedFeature& p) { return &examples.columns[p.column] == &column; }),
               IoError, ": feature '", detail::cut_for_message(column.key, 200),
               "' is missing, but every record held it when the files were scanned: the file changed");
 }
 
-// The values of a bytes_list feature, checked to number what was counted.
-void bytes_of(const PackedFeature& packed, std::vector<std::span<const std::byte>>& items) {
-  detail::bytes_values(packed.feature, kNoWhere, items);
-  MMT_CHECK(static_cast<int64_t>(items.size()) == packed.count, IoError, ": feature '",
-            detail::cut_for_message(std::string(packed.feature.key), 200), "' changed while it was being read");
+// Copies a float_list's or int64_list's values to `out` (count of them), under the caller's
+// mapping guard.
+void copy_numbers(const PackedFeature& p, FeatureKind kind, std::byte* out) {
+  const auto n = static_cast<size_t>(p.count);
+  if (kind == FeatureKind::Float)
+    detail::copy_float_values(p.feature, {reinterpret_cast<float*>(out), n}, kNoWhere);
+  else
+    detail::copy_int64_values(p.feature, {reinterpret_cast<int64_t*>(out), n}, kNoWhere);
 }
 
 }  // namespace
@@ -397,58 +488,68 @@ void PackSources::tfrecord_record(int64_t index, std::vector<Tensor>& values) co
   const TfRecordExamples::File& file = examples.files[detail::part_of(examples.file_end, index).first];
   const detail::TfRecordSpan span = examples.spans[static_cast<size_t>(index)];
   const auto where = [&] { return examples.where(index); };
-  thread_local std::vector<PackedFeature> packed;
-  thread_local std::vector<std::span<const std::byte>> items;
+  ReadScratch& scratch = read_scratch();
+  scratch.packed.clear();
+  scratch.items.clear();
+  const std::byte* base = file.bytes.data();
+  // Read and checked first; then the tensors made, outside the guard; then the values copied.
+  detail::guard_storage_reads(file.bytes, [&] {
+    naming(where, [&] { read_packed_features(examples, base, span, scratch); });
+  });
   for (const TfRecordExamples::Column& column : examples.columns) {  // what a record lacking the feature holds
     values[column.field] = empty({0}, schema_[column.field].dtype);
     if (column.joined) values[column.field + 1] = empty({0}, kInt64);
   }
+  scratch.out.assign(scratch.packed.size(), nullptr);
+  for (size_t k = 0; k < scratch.packed.size(); ++k) {
+    const PackedFeature& p = scratch.packed[k];
+    const TfRecordExamples::Column& column = examples.columns[p.column];
+    Tensor& value = values[column.field];
+    if (column.kind == FeatureKind::Bytes) {
+      if (!column.joined) {  // a view of the file
+        const std::span<const std::byte> item = scratch.items[p.first_item];
+        if (!item.empty()) value = Tensor(file.bytes, kUInt8, {static_cast<int64_t>(item.size())}, item.data() - base);
+        continue;
+      }
+      int64_t total = 0;
+      Tensor lengths = empty({p.count}, kInt64);
+      auto* length = static_cast<int64_t*>(lengths.mutable_data_ptr());
+      for (int64_t i = 0; i < p.count; ++i) {
+        length[i] = static_cast<int64_t>(scratch.items[p.first_item + static_cast<size_t>(i)].size());
+        total += length[i];
+      }
+      value = empty({total}, kUInt8);
+      values[column.field + 1] = std::move(lengths);
+    } else {
+      const std::vector<int64_t> shape = column.fixed == 1 ? std::vector<int64_t>{} : std::vector<int64_t>{p.count};
+      if (column.kind == FeatureKind::Float) {
+        const std::optional<std::span<const std::byte>> run = detail::packed_float_run(p.feature);
+        const int64_t offset = run && !run->empty() ? run->data() - base : -1;
+        if (offset >= 0 && offset % 4 == 0 && static_cast<int64_t>(run->size()) == 4 * p.count) {
+          value = Tensor(file.bytes, kFloat32, shape, offset / 4);  // a view of the file
+          continue;
+        }
+      }
+      value = empty(shape, column.kind == FeatureKind::Float ? kFloat32 : kInt64);
+    }
+    scratch.out[k] = static_cast<std::byte*>(value.mutable_data_ptr());
+  }
   detail::guard_storage_reads(file.bytes, [&] {
     naming(where, [&] {
-      const std::byte* base = file.bytes.data();
-      packed.clear();
-      read_packed_features(examples, base, span, packed);
-      for (const PackedFeature& p : packed) {
-        const TfRecordExamples::Column& column = examples.columns[p.column];
-        const int64_t n = p.count;
-        Tensor& value = values[column.field];
-        if (column.kind == FeatureKind::Bytes) {
-          bytes_of(p, items);
-          if (!column.joined) {  // a view of the file
-            const std::span<const std::byte> item = items.front();
-            if (!item.empty()) value = Tensor(file.bytes, kUInt8, {static_cast<int64_t>(item.size())}, item.data() - base);
-            continue;
-          }
-          int64_t total = 0;
-          for (const auto& item : items) total += static_cast<int64_t>(item.size());
-          value = empty({total}, kUInt8);
-          Tensor lengths = empty({n}, kInt64);
-          auto* joined = static_cast<std::byte*>(value.mutable_data_ptr());
-          auto* length = static_cast<int64_t*>(lengths.mutable_data_ptr());
-          for (const auto& item : items) {
-            if (!item.empty()) std::memcpy(joined, item.data(), item.size());
-            joined += item.size();
-            *length++ = static_cast<int64_t>(item.size());
-          }
-          values[column.field + 1] = std::move(lengths);
+      for (size_t k = 0; k < scratch.packed.size(); ++k) {
+        if (scratch.out[k] == nullptr) continue;  // a view, or nothing to copy
+        const PackedFeature& p = scratch.packed[k];
+        const FeatureKind kind = examples.columns[p.column].kind;
+        if (kind != FeatureKind::Bytes) {
+          copy_numbers(p, kind, scratch.out[k]);
           continue;
         }
-        const std::vector<int64_t> shape = column.fixed == 1 ? std::vector<int64_t>{} : std::vector<int64_t>{n};
-        if (column.kind == FeatureKind::Float) {
-          const std::optional<std::span<const std::byte>> run = detail::packed_float_run(p.feature);
-          const int64_t offset = run && !run->empty() ? run->data() - base : -1;
-          if (offset >= 0 && offset % 4 == 0 && static_cast<int64_t>(run->size()) == 4 * n) {
-            value = Tensor(file.bytes, kFloat32, shape, offset / 4);  // a view of the file
-            continue;
-          }
-          value = empty(shape, kFloat32);
-          detail::copy_float_values(p.feature, {static_cast<float*>(value.mutable_data_ptr()), static_cast<size_t>(n)},
-                                    kNoWhere);
-          continue;
+        std::byte* joined = scratch.out[k];
+        for (int64_t i = 0; i < p.count; ++i) {
+          const std::span<const std::byte> item = scratch.items[p.first_item + static_cast<size_t>(i)];
+          if (!item.empty()) std::memcpy(joined, item.data(), item.size());
+          joined += item.size();
         }
-        value = empty(shape, kInt64);
-        detail::copy_int64_values(p.feature, {static_cast<int64_t*>(value.mutable_data_ptr()), static_cast<size_t>(n)},
-                                  kNoWhere);
       }
     });
   });
@@ -474,97 +575,92 @@ int64_t PackSources::tfrecord_batch(int64_t start, int64_t count, std::vector<Te
   if (records == 0) return -1;
   count = records;
 
-  // Pass one: each record read and checked, its features and their counts kept; pass two:
-  // every field's values copied into one buffer for the batch.
-  thread_local std::vector<PackedFeature> packed;
-  thread_local std::vector<size_t> record_end;  // packed[] of each record: up to record_end[r]
-  thread_local std::vector<std::span<const std::byte>> items;
-  packed.clear();
-  record_end.clear();
+  // Pass one reads and checks each record, keeping its features, their counts and its byte
+  // strings' spans; the buffers are then made, outside the guard; pass two copies the values.
+  ReadScratch& scratch = read_scratch();
+  scratch.packed.clear();
+  scratch.items.clear();
+  scratch.record_end.clear();
   const size_t columns = examples.columns.size();
-  std::vector<int64_t> value_total(columns, 0), byte_total(columns, 0);
+  scratch.value_total.assign(columns, 0);
+  scratch.byte_total.assign(columns, 0);
+  const std::byte* base = file.bytes.data();
   detail::guard_storage_reads(file.bytes, [&] {
-    const std::byte* base = file.bytes.data();
     for (int64_t r = 0; r < count; ++r) {
-      naming([&] { return examples.where(start + r); }, [&] {
-        const size_t first = packed.size();
-        read_packed_features(examples, base, examples.spans[static_cast<size_t>(start + r)], packed);
-        for (size_t k = first; k < packed.size(); ++k) {
-          const PackedFeature& p = packed[k];
-          value_total[p.column] += p.count;
-          if (examples.columns[p.column].kind != FeatureKind::Bytes) continue;
-          bytes_of(p, items);
-          for (const auto& item : items) byte_total[p.column] += static_cast<int64_t>(item.size());
-        }
-      });
-      record_end.push_back(packed.size());
+      naming([&] { return examples.where(start + r); },
+             [&] { read_packed_features(examples, base, examples.spans[static_cast<size_t>(start + r)], scratch); });
+      scratch.record_end.push_back(scratch.packed.size());
     }
+  });
+  for (const PackedFeature& p : scratch.packed) {
+    scratch.value_total[p.column] += p.count;
+    if (examples.columns[p.column].kind == FeatureKind::Bytes)
+      for (int64_t i = 0; i < p.count; ++i)
+        scratch.byte_total[p.column] += static_cast<int64_t>(scratch.items[p.first_item + static_cast<size_t>(i)].size());
+  }
 
-    values.assign(schema_.size(), Tensor());
-    offsets.assign(schema_.size(), Tensor());
-    std::vector<std::byte*> out(columns);       // where each column's next values go
-    std::vector<int64_t*> lengths_out(columns);  // a joined bytes_list's next lengths
-    std::vector<int64_t> running(columns, 0), items_running(columns, 0);
-    for (size_t c = 0; c < columns; ++c) {
-      const TfRecordExamples::Column& column = examples.columns[c];
-      const Field& field = schema_[column.field];
-      if (column.kind == FeatureKind::Bytes) {
-        values[column.field] = empty({byte_total[c]}, kUInt8);
-        offsets[column.field] = empty({count + 1}, kInt64);
-        if (column.joined) {
-          values[column.field + 1] = empty({value_total[c]}, kInt64);
-          offsets[column.field + 1] = empty({count + 1}, kInt64);
-          lengths_out[c] = static_cast<int64_t*>(values[column.field + 1].mutable_data_ptr());
-        }
-      } else if (column.fixed >= 0) {
-        std::vector<int64_t> shape{count};
-        shape.insert(shape.end(), field.shape.begin(), field.shape.end());
-        values[column.field] = empty(shape, field.dtype);
-      } else {
-        values[column.field] = empty({value_total[c]}, field.dtype);
-        offsets[column.field] = empty({count + 1}, kInt64);
+  values.assign(schema_.size(), Tensor());
+  offsets.assign(schema_.size(), Tensor());
+  scratch.out.assign(columns, nullptr);  // where each column's next values go
+  scratch.lengths_out.assign(columns, nullptr);  // a joined bytes_list's next lengths
+  scratch.running.assign(columns, 0);
+  scratch.items_running.assign(columns, 0);
+  for (size_t c = 0; c < columns; ++c) {
+    const TfRecordExamples::Column& column = examples.columns[c];
+    const Field& field = schema_[column.field];
+    if (column.kind == FeatureKind::Bytes) {
+      values[column.field] = empty({scratch.byte_total[c]}, kUInt8);
+      offsets[column.field] = empty({count + 1}, kInt64);
+      if (column.joined) {
+        values[column.field + 1] = empty({scratch.value_total[c]}, kInt64);
+        offsets[column.field + 1] = empty({count + 1}, kInt64);
+        scratch.lengths_out[c] = static_cast<int64_t*>(values[column.field + 1].mutable_data_ptr());
       }
-      out[c] = static_cast<std::byte*>(values[column.field].mutable_data_ptr());
-      if (offsets[column.field].defined()) static_cast<int64_t*>(offsets[column.field].mutable_data_ptr())[0] = 0;
-      if (column.joined) static_cast<int64_t*>(offsets[column.field + 1].mutable_data_ptr())[0] = 0;
+    } else if (column.fixed >= 0) {
+      std::vector<int64_t> shape{count};
+      shape.insert(shape.end(), field.shape.begin(), field.shape.end());
+      values[column.field] = empty(shape, field.dtype);
+    } else {
+      values[column.field] = empty({scratch.value_total[c]}, field.dtype);
+      offsets[column.field] = empty({count + 1}, kInt64);
     }
+    scratch.out[c] = static_cast<std::byte*>(values[column.field].mutable_data_ptr());
+  }
+  // Each column's record offsets, as one pointer per field (null for a fixed one).
+  std::vector<int64_t*> field_offsets(schema_.size(), nullptr);
+  for (size_t field = 0; field < schema_.size(); ++field)
+    if (offsets[field].defined()) {
+      field_offsets[field] = static_cast<int64_t*>(offsets[field].mutable_data_ptr());
+      field_offsets[field][0] = 0;
+    }
+  detail::guard_storage_reads(file.bytes, [&] {
     size_t k = 0;
     for (int64_t r = 0; r < count; ++r) {
       naming([&] { return examples.where(start + r); }, [&] {
-        for (; k < record_end[static_cast<size_t>(r)]; ++k) {
-          const PackedFeature& p = packed[k];
+        for (; k < scratch.record_end[static_cast<size_t>(r)]; ++k) {
+          const PackedFeature& p = scratch.packed[k];
           const size_t c = p.column;
           const TfRecordExamples::Column& column = examples.columns[c];
           if (column.kind == FeatureKind::Bytes) {
-            bytes_of(p, items);
-            for (const auto& item : items) {
-              const auto size = static_cast<int64_t>(item.size());
-              MMT_CHECK(running[c] + size <= byte_total[c], IoError, ": feature '",
-                        detail::cut_for_message(column.key, 200), "' changed while it was being read");
-              if (size > 0) std::memcpy(out[c], item.data(), item.size());
-              out[c] += size;
-              running[c] += size;
-              if (column.joined) *lengths_out[c]++ = size;
+            for (int64_t i = 0; i < p.count; ++i) {
+              const std::span<const std::byte> item = scratch.items[p.first_item + static_cast<size_t>(i)];
+              if (!item.empty()) std::memcpy(scratch.out[c], item.data(), item.size());
+              scratch.out[c] += item.size();
+              scratch.running[c] += static_cast<int64_t>(item.size());
+              if (column.joined) *scratch.lengths_out[c]++ = static_cast<int64_t>(item.size());
             }
-            items_running[c] += p.count;
+            scratch.items_running[c] += p.count;
             continue;
           }
-          const auto n = static_cast<size_t>(p.count);
-          if (column.kind == FeatureKind::Float) {
-            detail::copy_float_values(p.feature, {reinterpret_cast<float*>(out[c]), n}, kNoWhere);
-            out[c] += n * sizeof(float);
-          } else {
-            detail::copy_int64_values(p.feature, {reinterpret_cast<int64_t*>(out[c]), n}, kNoWhere);
-            out[c] += n * sizeof(int64_t);
-          }
-          running[c] += p.count;
+          copy_numbers(p, column.kind, scratch.out[c]);
+          scratch.out[c] += p.count * element_size(schema_[column.field].dtype);
+          scratch.running[c] += p.count;
         }
       });
       for (size_t c = 0; c < columns; ++c) {
         const TfRecordExamples::Column& column = examples.columns[c];
-        if (offsets[column.field].defined())
-          static_cast<int64_t*>(offsets[column.field].mutable_data_ptr())[r + 1] = running[c];
-        if (column.joined) static_cast<int64_t*>(offsets[column.field + 1].mutable_data_ptr())[r + 1] = items_running[c];
+        if (int64_t* at = field_offsets[column.field]) at[r + 1] = scratch.running[c];
+        if (column.joined) field_offsets[column.field + 1][r + 1] = scratch.items_running[c];
       }
     }
   });

@@ -154,8 +154,8 @@ void scan_tfrecords(const std::byte* file, int64_t n, const std::string& path, s
     const uint32_t stated = load_le32(file + at + 8), actual = masked_crc32c(crc32c(file + at, 8));
     MMT_CHECK(stated == actual, FormatError, path, ": record ", record, " (byte ", at, "): its length's CRC-32C is ",
               actual, ", its header states ", stated,
-              record == 0 ? "; is this a TFRecord file? (a GZIP one ends in .gz and is read as such; ZLIB ones: "
-                            "decompress them first)"
+              record == 0 ? "; is this a TFRecord file? (gzip-compressed ones are read as such; ZLIB ones: decompress "
+                            "them first)"
                           : " (the file is damaged, or has bytes after its last record)");
     MMT_CHECK(length <= static_cast<uint64_t>(left - kTfRecordHeaderBytes) &&
                   left - kTfRecordHeaderBytes - static_cast<int64_t>(length) >= kTfRecordFooterBytes,
@@ -184,6 +184,17 @@ const char* to_string(FeatureKind kind) {
   }
   return "Feature with no list";
 }
+
+namespace {
+
+constexpr size_t kPairwiseKeys = 32;
+
+std::string twice(std::string_view key) {
+  return str("feature '", cut_for_message(std::string(key), 200),
+             "' is given twice (protobuf would keep the last; no writer of Examples makes this)");
+}
+
+}  // namespace
 
 void parse_example(std::span<const std::byte> record, const std::string& where, std::vector<ExampleFeature>& out) {
   out.clear();
@@ -241,12 +252,21 @@ void parse_example(std::span<const std::byte> record, const std::string& where, 
         feature.kind = static_cast<FeatureKind>(f);
         feature.list = kind.length_delimited();
       }
-      for (const ExampleFeature& earlier : out)
-        if (earlier.key == feature.key)
-          entry.fail(entry_start, str("feature '", cut_for_message(std::string(feature.key), 200),
-                                      "' is given twice (protobuf would keep the last; no writer of Examples makes this)"));
+      // A few features are compared with each other as they come; past that, once sorted below
+      // (a record of tens of thousands of keys must not take their square).
+      if (out.size() < kPairwiseKeys)
+        for (const ExampleFeature& earlier : out)
+          if (earlier.key == feature.key) entry.fail(entry_start, twice(feature.key));
       out.push_back(feature);
     }
+  }
+  if (out.size() > kPairwiseKeys) {
+    thread_local std::vector<std::string_view> keys;
+    keys.clear();
+    for (const ExampleFeature& feature : out) keys.push_back(feature.key);
+    std::sort(keys.begin(), keys.end());
+    const auto repeated = std::adjacent_find(keys.begin(), keys.end());
+    if (repeated != keys.end()) throw FormatError(str(where, ": ", twice(*repeated)));
   }
 }
 
