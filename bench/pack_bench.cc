@@ -224,31 +224,38 @@ SmallRows& small_rows() {
   return rows;
 }
 
-WriteStats pack_small_rows() {
+// Packs `sources` uncompressed over a fresh output, as every pack-against-the-disk benchmark
+// does.
+WriteStats pack_uncompressed(const PackSources& sources) {
   PackOptions options;
   options.writer.overwrite = true;
-  return pack_dataset(output_path(), small_rows().sources, options);
+  return pack_dataset(output_path(), sources, options);
 }
 
-void BM_PackArrowSmallRowsVsDisk(benchmark::State& state) {
-  small_rows();  // written before the timing starts
+// Times packing `sources` (written before the timing starts) and reports it against a write
+// of the same bytes to the disk: vs_disk, MB/s and records per second.
+void report_pack_vs_disk(benchmark::State& state, const PackSources& sources, const std::string& label) {
   WriteStats stats;
   for (auto _ : state) {
     state.PauseTiming();
     remove_outputs();
     state.ResumeTiming();
-    stats = pack_small_rows();
+    stats = pack_uncompressed(sources);
   }
   const int64_t file_bytes = stats.bytes_out;
-  state.counters["vs_disk"] = bench::median_speed_ratio([&] { pack_small_rows(); },
+  state.counters["vs_disk"] = bench::median_speed_ratio([&] { pack_uncompressed(sources); },
                                                         [&] { write_reference(file_bytes); }, kRounds, remove_outputs);
   remove_outputs();
   state.SetBytesProcessed(state.iterations() * stats.bytes_in);
   state.counters["pack_MBps"] = stats.bytes_in / stats.seconds / 1e6;
-  state.counters["rows_per_s"] = stats.records / stats.seconds;
+  state.counters["records_per_s"] = stats.records / stats.seconds;
   state.counters["reference_MBps"] = file_bytes / bench::seconds_of([&] { write_reference(file_bytes); }) / 1e6;
-  state.SetLabel("1M arrow rows: string, int64, float32");
+  state.SetLabel(label);
   remove_outputs();
+}
+
+void BM_PackArrowSmallRowsVsDisk(benchmark::State& state) {
+  report_pack_vs_disk(state, small_rows().sources, "1M arrow rows: string, int64, float32");
 }
 
 // A TFRecord file of about 100 MB of records of `record_bytes` image bytes and a label,
@@ -283,29 +290,8 @@ const PackSources& tfrecord_images(int64_t record_bytes) {
 }
 
 void BM_PackTfRecordVsDisk(benchmark::State& state) {
-  const PackSources& sources = tfrecord_images(state.range(0));  // written before the timing starts
-  const auto pack = [&] {
-    PackOptions options;
-    options.writer.overwrite = true;
-    return pack_dataset(output_path(), sources, options);
-  };
-  WriteStats stats;
-  for (auto _ : state) {
-    state.PauseTiming();
-    remove_outputs();
-    state.ResumeTiming();
-    stats = pack();
-  }
-  const int64_t file_bytes = stats.bytes_out;
-  state.counters["vs_disk"] = bench::median_speed_ratio([&] { pack(); }, [&] { write_reference(file_bytes); }, kRounds,
-                                                        remove_outputs);
-  remove_outputs();
-  state.SetBytesProcessed(state.iterations() * stats.bytes_in);
-  state.counters["pack_MBps"] = stats.bytes_in / stats.seconds / 1e6;
-  state.counters["records_per_s"] = stats.records / stats.seconds;
-  state.counters["reference_MBps"] = file_bytes / bench::seconds_of([&] { write_reference(file_bytes); }) / 1e6;
-  state.SetLabel(std::to_string(stats.records) + " TFRecord Examples: image bytes, int64 label");
-  remove_outputs();
+  const PackSources& sources = tfrecord_images(state.range(0));
+  report_pack_vs_disk(state, sources, std::to_string(sources.records()) + " TFRecord Examples: image bytes, int64 label");
 }
 
 BENCHMARK(BM_PackTfRecordVsDisk)->Arg(784)->Arg(110000)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();

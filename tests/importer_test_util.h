@@ -16,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "mmtensor/dataset_writer.h"
 #include "mmtensor/error.h"
+#include "mmtensor/packer.h"
 #include "mmtensor/tensor.h"
 
 namespace mmt::testutil {
@@ -255,6 +257,15 @@ std::string expect_format_error(Fn&& fn) {
   }
   ADD_FAILURE() << "expected a FormatError";
   return "";
+}
+
+// Writes `sources` to `path` one record at a time (append(record(i))), with `options` and the
+// sources' metadata: the file pack_dataset() must write byte for byte, however it batches.
+inline void pack_record_by_record(const std::string& path, const PackSources& sources, WriterOptions options) {
+  options.metadata = sources.metadata();
+  DatasetWriter writer = DatasetWriter::create(path, sources.schema(), options);
+  for (int64_t i = 0; i < sources.records(); ++i) writer.append(sources.record(i));
+  writer.finish();
 }
 
 }  // namespace mmt::testutil

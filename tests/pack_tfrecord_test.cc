@@ -252,11 +252,7 @@ TEST(TfRecord, BatchesPackTheSameFileAsRecordByRecord) {
       options.writer.alignment = 64;
       options.writer.overwrite = true;
       pack_dataset(dir / "batched.mmt", sources, options);
-      WriterOptions one_by_one = options.writer;
-      one_by_one.metadata = sources.metadata();
-      DatasetWriter writer = DatasetWriter::create(dir / "records.mmt", sources.schema(), one_by_one);
-      for (int64_t i = 0; i < sources.records(); ++i) writer.append(sources.record(i));
-      writer.finish();
+      testutil::pack_record_by_record(dir / "records.mmt", sources, options.writer);
       ASSERT_EQ(testing::file_bytes(dir / "batched.mmt"), testing::file_bytes(dir / "records.mmt"))
           << codec << ", chunk_bytes " << chunk_bytes;
     }
