@@ -43,8 +43,9 @@ namespace detail {
 struct TfRecordExamples {
   struct File {
     std::string path;
-    UntypedStorage bytes;  // mapped, or decompressed (gzip); empty for an empty file
+    UntypedStorage bytes;  // mapped; empty for an empty file, or a gzipped one (see below)
     bool gzip = false;
+    int64_t decompressed = -1;  // gzipped: its index in `decompressed`
   };
   // One per feature packed, in schema order.
   struct Column {
@@ -55,11 +56,17 @@ struct TfRecordExamples {
     int64_t fixed = -1;      // values every record holds (a fixed field), or -1
   };
   std::vector<File> files;
+  DecompressedFiles decompressed;  // gzipped files, kept in $TMPDIR within the scratch budget
   std::vector<TfRecordSpan> spans;  // every record's, the files one after another
   std::vector<int64_t> file_end;    // records before each file's end
   std::vector<Column> columns;
   std::unordered_map<std::string_view, size_t> column_of;  // key -> column (keys in `columns`)
   size_t fixed_columns = 0;  // columns with `fixed` >= 0
+
+  // File f's bytes: its mapping, or its decompression (made again when past the budget).
+  UntypedStorage bytes_of(size_t f) const {
+    return files[f].decompressed < 0 ? files[f].bytes : decompressed.get(static_cast<size_t>(files[f].decompressed));
+  }
 
   std::string where(int64_t record) const {
     const auto [f, local] = part_of(file_end, record);
@@ -217,27 +224,6 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
   MMT_CHECK(!specs.empty(), ValueError, "no TFRecord files to pack");
   auto examples = std::make_shared<TfRecordExamples>();
   PackSources out;
-  for (const std::string& path : specs) {
-    std::error_code ec;
-    MMT_CHECK(is_tfrecord_path(path) || !fs::is_regular_file(path, ec), ValueError, "input '", path,
-              "' is not a TFRecord file (not named as one, .tfrecord..., and it does not begin with a record "
-              "header, gzipped or not); TFRecord files are packed alone, not with other inputs");
-    TfRecordExamples::File file = open_file(path);  // IoError naming a missing file
-    for (const TfRecordExamples::File& earlier : examples->files)
-      MMT_CHECK(!fs::equivalent(earlier.path, path, ec), ValueError, "input '", path, "' is ", earlier.path,
-                " again; each TFRecord file is packed once");
-    if (file.bytes.nbytes() > 0)
-      detail::guard_storage_reads(file.bytes, [&] {
-        detail::scan_tfrecords(file.bytes.data(), file.bytes.nbytes(), file.gzip ? path + " (decompressed)" : path,
-                               examples->spans);
-      });
-    examples->file_end.push_back(static_cast<int64_t>(examples->spans.size()));
-    out.input_paths_.push_back(path);
-    examples->files.push_back(std::move(file));
-  }
-  out.records_ = static_cast<int64_t>(examples->spans.size());
-  MMT_CHECK(out.records_ > 0, ValueError, "the TFRecord files hold no records: there is no feature to pack");
-
   // The scan: each record's Example, its keys and how many values each holds. Records mostly
   // list the same keys in the same order, so each feature is first looked for where the
   // record before had it.
@@ -248,61 +234,93 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
   std::vector<ExampleFeature> features;
   std::string key;  // a feature's key, copied out of the file
   std::exception_ptr error;
-  for (int64_t r = 0; r < out.records_; ++r) {
-    const TfRecordExamples::File& file = examples->files[detail::part_of(examples->file_end, r).first];
-    const detail::TfRecordSpan span = examples->spans[static_cast<size_t>(r)];
-    const auto where = [&] { return examples->where(r); };
-    detail::guard_storage_reads(file.bytes, [&] {
-      try {
-        naming(where, [&] {
-          detail::parse_example({file.bytes.data() + span.offset, static_cast<size_t>(span.size)}, kNoWhere, features);
-          for (size_t j = 0; j < features.size(); ++j) {
-            const ExampleFeature& feature = features[j];
-            size_t s = j < previous.size() && stats[previous[j]].key == feature.key ? previous[j] : SIZE_MAX;
-            if (s == SIZE_MAX) {
-              key.assign(feature.key);
-              const auto found = stat_of.find(key);
-              if (found != stat_of.end()) {
-                s = found->second;
-              } else {
-                s = stats.size();
-                stat_of.emplace(key, s);
-                stats.push_back({key, FeatureKind::None, r});
+  // File f's records [begin, end), its bytes `bytes`, read as soon as its records are found
+  // (a gzipped file's decompression may be dropped once added to the budget).
+  const auto scan_examples = [&](const UntypedStorage& bytes, int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const detail::TfRecordSpan span = examples->spans[static_cast<size_t>(r)];
+      const auto where = [&] { return examples->where(r); };
+      detail::guard_storage_reads(bytes, [&] {
+        try {
+          naming(where, [&] {
+            detail::parse_example({bytes.data() + span.offset, static_cast<size_t>(span.size)}, kNoWhere, features);
+            for (size_t j = 0; j < features.size(); ++j) {
+              const ExampleFeature& feature = features[j];
+              size_t s = j < previous.size() && stats[previous[j]].key == feature.key ? previous[j] : SIZE_MAX;
+              if (s == SIZE_MAX) {
+                key.assign(feature.key);
+                const auto found = stat_of.find(key);
+                if (found != stat_of.end()) {
+                  s = found->second;
+                } else {
+                  s = stats.size();
+                  stat_of.emplace(key, s);
+                  stats.push_back({key, FeatureKind::None, r});
+                }
               }
-            }
-            if (j < previous.size())
-              previous[j] = s;
-            else
-              previous.push_back(s);
-            KeyStats& stat = stats[s];
-            if (feature.kind != FeatureKind::None) {
-              if (stat.kind == FeatureKind::None) {
-                stat.kind = feature.kind;
-                stat.kind_record = r;
+              if (j < previous.size())
+                previous[j] = s;
+              else
+                previous.push_back(s);
+              KeyStats& stat = stats[s];
+              if (feature.kind != FeatureKind::None) {
+                if (stat.kind == FeatureKind::None) {
+                  stat.kind = feature.kind;
+                  stat.kind_record = r;
+                }
+                MMT_CHECK(feature.kind == stat.kind, ValueError, ": feature '", detail::cut_for_message(stat.key, 200),
+                          "' is a ", to_string(feature.kind), ", but ", examples->where(stat.kind_record), " gave it a ",
+                          to_string(stat.kind), "; a feature holds one kind of list");
               }
-              MMT_CHECK(feature.kind == stat.kind, ValueError, ": feature '", detail::cut_for_message(stat.key, 200),
-                        "' is a ", to_string(feature.kind), ", but ", examples->where(stat.kind_record), " gave it a ",
-                        to_string(stat.kind), "; a feature holds one kind of list");
+              const int64_t n = detail::feature_value_count(feature, kNoWhere);
+              ++stat.present;
+              stat.min_values = std::min(stat.min_values, n);
+              stat.max_values = std::max(stat.max_values, n);
             }
-            const int64_t n = detail::feature_value_count(feature, kNoWhere);
-            ++stat.present;
-            stat.min_values = std::min(stat.min_values, n);
-            stat.max_values = std::max(stat.max_values, n);
-          }
-          previous.resize(features.size());
-        });
-      } catch (const Error&) {
-        error = std::current_exception();
+            previous.resize(features.size());
+          });
+        } catch (const Error&) {
+          error = std::current_exception();
+        }
+      });
+      if (error) {
+        // A record that is not an Example, or disagrees with the others, may be one whose bytes
+        // are damaged: say so when its CRC says so.
+        detail::guard_storage_reads(bytes, [&] { detail::check_tfrecord_data(bytes.data(), span, where()); });
+        std::rethrow_exception(error);
       }
-    });
-    if (error) {
-      // A record that is not an Example, or disagrees with the others, may be one whose bytes
-      // are damaged: say so when its CRC says so.
-      detail::guard_storage_reads(file.bytes, [&] { detail::check_tfrecord_data(file.bytes.data(), span, where()); });
-      std::rethrow_exception(error);
+      out.total_bytes_ += span.size;
     }
-    out.total_bytes_ += span.size;
+  };
+
+  for (const std::string& path : specs) {
+    std::error_code ec;
+    MMT_CHECK(is_tfrecord_path(path) || !fs::is_regular_file(path, ec), ValueError, "input '", path,
+              "' is not a TFRecord file (not named as one, .tfrecord..., and it does not begin with a record "
+              "header, gzipped or not); TFRecord files are packed alone, not with other inputs");
+    TfRecordExamples::File file = open_file(path);  // IoError naming a missing file
+    for (const TfRecordExamples::File& earlier : examples->files)
+      MMT_CHECK(!fs::equivalent(earlier.path, path, ec), ValueError, "input '", path, "' is ", earlier.path,
+                " again; each TFRecord file is packed once");
+    const std::string name = file.gzip ? path + " (decompressed)" : path;  // made outside the guard
+    if (file.bytes.nbytes() > 0)
+      detail::guard_storage_reads(file.bytes, [&] {
+        detail::scan_tfrecords(file.bytes.data(), file.bytes.nbytes(), name, examples->spans);
+      });
+    const int64_t begin = examples->file_end.empty() ? 0 : examples->file_end.back();
+    examples->file_end.push_back(static_cast<int64_t>(examples->spans.size()));
+    out.input_paths_.push_back(path);
+    examples->files.push_back(file);
+    scan_examples(file.bytes, begin, examples->file_end.back());
+    if (file.gzip) {
+      examples->files.back().decompressed = static_cast<int64_t>(
+          examples->decompressed.add(path, detail::FileCompression::Gzip, std::move(file.bytes)));
+      examples->files.back().bytes = UntypedStorage();  // the budget's to keep or drop
+    }
   }
+  out.records_ = static_cast<int64_t>(examples->spans.size());
+  MMT_CHECK(out.records_ > 0, ValueError, "the TFRecord files hold no records: there is no feature to pack");
+
 
   // Each feature is a field of every record, present or not: a file of many keys, each in a
   // few records (a hostile one: a key a record), would make a file of their product.
@@ -485,15 +503,15 @@ void copy_numbers(const PackedFeature& p, FeatureKind kind, std::byte* out) {
 
 void PackSources::tfrecord_record(int64_t index, std::vector<Tensor>& values) const {
   const TfRecordExamples& examples = *tfrecord_;
-  const TfRecordExamples::File& file = examples.files[detail::part_of(examples.file_end, index).first];
+  const UntypedStorage bytes = examples.bytes_of(detail::part_of(examples.file_end, index).first);
   const detail::TfRecordSpan span = examples.spans[static_cast<size_t>(index)];
   const auto where = [&] { return examples.where(index); };
   ReadScratch& scratch = read_scratch();
   scratch.packed.clear();
   scratch.items.clear();
-  const std::byte* base = file.bytes.data();
+  const std::byte* base = bytes.data();
   // Read and checked first; then the tensors made, outside the guard; then the values copied.
-  detail::guard_storage_reads(file.bytes, [&] {
+  detail::guard_storage_reads(bytes, [&] {
     naming(where, [&] { read_packed_features(examples, base, span, scratch); });
   });
   for (const TfRecordExamples::Column& column : examples.columns) {  // what a record lacking the feature holds
@@ -508,7 +526,7 @@ void PackSources::tfrecord_record(int64_t index, std::vector<Tensor>& values) co
     if (column.kind == FeatureKind::Bytes) {
       if (!column.joined) {  // a view of the file
         const std::span<const std::byte> item = scratch.items[p.first_item];
-        if (!item.empty()) value = Tensor(file.bytes, kUInt8, {static_cast<int64_t>(item.size())}, item.data() - base);
+        if (!item.empty()) value = Tensor(bytes, kUInt8, {static_cast<int64_t>(item.size())}, item.data() - base);
         continue;
       }
       int64_t total = 0;
@@ -526,7 +544,7 @@ void PackSources::tfrecord_record(int64_t index, std::vector<Tensor>& values) co
         const std::optional<std::span<const std::byte>> run = detail::packed_float_run(p.feature);
         const int64_t offset = run && !run->empty() ? run->data() - base : -1;
         if (offset >= 0 && offset % 4 == 0 && static_cast<int64_t>(run->size()) == 4 * p.count) {
-          value = Tensor(file.bytes, kFloat32, shape, offset / 4);  // a view of the file
+          value = Tensor(bytes, kFloat32, shape, offset / 4);  // a view of the file
           continue;
         }
       }
@@ -534,7 +552,7 @@ void PackSources::tfrecord_record(int64_t index, std::vector<Tensor>& values) co
     }
     scratch.out[k] = static_cast<std::byte*>(value.mutable_data_ptr());
   }
-  detail::guard_storage_reads(file.bytes, [&] {
+  detail::guard_storage_reads(bytes, [&] {
     naming(where, [&] {
       for (size_t k = 0; k < scratch.packed.size(); ++k) {
         if (scratch.out[k] == nullptr) continue;  // a view, or nothing to copy
@@ -559,18 +577,17 @@ int64_t PackSources::tfrecord_batch(int64_t start, int64_t count, std::vector<Te
                                     std::vector<Tensor>& offsets) const {
   const TfRecordExamples& examples = *tfrecord_;
   const size_t f = detail::part_of(examples.file_end, start).first;
-  const TfRecordExamples::File& file = examples.files[f];
   // Records of one file, up to kBatchBytes of them. A record of kViewBytes or more goes alone,
   // through record(), which views its bytes in the file: a batch would copy them twice (into
   // the batch, then into the chunk), where small records gain more from the writer's batch
   // path than the copy costs.
   constexpr int64_t kBatchBytes = int64_t{4} << 20, kViewBytes = int64_t{64} << 10;
   count = std::min(count, examples.file_end[f] - start);
-  int64_t records = 0, bytes = 0;
+  int64_t records = 0, batch_bytes = 0;
   for (; records < count; ++records) {
     const int64_t size = examples.spans[static_cast<size_t>(start + records)].size;
-    if (size >= kViewBytes || (records > 0 && bytes + size > kBatchBytes)) break;
-    bytes += size;
+    if (size >= kViewBytes || (records > 0 && batch_bytes + size > kBatchBytes)) break;
+    batch_bytes += size;
   }
   if (records == 0) return -1;
   count = records;
@@ -584,8 +601,9 @@ int64_t PackSources::tfrecord_batch(int64_t start, int64_t count, std::vector<Te
   const size_t columns = examples.columns.size();
   scratch.value_total.assign(columns, 0);
   scratch.byte_total.assign(columns, 0);
-  const std::byte* base = file.bytes.data();
-  detail::guard_storage_reads(file.bytes, [&] {
+  const UntypedStorage bytes = examples.bytes_of(f);
+  const std::byte* base = bytes.data();
+  detail::guard_storage_reads(bytes, [&] {
     for (int64_t r = 0; r < count; ++r) {
       naming([&] { return examples.where(start + r); },
              [&] { read_packed_features(examples, base, examples.spans[static_cast<size_t>(start + r)], scratch); });
@@ -633,7 +651,7 @@ int64_t PackSources::tfrecord_batch(int64_t start, int64_t count, std::vector<Te
       field_offsets[field] = static_cast<int64_t*>(offsets[field].mutable_data_ptr());
       field_offsets[field][0] = 0;
     }
-  detail::guard_storage_reads(file.bytes, [&] {
+  detail::guard_storage_reads(bytes, [&] {
     size_t k = 0;
     for (int64_t r = 0; r < count; ++r) {
       naming([&] { return examples.where(start + r); }, [&] {

@@ -265,6 +265,30 @@ TEST(TfRecord, BatchesPackTheSameFileAsRecordByRecord) {
   EXPECT_EQ(compare_with_sources(packed, sources), 1500);
 }
 
+// Gzipped files past the scratch budget (MMT_SCRATCH_BYTES) are dropped once scanned and
+// decompressed again when their records are read: the same records, batches and views.
+TEST(TfRecord, GzipFilesPastTheScratchBudgetAreDecompressedAgainWhenRead) {
+  TempFolder dir;
+  std::vector<std::string> paths;
+  for (int f = 0; f < 3; ++f) {
+    std::vector<std::string> records;
+    for (int r = 0; r < 5; ++r)
+      records.push_back(example_bytes({{"text", Strings{std::string(3000, static_cast<char>('a' + f))}}, {"id", Ints{f * 5 + r}}}));
+    paths.push_back(dir / ("part-" + std::to_string(f) + ".tfrecord.gz"));
+    write_file(paths.back(), testutil::gzip_bytes(tfrecord_file(records)));
+  }
+  const testing::ScopedEnv budget("MMT_SCRATCH_BYTES", "1K");  // less than one file: only the one in use
+  const PackSources sources = PackSources::from_tfrecord(paths);
+  ASSERT_EQ(sources.records(), 15);
+  for (const int64_t r : {0, 14, 5, 6, 0}) {  // out of order too: each file made again as needed
+    const std::vector<Tensor> values = sources.record(r);
+    EXPECT_EQ(ints_of(values[0]), Ints{r});
+    EXPECT_EQ(text_of(values[1]), std::string(3000, static_cast<char>('a' + r / 5)));
+  }
+  pack_dataset(dir / "out.mmt", sources, {});
+  EXPECT_EQ(compare_with_sources(Dataset::open(dir / "out.mmt"), sources), 15);
+}
+
 std::string pack_error(const std::string& path) {
   return error_of([&] {
     const PackSources sources = PackSources::from_tfrecord(std::vector<std::string>{path});

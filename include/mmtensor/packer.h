@@ -65,7 +65,7 @@
 // name order), are Arrow inputs too: the columns chosen are decoded, a row group at a time,
 // into Arrow's layout (parquet.h) in an unnamed file in $TMPDIR, and packed as above.
 //
-// Scratch. Decompressed tar archives and MDS shards are kept within a budget of $TMPDIR
+// Scratch. Decompressed tar archives, MDS shards and TFRecord files are kept within a budget of $TMPDIR
 // (MMT_SCRATCH_BYTES, such as "20G"; half the folder's free space by default): those past it
 // are dropped once the sources have read them and decompressed again when their records are
 // read (record() then pays that decompression; the bytes are checked to be the same), so the
