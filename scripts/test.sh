@@ -34,8 +34,10 @@ fi
 
 if want tsan; then
 step "ThreadSanitizer (concurrency tests)"
+# -O1 -g1, as TSan's documentation suggests: reports keep their file:line stacks, and the
+# build takes 0.6 of -O2 -g's time (mmt_cli_test.cc: 58 s against 161 s on 2 cores).
 CMAKE_BUILD_TYPE=RelWithDebInfo "$here/scripts/setup.sh" "$here/build-tsan" \
-  -DMMT_SANITIZE=thread -DMMT_BUILD_BENCH=OFF -DMMT_BUILD_TOOLS=OFF -DMMT_BUILD_PYTHON=OFF
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DMMT_SANITIZE=thread -DMMT_BUILD_BENCH=OFF -DMMT_BUILD_TOOLS=OFF -DMMT_BUILD_PYTHON=OFF
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir "$here/build-tsan" --output-on-failure -j "$jobs" --timeout 900 \
   -R 'Concurren|Thread|Loader|Cache|Parallel'
@@ -43,8 +45,9 @@ fi
 
 if want fuzz; then
 step "fuzz targets: replay the corpora, then fuzz briefly"
+# -O1 -g, as libFuzzer's documentation builds its targets.
 CC=clang CXX=clang++ CMAKE_BUILD_TYPE=RelWithDebInfo "$here/scripts/setup.sh" "$here/build-fuzz" \
-  -DMMT_BUILD_FUZZ=ON -DMMT_BUILD_TESTS=OFF -DMMT_BUILD_BENCH=OFF -DMMT_BUILD_TOOLS=OFF \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" -DMMT_BUILD_FUZZ=ON -DMMT_BUILD_TESTS=OFF -DMMT_BUILD_BENCH=OFF -DMMT_BUILD_TOOLS=OFF \
   -DMMT_SANITIZE=address,undefined -DMMT_WITH_CUDA=OFF -DMMT_BUILD_PYTHON=OFF
 for fuzzer in "$here"/build-fuzz/*_fuzzer; do
   [ -x "$fuzzer" ] || continue
