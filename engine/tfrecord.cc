@@ -27,14 +27,19 @@ uint32_t load_le32(const std::byte* p) {
 enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kStartGroup = 3, kEndGroup = 4, kFixed32 = 5 };
 
 // Reads a message's fields front to back, each checked against the message's end. `origin`
-// is the byte positions are counted from in messages (the record's first byte).
+// is the byte that positions in its messages count from (see Origin).
 class WireReader {
  public:
+  // Where the byte positions in messages are counted from: the record's first byte, or, where
+  // the record's is not known (a list read after the scan), the list's.
+  enum class Origin { Record, List };
+
   // `what` names the message read ("the tf.train.Example"), `key` the feature it belongs to
   // (empty for none): both must outlive the reader.
-  WireReader(std::span<const std::byte> bytes, const std::byte* origin, const std::string& where, std::string_view what,
-             std::string_view key = {})
-      : p_(bytes.data()), end_(bytes.data() + bytes.size()), origin_(origin), where_(where), what_(what), key_(key) {}
+  WireReader(std::span<const std::byte> bytes, const std::byte* origin, Origin origin_kind, const std::string& where,
+             std::string_view what, std::string_view key = {})
+      : p_(bytes.data()), end_(bytes.data() + bytes.size()), origin_(origin), origin_kind_(origin_kind), where_(where),
+        what_(what), key_(key) {}
 
   bool done() const { return p_ == end_; }
 
@@ -99,7 +104,7 @@ class WireReader {
       fail(at, str(parts...));
   }
   [[noreturn]] void fail(const std::byte* at, std::string_view message) const {
-    throw FormatError(str(where_, ": byte ", at - origin_, origin_is_list_ ? " of the list" : " of the record", " (in ", what_,
+    throw FormatError(str(where_, ": byte ", at - origin_, origin_kind_ == Origin::List ? " of the list" : " of the record", " (in ", what_,
                           key_.empty() ? "" : " of feature '", key_.empty() ? "" : cut_for_message(std::string(key_), 200),
                           key_.empty() ? "" : "'", "): ", message));
   }
@@ -109,12 +114,10 @@ class WireReader {
   const std::byte* p_;
   const std::byte* end_;
   const std::byte* origin_;
+  Origin origin_kind_;
   const std::string& where_;
   std::string_view what_;
   std::string_view key_;
-
- public:
-  bool origin_is_list_ = false;  // positions counted from a list's start (the record's is not known there)
 };
 
 // A list message's field 1, the values, in the form `kind` stores them: fn(type, reader) for
@@ -124,8 +127,7 @@ void walk_list(const ExampleFeature& feature, const std::string& where, Fn&& fn)
   const char* what = feature.kind == FeatureKind::Bytes   ? "the bytes_list"
                      : feature.kind == FeatureKind::Float ? "the float_list"
                                                           : "the int64_list";
-  WireReader list(feature.list, feature.list.data(), where, what, feature.key);
-  list.origin_is_list_ = true;
+  WireReader list(feature.list, feature.list.data(), WireReader::Origin::List, where, what, feature.key);
   while (!list.done()) {
     const std::byte* start = list.position();
     const auto [field, type] = list.tag();
@@ -199,7 +201,7 @@ std::string twice(std::string_view key) {
 void parse_example(std::span<const std::byte> record, const std::string& where, std::vector<ExampleFeature>& out) {
   out.clear();
   const std::byte* origin = record.data();
-  WireReader example(record, origin, where, "the tf.train.Example");
+  WireReader example(record, origin, WireReader::Origin::Record, where, "the tf.train.Example");
   while (!example.done()) {
     const std::byte* field_start = example.position();
     const auto [field, type] = example.tag();
@@ -211,7 +213,7 @@ void parse_example(std::span<const std::byte> record, const std::string& where, 
       continue;
     }
     example.check(type == kLengthDelimited, field_start, "its field 1 (features) is not a message");
-    WireReader features(example.length_delimited(), origin, where, "its Features");
+    WireReader features(example.length_delimited(), origin, WireReader::Origin::Record, where, "its Features");
     while (!features.done()) {
       const std::byte* entry_start = features.position();
       const auto [entry_field, entry_type] = features.tag();
@@ -220,7 +222,8 @@ void parse_example(std::span<const std::byte> record, const std::string& where, 
         continue;
       }
       features.check(entry_type == kLengthDelimited, entry_start, "a feature map entry is not a message");
-      WireReader entry(features.length_delimited(), origin, where, "a feature map entry");
+      WireReader entry(features.length_delimited(), origin, WireReader::Origin::Record, where,
+                       "a feature map entry");
       ExampleFeature feature;
       std::span<const std::byte> value;
       while (!entry.done()) {
@@ -237,7 +240,7 @@ void parse_example(std::span<const std::byte> record, const std::string& where, 
           entry.skip(t);
         }
       }
-      WireReader kind(value, origin, where, "the Feature", feature.key);
+      WireReader kind(value, origin, WireReader::Origin::Record, where, "the Feature", feature.key);
       while (!kind.done()) {
         const std::byte* at = kind.position();
         const auto [f, t] = kind.tag();
@@ -293,8 +296,8 @@ void walk_numbers(const ExampleFeature& feature, const std::string& where, Put&&
       return;
     }
     list.check(type == kLengthDelimited, start, "a value is neither a varint nor a packed run of them");
-    WireReader run(list.length_delimited(), feature.list.data(), where, "a packed run of int64 values", feature.key);
-    run.origin_is_list_ = true;
+    WireReader run(list.length_delimited(), feature.list.data(), WireReader::Origin::List, where,
+                   "a packed run of int64 values", feature.key);
     while (!run.done()) put(static_cast<int64_t>(run.varint()));
   });
 }
