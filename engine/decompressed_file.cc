@@ -60,8 +60,10 @@ UntypedStorage decompressed_file(const std::string& path, const UntypedStorage& 
     }
     file.append(block.data(), n);
   };
-  if (compression == FileCompression::Gzip) {
-    GzipReader reader(compressed.bytes, path);  // FormatError naming the file for a bad stream
+  if (compression == FileCompression::Gzip || compression == FileCompression::Zlib) {
+    // FormatError naming the file for a bad stream.
+    GzipReader reader(compressed.bytes, path,
+                      compression == FileCompression::Gzip ? GzipReader::Wrapper::Gzip : GzipReader::Wrapper::Zlib);
     guard_storage_reads(compressed.mapping, [&] {
       for (size_t got; (got = reader.read(block.data(), block.size())) > 0;) take(static_cast<int64_t>(got));
     });

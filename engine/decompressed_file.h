@@ -1,7 +1,8 @@
-// A gzip- or zstd-compressed input file decompressed into a ScratchFile (it may be larger
-// than memory) and mapped: what the packer reads compressed tar archives and compressed MDS
-// shards through. gzip: concatenated members too. zstd: concatenated and skippable frames,
-// and any window the format allows (the output goes to a file).
+// A gzip-, zlib- or zstd-compressed input file decompressed into a ScratchFile (it may be
+// larger than memory) and mapped: what the packer reads compressed tar archives, compressed
+// MDS shards and compressed TFRecord files through. gzip: concatenated members too. zlib: one
+// stream (TensorFlow's ZLIB files). zstd: concatenated and skippable frames, and any window
+// the format allows (the output goes to a file).
 #pragma once
 
 #include <cstddef>
@@ -16,7 +17,7 @@
 
 namespace mmt::detail {
 
-enum class FileCompression : uint8_t { Gzip, Zstd };
+enum class FileCompression : uint8_t { Gzip, Zlib, Zstd };
 
 // The compressor whose magic `head` (a file's first bytes) begins with: "gzip", "zstd" (a
 // frame, or pzstd's skippable frame before one), "bzip2", "xz"; nullptr for none of them.

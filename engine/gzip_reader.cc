@@ -15,14 +15,21 @@ bool is_gzip(std::span<const std::byte> bytes) {
   return bytes.size() >= 2 && bytes[0] == std::byte{0x1f} && bytes[1] == std::byte{0x8b};
 }
 
+bool is_zlib_start(std::span<const std::byte> bytes) {
+  if (bytes.size() < 2) return false;
+  const auto cmf = static_cast<unsigned>(bytes[0]), flg = static_cast<unsigned>(bytes[1]);
+  return (cmf & 0x0f) == 8 && (cmf >> 4) <= 7 && (cmf * 256 + flg) % 31 == 0;
+}
+
 struct GzipReader::State {
   z_stream zs{};
 };
 
-GzipReader::GzipReader(std::span<const std::byte> compressed, std::string_view what)
-    : state_(std::make_unique<State>()), input_(compressed), what_(what) {
-  // 16 + MAX_WBITS: expect a gzip wrapper (header and CRC-32/size trailer, both checked).
-  if (inflateInit2(&state_->zs, 16 + MAX_WBITS) != Z_OK)
+GzipReader::GzipReader(std::span<const std::byte> compressed, std::string_view what, Wrapper wrapper)
+    : state_(std::make_unique<State>()), input_(compressed), what_(what), wrapper_(wrapper) {
+  // 16 + MAX_WBITS: expect a gzip wrapper (header and CRC-32/size trailer, both checked);
+  // MAX_WBITS alone: a zlib one (header and Adler-32).
+  if (inflateInit2(&state_->zs, wrapper == Wrapper::Gzip ? 16 + MAX_WBITS : MAX_WBITS) != Z_OK)
     throw Error(str(what_, ": zlib inflateInit2 failed"));
 }
 
@@ -57,17 +64,20 @@ size_t GzipReader::read(std::byte* dst, size_t n) {
         ended_ = true;
         break;
       }
+      // A zlib stream is one stream: TensorFlow's writer makes no second.
+      if (wrapper_ == Wrapper::Zlib)
+        throw FormatError(str(what_, ": ", rest, " bytes after the end of the zlib stream"));
       if (!is_gzip(tail))
         throw FormatError(str(what_, ": ", rest, " bytes of non-gzip data after the gzip stream"));
       inflateReset(&zs);
       continue;
     }
     if (rc == Z_BUF_ERROR && zs.avail_in == 0 && input_pos_ == input_.size())
-      throw FormatError(str(what_, ": the gzip stream is truncated (it ends after ",
+      throw FormatError(str(what_, ": the ", name(), " stream is truncated (it ends after ",
                             position_ + static_cast<int64_t>(produced), " decompressed bytes)"));
     if (rc == Z_MEM_ERROR) throw std::bad_alloc();  // as every other allocation failure
     if (rc != Z_OK && rc != Z_BUF_ERROR)  // zlib's reason, never its bare return code ("-3")
-      throw FormatError(str(what_, ": corrupt gzip data (", zs.msg ? zs.msg : "zlib gives no reason", ")"));
+      throw FormatError(str(what_, ": corrupt ", name(), " data (", zs.msg ? zs.msg : "zlib gives no reason", ")"));
   }
   position_ += static_cast<int64_t>(produced);
   return produced;

@@ -43,9 +43,9 @@ namespace detail {
 struct TfRecordExamples {
   struct File {
     std::string path;
-    UntypedStorage bytes;  // mapped; empty for an empty file, or a gzipped one (see below)
-    bool gzip = false;
-    int64_t decompressed = -1;  // gzipped: its index in `decompressed`
+    UntypedStorage bytes;  // mapped; empty for an empty file, or a compressed one (see below)
+    std::optional<FileCompression> compression;  // gzip or zlib (TFRecordOptions' GZIP, ZLIB)
+    int64_t decompressed = -1;  // compressed: its index in `decompressed`
   };
   // One per feature packed, in schema order.
   struct Column {
@@ -56,7 +56,7 @@ struct TfRecordExamples {
     int64_t fixed = -1;      // values every record holds (a fixed field), or -1
   };
   std::vector<File> files;
-  DecompressedFiles decompressed;  // gzipped files, kept in $TMPDIR within the scratch budget
+  DecompressedFiles decompressed;  // compressed files, kept in $TMPDIR within the scratch budget
   std::vector<TfRecordSpan> spans;  // every record's, the files one after another
   std::vector<int64_t> file_end;    // records before each file's end
   std::vector<Column> columns;
@@ -71,7 +71,7 @@ struct TfRecordExamples {
   std::string where(int64_t record) const {
     const auto [f, local] = part_of(file_end, record);
     return str(files[f].path, ", record ", local, " (byte ", spans[static_cast<size_t>(record)].offset - kTfRecordHeaderBytes,
-               files[f].gzip ? " of the decompressed file)" : ")");
+               files[f].compression ? " of the decompressed file)" : ")");
   }
 };
 
@@ -81,6 +81,7 @@ namespace {
 
 using detail::ExampleFeature;
 using detail::FeatureKind;
+using detail::FileCompression;
 using detail::str;
 using detail::TfRecordExamples;
 namespace fs = std::filesystem;
@@ -103,40 +104,42 @@ decltype(auto) naming(const Where& where, Fn&& fn) {
 }
 const std::string kNoWhere;
 
-// Whether TensorFlow would call `bytes` a ZLIB stream (TFRecordOptions' other compression):
-// a zlib header, deflate with a window of at most 32 KiB and a check that divides by 31.
-bool is_zlib_start(const std::byte* b, size_t n) {
-  if (n < 2) return false;
-  const auto cmf = static_cast<uint8_t>(b[0]), flg = static_cast<uint8_t>(b[1]);
-  return (cmf & 0x0f) == 8 && (cmf >> 4) <= 7 && (cmf * 256 + flg) % 31 == 0;
+// How a TFRecord file that does not begin with a record is compressed, from its first bytes:
+// gzip or zlib (TFRecordOptions' GZIP and ZLIB); nullopt for neither. A file that begins
+// with a record header (its length's CRC-32C agreeing) is read as it is, whatever its bytes.
+std::optional<FileCompression> tfrecord_compression(std::span<const std::byte> head) {
+  head = head.first(std::min<size_t>(head.size(), 12));
+  if (detail::is_tfrecord_start(head.data(), head.size())) return std::nullopt;
+  if (detail::is_gzip(head)) return FileCompression::Gzip;
+  if (detail::is_zlib_start(head)) return FileCompression::Zlib;
+  return std::nullopt;
 }
 
 TfRecordExamples::File open_file(const std::string& path) {
   detail::InputFile file = detail::map_input_file(path);  // IoError naming a missing file or a folder
-  if (file.bytes.empty()) return {path, UntypedStorage(), false};
-  const auto [compressor, starts_as_record] = detail::guard_storage_reads(file.mapping, [&] {
+  if (file.bytes.empty()) return {path, UntypedStorage(), std::nullopt};
+  const auto [compressor, compression] = detail::guard_storage_reads(file.mapping, [&] {
     const size_t n = std::min<size_t>(file.bytes.size(), 12);
-    return std::pair{detail::compressor_of(file.bytes.data(), n), detail::is_tfrecord_start(file.bytes.data(), n)};
+    return std::pair{detail::compressor_of(file.bytes.data(), n), tfrecord_compression(file.bytes.first(n))};
   });
-  if (!starts_as_record && compressor != nullptr && std::strcmp(compressor, "gzip") == 0) {
+  if (compression) {
+    const char* name = *compression == FileCompression::Gzip ? "gzip" : "zlib";
     UntypedStorage decompressed = detail::decompressed_file(
-        path, file.mapping, detail::FileCompression::Gzip, detail::kTfRecordHeaderBytes,
-        [&](const std::byte* head, int64_t n) {
+        path, file.mapping, *compression, detail::kTfRecordHeaderBytes, [&](const std::byte* head, int64_t n) {
           MMT_CHECK(n == 0 || detail::is_tfrecord_start(head, static_cast<size_t>(n)), ValueError, path,
-                    ": decompresses (gzip) to something that is not a TFRecord file (no record header with its "
-                    "CRC-32C at its start)");
+                    ": decompresses (", name, ") to something that is not a TFRecord file (no record header with "
+                    "its CRC-32C at its start)");
         });
-    return {path, std::move(decompressed), true};
+    return {path, std::move(decompressed), compression};
   }
-  MMT_CHECK(starts_as_record || compressor == nullptr, ValueError, path, ": a ", compressor,
-            "-compressed file; TFRecord files are read uncompressed or gzip-compressed (TFRecordOptions' GZIP): "
-            "decompress it first");
-  const bool zlib = !starts_as_record && detail::guard_storage_reads(file.mapping, [&] {
-    return is_zlib_start(file.bytes.data(), file.bytes.size());
+  // A record's header can begin with a compressor's magic too; its CRC says which it is.
+  const bool starts_as_record = detail::guard_storage_reads(file.mapping, [&] {
+    return detail::is_tfrecord_start(file.bytes.data(), std::min<size_t>(file.bytes.size(), 12));
   });
-  MMT_CHECK(!zlib, ValueError, path, ": a ZLIB-compressed TFRecord file (TFRecordOptions' ZLIB), which this packer "
-            "does not read: decompress it first, or write it with GZIP");
-  return {path, std::move(file.mapping), false};
+  MMT_CHECK(starts_as_record || compressor == nullptr, ValueError, path, ": a ", compressor,
+            "-compressed file; TFRecord files are read uncompressed, gzip-compressed or zlib-compressed "
+            "(TFRecordOptions' GZIP and ZLIB): decompress it first");
+  return {path, std::move(file.mapping), std::nullopt};
 }
 
 // What the scan learns of one feature key.
@@ -186,7 +189,7 @@ bool named_as_tfrecord(std::string name) {
 }
 
 // Whether `path` is a TFRecord file: a regular file named as one, or whose first bytes (after
-// gzip, when it is gzipped) are a record header.
+// gzip or zlib, when it is compressed so) are a record header.
 bool is_tfrecord_path(const std::string& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return false;
@@ -197,10 +200,12 @@ bool is_tfrecord_path(const std::string& path) {
   head.resize(std::fread(head.data(), 1, head.size(), f));
   std::fclose(f);
   if (detail::is_tfrecord_start(head.data(), head.size())) return true;
-  const char* compressor = detail::compressor_of(head.data(), head.size());
-  if (compressor == nullptr || std::strcmp(compressor, "gzip") != 0) return false;
+  const std::optional<FileCompression> compression = tfrecord_compression(head);
+  if (!compression) return false;
   try {
-    detail::GzipReader gzip(head, path);
+    detail::GzipReader gzip(head, path,
+                            *compression == FileCompression::Gzip ? detail::GzipReader::Wrapper::Gzip
+                                                                  : detail::GzipReader::Wrapper::Zlib);
     std::byte first[detail::kTfRecordHeaderBytes];
     size_t got = 0;
     while (got < sizeof first) {
@@ -210,7 +215,7 @@ bool is_tfrecord_path(const std::string& path) {
     }
     return detail::is_tfrecord_start(first, got);
   } catch (const Error&) {
-    return false;  // cut short here, or not gzip after all: another reader names it
+    return false;  // cut short here, or not compressed after all: another reader names it
   }
 }
 
@@ -235,7 +240,7 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
   std::string key;  // a feature's key, copied out of the file
   std::exception_ptr error;
   // File f's records [begin, end), its bytes `bytes`, read as soon as its records are found
-  // (a gzipped file's decompression may be dropped once added to the budget).
+  // (a compressed file's decompression may be dropped once added to the budget).
   const auto scan_examples = [&](const UntypedStorage& bytes, int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const detail::TfRecordSpan span = examples->spans[static_cast<size_t>(r)];
@@ -297,12 +302,12 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
     std::error_code ec;
     MMT_CHECK(is_tfrecord_path(path) || !fs::is_regular_file(path, ec), ValueError, "input '", path,
               "' is not a TFRecord file (not named as one, .tfrecord..., and it does not begin with a record "
-              "header, gzipped or not); TFRecord files are packed alone, not with other inputs");
+              "header, compressed or not); TFRecord files are packed alone, not with other inputs");
     TfRecordExamples::File file = open_file(path);  // IoError naming a missing file
     for (const TfRecordExamples::File& earlier : examples->files)
       MMT_CHECK(!fs::equivalent(earlier.path, path, ec), ValueError, "input '", path, "' is ", earlier.path,
                 " again; each TFRecord file is packed once");
-    const std::string name = file.gzip ? path + " (decompressed)" : path;  // made outside the guard
+    const std::string name = file.compression ? path + " (decompressed)" : path;  // made outside the guard
     if (file.bytes.nbytes() > 0)
       detail::guard_storage_reads(file.bytes, [&] {
         detail::scan_tfrecords(file.bytes.data(), file.bytes.nbytes(), name, examples->spans);
@@ -312,9 +317,9 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
     out.input_paths_.push_back(path);
     examples->files.push_back(file);
     scan_examples(file.bytes, begin, examples->file_end.back());
-    if (file.gzip) {
-      examples->files.back().decompressed = static_cast<int64_t>(
-          examples->decompressed.add(path, detail::FileCompression::Gzip, std::move(file.bytes)));
+    if (file.compression) {
+      examples->files.back().decompressed =
+          static_cast<int64_t>(examples->decompressed.add(path, *file.compression, std::move(file.bytes)));
       examples->files.back().bytes = UntypedStorage();  // the budget's to keep or drop
     }
   }

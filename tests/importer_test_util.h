@@ -132,6 +132,8 @@ inline Bytes deflate_bytes(const Bytes& in, int window_bits = -15) {
   return out;
 }
 inline Bytes gzip_bytes(const Bytes& in) { return deflate_bytes(in, 31); }
+// A zlib stream (RFC 1950), as TensorFlow's ZLIB TFRecord writer makes.
+inline Bytes zlib_bytes(const Bytes& in) { return deflate_bytes(in, 15); }
 
 struct ZipEntry {
   std::string name;

@@ -296,6 +296,58 @@ std::string pack_error(const std::string& path) {
   });
 }
 
+// TFRecordOptions(compression_type="ZLIB") writes one zlib stream (RFC 1950) and keeps the
+// file's name: such files are read by their header, decompressed as gzip ones are, within the
+// scratch budget; a damaged stream is refused naming the file.
+TEST(TfRecord, ZlibFilesReadAsTensorFlowWritesThem) {
+  TempFolder dir;
+  const std::vector<std::string> records = varied_records();
+  write_file(dir / "z.tfrecord", testutil::zlib_bytes(tfrecord_file(records)));
+  write_file(dir / "plain.tfrecord", tfrecord_file(records));
+  const PackSources zlib = PackSources::from_inputs(std::vector<std::string>{dir / "z.tfrecord"});
+  const PackSources plain = PackSources::from_inputs(std::vector<std::string>{dir / "plain.tfrecord"});
+  ASSERT_EQ(zlib.records(), static_cast<int64_t>(records.size()));
+  ASSERT_EQ(zlib.schema().size(), plain.schema().size());
+  pack_dataset(dir / "from_zlib.mmt", zlib, {});
+  pack_dataset(dir / "from_plain.mmt", plain, {});
+  EXPECT_EQ(testutil::read_file(dir / "from_zlib.mmt"), testutil::read_file(dir / "from_plain.mmt"));
+  EXPECT_NE(zlib.record_origin(0, 1).find("z.tfrecord, record 1 (byte "), std::string::npos);
+  EXPECT_NE(zlib.record_origin(0, 1).find("of the decompressed file"), std::string::npos);
+
+  // Past the budget: dropped once scanned, decompressed again (and checked) when read.
+  std::vector<std::string> parts;
+  for (int f = 0; f < 3; ++f) {
+    parts.push_back(dir / ("part-" + std::to_string(f) + ".tfrecord"));
+    write_file(parts.back(), testutil::zlib_bytes(tfrecord_file({example_bytes({{"id", Ints{f}}, {"pad", Strings{std::string(3000, 'p')}}})})));
+  }
+  {
+    const testing::ScopedEnv budget("MMT_SCRATCH_BYTES", "1K");
+    const PackSources sources = PackSources::from_tfrecord(parts);
+    for (const int64_t r : {2, 0, 1, 2}) EXPECT_EQ(ints_of(sources.record(r)[0]), Ints{r});
+  }
+
+  // Damaged streams, each naming the file and what is wrong.
+  const Bytes whole = testutil::zlib_bytes(tfrecord_file(records));
+  write_file(dir / "cut.tfrecord", Bytes(whole.begin(), whole.end() - 9));
+  std::string e = pack_error(dir / "cut.tfrecord");
+  EXPECT_NE(e.find("cut.tfrecord: the zlib stream is truncated"), std::string::npos) << e;
+  Bytes flipped = whole;
+  flipped[flipped.size() - 2] ^= std::byte{0x40};  // the Adler-32
+  write_file(dir / "flipped.tfrecord", flipped);
+  e = pack_error(dir / "flipped.tfrecord");
+  EXPECT_NE(e.find("flipped.tfrecord: corrupt zlib data (incorrect data check)"), std::string::npos) << e;
+  Bytes trailing = whole;
+  testutil::append(trailing, testutil::zlib_bytes(tfrecord_file(records)));
+  write_file(dir / "twice.tfrecord", trailing);
+  e = pack_error(dir / "twice.tfrecord");
+  EXPECT_NE(e.find("twice.tfrecord: " + std::to_string(whole.size()) + " bytes after the end of the zlib stream"),
+            std::string::npos) << e;
+  write_file(dir / "text.tfrecord", testutil::zlib_bytes(testutil::to_bytes("some text, and no records")));
+  e = pack_error(dir / "text.tfrecord");
+  EXPECT_NE(e.find("text.tfrecord: decompresses (zlib) to something that is not a TFRecord file"), std::string::npos)
+      << e;
+}
+
 TEST(TfRecord, DamagedFilesAreRefusedNamingTheRecordAndItsByte) {
   TempFolder dir;
   const std::string path = dir / "x.tfrecord";
@@ -382,14 +434,14 @@ TEST(TfRecord, RecordsThatAreNoExamplesOrDisagreeAreRefusedByName) {
   const std::string none = message_field(1, message_field(1, message_field(1, "empty") + message_field(2, "")));
   e = example_error({none});
   EXPECT_NE(e.find("feature 'empty' holds no list in any record"), std::string::npos) << e;
-  // Not TFRecord framing at all, and ZLIB.
+  // Not TFRecord framing at all, and a zlib header before no zlib stream.
   TempFolder dir;
   write_file(dir / "y.tfrecord", testutil::to_bytes("this is not a TFRecord file"));
   e = pack_error(dir / "y.tfrecord");
   EXPECT_NE(e.find("is this a TFRecord file?"), std::string::npos) << e;
   write_file(dir / "z.tfrecord", testutil::to_bytes("\x78\x9c rest of a zlib stream"));
   e = pack_error(dir / "z.tfrecord");
-  EXPECT_NE(e.find("a ZLIB-compressed TFRecord file"), std::string::npos) << e;
+  EXPECT_NE(e.find("z.tfrecord: corrupt zlib data ("), std::string::npos) << e;
   // An empty file alone holds nothing to pack.
   write_file(dir / "empty.tfrecord", {});
   e = pack_error(dir / "empty.tfrecord");
@@ -432,8 +484,10 @@ TEST(TfRecord, FilesAreRecognisedByNameOrByTheirFirstHeader) {
   write_file(dir / "train.tfrec", tfrecord_file({kTutorialExample}));
   write_file(dir / "mnist-train.tfrecord-00003-of-00016", tfrecord_file({kTutorialExample}));
   write_file(dir / "zipped", testutil::gzip_bytes(tfrecord_file({kTutorialExample})));
+  write_file(dir / "zlibbed", testutil::zlib_bytes(tfrecord_file({kTutorialExample})));
   write_file(dir / "repacked.tfrecord.mmt", testutil::to_bytes("not this"));
-  for (const char* name : {"data_tfrecord-00000-of-00001.gz", "train.tfrec", "mnist-train.tfrecord-00003-of-00016", "zipped"}) {
+  for (const char* name :
+       {"data_tfrecord-00000-of-00001.gz", "train.tfrec", "mnist-train.tfrecord-00003-of-00016", "zipped", "zlibbed"}) {
     EXPECT_TRUE(are_tfrecord_inputs(std::vector<std::string>{dir / name})) << name;
     EXPECT_EQ(PackSources::from_inputs(std::vector<std::string>{dir / name}).records(), 1) << name;
   }

@@ -274,15 +274,15 @@ class PackSources {
   // other columns, a DatasetDict folder (pack one split), or an input of another kind.
   static PackSources from_arrow(std::span<const std::string> specs, std::span<const std::string> fields = {});
   // TensorFlow TFRecord files of tf.train.Example records (".tfrecord", ".tfrecords", TFDS'
-  // "NAME.tfrecord-00000-of-00008", gzip-compressed or not, or any file beginning with a record
-  // header), read in the order given: one record per Example, one field per feature
+  // "NAME.tfrecord-00000-of-00008", gzip- or zlib-compressed (TFRecordOptions' GZIP, ZLIB) or
+  // not, or any file beginning with a record header), read in the order given: one record per Example, one field per feature
   // (pack_tfrecord.cc says how each list is stored; "image/encoded" is field "image.encoded").
   // `fields`: the features packed, in that order, by field name or key; empty, all of them, in
   // name order. FormatError naming the file, the record and its byte for a damaged one (a
   // length's CRC, a record cut short, bytes that are no tf.train.Example: tfrecord.h), and
   // ChecksumError for a record whose data's CRC fails (checked as it is read); ValueError for
   // a feature whose records hold lists of two kinds, one with no list in any record (unless
-  // `fields` leaves it out), a ZLIB-compressed file, or an input of another kind.
+  // `fields` leaves it out), a file compressed another way, or an input of another kind.
   static PackSources from_tfrecord(std::span<const std::string> specs, std::span<const std::string> fields = {});
   // `tokens` cut into windows (WindowOptions above): one field of the same name and dtype,
   // shape [length]. `tokens` must have one field whose records hold one value each (a 1-D

@@ -141,7 +141,7 @@ instead be Apache Arrow files (.arrow, .arrows, .feather, .ipc) or a folder that
 save_to_disk wrote (pack one split's): one record per row, a field per column (structs flattened:
 "image.bytes"), lists of numbers as N-d arrays, fields=[...] choosing the columns; or Parquet files
 (.parquet), packed as Arrow columns are. inputs may instead be TensorFlow TFRecord files of
-tf.train.Example records (.tfrecord, .tfrecords, gzipped or not): one record per Example, a field per
+tf.train.Example records (.tfrecord, .tfrecords, GZIP or ZLIB or not): one record per Example, a field per
 feature ("image/encoded" as "image.encoded"), fields=[...] choosing them. window=L cuts the one field given
 (a 1-D array, Megatron documents, or fields=[name] of datasets whose records are documents) into records of L tokens starting every
 window_stride (default L) over its values as one stream, separator=T after each document

@@ -8,6 +8,7 @@ import struct
 import tarfile
 import threading
 import unittest
+import zlib
 
 import numpy as np
 
@@ -391,6 +392,13 @@ class PackTest(FolderTestCase):
         np.testing.assert_array_equal(ds[1]["bbox"], np.array([0.5, 1, 2, 3], dtype=np.float32))
         with self.assertRaisesRegex(ValueError, "no feature 'label'"):
             mmtensor.pack(self.path("b.mmt"), [self.path("train.tfrecord")], fields=["label"])
+        # TFRecordOptions("ZLIB") writes the records as one zlib stream, under the same name.
+        with open(self.path("train.tfrecord"), "rb") as f:
+            plain = f.read()
+        with open(self.path("zlib.tfrecord"), "wb") as f:
+            f.write(zlib.compress(plain))
+        self.assertEqual(mmtensor.pack(self.path("z.mmt"), [self.path("zlib.tfrecord")])["records"], 3)
+        self.assertEqual(bytes(mmtensor.Dataset(self.path("z.mmt"))[2]["image.encoded"]), b"jpeg-2")
 
     def test_parquet_files(self):
         # A Hugging Face image shard as arrow-rs writes it (tests/data/parquet), packed
