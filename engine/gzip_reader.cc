@@ -18,7 +18,9 @@ bool is_gzip(std::span<const std::byte> bytes) {
 bool is_zlib_start(std::span<const std::byte> bytes) {
   if (bytes.size() < 2) return false;
   const auto cmf = static_cast<unsigned>(bytes[0]), flg = static_cast<unsigned>(bytes[1]);
-  return (cmf & 0x0f) == 8 && (cmf >> 4) <= 7 && (cmf * 256 + flg) % 31 == 0;
+  // No preset dictionary (FDICT): TensorFlow's writer sets none, and zlib cannot read one
+  // without it.
+  return (cmf & 0x0f) == 8 && (cmf >> 4) <= 7 && (flg & 0x20) == 0 && (cmf * 256 + flg) % 31 == 0;
 }
 
 struct GzipReader::State {

@@ -20,7 +20,7 @@ namespace mmt::detail {
 bool is_gzip(std::span<const std::byte> bytes);
 
 // Whether TensorFlow would call `bytes` a ZLIB stream: a zlib header (RFC 1950) of deflate,
-// a window of at most 32 KiB, and a check that divides by 31.
+// a window of at most 32 KiB, no preset dictionary, and a check that divides by 31.
 bool is_zlib_start(std::span<const std::byte> bytes);
 
 class GzipReader {

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <string_view>
 #include <unordered_map>
 
@@ -104,38 +105,81 @@ decltype(auto) naming(const Where& where, Fn&& fn) {
 }
 const std::string kNoWhere;
 
-// How a TFRecord file that does not begin with a record is compressed, from its first bytes:
-// gzip or zlib (TFRecordOptions' GZIP and ZLIB); nullopt for neither. A file that begins
-// with a record header (its length's CRC-32C agreeing) is read as it is, whatever its bytes.
+// How a TFRecord file that does not begin with a record may be compressed, from its first
+// bytes: gzip or zlib (TFRecordOptions' GZIP and ZLIB); nullopt for neither. A file that
+// begins with a record header (its length's CRC-32C agreeing) is read as it is, whatever its
+// bytes; one whose header is damaged may begin with a compressor's magic all the same (the
+// length 376 is 78 01, a zlib header): compressed_tfrecord_fault() tells them apart.
 std::optional<FileCompression> tfrecord_compression(std::span<const std::byte> head) {
-  head = head.first(std::min<size_t>(head.size(), 12));
+  head = head.first(std::min<size_t>(head.size(), detail::kTfRecordHeaderBytes));
   if (detail::is_tfrecord_start(head.data(), head.size())) return std::nullopt;
   if (detail::is_gzip(head)) return FileCompression::Gzip;
   if (detail::is_zlib_start(head)) return FileCompression::Zlib;
   return std::nullopt;
 }
 
+const char* name_of(FileCompression compression) { return compression == FileCompression::Gzip ? "gzip" : "zlib"; }
+
+// What keeps `bytes` (a file's, or its first bytes) from being a TFRecord file compressed as
+// `compression`: "" when its first 12 decompressed bytes are a record header, or when it
+// decompresses to nothing and `empty_is_fine`; else the stream's fault or what it decompresses
+// to. Reads only the stream's start.
+std::string compressed_tfrecord_fault(std::span<const std::byte> bytes, FileCompression compression,
+                                      const std::string& path, bool empty_is_fine) {
+  try {
+    detail::GzipReader reader(bytes, path,
+                              compression == FileCompression::Gzip ? detail::GzipReader::Wrapper::Gzip
+                                                                   : detail::GzipReader::Wrapper::Zlib);
+    std::byte head[detail::kTfRecordHeaderBytes];
+    size_t got = 0;
+    for (size_t n; got < sizeof head && (n = reader.read(head + got, sizeof head - got)) > 0;) got += n;
+    if ((got == 0 && empty_is_fine) || detail::is_tfrecord_start(head, got)) return {};
+    return str("it decompresses (", name_of(compression),
+               ") to something that is not a TFRecord file (no record header with its CRC-32C at its start)");
+  } catch (const FormatError& e) {
+    const std::string_view message = e.what();  // "PATH: what is wrong"
+    return std::string(message.starts_with(path + ": ") ? message.substr(path.size() + 2) : message);
+  }
+}
+
 TfRecordExamples::File open_file(const std::string& path) {
   detail::InputFile file = detail::map_input_file(path);  // IoError naming a missing file or a folder
   if (file.bytes.empty()) return {path, UntypedStorage(), std::nullopt};
-  const auto [compressor, compression] = detail::guard_storage_reads(file.mapping, [&] {
-    const size_t n = std::min<size_t>(file.bytes.size(), 12);
-    return std::pair{detail::compressor_of(file.bytes.data(), n), tfrecord_compression(file.bytes.first(n))};
+  const auto [starts_as_record, compressor, compression, fault] = detail::guard_storage_reads(file.mapping, [&] {
+    const size_t n = std::min<size_t>(file.bytes.size(), detail::kTfRecordHeaderBytes);
+    const std::optional<FileCompression> compression = tfrecord_compression(file.bytes.first(n));
+    return std::tuple{detail::is_tfrecord_start(file.bytes.data(), n), detail::compressor_of(file.bytes.data(), n),
+                      compression,
+                      compression ? compressed_tfrecord_fault(file.bytes, *compression, path, true) : std::string()};
   });
-  if (compression) {
-    const char* name = *compression == FileCompression::Gzip ? "gzip" : "zlib";
+  if (compression && fault.empty()) {
     UntypedStorage decompressed = detail::decompressed_file(
         path, file.mapping, *compression, detail::kTfRecordHeaderBytes, [&](const std::byte* head, int64_t n) {
+          // Checked again: the file may have changed since.
           MMT_CHECK(n == 0 || detail::is_tfrecord_start(head, static_cast<size_t>(n)), ValueError, path,
-                    ": decompresses (", name, ") to something that is not a TFRecord file (no record header with "
-                    "its CRC-32C at its start)");
+                    ": decompresses (", name_of(*compression), ") to something that is not a TFRecord file (no "
+                    "record header with its CRC-32C at its start)");
         });
     return {path, std::move(decompressed), compression};
   }
+  if (compression) {
+    // Neither a record header nor a compressed TFRecord file: what each reading finds.
+    std::vector<detail::TfRecordSpan> none;
+    const std::string as_records = [&]() -> std::string {
+      try {
+        detail::guard_storage_reads(file.mapping, [&] {
+          const int64_t head = std::min<int64_t>(std::ssize(file.bytes), detail::kTfRecordHeaderBytes);
+          detail::scan_tfrecords(file.bytes.data(), head, path, none);
+        });
+      } catch (const FormatError& e) {
+        return e.what();
+      }
+      return path + ": no record header at its start";  // not reached: the header's CRC disagrees
+    }();
+    throw FormatError(str(as_records, "; nor is it ", name_of(*compression), "-compressed, though it begins as ",
+                          *compression == FileCompression::Gzip ? "gzip does" : "a zlib stream does", ": ", fault));
+  }
   // A record's header can begin with a compressor's magic too; its CRC says which it is.
-  const bool starts_as_record = detail::guard_storage_reads(file.mapping, [&] {
-    return detail::is_tfrecord_start(file.bytes.data(), std::min<size_t>(file.bytes.size(), 12));
-  });
   MMT_CHECK(starts_as_record || compressor == nullptr, ValueError, path, ": a ", compressor,
             "-compressed file; TFRecord files are read uncompressed, gzip-compressed or zlib-compressed "
             "(TFRecordOptions' GZIP and ZLIB): decompress it first");
@@ -201,22 +245,8 @@ bool is_tfrecord_path(const std::string& path) {
   std::fclose(f);
   if (detail::is_tfrecord_start(head.data(), head.size())) return true;
   const std::optional<FileCompression> compression = tfrecord_compression(head);
-  if (!compression) return false;
-  try {
-    detail::GzipReader gzip(head, path,
-                            *compression == FileCompression::Gzip ? detail::GzipReader::Wrapper::Gzip
-                                                                  : detail::GzipReader::Wrapper::Zlib);
-    std::byte first[detail::kTfRecordHeaderBytes];
-    size_t got = 0;
-    while (got < sizeof first) {
-      const size_t n = gzip.read(first + got, sizeof first - got);
-      if (n == 0) break;
-      got += n;
-    }
-    return detail::is_tfrecord_start(first, got);
-  } catch (const Error&) {
-    return false;  // cut short here, or not compressed after all: another reader names it
-  }
+  // Cut short here, empty, or not compressed after all: another reader names it.
+  return compression && compressed_tfrecord_fault(head, *compression, path, false).empty();
 }
 
 }  // namespace

@@ -156,8 +156,7 @@ void scan_tfrecords(const std::byte* file, int64_t n, const std::string& path, s
     const uint32_t stated = load_le32(file + at + 8), actual = masked_crc32c(crc32c(file + at, 8));
     MMT_CHECK(stated == actual, FormatError, path, ": record ", record, " (byte ", at, "): its length's CRC-32C is ",
               actual, ", its header states ", stated,
-              record == 0 ? "; is this a TFRecord file? (gzip-compressed ones are read as such; ZLIB ones: decompress "
-                            "them first)"
+              record == 0 ? "; is this a TFRecord file? (gzip- and zlib-compressed ones are read as such)"
                           : " (the file is damaged, or has bytes after its last record)");
     MMT_CHECK(length <= static_cast<uint64_t>(left - kTfRecordHeaderBytes) &&
                   left - kTfRecordHeaderBytes - static_cast<int64_t>(length) >= kTfRecordFooterBytes,

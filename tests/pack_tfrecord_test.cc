@@ -344,8 +344,10 @@ TEST(TfRecord, ZlibFilesReadAsTensorFlowWritesThem) {
             std::string::npos) << e;
   write_file(dir / "text.tfrecord", testutil::zlib_bytes(testutil::to_bytes("some text, and no records")));
   e = pack_error(dir / "text.tfrecord");
-  EXPECT_NE(e.find("text.tfrecord: decompresses (zlib) to something that is not a TFRecord file"), std::string::npos)
-      << e;
+  EXPECT_NE(e.find("text.tfrecord: record 0 (byte 0): its length's CRC-32C is "), std::string::npos) << e;
+  EXPECT_NE(e.find("; nor is it zlib-compressed, though it begins as a zlib stream does: it decompresses (zlib) to "
+                   "something that is not a TFRecord file"),
+            std::string::npos) << e;
 }
 
 TEST(TfRecord, DamagedFilesAreRefusedNamingTheRecordAndItsByte) {
@@ -441,11 +443,50 @@ TEST(TfRecord, RecordsThatAreNoExamplesOrDisagreeAreRefusedByName) {
   EXPECT_NE(e.find("is this a TFRecord file?"), std::string::npos) << e;
   write_file(dir / "z.tfrecord", testutil::to_bytes("\x78\x9c rest of a zlib stream"));
   e = pack_error(dir / "z.tfrecord");
-  EXPECT_NE(e.find("z.tfrecord: corrupt zlib data ("), std::string::npos) << e;
+  EXPECT_NE(e.find("z.tfrecord: record 0 (byte 0): "), std::string::npos) << e;
+  EXPECT_NE(e.find("; nor is it zlib-compressed, though it begins as a zlib stream does: corrupt zlib data ("),
+            std::string::npos) << e;
   // An empty file alone holds nothing to pack.
   write_file(dir / "empty.tfrecord", {});
   e = pack_error(dir / "empty.tfrecord");
   EXPECT_NE(e.find("hold no records"), std::string::npos) << e;
+}
+
+// A record's length can begin as a compressor's magic does (376 is 78 01, a zlib header;
+// 35615 is 1f 8b, gzip's magic): such a file reads as records, and when its first header is
+// damaged, the error names the record and what reading it as a stream found.
+TEST(TfRecord, FilesWhoseFirstLengthLooksCompressedReadAsRecords) {
+  TempFolder dir;
+  for (const size_t length : {size_t{376}, size_t{35615}}) {
+    std::string record, value;
+    while (record.size() < length) {
+      value += 'x';
+      record = example_bytes({{"b", Strings{value}}});
+    }
+    ASSERT_EQ(record.size(), length);
+    const Bytes file = tfrecord_file({record});
+    write_file(dir / "ok.tfrecord", file);
+    EXPECT_EQ(text_of(PackSources::from_tfrecord(std::vector<std::string>{dir / "ok.tfrecord"}).record(0)[0]), value);
+    const std::string compressed = length == 376 ? "; nor is it zlib-compressed, though it begins as a zlib stream does: "
+                                                 : "; nor is it gzip-compressed, though it begins as gzip does: ";
+    Bytes damaged = file;
+    damaged[9] ^= std::byte{1};  // the length's CRC-32C
+    write_file(dir / "bad.tfrecord", damaged);
+    std::string e = pack_error(dir / "bad.tfrecord");
+    EXPECT_NE(e.find("bad.tfrecord: record 0 (byte 0): its length's CRC-32C is "), std::string::npos) << e;
+    EXPECT_NE(e.find(compressed), std::string::npos) << e;
+    write_file(dir / "cut.tfrecord", Bytes(file.begin(), file.begin() + 10));
+    e = pack_error(dir / "cut.tfrecord");
+    EXPECT_NE(e.find("cut.tfrecord: record 0 (byte 0): 10 bytes left, fewer than a record's 12-byte header"),
+              std::string::npos) << e;
+    EXPECT_NE(e.find(compressed), std::string::npos) << e;
+  }
+  // A zlib header that asks for a preset dictionary (FDICT) is no TFRecord writer's.
+  write_file(dir / "dict.tfrecord", testutil::to_bytes("\x78\xbb and twenty more bytes"));
+  const std::string e = pack_error(dir / "dict.tfrecord");
+  EXPECT_NE(e.find("dict.tfrecord: record 0 (byte 0): its length's CRC-32C is "), std::string::npos) << e;
+  EXPECT_NE(e.find("is this a TFRecord file? (gzip- and zlib-compressed ones are read as such)"), std::string::npos) << e;
+  EXPECT_EQ(e.find("nor is it"), std::string::npos) << e;
 }
 
 TEST(TfRecord, ManyKeysAreCheckedInLinearLogarithmicTimeAndCappedWithoutAChoice) {
