@@ -123,19 +123,27 @@ const char* name_of(FileCompression compression) { return compression == FileCom
 // What keeps `bytes` (a file's, or its first bytes) from being a TFRecord file compressed as
 // `compression`: "" when its first 12 decompressed bytes are a record header, or when it
 // decompresses to nothing and `empty_is_fine`; else the stream's fault or what it decompresses
-// to. Reads only the stream's start.
+// to. Reads only the stream's start; under `mapping`'s guard when `bytes` are mapped.
 std::string compressed_tfrecord_fault(std::span<const std::byte> bytes, FileCompression compression,
-                                      const std::string& path, bool empty_is_fine) {
+                                      const std::string& path, bool empty_is_fine,
+                                      const UntypedStorage* mapping = nullptr) {
   try {
+    // Made outside the guard: a fault must not skip its destructor (mapping_guard.h).
     detail::GzipReader reader(bytes, path,
                               compression == FileCompression::Gzip ? detail::GzipReader::Wrapper::Gzip
                                                                    : detail::GzipReader::Wrapper::Zlib);
     std::byte head[detail::kTfRecordHeaderBytes];
     size_t got = 0;
-    for (size_t n; got < sizeof head && (n = reader.read(head + got, sizeof head - got)) > 0;) got += n;
+    const auto read_head = [&] {
+      for (size_t n; got < sizeof head && (n = reader.read(head + got, sizeof head - got)) > 0;) got += n;
+    };
+    if (mapping != nullptr)
+      detail::guard_storage_reads(*mapping, read_head);
+    else
+      read_head();
     if ((got == 0 && empty_is_fine) || detail::is_tfrecord_start(head, got)) return {};
-    return str("it decompresses (", name_of(compression),
-               ") to something that is not a TFRecord file (no record header with its CRC-32C at its start)");
+    return "it decompresses to something that is not a TFRecord file (no record header with its CRC-32C at its "
+           "start)";
   } catch (const FormatError& e) {
     const std::string_view message = e.what();  // "PATH: what is wrong"
     return std::string(message.starts_with(path + ": ") ? message.substr(path.size() + 2) : message);
@@ -145,39 +153,29 @@ std::string compressed_tfrecord_fault(std::span<const std::byte> bytes, FileComp
 TfRecordExamples::File open_file(const std::string& path) {
   detail::InputFile file = detail::map_input_file(path);  // IoError naming a missing file or a folder
   if (file.bytes.empty()) return {path, UntypedStorage(), std::nullopt};
-  const auto [starts_as_record, compressor, compression, fault] = detail::guard_storage_reads(file.mapping, [&] {
+  const auto [starts_as_record, compressor, compression] = detail::guard_storage_reads(file.mapping, [&] {
     const size_t n = std::min<size_t>(file.bytes.size(), detail::kTfRecordHeaderBytes);
-    const std::optional<FileCompression> compression = tfrecord_compression(file.bytes.first(n));
     return std::tuple{detail::is_tfrecord_start(file.bytes.data(), n), detail::compressor_of(file.bytes.data(), n),
-                      compression,
-                      compression ? compressed_tfrecord_fault(file.bytes, *compression, path, true) : std::string()};
+                      tfrecord_compression(file.bytes.first(n))};
   });
-  if (compression && fault.empty()) {
+  if (compression) {
+    const char* name = name_of(*compression);
+    const std::string fault = compressed_tfrecord_fault(file.bytes, *compression, path, true, &file.mapping);
+    // Its first bytes are no record header, and a compressor's magic: either reading may be the
+    // one meant (a damaged plain file, a damaged compressed one), so the error gives both.
+    MMT_CHECK(fault.empty(), FormatError, path, ": neither TFRecord records (",
+              file.bytes.size() < detail::kTfRecordHeaderBytes
+                  ? str("its ", file.bytes.size(), " bytes are fewer than a record's 12-byte header")
+                  : std::string("the first record's 12-byte header fails its CRC-32C"),
+              ") nor a ", name, "-compressed TFRecord file (", fault, ")");
     UntypedStorage decompressed = detail::decompressed_file(
         path, file.mapping, *compression, detail::kTfRecordHeaderBytes, [&](const std::byte* head, int64_t n) {
           // Checked again: the file may have changed since.
-          MMT_CHECK(n == 0 || detail::is_tfrecord_start(head, static_cast<size_t>(n)), ValueError, path,
-                    ": decompresses (", name_of(*compression), ") to something that is not a TFRecord file (no "
-                    "record header with its CRC-32C at its start)");
+          MMT_CHECK(n == 0 || detail::is_tfrecord_start(head, static_cast<size_t>(n)), FormatError, path,
+                    ": decompresses (", name, ") to something that is not a TFRecord file (no record header with "
+                    "its CRC-32C at its start)");
         });
     return {path, std::move(decompressed), compression};
-  }
-  if (compression) {
-    // Neither a record header nor a compressed TFRecord file: what each reading finds.
-    std::vector<detail::TfRecordSpan> none;
-    const std::string as_records = [&]() -> std::string {
-      try {
-        detail::guard_storage_reads(file.mapping, [&] {
-          const int64_t head = std::min<int64_t>(std::ssize(file.bytes), detail::kTfRecordHeaderBytes);
-          detail::scan_tfrecords(file.bytes.data(), head, path, none);
-        });
-      } catch (const FormatError& e) {
-        return e.what();
-      }
-      return path + ": no record header at its start";  // not reached: the header's CRC disagrees
-    }();
-    throw FormatError(str(as_records, "; nor is it ", name_of(*compression), "-compressed, though it begins as ",
-                          *compression == FileCompression::Gzip ? "gzip does" : "a zlib stream does", ": ", fault));
   }
   // A record's header can begin with a compressor's magic too; its CRC says which it is.
   MMT_CHECK(starts_as_record || compressor == nullptr, ValueError, path, ": a ", compressor,

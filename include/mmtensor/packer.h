@@ -279,7 +279,8 @@ class PackSources {
   // (pack_tfrecord.cc says how each list is stored; "image/encoded" is field "image.encoded").
   // `fields`: the features packed, in that order, by field name or key; empty, all of them, in
   // name order. FormatError naming the file, the record and its byte for a damaged one (a
-  // length's CRC, a record cut short, bytes that are no tf.train.Example: tfrecord.h), and
+  // length's CRC, a record cut short, bytes that are no tf.train.Example: tfrecord.h), or,
+  // for a file that begins as a compressed stream, what each reading of it finds; and
   // ChecksumError for a record whose data's CRC fails (checked as it is read); ValueError for
   // a feature whose records hold lists of two kinds, one with no list in any record (unless
   // `fields` leaves it out), a file compressed another way, or an input of another kind.
