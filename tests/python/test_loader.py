@@ -13,6 +13,7 @@ import unittest
 import numpy as np
 
 import mmtensor
+from run_tests import native_stacks
 
 RECORDS = 1000
 
@@ -33,27 +34,6 @@ def wait_for_child(pid, seconds):
         os.kill(pid, 9)
         os.waitpid(pid, 0)
     return None
-
-
-def native_stacks(pid):
-    """Each thread's native stack (gdb, where it may attach), or where in the kernel it waits (/proc)."""
-    if shutil.which("gdb"):
-        try:
-            stacks = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
-                                    capture_output=True, text=True, timeout=60).stdout
-            if "Thread" in stacks:
-                return stacks
-        except (OSError, subprocess.SubprocessError):
-            pass  # refused (ptrace_scope) or stuck: what /proc shows instead
-
-    def read(tid, name):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/{name}") as f:
-                return f.read().strip()
-        except OSError as e:
-            return f"({e.strerror})"
-    return "\n".join(f"thread {tid} ({read(tid, 'comm')}): wchan {read(tid, 'wchan')}, syscall {read(tid, 'syscall')}"
-                     f"\n{read(tid, 'stack')}" for tid in sorted(os.listdir(f"/proc/{pid}/task")))
 
 
 class LoaderTest(unittest.TestCase):
