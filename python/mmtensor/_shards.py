@@ -11,12 +11,14 @@ refuse the shards out of order, given twice, or, for verify, a set that is incom
 """
 import concurrent.futures
 import multiprocessing
+import multiprocessing.connection
 import operator
 import os
 import pickle
 import secrets
 import signal
 import threading
+import time
 
 from ._mmtensor import DatasetWriter
 
@@ -39,6 +41,11 @@ def _start_worker(job):
 
 def _exit_on_sigterm(signum, frame):
     global _terminated
+    if _terminated:
+        # Again (the parent stops the workers, then the executor does): the first one's
+        # cleanup is running and ends in os._exit (_run_shard). Raising here could end that
+        # cleanup in an exception the executor's worker loop catches, leaving the worker alive.
+        return
     if _writing:
         _terminated = True
         raise SystemExit(128 + signum)
@@ -64,6 +71,19 @@ def _portable(error):
     return portable
 
 
+def _run_shard(shard):
+    """The task each worker runs: _write_shard, after which a worker that SIGTERM stopped
+    exits, whatever path the SystemExit took. concurrent.futures' worker loop catches every
+    exception of a task and takes the next one; a stopped worker kept alive that way would
+    wait on queue locks that the workers killed with it may have held, and the parent's
+    shutdown would wait for it forever."""
+    try:
+        return _write_shard(shard)
+    finally:
+        if _terminated:
+            os._exit(128 + signal.SIGTERM)
+
+
 def _write_shard(shard):
     """Writes shard `shard` to its partial path; returns (shard, records)."""
     global _writing
@@ -76,8 +96,8 @@ def _write_shard(shard):
         metadata["pack_shard"] = "%d/%d of %d" % (shard, shards, records)
         metadata["pack_source"] = job["source"]
     writer = None
-    _writing = True
     try:
+        _writing = True  # inside: a SIGTERM right after it is met by the cleanup below
         # SIGTERM held back until `writer` is set, so that the abort below always finds it.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
@@ -118,14 +138,30 @@ def _remove(path):
         pass
 
 
+# How long stopped workers have to abort their writers before they are killed.
+_STOP_GRACE_SECONDS = 5.0
+
+
 def _stop_workers(pool):
-    """Terminates the pool's worker processes (SIGTERM: each aborts its writer)."""
-    if hasattr(pool, "terminate_workers"):  # Python 3.14
-        pool.terminate_workers()
+    """Stops the pool's worker processes: SIGTERM (each aborts its writer), then SIGKILL for
+    any still running after _STOP_GRACE_SECONDS (a conversion inside a long native call
+    runs no signal handler). Every worker must end: one killed while it held a queue's lock
+    leaves any other blocked on that lock for good, and the pool's shutdown joins them all."""
+    processes = getattr(pool, "_processes", None)
+    if processes is None:  # an executor without it: its own, less patient, stop
+        pool.terminate_workers()  # Python 3.14
         return
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        if process.exitcode is None:
-            process.terminate()
+    processes = [p for p in list(processes.values()) if p.exitcode is None]
+    for process in processes:
+        process.terminate()
+    # Waiting on the sentinels reaps nothing: the executor's own thread still joins them.
+    running = {process.sentinel: process for process in processes}
+    deadline = time.monotonic() + _STOP_GRACE_SECONDS
+    while running and time.monotonic() < deadline:
+        for sentinel in multiprocessing.connection.wait(list(running), max(0.0, deadline - time.monotonic())):
+            del running[sentinel]
+    for process in running.values():
+        process.kill()
 
 
 def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=None, codec="none",
@@ -155,8 +191,9 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
     must be picklable.
 
     The shards are written under temporary names and renamed into place only once every
-    shard is written. An exception in fn (or a record the writer refuses) stops every worker,
-    removes what was written, and is raised here with a note naming the input (as a
+    shard is written. An exception in fn (or a record the writer refuses) stops every worker
+    (SIGTERM; SIGKILL for one still running 5 s later, inside a long native call), removes
+    what was written, and is raised here with a note naming the input (as a
     RuntimeError with its text when it cannot be sent between processes); a worker that dies
     (SIGKILL, out of memory) raises BrokenProcessPool the same way; Ctrl-C stops the workers
     and leaves nothing, as does SIGTERM (while the shards are written, SIGTERM raises
@@ -225,7 +262,7 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
         pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
                                                       initargs=(job,))
         try:
-            for done in concurrent.futures.as_completed([pool.submit(_write_shard, k) for k in range(shards)]):
+            for done in concurrent.futures.as_completed([pool.submit(_run_shard, k) for k in range(shards)]):
                 done.result()
         except BaseException:
             _stop_workers(pool)

@@ -46,6 +46,16 @@ def convert_exiting_at_3(i):
     return convert(i)
 
 
+def convert_failing_at_0_or_hanging_deaf(i):
+    """Fails at input 0; any other input stands for a conversion stuck in a native call,
+    where no signal handler runs: it ignores SIGTERM and sleeps."""
+    if i == 0:
+        raise KeyError("no such image")
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(120)
+    return convert(i)
+
+
 def convert_raising_unpicklable_at_2(i):
     if i == 2:
         raise NeedsTwoArguments("img2.jpg", "truncated")
@@ -105,6 +115,50 @@ class WriteShardsTest(FolderTestCase):
             mmtensor.write_shards(self.path("u{shard}.mmt"), FIELDS, range(20), convert_raising_unpicklable_at_2,
                                   num_workers=2)
         self.assertIn("while writing inputs[2]", "\n".join(caught.exception.__notes__))
+        self.assertEqual(os.listdir(self.dir.name), [])
+
+    def test_workers_stopped_after_an_error_all_end(self):
+        # A worker stopped after another's error (SIGTERM from write_shards, then from the
+        # executor) could take the second SIGTERM as an exception of its task and live on,
+        # blocked on a queue lock that a killed worker held: the shutdown then waited for it
+        # forever (one call in a hundred here). Many calls, in a process of their own, killed
+        # whole should they hang.
+        here = os.path.dirname(os.path.abspath(__file__))
+        script = textwrap.dedent(f'''
+            import os, sys
+            sys.path.insert(0, {here!r})
+            import mmtensor, test_shards
+            from concurrent.futures.process import BrokenProcessPool
+            for k in range(100):
+                for fn, error in ((test_shards.convert_dying_at_5, BrokenProcessPool),
+                                  (test_shards.convert_exiting_at_3, RuntimeError)):
+                    try:
+                        mmtensor.write_shards(sys.argv[1] + "/t{{shard}}.mmt", test_shards.FIELDS, range(20), fn,
+                                              num_workers=2)
+                    except error:
+                        pass
+                    else:
+                        sys.exit("no error")
+            print(os.listdir(sys.argv[1]))
+        ''')
+        child = subprocess.Popen([sys.executable, "-c", script, self.dir.name], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            out, err = child.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)  # the workers too
+            child.communicate()
+            self.fail("write_shards hung after an error")
+        self.assertEqual((child.returncode, out.strip()), (0, "[]"), err[-2000:])
+
+    def test_a_worker_deaf_to_sigterm_is_killed_after_a_grace_period(self):
+        # A conversion inside a long native call runs no handler: stopped after another
+        # shard's error, it is killed, and its writer's temporary file removed by the parent.
+        started = time.monotonic()
+        with self.assertRaises(KeyError):
+            mmtensor.write_shards(self.path("d{shard}.mmt"), FIELDS, range(4), convert_failing_at_0_or_hanging_deaf,
+                                  shards=2, num_workers=2)
+        self.assertLess(time.monotonic() - started, 60)
         self.assertEqual(os.listdir(self.dir.name), [])
 
     def test_sigterm_to_the_parent_leaves_nothing(self):
