@@ -19,6 +19,7 @@ import secrets
 import signal
 import threading
 import time
+import traceback
 
 from ._mmtensor import DatasetWriter
 
@@ -27,11 +28,14 @@ from ._mmtensor import DatasetWriter
 _job = None
 _writing = False     # whether this worker is inside a shard's writer
 _terminated = False  # whether SIGTERM (the parent stopping the workers) ended the shard
+_parent = None       # this worker's parent process when it started: write_shards' caller, or
+                     # under "forkserver" the server (which ends with the caller)
 
 
 def _start_worker(job):
-    global _job
+    global _job, _parent
     _job = job
+    _parent = os.getppid()
     # The parent answers Ctrl-C (the whole process group gets it) by stopping the workers with
     # SIGTERM; a worker then leaves through its writer's abort(), which removes its temporary
     # file, rather than die with it there.
@@ -56,18 +60,34 @@ def _exit_on_sigterm_in_parent(signum, frame):
     raise SystemExit(128 + signum)
 
 
+# The largest error (pickled, with its formatted traceback) sent back as it is. The executor
+# writes a message of up to 16 KiB to its pipe at once; a larger one goes in parts, and a
+# worker stopped between them leaves the parent waiting for the rest for ever. A
+# UnicodeDecodeError or JSONDecodeError holds the whole input it was decoding.
+_MAX_ERROR_BYTES = 8192
+
+
+def _cut(text, limit):
+    return text if len(text) <= limit else "%s... (%d characters more)" % (text[:limit], len(text) - limit)
+
+
 def _portable(error):
-    """`error`, or a RuntimeError with its text and notes when the parent could not rebuild it
-    (an exception of the user's whose constructor takes other arguments, or that holds a
-    lock) or when it is no error of the shard's (SystemExit from fn: not the worker's end)."""
+    """`error`, or a RuntimeError with its text (cut to 2,000 characters) and notes when the
+    parent could not rebuild it (an exception of the user's whose constructor takes other
+    arguments, or that holds a lock), when it is larger than _MAX_ERROR_BYTES, or when it is
+    no error of the shard's (SystemExit from fn: not the worker's end)."""
     if isinstance(error, Exception):
         try:
+            sent = len(pickle.dumps(error)) + len("".join(
+                traceback.format_exception(type(error), error, error.__traceback__)))
             pickle.loads(pickle.dumps(error))
-            return error
+            if sent <= _MAX_ERROR_BYTES:
+                return error
         except Exception:
             pass
-    portable = RuntimeError("%s%s" % (type(error).__qualname__, ": %s" % error if str(error) else ""))
-    portable.__notes__ = list(getattr(error, "__notes__", []))
+    text = str(error)
+    portable = RuntimeError(_cut("%s%s" % (type(error).__qualname__, ": %s" % text if text else ""), 2000))
+    portable.__notes__ = [_cut(str(note), 500) for note in getattr(error, "__notes__", [])[:8]]
     return portable
 
 
@@ -105,7 +125,7 @@ def _write_shard(shard):
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         for i in range(begin, end):
-            if os.getppid() != job["parent"]:  # the parent died (SIGKILL): stop, leave nothing
+            if os.getppid() != _parent:  # the parent died (SIGKILL): stop, leave nothing
                 raise SystemExit(1)
             try:
                 record = inputs[i] if fn is None else fn(inputs[i])
@@ -120,7 +140,7 @@ def _write_shard(shard):
     except BaseException as e:
         if writer is not None:
             writer.abort()  # removes its temporary file
-        if _terminated or os.getppid() != job["parent"]:
+        if _terminated or os.getppid() != _parent:
             os._exit(128 + signal.SIGTERM)  # stopped: an executor's worker would take the next shard
         portable = _portable(e)
         if portable is e:
@@ -147,21 +167,21 @@ def _stop_workers(pool):
     any still running after _STOP_GRACE_SECONDS (a conversion inside a long native call
     runs no signal handler). Every worker must end: one killed while it held a queue's lock
     leaves any other blocked on that lock for good, and the pool's shutdown joins them all."""
-    processes = getattr(pool, "_processes", None)
-    if processes is None:  # an executor without it: its own, less patient, stop
-        pool.terminate_workers()  # Python 3.14
-        return
-    processes = [p for p in list(processes.values()) if p.exitcode is None]
-    for process in processes:
-        process.terminate()
-    # Waiting on the sentinels reaps nothing: the executor's own thread still joins them.
+    processes = [p for p in list(pool._processes.values()) if p.exitcode is None]  # 3.8 to 3.14 have it
     running = {process.sentinel: process for process in processes}
-    deadline = time.monotonic() + _STOP_GRACE_SECONDS
-    while running and time.monotonic() < deadline:
-        for sentinel in multiprocessing.connection.wait(list(running), max(0.0, deadline - time.monotonic())):
-            del running[sentinel]
-    for process in running.values():
-        process.kill()
+    try:
+        for process in processes:
+            process.terminate()
+        # Waiting on the sentinels reaps nothing: the executor's own thread still joins them.
+        deadline = time.monotonic() + _STOP_GRACE_SECONDS
+        while running and time.monotonic() < deadline:
+            for sentinel in multiprocessing.connection.wait(list(running), max(0.0, deadline - time.monotonic())):
+                del running[sentinel]
+    finally:
+        # Also when a second Ctrl-C (or SIGTERM) cuts the wait short: the shutdown that
+        # follows joins every worker.
+        for process in running.values():
+            process.kill()
 
 
 def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=None, codec="none",
@@ -193,8 +213,9 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
     The shards are written under temporary names and renamed into place only once every
     shard is written. An exception in fn (or a record the writer refuses) stops every worker
     (SIGTERM; SIGKILL for one still running 5 s later, inside a long native call), removes
-    what was written, and is raised here with a note naming the input (as a
-    RuntimeError with its text when it cannot be sent between processes); a worker that dies
+    what was written, and is raised here with a note naming the input (as a RuntimeError
+    with its text when it cannot be sent between processes, or is over 8 KiB with its
+    traceback: an error holding a whole input); a worker that dies
     (SIGKILL, out of memory) raises BrokenProcessPool the same way; Ctrl-C stops the workers
     and leaves nothing, as does SIGTERM (while the shards are written, SIGTERM raises
     SystemExit where the program set no handler of its own). Workers whose parent dies (SIGKILL)
@@ -240,10 +261,13 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
     # pack_source as one pack's (written as the packer writes it: 0x and 16 hex digits).
     token = secrets.randbits(64)
     source = "0x%016x" % token
-    partials = ["%s.part-%08x" % (path, token & 0xFFFFFFFF) for path in paths]
+    # Short names beside each shard: a writer shortens a long name for its own temporary file
+    # (engine/temp_files.cc), which the sweep below could not then find.
+    partials = [os.path.join(os.path.dirname(path), ".shard-%d-%08x.part" % (k, token & 0xFFFFFFFF))
+                for k, path in enumerate(paths)]
     job = {
         "inputs": inputs, "fn": fn, "fields": fields, "shards": shards, "source": source, "partials": partials,
-        "parent": os.getpid(), "metadata": dict(metadata or {}),
+        "metadata": dict(metadata or {}),
         "writer": {"codec": codec, "chunk_bytes": chunk_bytes, "chunk_records": chunk_records, "alignment": alignment,
                    "threads": threads},
     }

@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
 import unittest
@@ -46,13 +47,26 @@ def convert_exiting_at_3(i):
     return convert(i)
 
 
-def convert_failing_at_0_or_hanging_deaf(i):
-    """Fails at input 0; any other input stands for a conversion stuck in a native call,
-    where no signal handler runs: it ignores SIGTERM and sleeps."""
+def convert_failing_at_0_or_hanging_deaf(item):
+    """item: (marker path, i). Any i but 0 stands for a conversion stuck in a native call,
+    where no signal handler runs: it ignores SIGTERM, makes the marker and sleeps; i == 0
+    fails once the marker is there."""
+    marker, i = item
     if i == 0:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.01)
         raise KeyError("no such image")
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    open(marker, "w").close()
     time.sleep(120)
+    return convert(i)
+
+
+def convert_failing_with_the_whole_input(i):
+    """A UnicodeDecodeError holds the whole input it was decoding: 1 MB here."""
+    if i >= 2:
+        (b"\xff" * 1000000).decode("utf-8")
     return convert(i)
 
 
@@ -64,7 +78,7 @@ def convert_raising_unpicklable_at_2(i):
 
 class WriteShardsTest(FolderTestCase):
     def test_shards_read_as_one_dataset_in_input_order(self):
-        for context in ("fork", "spawn"):
+        for context in ("fork", "spawn", "forkserver"):
             with self.subTest(context=context):
                 paths = mmtensor.write_shards(self.path(context + "-{shard:02d}.mmt"), FIELDS, range(50), convert,
                                               shards=4, num_workers=2, codec="lz4", mp_context=context)
@@ -154,11 +168,38 @@ class WriteShardsTest(FolderTestCase):
     def test_a_worker_deaf_to_sigterm_is_killed_after_a_grace_period(self):
         # A conversion inside a long native call runs no handler: stopped after another
         # shard's error, it is killed, and its writer's temporary file removed by the parent.
+        # The output's name is long: a writer shortens such a name for its temporary file.
+        os.mkdir(self.path("out"))
+        inputs = [(self.path("deaf"), i) for i in range(4)]
+        output = self.path("out/" + "d" * 120 + "{shard}.mmt")
         started = time.monotonic()
         with self.assertRaises(KeyError):
-            mmtensor.write_shards(self.path("d{shard}.mmt"), FIELDS, range(4), convert_failing_at_0_or_hanging_deaf,
-                                  shards=2, num_workers=2)
+            mmtensor.write_shards(output, FIELDS, inputs, convert_failing_at_0_or_hanging_deaf, shards=2,
+                                  num_workers=2)
+        self.assertGreater(time.monotonic() - started, 4.5)  # killed, after the grace period
         self.assertLess(time.monotonic() - started, 60)
+        self.assertEqual(os.listdir(self.path("out")), [])
+        # Ctrl-C while the parent waits out the grace period: the deaf worker is killed all
+        # the same, rather than joined for ever.
+        os.remove(self.path("deaf"))
+        timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        try:
+            with self.assertRaises(KeyboardInterrupt):
+                mmtensor.write_shards(output, FIELDS, inputs, convert_failing_at_0_or_hanging_deaf, shards=2,
+                                      num_workers=2)
+        finally:
+            timer.cancel()
+        self.assertEqual(os.listdir(self.path("out")), [])
+
+    def test_an_error_holding_a_whole_input_comes_back_cut(self):
+        # Sent whole, a worker stopped in the middle of sending it left the parent waiting
+        # for the rest for ever.
+        with self.assertRaisesRegex(RuntimeError, "UnicodeDecodeError: 'utf-8' codec can't decode") as caught:
+            mmtensor.write_shards(self.path("u{shard}.mmt"), FIELDS, range(40), convert_failing_with_the_whole_input,
+                                  shards=4, num_workers=2)
+        self.assertLess(len(str(caught.exception)), 3000)
+        self.assertIn("while writing inputs[", "\n".join(caught.exception.__notes__))
         self.assertEqual(os.listdir(self.dir.name), [])
 
     def test_sigterm_to_the_parent_leaves_nothing(self):
