@@ -1,9 +1,10 @@
 """Runs tests/python (unittest discover, verbose) with a watchdog, as ctest's Python test.
 
 ctest ends a test past its TIMEOUT with SIGKILL, which leaves no trace of where it hung. Here,
-`--hang-seconds` before that, the watchdog prints what each process of the run is waiting in
-(this one's threads, Python and native, and its children's native stacks: a worker process
-that hung in a forked child shows there) and ends the run with exit status 3.
+after `--hang-seconds` (well below that limit), the watchdog prints what each process of the
+run is waiting in (this one's threads, Python and native, and its children's native stacks: a
+worker process that hung in a forked child shows there), kills the children and ends the run
+with exit status 3.
 
     python3 run_tests.py [--hang-seconds S] [unittest arguments...]
 """
@@ -24,9 +25,11 @@ def native_stacks(pid):
     """Each thread's native stack (gdb, where installed and allowed to attach), or where in
     the kernel each waits (/proc)."""
     if shutil.which("gdb"):
+        # Not under the sanitizer runtimes the ASan run preloads: gdb hangs at its start there.
+        environment = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
         try:
             stacks = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
-                                    capture_output=True, text=True, timeout=60).stdout
+                                    capture_output=True, text=True, timeout=20, env=environment).stdout
             if "Thread" in stacks:
                 return stacks
         except (OSError, subprocess.SubprocessError):
@@ -71,7 +74,8 @@ def report_hang_and_exit(seconds):
     # watchdog as running, without the thread, and hangs at its own first call of it.
     out = sys.stderr
     print(f"\n*** tests/python still running after {seconds} s: a hang. Where each process waits:", file=out, flush=True)
-    for child in descendants(os.getpid()):
+    children = descendants(os.getpid())
+    for child in children[:8]:  # 20 s of gdb each at most
         try:
             with open(f"/proc/{child}/cmdline", "rb") as f:
                 command = f.read().replace(b"\0", b" ").decode(errors="replace")
@@ -82,6 +86,12 @@ def report_hang_and_exit(seconds):
     print("\n--- this process, Python:", file=out, flush=True)
     faulthandler.dump_traceback(file=out, all_threads=True)
     out.flush()
+    # Hung workers would outlive the run, holding ctest's output pipes open.
+    for child in children:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except OSError:
+            pass
     os._exit(3)
 
 
@@ -100,6 +110,8 @@ def main():
     watchdog.start()
     program = unittest.main(module=None, argv=[sys.argv[0], "discover", "-s", HERE, "-v"] + rest, exit=False)
     watchdog.cancel()
+    if program.result.testsRun == 0:
+        sys.exit("run_tests.py: no test ran (a -k pattern that matches none?)")
     sys.exit(0 if program.result.wasSuccessful() else 1)
 
 
