@@ -53,8 +53,11 @@ struct TfRecordExamples {
     std::string key;
     FeatureKind kind = FeatureKind::None;
     size_t field = 0;        // its field; a joined bytes_list's lengths are field + 1
-    bool joined = false;     // a bytes_list of other than one value a record
+    bool joined = false;     // a bytes_list of other than one value a record, or a feature list of
+                             // steps unlike: its values joined, and NAME.lengths
     int64_t fixed = -1;      // values every record holds (a fixed field), or -1
+    bool sequence = false;   // a SequenceExample's feature list: a record holds steps
+    int64_t step_width = -1; // values each step holds (bytes, for a bytes list), when alike
   };
   std::vector<File> files;
   DecompressedFiles decompressed;  // compressed files, kept in $TMPDIR within the scratch budget
@@ -62,6 +65,7 @@ struct TfRecordExamples {
   std::vector<int64_t> file_end;    // records before each file's end
   std::vector<Column> columns;
   std::unordered_map<std::string_view, size_t> column_of;  // key -> column (keys in `columns`)
+  std::unordered_map<std::string_view, size_t> list_column_of;  // a feature list's key -> column
   size_t fixed_columns = 0;  // columns with `fixed` >= 0
 
   // File f's bytes: its mapping, or its decompression (made again when past the budget).
@@ -191,8 +195,18 @@ struct KeyStats {
   int64_t first_record = 0;     // where it was first seen, and first seen with its kind
   int64_t kind_record = -1;
   int64_t present = 0;          // records that have it
-  int64_t min_values = INT64_MAX, max_values = 0;
+  int64_t min_values = INT64_MAX, max_values = 0;  // values a record holds (a context feature)
+  // A SequenceExample's feature list: the values a step holds, and a bytes list's values'
+  // lengths, over every step of every record.
+  bool sequence = false;
+  int64_t min_step_values = INT64_MAX, max_step_values = 0;
+  int64_t min_value_bytes = INT64_MAX, max_value_bytes = 0;
 };
+
+// "feature 'KEY'" or "feature list 'KEY'", for messages.
+std::string feature_named(const KeyStats& stat) {
+  return str(stat.sequence ? "feature list '" : "feature '", detail::cut_for_message(stat.key, 200), "'");
+}
 
 // The field name for a feature key: '/' made '.'.
 std::string field_name_of(std::string_view key) {
@@ -262,9 +276,11 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
   // record before had it.
   // Everything the guarded sections fill outlives them (a fault must skip no destructor).
   std::vector<KeyStats> stats;
-  std::unordered_map<std::string, size_t> stat_of;
+  std::unordered_map<std::string, size_t> stat_of, list_stat_of;  // key -> stat, of features and feature lists
   std::vector<size_t> previous;  // the stats of the record before's features, in its order
-  std::vector<ExampleFeature> features;
+  std::vector<ExampleFeature> features, steps;
+  std::vector<detail::ExampleFeatureList> lists;
+  std::vector<std::span<const std::byte>> items;  // a bytes step's values
   std::string key;  // a feature's key, copied out of the file
   std::exception_ptr error;
   // File f's records [begin, end), its bytes `bytes`, read as soon as its records are found
@@ -276,7 +292,8 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
       detail::guard_storage_reads(bytes, [&] {
         try {
           naming(where, [&] {
-            detail::parse_example({bytes.data() + span.offset, static_cast<size_t>(span.size)}, kNoWhere, features);
+            const std::byte* record = bytes.data() + span.offset;
+            detail::parse_example({record, static_cast<size_t>(span.size)}, kNoWhere, features, lists);
             for (size_t j = 0; j < features.size(); ++j) {
               const ExampleFeature& feature = features[j];
               size_t s = j < previous.size() && stats[previous[j]].key == feature.key ? previous[j] : SIZE_MAX;
@@ -311,6 +328,43 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
               stat.max_values = std::max(stat.max_values, n);
             }
             previous.resize(features.size());
+            for (const detail::ExampleFeatureList& list : lists) {
+              key.assign(list.key);
+              auto found = list_stat_of.find(key);
+              if (found == list_stat_of.end()) {
+                found = list_stat_of.emplace(key, stats.size()).first;
+                stats.push_back({key, FeatureKind::None, r});
+                stats.back().sequence = true;
+              }
+              KeyStats& stat = stats[found->second];
+              ++stat.present;
+              detail::feature_list_steps(list, record, kNoWhere, steps);
+              for (const ExampleFeature& step : steps) {
+                if (step.kind != FeatureKind::None) {
+                  if (stat.kind == FeatureKind::None) {
+                    stat.kind = step.kind;
+                    stat.kind_record = r;
+                  }
+                  MMT_CHECK(step.kind == stat.kind, ValueError, ": feature list '",
+                            detail::cut_for_message(stat.key, 200), "' has a step of ", to_string(step.kind), ", but ",
+                            examples->where(stat.kind_record), " gave it steps of ", to_string(stat.kind),
+                            "; a feature list holds one kind of list");
+                }
+                int64_t n = 0;
+                if (step.kind == FeatureKind::Bytes) {
+                  detail::bytes_values(step, kNoWhere, items);
+                  n = static_cast<int64_t>(items.size());
+                  for (const std::span<const std::byte> item : items) {
+                    stat.min_value_bytes = std::min(stat.min_value_bytes, static_cast<int64_t>(item.size()));
+                    stat.max_value_bytes = std::max(stat.max_value_bytes, static_cast<int64_t>(item.size()));
+                  }
+                } else {
+                  n = detail::feature_value_count(step, kNoWhere);
+                }
+                stat.min_step_values = std::min(stat.min_step_values, n);
+                stat.max_step_values = std::max(stat.max_step_values, n);
+              }
+            }
           });
         } catch (const Error&) {
           error = std::current_exception();
@@ -365,37 +419,63 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
             " packed without a choice: each would be a field of every record; choose the features with --field");
   // The features chosen, in the order asked for, or all, in the order of their names.
   std::map<std::string, size_t> by_name;  // field name -> stat
+  std::map<std::string, size_t> clash;    // field name -> another stat making it
   for (size_t s = 0; s < stats.size(); ++s) {
     const std::string name = field_name_of(stats[s].key);
-    const auto [it, fresh] = by_name.emplace(name, s);
-    MMT_CHECK(fresh, ValueError, "features '", detail::cut_for_message(stats[it->second].key, 200), "' and '",
-              detail::cut_for_message(stats[s].key, 200), "' would both be field '", detail::cut_for_message(name, 200),
-              "' ('/' is '.' in a field name); choose one with --field");
+    if (!by_name.emplace(name, s).second) clash.emplace(name, s);
   }
+  // Two keys making one field name can be packed one at a time: each key chosen by itself.
+  const auto refuse_clash = [&](const std::string& name) {
+    const auto other = clash.find(name);
+    if (other == clash.end()) return;
+    const KeyStats &a = stats[by_name.at(name)], &b = stats[other->second];
+    const bool same_key = a.key == b.key;  // a context feature and a feature list
+    throw ValueError(str(!a.sequence && !b.sequence ? str("features '", detail::cut_for_message(a.key, 200), "' and '",
+                                                          detail::cut_for_message(b.key, 200), "'")
+                                                    : str(feature_named(a), " and ", feature_named(b)),
+                         " would both be field '", detail::cut_for_message(name, 200), "'",
+                         same_key ? " (a SequenceExample's context and feature lists may share a key; one dataset "
+                                    "field cannot): choose the others with --field"
+                                  : " ('/' is '.' in a field name); choose one with --field, by its key"));
+  };
   std::vector<size_t> chosen;
   if (fields.empty()) {
-    for (const auto& [name, s] : by_name) chosen.push_back(s);
+    for (const auto& [name, s] : by_name) {
+      refuse_clash(name);
+      chosen.push_back(s);
+    }
   } else {
     for (const std::string& name : fields) {
-      auto it = by_name.find(name);
-      if (it == by_name.end()) it = by_name.find(field_name_of(name));  // the key itself, '/' and all
-      if (it == by_name.end() && name.ends_with(".lengths")) {
-        // A bytes_list's lengths (as `mmt verify --against` lists a dataset's fields): chosen
-        // with its values.
-        const auto values = by_name.find(field_name_of(std::string_view(name).substr(0, name.size() - 8)));
-        if (values != by_name.end() && stats[values->second].kind == FeatureKind::Bytes) {
+      // The key itself, '/' and all (of a feature or of a feature list), else a field name.
+      size_t pick = SIZE_MAX;
+      const auto as_feature = stat_of.find(name), as_list = list_stat_of.find(name);
+      if (as_feature != stat_of.end() && as_list != list_stat_of.end()) refuse_clash(field_name_of(name));
+      if (as_feature != stat_of.end()) pick = as_feature->second;
+      if (as_list != list_stat_of.end()) pick = as_list->second;
+      if (pick == SIZE_MAX) {
+        refuse_clash(name);
+        if (const auto it = by_name.find(name); it != by_name.end()) pick = it->second;
+      }
+      if (pick == SIZE_MAX && name.ends_with(".lengths")) {
+        // A bytes_list's or a feature list's lengths (as `mmt verify --against` lists a
+        // dataset's fields): chosen with its values.
+        const std::string values_name = name.substr(0, name.size() - 8);
+        const auto values = by_name.find(values_name);
+        if (values != by_name.end() &&
+            (stats[values->second].kind == FeatureKind::Bytes || stats[values->second].sequence)) {
+          refuse_clash(values_name);
           if (std::find(chosen.begin(), chosen.end(), values->second) == chosen.end()) chosen.push_back(values->second);
           continue;
         }
       }
-      if (it == by_name.end()) {
+      if (pick == SIZE_MAX) {
         std::vector<std::string> known;
         for (const auto& [n, s] : by_name) known.push_back(n);
         throw ValueError(str("the TFRecord files have no feature '", detail::cut_for_message(name, 200),
                              "' (features, as fields: ", detail::cut_for_message(detail::joined(known), 2000), ")"));
       }
       // Once, though a bytes_list's lengths may have chosen it already.
-      if (std::find(chosen.begin(), chosen.end(), it->second) == chosen.end()) chosen.push_back(it->second);
+      if (std::find(chosen.begin(), chosen.end(), pick) == chosen.end()) chosen.push_back(pick);
     }
   }
 
@@ -404,13 +484,41 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
   for (const size_t s : chosen) {
     const KeyStats& stat = stats[s];
     const std::string name = field_name_of(stat.key);
-    MMT_CHECK(stat.kind != FeatureKind::None, ValueError, "feature '", detail::cut_for_message(stat.key, 200),
-              "' holds no list in any record (first seen in ", examples->where(stat.first_record),
-              "): it has no dtype to pack; leave it out with --field");
+    MMT_CHECK(stat.kind != FeatureKind::None, ValueError, feature_named(stat),
+              stat.sequence ? " holds no list in any step of any record" : " holds no list in any record",
+              " (first seen in ", examples->where(stat.first_record), "): it has no dtype to pack; leave it out with --field");
     TfRecordExamples::Column column{stat.key, stat.kind, schema_fields.size()};
+    column.sequence = stat.sequence;
     const bool constant = stat.present == out.records_ && stat.min_values == stat.max_values && stat.min_values >= 1;
+    // A feature list's steps hold one width when each holds as many values (or, for bytes,
+    // one value of as many bytes): a field of [steps, width].
+    const bool steps_alike = stat.min_step_values == stat.max_step_values && stat.min_step_values >= 1;
     try {
-      if (stat.kind == FeatureKind::Bytes) {
+      if (stat.sequence && stat.kind == FeatureKind::Bytes) {
+        MMT_CHECK(steps_alike && stat.min_step_values == 1, ValueError, "its steps hold ", stat.min_step_values, " to ",
+                  stat.max_step_values, " byte strings; a step of a bytes feature list is packed when it holds one, as "
+                  "TensorFlow's FixedLenSequenceFeature reads it (lists of lists of strings are not packed): leave it "
+                  "out with --field");
+        if (stat.min_value_bytes == stat.max_value_bytes && stat.min_value_bytes >= 1) {
+          column.step_width = stat.min_value_bytes;  // [steps, bytes]: YouTube-8M's quantized frames
+          schema_fields.push_back(Field::ragged(name, kUInt8, {kVariableDim, column.step_width}));
+        } else {
+          column.joined = true;
+          schema_fields.push_back(Field::bytes(name));
+          schema_fields.push_back(Field::ragged(name + ".lengths", kInt64, {kVariableDim}));
+        }
+      } else if (stat.sequence) {
+        const ScalarType dtype = stat.kind == FeatureKind::Float ? kFloat32 : kInt64;
+        if (steps_alike) {
+          column.step_width = stat.min_step_values;
+          schema_fields.push_back(column.step_width == 1 ? Field::ragged(name, dtype, {kVariableDim})
+                                                         : Field::ragged(name, dtype, {kVariableDim, column.step_width}));
+        } else {
+          column.joined = true;  // the steps' values joined, and each step's count
+          schema_fields.push_back(Field::ragged(name, dtype, {kVariableDim}));
+          schema_fields.push_back(Field::ragged(name + ".lengths", kInt64, {kVariableDim}));
+        }
+      } else if (stat.kind == FeatureKind::Bytes) {
         column.joined = !(constant && stat.min_values == 1);
         if (!column.joined) column.fixed = 1;
         schema_fields.push_back(Field::bytes(name));
@@ -425,9 +533,10 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
         }
       }
     } catch (const ValueError& e) {
-      throw ValueError(str("feature '", detail::cut_for_message(stat.key, 200), "': ", e.what()));
+      throw ValueError(str(feature_named(stat), ": ", e.what()));
     }
     described[name] = {{"key", stat.key}, {"kind", to_string(stat.kind)}};
+    if (stat.sequence) described[name]["feature_list"] = true;
     examples->columns.push_back(std::move(column));
   }
   try {
@@ -436,17 +545,20 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
     throw ValueError(str("the TFRecord files' features: ", e.what()));
   }
   for (const TfRecordExamples::Column& column : examples->columns) {
-    examples->column_of.emplace(column.key, &column - examples->columns.data());
+    (column.sequence ? examples->list_column_of : examples->column_of).emplace(column.key, &column - examples->columns.data());
     examples->fixed_columns += column.fixed >= 0;
   }
 
   std::string files;
   for (size_t f = 0; f < examples->files.size(); ++f) files += str(f == 0 ? "" : ", ", examples->files[f].path);
   for (const TfRecordExamples::Column& column : examples->columns) {
-    out.origins_.push_back(str(out.schema_[column.field].name, "=", files, " (TFRecord feature '", column.key, "', ",
+    out.origins_.push_back(str(out.schema_[column.field].name, "=", files, " (TFRecord ",
+                               column.sequence ? "feature list '" : "feature '", column.key, "', ",
                                to_string(column.kind), ")"));
     if (column.joined)
-      out.origins_.push_back(str(out.schema_[column.field + 1].name, "=", files, " (the lengths of TFRecord feature '",
+      out.origins_.push_back(str(out.schema_[column.field + 1].name, "=", files,
+                                 column.sequence ? " (the step lengths of TFRecord feature list '"
+                                                 : " (the lengths of TFRecord feature '",
                                  column.key, "')"));
   }
   out.metadata_["source"] = "tfrecord";
@@ -462,8 +574,14 @@ namespace {
 struct PackedFeature {
   size_t column = 0;
   ExampleFeature feature;
-  int64_t count = 0;
+  int64_t count = 0;  // values (of a feature list: of all its steps)
   size_t first_item = 0;
+  // A feature list: its steps (in ReadScratch::steps from first_step), and the rows it adds
+  // along its field's first dimension: its steps when they are alike, else its values (bytes,
+  // for a bytes list).
+  int64_t steps = 0;
+  size_t first_step = 0;
+  int64_t rows = 0;
 };
 
 // What one thread keeps while it reads records: these outlive the guarded sections that fill
@@ -472,9 +590,11 @@ struct ReadScratch {
   std::vector<PackedFeature> packed;
   std::vector<std::span<const std::byte>> items;  // every bytes_list value, in packed's order
   std::vector<std::span<const std::byte>> list;   // one bytes_list's values
+  std::vector<ExampleFeature> steps;               // every feature list's steps, in packed's order
+  std::vector<int64_t> step_values;                // the values each of those holds
   std::vector<std::byte*> out;                    // per packed feature (record) or column (batch)
   std::vector<int64_t*> lengths_out;
-  std::vector<int64_t> running, items_running, value_total, byte_total;
+  std::vector<int64_t> running, items_running, value_total, byte_total, step_total;
   std::vector<size_t> record_end;
 };
 ReadScratch& read_scratch() {
@@ -489,9 +609,47 @@ ReadScratch& read_scratch() {
 // to name the record (naming()).
 void read_packed_features(const TfRecordExamples& examples, const std::byte* base, detail::TfRecordSpan span,
                           ReadScratch& scratch) {
-  thread_local std::vector<ExampleFeature> features;
+  thread_local std::vector<ExampleFeature> features, steps;
+  thread_local std::vector<detail::ExampleFeatureList> lists;
   detail::check_tfrecord_data(base, span, kNoWhere);
-  detail::parse_example({base + span.offset, static_cast<size_t>(span.size)}, kNoWhere, features);
+  detail::parse_example({base + span.offset, static_cast<size_t>(span.size)}, kNoWhere, features, lists);
+  for (const detail::ExampleFeatureList& list : lists) {
+    const auto found = examples.list_column_of.find(list.key);
+    if (found == examples.list_column_of.end()) continue;  // not chosen
+    const TfRecordExamples::Column& column = examples.columns[found->second];
+    const auto changed = [&](const auto&... what) {
+      throw IoError(str(": feature list '", detail::cut_for_message(column.key, 200), "' ", what...,
+                        " when the files were scanned: the file changed"));
+    };
+    PackedFeature p{found->second, {}, 0, scratch.items.size()};
+    p.first_step = scratch.steps.size();
+    detail::feature_list_steps(list, base + span.offset, kNoWhere, steps);
+    for (const ExampleFeature& step : steps) {
+      if (step.kind != column.kind && step.kind != FeatureKind::None)
+        changed("now has a step of ", to_string(step.kind), ", not of the ", to_string(column.kind), " it had");
+      int64_t n = 0;
+      if (column.kind == FeatureKind::Bytes) {
+        detail::bytes_values(step, kNoWhere, scratch.list);
+        n = static_cast<int64_t>(scratch.list.size());
+        if (n != 1) changed("now has a step of ", n, " byte strings, not of the one every step held");
+        const auto bytes = static_cast<int64_t>(scratch.list[0].size());
+        if (column.step_width >= 0 && bytes != column.step_width)
+          changed("now has a step of ", bytes, " bytes, not of the ", column.step_width, " every step held");
+        scratch.items.push_back(scratch.list[0]);
+        p.rows += column.step_width >= 0 ? 1 : bytes;
+      } else {
+        n = detail::feature_value_count(step, kNoWhere);
+        if (column.step_width >= 0 && n != column.step_width)
+          changed("now has a step of ", n, " values, not of the ", column.step_width, " every step held");
+        p.rows += column.step_width >= 0 ? 1 : n;
+      }
+      scratch.steps.push_back(step);
+      scratch.step_values.push_back(n);
+      p.count += n;
+    }
+    p.steps = static_cast<int64_t>(steps.size());
+    scratch.packed.push_back(p);
+  }
   const size_t first = scratch.packed.size();
   size_t fixed_found = 0;
   for (const ExampleFeature& feature : features) {
@@ -524,12 +682,42 @@ void read_packed_features(const TfRecordExamples& examples, const std::byte* bas
 
 // Copies a float_list's or int64_list's values to `out` (count of them), under the caller's
 // mapping guard.
-void copy_numbers(const PackedFeature& p, FeatureKind kind, std::byte* out) {
-  const auto n = static_cast<size_t>(p.count);
+void copy_numbers(const ExampleFeature& feature, int64_t count, FeatureKind kind, std::byte* out) {
+  const auto n = static_cast<size_t>(count);
   if (kind == FeatureKind::Float)
-    detail::copy_float_values(p.feature, {reinterpret_cast<float*>(out), n}, kNoWhere);
+    detail::copy_float_values(feature, {reinterpret_cast<float*>(out), n}, kNoWhere);
   else
-    detail::copy_int64_values(p.feature, {reinterpret_cast<int64_t*>(out), n}, kNoWhere);
+    detail::copy_int64_values(feature, {reinterpret_cast<int64_t*>(out), n}, kNoWhere);
+}
+
+// Copies the values of feature list `p` (of `column`) to `out`, its steps back to back, and
+// when the column is joined each step's length (values, or bytes) to `lengths`, under the
+// caller's mapping guard. Returns the end of what it wrote to `out`.
+std::byte* copy_steps(const PackedFeature& p, const TfRecordExamples::Column& column, const ReadScratch& scratch,
+                      std::byte* out, int64_t* lengths) {
+  size_t item = p.first_item;
+  for (int64_t i = 0; i < p.steps; ++i) {
+    const size_t step = p.first_step + static_cast<size_t>(i);
+    int64_t length = scratch.step_values[step];
+    if (column.kind == FeatureKind::Bytes) {
+      const std::span<const std::byte> bytes = scratch.items[item++];
+      if (!bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
+      length = static_cast<int64_t>(bytes.size());
+      out += bytes.size();
+    } else {
+      copy_numbers(scratch.steps[step], length, column.kind, out);
+      out += length * (column.kind == FeatureKind::Float ? 4 : 8);
+    }
+    if (lengths != nullptr) *lengths++ = length;
+  }
+  return out;
+}
+
+// The shape of `column`'s values for `rows` rows: [rows, width] for a feature list whose
+// steps are alike and wider than one number, else [rows].
+std::vector<int64_t> rows_shape(const TfRecordExamples::Column& column, const Field& field, int64_t rows) {
+  return column.sequence && field.shape.size() == 2 ? std::vector<int64_t>{rows, column.step_width}
+                                                    : std::vector<int64_t>{rows};
 }
 
 }  // namespace
@@ -542,21 +730,30 @@ void PackSources::tfrecord_record(int64_t index, std::vector<Tensor>& values) co
   ReadScratch& scratch = read_scratch();
   scratch.packed.clear();
   scratch.items.clear();
+  scratch.steps.clear();
+  scratch.step_values.clear();
   const std::byte* base = bytes.data();
   // Read and checked first; then the tensors made, outside the guard; then the values copied.
   detail::guard_storage_reads(bytes, [&] {
     naming(where, [&] { read_packed_features(examples, base, span, scratch); });
   });
   for (const TfRecordExamples::Column& column : examples.columns) {  // what a record lacking the feature holds
-    values[column.field] = empty({0}, schema_[column.field].dtype);
+    values[column.field] = empty(rows_shape(column, schema_[column.field], 0), schema_[column.field].dtype);
     if (column.joined) values[column.field + 1] = empty({0}, kInt64);
   }
   scratch.out.assign(scratch.packed.size(), nullptr);
+  scratch.lengths_out.assign(scratch.packed.size(), nullptr);
   for (size_t k = 0; k < scratch.packed.size(); ++k) {
     const PackedFeature& p = scratch.packed[k];
     const TfRecordExamples::Column& column = examples.columns[p.column];
     Tensor& value = values[column.field];
-    if (column.kind == FeatureKind::Bytes) {
+    if (column.sequence) {
+      value = empty(rows_shape(column, schema_[column.field], p.rows), schema_[column.field].dtype);
+      if (column.joined) {
+        values[column.field + 1] = empty({p.steps}, kInt64);
+        scratch.lengths_out[k] = static_cast<int64_t*>(values[column.field + 1].mutable_data_ptr());
+      }
+    } else if (column.kind == FeatureKind::Bytes) {
       if (!column.joined) {  // a view of the file
         const std::span<const std::byte> item = scratch.items[p.first_item];
         if (!item.empty()) value = Tensor(bytes, kUInt8, {static_cast<int64_t>(item.size())}, item.data() - base);
@@ -588,11 +785,15 @@ void PackSources::tfrecord_record(int64_t index, std::vector<Tensor>& values) co
   detail::guard_storage_reads(bytes, [&] {
     naming(where, [&] {
       for (size_t k = 0; k < scratch.packed.size(); ++k) {
-        if (scratch.out[k] == nullptr) continue;  // a view, or nothing to copy
         const PackedFeature& p = scratch.packed[k];
+        if (examples.columns[p.column].sequence) {
+          copy_steps(p, examples.columns[p.column], scratch, scratch.out[k], scratch.lengths_out[k]);
+          continue;
+        }
+        if (scratch.out[k] == nullptr) continue;  // a view, or nothing to copy
         const FeatureKind kind = examples.columns[p.column].kind;
         if (kind != FeatureKind::Bytes) {
-          copy_numbers(p, kind, scratch.out[k]);
+          copy_numbers(p.feature, p.count, kind, scratch.out[k]);
           continue;
         }
         std::byte* joined = scratch.out[k];
@@ -630,10 +831,13 @@ int64_t PackSources::tfrecord_batch(int64_t start, int64_t count, std::vector<Te
   ReadScratch& scratch = read_scratch();
   scratch.packed.clear();
   scratch.items.clear();
+  scratch.steps.clear();
+  scratch.step_values.clear();
   scratch.record_end.clear();
   const size_t columns = examples.columns.size();
   scratch.value_total.assign(columns, 0);
   scratch.byte_total.assign(columns, 0);
+  scratch.step_total.assign(columns, 0);
   const UntypedStorage bytes = examples.bytes_of(f);
   const std::byte* base = bytes.data();
   detail::guard_storage_reads(bytes, [&] {
@@ -644,6 +848,11 @@ int64_t PackSources::tfrecord_batch(int64_t start, int64_t count, std::vector<Te
     }
   });
   for (const PackedFeature& p : scratch.packed) {
+    if (examples.columns[p.column].sequence) {
+      scratch.value_total[p.column] += p.rows;
+      scratch.step_total[p.column] += p.steps;
+      continue;
+    }
     scratch.value_total[p.column] += p.count;
     if (examples.columns[p.column].kind == FeatureKind::Bytes)
       for (int64_t i = 0; i < p.count; ++i)
@@ -659,7 +868,15 @@ int64_t PackSources::tfrecord_batch(int64_t start, int64_t count, std::vector<Te
   for (size_t c = 0; c < columns; ++c) {
     const TfRecordExamples::Column& column = examples.columns[c];
     const Field& field = schema_[column.field];
-    if (column.kind == FeatureKind::Bytes) {
+    if (column.sequence) {
+      values[column.field] = empty(rows_shape(column, field, scratch.value_total[c]), field.dtype);
+      offsets[column.field] = empty({count + 1}, kInt64);
+      if (column.joined) {
+        values[column.field + 1] = empty({scratch.step_total[c]}, kInt64);
+        offsets[column.field + 1] = empty({count + 1}, kInt64);
+        scratch.lengths_out[c] = static_cast<int64_t*>(values[column.field + 1].mutable_data_ptr());
+      }
+    } else if (column.kind == FeatureKind::Bytes) {
       values[column.field] = empty({scratch.byte_total[c]}, kUInt8);
       offsets[column.field] = empty({count + 1}, kInt64);
       if (column.joined) {
@@ -692,6 +909,13 @@ int64_t PackSources::tfrecord_batch(int64_t start, int64_t count, std::vector<Te
           const PackedFeature& p = scratch.packed[k];
           const size_t c = p.column;
           const TfRecordExamples::Column& column = examples.columns[c];
+          if (column.sequence) {
+            scratch.out[c] = copy_steps(p, column, scratch, scratch.out[c], scratch.lengths_out[c]);
+            if (column.joined) scratch.lengths_out[c] += p.steps;
+            scratch.running[c] += p.rows;
+            scratch.items_running[c] += p.steps;
+            continue;
+          }
           if (column.kind == FeatureKind::Bytes) {
             for (int64_t i = 0; i < p.count; ++i) {
               const std::span<const std::byte> item = scratch.items[p.first_item + static_cast<size_t>(i)];
@@ -703,7 +927,7 @@ int64_t PackSources::tfrecord_batch(int64_t start, int64_t count, std::vector<Te
             scratch.items_running[c] += p.count;
             continue;
           }
-          copy_numbers(p, column.kind, scratch.out[c]);
+          copy_numbers(p.feature, p.count, column.kind, scratch.out[c]);
           scratch.out[c] += p.count * element_size(schema_[column.field].dtype);
           scratch.running[c] += p.count;
         }
@@ -722,7 +946,8 @@ std::string PackSources::tfrecord_origin(size_t field, int64_t index) const {
   const TfRecordExamples& examples = *tfrecord_;
   for (const TfRecordExamples::Column& column : examples.columns)
     if (field == column.field || (column.joined && field == column.field + 1))
-      return str(examples.where(index), ", feature '", column.key, "'", field == column.field ? "" : " (its lengths)");
+      return str(examples.where(index), column.sequence ? ", feature list '" : ", feature '", column.key, "'",
+                 field == column.field ? "" : column.sequence ? " (its steps' lengths)" : " (its lengths)");
   return examples.where(index);
 }
 

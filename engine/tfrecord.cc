@@ -190,85 +190,150 @@ namespace {
 
 constexpr size_t kPairwiseKeys = 32;
 
+// "'KEY' is given twice...", after "feature " or "feature list ".
 std::string twice(std::string_view key) {
-  return str("feature '", cut_for_message(std::string(key), 200),
+  return str("'", cut_for_message(std::string(key), 200),
              "' is given twice (protobuf would keep the last; no writer of Examples makes this)");
 }
 
 }  // namespace
 
-void parse_example(std::span<const std::byte> record, const std::string& where, std::vector<ExampleFeature>& out) {
+namespace {
+
+// Reads the Feature message `value` into `feature` (its kind and list).
+void read_feature(std::span<const std::byte> value, const std::byte* origin, const std::string& where,
+                  ExampleFeature& feature) {
+  WireReader kind(value, origin, WireReader::Origin::Record, where, "the Feature", feature.key);
+  while (!kind.done()) {
+    const std::byte* at = kind.position();
+    const auto [f, t] = kind.tag();
+    if (f < 1 || f > 3) {
+      kind.skip(t);
+      continue;
+    }
+    kind.check(t == kLengthDelimited, at, "its list is not a message");
+    kind.check(feature.kind == FeatureKind::None, at,
+               "it holds a ", to_string(static_cast<FeatureKind>(f)), " after a ", to_string(feature.kind),
+               " (protobuf would keep the last, or merge two of one kind; no writer of Examples makes this)");
+    feature.kind = static_cast<FeatureKind>(f);
+    feature.list = kind.length_delimited();
+  }
+}
+
+// The entries of a protobuf map<string, MESSAGE> held in `map` (a Features or FeatureLists
+// message, whose field 1 is the map): on_entry(key, value, entry_start, entry) for each, in
+// the order written, `entry` the entry's reader (for its errors).
+template <class OnEntry>
+void walk_string_map(WireReader& map, const std::byte* origin, const std::string& where, const char* entry_what,
+                     const char* value_what, OnEntry&& on_entry) {
+  while (!map.done()) {
+    const std::byte* entry_start = map.position();
+    const auto [entry_field, entry_type] = map.tag();
+    if (entry_field != 1) {
+      map.skip(entry_type);
+      continue;
+    }
+    map.check(entry_type == kLengthDelimited, entry_start, entry_what, " is not a message");
+    WireReader entry(map.length_delimited(), origin, WireReader::Origin::Record, where, entry_what);
+    std::string_view key;
+    std::span<const std::byte> value;
+    while (!entry.done()) {
+      const std::byte* at = entry.position();
+      const auto [f, t] = entry.tag();
+      if (f == 1 || f == 2) {
+        entry.check(t == kLengthDelimited, at, f == 1 ? "its key is not a string" : value_what);
+        const std::span<const std::byte> bytes = entry.length_delimited();
+        if (f == 1)
+          key = std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+        else
+          value = bytes;
+      } else {
+        entry.skip(t);
+      }
+    }
+    on_entry(key, value, entry_start, entry);
+  }
+}
+
+// FormatError naming where unless the keys of `items` (each with a `key`) are unique. The first
+// few are compared pairwise as they come (`check_last`); past that, all at once, sorted (a
+// record of tens of thousands of keys must not take their square).
+template <class Item>
+void check_last_key_unique(const std::vector<Item>& items, WireReader& reader, const std::byte* at,
+                           const char* what) {
+  if (items.size() > kPairwiseKeys) return;
+  for (size_t i = 0; i + 1 < items.size(); ++i)
+    if (items[i].key == items.back().key) reader.fail(at, str(what, twice(items.back().key)));
+}
+template <class Item>
+void check_keys_unique(const std::vector<Item>& items, const std::string& where, const char* what) {
+  if (items.size() <= kPairwiseKeys) return;
+  thread_local std::vector<std::string_view> keys;
+  keys.clear();
+  for (const Item& item : items) keys.push_back(item.key);
+  std::sort(keys.begin(), keys.end());
+  const auto repeated = std::adjacent_find(keys.begin(), keys.end());
+  if (repeated != keys.end()) throw FormatError(str(where, ": ", what, twice(*repeated)));
+}
+
+}  // namespace
+
+void parse_example(std::span<const std::byte> record, const std::string& where, std::vector<ExampleFeature>& out,
+                   std::vector<ExampleFeatureList>& lists) {
   out.clear();
+  lists.clear();
   const std::byte* origin = record.data();
   WireReader example(record, origin, WireReader::Origin::Record, where, "the tf.train.Example");
   while (!example.done()) {
     const std::byte* field_start = example.position();
     const auto [field, type] = example.tag();
-    if (field == 2 && type == kLengthDelimited)
-      example.fail(field_start, "it has field 2, a tf.train.SequenceExample's feature_lists: only tf.train.Example "
-                                "records are packed");
+    if (field == 2 && type == kLengthDelimited) {  // a SequenceExample's feature_lists
+      WireReader feature_lists(example.length_delimited(), origin, WireReader::Origin::Record, where,
+                               "its FeatureLists");
+      walk_string_map(feature_lists, origin, where, "a feature list map entry", "its value is not a FeatureList message",
+                      [&](std::string_view key, std::span<const std::byte> value, const std::byte* entry_start,
+                          WireReader& entry) {
+                        lists.push_back({key, value});
+                        check_last_key_unique(lists, entry, entry_start, "feature list ");
+                      });
+      continue;
+    }
     if (field != 1) {
       example.skip(type);
       continue;
     }
     example.check(type == kLengthDelimited, field_start, "its field 1 (features) is not a message");
     WireReader features(example.length_delimited(), origin, WireReader::Origin::Record, where, "its Features");
-    while (!features.done()) {
-      const std::byte* entry_start = features.position();
-      const auto [entry_field, entry_type] = features.tag();
-      if (entry_field != 1) {
-        features.skip(entry_type);
-        continue;
-      }
-      features.check(entry_type == kLengthDelimited, entry_start, "a feature map entry is not a message");
-      WireReader entry(features.length_delimited(), origin, WireReader::Origin::Record, where,
-                       "a feature map entry");
-      ExampleFeature feature;
-      std::span<const std::byte> value;
-      while (!entry.done()) {
-        const std::byte* at = entry.position();
-        const auto [f, t] = entry.tag();
-        if (f == 1 || f == 2) {
-          entry.check(t == kLengthDelimited, at, f == 1 ? "its key is not a string" : "its value is not a Feature message");
-          const std::span<const std::byte> bytes = entry.length_delimited();
-          if (f == 1)
-            feature.key = std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-          else
-            value = bytes;
-        } else {
-          entry.skip(t);
-        }
-      }
-      WireReader kind(value, origin, WireReader::Origin::Record, where, "the Feature", feature.key);
-      while (!kind.done()) {
-        const std::byte* at = kind.position();
-        const auto [f, t] = kind.tag();
-        if (f < 1 || f > 3) {
-          kind.skip(t);
-          continue;
-        }
-        kind.check(t == kLengthDelimited, at, "its list is not a message");
-        kind.check(feature.kind == FeatureKind::None, at,
-                   "it holds a ", to_string(static_cast<FeatureKind>(f)), " after a ", to_string(feature.kind),
-                   " (protobuf would keep the last, or merge two of one kind; no writer of Examples makes this)");
-        feature.kind = static_cast<FeatureKind>(f);
-        feature.list = kind.length_delimited();
-      }
-      // A few features are compared with each other as they come; past that, once sorted below
-      // (a record of tens of thousands of keys must not take their square).
-      if (out.size() < kPairwiseKeys)
-        for (const ExampleFeature& earlier : out)
-          if (earlier.key == feature.key) entry.fail(entry_start, twice(feature.key));
-      out.push_back(feature);
-    }
+    walk_string_map(features, origin, where, "a feature map entry", "its value is not a Feature message",
+                    [&](std::string_view key, std::span<const std::byte> value, const std::byte* entry_start,
+                        WireReader& entry) {
+                      ExampleFeature feature;
+                      feature.key = key;
+                      read_feature(value, origin, where, feature);
+                      out.push_back(feature);
+                      check_last_key_unique(out, entry, entry_start, "feature ");
+                    });
   }
-  if (out.size() > kPairwiseKeys) {
-    thread_local std::vector<std::string_view> keys;
-    keys.clear();
-    for (const ExampleFeature& feature : out) keys.push_back(feature.key);
-    std::sort(keys.begin(), keys.end());
-    const auto repeated = std::adjacent_find(keys.begin(), keys.end());
-    if (repeated != keys.end()) throw FormatError(str(where, ": ", twice(*repeated)));
+  check_keys_unique(out, where, "feature ");
+  check_keys_unique(lists, where, "feature list ");
+}
+
+void feature_list_steps(const ExampleFeatureList& list, const std::byte* record, const std::string& where,
+                        std::vector<ExampleFeature>& out) {
+  out.clear();
+  WireReader steps(list.steps, record, WireReader::Origin::Record, where, "the FeatureList", list.key);
+  while (!steps.done()) {
+    const std::byte* at = steps.position();
+    const auto [field, type] = steps.tag();
+    if (field != 1) {
+      steps.skip(type);
+      continue;
+    }
+    steps.check(type == kLengthDelimited, at, "a step is not a Feature message");
+    ExampleFeature step;
+    step.key = list.key;
+    read_feature(steps.length_delimited(), record, where, step);
+    out.push_back(step);
   }
 }
 

@@ -16,11 +16,14 @@
 //   BytesList { repeated bytes value = 1; }
 //   FloatList { repeated float value = 1 [packed = true]; }
 //   Int64List { repeated int64 value = 1 [packed = true]; }
+// or a tf.train.SequenceExample, whose context has an Example's field number:
+//   SequenceExample { Features context = 1; FeatureLists feature_lists = 2; }
+//   FeatureLists    { map<string, FeatureList> feature_list = 1; }
+//   FeatureList     { repeated Feature feature = 1; }          one Feature a step
 // in protobuf's wire format. Readers of it accept what protobuf parsers accept: fields in any
 // order, unknown fields skipped, repeated numbers packed or not. Refused, because no writer
-// of Examples makes them and a reader would have to guess: a feature key given twice in one
-// record, a Feature holding two lists, and groups (wire types 3 and 4). A SequenceExample
-// (its feature_lists, field 2) is refused as such.
+// of Examples makes them and a reader would have to guess: a feature key (or a feature list
+// key) given twice in one record, a Feature holding two lists, and groups (wire types 3 and 4).
 //
 // Nothing here trusts a byte: every length, varint and tag is checked against the bytes it
 // lies in, and the errors name `where` (the file and record) and the byte within the record.
@@ -72,10 +75,23 @@ struct ExampleFeature {
   std::span<const std::byte> list;
 };
 
-// The features of the serialized tf.train.Example `record`, in the order they are written,
-// into `out` (cleared first). FormatError "WHERE: byte B: ..." for bytes that are not an
-// Example (see above), or a key given twice.
-void parse_example(std::span<const std::byte> record, const std::string& where, std::vector<ExampleFeature>& out);
+// A feature list of a SequenceExample: its key and its FeatureList message, both within the
+// record's bytes (feature_list_steps() reads its steps).
+struct ExampleFeatureList {
+  std::string_view key;
+  std::span<const std::byte> steps;
+};
+
+// The features of the serialized tf.train.Example or SequenceExample `record` (its context),
+// in the order they are written, into `out`, and a SequenceExample's feature lists into
+// `lists` (both cleared first; an Example has none). FormatError "WHERE: byte B: ..." for
+// bytes that are neither (see above), or a key given twice.
+void parse_example(std::span<const std::byte> record, const std::string& where, std::vector<ExampleFeature>& out,
+                   std::vector<ExampleFeatureList>& lists);
+// The steps of `list` (of the record whose first byte is `record`), each a Feature keyed by
+// the list's key, into `out` (cleared first); FormatError as parse_example().
+void feature_list_steps(const ExampleFeatureList& list, const std::byte* record, const std::string& where,
+                        std::vector<ExampleFeature>& out);
 
 // The number of values in `feature`'s list; FormatError naming `where` and the feature for a
 // malformed list (a packed float run whose size is no multiple of 4, a cut varint...).

@@ -1,4 +1,4 @@
-// Fuzzes the TFRecord reader and the tf.train.Example parser above it
+// Fuzzes the TFRecord reader and the tf.train.Example (and SequenceExample) parser above it
 // (PackSources::from_tfrecord), the packer's way: a file written, scanned, every record read.
 // Input: records' data separated by "|REC|", each framed here with its true CRCs (so the
 // fuzzer reaches the Example parser past the checksums); or, when the input begins with '!',

@@ -1,6 +1,6 @@
-// TensorFlow TFRecord files of tf.train.Example records as pack sources
-// (PackSources::from_tfrecord): one record per Example, one field per feature, shapes from
-// what the records hold; every damaged file refused naming the record and its byte.
+// TensorFlow TFRecord files of tf.train.Example and SequenceExample records as pack sources
+// (PackSources::from_tfrecord): one record per Example, one field per feature (and feature
+// list), shapes from what the records hold; every damaged file refused naming the record and its byte.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -265,6 +265,207 @@ TEST(TfRecord, BatchesPackTheSameFileAsRecordByRecord) {
   EXPECT_EQ(compare_with_sources(packed, sources), 1500);
 }
 
+std::string pack_error(const std::string& path);
+std::string example_error(const std::vector<std::string>& records);
+
+// tf.train.SequenceExample records (YouTube-8M's frame-level files, say): the context packs as
+// an Example's features do, and each feature list is a field of the record's steps.
+std::vector<std::string> sequence_records() {
+  using testutil::sequence_example_bytes;
+  return {
+      sequence_example_bytes({{"id", Strings{"vid0"}}, {"labels", Ints{1, 5}}},
+                             {{"rgb", {Strings{"AAAAAAAA"}, Strings{"BBBBBBBB"}, Strings{"CCCCCCCC"}}},
+                              {"audio", {Floats{1, 2, 3, 4}, Floats{5, 6, 7, 8}, Floats{9, 10, 11, 12}}},
+                              {"frame_index", {Ints{0}, Ints{1}, Ints{2}}},
+                              {"frame_labels", {Ints{1}, Ints{2, 3}, Ints{}}},
+                              {"words", {Strings{"a"}, Strings{""}, Strings{"cat!"}}}}),
+      sequence_example_bytes({{"id", Strings{"vid1"}}, {"labels", Ints{7}}},
+                             {{"words", {}},  // a list of no steps
+                              {"frame_labels", {Ints{4}}},
+                              {"rgb", {Strings{"DDDDDDDD"}}},
+                              {"audio", {Floats{-1, -2, -3, -4}}},
+                              {"frame_index", {Ints{0}}}}),
+      // No feature lists at all: an Example, each list of no steps.
+      example_bytes({{"id", Strings{"vid2"}}, {"labels", Ints{}}}),
+  };
+}
+
+TEST(TfRecord, SequenceExamplesPackEachFeatureListAsTheRecordsSteps) {
+  TempFolder dir;
+  const std::string path = dir / "frames.tfrecord";
+  write_file(path, tfrecord_file(sequence_records()));
+  const PackSources sources = PackSources::from_tfrecord(std::vector<std::string>{path});
+  ASSERT_EQ(sources.records(), 3);
+  const Schema& schema = sources.schema();
+  ASSERT_EQ(schema.size(), 9u);
+  // Steps of 4 floats each: [steps, 4].
+  EXPECT_EQ(schema[0].name, "audio");
+  EXPECT_EQ(schema[0].dtype, kFloat32);
+  EXPECT_EQ(schema[0].shape, (std::vector<int64_t>{kVariableDim, 4}));
+  // One number a step: [steps].
+  EXPECT_EQ(schema[1].name, "frame_index");
+  EXPECT_EQ(schema[1].shape, (std::vector<int64_t>{kVariableDim}));
+  // Steps of other than one width: the values joined, and each step's count.
+  EXPECT_EQ(schema[2].name, "frame_labels");
+  EXPECT_EQ(schema[3].name, "frame_labels.lengths");
+  EXPECT_EQ(schema[4].name, "id");  // the context, as an Example's features
+  EXPECT_EQ(schema[5].name, "labels");
+  // One byte string of 8 bytes a step: uint8 [steps, 8].
+  EXPECT_EQ(schema[6].name, "rgb");
+  EXPECT_EQ(schema[6].dtype, kUInt8);
+  EXPECT_EQ(schema[6].shape, (std::vector<int64_t>{kVariableDim, 8}));
+  // Strings of other lengths: joined, and each one's length.
+  EXPECT_EQ(schema[7].name, "words");
+  EXPECT_EQ(schema[8].name, "words.lengths");
+
+  std::vector<Tensor> r = sources.record(0);
+  EXPECT_EQ(r[0].sizes(), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(floats_of(r[0]), (Floats{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(ints_of(r[1]), (Ints{0, 1, 2}));
+  EXPECT_EQ(ints_of(r[2]), (Ints{1, 2, 3}));
+  EXPECT_EQ(ints_of(r[3]), (Ints{1, 2, 0}));
+  EXPECT_EQ(text_of(r[4]), "vid0");
+  EXPECT_EQ(ints_of(r[5]), (Ints{1, 5}));
+  EXPECT_EQ(r[6].sizes(), (std::vector<int64_t>{3, 8}));
+  EXPECT_EQ(text_of(r[6]), "AAAAAAAABBBBBBBBCCCCCCCC");
+  EXPECT_EQ(text_of(r[7]), "acat!");
+  EXPECT_EQ(ints_of(r[8]), (Ints{1, 0, 4}));
+  r = sources.record(1);
+  EXPECT_EQ(r[0].sizes(), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(ints_of(r[3]), Ints{1});
+  EXPECT_EQ(r[7].numel(), 0);
+  EXPECT_EQ(r[8].numel(), 0);
+  r = sources.record(2);  // no lists: no steps, each of its field's width
+  EXPECT_EQ(r[0].sizes(), (std::vector<int64_t>{0, 4}));
+  EXPECT_EQ(r[6].sizes(), (std::vector<int64_t>{0, 8}));
+  EXPECT_EQ(r[2].numel(), 0);
+  EXPECT_EQ(text_of(r[4]), "vid2");
+  const std::string described = sources.metadata().at("tfrecord_features");
+  EXPECT_NE(described.find(R"("rgb":{"key":"rgb","kind":"bytes_list","feature_list":true})"), std::string::npos)
+      << described;
+  EXPECT_NE(described.find(R"("id":{"key":"id","kind":"bytes_list"})"), std::string::npos) << described;
+  EXPECT_NE(sources.record_origin(6, 1).find("feature list 'rgb'"), std::string::npos) << sources.record_origin(6, 1);
+
+  for (const char* codec : {"none", "zstd"}) {
+    const std::string out = dir / (std::string("out-") + codec + ".mmt");
+    PackOptions options;
+    options.writer.codec = CodecSpec::parse(codec);
+    pack_dataset(out, sources, options);
+    const Dataset ds = Dataset::open(out);
+    ASSERT_EQ(ds.size(), 3);
+    EXPECT_EQ(ds[0]["rgb"].sizes(), (std::vector<int64_t>{3, 8}));
+    EXPECT_EQ(floats_of(ds[1]["audio"]), (Floats{-1, -2, -3, -4}));
+    EXPECT_EQ(ds[2]["audio"].sizes(), (std::vector<int64_t>{0, 4}));
+    EXPECT_EQ(compare_with_sources(ds, sources), 3);
+  }
+
+  // Chosen by key, a list's lengths with it.
+  const PackSources chosen =
+      PackSources::from_tfrecord(std::vector<std::string>{path}, std::vector<std::string>{"rgb", "words.lengths"});
+  ASSERT_EQ(chosen.schema().size(), 3u);
+  EXPECT_EQ(chosen.schema()[0].name, "rgb");
+  EXPECT_EQ(chosen.schema()[1].name, "words");
+}
+
+TEST(TfRecord, SequenceExampleBatchesPackTheSameFileAsRecordByRecord) {
+  TempFolder dir;
+  std::vector<std::string> records;
+  for (int64_t r = 0; r < 1200; ++r) {
+    std::vector<std::pair<std::string, std::vector<FeatureValue>>> lists;
+    std::vector<FeatureValue> frames, boxes, counts, names;
+    for (int64_t t = 0; t < r % 9; ++t) {
+      frames.push_back(Strings{std::string(16, static_cast<char>('a' + (r + t) % 26))});
+      boxes.push_back(Floats{static_cast<float>(r), static_cast<float>(t), 1, 2});
+      counts.push_back(Ints(static_cast<size_t>((r + t) % 4), r * 10 + t));
+      names.push_back(Strings{std::string(static_cast<size_t>((r + t) % 5), 'n')});
+    }
+    if (r % 4 != 1) lists.push_back({"frames", frames});
+    lists.push_back({"boxes", boxes});
+    lists.push_back({"counts", counts});
+    if (r % 3 != 2) lists.push_back({"names", names});
+    if (r == 600) lists.back().second = {Strings{std::string(size_t{100} << 10, 'L')}, Strings{"x"}};  // names,
+                                                                                                      // alone: past 64 KiB
+    records.push_back(testutil::sequence_example_bytes({{"label", Ints{r}}}, lists));
+  }
+  write_file(dir / "a.tfrecord", tfrecord_file(records));
+  const PackSources sources = PackSources::from_tfrecord(std::vector<std::string>{dir / "a.tfrecord"});
+  // boxes [-1, 4], counts and counts.lengths, frames [-1, 16], label, names and names.lengths.
+  ASSERT_EQ(sources.schema().size(), 7u);
+  for (const char* codec : {"none", "lz4"}) {
+    for (const int64_t chunk_bytes : {int64_t{4096}, int64_t{1} << 20}) {
+      PackOptions options;
+      options.writer.codec = CodecSpec::parse(codec);
+      options.writer.chunk_bytes = chunk_bytes;
+      options.writer.alignment = 64;
+      options.writer.overwrite = true;
+      pack_dataset(dir / "batched.mmt", sources, options);
+      testutil::pack_record_by_record(dir / "records.mmt", sources, options.writer);
+      ASSERT_EQ(testing::file_bytes(dir / "batched.mmt"), testing::file_bytes(dir / "records.mmt"))
+          << codec << ", chunk_bytes " << chunk_bytes;
+    }
+  }
+  const Dataset packed = Dataset::open(dir / "batched.mmt");
+  EXPECT_EQ(compare_with_sources(packed, sources), 1200);
+  EXPECT_EQ(floats_of(packed[1001]["boxes"]), (Floats{1001, 0, 1, 2, 1001, 1, 1, 2}));  // 1001 % 9 steps
+  EXPECT_EQ(packed[1001]["frames"].sizes(), (std::vector<int64_t>{0, 16}));  // r % 4 == 1: no list
+  EXPECT_EQ(packed[600]["names"].numel(), (100 << 10) + 1);
+  EXPECT_EQ(ints_of(packed[600]["names.lengths"]), (Ints{100 << 10, 1}));
+  EXPECT_EQ(ints_of(packed[1003]["counts.lengths"]), (Ints{3, 0, 1, 2}));  // (r + t) % 4 for 1003 % 9 steps
+  EXPECT_EQ(ints_of(packed[1003]["counts"]), (Ints{10030, 10030, 10030, 10032, 10033, 10033}));
+}
+
+TEST(TfRecord, SequenceExamplesThatCannotBePackedAreRefusedByName) {
+  using testutil::sequence_example_bytes;
+  // A bytes list whose steps hold two strings: a list of lists of strings.
+  std::string e = example_error({sequence_example_bytes({}, {{"tags", {Strings{"a", "b"}}}})});
+  EXPECT_NE(e.find("feature list 'tags': its steps hold 2 to 2 byte strings"), std::string::npos) << e;
+  // Steps of two kinds.
+  e = example_error({sequence_example_bytes({}, {{"x", {Ints{1}}}}), sequence_example_bytes({}, {{"x", {Floats{1}}}})});
+  EXPECT_NE(e.find("record 1 (byte "), std::string::npos) << e;
+  EXPECT_NE(e.find("feature list 'x' has a step of float_list, but "), std::string::npos) << e;
+  // A list given twice.
+  e = example_error({sequence_example_bytes({}, {{"x", {Ints{1}}}, {"x", {Ints{2}}}})});
+  EXPECT_NE(e.find("feature list 'x' is given twice"), std::string::npos) << e;
+  // A list whose steps hold no list anywhere.
+  e = example_error({sequence_example_bytes({}, {{"none", {}}, {"y", {Ints{1}}}})});
+  EXPECT_NE(e.find("feature list 'none' holds no list in any step of any record"), std::string::npos) << e;
+  // A step that is no Feature.
+  e = example_error({testutil::message_field(
+      2, testutil::message_field(1, testutil::message_field(1, "z") +
+                                        testutil::message_field(2, testutil::varint(1 << 3 | 0) + "\x01")))});
+  EXPECT_NE(e.find("(in the FeatureList of feature 'z'): a step is not a Feature message"), std::string::npos) << e;
+  // A context feature and a feature list of one key: packed apart only.
+  TempFolder dir;
+  write_file(dir / "both.tfrecord",
+             tfrecord_file({sequence_example_bytes({{"x", Ints{1}}, {"y", Ints{2}}}, {{"x", {Ints{3}, Ints{4}}}})}));
+  e = pack_error(dir / "both.tfrecord");
+  EXPECT_NE(e.find("feature 'x' and feature list 'x' would both be field 'x' (a SequenceExample's context and "
+                   "feature lists may share a key"),
+            std::string::npos)
+      << e;
+  const PackSources y =
+      PackSources::from_tfrecord(std::vector<std::string>{dir / "both.tfrecord"}, std::vector<std::string>{"y"});
+  EXPECT_EQ(ints_of(y.record(0)[0]), Ints{2});
+  EXPECT_THROW(PackSources::from_tfrecord(std::vector<std::string>{dir / "both.tfrecord"}, std::vector<std::string>{"x"}),
+               ValueError);
+}
+
+// Two keys making one field name ('a/b' and 'a.b') are refused together, but either can be
+// packed chosen by its key.
+TEST(TfRecord, KeysMakingOneFieldNameArePackedOneAtATimeByKey) {
+  TempFolder dir;
+  write_file(dir / "x.tfrecord", tfrecord_file({example_bytes({{"a/b", Ints{1}}, {"a.b", Ints{2}}, {"c", Ints{3}}})}));
+  for (const auto& [key, value] : {std::pair{"a/b", 1}, std::pair{"a.b", 2}}) {
+    const PackSources sources =
+        PackSources::from_tfrecord(std::vector<std::string>{dir / "x.tfrecord"}, std::vector<std::string>{key});
+    ASSERT_EQ(sources.schema().size(), 1u);
+    EXPECT_EQ(sources.schema()[0].name, "a.b");
+    EXPECT_EQ(ints_of(sources.record(0)[0]), Ints{value}) << key;
+  }
+  const PackSources c = PackSources::from_tfrecord(std::vector<std::string>{dir / "x.tfrecord"}, std::vector<std::string>{"c"});
+  EXPECT_EQ(ints_of(c.record(0)[0]), Ints{3});
+}
+
 // Gzipped files past the scratch budget (MMT_SCRATCH_BYTES) are dropped once scanned and
 // decompressed again when their records are read: the same records, batches and views.
 TEST(TfRecord, GzipFilesPastTheScratchBudgetAreDecompressedAgainWhenRead) {
@@ -403,9 +604,6 @@ TEST(TfRecord, RecordsThatAreNoExamplesOrDisagreeAreRefusedByName) {
   // Not protobuf at all.
   std::string e = example_error({"hello, world"});
   EXPECT_NE(e.find("x.tfrecord, record 0 (byte 0): byte "), std::string::npos) << e;
-  // A SequenceExample: context and feature_lists.
-  e = example_error({message_field(1, "") + message_field(2, "")});
-  EXPECT_NE(e.find("tf.train.SequenceExample's feature_lists"), std::string::npos) << e;
   // A key given twice.
   e = example_error({message_field(1, message_field(1, message_field(1, "k") + message_field(2, testutil::feature_message(Ints{1}))) +
                                           message_field(1, message_field(1, "k") + message_field(2, testutil::feature_message(Ints{2}))))});

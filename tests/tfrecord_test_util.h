@@ -1,4 +1,4 @@
-// Writes TFRecord files of tf.train.Example records as TensorFlow's TFRecordWriter and
+// Writes TFRecord files of tf.train.Example (and SequenceExample) records as TensorFlow's TFRecordWriter and
 // Example.SerializeToString() do (tfrecord.h gives the layouts), so the tests need no
 // TensorFlow: protobuf's wire format, packed numbers, and the masked CRC-32C framing.
 #pragma once
@@ -74,6 +74,24 @@ inline std::string example_bytes(const std::vector<std::pair<std::string, Featur
     map += message_field(1, entry);
   }
   return message_field(1, map);
+}
+
+// A serialized tf.train.SequenceExample: `context` as an Example's features (left out when
+// empty, as protobuf leaves an unset message), and `lists`, each a feature list of one Feature
+// a step.
+inline std::string sequence_example_bytes(const std::vector<std::pair<std::string, FeatureValue>>& context,
+                                          const std::vector<std::pair<std::string, std::vector<FeatureValue>>>& lists) {
+  std::string out = context.empty() ? std::string() : example_bytes(context);
+  std::string map;
+  for (const auto& [key, steps] : lists) {
+    std::string list;
+    for (const FeatureValue& step : steps) list += message_field(1, feature_message(step));
+    std::string entry = message_field(1, key);
+    entry += message_field(2, list);
+    map += message_field(1, entry);
+  }
+  out += message_field(2, map);
+  return out;
 }
 
 // Records framed as TFRecordWriter frames them.
