@@ -201,6 +201,7 @@ struct KeyStats {
   bool sequence = false;
   int64_t min_step_values = INT64_MAX, max_step_values = 0;
   int64_t min_value_bytes = INT64_MAX, max_value_bytes = 0;
+  std::string conflict;  // what refuses it if it is chosen: records giving it two kinds
 };
 
 // "feature 'KEY'" or "feature list 'KEY'", for messages.
@@ -278,11 +279,20 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
   std::vector<KeyStats> stats;
   std::unordered_map<std::string, size_t> stat_of, list_stat_of;  // key -> stat, of features and feature lists
   std::vector<size_t> previous;  // the stats of the record before's features, in its order
-  std::vector<ExampleFeature> features, steps;
+  std::vector<ExampleFeature> features;
   std::vector<detail::ExampleFeatureList> lists;
   std::vector<std::span<const std::byte>> items;  // a bytes step's values
   std::string key;  // a feature's key, copied out of the file
   std::exception_ptr error;
+  // A key of two kinds refuses its feature (list) if it is chosen, not the files: `--field`
+  // can leave it out. Unless the record's bytes are damaged (its CRC says so): that is the
+  // fault to report. Called under the scan's mapping guard, where naming() names the record.
+  const auto kind_conflict = [&](KeyStats& stat, const std::byte* file, int64_t r, const detail::TfRecordSpan& span,
+                                 const std::string& what) {
+    if (!stat.conflict.empty()) return;
+    detail::check_tfrecord_data(file, span, kNoWhere);
+    stat.conflict = str(examples->where(r), ": ", feature_named(stat), what);
+  };
   // File f's records [begin, end), its bytes `bytes`, read as soon as its records are found
   // (a compressed file's decompression may be dropped once added to the budget).
   const auto scan_examples = [&](const UntypedStorage& bytes, int64_t begin, int64_t end) {
@@ -318,9 +328,10 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
                   stat.kind = feature.kind;
                   stat.kind_record = r;
                 }
-                MMT_CHECK(feature.kind == stat.kind, ValueError, ": feature '", detail::cut_for_message(stat.key, 200),
-                          "' is a ", to_string(feature.kind), ", but ", examples->where(stat.kind_record), " gave it a ",
-                          to_string(stat.kind), "; a feature holds one kind of list");
+                if (feature.kind != stat.kind)
+                  kind_conflict(stat, bytes.data(), r, span, str(" is a ", to_string(feature.kind), ", but ",
+                                                   examples->where(stat.kind_record), " gave it a ", to_string(stat.kind),
+                                                   "; a feature holds one kind of list"));
               }
               const int64_t n = detail::feature_value_count(feature, kNoWhere);
               ++stat.present;
@@ -338,32 +349,28 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
               }
               KeyStats& stat = stats[found->second];
               ++stat.present;
-              detail::feature_list_steps(list, record, kNoWhere, steps);
-              for (const ExampleFeature& step : steps) {
+              // Step by step, keeping nothing of them: a record of millions of two-byte steps
+              // must not take memory in proportion.
+              detail::for_each_feature_list_step(list, record, kNoWhere, [&](const ExampleFeature& step) {
                 if (step.kind != FeatureKind::None) {
                   if (stat.kind == FeatureKind::None) {
                     stat.kind = step.kind;
                     stat.kind_record = r;
                   }
-                  MMT_CHECK(step.kind == stat.kind, ValueError, ": feature list '",
-                            detail::cut_for_message(stat.key, 200), "' has a step of ", to_string(step.kind), ", but ",
-                            examples->where(stat.kind_record), " gave it steps of ", to_string(stat.kind),
-                            "; a feature list holds one kind of list");
+                  if (step.kind != stat.kind)
+                    kind_conflict(stat, bytes.data(), r, span, str(" has a step of ", to_string(step.kind), ", but ",
+                                                     examples->where(stat.kind_record), " gave it steps of ",
+                                                     to_string(stat.kind), "; a feature list holds one kind of list"));
                 }
-                int64_t n = 0;
-                if (step.kind == FeatureKind::Bytes) {
+                const int64_t n = detail::feature_value_count(step, kNoWhere);
+                if (step.kind == FeatureKind::Bytes && n == 1) {  // else refused, if chosen: no lengths needed
                   detail::bytes_values(step, kNoWhere, items);
-                  n = static_cast<int64_t>(items.size());
-                  for (const std::span<const std::byte> item : items) {
-                    stat.min_value_bytes = std::min(stat.min_value_bytes, static_cast<int64_t>(item.size()));
-                    stat.max_value_bytes = std::max(stat.max_value_bytes, static_cast<int64_t>(item.size()));
-                  }
-                } else {
-                  n = detail::feature_value_count(step, kNoWhere);
+                  stat.min_value_bytes = std::min(stat.min_value_bytes, static_cast<int64_t>(items[0].size()));
+                  stat.max_value_bytes = std::max(stat.max_value_bytes, static_cast<int64_t>(items[0].size()));
                 }
                 stat.min_step_values = std::min(stat.min_step_values, n);
                 stat.max_step_values = std::max(stat.max_step_values, n);
-              }
+              });
             }
           });
         } catch (const Error&) {
@@ -425,10 +432,7 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
     if (!by_name.emplace(name, s).second) clash.emplace(name, s);
   }
   // Two keys making one field name can be packed one at a time: each key chosen by itself.
-  const auto refuse_clash = [&](const std::string& name) {
-    const auto other = clash.find(name);
-    if (other == clash.end()) return;
-    const KeyStats &a = stats[by_name.at(name)], &b = stats[other->second];
+  const auto refuse_pair = [&](const KeyStats& a, const KeyStats& b, const std::string& name) {
     const bool same_key = a.key == b.key;  // a context feature and a feature list
     throw ValueError(str(!a.sequence && !b.sequence ? str("features '", detail::cut_for_message(a.key, 200), "' and '",
                                                           detail::cut_for_message(b.key, 200), "'")
@@ -438,6 +442,23 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
                                     "field cannot): choose the others with --field"
                                   : " ('/' is '.' in a field name); choose one with --field, by its key"));
   };
+  const auto refuse_clash = [&](const std::string& name) {
+    if (const auto other = clash.find(name); other != clash.end()) refuse_pair(stats[by_name.at(name)], stats[other->second], name);
+  };
+  // The stat `name` chooses: a key itself, '/' and all (of a feature or of a feature list), a
+  // field name, or a key's other spelling ('.' for '/'); SIZE_MAX for none.
+  const auto resolve = [&](const std::string& name) {
+    const auto as_feature = stat_of.find(name), as_list = list_stat_of.find(name);
+    if (as_feature != stat_of.end() && as_list != list_stat_of.end())
+      refuse_pair(stats[as_feature->second], stats[as_list->second], field_name_of(name));
+    if (as_feature != stat_of.end()) return as_feature->second;
+    if (as_list != list_stat_of.end()) return as_list->second;
+    for (const std::string& spelling : {name, field_name_of(name)}) {
+      refuse_clash(spelling);
+      if (const auto it = by_name.find(spelling); it != by_name.end()) return it->second;
+    }
+    return SIZE_MAX;
+  };
   std::vector<size_t> chosen;
   if (fields.empty()) {
     for (const auto& [name, s] : by_name) {
@@ -446,33 +467,20 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
     }
   } else {
     for (const std::string& name : fields) {
-      // The key itself, '/' and all (of a feature or of a feature list), else a field name.
-      size_t pick = SIZE_MAX;
-      const auto as_feature = stat_of.find(name), as_list = list_stat_of.find(name);
-      if (as_feature != stat_of.end() && as_list != list_stat_of.end()) refuse_clash(field_name_of(name));
-      if (as_feature != stat_of.end()) pick = as_feature->second;
-      if (as_list != list_stat_of.end()) pick = as_list->second;
-      if (pick == SIZE_MAX) {
-        refuse_clash(name);
-        if (const auto it = by_name.find(name); it != by_name.end()) pick = it->second;
-      }
+      size_t pick = resolve(name);
       if (pick == SIZE_MAX && name.ends_with(".lengths")) {
         // A bytes_list's or a feature list's lengths (as `mmt verify --against` lists a
         // dataset's fields): chosen with its values.
-        const std::string values_name = name.substr(0, name.size() - 8);
-        const auto values = by_name.find(values_name);
-        if (values != by_name.end() &&
-            (stats[values->second].kind == FeatureKind::Bytes || stats[values->second].sequence)) {
-          refuse_clash(values_name);
-          if (std::find(chosen.begin(), chosen.end(), values->second) == chosen.end()) chosen.push_back(values->second);
-          continue;
-        }
+        const size_t values = resolve(name.substr(0, name.size() - 8));
+        if (values != SIZE_MAX && (stats[values].kind == FeatureKind::Bytes || stats[values].sequence)) pick = values;
       }
       if (pick == SIZE_MAX) {
         std::vector<std::string> known;
         for (const auto& [n, s] : by_name) known.push_back(n);
-        throw ValueError(str("the TFRecord files have no feature '", detail::cut_for_message(name, 200),
-                             "' (features, as fields: ", detail::cut_for_message(detail::joined(known), 2000), ")"));
+        throw ValueError(str("the TFRecord files have no feature", list_stat_of.empty() ? "" : " or feature list", " '",
+                             detail::cut_for_message(name, 200), "' (",
+                             list_stat_of.empty() ? "features" : "features and feature lists",
+                             ", as fields: ", detail::cut_for_message(detail::joined(known), 2000), ")"));
       }
       // Once, though a bytes_list's lengths may have chosen it already.
       if (std::find(chosen.begin(), chosen.end(), pick) == chosen.end()) chosen.push_back(pick);
@@ -484,6 +492,7 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
   for (const size_t s : chosen) {
     const KeyStats& stat = stats[s];
     const std::string name = field_name_of(stat.key);
+    MMT_CHECK(stat.conflict.empty(), ValueError, stat.conflict, "; leave it out with --field");
     MMT_CHECK(stat.kind != FeatureKind::None, ValueError, feature_named(stat),
               stat.sequence ? " holds no list in any step of any record" : " holds no list in any record",
               " (first seen in ", examples->where(stat.first_record), "): it has no dtype to pack; leave it out with --field");
@@ -495,8 +504,12 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
     const bool steps_alike = stat.min_step_values == stat.max_step_values && stat.min_step_values >= 1;
     try {
       if (stat.sequence && stat.kind == FeatureKind::Bytes) {
-        MMT_CHECK(steps_alike && stat.min_step_values == 1, ValueError, "its steps hold ", stat.min_step_values, " to ",
-                  stat.max_step_values, " byte strings; a step of a bytes feature list is packed when it holds one, as "
+        MMT_CHECK(steps_alike && stat.min_step_values == 1, ValueError,
+                  stat.max_step_values <= 1 ? std::string("a step holds no byte string (a Feature of no list, or an "
+                                                          "empty bytes_list)")
+                                            : str("its steps hold ", stat.min_step_values, " to ", stat.max_step_values,
+                                                  " byte strings"),
+                  "; a step of a bytes feature list is packed when it holds one, as "
                   "TensorFlow's FixedLenSequenceFeature reads it (lists of lists of strings are not packed): leave it "
                   "out with --field");
         if (stat.min_value_bytes == stat.max_value_bytes && stat.min_value_bytes >= 1) {
@@ -539,6 +552,16 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
     if (stat.sequence) described[name]["feature_list"] = true;
     examples->columns.push_back(std::move(column));
   }
+  // Keys chosen together whose fields would share a name ('a/b' and 'a.b'; a list's
+  // "j.lengths" and a feature "j/lengths"), named by key before the schema refuses the name.
+  std::map<std::string_view, size_t> made_by;  // field name -> its chosen stat
+  for (size_t c = 0; c < examples->columns.size(); ++c) {
+    const TfRecordExamples::Column& column = examples->columns[c];
+    for (size_t f = column.field; f <= column.field + (column.joined ? 1 : 0); ++f) {
+      const auto [it, fresh] = made_by.emplace(schema_fields[f].name, chosen[c]);
+      if (!fresh) refuse_pair(stats[it->second], stats[chosen[c]], schema_fields[f].name);
+    }
+  }
   try {
     out.schema_ = Schema(std::move(schema_fields));
   } catch (const ValueError& e) {
@@ -576,13 +599,21 @@ struct PackedFeature {
   ExampleFeature feature;
   int64_t count = 0;  // values (of a feature list: of all its steps)
   size_t first_item = 0;
-  // A feature list: its steps (in ReadScratch::steps from first_step), and the rows it adds
-  // along its field's first dimension: its steps when they are alike, else its values (bytes,
-  // for a bytes list).
+  // A feature list (`feature` holding its key and its FeatureList message): its steps, and the
+  // rows it adds along its field's first dimension: its steps when they are alike, else its
+  // values (bytes, for a bytes list). Its steps are read twice, counted then copied, and
+  // never kept: a record of millions of two-byte steps must not take memory in proportion.
   int64_t steps = 0;
-  size_t first_step = 0;
   int64_t rows = 0;
+  int64_t bytes = 0;  // a bytes list's, all its steps'
 };
+
+// IoError ": feature list 'KEY' WHAT: the file changed" (naming() puts the record before it):
+// a feature list read again is not what it was.
+template <class... What>
+[[noreturn]] void list_changed(const detail::TfRecordExamples::Column& column, const What&... what) {
+  throw IoError(str(": feature list '", detail::cut_for_message(column.key, 200), "' ", what..., ": the file changed"));
+}
 
 // What one thread keeps while it reads records: these outlive the guarded sections that fill
 // them (a fault inside one must skip no destructor: mapping_guard.h).
@@ -590,8 +621,6 @@ struct ReadScratch {
   std::vector<PackedFeature> packed;
   std::vector<std::span<const std::byte>> items;  // every bytes_list value, in packed's order
   std::vector<std::span<const std::byte>> list;   // one bytes_list's values
-  std::vector<ExampleFeature> steps;               // every feature list's steps, in packed's order
-  std::vector<int64_t> step_values;                // the values each of those holds
   std::vector<std::byte*> out;                    // per packed feature (record) or column (batch)
   std::vector<int64_t*> lengths_out;
   std::vector<int64_t> running, items_running, value_total, byte_total, step_total;
@@ -609,7 +638,7 @@ ReadScratch& read_scratch() {
 // to name the record (naming()).
 void read_packed_features(const TfRecordExamples& examples, const std::byte* base, detail::TfRecordSpan span,
                           ReadScratch& scratch) {
-  thread_local std::vector<ExampleFeature> features, steps;
+  thread_local std::vector<ExampleFeature> features;
   thread_local std::vector<detail::ExampleFeatureList> lists;
   detail::check_tfrecord_data(base, span, kNoWhere);
   detail::parse_example({base + span.offset, static_cast<size_t>(span.size)}, kNoWhere, features, lists);
@@ -617,37 +646,28 @@ void read_packed_features(const TfRecordExamples& examples, const std::byte* bas
     const auto found = examples.list_column_of.find(list.key);
     if (found == examples.list_column_of.end()) continue;  // not chosen
     const TfRecordExamples::Column& column = examples.columns[found->second];
-    const auto changed = [&](const auto&... what) {
-      throw IoError(str(": feature list '", detail::cut_for_message(column.key, 200), "' ", what...,
-                        " when the files were scanned: the file changed"));
-    };
-    PackedFeature p{found->second, {}, 0, scratch.items.size()};
-    p.first_step = scratch.steps.size();
-    detail::feature_list_steps(list, base + span.offset, kNoWhere, steps);
-    for (const ExampleFeature& step : steps) {
+    PackedFeature p{found->second, {list.key, column.kind, list.steps}};
+    detail::for_each_feature_list_step(list, base + span.offset, kNoWhere, [&](const ExampleFeature& step) {
       if (step.kind != column.kind && step.kind != FeatureKind::None)
-        changed("now has a step of ", to_string(step.kind), ", not of the ", to_string(column.kind), " it had");
-      int64_t n = 0;
+        list_changed(column, "now has a step of ", to_string(step.kind), ", not of the ", to_string(column.kind),
+                     " it had when the files were scanned");
+      const int64_t n = detail::feature_value_count(step, kNoWhere);
       if (column.kind == FeatureKind::Bytes) {
+        if (n != 1) list_changed(column, "now has a step of ", n, " byte strings, not the one each held when scanned");
         detail::bytes_values(step, kNoWhere, scratch.list);
-        n = static_cast<int64_t>(scratch.list.size());
-        if (n != 1) changed("now has a step of ", n, " byte strings, not of the one every step held");
         const auto bytes = static_cast<int64_t>(scratch.list[0].size());
         if (column.step_width >= 0 && bytes != column.step_width)
-          changed("now has a step of ", bytes, " bytes, not of the ", column.step_width, " every step held");
-        scratch.items.push_back(scratch.list[0]);
+          list_changed(column, "now has a step of ", bytes, " bytes, not the ", column.step_width, " each held when scanned");
         p.rows += column.step_width >= 0 ? 1 : bytes;
+        p.bytes += bytes;
       } else {
-        n = detail::feature_value_count(step, kNoWhere);
         if (column.step_width >= 0 && n != column.step_width)
-          changed("now has a step of ", n, " values, not of the ", column.step_width, " every step held");
+          list_changed(column, "now has a step of ", n, " values, not the ", column.step_width, " each held when scanned");
         p.rows += column.step_width >= 0 ? 1 : n;
       }
-      scratch.steps.push_back(step);
-      scratch.step_values.push_back(n);
       p.count += n;
-    }
-    p.steps = static_cast<int64_t>(steps.size());
+      ++p.steps;
+    });
     scratch.packed.push_back(p);
   }
   const size_t first = scratch.packed.size();
@@ -690,26 +710,40 @@ void copy_numbers(const ExampleFeature& feature, int64_t count, FeatureKind kind
     detail::copy_int64_values(feature, {reinterpret_cast<int64_t*>(out), n}, kNoWhere);
 }
 
-// Copies the values of feature list `p` (of `column`) to `out`, its steps back to back, and
-// when the column is joined each step's length (values, or bytes) to `lengths`, under the
-// caller's mapping guard. Returns the end of what it wrote to `out`.
-std::byte* copy_steps(const PackedFeature& p, const TfRecordExamples::Column& column, const ReadScratch& scratch,
+// Copies the values of feature list `p` (of `column`, in the record whose first byte is
+// `record`) to `out`, its steps back to back, and when the column is joined each step's length
+// (values, or bytes) to `lengths`, under the caller's mapping guard; read_packed_features()
+// counted them. Returns the end of what it wrote to `out`. IoError, writing nothing past what
+// was counted, when the steps are no longer what they were (the mapping changed since).
+std::byte* copy_steps(const PackedFeature& p, const TfRecordExamples::Column& column, const std::byte* record,
                       std::byte* out, int64_t* lengths) {
-  size_t item = p.first_item;
-  for (int64_t i = 0; i < p.steps; ++i) {
-    const size_t step = p.first_step + static_cast<size_t>(i);
-    int64_t length = scratch.step_values[step];
+  thread_local std::vector<std::span<const std::byte>> values;
+  const int64_t value_bytes = column.kind == FeatureKind::Float ? 4 : 8;
+  int64_t steps = 0, count = 0;  // so far
+  detail::for_each_feature_list_step({p.feature.key, p.feature.list}, record, kNoWhere, [&](const ExampleFeature& step) {
+    if (steps == p.steps) list_changed(column, "now has more steps than the ", p.steps, " it had");
+    int64_t length = 0;
     if (column.kind == FeatureKind::Bytes) {
-      const std::span<const std::byte> bytes = scratch.items[item++];
-      if (!bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
-      length = static_cast<int64_t>(bytes.size());
-      out += bytes.size();
+      detail::bytes_values(step, kNoWhere, values);
+      if (values.size() != 1 || (column.step_width >= 0 && static_cast<int64_t>(values[0].size()) != column.step_width) ||
+          static_cast<int64_t>(values[0].size()) > p.bytes - count)
+        list_changed(column, "changed while it was being read");
+      length = static_cast<int64_t>(values[0].size());
+      if (length > 0) std::memcpy(out, values[0].data(), static_cast<size_t>(length));
+      out += length;
+      count += length;
     } else {
-      copy_numbers(scratch.steps[step], length, column.kind, out);
-      out += length * (column.kind == FeatureKind::Float ? 4 : 8);
+      length = column.step_width >= 0 ? column.step_width : detail::feature_value_count(step, kNoWhere);
+      if (length > p.count - count) list_changed(column, "changed while it was being read");
+      copy_numbers(step, length, column.kind, out);  // IoError unless it holds `length` values
+      out += length * value_bytes;
+      count += length;
     }
     if (lengths != nullptr) *lengths++ = length;
-  }
+    ++steps;
+  });
+  if (steps != p.steps || count != (column.kind == FeatureKind::Bytes ? p.bytes : p.count))
+    list_changed(column, "changed while it was being read");
   return out;
 }
 
@@ -730,8 +764,6 @@ void PackSources::tfrecord_record(int64_t index, std::vector<Tensor>& values) co
   ReadScratch& scratch = read_scratch();
   scratch.packed.clear();
   scratch.items.clear();
-  scratch.steps.clear();
-  scratch.step_values.clear();
   const std::byte* base = bytes.data();
   // Read and checked first; then the tensors made, outside the guard; then the values copied.
   detail::guard_storage_reads(bytes, [&] {
@@ -787,7 +819,7 @@ void PackSources::tfrecord_record(int64_t index, std::vector<Tensor>& values) co
       for (size_t k = 0; k < scratch.packed.size(); ++k) {
         const PackedFeature& p = scratch.packed[k];
         if (examples.columns[p.column].sequence) {
-          copy_steps(p, examples.columns[p.column], scratch, scratch.out[k], scratch.lengths_out[k]);
+          copy_steps(p, examples.columns[p.column], base + span.offset, scratch.out[k], scratch.lengths_out[k]);
           continue;
         }
         if (scratch.out[k] == nullptr) continue;  // a view, or nothing to copy
@@ -831,8 +863,6 @@ int64_t PackSources::tfrecord_batch(int64_t start, int64_t count, std::vector<Te
   ReadScratch& scratch = read_scratch();
   scratch.packed.clear();
   scratch.items.clear();
-  scratch.steps.clear();
-  scratch.step_values.clear();
   scratch.record_end.clear();
   const size_t columns = examples.columns.size();
   scratch.value_total.assign(columns, 0);
@@ -910,7 +940,8 @@ int64_t PackSources::tfrecord_batch(int64_t start, int64_t count, std::vector<Te
           const size_t c = p.column;
           const TfRecordExamples::Column& column = examples.columns[c];
           if (column.sequence) {
-            scratch.out[c] = copy_steps(p, column, scratch, scratch.out[c], scratch.lengths_out[c]);
+            scratch.out[c] = copy_steps(p, column, base + examples.spans[static_cast<size_t>(start + r)].offset,
+                                        scratch.out[c], scratch.lengths_out[c]);
             if (column.joined) scratch.lengths_out[c] += p.steps;
             scratch.running[c] += p.rows;
             scratch.items_running[c] += p.steps;

@@ -237,11 +237,17 @@ void walk_string_map(WireReader& map, const std::byte* origin, const std::string
     WireReader entry(map.length_delimited(), origin, WireReader::Origin::Record, where, entry_what);
     std::string_view key;
     std::span<const std::byte> value;
+    bool has_key = false, has_value = false;
     while (!entry.done()) {
       const std::byte* at = entry.position();
       const auto [f, t] = entry.tag();
       if (f == 1 || f == 2) {
         entry.check(t == kLengthDelimited, at, f == 1 ? "its key is not a string" : value_what);
+        // Protobuf would keep the last key, and merge two values (two FeatureLists' steps
+        // joined): no writer makes either, and a reader would have to guess.
+        entry.check(!(f == 1 ? has_key : has_value), at, f == 1 ? "its key is given twice" : "its value is given twice",
+                    " (protobuf would keep the last key, or merge the values; no writer of Examples makes this)");
+        (f == 1 ? has_key : has_value) = true;
         const std::span<const std::byte> bytes = entry.length_delimited();
         if (f == 1)
           key = std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -318,23 +324,23 @@ void parse_example(std::span<const std::byte> record, const std::string& where, 
   check_keys_unique(lists, where, "feature list ");
 }
 
-void feature_list_steps(const ExampleFeatureList& list, const std::byte* record, const std::string& where,
-                        std::vector<ExampleFeature>& out) {
-  out.clear();
-  WireReader steps(list.steps, record, WireReader::Origin::Record, where, "the FeatureList", list.key);
+int64_t next_feature_list_step(const ExampleFeatureList& list, const std::byte* record, const std::string& where,
+                               int64_t at, ExampleFeature& step) {
+  WireReader steps(list.steps.subspan(static_cast<size_t>(at)), record, WireReader::Origin::Record, where,
+                   "the FeatureList", list.key);
   while (!steps.done()) {
-    const std::byte* at = steps.position();
+    const std::byte* start = steps.position();
     const auto [field, type] = steps.tag();
     if (field != 1) {
       steps.skip(type);
       continue;
     }
-    steps.check(type == kLengthDelimited, at, "a step is not a Feature message");
-    ExampleFeature step;
-    step.key = list.key;
+    steps.check(type == kLengthDelimited, start, "a step is not a Feature message");
+    step = ExampleFeature{list.key, FeatureKind::None, {}};
     read_feature(steps.length_delimited(), record, where, step);
-    out.push_back(step);
+    return steps.position() - list.steps.data();
   }
+  return -1;
 }
 
 namespace {

@@ -23,7 +23,8 @@
 // in protobuf's wire format. Readers of it accept what protobuf parsers accept: fields in any
 // order, unknown fields skipped, repeated numbers packed or not. Refused, because no writer
 // of Examples makes them and a reader would have to guess: a feature key (or a feature list
-// key) given twice in one record, a Feature holding two lists, and groups (wire types 3 and 4).
+// key) given twice in one record, a map entry of two keys or two values, a Feature holding two
+// lists, and groups (wire types 3 and 4).
 //
 // Nothing here trusts a byte: every length, varint and tag is checked against the bytes it
 // lies in, and the errors name `where` (the file and record) and the byte within the record.
@@ -76,7 +77,7 @@ struct ExampleFeature {
 };
 
 // A feature list of a SequenceExample: its key and its FeatureList message, both within the
-// record's bytes (feature_list_steps() reads its steps).
+// record's bytes (for_each_feature_list_step() reads its steps).
 struct ExampleFeatureList {
   std::string_view key;
   std::span<const std::byte> steps;
@@ -88,10 +89,20 @@ struct ExampleFeatureList {
 // bytes that are neither (see above), or a key given twice.
 void parse_example(std::span<const std::byte> record, const std::string& where, std::vector<ExampleFeature>& out,
                    std::vector<ExampleFeatureList>& lists);
-// The steps of `list` (of the record whose first byte is `record`), each a Feature keyed by
-// the list's key, into `out` (cleared first); FormatError as parse_example().
-void feature_list_steps(const ExampleFeatureList& list, const std::byte* record, const std::string& where,
-                        std::vector<ExampleFeature>& out);
+// The steps of `list` (of the record whose first byte is `record`) one at a time, each a
+// Feature keyed by the list's key, without storing them (a record of millions of two-byte
+// steps must not take memory in proportion): reads the step that begins at or after byte `at`
+// of the list (0 for the first) into `step`, and returns the byte of the list after it, or
+// -1 when no step is left. FormatError as parse_example().
+int64_t next_feature_list_step(const ExampleFeatureList& list, const std::byte* record, const std::string& where,
+                               int64_t at, ExampleFeature& step);
+// fn(step) for each step of `list`, in order.
+template <class Fn>
+void for_each_feature_list_step(const ExampleFeatureList& list, const std::byte* record, const std::string& where,
+                                Fn&& fn) {
+  ExampleFeature step;
+  for (int64_t at = 0; (at = next_feature_list_step(list, record, where, at, step)) >= 0;) fn(step);
+}
 
 // The number of values in `feature`'s list; FormatError naming `where` and the feature for a
 // malformed list (a packed float run whose size is no multiple of 4, a cut varint...).

@@ -434,6 +434,27 @@ TEST(TfRecord, SequenceExamplesThatCannotBePackedAreRefusedByName) {
       2, testutil::message_field(1, testutil::message_field(1, "z") +
                                         testutil::message_field(2, testutil::varint(1 << 3 | 0) + "\x01")))});
   EXPECT_NE(e.find("(in the FeatureList of feature 'z'): a step is not a Feature message"), std::string::npos) << e;
+  // A step of no list in a bytes list.
+  {
+    using testutil::message_field;
+    const std::string steps = message_field(1, testutil::feature_message(Strings{"a"})) + message_field(1, "");
+    e = example_error({message_field(2, message_field(1, message_field(1, "frames") + message_field(2, steps)))});
+    EXPECT_NE(e.find("feature list 'frames': a step holds no byte string"), std::string::npos) << e;
+  }
+  // A map entry of two values (protobuf would join two FeatureLists' steps).
+  e = example_error({testutil::message_field(
+      2, testutil::message_field(1, testutil::message_field(1, "v") + testutil::message_field(2, "") +
+                                        testutil::message_field(2, "")))});
+  EXPECT_NE(e.find("(in a feature list map entry): its value is given twice"), std::string::npos) << e;
+  // A list of two kinds is refused only when chosen.
+  TempFolder kinds;
+  write_file(kinds / "k.tfrecord", tfrecord_file({sequence_example_bytes({{"y", Ints{5}}, {"c", Ints{1}}}, {{"x", {Ints{3}}}}),
+                                                  sequence_example_bytes({{"y", Ints{6}}, {"c", Floats{1}}}, {{"x", {Floats{1}}}})}));
+  e = pack_error(kinds / "k.tfrecord");
+  EXPECT_NE(e.find("; leave it out with --field"), std::string::npos) << e;
+  const PackSources only_y =
+      PackSources::from_tfrecord(std::vector<std::string>{kinds / "k.tfrecord"}, std::vector<std::string>{"y"});
+  EXPECT_EQ(ints_of(only_y.record(1)[0]), Ints{6});
   // A context feature and a feature list of one key: packed apart only.
   TempFolder dir;
   write_file(dir / "both.tfrecord",
@@ -464,6 +485,23 @@ TEST(TfRecord, KeysMakingOneFieldNameArePackedOneAtATimeByKey) {
   }
   const PackSources c = PackSources::from_tfrecord(std::vector<std::string>{dir / "x.tfrecord"}, std::vector<std::string>{"c"});
   EXPECT_EQ(ints_of(c.record(0)[0]), Ints{3});
+  // Both chosen: refused naming both keys.
+  std::string e = error_of([&] {
+    PackSources::from_tfrecord(std::vector<std::string>{dir / "x.tfrecord"}, std::vector<std::string>{"a/b", "a.b"});
+  });
+  EXPECT_NE(e.find("features 'a/b' and 'a.b' would both be field 'a.b'"), std::string::npos) << e;
+  // A key's other spelling chooses it, and a bytes_list's lengths by its key's spelling.
+  write_file(dir / "y.tfrecord", tfrecord_file({example_bytes({{"p.q", Ints{7}}, {"w/z", Strings{"a", "bc"}}})}));
+  const PackSources y = PackSources::from_tfrecord(std::vector<std::string>{dir / "y.tfrecord"},
+                                                   std::vector<std::string>{"p/q", "w/z.lengths"});
+  ASSERT_EQ(y.schema().size(), 3u);
+  EXPECT_EQ(y.schema()[0].name, "p.q");
+  EXPECT_EQ(y.schema()[2].name, "w.z.lengths");
+  // A feature list's lengths and a feature naming the same field, both chosen.
+  write_file(dir / "z.tfrecord", tfrecord_file({testutil::sequence_example_bytes(
+                                     {{"j/lengths", Ints{1}}}, {{"j", {Ints{1}, Ints{2, 3}}}})}));
+  e = error_of([&] { PackSources::from_tfrecord(std::vector<std::string>{dir / "z.tfrecord"}); });
+  EXPECT_NE(e.find("feature list 'j' and feature 'j/lengths' would both be field 'j.lengths'"), std::string::npos) << e;
 }
 
 // Gzipped files past the scratch budget (MMT_SCRATCH_BYTES) are dropped once scanned and
