@@ -651,16 +651,18 @@ void read_packed_features(const TfRecordExamples& examples, const std::byte* bas
       if (step.kind != column.kind && step.kind != FeatureKind::None)
         list_changed(column, "now has a step of ", to_string(step.kind), ", not of the ", to_string(column.kind),
                      " it had when the files were scanned");
-      const int64_t n = detail::feature_value_count(step, kNoWhere);
+      int64_t n = 0;
       if (column.kind == FeatureKind::Bytes) {
+        detail::bytes_values(step, kNoWhere, scratch.list);  // one, unless the file changed since the scan
+        n = static_cast<int64_t>(scratch.list.size());
         if (n != 1) list_changed(column, "now has a step of ", n, " byte strings, not the one each held when scanned");
-        detail::bytes_values(step, kNoWhere, scratch.list);
         const auto bytes = static_cast<int64_t>(scratch.list[0].size());
         if (column.step_width >= 0 && bytes != column.step_width)
           list_changed(column, "now has a step of ", bytes, " bytes, not the ", column.step_width, " each held when scanned");
         p.rows += column.step_width >= 0 ? 1 : bytes;
         p.bytes += bytes;
       } else {
+        n = detail::feature_value_count(step, kNoWhere);
         if (column.step_width >= 0 && n != column.step_width)
           list_changed(column, "now has a step of ", n, " values, not the ", column.step_width, " each held when scanned");
         p.rows += column.step_width >= 0 ? 1 : n;
