@@ -270,4 +270,31 @@ inline void pack_record_by_record(const std::string& path, const PackSources& so
   writer.finish();
 }
 
+// Packs `sources` with pack_dataset() (which batches) into FOLDER/batched.mmt and record by
+// record into FOLDER/records.mmt, for lz4 and none, each chunk size and 64-byte alignment, and
+// expects the two files byte for byte the same; FOLDER/batched.mmt is left as the last made.
+inline void expect_batches_pack_as_records(const std::filesystem::path& folder, const PackSources& sources,
+                                           std::initializer_list<int64_t> chunk_bytes, const std::string& note = "") {
+  const std::string batched = folder / "batched.mmt", records = folder / "records.mmt";
+  for (const char* codec : {"none", "lz4"}) {
+    for (const int64_t bytes : chunk_bytes) {
+      PackOptions options;
+      options.writer.codec = CodecSpec::parse(codec);
+      options.writer.chunk_bytes = bytes;
+      options.writer.alignment = 64;
+      options.writer.overwrite = true;
+      pack_dataset(batched, sources, options);
+      pack_record_by_record(records, sources, options.writer);
+      const auto bytes_of = [](const std::string& path) {
+        std::ifstream in(path, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      };
+      if (bytes_of(batched) != bytes_of(records)) {
+        ADD_FAILURE() << "batched and record by record differ: " << codec << ", chunk_bytes " << bytes << note;
+        return;
+      }
+    }
+  }
+}
+
 }  // namespace mmt::testutil

@@ -1231,19 +1231,8 @@ TEST(PackArrow, BatchesOfRowsPackToTheSameFileAsRowByRow) {
                                                "pair", "note", "words", "words.lengths", "animal", "size"}));
     EXPECT_EQ(sources.schema()[9].shape, (DimVector{kVariableDim, 4}));
     EXPECT_EQ(sources.schema()[15].shape, (DimVector{2}));
-    for (const char* codec : {"none", "lz4"}) {
-      for (const int64_t chunk_bytes : {int64_t{1} << 20, int64_t{5000}}) {
-        PackOptions options;
-        options.writer.codec = CodecSpec::parse(codec);
-        options.writer.chunk_bytes = chunk_bytes;
-        options.writer.alignment = 64;
-        options.writer.overwrite = true;
-        pack_dataset(dir / "batched.mmt", sources, options);
-        testutil::pack_record_by_record(dir / "rows.mmt", sources, options.writer);
-        ASSERT_EQ(testing::file_bytes(dir / "batched.mmt"), testing::file_bytes(dir / "rows.mmt"))
-            << codec << ", chunk_bytes " << chunk_bytes << (stray_bytes ? ", null strings holding bytes" : "");
-      }
-    }
+    testutil::expect_batches_pack_as_records(dir.path(), sources, {int64_t{1} << 20, 5000},
+                                             stray_bytes ? ", null strings holding bytes" : "");
     const Dataset packed = Dataset::open(dir / "batched.mmt");
     EXPECT_TRUE(std::isnan(scalar_of<float>(packed.get(3)["score"])));
     EXPECT_EQ(scalar_of<int32_t>(packed.get(3)["count"]), 0);

@@ -244,19 +244,7 @@ TEST(TfRecord, BatchesPackTheSameFileAsRecordByRecord) {
   EXPECT_EQ(sources.jagged_record_batch(0, 1000, values, offsets), 700);  // up to the large record
   EXPECT_EQ(sources.jagged_record_batch(700, 800, values, offsets), -1);
   EXPECT_EQ(sources.jagged_record_batch(701, 799, values, offsets), 299);  // to the end of a.tfrecord
-  for (const char* codec : {"none", "lz4"}) {
-    for (const int64_t chunk_bytes : {int64_t{4096}, int64_t{1} << 20}) {
-      PackOptions options;
-      options.writer.codec = CodecSpec::parse(codec);
-      options.writer.chunk_bytes = chunk_bytes;
-      options.writer.alignment = 64;
-      options.writer.overwrite = true;
-      pack_dataset(dir / "batched.mmt", sources, options);
-      testutil::pack_record_by_record(dir / "records.mmt", sources, options.writer);
-      ASSERT_EQ(testing::file_bytes(dir / "batched.mmt"), testing::file_bytes(dir / "records.mmt"))
-          << codec << ", chunk_bytes " << chunk_bytes;
-    }
-  }
+  testutil::expect_batches_pack_as_records(dir.path(), sources, {4096, int64_t{1} << 20});
   const Dataset packed = Dataset::open(dir / "batched.mmt");
   EXPECT_EQ(ints_of(packed[1234]["label"]), Ints{1234});
   EXPECT_EQ(packed[1234]["tokens"].numel(), 1234 % 7);
@@ -391,19 +379,7 @@ TEST(TfRecord, SequenceExampleBatchesPackTheSameFileAsRecordByRecord) {
   const PackSources sources = PackSources::from_tfrecord(std::vector<std::string>{dir / "a.tfrecord"});
   // boxes [-1, 4], counts and counts.lengths, frames [-1, 16], label, names and names.lengths.
   ASSERT_EQ(sources.schema().size(), 7u);
-  for (const char* codec : {"none", "lz4"}) {
-    for (const int64_t chunk_bytes : {int64_t{4096}, int64_t{1} << 20}) {
-      PackOptions options;
-      options.writer.codec = CodecSpec::parse(codec);
-      options.writer.chunk_bytes = chunk_bytes;
-      options.writer.alignment = 64;
-      options.writer.overwrite = true;
-      pack_dataset(dir / "batched.mmt", sources, options);
-      testutil::pack_record_by_record(dir / "records.mmt", sources, options.writer);
-      ASSERT_EQ(testing::file_bytes(dir / "batched.mmt"), testing::file_bytes(dir / "records.mmt"))
-          << codec << ", chunk_bytes " << chunk_bytes;
-    }
-  }
+  testutil::expect_batches_pack_as_records(dir.path(), sources, {4096, int64_t{1} << 20});
   const Dataset packed = Dataset::open(dir / "batched.mmt");
   EXPECT_EQ(compare_with_sources(packed, sources), 1200);
   EXPECT_EQ(floats_of(packed[1001]["boxes"]), (Floats{1001, 0, 1, 2, 1001, 1, 1, 2}));  // 1001 % 9 steps
