@@ -399,6 +399,29 @@ class PackTest(FolderTestCase):
             f.write(zlib.compress(plain))
         self.assertEqual(mmtensor.pack(self.path("z.mmt"), [self.path("zlib.tfrecord")])["records"], 3)
         self.assertEqual(bytes(mmtensor.Dataset(self.path("z.mmt"))[2]["image.encoded"]), b"jpeg-2")
+        # tf.train.SequenceExample records, laid out as YouTube-8M's frame-level files: a
+        # context (field 1, an Example's features) and feature lists (field 2), one Feature a
+        # frame: rgb as one 8-byte string a frame, audio as 2 floats a frame.
+        def sequence_example(video, frames):
+            lists = b""
+            for key, steps in (("rgb", [field(1, field(1, bytes([video * 10 + t]) * 8)) for t in range(frames)]),
+                               ("audio", [field(2, field(1, struct.pack("<2f", t, -t))) for t in range(frames)])):
+                lists += field(1, field(1, key.encode()) + field(2, b"".join(field(1, step) for step in steps)))
+            return example({"id": ("bytes", [b"vid%d" % video])}) + field(2, lists)
+
+        with open(self.path("frames.tfrecord"), "wb") as f:
+            for r in [sequence_example(video, frames) for video, frames in [(0, 3), (1, 0), (2, 5)]]:
+                length = struct.pack("<Q", len(r))
+                f.write(length + struct.pack("<I", masked(crc32c(length))) + r + struct.pack("<I", masked(crc32c(r))))
+        self.assertEqual(mmtensor.pack(self.path("f.mmt"), [self.path("frames.tfrecord")])["records"], 3)
+        ds = mmtensor.Dataset(self.path("f.mmt"))
+        self.assertTrue(json.loads(ds.metadata["tfrecord_features"])["rgb"]["feature_list"])
+        rgb = np.asarray(ds[2]["rgb"])
+        self.assertEqual((rgb.shape, rgb.dtype), ((5, 8), np.uint8))
+        np.testing.assert_array_equal(rgb[:, 0], [20, 21, 22, 23, 24])
+        np.testing.assert_array_equal(ds[0]["audio"], np.array([[0, 0], [1, -1], [2, -2]], dtype=np.float32))
+        self.assertEqual(np.asarray(ds[1]["audio"]).shape, (0, 2))  # a video of no frames
+        self.assertEqual(bytes(ds[1]["id"]), b"vid1")
 
     def test_parquet_files(self):
         # A Hugging Face image shard as arrow-rs writes it (tests/data/parquet), packed
