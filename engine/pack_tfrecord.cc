@@ -84,6 +84,12 @@ struct TfRecordExamples {
 
 namespace {
 
+// `--field` spellings of a key that name its kind: a SequenceExample's context feature
+// (a feature, as an Example's) or its feature list, which may share a key.
+constexpr std::string_view kFeatureQualifier = "feature:";
+constexpr std::string_view kFeatureListQualifier = "feature_list:";
+constexpr std::string_view kTfRecordFeaturesMetadataKey = "tfrecord_features";
+
 using detail::ExampleFeature;
 using detail::FeatureKind;
 using detail::FileCompression;
@@ -438,21 +444,29 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
                                                           detail::cut_for_message(b.key, 200), "'")
                                                     : str(feature_named(a), " and ", feature_named(b)),
                          " would both be field '", detail::cut_for_message(name, 200), "'",
-                         same_key ? " (a SequenceExample's context and feature lists may share a key; one dataset "
-                                    "field cannot): choose the others with --field"
-                                  : " ('/' is '.' in a field name); choose one with --field, by its key"));
+                         same_key ? str(" (a SequenceExample's context and feature lists may share a key; one "
+                                        "dataset field cannot hold both): choose one with --field 'feature:",
+                                        detail::cut_for_message(a.key, 200), "' or --field 'feature_list:",
+                                        detail::cut_for_message(a.key, 200), "'")
+                                  : std::string(" ('/' is '.' in a field name); choose one with --field, by its key")));
   };
   const auto refuse_clash = [&](const std::string& name) {
     if (const auto other = clash.find(name); other != clash.end()) refuse_pair(stats[by_name.at(name)], stats[other->second], name);
   };
   // The stat `name` chooses: a key itself, '/' and all (of a feature or of a feature list), a
-  // field name, or a key's other spelling ('.' for '/'); SIZE_MAX for none.
+  // key qualified by its kind ("feature:KEY", "feature_list:KEY", for a SequenceExample whose
+  // context and feature lists share a key), a field name, or a key's other spelling ('.' for
+  // '/'); SIZE_MAX for none. A key spelled like a qualified one is itself first.
   const auto resolve = [&](const std::string& name) {
     const auto as_feature = stat_of.find(name), as_list = list_stat_of.find(name);
     if (as_feature != stat_of.end() && as_list != list_stat_of.end())
       refuse_pair(stats[as_feature->second], stats[as_list->second], field_name_of(name));
     if (as_feature != stat_of.end()) return as_feature->second;
     if (as_list != list_stat_of.end()) return as_list->second;
+    for (const auto& [qualifier, keys] : {std::pair{std::string_view(kFeatureQualifier), &stat_of},
+                                          std::pair{std::string_view(kFeatureListQualifier), &list_stat_of}})
+      if (name.starts_with(qualifier))
+        if (const auto it = keys->find(name.substr(qualifier.size())); it != keys->end()) return it->second;
     for (const std::string& spelling : {name, field_name_of(name)}) {
       refuse_clash(spelling);
       if (const auto it = by_name.find(spelling); it != by_name.end()) return it->second;
@@ -585,9 +599,41 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
                                  column.key, "')"));
   }
   out.metadata_["source"] = "tfrecord";
-  out.metadata_["tfrecord_features"] = described.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out.metadata_[std::string(kTfRecordFeaturesMetadataKey)] = described.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   out.tfrecord_ = std::move(examples);
   return out;
+}
+
+std::vector<std::string> PackSources::tfrecord_fields_of(const Schema& schema, const Metadata& metadata,
+                                                         const std::string& where) {
+  std::vector<std::string> fields;
+  const auto entry = metadata.find(std::string(kTfRecordFeaturesMetadataKey));
+  if (entry == metadata.end()) {
+    for (const Field& field : schema) fields.push_back(field.name);
+    return fields;
+  }
+  const auto malformed = [&](const std::string& why) {
+    return FormatError(str(where, ": metadata key '", kTfRecordFeaturesMetadataKey, "' ", why));
+  };
+  const nlohmann::json described = nlohmann::json::parse(entry->second, nullptr, false);
+  if (!described.is_object()) throw malformed("is not a JSON object");
+  for (const Field& field : schema) {
+    const auto it = described.find(field.name);
+    if (it == described.end()) {
+      // A joined list's lengths come with its values.
+      const bool lengths = field.name.ends_with(".lengths") &&
+                           described.contains(field.name.substr(0, field.name.size() - 8));
+      if (!lengths) fields.push_back(field.name);
+      continue;
+    }
+    const auto key = it->is_object() ? it->find("key") : it->end();
+    if (!it->is_object() || key == it->end() || !key->is_string())
+      throw malformed(str("describes field '", detail::cut_for_message(field.name, 200), "' without its key"));
+    const auto list = it->find("feature_list");
+    const bool sequence = list != it->end() && list->is_boolean() && list->get<bool>();
+    fields.push_back(str(sequence ? kFeatureListQualifier : kFeatureQualifier, key->get<std::string>()));
+  }
+  return fields;
 }
 
 namespace {

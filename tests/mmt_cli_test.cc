@@ -1054,6 +1054,17 @@ TEST_F(MmtCli, PackTakesTfRecordFilesAndVerifiesAgainstThem) {
   EXPECT_NE(sound.out.find("equal their sources byte for byte (fields image.encoded, objects.text, objects.text.lengths)"),
             std::string::npos)
       << sound.out;
+  // A SequenceExample's feature list sharing its key with a context feature: chosen by kind,
+  // and verified against the file by the key and kind the dataset records.
+  testutil::write_file(path("seq.tfrecord"),
+                       testutil::tfrecord_file({testutil::sequence_example_bytes(
+                           {{"len", std::vector<int64_t>{2}}}, {{"len", {std::vector<int64_t>{4}, std::vector<int64_t>{5}}}})}));
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("seq.mmt"), path("seq.tfrecord")}), "--field 'feature_list:len'");
+  const RunResult steps = run_mmt({"pack", path("seq.mmt"), path("seq.tfrecord"), "--field", "feature_list:len"});
+  ASSERT_EQ(steps.exit_code, 0) << steps.err;
+  const RunResult steps_sound = run_mmt({"verify", path("seq.mmt"), "--against", path("seq.tfrecord")});
+  EXPECT_EQ(steps_sound.exit_code, 0) << steps_sound.err;
+  EXPECT_NE(steps_sound.out.find("byte for byte (field len)"), std::string::npos) << steps_sound.out;
   // A damaged record: named, and nothing written.
   testutil::Bytes damaged = testutil::tfrecord_file(examples);
   damaged[damaged.size() - 10] ^= std::byte{1};

@@ -431,20 +431,63 @@ TEST(TfRecord, SequenceExamplesThatCannotBePackedAreRefusedByName) {
   const PackSources only_y =
       PackSources::from_tfrecord(std::vector<std::string>{kinds / "k.tfrecord"}, std::vector<std::string>{"y"});
   EXPECT_EQ(ints_of(only_y.record(1)[0]), Ints{6});
-  // A context feature and a feature list of one key: packed apart only.
+}
+
+// A SequenceExample's context and feature lists may share a key (TensorFlow parses them into
+// two dicts); one field cannot hold both. Packing all is refused, naming the spellings that
+// choose either; "feature:KEY" and "feature_list:KEY" pack it, and `mmt verify --against`
+// chooses it again by the key and kind the dataset's metadata records.
+TEST(TfRecord, AContextFeatureAndAFeatureListOfOneKeyAreChosenByKind) {
+  using testutil::sequence_example_bytes;
   TempFolder dir;
-  write_file(dir / "both.tfrecord",
-             tfrecord_file({sequence_example_bytes({{"x", Ints{1}}, {"y", Ints{2}}}, {{"x", {Ints{3}, Ints{4}}}})}));
-  e = pack_error(dir / "both.tfrecord");
+  const std::string path = dir / "both.tfrecord";
+  write_file(path, tfrecord_file({sequence_example_bytes({{"x", Ints{1}}, {"y", Ints{2}}}, {{"x", {Ints{3}, Ints{4, 5}}}}),
+                                  sequence_example_bytes({{"x", Ints{6}}, {"y", Ints{7}}}, {{"x", {Ints{8}}}})}));
+  std::string e = pack_error(path);
   EXPECT_NE(e.find("feature 'x' and feature list 'x' would both be field 'x' (a SequenceExample's context and "
-                   "feature lists may share a key"),
+                   "feature lists may share a key; one dataset field cannot hold both): choose one with --field "
+                   "'feature:x' or --field 'feature_list:x'"),
             std::string::npos)
       << e;
-  const PackSources y =
-      PackSources::from_tfrecord(std::vector<std::string>{dir / "both.tfrecord"}, std::vector<std::string>{"y"});
-  EXPECT_EQ(ints_of(y.record(0)[0]), Ints{2});
-  EXPECT_THROW(PackSources::from_tfrecord(std::vector<std::string>{dir / "both.tfrecord"}, std::vector<std::string>{"x"}),
-               ValueError);
+  const auto pack = [&](std::vector<std::string> fields) {
+    return PackSources::from_tfrecord(std::vector<std::string>{path}, fields);
+  };
+  // Either alone: the bare key stays ambiguous, the others are chosen as before.
+  EXPECT_THROW(pack({"x"}), ValueError);
+  EXPECT_EQ(ints_of(pack({"y"}).record(0)[0]), Ints{2});
+  const PackSources context = pack({"feature:x", "y"});
+  ASSERT_EQ(context.schema().size(), 2u);
+  EXPECT_EQ(context.schema()[0].name, "x");
+  EXPECT_EQ(context.schema()[0].shape, (std::vector<int64_t>{}));
+  EXPECT_EQ(ints_of(context.record(1)[0]), Ints{6});
+  const PackSources steps = pack({"feature_list:x"});
+  ASSERT_EQ(steps.schema().size(), 2u);  // steps of 1 and 2 values: joined, and their lengths
+  EXPECT_EQ(steps.schema()[1].name, "x.lengths");
+  EXPECT_EQ(ints_of(steps.record(0)[0]), (Ints{3, 4, 5}));
+  EXPECT_EQ(ints_of(steps.record(0)[1]), (Ints{1, 2}));
+  EXPECT_EQ(pack({"feature_list:x.lengths"}).schema().size(), 2u);  // the lengths choose their values
+  // Both: refused naming both, as two keys of one field name are.
+  e = error_of([&] { pack({"feature:x", "feature_list:x"}); });
+  EXPECT_NE(e.find("feature 'x' and feature list 'x' would both be field 'x'"), std::string::npos) << e;
+  // A qualifier names a key of its kind only.
+  e = error_of([&] { pack({"feature_list:y"}); });
+  EXPECT_NE(e.find("have no feature or feature list 'feature_list:y'"), std::string::npos) << e;
+  // The fields that choose a packed dataset's features again: by key and kind, lengths with
+  // their values, and a name the metadata does not describe as it is.
+  EXPECT_EQ(PackSources::tfrecord_fields_of(steps.schema(), steps.metadata(), "d.mmt"),
+            (std::vector<std::string>{"feature_list:x"}));
+  EXPECT_EQ(PackSources::tfrecord_fields_of(context.schema(), context.metadata(), "d.mmt"),
+            (std::vector<std::string>{"feature:x", "feature:y"}));
+  EXPECT_EQ(PackSources::tfrecord_fields_of(context.schema(), {}, "d.mmt"), (std::vector<std::string>{"x", "y"}));
+  e = error_of([&] { PackSources::tfrecord_fields_of(context.schema(), {{"tfrecord_features", "[1]"}}, "d.mmt"); });
+  EXPECT_EQ(e, "d.mmt: metadata key 'tfrecord_features' is not a JSON object");
+  e = error_of([&] { PackSources::tfrecord_fields_of(context.schema(), {{"tfrecord_features", R"({"x": {"kind": 1}})"}}, "d.mmt"); });
+  EXPECT_EQ(e, "d.mmt: metadata key 'tfrecord_features' describes field 'x' without its key");
+  // A key spelled as a qualified one is itself first.
+  write_file(dir / "odd.tfrecord", tfrecord_file({example_bytes({{"feature:z", Ints{1}}, {"z", Ints{2}}})}));
+  const PackSources odd = PackSources::from_tfrecord(std::vector<std::string>{dir / "odd.tfrecord"},
+                                                     std::vector<std::string>{"feature:z", "feature:feature:z"});
+  EXPECT_EQ(ints_of(odd.record(0)[0]), Ints{1});
 }
 
 // Two keys making one field name ('a/b' and 'a.b') are refused together, but either can be

@@ -144,9 +144,12 @@ void run_verify(const VerifyArgs& args) {
     MMT_CHECK(!fields.empty(), ValueError, "the datasets given to --against share no field with ", printable(ds.path()));
   }
   // Arrow, Parquet and TFRecord files: the columns (features) the dataset holds (a pack may
-  // have chosen some).
-  if (are_arrow_inputs(args.against) || are_tfrecord_inputs(args.against))
+  // have chosen some); features by the keys the pack recorded, as a SequenceExample's context
+  // and feature lists may share one.
+  if (are_arrow_inputs(args.against))  // first, as the packer tells the kinds
     for (const Field& f : ds.schema()) fields.push_back(f.name);
+  else if (are_tfrecord_inputs(args.against))
+    fields = PackSources::tfrecord_fields_of(ds.schema(), ds.metadata(), ds.path());
   // Tars are grouped as the pack grouped them: keys when it stored them, and the fields and
   // missing members its metadata records.
   TarOptions tar;

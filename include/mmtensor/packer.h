@@ -278,13 +278,20 @@ class PackSources {
   // not, or any file beginning with a record header), read in the order given: one record per Example, one field per feature
   // (pack_tfrecord.cc says how each list is stored; "image/encoded" is field "image.encoded").
   // `fields`: the features packed, in that order, by field name or key; empty, all of them, in
-  // name order. FormatError naming the file, the record and its byte for a damaged one (a
+  // name order. A SequenceExample's context and feature lists may share a key: "feature:KEY"
+  // and "feature_list:KEY" choose one of the two (one field cannot hold both). FormatError naming the file, the record and its byte for a damaged one (a
   // length's CRC, a record cut short, bytes that are no tf.train.Example: tfrecord.h), or,
   // for a file that begins as a compressed stream, what each reading of it finds; and
   // ChecksumError for a record whose data's CRC fails (checked as it is read); ValueError for
   // a feature whose records hold lists of two kinds, one with no list in any record (unless
   // `fields` leaves it out), a file compressed another way, or an input of another kind.
   static PackSources from_tfrecord(std::span<const std::string> specs, std::span<const std::string> fields = {});
+  // The `fields` that choose again, from its TFRecord sources, the features a dataset packed
+  // from them holds: by key, qualified (above), as its metadata key "tfrecord_features"
+  // records them; a field that key does not describe by its name. FormatError naming `where`
+  // when the entry is malformed.
+  static std::vector<std::string> tfrecord_fields_of(const Schema& schema, const Metadata& metadata,
+                                                     const std::string& where);
   // `tokens` cut into windows (WindowOptions above): one field of the same name and dtype,
   // shape [length]. `tokens` must have one field whose records hold one value each (a 1-D
   // array's) or a 1-D value each (documents: ragged, or fixed [n]); a separator needs

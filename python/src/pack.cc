@@ -143,7 +143,8 @@ save_to_disk wrote (pack one split's): one record per row, a field per column (s
 (.parquet), packed as Arrow columns are. inputs may instead be TensorFlow TFRecord files of
 tf.train.Example records (.tfrecord, .tfrecords, GZIP or ZLIB or not): one record per Example, a field per
 feature ("image/encoded" as "image.encoded"), fields=[...] choosing them; a SequenceExample's feature lists
-are fields of the record's steps ([steps, n] numbers, uint8 [steps, W] frames). window=L cuts the one field given
+are fields of the record's steps ([steps, n] numbers, uint8 [steps, W] frames), "feature:KEY" and
+"feature_list:KEY" choosing one where the context and feature lists share KEY. window=L cuts the one field given
 (a 1-D array, Megatron documents, or fields=[name] of datasets whose records are documents) into records of L tokens starting every
 window_stride (default L) over its values as one stream, separator=T after each document
 (metadata["token_windows"] records how). Large

@@ -422,6 +422,9 @@ class PackTest(FolderTestCase):
         np.testing.assert_array_equal(ds[0]["audio"], np.array([[0, 0], [1, -1], [2, -2]], dtype=np.float32))
         self.assertEqual(np.asarray(ds[1]["audio"]).shape, (0, 2))  # a video of no frames
         self.assertEqual(bytes(ds[1]["id"]), b"vid1")
+        # fields= chooses a feature list by kind where the context has a feature of its key.
+        mmtensor.pack(self.path("a.mmt"), [self.path("frames.tfrecord")], fields=["feature_list:audio", "feature:id"])
+        self.assertEqual([f.name for f in mmtensor.Dataset(self.path("a.mmt")).fields], ["audio", "id"])
 
     def test_parquet_files(self):
         # A Hugging Face image shard as arrow-rs writes it (tests/data/parquet), packed
