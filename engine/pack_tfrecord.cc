@@ -290,14 +290,26 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
   std::vector<std::span<const std::byte>> items;  // a bytes step's values
   std::string key;  // a feature's key, copied out of the file
   std::exception_ptr error;
-  // A key of two kinds refuses its feature (list) if it is chosen, not the files: `--field`
-  // can leave it out. Unless the record's bytes are damaged (its CRC says so): that is the
-  // fault to report. Called under the scan's mapping guard, where naming() names the record.
-  const auto kind_conflict = [&](KeyStats& stat, const std::byte* file, int64_t r, const detail::TfRecordSpan& span,
-                                 const std::string& what) {
-    if (!stat.conflict.empty()) return;
+  // Notes the kind of list a feature (or a feature list's step) holds. A key of two kinds
+  // refuses its feature (list) if it is chosen, not the files: `--field` can leave it out.
+  // Unless the record's bytes are damaged (its CRC says so): that is the fault to report. The
+  // message is made once, not for each step of a long list. Called under the scan's mapping
+  // guard, where naming() names the record.
+  const auto note_kind = [&](KeyStats& stat, FeatureKind kind, const std::byte* file, int64_t r,
+                             const detail::TfRecordSpan& span) {
+    if (kind == FeatureKind::None) return;
+    if (stat.kind == FeatureKind::None) {
+      stat.kind = kind;
+      stat.kind_record = r;
+    }
+    if (kind == stat.kind || !stat.conflict.empty()) return;
     detail::check_tfrecord_data(file, span, kNoWhere);
-    stat.conflict = str(examples->where(r), ": ", feature_named(stat), what);
+    const std::string first = examples->where(stat.kind_record);
+    stat.conflict = str(examples->where(r), ": ", feature_named(stat),
+                        stat.sequence ? str(" has a step of ", to_string(kind), ", but ", first, " gave it steps of ",
+                                            to_string(stat.kind), "; a feature list holds one kind of list")
+                                      : str(" is a ", to_string(kind), ", but ", first, " gave it a ",
+                                            to_string(stat.kind), "; a feature holds one kind of list"));
   };
   // File f's records [begin, end), its bytes `bytes`, read as soon as its records are found
   // (a compressed file's decompression may be dropped once added to the budget).
@@ -329,16 +341,7 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
               else
                 previous.push_back(s);
               KeyStats& stat = stats[s];
-              if (feature.kind != FeatureKind::None) {
-                if (stat.kind == FeatureKind::None) {
-                  stat.kind = feature.kind;
-                  stat.kind_record = r;
-                }
-                if (feature.kind != stat.kind)
-                  kind_conflict(stat, bytes.data(), r, span, str(" is a ", to_string(feature.kind), ", but ",
-                                                   examples->where(stat.kind_record), " gave it a ", to_string(stat.kind),
-                                                   "; a feature holds one kind of list"));
-              }
+              note_kind(stat, feature.kind, bytes.data(), r, span);
               const int64_t n = detail::feature_value_count(feature, kNoWhere);
               ++stat.present;
               stat.min_values = std::min(stat.min_values, n);
@@ -358,16 +361,7 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
               // Step by step, keeping nothing of them: a record of millions of two-byte steps
               // must not take memory in proportion.
               detail::for_each_feature_list_step(list, record, kNoWhere, [&](const ExampleFeature& step) {
-                if (step.kind != FeatureKind::None) {
-                  if (stat.kind == FeatureKind::None) {
-                    stat.kind = step.kind;
-                    stat.kind_record = r;
-                  }
-                  if (step.kind != stat.kind)
-                    kind_conflict(stat, bytes.data(), r, span, str(" has a step of ", to_string(step.kind), ", but ",
-                                                     examples->where(stat.kind_record), " gave it steps of ",
-                                                     to_string(stat.kind), "; a feature list holds one kind of list"));
-                }
+                note_kind(stat, step.kind, bytes.data(), r, span);
                 const int64_t n = detail::feature_value_count(step, kNoWhere);
                 if (step.kind == FeatureKind::Bytes && n == 1) {  // else refused, if chosen: no lengths needed
                   detail::bytes_values(step, kNoWhere, items);
