@@ -7,21 +7,32 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "mmtensor/packer.h"
 
 namespace mmt::fuzz {
 
-// A folder of the fuzzer's own under /tmp, made once (the fuzzers write their inputs there).
+// A folder of the fuzzer's own under $TMPDIR (or /tmp), made once (the fuzzers write their
+// inputs there), and removed when the fuzzer exits: every run made one, and CI's fuzz stage
+// left a folder a fuzzer behind. A crash keeps it, with the input that crashed.
 inline const std::string& scratch_folder() {
-  static const std::string folder = [] {
-    char name[] = "/tmp/mmt-fuzz-XXXXXX";
-    const char* made = ::mkdtemp(name);
-    return std::string(made != nullptr ? made : "/tmp");
+  // Never destroyed: the exit handler runs after the destructors of statics made before it.
+  static const std::string* const folder = [] {
+    const char* tmp = std::getenv("TMPDIR");
+    auto* made = new std::string(std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/mmt-fuzz-XXXXXX");
+    if (::mkdtemp(made->data()) == nullptr) std::abort();  // nowhere to write inputs: nothing to fuzz
+    std::atexit([] {
+      std::error_code ignored;
+      std::filesystem::remove_all(*folder, ignored);
+    });
+    return made;
   }();
-  return folder;
+  return *folder;
 }
 
 inline bool write_whole(const std::string& path, const void* data, size_t size) {
