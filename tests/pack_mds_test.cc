@@ -137,6 +137,56 @@ TEST(PackMds, CompressedShardsAreDecompressedWhenTheRawOneIsAbsent) {
   EXPECT_THROW_WITH(PackSources::from_mds(std::vector<std::string>{brotli.path()}), ValueError, "compressed with 'br'");
 }
 
+// Samples whose columns are all of fixed size are packed a run of a shard at a time, each
+// column a strided view of the shard (uint8 images) or a copy (an int64 at an odd offset): the
+// same file as sample by sample, across shard ends, a compressed shard and chunk sizes.
+TEST(PackMds, SamplesOfFixedColumnsPackInBatchesAsSampleBySample) {
+  TempFolder dir;
+  MdsBuilder builder({{"image", "ndarray:uint8:3,5", 15}, {"label", "int", 8}, {"score", "float32", 4}});
+  int next = 0;
+  const auto add = [&](int count) {
+    for (int end = next + count; next < end; ++next) {
+      std::vector<uint8_t> image(15);
+      for (size_t k = 0; k < image.size(); ++k) image[k] = static_cast<uint8_t>(next * 7 + static_cast<int>(k));
+      builder.sample({MdsBuilder::bytes_of(image), MdsBuilder::bytes_of(std::vector<int64_t>{next - 100}),
+                      MdsBuilder::bytes_of(std::vector<float>{next * 0.5f})});
+    }
+  };
+  add(700);
+  builder.flush(dir.path(), "shard.00000.mds");
+  add(1);
+  builder.flush(dir.path(), "shard.00001.mds");
+  add(1300);
+  const Bytes last = builder.shard_bytes();
+  builder.flush(dir.path(), "shard.00002.mds", "shard.00002.mds.zstd", "zstd:3");
+  write_file(dir / "shard.00002.mds.zstd", zstd_of(last));
+  builder.write_index(dir.path());
+  const PackSources sources = PackSources::from_mds(std::vector<std::string>{dir.path()});
+  ASSERT_EQ(sources.records(), 2001);
+  std::vector<Tensor> values, offsets;
+  ASSERT_EQ(sources.jagged_record_batch(10, 1000, values, offsets), 690);  // to the shard's end
+  ASSERT_EQ(values.size(), 3u);
+  EXPECT_EQ(values[0].sizes(), (std::vector<int64_t>{690, 3, 5}));
+  EXPECT_EQ(values[0].strides(), (std::vector<int64_t>{27, 5, 1}));  // a view, a sample a row
+  EXPECT_EQ(values[0].untyped_storage().filename(), dir / "shard.00000.mds");
+  EXPECT_EQ(values[0].select(0, 3).select(0, 0).select(0, 1).item<uint8_t>(), static_cast<uint8_t>(13 * 7 + 1));
+  EXPECT_EQ(values[1].select(0, 689).item<int64_t>(), 699 - 100);
+  EXPECT_EQ(values[2].select(0, 1).item<float>(), 5.5f);
+  EXPECT_FALSE(offsets[0].defined());
+  EXPECT_EQ(sources.jagged_record_batch(700, 5, values, offsets), 1);
+  EXPECT_EQ(sources.jagged_record_batch(1990, 11, values, offsets), 11);  // out of the decompressed shard
+  EXPECT_EQ(values[1].select(0, 10).item<int64_t>(), 2000 - 100);
+  testutil::expect_batches_pack_as_records(dir.path(), sources, {1 << 12, 1 << 20});
+  EXPECT_EQ(compare_with_sources(Dataset::open(dir / "batched.mmt"), sources), 2001);
+  // A column of no fixed size: a sample at a time.
+  TempFolder mixed;
+  MdsBuilder four = four_columns();
+  add_samples(four, 0, 3);
+  four.flush(mixed.path(), "shard.00000.mds");
+  four.write_index(mixed.path());
+  EXPECT_EQ(PackSources::from_mds(std::vector<std::string>{mixed.path()}).jagged_record_batch(0, 3, values, offsets), 0);
+}
+
 TEST(PackMds, EncodingsAreMappedOrRefusedByName) {
   TempFolder dir;
   MdsBuilder scalars({{"f", "float32", 4}, {"j", "json"}, {"u", "uint16", 2}, {"x", "ndarray:int16:2", 4}});

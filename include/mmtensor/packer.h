@@ -353,7 +353,9 @@ class PackSources {
   // Parquet inputs the rows of one record batch or row group, strings and lists in their
   // jagged layout (offsets[f] defined) and numbers as views of the file; for TFRecord inputs
   // records of one file under 64 KiB each, their values copied into one buffer a field (a
-  // larger record goes alone, -1, its bytes a view of the file). Returns how many
+  // larger record goes alone, -1, its bytes a view of the file); for MDS inputs whose columns
+  // are all of fixed size, samples of one shard lying back to back as its offsets say, each
+  // column a strided view of the shard (a copy where its values are unaligned). Returns how many
   // records it gave, fewer than `count` where a record batch ends or its strings and lists
   // pass a few MiB. Columns whose rows must be converted one by one (dictionaries, string
   // views, lists of strings) are, into one buffer, with record()'s values and refusals.
@@ -401,6 +403,7 @@ class PackSources {
   std::string tfrecord_origin(size_t field, int64_t index) const;
   // MDS samples: record `index`'s values, and where a field of it comes from.
   void mds_record(int64_t index, std::vector<Tensor>& values) const;
+  int64_t mds_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const;
   std::string mds_origin(size_t field, int64_t index) const;
   // Megatron documents: record `index`'s tokens, and where they come from.
   void megatron_record(int64_t index, std::vector<Tensor>& values) const;
