@@ -447,20 +447,22 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
   const auto refuse_clash = [&](const std::string& name) {
     if (const auto other = clash.find(name); other != clash.end()) refuse_pair(stats[by_name.at(name)], stats[other->second], name);
   };
-  // The stat `name` chooses: a key itself, '/' and all (of a feature or of a feature list), a
-  // key qualified by its kind ("feature:KEY", "feature_list:KEY", for a SequenceExample whose
-  // context and feature lists share a key), a field name, or a key's other spelling ('.' for
-  // '/'); SIZE_MAX for none. A key spelled like a qualified one is itself first.
+  // The stat `name` chooses: a key qualified by its kind ("feature:KEY", "feature_list:KEY",
+  // for a SequenceExample whose context and feature lists share a key), a key itself, '/' and
+  // all (of a feature or of a feature list), a field name, or a key's other spelling ('.' for
+  // '/'); SIZE_MAX for none. The qualified reading comes first, so that what
+  // tfrecord_fields_of() writes chooses exactly its key even beside a key spelled like it
+  // ("feature:z" and "z"): that key is "feature:feature:z".
   const auto resolve = [&](const std::string& name) {
+    for (const auto& [qualifier, keys] : {std::pair{std::string_view(kFeatureQualifier), &stat_of},
+                                          std::pair{std::string_view(kFeatureListQualifier), &list_stat_of}})
+      if (name.starts_with(qualifier))
+        if (const auto it = keys->find(name.substr(qualifier.size())); it != keys->end()) return it->second;
     const auto as_feature = stat_of.find(name), as_list = list_stat_of.find(name);
     if (as_feature != stat_of.end() && as_list != list_stat_of.end())
       refuse_pair(stats[as_feature->second], stats[as_list->second], field_name_of(name));
     if (as_feature != stat_of.end()) return as_feature->second;
     if (as_list != list_stat_of.end()) return as_list->second;
-    for (const auto& [qualifier, keys] : {std::pair{std::string_view(kFeatureQualifier), &stat_of},
-                                          std::pair{std::string_view(kFeatureListQualifier), &list_stat_of}})
-      if (name.starts_with(qualifier))
-        if (const auto it = keys->find(name.substr(qualifier.size())); it != keys->end()) return it->second;
     for (const std::string& spelling : {name, field_name_of(name)}) {
       refuse_clash(spelling);
       if (const auto it = by_name.find(spelling); it != by_name.end()) return it->second;

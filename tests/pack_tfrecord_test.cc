@@ -483,11 +483,24 @@ TEST(TfRecord, AContextFeatureAndAFeatureListOfOneKeyAreChosenByKind) {
   EXPECT_EQ(e, "d.mmt: metadata key 'tfrecord_features' is not a JSON object");
   e = error_of([&] { PackSources::tfrecord_fields_of(context.schema(), {{"tfrecord_features", R"({"x": {"kind": 1}})"}}, "d.mmt"); });
   EXPECT_EQ(e, "d.mmt: metadata key 'tfrecord_features' describes field 'x' without its key");
-  // A key spelled as a qualified one is itself first.
-  write_file(dir / "odd.tfrecord", tfrecord_file({example_bytes({{"feature:z", Ints{1}}, {"z", Ints{2}}})}));
-  const PackSources odd = PackSources::from_tfrecord(std::vector<std::string>{dir / "odd.tfrecord"},
-                                                     std::vector<std::string>{"feature:z", "feature:feature:z"});
-  EXPECT_EQ(ints_of(odd.record(0)[0]), Ints{1});
+  // Beside a key spelled as a qualified one, the qualified reading comes first; that key is
+  // qualified in turn.
+  write_file(dir / "odd.tfrecord", tfrecord_file({example_bytes({{"feature:z", Ints{1}}, {"z", Ints{2}}}),
+                                                  example_bytes({{"feature:z", Ints{3}}, {"z", Ints{4}}})}));
+  const auto odd = [&](std::vector<std::string> fields) {
+    return PackSources::from_tfrecord(std::vector<std::string>{dir / "odd.tfrecord"}, fields);
+  };
+  EXPECT_EQ(ints_of(odd({"feature:z"}).record(1)[0]), Ints{4});
+  EXPECT_EQ(ints_of(odd({"feature:feature:z"}).record(1)[0]), Ints{3});
+  // So a dataset of both chooses each again by what its metadata records, not one of them twice.
+  const PackSources all = odd({});
+  ASSERT_EQ(all.schema().size(), 2u);
+  const std::vector<std::string> again = PackSources::tfrecord_fields_of(all.schema(), all.metadata(), "d.mmt");
+  EXPECT_EQ(again, (std::vector<std::string>{"feature:feature:z", "feature:z"}));
+  const PackSources chosen = odd(again);
+  ASSERT_EQ(chosen.schema().size(), 2u);
+  EXPECT_EQ(ints_of(chosen.record(1)[0]), Ints{3});
+  EXPECT_EQ(ints_of(chosen.record(1)[1]), Ints{4});
 }
 
 // Two keys making one field name ('a/b' and 'a.b') are refused together, but either can be
