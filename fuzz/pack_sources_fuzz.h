@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -25,7 +26,10 @@ inline const std::string& scratch_folder() {
   static const std::string* const folder = [] {
     const char* tmp = std::getenv("TMPDIR");
     auto* made = new std::string(std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/mmt-fuzz-XXXXXX");
-    if (::mkdtemp(made->data()) == nullptr) std::abort();  // nowhere to write inputs: nothing to fuzz
+    if (::mkdtemp(made->data()) == nullptr) {  // $TMPDIR missing: /tmp, as before
+      *made = "/tmp/mmt-fuzz-XXXXXX";
+      if (::mkdtemp(made->data()) == nullptr) std::abort();  // nowhere to write inputs: nothing to fuzz
+    }
     std::atexit([] {
       std::error_code ignored;
       std::filesystem::remove_all(*folder, ignored);
@@ -59,7 +63,9 @@ inline void read_every_record(const PackSources& sources) {
     (void)sources.record_origin(0, r);
   }
   for (int64_t r = 0; r < sources.records();) {
-    const int64_t given = sources.jagged_record_batch(r, 1024, values, offsets);
+    // At most the records left: past them is an IndexError, which left every batch path of
+    // an input of fewer than 1,024 records unread.
+    const int64_t given = sources.jagged_record_batch(r, std::min<int64_t>(1024, sources.records() - r), values, offsets);
     if (given <= 0) {
       r += given == 0 ? 1 : -given;
       continue;
