@@ -745,19 +745,11 @@ bool PackSources::record_batch(int64_t start, int64_t count, std::vector<Tensor>
 
 int64_t PackSources::jagged_record_batch(int64_t start, int64_t count, std::vector<Tensor>& values,
                                          std::vector<Tensor>& offsets) const {
-  if (arrow_) {
-    MMT_CHECK(start >= 0 && count >= 0 && start <= records_ - count, IndexError, "records [", start, ", ",
-              start + count, ") are out of range for ", records_, " records");
-    return arrow_batch(start, count, values, offsets);
-  }
-  if (tfrecord_) {
-    MMT_CHECK(start >= 0 && count >= 0 && start <= records_ - count, IndexError, "records [", start, ", ",
-              start + count, ") are out of range for ", records_, " records");
-    return count == 0 ? 0 : tfrecord_batch(start, count, values, offsets);
-  }
+  MMT_CHECK(start >= 0 && count >= 0 && start <= records_ - count, IndexError, "records [", start, ", ",
+            start + count, ") are out of range for ", records_, " records");
+  if (arrow_) return arrow_batch(start, count, values, offsets);
+  if (tfrecord_) return count == 0 ? 0 : tfrecord_batch(start, count, values, offsets);
   if (mds_) {
-    MMT_CHECK(start >= 0 && count >= 0 && start <= records_ - count, IndexError, "records [", start, ", ",
-              start + count, ") are out of range for ", records_, " records");
     const int64_t given = count == 0 ? 0 : mds_batch(start, count, values);
     if (given > 0) offsets.assign(values.size(), Tensor());
     return given;
