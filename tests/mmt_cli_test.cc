@@ -1065,6 +1065,32 @@ TEST_F(MmtCli, PackTakesTfRecordFilesAndVerifiesAgainstThem) {
   const RunResult steps_sound = run_mmt({"verify", path("seq.mmt"), "--against", path("seq.tfrecord")});
   EXPECT_EQ(steps_sound.exit_code, 0) << steps_sound.err;
   EXPECT_NE(steps_sound.out.find("byte for byte (field len)"), std::string::npos) << steps_sound.out;
+  // A dataset that does not record the kinds (packed before the metadata did, or written by
+  // the API): verify is refused with the pack's advice, and takes the same --field.
+  {
+    const Dataset recorded = Dataset::open(path("seq.mmt"));
+    DatasetWriter writer = DatasetWriter::create(path("seq-bare.mmt"), recorded.schema());
+    for (int64_t i = 0; i < recorded.size(); ++i) {
+      const Sample sample = recorded[i];
+      std::vector<Tensor> values;
+      for (size_t f = 0; f < sample.size(); ++f) values.push_back(sample[f]);
+      writer.append(values);
+    }
+    writer.finish();
+  }
+  EXPECT_FAILS_WITH(run_mmt({"verify", path("seq-bare.mmt"), "--against", path("seq.tfrecord")}),
+                    "choose one with --field 'feature:len' or --field 'feature_list:len'");
+  const RunResult bare_sound =
+      run_mmt({"verify", path("seq-bare.mmt"), "--against", path("seq.tfrecord"), "--field", "feature_list:len"});
+  EXPECT_EQ(bare_sound.exit_code, 0) << bare_sound.err;
+  EXPECT_NE(bare_sound.out.find("byte for byte (field len)"), std::string::npos) << bare_sound.out;
+  // The context feature is not what the dataset holds: a mismatch, not a pass.
+  EXPECT_FAILS_WITH(
+      run_mmt({"verify", path("seq-bare.mmt"), "--against", path("seq.tfrecord"), "--field", "feature:len"}),
+      "field 'len' is int64[-1] in the dataset but int64[] in its source");
+  EXPECT_FAILS_WITH(run_mmt({"verify", path("seq-bare.mmt"), "--field", "feature_list:len"}), "it needs --against");
+  EXPECT_FAILS_WITH(run_mmt({"verify", path("t.mmt"), "--against", "x=" + path("seq.tfrecord") + ".npy", "--field", "x"}),
+                    "arrays, tar archives, Megatron and MDS datasets give all theirs");
   // A damaged record: named, and nothing written.
   testutil::Bytes damaged = testutil::tfrecord_file(examples);
   damaged[damaged.size() - 10] ^= std::byte{1};

@@ -21,6 +21,7 @@ struct VerifyArgs {
   std::vector<std::string> files;
   std::vector<std::string> against;
   std::string folder;
+  std::vector<std::string> fields;  // --field: the fields to compare, named as mmt pack names them
   int64_t samples = 0;
   uint64_t seed = 0;
   // Which options were given: an empty value is not an absent one.
@@ -39,6 +40,15 @@ void check_options(const VerifyArgs& args) {
     if (input.empty())
       throw UsageError("--against has an empty input: give NAME=PATH.npy, PATH.npz or NAME=PATH, as to mmt pack");
   const bool comparing = args.against_option->count() > 0 || args.folder_option->count() > 0;
+  if (!args.fields.empty()) {
+    MMT_CHECK(args.against_option->count() > 0, UsageError,
+              "--field chooses the fields compared with the inputs given to --against: it needs --against");
+    // Arrays, tars, Megatron and MDS datasets give all their fields, as mmt pack packs them all.
+    MMT_CHECK(are_dataset_inputs(args.against) || are_arrow_inputs(args.against) || are_tfrecord_inputs(args.against),
+              UsageError,
+              "--field chooses the fields compared with dataset, Arrow, Parquet or TFRecord inputs; arrays, tar "
+              "archives, Megatron and MDS datasets give all theirs, and all are compared");
+  }
   if (!comparing && (args.samples_option->count() > 0 || args.seed_option->count() > 0))
     throw UsageError(detail::str(args.samples_option->count() > 0 ? "--samples" : "--seed",
                                  " chooses the records to compare with the sources: it needs --against or --folder"));
@@ -120,6 +130,30 @@ void check_every_shard(const Dataset& ds) {
   }
 }
 
+// The fields to ask of the --against inputs. --field: the user's choice, named as mmt pack
+// takes it (a TFRecord feature or feature list by kind, "feature:KEY" or "feature_list:KEY",
+// which a dataset packed before its metadata recorded the kinds needs). Otherwise datasets:
+// the fields both hold (a repack may have kept some of them; the sources may give some of
+// the dataset's, as arrays may). Arrow, Parquet and TFRecord files: the columns (features)
+// the dataset holds (a pack may have chosen some); features by the keys the pack recorded, as
+// a SequenceExample's context and feature lists may share one. Other inputs: none, as they
+// give all their fields.
+std::vector<std::string> fields_to_compare(const VerifyArgs& args, const Dataset& ds) {
+  if (!args.fields.empty()) return args.fields;
+  std::vector<std::string> fields;
+  if (are_dataset_inputs(args.against)) {
+    const Schema against = Dataset::open_concat(args.against).schema();
+    for (const Field& f : ds.schema())
+      if (against.find(f.name)) fields.push_back(f.name);
+    MMT_CHECK(!fields.empty(), ValueError, "the datasets given to --against share no field with ", printable(ds.path()));
+  } else if (are_arrow_inputs(args.against)) {  // first, as the packer tells the kinds
+    for (const Field& f : ds.schema()) fields.push_back(f.name);
+  } else if (are_tfrecord_inputs(args.against)) {
+    fields = PackSources::tfrecord_fields_of(ds.schema(), ds.metadata(), ds.path());
+  }
+  return fields;
+}
+
 void run_verify(const VerifyArgs& args) {
   check_options(args);
   Dataset ds = Dataset::open_concat(args.files);
@@ -134,22 +168,7 @@ void run_verify(const VerifyArgs& args) {
 
   // A folder packed with --paths holds field "path", tars packed with --keys "__key__":
   // compared too, with no option to repeat.
-  // Datasets: the fields both hold are compared (a repack may have kept some of them; the
-  // sources may give some of the dataset's, as arrays may).
-  std::vector<std::string> fields;
-  if (are_dataset_inputs(args.against)) {
-    const Schema against = Dataset::open_concat(args.against).schema();
-    for (const Field& f : ds.schema())
-      if (against.find(f.name)) fields.push_back(f.name);
-    MMT_CHECK(!fields.empty(), ValueError, "the datasets given to --against share no field with ", printable(ds.path()));
-  }
-  // Arrow, Parquet and TFRecord files: the columns (features) the dataset holds (a pack may
-  // have chosen some); features by the keys the pack recorded, as a SequenceExample's context
-  // and feature lists may share one.
-  if (are_arrow_inputs(args.against))  // first, as the packer tells the kinds
-    for (const Field& f : ds.schema()) fields.push_back(f.name);
-  else if (are_tfrecord_inputs(args.against))
-    fields = PackSources::tfrecord_fields_of(ds.schema(), ds.metadata(), ds.path());
+  const std::vector<std::string> fields = fields_to_compare(args, ds);
   // Tars are grouped as the pack grouped them: keys when it stored them, and the fields and
   // missing members its metadata records.
   TarOptions tar;
@@ -202,6 +221,12 @@ void add_verify_command(CLI::App& app) {
                       "Also compare the records with these pack inputs (same syntax as mmt pack); fields are "
                       "matched by name, and a subset of the dataset's fields may be given")
           ->expected(1, -1);
+  // One name per --field: a repeated option must not take the files that follow it.
+  cmd->add_option("--field", args->fields,
+                  "With --against datasets, Arrow, Parquet or TFRecord files: compare only this field, named as "
+                  "mmt pack --field names it (repeat for more; by default, every field both hold)")
+      ->type_name("NAME")
+      ->allow_extra_args(false);
   args->folder_option = cmd->add_option("--folder", args->folder, "Also compare the records with this folder (of class folders, or of files)");
   args->samples_option = add_integer_option(cmd, "--samples", args->samples,
                                             "Compare this many distinct random records instead of all (0: all)",
