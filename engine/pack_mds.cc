@@ -1,5 +1,6 @@
 // PackSources::from_mds: MosaicML Streaming datasets (MDS shards and their index.json) as
-// pack sources, one record per sample; values view the mapped shards.
+// pack sources, one record per sample; values view the mapped shards (or, a run of small
+// samples at a time, are copied into one buffer a column).
 //
 // The layout read (streaming/base/format/mds, index version 2):
 //   index.json  {"version": 2, "shards": [{"format": "mds", "version": 2, "samples": N,
@@ -480,19 +481,15 @@ void PackSources::mds_record(int64_t index, std::vector<Tensor>& values) const {
   }
 }
 
+namespace {
+
 // Samples whose columns are all of fixed size are S bytes each, and MDSWriter writes a shard's
 // back to back: a run of them whose offsets step by S is each column's [n, ...] view with a
 // record stride of S, with no Tensor made a sample (about 1 us each, most of a pack's CPU
-// time for 784-byte samples). A run whose offsets say otherwise goes a sample at a time,
+// time for 784-byte samples). A run whose offsets say otherwise goes a sample at a time (0),
 // where mds_record() names what is wrong.
-int64_t PackSources::mds_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const {
-  const MdsShards& mds = *mds_;
-  int64_t sample_bytes = 0;
-  for (const MdsShards::Column& column : mds.columns) {
-    if (column.kind != MdsShards::Kind::Fixed) return 0;
-    sample_bytes += column.fixed_bytes;
-  }
-  if (sample_bytes == 0) return 0;
+int64_t fixed_size_run(const MdsShards& mds, int64_t sample_bytes, int64_t start, int64_t count,
+                       std::vector<Tensor>& values) {
   const auto [s, j] = detail::part_of(mds.shard_end, start);
   const MdsShards::Shard& shard = mds.shards[s];
   const int64_t first_sample = j, n = std::min(count, shard.samples - j);  // plain variables for the lambda
@@ -532,6 +529,96 @@ int64_t PackSources::mds_batch(int64_t start, int64_t count, std::vector<Tensor>
     }
   }
   return n;
+}
+
+// Samples with bytes columns (str, jpeg, json...) besides fixed ones: a run of one shard's
+// samples, each under kViewBytes and kBatchBytes in all, each checked as mds_record() checks
+// it and copied into one buffer a column: a bytes column's values back to back with their
+// offsets (the writer's jagged batch), a fixed column's [n, ...]. A sample at a time makes a
+// Tensor a column (about 1 us a sample, most of the CPU a pack of short texts takes). A
+// sample of kViewBytes or more goes alone (-1), through mds_record(), which views its values
+// in the shard: a batch would copy them twice (into the batch, then into the chunk).
+int64_t copied_run(const MdsShards& mds, int64_t start, int64_t count, std::vector<Tensor>& values,
+                   std::vector<Tensor>& offsets) {
+  constexpr int64_t kBatchBytes = int64_t{4} << 20, kViewBytes = int64_t{64} << 10;
+  const auto [s, j] = detail::part_of(mds.shard_end, start);
+  const MdsShards::Shard& shard = mds.shards[s];
+  const int64_t first_sample = j, n = std::min(count, shard.samples - j);  // plain variables for the lambda
+  const UntypedStorage file = mds.file_of(shard);
+  const size_t columns = mds.columns.size();
+  // Pass one checks each sample and keeps its values' spans (offset, size a column); the
+  // buffers are then made, outside the guard; pass two copies the values.
+  thread_local std::vector<ValueAt> at;
+  thread_local std::vector<int64_t> spans;
+  spans.clear();
+  std::vector<int64_t> column_bytes(columns, 0);
+  int64_t samples = 0, batch_bytes = 0;
+  detail::guard_storage_reads(file, [&] {
+    for (; samples < n; ++samples) {
+      const auto [begin, end] = sample_range(shard, file, first_sample + samples, /*again=*/true);
+      if (end - begin >= kViewBytes || (samples > 0 && batch_bytes + (end - begin) > kBatchBytes)) break;
+      batch_bytes += end - begin;
+      sample_values(mds, shard, file, first_sample + samples, /*again=*/true, at);
+      for (size_t c = 0; c < columns; ++c) {
+        spans.push_back(at[c].offset);
+        spans.push_back(at[c].size);
+        column_bytes[c] += at[c].size;
+      }
+    }
+  });
+  if (samples == 0) return -1;
+  values.assign(columns, Tensor());
+  offsets.assign(columns, Tensor());
+  std::vector<std::byte*> out(columns);
+  std::vector<int64_t*> ends(columns, nullptr);
+  for (size_t c = 0; c < columns; ++c) {
+    const MdsShards::Column& column = mds.columns[c];
+    if (column.kind == MdsShards::Kind::Fixed) {
+      DimVector sizes{samples};
+      for (const int64_t size : column.shape) sizes.push_back(size);
+      values[c] = empty(sizes, column.dtype);
+    } else {
+      values[c] = empty({column_bytes[c]}, kUInt8);
+      offsets[c] = empty({samples + 1}, kInt64);
+      ends[c] = static_cast<int64_t*>(offsets[c].mutable_data_ptr());
+      *ends[c]++ = 0;
+    }
+    out[c] = static_cast<std::byte*>(values[c].mutable_data_ptr());
+  }
+  detail::guard_storage_reads(file, [&] {
+    const int64_t* span = spans.data();
+    for (int64_t k = 0; k < samples; ++k) {
+      for (size_t c = 0; c < columns; ++c, span += 2) {
+        const size_t size = static_cast<size_t>(span[1]);
+        if (size > 0) std::memcpy(out[c], file.data() + span[0], size);
+        out[c] += size;
+        if (ends[c]) {
+          *ends[c] = ends[c][-1] + span[1];
+          ++ends[c];
+        }
+      }
+    }
+  });
+  return samples;
+}
+
+}  // namespace
+
+int64_t PackSources::mds_batch(int64_t start, int64_t count, std::vector<Tensor>& values,
+                               std::vector<Tensor>& offsets) const {
+  const MdsShards& mds = *mds_;
+  int64_t sample_bytes = 0;
+  bool all_fixed = true;
+  for (const MdsShards::Column& column : mds.columns) {
+    if (column.kind == MdsShards::Kind::Array) return 0;  // no jagged layout for arrays varying in every dimension
+    if (column.kind == MdsShards::Kind::Bytes) all_fixed = false;
+    else sample_bytes += column.fixed_bytes;
+  }
+  if (!all_fixed) return copied_run(mds, start, count, values, offsets);
+  if (sample_bytes == 0) return 0;
+  const int64_t given = fixed_size_run(mds, sample_bytes, start, count, values);
+  if (given > 0) offsets.assign(values.size(), Tensor());
+  return given;
 }
 
 std::string PackSources::mds_origin(size_t field, int64_t index) const {

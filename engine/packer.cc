@@ -749,11 +749,7 @@ int64_t PackSources::jagged_record_batch(int64_t start, int64_t count, std::vect
             start + count, ") are out of range for ", records_, " records");
   if (arrow_) return arrow_batch(start, count, values, offsets);
   if (tfrecord_) return count == 0 ? 0 : tfrecord_batch(start, count, values, offsets);
-  if (mds_) {
-    const int64_t given = count == 0 ? 0 : mds_batch(start, count, values);
-    if (given > 0) offsets.assign(values.size(), Tensor());
-    return given;
-  }
+  if (mds_) return count == 0 ? 0 : mds_batch(start, count, values, offsets);
   if (!record_batch(start, count, values)) return 0;
   offsets.assign(values.size(), Tensor());
   return count;

@@ -6,7 +6,9 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -185,6 +187,74 @@ TEST(PackMds, SamplesOfFixedColumnsPackInBatchesAsSampleBySample) {
   four.flush(mixed.path(), "shard.00000.mds");
   four.write_index(mixed.path());
   EXPECT_EQ(PackSources::from_mds(std::vector<std::string>{mixed.path()}).jagged_record_batch(0, 3, values, offsets), 0);
+}
+
+// Samples with bytes columns (JPEG bytes, texts) and fixed ones are packed a run of a shard at
+// a time, copied into one buffer a column (texts back to back with offsets); a sample of
+// 64 KiB or more goes alone, as a view of the shard; a run stops at about 4 MiB. The same file
+// as sample by sample, across shard ends, a compressed shard and chunk sizes.
+TEST(PackMds, SamplesWithBytesColumnsPackInBatchesAsSampleBySample) {
+  TempFolder dir;
+  MdsBuilder builder({{"id", "int", 8}, {"jpg", "jpeg"}, {"score", "float32", 4}, {"text", "str"}});
+  int next = 0;
+  const auto add = [&](int count, size_t jpg_bytes) {
+    for (int end = next + count; next < end; ++next) {
+      Bytes jpg(jpg_bytes == 0 ? static_cast<size_t>(next % 50) : jpg_bytes);
+      for (size_t k = 0; k < jpg.size(); ++k) jpg[k] = static_cast<std::byte>(next + static_cast<int>(k));
+      builder.sample({MdsBuilder::bytes_of(std::vector<int64_t>{next - 100}), jpg,
+                      MdsBuilder::bytes_of(std::vector<float>{next * 0.5f}),
+                      to_bytes(next % 7 == 0 ? std::string() : "caption " + std::to_string(next))});
+    }
+  };
+  add(300, 0);
+  add(1, 70 << 10);  // sample 300: alone
+  add(99, 0);
+  builder.flush(dir.path(), "shard.00000.mds");
+  add(80, 60 << 10);  // 4.8 MB of samples under 64 KiB each: two runs
+  add(20, 0);
+  const Bytes last = builder.shard_bytes();
+  builder.flush(dir.path(), "shard.00001.mds", "shard.00001.mds.zstd", "zstd:3");
+  write_file(dir / "shard.00001.mds.zstd", zstd_of(last));
+  builder.write_index(dir.path());
+  const PackSources sources = PackSources::from_mds(std::vector<std::string>{dir.path()});
+  ASSERT_EQ(sources.records(), 500);
+  std::vector<Tensor> values, offsets;
+  ASSERT_EQ(sources.jagged_record_batch(10, 490, values, offsets), 290);  // to the large sample
+  ASSERT_EQ(values.size(), 4u);
+  EXPECT_EQ(values[0].sizes(), (std::vector<int64_t>{290}));
+  EXPECT_FALSE(offsets[0].defined());
+  EXPECT_EQ(values[0].select(0, 289).item<int64_t>(), 299 - 100);
+  EXPECT_EQ(values[2].select(0, 1).item<float>(), 5.5f);
+  ASSERT_EQ(offsets[3].sizes(), (std::vector<int64_t>{291}));
+  const auto text_at = [&](int64_t k) {
+    const int64_t begin = offsets[3].select(0, k).item<int64_t>(), end = offsets[3].select(0, k + 1).item<int64_t>();
+    return text_of(values[3].slice(0, begin, end));
+  };
+  EXPECT_EQ(text_at(0), "caption 10");
+  EXPECT_EQ(text_at(4), "");  // sample 14
+  EXPECT_EQ(offsets[1].select(0, 1).item<int64_t>() - offsets[1].select(0, 0).item<int64_t>(), 10 % 50);
+  EXPECT_EQ(sources.jagged_record_batch(300, 5, values, offsets), -1);  // 70 KiB: a view, through record()
+  EXPECT_EQ(sources.jagged_record_batch(301, 199, values, offsets), 99);  // to the shard's end
+  const int64_t first_run = sources.jagged_record_batch(400, 100, values, offsets);
+  EXPECT_GT(first_run, 60);
+  EXPECT_LT(first_run, 80);  // a run holds 4 MiB at most
+  EXPECT_EQ(sources.jagged_record_batch(400 + first_run, 100 - first_run, values, offsets), 100 - first_run);
+  testutil::expect_batches_pack_as_records(dir.path(), sources, {1 << 12, 1 << 20});
+  EXPECT_EQ(compare_with_sources(Dataset::open(dir / "batched.mmt"), sources), 500);
+
+  // A shard changed after it was read: named, not packed from.
+  {
+    std::fstream shard(dir / "shard.00000.mds", std::ios::in | std::ios::out | std::ios::binary);
+    const Bytes first = testutil::read_file(dir / "shard.00000.mds");
+    uint32_t sample0 = 0;  // its offset: the first after the count
+    std::memcpy(&sample0, first.data() + 4, 4);
+    shard.seekp(sample0 + 4);  // sample 0's text size, after its jpg's
+    shard.write("\xff\xff\xff\x00", 4);
+  }
+  EXPECT_THROW_WITH(sources.jagged_record_batch(0, 10, values, offsets), IoError,
+                    "sample 0 (bytes ");
+  EXPECT_THROW_WITH(sources.jagged_record_batch(0, 10, values, offsets), IoError,
+                    "the shard changed while it was being packed");
 }
 
 TEST(PackMds, EncodingsAreMappedOrRefusedByName) {

@@ -355,7 +355,9 @@ class PackSources {
   // records of one file under 64 KiB each, their values copied into one buffer a field (a
   // larger record goes alone, -1, its bytes a view of the file); for MDS inputs whose columns
   // are all of fixed size, samples of one shard lying back to back as its offsets say, each
-  // column a strided view of the shard (a copy where its values are unaligned). Returns how many
+  // column a strided view of the shard (a copy where its values are unaligned); for MDS inputs
+  // with bytes columns (str, jpeg...), samples of one shard under 64 KiB each copied into one
+  // buffer a column (a larger one alone, -1; columns of arrays: one at a time). Returns how many
   // records it gave, fewer than `count` where a record batch ends or its strings and lists
   // pass a few MiB. Columns whose rows must be converted one by one (dictionaries, string
   // views, lists of strings) are, into one buffer, with record()'s values and refusals.
@@ -403,7 +405,7 @@ class PackSources {
   std::string tfrecord_origin(size_t field, int64_t index) const;
   // MDS samples: record `index`'s values, and where a field of it comes from.
   void mds_record(int64_t index, std::vector<Tensor>& values) const;
-  int64_t mds_batch(int64_t start, int64_t count, std::vector<Tensor>& values) const;
+  int64_t mds_batch(int64_t start, int64_t count, std::vector<Tensor>& values, std::vector<Tensor>& offsets) const;
   std::string mds_origin(size_t field, int64_t index) const;
   // Megatron documents: record `index`'s tokens, and where they come from.
   void megatron_record(int64_t index, std::vector<Tensor>& values) const;
