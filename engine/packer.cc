@@ -386,6 +386,7 @@ InputsKind inputs_kind(std::span<const std::string> specs) {
 }  // namespace
 
 bool are_dataset_inputs(std::span<const std::string> specs) { return inputs_kind(specs) == InputsKind::Datasets; }
+bool are_array_inputs(std::span<const std::string> specs) { return inputs_kind(specs) == InputsKind::Arrays; }
 bool are_tar_inputs(std::span<const std::string> specs) { return inputs_kind(specs) == InputsKind::Tars; }
 bool are_megatron_inputs(std::span<const std::string> specs) { return inputs_kind(specs) == InputsKind::Megatron; }
 

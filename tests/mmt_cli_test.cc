@@ -1089,8 +1089,11 @@ TEST_F(MmtCli, PackTakesTfRecordFilesAndVerifiesAgainstThem) {
       run_mmt({"verify", path("seq-bare.mmt"), "--against", path("seq.tfrecord"), "--field", "feature:len"}),
       "field 'len' is int64[-1] in the dataset but int64[] in its source");
   EXPECT_FAILS_WITH(run_mmt({"verify", path("seq-bare.mmt"), "--field", "feature_list:len"}), "it needs --against");
-  EXPECT_FAILS_WITH(run_mmt({"verify", path("t.mmt"), "--against", "x=" + path("seq.tfrecord") + ".npy", "--field", "x"}),
+  testutil::write_file(path("x.npy"), testutil::npy_file("<i8", false, "(1,)", testutil::Bytes(8)));
+  EXPECT_FAILS_WITH(run_mmt({"verify", path("t.mmt"), "--against", "x=" + path("x.npy"), "--field", "x"}),
                     "arrays, tar archives, Megatron and MDS datasets give all theirs");
+  EXPECT_FAILS_WITH(run_mmt({"verify", path("t.mmt"), "--against", path("missing.tfrecord"), "--field", "x"}),
+                    "missing.tfrecord");
   // A damaged record: named, and nothing written.
   testutil::Bytes damaged = testutil::tfrecord_file(examples);
   damaged[damaged.size() - 10] ^= std::byte{1};

@@ -44,7 +44,11 @@ void check_options(const VerifyArgs& args) {
     MMT_CHECK(args.against_option->count() > 0, UsageError,
               "--field chooses the fields compared with the inputs given to --against: it needs --against");
     // Arrays, tars, Megatron and MDS datasets give all their fields, as mmt pack packs them all.
-    MMT_CHECK(are_dataset_inputs(args.against) || are_arrow_inputs(args.against) || are_tfrecord_inputs(args.against),
+    // Refused before the dataset is hashed; inputs of no kind the files tell (missing ones)
+    // are left to the reader, which names them.
+    const std::span<const std::string> against = args.against;
+    MMT_CHECK(!are_array_inputs(against) && !are_tar_inputs(against) && !are_megatron_inputs(against) &&
+                  !are_mds_inputs(against),
               UsageError,
               "--field chooses the fields compared with dataset, Arrow, Parquet or TFRecord inputs; arrays, tar "
               "archives, Megatron and MDS datasets give all theirs, and all are compared");

@@ -356,8 +356,9 @@ class PackSources {
   // larger record goes alone, -1, its bytes a view of the file); for MDS inputs whose columns
   // are all of fixed size, samples of one shard lying back to back as its offsets say, each
   // column a strided view of the shard (a copy where its values are unaligned); for MDS inputs
-  // with bytes columns (str, jpeg...), samples of one shard under 64 KiB each copied into one
-  // buffer a column (a larger one alone, -1; columns of arrays: one at a time). Returns how many
+  // with bytes columns (str, jpeg...) or 1-D arrays, samples of one shard under 64 KiB each
+  // copied into one buffer a column (a larger one alone, -1; with a column of arrays of 2 or
+  // more dimensions, each varying, one at a time). Returns how many
   // records it gave, fewer than `count` where a record batch ends or its strings and lists
   // pass a few MiB. Columns whose rows must be converted one by one (dictionaries, string
   // views, lists of strings) are, into one buffer, with record()'s values and refusals.
@@ -443,6 +444,10 @@ bool is_dataset_file(const std::string& path);
 // existing file of another kind, whole or after "NAME=" (missing files and folders are left
 // to the reader to name).
 bool are_dataset_inputs(std::span<const std::string> specs);
+// Whether pack inputs are arrays (.npy, .npz, IDX, raw files): none is of the kinds below, and
+// a spec names an existing file that is no dataset, whole or after "NAME=" (or a raw input,
+// NAME=PATH:DTYPE).
+bool are_array_inputs(std::span<const std::string> specs);
 // Whether pack inputs are tar archives: one of them is a tar archive, or is named like one
 // (".tar", ".tar.gz", ".tgz"...: from_inputs then refuses a compressed one as such).
 bool are_tar_inputs(std::span<const std::string> specs);
