@@ -249,6 +249,16 @@ void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, const Un
   if (at != end) fault(str("its columns take ", at - begin, " of its ", end - begin, " bytes"));
 }
 
+// An array's dtype and rank as the scan found them in every sample: one that differs now
+// was written while the shard was being packed.
+void check_array_unchanged(const MdsShards::Shard& shard, int64_t j, const MdsShards::Column& column,
+                           const ValueAt& value) {
+  if (column.kind == MdsShards::Kind::Array &&
+      (value.dtype != column.dtype || static_cast<int64_t>(value.shape.size()) != column.rank))
+    throw IoError(str(shard.path, ": sample ", j, ", column '", column.name,
+                      "': its dtype or rank changed while the shard was being packed"));
+}
+
 // The index.json of an MDS input: DIR/index.json, or the file itself.
 std::optional<std::string> mds_index_of(const std::string& spec) {
   std::error_code ec;
@@ -459,10 +469,7 @@ void PackSources::mds_record(int64_t index, std::vector<Tensor>& values) const {
   for (size_t c = 0; c < mds.columns.size(); ++c) {
     const MdsShards::Column& column = mds.columns[c];
     const ValueAt& value = at[c];
-    if (column.kind == MdsShards::Kind::Array &&
-        (value.dtype != column.dtype || static_cast<int64_t>(value.shape.size()) != column.rank))
-      throw IoError(str(shard.path, ": sample ", j, ", column '", column.name,
-                        "': its dtype or rank changed while the shard was being packed"));
+    check_array_unchanged(shard, j, column, value);
     const int64_t item = element_size(value.dtype);
     DimVector shape = column.kind == MdsShards::Kind::Fixed   ? column.shape
                       : column.kind == MdsShards::Kind::Array ? value.shape
@@ -531,13 +538,15 @@ int64_t fixed_size_run(const MdsShards& mds, int64_t sample_bytes, int64_t start
   return n;
 }
 
-// Samples with bytes columns (str, jpeg, json...) besides fixed ones: a run of one shard's
-// samples, each under kViewBytes and kBatchBytes in all, each checked as mds_record() checks
-// it and copied into one buffer a column: a bytes column's values back to back with their
-// offsets (the writer's jagged batch), a fixed column's [n, ...]. A sample at a time makes a
-// Tensor a column (about 1 us a sample, most of the CPU a pack of short texts takes). A
-// sample of kViewBytes or more goes alone (-1), through mds_record(), which views its values
-// in the shard: a batch would copy them twice (into the batch, then into the chunk).
+// Samples with bytes columns (str, jpeg, json...) or 1-D arrays (tokens) besides fixed ones: a
+// run of one shard's samples, each under kViewBytes and kBatchBytes in all, each checked as
+// mds_record() checks it and copied into one buffer a column: a bytes column's or an array
+// column's values back to back with their offsets (the writer's jagged batch), a fixed
+// column's [n, ...]. (mds_batch() sends no column of arrays of 2 or more dimensions.) A
+// sample at a time makes a Tensor a column (about 1 us a sample, most of the CPU a pack of
+// short texts takes). A sample of kViewBytes or more goes alone (-1), through mds_record(),
+// which views its values in the shard: a batch would copy them twice (into the batch, then
+// into the chunk).
 int64_t copied_run(const MdsShards& mds, int64_t start, int64_t count, std::vector<Tensor>& values,
                    std::vector<Tensor>& offsets) {
   constexpr int64_t kBatchBytes = int64_t{4} << 20, kViewBytes = int64_t{64} << 10;
@@ -560,6 +569,7 @@ int64_t copied_run(const MdsShards& mds, int64_t start, int64_t count, std::vect
       batch_bytes += end - begin;
       sample_values(mds, shard, file, first_sample + samples, /*again=*/true, at);
       for (size_t c = 0; c < columns; ++c) {
+        check_array_unchanged(shard, first_sample + samples, mds.columns[c], at[c]);
         spans.push_back(at[c].offset);
         spans.push_back(at[c].size);
         column_bytes[c] += at[c].size;
@@ -577,8 +587,8 @@ int64_t copied_run(const MdsShards& mds, int64_t start, int64_t count, std::vect
       DimVector sizes{samples};
       for (const int64_t size : column.shape) sizes.push_back(size);
       values[c] = empty(sizes, column.dtype);
-    } else {
-      values[c] = empty({column_bytes[c]}, kUInt8);
+    } else {  // bytes (uint8), or a 1-D array's values of its dtype
+      values[c] = empty({column_bytes[c] / element_size(column.dtype)}, column.dtype);
       offsets[c] = empty({samples + 1}, kInt64);
       ends[c] = static_cast<int64_t*>(offsets[c].mutable_data_ptr());
       *ends[c]++ = 0;
@@ -592,8 +602,8 @@ int64_t copied_run(const MdsShards& mds, int64_t start, int64_t count, std::vect
         const size_t size = static_cast<size_t>(span[1]);
         if (size > 0) std::memcpy(out[c], file.data() + span[0], size);
         out[c] += size;
-        if (ends[c]) {
-          *ends[c] = ends[c][-1] + span[1];
+        if (ends[c]) {  // in elements: sample_values() checked that an array fills its bytes
+          *ends[c] = ends[c][-1] + span[1] / element_size(mds.columns[c].dtype);
           ++ends[c];
         }
       }
@@ -610,9 +620,10 @@ int64_t PackSources::mds_batch(int64_t start, int64_t count, std::vector<Tensor>
   int64_t sample_bytes = 0;
   bool all_fixed = true;
   for (const MdsShards::Column& column : mds.columns) {
-    if (column.kind == MdsShards::Kind::Array) return 0;  // no jagged layout for arrays varying in every dimension
-    if (column.kind == MdsShards::Kind::Bytes) all_fixed = false;
-    else sample_bytes += column.fixed_bytes;
+    // An array of 2 or more dimensions varies in each: the jagged layout cannot hold it.
+    if (column.kind == MdsShards::Kind::Array && column.rank != 1) return 0;
+    if (column.kind == MdsShards::Kind::Fixed) sample_bytes += column.fixed_bytes;
+    else all_fixed = false;
   }
   if (!all_fixed) return copied_run(mds, start, count, values, offsets);
   if (sample_bytes == 0) return 0;

@@ -180,22 +180,25 @@ TEST(PackMds, SamplesOfFixedColumnsPackInBatchesAsSampleBySample) {
   EXPECT_EQ(values[1].select(0, 10).item<int64_t>(), 2000 - 100);
   testutil::expect_batches_pack_as_records(dir.path(), sources, {1 << 12, 1 << 20});
   EXPECT_EQ(compare_with_sources(Dataset::open(dir / "batched.mmt"), sources), 2001);
-  // A column of no fixed size: a sample at a time.
+  // A column of arrays of 2 dimensions, each varying: a sample at a time.
   TempFolder mixed;
-  MdsBuilder four = four_columns();
-  add_samples(four, 0, 3);
-  four.flush(mixed.path(), "shard.00000.mds");
-  four.write_index(mixed.path());
+  MdsBuilder planes(std::vector<MdsBuilder::Column>{{"label", "int", 8}, {"x", "ndarray:uint8"}});
+  for (int i = 0; i < 3; ++i)
+    planes.sample({MdsBuilder::bytes_of(std::vector<int64_t>{i}),
+                   Bytes{std::byte{(2 << 2) | 0}, std::byte{2}, std::byte{1}, std::byte{5}, std::byte{6}}});
+  planes.flush(mixed.path(), "shard.00000.mds");
+  planes.write_index(mixed.path());
   EXPECT_EQ(PackSources::from_mds(std::vector<std::string>{mixed.path()}).jagged_record_batch(0, 3, values, offsets), 0);
 }
 
-// Samples with bytes columns (JPEG bytes, texts) and fixed ones are packed a run of a shard at
-// a time, copied into one buffer a column (texts back to back with offsets); a sample of
+// Samples with bytes columns (JPEG bytes, texts), 1-D arrays (tokens) and fixed ones are packed
+// a run of a shard at a time, copied into one buffer a column (texts and tokens back to back
+// with offsets); a sample of
 // 64 KiB or more goes alone, as a view of the shard; a run stops at about 4 MiB. The same file
 // as sample by sample, across shard ends, a compressed shard and chunk sizes.
 TEST(PackMds, SamplesWithBytesColumnsPackInBatchesAsSampleBySample) {
   TempFolder dir;
-  MdsBuilder builder({{"id", "int", 8}, {"jpg", "jpeg"}, {"score", "float32", 4}, {"text", "str"}});
+  MdsBuilder builder({{"id", "int", 8}, {"jpg", "jpeg"}, {"score", "float32", 4}, {"text", "str"}, {"tokens", "ndarray"}});
   int next = 0;
   const auto add = [&](int count, size_t jpg_bytes) {
     for (int end = next + count; next < end; ++next) {
@@ -203,7 +206,8 @@ TEST(PackMds, SamplesWithBytesColumnsPackInBatchesAsSampleBySample) {
       for (size_t k = 0; k < jpg.size(); ++k) jpg[k] = static_cast<std::byte>(next + static_cast<int>(k));
       builder.sample({MdsBuilder::bytes_of(std::vector<int64_t>{next - 100}), jpg,
                       MdsBuilder::bytes_of(std::vector<float>{next * 0.5f}),
-                      to_bytes(next % 7 == 0 ? std::string() : "caption " + std::to_string(next))});
+                      to_bytes(next % 7 == 0 ? std::string() : "caption " + std::to_string(next)),
+                      dynamic_int32_array(std::vector<int32_t>(static_cast<size_t>(next % 5), next))});
     }
   };
   add(300, 0);
@@ -220,7 +224,7 @@ TEST(PackMds, SamplesWithBytesColumnsPackInBatchesAsSampleBySample) {
   ASSERT_EQ(sources.records(), 500);
   std::vector<Tensor> values, offsets;
   ASSERT_EQ(sources.jagged_record_batch(10, 490, values, offsets), 290);  // to the large sample
-  ASSERT_EQ(values.size(), 4u);
+  ASSERT_EQ(values.size(), 5u);
   EXPECT_EQ(values[0].sizes(), (std::vector<int64_t>{290}));
   EXPECT_FALSE(offsets[0].defined());
   EXPECT_EQ(values[0].select(0, 289).item<int64_t>(), 299 - 100);
@@ -233,6 +237,11 @@ TEST(PackMds, SamplesWithBytesColumnsPackInBatchesAsSampleBySample) {
   EXPECT_EQ(text_at(0), "caption 10");
   EXPECT_EQ(text_at(4), "");  // sample 14
   EXPECT_EQ(offsets[1].select(0, 1).item<int64_t>() - offsets[1].select(0, 0).item<int64_t>(), 10 % 50);
+  // 1-D arrays (tokens of int32, their dtype in each sample): values of their dtype, offsets
+  // counting them.
+  EXPECT_EQ(values[4].dtype(), kInt32);
+  EXPECT_EQ(offsets[4].select(0, 3).item<int64_t>(), 3);  // samples 10 to 12: 0, 1 and 2 tokens
+  EXPECT_EQ(values[4].select(0, 0).item<int32_t>(), 11);
   EXPECT_EQ(sources.jagged_record_batch(300, 5, values, offsets), -1);  // 70 KiB: a view, through record()
   EXPECT_EQ(sources.jagged_record_batch(301, 199, values, offsets), 99);  // to the shard's end
   const int64_t first_run = sources.jagged_record_batch(400, 100, values, offsets);
