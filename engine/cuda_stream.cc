@@ -1,6 +1,7 @@
 #include "cuda_stream.h"
 
 #include <utility>
+#include <vector>
 
 #include "cuda_check.h"
 #include "cuda_memory.h"
@@ -103,6 +104,54 @@ void copy_to_host_async(void* host_dst, const void* device_src, int64_t nbytes,
         "cudaMemcpyAsync (device to host)");
 }
 
+void copy_runs_to_device_async(std::span<const CopyRun> runs, const Stream& stream) {
+  if (runs.empty()) return;
+  DeviceGuard current(stream.device());
+  const auto one_by_one = [&] {
+    for (const CopyRun& run : runs)
+      if (run.bytes > 0)
+        check(cudaMemcpyAsync(run.dst, run.src, run.bytes, cudaMemcpyHostToDevice, stream.get()),
+              "cudaMemcpyAsync (host to device)");
+  };
+#if CUDART_VERSION >= 12080
+  // Scratch kept per thread: a loader's workers queue a batch every millisecond or so.
+  thread_local std::vector<void*> dsts;
+  thread_local std::vector<const void*> srcs;
+  thread_local std::vector<size_t> sizes;
+  dsts.clear();
+  srcs.clear();
+  sizes.clear();
+  for (const CopyRun& run : runs) {
+    if (run.bytes == 0) continue;  // the batch call refuses empty copies
+    dsts.push_back(run.dst);
+    srcs.push_back(run.src);
+    sizes.push_back(run.bytes);
+  }
+  if (dsts.empty()) return;
+  // The sources are read in stream order: a registered mapping stays valid until the loader
+  // has waited for the stream, and a pinned slot is refilled only after its copy's event.
+  cudaMemcpyAttributes attributes{};
+  attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  size_t attributes_index = 0;
+#if CUDART_VERSION >= 13000
+  const cudaError_t status = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(),
+                                                  &attributes, &attributes_index, 1, stream.get());
+#else
+  size_t failed_index = 0;
+  const cudaError_t status = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(),
+                                                  &attributes, &attributes_index, 1, &failed_index, stream.get());
+#endif
+  if (status == cudaErrorNotSupported || status == cudaErrorCallRequiresNewerDriver) {
+    cudaGetLastError();  // a driver without batched copies: the same copies one by one
+    one_by_one();
+    return;
+  }
+  check(status, "cudaMemcpyBatchAsync (host to device)");
+#else
+  one_by_one();
+#endif
+}
+
 int stream_device(CUstream_st* stream) noexcept {
   // The default-stream handles: cudaStreamGetDevice answers the caller's current device for
   // them, but they name that stream of the device they are used on.
@@ -148,6 +197,9 @@ void copy_to_device_async(void*, const void*, int64_t, const Stream&) {
 }
 void copy_to_host_async(void*, const void*, int64_t, const Stream&) {
   throw_built_without_cuda("copying from a CUDA device");
+}
+void copy_runs_to_device_async(std::span<const CopyRun>, const Stream&) {
+  throw_built_without_cuda("copying to a CUDA device");
 }
 int stream_device(CUstream_st*) noexcept { return -1; }
 void relax_stream_capture_on_this_thread() noexcept {}

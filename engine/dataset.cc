@@ -227,6 +227,12 @@ Tensor Dataset::get(int64_t index, std::string_view field) const {
   return d.field_view(d.chunk_ref_holding(i), i, f);
 }
 
+UntypedStorage Dataset::file_storage() const {
+  MMT_CHECK(!concat_, ValueError, "file_storage(): ", path(), " is a concatenation of ", concat_->parts.size(),
+            " files; each of parts() has its own mapping");
+  return checked_impl(impl_).file;
+}
+
 bool Dataset::column_is_view(std::string_view field) const {
   if (concat_) {  // the whole column spans the parts (every part but one may be empty, though)
     size_t holding = 0, parts_holding = 0;

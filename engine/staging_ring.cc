@@ -132,6 +132,47 @@ void StagingRing::copy_slot_to_device(int slot, const cuda::Stream& stream) cons
                                buffers.used_bytes, stream);
 }
 
+void StagingRing::copy_slot_to_device(int slot, const cuda::Stream& stream, int64_t rows,
+                                      std::span<const size_t> sourced, std::span<const void* const> sources) const {
+  thread_local std::vector<cuda::CopyRun> runs;
+  runs.clear();
+  const auto add = [&](std::byte* dst, const std::byte* src, int64_t bytes) {
+    if (bytes == 0) return;
+    if (!runs.empty()) {
+      cuda::CopyRun& last = runs.back();
+      if (static_cast<std::byte*>(last.dst) + last.bytes == dst &&
+          static_cast<const std::byte*>(last.src) + last.bytes == src) {
+        last.bytes += static_cast<size_t>(bytes);
+        return;
+      }
+    }
+    runs.push_back({dst, src, static_cast<size_t>(bytes)});
+  };
+  const int64_t slot_offset = slot * slot_bytes_;
+  std::byte* device = device_ring_.mutable_data() + slot_offset;
+  const std::byte* host = host_.data() + slot_offset;
+  for (size_t f = 0; f < fields_.size(); ++f) {
+    const FieldLayout& layout = fields_[f];
+    const int64_t begin = layout.data_offset_bytes;
+    const int64_t end = f + 1 < fields_.size() ? fields_[f + 1].data_offset_bytes : slot_bytes_;
+    const auto k = std::find(sourced.begin(), sourced.end(), f);
+    if (k == sourced.end()) {
+      add(device + begin, host + begin, end - begin);
+      continue;
+    }
+    const int64_t row_bytes = layout.field.fixed_nbytes();
+    const void* const* row_sources = sources.data() + (k - sourced.begin()) * slot_rows_;
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t at = begin + row * row_bytes;
+      const auto* mapped = static_cast<const std::byte*>(row_sources[row]);
+      add(device + at, mapped ? mapped : host + at, row_bytes);
+    }
+  }
+  for (const RaggedBuffers& buffers : ragged_[slot])
+    add(buffers.device.mutable_data(), buffers.host.data(), buffers.used_bytes);
+  cuda::copy_runs_to_device_async(runs, stream);
+}
+
 const StagingRing::FieldLayout& StagingRing::ragged_layout(size_t f) const {
   const FieldLayout& layout = fields_[f];
   MMT_CHECK(layout.ragged, ValueError, "field '", layout.field.name, "' is not ragged");

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,12 @@ class StagingRing {
 
   // Queues the copies of `slot`'s fixed part and used ragged values to its device buffers.
   void copy_slot_to_device(int slot, const cuda::Stream& stream) const;
+  // The same, except that the first `rows` rows of each fixed field sourced[k] come from
+  // sources[k * slot_rows() + row] where that is not null (a page-locked file mapping: loader
+  // pin_mapping), else from the slot; only those rows of those fields are copied. One batched
+  // copy for all of it, whose adjacent rows (a sequential batch's) are merged into runs.
+  void copy_slot_to_device(int slot, const cuda::Stream& stream, int64_t rows, std::span<const size_t> sourced,
+                           std::span<const void* const> sources) const;
 
  private:
   struct RaggedBuffers {

@@ -250,6 +250,11 @@ class Dataset {
   bool is_open() const { return impl_ != nullptr || concat_ != nullptr; }
   // The files this dataset reads, as handles in order: {*this} for one file.
   std::vector<Dataset> parts() const;
+  // The whole file's read-only mapping: the storage every zero-copy view of this dataset
+  // shares (its filename() is the file's), alive as long as a handle or a view holds it. For
+  // page-locking it, say (cudaHostRegister with cudaHostRegisterReadOnly). ValueError for a
+  // concatenation: each of parts() has its own.
+  UntypedStorage file_storage() const;
   // Which part holds record `index` (negative counts from the end), and its index there.
   struct Location {
     size_t part = 0;
