@@ -101,6 +101,9 @@ LoaderOptions checked(LoaderOptions options, const Dataset& dataset) {
   MMT_CHECK(options.prefetch_batches >= 1 && options.prefetch_batches <= kMaxPrefetchBatches,
             ValueError, "Loader: prefetch_batches must be in [1, ", kMaxPrefetchBatches, "], got ",
             options.prefetch_batches);
+  MMT_CHECK(!options.pin_mapping || options.device.is_cuda(), ValueError,
+            "Loader: pin_mapping copies records from the file mapping to a CUDA device; device is ",
+            options.device.str(), " (leave pin_mapping off, or ask for cuda:N)");
   if (options.device.is_cuda()) {
     MMT_CHECK(built_with_cuda(), CudaError, "Loader: device ", options.device.str(),
               " was asked for, but mmtensor was built without CUDA");
@@ -164,7 +167,9 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
     field_names.push_back(ring.fields()[f].field.name);
     if (f >= loaded) transform_fields.push_back(f);
     else if (ring.fields()[f].ragged) ragged_fields.push_back(f);
-    else {
+    else if (options.pin_mapping && ring.fields()[f].field.fixed_nbytes() > 0) {
+      mapped_fields.push_back(f);
+    } else {
       fixed_fields.push_back(f);
       fixed_field_names.push_back(ring.fields()[f].field.name);
     }
@@ -175,12 +180,20 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
   slots.resize(static_cast<size_t>(ring.slots()));
   for (Slot& slot : slots) {
     slot.indices.resize(static_cast<size_t>(ring.slot_rows()));
+    slot.mapped_rows.resize(mapped_fields.size() * static_cast<size_t>(ring.slot_rows()));
     if (options.device.is_cuda()) {
       slot.copied = cuda::Event::create(options.device.index);
       slot.consumed = cuda::Event::create(options.device.index);
     }
   }
   if (options.device.is_cuda()) copy_stream = cuda::Stream::create(options.device.index);
+  if (options.pin_mapping) {
+    for (const Dataset& part : dataset.parts()) {
+      const UntypedStorage file = part.file_storage();
+      pinned_files.push_back(cuda::HostRegistration::read_only(file.data(), static_cast<size_t>(file.nbytes()),
+                                                               options.device.index, "Loader: pin_mapping: " + part.path()));
+    }
+  }
 
   int64_t first_epoch = options.epoch, consumed = 0;
   if (resume_from) {

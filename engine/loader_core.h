@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda_host_registration.h"
 #include "cuda_stream.h"
 #include "fork_safety.h"
 #include "mmtensor/loader.h"
@@ -40,6 +41,9 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
     std::exception_ptr error;
     int64_t error_row = 0;  // the first row of the piece that failed: the lowest one wins
     bool read_ahead_queued = false;  // a hint for this batch was queued: never twice
+    // pin_mapping: where row r of mapped_fields[k] comes from, at [k * ring.slot_rows() + r]:
+    // its bytes in a page-locked mapping, or null when it was gathered into the slot.
+    std::vector<const void*> mapped_rows;
     cuda::Event copied;    // the host-to-device copy of this slot is done
     cuda::Event consumed;  // the consumer's work on this slot's device buffer is done
   };
@@ -89,6 +93,9 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   void run_taken_piece(std::unique_lock<std::mutex>& lock, Piece piece);
   void run_piece(const Piece& piece);
   void fill_fixed_rows(const Piece& piece);
+  // pin_mapping: notes where the piece's rows of mapped_fields[k] are in the page-locked
+  // mappings, and gathers those that are not (compressed chunks) into the slot.
+  void locate_mapped_rows(const Piece& piece, size_t k, std::span<const int64_t> indices);
   void pack_ragged_field(const Piece& piece);
   // Runs options.transforms for the piece's rows, whose records are `indices`.
   void run_transforms(const Piece& piece, std::span<const int64_t> indices);
@@ -120,8 +127,13 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   cuda::Stream copy_stream;
   std::vector<std::string> field_names;  // ring.fields() order
   std::vector<size_t> ragged_fields;     // positions in ring.fields()
-  std::vector<size_t> fixed_fields;      // positions in ring.fields()
+  std::vector<size_t> fixed_fields;      // positions in ring.fields(), gathered on the host
   std::vector<std::string> fixed_field_names;  // their names, for one get_batch per piece
+  // pin_mapping: the fixed fields copied from the mapping instead (positions in ring.fields()),
+  // and the registrations of the dataset's files, which keep their pages locked. Declared
+  // after `dataset`, so unregistered before its mappings can go.
+  std::vector<size_t> mapped_fields;
+  std::vector<cuda::HostRegistration> pinned_files;
   std::vector<size_t> transform_fields;  // positions in ring.fields(), one per options.transforms
   std::vector<std::string> read_fields;  // the dataset fields read: loaded and transform inputs
   int64_t ragged_hold_limit_bytes = 0;  // decodes a ragged piece may hold before it spills

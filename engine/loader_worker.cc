@@ -58,8 +58,9 @@ std::string batch_context(const LoaderCore::Piece& piece, const std::string& fie
 // mapping: a file truncated by another program fails with IoError instead of killing the
 // thread with SIGBUS; only raw pointers live inside the guard). A ragged value read alone is
 // such a view, whose bytes fail only when copied.
-void copy_guarded(const Dataset& dataset, const Tensor& value, std::byte* dst) {
-  const DimVector packed_strides = contiguous_strides(value.sizes());
+// `dst_strides` (elements): the destination's layout, when not packed.
+void copy_guarded(const Dataset& dataset, const Tensor& value, std::byte* dst, const DimVector* dst_strides = nullptr) {
+  const DimVector packed_strides = dst_strides ? *dst_strides : contiguous_strides(value.sizes());
   const UntypedStorage& source = value.untyped_storage();
   const int64_t element_bytes = element_size(value.dtype());
   // The storage's own file (a part's, when the dataset is several) names a fault best.
@@ -234,7 +235,43 @@ void LoaderCore::fill_fixed_rows(const Piece& piece) {
     } catch (...) {
       rethrow_for_sample(dataset, piece, fixed_field_names, indices, piece.row_begin, std::current_exception());
     }
+  for (size_t k = 0; k < mapped_fields.size(); ++k) locate_mapped_rows(piece, k, indices);
   if (!transform_fields.empty()) run_transforms(piece, indices);
+}
+
+void LoaderCore::locate_mapped_rows(const Piece& piece, size_t k, std::span<const int64_t> indices) {
+  const size_t f = mapped_fields[k];
+  const Field& field = ring.fields()[f].field;
+  const std::string& name = field_names[f];
+  const int64_t row_bytes = field.fixed_nbytes();
+  // A row's bytes in the slot, laid out as the field is stored: a value viewed in the mapping
+  // with these strides is those bytes as they are.
+  const DimVector row_strides = field.value_strides(field.shape);
+  std::byte* first_row = static_cast<std::byte*>(ring.fixed_view(piece.slot, f, piece.rows, false).mutable_data_ptr());
+  const void** sources = slots[piece.slot].mapped_rows.data() + k * static_cast<size_t>(ring.slot_rows());
+  size_t file = 0;  // the registration that held the last row: a run of rows is mostly in one file
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const int64_t row = piece.row_begin + static_cast<int64_t>(i);
+    try {
+      const Tensor value = dataset.get(indices[i], name);
+      const void* bytes = value.data_ptr();
+      bool mapped = std::ranges::equal(value.strides(), row_strides);
+      if (mapped && !pinned_files[file].contains(bytes, static_cast<size_t>(row_bytes))) {
+        mapped = false;
+        for (size_t p = 0; p < pinned_files.size() && !mapped; ++p)
+          if (pinned_files[p].contains(bytes, static_cast<size_t>(row_bytes))) mapped = true, file = p;
+      }
+      if (mapped) {
+        sources[row] = bytes;
+      } else {  // a decoded chunk's value (or one the mapping holds in another layout)
+        sources[row] = nullptr;
+        copy_guarded(dataset, value, first_row + row * row_bytes, &row_strides);
+      }
+    } catch (...) {
+      rethrow_for_sample(dataset, piece, std::span<const std::string>(&name, 1), indices.subspan(i, 1), row,
+                         std::current_exception());
+    }
+  }
 }
 
 namespace {
@@ -474,7 +511,8 @@ void LoaderCore::finish_piece(std::unique_lock<std::mutex>& lock, const Piece& p
     try {
       // On the GPU, not the host: the copy waits for the kernels that read the previous batch.
       slot.consumed.make_stream_wait(copy_stream.get());
-      ring.copy_slot_to_device(piece.slot, copy_stream);
+      if (mapped_fields.empty()) ring.copy_slot_to_device(piece.slot, copy_stream);
+      else ring.copy_slot_to_device(piece.slot, copy_stream, slot.rows, mapped_fields, slot.mapped_rows);
       slot.copied.record(copy_stream.get());
     } catch (...) {
       // Part of the copy may be queued, reading the slot's host memory. Workers refill a

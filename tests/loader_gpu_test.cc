@@ -6,8 +6,11 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <filesystem>
 #include <numeric>
 #include <thread>
+
+#include <unistd.h>
 
 #if MMT_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -15,6 +18,7 @@
 
 #include "cuda_stream.h"
 #include "loader_test_util.h"
+#include "mmtensor/sampler.h"
 #include "mmtensor/error.h"
 #include "mmtensor/dataset_writer.h"
 #include "mmtensor/loader.h"
@@ -25,6 +29,7 @@ namespace {
 using testing::drain_epoch;
 using testing::TempDir;
 using testing::write_loader_dataset;
+using testing::write_loader_records;
 
 const std::vector<std::string> kAllFields = {"x", "label", "image", "tokens"};
 
@@ -303,6 +308,105 @@ TEST_F(LoaderGpuTest, DestroyingMidEpochWithCopiesInFlight) {
     ASSERT_TRUE(kept);
     expect_device_batch_matches(*kept, dataset);
   }
+}
+
+#if MMT_WITH_CUDA
+// Whether CUDA counts `bytes` as page-locked host memory (registered or allocated pinned).
+bool page_locked(const void* bytes) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeHost;
+}
+#endif
+
+TEST_F(LoaderGpuTest, PinnedMappingBatchesHoldWhatGetReturns) {
+  // An uncompressed file and an lz4 one in one dataset: rows of the first come from the
+  // mapping, rows of the second are gathered, in one batch; the channels-last image and the
+  // ragged tokens come through too.
+  Dataset dataset = Dataset::open_concat({write_loader_records(dir.file("plain.mmt"), 0, 90),
+                                          write_loader_records(dir.file("lz4.mmt"), 90, 150, CodecSpec::parse("lz4"))});
+  for (SamplerKind kind : {SamplerKind::Random, SamplerKind::Sequential}) {
+    LoaderOptions options = cuda_options(kind, 32, 3);
+    options.pin_mapping = true;
+    Loader loader(dataset, options);
+    std::vector<int64_t> seen;
+    while (std::optional<Batch> batch = loader.next()) {
+      expect_device_batch_matches(*batch, dataset);
+      seen.insert(seen.end(), batch->indices().begin(), batch->indices().end());
+    }
+    std::sort(seen.begin(), seen.end());
+    std::vector<int64_t> all(150);
+    std::iota(all.begin(), all.end(), 0);
+    EXPECT_EQ(seen, all) << to_string(kind);
+  }
+  // Transforms beside mapped fields, and a field list of one mapped field.
+  LoaderOptions options = cuda_options(SamplerKind::Random, 8);
+  options.pin_mapping = true;
+  options.fields = {"image"};
+  Loader images(dataset, options);
+  while (std::optional<Batch> batch = images.next()) {
+    const Tensor host = (*batch)["image"].cpu();
+    for (int64_t row = 0; row < batch->size(); ++row)
+      EXPECT_TRUE(host[row].equal(dataset.get(batch->indices()[row], "image")));
+  }
+}
+
+TEST_F(LoaderGpuTest, PinnedMappingIsSharedByLoadersAndUndoneByTheLast) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 200));
+  LoaderOptions options = cuda_options(SamplerKind::Random, 16);
+  options.pin_mapping = true;
+#if MMT_WITH_CUDA
+  const void* file = dataset.file_storage().data();
+  EXPECT_FALSE(page_locked(file));
+#endif
+  {
+    std::optional<Loader> first(std::in_place, dataset, options);
+    Loader second(dataset, options);
+#if MMT_WITH_CUDA
+    EXPECT_TRUE(page_locked(file));
+#endif
+    first.reset();
+#if MMT_WITH_CUDA
+    EXPECT_TRUE(page_locked(file));  // the second loader still copies from it
+#endif
+    while (std::optional<Batch> batch = second.next()) expect_device_batch_matches(*batch, dataset);
+  }
+#if MMT_WITH_CUDA
+  EXPECT_FALSE(page_locked(file));
+#endif
+  Loader again(dataset, options);  // registers anew
+  std::optional<Batch> batch = again.next();
+  ASSERT_TRUE(batch);
+  expect_device_batch_matches(*batch, dataset);
+}
+
+// The loader locked the file's pages: a file cut short under it (another program's doing)
+// leaves the device copying those pages, which the engine holds, so every batch of the epoch
+// arrives or fails with an error; the process never faults. The bytes past the new end are
+// whatever the locked pages held.
+TEST_F(LoaderGpuTest, PinnedMappingOfAFileCutShortUnderItNeverFaults) {
+  const std::string path = write_loader_dataset(dir, 400);
+  Dataset dataset = Dataset::open(path);
+  LoaderOptions options = cuda_options(SamplerKind::Random, 16, 2);
+  options.pin_mapping = true;
+  Loader loader(dataset, options);
+  ASSERT_TRUE(loader.next());
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(std::filesystem::file_size(path) / 2)), 0);
+  int64_t batches = 0, errors = 0;
+  while (true) {
+    try {
+      std::optional<Batch> batch = loader.next();
+      if (!batch) break;
+      (void)(*batch)["image"].cpu();
+      ++batches;
+    } catch (const Error&) {  // a gathered field's read past the new end: IoError naming it
+      if (++errors > 100) break;
+    }
+  }
+  EXPECT_GT(batches + errors, 0);
 }
 
 }  // namespace

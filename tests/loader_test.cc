@@ -183,6 +183,22 @@ TEST_F(LoaderTest, OnlyTheRequestedFieldsAreLoaded) {
   EXPECT_THROW(Loader(dataset, options), ValueError);
 }
 
+// pin_mapping copies from the file mapping to a device: a cpu loader asking for it is told so,
+// and without a device (or CUDA) the cuda loader's own error comes first.
+TEST_F(LoaderTest, PinMappingNeedsACudaDevice) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 20));
+  LoaderOptions options = options_for(SamplerKind::Random, 5);
+  options.pin_mapping = true;
+  EXPECT_THROW_WITH(Loader(dataset, options), ValueError, "pin_mapping copies records from the file mapping to a CUDA device; device is cpu");
+  EXPECT_EQ(dataset.file_storage().filename(), dataset.path());
+  Dataset both = Dataset::concat({dataset, dataset});
+  EXPECT_THROW_WITH(both.file_storage(), ValueError, "is a concatenation of 2 files; each of parts() has its own mapping");
+  if (cuda_device_count() == 0) {
+    options.device = Device(DeviceType::CUDA, 0);
+    EXPECT_THROW(Loader(dataset, options), CudaError);
+  }
+}
+
 // Assigning a loader over another stops the old one's threads and takes the new one's place
 // mid-epoch; a loader moved from is empty, and assigning to itself changes nothing.
 TEST_F(LoaderTest, MoveAssignmentStopsTheOldLoaderAndContinuesTheNewOne) {

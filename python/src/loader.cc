@@ -410,7 +410,9 @@ with sampler="random" (and "quasi_random", which takes them chunk by chunk and k
 locality). state() after any batch (JSON text; state_dict() gives it as a dict) resumes exactly
 there: Loader(ds, ..., state=text), or load_state_dict() on this loader. timeout (seconds):
 how long next() waits before TimeoutError. pin_memory: pinned host batches; by default when
-a CUDA device exists. num_workers: threads, not processes; next() gathers rows of the batch
+a CUDA device exists. pin_mapping=True (device="cuda:N" only): uncompressed fixed fields go from
+the page-locked file mapping straight to the device, with no gather on the host; the files
+are read into memory and locked there while the loader lives, so they must fit in RAM. num_workers: threads, not processes; next() gathers rows of the batch
 it waits for too, so on C cores C - 1 workers keep every core busy for warm, uncompressed
 data.
 
@@ -426,7 +428,7 @@ block) stops the workers.)doc")
                        const std::string& sampler, const py::object& seed, int64_t window_chunks, int rank, int world_size,
                        bool drop_tail, const py::object& subset, const py::object& mixture, int64_t epoch_size,
                        int64_t epoch, bool drop_last, int num_workers,
-                       int prefetch_batches, const std::string& device, std::optional<bool> pin_memory, const std::string& read_ahead,
+                       int prefetch_batches, const std::string& device, std::optional<bool> pin_memory, bool pin_mapping, const std::string& read_ahead,
                        std::optional<double> timeout, const py::object& state, const py::object& transforms) {
              LoaderOptions options;
              std::vector<py::object> transform_owners;
@@ -479,6 +481,7 @@ block) stops the workers.)doc")
              // Unsaid: pinned where pinning means something (a CUDA device is present), so a
              // CPU-only machine gets no note about falling back.
              options.pin_memory = pin_memory.value_or(options.device.is_cuda() || cuda_is_available());
+             options.pin_mapping = pin_mapping;
              options.read_ahead = parse_read_ahead(read_ahead);
              if (timeout) {
                if (!(*timeout >= 0) || *timeout > 1e9) throw py::value_error("timeout must be a number of seconds >= 0");
@@ -501,7 +504,8 @@ block) stops the workers.)doc")
            py::arg("world_size") = 1, py::arg("drop_tail") = false, py::arg("subset") = py::none(),
            py::arg("mixture") = py::none(), py::arg("epoch_size") = 0, py::arg("epoch") = 0,
            py::arg("drop_last") = false, py::arg("num_workers") = 1, py::arg("prefetch_batches") = 3,
-           py::arg("device") = "cpu", py::arg("pin_memory") = py::none(), py::arg("read_ahead") = "auto",
+           py::arg("device") = "cpu", py::arg("pin_memory") = py::none(), py::arg("pin_mapping") = false,
+           py::arg("read_ahead") = "auto",
            py::arg("timeout") = py::none(), py::arg("state") = py::none(), py::arg("transforms") = py::none())
       .def("next", &next_batch, "The next batch of the epoch, or None at its end (the loader then moves to the next epoch). "
            "Ctrl-C raises KeyboardInterrupt without waiting for the whole batch, and loses nothing: state() stands "

@@ -511,12 +511,19 @@ int32_t fail_on_13(const uint8_t* const* in, const int64_t* const* shapes, const
             import torch
         except ImportError:
             self.skipTest("no PyTorch")
-        loader = mmtensor.Loader(self.ds, batch_size=64, sampler="random", seed=5, device="cuda:0", num_workers=2)
-        for batch in loader:
-            images = torch.from_dlpack(batch["image"])
-            self.assertTrue(images.is_cuda)
-            indices = batch.indices.numpy()
-            np.testing.assert_array_equal(images.cpu().numpy(), self.images[indices])
+        for pin_mapping in (False, True):  # gathered on the host, or copied from the mapping
+            loader = mmtensor.Loader(self.ds, batch_size=64, sampler="random", seed=5, device="cuda:0", num_workers=2,
+                                     pin_mapping=pin_mapping)
+            for batch in loader:
+                images = torch.from_dlpack(batch["image"])
+                self.assertTrue(images.is_cuda)
+                indices = batch.indices.numpy()
+                np.testing.assert_array_equal(images.cpu().numpy(), self.images[indices])
+            loader.close()
+
+    def test_pin_mapping_needs_a_cuda_device(self):
+        with self.assertRaisesRegex(ValueError, "pin_mapping copies records from the file mapping to a CUDA device"):
+            mmtensor.Loader(self.ds, batch_size=4, pin_mapping=True)
 
     def test_cuda_array_interface_names_the_legacy_stream_of_the_current_device(self):
         if not mmtensor.cuda_is_available():
