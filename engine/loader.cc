@@ -167,7 +167,7 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
     field_names.push_back(ring.fields()[f].field.name);
     if (f >= loaded) transform_fields.push_back(f);
     else if (ring.fields()[f].ragged) ragged_fields.push_back(f);
-    else if (options.pin_mapping && ring.fields()[f].field.fixed_nbytes() > 0) {
+    else if (options.pin_mapping && ring.fields()[f].field.fixed_nbytes() >= kMappedRowMinBytes) {
       mapped_fields.push_back(f);
     } else {
       fixed_fields.push_back(f);
@@ -187,7 +187,7 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
     }
   }
   if (options.device.is_cuda()) copy_stream = cuda::Stream::create(options.device.index);
-  if (options.pin_mapping) {
+  if (!mapped_fields.empty()) {  // nothing to lock when every field is gathered anyway
     for (const Dataset& part : dataset.parts()) {
       const UntypedStorage file = part.file_storage();
       pinned_files.push_back(cuda::HostRegistration::read_only(file.data(), static_cast<size_t>(file.nbytes()),

@@ -224,17 +224,21 @@ struct LoaderOptions {
   bool pin_memory = true;           // cpu batches in page-locked memory (always for cuda);
                                     // without a CUDA device, ordinary memory and a note on
                                     // stderr, once (MMT_QUIET=1 silences it), as PyTorch warns
-  // cuda: copy fixed fields of uncompressed chunks from the dataset's file mapping straight to
-  // the device, with no gather on the host: one batched DMA a batch (cudaMemcpyBatchAsync,
+  // cuda: copy fixed fields of 16 KB or more a record (images) in uncompressed chunks from the
+  // dataset's file mapping straight to the device, with no gather on the host (smaller fields
+  // are gathered as without it): one batched DMA a batch (cudaMemcpyBatchAsync,
   // CUDA 12.8+; one copy a record on older runtimes). The loader page-locks the whole mapping
   // of each of its files when it is made (cudaHostRegister, read-only; shared with other
   // loaders over the same files, undone by the last one): that reads every page into memory,
   // as fast as the page cache or the disk gives them, and keeps them there while the loader
   // lives, so the files must fit in RAM beside everything else (CudaError naming the file
-  // otherwise). Rows of compressed chunks, ragged fields and transform outputs are gathered
-  // into the pinned ring as without it. On an H200, 150 KB records reach the rate of one
-  // pinned cudaMemcpyAsync of as many bytes, against 0.8 of it gathered on 14 workers, and the
-  // workers' cores stay free (bench/RESULTS.md). ValueError for a cpu loader.
+  // otherwise; nothing is locked when no field qualifies). Rows of compressed chunks, ragged
+  // fields and transform outputs are gathered into the pinned ring as without it. On an H200,
+  // batches of 150 KB images reach 0.95 of the rate of one pinned cudaMemcpyAsync of as many
+  // bytes from 1 to 14 workers, against 0.78-0.81 gathered on 14 (bench/RESULTS.md). The
+  // copies are the CUDA driver's reads of the mapping, outside the engine's guard: a file cut
+  // short by another program under such a loader kills the process with SIGBUS, as a numpy
+  // memmap would (seen on an H200; docs/RELIABILITY.md). ValueError for a cpu loader.
   bool pin_mapping = false;
   CUstream_st* consumer_stream = nullptr;  // cuda: the stream next() orders batches before
   ReadAhead read_ahead = ReadAhead::Auto;

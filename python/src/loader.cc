@@ -410,9 +410,10 @@ with sampler="random" (and "quasi_random", which takes them chunk by chunk and k
 locality). state() after any batch (JSON text; state_dict() gives it as a dict) resumes exactly
 there: Loader(ds, ..., state=text), or load_state_dict() on this loader. timeout (seconds):
 how long next() waits before TimeoutError. pin_memory: pinned host batches; by default when
-a CUDA device exists. pin_mapping=True (device="cuda:N" only): uncompressed fixed fields go from
-the page-locked file mapping straight to the device, with no gather on the host; the files
-are read into memory and locked there while the loader lives, so they must fit in RAM. num_workers: threads, not processes; next() gathers rows of the batch
+a CUDA device exists. pin_mapping=True (device="cuda:N" only): uncompressed fixed fields of
+16 KB or more a record go from the page-locked file mapping straight to the device, with no
+gather on the host; the files are read into memory and locked there while the loader lives, so
+they must fit in RAM, and one cut short under it kills the process (SIGBUS, as a memmap). num_workers: threads, not processes; next() gathers rows of the batch
 it waits for too, so on C cores C - 1 workers keep every core busy for warm, uncompressed
 data.
 
