@@ -53,6 +53,9 @@ def main():
     parser.add_argument("--dir", default=None, help="where to write the .npy (default: a temp dir)")
     parser.add_argument("--with-mmtensor", action="store_true",
                         help="also time mmtensor.Loader on the same records, epochs alternated")
+    parser.add_argument("--pin-mapping", action="store_true",
+                        help="mmtensor.Loader with pin_mapping=True: records copied to the GPU from the "
+                             "page-locked file mapping, no host gather (with --with-mmtensor, on a GPU)")
     args = parser.parse_args()
     workdir = args.dir or tempfile.mkdtemp(prefix="mmtensor-peer-")
     try:
@@ -130,6 +133,7 @@ def run(args, workdir):
         result["mmtensor_batches_per_s"] = mmtensor_batches / mmtensor_seconds
         result["mmtensor_GB_per_s"] = mmtensor_batches * batch_bytes / mmtensor_seconds / 1e9
         result["mmtensor_vs_peer"] = result["mmtensor_batches_per_s"] / result["batches_per_s"]
+        result["mmtensor_pin_mapping"] = bool(cuda and args.pin_mapping)
     if copy_batches:
         result["pinned_memcpy_GB_per_s"] = mmtensor_batches * batch_bytes / copy_seconds / 1e9
         result["mmtensor_vs_pinned_memcpy"] = result["mmtensor_GB_per_s"] / result["pinned_memcpy_GB_per_s"]
@@ -169,7 +173,8 @@ def mmtensor_epochs(args, workdir, images_path, cuda):
         mmtensor.pack(packed, {"image": images_path, "label": labels_path})
     dataset = mmtensor.Dataset(packed)
     loader = mmtensor.Loader(dataset, batch_size=args.batch_size, sampler="random", seed=0,
-                             num_workers=max(1, args.workers), device="cuda:0" if cuda else "cpu")
+                             num_workers=max(1, args.workers), device="cuda:0" if cuda else "cpu",
+                             pin_mapping=bool(cuda and args.pin_mapping))
     epoch_number = [0]
 
     def epoch():

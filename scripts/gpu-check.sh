@@ -92,7 +92,7 @@ loader_to_device() {
 peer() {
   # PyTorch's DataLoader(pin_memory=True) over np.memmap, at the worker counts of
   # BM_LoaderToDevice (processes there, threads here), and mmtensor's Python Loader on the
-  # same records when the module loads in this Python.
+  # same records when the module loads in this Python (gathered, then with pin_mapping).
   local with_mmtensor=""
   python3 -c 'import mmtensor' 2>/dev/null && with_mmtensor=--with-mmtensor
   mkdir -p /tmp/mmtensor-peer
@@ -101,6 +101,13 @@ peer() {
     python3 -W ignore bench/peer_dataloader.py --workers "$workers" --epochs 3 --dir /tmp/mmtensor-peer \
       $with_mmtensor || status=1
   done
+  # mmtensor's Loader with pin_mapping: the records go from the locked file mapping to the GPU.
+  if [ -n "$with_mmtensor" ]; then
+    for workers in 2 14; do
+      python3 -W ignore bench/peer_dataloader.py --workers "$workers" --epochs 3 --dir /tmp/mmtensor-peer \
+        --with-mmtensor --pin-mapping || status=1
+    done
+  fi
   return "$status"
 }
 
