@@ -4,6 +4,7 @@
 
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
 
 #include "cuda_check.h"
@@ -19,7 +20,29 @@ struct Registered {
   uintptr_t end = 0;
   int64_t handles = 0;
   bool engine_registered = true;  // false: the program had registered it; never undone here
+  int device = 0;                 // whose context registered it: undone there
 };
+
+// Whether CUDA counts the page at `address` as page-locked host memory.
+bool page_locked(uintptr_t address) {
+  cudaPointerAttributes attributes{};
+  const cudaError_t status = cudaPointerGetAttributes(&attributes, reinterpret_cast<const void*>(address));
+  cudaGetLastError();
+  return status == cudaSuccess && attributes.type == cudaMemoryTypeHost;
+}
+
+// Why `device` cannot register host memory read-only, or "" when it says it can.
+std::string unsupported_reason(int device) {
+  for (const auto& [attribute, name] :
+       {std::pair{cudaDevAttrHostRegisterSupported, "cudaDevAttrHostRegisterSupported"},
+        std::pair{cudaDevAttrHostRegisterReadOnlySupported, "cudaDevAttrHostRegisterReadOnlySupported"}}) {
+    int value = 1;
+    if (cudaDeviceGetAttribute(&value, attribute, device) == cudaSuccess && value == 0)
+      return detail::str("cuda:", device, " cannot register host memory read-only (", name, " is 0)");
+    cudaGetLastError();
+  }
+  return "";
+}
 
 // Registered ranges by first page. Under the mutex, so that a range's last handle going and
 // another loader registering it again cannot interleave.
@@ -57,21 +80,29 @@ HostRegistration HostRegistration::read_only(const void* begin, size_t bytes, in
     ++found->second.handles;
   } else {
     DeviceGuard current(device);
+    // In the registry before the call: an insertion failing after it would leave the pages
+    // locked for good.
+    const auto entry = ranges.emplace(first, Registered{end, 1, true, device}).first;
     const cudaError_t status = cudaHostRegister(reinterpret_cast<void*>(first), end - first,
                                                 cudaHostRegisterReadOnly | cudaHostRegisterPortable);
-    bool engine_registered = true;
-    if (status == cudaErrorHostMemoryAlreadyRegistered) {
-      cudaGetLastError();  // the program's own registration: use it, leave it
-      engine_registered = false;
-    } else if (status != cudaSuccess) {
-      cudaGetLastError();
+    cudaGetLastError();  // reported here, if at all
+    const auto refuse = [&](const std::string& why) {
+      ranges.erase(entry);
       throw CudaError(detail::str("cannot page-lock ", what, " (", end - first,
-                                  " bytes) for copies straight to the device: cudaHostRegister failed: ",
-                                  cudaGetErrorString(status),
-                                  ". Its pages must fit in memory; without pin_mapping, batches are "
-                                  "gathered into pinned buffers instead"));
+                                  " bytes) for copies straight to the device: ", why,
+                                  "; without pin_mapping, batches are gathered into pinned buffers instead"));
+    };
+    if (status == cudaErrorHostMemoryAlreadyRegistered) {
+      // The program's own registration: used as it is and left to it, if it covers the range.
+      if (!page_locked(first) || !page_locked(end - page))
+        refuse("part of it is registered with CUDA already, by the program");
+      entry->second.engine_registered = false;
+    } else if (status != cudaSuccess) {
+      const std::string unsupported = unsupported_reason(device);
+      if (!unsupported.empty()) refuse(unsupported);
+      refuse(detail::str("cudaHostRegister failed: ", cudaGetErrorString(status),
+                         status == cudaErrorMemoryAllocation ? " (its pages must fit in memory)" : ""));
     }
-    ranges.emplace(first, Registered{end, 1, engine_registered});
   }
   HostRegistration out;
   out.begin_ = first;
@@ -88,7 +119,14 @@ void HostRegistration::release() noexcept {
   std::lock_guard lock(registry_mutex());
   auto found = registry().find(begin);
   if (found == registry().end() || --found->second.handles > 0) return;
-  if (found->second.engine_registered) cudaHostUnregister(reinterpret_cast<void*>(begin));
+  if (found->second.engine_registered) {
+    // In the registering device's context, and opening none on the device this thread has
+    // current (a Python finaliser's thread, say); a failure is not left as its last error.
+    on_device_noexcept(found->second.device, [&] {
+      cudaHostUnregister(reinterpret_cast<void*>(begin));
+      cudaGetLastError();
+    });
+  }
   registry().erase(found);
 }
 

@@ -113,10 +113,11 @@ void copy_runs_to_device_async(std::span<const CopyRun> runs, const Stream& stre
         check(cudaMemcpyAsync(run.dst, run.src, run.bytes, cudaMemcpyHostToDevice, stream.get()),
               "cudaMemcpyAsync (host to device)");
   };
-#if CUDART_VERSION >= 12080
-  // Scratch kept per thread: a loader's workers queue a batch every millisecond or so.
+  // Scratch kept per thread: a loader's workers queue a batch every millisecond or so. The
+  // sources go as void*: CUDA 12.8 declared them so (12.9 made them const), and void** passes
+  // for const void* const* too.
   thread_local std::vector<void*> dsts;
-  thread_local std::vector<const void*> srcs;
+  thread_local std::vector<void*> srcs;
   thread_local std::vector<size_t> sizes;
   dsts.clear();
   srcs.clear();
@@ -124,7 +125,7 @@ void copy_runs_to_device_async(std::span<const CopyRun> runs, const Stream& stre
   for (const CopyRun& run : runs) {
     if (run.bytes == 0) continue;  // the batch call refuses empty copies
     dsts.push_back(run.dst);
-    srcs.push_back(run.src);
+    srcs.push_back(const_cast<void*>(run.src));
     sizes.push_back(run.bytes);
   }
   if (dsts.empty()) return;
@@ -136,7 +137,7 @@ void copy_runs_to_device_async(std::span<const CopyRun> runs, const Stream& stre
 #if CUDART_VERSION >= 13000
   const cudaError_t status = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(),
                                                   &attributes, &attributes_index, 1, stream.get());
-#else
+#else  // 12.8 and 12.9 (CMakeLists.txt's MMT_MIN_CUDA): an index of the copy that failed, too
   size_t failed_index = 0;
   const cudaError_t status = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(),
                                                   &attributes, &attributes_index, 1, &failed_index, stream.get());
@@ -147,9 +148,6 @@ void copy_runs_to_device_async(std::span<const CopyRun> runs, const Stream& stre
     return;
   }
   check(status, "cudaMemcpyBatchAsync (host to device)");
-#else
-  one_by_one();
-#endif
 }
 
 int stream_device(CUstream_st* stream) noexcept {

@@ -104,8 +104,8 @@ struct CopyRun {
   const void* src = nullptr;
   size_t bytes = 0;
 };
-// Queues `runs` on `stream` with one cudaMemcpyBatchAsync (CUDA 12.8 runtimes and later; an
-// older runtime, or a driver that refuses the call, gets one cudaMemcpyAsync a run). A batch
+// Queues `runs` on `stream` with one cudaMemcpyBatchAsync (a driver that refuses the call gets
+// one cudaMemcpyAsync a run). A batch
 // of a few hundred records from a registered mapping goes at the speed of one copy of as many
 // contiguous pinned bytes; a cudaMemcpyAsync a record reaches about half that (bench/RESULTS.md).
 void copy_runs_to_device_async(std::span<const CopyRun> runs, const Stream& stream);

@@ -187,13 +187,6 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
     }
   }
   if (options.device.is_cuda()) copy_stream = cuda::Stream::create(options.device.index);
-  if (!mapped_fields.empty()) {  // nothing to lock when every field is gathered anyway
-    for (const Dataset& part : dataset.parts()) {
-      const UntypedStorage file = part.file_storage();
-      pinned_files.push_back(cuda::HostRegistration::read_only(file.data(), static_cast<size_t>(file.nbytes()),
-                                                               options.device.index, "Loader: pin_mapping: " + part.path()));
-    }
-  }
 
   int64_t first_epoch = options.epoch, consumed = 0;
   if (resume_from) {
@@ -229,6 +222,14 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
               "Loader: the state's consumed=", state.consumed, " is outside [0, ", sampler.epoch_size(), "]");
     first_epoch = state.epoch;
     consumed = state.consumed;
+  }
+  // Last of the checks: locking reads the whole files, which a refused state need not wait for.
+  if (!mapped_fields.empty()) {  // nothing to lock when every field is gathered anyway
+    for (const Dataset& part : dataset.parts()) {
+      const UntypedStorage file = part.file_storage();
+      pinned_files.push_back(cuda::HostRegistration::read_only(file.data(), static_cast<size_t>(file.nbytes()),
+                                                               options.device.index, "Loader: pin_mapping: " + part.path()));
+    }
   }
   std::unique_lock lock(mutex);
   restart_locked(lock, first_epoch, consumed);

@@ -226,13 +226,14 @@ struct LoaderOptions {
                                     // stderr, once (MMT_QUIET=1 silences it), as PyTorch warns
   // cuda: copy fixed fields of 16 KB or more a record (images) in uncompressed chunks from the
   // dataset's file mapping straight to the device, with no gather on the host (smaller fields
-  // are gathered as without it): one batched DMA a batch (cudaMemcpyBatchAsync,
-  // CUDA 12.8+; one copy a record on older runtimes). The loader page-locks the whole mapping
-  // of each of its files when it is made (cudaHostRegister, read-only; shared with other
+  // are gathered as without it): one batched DMA a batch (cudaMemcpyBatchAsync; a cudaMemcpyAsync
+  // a run of adjacent records where the driver refuses it). The loader page-locks the whole
+  // mapping of each of its files when it is made (cudaHostRegister, read-only; shared with other
   // loaders over the same files, undone by the last one): that reads every page into memory,
   // as fast as the page cache or the disk gives them, and keeps them there while the loader
-  // lives, so the files must fit in RAM beside everything else (CudaError naming the file
-  // otherwise; nothing is locked when no field qualifies). Rows of compressed chunks, ragged
+  // lives (where the device reads host page tables, as on Grace Hopper, CUDA only populates
+  // them), so the files must fit in RAM beside everything else (CudaError naming the file
+  // otherwise, or the device attribute it lacks; nothing is locked when no field qualifies). Rows of compressed chunks, ragged
   // fields and transform outputs are gathered into the pinned ring as without it. On an H200,
   // batches of 150 KB images reach 0.95 of the rate of one pinned cudaMemcpyAsync of as many
   // bytes from 1 to 14 workers, against 0.78-0.81 gathered on 14 (bench/RESULTS.md). The

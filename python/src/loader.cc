@@ -429,8 +429,8 @@ block) stops the workers.)doc")
                        const std::string& sampler, const py::object& seed, int64_t window_chunks, int rank, int world_size,
                        bool drop_tail, const py::object& subset, const py::object& mixture, int64_t epoch_size,
                        int64_t epoch, bool drop_last, int num_workers,
-                       int prefetch_batches, const std::string& device, std::optional<bool> pin_memory, bool pin_mapping, const std::string& read_ahead,
-                       std::optional<double> timeout, const py::object& state, const py::object& transforms) {
+                       int prefetch_batches, const std::string& device, std::optional<bool> pin_memory, const std::string& read_ahead,
+                       std::optional<double> timeout, const py::object& state, const py::object& transforms, bool pin_mapping) {
              LoaderOptions options;
              std::vector<py::object> transform_owners;
              if (!transforms.is_none()) {
@@ -505,9 +505,9 @@ block) stops the workers.)doc")
            py::arg("world_size") = 1, py::arg("drop_tail") = false, py::arg("subset") = py::none(),
            py::arg("mixture") = py::none(), py::arg("epoch_size") = 0, py::arg("epoch") = 0,
            py::arg("drop_last") = false, py::arg("num_workers") = 1, py::arg("prefetch_batches") = 3,
-           py::arg("device") = "cpu", py::arg("pin_memory") = py::none(), py::arg("pin_mapping") = false,
-           py::arg("read_ahead") = "auto",
-           py::arg("timeout") = py::none(), py::arg("state") = py::none(), py::arg("transforms") = py::none())
+           py::arg("device") = "cpu", py::arg("pin_memory") = py::none(), py::arg("read_ahead") = "auto",
+           py::arg("timeout") = py::none(), py::arg("state") = py::none(), py::arg("transforms") = py::none(),
+           py::arg("pin_mapping") = false)
       .def("next", &next_batch, "The next batch of the epoch, or None at its end (the loader then moves to the next epoch). "
            "Ctrl-C raises KeyboardInterrupt without waiting for the whole batch, and loses nothing: state() stands "
            "before the batch, and the next call returns it")
