@@ -22,6 +22,14 @@
 
 namespace mmt::detail {
 
+// Packers that copy runs of small records into one batch for the writer (MDS samples with
+// bytes columns, TFRecord examples): a run holds up to kCopiedRunBytes of them, and a record
+// of kRecordAloneBytes or more goes alone, as views of its input: a run would copy it twice
+// (into the run, then into the chunk), where small records gain more from the writer's batch
+// path than the copy costs.
+inline constexpr int64_t kCopiedRunBytes = int64_t{4} << 20;
+inline constexpr int64_t kRecordAloneBytes = int64_t{64} << 10;
+
 // Closes a file descriptor when it goes out of scope (an importer's open file, on every
 // path out, an exception's included).
 struct FileCloser {

@@ -539,17 +539,15 @@ int64_t fixed_size_run(const MdsShards& mds, int64_t sample_bytes, int64_t start
 }
 
 // Samples with bytes columns (str, jpeg, json...) or 1-D arrays (tokens) besides fixed ones: a
-// run of one shard's samples, each under kViewBytes and kBatchBytes in all, each checked as
-// mds_record() checks it and copied into one buffer a column: a bytes column's or an array
-// column's values back to back with their offsets (the writer's jagged batch), a fixed
-// column's [n, ...]. (mds_batch() sends no column of arrays of 2 or more dimensions.) A
+// run of one shard's samples, each under kRecordAloneBytes and kCopiedRunBytes in all
+// (import_util.h), each checked as mds_record() checks it and copied into one buffer a
+// column: a bytes column's or an array column's values back to back with their offsets (the
+// writer's jagged batch), a fixed column's [n, ...]. (mds_batch() sends no column of arrays of 2 or more dimensions.) A
 // sample at a time makes a Tensor a column (about 1 us a sample, most of the CPU a pack of
-// short texts takes). A sample of kViewBytes or more goes alone (-1), through mds_record(),
-// which views its values in the shard: a batch would copy them twice (into the batch, then
-// into the chunk).
+// short texts takes). A larger sample goes alone (-1), through mds_record(), which views its
+// values in the shard.
 int64_t copied_run(const MdsShards& mds, int64_t start, int64_t count, std::vector<Tensor>& values,
                    std::vector<Tensor>& offsets) {
-  constexpr int64_t kBatchBytes = int64_t{4} << 20, kViewBytes = int64_t{64} << 10;
   const auto [s, j] = detail::part_of(mds.shard_end, start);
   const MdsShards::Shard& shard = mds.shards[s];
   const int64_t first_sample = j, n = std::min(count, shard.samples - j);  // plain variables for the lambda
@@ -565,7 +563,8 @@ int64_t copied_run(const MdsShards& mds, int64_t start, int64_t count, std::vect
   detail::guard_storage_reads(file, [&] {
     for (; samples < n; ++samples) {
       const auto [begin, end] = sample_range(shard, file, first_sample + samples, /*again=*/true);
-      if (end - begin >= kViewBytes || (samples > 0 && batch_bytes + (end - begin) > kBatchBytes)) break;
+      if (end - begin >= detail::kRecordAloneBytes || (samples > 0 && batch_bytes + (end - begin) > detail::kCopiedRunBytes))
+        break;
       batch_bytes += end - begin;
       sample_values(mds, shard, file, first_sample + samples, /*again=*/true, at);
       for (size_t c = 0; c < columns; ++c) {

@@ -887,16 +887,13 @@ int64_t PackSources::tfrecord_batch(int64_t start, int64_t count, std::vector<Te
                                     std::vector<Tensor>& offsets) const {
   const TfRecordExamples& examples = *tfrecord_;
   const size_t f = detail::part_of(examples.file_end, start).first;
-  // Records of one file, up to kBatchBytes of them. A record of kViewBytes or more goes alone,
-  // through record(), which views its bytes in the file: a batch would copy them twice (into
-  // the batch, then into the chunk), where small records gain more from the writer's batch
-  // path than the copy costs.
-  constexpr int64_t kBatchBytes = int64_t{4} << 20, kViewBytes = int64_t{64} << 10;
+  // Records of one file, up to detail::kCopiedRunBytes of them; a larger one goes alone,
+  // through record(), which views its bytes in the file (import_util.h).
   count = std::min(count, examples.file_end[f] - start);
   int64_t records = 0, batch_bytes = 0;
   for (; records < count; ++records) {
     const int64_t size = examples.spans[static_cast<size_t>(start + records)].size;
-    if (size >= kViewBytes || (records > 0 && batch_bytes + size > kBatchBytes)) break;
+    if (size >= detail::kRecordAloneBytes || (records > 0 && batch_bytes + size > detail::kCopiedRunBytes)) break;
     batch_bytes += size;
   }
   if (records == 0) return -1;
