@@ -109,6 +109,10 @@ class DatasetWriter {
   // shape or B, offsets out of order or past their values) throws ValueError naming the field
   // before anything is appended, and leaves the writer usable.
   void append_batch(std::span<const Tensor> values, std::span<const Tensor> offsets);
+  void append_batch(std::initializer_list<Tensor> values, std::initializer_list<Tensor> offsets) {
+    append_batch(std::span<const Tensor>(values.begin(), values.size()),
+                 std::span<const Tensor>(offsets.begin(), offsets.size()));
+  }
 
   // Sets (or replaces) a metadata entry; key and value must be valid UTF-8. An entry that
   // would take the schema block past what readers open (64 MiB of JSON, or 2^20 JSON values;
