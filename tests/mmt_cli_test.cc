@@ -2339,6 +2339,19 @@ TEST_F(MmtCli, VerifyRefusesShardsOutOfOrderRepeatedOrMissing) {
   EXPECT_FAILS_WITH(run_mmt({"verify", folder_parts[0], folder_parts[1], folder_parts[2], other_folder_1,
                              folder_parts[1]}),
                     "shard 1 of 3 is given twice");
+
+  // A pack's N is the metadata's word, not a bound on verify's work: a file that claims to be
+  // shard 0 of 2^63 - 1 has its missing shards named at once (verify walked all N, for ever).
+  const std::string huge_n = path("huge-n.mmt");
+  {
+    auto writer = DatasetWriter::create(huge_n, Schema({Field::fixed("x", kInt32, {2})}));
+    writer.append_batch({records(kInt32, 10, {2})});
+    writer.set_metadata("pack_shard", "0/9223372036854775807 of 100");
+    writer.finish();
+  }
+  EXPECT_FAILS_WITH(run_mmt({"verify", huge_n, parts[1]}),
+                    "shards 0/9223372036854775807 of 100 records: shards 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, "
+                    "14, 15, 16, 17, 18, 19, 20... missing");
 }
 
 // A shard checked alone against the pack's inputs was refused ("holds 10 records but the
