@@ -68,10 +68,16 @@ size_t Batch::field_position(std::string_view field) const {
               "Batch: taken in the parent of this forked process, in ", device_.is_cuda() ? "device" : "pinned",
               " memory, which a forked child does not have; take batches from a Loader made in this process");
   const std::vector<std::string>& names = core_->field_names;
-  for (size_t f = 0; f < names.size(); ++f)
-    if (names[f] == field) return f;
+  if (names.size() < detail::kFieldsLookedUpByMap) {
+    for (size_t f = 0; f < names.size(); ++f)
+      if (names[f] == field) return f;
+  } else if (const auto it = core_->field_position_by_name.find(field); it != core_->field_position_by_name.end()) {
+    return it->second;
+  }
+  constexpr size_t kListed = 32;  // thousands of names would drown the message
   std::string known;
-  for (const std::string& name : names) known += (known.empty() ? "'" : ", '") + name + "'";
+  for (size_t f = 0; f < std::min(names.size(), kListed); ++f) known += (f == 0 ? "'" : ", '") + names[f] + "'";
+  if (names.size() > kListed) known += detail::str(" and ", names.size() - kListed, " more");
   throw ValueError(detail::str("Batch: no field '", field, "' in this batch (it holds ", known, ")"));
 }
 

@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <tuple>
 #include <array>
 #include <chrono>
 #include <cstring>
@@ -133,19 +134,44 @@ std::string storage_bytes(const Tensor& t) {
 }
 
 // Threads write each field's rows in an unspecified order: outputs that share bytes would
-// leave a batch that depends on timing. After each output alone has been checked, each pair
-// is compared by footprint: no allocation, and O(1) a pair for the handful of fields a batch has.
+// leave a batch that depends on timing. After each output alone has been checked, pairs are
+// compared by footprint (O(1) a pair, no allocation): every pair for a handful of fields;
+// for more (a file may hold thousands), only the pairs whose byte extents meet, found by
+// sorting the outputs by their lowest byte, so that separate buffers cost O(K log K), not K^2.
 void check_outputs_share_nothing(std::span<const std::string> fields, std::span<const Tensor> outs,
                                  std::span<FieldCopy> copies) {
-  for (size_t j = 0; j < copies.size(); ++j) {
-    copies[j].out_footprint = detail::byte_footprint(outs[j]);
-    for (size_t k = 0; k < j; ++k)
-      MMT_CHECK(detail::is_provably_disjoint(copies[k].out_footprint, copies[j].out_footprint), ValueError,
-                "get_batch: the output tensors for fields '", fields[k], "' (outs[", k, "]) and '", fields[j],
-                "' (outs[", j, "]) may share memory (bytes ", storage_bytes(outs[k]), " and ", storage_bytes(outs[j]),
-                outs[k].is_same_storage(outs[j]) ? " of one storage" : " of storages over the same memory",
-                ": they cannot be shown disjoint); pass a separate tensor for each field, or views of one buffer "
-                "whose bytes do not meet (its halves, say, or its columns)");
+  for (size_t j = 0; j < copies.size(); ++j) copies[j].out_footprint = detail::byte_footprint(outs[j]);
+  const auto check_pair = [&](size_t k, size_t j) {
+    if (k > j) std::swap(k, j);
+    MMT_CHECK(detail::is_provably_disjoint(copies[k].out_footprint, copies[j].out_footprint), ValueError,
+              "get_batch: the output tensors for fields '", fields[k], "' (outs[", k, "]) and '", fields[j],
+              "' (outs[", j, "]) may share memory (bytes ", storage_bytes(outs[k]), " and ", storage_bytes(outs[j]),
+              outs[k].is_same_storage(outs[j]) ? " of one storage" : " of storages over the same memory",
+              ": they cannot be shown disjoint); pass a separate tensor for each field, or views of one buffer "
+              "whose bytes do not meet (its halves, say, or its columns)");
+  };
+  constexpr size_t kEveryPairFields = 16;
+  if (copies.size() <= kEveryPairFields) {
+    for (size_t j = 0; j < copies.size(); ++j)
+      for (size_t k = 0; k < j; ++k) check_pair(k, j);
+    return;
+  }
+  thread_local std::vector<size_t> by_lowest;
+  by_lowest.clear();
+  for (size_t j = 0; j < copies.size(); ++j)
+    if (!copies[j].out_footprint.empty) by_lowest.push_back(j);  // an empty output shares nothing
+  const auto place = [&](size_t j) {
+    const detail::ByteFootprint& f = copies[j].out_footprint;
+    return std::tuple(f.device.type, f.device.index, f.lowest);
+  };
+  std::sort(by_lowest.begin(), by_lowest.end(), [&](size_t a, size_t b) { return place(a) < place(b); });
+  for (size_t a = 0; a < by_lowest.size(); ++a) {
+    const detail::ByteFootprint& first = copies[by_lowest[a]].out_footprint;
+    for (size_t b = a + 1; b < by_lowest.size(); ++b) {
+      const detail::ByteFootprint& next = copies[by_lowest[b]].out_footprint;
+      if (next.device != first.device || next.lowest > first.highest) break;  // nor do those after it meet
+      check_pair(by_lowest[a], by_lowest[b]);
+    }
   }
 }
 

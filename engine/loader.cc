@@ -175,6 +175,8 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
     }
     if (f < loaded) loaded_fields.push_back(ring.fields()[f].field);
   }
+  if (field_names.size() >= kFieldsLookedUpByMap)
+    for (size_t f = 0; f < field_names.size(); ++f) field_position_by_name.emplace(field_names[f], f);
   read_fields = read_field_names(options, loaded_fields);
   ragged_hold_limit_bytes = detail::decode_hold_limit_bytes(dataset.cache_stats().budget_bytes);
   slots.resize(static_cast<size_t>(ring.slots()));

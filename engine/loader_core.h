@@ -17,7 +17,9 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "cuda_host_registration.h"
@@ -34,6 +36,10 @@ namespace mmt::detail {
 // costs a worker (labels gathered rather than mapped took 150 KB images from 0.954 to 0.961 of
 // pinned memcpy on an H200), and the engine's reads of them stay under its mapping guard.
 inline constexpr int64_t kMappedRowMinBytes = 16 * 1024;
+
+// From this many fields on, a batch finds a field by name in a map; below it, a scan of the
+// names is quicker (as Schema::find does for a schema's).
+inline constexpr size_t kFieldsLookedUpByMap = 8;
 
 struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   enum class SlotState { Free, Filling, Copying, Ready, Held };
@@ -132,6 +138,10 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   int pinning_device = -1;
   cuda::Stream copy_stream;
   std::vector<std::string> field_names;  // ring.fields() order
+  // Batch::operator[]'s lookup when there are many fields (a file may hold thousands: looked
+  // up one by one, a scan a lookup made a batch's fields cost their number squared). Views of
+  // field_names, which does not change once the constructor has filled it.
+  std::unordered_map<std::string_view, size_t> field_position_by_name;
   std::vector<size_t> ragged_fields;     // positions in ring.fields()
   std::vector<size_t> fixed_fields;      // positions in ring.fields(), gathered on the host
   std::vector<std::string> fixed_field_names;  // their names, for one get_batch per piece

@@ -183,6 +183,29 @@ TEST_F(LoaderTest, OnlyTheRequestedFieldsAreLoaded) {
   EXPECT_THROW(Loader(dataset, options), ValueError);
 }
 
+// A file of many fields (a feature store's columns): a batch finds each by name in a map, not
+// by a scan of all the names a lookup, and one it lacks is named with the first of those it holds.
+TEST_F(LoaderTest, BatchOfManyFieldsFindsEachByName) {
+  constexpr int64_t kFields = 300;
+  std::vector<Field> fields;
+  for (int64_t f = 0; f < kFields; ++f) fields.push_back(Field::fixed("c" + std::to_string(f), kInt32, {}));
+  DatasetWriter writer = DatasetWriter::create(dir.file("wide.mmt"), Schema(fields));
+  std::vector<Tensor> columns;
+  for (int64_t f = 0; f < kFields; ++f) columns.push_back(arange(f * 100, f * 100 + 20, 1, kInt32));
+  writer.append_batch(columns);
+  writer.finish();
+  Dataset dataset = Dataset::open(dir.file("wide.mmt"));
+  Loader loader(dataset, options_for(SamplerKind::Sequential, 20));
+  std::optional<Batch> batch = loader.next();
+  ASSERT_TRUE(batch);
+  for (int64_t f = kFields - 1; f >= 0; --f)
+    ASSERT_EQ((*batch)["c" + std::to_string(f)].to_vector<int32_t>(), columns[f].to_vector<int32_t>()) << f;
+  EXPECT_THROW_WITH((*batch)["nope"], ValueError,
+                    "Batch: no field 'nope' in this batch (it holds 'c0', 'c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7', 'c8', "
+                    "'c9', 'c10', 'c11', 'c12', 'c13', 'c14', 'c15', 'c16', 'c17', 'c18', 'c19', 'c20', 'c21', "
+                    "'c22', 'c23', 'c24', 'c25', 'c26', 'c27', 'c28', 'c29', 'c30', 'c31' and 268 more)");
+}
+
 // pin_mapping copies from the file mapping to a device: a cpu loader asking for it is told so,
 // and without a device (or CUDA) the cuda loader's own error comes first.
 TEST_F(LoaderTest, PinMappingNeedsACudaDevice) {
