@@ -17,7 +17,21 @@ int64_t regular_file_size(const std::string& path) {
     throw IoError(str(path, ": cannot open: ", std::strerror(err)), err);
   }
   if (S_ISDIR(st.st_mode)) throw IoError(str(path, ": is a directory, not a file"), EISDIR);
-  if (!S_ISREG(st.st_mode)) throw IoError(str(path, ": is not a regular file"));
+  if (!S_ISREG(st.st_mode))
+    throw IoError(str(path, ": is not a regular file (a device, FIFO or socket): its size is unknown; copy what it "
+                            "gives to a file first"));
+  // /proc and /sys files are regular files of size 0 that hold data: read as empty, they
+  // would pack no records and succeed.
+  if (st.st_size == 0) {
+    char byte;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      const ssize_t got = ::read(fd, &byte, 1);
+      ::close(fd);
+      MMT_CHECK(got <= 0, IoError, path, ": its size reads as 0 bytes but it holds data (a /proc or /sys file, whose "
+                "size the kernel does not report); copy it to a file first");
+    }
+  }
   return static_cast<int64_t>(st.st_size);
 }
 

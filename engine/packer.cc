@@ -96,7 +96,14 @@ void refuse_compressed_input(const std::string& path, const char* magic, size_t 
 }
 
 SourceKind sniff_kind(const std::string& path) {
-  detail::regular_file_size(path);  // IoError for a missing file or a folder, naming it
+  std::error_code error;
+  // Folders the packer reads (MDS, save_to_disk, Parquet) were told apart before arrays: this
+  // one is none of them.
+  MMT_CHECK(!fs::is_directory(path, error), IoError, path, ": a folder, which is no array input (.npy, .npz, IDX) ",
+            "nor a folder the packer reads as a dataset (an MDS dataset's, with index.json; a Hugging Face "
+            "save_to_disk's, with state.json; one of .parquet files); a folder of files, or of class folders, packs "
+            "with PackSources::from_folder (mmt pack --folder DIR, mmt verify --folder DIR)");
+  detail::regular_file_size(path);  // IoError for a missing file or one of another kind, naming it
   char magic[sizeof format::kMagic] = {};
   if (FILE* f = std::fopen(path.c_str(), "rb")) {
     size_t got = std::fread(magic, 1, sizeof(magic), f);
@@ -132,9 +139,13 @@ struct RawInput {
 std::optional<RawInput> raw_input_of(const std::string& spec_path) {
   std::error_code ec;
   if (fs::exists(spec_path, ec)) return std::nullopt;
-  // The file: the longest part before a ':' that exists (a path may hold ':' itself).
+  // The file: the longest part before a ':' that exists (a path may hold ':' itself), and is
+  // no folder; a device or FIFO is taken, for raw_values to refuse by what it is.
+  const auto names_a_file = [&](const std::string& path) {
+    return fs::exists(path, ec) && !fs::is_directory(path, ec);
+  };
   size_t colon = spec_path.rfind(':');
-  while (colon != std::string::npos && colon > 0 && !fs::is_regular_file(spec_path.substr(0, colon), ec))
+  while (colon != std::string::npos && colon > 0 && !names_a_file(spec_path.substr(0, colon)))
     colon = spec_path.rfind(':', colon - 1);
   if (colon == std::string::npos || colon == 0) return std::nullopt;
   RawInput raw;

@@ -116,6 +116,11 @@ io::WritableFile create_temporary(const std::string& target, std::string& temp_p
   } catch (const IoError& e) {
     if (e.errno_value() != ENOENT && e.errno_value() != ENOTDIR) throw;
     const std::string folder = io::parent_dir(target);
+    std::error_code error;
+    // A folder that exists yet answers ENOENT to a new file: /proc or /sys, say.
+    if (e.errno_value() == ENOENT && fs::is_directory(folder, error))
+      throw IoError(str("cannot create ", target, ": the folder ", folder, " takes no new files (", e.what(), ")"),
+                    e.errno_value());
     throw IoError(str("cannot create ", target, ": its folder ", folder,
                       e.errno_value() == ENOENT ? " does not exist" : " is not a folder"),
                   e.errno_value());

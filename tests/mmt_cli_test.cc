@@ -256,6 +256,14 @@ TEST_F(MmtCli, EveryBadCommandLineExitsTwoWithTheReason) {
     EXPECT_EQ(r.exit_code, 2) << line << "\n" << r.err;
     EXPECT_FALSE(r.err.empty()) << line;
   }
+  // An option given where a value was due is taken by CLI11 for the value: said so, not
+  // reported as a missing input file.
+  EXPECT_FAILS_WITH(run_mmt({"verify", "a.mmt", "--against", "--folder", "photos"}),
+                    "--against takes pack inputs, and '--folder' is an option: give the inputs after --against (a "
+                    "file of that name: ./--folder); to compare with a folder, give --folder DIR alone");
+  EXPECT_EQ(run_mmt({"verify", "a.mmt", "--against", "--folder", "photos"}).exit_code, 2);
+  EXPECT_FAILS_WITH(run_mmt({"verify", "a.mmt", "--against", "b.mmt", "--field", "--seed"}),
+                    "--field takes a field's name, and '--seed' is an option");
 }
 
 TEST_F(MmtCli, AnUnknownSubcommandIsNamedWithTheKnownOnes) {
@@ -1250,6 +1258,11 @@ TEST_F(MmtCli, PackRepacksDatasetsMergingShards) {
   const RunResult fewer = run_mmt({"verify", path("all.mmt"), "--against", path("y.mmt")});
   EXPECT_EQ(fewer.exit_code, 0) << fewer.err;
   EXPECT_NE(fewer.out.find("(field y; not compared, as the sources do not give them: x)"), std::string::npos) << fewer.out;
+  // Fields left out by --field are said to be so, not missing from the sources.
+  const RunResult chosen = run_mmt({"verify", path("all.mmt"), "--against", path("all.mmt"), "--field", "y"});
+  EXPECT_EQ(chosen.exit_code, 0) << chosen.err;
+  EXPECT_NE(chosen.out.find("(field y; not compared, as --field did not choose them: x)"), std::string::npos)
+      << chosen.out;
   // A missing input among datasets is named as missing.
   EXPECT_FAILS_WITH(run_mmt({"pack", path("z.mmt"), path("part-0.mmt"), path("nowhere.mmt")}), "nowhere.mmt");
   EXPECT_FAILS_WITH(run_mmt({"pack", path("z.mmt"), path("part-0.mmt"), path("nowhere.mmt"), "--field", "y"}),
@@ -1761,6 +1774,22 @@ TEST_F(MmtCli, BadInputsGiveAClearMessageAndLeaveNothing) {
   EXPECT_NE(clash.err.find("field 'x' is given twice"), std::string::npos) << clash.err;
   fs::remove(path("x.npz"));
   fs::remove(path("zipped.npy"));
+  // Inputs of the wrong kind are named for what they are (a folder was "a directory, not a
+  // file"; a FIFO "No such file or directory"; a /proc file, of size 0 to stat, packed no
+  // records and succeeded).
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, path("classes")}), path("classes") + ": a folder, which is no array input");
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("classes")}), "packs with PackSources::from_folder "
+                                                                      "(mmt pack --folder DIR, mmt verify --folder DIR)");
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("fifo") + ":uint8"}),
+                    path("fifo") + ": is not a regular file (a device, FIFO or socket)");
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("fifo")}), path("fifo") + ": is not a regular file");
+  fs::remove(path("fifo"));
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=/proc/self/status:uint8"}),
+                    "/proc/self/status: its size reads as 0 bytes but it holds data");
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=/proc/self/status"}), "its size reads as 0 bytes but it holds data");
+  EXPECT_FAILS_WITH(run_mmt({"pack", "/proc/out.mmt", "x=" + path("ten.npy")}),
+                    "cannot create /proc/out.mmt: the folder /proc takes no new files");
   EXPECT_EQ(listing(), before) << "nothing new in the folder";
 
   // A file that cannot be read. Root reads anything, so as root mmt runs as nobody, in a

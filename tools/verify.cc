@@ -36,9 +36,18 @@ struct VerifyArgs {
 void check_options(const VerifyArgs& args) {
   if (args.folder_option->count() > 0 && args.folder.empty())
     throw UsageError("--folder is empty: name the folder to compare the dataset with");
-  for (const std::string& input : args.against)
+  for (const std::string& input : args.against) {
     if (input.empty())
       throw UsageError("--against has an empty input: give NAME=PATH.npy, PATH.npz or NAME=PATH, as to mmt pack");
+    // CLI11 gives an option that needs a value the next word whatever it is: "--against
+    // --folder DIR" took "--folder" for an input and reported it missing.
+    MMT_CHECK(!input.starts_with("--"), UsageError, "--against takes pack inputs, and '", input,
+              "' is an option: give the inputs after --against (a file of that name: ./", input, ")",
+              input == "--folder" ? "; to compare with a folder, give --folder DIR alone" : "");
+  }
+  for (const std::string& field : args.fields)
+    MMT_CHECK(!field.starts_with("--"), UsageError, "--field takes a field's name, and '", field,
+              "' is an option: give the name after --field");
   const bool comparing = args.against_option->count() > 0 || args.folder_option->count() > 0;
   if (!args.fields.empty()) {
     MMT_CHECK(args.against_option->count() > 0, UsageError,
@@ -58,8 +67,9 @@ void check_options(const VerifyArgs& args) {
                                  " chooses the records to compare with the sources: it needs --against or --folder"));
 }
 
-// "a, b" for the fields the sources give; the dataset's others, not compared, after them.
-std::string compared_fields(const Schema& dataset, const Schema& sources) {
+// "a, b" for the fields the sources give; the dataset's others, not compared, after them
+// (`chosen`: --field chose the sources' fields).
+std::string compared_fields(const Schema& dataset, const Schema& sources, bool chosen) {
   std::string compared, skipped, lacking;
   for (const Field& f : sources) {
     std::string& list = dataset.find(f.name) ? compared : lacking;
@@ -73,7 +83,10 @@ std::string compared_fields(const Schema& dataset, const Schema& sources) {
     return dataset.find(f.name).has_value();
   });
   std::string text = detail::str(compared_count == 1 ? "field " : "fields ", compared);
-  if (!skipped.empty()) text += detail::str("; not compared, as the sources do not give them: ", skipped);
+  if (!skipped.empty())
+    text += detail::str(chosen ? "; not compared, as --field did not choose them: "
+                               : "; not compared, as the sources do not give them: ",
+                        skipped);
   if (!lacking.empty()) text += detail::str("; not compared, as the dataset does not hold them: ", lacking);
   return text;
 }
@@ -212,7 +225,7 @@ void run_verify(const VerifyArgs& args) {
   const SourceFields which = args.folder.empty() ? SourceFields::AllGiven : SourceFields::Shared;
   int64_t compared = compare_with_sources(ds, sources, indices, which);
   std::cout << printable(ds.path()) << ": " << compared << (indices.empty() ? " records (all)" : " random records")
-            << " equal their sources byte for byte (" << compared_fields(ds.schema(), sources.schema()) << ")\n";
+            << " equal their sources byte for byte (" << compared_fields(ds.schema(), sources.schema(), !args.fields.empty()) << ")\n";
 }
 
 }  // namespace
