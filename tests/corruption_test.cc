@@ -183,22 +183,27 @@ TEST(CorruptionTest, PayloadBitFlipsAreChecksumErrorsNamingTheChunk) {
   }
 }
 
+// 60 records of a label and ragged tokens in chunks closed by size (records_per_chunk 0):
+// a chunk table that is searched.
+std::string write_chunks_closed_by_size(const TempDir& dir) {
+  const std::string path = dir.file("by-size.mmt");
+  WriterOptions options;
+  options.alignment = 64;
+  options.chunk_bytes = 512;
+  DatasetWriter writer = DatasetWriter::create(
+      path, Schema({Field::fixed("label", kInt64, {}), Field::ragged("tokens", kInt32, {kVariableDim})}), options);
+  for (int i = 0; i < 60; ++i) writer.append({full({}, i, kInt64), full({(i * 7) % 40}, i, kInt32)});
+  writer.finish();
+  return path;
+}
+
 // Chunks closed by size that overlap, every entry's checksum valid: chunk 1 claims the last
 // record of chunk 0 as its first. Searched for, that record lands in chunk 1, which holds it
 // by its own entry, so it read as chunk 1's first record (another record's values) and export
 // and repack copied the file on; verify refused it. Now the neighbours must agree.
 TEST(CorruptionTest, ChunksThatOverlapAreRefusedWhenEitherIsRead) {
   TempDir dir;
-  const std::string path = dir.file("by-size.mmt");
-  WriterOptions options;
-  options.alignment = 64;
-  options.chunk_bytes = 512;
-  {
-    DatasetWriter writer = DatasetWriter::create(
-        path, Schema({Field::fixed("label", kInt64, {}), Field::ragged("tokens", kInt32, {kVariableDim})}), options);
-    for (int i = 0; i < 60; ++i) writer.append({full({}, i, kInt64), full({(i * 7) % 40}, i, kInt32)});
-    writer.finish();
-  }
+  const std::string path = write_chunks_closed_by_size(dir);
   ChunkInfo first, second;
   {
     Dataset ds = Dataset::open(path);
@@ -232,16 +237,7 @@ TEST(CorruptionTest, ChunksThatOverlapAreRefusedWhenEitherIsRead) {
 // so the loader's read-ahead) must report it as reading does, not compute an offset from it.
 TEST(CorruptionTest, AChunkTableOutOfOrderIsReportedByPrefetchAsByReading) {
   TempDir dir;
-  const std::string path = dir.file("by-size.mmt");
-  WriterOptions options;
-  options.alignment = 64;
-  options.chunk_bytes = 512;
-  {
-    DatasetWriter writer = DatasetWriter::create(
-        path, Schema({Field::fixed("label", kInt64, {}), Field::ragged("tokens", kInt32, {kVariableDim})}), options);
-    for (int i = 0; i < 60; ++i) writer.append({full({}, i, kInt64), full({(i * 7) % 40}, i, kInt32)});
-    writer.finish();
-  }
+  const std::string path = write_chunks_closed_by_size(dir);
   ChunkInfo second, third;
   {
     Dataset ds = Dataset::open(path);
