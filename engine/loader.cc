@@ -285,8 +285,8 @@ void LoaderCore::stop_workers() noexcept {
 
 void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_epoch,
                                 int64_t consumed) {
-  // Every epoch is below kMaxEpoch, so the callers' epoch + 1 cannot overflow; the epoch after
-  // the last one is refused here.
+  // Every epoch is below kMaxEpoch, so the callers' epoch + 1 cannot overflow; they do not
+  // move past the last epoch, and set_epoch()'s is checked here.
   MMT_CHECK(new_epoch >= 0 && new_epoch < kMaxEpoch, ValueError, "Loader: epoch ", new_epoch,
             " is outside [0, ", kMaxEpoch, ")");
   // What can fail (the order's tables, out of memory) comes before anything changes: a failed
@@ -416,12 +416,13 @@ void LoaderCore::queue_read_ahead_locked(size_t first) noexcept {
 
 LoaderState LoaderCore::state_after_locked(int64_t batch) const {
   LoaderState state = current_state;
-  if (batch + 1 >= total_batches) {  // the epoch is over: resume at the next one's start
+  if (batch + 1 >= total_batches && epoch + 1 < kMaxEpoch) {  // the epoch is over: resume at the next one's start
     state.epoch = epoch + 1;
     state.consumed = 0;
-  } else {
+  } else {  // within the epoch, or at the end of the last one, which has none after it
     state.epoch = epoch;
-    state.consumed = order.consumed_after(start_consumed, (batch + 1) * options.batch_size);
+    state.consumed = order.consumed_after(
+        start_consumed, std::min(order.rank_size(start_consumed), (batch + 1) * options.batch_size));
   }
   return state;
 }
@@ -433,8 +434,8 @@ std::optional<Batch> LoaderCore::next(const std::function<void()>* poll) {
     end_of_epoch_pending = false;
     return std::nullopt;
   }
-  if (delivered == total_batches) {  // an epoch without batches
-    restart_locked(lock, epoch + 1, 0);
+  if (delivered == total_batches) {  // an epoch without batches, or the last epoch, done
+    if (epoch + 1 < kMaxEpoch) restart_locked(lock, epoch + 1, 0);
     return std::nullopt;
   }
   MMT_CHECK(!delivery.empty(), ValueError, "Loader: all ", slots.size(),
@@ -525,8 +526,9 @@ std::optional<Batch> LoaderCore::next(const std::function<void()>* poll) {
     finished_total_batches = total_batches;
     const int64_t finished_epoch = epoch;
     try {
-      restart_locked(lock, epoch + 1, 0);
-    } catch (...) {  // the epoch after the last one, or out of memory: the next next() reports it
+      // The last epoch has none after it: the loader stays at its end, and next() says so.
+      if (epoch + 1 < kMaxEpoch) restart_locked(lock, epoch + 1, 0);
+    } catch (...) {  // out of memory, say: the next next() reports it
       failure = std::current_exception();
     }
     current_state = state_after;
@@ -637,10 +639,13 @@ Loader::~Loader() { stop(core_); }
 std::optional<Batch> Loader::next() { return live(core_).next(); }
 std::optional<Batch> Loader::next(const std::function<void()>& poll) { return live(core_).next(&poll); }
 
-Loader::Iterator::Iterator(Loader* loader) : loader_(loader), current_(loader->next()) {}
+Loader::Iterator::Iterator(Loader* loader) : loader_(loader), epoch_(loader->epoch()), current_(loader->next()) {}
 
 Loader::Iterator& Loader::Iterator::operator++() {
   current_.reset();  // the slot goes back before the next batch is asked for
+  // Its epoch ended by another way (an inner loop over the loader ran it out, set_epoch()
+  // moved the loader): this iterator's epoch is over, and it does not run on into the next.
+  if (loader_->epoch() != epoch_) return *this;
   current_ = loader_->next();
   return *this;
 }

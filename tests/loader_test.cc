@@ -183,6 +183,55 @@ TEST_F(LoaderTest, OnlyTheRequestedFieldsAreLoaded) {
   EXPECT_THROW(Loader(dataset, options), ValueError);
 }
 
+// A range-for stays in the epoch it began in: an inner loop that runs the epoch out ends the
+// outer one too (it ran on into every later epoch, for ever), as does an iterator kept from an
+// epoch set_epoch() left.
+TEST_F(LoaderTest, ARangeForEndsWithItsEpoch) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 40));
+  Loader loader(dataset, options_for(SamplerKind::Random, 10));
+  int outer = 0, inner = 0;
+  for (Batch& batch : loader) {
+    (void)batch;
+    ++outer;
+    for (Batch& other : loader) {
+      (void)other;
+      ++inner;
+    }
+  }
+  EXPECT_EQ(outer, 1);
+  EXPECT_EQ(inner, 3);
+  EXPECT_EQ(loader.epoch(), 1);
+  auto stale = loader.begin();
+  ASSERT_FALSE(stale == loader.end());
+  loader.set_epoch(5);
+  ++stale;
+  EXPECT_TRUE(stale == loader.end());
+  int batches = 0;
+  for (Batch& batch : loader) batches += batch.size() > 0;
+  EXPECT_EQ(batches, 4);
+}
+
+// The last epoch has none after it: it ends as any other (its next() said the epoch after was
+// outside the range), next() then returns nullopt for good, and its state resumes there.
+TEST_F(LoaderTest, TheLastEpochEndsAndItsStateResumes) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 40));
+  LoaderOptions options = options_for(SamplerKind::Random, 16);
+  options.epoch = kMaxEpoch - 1;
+  Loader loader(dataset, options);
+  int64_t rows = 0;
+  for (Batch& batch : loader) rows += batch.size();
+  EXPECT_EQ(rows, 40);
+  EXPECT_FALSE(loader.next());
+  EXPECT_FALSE(loader.next());
+  EXPECT_EQ(loader.epoch(), kMaxEpoch - 1);
+  Loader resumed(dataset, options, LoaderState::parse(loader.state().to_string()));
+  EXPECT_FALSE(resumed.next());
+  resumed.set_epoch(0);
+  rows = 0;
+  for (Batch& batch : resumed) rows += batch.size();
+  EXPECT_EQ(rows, 40);
+}
+
 // A file of many fields (a feature store's columns): a batch finds each by name in a map, not
 // by a scan of all the names a lookup, and one it lacks is named with the first of those it holds.
 TEST_F(LoaderTest, BatchOfManyFieldsFindsEachByName) {

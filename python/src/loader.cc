@@ -8,6 +8,7 @@
 // function called from the workers would serialise them on the GIL.
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <csignal>
 #include <mutex>
 
@@ -63,29 +64,52 @@ struct PyBatch {
 
 struct PyEpochIterator {
   py::object loader;  // the Python Loader, kept alive
+  int64_t epoch = 0;  // the epoch it runs through
   bool done = false;
 };
 
-// Thrown by next()'s poll when Ctrl-C (SIGINT) came: the engine leaves next() with the batch
-// still first in line, and the signal's Python handler runs once the loader's lock is released.
-struct SigintPending {};
+// The loader whose next() is running this thread's Python signal handlers (from its poll),
+// or null: that thread holds the loader's mutex already, and a handler may read the loader
+// (state() for a checkpoint on SIGTERM, say) but not move it.
+thread_local const PyLoader* loader_in_poll = nullptr;
+
+void refuse_in_signal_handler(const PyLoader& self, const char* what) {
+  if (loader_in_poll == &self)
+    throw py::value_error(std::string("Loader.") + what + ": called from a signal handler while next() waits for "
+                          "a batch; a handler may read the loader (state(), state_dict(), epoch, len()) but not move "
+                          "it: raise from the handler, and call " + what + " once next() has left");
+}
+
+// Thrown by next()'s poll when a Python signal handler raised: the engine leaves next() with
+// the batch still first in line, and the handler's exception is raised in its place.
+struct SignalHandlerRaised {};
 
 py::object next_batch(PyLoader& self) {
-  // Ctrl-C is answered while next() waits, so that it neither waits for a slow gather nor
-  // loses the batch (the KeyboardInterrupt of a signal handled only after next() returned
-  // dropped the batch that state() already counted). Only SIGINT, and only its flag: poll runs
-  // with the loader's lock held, where a Python handler calling loader.state() would
-  // deadlock. Only on the main thread: handlers run there, and a daemon thread taking the GIL
-  // while the interpreter exits is ended by it, which without_gil cannot let through.
-  const bool answer_ctrl_c = on_main_thread();
-  const std::function<void()> poll = [] {
+  refuse_in_signal_handler(self, "next");
+  // Signals are answered while next() waits: their Python handlers run then, so that next()
+  // neither waits for a slow gather before a handler's exception (Ctrl-C's KeyboardInterrupt,
+  // a SIGALRM timeout, a SIGTERM of preemption) nor loses the batch. Run only once next() had
+  // returned, a handler that raised dropped the batch that state() already counted. Only on
+  // the main thread: handlers run there, and a daemon thread taking the GIL while the
+  // interpreter exits is ended by it, which without_gil cannot let through. (A signal that
+  // comes after next()'s last poll, as the batch leaves, is handled once it has returned.)
+  const bool answer_signals = on_main_thread();
+  std::optional<py::error_already_set> handler_error;
+  const std::function<void()> poll = [&] {
     py::gil_scoped_acquire gil;
-    if (PyOS_InterruptOccurred()) throw SigintPending{};  // clears the flag; re-armed below
+    const PyLoader* outer = loader_in_poll;
+    loader_in_poll = &self;
+    const int raised = PyErr_CheckSignals();
+    loader_in_poll = outer;
+    if (raised != 0) {
+      handler_error.emplace();  // fetches the handler's exception
+      throw SignalHandlerRaised{};
+    }
   };
   const auto take = [&] {
     return without_gil([&] {
       std::lock_guard lock(self.mutex);
-      return answer_ctrl_c ? self.get().next(poll) : self.get().next();
+      return answer_signals ? self.get().next(poll) : self.get().next();
     });
   };
   const auto every_slot_held = [](const ValueError& e) {
@@ -96,11 +120,9 @@ py::object next_batch(PyLoader& self) {
     try {
       batch = take();
       break;
-    } catch (const SigintPending&) {
-      // The lock is released: SIGINT's handler runs now (KeyboardInterrupt by default). A
-      // handler of the program's own that does not raise lets next() go on waiting.
-      PyErr_SetInterruptEx(SIGINT);
-      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    } catch (const SignalHandlerRaised&) {
+      // A handler that does not raise lets next() go on waiting.
+      throw std::move(*handler_error);
     } catch (const ValueError& e) {
       if (!every_slot_held(e)) throw;
       // Every slot held. A batch's tensors caught in a reference cycle (a traceback kept in a
@@ -138,6 +160,7 @@ py::object batch_field(const PyBatch& self, const std::string& name) {
 // fn(loader) under the loader's mutex, taken with the GIL released.
 template <typename Fn>
 auto with_lock(PyLoader& self, Fn&& fn) {
+  if (loader_in_poll == &self) return fn(self.get());  // a signal handler's read: the lock is this thread's
   return without_gil([&] {
     std::lock_guard lock(self.mutex);
     return fn(self.get());
@@ -334,8 +357,12 @@ where the loader makes the copies and orders the slot's reuse itself).)doc")
   py::class_<PyEpochIterator>(m, "_EpochIterator")
       .def("__iter__", [](const py::object& self) { return self; })
       .def("__next__", [](PyEpochIterator& self) {
+        PyLoader& loader = self.loader.cast<PyLoader&>();
+        // Its epoch ended some other way (an inner loop over the loader ran it out, set_epoch()
+        // moved it): this iterator is done, rather than running on into the next epoch.
+        if (!self.done && with_lock(loader, [](Loader& l) { return l.epoch(); }) != self.epoch) self.done = true;
         if (self.done) throw py::stop_iteration();
-        py::object batch = next_batch(self.loader.cast<PyLoader&>());
+        py::object batch = next_batch(loader);
         if (batch.is_none()) {
           self.done = true;
           throw py::stop_iteration();
@@ -409,7 +436,7 @@ each of them evenly; one given fewer draws that many distinct records, others ea
 with sampler="random" (and "quasi_random", which takes them chunk by chunk and keeps its
 locality). state() after any batch (JSON text; state_dict() gives it as a dict) resumes exactly
 there: Loader(ds, ..., state=text), or load_state_dict() on this loader. timeout (seconds):
-how long next() waits before TimeoutError. pin_memory: pinned host batches; by default when
+how long next() waits before TimeoutError (None or math.inf: for ever). pin_memory: pinned host batches; by default when
 a CUDA device exists. pin_mapping=True (device="cuda:N" only): uncompressed fixed fields of
 16 KB or more a record go from the page-locked file mapping straight to the device, with no
 gather on the host; the files are read into memory and locked there while the loader lives, so
@@ -484,8 +511,11 @@ block) stops the workers.)doc")
              options.pin_memory = pin_memory.value_or(options.device.is_cuda() || cuda_is_available());
              options.pin_mapping = pin_mapping;
              options.read_ahead = parse_read_ahead(read_ahead);
+             if (timeout && std::isinf(*timeout) && *timeout > 0) timeout.reset();  // wait for ever, as None
              if (timeout) {
-               if (!(*timeout >= 0) || *timeout > 1e9) throw py::value_error("timeout must be a number of seconds >= 0");
+               if (!(*timeout >= 0) || *timeout > 1e9)
+                 throw py::value_error("timeout must be a number of seconds >= 0 and at most 1e9, or None (or "
+                                       "math.inf) to wait for ever, got " + py::repr(py::float_(*timeout)).cast<std::string>());
                options.timeout = std::chrono::milliseconds(static_cast<int64_t>(*timeout * 1000.0 + 0.5));
                if (*timeout > 0 && options.timeout.count() == 0) options.timeout = std::chrono::milliseconds(1);
              }
@@ -509,14 +539,19 @@ block) stops the workers.)doc")
            py::arg("timeout") = py::none(), py::arg("state") = py::none(), py::arg("transforms") = py::none(),
            py::arg("pin_mapping") = false)
       .def("next", &next_batch, "The next batch of the epoch, or None at its end (the loader then moves to the next epoch). "
-           "Ctrl-C raises KeyboardInterrupt without waiting for the whole batch, and loses nothing: state() stands "
-           "before the batch, and the next call returns it")
-      .def("__iter__", [](const py::object& self) { return PyEpochIterator{self}; },
-           "The rest of the current epoch, batch by batch")
+           "Signals are answered while it waits: Ctrl-C raises KeyboardInterrupt without waiting for the whole "
+           "batch, and a handler of your own (SIGALRM, SIGTERM) runs then too; one that raises loses nothing: "
+           "state() stands before the batch, and the next call returns it. A handler may read the loader "
+           "(state(), state_dict()) but not move it (next, set_epoch, load_state_dict, close)")
+      .def("__iter__", [](const py::object& self) {
+             return PyEpochIterator{self, with_lock(self.cast<PyLoader&>(), [](Loader& l) { return l.epoch(); })};
+           }, "The rest of the current epoch, batch by batch; it ends with that epoch even when another loop over "
+              "the loader (an inner one) took the epoch's last batch, instead of running on into the next")
       .def("__len__", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.batches_in_epoch(); }); },
            "Batches this rank yields in the current epoch from where it was started: the whole epoch, "
            "or after a resume the batches left (as batch.number counts from there)")
       .def("set_epoch", [](PyLoader& self, int64_t epoch) {
+        refuse_in_signal_handler(self, "set_epoch");
         with_lock(self, [&](Loader& loader) { loader.set_epoch(epoch); });
       }, py::arg("epoch"), R"doc(
 Restarts at the beginning of `epoch` (as DistributedSampler.set_epoch before each epoch). It
@@ -524,6 +559,7 @@ does nothing when the loader is there already with no batch taken since it was m
 loader resumed mid-epoch from a state keeps its place through the set_epoch(state's epoch)
 an epoch loop begins with, while on a loader that has taken batches it restarts the epoch.)doc")
       .def("close", [](PyLoader& self) {
+        refuse_in_signal_handler(self, "close");
         without_gil([&] {
           std::lock_guard lock(self.mutex);
           self.loader.reset();  // stops and joins the workers; batches still held stay valid
@@ -535,12 +571,16 @@ an epoch loop begins with, while on a loader that has taken batches it restarts 
         return false;
       })
       .def("__repr__", [](PyLoader& self) {
-        return without_gil([&] {
-          std::lock_guard lock(self.mutex);  // close() on another thread waits for this
+        const auto text = [&] {
           if (!self.loader) return std::string("<mmtensor.Loader (closed)>");
           const LoaderOptions& o = self.loader->options();
           return detail::str("<mmtensor.Loader batch_size=", o.batch_size, " sampler=", to_string(o.sampler.kind),
                              " epoch=", self.loader->epoch(), " workers=", o.num_workers, " device=", o.device.str(), ">");
+        };
+        if (loader_in_poll == &self) return text();  // a signal handler's: the lock is this thread's
+        return without_gil([&] {
+          std::lock_guard lock(self.mutex);  // close() on another thread waits for this
+          return text();
         });
       })
       .def_property_readonly("epoch", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.epoch(); }); })
@@ -552,6 +592,7 @@ an epoch loop begins with, while on a loader that has taken batches it restarts 
       }, "state() as a dict, for checkpoints that collect state_dict()s (torchdata's StatefulDataLoader, "
          "Lightning): load_state_dict() or Loader(state=) resumes it")
       .def("load_state_dict", [](PyLoader& self, const py::object& state) {
+        refuse_in_signal_handler(self, "load_state_dict");
         const LoaderState resume = state_of(state);
         without_gil([&] {
           std::lock_guard lock(self.mutex);

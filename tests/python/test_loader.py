@@ -106,8 +106,53 @@ class LoaderTest(unittest.TestCase):
         seen += [batch["i"].numpy().copy() for batch in loader]
         np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(20000))
 
+        # A handler of the program's own that raises (a SIGALRM timeout, a SIGTERM of
+        # preemption): answered while next() waits, as Ctrl-C is, and nothing is lost (it ran
+        # once next() had returned, and its exception dropped the batch state() counted).
+        class Preempted(Exception):
+            pass
+
+        def preempt(*_):
+            raise Preempted()
+
+        loader.set_epoch(1)
+        before = json.loads(loader.state())
+        previous = signal.signal(signal.SIGUSR2, preempt)
+        timer = threading.Timer(0.005, lambda: os.kill(os.getpid(), signal.SIGUSR2))
+        timer.start()
+        try:
+            with self.assertRaises(Preempted):
+                loader.next()
+                time.sleep(5)
+        finally:
+            timer.cancel()
+            signal.signal(signal.SIGUSR2, previous)
+        self.assertEqual(json.loads(loader.state()), before)
+        # A handler may read the loader while next() waits, not move it.
+        moved = []
+
+        def move(*_):
+            try:
+                loader.next()
+            except ValueError as e:
+                moved.append(str(e))
+
+        previous = signal.signal(signal.SIGUSR2, move)
+        timer = threading.Timer(0.005, lambda: os.kill(os.getpid(), signal.SIGUSR2))
+        timer.start()
+        try:
+            batch = loader.next()
+            timer.join()
+            time.sleep(0.01)  # had next() returned first, the handler runs here, and may move it
+        finally:
+            signal.signal(signal.SIGUSR2, previous)
+        self.assertEqual(batch.number, 0)
+        if moved:
+            self.assertIn("Loader.next: called from a signal handler while next() waits for a batch", moved[0])
+        del batch
+
         # A handler of another signal (SIGUSR1: checkpoint on preemption) that saves state()
-        # runs once next() returns, and may use the loader: next() holds no lock then.
+        # runs while next() waits, or once it returns, and may read the loader either way.
         saved = []
         previous = signal.signal(signal.SIGUSR1, lambda *_: saved.append(json.loads(loader.state())))
         try:
@@ -134,6 +179,43 @@ class LoaderTest(unittest.TestCase):
         for _ in range(3):
             done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
             self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+
+    def test_a_loop_over_the_loader_ends_with_its_epoch(self):
+        # An inner loop that runs the epoch out ends the outer one too (the outer ran on into
+        # every later epoch, for ever), as does an iterator kept from an epoch set_epoch left.
+        loader = mmtensor.Loader(self.ds, batch_size=100, num_workers=1)
+        outer = inner = 0
+        for batch in loader:
+            outer += 1
+            for other in loader:
+                inner += 1
+        self.assertEqual((outer, inner), (1, 9))
+        self.assertEqual(loader.epoch, 1)
+        stale = iter(loader)
+        next(stale)
+        loader.set_epoch(5)
+        self.assertEqual(sum(1 for _ in stale), 0)
+        self.assertEqual(sum(1 for _ in loader), 10)
+
+    def test_timeout_is_seconds_or_none_or_infinity(self):
+        import math
+        self.assertEqual(len(list(mmtensor.Loader(self.ds, batch_size=500, timeout=math.inf))), 2)
+        for bad in [-1.0, math.nan, -math.inf, 2e9]:
+            with self.assertRaisesRegex(ValueError, "timeout must be a number of seconds >= 0 and at most 1e9, or "
+                                                    "None \\(or math.inf\\) to wait for ever"):
+                mmtensor.Loader(self.ds, batch_size=500, timeout=bad)
+
+    def test_the_last_epoch_ends_and_its_state_resumes(self):
+        last = 2**63 - 2
+        loader = mmtensor.Loader(self.ds, batch_size=400, epoch=last)
+        self.assertEqual(sum(batch.size for batch in loader), RECORDS)
+        self.assertIsNone(loader.next())
+        self.assertIsNone(loader.next())
+        self.assertEqual(loader.epoch, last)
+        resumed = mmtensor.Loader(self.ds, batch_size=400, state=loader.state())
+        self.assertIsNone(resumed.next())
+        resumed.set_epoch(0)
+        self.assertEqual(len(list(resumed)), 3)
 
     def test_the_order_depends_on_seed_and_epoch_not_on_workers(self):
         a = self.epoch_labels(mmtensor.Loader(self.ds, batch_size=50, sampler="random", seed=4, num_workers=0))
