@@ -110,25 +110,39 @@ format::ChunkEntry Dataset::Impl::check_entry(int64_t c) const {
     // a record trusts neither entry, but a table whose neighbours overlap would still read:
     // a record two chunks claim comes from the later one, and the earlier one's copy is never
     // seen (verify refuses such a table; reading, exporting or repacking it must too). So the
-    // neighbours' raw fields are compared with this entry's (theirs are checked in full when
-    // their own chunks are used).
+    // neighbours' records are compared with this entry's; one that disagrees is checked
+    // against its own checksum first, so that a damaged neighbour is named, not this chunk.
     const std::byte* table = base + chunk_table_offset;
-    const auto [previous, next] = guarded([&] {
-      return std::pair(c > 0 ? format::peek_chunk_entry(table + (c - 1) * format::kChunkEntryBytes) : format::ChunkEntry{},
-                       c + 1 < chunk_count ? format::peek_chunk_entry(table + (c + 1) * format::kChunkEntryBytes)
-                                           : format::ChunkEntry{});
-    });
-    const uint64_t previous_end = c == 0 ? 0 : previous.first_record + previous.record_count;  // tested <= n below
-    MMT_CHECK((c == 0 || previous.first_record <= n) && e.first_record == previous_end, FormatError, where(),
-              ": starts at record ", e.first_record, " but ",
-              c == 0 ? std::string("the first chunk starts at record 0")
-                     : detail::str("chunk ", c - 1, " (by its table entry) holds records [", previous.first_record,
-                                   ", +", previous.record_count, ")"),
-              "; chunks hold records in order, each starting where the one before ends");
-    MMT_CHECK(c + 1 == chunk_count || next.first_record == e.first_record + e.record_count, FormatError, where(),
-              ": holds records [", e.first_record, ", +", e.record_count, ") but chunk ", c + 1,
-              " (by its table entry) starts at record ", next.first_record,
-              "; chunks hold records in order, each starting where the one before ends");
+    const auto neighbour = [&](int64_t k) {
+      return guarded([&] { return format::peek_chunk_entry(table + k * format::kChunkEntryBytes); });
+    };
+    const auto check_neighbour = [&](int64_t k) {
+      try {
+        (void)guarded([&] { return format::decode_chunk_entry(table + k * format::kChunkEntryBytes, static_cast<uint64_t>(k)); });
+      } catch (const FormatError&) {
+        rethrow_in_file(path);
+      }
+    };
+    if (c > 0) {
+      const format::ChunkEntry previous = neighbour(c - 1);
+      const bool in_order = previous.first_record <= n && previous.record_count <= n - previous.first_record &&
+                            e.first_record == previous.first_record + previous.record_count;
+      if (!in_order) check_neighbour(c - 1);
+      MMT_CHECK(in_order, FormatError, where(), ": starts at record ", e.first_record, " but chunk ", c - 1,
+                " (by its table entry) holds records [", previous.first_record, ", +", previous.record_count,
+                "); chunks hold records in order, each starting where the one before ends");
+    } else {
+      MMT_CHECK(e.first_record == 0, FormatError, where(), ": starts at record ", e.first_record,
+                " but the first chunk starts at record 0");
+    }
+    if (c + 1 < chunk_count) {
+      const format::ChunkEntry next = neighbour(c + 1);
+      const bool in_order = next.first_record == e.first_record + e.record_count;
+      if (!in_order) check_neighbour(c + 1);
+      MMT_CHECK(in_order, FormatError, where(), ": holds records [", e.first_record, ", +", e.record_count,
+                ") but chunk ", c + 1, " (by its table entry) starts at record ", next.first_record,
+                "; chunks hold records in order, each starting where the one before ends");
+    }
   }
   const uint64_t alignment = preamble.alignment;
   MMT_CHECK(e.file_offset % alignment == 0 && e.file_offset >= static_cast<uint64_t>(data_offset) &&

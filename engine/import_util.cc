@@ -1,7 +1,9 @@
 #include "import_util.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,17 +22,16 @@ int64_t regular_file_size(const std::string& path) {
   if (!S_ISREG(st.st_mode))
     throw IoError(str(path, ": is not a regular file (a device, FIFO or socket): its size is unknown; copy what it "
                             "gives to a file first"));
-  // /proc and /sys files are regular files of size 0 that hold data: read as empty, they
-  // would pack no records and succeed.
-  if (st.st_size == 0) {
-    char byte;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      const ssize_t got = ::read(fd, &byte, 1);
-      ::close(fd);
-      MMT_CHECK(got <= 0, IoError, path, ": its size reads as 0 bytes but it holds data (a /proc or /sys file, whose "
-                "size the kernel does not report); copy it to a file first");
-    }
+  // /proc, /sys and the like give their files as regular files of size 0 that hold data:
+  // read as empty, they would pack no records and succeed. Told by the filesystem, not by
+  // reading them (a read may block, as a trace pipe's, or consume, as /proc/kmsg's).
+  struct statfs fs;
+  if (st.st_size == 0 && ::statfs(path.c_str(), &fs) == 0) {
+    const auto type = static_cast<unsigned long>(fs.f_type);
+    MMT_CHECK(type != PROC_SUPER_MAGIC && type != SYSFS_MAGIC && type != DEBUGFS_MAGIC && type != TRACEFS_MAGIC &&
+                  type != CGROUP2_SUPER_MAGIC && type != SECURITYFS_MAGIC,
+              IoError, path, ": a file of a kernel filesystem (/proc, /sys), whose size reads as 0 bytes whatever "
+              "it holds; copy it to a file first");
   }
   return static_cast<int64_t>(st.st_size);
 }

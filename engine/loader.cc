@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <chrono>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include "checksum.h"
 #include "chunk_cache.h"
@@ -420,9 +422,11 @@ LoaderState LoaderCore::state_after_locked(int64_t batch) const {
     state.epoch = epoch + 1;
     state.consumed = 0;
   } else {  // within the epoch, or at the end of the last one, which has none after it
+    // At the end, every position is given up, the tail drop_last leaves out included (as the
+    // next epoch's start gives it up for any other epoch).
     state.epoch = epoch;
     state.consumed = order.consumed_after(
-        start_consumed, std::min(order.rank_size(start_consumed), (batch + 1) * options.batch_size));
+        start_consumed, batch + 1 >= total_batches ? rank_samples : (batch + 1) * options.batch_size);
   }
   return state;
 }
@@ -543,6 +547,7 @@ std::optional<Batch> LoaderCore::next(const std::function<void()>* poll) {
 
 void LoaderCore::set_epoch(int64_t new_epoch) {
   std::unique_lock lock(mutex);
+  ++set_epoch_calls;  // loops under way end (Loader::Iterator)
   // Nothing delivered yet in the epoch it stands in: already there. That includes a loader
   // resumed mid-epoch, whose training loop calls set_epoch(e) before its first batch, as
   // every epoch loop does; restarting would show the resumed epoch's first samples twice.
@@ -639,13 +644,28 @@ Loader::~Loader() { stop(core_); }
 std::optional<Batch> Loader::next() { return live(core_).next(); }
 std::optional<Batch> Loader::next(const std::function<void()>& poll) { return live(core_).next(&poll); }
 
-Loader::Iterator::Iterator(Loader* loader) : loader_(loader), epoch_(loader->epoch()), current_(loader->next()) {}
+namespace {
+
+// Where a loop over the loader stands: its epoch, and the set_epoch() calls so far.
+std::pair<int64_t, uint64_t> loop_place(const Loader& loader, detail::LoaderCore& core) {
+  const int64_t epoch = loader.epoch();
+  std::lock_guard lock(core.mutex);
+  return {epoch, core.set_epoch_calls};
+}
+
+}  // namespace
+
+Loader::Iterator::Iterator(Loader* loader) : loader_(loader) {
+  std::tie(epoch_, set_epoch_calls_) = loop_place(*loader, live(loader->core_));
+  current_ = loader->next();
+}
 
 Loader::Iterator& Loader::Iterator::operator++() {
   current_.reset();  // the slot goes back before the next batch is asked for
-  // Its epoch ended by another way (an inner loop over the loader ran it out, set_epoch()
-  // moved the loader): this iterator's epoch is over, and it does not run on into the next.
-  if (loader_->epoch() != epoch_) return *this;
+  // Its epoch ended another way (an inner loop over the loader ran it out) or set_epoch()
+  // moved the loader, to this epoch's start too: this loop is over, rather than running on
+  // into the next epoch or through the restarted one.
+  if (loop_place(*loader_, live(loader_->core_)) != std::pair(epoch_, set_epoch_calls_)) return *this;
   current_ = loader_->next();
   return *this;
 }

@@ -167,6 +167,7 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   std::deque<int> delivery;  // slots of scheduled batches not yet handed out, in batch order
   std::vector<std::thread> workers;
   uint64_t generation = 0;   // bumped by every restart: older pieces are void
+  uint64_t set_epoch_calls = 0;  // Loader::Iterator's: a loop under way ends at set_epoch()
   // `generation`, readable without the mutex: a worker running a user's transforms row by
   // row leaves a piece voided meanwhile (set_epoch, destruction) instead of finishing it.
   std::atomic<uint64_t> live_generation{0};

@@ -227,6 +227,14 @@ TEST(CorruptionTest, ChunksThatOverlapAreRefusedWhenEitherIsRead) {
   EXPECT_THROW_WITH((void)ds.get(0), FormatError,
                     detail::str(": holds records [0, +", first.record_count, ") but chunk 1 (by its table entry) starts "
                                 "at record ", shared));
+  // A neighbour whose entry is damaged (its checksum fails) is named, not the chunk read.
+  std::vector<std::byte> flipped = read_file(path);
+  const format::Footer footer = footer_of(flipped);
+  flipped[footer.chunk_table_offset + format::kChunkEntryBytes + 24] ^= std::byte{1};  // chunk 1's first_record
+  const std::string damaged_entry = dir.file("damaged-entry.mmt");
+  write_file(damaged_entry, flipped);
+  EXPECT_THROW_WITH((void)Dataset::open(damaged_entry).get(0), ChecksumError,
+                    detail::str(damaged_entry, ": chunk 1: chunk table entry checksum mismatch"));
   // Chunks past the two read as before.
   const ChunkInfo fourth = Dataset::open(path).chunk(3);
   EXPECT_TRUE(ds.get(fourth.first_record)["label"].equal(full({}, fourth.first_record, kInt64)));

@@ -209,27 +209,38 @@ TEST_F(LoaderTest, ARangeForEndsWithItsEpoch) {
   int batches = 0;
   for (Batch& batch : loader) batches += batch.size() > 0;
   EXPECT_EQ(batches, 4);
+  // set_epoch() to the epoch a loop is in restarts it: the loop ends there too.
+  auto restarted = loader.begin();
+  loader.set_epoch(loader.epoch());
+  ++restarted;
+  EXPECT_TRUE(restarted == loader.end());
 }
 
 // The last epoch has none after it: it ends as any other (its next() said the epoch after was
 // outside the range), next() then returns nullopt for good, and its state resumes there.
 TEST_F(LoaderTest, TheLastEpochEndsAndItsStateResumes) {
   Dataset dataset = Dataset::open(write_loader_dataset(dir, 40));
-  LoaderOptions options = options_for(SamplerKind::Random, 16);
-  options.epoch = kMaxEpoch - 1;
-  Loader loader(dataset, options);
-  int64_t rows = 0;
-  for (Batch& batch : loader) rows += batch.size();
-  EXPECT_EQ(rows, 40);
-  EXPECT_FALSE(loader.next());
-  EXPECT_FALSE(loader.next());
-  EXPECT_EQ(loader.epoch(), kMaxEpoch - 1);
-  Loader resumed(dataset, options, LoaderState::parse(loader.state().to_string()));
-  EXPECT_FALSE(resumed.next());
-  resumed.set_epoch(0);
-  rows = 0;
-  for (Batch& batch : resumed) rows += batch.size();
-  EXPECT_EQ(rows, 40);
+  for (bool drop_last : {false, true}) {
+    LoaderOptions options = options_for(SamplerKind::Random, 16);
+    options.epoch = kMaxEpoch - 1;
+    options.drop_last = drop_last;
+    Loader loader(dataset, options);
+    int64_t rows = 0;
+    for (Batch& batch : loader) rows += batch.size();
+    EXPECT_EQ(rows, drop_last ? 32 : 40);
+    EXPECT_FALSE(loader.next());
+    EXPECT_FALSE(loader.next());
+    EXPECT_EQ(loader.epoch(), kMaxEpoch - 1);
+    // At the end, the tail drop_last left out is given up too, as the next epoch's start
+    // gives it up for any other epoch: a resume that keeps tails has nothing left.
+    options.drop_last = false;
+    Loader resumed(dataset, options, LoaderState::parse(loader.state().to_string()));
+    EXPECT_FALSE(resumed.next()) << drop_last;
+    resumed.set_epoch(0);
+    rows = 0;
+    for (Batch& batch : resumed) rows += batch.size();
+    EXPECT_EQ(rows, 40);
+  }
 }
 
 // A file of many fields (a feature store's columns): a batch finds each by name in a map, not

@@ -1786,8 +1786,8 @@ TEST_F(MmtCli, BadInputsGiveAClearMessageAndLeaveNothing) {
   EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=" + path("fifo")}), path("fifo") + ": is not a regular file");
   fs::remove(path("fifo"));
   EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=/proc/self/status:uint8"}),
-                    "/proc/self/status: its size reads as 0 bytes but it holds data");
-  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=/proc/self/status"}), "its size reads as 0 bytes but it holds data");
+                    "/proc/self/status: a file of a kernel filesystem (/proc, /sys), whose size reads as 0 bytes");
+  EXPECT_FAILS_WITH(run_mmt({"pack", out, "x=/proc/self/status"}), "whose size reads as 0 bytes whatever it holds");
   EXPECT_FAILS_WITH(run_mmt({"pack", "/proc/out.mmt", "x=" + path("ten.npy")}),
                     "cannot create /proc/out.mmt: the folder /proc takes no new files");
   EXPECT_EQ(listing(), before) << "nothing new in the folder";

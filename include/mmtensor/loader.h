@@ -121,7 +121,8 @@ namespace mmt {
 inline constexpr int kMaxLoaderWorkers = 1024;
 // Epochs run in [0, kMaxEpoch): the epoch after the last one must still be an int64. The last
 // one, kMaxEpoch - 1, has none after it: once it ends, next() returns nullopt for good (its
-// state() stays at its end, which a loader resumes from), until set_epoch() moves the loader.
+// state() stands at its end, every position given up as the next epoch's start gives them up,
+// and a loader resumes there), until set_epoch() moves the loader.
 inline constexpr int64_t kMaxEpoch = INT64_MAX;
 
 // Whether workers ask the kernel to read a batch's pages (Dataset::prefetch of the loaded
@@ -409,8 +410,8 @@ class Loader {
   // Range-for over the rest of the current epoch: for (mmt::Batch& batch : loader) {...}.
   // Each step releases the previous batch before taking the next one. An iterator stays in
   // the epoch it began in: once that epoch has ended some other way (an inner loop over the
-  // loader took its last batch, set_epoch() moved the loader), it is at its end, rather than
-  // running on into the next epoch.
+  // loader took its last batch) or set_epoch() was called (to this epoch too), it is at its
+  // end, rather than running on into the next epoch or through the restarted one.
   class Iterator {
    public:
     using value_type = Batch;
@@ -427,6 +428,7 @@ class Loader {
     explicit Iterator(Loader* loader);
     Loader* loader_ = nullptr;
     int64_t epoch_ = 0;  // the epoch this iterator runs through
+    uint64_t set_epoch_calls_ = 0;  // the loader's set_epoch() calls when it began
     mutable std::optional<Batch> current_;
   };
   Iterator begin() { return Iterator(this); }

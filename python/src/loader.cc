@@ -9,8 +9,10 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <atomic>
 #include <csignal>
 #include <mutex>
+#include <thread>
 
 #include "bindings.h"
 
@@ -28,6 +30,15 @@ struct PyLoader {
   std::unique_ptr<Loader> loader;
   std::optional<Dataset> dataset;  // what load_state_dict() makes its new loader over
   ForkAwareMutex mutex;  // see bindings.h
+  // The thread running Python signal handlers from inside this loader's next() (its poll),
+  // which holds `mutex` already: its handlers may read the loader without taking it again.
+  // A thread id, not a thread_local pointer: a handler may drive another loader, whose own
+  // handlers may then read this one.
+  std::atomic<std::thread::id> polling_thread{};
+  // set_epoch() and load_state_dict() calls: a loop under way ends at either (_EpochIterator).
+  std::atomic<uint64_t> moves{0};
+
+  bool polled_by_this_thread() const { return polling_thread.load() == std::this_thread::get_id(); }
 
   Loader& get() {
     if (!loader) throw py::value_error("Loader: closed");
@@ -65,16 +76,14 @@ struct PyBatch {
 struct PyEpochIterator {
   py::object loader;  // the Python Loader, kept alive
   int64_t epoch = 0;  // the epoch it runs through
+  uint64_t moves = 0;  // the loader's set_epoch() and load_state_dict() calls when it began
   bool done = false;
 };
 
-// The loader whose next() is running this thread's Python signal handlers (from its poll),
-// or null: that thread holds the loader's mutex already, and a handler may read the loader
-// (state() for a checkpoint on SIGTERM, say) but not move it.
-thread_local const PyLoader* loader_in_poll = nullptr;
-
+// A handler run from a loader's next() may read the loader (state() for a checkpoint on
+// SIGTERM, say) on its own thread, but not move it.
 void refuse_in_signal_handler(const PyLoader& self, const char* what) {
-  if (loader_in_poll == &self)
+  if (self.polled_by_this_thread())
     throw py::value_error(std::string("Loader.") + what + ": called from a signal handler while next() waits for "
                           "a batch; a handler may read the loader (state(), state_dict(), epoch, len()) but not move "
                           "it: raise from the handler, and call " + what + " once next() has left");
@@ -97,10 +106,9 @@ py::object next_batch(PyLoader& self) {
   std::optional<py::error_already_set> handler_error;
   const std::function<void()> poll = [&] {
     py::gil_scoped_acquire gil;
-    const PyLoader* outer = loader_in_poll;
-    loader_in_poll = &self;
+    self.polling_thread.store(std::this_thread::get_id());
     const int raised = PyErr_CheckSignals();
-    loader_in_poll = outer;
+    self.polling_thread.store(std::thread::id());
     if (raised != 0) {
       handler_error.emplace();  // fetches the handler's exception
       throw SignalHandlerRaised{};
@@ -160,7 +168,7 @@ py::object batch_field(const PyBatch& self, const std::string& name) {
 // fn(loader) under the loader's mutex, taken with the GIL released.
 template <typename Fn>
 auto with_lock(PyLoader& self, Fn&& fn) {
-  if (loader_in_poll == &self) return fn(self.get());  // a signal handler's read: the lock is this thread's
+  if (self.polled_by_this_thread()) return fn(self.get());  // a signal handler's read: the lock is this thread's
   return without_gil([&] {
     std::lock_guard lock(self.mutex);
     return fn(self.get());
@@ -358,9 +366,11 @@ where the loader makes the copies and orders the slot's reuse itself).)doc")
       .def("__iter__", [](const py::object& self) { return self; })
       .def("__next__", [](PyEpochIterator& self) {
         PyLoader& loader = self.loader.cast<PyLoader&>();
-        // Its epoch ended some other way (an inner loop over the loader ran it out, set_epoch()
-        // moved it): this iterator is done, rather than running on into the next epoch.
-        if (!self.done && with_lock(loader, [](Loader& l) { return l.epoch(); }) != self.epoch) self.done = true;
+        // Its epoch ended some other way (an inner loop over the loader ran it out), or
+        // set_epoch() or load_state_dict() moved the loader: this loop is over, rather than
+        // running on into the next epoch or through a restarted one.
+        if (!self.done && (loader.moves != self.moves || with_lock(loader, [](Loader& l) { return l.epoch(); }) != self.epoch))
+          self.done = true;
         if (self.done) throw py::stop_iteration();
         py::object batch = next_batch(loader);
         if (batch.is_none()) {
@@ -544,7 +554,8 @@ block) stops the workers.)doc")
            "state() stands before the batch, and the next call returns it. A handler may read the loader "
            "(state(), state_dict()) but not move it (next, set_epoch, load_state_dict, close)")
       .def("__iter__", [](const py::object& self) {
-             return PyEpochIterator{self, with_lock(self.cast<PyLoader&>(), [](Loader& l) { return l.epoch(); })};
+             PyLoader& loader = self.cast<PyLoader&>();
+             return PyEpochIterator{self, with_lock(loader, [](Loader& l) { return l.epoch(); }), loader.moves.load()};
            }, "The rest of the current epoch, batch by batch; it ends with that epoch even when another loop over "
               "the loader (an inner one) took the epoch's last batch, instead of running on into the next")
       .def("__len__", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.batches_in_epoch(); }); },
@@ -553,6 +564,7 @@ block) stops the workers.)doc")
       .def("set_epoch", [](PyLoader& self, int64_t epoch) {
         refuse_in_signal_handler(self, "set_epoch");
         with_lock(self, [&](Loader& loader) { loader.set_epoch(epoch); });
+        ++self.moves;
       }, py::arg("epoch"), R"doc(
 Restarts at the beginning of `epoch` (as DistributedSampler.set_epoch before each epoch). It
 does nothing when the loader is there already with no batch taken since it was made: so a
@@ -577,7 +589,7 @@ an epoch loop begins with, while on a loader that has taken batches it restarts 
           return detail::str("<mmtensor.Loader batch_size=", o.batch_size, " sampler=", to_string(o.sampler.kind),
                              " epoch=", self.loader->epoch(), " workers=", o.num_workers, " device=", o.device.str(), ">");
         };
-        if (loader_in_poll == &self) return text();  // a signal handler's: the lock is this thread's
+        if (self.polled_by_this_thread()) return text();  // a signal handler's: the lock is this thread's
         return without_gil([&] {
           std::lock_guard lock(self.mutex);  // close() on another thread waits for this
           return text();
@@ -600,6 +612,7 @@ an epoch loop begins with, while on a loader that has taken batches it restarts 
           // loader untouched. The old one's workers stop as it goes; its batches stay valid.
           auto replacement = std::make_unique<Loader>(*self.dataset, self.get().options(), resume);
           self.loader = std::move(replacement);
+          ++self.moves;
         });
       }, py::arg("state_dict"), R"doc(
 Moves this loader to where `state_dict` (from state_dict(), or the text state() gives) was

@@ -115,7 +115,7 @@ class LoaderTest(unittest.TestCase):
         def preempt(*_):
             raise Preempted()
 
-        loader.set_epoch(1)
+        loader.set_epoch(1)  # restarted: next() waits for the gather
         before = json.loads(loader.state())
         previous = signal.signal(signal.SIGUSR2, preempt)
         timer = threading.Timer(0.005, lambda: os.kill(os.getpid(), signal.SIGUSR2))
@@ -128,35 +128,43 @@ class LoaderTest(unittest.TestCase):
             timer.cancel()
             signal.signal(signal.SIGUSR2, previous)
         self.assertEqual(json.loads(loader.state()), before)
-        # A handler may read the loader while next() waits, not move it.
-        moved = []
+        # A handler may read the loader while next() waits, not move it. Each try restarts an
+        # epoch first, so that next() waits for a gather (a batch already gathered would be
+        # returned at once, and the handler run after, where it may move the loader).
+        moved, read = [], []
 
         def move(*_):
+            read.append(json.loads(loader.state()))
             try:
                 loader.next()
             except ValueError as e:
                 moved.append(str(e))
 
         previous = signal.signal(signal.SIGUSR2, move)
-        timer = threading.Timer(0.005, lambda: os.kill(os.getpid(), signal.SIGUSR2))
-        timer.start()
         try:
-            batch = loader.next()
-            timer.join()
-            time.sleep(0.01)  # had next() returned first, the handler runs here, and may move it
+            for attempt in range(3):
+                loader.set_epoch(2 + attempt)
+                timer = threading.Timer(0.005, lambda: os.kill(os.getpid(), signal.SIGUSR2))
+                timer.start()
+                batch = loader.next()
+                timer.join()
+                time.sleep(0.01)  # had next() returned first, the handler runs here
+                self.assertEqual(batch.number, 0)
+                del batch
+                if moved:
+                    break
         finally:
             signal.signal(signal.SIGUSR2, previous)
-        self.assertEqual(batch.number, 0)
-        if moved:
-            self.assertIn("Loader.next: called from a signal handler while next() waits for a batch", moved[0])
-        del batch
+        self.assertIn("Loader.next: called from a signal handler while next() waits for a batch", moved[0])
+        self.assertEqual(read[-1]["epoch"], 2 + attempt)
+        self.assertEqual(read[-1]["consumed"], 0)  # before the batch it waited for
 
         # A handler of another signal (SIGUSR1: checkpoint on preemption) that saves state()
         # runs while next() waits, or once it returns, and may read the loader either way.
         saved = []
         previous = signal.signal(signal.SIGUSR1, lambda *_: saved.append(json.loads(loader.state())))
         try:
-            loader.set_epoch(1)
+            loader.set_epoch(5)
             timer = threading.Timer(0.005, lambda: os.kill(os.getpid(), signal.SIGUSR1))
             timer.start()
             batch = loader.next()
@@ -196,6 +204,12 @@ class LoaderTest(unittest.TestCase):
         loader.set_epoch(5)
         self.assertEqual(sum(1 for _ in stale), 0)
         self.assertEqual(sum(1 for _ in loader), 10)
+        # set_epoch() to the epoch a loop is in restarts it: the loop ends there too.
+        loop = iter(loader)
+        next(loop)
+        loader.set_epoch(loader.epoch)
+        self.assertEqual(sum(1 for _ in loop), 0)
+        self.assertEqual(sum(1 for _ in loader), 10)
 
     def test_timeout_is_seconds_or_none_or_infinity(self):
         import math
@@ -207,15 +221,18 @@ class LoaderTest(unittest.TestCase):
 
     def test_the_last_epoch_ends_and_its_state_resumes(self):
         last = 2**63 - 2
-        loader = mmtensor.Loader(self.ds, batch_size=400, epoch=last)
-        self.assertEqual(sum(batch.size for batch in loader), RECORDS)
-        self.assertIsNone(loader.next())
-        self.assertIsNone(loader.next())
-        self.assertEqual(loader.epoch, last)
-        resumed = mmtensor.Loader(self.ds, batch_size=400, state=loader.state())
-        self.assertIsNone(resumed.next())
-        resumed.set_epoch(0)
-        self.assertEqual(len(list(resumed)), 3)
+        for drop_last in [False, True]:
+            loader = mmtensor.Loader(self.ds, batch_size=400, epoch=last, drop_last=drop_last)
+            self.assertEqual(sum(batch.size for batch in loader), 800 if drop_last else RECORDS)
+            self.assertIsNone(loader.next())
+            self.assertIsNone(loader.next())
+            self.assertEqual(loader.epoch, last)
+            # At the end, the tail drop_last left out is given up too: a resume that keeps
+            # it (drop_last=False) has nothing of this epoch left.
+            resumed = mmtensor.Loader(self.ds, batch_size=400, state=loader.state())
+            self.assertIsNone(resumed.next())
+            resumed.set_epoch(0)
+            self.assertEqual(sum(1 for _ in resumed), 3)
 
     def test_the_order_depends_on_seed_and_epoch_not_on_workers(self):
         a = self.epoch_labels(mmtensor.Loader(self.ds, batch_size=50, sampler="random", seed=4, num_workers=0))
