@@ -4,6 +4,7 @@
 
 #include "cuda_stream.h"
 #include "loader_core.h"
+#include "quoted_names.h"
 #include "mmtensor/error.h"
 
 namespace mmt {
@@ -74,11 +75,9 @@ size_t Batch::field_position(std::string_view field) const {
   } else if (const auto it = core_->field_position_by_name.find(field); it != core_->field_position_by_name.end()) {
     return it->second;
   }
-  constexpr size_t kListed = 32;  // thousands of names would drown the message
-  std::string known;
-  for (size_t f = 0; f < std::min(names.size(), kListed); ++f) known += (f == 0 ? "'" : ", '") + names[f] + "'";
-  if (names.size() > kListed) known += detail::str(" and ", names.size() - kListed, " more");
-  throw ValueError(detail::str("Batch: no field '", field, "' in this batch (it holds ", known, ")"));
+  const auto name_of = [](const std::string& name) -> const std::string& { return name; };
+  throw ValueError(detail::str("Batch: no field '", field, "' in this batch (it holds ",
+                               detail::quoted_names(names, name_of), ")"));
 }
 
 const std::vector<std::string>& Batch::field_names() const {

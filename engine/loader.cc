@@ -646,17 +646,23 @@ std::optional<Batch> Loader::next(const std::function<void()>& poll) { return li
 
 namespace {
 
-// Where a loop over the loader stands: its epoch, and the set_epoch() calls so far.
-std::pair<int64_t, uint64_t> loop_place(const Loader& loader, detail::LoaderCore& core) {
-  const int64_t epoch = loader.epoch();
+// The epoch Loader::epoch() reports: the one whose last batch was taken until the next is
+// asked for.
+int64_t epoch_locked(const detail::LoaderCore& core) {
+  return core.end_of_epoch_pending ? core.epoch - 1 : core.epoch;
+}
+
+// Where a loop over the loader stands: its epoch, and the set_epoch() calls so far, read
+// under one lock, as a loop asks at each step.
+std::pair<int64_t, uint64_t> loop_place(detail::LoaderCore& core) {
   std::lock_guard lock(core.mutex);
-  return {epoch, core.set_epoch_calls};
+  return {epoch_locked(core), core.set_epoch_calls};
 }
 
 }  // namespace
 
 Loader::Iterator::Iterator(Loader* loader) : loader_(loader) {
-  std::tie(epoch_, set_epoch_calls_) = loop_place(*loader, live(loader->core_));
+  std::tie(epoch_, set_epoch_calls_) = loop_place(live(loader->core_));
   current_ = loader->next();
 }
 
@@ -665,7 +671,7 @@ Loader::Iterator& Loader::Iterator::operator++() {
   // Its epoch ended another way (an inner loop over the loader ran it out) or set_epoch()
   // moved the loader, to this epoch's start too: this loop is over, rather than running on
   // into the next epoch or through the restarted one.
-  if (loop_place(*loader_, live(loader_->core_)) != std::pair(epoch_, set_epoch_calls_)) return *this;
+  if (loop_place(live(loader_->core_)) != std::pair(epoch_, set_epoch_calls_)) return *this;
   current_ = loader_->next();
   return *this;
 }
@@ -683,7 +689,7 @@ LoaderStats Loader::stats() const {
 int64_t Loader::epoch() const {
   auto& core = live(core_);
   std::lock_guard lock(core.mutex);
-  return core.end_of_epoch_pending ? core.epoch - 1 : core.epoch;
+  return epoch_locked(core);
 }
 
 int64_t Loader::batches_in_epoch() const {

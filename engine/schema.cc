@@ -1,8 +1,8 @@
 #include <algorithm>
-#include <sstream>
 
 #include "mmtensor/error.h"
 #include "format.h"
+#include "quoted_names.h"
 #include "mmtensor/schema.h"
 #include "utf8.h"
 
@@ -170,12 +170,9 @@ std::optional<size_t> Schema::find(std::string_view name) const {
 
 size_t Schema::index_of(std::string_view name) const {
   if (auto i = find(name)) return *i;
-  constexpr size_t kListed = 32;  // a schema of thousands of fields would drown the message
-  std::ostringstream known;
-  for (size_t i = 0; i < std::min(fields_.size(), kListed); ++i) known << (i ? ", '" : "'") << fields_[i].name << "'";
-  if (fields_.size() > kListed) known << " and " << fields_.size() - kListed << " more";
+  const auto name_of = [](const Field& field) -> const std::string& { return field.name; };
   throw ValueError(detail::str("unknown field '", name, "'; the schema has ",
-                               fields_.empty() ? std::string("no fields") : known.str()));
+                               fields_.empty() ? std::string("no fields") : detail::quoted_names(fields_, name_of)));
 }
 
 bool Schema::all_fixed() const {
