@@ -46,6 +46,11 @@ Sample& Sample::operator=(Sample&& other) noexcept {
   return *this;
 }
 
+const Schema& Sample::schema() const {
+  static const Schema kNoFields;  // a Sample made empty or moved from holds no schema
+  return schema_ ? *schema_ : kNoFields;
+}
+
 const Tensor& Sample::operator[](size_t i) const& {
   MMT_CHECK(i < count_, IndexError, "sample field index ", i, " is out of range for ", count_, " fields");
   return i < kInlineFields ? inline_[i] : overflow_[i - kInlineFields];

@@ -115,7 +115,10 @@ std::byte* aligned_host_alloc(int64_t nbytes, size_t alignment) {
   MMT_CHECK(rounded >= static_cast<size_t>(nbytes), ValueError, "cannot allocate ", nbytes,
             " bytes: size overflows");
   void* p = std::aligned_alloc(alignment, rounded);
-  MMT_CHECK(p != nullptr, Error, "out of memory: allocating ", nbytes, " bytes of host memory");
+  // An alignment of a page or less costs nothing; a larger one may be what failed.
+  MMT_CHECK(p != nullptr, Error, "out of memory: allocating ", nbytes, " bytes of host memory",
+            alignment > 4096 ? detail::str(" aligned to ", alignment, " bytes (", rounded, " with the padding)")
+                             : std::string());
   return static_cast<std::byte*>(p);
 }
 

@@ -404,6 +404,15 @@ TEST(DatasetTest, ACopiedSampleHoldsTheSameViewsBeyondItsInlineFields) {
   Sample& self = copy;
   copy = self;
   EXPECT_TRUE(copy["f5"].equal(field_value(schema[5], 1)));
+  // A Sample moved from, like one made empty, has no fields: its schema says so, and a field
+  // asked for by name is refused (schema() dereferenced no schema).
+  const Sample moved = std::move(copy);
+  EXPECT_EQ(moved.schema().size(), 6u);
+  EXPECT_EQ(copy.size(), 0u);
+  EXPECT_EQ(copy.schema().size(), 0u);
+  EXPECT_EQ(Sample().schema().size(), 0u);
+  EXPECT_THROW(copy["f5"], ValueError);
+  EXPECT_THROW(copy[0], IndexError);
 }
 
 // An lz4 dataset of `records` records of `schema`, `chunk_records` to a chunk.

@@ -153,7 +153,8 @@ class Sample {
 
   int64_t index() const { return index_; }
   size_t size() const { return count_; }
-  const Schema& schema() const { return *schema_; }
+  // The record's fields; no fields for a default-constructed or moved-from Sample.
+  const Schema& schema() const;
   // The field's view; throws ValueError listing the known fields. On a Sample about to go
   // (`ds[5]["image"]`, one line), the view comes by value: it keeps the record's memory
   // alive, where a reference into the Sample would dangle.
