@@ -99,8 +99,45 @@ int64_t compress_bound(Codec codec, int64_t src_bytes) {
   throw ValueError(detail::str("unknown codec code ", static_cast<int>(codec)));
 }
 
+namespace {
+
+// One zstd frame made of kZstdPieceBytes pieces of src, `stop` asked after each; -1 when it
+// said to stop.
+int64_t zstd_compress_in_pieces(int level, const void* src, int64_t src_bytes, void* dst, int64_t dst_capacity,
+                                const std::function<bool()>& stop) {
+  ZSTD_CCtx* context = zstd_contexts().compress.get();
+  const auto check = [&](size_t code) {
+    MMT_CHECK(!ZSTD_isError(code), Error, "zstd failed to compress ", src_bytes, " bytes: ", ZSTD_getErrorName(code));
+    return code;
+  };
+  check(ZSTD_CCtx_reset(context, ZSTD_reset_session_and_parameters));
+  check(ZSTD_CCtx_setParameter(context, ZSTD_c_compressionLevel, level));
+  check(ZSTD_CCtx_setPledgedSrcSize(context, static_cast<unsigned long long>(src_bytes)));
+  ZSTD_outBuffer out{dst, static_cast<size_t>(dst_capacity), 0};
+  ZSTD_inBuffer in{src, 0, 0};
+  while (true) {
+    in.size = static_cast<size_t>(std::min<int64_t>(src_bytes, static_cast<int64_t>(in.size) + kZstdPieceBytes));
+    if (in.size == static_cast<size_t>(src_bytes)) {  // the last piece, and the frame's end
+      // dst holds the bound, so the frame ends; a full dst with bytes left would loop for ever.
+      while (check(ZSTD_compressStream2(context, &out, &in, ZSTD_e_end)) != 0)
+        MMT_CHECK(out.pos < out.size, Error, "zstd: ", src_bytes, " bytes compress to more than their bound");
+      return static_cast<int64_t>(out.pos);
+    }
+    while (in.pos < in.size) {
+      MMT_CHECK(out.pos < out.size, Error, "zstd: ", src_bytes, " bytes compress to more than their bound");
+      check(ZSTD_compressStream2(context, &out, &in, ZSTD_e_continue));
+    }
+    if (stop && stop()) {
+      ZSTD_CCtx_reset(context, ZSTD_reset_session_only);  // the frame is given up
+      return -1;
+    }
+  }
+}
+
+}  // namespace
+
 int64_t compress(const CodecSpec& spec, const void* src, int64_t src_bytes, void* dst,
-                 int64_t dst_capacity) {
+                 int64_t dst_capacity, const std::function<bool()>& stop) {
   MMT_CHECK(dst_capacity >= compress_bound(spec.codec, src_bytes), ValueError,
             "compress: destination holds ", dst_capacity, " bytes, less than the bound ",
             compress_bound(spec.codec, src_bytes));
@@ -120,6 +157,7 @@ int64_t compress(const CodecSpec& spec, const void* src, int64_t src_bytes, void
     }
     case Codec::Zstd: {
       int level = spec.level == 0 ? ZSTD_CLEVEL_DEFAULT : spec.level;
+      if (src_bytes > kZstdPiecesAboveBytes) return zstd_compress_in_pieces(level, src, src_bytes, dst, dst_capacity, stop);
       size_t n = ZSTD_compressCCtx(zstd_contexts().compress.get(), dst,
                                    static_cast<size_t>(dst_capacity), src,
                                    static_cast<size_t>(src_bytes), level);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string_view>
 
 #include "mmtensor/codec.h"
@@ -19,10 +20,17 @@ int64_t max_codec_input_bytes();
 // Worst-case compressed size of `src_bytes` bytes; what compress() needs in `dst`.
 int64_t compress_bound(Codec codec, int64_t src_bytes);
 
-// Compresses src into dst and returns the compressed size. Codec::None copies. Throws
+// zstd inputs of more than this go through the codec in kZstdPieceBytes pieces (one frame,
+// as one call makes), so that `stop` is asked between them: at zstd's highest levels a piece
+// takes about half a second, a 32 MiB chunk at once twenty.
+inline constexpr int64_t kZstdPiecesAboveBytes = int64_t{4} << 20;
+inline constexpr int64_t kZstdPieceBytes = int64_t{1} << 20;
+
+// Compresses src into dst and returns the compressed size, or -1 when `stop` (if given)
+// returned true between two pieces of a large zstd input. Codec::None copies. Throws
 // ValueError when src is larger than max_codec_input_bytes() and Error when the codec fails.
 int64_t compress(const CodecSpec& spec, const void* src, int64_t src_bytes, void* dst,
-                 int64_t dst_capacity);
+                 int64_t dst_capacity, const std::function<bool()>& stop = {});
 
 // Decodes src into dst, which holds exactly decoded_bytes. Throws FormatError naming `what`
 // when the data is corrupt or decodes to any other size.

@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
 #include <numeric>
+#include <thread>
 
 #include "buffer_recycler.h"
 #include "checksum.h"
@@ -28,6 +30,9 @@ namespace mmt {
 namespace {
 
 using format::ChunkEntry;
+
+// How often a waiting writer asks WriterOptions::cancelled: a Ctrl-C is acted on within it.
+constexpr std::chrono::milliseconds kCancelPollInterval{100};
 
 // The schema block's "writer" entry.
 constexpr const char* kWriterName = "mmtensor " MMT_VERSION_STRING;
@@ -120,6 +125,14 @@ struct DatasetWriter::Impl {
   // Declared before `pool`: compression tasks give buffers back until the pool is joined.
   detail::BufferRecycler buffers{4};
   std::unique_ptr<detail::ThreadPool> pool;
+  // Set when the writer stops (cancelled, failed or aborted): compression in flight gives up
+  // between pieces of a large chunk (codec_engine.h) rather than finish what will be thrown away.
+  std::atomic<bool> stop_compressing{false};
+  // The thread in append() or finish(), which alone may ask options.cancelled (a compression
+  // task that thread runs asks it too, between pieces); and when it last asked.
+  std::atomic<std::thread::id> writing_thread{};
+  std::chrono::steady_clock::time_point last_cancel_poll{};
+  bool cancel_seen = false;
   size_t max_pending = 1;
   std::deque<PendingChunk> pending;
   std::vector<ChunkEntry> table;
@@ -135,7 +148,7 @@ struct DatasetWriter::Impl {
   // kMaxSchemaBytes once encoded, or kMaxSchemaValues values) when it is set, not at finish()
   // after every record was written; finish() checks the encoded block again.
   void add_metadata(std::string key, std::string value);
-  enum class State { Open, Finished, Failed, Aborted } state = State::Open;
+  enum class State { Open, Finished, Failed, Aborted, Cancelled } state = State::Open;
   std::atomic<int64_t> records{0}, chunks{0}, bytes_in{0}, bytes_out{0};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
@@ -146,8 +159,9 @@ struct DatasetWriter::Impl {
           "Append and finish in the process that made it, which still owns its temporary file.");
     MMT_CHECK(state == State::Open, ValueError, "dataset writer for ", path, " is ",
               state == State::Finished ? "finished"
-              : state == State::Aborted ? "aborted (abort() was called)"
-                                        : "aborted after an error",
+              : state == State::Aborted   ? "aborted (abort() was called)"
+              : state == State::Cancelled ? "aborted (WriterOptions::cancelled said to stop)"
+                                          : "aborted after an error",
               "; create a new one");
   }
   void validate_record(std::span<const Tensor> values, int64_t record) const;
@@ -192,6 +206,11 @@ struct DatasetWriter::Impl {
   void seal_chunk();
   void write_chunk(int64_t first_record, int64_t record_count, EncodedChunk chunk);
   void drain_one();
+  // Whether options.cancelled said to stop, asked at most every kCancelPollInterval (every
+  // time when `now`); on the writing thread only. It stops compression when it has.
+  bool cancel_requested(bool now = false);
+  // WriteCancelled for the writer's path; the caller's catch aborts the writer.
+  [[noreturn]] void throw_cancelled() const;
   // The schema block as JSON; ValueError if a reader would refuse it.
   std::string readable_schema_block() const;
   void finish_file(const std::string& schema_json);
@@ -859,15 +878,22 @@ void DatasetWriter::Impl::seal_chunk() {
   }
   CodecSpec codec = options.codec;
   PendingChunk job{first_record, record_count, {}};
-  job.result = pool->submit([codec, chunk_index, recycler = &buffers, decoded = std::move(decoded)]() mutable {
+  job.result = pool->submit([this, codec, chunk_index, decoded = std::move(decoded)]() mutable {
     EncodedChunk encoded;
     encoded.decoded_bytes = decoded.decoded_bytes;
     const int64_t bound = detail::compress_bound(codec.codec, decoded.decoded_bytes);
-    encoded.bytes = recycler->take(bound, "a compressed chunk buffer");
+    encoded.bytes = buffers.take(bound, "a compressed chunk buffer");
+    // The writing thread, compressing a queued chunk while it waits (drain_one), still asks
+    // whether to stop; the pool's threads see what it and abort_files() decided.
+    const auto stop = [this] {
+      if (std::this_thread::get_id() == writing_thread.load(std::memory_order_relaxed)) return cancel_requested();
+      return stop_compressing.load(std::memory_order_relaxed);
+    };
     encoded.stored_bytes = detail::compress(codec, decoded.bytes.get(), decoded.decoded_bytes,
-                                            encoded.bytes.get(), bound);
-    recycler->give(std::move(decoded.bytes));
-    encoded.checksum = format::payload_checksum(encoded.bytes.get(), encoded.stored_bytes, chunk_index);
+                                            encoded.bytes.get(), bound, stop);
+    buffers.give(std::move(decoded.bytes));
+    if (encoded.stored_bytes >= 0)  // < 0: given up (stop), never written
+      encoded.checksum = format::payload_checksum(encoded.bytes.get(), encoded.stored_bytes, chunk_index);
     return encoded;
   });
   pending.push_back(std::move(job));
@@ -884,10 +910,34 @@ void DatasetWriter::Impl::drain_one() {
   PendingChunk job = std::move(pending.front());
   pending.pop_front();
   // Rather than wait for the oldest chunk, compress queued ones on this thread: the writer's
-  // own thread then adds to the compression threads instead of idling beside them.
-  while (job.result.wait_for(std::chrono::seconds(0)) != std::future_status::ready && pool->run_one_queued()) {
+  // own thread then adds to the compression threads instead of idling beside them. With
+  // nothing queued it waits, asking options.cancelled between waits.
+  writing_thread.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  while (job.result.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    if (cancel_requested()) throw_cancelled();
+    if (!pool->run_one_queued()) job.result.wait_for(kCancelPollInterval);
   }
-  write_chunk(job.first_record, job.record_count, job.result.get());
+  EncodedChunk chunk = job.result.get();
+  if (chunk.stored_bytes < 0 || cancel_requested()) throw_cancelled();  // < 0: compression gave up
+  write_chunk(job.first_record, job.record_count, std::move(chunk));
+}
+
+bool DatasetWriter::Impl::cancel_requested(bool now) {
+  if (cancel_seen) return true;
+  if (!options.cancelled) return false;
+  const auto time = std::chrono::steady_clock::now();
+  if (!now && time - last_cancel_poll < kCancelPollInterval) return false;
+  last_cancel_poll = time;
+  if (options.cancelled()) {
+    cancel_seen = true;
+    stop_compressing.store(true, std::memory_order_relaxed);
+  }
+  return cancel_seen;
+}
+
+void DatasetWriter::Impl::throw_cancelled() const {
+  throw WriteCancelled(detail::str("dataset writer for ", path, ": cancelled after ", records.load(),
+                                   " records; the path was left as it was"));
 }
 
 void DatasetWriter::Impl::write_chunk(int64_t first_record, int64_t record_count, EncodedChunk chunk) {
@@ -958,6 +1008,9 @@ void DatasetWriter::Impl::finish_file(const std::string& json) {
   file.fsync();
   file.close();
   io::crash_point("after-fsync");
+  // The last moment the path is as it was: after the fsync, which for a large file may take
+  // seconds, before the rename, which does not.
+  if (cancel_requested(/*now=*/true)) throw_cancelled();
   // Again: a device or link may have taken the target's place while the data was written.
   if (options.overwrite) io::check_output_target(path, true, "");
   io::rename_file(temp_path, path, options.overwrite);
@@ -967,7 +1020,8 @@ void DatasetWriter::Impl::finish_file(const std::string& json) {
 }
 
 void DatasetWriter::Impl::abort_files() noexcept {
-  if (state == State::Open) state = State::Failed;
+  if (state == State::Open) state = cancel_seen ? State::Cancelled : State::Failed;
+  stop_compressing.store(true, std::memory_order_relaxed);  // a large chunk gives up within a piece
   pool.reset();  // waits for in-flight compression, which owns its own buffers
   pending.clear();
   file = io::WritableFile();

@@ -985,10 +985,22 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
     metadata[std::string(kShardSourceMetadataKey)] = sources_identity(sources);
   }
   writer_options.metadata = std::move(metadata);
-  DatasetWriter writer = DatasetWriter::create(path, sources.schema(), std::move(writer_options));
   using Clock = std::chrono::steady_clock;
   auto interval = std::chrono::duration<double>(options.progress_interval_seconds);
   Clock::time_point last_report = Clock::now();
+  // While the writer waits for chunks being compressed (the last ones in finish(), which at
+  // a high zstd level may be most of a pack), progress goes on being reported and a cancel
+  // is acted on, as between records: the dataset is not published after a Ctrl-C.
+  const DatasetWriter* reporting = nullptr;  // the writer, once made
+  writer_options.cancelled = [&] {
+    if (options.on_progress && reporting && Clock::now() - last_report >= interval) {
+      options.on_progress(reporting->stats());
+      last_report = Clock::now();
+    }
+    return options.cancel && options.cancel->load(std::memory_order_relaxed);
+  };
+  DatasetWriter writer = DatasetWriter::create(path, sources.schema(), std::move(writer_options));
+  reporting = &writer;
   // Arrays, and the rows of an Arrow record batch or Parquet row group, go in batches (one
   // copy per field and chunk); a folder record by record (each record is a file read), and
   // so do rows that record() converts one by one. Cancellation and progress are checked
@@ -1000,46 +1012,54 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
   for (const Field& field : sources.schema())
     if (field.is_fixed()) record_bytes += field.fixed_nbytes();
   const int64_t batch_records = std::clamp<int64_t>(kBatchBytes / record_bytes, 1, kBatchRecords);
+  const auto cancelled_after = [&](int64_t done) {
+    std::error_code ec;
+    const bool existed = fs::exists(fs::symlink_status(path, ec));  // only an old file, --force's
+    return PackCancelled(str("packing ", path, " was interrupted after ", done, " of ", range.size(), " records; ",
+                             path, existed ? " was left as it was" : " was not created"));
+  };
   const auto stop_if_cancelled = [&](int64_t done) {
     if (!options.cancel || !options.cancel->load(std::memory_order_relaxed)) return;
     writer.abort();
-    std::error_code ec;
-    const bool existed = fs::exists(fs::symlink_status(path, ec));  // only an old file, --force's
-    throw PackCancelled(str("packing ", path, " was interrupted after ", done, " of ", range.size(), " records; ",
-                            path, existed ? " was left as it was" : " was not created"));
+    throw cancelled_after(done);
   };
-  std::vector<Tensor> values, offsets;
-  int64_t one_at_a_time = 0;  // records to append singly before a batch is tried again
-  for (int64_t i = range.begin; i < range.end;) {
-    stop_if_cancelled(i - range.begin);
-    const int64_t count = std::min(batch_records, range.end - i);
-    const int64_t given = one_at_a_time > 0 ? 0 : sources.jagged_record_batch(i, count, values, offsets);
-    if (given > 0) {
-      writer.append_batch(std::span<const Tensor>(values), std::span<const Tensor>(offsets));
-      i += given;
-    } else {
-      if (one_at_a_time == 0) one_at_a_time = std::max<int64_t>(1, -given);
-      sources.record(i, values);
-      writer.append(std::span<const Tensor>(values));
-      ++i;
-      --one_at_a_time;
+  try {
+    std::vector<Tensor> values, offsets;
+    int64_t one_at_a_time = 0;  // records to append singly before a batch is tried again
+    for (int64_t i = range.begin; i < range.end;) {
+      stop_if_cancelled(i - range.begin);
+      const int64_t count = std::min(batch_records, range.end - i);
+      const int64_t given = one_at_a_time > 0 ? 0 : sources.jagged_record_batch(i, count, values, offsets);
+      if (given > 0) {
+        writer.append_batch(std::span<const Tensor>(values), std::span<const Tensor>(offsets));
+        i += given;
+      } else {
+        if (one_at_a_time == 0) one_at_a_time = std::max<int64_t>(1, -given);
+        sources.record(i, values);
+        writer.append(std::span<const Tensor>(values));
+        ++i;
+        --one_at_a_time;
+      }
+      if (options.on_progress && Clock::now() - last_report >= interval) {
+        options.on_progress(writer.stats());
+        last_report = Clock::now();
+      }
     }
-    if (options.on_progress && Clock::now() - last_report >= interval) {
-      options.on_progress(writer.stats());
-      last_report = Clock::now();
-    }
+    // A shard that ends before the last record stopped reading a deflated member short of its
+    // end, where its CRC-32 is checked: read the rest, so no shard is published from a corrupt
+    // archive (each shard's process checks the whole member, as a pack of everything does).
+    // A cancel set during the last records (by a progress report) still stops the pack, before
+    // the reading of the rest of the inputs; finish() asks again (writer_options.cancelled)
+    // while the last chunks are compressed and just before it publishes the file.
+    stop_if_cancelled(range.size());
+    if (range.end < sources.records()) sources.check_unread_inputs();
+    stop_if_cancelled(range.size());
+    WriteStats stats = writer.finish();
+    if (options.on_progress) options.on_progress(stats);
+    return stats;
+  } catch (const WriteCancelled&) {  // the writer aborted itself
+    throw cancelled_after(writer.size());
   }
-  // A shard that ends before the last record stopped reading a deflated member short of its
-  // end, where its CRC-32 is checked: read the rest, so no shard is published from a corrupt
-  // archive (each shard's process checks the whole member, as a pack of everything does).
-  // A cancel set during the last records (by a progress report) still stops the pack, before
-  // the reading of the rest of the inputs and the publishing; finish() itself runs to its end.
-  stop_if_cancelled(range.size());
-  if (range.end < sources.records()) sources.check_unread_inputs();
-  stop_if_cancelled(range.size());
-  WriteStats stats = writer.finish();
-  if (options.on_progress) options.on_progress(stats);
-  return stats;
 }
 
 namespace {

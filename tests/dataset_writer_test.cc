@@ -229,6 +229,48 @@ TEST(DatasetWriterTest, DestroyedOrAbortedWriterLeavesNothing) {
   EXPECT_THROW(writer.finish(), ValueError);
 }
 
+// WriterOptions::cancelled is how mmt pack's Ctrl-C reaches a writer compressing its last
+// chunks: asked while it waits and just before the rename, it leaves the path as it was.
+TEST(DatasetWriterTest, ACancelWhileTheLastChunksAreCompressedLeavesNothing) {
+  TempDir dir;
+  // One chunk of 24 MiB at zstd's highest level: some twenty seconds of compression, given up
+  // within a piece (a MiB) once the cancel is seen.
+  Schema schema({Field::fixed("x", kUInt8, {24 << 20})});
+  Tensor values = empty({24 << 20}, kUInt8);
+  auto* bytes = static_cast<uint8_t*>(values.mutable_data_ptr());
+  uint64_t state = 1;
+  for (int64_t i = 0; i < values.numel(); ++i) bytes[i] = static_cast<uint8_t>((state = state * 6364136223846793005u + 1) >> 61);
+  bool finishing = false;
+  int asked_while_finishing = 0;
+  WriterOptions options;
+  options.codec = CodecSpec::parse("zstd:19");
+  options.chunk_bytes = 32 << 20;
+  options.threads = 1;
+  options.cancelled = [&] { return finishing && ++asked_while_finishing >= 2; };
+  DatasetWriter writer = DatasetWriter::create(dir.file("cancelled.mmt"), schema, options);
+  writer.append({values});
+  finishing = true;
+  EXPECT_THROW_WITH(writer.finish(), WriteCancelled, "cancelled after 1 records; the path was left as it was");
+  EXPECT_EQ(asked_while_finishing, 2);
+  EXPECT_TRUE(folder_entries(dir).empty()) << "no dataset and no temporary";
+  EXPECT_THROW_WITH(writer.finish(), ValueError, "WriterOptions::cancelled said to stop");
+
+  // Asked and answered false, it changes nothing: the file is the one a writer without it makes.
+  Schema small({Field::fixed("x", kInt32, {1000})});
+  const auto write = [&](const std::string& name, std::function<bool()> cancelled) {
+    WriterOptions compressed;
+    compressed.codec = CodecSpec::parse("zstd");
+    compressed.cancelled = std::move(cancelled);
+    DatasetWriter w = DatasetWriter::create(dir.file(name), small, compressed);
+    for (int i = 0; i < 3000; ++i) w.append({full({1000}, i, kInt32)});
+    w.finish();
+    return file_bytes(dir.file(name));
+  };
+  int asked = 0;
+  EXPECT_EQ(write("asked.mmt", [&] { ++asked; return false; }), write("plain.mmt", {}));
+  EXPECT_GE(asked, 1) << "at least once, before the rename";
+}
+
 TEST(DatasetWriterTest, MetadataMustBeUtf8AndTheErrorNamesTheKey) {
   TempDir dir;
   DatasetWriter writer = DatasetWriter::create(dir.file("meta.mmt"), image_schema());

@@ -1,5 +1,6 @@
 // The format's building blocks, named as in docs/FORMAT.md.
 #include <gtest/gtest.h>
+#include <zstd.h>
 
 #include <cstring>
 
@@ -233,6 +234,32 @@ TEST(FormatTest, CodecsRoundTripAndRefuseWrongSizes) {
       }
     }
   }
+}
+
+// zstd inputs over kZstdPiecesAboveBytes go through the codec a piece at a time, one frame
+// all the same, and may be given up between pieces.
+TEST(FormatTest, LargeZstdInputsAreOneFrameMadeInPiecesThatMayBeGivenUp) {
+  const int64_t size = detail::kZstdPiecesAboveBytes + 3 * detail::kZstdPieceBytes + 12345;
+  std::vector<uint8_t> data(static_cast<size_t>(size));
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>((i * 2654435761u) >> 27);
+  const CodecSpec zstd{Codec::Zstd, 3};
+  std::vector<uint8_t> frame(static_cast<size_t>(detail::compress_bound(Codec::Zstd, size)));
+  int asked = 0;
+  const int64_t n = detail::compress(zstd, data.data(), size, frame.data(), static_cast<int64_t>(frame.size()),
+                                     [&] { ++asked; return false; });
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(asked, static_cast<int>(size / detail::kZstdPieceBytes)) << "once between each two pieces";
+  EXPECT_EQ(ZSTD_findFrameCompressedSize(frame.data(), static_cast<size_t>(n)), static_cast<size_t>(n));
+  std::vector<uint8_t> back(data.size());
+  detail::decompress(Codec::Zstd, frame.data(), n, back.data(), size, "chunk 0");
+  EXPECT_EQ(back, data);
+  // Given up after the second piece: -1, and the thread's context compresses the next input whole.
+  asked = 0;
+  EXPECT_EQ(detail::compress(zstd, data.data(), size, frame.data(), static_cast<int64_t>(frame.size()),
+                             [&] { return ++asked == 2; }),
+            -1);
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(detail::compress(zstd, data.data(), size, frame.data(), static_cast<int64_t>(frame.size())), n);
 }
 
 TEST(FormatTest, ZstdPayloadsAreExactlyOneFrame) {

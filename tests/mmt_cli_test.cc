@@ -1932,6 +1932,23 @@ TEST_F(MmtCli, CtrlCAndOtherStopSignalsAbortAndLeaveNothing) {
   }
 }
 
+// A signal while the writer compressed its last chunk (one of 24 MB here, at zstd:19: some
+// twenty seconds) was noticed only after finish() had published the dataset: mmt exited 0
+// with the file in place. The writer now asks while it waits, and before the rename.
+TEST_F(MmtCli, AStopSignalWhileTheLastChunkIsCompressedLeavesNothing) {
+  Tensor values = empty({6 << 20}, kFloat32);
+  auto* floats = static_cast<float*>(values.mutable_data_ptr());
+  for (int64_t i = 0; i < values.numel(); ++i) floats[i] = static_cast<float>(i % 1000) * 0.25f;
+  save("one_chunk.npy", values);
+  std::set<std::string> before = listing();
+  RunResult r = run_mmt({"pack", path("out.mmt"), "x=" + path("one_chunk.npy"), "--codec", "zstd:19", "--chunk-bytes",
+                         "32M", "--threads", "1"},
+                        {.interrupt_once_exists = path("out.mmt.tmp-"), .interrupt_signal = SIGTERM});
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  EXPECT_NE(r.err.find("; " + path("out.mmt") + " was not created"), std::string::npos) << r.err;
+  EXPECT_EQ(listing(), before) << "no output and no temporary left";
+}
+
 // export and get --npy/--raw died of the signal, leaving their temporary (up to the whole
 // file) and the folder export had made. They stop as pack does now: at the next step of the
 // write, with everything they made removed, the reason on stderr and 128 + the signal.

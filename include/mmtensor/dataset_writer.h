@@ -53,6 +53,19 @@ struct WriterOptions {
                                       // CPU the process may use (affinity, cgroup CPU quota)
   bool overwrite = false;             // replace an existing file at the path (atomically)
   Metadata metadata{};                // stored with the dataset
+  // When set, asked by the thread in append() or finish() about every 0.1 s while it waits
+  // for chunks being compressed, and once more just before finish() publishes the file; true
+  // stops the writer: it is aborted (the path keeps what it had; a large chunk being
+  // compressed is given up within a MiB of its input) and the call throws WriteCancelled.
+  // How `mmt pack` and mmtensor.pack() act on a Ctrl-C that comes while the last chunks are
+  // compressed.
+  std::function<bool()> cancelled{};
+};
+
+// Thrown by DatasetWriter's append and finish when WriterOptions::cancelled said to stop.
+class WriteCancelled : public Error {
+ public:
+  using Error::Error;
 };
 
 struct WriteStats {

@@ -93,9 +93,10 @@ void bind_pack(py::module_& m) {
         if (window) sources = PackSources::token_windows(std::move(sources), {.length = *window, .stride = window_stride, .separator = separator});
         return pack_dataset(path, sources, options);
       });
-      // A Ctrl-C taken by the last progress report (the one after finish(), or one during the
-      // last records that came too late to cancel) is not lost: the dataset is published
-      // whole, and the KeyboardInterrupt raised as Python raises one after a call returns.
+      // Progress reports go on while finish() compresses the last chunks, and it asks once
+      // more before it renames the file into place; a Ctrl-C taken after that (by the report
+      // after finish()) is not lost: the dataset is published whole, and the
+      // KeyboardInterrupt raised as Python raises one after a call returns.
       if (interrupted) throw *interrupted;
       return stats_dict(stats);
     } catch (const PackCancelled&) {
