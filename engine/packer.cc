@@ -193,7 +193,15 @@ Tensor raw_values(const RawInput& raw, const std::string& spec) {
   std::vector<int64_t> sizes{records};
   sizes.insert(sizes.end(), raw.record_shape.begin(), raw.record_shape.end());
   if (records == 0) return empty(IntArrayRef(sizes), raw.dtype);
-  return Tensor(UntypedStorage::map_file(raw.path), raw.dtype, IntArrayRef(sizes));
+  UntypedStorage file = UntypedStorage::map_file(raw.path);
+  if (raw.dtype == kBool) {  // checked here, as .npy inputs are, so the message names the file
+    detail::guard_storage_reads(file, [&] {
+      const int64_t bad = detail::first_invalid_bool(file.data(), file_bytes);
+      MMT_CHECK(bad < 0, FormatError, raw.path, ": bool element ", bad, " holds the byte ",
+                static_cast<int>(static_cast<uint8_t>(file.data()[bad])), "; a bool value may hold only 0 and 1");
+    });
+  }
+  return Tensor(std::move(file), raw.dtype, IntArrayRef(sizes));
 }
 
 // The offset of the first byte at which `a` and `b` differ, in row-major order; 0 when their

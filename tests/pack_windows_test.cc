@@ -113,6 +113,11 @@ TEST(PackWindows, ARawTokenFileAsNanoGPTWritesItIsAnArrayInput) {
                     InputSpecError, "train.bin is a file, but ':uint16:0' is not :DTYPE[:D1xD2...]");
   EXPECT_THROW_WITH(PackSources::from_arrays(std::vector<std::string>{"t=" + dir / "train.bin:uint17"}), InputSpecError,
                     "'uint17' is not a dtype");
+  // Bools other than 0 and 1 are named with the file, as an .npy's are (the writer's own
+  // check named only the record).
+  testutil::write_file(dir / "mask.bin", testutil::to_bytes(std::string("\x00\x01\x00\x05", 4)));
+  EXPECT_THROW_WITH(PackSources::from_arrays(std::vector<std::string>{"m=" + dir / "mask.bin:bool"}), FormatError,
+                    "mask.bin: bool element 3 holds the byte 5; a bool value may hold only 0 and 1");
   // Chosen fields are for datasets; a raw input is an array, and says so.
   EXPECT_THROW_WITH(PackSources::from_inputs(std::vector<std::string>{"t=" + dir / "train.bin:uint16"},
                                              std::vector<std::string>{"t"}),
