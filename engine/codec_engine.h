@@ -20,9 +20,9 @@ int64_t max_codec_input_bytes();
 // Worst-case compressed size of `src_bytes` bytes; what compress() needs in `dst`.
 int64_t compress_bound(Codec codec, int64_t src_bytes);
 
-// zstd inputs of more than this go through the codec in kZstdPieceBytes pieces (one frame,
-// as one call makes), so that `stop` is asked between them: at zstd's highest levels a piece
-// takes about half a second, a 32 MiB chunk at once twenty.
+// zstd inputs of more than this go through the codec in kZstdPieceBytes pieces (the frame
+// one call makes, byte for byte), so that `stop` is asked between them: at zstd's highest
+// levels a piece takes about half a second, a 32 MiB chunk at once twenty.
 inline constexpr int64_t kZstdPiecesAboveBytes = int64_t{4} << 20;
 inline constexpr int64_t kZstdPieceBytes = int64_t{1} << 20;
 
