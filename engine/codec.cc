@@ -1,7 +1,8 @@
 #include <lz4.h>
 #include <lz4hc.h>
 // ZSTD_c_stableInBuffer and ZSTD_c_stableOutBuffer (zstd_compress_in_pieces) are in the
-// experimental section, stable in the library since 1.4.4; Debian 12 ships 1.5.4.
+// experimental section; the library takes a stable input that grows between calls from 1.5.2
+// on (checked at run time: the library is shared). Debian 12 ships 1.5.4.
 #define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
@@ -9,6 +10,7 @@
 #include <charconv>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include "codec_engine.h"
 #include "mmtensor/codec.h"
@@ -80,6 +82,10 @@ namespace {
 struct ZstdContexts {
   std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> compress{ZSTD_createCCtx(), ZSTD_freeCCtx};
   std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> decompress{ZSTD_createDCtx(), ZSTD_freeDCtx};
+  // Set while a frame is made in pieces: `stop` runs between them, and whatever it runs (a
+  // Python signal handler) may compress on this thread too. It gets a context of its own
+  // rather than reset this one mid-frame.
+  bool compress_busy = false;
 };
 ZstdContexts& zstd_contexts() {
   thread_local ZstdContexts contexts;
@@ -104,11 +110,12 @@ int64_t compress_bound(Codec codec, int64_t src_bytes) {
 
 namespace {
 
-// One zstd frame made of kZstdPieceBytes pieces of src, `stop` asked after each; -1 when it
-// said to stop.
-int64_t zstd_compress_in_pieces(int level, const void* src, int64_t src_bytes, void* dst, int64_t dst_capacity,
-                                const std::function<bool()>& stop) {
-  ZSTD_CCtx* context = zstd_contexts().compress.get();
+using ZstdCompressContext = std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)>;
+
+// One zstd frame made of kZstdPieceBytes pieces of src, `stop` asked before each but the
+// first; -1 when it said to stop. The same bytes as ZSTD_compressCCtx makes.
+int64_t zstd_compress_in_pieces(ZSTD_CCtx* context, int level, const void* src, int64_t src_bytes, void* dst,
+                                int64_t dst_capacity, const std::function<bool()>& stop) {
   const auto check = [&](size_t code) {
     MMT_CHECK(!ZSTD_isError(code), Error, "zstd failed to compress ", src_bytes, " bytes: ", ZSTD_getErrorName(code));
     return code;
@@ -142,6 +149,32 @@ int64_t zstd_compress_in_pieces(int level, const void* src, int64_t src_bytes, v
   }
 }
 
+int64_t zstd_compress(int level, const void* src, int64_t src_bytes, void* dst, int64_t dst_capacity,
+                      const std::function<bool()>& stop) {
+  static const bool pieces_supported = ZSTD_versionNumber() >= 10502;  // see the #define above
+  ZstdContexts& contexts = zstd_contexts();
+  ZstdCompressContext own{nullptr, ZSTD_freeCCtx};
+  ZSTD_CCtx* context = contexts.compress.get();
+  if (contexts.compress_busy) {  // called from `stop` of a frame in pieces on this thread
+    own.reset(ZSTD_createCCtx());
+    MMT_CHECK(own != nullptr, Error, "out of memory creating a zstd context");
+    context = own.get();
+  }
+  if (stop && stop()) return -1;
+  if (src_bytes > kZstdPiecesAboveBytes && pieces_supported) {
+    const bool was_busy = std::exchange(contexts.compress_busy, true);
+    struct Release {
+      ZstdContexts& contexts;
+      bool was_busy;
+      ~Release() { contexts.compress_busy = was_busy; }
+    } release{contexts, was_busy};
+    return zstd_compress_in_pieces(context, level, src, src_bytes, dst, dst_capacity, stop);
+  }
+  const size_t n = ZSTD_compressCCtx(context, dst, static_cast<size_t>(dst_capacity), src, static_cast<size_t>(src_bytes), level);
+  MMT_CHECK(!ZSTD_isError(n), Error, "zstd failed to compress ", src_bytes, " bytes: ", ZSTD_getErrorName(n));
+  return static_cast<int64_t>(n);
+}
+
 }  // namespace
 
 int64_t compress(const CodecSpec& spec, const void* src, int64_t src_bytes, void* dst,
@@ -163,16 +196,8 @@ int64_t compress(const CodecSpec& spec, const void* src, int64_t src_bytes, void
       MMT_CHECK(n > 0 || src_bytes == 0, Error, "lz4 failed to compress ", src_bytes, " bytes");
       return n;
     }
-    case Codec::Zstd: {
-      int level = spec.level == 0 ? ZSTD_CLEVEL_DEFAULT : spec.level;
-      if (src_bytes > kZstdPiecesAboveBytes) return zstd_compress_in_pieces(level, src, src_bytes, dst, dst_capacity, stop);
-      size_t n = ZSTD_compressCCtx(zstd_contexts().compress.get(), dst,
-                                   static_cast<size_t>(dst_capacity), src,
-                                   static_cast<size_t>(src_bytes), level);
-      MMT_CHECK(!ZSTD_isError(n), Error, "zstd failed to compress ", src_bytes, " bytes: ",
-                ZSTD_getErrorName(n));
-      return static_cast<int64_t>(n);
-    }
+    case Codec::Zstd:
+      return zstd_compress(spec.level == 0 ? ZSTD_CLEVEL_DEFAULT : spec.level, src, src_bytes, dst, dst_capacity, stop);
   }
   throw ValueError(detail::str("unknown codec code ", static_cast<int>(spec.codec)));
 }

@@ -20,15 +20,17 @@ int64_t max_codec_input_bytes();
 // Worst-case compressed size of `src_bytes` bytes; what compress() needs in `dst`.
 int64_t compress_bound(Codec codec, int64_t src_bytes);
 
-// zstd inputs of more than this go through the codec in kZstdPieceBytes pieces (the frame
+// zstd inputs of more than a piece go through the codec in kZstdPieceBytes pieces (the frame
 // one call makes, byte for byte), so that `stop` is asked between them: at zstd's highest
-// levels a piece takes about half a second, a 32 MiB chunk at once twenty.
-inline constexpr int64_t kZstdPiecesAboveBytes = int64_t{4} << 20;
+// levels a piece takes about half a second, a 32 MiB chunk at once twenty. (With a libzstd
+// older than 1.5.2, which cannot, in one call.)
 inline constexpr int64_t kZstdPieceBytes = int64_t{1} << 20;
+inline constexpr int64_t kZstdPiecesAboveBytes = kZstdPieceBytes;
 
 // Compresses src into dst and returns the compressed size, or -1 when `stop` (if given)
-// returned true between two pieces of a large zstd input. Codec::None copies. Throws
-// ValueError when src is larger than max_codec_input_bytes() and Error when the codec fails.
+// returned true: it is asked before a zstd input is compressed and between its pieces.
+// Codec::None copies. Throws ValueError when src is larger than max_codec_input_bytes() and
+// Error when the codec fails.
 int64_t compress(const CodecSpec& spec, const void* src, int64_t src_bytes, void* dst,
                  int64_t dst_capacity, const std::function<bool()>& stop = {});
 

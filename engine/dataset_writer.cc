@@ -122,17 +122,18 @@ struct DatasetWriter::Impl {
   format::Preamble preamble;
   int64_t records_per_chunk = 0;  // 0: close chunks by size
   io::WritableFile file;
-  // Declared before `pool`: compression tasks give buffers back until the pool is joined.
+  // Declared before `pool`, as what follows: compression tasks use them until it is joined.
   detail::BufferRecycler buffers{4};
-  std::unique_ptr<detail::ThreadPool> pool;
-  // Set when the writer stops (cancelled, failed or aborted): compression in flight gives up
-  // between pieces of a large chunk (codec_engine.h) rather than finish what will be thrown away.
+  // Set when the writer stops (cancelled, failed or aborted): compression queued or in flight
+  // gives up, before it starts or between pieces of a large chunk (codec_engine.h), rather
+  // than finish what will be thrown away.
   std::atomic<bool> stop_compressing{false};
   // The thread in append() or finish(), which alone may ask options.cancelled (a compression
   // task that thread runs asks it too, between pieces); and when it last asked.
   std::atomic<std::thread::id> writing_thread{};
   std::chrono::steady_clock::time_point last_cancel_poll{};
   bool cancel_seen = false;
+  std::unique_ptr<detail::ThreadPool> pool;
   size_t max_pending = 1;
   std::deque<PendingChunk> pending;
   std::vector<ChunkEntry> table;

@@ -196,7 +196,9 @@ Tensor raw_values(const RawInput& raw, const std::string& spec) {
   UntypedStorage file = UntypedStorage::map_file(raw.path);
   if (raw.dtype == kBool) {  // checked here, as .npy inputs are, so the message names the file
     detail::guard_storage_reads(file, [&] {
-      const int64_t bad = detail::first_invalid_bool(file.data(), file_bytes);
+      // The mapping's bytes: the file may have shrunk since it was measured (the Tensor below
+      // then refuses the storage as too small).
+      const int64_t bad = detail::first_invalid_bool(file.data(), std::min(file_bytes, file.nbytes()));
       MMT_CHECK(bad < 0, FormatError, raw.path, ": bool element ", bad, " holds the byte ",
                 static_cast<int>(static_cast<uint8_t>(file.data()[bad])), "; a bool value may hold only 0 and 1");
     });
@@ -1000,12 +1002,13 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
   // a high zstd level may be most of a pack), progress goes on being reported and a cancel
   // is acted on, as between records: the dataset is not published after a Ctrl-C.
   const DatasetWriter* reporting = nullptr;  // the writer, once made
-  writer_options.cancelled = [&] {
+  writer_options.cancelled = [&, callers = std::move(writer_options.cancelled)] {
     if (options.on_progress && reporting && Clock::now() - last_report >= interval) {
       options.on_progress(reporting->stats());
       last_report = Clock::now();
     }
-    return options.cancel && options.cancel->load(std::memory_order_relaxed);
+    return (options.cancel && options.cancel->load(std::memory_order_relaxed)) ||
+           (options.cancelled && options.cancelled()) || (callers && callers());
   };
   DatasetWriter writer = DatasetWriter::create(path, sources.schema(), std::move(writer_options));
   reporting = &writer;

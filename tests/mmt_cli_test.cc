@@ -60,6 +60,7 @@ struct RunOptions {
   // fixed delay could land before mmt installed its handlers, or after it finished).
   std::string interrupt_once_exists;
   int interrupt_signal = SIGINT;
+  std::chrono::milliseconds interrupt_delay{0};  // after the file appeared, before the signal
   std::function<void()> instead_of_signal;  // run this then, and send no signal
   const char* stdout_path = nullptr;   // write stdout there instead of capturing it ("/dev/full")
   // Stdout is a pipe (SIGPIPE at its default action, as in a shell), whose read end this gets
@@ -172,6 +173,11 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
     // Looked for often: `get` writes its file in a few milliseconds.
     while (!(ended = ::waitpid(pid, &status, WNOHANG) == pid) && !appeared())
       std::this_thread::sleep_for(std::chrono::microseconds(200));
+    const auto signal_at = std::chrono::steady_clock::now() + options.interrupt_delay;
+    while (!ended && std::chrono::steady_clock::now() < signal_at) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ended = ::waitpid(pid, &status, WNOHANG) == pid;
+    }
     if (!ended && options.instead_of_signal) options.instead_of_signal();
     else if (!ended) ::kill(pid, options.interrupt_signal);
   }
@@ -1934,18 +1940,26 @@ TEST_F(MmtCli, CtrlCAndOtherStopSignalsAbortAndLeaveNothing) {
 
 // A signal while the writer compressed its last chunk (one of 24 MB here, at zstd:19: some
 // twenty seconds) was noticed only after finish() had published the dataset: mmt exited 0
-// with the file in place. The writer now asks while it waits, and before the rename.
+// with the file in place. The writer now asks while it waits, and before the rename. The
+// signal comes 1.5 s after the temporary appears: the record is appended by then (a copy of
+// 24 MiB), and finish() is compressing.
 TEST_F(MmtCli, AStopSignalWhileTheLastChunkIsCompressedLeavesNothing) {
-  Tensor values = empty({6 << 20}, kFloat32);
-  auto* floats = static_cast<float*>(values.mutable_data_ptr());
-  for (int64_t i = 0; i < values.numel(); ++i) floats[i] = static_cast<float>(i % 1000) * 0.25f;
+  // One record of 24 MiB of random 4-bit values: slow for zstd:19.
+  Tensor values = empty({1, 24 << 20}, kUInt8);
+  auto* bytes = static_cast<uint8_t*>(values.mutable_data_ptr());
+  uint64_t state = 1;
+  for (int64_t i = 0; i < values.numel(); ++i) bytes[i] = static_cast<uint8_t>((state = state * 6364136223846793005u + 1) >> 60);
   save("one_chunk.npy", values);
   std::set<std::string> before = listing();
   RunResult r = run_mmt({"pack", path("out.mmt"), "x=" + path("one_chunk.npy"), "--codec", "zstd:19", "--chunk-bytes",
                          "32M", "--threads", "1"},
-                        {.interrupt_once_exists = path("out.mmt.tmp-"), .interrupt_signal = SIGTERM});
+                        {.interrupt_once_exists = path("out.mmt.tmp-"),
+                         .interrupt_signal = SIGTERM,
+                         .interrupt_delay = std::chrono::milliseconds(1500)});
   EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
-  EXPECT_NE(r.err.find("; " + path("out.mmt") + " was not created"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("interrupted after 1 of 1 records; " + path("out.mmt") + " was not created"),
+            std::string::npos)
+      << r.err;
   EXPECT_EQ(listing(), before) << "no output and no temporary left";
 }
 

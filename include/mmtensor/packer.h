@@ -491,6 +491,11 @@ struct PackOptions {
   double progress_interval_seconds = 0.1;
   // When set and it becomes true, packing stops, the writer is aborted and PackCancelled thrown.
   const std::atomic<bool>* cancel = nullptr;
+  // A cancel that takes a call to find (Python's signal handlers): asked, as `cancel` is read,
+  // while the writer waits for chunks being compressed (about every 0.1 s) and just before it
+  // publishes the file; true stops the pack as `cancel` does. Between records only `cancel`
+  // is read, which on_progress may set.
+  std::function<bool()> cancelled{};
 };
 
 // Writes every record of `sources` (or of options' shard of them) to a new dataset at `path`

@@ -79,14 +79,20 @@ void bind_pack(py::module_& m) {
     std::atomic<bool> cancel{false};
     std::optional<py::error_already_set> interrupted;
     options.cancel = &cancel;
-    if (on_main_thread())  // signals reach Python there only (bindings.h)
-      options.on_progress = [&](const WriteStats&) {
+    if (on_main_thread()) {  // signals reach Python there only (bindings.h)
+      const auto check_signals = [&] {
         py::gil_scoped_acquire gil;
-        if (PyErr_CheckSignals() != 0) {
+        if (!interrupted && PyErr_CheckSignals() != 0) {
           interrupted.emplace();  // takes the pending exception
           cancel = true;
         }
+        return cancel.load();
       };
+      options.on_progress = [check_signals](const WriteStats&) { check_signals(); };
+      // Also while the last chunks are compressed and just before the file is published, so a
+      // Ctrl-C of the last 0.1 s is not taken after the rename.
+      options.cancelled = check_signals;
+    }
     try {
       const WriteStats stats = without_gil([&] {
         PackSources sources = dir.empty() ? PackSources::from_inputs(specs, fields, tar) : PackSources::from_folder(dir, {.paths = paths});
