@@ -666,20 +666,135 @@ TEST_F(MmtCli, FolderOfClassesPacksBytesAndLabels) {
   EXPECT_EQ(j["fields"][0]["fixed"], false);
   EXPECT_EQ(j["metadata"]["classes"], R"(["cat","dog"])");
   EXPECT_EQ(run_mmt({"verify", path("f.mmt"), "--folder", path("imgs")}).exit_code, 0);
+  // The files' bytes come back as a ragged field in the jagged layout: values and offsets.
   RunResult exported = run_mmt({"export", path("f.mmt"), path("fx")});
-  EXPECT_EQ(exported.exit_code, 0);
-  EXPECT_NE(exported.err.find("skipping field 'data'"), std::string::npos) << exported.err;
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
   EXPECT_TRUE(load_npy(path("fx/label.npy")).equal(tensor<int64_t>({0, 0, 1, 1})));
+  const Tensor values = load_npy(path("fx/data.npy")), offsets = load_npy(path("fx/data.offsets.npy"));
+  ASSERT_EQ(offsets.sizes(), IntArrayRef({5}));
+  for (int64_t i = 0; i < 4; ++i) {
+    const Tensor file = values.slice(0, offsets.at<int64_t>({i}), offsets.at<int64_t>({i + 1}));
+    const auto* bytes = static_cast<const std::byte*>(file.data_ptr());
+    EXPECT_EQ(testutil::Bytes(bytes, bytes + file.numel()), testutil::read_file(path(expected[i].first))) << i;
+  }
+  EXPECT_FALSE(fs::exists(path("fx/data.shapes.npy"))) << "only the first dimension varies";
 
-  // Asking for the ragged field, an unknown one or one twice is refused before anything is
-  // written, the folder included (it used to be created, or x.npy written, first).
-  EXPECT_FAILS_WITH(run_mmt({"export", path("f.mmt"), path("fy"), "--field", "data"}),
-                    "field 'data' varies in shape from record to record");
+  // An unknown field or one given twice is refused before anything is written, the folder
+  // included (it used to be created, or x.npy written, first).
   EXPECT_FAILS_WITH(run_mmt({"export", path("f.mmt"), path("fy"), "--field", "nope"}), "unknown field 'nope'");
   const RunResult twice = run_mmt({"export", path("f.mmt"), path("fy"), "--field", "label", "--field", "label"});
   EXPECT_FAILS_WITH(twice, "--field 'label' is given twice");
   EXPECT_EQ(twice.exit_code, 2) << "a command-line mistake";
   EXPECT_FALSE(fs::exists(path("fy")));
+}
+
+// A ragged field exports in PyTorch's jagged layout: NAME.npy holds the records' values back
+// to back along its first dimension, NAME.offsets.npy where each starts; where a dimension
+// after the first varies, NAME.npy is 1-D and NAME.shapes.npy gives each record's shape.
+// Checked record by record against get(), over many chunks, a compressed file, pieces of the
+// export (over 16 MiB of records) and shards read as one dataset.
+TEST_F(MmtCli, ExportWritesRaggedFieldsAsValuesAndOffsets) {
+  const Schema schema({Field::ragged("tokens", kInt32, {kVariableDim}), Field::ragged("boxes", kFloat32, {kVariableDim, 4}),
+                       Field::ragged("image", kUInt8, {kVariableDim, kVariableDim, 3}),
+                       Field::ragged("mask", kBool, {kVariableDim}), Field::fixed("label", kInt64, {})});
+  auto write = [&](const std::string& name, const char* codec, int64_t first, int64_t count) {
+    WriterOptions options;
+    options.codec = CodecSpec::parse(codec);
+    options.chunk_records = 37;
+    DatasetWriter writer = DatasetWriter::create(path(name), schema, options);
+    for (int64_t i = first; i < first + count; ++i) {
+      const int64_t side = 20 + i % 100;  // up to 119 x 120 x 3: about 24 MB of images, two pieces
+      Tensor image = empty({side, side + 1, 3}, kUInt8), mask = empty({i % 9}, kBool);
+      for (int64_t k = 0; k < image.numel(); ++k) image.mutable_data_ptr<uint8_t>()[k] = static_cast<uint8_t>((k + i) % 251);
+      for (int64_t k = 0; k < mask.numel(); ++k) mask.mutable_data_ptr<bool>()[k] = (k + i) % 2 == 1;
+      writer.append({arange(i * 7, i * 7 + i % 13, 1, kInt32), arange(4 * (i % 5), kFloat32).view({i % 5, 4}), image,
+                     mask, scalar_tensor(i)});
+    }
+    writer.finish();
+  };
+  write("r.mmt", "zstd:1", 0, 1600);
+  write("s0.mmt", "none", 0, 700);  // the same records, as two shards
+  write("s1.mmt", "lz4", 700, 900);
+  const Dataset ds = Dataset::open(path("r.mmt"));
+  for (const std::vector<std::string>& files : {std::vector<std::string>{path("r.mmt")},
+                                                std::vector<std::string>{path("s0.mmt"), path("s1.mmt")}}) {
+    const std::string out = path("out-" + std::to_string(files.size()));
+    std::vector<std::string> args{"export"};
+    args.insert(args.end(), files.begin(), files.end());
+    args.push_back(out);
+    const RunResult exported = run_mmt(args);
+    ASSERT_EQ(exported.exit_code, 0) << exported.err;
+    EXPECT_NE(exported.out.find(out + "/tokens.offsets.npy  int64 [1601] (where each record starts)"), std::string::npos)
+        << exported.out;
+    EXPECT_NE(exported.out.find(out + "/boxes.npy  float32 [3200, 4] (the values of a ragged field)"), std::string::npos)
+        << exported.out;
+    EXPECT_NE(exported.out.find(out + "/image.shapes.npy  int64 [1600, 3] (each record's shape)"), std::string::npos)
+        << exported.out;
+    EXPECT_FALSE(fs::exists(out + "/tokens.shapes.npy"));
+    EXPECT_FALSE(fs::exists(out + "/boxes.shapes.npy"));
+    EXPECT_TRUE(load_npy(out + "/label.npy").equal(arange(1600, kInt64)));
+    for (const char* name : {"tokens", "boxes", "image", "mask"}) {
+      SCOPED_TRACE(name);
+      const Tensor values = load_npy(out + "/" + name + ".npy"), offsets = load_npy(out + "/" + name + ".offsets.npy");
+      ASSERT_EQ(offsets.numel(), 1601);
+      EXPECT_EQ(offsets.at<int64_t>({0}), 0);
+      const bool with_shapes = std::string(name) == "image";
+      const Tensor shapes = with_shapes ? load_npy(out + "/" + name + ".shapes.npy") : Tensor();
+      for (int64_t i = 0; i < 1600; ++i) {
+        const Tensor expected = ds.get(i)[name];
+        Tensor back = values.slice(0, offsets.at<int64_t>({i}), offsets.at<int64_t>({i + 1}));
+        if (with_shapes) {
+          DimVector shape;
+          for (int64_t d = 0; d < 3; ++d) shape.push_back(shapes.at<int64_t>({i, d}));
+          back = back.view(shape);
+        }
+        ASSERT_TRUE(back.equal(expected)) << "record " << i;
+      }
+    }
+  }
+}
+
+// A bad bool byte in a ragged field is named by its record, in a later piece of the export too;
+// nothing is written.
+TEST_F(MmtCli, ExportNamesABadBoolByteOfARaggedFieldByItsRecord) {
+  {
+    WriterOptions options;
+    options.chunk_records = 100;
+    DatasetWriter writer = DatasetWriter::create(path("m.mmt"), Schema({Field::ragged("mask", kBool, {kVariableDim})}),
+                                                 options);
+    for (int64_t i = 0; i < 5000; ++i) writer.append({zeros({4000 + i % 7}, kBool)});  // 20 MB: several pieces
+    writer.finish();
+  }
+  const int64_t offset = Dataset::open(path("m.mmt")).get(4507)["mask"].storage_offset() + 3;  // bytes: bool
+  testutil::Bytes bytes = testutil::read_file(path("m.mmt"));
+  bytes[static_cast<size_t>(offset)] = std::byte{2};
+  testing::reseal_payload(bytes, 45);  // record 4507's chunk
+  testutil::write_file(path("m.mmt"), bytes);
+  EXPECT_FAILS_WITH(run_mmt({"export", path("m.mmt"), path("out")}), "field 'mask': record 4507 holds the bool byte 2");
+  EXPECT_FALSE(fs::exists(path("out")));
+}
+
+// A ragged field "x" writes x.offsets.npy: a field of that name is refused before anything is
+// written, as a name too long for x.offsets.npy is.
+TEST_F(MmtCli, ExportRefusesRaggedFilesThatAnotherFieldWrites) {
+  {
+    DatasetWriter writer = DatasetWriter::create(
+        path("c.mmt"), Schema({Field::ragged("x", kInt32, {kVariableDim}), Field::fixed("x.offsets", kInt64, {})}));
+    writer.append({arange(3, kInt32), scalar_tensor(int64_t{1})});
+    writer.finish();
+  }
+  EXPECT_FAILS_WITH(run_mmt({"export", path("c.mmt"), path("out")}), "fields 'x' and 'x.offsets' would both write");
+  EXPECT_FALSE(fs::exists(path("out")));
+  EXPECT_EQ(run_mmt({"export", path("c.mmt"), path("out"), "--field", "x"}).exit_code, 0);
+  EXPECT_TRUE(load_npy(path("out/x.npy")).equal(arange(3, kInt32)));
+  {
+    DatasetWriter writer =
+        DatasetWriter::create(path("long.mmt"), Schema({Field::ragged(std::string(250, 'n'), kInt32, {kVariableDim})}));
+    writer.append({arange(3, kInt32)});
+    writer.finish();
+  }
+  EXPECT_FAILS_WITH(run_mmt({"export", path("long.mmt"), path("out2")}), "longer than the 255 bytes of a file name");
+  EXPECT_FALSE(fs::exists(path("out2")));
 }
 
 TEST_F(MmtCli, InfoTextAndJson) {

@@ -1,13 +1,14 @@
-// mmt export FILE... DIR: each fixed-shape field back as DIR/NAME.npy of shape [records, ...]
-// (of all the records, for shards read as one dataset),
-// so `pack` then `export` gives the original arrays byte for byte: a field packed from a
-// Fortran-order .npy (listed in the metadata key "npy_fortran_order") is written back in
-// Fortran order (unless --c-order); a big-endian source comes back with the same values in
-// native order.
+// mmt export FILE... DIR: each field back as .npy files (of all the records, for shards read
+// as one dataset). A fixed-shape field is DIR/NAME.npy of shape [records, ...], so `pack` then
+// `export` gives the original arrays byte for byte: a field packed from a Fortran-order .npy
+// (listed in the metadata key "npy_fortran_order") is written back in Fortran order (unless
+// --c-order); a big-endian source comes back with the same values in native order. A ragged
+// field is written in PyTorch's jagged layout (stage_ragged_field()).
 // A field is written a piece of records at a time, so a field larger than memory exports too.
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -50,21 +51,23 @@ Dataset open_for_export(const std::vector<std::string>& files) {
 // A bool byte other than 0 or 1 is damage (FORMAT.md) that the checksums cannot see when the
 // writer put it there; an .npy of it would be refused by `mmt pack` and read by numpy as a
 // value no bool holds. Named with its file and record there, as `mmt verify` names its chunk.
-// `values`: records [first_record, ...) of the field, contiguous.
-void refuse_non_bool_bytes(const Dataset& ds, const Tensor& values, int64_t first_record, const std::string& field) {
-  const auto* bytes = static_cast<const std::byte*>(values.data_ptr());
-  const int64_t at = detail::first_invalid_bool(bytes, values.numel());
-  if (at < 0) return;
-  const int64_t per_record = values.numel() / std::max<int64_t>(values.size(0), 1);
-  const int64_t record = first_record + at / per_record;
+[[noreturn]] void throw_non_bool_byte(const Dataset& ds, int64_t record, const std::string& field, std::byte value) {
   const Dataset::Location where = ds.locate(record);
   const std::vector<Dataset> parts = ds.parts();
   const std::string in_concatenation =
       parts.size() > 1 ? detail::str(" (record ", record, " of the ", parts.size(), " files)") : std::string();
   throw FormatError(detail::str(parts[where.part].path(), ": field '", printable(field), "': record ", where.index,
-                                in_concatenation, " holds the bool byte ",
-                                static_cast<int>(static_cast<uint8_t>(bytes[at])),
+                                in_concatenation, " holds the bool byte ", static_cast<int>(static_cast<uint8_t>(value)),
                                 " (bool values are 0 or 1); mmt verify reports its chunk"));
+}
+
+// `values`: records [first_record, ...) of a fixed field, contiguous.
+void refuse_non_bool_bytes(const Dataset& ds, const Tensor& values, int64_t first_record, const std::string& field) {
+  const auto* bytes = static_cast<const std::byte*>(values.data_ptr());
+  const int64_t at = detail::first_invalid_bool(bytes, values.numel());
+  if (at < 0) return;
+  const int64_t per_record = values.numel() / std::max<int64_t>(values.size(0), 1);
+  throw_non_bool_byte(ds, first_record + at / per_record, field, bytes[at]);
 }
 
 // How many bytes of a field an export holds in memory at once: its records are read, checked
@@ -184,6 +187,121 @@ DimVector stage_field(detail::StagedFiles& files, const Dataset& ds, const std::
   return sizes;
 }
 
+// The files an export writes for one field, in the order they are staged.
+struct FieldFiles {
+  std::string field;
+  bool ragged = false;
+  bool with_shapes = false;        // ragged, a dimension after the first varying
+  std::vector<std::string> paths;  // NAME.npy; then, ragged, NAME.offsets.npy (and NAME.shapes.npy)
+};
+
+FieldFiles files_of(const Field& f, const std::string& dir) {
+  FieldFiles out{f.name, !f.is_fixed(), false, {}};
+  out.with_shapes = out.ragged && std::find(f.shape.begin() + 1, f.shape.end(), kVariableDim) != f.shape.end();
+  out.paths.push_back((fs::path(dir) / (f.name + ".npy")).string());
+  if (out.ragged) out.paths.push_back((fs::path(dir) / (f.name + ".offsets.npy")).string());
+  if (out.with_shapes) out.paths.push_back((fs::path(dir) / (f.name + ".shapes.npy")).string());
+  return out;
+}
+
+// A ragged field in PyTorch's jagged layout (the values and offsets of
+// torch.nested.nested_tensor_from_jagged; Arrow's lists and Megatron's .bin/.idx are laid out
+// so): NAME.npy holds the records' values back to back along its first dimension and
+// NAME.offsets.npy (int64 [records + 1], from 0) where each starts, so that record i is
+// values[offsets[i]:offsets[i + 1]]. Where only a record's first dimension varies (tokens
+// [*], bytes [*], boxes [*, 4]), NAME.npy is [rows, ...the fixed dimensions] and that slice
+// is the record. Where a later one varies (images [*, *, 3]), NAME.npy is 1-D, the slice is
+// the record's values in row-major order, and NAME.shapes.npy (int64 [records, ndim]) gives
+// the shape to reshape it to.
+// Two passes of pieces of records (ragged_column(), which checks every chunk under them):
+// the first finds the offsets (an .npy header states its length before the values) and
+// checks bool bytes; the second writes the values. The offsets (and shapes) are held in
+// memory, 8 bytes a record (and a dimension); the values a piece at a time. Returns each
+// file's dtype and shape, in the order of files.paths.
+std::vector<std::pair<ScalarType, DimVector>> stage_ragged_field(detail::StagedFiles& files, const Dataset& ds,
+                                                                 const FieldFiles& out) {
+  const std::string& field = out.field;
+  const Field& f = ds.schema()[ds.schema().index_of(field)];
+  const int64_t records = ds.size();
+  const int64_t ndim = static_cast<int64_t>(f.shape.size());
+  const DatasetInfo info = ds.info();
+  const int64_t decoded_per_record = records > 0 ? info.decoded_bytes / records : 0;
+  const int64_t records_per_piece = std::max<int64_t>(1, kExportPieceBytes / std::max<int64_t>(decoded_per_record, 1));
+
+  std::vector<int64_t> offsets{0};  // in elements, then in rows of NAME.npy
+  std::vector<int64_t> shapes;
+  offsets.reserve(static_cast<size_t>(records) + 1);
+  if (out.with_shapes) shapes.reserve(static_cast<size_t>(records * ndim));
+  for (int64_t first = 0; first < records;) {
+    StopSignals::check();
+    const int64_t stop = std::min(records, first + records_per_piece);
+    const RaggedBatch piece = ds.ragged_column(field, first, stop);
+    const int64_t* ends = piece.offsets.data_ptr<int64_t>();
+    const int64_t base = offsets.back();
+    for (int64_t i = 1; i <= stop - first; ++i) offsets.push_back(base + ends[i]);  // a mapped file's elements: no overflow
+    if (out.with_shapes) {
+      const int64_t* s = piece.shapes.data_ptr<int64_t>();
+      shapes.insert(shapes.end(), s, s + (stop - first) * ndim);
+    }
+    if (f.dtype == kBool) {
+      const auto* bytes = static_cast<const std::byte*>(piece.values.contiguous().data_ptr());
+      const int64_t at = detail::first_invalid_bool(bytes, piece.values.numel());
+      if (at >= 0) {
+        const int64_t record = first + (std::upper_bound(ends, ends + (stop - first) + 1, at) - ends) - 1;
+        throw_non_bool_byte(ds, record, field, bytes[at]);
+      }
+    }
+    first = stop;
+  }
+
+  // Rows of NAME.npy: a record's values when a later dimension varies, else its first index.
+  DimVector values_shape;
+  int64_t row_elements = 1;
+  if (!out.with_shapes)
+    for (int64_t d = 1; d < ndim; ++d) row_elements *= f.shape[static_cast<size_t>(d)];
+  for (int64_t& offset : offsets) offset /= row_elements;  // whole rows: the reader checked each record's extents
+  values_shape.push_back(offsets.back());
+  if (!out.with_shapes)
+    for (int64_t d = 1; d < ndim; ++d) values_shape.push_back(f.shape[static_cast<size_t>(d)]);
+
+  const std::string values_header = detail::npy_header_bytes(f.dtype, values_shape);
+  bool header_written = false;
+  int64_t next_record = 0;
+  Tensor piece_values;  // the bytes handed out last, alive until the next call
+  files.stage_streamed(out.paths[0], [&]() -> std::span<const std::byte> {
+    if (!header_written) {
+      header_written = true;
+      return std::as_bytes(std::span(values_header));
+    }
+    while (next_record < records) {
+      const int64_t first = next_record;
+      next_record = std::min(records, first + records_per_piece);
+      piece_values = ds.ragged_column(field, first, next_record).values.contiguous();
+      // The file was read once already: what it holds now must be what the header says.
+      const int64_t expected = (offsets[static_cast<size_t>(next_record)] - offsets[static_cast<size_t>(first)]) * row_elements;
+      MMT_CHECK(piece_values.numel() == expected, FormatError, ds.path(), ": field '", printable(field), "': records [",
+                first, ", ", next_record, ") hold ", piece_values.numel(), " values, where they held ", expected,
+                " a moment before; the file changed while it was exported");
+      if (piece_values.nbytes() > 0)
+        return {static_cast<const std::byte*>(piece_values.data_ptr()), static_cast<size_t>(piece_values.nbytes())};
+    }
+    return {};
+  });
+
+  std::vector<std::pair<ScalarType, DimVector>> written{{f.dtype, values_shape}};
+  const DimVector offsets_shape{records + 1};
+  const std::string offsets_header = detail::npy_header_bytes(kInt64, offsets_shape);
+  files.stage(out.paths[1], {std::as_bytes(std::span(offsets_header)), std::as_bytes(std::span(offsets))});
+  written.emplace_back(kInt64, offsets_shape);
+  if (out.with_shapes) {
+    const DimVector shapes_shape{records, ndim};
+    const std::string shapes_header = detail::npy_header_bytes(kInt64, shapes_shape);
+    files.stage(out.paths[2], {std::as_bytes(std::span(shapes_header)), std::as_bytes(std::span(shapes))});
+    written.emplace_back(kInt64, shapes_shape);
+  }
+  return written;
+}
+
 // Removes the folders an export made (deepest first), each only if empty; whether it
 // removed the first of them, the folder the export wrote into.
 bool remove_made_folders(const std::vector<fs::path>& made_folders) {
@@ -204,35 +322,42 @@ void run_export(const ExportArgs& args) {
   std::vector<std::string> names;
   for (const std::string& name : args.fields) {
     if (name.empty()) throw UsageError("--field is empty: name a field to export");
-    const Field& f = ds.schema()[ds.schema().index_of(name)];  // an unknown name lists the known ones
+    (void)ds.schema().index_of(name);  // an unknown name lists the known ones
     MMT_CHECK(std::find(names.begin(), names.end(), name) == names.end(), UsageError, "--field '", printable(name),
               "' is given twice");
-    MMT_CHECK(f.is_fixed(), ValueError, "field '", printable(name), "' varies in shape from record to record (",
-              f.shape, "); export writes fixed-shape fields, one .npy each (use mmt get --raw for one record)");
     names.push_back(name);
   }
   if (args.fields.empty()) {
     for (const Field& f : ds.schema()) {
-      if (!f.is_fixed())
-        std::cerr << "mmt export: skipping field '" << printable(f.name)
-                  << "': its records vary in shape (use mmt get --raw for one record)\n";
-      else if (f.dtype == kBFloat16)  // named with --field, it is refused below with the reason
+      if (f.dtype == kBFloat16)  // named with --field, it is refused below with the reason
         std::cerr << "mmt export: skipping field '" << printable(f.name)
                   << "': bfloat16 has no numpy dtype, so it cannot be written to .npy\n";
       else
         names.push_back(f.name);
     }
-    MMT_CHECK(!names.empty(), ValueError, ds.path(), ": no field to export; each varies in shape from record to "
-              "record or is bfloat16, which .npy cannot hold (use mmt get --raw for one record)");
+    MMT_CHECK(!names.empty(), ValueError, ds.path(), ": no field to export; each is bfloat16, which .npy cannot "
+              "hold (use mmt get --raw for one record)");
   }
-  std::vector<std::string> paths;
+  std::vector<FieldFiles> fields;
+  std::vector<std::string> paths;  // every file, in the order staged
+  std::map<std::string, std::string> writer_of;  // file -> the field that writes it
   for (const std::string& name : names) {
-    (void)npy_descr(ds.schema()[ds.schema().index_of(name)].dtype);  // bfloat16 has no numpy dtype
-    MMT_CHECK(name.size() <= kMaxWrittenFieldNameBytes, ValueError, "field '", printable(name), "' (", name.size(),
-              " bytes): NAME.npy would be longer than the 255 bytes of a file name (writers now cap names at ",
-              kMaxWrittenFieldNameBytes, " bytes); export the other fields with --field");
-    paths.push_back((fs::path(args.dir) / (name + ".npy")).string());
-    check_output_path(paths.back(), args.force, args.files);
+    const Field& f = ds.schema()[ds.schema().index_of(name)];
+    (void)npy_descr(f.dtype);  // bfloat16 has no numpy dtype
+    fields.push_back(files_of(f, args.dir));
+    for (const std::string& file : fields.back().paths) {
+      const std::string file_name = fs::path(file).filename().string();
+      MMT_CHECK(file_name.size() <= 255, ValueError, "field '", printable(name), "' (", name.size(), " bytes): ",
+                fields.back().ragged ? "its files (NAME.npy, NAME.offsets.npy" : "NAME.npy",
+                fields.back().with_shapes ? ", NAME.shapes.npy)" : fields.back().ragged ? ")" : "",
+                " would have a name longer than the 255 bytes of a file name; export the other fields with --field");
+      // A ragged field "x" writes x.offsets.npy, the file of a field named "x.offsets".
+      const auto [other, first_to_write_it] = writer_of.emplace(file, name);
+      MMT_CHECK(first_to_write_it, ValueError, "fields '", printable(other->second), "' and '", printable(name),
+                "' would both write ", printable(file), "; export one of them with --field");
+      check_output_path(file, args.force, args.files);
+      paths.push_back(file);
+    }
   }
   // What cannot be known before writing (a damaged chunk met by column(), a name the file
   // system finds too long, a full disk) undoes the export. Every .npy is written to a
@@ -254,11 +379,20 @@ void run_export(const ExportArgs& args) {
               ec ? ec.message() : "a file is in the way");
     detail::StagedFiles files(args.force, StopSignals::check);
     const std::vector<std::string> fortran = args.c_order ? std::vector<std::string>{} : fortran_order_fields(ds);
-    for (size_t k = 0; k < names.size(); ++k) {
-      const bool fortran_order = std::find(fortran.begin(), fortran.end(), names[k]) != fortran.end();
-      const DimVector sizes = stage_field(files, ds, names[k], paths[k], fortran_order);
-      written << printable(paths[k]) << "  " << to_string(ds.schema()[ds.schema().index_of(names[k])].dtype) << " "
-              << sizes << (fortran_order ? " (Fortran order, as packed)" : "") << "\n";
+    for (const FieldFiles& field : fields) {
+      const ScalarType dtype = ds.schema()[ds.schema().index_of(field.field)].dtype;
+      if (!field.ragged) {
+        const bool fortran_order = std::find(fortran.begin(), fortran.end(), field.field) != fortran.end();
+        const DimVector sizes = stage_field(files, ds, field.field, field.paths[0], fortran_order);
+        written << printable(field.paths[0]) << "  " << to_string(dtype) << " " << sizes
+                << (fortran_order ? " (Fortran order, as packed)" : "") << "\n";
+        continue;
+      }
+      const auto shapes = stage_ragged_field(files, ds, field);
+      for (size_t k = 0; k < shapes.size(); ++k)
+        written << printable(field.paths[k]) << "  " << to_string(shapes[k].first) << " " << shapes[k].second
+                << (k == 0 ? " (the values of a ragged field)" : k == 1 ? " (where each record starts)" : " (each record's shape)")
+                << "\n";
     }
     files.publish();
     note_published(paths.size() == 1 ? detail::str(paths[0], " was written and is complete")
@@ -279,7 +413,7 @@ void run_export(const ExportArgs& args) {
 
 void add_export_command(CLI::App& app) {
   auto args = std::make_shared<ExportArgs>();
-  CLI::App* cmd = app.add_subcommand("export", "Write each fixed-shape field to DIR/NAME.npy");
+  CLI::App* cmd = app.add_subcommand("export", "Write each field to DIR/NAME.npy (a ragged one with NAME.offsets.npy, as PyTorch's jagged layout)");
   add_files_then_option(cmd, "DIR", args->files, args->dir,
                         "The dataset file (or several shards read as one dataset, in order), then the folder to "
                         "write into (created if missing)");
