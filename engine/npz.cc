@@ -482,7 +482,9 @@ struct DeflatedMember::Stream {
         fail(str("deflate data ends after ", position, " of ", inflated_bytes,
                  " bytes; the archive is truncated or corrupt"));
     }
-    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(dst), n);
+    // (crc32_z of a null buffer is the initial value: a read of nothing, as an empty record
+    // makes, must leave the running CRC alone.)
+    if (n > 0) crc = crc32_z(crc, reinterpret_cast<const Bytef*>(dst), n);
     if (position == inflated_bytes) finish();
   }
 

@@ -220,10 +220,91 @@ int64_t first_difference(const Tensor& a, const Tensor& b) {
   return std::mismatch(pa, pa + n, pb).first - pa;
 }
 
+// The offsets (and shapes) of a field given in the jagged layout (JaggedArrays), read into
+// memory and checked against its values' sizes.
+struct JaggedIndex {
+  Tensor offsets;         // int64 [records + 1]
+  Tensor shapes;          // int64 [records, ndim], or undefined
+  DimVector field_shape;  // the field's: -1 where the records' extents differ, and first
+  DimVector row_shape;    // the values' dimensions after the first
+};
+
+// An .npy of integers (any width), as int64 in memory; ValueError unless it is `rank`-D.
+Tensor index_array(const std::string& path, const std::string& what, int64_t rank, std::string_view expected) {
+  const Tensor raw = load_npy(path, /*mmap=*/false);
+  const ScalarType t = raw.dtype();
+  const bool integers = !is_floating_point(t) && !is_complex(t) && t != kBool;
+  MMT_CHECK(raw.dim() == rank && integers, ValueError, what, ": an array of ", to_string(t), " of shape ",
+            describe_sizes(raw.sizes()), "; ", expected);
+  if (t == kUInt64) {  // one past int64 is no offset of an array: said so, not wrapped
+    const uint64_t* v = raw.data_ptr<uint64_t>();
+    const int64_t at = std::find_if(v, v + raw.numel(), [](uint64_t x) { return x > uint64_t{INT64_MAX}; }) - v;
+    MMT_CHECK(at == raw.numel(), ValueError, what, ": entry ", at, " is ", v[at], ", past any array's size");
+  }
+  return raw.to(kInt64).contiguous();
+}
+
+JaggedIndex jagged_index(const std::string& name, IntArrayRef sizes, const std::string& offsets_path,
+                         const std::string* shapes_path) {
+  JaggedIndex out;
+  const std::string what = str("the offsets of field '", detail::escaped(name), "' (", offsets_path, ")");
+  out.offsets = index_array(offsets_path, what, 1, "offsets are a 1-D array of integers, one more than the records");
+  const int64_t* o = out.offsets.data_ptr<int64_t>();
+  const int64_t n = out.offsets.numel(), rows = sizes[0];
+  MMT_CHECK(n >= 1, ValueError, what, ": holds no value; offsets hold one more than the records ([0] for none)");
+  MMT_CHECK(o[0] == 0, ValueError, what, ": begins at ", o[0], "; the first record starts at row 0 of the values");
+  for (int64_t k = 1; k < n; ++k)
+    MMT_CHECK(o[k] >= o[k - 1], ValueError, what, ": entry ", k, " (", o[k], ") is less than entry ", k - 1, " (",
+              o[k - 1], "): record ", k - 1, " would end before it starts");
+  MMT_CHECK(o[n - 1] == rows, ValueError, what, ": ends at ", o[n - 1], ", but the values hold ", rows,
+            " rows (the first dimension of their shape ", describe_sizes(sizes), "); the last entry is where the last "
+            "record ends (document starts alone need that end appended)");
+  const int64_t records = n - 1;
+  if (!shapes_path) {
+    out.field_shape.push_back(kVariableDim);
+    for (size_t d = 1; d < sizes.size(); ++d) {
+      out.field_shape.push_back(sizes[d]);
+      out.row_shape.push_back(sizes[d]);
+    }
+    return out;
+  }
+  const std::string shapes_what = str("the shapes of field '", detail::escaped(name), "' (", *shapes_path, ")");
+  MMT_CHECK(sizes.size() == 1, ValueError, shapes_what, ": the values are of shape ", describe_sizes(sizes),
+            "; with shapes they are 1-D, each record's values in row-major order, and the offsets count them");
+  out.shapes = index_array(*shapes_path, shapes_what, 2, str("shapes are integers [records, ndim], here [", records,
+                                                              ", ndim]"));
+  MMT_CHECK(out.shapes.size(0) == records && out.shapes.size(1) >= 1, ValueError, shapes_what, ": of shape ",
+            describe_sizes(out.shapes.sizes()), ", where the offsets give ", records,
+            " records: shapes are [records, ndim], ndim at least 1");
+  const int64_t ndim = out.shapes.size(1);
+  const int64_t* shape = out.shapes.data_ptr<int64_t>();
+  for (int64_t i = 0; i < records; ++i, shape += ndim) {
+    int64_t values = 1;
+    for (int64_t d = 0; d < ndim; ++d)
+      MMT_CHECK(shape[d] >= 0 && !__builtin_mul_overflow(values, shape[d], &values), ValueError, shapes_what,
+                ": record ", i, " has the shape ", describe_sizes(IntArrayRef(shape, static_cast<size_t>(ndim))),
+                ", which no array has");
+    MMT_CHECK(values == o[i + 1] - o[i], ValueError, shapes_what, ": record ", i, " has the shape ",
+              describe_sizes(IntArrayRef(shape, static_cast<size_t>(ndim))), " (", values, " values), but the offsets give it ",
+              o[i + 1] - o[i]);
+  }
+  // A dimension is fixed where every record has the same extent (the 3 of [*, *, 3] images).
+  const int64_t* first = out.shapes.data_ptr<int64_t>();
+  for (int64_t d = 0; d < ndim; ++d) {
+    bool same = d > 0 && records > 0 && first[d] > 0;
+    for (int64_t i = 1; same && i < records; ++i) same = first[i * ndim + d] == first[d];
+    out.field_shape.push_back(same ? first[d] : kVariableDim);
+  }
+  return out;
+}
+
 }  // namespace
 
-PackSources PackSources::from_arrays(std::span<const std::string> specs) {
+PackSources PackSources::from_arrays(std::span<const std::string> specs, const JaggedArrays& jagged) {
   MMT_CHECK(!specs.empty(), ValueError, "no inputs: give NAME=PATH.npy, PATH.npz or NAME=PATH (IDX)");
+  for (const auto& [name, path] : jagged.shapes)
+    MMT_CHECK(jagged.offsets.contains(name), InputSpecError, "the shapes of field '", detail::escaped(name), "' (", path,
+              ") need its offsets too: record i is rows offsets[i] to offsets[i + 1] of the values, of shape shapes[i]");
   PackSources out;
   std::vector<Field> fields;
   // Whether each field's name was typed (NAME=) rather than taken from an .npz member.
@@ -241,11 +322,21 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
       throw ValueError(message);
     }
     named_by_spec.push_back(typed_name);
-    if (!fields.empty() && sizes[0] != out.records_)
-      throw ValueError(str("record counts disagree: ", origin, " has ", sizes[0],
-                           " records (first dimension of shape ", describe_sizes(sizes),
+    // A field given in the jagged layout: its records are runs of the array's rows.
+    std::optional<JaggedIndex> index;
+    if (const auto given = jagged.offsets.find(name); given != jagged.offsets.end()) {
+      const auto shapes = jagged.shapes.find(name);
+      index = jagged_index(name, sizes, given->second, shapes == jagged.shapes.end() ? nullptr : &shapes->second);
+      out.input_paths_.push_back(given->second);
+      if (shapes != jagged.shapes.end()) out.input_paths_.push_back(shapes->second);
+    }
+    const int64_t records = index ? index->offsets.numel() - 1 : sizes[0];
+    if (!fields.empty() && records != out.records_)
+      throw ValueError(str("record counts disagree: ", origin, " has ", records, " records (",
+                           index ? str("its offsets ", jagged.offsets.find(name)->second, " say")
+                                 : str("first dimension of shape ", describe_sizes(sizes)),
                            ") but ", out.origins_[0], " has ", out.records_));
-    out.records_ = sizes[0];
+    out.records_ = records;
     std::vector<int64_t> record_shape(sizes.begin() + 1, sizes.end());
     // numpy allows a 0 anywhere; a field's fixed dimensions are >= 1 (records of no values
     // would be no record at all), so say that in the user's terms, not the schema's.
@@ -254,13 +345,17 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
                 "dimension ", d, ", so each record would hold no values; such arrays cannot be packed, because a ",
                 "field's fixed dimensions must be >= 1");
     try {
-      fields.push_back(Field::fixed(name, dtype, record_shape));
+      fields.push_back(index ? Field::ragged(name, dtype, index->field_shape) : Field::fixed(name, dtype, record_shape));
       fields.back().validate();
     } catch (const ValueError& e) {
       throw ValueError(str(origin, " (an array of shape ", describe_sizes(sizes), "): ", e.what()));
     }
-    out.total_bytes_ += sizes[0] * fields.back().fixed_nbytes();
+    int64_t row_bytes = element_size(dtype);
+    for (size_t d = 1; d < sizes.size(); ++d) row_bytes *= sizes[d];
+    out.total_bytes_ += sizes[0] * row_bytes;
     out.origins_.push_back(origin);
+    out.jagged_.emplace_back();
+    if (index) out.jagged_.back() = {std::move(index->offsets), std::move(index->shapes), std::move(index->row_shape)};
   };
   auto add_array = [&](const std::string& name, Tensor t, const std::string& origin, bool typed_name) {
     add_field(name, t.dtype(), t.sizes(), origin, typed_name);
@@ -321,6 +416,12 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs) {
     else
       add_array(name, load_idx(path), spec, /*typed_name=*/true);
   }
+  for (const auto& [name, path] : jagged.offsets)
+    MMT_CHECK(std::any_of(fields.begin(), fields.end(), [&](const Field& f) { return f.name == name; }), InputSpecError,
+              "offsets are given for field '", detail::escaped(name), "' (", path, "), but no input gives that field");
+  // Only arrays with a jagged field keep one entry a field: jagged_.empty() says there is none.
+  if (std::none_of(out.jagged_.begin(), out.jagged_.end(), [](const JaggedColumn& c) { return c.offsets.defined(); }))
+    out.jagged_.clear();
   out.schema_ = Schema(std::move(fields));
   // Recorded so that `mmt export` writes these back in Fortran order: the file packed.
   if (!fortran_fields.empty()) out.metadata_[std::string(kFortranOrderMetadataKey)] = nlohmann::json(fortran_fields).dump();
@@ -412,8 +513,10 @@ bool are_tar_inputs(std::span<const std::string> specs) { return inputs_kind(spe
 bool are_megatron_inputs(std::span<const std::string> specs) { return inputs_kind(specs) == InputsKind::Megatron; }
 
 PackSources PackSources::from_inputs(std::span<const std::string> specs, std::span<const std::string> fields,
-                                     TarOptions tar_options) {
+                                     TarOptions tar_options, const JaggedArrays& jagged) {
   const InputsKind kind = inputs_kind(specs);
+  MMT_CHECK(jagged.empty() || kind == InputsKind::Arrays || kind == InputsKind::Unknown, InputSpecError,
+            "offsets and shapes give ragged fields of arrays (.npy, .npz, IDX or raw files); these inputs are not arrays");
   if (kind == InputsKind::Tars) {
     MMT_CHECK(fields.empty(), InputSpecError, "choosing fields is for dataset inputs, not for tar archives");
     return from_tars(std::vector<std::string>(specs.begin(), specs.end()), tar_options);
@@ -435,7 +538,7 @@ PackSources PackSources::from_inputs(std::span<const std::string> specs, std::sp
   if (kind == InputsKind::Datasets || (kind == InputsKind::Unknown && !fields.empty()))
     return from_datasets(std::vector<std::string>(specs.begin(), specs.end()), fields);
   MMT_CHECK(fields.empty(), InputSpecError, "choosing fields is for dataset inputs; of arrays, give the ones to pack");
-  return from_arrays(specs);
+  return from_arrays(specs, jagged);
 }
 
 PackSources PackSources::from_datasets(const std::vector<std::string>& paths, std::span<const std::string> fields) {
@@ -725,8 +828,20 @@ void PackSources::record(int64_t index, std::vector<Tensor>& values) const {
     return;
   }
   if (!columns_.empty()) {
-    for (size_t f = 0; f < columns_.size(); ++f)
-      values[f] = columns_[f].defined() ? columns_[f].select(0, index) : converted_records(f, index, 1).select(0, 0);
+    for (size_t f = 0; f < columns_.size(); ++f) {
+      if (jagged_.empty() || !jagged_[f].offsets.defined()) {
+        values[f] = columns_[f].defined() ? columns_[f].select(0, index) : converted_records(f, index, 1).select(0, 0);
+        continue;
+      }
+      const JaggedColumn& column = jagged_[f];
+      const int64_t* offsets = column.offsets.data_ptr<int64_t>();
+      values[f] = array_rows(f, offsets[index], offsets[index + 1] - offsets[index]);
+      if (column.shapes.defined()) {  // 1-D values, contiguous: a view of the record's shape
+        const int64_t ndim = column.shapes.size(1);
+        const int64_t* shape = column.shapes.data_ptr<int64_t>() + index * ndim;
+        values[f] = values[f].view(IntArrayRef(shape, static_cast<size_t>(ndim)));
+      }
+    }
     return;
   }
   UntypedStorage bytes = detail::read_file_bytes(files_[static_cast<size_t>(index)]);
@@ -758,7 +873,7 @@ bool PackSources::record_batch(int64_t start, int64_t count, std::vector<Tensor>
     for (size_t f = 0; f < dataset_fields_.size(); ++f) values[f] = dataset_->column(dataset_fields_[f], start, start + count);
     return true;
   }
-  if (columns_.empty()) return false;
+  if (columns_.empty() || !jagged_.empty()) return false;  // jagged arrays: jagged_record_batch()
   values.resize(columns_.size());
   for (size_t f = 0; f < columns_.size(); ++f)
     values[f] = columns_[f].defined() ? columns_[f].narrow(0, start, count) : converted_records(f, start, count);
@@ -772,15 +887,60 @@ int64_t PackSources::jagged_record_batch(int64_t start, int64_t count, std::vect
   if (arrow_) return arrow_batch(start, count, values, offsets);
   if (tfrecord_) return count == 0 ? 0 : tfrecord_batch(start, count, values, offsets);
   if (mds_) return count == 0 ? 0 : mds_batch(start, count, values, offsets);
+  if (!jagged_.empty()) return count == 0 ? 0 : jagged_arrays_batch(start, count, values, offsets);
   if (!record_batch(start, count, values)) return 0;
   offsets.assign(values.size(), Tensor());
   return count;
 }
 
+// A batch of jagged arrays' records holds at most about this many bytes of a field's rows (as
+// pack_dataset's batches of fixed records do), and at least one record.
+constexpr int64_t kJaggedBatchBytes = int64_t{4} << 20;
+
+int64_t PackSources::jagged_arrays_batch(int64_t start, int64_t count, std::vector<Tensor>& values,
+                                         std::vector<Tensor>& offsets) const {
+  // The jagged layout holds records that vary in their first dimension only: records given
+  // with their shapes go one at a time.
+  for (const JaggedColumn& column : jagged_)
+    if (column.shapes.defined()) return -count;
+  int64_t n = count;
+  for (size_t f = 0; f < jagged_.size(); ++f) {
+    if (!jagged_[f].offsets.defined()) continue;
+    int64_t row_bytes = element_size(schema_[f].dtype);
+    for (const int64_t size : jagged_[f].row_shape) row_bytes *= size;
+    const int64_t* ends = jagged_[f].offsets.data_ptr<int64_t>() + start + 1;  // ends[k]: where record start + k ends
+    const int64_t budget = ends[-1] + kJaggedBatchBytes / row_bytes;
+    n = std::max<int64_t>(1, std::min(n, std::upper_bound(ends, ends + n, budget) - ends));
+  }
+  values.resize(columns_.size());
+  offsets.assign(columns_.size(), Tensor());
+  for (size_t f = 0; f < columns_.size(); ++f) {
+    if (!jagged_[f].offsets.defined()) {
+      values[f] = array_rows(f, start, n);
+      continue;
+    }
+    const int64_t* at = jagged_[f].offsets.data_ptr<int64_t>() + start;
+    values[f] = array_rows(f, at[0], at[n] - at[0]);
+    offsets[f] = empty({n + 1}, kInt64);  // of these rows
+    int64_t* relative = offsets[f].mutable_data_ptr<int64_t>();
+    for (int64_t k = 0; k <= n; ++k) relative[k] = at[k] - at[0];
+  }
+  return n;
+}
+
+Tensor PackSources::array_rows(size_t f, int64_t start, int64_t count) const {
+  return columns_[f].defined() ? columns_[f].narrow(0, start, count) : converted_records(f, start, count);
+}
+
 Tensor PackSources::converted_records(size_t f, int64_t start, int64_t count) const {
   const Field& field = schema_[f];
   const ConvertedColumn& column = converted_[f];
-  const int64_t record_bytes = field.fixed_nbytes(), nbytes = count * record_bytes;
+  // A row: a record, or one along the first dimension of a jagged field's values.
+  const bool jagged = !jagged_.empty() && jagged_[f].offsets.defined();
+  const DimVector& row_shape = jagged ? jagged_[f].row_shape : field.shape;
+  int64_t record_bytes = element_size(field.dtype);
+  for (const int64_t size : row_shape) record_bytes *= size;
+  const int64_t nbytes = count * record_bytes;
   UntypedStorage values = UntypedStorage::allocate(nbytes);
   std::byte* out = values.mutable_data();
   if (column.deflated) {
@@ -788,7 +948,7 @@ Tensor PackSources::converted_records(size_t f, int64_t start, int64_t count) co
     detail::copy_to_native(out, out, nbytes, field.dtype, column.big_endian);  // in place
     if (field.dtype == kBool) {  // a mapped array's bools are checked when it is made a tensor
       const int64_t at = detail::first_invalid_bool(out, nbytes);
-      MMT_CHECK(at < 0, FormatError, origins_[f], ": record ", start + at / std::max<int64_t>(record_bytes, 1),
+      MMT_CHECK(at < 0, FormatError, origins_[f], jagged ? ": row " : ": record ", start + at / std::max<int64_t>(record_bytes, 1),
                 " holds the bool byte ", static_cast<int>(static_cast<uint8_t>(out[at])),
                 "; a '|b1' array may hold only 0 and 1");
     }
@@ -801,7 +961,7 @@ Tensor PackSources::converted_records(size_t f, int64_t start, int64_t count) co
         [&] { detail::copy_to_native(out, from, nbytes, field.dtype, column.big_endian); });
   }
   DimVector sizes{count};
-  for (int64_t s : field.shape) sizes.push_back(s);
+  for (int64_t s : row_shape) sizes.push_back(s);
   return Tensor(std::move(values), field.dtype, sizes);
 }
 

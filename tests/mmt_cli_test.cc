@@ -751,6 +751,28 @@ TEST_F(MmtCli, ExportWritesRaggedFieldsAsValuesAndOffsets) {
         ASSERT_TRUE(back.equal(expected)) << "record " << i;
       }
     }
+    // What export wrote packs back into the same records (--offsets, --shapes), and verify
+    // --against takes them as pack does.
+    std::vector<std::string> inputs{"label=" + out + "/label.npy"}, jagged{"--shapes", "image=" + out + "/image.shapes.npy"};
+    for (const char* name : {"tokens", "boxes", "image", "mask"}) {
+      inputs.push_back(std::string(name) + "=" + out + "/" + name + ".npy");
+      jagged.insert(jagged.end(), {"--offsets", std::string(name) + "=" + out + "/" + name + ".offsets.npy"});
+    }
+    std::vector<std::string> pack{"pack", out + ".mmt"};
+    pack.insert(pack.end(), inputs.begin(), inputs.end());
+    pack.insert(pack.end(), jagged.begin(), jagged.end());
+    const RunResult packed = run_mmt(pack);
+    ASSERT_EQ(packed.exit_code, 0) << packed.err;
+    const RunResult same = run_mmt({"verify", out + ".mmt", "--against", path("r.mmt")});
+    EXPECT_EQ(same.exit_code, 0) << same.err;
+    EXPECT_NE(same.out.find("1600 records (all) equal their sources byte for byte"), std::string::npos) << same.out;
+    std::vector<std::string> verify{"verify", path("r.mmt"), "--against"};
+    verify.insert(verify.end(), inputs.begin(), inputs.end());
+    verify.insert(verify.end(), jagged.begin(), jagged.end());
+    const RunResult against_arrays = run_mmt(verify);
+    EXPECT_EQ(against_arrays.exit_code, 0) << against_arrays.err;
+    EXPECT_NE(against_arrays.out.find("1600 records (all) equal their sources byte for byte"), std::string::npos)
+        << against_arrays.out;
   }
 }
 

@@ -142,6 +142,11 @@ namespace mmt::tool {
 // The sources named on a command line: array inputs, datasets (only `fields` of them when
 // some are named), tar archives (grouped as `tar` says: keys, the fields chosen, missing
 // members), or a folder (not both), with its files' paths as field "path" when `folder_paths`.
+// `jagged`: ragged fields of array inputs in the jagged layout (--offsets, --shapes).
 PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder, bool folder_paths,
-                              const std::vector<std::string>& fields, const TarOptions& tar = {});
+                              const std::vector<std::string>& fields, const TarOptions& tar = {},
+                              const JaggedArrays& jagged = {});
+// --offsets NAME=PATH.npy and --shapes NAME=PATH.npy (each repeated), as `pack` and `verify
+// --against` take them, into `jagged`.
+void add_jagged_options(CLI::App* cmd, JaggedArrays& jagged);
 }  // namespace mmt::tool

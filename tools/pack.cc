@@ -38,6 +38,7 @@ struct PackArgs {
   std::optional<int64_t> separator;
   std::vector<std::string> fields;  // --field: the fields of dataset inputs kept
   std::pair<int64_t, int64_t> shard{0, 1};  // --shard K/N: share K of N
+  JaggedArrays jagged;  // --offsets, --shapes: ragged fields of arrays
   const CLI::Option* folder_option = nullptr;  // given, even empty
 };
 
@@ -115,7 +116,7 @@ void run_pack(const PackArgs& args) {
     MMT_CHECK(missing.has_value(), UsageError, "--missing takes error, skip or empty, got '", args.missing, "'");
     tar.missing = *missing;
   }
-  PackSources sources = load_pack_sources(args.inputs, args.folder, args.paths, args.fields, tar);
+  PackSources sources = load_pack_sources(args.inputs, args.folder, args.paths, args.fields, tar, args.jagged);
   MMT_CHECK(!args.separator || args.window, UsageError, "--separator goes between the documents of --window's stream; give --window");
   if (args.window) {
     WindowOptions window = *args.window;
@@ -200,10 +201,11 @@ void run_pack(const PackArgs& args) {
 }  // namespace
 
 PackSources load_pack_sources(const std::vector<std::string>& inputs, const std::string& folder, bool folder_paths,
-                              const std::vector<std::string>& fields, const TarOptions& tar) {
+                              const std::vector<std::string>& fields, const TarOptions& tar, const JaggedArrays& jagged) {
   const bool tar_keys = tar.keys;
   const bool tar_grouping = !tar.extensions.empty() || tar.missing != MissingMember::Error;
   if (!folder.empty()) {
+    MMT_CHECK(jagged.empty(), UsageError, "--offsets and --shapes give ragged fields of array inputs, not of a folder");
     MMT_CHECK(!tar_grouping, UsageError, "--ext and --missing choose the fields of tar archives' samples, not of a folder");
     MMT_CHECK(!tar_keys, UsageError, "--keys stores the key of each sample of tar archives; a folder has --paths");
     MMT_CHECK(inputs.empty(), UsageError,
@@ -214,13 +216,40 @@ PackSources load_pack_sources(const std::vector<std::string>& inputs, const std:
   MMT_CHECK(!inputs.empty(), UsageError,
             "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not), datasets, tar archives, Megatron or MDS datasets, Arrow, Parquet or TFRecord files or --folder DIR");
   try {
-    return PackSources::from_inputs(inputs, fields, tar);
+    return PackSources::from_inputs(inputs, fields, tar, jagged);
   } catch (const InputSpecError& e) {
     if (tar_keys) throw UsageError("--keys stores the key of each sample of tar archives; these inputs are not tar archives");
     if (tar_grouping) throw UsageError("--ext and --missing choose the fields of tar archives' samples; these inputs are not tar archives");
     if (!fields.empty()) throw UsageError("--field chooses fields of dataset inputs; of arrays, tar archives, Megatron or MDS datasets, all are packed");
     throw;
   }
+}
+
+void add_jagged_options(CLI::App* cmd, JaggedArrays& jagged) {
+  // NAME=PATH, NAME given once an option.
+  const auto parse_into = [](std::map<std::string, std::string, std::less<>>& into, const std::string& option) {
+    return [&into, option](const std::vector<std::string>& texts) {
+      for (const std::string& text : texts) {
+        const size_t eq = text.find('=');
+        MMT_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < text.size(), UsageError, option,
+                  " takes NAME=PATH.npy (the field NAME of an array input), got '", printable(text), "'");
+        MMT_CHECK(into.emplace(text.substr(0, eq), text.substr(eq + 1)).second, UsageError, option, " names field '",
+                  printable(text.substr(0, eq)), "' twice");
+      }
+    };
+  };
+  cmd->add_option_function<std::vector<std::string>>(
+         "--offsets", parse_into(jagged.offsets, "--offsets"),
+         "With array inputs: field NAME is ragged, its input's rows the records' values back to back, PATH.npy "
+         "(records + 1 integers from 0, as mmt export writes NAME.offsets.npy) where each record starts")
+      ->type_name("NAME=PATH")
+      ->allow_extra_args(false);
+  cmd->add_option_function<std::vector<std::string>>(
+         "--shapes", parse_into(jagged.shapes, "--shapes"),
+         "With --offsets NAME: PATH.npy holds each record's shape (integers [records, ndim]) for records that vary "
+         "after their first dimension, their values 1-D (as mmt export writes NAME.shapes.npy)")
+      ->type_name("NAME=PATH")
+      ->allow_extra_args(false);
 }
 
 void add_pack_command(CLI::App& app) {
@@ -233,6 +262,10 @@ void add_pack_command(CLI::App& app) {
       "  NAME=PATH       an IDX file, gzip-compressed or not (MNIST's *-idx3-ubyte.gz)\n"
       "  NAME=PATH:DTYPE[:D1xD2...]  a raw file of values with no header (nanoGPT's\n"
       "                  train.bin: tokens=train.bin:uint16), records of one value or that shape\n"
+      "  NAME=VALUES --offsets NAME=OFFSETS.npy [--shapes NAME=SHAPES.npy]  a ragged field\n"
+      "                  in PyTorch's jagged layout (what mmt export writes): record i is\n"
+      "                  VALUES[OFFSETS[i]:OFFSETS[i+1]] (documents of a token array); with\n"
+      "                  SHAPES ([records, ndim]) the values are 1-D, each record reshaped\n"
       "  PATH.mmt...     mmtensor datasets (all inputs), read as one and repacked: another\n"
       "                  codec, chunk size or alignment, shards merged into one file;\n"
       "                  --field NAME (repeated) keeps only those fields\n"
@@ -316,6 +349,7 @@ void add_pack_command(CLI::App& app) {
       ->type_name("NAME")
       ->allow_extra_args(false);
   cmd->add_flag("--paths", args->paths, "With --folder: store each file's path under the folder as field 'path'");
+  add_jagged_options(cmd, args->jagged);
   cmd->add_flag("--keys", args->keys, "With tar archives: store each sample's key as field '__key__'");
   cmd->add_option("--ext", args->extensions,
                   "With tar archives: a field, by extension or alternatives joined by ';' (jpg;png), repeated; "

@@ -24,6 +24,7 @@ struct VerifyArgs {
   std::vector<std::string> fields;  // --field: the fields to compare, named as mmt pack names them
   int64_t samples = 0;
   uint64_t seed = 0;
+  JaggedArrays jagged;  // --offsets, --shapes: ragged fields of --against arrays, as mmt pack took them
   // Which options were given: an empty value is not an absent one.
   const CLI::Option* against_option = nullptr;
   const CLI::Option* folder_option = nullptr;
@@ -62,6 +63,8 @@ void check_options(const VerifyArgs& args) {
               "--field chooses the fields compared with dataset, Arrow, Parquet or TFRecord inputs; arrays, tar "
               "archives, Megatron and MDS datasets give all theirs, and all are compared");
   }
+  MMT_CHECK(args.jagged.empty() || args.against_option->count() > 0, UsageError,
+            "--offsets and --shapes give ragged fields of the arrays given to --against: they need --against");
   if (!comparing && (args.samples_option->count() > 0 || args.seed_option->count() > 0))
     throw UsageError(detail::str(args.samples_option->count() > 0 ? "--samples" : "--seed",
                                  " chooses the records to compare with the sources: it needs --against or --folder"));
@@ -195,7 +198,8 @@ void run_verify(const VerifyArgs& args) {
     if (std::optional<TarOptions> recorded = tar_options_of(ds.metadata(), ds.path())) tar = std::move(*recorded);
     tar.keys = ds.schema().find("__key__").has_value();
   }
-  PackSources sources = load_pack_sources(args.against, args.folder, ds.schema().find("path").has_value(), fields, tar);
+  PackSources sources =
+      load_pack_sources(args.against, args.folder, ds.schema().find("path").has_value(), fields, tar, args.jagged);
   // Token windows (pack --window): the inputs cut as the pack cut them, by the dataset's record
   // of it; not datasets that are those windows already (the shards merged, or a repack).
   const std::optional<PackSources::RecordedWindows> windows = PackSources::windows_of(ds.metadata(), ds.path());
@@ -246,6 +250,7 @@ void add_verify_command(CLI::App& app) {
                   "mmt pack --field names it (repeat for more; by default, every field both hold)")
       ->type_name("NAME")
       ->allow_extra_args(false);
+  add_jagged_options(cmd, args->jagged);
   args->folder_option = cmd->add_option("--folder", args->folder, "Also compare the records with this folder (of class folders, or of files)");
   args->samples_option = add_integer_option(cmd, "--samples", args->samples,
                                             "Compare this many distinct random records instead of all (0: all)",

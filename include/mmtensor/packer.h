@@ -12,7 +12,10 @@
 //                     header (nanoGPT's train.bin: "tokens=train.bin:uint16"), one value a
 //                     record or records of shape [D1, D2, ...]; mapped, not read. Its size
 //                     must be a whole number of records (ValueError says what is left over)
-// whose record counts must agree. Values that cannot be used where they lie (big-endian, or
+// whose record counts must agree. An array may also hold a ragged field's records back to
+// back, in PyTorch's jagged layout (JaggedArrays below: what `mmt export` writes of a ragged
+// field, and how tokenized documents are kept as a token array and its document offsets).
+// Values that cannot be used where they lie (big-endian, or
 // a stored member unaligned for its dtype, as numpy's ZIP headers leave most) are converted a
 // batch of records at a time: a large .npy or .npz array is never copied into memory whole.
 // A Fortran-order array's records are not contiguous bytes, so one that cannot be used where
@@ -84,6 +87,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -217,6 +221,27 @@ struct WindowOptions {
   std::optional<int64_t> separator{};  // after every document (an end-of-text token); must fit the dtype
 };
 
+// Ragged fields given as arrays in PyTorch's jagged layout (the values and offsets of
+// torch.nested.nested_tensor_from_jagged; `mmt export` writes a ragged field so): the field's
+// "NAME=..." input (an .npy, an IDX or a raw file, or an .npz member) holds the records'
+// values back to back along its first dimension, and offsets[NAME] is the path of an .npy of
+// records + 1 integers, from 0 to that dimension's size and never decreasing: record i is
+// values[offsets[i] : offsets[i + 1]], of shape [offsets[i + 1] - offsets[i], ...the values'
+// other dimensions] (tokens [*], boxes [*, 4]), and the field's shape is [-1, ...those].
+// Records that vary in a later dimension (images [*, *, 3]) need shapes[NAME] too: an .npy of
+// integers [records, ndim], each record's shape; the values are then 1-D, each record's in
+// row-major order, and offsets count them. The field's dimensions are then variable where the
+// records' extents differ, and the first always. InputSpecError for a NAME no input gives,
+// shapes without offsets, or jagged arrays given with inputs other than arrays; ValueError
+// naming the file and the entry for offsets or shapes that do not fit their values. The offsets
+// (and shapes) are read into memory, 8 bytes a record (and a dimension); the values are mapped
+// and read a batch at a time, as other arrays are.
+struct JaggedArrays {
+  std::map<std::string, std::string, std::less<>> offsets{};
+  std::map<std::string, std::string, std::less<>> shapes{};
+  bool empty() const { return offsets.empty() && shapes.empty(); }
+};
+
 namespace detail {
 struct TarSamples;
 struct TokenWindows;
@@ -230,7 +255,7 @@ class PackSources {
  public:
   // Arrays given as "NAME=PATH" or "PATH.npz" specs (see above); InputSpecError for a spec
   // that cannot be taken, ValueError for arrays that cannot be packed together.
-  static PackSources from_arrays(std::span<const std::string> specs);
+  static PackSources from_arrays(std::span<const std::string> specs, const JaggedArrays& jagged = {});
   // A class folder, or a folder of files alone; files and folders whose names start with '.'
   // (".DS_Store", ".ipynb_checkpoints") are skipped, folders with everything under them. A
   // folder holding both files and subfolders is refused: its files would have no class.
@@ -246,8 +271,9 @@ class PackSources {
   // What `mmt pack` and mmtensor.pack() take: datasets (from_datasets) when
   // are_dataset_inputs(specs), arrays (from_arrays) otherwise, which refuses a dataset among them.
   // `fields` is for datasets: InputSpecError with arrays, whose fields are the arrays given.
+  // `jagged` is for arrays too: InputSpecError with other inputs.
   static PackSources from_inputs(std::span<const std::string> specs, std::span<const std::string> fields = {},
-                                 TarOptions tar_options = {});
+                                 TarOptions tar_options = {}, const JaggedArrays& jagged = {});
   // WebDataset shards (above), read in the order given. FormatError naming the archive and the
   // byte for a damaged or truncated one, or a corrupt or cut compressed stream; ValueError
   // for a bzip2 or xz archive (decompress it first), ValueError naming the sample for one whose extensions differ from the first
@@ -414,11 +440,25 @@ class PackSources {
   // Tars: record `index`'s values, and where a field of it comes from.
   void tar_record(int64_t index, std::vector<Tensor>& values) const;
   std::string tar_origin(size_t field, int64_t index) const;
-  // Records [start, start + count) of converted field `f`, in native order in new memory.
+  // Rows [start, start + count) of converted field `f` (its records, or a jagged field's
+  // values along their first dimension), in native order in new memory.
   Tensor converted_records(size_t f, int64_t start, int64_t count) const;
+  // Rows [start, start + count) of array field `f`: a view of the array, or converted.
+  Tensor array_rows(size_t f, int64_t start, int64_t count) const;
+  // Arrays with jagged fields: records from `start` as jagged_record_batch() gives them.
+  int64_t jagged_arrays_batch(int64_t start, int64_t count, std::vector<Tensor>& values,
+                              std::vector<Tensor>& offsets) const;
 
   std::vector<Tensor> columns_;        // arrays: [records, ...field shape]; undefined if converted
   std::vector<ConvertedColumn> converted_;  // arrays: one per field
+  // Arrays given in the jagged layout (JaggedArrays), one per field; `offsets` is undefined
+  // for a field whose records are the array's rows.
+  struct JaggedColumn {
+    Tensor offsets;       // int64 [records + 1]: rows of the values
+    Tensor shapes;        // int64 [records, ndim], where a later dimension varies; else undefined
+    DimVector row_shape;  // the values' dimensions after the first
+  };
+  std::vector<JaggedColumn> jagged_;
   std::optional<Dataset> dataset_;      // datasets: the inputs, read as one
   std::shared_ptr<const detail::TarSamples> tar_;  // tars: the archives and where each value lies
   std::shared_ptr<const detail::MegatronDocuments> megatron_;  // Megatron: the pairs mapped, their indexes

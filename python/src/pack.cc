@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <map>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -38,6 +39,21 @@ std::vector<std::string> array_specs(const py::handle& inputs) {
   return specs;
 }
 
+// {name: path} of offsets= or shapes= (pack's jagged arrays).
+std::map<std::string, std::string, std::less<>> jagged_paths(const py::object& given, const char* argument) {
+  std::map<std::string, std::string, std::less<>> out;
+  if (given.is_none()) return out;
+  if (!py::isinstance<py::dict>(given))
+    throw py::type_error(std::string("pack: ") + argument + "= must be a dict {field: path to an .npy}");
+  for (const auto& item : given.cast<py::dict>()) {
+    if (!py::isinstance<py::str>(item.first))
+      throw py::type_error(std::string("pack: a field name of ") + argument + "= must be a str, not " +
+                           Py_TYPE(item.first.ptr())->tp_name);
+    out.emplace(item.first.cast<std::string>(), path_of(item.second));
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_pack(py::module_& m) {
@@ -45,7 +61,8 @@ void bind_pack(py::module_& m) {
                    int64_t chunk_bytes, int64_t chunk_records, int64_t alignment, int threads, bool overwrite,
                    const Metadata& metadata, std::optional<std::pair<int64_t, int64_t>> shard, bool paths,
                    const py::object& field_names, bool keys, std::optional<int64_t> window, int64_t window_stride,
-                   std::optional<int64_t> separator, const py::object& extensions, const std::string& missing) {
+                   std::optional<int64_t> separator, const py::object& extensions, const std::string& missing,
+                   const py::object& offsets, const py::object& shapes) {
     const std::vector<std::string> fields = field_names_of(field_names);  // fields="x" names one, as Loader's
     if (inputs.is_none() == folder.is_none()) throw py::value_error("pack: give inputs= (arrays or datasets) or folder= (a folder), one of them");
     const std::string path = path_of(output);
@@ -55,6 +72,9 @@ void bind_pack(py::module_& m) {
     if ((window_stride != 0 || separator) && !window)
       throw py::value_error("pack: window_stride= and separator= shape the windows of window=; give window= too");
     if (keys && !dir.empty()) throw py::value_error("pack: keys=True stores the key of each sample of tar archives; a folder has paths=True");
+    const JaggedArrays jagged{jagged_paths(offsets, "offsets"), jagged_paths(shapes, "shapes")};
+    if (!jagged.empty() && !dir.empty())
+      throw py::value_error("pack: offsets= and shapes= give ragged fields of array inputs, not of a folder");
     TarOptions tar{.keys = keys, .extensions = extensions.is_none() ? std::vector<std::string>{} : field_names_of(extensions)};
     const std::optional<MissingMember> missing_member = missing_member_from_string(missing);
     if (!missing_member) throw py::value_error("pack: missing= takes 'error', 'skip' or 'empty', got '" + missing + "'");
@@ -95,7 +115,7 @@ void bind_pack(py::module_& m) {
     }
     try {
       const WriteStats stats = without_gil([&] {
-        PackSources sources = dir.empty() ? PackSources::from_inputs(specs, fields, tar) : PackSources::from_folder(dir, {.paths = paths});
+        PackSources sources = dir.empty() ? PackSources::from_inputs(specs, fields, tar, jagged) : PackSources::from_folder(dir, {.paths = paths});
         if (window) sources = PackSources::token_windows(std::move(sources), {.length = *window, .stride = window_stride, .separator = separator});
         return pack_dataset(path, sources, options);
       });
@@ -117,7 +137,7 @@ void bind_pack(py::module_& m) {
      py::arg("metadata") = Metadata{}, py::arg("shard") = py::none(), py::arg("paths") = false,
      py::arg("fields") = py::none(), py::arg("keys") = false, py::arg("window") = py::none(),
      py::arg("window_stride") = 0, py::arg("separator") = py::none(), py::arg("extensions") = py::none(),
-     py::arg("missing") = "error", R"doc(
+     py::arg("missing") = "error", py::arg("offsets") = py::none(), py::arg("shapes") = py::none(), R"doc(
 Packs files into a dataset at `output`, as `mmt pack` does, and returns the figures.
 
     mmtensor.pack("train.mmt", {"images": "train-images-idx3-ubyte.gz",
@@ -128,9 +148,14 @@ Packs files into a dataset at `output`, as `mmt pack` does, and returns the figu
     mmtensor.pack("laion.mmt", ["shard-0000.tar", "shard-0001.tar"], keys=True)  # WebDataset
     mmtensor.pack("gpt.mmt", {"tokens": "train.npy"}, window=2049, window_stride=2048)
     mmtensor.pack("pile.mmt", ["pile_text_document"], window=2049, window_stride=2048, separator=0)  # Megatron
+    mmtensor.pack("docs.mmt", {"tokens": "tokens.npy"}, offsets={"tokens": "doc_offsets.npy"})  # documents
 
 inputs: a dict {field: path} or a list of "NAME=PATH" and "PATH.npz" (.npy, .npz and IDX
-files, gzipped or not); folder: a class folder instead, one record per file (field "data",
+files, gzipped or not); offsets={name: path} makes a field ragged, its array the records' values
+back to back and the .npy at path (records + 1 integers from 0) where each starts: record i is
+values[offsets[i]:offsets[i + 1]], PyTorch's jagged layout (what `mmt export` writes of a ragged
+field); shapes={name: path} adds each record's shape ([records, ndim]) for records that vary after
+their first dimension, the values then 1-D; folder: a class folder instead, one record per file (field "data",
 its bytes; "label", its class's index; the class names in metadata["classes"]), or a folder
 of files alone ("data" only); paths=True adds field "path", each file's path under the
 folder (bytes, as the file system gives them: os.fsdecode(bytes(ds[i]["path"]))). inputs may instead be mmtensor datasets, all

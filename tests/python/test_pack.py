@@ -186,6 +186,35 @@ class PackTest(FolderTestCase):
         with self.assertRaisesRegex(ValueError, "give window= too"):
             mmtensor.pack(self.path("x.mmt"), [self.path("docs.mmt")], fields="tokens", separator=-1)
 
+    def test_documents_from_a_token_array_and_its_offsets(self):
+        # Tokenized documents as numpy keeps them: one token array, where each document starts.
+        docs = [np.arange(n, dtype=np.uint16) + 100 * n for n in [3, 0, 5, 2, 7, 1]]
+        np.save(self.path("tokens.npy"), np.concatenate(docs))
+        np.save(self.path("offsets.npy"), np.cumsum([0] + [len(d) for d in docs]))
+        np.save(self.path("n.npy"), np.array([len(d) for d in docs]))
+        stats = mmtensor.pack(self.path("d.mmt"), {"tokens": self.path("tokens.npy"), "n": self.path("n.npy")},
+                              offsets={"tokens": self.path("offsets.npy")}, codec="lz4")
+        self.assertEqual(stats["records"], len(docs))
+        ds = mmtensor.Dataset(self.path("d.mmt"))
+        for d, sample in zip(docs, ds):
+            np.testing.assert_array_equal(sample["tokens"], d)
+            self.assertEqual(int(sample["n"]), len(d))
+        # Images of several sizes: 1-D values, each record's shape.
+        images = [np.full((h, w, 3), h * 10 + w, dtype=np.uint8) for h, w in [(2, 3), (4, 1), (1, 1)]]
+        np.save(self.path("image.npy"), np.concatenate([i.ravel() for i in images]))
+        np.save(self.path("image.offsets.npy"), np.cumsum([0] + [i.size for i in images]))
+        np.save(self.path("image.shapes.npy"), np.array([i.shape for i in images]))
+        mmtensor.pack(self.path("i.mmt"), {"image": self.path("image.npy")},
+                      offsets={"image": self.path("image.offsets.npy")}, shapes={"image": self.path("image.shapes.npy")})
+        for image, sample in zip(images, mmtensor.Dataset(self.path("i.mmt"))):
+            np.testing.assert_array_equal(sample["image"], image)
+        with self.assertRaisesRegex(ValueError, "the offsets of field 'tokens' .*: ends at 17, but the values hold 18"):
+            np.save(self.path("short.npy"), np.cumsum([0] + [len(d) for d in docs])[:-1].tolist() + [17])
+            mmtensor.pack(self.path("x.mmt"), {"tokens": self.path("tokens.npy")}, offsets={"tokens": self.path("short.npy")})
+        with self.assertRaisesRegex(TypeError, "offsets= must be a dict"):
+            mmtensor.pack(self.path("x.mmt"), {"tokens": self.path("tokens.npy")}, offsets=[self.path("offsets.npy")])
+        self.assertFalse(os.path.exists(self.path("x.mmt")))
+
     def write_megatron(self, prefix, documents, dtype=np.uint16):
         """PREFIX.bin and PREFIX.idx as Megatron-LM's IndexedDatasetBuilder writes them: each
         document a list of sequences (sentences), their tokens back to back in the .bin."""
