@@ -229,15 +229,22 @@ void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, const Un
     if (value.size - header - 1 < rank * shape_bytes)
       fault(str("column '", detail::cut_for_message(column.name, 100), "': its array header is cut short"));
     value.shape.clear();
-    int64_t numel = 1;
+    // An array may have no values and other dimensions (boxes of shape (0, 4): an image with
+    // no object). The dimensions that are not 0 multiply, with the item size, to no more than
+    // an int64 holds, so that no extent or stride made of them overflows; an array with values
+    // must then fill its bytes exactly (below).
+    int64_t nonzero = element_size(value.dtype);
+    bool empty = false;
     for (int64_t d = 0; d < rank; ++d) {
       uint64_t n = 0;
       for (int64_t k = 0; k < shape_bytes; ++k) n |= static_cast<uint64_t>(byte(header + 1 + d * shape_bytes + k)) << (8 * k);
-      if (n > static_cast<uint64_t>(value.size) || __builtin_mul_overflow(numel, static_cast<int64_t>(n), &numel))
+      if (n > static_cast<uint64_t>(INT64_MAX) || (n > 0 && __builtin_mul_overflow(nonzero, static_cast<int64_t>(n), &nonzero)))
         fault(str("column '", detail::cut_for_message(column.name, 100), "': dimension ", d, " of its array is ", n,
-                  ", more than its value's ", value.size, " bytes hold"));
+                  ", and its shape's bytes overflow a 64-bit size"));
+      empty = empty || n == 0;
       value.shape.push_back(static_cast<int64_t>(n));
     }
+    const int64_t numel = empty ? 0 : nonzero / element_size(value.dtype);
     header += 1 + rank * shape_bytes;
     const int64_t item = element_size(value.dtype);
     if (numel > value.size || numel * item != value.size - header)

@@ -321,8 +321,45 @@ TEST(PackMds, EncodingsAreMappedOrRefusedByName) {
             std::string::npos);
   Bytes short_array{std::byte{(1 << 2) | 0}, std::byte{5}, std::byte{1}};
   EXPECT_NE(refusal(MdsBuilder(std::vector<MdsBuilder::Column>{{"x", "ndarray:uint8"}}), {short_array})
-                .find("dimension 0 of its array is 5, more than its value's 3 bytes hold"),
+                .find("its array of shape [5] (uint8) does not fill its 1 bytes"),
             std::string::npos);
+  // Dimensions of 8 bytes whose product passes 2^63 (one of them 0 or not) are refused.
+  Bytes huge{std::byte{(3 << 2) | 3}};
+  for (const uint64_t n : {uint64_t{0}, uint64_t{1} << 40, uint64_t{1} << 40})
+    for (int k = 0; k < 8; ++k) huge.push_back(static_cast<std::byte>(n >> (8 * k)));
+  EXPECT_NE(refusal(MdsBuilder(std::vector<MdsBuilder::Column>{{"x", "ndarray:uint8"}}), {huge})
+                .find("dimension 2 of its array is 1099511627776, and its shape's bytes overflow a 64-bit size"),
+            std::string::npos);
+  {
+    // Arrays with no values may have other dimensions of any size: boxes (0, 4) of an image
+    // with no object, a (5, 0) or (0, 300) array, as numpy and Streaming write them.
+    TempFolder d;
+    MdsBuilder boxes(std::vector<MdsBuilder::Column>{{"boxes", "ndarray:float32"}});
+    const Bytes two_boxes = [] {
+      Bytes out{std::byte{(2 << 2) | 0}, std::byte{2}, std::byte{4}};
+      const Bytes values = MdsBuilder::bytes_of(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8});
+      out.insert(out.end(), values.begin(), values.end());
+      return out;
+    }();
+    boxes.sample({two_boxes});
+    boxes.sample({Bytes{std::byte{(2 << 2) | 0}, std::byte{0}, std::byte{4}}});
+    boxes.sample({Bytes{std::byte{(2 << 2) | 1}, std::byte{5}, std::byte{0}, std::byte{0}, std::byte{0}}});
+    boxes.sample({Bytes{std::byte{(2 << 2) | 1}, std::byte{0}, std::byte{0}, std::byte{44}, std::byte{1}}});
+    boxes.flush(d.path(), "shard.00000.mds");
+    boxes.write_index(d.path());
+    const PackSources sources = PackSources::from_mds(std::vector<std::string>{d.path()});
+    const std::vector<std::vector<int64_t>> shapes{{2, 4}, {0, 4}, {5, 0}, {0, 300}};
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Tensor value = sources.record(static_cast<int64_t>(i))[0];
+      EXPECT_EQ(std::vector<int64_t>(value.sizes().begin(), value.sizes().end()), shapes[i]) << i;
+    }
+    pack_dataset(d.path() + "/boxes.mmt", sources, {});
+    const Dataset ds = Dataset::open(d.path() + "/boxes.mmt");
+    EXPECT_EQ(ds.get(1)["boxes"].sizes(), IntArrayRef({0, 4}));
+    EXPECT_EQ(ds.get(3)["boxes"].sizes(), IntArrayRef({0, 300}));
+    EXPECT_EQ(ds.get(0)["boxes"].at<float>({1, 3}), 8.0f);
+    EXPECT_EQ(compare_with_sources(ds, sources), 4);
+  }
   Bytes unfilled{std::byte{(2 << 2) | 0}, std::byte{1}, std::byte{2}, std::byte{9}};
   EXPECT_NE(refusal(MdsBuilder(std::vector<MdsBuilder::Column>{{"x", "ndarray:uint8"}}), {unfilled})
                 .find("its array of shape [1, 2] (uint8) does not fill its 1 bytes"),
