@@ -160,7 +160,6 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
       ring(selected_fields(dataset, options), slot_rows(options.batch_size, sampler),
            options.prefetch_batches + 1, options.device, options.pin_memory),
       read_ahead_policy(options.read_ahead) {
-  options.sampler = sampler.options();
   calls_cuda = options.device.is_cuda() || (ring.pins_host() && cuda::device_count() > 0);
   if (calls_cuda && !options.device.is_cuda()) pinning_device = cuda::current_device();
   const size_t loaded = ring.fields().size() - options.transforms.size();
@@ -195,7 +194,7 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
   int64_t first_epoch = options.epoch, consumed = 0;
   if (resume_from) {
     const LoaderState& state = *resume_from;
-    const SamplerOptions& mine = options.sampler;
+    const SamplerOptions& mine = sampler.options();  // resolved: the window the order is made with
     MMT_CHECK(state.records == dataset.size(), ValueError, "Loader: the state was saved for a dataset of ",
               state.records, " records; ", dataset.path(), " has ", dataset.size());
     MMT_CHECK(state.sampler == mine.kind, ValueError, "Loader: the state was saved with a ",
@@ -331,6 +330,7 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
                               .subset_size = sampler.subset_hash() != 0 ? sampler.epoch_size() : 0,
                               .mixture_hash = sampler.mixture_hash(),
                               .mixture_size = sampler.mixture_hash() != 0 ? sampler.epoch_size() : 0};
+  epoch_start_state = current_state;
   try {
     schedule_locked();
   } catch (...) {
@@ -418,16 +418,14 @@ void LoaderCore::queue_read_ahead_locked(size_t first) noexcept {
 
 LoaderState LoaderCore::state_after_locked(int64_t batch) const {
   LoaderState state = current_state;
-  if (batch + 1 >= total_batches && epoch + 1 < kMaxEpoch) {  // the epoch is over: resume at the next one's start
-    state.epoch = epoch + 1;
-    state.consumed = 0;
-  } else {  // within the epoch, or at the end of the last one, which has none after it
-    // At the end, every position is given up, the tail drop_last leaves out included (as the
-    // next epoch's start gives it up for any other epoch).
-    state.epoch = epoch;
-    state.consumed = order.consumed_after(
-        start_consumed, batch + 1 >= total_batches ? rank_samples : (batch + 1) * options.batch_size);
-  }
+  // After the epoch's last batch, the epoch with every position given up (the tail drop_last
+  // leaves out included), not the next epoch's start: a loader resumed there gives what the
+  // uninterrupted one gives next, the end of the epoch (next() says nullopt) and then the next
+  // epoch. A training loop that saved its own epoch counter with this state resumes with
+  // set_epoch(that epoch), which then stands at the epoch's end instead of repeating it.
+  state.epoch = epoch;
+  state.consumed = order.consumed_after(
+      start_consumed, batch + 1 >= total_batches ? rank_samples : (batch + 1) * options.batch_size);
   return state;
 }
 
@@ -436,6 +434,7 @@ std::optional<Batch> LoaderCore::next(const std::function<void()>* poll) {
   if (failure) std::rethrow_exception(failure);
   if (end_of_epoch_pending) {
     end_of_epoch_pending = false;
+    current_state = epoch_start_state;  // the finished epoch is behind: the next one's start
     return std::nullopt;
   }
   if (delivered == total_batches) {  // an epoch without batches, or the last epoch, done
@@ -552,7 +551,8 @@ void LoaderCore::set_epoch(int64_t new_epoch) {
   // resumed mid-epoch, whose training loop calls set_epoch(e) before its first batch, as
   // every epoch loop does; restarting would show the resumed epoch's first samples twice.
   if (new_epoch == epoch && delivered == 0 && !failure) {
-    end_of_epoch_pending = false;  // the caller moved on explicitly; no nullopt is owed
+    if (end_of_epoch_pending) current_state = epoch_start_state;  // moved on explicitly: no nullopt is owed
+    end_of_epoch_pending = false;
     return;
   }
   restart_locked(lock, new_epoch, 0);

@@ -188,7 +188,11 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   int64_t delivered = 0;
   int64_t finished_total_batches = 0;  // while end_of_epoch_pending: the finished epoch's
   bool end_of_epoch_pending = false;  // the last batch went out; next() owes one nullopt
+  // What state() says: after an epoch's last batch, that epoch with every position given up,
+  // until the nullopt that ends it (or set_epoch()) moves it to the next epoch's start,
+  // epoch_start_state.
   LoaderState current_state;
+  LoaderState epoch_start_state;  // the state restart_locked() set
 };
 
 }  // namespace mmt::detail

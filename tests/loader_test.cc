@@ -514,6 +514,66 @@ TEST_F(LoaderTest, ResumeMidEpochContinuesTheExactSequence) {
   }
 }
 
+// The state after an epoch's last batch stands at that epoch's end, not at the next one's
+// start: a training loop that saved its own epoch counter beside it resumes with
+// set_epoch(that epoch) and goes on with the next, where it used to repeat the whole epoch;
+// a loader resumed without set_epoch() gives what the uninterrupted one gave next, the
+// epoch's end (nullopt), then the next epoch.
+TEST_F(LoaderTest, AStateTakenOnAnEpochsLastBatchResumesAtThatEpochsEnd) {
+  Dataset dataset = Dataset::open(write_loader_dataset(dir, 10));
+  for (bool drop_last : {false, true}) {
+    SCOPED_TRACE(drop_last ? "drop_last" : "keep the tail");
+    LoaderOptions options = options_for(SamplerKind::Random, drop_last ? 4 : 5);
+    options.drop_last = drop_last;
+    Loader reference(dataset, options);
+    (void)drain_epoch(reference);
+    const std::vector<int64_t> epoch1 = drain_epoch(reference);
+
+    Loader loader(dataset, options);
+    loader.set_epoch(0);
+    std::optional<LoaderState> saved;
+    while (std::optional<Batch> batch = loader.next()) saved = batch->state();
+    ASSERT_TRUE(saved);
+    EXPECT_EQ(saved->epoch, 0);
+    EXPECT_EQ(saved->consumed, 10) << "every position given up, the tail drop_last leaves out too";
+    EXPECT_EQ(loader.state().epoch, 1) << "once the epoch's nullopt is taken, the next epoch's start";
+    EXPECT_EQ(loader.state().consumed, 0);
+
+    Loader resumed(dataset, options, *saved);
+    resumed.set_epoch(0);  // the loop's own counter, saved with the state
+    EXPECT_TRUE(drain_epoch(resumed).empty());
+    resumed.set_epoch(1);
+    EXPECT_EQ(drain_epoch(resumed), epoch1);
+
+    Loader plain(dataset, options, *saved);
+    EXPECT_EQ(plain.state(), *saved);
+    EXPECT_FALSE(plain.next());
+    EXPECT_EQ(drain_epoch(plain), epoch1);
+  }
+}
+
+// options() are the options as given: a loader made from another's options() and a state (as
+// Python's load_state_dict makes one) adopts the state's quasi-random window where the options
+// left it automatic, whatever window the other loader's cache budget gave it.
+TEST_F(LoaderTest, OptionsAreAsGivenSoALoaderMadeFromThemAdoptsTheStatesWindow) {
+  const std::string path = write_loader_dataset(dir, 640, CodecSpec{Codec::Zstd, 1}, 16);  // 40 chunks
+  ReaderOptions small;
+  small.cache_bytes = 4096;
+  Dataset small_cache = Dataset::open(path, small), default_cache = Dataset::open(path);
+  const LoaderOptions options = options_for(SamplerKind::QuasiRandom, 8);
+  Loader saver(small_cache, options);
+  (void)testing::take_batches(saver, 3);
+  const LoaderState state = saver.state();
+  const std::vector<int64_t> rest = drain_epoch(saver);
+
+  Loader other(default_cache, options);
+  EXPECT_EQ(other.options().sampler.window_chunks, 0);
+  EXPECT_NE(other.sampler().options().window_chunks, state.window_chunks);
+  Loader resumed(default_cache, other.options(), state);
+  EXPECT_EQ(resumed.sampler().options().window_chunks, state.window_chunks);
+  EXPECT_EQ(drain_epoch(resumed), rest);
+}
+
 TEST_F(LoaderTest, ResumeWithTheSameWorldSizePadsExactlyAsTheRunItContinues) {
   // 10 records over 4 ranks: 2 padded samples, which repeat the epoch's head as PyTorch's
   // DistributedSampler does, whether or not the run was interrupted first. (They repeated the

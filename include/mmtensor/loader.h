@@ -83,7 +83,12 @@
 // Epochs and resume. next() returns std::nullopt once at the end of an epoch and the loader
 // moves on to the next epoch (prefetching it at once); set_epoch() jumps to any epoch.
 // state() (or Batch::state()) after any batch, passed to Loader(dataset, options, state),
-// continues the exact sequence, in the middle of an epoch too. Under distributed sampling
+// continues the exact sequence, in the middle of an epoch too. After an epoch's last batch it
+// stands at that epoch's end (the epoch, every position given up): resumed there, next()
+// says nullopt, as the uninterrupted loader does, then runs the next epoch, and an epoch loop
+// that saved its own epoch counter with the state resumes with set_epoch(that epoch), which
+// stands at its end rather than repeating it. Once that nullopt is taken (or set_epoch() moves
+// on), state() is the next epoch's start. Under distributed sampling
 // the state follows sampler.h's resume rule, so a resume with another world size (elastic)
 // sees every remaining sample of the epoch exactly once.
 //
@@ -121,8 +126,8 @@ namespace mmt {
 inline constexpr int kMaxLoaderWorkers = 1024;
 // Epochs run in [0, kMaxEpoch): the epoch after the last one must still be an int64. The last
 // one, kMaxEpoch - 1, has none after it: once it ends, next() returns nullopt for good (its
-// state() stands at its end, every position given up as the next epoch's start gives them up,
-// and a loader resumes there), until set_epoch() moves the loader.
+// state() stands at its end, as every epoch's does after its last batch, and a loader resumes
+// there), until set_epoch() moves the loader.
 inline constexpr int64_t kMaxEpoch = INT64_MAX;
 
 // Whether workers ask the kernel to read a batch's pages (Dataset::prefetch of the loaded
@@ -444,6 +449,9 @@ class Loader {
   // Where the loader stands after the last batch next() returned.
   LoaderState state() const;
   const Sampler& sampler() const;
+  // The options as given, so that Loader(dataset, loader.options(), state) resumes as this
+  // loader's own options would (a quasi-random window_chunks of 0 adopts the state's);
+  // sampler().options() has them resolved (the automatic window).
   const LoaderOptions& options() const;
   int ring_slots() const;
   int64_t ring_bytes() const;  // host staging ring (the fixed part), in bytes

@@ -257,6 +257,30 @@ class LoaderTest(unittest.TestCase):
         with self.assertRaises(ValueError):  # another seed's order cannot continue this state
             mmtensor.Loader(self.ds, state=state, **dict(options, seed=10))
 
+    def test_a_checkpoint_on_an_epochs_last_batch_resumes_without_repeating_it(self):
+        # The loop training scripts write: set_epoch(epoch) at the top, a checkpoint every few
+        # steps holding the loader's state and the loop's epoch. One on the epoch's last batch
+        # used to resume at epoch + 1's start, and set_epoch(epoch) then ran the epoch again.
+        options = dict(batch_size=250, sampler="random", seed=5, num_workers=2)
+        reference = mmtensor.Loader(self.ds, **options)
+        expected = [self.epoch_labels(reference) for _ in range(3)]
+        loader = mmtensor.Loader(self.ds, **options)
+        checkpoint = None
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            for batch in loader:
+                checkpoint = {"loader": loader.state_dict(), "epoch": epoch}
+        self.assertEqual(checkpoint["loader"]["epoch"], 1)
+        self.assertEqual(checkpoint["loader"]["consumed"], RECORDS)
+        resumed = mmtensor.Loader(self.ds, **options)
+        resumed.load_state_dict(checkpoint["loader"])
+        seen = []
+        for epoch in range(checkpoint["epoch"], 3):
+            resumed.set_epoch(epoch)
+            seen.append(self.epoch_labels(resumed) if len(resumed) else np.array([], dtype=np.int64))
+        self.assertEqual(len(seen[0]), 0)
+        np.testing.assert_array_equal(seen[1], expected[2])
+
     def test_state_dict_and_load_state_dict_move_a_loader_to_a_saved_place(self):
         # The pair checkpoint code calls on anything with state (torchdata's
         # StatefulDataLoader, Lightning): a dict out, and the same loader moved back to it.
