@@ -57,6 +57,11 @@ UntypedStorage read_file_bytes(const std::string& path);
 // could be a field name (no '/'), else ("", spec). InputSpecError for a name with '/' before
 // an existing file. (packer.cc)
 std::pair<std::string, std::string> split_input_spec(const std::string& spec);
+// For readers of inputs packed alone (tar archives, TFRecord files): ValueError, before the
+// reader tries to open it, for a spec that is no file but another kind's input: "NAME=PATH"
+// of an existing file (an array, or a field name given to a `kind` input, which names its
+// own fields), or a Megatron PREFIX. `kind`: "tar archives". (packer.cc)
+void refuse_input_of_another_kind(const std::string& spec, std::string_view kind);
 
 // Names joined with ", ", for messages ("a, b, c").
 inline std::string joined(const std::vector<std::string>& names) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -141,6 +142,14 @@ struct PendingSample {
 
 PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOptions options) {
   MMT_CHECK(!paths.empty(), ValueError, "no tar archives to pack");
+  // Every input checked before the first archive is read (which may take long).
+  for (size_t a = 0; a < paths.size(); ++a) {
+    detail::refuse_input_of_another_kind(paths[a], "tar archives");
+    std::error_code ec;
+    for (size_t b = 0; b < a; ++b)
+      MMT_CHECK(!std::filesystem::equivalent(paths[b], paths[a], ec), ValueError, "input '", paths[a], "' is ", paths[b],
+                " again; each tar archive is packed once");
+  }
   auto samples = std::make_shared<TarSamples>();
   samples->keys = options.keys;
   PackSources out;

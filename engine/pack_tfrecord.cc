@@ -387,6 +387,7 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
     }
   };
 
+  for (const std::string& path : specs) detail::refuse_input_of_another_kind(path, "TFRecord files");
   for (const std::string& path : specs) {
     std::error_code ec;
     MMT_CHECK(is_tfrecord_path(path) || !fs::is_regular_file(path, ec), ValueError, "input '", path,

@@ -55,6 +55,18 @@ std::pair<std::string, std::string> split_input_spec(const std::string& spec) {
   return {spec.substr(0, eq), spec.substr(eq + 1)};
 }
 
+void refuse_input_of_another_kind(const std::string& spec, std::string_view kind) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(spec, ec)) return;  // a file there is the reader's to judge
+  const size_t eq = spec.find('=');
+  MMT_CHECK(eq == std::string::npos || !fs::exists(spec.substr(eq + 1), ec), ValueError, "input '", spec,
+            "' gives a field name (NAME=PATH), as array inputs do; ", kind, " name their fields themselves and are "
+            "packed alone, not with other inputs: give them without NAME=");
+  MMT_CHECK(!fs::exists(spec + ".idx", ec), ValueError, "input '", spec, "' is the prefix of a Megatron dataset (",
+            spec, ".idx); ", kind, " are packed alone, not with other inputs");
+}
+
 }  // namespace detail
 
 namespace {
@@ -1170,6 +1182,14 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
     return (options.cancel && options.cancel->load(std::memory_order_relaxed)) ||
            (options.cancelled && options.cancelled()) || (callers && callers());
   };
+  // The writer refuses a name too long for NAME.npy too, but without the input it came from
+  // (a tar member's extension, an Arrow column, a TFRecord key).
+  for (size_t f = 0; f < sources.schema().size(); ++f) {
+    const std::string& name = sources.schema()[f].name;
+    MMT_CHECK(name.size() <= kMaxWrittenFieldNameBytes, ValueError, "field '", detail::cut_for_message(name, 60), "' (",
+              name.size(), " bytes) of ", detail::cut_for_message(sources.origins()[f], 200),
+              ": a field name is at most ", kMaxWrittenFieldNameBytes, " bytes (mmt export writes it to NAME.npy)");
+  }
   DatasetWriter writer = DatasetWriter::create(path, sources.schema(), std::move(writer_options));
   reporting = &writer;
   // Arrays, and the rows of an Arrow record batch or Parquet row group, go in batches (one

@@ -66,6 +66,12 @@ TEST(PackMds, SamplesBecomeRecordsAndColumnsFields) {
 
   EXPECT_TRUE(are_mds_inputs(std::vector<std::string>{dir.path()}));
   EXPECT_TRUE(are_mds_inputs(std::vector<std::string>{dir / "index.json"}));
+  // The same dataset twice (its folder, then its index) is refused, as a TFRecord file or
+  // tar archive given twice is.
+  EXPECT_NE(error_of([&] { PackSources::from_mds(std::vector<std::string>{dir.path(), dir / "index.json"}); })
+                .find("input '" + (dir / "index.json") + "' is the dataset of " + (dir / "index.json") +
+                      " again; each MDS dataset is packed once"),
+            std::string::npos);
   const PackSources sources = PackSources::from_inputs(std::vector<std::string>{dir.path()});
   ASSERT_EQ(sources.records(), 5);
   const Schema& schema = sources.schema();

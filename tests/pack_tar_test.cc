@@ -19,6 +19,7 @@
 #include "tar_test_util.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/error.h"
+#include "mmtensor/numpy_io.h"
 #include "mmtensor/packer.h"
 #include "test_util.h"
 
@@ -81,6 +82,38 @@ TEST(PackTar, OneRecordPerSampleOneFieldPerExtensionClsAsInt64) {
   // Values view the mapped archive: no copy per record.
   const std::vector<Tensor> values = sources.record(1);
   EXPECT_EQ(values[1].untyped_storage().filename(), dir / "a.tar");
+}
+
+// Tar archives are packed alone: an input of another kind beside them is named as such
+// before any archive is read (a NAME=PATH array, a field name given to an archive, a Megatron
+// prefix; each was reported as a file that cannot be opened), an archive given twice is
+// refused, and an extension too long for a field name is named with the archives it came from.
+TEST(PackTar, InputsOfOtherKindsArchivesGivenTwiceAndLongExtensionsAreNamed) {
+  TempFolder dir;
+  write_file(dir / "a.tar", three_samples().finish());
+  save_npy(dir / "x.npy", arange(3));
+  const std::string a = dir / "a.tar", x = dir / "x.npy";
+  EXPECT_THROW_WITH(PackSources::from_inputs(std::vector<std::string>{a, "x=" + x}), ValueError,
+                    "input 'x=" + x + "' gives a field name (NAME=PATH), as array inputs do; tar archives name their "
+                    "fields themselves and are packed alone, not with other inputs: give them without NAME=");
+  EXPECT_THROW_WITH(PackSources::from_inputs(std::vector<std::string>{"t=" + a}), ValueError,
+                    "input 't=" + a + "' gives a field name (NAME=PATH)");
+  write_file(dir / "p.idx", to_bytes("MMIDIDX\0\0"));
+  EXPECT_THROW_WITH(PackSources::from_tars({a, dir / "p"}), ValueError,
+                    "input '" + (dir / "p") + "' is the prefix of a Megatron dataset (" + (dir / "p.idx") +
+                        "); tar archives are packed alone, not with other inputs");
+  EXPECT_THROW_WITH(PackSources::from_tars({a, dir.path() + "/./a.tar"}), ValueError,
+                    "input '" + dir.path() + "/./a.tar' is " + a + " again; each tar archive is packed once");
+
+  TarBuilder long_extension;
+  long_extension.pax({{"path", "s." + std::string(300, 'x')}}).add("ignored", "data");
+  write_file(dir / "long.tar", long_extension.finish());
+  const PackSources sources = PackSources::from_tars({dir / "long.tar"});
+  EXPECT_THROW_WITH(pack_dataset(dir / "long.mmt", sources, {}), ValueError,
+                    "(300 bytes) of " + std::string(200, 'x').substr(0, 10));
+  EXPECT_THROW_WITH(pack_dataset(dir / "long.mmt", sources, {}), ValueError,
+                    ": a field name is at most 251 bytes (mmt export writes it to NAME.npy)");
+  EXPECT_FALSE(std::filesystem::exists(dir / "long.mmt"));
 }
 
 TEST(PackTar, PaxAndGnuLongNamesAndPaxSizes) {

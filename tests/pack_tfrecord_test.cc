@@ -213,6 +213,11 @@ TEST(TfRecord, GzipFilesAndSeveralFilesReadAsOneAndFeaturesCanBeChosen) {
   // A dataset's field list (what `mmt verify --against` gives) chooses the same.
   const std::vector<std::string> listed{"image.encoded", "captions", "captions.lengths", "image.class.label"};
   EXPECT_EQ(PackSources::from_tfrecord(paths, listed).schema().size(), 4u);
+  // An array beside them is named as such before a file is read (it was "cannot open").
+  EXPECT_NE(error_of([&] { PackSources::from_inputs(std::vector<std::string>{paths[2], "x=" + paths[1]}); })
+                .find("input 'x=" + paths[1] + "' gives a field name (NAME=PATH), as array inputs do; TFRecord files "
+                      "name their fields themselves"),
+            std::string::npos);
   const std::string unknown = error_of([&] { PackSources::from_tfrecord(paths, std::vector<std::string>{"label"}); });
   EXPECT_NE(unknown.find("no feature 'label' (features, as fields: bbox, captions, image.class.label"), std::string::npos)
       << unknown;
