@@ -11,6 +11,7 @@
 #include <cmath>
 #include <atomic>
 #include <csignal>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -173,6 +174,24 @@ auto with_lock(PyLoader& self, Fn&& fn) {
     std::lock_guard lock(self.mutex);
     return fn(self.get());
   });
+}
+
+// An int argument (or np.int64) into T, by name: pybind11 would answer a value out of T's range
+// (epoch=2**63, world_size=2**31) with its whole overload text. The loader checks the meaning.
+template <typename T>
+T integer_argument(const py::object& value, const char* name) {
+  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr()))
+    throw py::type_error(std::string(name) + " must be an int, got " + Py_TYPE(value.ptr())->tp_name);
+  const py::object number = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!number) throw py::error_already_set();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(number.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (overflow != 0 || v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
+    throw py::value_error(std::string(name) + " = " + py::str(number).cast<std::string>() + " is out of range (" +
+                          std::to_string(std::numeric_limits<T>::min()) + " to " +
+                          std::to_string(std::numeric_limits<T>::max()) + ")");
+  return static_cast<T>(v);
 }
 
 // A saved state as Loader(state=) and load_state_dict() take it: the JSON text state() gives,
@@ -462,11 +481,12 @@ loop picks up where that one stopped; set_epoch(e) starts an epoch over. A cpu b
 to a GPU with non_blocking=True must be kept until the copy is done; device="cuda:N" makes
 the copies on the loader's side and orders the slot's reuse after them. close() (or a with
 block) stops the workers.)doc")
-      .def(py::init([](const Dataset& dataset, int64_t batch_size, const py::object& fields,
-                       const std::string& sampler, const py::object& seed, int64_t window_chunks, int rank, int world_size,
-                       bool drop_tail, const py::object& subset, const py::object& mixture, int64_t epoch_size,
-                       int64_t epoch, bool drop_last, int num_workers,
-                       int prefetch_batches, const std::string& device, std::optional<bool> pin_memory, const std::string& read_ahead,
+      .def(py::init([](const Dataset& dataset, const py::object& batch_size, const py::object& fields,
+                       const std::string& sampler, const py::object& seed, const py::object& window_chunks,
+                       const py::object& rank, const py::object& world_size,
+                       bool drop_tail, const py::object& subset, const py::object& mixture, const py::object& epoch_size,
+                       const py::object& epoch, bool drop_last, const py::object& num_workers,
+                       const py::object& prefetch_batches, const std::string& device, std::optional<bool> pin_memory, const std::string& read_ahead,
                        std::optional<double> timeout, const py::object& state, const py::object& transforms, bool pin_mapping) {
              LoaderOptions options;
              std::vector<py::object> transform_owners;
@@ -480,7 +500,7 @@ block) stops the workers.)doc")
                  transform_owners.push_back(transform.owner);
                }
              }
-             options.batch_size = batch_size;
+             options.batch_size = integer_argument<int64_t>(batch_size, "batch_size");
              options.fields = field_names_of(fields);  // fields="image" names one
              const auto kind = sampler_kind_from_string(sampler);
              if (!kind) throw py::value_error("sampler must be 'sequential', 'random' or 'quasi_random', not '" + sampler + "'");
@@ -497,9 +517,9 @@ block) stops the workers.)doc")
                throw py::value_error("seed must be in [0, 2**64), got " + py::str(seed).cast<std::string>());
              }
              options.sampler.seed = seed_value;
-             options.sampler.window_chunks = window_chunks;
-             options.sampler.rank = rank;
-             options.sampler.world_size = world_size;
+             options.sampler.window_chunks = integer_argument<int64_t>(window_chunks, "window_chunks");
+             options.sampler.rank = integer_argument<int>(rank, "rank");
+             options.sampler.world_size = integer_argument<int>(world_size, "world_size");
              options.sampler.drop_tail = drop_tail;
              if (!subset.is_none()) {
                // Negative from the end, as ds[i] and get_batch take them (torch's Subset too);
@@ -509,12 +529,13 @@ block) stops the workers.)doc")
                  if (record < 0 && record >= -dataset.size()) record += dataset.size();
                options.sampler.subset = IndexList(std::move(records));
              }
-             if (!mixture.is_none()) options.sampler.mixture = mixture_of(mixture, dataset, epoch_size);
-             else if (epoch_size != 0) throw py::value_error("epoch_size is the size of a mixture's epoch: give mixture= too");
-             options.epoch = epoch;
+             const int64_t positions = integer_argument<int64_t>(epoch_size, "epoch_size");
+             if (!mixture.is_none()) options.sampler.mixture = mixture_of(mixture, dataset, positions);
+             else if (positions != 0) throw py::value_error("epoch_size is the size of a mixture's epoch: give mixture= too");
+             options.epoch = integer_argument<int64_t>(epoch, "epoch");
              options.drop_last = drop_last;
-             options.num_workers = num_workers;
-             options.prefetch_batches = prefetch_batches;
+             options.num_workers = integer_argument<int>(num_workers, "num_workers");
+             options.prefetch_batches = integer_argument<int>(prefetch_batches, "prefetch_batches");
              options.device = Device::parse(device);
              // Unsaid: pinned where pinning means something (a CUDA device is present), so a
              // CPU-only machine gets no note about falling back.
@@ -561,15 +582,18 @@ block) stops the workers.)doc")
       .def("__len__", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.batches_in_epoch(); }); },
            "Batches this rank yields in the current epoch from where it was started: the whole epoch, "
            "or after a resume the batches left (as batch.number counts from there)")
-      .def("set_epoch", [](PyLoader& self, int64_t epoch) {
+      .def("set_epoch", [](PyLoader& self, const py::object& epoch_argument) {
         refuse_in_signal_handler(self, "set_epoch");
+        const int64_t epoch = integer_argument<int64_t>(epoch_argument, "epoch");
         with_lock(self, [&](Loader& loader) { loader.set_epoch(epoch); });
         ++self.moves;
       }, py::arg("epoch"), R"doc(
 Restarts at the beginning of `epoch` (as DistributedSampler.set_epoch before each epoch). It
 does nothing when the loader is there already with no batch taken since it was made: so a
 loader resumed mid-epoch from a state keeps its place through the set_epoch(state's epoch)
-an epoch loop begins with, while on a loader that has taken batches it restarts the epoch.)doc")
+an epoch loop begins with, while on a loader that has taken batches it restarts the epoch. A
+state taken on an epoch's last batch stands at that epoch's end: resumed, set_epoch(that
+epoch) gives no batch, and the loop goes on with the next epoch.)doc")
       .def("close", [](PyLoader& self) {
         refuse_in_signal_handler(self, "close");
         without_gil([&] {

@@ -503,6 +503,16 @@ int32_t fail_on_13(const uint8_t* const* in, const int64_t* const* shapes, const
         self.assertEqual(mmtensor.Loader(self.ds, batch_size=10, fields="label").next().keys(), ["label"])
         with self.assertRaisesRegex(TypeError, "fields must be field names"):
             mmtensor.Loader(self.ds, fields=["label", 3])
+        # Integers out of their C++ range are named too, and the meaning checked after.
+        with self.assertRaisesRegex(ValueError, r"world_size = 2147483648 is out of range"):
+            mmtensor.Loader(self.ds, world_size=2**31)
+        with self.assertRaisesRegex(ValueError, r"epoch = 9223372036854775808 is out of range"):
+            mmtensor.Loader(self.ds, epoch=2**63)
+        with self.assertRaisesRegex(ValueError, r"epoch = 9223372036854775808 is out of range"):
+            mmtensor.Loader(self.ds).set_epoch(2**63)
+        with self.assertRaisesRegex(TypeError, "batch_size must be an int, got float"):
+            mmtensor.Loader(self.ds, batch_size=2.0)
+        self.assertEqual(len(mmtensor.Loader(self.ds, batch_size=np.int64(100), num_workers=np.int32(2))), 10)
         with self.assertRaisesRegex(ValueError, r"seed must be in \[0, 2\*\*64\), got -1"):
             mmtensor.Loader(self.ds, seed=-1)
         with self.assertRaisesRegex(TypeError, "seed must be an int"):
