@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
+#include <optional>
 #include <span>
 
 #include "checksum.h"
@@ -78,10 +81,62 @@ class KeyedPermutation {
   uint64_t high_mask_ = 1, low_mask_ = 1;
 };
 
+// The weights as integers W_s = w_s * 2^k for one k, when every W_s is below 2^62: integer
+// weights, dataset sizes, and proportions such as 0.3 and 0.7 (whose doubles differ by one
+// binary order or so). nullopt for weights too far apart in scale.
+std::optional<std::vector<int64_t>> weights_as_integers(const std::vector<MixtureSource>& sources) {
+  std::vector<uint64_t> mantissas(sources.size(), 0);
+  std::vector<int> exponents(sources.size(), 0);
+  int lowest = INT32_MAX;
+  for (size_t s = 0; s < sources.size(); ++s) {
+    if (sources[s].weight <= 0) continue;
+    int exponent = 0;
+    const double fraction = std::frexp(sources[s].weight, &exponent);  // weight = fraction * 2^exponent
+    uint64_t mantissa = static_cast<uint64_t>(std::ldexp(fraction, 53));  // exact: 53 bits
+    const int zeros = std::countr_zero(mantissa);
+    mantissas[s] = mantissa >> zeros;
+    exponents[s] = exponent - 53 + zeros;
+    lowest = std::min(lowest, exponents[s]);
+  }
+  std::vector<int64_t> out(sources.size(), 0);
+  for (size_t s = 0; s < sources.size(); ++s) {
+    if (mantissas[s] == 0) continue;
+    const int shift = exponents[s] - lowest;
+    if (shift > 62 || std::bit_width(mantissas[s]) + shift > 62) return std::nullopt;
+    out[s] = static_cast<int64_t>(mantissas[s] << shift);
+  }
+  return out;
+}
+
 // Each source's positions an epoch: its weight's share of epoch_size, rounded down, and the
 // positions left one each to the largest remainders (ties to the first source), so the
 // counts add up to epoch_size exactly and no source is more than one position off its share.
+// Exact (integer arithmetic, the same counts on every machine) where weights_as_integers()
+// holds them; otherwise in long double, whose rounding may settle a near tie either way.
 std::vector<int64_t> mixture_counts_of(const std::vector<MixtureSource>& sources, int64_t epoch_size) {
+  if (const std::optional<std::vector<int64_t>> weights = weights_as_integers(sources); weights && epoch_size > 0) {
+    __int128 total = 0;
+    for (const int64_t w : *weights) total += w;
+    std::vector<int64_t> counts(sources.size(), 0);
+    std::vector<__int128> remainders(sources.size(), 0);  // of shares epoch_size * w / total
+    int64_t assigned = 0;
+    for (size_t s = 0; s < sources.size(); ++s) {
+      const __int128 scaled = static_cast<__int128>(epoch_size) * (*weights)[s];
+      counts[s] = static_cast<int64_t>(scaled / total);
+      remainders[s] = scaled % total;
+      assigned += counts[s];
+    }
+    std::vector<size_t> by_remainder;
+    for (size_t s = 0; s < sources.size(); ++s)
+      if ((*weights)[s] > 0) by_remainder.push_back(s);
+    std::stable_sort(by_remainder.begin(), by_remainder.end(),
+                     [&](size_t a, size_t b) { return remainders[a] > remainders[b]; });
+    for (size_t i = 0; assigned < epoch_size; ++i) {  // fewer left than sources of weight
+      ++counts[by_remainder[i]];
+      ++assigned;
+    }
+    return counts;
+  }
   // Weights scaled by the largest first: their sum cannot overflow, even where long double
   // is a double (weights near DBL_MAX would otherwise sum to inf and every share to 0).
   double largest = 0;

@@ -65,6 +65,21 @@ TEST(Mixture, CountsFollowTheWeightsAndAddUpToTheEpochSize) {
   EXPECT_EQ(as_sizes.mixture_counts(), (std::vector<int64_t>{60, 40}));
   const std::vector<int64_t> once = as_sizes.epoch(4).to_vector();
   EXPECT_EQ(visits(once).size(), 100u);
+  // Exact ties go to the first source: weights 17, 3 and 8 of 434 share 263.5, 46.5 and 124
+  // (long double rounding gave the position to the second); 13 and 1 of 945, after a weight
+  // of 0, share 877.5 and 67.5. Proportions of one scale (0.3, 0.7) share exactly too.
+  const auto counts = [](std::vector<double> weights, int64_t epoch_size) {
+    std::vector<MixtureSource> sources;
+    for (size_t s = 0; s < weights.size(); ++s)
+      sources.push_back({.first_record = static_cast<int64_t>(s) * 10, .num_records = 10, .weight = weights[s]});
+    return Sampler::create(static_cast<int64_t>(weights.size()) * 10, mixed(SamplerKind::Random, sources, epoch_size))
+        .mixture_counts();
+  };
+  EXPECT_EQ(counts({17, 3, 8}, 434), (std::vector<int64_t>{264, 46, 124}));
+  EXPECT_EQ(counts({0, 13, 1}, 945), (std::vector<int64_t>{0, 878, 67}));
+  EXPECT_EQ(counts({0.5, 0.25, 0.25}, 2), (std::vector<int64_t>{1, 1, 0}));
+  EXPECT_EQ(counts({0.3, 0.7}, 1000), (std::vector<int64_t>{300, 700}));
+  EXPECT_EQ(counts({1.0, 1e-30}, 7), (std::vector<int64_t>{7, 0})) << "scales far apart: long double";
 }
 
 TEST(Mixture, AnUpsampledSourceRepeatsEachRecordEvenlyAndASubsampledOneDrawsDistinctRecords) {

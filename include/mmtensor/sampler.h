@@ -37,7 +37,9 @@
 // LitData's CombinedStreamingDataset(weights=) do: a small, valuable corpus upsampled next to
 // a large web scrape. Source s gets c_s = its weight's share of epoch_size positions (shares
 // rounded down, then the positions left one each to the largest remainders, ties to the
-// first source). When c_s exceeds its n_s records, every record is visited floor(c_s / n_s)
+// first source; in exact integer arithmetic, the same on every machine, where the weights
+// scaled by one power of two are integers below 2^62, as integer weights, sizes and
+// proportions like 0.3 and 0.7 are; weights further apart in scale share in long double). When c_s exceeds its n_s records, every record is visited floor(c_s / n_s)
 // times and the rest once more (a pass of its own); when it falls short, c_s distinct
 // records are chosen. The epoch's positions are then ordered as above over the mixture's
 // N = sum c_s positions:
