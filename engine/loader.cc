@@ -219,8 +219,12 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
     MMT_CHECK(state.dataset_fingerprint == 0 || state.dataset_fingerprint == dataset_fingerprint, ValueError,
               "Loader: the state was saved on another dataset than ", dataset.path(), " (fingerprint ",
               detail::hex64(state.dataset_fingerprint), ", this file's is ", detail::hex64(dataset_fingerprint), ": another file of ",
-              dataset.size(), " records, or this one re-packed); to resume on a re-packed copy of the same records, "
-              "clear the state's dataset_fingerprint");
+              dataset.size(), " records, or this one re-packed",
+              dataset.parts().size() > 1 ? ", or these files read as one in another order, which numbers their records "
+                                           "otherwise (give them in the order the state was saved with)"
+                                         : "",
+              "); to resume on a re-packed copy of the same records, in the same order, clear the state's "
+              "dataset_fingerprint");
     MMT_CHECK(state.consumed >= 0 && state.consumed <= sampler.epoch_size(), ValueError,
               "Loader: the state's consumed=", state.consumed, " is outside [0, ", sampler.epoch_size(), "]");
     first_epoch = state.epoch;

@@ -656,6 +656,18 @@ TEST_F(LoaderTest, ResumeRefusesAStateFromAnotherDatasetOrSampler) {
   state = loader.state();
   state.dataset_fingerprint = 0;
   EXPECT_NO_THROW(Loader(other, options, state));
+
+  // Files read as one in another order than the state's: refused, saying so (clearing the
+  // fingerprint would resume on records numbered otherwise).
+  const std::string a = write_loader_dataset(dir, 30, {}, 16, "a.mmt"), b = testing::write_loader_records(dir.file("b.mmt"), 30, 60);
+  Loader concatenated(Dataset::open_concat({a, b}), options);
+  concatenated.next();
+  try {
+    Loader reordered(Dataset::open_concat({b, a}), options, concatenated.state());
+    ADD_FAILURE() << "a concatenation in another order was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("or these files read as one in another order"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(LoaderTest, ASubsetSplitsOneFileIntoTrainingAndValidationRecords) {
