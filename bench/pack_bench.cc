@@ -15,6 +15,9 @@
 //     each an "image/encoded" bytes_list of BYTES bytes (784: Fashion-MNIST's size; 110,000:
 //     an ImageNet JPEG's) and an int64 "image/class/label", as TFDS writes image datasets,
 //     packed uncompressed, against the disk as above: target >= 0.8.
+//   - token documents from numpy (BM_PackJaggedDocumentsVsDisk): 400,000 documents of 1 to 511
+//     uint16 tokens (about 200 MB) in one .npy and their offsets in another (--offsets), each
+//     document a record, packed uncompressed, against the disk as above: target >= 0.8.
 // Counters: vs_disk / vs_codec_x_threads (the targets' ratios), pack_MBps, reference_MBps.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
@@ -294,6 +297,32 @@ void BM_PackTfRecordVsDisk(benchmark::State& state) {
   report_pack_vs_disk(state, sources, std::to_string(sources.records()) + " TFRecord Examples: image bytes, int64 label");
 }
 
+// Tokenized documents as numpy keeps them: one token array and where each document starts.
+struct JaggedDocuments {
+  PackSources sources;
+
+  JaggedDocuments() {
+    constexpr int64_t kDocuments = 400'000;
+    std::mt19937 rng(17);
+    std::vector<int64_t> offsets{0};
+    for (int64_t d = 0; d < kDocuments; ++d) offsets.push_back(offsets.back() + 1 + static_cast<int64_t>(rng() % 511));
+    Tensor tokens = empty({offsets.back()}, kUInt16);
+    uint16_t* t = tokens.mutable_data_ptr<uint16_t>();
+    for (int64_t k = 0; k < offsets.back(); ++k) t[k] = static_cast<uint16_t>(rng());
+    const std::string dir = workload().dir;
+    save_npy(dir + "/tokens.npy", tokens);
+    save_npy(dir + "/offsets.npy", tensor<int64_t>(offsets));
+    const std::vector<std::string> specs{"tokens=" + dir + "/tokens.npy"};
+    sources = PackSources::from_arrays(specs, {.offsets = {{"tokens", dir + "/offsets.npy"}}});
+  }
+};
+
+void BM_PackJaggedDocumentsVsDisk(benchmark::State& state) {
+  static JaggedDocuments documents;
+  report_pack_vs_disk(state, documents.sources, "400k token documents: tokens.npy + --offsets");
+}
+
+BENCHMARK(BM_PackJaggedDocumentsVsDisk)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 BENCHMARK(BM_PackTfRecordVsDisk)->Arg(784)->Arg(110000)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 BENCHMARK(BM_PackArrowSmallRowsVsDisk)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 BENCHMARK(BM_PackUncompressedVsDisk)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
