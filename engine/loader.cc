@@ -427,9 +427,11 @@ LoaderState LoaderCore::state_after_locked(int64_t batch) const {
   // uninterrupted one gives next, the end of the epoch (next() says nullopt) and then the next
   // epoch. A training loop that saved its own epoch counter with this state resumes with
   // set_epoch(that epoch), which then stands at the epoch's end instead of repeating it.
+  // Every position: with drop_tail the rank's samples end short of the epoch's size, and a
+  // resume under another world size would otherwise be given that dropped tail.
   state.epoch = epoch;
-  state.consumed = order.consumed_after(
-      start_consumed, batch + 1 >= total_batches ? rank_samples : (batch + 1) * options.batch_size);
+  state.consumed = batch + 1 >= total_batches ? sampler.epoch_size()
+                                              : order.consumed_after(start_consumed, (batch + 1) * options.batch_size);
   return state;
 }
 

@@ -286,16 +286,18 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
   auto mds = std::make_shared<MdsShards>();
   PackSources out;
   std::string first_index;
-  std::vector<std::string> indexes;
+  std::vector<std::string> indexes, index_paths;  // canonical, and as found
   for (const std::string& spec : specs) {
     const std::optional<std::string> index_path = mds_index_of(spec);
     MMT_CHECK(index_path.has_value(), ValueError, "input '", spec, "' is not an MDS dataset (a folder holding ",
               "index.json, or that file); MDS datasets are packed alone, not with other inputs");
     std::error_code ec;
-    for (const std::string& earlier : indexes)  // its folder, or its index.json, given twice
-      MMT_CHECK(!fs::equivalent(earlier, *index_path, ec), ValueError, "input '", spec, "' is the dataset of ",
-                earlier, " again; each MDS dataset is packed once");
-    indexes.push_back(*index_path);
+    const std::string canonical = fs::weakly_canonical(*index_path, ec).string();  // folder or index.json, the same
+    const auto earlier = std::find(indexes.begin(), indexes.end(), canonical);
+    MMT_CHECK(earlier == indexes.end(), ValueError, "input '", spec, "' is the dataset of ",
+              index_paths[static_cast<size_t>(earlier - indexes.begin())], " again; each MDS dataset is packed once");
+    indexes.push_back(canonical);
+    index_paths.push_back(*index_path);
     const int64_t index_bytes = detail::regular_file_size(*index_path);
     MMT_CHECK(index_bytes <= (int64_t{1} << 30), FormatError, *index_path, ": ", index_bytes,
               " bytes; an index past 1 GiB is not one");

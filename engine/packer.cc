@@ -1186,9 +1186,9 @@ WriteStats pack_dataset(const std::string& path, const PackSources& sources, Pac
   // (a tar member's extension, an Arrow column, a TFRecord key).
   for (size_t f = 0; f < sources.schema().size(); ++f) {
     const std::string& name = sources.schema()[f].name;
-    MMT_CHECK(name.size() <= kMaxWrittenFieldNameBytes, ValueError, "field '", detail::cut_for_message(name, 60), "' (",
-              name.size(), " bytes) of ", detail::cut_for_message(sources.origins()[f], 200),
-              ": a field name is at most ", kMaxWrittenFieldNameBytes, " bytes (mmt export writes it to NAME.npy)");
+    MMT_CHECK(name.size() <= kMaxWrittenFieldNameBytes, ValueError, "field '", detail::cut_for_message(name, 60),
+              "' of ", detail::cut_for_message(detail::joined(sources.input_paths()), 200), ": a field name is at most ",
+              kMaxWrittenFieldNameBytes, " bytes (mmt export writes it to NAME.npy)");
   }
   DatasetWriter writer = DatasetWriter::create(path, sources.schema(), std::move(writer_options));
   reporting = &writer;

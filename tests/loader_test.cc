@@ -550,6 +550,17 @@ TEST_F(LoaderTest, AStateTakenOnAnEpochsLastBatchResumesAtThatEpochsEnd) {
     EXPECT_FALSE(plain.next());
     EXPECT_EQ(drain_epoch(plain), epoch1);
   }
+  // Ranks that drop the tail (10 records over 4 ranks: 8 taken) still give up all 10, so a
+  // resume under another world size is not handed the dropped tail.
+  LoaderOptions ranks = on_rank(options_for(SamplerKind::Random, 2), 0, 4);
+  ranks.sampler.drop_tail = true;
+  Loader rank0(dataset, ranks);
+  std::optional<LoaderState> last;
+  while (std::optional<Batch> batch = rank0.next()) last = batch->state();
+  ASSERT_TRUE(last);
+  EXPECT_EQ(last->consumed, 10);
+  Loader elastic(dataset, on_rank(options_for(SamplerKind::Random, 2), 0, 2), *last);
+  EXPECT_FALSE(elastic.next());
 }
 
 // options() are the options as given: a loader made from another's options() and a state (as
