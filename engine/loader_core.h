@@ -125,7 +125,7 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   // and `mutex` may be held for ever; the Loader and its batches then touch nothing.
   const uint64_t made_in_generation = detail::fork_generation();
   Dataset dataset;
-  LoaderOptions options;  // options.sampler with the window resolved
+  LoaderOptions options;  // as given (checked); sampler.options() has the window resolved
   Sampler sampler;
   uint64_t dataset_fingerprint;  // what each state records; hashed once, outside the mutex
   StagingRing ring;
