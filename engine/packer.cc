@@ -428,9 +428,12 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs, const J
     else
       add_array(name, load_idx(path), spec, /*typed_name=*/true);
   }
-  for (const auto& [name, path] : jagged.offsets)
+  for (const auto& given : jagged.offsets) {  // a name, not a structured binding: the lambda captures it
+    const std::string& name = given.first;
     MMT_CHECK(std::any_of(fields.begin(), fields.end(), [&](const Field& f) { return f.name == name; }), InputSpecError,
-              "offsets are given for field '", detail::escaped(name), "' (", path, "), but no input gives that field");
+              "offsets are given for field '", detail::escaped(name), "' (", given.second,
+              "), but no input gives that field");
+  }
   // Only arrays with a jagged field keep one entry a field: jagged_.empty() says there is none.
   if (std::none_of(out.jagged_.begin(), out.jagged_.end(), [](const JaggedColumn& c) { return c.offsets.defined(); }))
     out.jagged_.clear();
