@@ -86,4 +86,12 @@ int64_t checked_shape_nbytes(IntArrayRef shape, int64_t element_bytes, std::stri
   return empty ? 0 : span_bytes;
 }
 
+void DistinctInputs::add(const std::string& path, std::string_view input) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;
+  const auto [earlier, first] = seen_.emplace(std::pair<uint64_t, uint64_t>(st.st_dev, st.st_ino), path);
+  MMT_CHECK(first, ValueError, "input '", input.empty() ? std::string_view(path) : input, "' is ", earlier->second,
+            " again; each ", each_, " is packed once");
+}
+
 }  // namespace mmt::detail

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -62,6 +63,23 @@ std::pair<std::string, std::string> split_input_spec(const std::string& spec);
 // of an existing file (an array, or a field name given to a `kind` input, which names its
 // own fields), or a Megatron PREFIX. `kind`: "tar archives". (packer.cc)
 void refuse_input_of_another_kind(const std::string& spec, std::string_view kind);
+
+// Inputs that each must be packed once (tar archives, TFRecord files, Megatron datasets):
+// add() refuses a file given before under any spelling or hard link (the same device and
+// inode), one stat an input, so tens of thousands of shards cost what listing them costs.
+// A path that cannot be stat'ed is let through: its reader names it. (import_util.cc)
+class DistinctInputs {
+ public:
+  // `each`: what the message says is packed once ("tar archive").
+  explicit DistinctInputs(std::string each) : each_(std::move(each)) {}
+  // ValueError "input 'INPUT' is EARLIER again; each tar archive is packed once" when `path`
+  // is a file added before. `input`: the spec the user gave, when it is not `path` itself.
+  void add(const std::string& path, std::string_view input = {});
+
+ private:
+  std::string each_;
+  std::map<std::pair<uint64_t, uint64_t>, std::string> seen_;  // (device, inode) -> its first path
+};
 
 // Names joined with ", ", for messages ("a, b, c").
 inline std::string joined(const std::vector<std::string>& names) {

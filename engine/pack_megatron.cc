@@ -38,6 +38,7 @@ PackSources PackSources::from_megatron(std::span<const std::string> specs) {
   auto documents = std::make_shared<MegatronDocuments>();
   PackSources out;
   std::string name;
+  detail::DistinctInputs distinct("Megatron dataset");
   for (const std::string& spec : specs) {
     auto [spec_name, path] = detail::split_input_spec(spec);
     const std::optional<std::string> prefix = detail::megatron_pair(path);
@@ -55,9 +56,7 @@ PackSources PackSources::from_megatron(std::span<const std::string> specs) {
                              ? UntypedStorage()
                              : UntypedStorage::map_file(bin_path);
     detail::MegatronIndex index(UntypedStorage::map_file(index_path), bin.nbytes(), bin_path);
-    for (const MegatronDocuments::Part& earlier : documents->parts)
-      MMT_CHECK(!std::filesystem::equivalent(earlier.index.path(), index_path), ValueError, "input '", spec,
-                "' is ", earlier.index.path(), " again; each Megatron dataset is packed once");
+    distinct.add(index_path, spec);
     if (documents->parts.empty()) documents->dtype = index.dtype();
     MMT_CHECK(index.dtype() == documents->dtype, ValueError, index_path, " holds ", to_string(index.dtype()),
               " tokens, but ", documents->parts.front().index.path(), " holds ", to_string(documents->dtype),

@@ -1,6 +1,5 @@
 // PackSources::from_tars: WebDataset shards as pack sources. Samples are runs of members
 // with one key (packer.h); values view the mapped archives.
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <charconv>
@@ -145,15 +144,10 @@ struct PendingSample {
 PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOptions options) {
   MMT_CHECK(!paths.empty(), ValueError, "no tar archives to pack");
   // Every input checked before the first archive is read (which may take long).
-  // One stat an input (tens of thousands of shards): the same file twice is refused.
-  std::map<std::pair<uint64_t, uint64_t>, size_t> seen;  // (device, inode) -> input
-  for (size_t a = 0; a < paths.size(); ++a) {
-    detail::refuse_input_of_another_kind(paths[a], "tar archives");
-    struct stat st {};
-    if (::stat(paths[a].c_str(), &st) != 0) continue;  // the reader names a missing file
-    const auto [earlier, first] = seen.emplace(std::pair<uint64_t, uint64_t>(st.st_dev, st.st_ino), a);
-    MMT_CHECK(first, ValueError, "input '", paths[a], "' is ", paths[earlier->second],
-              " again; each tar archive is packed once");
+  detail::DistinctInputs distinct("tar archive");
+  for (const std::string& path : paths) {
+    detail::refuse_input_of_another_kind(path, "tar archives");
+    distinct.add(path);
   }
   auto samples = std::make_shared<TarSamples>();
   samples->keys = options.keys;

@@ -388,15 +388,14 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
   };
 
   for (const std::string& path : specs) detail::refuse_input_of_another_kind(path, "TFRecord files");
+  detail::DistinctInputs distinct("TFRecord file");
   for (const std::string& path : specs) {
     std::error_code ec;
     MMT_CHECK(is_tfrecord_path(path) || !fs::is_regular_file(path, ec), ValueError, "input '", path,
               "' is not a TFRecord file (not named as one, .tfrecord..., and it does not begin with a record "
               "header, compressed or not); TFRecord files are packed alone, not with other inputs");
     TfRecordExamples::File file = open_file(path);  // IoError naming a missing file
-    for (const TfRecordExamples::File& earlier : examples->files)
-      MMT_CHECK(!fs::equivalent(earlier.path, path, ec), ValueError, "input '", path, "' is ", earlier.path,
-                " again; each TFRecord file is packed once");
+    distinct.add(path);
     const std::string name = file.compression ? path + " (decompressed)" : path;  // made outside the guard
     if (file.bytes.nbytes() > 0)
       detail::guard_storage_reads(file.bytes, [&] {
