@@ -216,25 +216,42 @@ FieldFiles files_of(const Field& f, const std::string& dir) {
 // Two passes of pieces of records (ragged_column(), which checks every chunk under them):
 // the first finds the offsets (an .npy header states its length before the values) and
 // checks bool bytes; the second writes the values. The offsets (and shapes) are held in
-// memory, 8 bytes a record (and a dimension); the values a piece at a time. Returns each
-// file's dtype and shape, in the order of files.paths.
+// memory, 8 bytes a record (and a dimension); the values a piece at a time, of whole chunks
+// (ragged_piece_ends()). Returns each file's dtype and shape, in the order of files.paths.
+// Where the pieces of a ragged field's export end: runs of whole chunks of at most
+// kExportPieceBytes decoded (or one chunk, when it alone is larger). A chunk's decoded bytes
+// bound what its records' field holds, so a piece never holds more, however unevenly the
+// records are sized; pieces of an average record's count held a skewed field's every large
+// record at once. Reads the chunk table, O(chunks).
+std::vector<int64_t> ragged_piece_ends(const Dataset& ds) {
+  std::vector<int64_t> ends;
+  int64_t piece_bytes = 0;
+  for (int64_t c = 0, chunks = ds.num_chunks(); c < chunks; ++c) {
+    const ChunkInfo chunk = ds.chunk(c);
+    if (piece_bytes > 0 && piece_bytes + chunk.decoded_bytes > kExportPieceBytes) {
+      ends.push_back(chunk.first_record);
+      piece_bytes = 0;
+    }
+    piece_bytes += chunk.decoded_bytes;
+  }
+  if (ds.size() > 0) ends.push_back(ds.size());
+  return ends;
+}
+
 std::vector<std::pair<ScalarType, DimVector>> stage_ragged_field(detail::StagedFiles& files, const Dataset& ds,
                                                                  const FieldFiles& out) {
   const std::string& field = out.field;
   const Field& f = ds.schema()[ds.schema().index_of(field)];
   const int64_t records = ds.size();
   const int64_t ndim = static_cast<int64_t>(f.shape.size());
-  const DatasetInfo info = ds.info();
-  const int64_t decoded_per_record = records > 0 ? info.decoded_bytes / records : 0;
-  const int64_t records_per_piece = std::max<int64_t>(1, kExportPieceBytes / std::max<int64_t>(decoded_per_record, 1));
+  const std::vector<int64_t> piece_ends = ragged_piece_ends(ds);
 
   std::vector<int64_t> offsets{0};  // in elements, then in rows of NAME.npy
   std::vector<int64_t> shapes;
   offsets.reserve(static_cast<size_t>(records) + 1);
   if (out.with_shapes) shapes.reserve(static_cast<size_t>(records * ndim));
-  for (int64_t first = 0; first < records;) {
+  for (int64_t first = 0; const int64_t stop : piece_ends) {
     StopSignals::check();
-    const int64_t stop = std::min(records, first + records_per_piece);
     const RaggedBatch piece = ds.ragged_column(field, first, stop);
     const int64_t* ends = piece.offsets.data_ptr<int64_t>();
     const int64_t base = offsets.back();
@@ -266,16 +283,16 @@ std::vector<std::pair<ScalarType, DimVector>> stage_ragged_field(detail::StagedF
 
   const std::string values_header = detail::npy_header_bytes(f.dtype, values_shape);
   bool header_written = false;
-  int64_t next_record = 0;
+  size_t next_piece = 0;
   Tensor piece_values;  // the bytes handed out last, alive until the next call
   files.stage_streamed(out.paths[0], [&]() -> std::span<const std::byte> {
     if (!header_written) {
       header_written = true;
       return std::as_bytes(std::span(values_header));
     }
-    while (next_record < records) {
-      const int64_t first = next_record;
-      next_record = std::min(records, first + records_per_piece);
+    while (next_piece < piece_ends.size()) {
+      const int64_t first = next_piece > 0 ? piece_ends[next_piece - 1] : 0;
+      const int64_t next_record = piece_ends[next_piece++];
       piece_values = ds.ragged_column(field, first, next_record).values.contiguous();
       // The file was read once already: what it holds now must be what the header says.
       const int64_t expected = (offsets[static_cast<size_t>(next_record)] - offsets[static_cast<size_t>(first)]) * row_elements;
