@@ -176,11 +176,19 @@ auto with_lock(PyLoader& self, Fn&& fn) {
   });
 }
 
+// Whether `value` is an int or numpy integer. A bool is not, numpy's neither (numpy 1.x gives
+// np.bool_ an __index__): batch_size=True is a mistake, not 1.
+bool is_integer(const py::object& value) {
+  const std::string_view type_name = Py_TYPE(value.ptr())->tp_name;
+  return !PyBool_Check(value.ptr()) && type_name != "numpy.bool_" && type_name != "numpy.bool" &&
+         PyIndex_Check(value.ptr());
+}
+
 // An int argument (or np.int64) into T, by name: pybind11 would answer a value out of T's range
 // (epoch=2**63, world_size=2**31) with its whole overload text. The loader checks the meaning.
 template <typename T>
 T integer_argument(const py::object& value, const char* name) {
-  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr()))
+  if (!is_integer(value))
     throw py::type_error(std::string(name) + " must be an int, got " + Py_TYPE(value.ptr())->tp_name);
   const py::object number = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
   if (!number) throw py::error_already_set();
@@ -507,7 +515,7 @@ block) stops the workers.)doc")
              options.sampler.kind = *kind;
              // An int (or np.int64) in [0, 2**64); pybind11 would refuse -1 with its whole
              // overload text.
-             if (PyBool_Check(seed.ptr()) || !PyIndex_Check(seed.ptr()))
+             if (!is_integer(seed))
                throw py::type_error(std::string("seed must be an int, got ") + Py_TYPE(seed.ptr())->tp_name);
              const py::object seed_int = py::reinterpret_steal<py::object>(PyNumber_Index(seed.ptr()));
              if (!seed_int) throw py::error_already_set();

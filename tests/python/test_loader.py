@@ -512,6 +512,9 @@ int32_t fail_on_13(const uint8_t* const* in, const int64_t* const* shapes, const
             mmtensor.Loader(self.ds).set_epoch(2**63)
         with self.assertRaisesRegex(TypeError, "batch_size must be an int, got float"):
             mmtensor.Loader(self.ds, batch_size=2.0)
+        for flag in (True, np.bool_(True)):  # numpy 1.x gives np.bool_ an __index__
+            with self.assertRaisesRegex(TypeError, "batch_size must be an int, got (bool|numpy.bool)"):
+                mmtensor.Loader(self.ds, batch_size=flag)
         self.assertEqual(len(mmtensor.Loader(self.ds, batch_size=np.int64(100), num_workers=np.int32(2))), 10)
         with self.assertRaisesRegex(ValueError, r"seed must be in \[0, 2\*\*64\), got -1"):
             mmtensor.Loader(self.ds, seed=-1)
