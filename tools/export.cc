@@ -38,13 +38,20 @@ struct ExportArgs {
   bool c_order = false;
 };
 
+// How many bytes of a field an export holds in memory at once: its records are read, checked
+// and written this many at a time (at least one record).
+constexpr int64_t kExportPieceBytes = int64_t{16} << 20;
+
 // An export reads every byte and promises them exactly, so every chunk's checksum is checked,
 // uncompressed ones too (by default the reader skips those: random access reads one record,
 // and hashing would read its whole chunk). column() checks the chunks under it, also when it
 // is one view over a contiguous file.
+// Every chunk is read once a pass, in order, so cached chunks are never read again: the
+// cache is kept to a piece's worth, and memory stays a few pieces whatever the file's size.
 Dataset open_for_export(const std::vector<std::string>& files) {
   ReaderOptions options;
   options.verify_uncompressed = true;
+  options.cache_bytes = kExportPieceBytes;
   return Dataset::open_concat(files, options);
 }
 
@@ -70,9 +77,6 @@ void refuse_non_bool_bytes(const Dataset& ds, const Tensor& values, int64_t firs
   throw_non_bool_byte(ds, first_record + at / per_record, field, bytes[at]);
 }
 
-// How many bytes of a field an export holds in memory at once: its records are read, checked
-// and written this many at a time (at least one record).
-constexpr int64_t kExportPieceBytes = int64_t{16} << 20;
 // A Fortran-order field is read this many bytes of records at a time: each read becomes one
 // write per position within a record, a run of that read's records, so larger reads make
 // fewer, longer writes (runs of 445 bytes for a 3x224x224 uint8 image field, 150,528 writes
