@@ -532,7 +532,14 @@ block) stops the workers.)doc")
              if (!subset.is_none()) {
                // Negative from the end, as ds[i] and get_batch take them (torch's Subset too);
                // the rest of the checks are the sampler's, naming the entry.
-               std::vector<int64_t> records = indices_of(subset, dataset.size());
+               std::vector<int64_t> records;
+               try {
+                 records = indices_of(subset, dataset.size());
+               } catch (const py::index_error& error) {
+                 // Past int64 (2**63) is as far outside the records as 5 of 3 is: one kind of error.
+                 throw py::value_error(std::string("subset: ") + error.what() + " (the dataset has " +
+                                       std::to_string(dataset.size()) + " records)");
+               }
                for (int64_t& record : records)
                  if (record < 0 && record >= -dataset.size()) record += dataset.size();
                options.sampler.subset = IndexList(std::move(records));

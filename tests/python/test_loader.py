@@ -337,6 +337,10 @@ class LoaderTest(unittest.TestCase):
         self.assertEqual(last_two.indices.tolist(), [RECORDS - 1, RECORDS - 2])
         with self.assertRaisesRegex(ValueError, f"subset entry 0 is {-RECORDS - 1}"):
             mmtensor.Loader(self.ds, batch_size=16, subset=[-RECORDS - 1])
+        # Past int64 is outside the records too: the same ValueError, not an IndexError.
+        for big in ([2**63], [2**70], np.array([2**63], np.uint64)):
+            with self.assertRaisesRegex(ValueError, "subset: index .* is out of range"):
+                mmtensor.Loader(self.ds, batch_size=16, subset=big)
 
     def test_a_mixture_draws_each_part_by_its_weight_and_resumes(self):
         # A second file of the same fields, 200 records (labels 1000..1199), beside the first.
