@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace mmt::detail {
 
@@ -14,5 +16,10 @@ uint64_t checksum64(const void* data, size_t nbytes, uint64_t seed = 0);
 // A 64-bit hash as text: "0x" and 16 hex digits (LoaderState's JSON, `mmt info`, messages),
 // so readers that hold JSON numbers as doubles keep it exact.
 std::string hex64(uint64_t value);
+
+// What python-xxhash's hexdigest() gives for `data` under `algorithm` ("xxh32", "xxh64",
+// "xxh3_64", "xxh128" or its other name "xxh3_128"; seed 0): the canonical, big-endian digest
+// in lowercase hex, as MosaicML Streaming writes it into an index. nullopt for other names.
+std::optional<std::string> xxhash_hexdigest(std::string_view algorithm, const void* data, size_t nbytes);
 
 }  // namespace mmt::detail

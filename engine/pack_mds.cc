@@ -5,7 +5,8 @@
 // The layout read (streaming/base/format/mds, index version 2):
 //   index.json  {"version": 2, "shards": [{"format": "mds", "version": 2, "samples": N,
 //               "column_names": [...], "column_encodings": [...], "column_sizes": [int|null],
-//               "compression": null | "zstd[:L]" | "gz[:L]" | ..., "raw_data": {"basename"},
+//               "compression": null | "zstd[:L]" | "gz[:L]" | ..., "raw_data": {"basename",
+//               "bytes", "hashes": {"xxh64": HEX, ...}},
 //               "zip_data": null | {"basename"}, ...}, ...]}
 //   a shard     uint32 N; uint32 offsets[N + 1] (absolute, from the file's start); the
 //               writer's config as JSON; the samples. A sample: a uint32 size for each
@@ -24,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checksum.h"
 #include "decompressed_file.h"
 #include "import_util.h"
 #include "mapping_guard.h"
@@ -156,6 +158,28 @@ MdsShards::Column column_of(const std::string& name, const std::string& encoding
 }
 
 uint32_t u32_at(const UntypedStorage& file, int64_t at) { return detail::load_le32(file.data() + at); }
+
+// The shard against the digest its index gives in raw_data.hashes (MDSWriter(hashes=[...])),
+// when that is an xxHash one: a shard damaged, or replaced by another of the same size, is
+// refused before any of it is packed. One pass over the bytes (tens of GB/s once read), so one
+// digest is checked, the fastest given. SHA and MD5 digests are not checked: they take a
+// cryptographic library this engine does not link, and StreamingDataset checks none by default.
+void verify_raw_hash(const nlohmann::json& raw_data, const MdsShards::Shard& read, bool is_raw, const std::string& where) {
+  const auto hashes = raw_data.find("hashes");
+  if (hashes == raw_data.end() || !hashes->is_object()) return;
+  for (const char* algorithm : {"xxh3_64", "xxh3_128", "xxh128", "xxh64", "xxh32"}) {
+    const auto expected = hashes->find(algorithm);
+    if (expected == hashes->end() || !expected->is_string()) continue;
+    const std::string actual = detail::guard_storage_reads(read.file, [&] {
+      return *detail::xxhash_hexdigest(algorithm, read.file.data(), static_cast<size_t>(read.file.nbytes()));
+    });
+    MMT_CHECK(actual == expected->get<std::string>(), FormatError, read.path, ": its ", is_raw ? "" : "decompressed ",
+              "bytes' ", algorithm, " digest is ", actual, ", but ", where, " says ",
+              detail::cut_for_message(expected->get<std::string>(), 40), " (raw_data.hashes); the shard is damaged, or ",
+              "is not the one the index was written with");
+    return;
+  }
+}
 
 // Where sample `j` of `shard` lies, checked: [begin, end) in the file.
 // `file` is the shard's bytes (its mapping, or its decompression).
@@ -404,6 +428,7 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
         MMT_CHECK(raw_bytes->get<uint64_t>() == static_cast<uint64_t>(read.file.nbytes()), FormatError, read.path, ": ",
                   read.file.nbytes(), " bytes", read.path == raw ? "" : " decompressed", ", but the index says ",
                   raw_bytes->get<uint64_t>());
+      verify_raw_hash(*raw_data, read, read.path == raw, where);
       read.samples = static_cast<int64_t>(samples->get<uint64_t>());
       const int64_t header_end = 4 + 4 * (read.samples + 1);
       MMT_CHECK(read.file.nbytes() >= header_end, FormatError, read.path, ": ", read.file.nbytes(), " bytes, too few for ",

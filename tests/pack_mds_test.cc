@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "checksum.h"
 #include "importer_test_util.h"
 #include "mds_test_util.h"
 #include "mmtensor/dataset.h"
@@ -454,6 +455,43 @@ TEST(PackMds, DamagedShardsAndIndexesAreRefusedNamingTheSample) {
   std::filesystem::remove(shard);
   builder.write_index(dir.path());
   EXPECT_THROW_WITH(PackSources::from_mds(std::vector<std::string>{dir.path()}), IoError, "is missing");
+}
+
+// MDSWriter(hashes=["xxh64", "sha1"]) puts each shard's digests in raw_data.hashes: an xxHash
+// one is checked, so a shard damaged where its structure still reads is refused, not packed.
+TEST(PackMds, ShardsAreCheckedAgainstTheXxHashDigestsOfTheirIndex) {
+  // python-xxhash's hexdigest() of b"": the digests' integers in hex, so big-endian.
+  EXPECT_EQ(detail::xxhash_hexdigest("xxh32", "", 0), "02cc5d05");
+  EXPECT_EQ(detail::xxhash_hexdigest("xxh64", "", 0), "ef46db3751d8e999");
+  EXPECT_EQ(detail::xxhash_hexdigest("xxh3_64", "", 0), "2d06800538d394c2");
+  EXPECT_EQ(detail::xxhash_hexdigest("xxh128", "", 0), "99aa06d3014798d86001c324468d497f");
+  EXPECT_EQ(detail::xxhash_hexdigest("xxh3_128", "", 0), "99aa06d3014798d86001c324468d497f");
+  EXPECT_EQ(detail::xxhash_hexdigest("sha1", "", 0), std::nullopt);
+
+  TempFolder dir;
+  MdsBuilder builder = four_columns();
+  add_samples(builder, 0, 4);
+  const Bytes good = builder.shard_bytes();
+  builder.flush(dir.path(), "shard.00000.mds");
+  builder.write_index(dir.path());
+  nlohmann::json index = nlohmann::json::parse(testing::file_bytes(dir / "index.json"));
+  for (const char* algorithm : {"xxh32", "xxh64", "xxh3_64", "xxh128"}) {
+    SCOPED_TRACE(algorithm);
+    // A SHA digest beside it is not checked (no cryptographic library), even when wrong.
+    index["shards"][0]["raw_data"]["hashes"] = {{"sha1", "0000"},
+                                                {algorithm, *detail::xxhash_hexdigest(algorithm, good.data(), good.size())}};
+    write_file(dir / "index.json", to_bytes(index.dump()));
+    write_file(dir / "shard.00000.mds", good);
+    EXPECT_EQ(PackSources::from_mds(std::vector<std::string>{dir.path()}).records(), 4);
+    // The last byte is sample 3's last token: the shard still reads, but it is not the one hashed.
+    Bytes damaged = good;
+    damaged.back() ^= std::byte{1};
+    write_file(dir / "shard.00000.mds", damaged);
+    EXPECT_THROW_WITH(PackSources::from_mds(std::vector<std::string>{dir.path()}), FormatError,
+                      std::string("shard.00000.mds: its bytes' ") + algorithm + " digest is " +
+                          *detail::xxhash_hexdigest(algorithm, damaged.data(), damaged.size()) + ", but " +
+                          (dir / "index.json") + ": shard 0 says ");
+  }
 }
 
 }  // namespace
