@@ -171,7 +171,9 @@ std::optional<size_t> Schema::find(std::string_view name) const {
 size_t Schema::index_of(std::string_view name) const {
   if (auto i = find(name)) return *i;
   const auto name_of = [](const Field& field) -> const std::string& { return field.name; };
-  throw ValueError(detail::str("unknown field '", name, "'; the schema has ",
+  // The name asked for is the caller's text: escaped, so a NUL in it cannot end the message.
+  throw ValueError(detail::str("unknown field '", detail::escaped(detail::cut_for_message(std::string(name), 200)),
+                               "'; the schema has ",
                                fields_.empty() ? std::string("no fields") : detail::quoted_names(fields_, name_of)));
 }
 

@@ -214,8 +214,16 @@ py::dict stats_dict(const WriteStats& stats);
 // ReadAhead from its Python spelling: "auto", "always" or "never".
 ReadAhead parse_read_ahead(const std::string& text);
 
-// A file path from a str or any os.PathLike (pathlib.Path).
+// A file path from a str, bytes or any os.PathLike (pathlib.Path), as the file system's bytes
+// (os.fsencode): a name that is not UTF-8 (b'caf\xe9.mmt', or its str with surrogate escapes)
+// opens as open() would open it.
 std::string path_of(const py::handle& path);
+// A path back to Python as os.fsdecode gives it: a str, its non-UTF-8 bytes as surrogate
+// escapes, so that path_of(path_object(p)) == p.
+py::object path_object(const std::string& path);
+// Text for Python that may hold bytes that are not UTF-8 (a path in a message, a repr): those
+// shown as \xNN, where a plain cast would raise UnicodeDecodeError instead.
+py::str lenient_text(const std::string& text);
 
 // Inside a catch of the engine's IoError from creating `path` (a writer, a pack): an existing
 // target (EEXIST, overwrite not asked for) in this API's words, since the engine's advice

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings.h"
+#include "utf8.h"  // engine/, for escaped()
 
 namespace mmt::python {
 
@@ -289,10 +290,10 @@ method may be called from many threads.)doc")
             const std::vector<Dataset> parts = ds.parts();
             py::object path;
             if (parts.size() == 1) {
-              path = py::str(ds.absolute_path());
+              path = path_object(ds.absolute_path());
             } else {
               py::list paths;
-              for (const Dataset& part : parts) paths.append(py::str(part.absolute_path()));
+              for (const Dataset& part : parts) paths.append(path_object(part.absolute_path()));
               path = std::move(paths);
             }
             return py::make_tuple(path, o.cache_bytes, o.verify_checksums, o.verify_uncompressed,
@@ -308,14 +309,15 @@ method may be called from many threads.)doc")
             const auto fingerprint = t[6].cast<uint64_t>();
             Dataset ds;
             if (py::isinstance<py::list>(t[0])) {
-              const auto paths = t[0].cast<std::vector<std::string>>();
+              std::vector<std::string> paths;
+              for (const py::handle& item : t[0]) paths.push_back(path_of(item));
               ds = without_gil([&] { return Dataset::open_concat(paths, o); });
             } else {
-              const auto path = t[0].cast<std::string>();
+              const std::string path = path_of(t[0]);
               ds = without_gil([&] { return Dataset::open(path, o); });
             }
             if (without_gil([&] { return ds.fingerprint(); }) != fingerprint)
-              throw py::value_error("unpickling a Dataset: " + ds.path() + " is no longer what was pickled "
+              throw py::value_error("unpickling a Dataset: " + detail::escaped(ds.path()) + " is no longer what was pickled "
                                     "(its chunks differ); open it anew if that is meant");
             return ds;
           }))
@@ -358,11 +360,11 @@ method may be called from many threads.)doc")
       .def("get", [](const Dataset& ds, int64_t index, const std::string& field) {
         return wrap(without_gil([&] { return ds.get(index, field); }));
       }, py::arg("index"), py::arg("field"))
-      .def_property_readonly("path", &Dataset::path,
+      .def_property_readonly("path", [](const Dataset& ds) { return path_object(ds.path()); },
                              "The file's path; for shards, their paths joined by ', ' (see paths)")
       .def_property_readonly("paths", [](const Dataset& ds) {
-        std::vector<std::string> paths;
-        for (const Dataset& part : ds.parts()) paths.push_back(part.path());
+        py::list paths;
+        for (const Dataset& part : ds.parts()) paths.append(path_object(part.path()));
         return paths;
       }, "The files read, in order: [path] for one file")
       .def_property_readonly("parts", &Dataset::parts, "The files read, as Datasets, in order: [self] for one file")
@@ -504,7 +506,7 @@ name) and returns `out`. threads: threads to gather with, the calling one counte
                 : detail::str("<mmtensor.Dataset of ", parts.size(), " parts ('", parts.front().path(), "' .. '",
                               parts.back().path(), "'): ", ds.size(), " records;");
         for (const Field& f : ds.schema()) text.append(" ").append(field_repr(f));
-        return text + ">";
+        return lenient_text(text + ">");
       });
 
   m.def("concat", [](const std::vector<Dataset>& datasets) { return Dataset::concat(datasets); },

@@ -39,27 +39,31 @@ PYBIND11_MODULE(_mmtensor, m) {
                                               "A CUDA runtime call failed, or CUDA is not available.");
 
   py::register_exception_translator([](std::exception_ptr p) {
+    // A message naming a file whose name is not UTF-8 shows those bytes as \xNN: PyErr_SetString
+    // would fail to decode it and raise a UnicodeDecodeError in the error's place.
+    const auto raise = [](PyObject* type, const char* what) { PyErr_SetObject(type, lenient_text(what).ptr()); };
     try {
       if (p) std::rethrow_exception(p);
     } catch (const mmt::IndexError& e) {
-      PyErr_SetString(PyExc_IndexError, e.what());
+      raise(PyExc_IndexError, e.what());
     } catch (const mmt::ValueError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      raise(PyExc_ValueError, e.what());
     } catch (const mmt::IoError& e) {
       // OSError(errno, message) picks the subclass: FileNotFoundError, TimeoutError...
-      py::object args = e.errno_value() ? py::make_tuple(e.errno_value(), e.what()) : py::make_tuple(e.what());
+      py::object args = e.errno_value() ? py::make_tuple(e.errno_value(), lenient_text(e.what()))
+                                        : py::make_tuple(lenient_text(e.what()));
       PyErr_SetObject(PyExc_OSError, args.ptr());
     } catch (const mmt::ChecksumError& e) {
-      PyErr_SetString(checksum_error, e.what());
+      raise(checksum_error, e.what());
     } catch (const mmt::FormatError& e) {
-      PyErr_SetString(format_error, e.what());
+      raise(format_error, e.what());
     } catch (const mmt::CudaError& e) {
-      PyErr_SetString(cuda_error, e.what());
+      raise(cuda_error, e.what());
     } catch (const mmt::Error& e) {
       // The engine reports a failed allocation as an Error that starts so; Python's word for
       // it is MemoryError.
-      if (std::string_view(e.what()).starts_with("out of memory")) PyErr_SetString(PyExc_MemoryError, e.what());
-      else PyErr_SetString(error, e.what());
+      if (std::string_view(e.what()).starts_with("out of memory")) raise(PyExc_MemoryError, e.what());
+      else raise(error, e.what());
     }
   });
 

@@ -654,9 +654,19 @@ std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length) 
 
 std::string path_of(const py::handle& path) {
   py::module_ os = py::module_::import("os");
-  auto text = os.attr("fsdecode")(os.attr("fspath")(path)).cast<std::string>();
+  auto text = os.attr("fsencode")(os.attr("fspath")(path)).cast<std::string>();
   if (text.find('\0') != std::string::npos) throw py::value_error("embedded null byte in path");  // as open() says
   return text;
+}
+
+py::object path_object(const std::string& path) {
+  return py::module_::import("os").attr("fsdecode")(py::bytes(path));
+}
+
+py::str lenient_text(const std::string& text) {
+  PyObject* decoded = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "backslashreplace");
+  if (decoded == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(decoded);
 }
 
 void bind_tensor(py::module_& m) {
@@ -702,7 +712,7 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
       .def_property_readonly("nbytes", [](const PyTensor& s) { return s.tensor.nbytes(); })
       .def("element_size", [](const PyTensor& s) { return s.tensor.element_size(); })
       .def("storage_offset", [](const PyTensor& s) { return s.tensor.storage_offset(); })
-      .def_property_readonly("filename", [](const PyTensor& s) { return s.tensor.untyped_storage().filename(); },
+      .def_property_readonly("filename", [](const PyTensor& s) { return path_object(s.tensor.untyped_storage().filename()); },
                              "The mapped file the tensor views, or '' (a copy, a decoded chunk, a batch)")
       .def_property_readonly("is_read_only", [](const PyTensor& s) { return s.tensor.untyped_storage().is_read_only(); })
       .def("is_contiguous", [](const PyTensor& s) { return s.tensor.is_contiguous(); })

@@ -330,7 +330,7 @@ appended record by record, and a bad record stops it there, after the records be
         });
       }, "Discards everything written; the target path is left as it was")
       .def("stats", [](PyWriter& self) { return stats_dict(locked(self, [&] { return self.get().stats(); })); })
-      .def_property_readonly("path", [](PyWriter& self) { return locked(self, [&] { return self.get().path(); }); })
+      .def_property_readonly("path", [](PyWriter& self) { return path_object(locked(self, [&] { return self.get().path(); })); })
       .def("__len__", [](PyWriter& self) { return locked(self, [&] { return self.get().size(); }); })
       .def("__enter__", [](const py::object& self) { return self; })
       .def("__exit__", [](PyWriter& self, const py::object& type, const py::object&, const py::object&) {
