@@ -384,7 +384,9 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs, const J
     const NpyHeader& h = v.header;
     const bool viewable =
         !v.deflated && (h.data_nbytes == 0 || detail::npy_viewable(v.storage.data() + v.data_offset, v.data_offset, h));
-    if (h.fortran_order) fortran_fields.push_back(name);
+    // A ragged field's records are runs of the values' rows, written back in C order as a
+    // whole (export's NAME.npy of a ragged field is always C order): not recorded.
+    if (h.fortran_order && !jagged.offsets.contains(name)) fortran_fields.push_back(name);
     if (viewable)
       return add_array(name, detail::npy_tensor_over(v.storage, v.data_offset, h, v.what), origin, typed_name);
     add_field(name, h.dtype, h.shape, origin, typed_name);

@@ -373,6 +373,7 @@ np.savez_compressed('xz.npz', x=x, z=z)
 # Big-endian complex, each part swapped: deflated in an archive, and in Fortran order.
 np.savez_compressed('bez.npz', bez=z.astype('>c8'))
 np.save('bef.npy', np.asfortranarray(z.astype('>c16')))
+np.save('x_offsets.npy', np.array([0, 3, 3, 7]))
 )"), 0);
   for (const char* codec : {"none", "zstd"}) {
     SCOPED_TRACE(codec);
@@ -418,6 +419,13 @@ np.save('bef.npy', np.asfortranarray(z.astype('>c16')))
             R"(["x"])") << "kept when the parts agree";
   ASSERT_EQ(run_mmt({"export", path("from-f.mmt"), path("from-c.mmt"), path("back-mixed")}).exit_code, 0);
   EXPECT_TRUE(load_npy(path("back-mixed/x.npy")).is_contiguous());
+  // A ragged field's records are runs of the Fortran-order values' rows: not recorded as
+  // Fortran order, since export writes a ragged field's values in C order.
+  ASSERT_EQ(run_mmt({"pack", path("ragged-f.mmt"), "x=" + path("x.npy"), "--offsets", "x=" + path("x_offsets.npy")})
+                .exit_code, 0);
+  EXPECT_EQ(Dataset::open(path("ragged-f.mmt")).metadata().count("npy_fortran_order"), 0u);
+  ASSERT_EQ(run_mmt({"export", path("ragged-f.mmt"), path("back-ragged")}).exit_code, 0);
+  EXPECT_TRUE(load_npy(path("back-ragged/x.npy")).equal(load_npy(path("x.npy")).contiguous()));
   // A value that is not a list of names (a plain string, a nested list) is reported, and the
   // fields come back in C order.
   for (const char* value : {"x", R"([["x"]])"}) {
@@ -817,6 +825,43 @@ TEST_F(MmtCli, ExportRefusesRaggedFilesThatAnotherFieldWrites) {
   }
   EXPECT_FAILS_WITH(run_mmt({"export", path("long.mmt"), path("out2")}), "longer than the 255 bytes of a file name");
   EXPECT_FALSE(fs::exists(path("out2")));
+}
+
+// An earlier export's NAME.offsets.npy or NAME.shapes.npy that this one does not write would
+// describe the new NAME.npy wrongly (and pack back without a word): refused, or removed with
+// --force.
+TEST_F(MmtCli, ExportLeavesNoEarlierCompanionFileBesideAField) {
+  const auto write = [&](const std::string& name, const Field& field, const std::vector<Tensor>& records) {
+    DatasetWriter writer = DatasetWriter::create(path(name), Schema({field}));
+    for (const Tensor& record : records) writer.append({record});
+    writer.finish();
+  };
+  write("images.mmt", Field::ragged("v", kFloat32, {kVariableDim, kVariableDim}),
+        {zeros({2, 3}, kFloat32), zeros({3, 2}, kFloat32)});
+  write("tokens.mmt", Field::ragged("v", kFloat32, {kVariableDim}), {arange(6, kFloat32), arange(6, kFloat32)});
+  write("fixed.mmt", Field::fixed("v", kFloat32, {6}), {arange(6, kFloat32), arange(6, kFloat32)});
+  const std::string out = path("out");
+  ASSERT_EQ(run_mmt({"export", path("images.mmt"), out}).exit_code, 0);
+  ASSERT_TRUE(fs::exists(out + "/v.shapes.npy"));
+  fs::remove(out + "/v.npy");
+  fs::remove(out + "/v.offsets.npy");
+  EXPECT_FAILS_WITH(run_mmt({"export", path("tokens.mmt"), out}),
+                    out + "/v.shapes.npy exists, but this export writes no such file for field 'v' (ragged in its "
+                          "first dimension only)");
+  EXPECT_FALSE(fs::exists(out + "/v.npy")) << "nothing written";
+  const RunResult forced = run_mmt({"export", path("tokens.mmt"), out, "--force"});
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_NE(forced.out.find(out + "/v.shapes.npy  removed (left from an earlier export"), std::string::npos) << forced.out;
+  EXPECT_FALSE(fs::exists(out + "/v.shapes.npy"));
+  EXPECT_TRUE(fs::exists(out + "/v.offsets.npy"));
+  // A fixed field now: the offsets go too, and v.npy alone is the field.
+  const RunResult fixed = run_mmt({"export", path("fixed.mmt"), out, "--force"});
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.err;
+  EXPECT_FALSE(fs::exists(out + "/v.offsets.npy"));
+  const Tensor values = load_npy(out + "/v.npy");
+  ASSERT_EQ(values.dim(), 2);
+  EXPECT_EQ(values.size(0), 2);
+  EXPECT_TRUE(values.select(0, 1).equal(arange(6, kFloat32)));
 }
 
 TEST_F(MmtCli, InfoTextAndJson) {

@@ -3,7 +3,8 @@
 // `export` gives the original arrays byte for byte: a field packed from a Fortran-order .npy
 // (listed in the metadata key "npy_fortran_order") is written back in Fortran order (unless
 // --c-order); a big-endian source comes back with the same values in native order. A ragged
-// field is written in PyTorch's jagged layout (stage_ragged_field()).
+// field is written in PyTorch's jagged layout (stage_ragged_field()), its values in C order
+// (pack records no ragged field as Fortran-order: its records are runs of the values' rows).
 // A field is written a piece of records at a time, so a field larger than memory exports too.
 #include <algorithm>
 #include <filesystem>
@@ -380,6 +381,24 @@ void run_export(const ExportArgs& args) {
       paths.push_back(file);
     }
   }
+  // A companion file this export does not write (NAME.offsets.npy or NAME.shapes.npy of an
+  // earlier export, when the field is now fixed, or ragged in its first dimension only) would
+  // be read beside the new NAME.npy as describing it, and packed back wrongly without a word:
+  // refused, or with --force removed once the new files stand.
+  std::vector<std::pair<std::string, std::string>> stale;  // the file, the NAME.npy it would mislabel
+  for (const FieldFiles& field : fields) {
+    for (const char* companion : {".offsets.npy", ".shapes.npy"}) {
+      const std::string file = (fs::path(args.dir) / (field.field + companion)).string();
+      std::error_code ec;
+      if (writer_of.contains(file) || !fs::exists(fs::symlink_status(file, ec))) continue;
+      MMT_CHECK(args.force, ValueError, printable(file), " exists, but this export writes no such file for field '",
+                printable(field.field), "' (", field.ragged ? "ragged in its first dimension only" : "not ragged",
+                "): left from an earlier export, it would describe the new ", printable(field.paths[0]),
+                " wrongly; pass --force to remove it, or remove it");
+      check_output_path(file, /*force=*/true, args.files);  // a regular file, and not the dataset read
+      stale.emplace_back(file, field.paths[0]);
+    }
+  }
   // What cannot be known before writing (a damaged chunk met by column(), a name the file
   // system finds too long, a full disk) undoes the export. Every .npy is written to a
   // temporary first and put in place only once all are written, so no existing file is
@@ -416,6 +435,13 @@ void run_export(const ExportArgs& args) {
                 << "\n";
     }
     files.publish();
+    for (const auto& [file, values] : stale) {
+      std::error_code ec;
+      fs::remove(file, ec);
+      MMT_CHECK(!ec, IoError, "the new files were written, but ", printable(file), ", left from an earlier export, ",
+                "could not be removed (", ec.message(), "); remove it: it does not describe the new ", printable(values));
+      written << printable(file) << "  removed (left from an earlier export; this one writes none)\n";
+    }
     note_published(paths.size() == 1 ? detail::str(paths[0], " was written and is complete")
                                      : detail::str("the ", paths.size(), " files were written and are complete"));
   } catch (const Interrupted& e) {
@@ -441,7 +467,9 @@ void add_export_command(CLI::App& app) {
   // One name per --field: a repeated option must not take the files that follow it.
   cmd->add_option("--field", args->fields, "Only this field (repeat for several)")
       ->allow_extra_args(false);
-  cmd->add_flag("--force", args->force, "Replace existing .npy files");
+  cmd->add_flag("--force", args->force,
+                "Replace existing .npy files, and remove a NAME.offsets.npy or NAME.shapes.npy an earlier export "
+                "left that this one does not write");
   cmd->add_flag("--c-order", args->c_order,
                 "Write every field in C order, also those packed from Fortran-order arrays (which are otherwise "
                 "written back in Fortran order, as they came)");
