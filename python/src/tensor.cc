@@ -613,7 +613,13 @@ std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length) 
   // Text, sets, dicts, iterators and single numbers are no sequence of indices: NumPy would
   // make a 0-d or object array of them, and the message would be about dimensions.
   const std::string type_name = Py_TYPE(indices.ptr())->tp_name;
-  if (py::isinstance<py::str>(indices) || py::isinstance<py::bytes>(indices) || PyAnySet_Check(indices.ptr()) ||
+  // bytes, bytearray and a memoryview of them are text as far as indices go: b"ab" is no list
+  // of the records 97 and 98.
+  const bool byte_string = py::isinstance<py::bytes>(indices) || PyByteArray_Check(indices.ptr()) ||
+                           (PyMemoryView_Check(indices.ptr()) &&
+                            (PyBytes_Check(PyMemoryView_GET_BASE(indices.ptr())) ||
+                             PyByteArray_Check(PyMemoryView_GET_BASE(indices.ptr()))));
+  if (py::isinstance<py::str>(indices) || byte_string || PyAnySet_Check(indices.ptr()) ||
       PyDict_Check(indices.ptr()) || PyIter_Check(indices.ptr()) || indices.is_none())
     throw py::type_error("indices must be a sequence of integers (a list, a range or an array), not " + type_name);
   py::module_ np = py::module_::import("numpy");
@@ -622,6 +628,10 @@ std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length) 
     throw py::type_error("indices must be a sequence of integers (a list, a range or an array), not one " + type_name +
                          "; for one record, pass [i]");
   if (array.ndim() != 1) throw py::value_error("indices must be one-dimensional, got " + std::to_string(array.ndim()) + " dimensions");
+  // NumPy makes float64 of a list mixing np.uint64 and int ([np.uint64(1), 2]): the items
+  // themselves are integers, so they are read one by one, as a list past int64 is.
+  if (array.dtype().kind() == 'f' && !py::isinstance<py::array>(indices))
+    array = np.attr("asarray")(indices, "object");
   if (array.dtype().kind() == 'O') {
     // Python ints past int64 (2**70), or objects that are no integers at all.
     for (const py::handle item : array.attr("tolist")()) {
@@ -736,6 +746,12 @@ NumPy and give NumPy arrays; for arithmetic, convert first.)doc");
         without_gil([&] {
           const Tensor values(UntypedStorage::from_blob(buffer, nbytes, [](void*) {}), s.tensor.dtype(), s.tensor.sizes());
           values.copy_(s.tensor);
+          // A bool byte of a file other than 0 or 1 reads as true (docs/FORMAT.md); it travels
+          // as 1, which _tensor_from_bytes takes, rather than failing in the unpickling process.
+          if (s.tensor.dtype() == kBool) {
+            auto* bytes = static_cast<unsigned char*>(buffer);
+            for (int64_t i = 0; i < nbytes; ++i) bytes[i] = bytes[i] != 0;
+          }
         });
         return py::make_tuple(py::module_::import("mmtensor").attr("_rebuild_tensor"),
                               py::make_tuple(data, std::string(to_string(s.tensor.dtype())), int_tuple(s.tensor.sizes()),

@@ -88,6 +88,15 @@ class DatasetTest(unittest.TestCase):
             _rebuild_tensor(b"\x05", "bool", (1,), "cpu")
         with self.assertRaisesRegex(mmtensor.CudaError, "is not available"):
             _rebuild_tensor(b"", "float32", (0,), "cuda:99")
+        # A file's bool byte other than 0 or 1 reads as true, and travels as 1: it used to
+        # pickle, then fail to unpickle (in the DataLoader's main process, not the worker).
+        offset = sample["flag"].storage_offset()
+        with open(self.path("p.mmt"), "r+b") as f:
+            f.seek(offset)
+            f.write(b"\x02")
+        flag = mmtensor.Dataset(self.path("p.mmt"))[7]["flag"]
+        self.assertEqual(bytes(flag)[0], 2)
+        self.assertEqual(pickle.loads(pickle.dumps(flag)).tolist(), [True, bool(self.flags[7][1])])
 
     def test_an_uncompressed_sample_is_a_read_only_view_into_the_file(self):
         path = write(self.path("x.mmt"), self.fields, self.records)
@@ -348,9 +357,14 @@ class ErrorTest(unittest.TestCase):
         for key in [2.0, "3", None, b"x", {1, 2}, (i for i in range(2)), np.float32(1)]:
             with self.subTest(key=key), self.assertRaises(TypeError):
                 ds[key]
-        for indices in [5, {1, 2}, "12", (i for i in range(2)), [1.5]]:
+        for indices in [5, {1, 2}, "12", (i for i in range(2)), [1.5], b"ab", bytearray(b"ab"), memoryview(b"ab")]:
             with self.subTest(indices=indices), self.assertRaises(TypeError):
                 ds.get_batch(indices, "y")
+        for indices in [bytearray(b"ab"), memoryview(b"ab")]:  # as b"ab": no records 97 and 98
+            with self.subTest(indices=indices), self.assertRaises(TypeError):
+                ds[indices]
+        # NumPy makes float64 of [np.uint64(1), 2]; its items are integers all the same.
+        self.assertEqual([s.index for s in ds[[np.uint64(1), 2]]], [1, 2])
 
         # An object whose __index__ fails (a 0-d float array, a class of one's own): its own
         # error, as a list raises it, not SystemError (and no record read meanwhile).
