@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -207,6 +208,44 @@ std::vector<std::string> field_names_of(const py::handle& fields);
 // Record indices from any integer sequence or array, as int64; also a boolean mask of
 // `mask_length` entries (the records), where one is taken (mask_length >= 0).
 std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length = -1);
+
+// Whether `value` is an int or numpy integer. A bool is not, numpy's neither (numpy 1.x gives
+// np.bool_ an __index__): batch_size=True is a mistake, not 1.
+inline bool is_integer(const py::object& value) {
+  const std::string_view type_name = Py_TYPE(value.ptr())->tp_name;
+  return !PyBool_Check(value.ptr()) && type_name != "numpy.bool_" && type_name != "numpy.bool" &&
+         PyIndex_Check(value.ptr());
+}
+
+// An int argument (or np.int64) into T, by name: pybind11 would answer a value out of T's range
+// (epoch=2**63, world_size=2**31) with its whole overload text. The loader checks the meaning.
+template <typename T>
+T integer_argument(const py::object& value, const char* name) {
+  if (!is_integer(value))
+    throw py::type_error(std::string(name) + " must be an int, got " + Py_TYPE(value.ptr())->tp_name);
+  const py::object number = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!number) throw py::error_already_set();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(number.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (overflow != 0 || v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
+    throw py::value_error(std::string(name) + " = " + py::str(number).cast<std::string>() + " is out of range (" +
+                          std::to_string(std::numeric_limits<T>::min()) + " to " +
+                          std::to_string(std::numeric_limits<T>::max()) + ")");
+  return static_cast<T>(v);
+}
+
+// A record or chunk index argument (an int or numpy integer; negative ones are the callee's to
+// read) as int64: TypeError for other types, IndexError past int64 (ds[2**63] says so too),
+// where pybind11 would answer with its whole overload text.
+inline int64_t index_argument(const py::object& value, const char* name) {
+  if (!is_integer(value))
+    throw py::type_error(std::string(name) + " must be an int, got " + Py_TYPE(value.ptr())->tp_name);
+  int overflow = 0;
+  const long long v = index_value(value, overflow);
+  if (overflow) throw py::index_error(std::string(name) + " " + py::str(value).cast<std::string>() + " is out of range");
+  return static_cast<int64_t>(v);
+}
 
 // A writer's figures as a dict: records, chunks, bytes_in, bytes_out, seconds.
 py::dict stats_dict(const WriteStats& stats);

@@ -89,6 +89,12 @@ int64_t python_bound(std::optional<int64_t> bound, int64_t fallback, int64_t siz
 
 // Records [start, stop) of `size`, negative bounds counted from the end; IndexError naming the
 // bounds as given when they fall outside (the engine's message would show them counted).
+// A slice bound: None, or an index argument.
+std::optional<int64_t> optional_index(const py::object& bound, const char* name) {
+  if (bound.is_none()) return std::nullopt;
+  return index_argument(bound, name);
+}
+
 std::pair<int64_t, int64_t> python_range(const char* method, const std::string& field, std::optional<int64_t> start,
                                          std::optional<int64_t> stop, int64_t size) {
   const int64_t begin = python_bound(start, 0, size), end = python_bound(stop, size, size);
@@ -127,7 +133,9 @@ shaped.)doc")
       .def_property_readonly("offsets", [](const PyRaggedBatch& r) { return wrap(r.batch.offsets, r.owner); })
       .def_property_readonly("shapes", [](const PyRaggedBatch& r) { return wrap(r.batch.shapes, r.owner); })
       .def("__len__", [](const PyRaggedBatch& r) { return r.batch.offsets.numel() - 1; })
-      .def("__getitem__", [](const PyRaggedBatch& r, int64_t i) { return ragged_item(r.batch, i, r.owner); })
+      .def("__getitem__", [](const PyRaggedBatch& r, const py::object& i) {
+        return ragged_item(r.batch, index_argument(i, "index"), r.owner);
+      })
       .def("__repr__", [](const PyRaggedBatch& r) {
         return "<mmtensor.RaggedBatch of " + std::to_string(r.batch.offsets.numel() - 1) + " records, " +
                std::to_string(r.batch.values.numel()) + " " + std::string(to_string(r.batch.values.dtype())) + " values>";
@@ -258,10 +266,10 @@ verify_uncompressed=True (hashing a 1 MiB chunk to serve one record would cost m
 read), so damage inside them is found by verify() or `mmt verify`. Views outlive the
 Dataset; it pickles as its path and options (opened again where it is unpickled). Every
 method may be called from many threads.)doc")
-      .def(py::init([](const py::object& path, int64_t cache_bytes, bool verify_checksums, bool verify_uncompressed,
-                       const std::string& advice, const std::string& read_ahead) {
+      .def(py::init([](const py::object& path, const py::object& cache_bytes, bool verify_checksums,
+                       bool verify_uncompressed, const std::string& advice, const std::string& read_ahead) {
              ReaderOptions options;
-             options.cache_bytes = cache_bytes;
+             options.cache_bytes = integer_argument<int64_t>(cache_bytes, "cache_bytes");
              options.verify_checksums = verify_checksums;
              options.verify_uncompressed = verify_uncompressed;
              options.advice = parse_advice(advice);
@@ -357,8 +365,9 @@ method may be called from many threads.)doc")
         return py::cast(std::move(samples));
       }, py::arg("index"), "ds[i]: a Sample; ds[a:b], ds[[i, j]], ds[mask]: a list of them (get_batch() stacks a field)")
       .def("__iter__", [](const Dataset& ds) { return py::make_iterator(ds.begin(), ds.end()); }, py::keep_alive<0, 1>())
-      .def("get", [](const Dataset& ds, int64_t index, const std::string& field) {
-        return wrap(without_gil([&] { return ds.get(index, field); }));
+      .def("get", [](const Dataset& ds, const py::object& index, const std::string& field) {
+        const int64_t i = index_argument(index, "index");
+        return wrap(without_gil([&] { return ds.get(i, field); }));
       }, py::arg("index"), py::arg("field"))
       .def_property_readonly("path", [](const Dataset& ds) { return path_object(ds.path()); },
                              "The file's path; for shards, their paths joined by ', ' (see paths)")
@@ -368,15 +377,15 @@ method may be called from many threads.)doc")
         return paths;
       }, "The files read, in order: [path] for one file")
       .def_property_readonly("parts", &Dataset::parts, "The files read, as Datasets, in order: [self] for one file")
-      .def("locate", [](const Dataset& ds, int64_t index) {
-        const Dataset::Location at = ds.locate(index);
+      .def("locate", [](const Dataset& ds, const py::object& index) {
+        const Dataset::Location at = ds.locate(index_argument(index, "index"));
         return py::make_tuple(at.part, at.index);
       }, py::arg("index"), "(part, index in that part) of record `index` (negative counts from the end)")
       .def_property_readonly("fields", [](const Dataset& ds) { return ds.schema().fields(); })
       .def_property_readonly("metadata", [](const Dataset& ds) { return ds.metadata(); })
       .def_property_readonly("num_chunks", &Dataset::num_chunks)
-      .def("chunk", [](const Dataset& ds, int64_t i) { return chunk_dict(ds.chunk(i)); })
-      .def("chunk_of", &Dataset::chunk_of)
+      .def("chunk", [](const Dataset& ds, const py::object& i) { return chunk_dict(ds.chunk(index_argument(i, "chunk"))); })
+      .def("chunk_of", [](const Dataset& ds, const py::object& index) { return ds.chunk_of(index_argument(index, "index")); })
       .def("fingerprint", &Dataset::fingerprint)
       .def("info", [](const Dataset& ds) {
         const DatasetInfo info = ds.info();
@@ -392,8 +401,9 @@ method may be called from many threads.)doc")
         d["part_count"] = info.part_count;  // "parts" is the property listing them
         return d;
       })
-      .def("column", [](const Dataset& ds, const std::string& field, std::optional<int64_t> start,
-                        std::optional<int64_t> stop) {
+      .def("column", [](const Dataset& ds, const std::string& field, const py::object& start_arg,
+                        const py::object& stop_arg) {
+        const std::optional<int64_t> start = optional_index(start_arg, "start"), stop = optional_index(stop_arg, "stop");
         if (!start && !stop) return wrap(without_gil([&] { return ds.column(field); }));
         const auto [begin, end] = python_range("column", field, start, stop, ds.size());
         return wrap(without_gil([&, begin = begin, end = end] { return ds.column(field, begin, end); }));
@@ -401,8 +411,9 @@ method may be called from many threads.)doc")
          "A fixed field of records [start, stop) (negative from the end, as in a slice) as one [N, ...] tensor: "
          "a view when the chunks allow (column_is_view)")
       .def("column_is_view", &Dataset::column_is_view, py::arg("field"))
-      .def("ragged_column", [](const Dataset& ds, const std::string& field, std::optional<int64_t> start,
-                               std::optional<int64_t> stop) {
+      .def("ragged_column", [](const Dataset& ds, const std::string& field, const py::object& start_arg,
+                               const py::object& stop_arg) {
+        const std::optional<int64_t> start = optional_index(start_arg, "start"), stop = optional_index(stop_arg, "stop");
         const auto [begin, end] = python_range("ragged_column", field, start, stop, ds.size());
         return wrap_ragged(without_gil([&, begin = begin, end = end] { return ds.ragged_column(field, begin, end); }),
                            nullptr);
@@ -412,7 +423,8 @@ method may be called from many threads.)doc")
         return wrap_ragged(without_gil([&] { return ds.get_ragged_batch(idx, field); }), nullptr);
       }, py::arg("indices"), py::arg("field"))
       .def("get_batch", [](const Dataset& ds, const py::object& indices, const py::object& fields,
-                           const py::object& out, int threads) -> py::object {
+                           const py::object& out, const py::object& threads_arg) -> py::object {
+        const int threads = integer_argument<int>(threads_arg, "threads");
         const std::vector<int64_t> idx = indices_of(indices, ds.size());
         const bool one = py::isinstance<py::str>(fields);
         const std::vector<std::string> names = field_names_of(fields, "get_batch");

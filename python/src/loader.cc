@@ -176,32 +176,6 @@ auto with_lock(PyLoader& self, Fn&& fn) {
   });
 }
 
-// Whether `value` is an int or numpy integer. A bool is not, numpy's neither (numpy 1.x gives
-// np.bool_ an __index__): batch_size=True is a mistake, not 1.
-bool is_integer(const py::object& value) {
-  const std::string_view type_name = Py_TYPE(value.ptr())->tp_name;
-  return !PyBool_Check(value.ptr()) && type_name != "numpy.bool_" && type_name != "numpy.bool" &&
-         PyIndex_Check(value.ptr());
-}
-
-// An int argument (or np.int64) into T, by name: pybind11 would answer a value out of T's range
-// (epoch=2**63, world_size=2**31) with its whole overload text. The loader checks the meaning.
-template <typename T>
-T integer_argument(const py::object& value, const char* name) {
-  if (!is_integer(value))
-    throw py::type_error(std::string(name) + " must be an int, got " + Py_TYPE(value.ptr())->tp_name);
-  const py::object number = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
-  if (!number) throw py::error_already_set();
-  int overflow = 0;
-  const long long v = PyLong_AsLongLongAndOverflow(number.ptr(), &overflow);
-  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
-  if (overflow != 0 || v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
-    throw py::value_error(std::string(name) + " = " + py::str(number).cast<std::string>() + " is out of range (" +
-                          std::to_string(std::numeric_limits<T>::min()) + " to " +
-                          std::to_string(std::numeric_limits<T>::max()) + ")");
-  return static_cast<T>(v);
-}
-
 // A saved state as Loader(state=) and load_state_dict() take it: the JSON text state() gives,
 // or the dict state_dict() gives (or json.loads made of the text).
 LoaderState state_of(const py::object& state) {

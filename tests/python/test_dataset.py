@@ -196,6 +196,12 @@ class DatasetTest(unittest.TestCase):
         np.testing.assert_array_equal(whole.values.numpy(), np.concatenate(documents))
         with self.assertRaises(ValueError):
             ds.get_batch([0], "tokens")
+        # Past int64, an index is out of range as ds[2**63] says, not pybind11's overload text.
+        for call in [lambda: batch[2**63], lambda: ds.ragged_column("tokens", 0, 2**63)]:
+            with self.assertRaisesRegex(IndexError, "9223372036854775808 is out of range"):
+                call()
+        with self.assertRaisesRegex(TypeError, "index must be an int, got float"):
+            batch[1.0]
 
     def test_metadata_info_and_chunks(self):
         path = write(self.path("x.mmt"), self.fields, self.records, codec="lz4", chunk_records=64,
@@ -383,6 +389,17 @@ class ErrorTest(unittest.TestCase):
                 ds[big]
             with self.assertRaises(IndexError):
                 ds.get_batch(big, "y")
+        # The other integer arguments say which and why, where pybind11 printed its overloads.
+        for call, error, text in [(lambda: ds.get(2**63, "y"), IndexError, "index 9223372036854775808 is out of range"),
+                                  (lambda: ds.get(True, "y"), TypeError, "index must be an int, got bool"),
+                                  (lambda: ds.column("y", 0, 2**63), IndexError, "stop 9223372036854775808"),
+                                  (lambda: ds.chunk(2**64), IndexError, "chunk 18446744073709551616"),
+                                  (lambda: ds.locate(2**63), IndexError, "out of range"),
+                                  (lambda: ds.get_batch([0], "y", threads=2**40), ValueError, "threads = 1099511627776"),
+                                  (lambda: mmtensor.Dataset(ds.path, cache_bytes=2**63), ValueError, "cache_bytes = ")]:
+            with self.subTest(text=text), self.assertRaisesRegex(error, text):
+                call()
+        self.assertEqual(ds.get(np.int64(-1), "y").item(), ds[len(ds) - 1]["y"].item())
 
     def test_copies_of_views_into_a_file_cut_short_raise_oserror(self):
         # Another program truncates the file under the reader: mmtensor's own copies out of a
