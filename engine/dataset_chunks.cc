@@ -1,6 +1,7 @@
 // Chunk-level reading: finding a record's chunk, validating a chunk on first use, decoding
 // compressed chunks through the cache, and the full verify() pass.
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -336,6 +337,14 @@ void Dataset::verify() const {
     return;
   }
   const Impl& d = checked_impl(impl_);
+  // A file cut short under the reader faults past the page its new end falls in (the guard
+  // names that), but the rest of that page reads as zeros: checked by size first, so the cut
+  // is named as one rather than as the damage its zeros look like.
+  struct stat now {};
+  if (d.file_inode != 0 && ::stat(d.absolute_path.c_str(), &now) == 0 && static_cast<uint64_t>(now.st_dev) == d.file_device &&
+      static_cast<uint64_t>(now.st_ino) == d.file_inode)
+    MMT_CHECK(now.st_size == d.file_bytes, IoError, d.path, ": the file is ", now.st_size, " bytes now, ", d.file_bytes,
+              " when it was opened: it was truncated or changed while mapped; reopen it");
   d.file.advise(AccessAdvice::Sequential);
   // The reader's own hint comes back however verify() ends, a corrupt chunk included.
   struct RestoreAdvice {

@@ -103,6 +103,9 @@ struct Dataset::Impl {
   UntypedStorage file;  // the whole file, read-only
   const std::byte* base = nullptr;
   int64_t file_bytes = 0;
+  // The mapped file's identity (st_dev, st_ino), when the path named it as the open ended;
+  // verify() compares that file's size now with file_bytes. Unknown: both 0.
+  uint64_t file_device = 0, file_inode = 0;
   format::Preamble preamble;
   format::Footer footer;
   std::shared_ptr<const Schema> schema;

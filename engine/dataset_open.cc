@@ -187,8 +187,13 @@ std::shared_ptr<const Dataset::Impl> Dataset::Impl::open(const std::string& path
   // Asked of the path: a file renamed onto it since the stat above (a writer replacing the
   // dataset) may not be the one mapped, and then mincore is not relied on.
   struct stat now {};
-  impl->mincore_reports_page_cache = detail::mincore_reports_page_cache(path, st.st_uid) &&
-                                     ::stat(path.c_str(), &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino;
+  const bool path_names_the_stat_file =
+      ::stat(path.c_str(), &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino;
+  impl->mincore_reports_page_cache = detail::mincore_reports_page_cache(path, st.st_uid) && path_names_the_stat_file;
+  if (path_names_the_stat_file && now.st_size == impl->file_bytes) {
+    impl->file_device = static_cast<uint64_t>(st.st_dev);
+    impl->file_inode = static_cast<uint64_t>(st.st_ino);
+  }
   impl->instance_id = new_instance_id();
   impl->apply_reader_advice();
   return impl;
