@@ -72,8 +72,13 @@ py::capsule to_dlpack(const PyTensor& self, const py::object& stream, const py::
   check_live(self);
   Tensor t = self.tensor;
   if (!dl_device.is_none()) {
+    // (device_type, device_id), as __dlpack_device__ gives it.
+    if (!py::isinstance<py::tuple>(dl_device) || py::len(dl_device) != 2 || !is_integer(dl_device[py::int_(0)]) ||
+        !is_integer(dl_device[py::int_(1)]))
+      throw py::type_error("__dlpack__: dl_device must be a (device_type, device_id) tuple of ints, as "
+                           "__dlpack_device__() gives, not " + py::repr(dl_device).cast<std::string>());
     const auto wanted = dl_device.cast<py::tuple>();
-    const int type = wanted[0].cast<int>(), index = wanted[1].cast<int>();
+    const int type = integer_argument<int>(wanted[0], "dl_device[0]"), index = integer_argument<int>(wanted[1], "dl_device[1]");
     const bool same = t.device().is_cuda() ? type == kDLCUDA && index == t.device().index : type == kDLCPU;
     if (!same) throw py::buffer_error("__dlpack__: the tensor is on " + t.device().str() + "; copy it there first");
   }

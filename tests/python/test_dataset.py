@@ -232,6 +232,14 @@ class DatasetTest(unittest.TestCase):
         self.assertNotEqual(copied.ctypes.data, image.numpy().ctypes.data)
         with self.assertRaises(BufferError):
             image.__dlpack__(copy=False)
+        # dl_device is (device_type, device_id), as __dlpack_device__ gives: another form is a
+        # TypeError saying so (a tuple of one raised a bare IndexError).
+        batch.__dlpack__(dl_device=(1, 0))
+        for device in [(1,), [1, 0], (1.0, 0)]:
+            with self.subTest(device=device), self.assertRaisesRegex(TypeError, "device_type, device_id"):
+                batch.__dlpack__(dl_device=device)
+        with self.assertRaisesRegex(BufferError, "the tensor is on cpu"):
+            batch.__dlpack__(dl_device=(2, 0))
 
     def test_threads_read_one_dataset_at_once(self):
         ds = mmtensor.Dataset(write(self.path("x.mmt"), self.fields, self.records, codec="lz4", chunk_bytes=4096))
