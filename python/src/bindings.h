@@ -260,6 +260,11 @@ std::string path_of(const py::handle& path);
 // A path back to Python as os.fsdecode gives it: a str, its non-UTF-8 bytes as surrogate
 // escapes, so that path_of(path_object(p)) == p.
 py::object path_object(const std::string& path);
+// A field name (a str) as the UTF-8 the schema holds. A lone surrogate ('\udcff', what
+// os.fsdecode makes of a byte that is not UTF-8) is kept as surrogatepass encodes it, bytes no
+// field of a file is named: the lookup then says "unknown field", where a cast raised
+// "Unable to cast Python instance".
+std::string name_text(const py::handle& name);
 // Text for Python that may hold bytes that are not UTF-8 (a path in a message, a repr): those
 // shown as \xNN, where a plain cast would raise UnicodeDecodeError instead.
 py::str lenient_text(const std::string& text);

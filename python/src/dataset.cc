@@ -69,14 +69,14 @@ py::object ragged_item(const RaggedBatch& batch, int64_t i, const std::shared_pt
 
 // Field names given as one str or an iterable of them; TypeError otherwise.
 std::vector<std::string> field_names_of(const py::handle& fields, const std::string& what) {
-  if (py::isinstance<py::str>(fields)) return {fields.cast<std::string>()};
+  if (py::isinstance<py::str>(fields)) return {name_text(fields)};
   if (fields.is_none() || !py::isinstance<py::iterable>(fields) || py::isinstance<py::bytes>(fields))
     throw py::type_error(what + ": fields must be a field name or a list of them");
   std::vector<std::string> names;
   for (const py::handle& name : fields) {
     if (!py::isinstance<py::str>(name)) throw py::type_error(what + ": a field name must be a str, not " +
                                                              py::repr(name).cast<std::string>());
-    names.push_back(name.cast<std::string>());
+    names.push_back(name_text(name));
   }
   return names;
 }
@@ -202,10 +202,10 @@ its tensors, their values copied (for DataLoader worker processes).)doc")
       .def_property_readonly("index", &Sample::index)
       .def_property_readonly("fields", [](const Sample& s) { return s.schema().fields(); },
                              "The record's fields (Field: name, dtype, shape, is_fixed), in schema order")
-      .def("__getitem__", [](const Sample& s, const std::string& name) { return wrap(sample_field(s, name)); })
+      .def("__getitem__", [](const Sample& s, const py::object& name) { return wrap(sample_field(s, name_text(name))); })
       .def("__len__", &Sample::size)
       .def("__contains__", [](const Sample& s, const py::object& name) {
-        return py::isinstance<py::str>(name) && s.schema().find(name.cast<std::string>()).has_value();
+        return py::isinstance<py::str>(name) && s.schema().find(name_text(name)).has_value();
       })
       .def("get", [](const Sample& s, const std::string& name, const py::object& fallback) -> py::object {
         if (!s.schema().find(name)) return fallback;

@@ -298,7 +298,7 @@ tensor. Keeping tensors of many batches runs the ring out of slots: copy what yo
       .def("__contains__", [](const PyBatch& self, const py::object& name) {
         if (!py::isinstance<py::str>(name)) return false;
         const auto& names = self.get().field_names();
-        return std::find(names.begin(), names.end(), name.cast<std::string>()) != names.end();
+        return std::find(names.begin(), names.end(), name_text(name)) != names.end();
       })
       .def("get", [](const PyBatch& self, const std::string& name, const py::object& fallback) -> py::object {
         const auto& names = self.get().field_names();

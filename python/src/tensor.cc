@@ -603,13 +603,13 @@ long long index_value(const py::handle& value, int& overflow) {
 }
 
 std::vector<std::string> field_names_of(const py::handle& fields) {
-  if (py::isinstance<py::str>(fields)) return {fields.cast<std::string>()};
+  if (py::isinstance<py::str>(fields)) return {name_text(fields)};
   std::vector<std::string> names;
   if (fields.is_none()) return names;
   for (const py::handle name : py::iter(fields)) {
     if (!py::isinstance<py::str>(name))
       throw py::type_error(std::string("fields must be field names (str), got ") + Py_TYPE(name.ptr())->tp_name);
-    names.push_back(name.cast<std::string>());
+    names.push_back(name_text(name));
   }
   return names;
 }
@@ -672,6 +672,14 @@ std::string path_of(const py::handle& path) {
   auto text = os.attr("fsencode")(os.attr("fspath")(path)).cast<std::string>();
   if (text.find('\0') != std::string::npos) throw py::value_error("embedded null byte in path");  // as open() says
   return text;
+}
+
+std::string name_text(const py::handle& name) {
+  if (!py::isinstance<py::str>(name))
+    throw py::type_error(std::string("a field name must be a str, not ") + Py_TYPE(name.ptr())->tp_name);
+  const auto encoded = py::reinterpret_steal<py::object>(PyUnicode_AsEncodedString(name.ptr(), "utf-8", "surrogatepass"));
+  if (!encoded) throw py::error_already_set();
+  return std::string(PyBytes_AS_STRING(encoded.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(encoded.ptr())));
 }
 
 py::object path_object(const std::string& path) {

@@ -363,6 +363,15 @@ class ErrorTest(unittest.TestCase):
         ds = mmtensor.Dataset(path)
         with self.assertRaisesRegex(IndexError, "out of range"):
             ds[10]
+        # Names no field has: a lone surrogate (os.fsdecode of a byte that is not UTF-8) and a
+        # NUL are looked up and not found, the message showing them escaped and whole.
+        self.assertFalse("\udcff" in ds[0])
+        with self.assertRaisesRegex(KeyError, r"unknown field '\\\\xed\\\\xb3\\\\xbf'; the schema has 'x', 'y'"):
+            ds[0]["\udcff"]
+        with self.assertRaisesRegex(ValueError, r"unknown field 'x\\x00y'; the schema has 'x', 'y'"):
+            ds.get(0, "x\0y")
+        with self.assertRaisesRegex(ValueError, "unknown field"):
+            ds.get_batch([0], ["\ud800"])
         with self.assertRaisesRegex(KeyError, "'x', 'y'"):
             ds[0]["z"]
         with self.assertRaises(ValueError):
