@@ -49,6 +49,12 @@ std::map<std::string, std::string, std::less<>> jagged_paths(const py::object& g
     if (!py::isinstance<py::str>(item.first))
       throw py::type_error(std::string("pack: a field name of ") + argument + "= must be a str, not " +
                            Py_TYPE(item.first.ptr())->tp_name);
+    // The arrays travel as files (the packer maps them): an array given here is a mistake
+    // worth naming, where os.fspath's TypeError says nothing of offsets=.
+    if (!py::isinstance<py::str>(item.second) && !py::isinstance<py::bytes>(item.second) &&
+        !py::hasattr(item.second, "__fspath__"))
+      throw py::type_error(std::string("pack: ") + argument + "= maps field names to paths of .npy files, not " +
+                           Py_TYPE(item.second.ptr())->tp_name + " (np.save an array first)");
     out.emplace(item.first.cast<std::string>(), path_of(item.second));
   }
   return out;

@@ -213,6 +213,8 @@ class PackTest(FolderTestCase):
             mmtensor.pack(self.path("x.mmt"), {"tokens": self.path("tokens.npy")}, offsets={"tokens": self.path("short.npy")})
         with self.assertRaisesRegex(TypeError, "offsets= must be a dict"):
             mmtensor.pack(self.path("x.mmt"), {"tokens": self.path("tokens.npy")}, offsets=[self.path("offsets.npy")])
+        with self.assertRaisesRegex(TypeError, "offsets= maps field names to paths of .npy files, not numpy.ndarray"):
+            mmtensor.pack(self.path("x.mmt"), {"tokens": self.path("tokens.npy")}, offsets={"tokens": np.array([0, 1])})
         self.assertFalse(os.path.exists(self.path("x.mmt")))
 
     def write_megatron(self, prefix, documents, dtype=np.uint16):
