@@ -862,6 +862,16 @@ TEST_F(MmtCli, ExportLeavesNoEarlierCompanionFileBesideAField) {
   ASSERT_EQ(values.dim(), 2);
   EXPECT_EQ(values.size(0), 2);
   EXPECT_TRUE(values.select(0, 1).equal(arange(6, kFloat32)));
+  // The NAME.npy of a field named "v.offsets" is that field's, exported or not this time.
+  {
+    DatasetWriter writer = DatasetWriter::create(
+        path("named.mmt"), Schema({Field::fixed("v", kFloat32, {6}), Field::fixed("v.offsets", kInt64, {})}));
+    writer.append({arange(6, kFloat32), scalar_tensor(int64_t{7})});
+    writer.finish();
+  }
+  ASSERT_EQ(run_mmt({"export", path("named.mmt"), path("named")}).exit_code, 0);
+  ASSERT_EQ(run_mmt({"export", path("named.mmt"), path("named"), "--field", "v", "--force"}).exit_code, 0);
+  EXPECT_TRUE(load_npy(path("named/v.offsets.npy")).equal(arange(7, 8, 1, kInt64)));
 }
 
 TEST_F(MmtCli, InfoTextAndJson) {

@@ -387,10 +387,12 @@ void run_export(const ExportArgs& args) {
   // refused, or with --force removed once the new files stand.
   std::vector<std::pair<std::string, std::string>> stale;  // the file, the NAME.npy it would mislabel
   for (const FieldFiles& field : fields) {
-    for (const char* companion : {".offsets.npy", ".shapes.npy"}) {
-      const std::string file = (fs::path(args.dir) / (field.field + companion)).string();
+    for (const char* companion : {".offsets", ".shapes"}) {
+      const std::string file = (fs::path(args.dir) / (field.field + companion + ".npy")).string();
+      // Also the NAME.npy of a field named "x.offsets" (written now, or by another export).
+      if (writer_of.contains(file) || ds.schema().find(field.field + companion)) continue;
       std::error_code ec;
-      if (writer_of.contains(file) || !fs::exists(fs::symlink_status(file, ec))) continue;
+      if (!fs::exists(fs::symlink_status(file, ec))) continue;
       MMT_CHECK(args.force, ValueError, printable(file), " exists, but this export writes no such file for field '",
                 printable(field.field), "' (", field.ragged ? "ragged in its first dimension only" : "not ragged",
                 "): left from an earlier export, it would describe the new ", printable(field.paths[0]),
