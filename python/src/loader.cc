@@ -38,8 +38,23 @@ struct PyLoader {
   std::atomic<std::thread::id> polling_thread{};
   // set_epoch() and load_state_dict() calls: a loop under way ends at either (_EpochIterator).
   std::atomic<uint64_t> moves{0};
+  // A batch next() took, whose return a Python signal handler's exception cut off (a signal
+  // that came after the engine's last poll ran its handler as next() was returning): the next
+  // call hands it out, and until then state() and epoch stand before it, so that a checkpoint
+  // written where that exception is caught loses nothing. Read and written with the GIL held.
+  py::object pending;  // the Batch object; empty when none
+  LoaderState state_before_pending;
 
   bool polled_by_this_thread() const { return polling_thread.load() == std::this_thread::get_id(); }
+
+  // Python's signal handlers, run now on this thread as they are from next()'s poll (which
+  // see). True when one raised; its exception is then set.
+  bool handler_raised() {
+    polling_thread.store(std::this_thread::get_id());
+    const int raised = PyErr_CheckSignals();
+    polling_thread.store(std::thread::id());
+    return raised != 0;
+  }
 
   Loader& get() {
     if (!loader) throw py::value_error("Loader: closed");
@@ -51,6 +66,8 @@ struct PyLoader {
   // callbacks into Python, but a C function may still take the GIL). Not while the
   // interpreter shuts down, when no other thread may take the GIL.
   ~PyLoader() {
+    if (interpreter_finalizing() || !PyGILState_Check()) pending.release();  // no reference to drop without the GIL
+    pending = py::object();
     if (!loader) return;
     if (interpreter_finalizing() || !PyGILState_Check()) {
       loader.reset();
@@ -102,22 +119,24 @@ py::object next_batch(PyLoader& self) {
   // returned, a handler that raised dropped the batch that state() already counted. Only on
   // the main thread: handlers run there, and a daemon thread taking the GIL while the
   // interpreter exits is ended by it, which without_gil cannot let through. (A signal that
-  // comes after next()'s last poll, as the batch leaves, is handled once it has returned.)
+  // comes after the engine's last poll is answered below, before the batch is returned.)
   const bool answer_signals = on_main_thread();
   std::optional<py::error_already_set> handler_error;
   const std::function<void()> poll = [&] {
     py::gil_scoped_acquire gil;
-    self.polling_thread.store(std::this_thread::get_id());
-    const int raised = PyErr_CheckSignals();
-    self.polling_thread.store(std::thread::id());
-    if (raised != 0) {
+    if (self.handler_raised()) {
       handler_error.emplace();  // fetches the handler's exception
       throw SignalHandlerRaised{};
     }
   };
+  if (self.pending) {  // taken by the call a handler's exception cut off
+    return std::move(self.pending);  // leaves it empty
+  }
+  LoaderState state_before;
   const auto take = [&] {
     return without_gil([&] {
       std::lock_guard lock(self.mutex);
+      state_before = self.get().state();
       return answer_signals ? self.get().next(poll) : self.get().next();
     });
   };
@@ -149,7 +168,20 @@ py::object next_batch(PyLoader& self) {
     }
   }
   if (!batch) return py::none();
-  return py::cast(PyBatch{std::make_shared<Batch>(std::move(*batch))});
+  // A signal that came after the engine's last poll (a batch ready at once is taken without
+  // one; and the GIL is taken back after) is answered here, before the batch is returned: a
+  // handler raising once it had been would drop a batch state() already counted. Kept for the
+  // next call instead. (What comes in the few microseconds left until the caller has it is
+  // Python's to answer, as for any call that returns a value.)
+  // The Python object is made first, so that nothing is left to do after the check.
+  py::object result = py::cast(PyBatch{std::make_shared<Batch>(std::move(*batch))});
+  if (answer_signals && self.handler_raised()) {
+    py::error_already_set handler_exception;  // fetched before anything else runs Python
+    self.pending = std::move(result);
+    self.state_before_pending = state_before;
+    throw handler_exception;
+  }
+  return result;
 }
 
 py::object batch_field(const PyBatch& self, const std::string& name) {
@@ -174,6 +206,16 @@ auto with_lock(PyLoader& self, Fn&& fn) {
     std::lock_guard lock(self.mutex);
     return fn(self.get());
   });
+}
+
+// Where the loader stands for Python: before a pending batch (see PyLoader::pending).
+LoaderState python_state(PyLoader& self) {
+  if (self.pending) return self.state_before_pending;
+  return with_lock(self, [](Loader& l) { return l.state(); });
+}
+int64_t python_epoch(PyLoader& self) {
+  if (self.pending) return self.state_before_pending.epoch;
+  return with_lock(self, [](Loader& l) { return l.epoch(); });
 }
 
 // A saved state as Loader(state=) and load_state_dict() take it: the JSON text state() gives,
@@ -370,7 +412,7 @@ where the loader makes the copies and orders the slot's reuse itself).)doc")
         // Its epoch ended some other way (an inner loop over the loader ran it out), or
         // set_epoch() or load_state_dict() moved the loader: this loop is over, rather than
         // running on into the next epoch or through a restarted one.
-        if (!self.done && (loader.moves != self.moves || with_lock(loader, [](Loader& l) { return l.epoch(); }) != self.epoch))
+        if (!self.done && (loader.moves != self.moves || python_epoch(loader) != self.epoch))
           self.done = true;
         if (self.done) throw py::stop_iteration();
         py::object batch = next_batch(loader);
@@ -560,12 +602,14 @@ block) stops the workers.)doc")
            py::arg("pin_mapping") = false)
       .def("next", &next_batch, "The next batch of the epoch, or None at its end (the loader then moves to the next epoch). "
            "Signals are answered while it waits: Ctrl-C raises KeyboardInterrupt without waiting for the whole "
-           "batch, and a handler of your own (SIGALRM, SIGTERM) runs then too; one that raises loses nothing: "
-           "state() stands before the batch, and the next call returns it. A handler may read the loader "
-           "(state(), state_dict()) but not move it (next, set_epoch, load_state_dict, close)")
+           "batch, and a handler of your own (SIGALRM, SIGTERM) runs then too, and once more before the batch "
+           "is returned; one that raises loses nothing: state() stands before the batch, and the next call "
+           "returns it. (A signal in the last microsecond, as the call returns, is Python's to answer once it "
+           "has: a handler raising then drops the batch, as it drops any call's result.) A handler may read the "
+           "loader (state(), state_dict()) but not move it (next, set_epoch, load_state_dict, close)")
       .def("__iter__", [](const py::object& self) {
              PyLoader& loader = self.cast<PyLoader&>();
-             return PyEpochIterator{self, with_lock(loader, [](Loader& l) { return l.epoch(); }), loader.moves.load()};
+             return PyEpochIterator{self, python_epoch(loader), loader.moves.load()};
            }, "The rest of the current epoch, batch by batch; it ends with that epoch even when another loop over "
               "the loader (an inner one) took the epoch's last batch, instead of running on into the next")
       .def("__len__", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.batches_in_epoch(); }); },
@@ -574,6 +618,7 @@ block) stops the workers.)doc")
       .def("set_epoch", [](PyLoader& self, const py::object& epoch_argument) {
         refuse_in_signal_handler(self, "set_epoch");
         const int64_t epoch = integer_argument<int64_t>(epoch_argument, "epoch");
+        self.pending = py::object();  // a move: a batch kept for the next call is given up, as others queued are
         with_lock(self, [&](Loader& loader) { loader.set_epoch(epoch); });
         ++self.moves;
       }, py::arg("epoch"), R"doc(
@@ -585,6 +630,7 @@ state taken on an epoch's last batch stands at that epoch's end: resumed, set_ep
 epoch) gives no batch, and the loop goes on with the next epoch.)doc")
       .def("close", [](PyLoader& self) {
         refuse_in_signal_handler(self, "close");
+        self.pending = py::object();
         without_gil([&] {
           std::lock_guard lock(self.mutex);
           self.loader.reset();  // stops and joins the workers; batches still held stay valid
@@ -608,11 +654,11 @@ epoch) gives no batch, and the loop goes on with the next epoch.)doc")
           return text();
         });
       })
-      .def_property_readonly("epoch", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.epoch(); }); })
-      .def("state", [](PyLoader& self) { return with_lock(self, [](Loader& l) { return l.state().to_string(); }); },
+      .def_property_readonly("epoch", [](PyLoader& self) { return python_epoch(self); })
+      .def("state", [](PyLoader& self) { return python_state(self).to_string(); },
            "Where the loader stands after the last batch next() returned, as JSON text")
       .def("state_dict", [](PyLoader& self) {
-        const std::string text = with_lock(self, [](Loader& l) { return l.state().to_string(); });
+        const std::string text = python_state(self).to_string();
         return py::module_::import("json").attr("loads")(text);
       }, "state() as a dict, for checkpoints that collect state_dict()s (torchdata's StatefulDataLoader, "
          "Lightning): load_state_dict() or Loader(state=) resumes it")
@@ -627,6 +673,7 @@ epoch) gives no batch, and the loop goes on with the next epoch.)doc")
           self.loader = std::move(replacement);
           ++self.moves;
         });
+        self.pending = py::object();  // with the GIL, once the new loader stands
       }, py::arg("state_dict"), R"doc(
 Moves this loader to where `state_dict` (from state_dict(), or the text state() gives) was
 taken, as Loader(ds, ..., state=...) with this loader's options would start: the next batch is
