@@ -44,16 +44,14 @@ struct PyLoader {
   // written where that exception is caught loses nothing. Read and written with the GIL held.
   py::object pending;  // the Batch object; empty when none
   LoaderState state_before_pending;
+  // The thread running Python signal handlers as its next() returns a batch (which is pending
+  // meanwhile, see next_batch), without `mutex`: its handlers may read the loader, as any
+  // reader does, but not move it.
+  std::atomic<std::thread::id> returning_thread{};
 
   bool polled_by_this_thread() const { return polling_thread.load() == std::this_thread::get_id(); }
-
-  // Python's signal handlers, run now on this thread as they are from next()'s poll (which
-  // see). True when one raised; its exception is then set.
-  bool handler_raised() {
-    polling_thread.store(std::this_thread::get_id());
-    const int raised = PyErr_CheckSignals();
-    polling_thread.store(std::thread::id());
-    return raised != 0;
+  bool in_signal_handler_of_next() const {
+    return polled_by_this_thread() || returning_thread.load() == std::this_thread::get_id();
   }
 
   Loader& get() {
@@ -101,7 +99,7 @@ struct PyEpochIterator {
 // A handler run from a loader's next() may read the loader (state() for a checkpoint on
 // SIGTERM, say) on its own thread, but not move it.
 void refuse_in_signal_handler(const PyLoader& self, const char* what) {
-  if (self.polled_by_this_thread())
+  if (self.in_signal_handler_of_next())
     throw py::value_error(std::string("Loader.") + what + ": called from a signal handler while next() waits for "
                           "a batch; a handler may read the loader (state(), state_dict(), epoch, len()) but not move "
                           "it: raise from the handler, and call " + what + " once next() has left");
@@ -124,12 +122,17 @@ py::object next_batch(PyLoader& self) {
   std::optional<py::error_already_set> handler_error;
   const std::function<void()> poll = [&] {
     py::gil_scoped_acquire gil;
-    if (self.handler_raised()) {
+    self.polling_thread.store(std::this_thread::get_id());
+    const int raised = PyErr_CheckSignals();
+    self.polling_thread.store(std::thread::id());
+    if (raised != 0) {
       handler_error.emplace();  // fetches the handler's exception
       throw SignalHandlerRaised{};
     }
   };
-  if (self.pending) {  // taken by the call a handler's exception cut off
+  // Taken by the call a handler's exception cut off; not while a thread's handlers run as its
+  // next() returns it (one that sleeps lets this thread in).
+  if (self.pending && self.returning_thread.load() == std::thread::id()) {
     return std::move(self.pending);  // leaves it empty
   }
   LoaderState state_before;
@@ -173,13 +176,18 @@ py::object next_batch(PyLoader& self) {
   // handler raising once it had been would drop a batch state() already counted. Kept for the
   // next call instead. (What comes in the few microseconds left until the caller has it is
   // Python's to answer, as for any call that returns a value.)
-  // The Python object is made first, so that nothing is left to do after the check.
+  // The Python object is made first, so that nothing is left to do after the check; and it is
+  // pending while the handlers run, so that one saving state() (a checkpoint, then raise) saves
+  // the state before it, as the next call will hand it out.
   py::object result = py::cast(PyBatch{std::make_shared<Batch>(std::move(*batch))});
-  if (answer_signals && self.handler_raised()) {
-    py::error_already_set handler_exception;  // fetched before anything else runs Python
-    self.pending = std::move(result);
+  if (answer_signals) {
+    self.pending = result;
     self.state_before_pending = state_before;
-    throw handler_exception;
+    self.returning_thread.store(std::this_thread::get_id());
+    const int raised = PyErr_CheckSignals();
+    self.returning_thread.store(std::thread::id());
+    if (raised != 0) throw py::error_already_set();  // the batch stays pending
+    if (self.pending.is(result)) self.pending = py::object();
   }
   return result;
 }
@@ -642,11 +650,15 @@ epoch) gives no batch, and the loop goes on with the next epoch.)doc")
         return false;
       })
       .def("__repr__", [](PyLoader& self) {
+        // Read with the GIL, before it is released: the epoch before a pending batch, as .epoch.
+        const std::optional<int64_t> pending_epoch =
+            self.pending ? std::optional<int64_t>(self.state_before_pending.epoch) : std::nullopt;
         const auto text = [&] {
           if (!self.loader) return std::string("<mmtensor.Loader (closed)>");
           const LoaderOptions& o = self.loader->options();
           return detail::str("<mmtensor.Loader batch_size=", o.batch_size, " sampler=", to_string(o.sampler.kind),
-                             " epoch=", self.loader->epoch(), " workers=", o.num_workers, " device=", o.device.str(), ">");
+                             " epoch=", pending_epoch.value_or(self.loader->epoch()), " workers=", o.num_workers,
+                             " device=", o.device.str(), ">");
         };
         if (self.polled_by_this_thread()) return text();  // a signal handler's: the lock is this thread's
         return without_gil([&] {

@@ -394,6 +394,8 @@ class LoaderTest(unittest.TestCase):
 
     C_TRANSFORMS = r"""
 #include <stdint.h>
+#include <string.h>
+#include <unistd.h>
 /* image (uint8 [4, 4]) -> float32 [4, 4]: pixel / 255 */
 int32_t scale(const uint8_t* const* in, const int64_t* const* shapes, const int32_t* ndims, int32_t n,
               uint8_t* out, uint64_t seed, int64_t index) {
@@ -418,17 +420,76 @@ int32_t fail_on_13(const uint8_t* const* in, const int64_t* const* shapes, const
                    uint8_t* out, uint64_t seed, int64_t index) {
   return index == 13 ? 7 : 0;
 }
+/* label -> int64: the label, 1.5 s late for record 1 */
+int32_t slow_on_1(const uint8_t* const* in, const int64_t* const* shapes, const int32_t* ndims, int32_t n,
+                  uint8_t* out, uint64_t seed, int64_t index) {
+  if (index == 1) usleep(1500000);
+  memcpy(out, in[0], 8);
+  return 0;
+}
 """
 
-    @unittest.skipUnless(shutil.which("cc"), "no C compiler")
-    def test_transforms_in_c_run_on_the_workers(self):
+    def transforms_library(self):
         import ctypes
         source = os.path.join(self.dir.name, "transforms.c")
         with open(source, "w") as f:
             f.write(self.C_TRANSFORMS)
         library_path = os.path.join(self.dir.name, "transforms.so")
         subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", library_path, source], check=True)
-        library = ctypes.CDLL(library_path)
+        return ctypes.CDLL(library_path)
+
+    @unittest.skipUnless(shutil.which("cc"), "no C compiler")
+    def test_a_signal_as_next_returns_keeps_the_batch_for_the_next_call(self):
+        # A handler that checkpoints state() and raises while next() takes a batch ready at
+        # once (no wait, so the engine polls for no signal): the batch is kept for the next
+        # call, and the checkpoint stands before it. (Answered only once next() had returned,
+        # the handler's exception dropped a batch state() had counted.) Made certain by a
+        # second thread whose next() holds the loader through record 1's slow transform while
+        # the signal comes: the main thread's next() then finds batch 2 gathered.
+        import signal
+        import threading
+        library = self.transforms_library()
+        slow = mmtensor.Transform("slow", inputs=["label"], dtype="int64", shape=[], fn=library.slow_on_1)
+        loader = mmtensor.Loader(self.ds, batch_size=1, num_workers=2, prefetch_batches=4, transforms=[slow],
+                                 fields=["label"])
+
+        class Preempted(Exception):
+            pass
+
+        saved = []
+
+        def checkpoint(*_):
+            saved.append(loader.state_dict())
+            raise Preempted()
+
+        self.assertEqual(loader.next()["label"].tolist(), [0])
+        other = []
+        thread = threading.Thread(target=lambda: other.append(loader.next()["label"].tolist()))
+        previous = signal.signal(signal.SIGUSR1, checkpoint)
+        try:
+            thread.start()
+            time.sleep(0.05)
+            timer = threading.Timer(0.25, lambda: os.kill(os.getpid(), signal.SIGUSR1))
+            timer.start()
+            with self.assertRaises(Preempted):
+                loader.next()
+                time.sleep(5)  # had next() returned first, the signal would land here
+            thread.join()
+        finally:
+            timer.cancel()
+            signal.signal(signal.SIGUSR1, previous)
+        self.assertEqual(other, [[1]])
+        self.assertEqual(saved[-1]["consumed"], 2)  # before the kept batch, as state() now
+        self.assertEqual(loader.state_dict(), saved[-1])
+        self.assertIn("epoch=0", repr(loader))
+        self.assertEqual(loader.next()["label"].tolist(), [2])  # the kept batch
+        self.assertEqual(loader.state_dict()["consumed"], 3)
+        loader.close()
+
+    @unittest.skipUnless(shutil.which("cc"), "no C compiler")
+    def test_transforms_in_c_run_on_the_workers(self):
+        import ctypes
+        library = self.transforms_library()
         scale = mmtensor.Transform("image", inputs=["image"], dtype="float32", shape=[4, 4], fn=library.scale)
         summary = mmtensor.Transform("summary", inputs="tokens label".split(), dtype="int64", shape=[4],
                                      fn=ctypes.cast(library.summary, ctypes.c_void_p).value)  # an address
