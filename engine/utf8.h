@@ -109,6 +109,18 @@ inline std::string escaped(std::string_view text, bool escape_backslash = true) 
   for (size_t i = 0; i < text.size();) {
     const auto c = static_cast<unsigned char>(text[i]);
     const size_t length = c < 0x80 ? 1 : utf8_sequence_length(text.substr(i));
+    // A lone surrogate as Python's surrogatepass encodes it (ED A0..BF 80..BF, a name made
+    // by os.fsdecode of bytes that are not UTF-8): \udcff, as Python shows it.
+    if (c == 0xED && i + 2 < text.size() &&
+        (static_cast<unsigned char>(text[i + 1]) & 0xE0) == 0xA0 && (static_cast<unsigned char>(text[i + 2]) & 0xC0) == 0x80) {
+      const unsigned point = 0xD000u | (static_cast<unsigned char>(text[i + 1]) & 0x3Fu) << 6 |
+                             (static_cast<unsigned char>(text[i + 2]) & 0x3Fu);
+      static constexpr char kHex[] = "0123456789abcdef";
+      out.append("\\u");
+      for (int shift = 12; shift >= 0; shift -= 4) out.push_back(kHex[(point >> shift) & 0xF]);
+      i += 3;
+      continue;
+    }
     if (c == '\\') {
       out.append(escape_backslash ? "\\\\" : "\\");
     } else if (c < 0x20 || c == 0x7F || length == 0) {

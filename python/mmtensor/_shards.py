@@ -239,7 +239,7 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
 
     num_workers = count("num_workers", len(os.sched_getaffinity(0)) if num_workers is None else num_workers)
     shards = count("shards", num_workers if shards is None else shards)
-    output = os.fspath(output)
+    output = os.fsdecode(os.fspath(output))  # bytes too, as every path argument takes
     if "{shard" not in output:
         raise ValueError("output must hold {shard} (as train-{shard:03d}.mmt), where each shard's number goes; got "
                          + repr(output))

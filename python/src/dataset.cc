@@ -207,7 +207,8 @@ its tensors, their values copied (for DataLoader worker processes).)doc")
       .def("__contains__", [](const Sample& s, const py::object& name) {
         return py::isinstance<py::str>(name) && s.schema().find(name_text(name)).has_value();
       })
-      .def("get", [](const Sample& s, const std::string& name, const py::object& fallback) -> py::object {
+      .def("get", [](const Sample& s, const py::object& field, const py::object& fallback) -> py::object {
+        const std::string name = name_text(field);
         if (!s.schema().find(name)) return fallback;
         return wrap(s[name]);
       }, py::arg("field"), py::arg("default") = py::none())
@@ -365,8 +366,9 @@ method may be called from many threads.)doc")
         return py::cast(std::move(samples));
       }, py::arg("index"), "ds[i]: a Sample; ds[a:b], ds[[i, j]], ds[mask]: a list of them (get_batch() stacks a field)")
       .def("__iter__", [](const Dataset& ds) { return py::make_iterator(ds.begin(), ds.end()); }, py::keep_alive<0, 1>())
-      .def("get", [](const Dataset& ds, const py::object& index, const std::string& field) {
+      .def("get", [](const Dataset& ds, const py::object& index, const py::object& field_name) {
         const int64_t i = index_argument(index, "index");
+        const std::string field = name_text(field_name);
         return wrap(without_gil([&] { return ds.get(i, field); }));
       }, py::arg("index"), py::arg("field"))
       .def_property_readonly("path", [](const Dataset& ds) { return path_object(ds.path()); },
@@ -401,8 +403,9 @@ method may be called from many threads.)doc")
         d["part_count"] = info.part_count;  // "parts" is the property listing them
         return d;
       })
-      .def("column", [](const Dataset& ds, const std::string& field, const py::object& start_arg,
+      .def("column", [](const Dataset& ds, const py::object& field_name, const py::object& start_arg,
                         const py::object& stop_arg) {
+        const std::string field = name_text(field_name);
         const std::optional<int64_t> start = optional_index(start_arg, "start"), stop = optional_index(stop_arg, "stop");
         if (!start && !stop) return wrap(without_gil([&] { return ds.column(field); }));
         const auto [begin, end] = python_range("column", field, start, stop, ds.size());
@@ -410,15 +413,18 @@ method may be called from many threads.)doc")
       }, py::arg("field"), py::arg("start") = py::none(), py::arg("stop") = py::none(),
          "A fixed field of records [start, stop) (negative from the end, as in a slice) as one [N, ...] tensor: "
          "a view when the chunks allow (column_is_view)")
-      .def("column_is_view", &Dataset::column_is_view, py::arg("field"))
-      .def("ragged_column", [](const Dataset& ds, const std::string& field, const py::object& start_arg,
+      .def("column_is_view", [](const Dataset& ds, const py::object& field) { return ds.column_is_view(name_text(field)); },
+           py::arg("field"))
+      .def("ragged_column", [](const Dataset& ds, const py::object& field_name, const py::object& start_arg,
                                const py::object& stop_arg) {
+        const std::string field = name_text(field_name);
         const std::optional<int64_t> start = optional_index(start_arg, "start"), stop = optional_index(stop_arg, "stop");
         const auto [begin, end] = python_range("ragged_column", field, start, stop, ds.size());
         return wrap_ragged(without_gil([&, begin = begin, end = end] { return ds.ragged_column(field, begin, end); }),
                            nullptr);
       }, py::arg("field"), py::arg("start") = py::none(), py::arg("stop") = py::none())
-      .def("get_ragged_batch", [](const Dataset& ds, const py::object& indices, const std::string& field) {
+      .def("get_ragged_batch", [](const Dataset& ds, const py::object& indices, const py::object& field_name) {
+        const std::string field = name_text(field_name);
         const std::vector<int64_t> idx = indices_of(indices, ds.size());
         return wrap_ragged(without_gil([&] { return ds.get_ragged_batch(idx, field); }), nullptr);
       }, py::arg("indices"), py::arg("field"))
@@ -445,13 +451,14 @@ method may be called from many threads.)doc")
           } else if (py::isinstance<py::dict>(out)) {  // by field name, as get_batch returns them
             auto by_name = out.cast<py::dict>();
             for (const std::string& name : names) {
+              (void)ds.schema().index_of(name);  // a name no field has (not UTF-8, say) is refused here
               if (!by_name.contains(name)) throw py::key_error("get_batch: out= has no array for field '" + name + "'");
               given.push_back(by_name[py::str(name)]);
             }
             // An array for a field not asked for would silently stay as it was.
             for (const auto& [key, value] : by_name)
               if (!py::isinstance<py::str>(key) ||
-                  std::find(names.begin(), names.end(), key.cast<std::string>()) == names.end())
+                  std::find(names.begin(), names.end(), name_text(key)) == names.end())
                 throw py::key_error("get_batch: out= has an array for " + py::repr(key).cast<std::string>() +
                                     ", which is not among the fields gathered");
           } else if (py::isinstance<py::list>(out) || py::isinstance<py::tuple>(out)) {

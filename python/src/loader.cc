@@ -344,13 +344,15 @@ the loader refills a slot only when nothing views it. release(), or the end of
 `with loader.next() as batch:`, lets the Batch object go; the slot follows with its last
 tensor. Keeping tensors of many batches runs the ring out of slots: copy what you keep
 (np.array(t), t.clone()).)doc")
-      .def("__getitem__", &batch_field, py::arg("field"))
+      .def("__getitem__", [](const PyBatch& self, const py::object& field) { return batch_field(self, name_text(field)); },
+           py::arg("field"))
       .def("__contains__", [](const PyBatch& self, const py::object& name) {
         if (!py::isinstance<py::str>(name)) return false;
         const auto& names = self.get().field_names();
         return std::find(names.begin(), names.end(), name_text(name)) != names.end();
       })
-      .def("get", [](const PyBatch& self, const std::string& name, const py::object& fallback) -> py::object {
+      .def("get", [](const PyBatch& self, const py::object& field, const py::object& fallback) -> py::object {
+        const std::string name = name_text(field);
         const auto& names = self.get().field_names();
         if (std::find(names.begin(), names.end(), name) == names.end()) return fallback;
         return batch_field(self, name);

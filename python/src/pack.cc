@@ -23,7 +23,7 @@ std::vector<std::string> array_specs(const py::handle& inputs) {
     for (const auto& item : inputs.cast<py::dict>()) {
       if (!py::isinstance<py::str>(item.first)) throw py::type_error("pack: a field name must be a str, not " +
                                                                     std::string(Py_TYPE(item.first.ptr())->tp_name));
-      const auto name = item.first.cast<std::string>();
+      const std::string name = name_text(item.first);
       // Joined into "NAME=PATH", a name with '=' or '/' (or none) would be read as part of a path.
       if (name.empty() || name.find_first_of("=/") != std::string::npos)
         throw py::value_error("pack: field name " + py::repr(item.first).cast<std::string>() +
@@ -55,7 +55,7 @@ std::map<std::string, std::string, std::less<>> jagged_paths(const py::object& g
         !py::hasattr(item.second, "__fspath__"))
       throw py::type_error(std::string("pack: ") + argument + "= maps field names to paths of .npy files, not " +
                            Py_TYPE(item.second.ptr())->tp_name + " (np.save an array first)");
-    out.emplace(item.first.cast<std::string>(), path_of(item.second));
+    out.emplace(name_text(item.first), path_of(item.second));
   }
   return out;
 }

@@ -620,10 +620,10 @@ std::vector<int64_t> indices_of(const py::handle& indices, int64_t mask_length) 
   const std::string type_name = Py_TYPE(indices.ptr())->tp_name;
   // bytes, bytearray and a memoryview of them are text as far as indices go: b"ab" is no list
   // of the records 97 and 98.
+  // (A memoryview a C extension made of raw memory has no base object.)
+  PyObject* const view_base = PyMemoryView_Check(indices.ptr()) ? PyMemoryView_GET_BASE(indices.ptr()) : nullptr;
   const bool byte_string = py::isinstance<py::bytes>(indices) || PyByteArray_Check(indices.ptr()) ||
-                           (PyMemoryView_Check(indices.ptr()) &&
-                            (PyBytes_Check(PyMemoryView_GET_BASE(indices.ptr())) ||
-                             PyByteArray_Check(PyMemoryView_GET_BASE(indices.ptr()))));
+                           (view_base != nullptr && (PyBytes_Check(view_base) || PyByteArray_Check(view_base)));
   if (py::isinstance<py::str>(indices) || byte_string || PyAnySet_Check(indices.ptr()) ||
       PyDict_Check(indices.ptr()) || PyIter_Check(indices.ptr()) || indices.is_none())
     throw py::type_error("indices must be a sequence of integers (a list, a range or an array), not " + type_name);

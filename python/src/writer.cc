@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "bindings.h"
+#include "utf8.h"  // engine/, for escaped()
 
 namespace mmt::python {
 
@@ -48,7 +49,8 @@ struct PyWriter {
     if (!writer || closed || !writer->is_open() || interpreter_finalizing() ||
         detail::inherited_through_fork(made_in_generation))
       return;
-    const std::string message = "DatasetWriter for '" + writer->path() +
+    // Escaped: PyErr_WarnEx decodes the text as UTF-8, which a path need not be.
+    const std::string message = "DatasetWriter for '" + detail::escaped(writer->path()) +
                                 "' was dropped without finish() or abort(): nothing was published there (call "
                                 "finish(), or write in a with block)";
     if (PyErr_WarnEx(PyExc_ResourceWarning, message.c_str(), 1) != 0)
@@ -81,7 +83,7 @@ std::vector<py::object> objects_in_schema_order(const Schema& schema, const py::
   if (is_by_name(record)) {
     py::dict dict(py::reinterpret_borrow<py::object>(record));
     for (const auto& item : dict) {
-      const auto name = py::str(item.first).cast<std::string>();
+      const std::string name = name_text(py::str(item.first));  // a key 1 is looked up as '1'
       if (!schema.find(name)) schema.index_of(name);  // throws ValueError listing the fields
     }
     for (const Field& f : schema) {

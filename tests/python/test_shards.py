@@ -99,7 +99,7 @@ class WriteShardsTest(FolderTestCase):
     def test_records_without_fn_and_shards_of_another_call_are_another_pack(self):
         records = [{"x": np.zeros(3, np.float32), "tokens": [1, 2], "i": k} for k in range(5)]
         a = mmtensor.write_shards(self.path("a{shard}.mmt"), FIELDS, records, num_workers=2)
-        b = mmtensor.write_shards(self.path("b{shard}.mmt"), FIELDS, records, num_workers=2)
+        b = mmtensor.write_shards(os.fsencode(self.path("b{shard}.mmt")), FIELDS, records, num_workers=2)  # bytes too
         self.assertEqual(len(mmtensor.Dataset(a + b)), 10)  # two packs, each in order
         self.assertNotEqual(mmtensor.Dataset(a[0]).metadata["pack_source"], mmtensor.Dataset(b[0]).metadata["pack_source"])
         np.testing.assert_array_equal(np.asarray(mmtensor.Dataset(a).column("i")), np.arange(5))
