@@ -17,9 +17,12 @@ uint64_t checksum64(const void* data, size_t nbytes, uint64_t seed = 0);
 // so readers that hold JSON numbers as doubles keep it exact.
 std::string hex64(uint64_t value);
 
-// What python-xxhash's hexdigest() gives for `data` under `algorithm` ("xxh32", "xxh64",
-// "xxh3_64", "xxh128" or its other name "xxh3_128"; seed 0): the canonical, big-endian digest
-// in lowercase hex, as MosaicML Streaming writes it into an index. nullopt for other names.
-std::optional<std::string> xxhash_hexdigest(std::string_view algorithm, const void* data, size_t nbytes);
+// What MosaicML Streaming's get_hash(algorithm, data) writes into an index: the lowercase hex
+// digest of python-xxhash ("xxh32", "xxh64", "xxh3_64", "xxh128" or its other name "xxh3_128";
+// seed 0, the canonical big-endian bytes) or of Python's hashlib ("md5", "sha1", "sha224",
+// "sha256", "sha384", "sha512", "sha3_224", "sha3_256", "sha3_384", "sha3_512", and "blake2b"
+// and "blake2s" at their default, longest, digest sizes), the latter computed by OpenSSL's
+// libcrypto. nullopt for other names, and for a digest the linked libcrypto does not offer.
+std::optional<std::string> hexdigest(std::string_view algorithm, const void* data, size_t nbytes);
 
 }  // namespace mmt::detail

@@ -19,13 +19,17 @@
 // variable), every sample's of the first one's rank (1 to 8) and dtype. Nothing is trusted: every offset, size and array header is
 // checked against the shard when the sources are made, and again as a record is read.
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <future>
 
 #include <nlohmann/json.hpp>
 
 #include "checksum.h"
+#include "cpu_budget.h"
 #include "decompressed_file.h"
 #include "import_util.h"
 #include "mapping_guard.h"
@@ -159,27 +163,65 @@ MdsShards::Column column_of(const std::string& name, const std::string& encoding
 
 uint32_t u32_at(const UntypedStorage& file, int64_t at) { return detail::load_le32(file.data() + at); }
 
-// The shard against the digest its index gives in raw_data.hashes (MDSWriter(hashes=[...])),
-// when that is an xxHash one: a shard damaged, or replaced by another of the same size, is
-// refused before any of it is packed. One pass over the bytes (tens of GB/s once read), so one
-// digest is checked, the fastest given. SHA and MD5 digests are not checked: they take a
-// cryptographic library this engine does not link, and StreamingDataset checks none by default.
-void verify_raw_hash(const nlohmann::json& raw_data, const MdsShards::Shard& read, bool is_raw, const std::string& where) {
-  const auto hashes = raw_data.find("hashes");
-  if (hashes == raw_data.end() || !hashes->is_object()) return;
-  for (const char* algorithm : {"xxh3_64", "xxh3_128", "xxh128", "xxh64", "xxh32"}) {
-    const auto expected = hashes->find(algorithm);
-    if (expected == hashes->end() || !expected->is_string()) continue;
-    const std::string actual = detail::guard_storage_reads(read.file, [&] {
-      return *detail::xxhash_hexdigest(algorithm, read.file.data(), static_cast<size_t>(read.file.nbytes()));
-    });
-    MMT_CHECK(actual == expected->get<std::string>(), FormatError, read.path, ": its ", is_raw ? "" : "decompressed ",
-              "bytes' ", algorithm, " digest is ", actual, ", but ", where, " says ",
-              detail::cut_for_message(expected->get<std::string>(), 40), " (raw_data.hashes); the shard is damaged, or ",
-              "is not the one the index was written with");
-    return;
+// Shards against a digest their index gives in raw_data.hashes (MDSWriter(hashes=[...])): a
+// shard damaged, or replaced by another of the same size, is refused before any of it is
+// packed. One digest a shard is checked, the fastest given (the digests describe the same
+// bytes): xxHash's run at 6-7 GB/s on one core, SHA-1 and SHA-256 at about 1.2-1.3 GB/s on CPUs
+// with SHA instructions, MD5 and BLAKE2 at 0.4-0.6, SHA-3 at 0.1-0.2. So shards are hashed on
+// threads, one a CPU, while the next shards' structures are read; an index giving only names
+// hashlib and python-xxhash do not know has nothing checkable, as one giving no digest.
+class ShardDigests {
+ public:
+  ShardDigests() : in_flight_(static_cast<size_t>(std::max(1, detail::available_cpus()))) {}
+
+  void check(const nlohmann::json& raw_data, const MdsShards::Shard& read, bool is_raw, const std::string& where) {
+    const auto hashes = raw_data.find("hashes");
+    if (hashes == raw_data.end() || !hashes->is_object()) return;
+    std::vector<std::pair<std::string, std::string>> given;  // fastest first
+    for (const char* algorithm : kFastestFirst) {
+      const auto expected = hashes->find(algorithm);
+      if (expected != hashes->end() && expected->is_string()) given.emplace_back(algorithm, expected->get<std::string>());
+    }
+    if (given.empty()) return;
+    if (pending_.size() == in_flight_) wait_oldest();
+    // The task holds the shard's storage: a decompressed one outlives its place in the budget.
+    pending_.push_back(std::async(std::launch::async, [given = std::move(given), file = read.file, path = read.path,
+                                                       is_raw, where] {
+      for (const auto& digest : given) {
+        const std::string& algorithm = digest.first;  // named, not bound: clang 14 captures no bindings
+        const std::string& expected = digest.second;
+        const std::optional<std::string> actual = detail::guard_storage_reads(
+            file, [&] { return detail::hexdigest(algorithm, file.data(), static_cast<size_t>(file.nbytes())); });
+        if (!actual) continue;  // a digest this libcrypto withholds: the next one given, if any
+        std::string expected_hex = expected;
+        for (char& c : expected_hex) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        MMT_CHECK(*actual == expected_hex, FormatError, path, ": its ", is_raw ? "" : "decompressed ", "bytes' ",
+                  algorithm, " digest is ", *actual, ", but ", where, " says ", detail::cut_for_message(expected, 40),
+                  " (raw_data.hashes); the shard is damaged, or is not the one the index was written with");
+        return;
+      }
+    }));
   }
-}
+
+  // Every check done; the first failure (in shard order) thrown.
+  void wait_all() {
+    while (!pending_.empty()) wait_oldest();
+  }
+
+ private:
+  static constexpr const char* kFastestFirst[] = {
+      "xxh3_64", "xxh3_128", "xxh128", "xxh64",  "xxh32",   "sha1",     "sha256",   "sha224",  "blake2b",
+      "md5",     "sha512",   "sha384", "blake2s", "sha3_224", "sha3_256", "sha3_384", "sha3_512"};
+
+  void wait_oldest() {
+    std::future<void> oldest = std::move(pending_.front());
+    pending_.pop_front();
+    oldest.get();
+  }
+
+  size_t in_flight_;
+  std::deque<std::future<void>> pending_;  // a future of std::async joins its thread when destroyed
+};
 
 // Where sample `j` of `shard` lies, checked: [begin, end) in the file.
 // `file` is the shard's bytes (its mapping, or its decompression).
@@ -311,6 +353,7 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
   PackSources out;
   std::string first_index;
   std::vector<std::string> indexes, index_paths;  // canonical, and as found
+  ShardDigests digests;
   for (const std::string& spec : specs) {
     const std::optional<std::string> index_path = mds_index_of(spec);
     MMT_CHECK(index_path.has_value(), ValueError, "input '", spec, "' is not an MDS dataset (a folder holding ",
@@ -428,7 +471,7 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
         MMT_CHECK(raw_bytes->get<uint64_t>() == static_cast<uint64_t>(read.file.nbytes()), FormatError, read.path, ": ",
                   read.file.nbytes(), " bytes", read.path == raw ? "" : " decompressed", ", but the index says ",
                   raw_bytes->get<uint64_t>());
-      verify_raw_hash(*raw_data, read, read.path == raw, where);
+      digests.check(*raw_data, read, read.path == raw, where);
       read.samples = static_cast<int64_t>(samples->get<uint64_t>());
       const int64_t header_end = 4 + 4 * (read.samples + 1);
       MMT_CHECK(read.file.nbytes() >= header_end, FormatError, read.path, ": ", read.file.nbytes(), " bytes, too few for ",
@@ -465,6 +508,7 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
     }
     out.input_paths_.push_back(*index_path);
   }
+  digests.wait_all();
   MMT_CHECK(!mds->columns.empty(), ValueError, first_index.empty() ? specs.front() : first_index, ": no shards");
   std::vector<Field> fields;
   nlohmann::json encodings = nlohmann::json::object();

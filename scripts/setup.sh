@@ -10,6 +10,7 @@ build_dir="${1:-$here/build}"; shift || true
 packages=(build-essential cmake ninja-build pkg-config
           libboost-dev liblz4-dev libzstd-dev libxxhash-dev zlib1g-dev
           libsnappy-dev libbrotli-dev   # Parquet inputs: snappy (pyarrow's default) and brotli pages
+          libssl-dev                    # MDS shards' SHA, MD5 and BLAKE2 digests (libcrypto)
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
           clang libclang-rt-14-dev dataset-fashion-mnist
           python3-numpy   # the .npy/.npz interop tests check against numpy itself

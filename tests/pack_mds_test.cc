@@ -457,16 +457,37 @@ TEST(PackMds, DamagedShardsAndIndexesAreRefusedNamingTheSample) {
   EXPECT_THROW_WITH(PackSources::from_mds(std::vector<std::string>{dir.path()}), IoError, "is missing");
 }
 
-// MDSWriter(hashes=["xxh64", "sha1"]) puts each shard's digests in raw_data.hashes: an xxHash
-// one is checked, so a shard damaged where its structure still reads is refused, not packed.
-TEST(PackMds, ShardsAreCheckedAgainstTheXxHashDigestsOfTheirIndex) {
-  // python-xxhash's hexdigest() of b"": the digests' integers in hex, so big-endian.
-  EXPECT_EQ(detail::xxhash_hexdigest("xxh32", "", 0), "02cc5d05");
-  EXPECT_EQ(detail::xxhash_hexdigest("xxh64", "", 0), "ef46db3751d8e999");
-  EXPECT_EQ(detail::xxhash_hexdigest("xxh3_64", "", 0), "2d06800538d394c2");
-  EXPECT_EQ(detail::xxhash_hexdigest("xxh128", "", 0), "99aa06d3014798d86001c324468d497f");
-  EXPECT_EQ(detail::xxhash_hexdigest("xxh3_128", "", 0), "99aa06d3014798d86001c324468d497f");
-  EXPECT_EQ(detail::xxhash_hexdigest("sha1", "", 0), std::nullopt);
+// MDSWriter(hashes=["xxh64", "sha1"]) puts each shard's digests in raw_data.hashes: one is
+// checked, the fastest given, so a shard damaged where its structure still reads is refused,
+// not packed.
+TEST(PackMds, ShardsAreCheckedAgainstTheDigestsOfTheirIndex) {
+  // What python-xxhash's and hashlib's hexdigest() give for b"mmtensor" (xxHash's: the
+  // digests' integers in hex, so big-endian).
+  const std::string text = "mmtensor";
+  const std::pair<const char*, const char*> known[] = {
+      {"xxh32", "c305e3b2"},
+      {"xxh64", "c8ab1e846ff9c674"},
+      {"md5", "20801e4fc7890fe1b2364b2418752aa3"},
+      {"sha1", "d7261219894a74f2b2fc9b0d650700b7060fa5c4"},
+      {"sha224", "1eb242b5eef2429557c544f62b330a8dbdf5e50be46a83783999af34"},
+      {"sha256", "c999b16ea0e312d4b0a1371d0ed31f26a392a7de7f18831d880c0476e1b449bc"},
+      {"sha384", "ce891790bbab843f5a96fc66cc0bd40a2e92160432ec774520851e77ac0843e11beeb05a52cd3a2b6b100b208c39774f"},
+      {"sha512", "ef481e9f4610984b117677119c1aa84840dc198bdd60977e9aba0f445903b55a9b73dd1986de0f0200534b035654bedc4c"
+                 "774ba6f2b311b318bf57bd4fd9cb8b"},
+      {"sha3_224", "34ee6051be62a3fd3337d561b85190e57668e4f756b99a827e3b52ee"},
+      {"sha3_256", "3a34092c07ac5c858de818558f8331553c4276b60ce588ed70c2af4e93d983a7"},
+      {"sha3_384", "2185801e84aeb84e2426bc88e8d28a2c197d8f99ea050bf92896a6bd68c49a220a02b9e99229298c4d25162ce21d2e9c"},
+      {"sha3_512", "de99e7dbaabb049e5962aeb7e107d81ed3fa41b957dbda524b0642f2645e61c4deed4db5985e5949d2945614372a6a10397109"
+                   "0683b015f20f60b80bf81e8a32"},
+      {"blake2b", "c19c8cddd8a465ec7d8b50f0837305c129e1ceca1de291deb9282e62b515376fdfabf4b0043032031bca2da0970a4d97134b0b"
+                  "cfd3b3b157a27d3f5e3514585c"},
+      {"blake2s", "1c9e14a04661e1b56c9af993d46b5dfd94cd9986a7f7852ae8900e70e522c4bd"}};
+  for (const auto& [algorithm, digest] : known)
+    EXPECT_EQ(detail::hexdigest(algorithm, text.data(), text.size()), digest) << algorithm;
+  EXPECT_EQ(detail::hexdigest("xxh3_64", "", 0), "2d06800538d394c2");
+  EXPECT_EQ(detail::hexdigest("xxh128", "", 0), "99aa06d3014798d86001c324468d497f");
+  EXPECT_EQ(detail::hexdigest("xxh3_128", "", 0), "99aa06d3014798d86001c324468d497f");
+  EXPECT_EQ(detail::hexdigest("shake_128", "", 0), std::nullopt);
 
   TempFolder dir;
   MdsBuilder builder = four_columns();
@@ -475,22 +496,80 @@ TEST(PackMds, ShardsAreCheckedAgainstTheXxHashDigestsOfTheirIndex) {
   builder.flush(dir.path(), "shard.00000.mds");
   builder.write_index(dir.path());
   nlohmann::json index = nlohmann::json::parse(testing::file_bytes(dir / "index.json"));
-  for (const char* algorithm : {"xxh32", "xxh64", "xxh3_64", "xxh128"}) {
+  Bytes damaged = good;
+  damaged.back() ^= std::byte{1};  // sample 3's last token: the shard still reads, but is not the one hashed
+  const auto digest_of = [](const char* algorithm, const Bytes& bytes) {
+    return *detail::hexdigest(algorithm, bytes.data(), bytes.size());
+  };
+  const auto pack_records = [&] { return PackSources::from_mds(std::vector<std::string>{dir.path()}).records(); };
+  for (const auto& [algorithm, digest] : known) {
     SCOPED_TRACE(algorithm);
-    // A SHA digest beside it is not checked (no cryptographic library), even when wrong.
-    index["shards"][0]["raw_data"]["hashes"] = {{"sha1", "0000"},
-                                                {algorithm, *detail::xxhash_hexdigest(algorithm, good.data(), good.size())}};
+    index["shards"][0]["raw_data"]["hashes"] = {{algorithm, digest_of(algorithm, good)}};
     write_file(dir / "index.json", to_bytes(index.dump()));
     write_file(dir / "shard.00000.mds", good);
-    EXPECT_EQ(PackSources::from_mds(std::vector<std::string>{dir.path()}).records(), 4);
-    // The last byte is sample 3's last token: the shard still reads, but it is not the one hashed.
-    Bytes damaged = good;
-    damaged.back() ^= std::byte{1};
+    EXPECT_EQ(pack_records(), 4);
     write_file(dir / "shard.00000.mds", damaged);
-    EXPECT_THROW_WITH(PackSources::from_mds(std::vector<std::string>{dir.path()}), FormatError,
+    EXPECT_THROW_WITH(pack_records(), FormatError,
                       std::string("shard.00000.mds: its bytes' ") + algorithm + " digest is " +
-                          *detail::xxhash_hexdigest(algorithm, damaged.data(), damaged.size()) + ", but " +
-                          (dir / "index.json") + ": shard 0 says ");
+                          digest_of(algorithm, damaged) + ", but " + (dir / "index.json") + ": shard 0 says ");
+  }
+
+  // Of several, the fastest is checked: a wrong SHA-256 beside a right xxHash passes (the
+  // index disagrees with itself; the shard is the one xxHash describes), and a wrong SHA-1
+  // beside a right MD5 is refused.
+  write_file(dir / "shard.00000.mds", good);
+  index["shards"][0]["raw_data"]["hashes"] = {{"sha256", "00"}, {"xxh64", digest_of("xxh64", good)}};
+  write_file(dir / "index.json", to_bytes(index.dump()));
+  EXPECT_EQ(pack_records(), 4);
+  index["shards"][0]["raw_data"]["hashes"] = {{"md5", digest_of("md5", good)}, {"sha1", "00"}};
+  write_file(dir / "index.json", to_bytes(index.dump()));
+  EXPECT_THROW_WITH(pack_records(), FormatError, "sha1 digest is " + digest_of("sha1", good));
+  // Upper-case hex is the same digest; names neither library knows leave nothing to check.
+  std::string upper = digest_of("sha256", good);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  index["shards"][0]["raw_data"]["hashes"] = {{"sha256", upper}, {"crc32", "00"}};
+  write_file(dir / "index.json", to_bytes(index.dump()));
+  EXPECT_EQ(pack_records(), 4);
+  index["shards"][0]["raw_data"]["hashes"] = {{"crc32", "00"}, {"shake_128", "00"}};
+  write_file(dir / "index.json", to_bytes(index.dump()));
+  EXPECT_EQ(pack_records(), 4);
+}
+
+// Shards are hashed on threads while the next ones are read: of several, the damaged one is
+// named, and a compressed shard's decompressed bytes are hashed even once the scratch budget
+// has dropped them.
+TEST(PackMds, OfManyShardsTheOneDamagedIsNamed) {
+  TempFolder dir;
+  MdsBuilder builder = four_columns();
+  std::vector<Bytes> shards;
+  for (int s = 0; s < 6; ++s) {
+    add_samples(builder, 2 * s, 2);
+    shards.push_back(builder.shard_bytes());
+    const std::string name = "shard.0000" + std::to_string(s) + ".mds";
+    if (s % 2) {
+      builder.flush(dir.path(), name, name + ".zstd", "zstd:3");
+      write_file(dir / (name + ".zstd"), zstd_of(shards.back()));
+    } else {
+      builder.flush(dir.path(), name);
+    }
+  }
+  builder.write_index(dir.path());
+  nlohmann::json index = nlohmann::json::parse(testing::file_bytes(dir / "index.json"));
+  for (size_t s = 0; s < shards.size(); ++s)
+    index["shards"][s]["raw_data"]["hashes"] = {{"sha256", *detail::hexdigest("sha256", shards[s].data(), shards[s].size())}};
+  write_file(dir / "index.json", to_bytes(index.dump()));
+  const testing::ScopedEnv budget("MMT_SCRATCH_BYTES", "16");
+  EXPECT_EQ(PackSources::from_mds(std::vector<std::string>{dir.path()}).records(), 12);
+  for (const size_t damaged : {size_t{2}, size_t{3}}) {
+    SCOPED_TRACE(damaged);
+    const std::string name = "shard.0000" + std::to_string(damaged) + ".mds";
+    index["shards"][damaged]["raw_data"]["hashes"]["sha256"] = std::string(64, '0');
+    write_file(dir / "index.json", to_bytes(index.dump()));
+    EXPECT_THROW_WITH(PackSources::from_mds(std::vector<std::string>{dir.path()}), FormatError,
+                      name + (damaged % 2 ? ".zstd: its decompressed bytes' sha256 digest is " : ": its bytes' sha256 digest is ") +
+                          *detail::hexdigest("sha256", shards[damaged].data(), shards[damaged].size()));
+    index["shards"][damaged]["raw_data"]["hashes"]["sha256"] =
+        *detail::hexdigest("sha256", shards[damaged].data(), shards[damaged].size());
   }
 }
 
