@@ -18,6 +18,7 @@
 #include <boost/interprocess/mapped_region.hpp>
 
 #include "cuda_memory.h"
+#include "mapping_guard.h"
 #include "mmtensor/error.h"
 #include "page_cache.h"
 
@@ -59,6 +60,15 @@ void check_nbytes(int64_t nbytes, const char* what) {
   MMT_CHECK(nbytes >= 0, ValueError, what, ": nbytes must be non-negative, got ", nbytes);
 }
 
+// A FIFO, socket or character device is no file to map: refused naming what it is (opening a
+// FIFO read-only would block until a writer comes; growing one fails with EINVAL).
+void refuse_special_file(mode_t mode, const std::string& filename, const char* what) {
+  if (S_ISREG(mode) || S_ISBLK(mode) || S_ISDIR(mode)) return;
+  throw IoError(detail::str(what, ": '", filename, "' is not a regular file (",
+                            S_ISFIFO(mode) ? "a FIFO" : S_ISCHR(mode) ? "a character device"
+                                                      : S_ISSOCK(mode) ? "a socket" : "a special file", ")"));
+}
+
 // Opens `filename` once and maps [offset, offset + nbytes) of it, where
 // nbytes = choose_nbytes(size of the opened file). The size comes from fstat of the very
 // descriptor that is mapped: a stat(path) followed by an open(path) would pair one file's size
@@ -72,6 +82,11 @@ std::shared_ptr<StorageImpl> map_region(const std::string& filename, MapMode mod
   impl->filename = filename;
   impl->read_only = mode == MapMode::ReadOnly;
   impl->private_mapping = mode == MapMode::Private;
+  // Opening a FIFO (or a terminal) read-only blocks until a writer comes, perhaps forever: such
+  // a path is refused by its kind before it is opened. The fstat below still decides for the
+  // file actually opened.
+  struct stat kind {};
+  if (::stat(filename.c_str(), &kind) == 0) refuse_special_file(kind.st_mode, filename, what);
   std::optional<bip::file_mapping> file;
   try {
     file.emplace(filename.c_str(), mode == MapMode::Shared ? bip::read_write : bip::read_only);
@@ -155,6 +170,10 @@ UntypedStorage UntypedStorage::from_file(const std::string& filename, bool share
     if (ok && S_ISDIR(st.st_mode)) {
       ::close(fd);
       throw IoError(detail::str("from_file: '", filename, "' is a directory, not a file"));
+    }
+    if (ok && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+      ::close(fd);
+      refuse_special_file(st.st_mode, filename, "from_file");
     }
     if (ok && st.st_size < nbytes) {
       ok = ::ftruncate(fd, nbytes) == 0;
@@ -290,10 +309,15 @@ UntypedStorage& UntypedStorage::copy_(const UntypedStorage& src) {
             " bytes vs ", src.nbytes(), " bytes)");
   if (nbytes() == 0 || is_same(src)) return *this;
   std::byte* dst = mutable_data();
-  if (is_cuda() || src.is_cuda())
+  if (is_cuda() || src.is_cuda()) {
     cuda::memcpy(dst, src.data(), nbytes(), is_cuda() ? device().index : src.device().index);
-  else
-    std::memmove(dst, src.data(), static_cast<size_t>(nbytes()));
+  } else {
+    // Either side may be a file's mapping that another program cut short: an IoError naming
+    // it, as Tensor::copy_ gives, not the death of the process.
+    detail::guard_storage_reads(*this, [&] {
+      detail::guard_storage_reads(src, [&] { std::memmove(dst, src.data(), static_cast<size_t>(nbytes())); });
+    });
+  }
   return *this;
 }
 
@@ -303,7 +327,7 @@ UntypedStorage& UntypedStorage::fill_(uint8_t value) {
   if (is_cuda())
     cuda::memset(dst, value, nbytes(), device().index);
   else
-    std::memset(dst, value, static_cast<size_t>(nbytes()));
+    detail::guard_storage_reads(*this, [&] { std::memset(dst, value, static_cast<size_t>(nbytes())); });
   return *this;
 }
 

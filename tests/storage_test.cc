@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <functional>
+#include <vector>
 
 #include "mmtensor/mmtensor.h"
 #include "test_util.h"
@@ -107,6 +109,19 @@ TEST(Storage, FromFileErrorsNameTheProblem) {
 
   msg = error_of([&] { UntypedStorage::from_file(small, false, -5); });
   EXPECT_NE(msg.find("nbytes must be non-negative"), std::string::npos) << msg;
+
+  // A FIFO is refused by its kind: opened read-only, it would wait for a writer forever.
+  const std::string fifo = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  for (const auto& open : std::vector<std::function<void()>>{
+           [&] { UntypedStorage::map_file(fifo, MapMode::ReadOnly); },
+           [&] { UntypedStorage::map_file(fifo, MapMode::Private); },
+           [&] { UntypedStorage::map_file(fifo, MapMode::Shared); },
+           [&] { UntypedStorage::from_file(fifo, false, 0); },
+           [&] { UntypedStorage::from_file(fifo, true, 10); }}) {
+    msg = error_of(open);
+    EXPECT_NE(msg.find("'" + fifo + "' is not a regular file (a FIFO)"), std::string::npos) << msg;
+  }
 }
 
 TEST(Storage, MapFileRangesAndReadOnly) {

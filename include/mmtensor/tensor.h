@@ -143,7 +143,10 @@ class Tensor {
   // All elements as T (the tensor's own dtype), in row-major order; from the host or a device.
   template <typename T> std::vector<T> to_vector() const {
     check_dtype(scalar_type_of<T>);
-    const Tensor c = (is_cuda() ? cpu() : *this).contiguous();
+    // A view of a file's mapping is copied first, by the engine's guarded copy: the loop below
+    // runs in the caller's code, where a file cut short under it would be a SIGBUS.
+    const Tensor host = is_cuda() ? cpu() : *this;
+    const Tensor c = host.untyped_storage().filename().empty() ? host.contiguous() : host.clone(MemoryFormat::Contiguous);
     const char* p = static_cast<const char*>(c.data_ptr());
     std::vector<T> out(static_cast<size_t>(c.numel()));
     for (size_t i = 0; i < out.size(); ++i) out[i] = load_element<T>(p + i * sizeof(T));
