@@ -21,6 +21,7 @@
 
 #include "checksum.h"
 #include "decompressed_file.h"
+#include "hdf5_input.h"
 #include "format.h"
 #include "gzip_reader.h"
 #include "import_util.h"
@@ -380,6 +381,7 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs, const J
   // in "record counts disagree" with the next input).
   std::vector<std::pair<size_t, detail::NpyValues>> fortran;  // column, values
   std::vector<std::string> fortran_fields;  // every field whose .npy was in Fortran order
+  std::vector<std::pair<size_t, detail::Hdf5Array>> hdf5_reads;  // column, a dataset read through libhdf5
   auto add_values = [&](const std::string& name, detail::NpyValues v, const std::string& origin, bool typed_name) {
     const NpyHeader& h = v.header;
     const bool viewable =
@@ -402,6 +404,27 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs, const J
     MMT_CHECK(!spec.empty(), InputSpecError, "an input is empty: give NAME=PATH.npy, PATH.npz or NAME=PATH (IDX)");
     auto [name, path] = split_input_spec(spec);
     MMT_CHECK(!path.empty(), InputSpecError, "input '", spec, "' has no path after '='");
+    if (const std::optional<detail::Hdf5Input> hdf5 = detail::hdf5_input_of(path)) {
+      MMT_CHECK(name.empty() || !hdf5->dataset.empty(), InputSpecError, "input '", spec, "': ", hdf5->path, " is an ",
+                "HDF5 file, which names its own fields after its datasets; give it as a bare PATH, or one dataset as ",
+                "NAME=", hdf5->path, ":DATASET");
+      out.input_paths_.push_back(hdf5->path);
+      for (detail::Hdf5Array& array : detail::load_hdf5(*hdf5)) {
+        // "PATH:images" alone is the field "images"; a dataset in a group needs a NAME=.
+        MMT_CHECK(!name.empty() || array.name.find('/') == std::string::npos, InputSpecError, "input '", spec,
+                  "' needs a field name: write NAME=", spec);
+        const std::string field = name.empty() ? array.name : name;
+        if (array.values.defined()) {
+          add_array(field, std::move(array.values), array.what, !name.empty());
+        } else {  // read once every input is checked
+          add_field(field, array.dtype, array.sizes, array.what, !name.empty());
+          out.columns_.emplace_back();
+          out.converted_.emplace_back();
+          hdf5_reads.emplace_back(out.columns_.size() - 1, std::move(array));
+        }
+      }
+      continue;
+    }
     if (const std::optional<RawInput> raw = raw_input_of(path)) {
       MMT_CHECK(!name.empty(), InputSpecError, "input '", spec, "' needs a field name: write NAME=", spec);
       out.input_paths_.push_back(raw->path);
@@ -463,6 +486,7 @@ PackSources PackSources::from_arrays(std::span<const std::string> specs, const J
     native.data_offset = 0;
     out.columns_[pending.first] = detail::npy_tensor_over(converted, 0, native, v.what);
   }
+  for (const auto& pending : hdf5_reads) out.columns_[pending.first] = detail::read_hdf5_values(pending.second);
   return out;
 }
 

@@ -11,6 +11,7 @@ packages=(build-essential cmake ninja-build pkg-config
           libboost-dev liblz4-dev libzstd-dev libxxhash-dev zlib1g-dev
           libsnappy-dev libbrotli-dev   # Parquet inputs: snappy (pyarrow's default) and brotli pages
           libssl-dev                    # MDS shards' SHA, MD5 and BLAKE2 digests (libcrypto)
+          libhdf5-dev                   # HDF5 inputs
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
           clang libclang-rt-14-dev dataset-fashion-mnist
           python3-numpy   # the .npy/.npz interop tests check against numpy itself

@@ -1,0 +1,486 @@
+#include "hdf5_input.h"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <utility>
+
+#include "decode_limit.h"
+#include "import_util.h"
+#include "mapping_guard.h"
+#include "mmtensor/error.h"
+#include "scratch_file.h"
+#include "utf8.h"
+
+namespace mmt::detail {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr unsigned char kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+
+// An HDF5 identifier, closed on every path out.
+class Hid {
+ public:
+  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Hid() {
+    if (id_ >= 0) close_(id_);
+  }
+  Hid(Hid&& other) noexcept : id_(std::exchange(other.id_, -1)), close_(other.close_) {}
+  Hid& operator=(Hid&& other) noexcept {
+    if (this != &other) {
+      if (id_ >= 0) close_(id_);
+      id_ = std::exchange(other.id_, -1);
+      close_ = other.close_;
+    }
+    return *this;
+  }
+  hid_t get() const { return id_; }
+  explicit operator bool() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+// HDF5 prints its error stack to stderr by default; while a load runs, failures come back as
+// return values instead, and this file words them. The calling thread's setting is restored.
+class QuietErrors {
+ public:
+  QuietErrors() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+  QuietErrors(const QuietErrors&) = delete;
+  QuietErrors& operator=(const QuietErrors&) = delete;
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+// The most specific reason on this thread's HDF5 error stack ("unable to open file (file
+// signature not found)"), which is then cleared.
+std::string hdf5_reason() {
+  std::string reason;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned n, const H5E_error2_t* error, void* out) -> herr_t {
+        if (n != 0) return 0;
+        std::string& text = *static_cast<std::string*>(out);
+        text = error->desc ? error->desc : "";
+        char minor[256] = {};
+        if (H5Eget_msg(error->min_num, nullptr, minor, sizeof minor) > 0 && minor[0] != '\0')
+          text += str(text.empty() ? "" : " (", minor, text.empty() ? "" : ")");
+        return 0;
+      },
+      &reason);
+  H5Eclear2(H5E_DEFAULT);
+  return reason.empty() ? std::string("the HDF5 library gave no reason") : reason;
+}
+
+std::string name_of(char* owned) {  // a name the library allocated, freed here
+  std::string name = owned ? owned : "";
+  H5free_memory(owned);
+  return name;
+}
+
+// A float of the usual IEEE layout for its size: float16, bfloat16, float32, float64.
+std::optional<ScalarType> float_dtype_of(hid_t type) {
+  size_t sign_at = 0, exponent_at = 0, exponent_bits = 0, mantissa_at = 0, mantissa_bits = 0;
+  if (H5Tget_fields(type, &sign_at, &exponent_at, &exponent_bits, &mantissa_at, &mantissa_bits) < 0) return std::nullopt;
+  const size_t size = H5Tget_size(type);
+  if (H5Tget_offset(type) != 0 || H5Tget_precision(type) != 8 * size || sign_at != 8 * size - 1 || mantissa_at != 0 ||
+      exponent_at != mantissa_bits || exponent_bits + mantissa_bits + 1 != 8 * size)
+    return std::nullopt;
+  if (size == 2 && exponent_bits == 5) return kFloat16;
+  if (size == 2 && exponent_bits == 8) return kBFloat16;
+  if (size == 4 && exponent_bits == 8) return kFloat32;
+  if (size == 8 && exponent_bits == 11) return kFloat64;
+  return std::nullopt;
+}
+
+std::optional<ScalarType> integer_dtype_of(hid_t type) {
+  const size_t size = H5Tget_size(type);
+  if (H5Tget_offset(type) != 0 || H5Tget_precision(type) != 8 * size) return std::nullopt;
+  const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
+  switch (size) {
+    case 1: return is_signed ? kInt8 : kUInt8;
+    case 2: return is_signed ? kInt16 : kUInt16;
+    case 4: return is_signed ? kInt32 : kUInt32;
+    case 8: return is_signed ? kInt64 : kUInt64;
+    default: return std::nullopt;
+  }
+}
+
+const char* class_name_of(H5T_class_t type_class) {
+  switch (type_class) {
+    case H5T_INTEGER: return "integers";
+    case H5T_FLOAT: return "floats";
+    case H5T_TIME: return "times";
+    case H5T_STRING: return "strings";
+    case H5T_BITFIELD: return "bitfields";
+    case H5T_OPAQUE: return "opaque values (numpy's void type)";
+    case H5T_COMPOUND: return "compound values (numpy's structured arrays)";
+    case H5T_REFERENCE: return "references";
+    case H5T_ENUM: return "enums";
+    case H5T_VLEN: return "variable-length sequences";
+    case H5T_ARRAY: return "array values";
+    default: return "values of an unknown class";
+  }
+}
+
+// What a dataset of `file_type` packs as, and the type it is read into memory as (the same
+// layout, little-endian: what the field holds). Throws ValueError naming what it holds when
+// it is not numbers or bools.
+struct ValueType {
+  ScalarType dtype;
+  hid_t memory_type;  // owned by the caller's Hid
+};
+ValueType value_type_of(hid_t file_type, const std::string& what) {
+  const H5T_class_t type_class = H5Tget_class(file_type);
+  const size_t size = H5Tget_size(file_type);
+  const auto refuse = [&](const std::string& why) {
+    return ValueError(str(what, ": holds ", why, "; mmtensor packs HDF5 datasets of integers, floats, bools (h5py's "
+                                                 "enum of FALSE and TRUE) and complex numbers (h5py's compound of r "
+                                                 "and i)"));
+  };
+  const auto little_endian_copy = [&] {
+    const hid_t copy = H5Tcopy(file_type);
+    if (size > 1) H5Tset_order(copy, H5T_ORDER_LE);
+    return copy;
+  };
+  switch (type_class) {
+    case H5T_INTEGER:
+      if (const auto dtype = integer_dtype_of(file_type)) return {*dtype, little_endian_copy()};
+      throw refuse(str(H5Tget_precision(file_type), "-bit integers in ", size, " bytes"));
+    case H5T_FLOAT:
+      if (const auto dtype = float_dtype_of(file_type)) return {*dtype, little_endian_copy()};
+      throw refuse(str("floats of a layout other than IEEE float16, bfloat16, float32 or float64 (", size, " bytes)"));
+    case H5T_ENUM: {
+      // h5py writes numpy's bool so; another enum of one byte is its integer values.
+      const Hid base(H5Tget_super(file_type), H5Tclose);
+      const auto base_dtype = base ? integer_dtype_of(base.get()) : std::nullopt;
+      if (!base_dtype || size != 1) throw refuse(str("enums of ", size, " bytes (an enum of one byte packs as integers)"));
+      bool is_bool = H5Tget_nmembers(file_type) == 2;
+      for (unsigned m = 0; is_bool && m < 2; ++m) {
+        const std::string member = name_of(H5Tget_member_name(file_type, m));
+        int8_t value = -1;
+        is_bool = H5Tget_member_value(file_type, m, &value) >= 0 && value == static_cast<int8_t>(m) &&
+                  member == (m == 0 ? "FALSE" : "TRUE");
+      }
+      return {is_bool ? kBool : *base_dtype, H5Tcopy(file_type)};
+    }
+    case H5T_COMPOUND: {
+      bool is_complex = H5Tget_nmembers(file_type) == 2;
+      std::optional<ScalarType> part;
+      for (unsigned m = 0; is_complex && m < 2; ++m) {
+        const Hid member(H5Tget_member_type(file_type, m), H5Tclose);
+        const std::optional<ScalarType> dtype =
+            member && H5Tget_class(member.get()) == H5T_FLOAT ? float_dtype_of(member.get()) : std::nullopt;
+        is_complex = dtype && (*dtype == kFloat32 || *dtype == kFloat64) && (!part || *part == *dtype) &&
+                     name_of(H5Tget_member_name(file_type, m)) == (m == 0 ? "r" : "i");
+        part = dtype;
+      }
+      if (!is_complex) throw refuse(class_name_of(type_class));
+      const size_t part_size = element_size(*part);
+      const hid_t memory = H5Tcreate(H5T_COMPOUND, 2 * part_size);
+      const hid_t native = *part == kFloat32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
+      H5Tinsert(memory, "r", 0, native);
+      H5Tinsert(memory, "i", part_size, native);
+      return {*part == kFloat32 ? kComplex64 : kComplex128, memory};
+    }
+    default:
+      throw refuse(class_name_of(type_class));
+  }
+}
+
+// Every dataset reachable from the root by hard links, by path (no leading '/'), in name order.
+std::vector<std::string> dataset_names(hid_t file) {
+  std::vector<std::string> names;
+  H5Lvisit(
+      file, H5_INDEX_NAME, H5_ITER_INC,
+      [](hid_t group, const char* name, const H5L_info_t* info, void* out) -> herr_t {
+        if (info->type != H5L_TYPE_HARD) return 0;  // soft and external links may point anywhere
+        const Hid object(H5Oopen(group, name, H5P_DEFAULT), H5Oclose);
+        if (object && H5Iget_type(object.get()) == H5I_DATASET) static_cast<std::vector<std::string>*>(out)->push_back(name);
+        return 0;
+      },
+      &names);
+  H5Eclear2(H5E_DEFAULT);
+  return names;
+}
+
+std::string listed(const std::vector<std::string>& names) {
+  std::string text;
+  for (size_t i = 0; i < names.size() && i < 20; ++i) text += str(i ? ", " : "", escaped(names[i]));
+  if (names.size() > 20) text += str(", and ", names.size() - 20, " more");
+  return text.empty() ? std::string("none") : text;
+}
+
+// The filters the dataset was written with that this libhdf5 cannot undo (h5py's lzf, the
+// blosc and bitshuffle plugins), refused before any value is read.
+void refuse_unavailable_filters(hid_t create_plist, const std::string& what) {
+  const int filters = H5Pget_nfilters(create_plist);
+  for (int f = 0; f < filters; ++f) {
+    unsigned flags = 0, config = 0;
+    size_t values = 0;
+    char name[128] = {};
+    const H5Z_filter_t id = H5Pget_filter2(create_plist, static_cast<unsigned>(f), &flags, &values, nullptr, sizeof name,
+                                           name, &config);
+    MMT_CHECK(id >= 0 && H5Zfilter_avail(id) > 0, ValueError, what, ": compressed with HDF5 filter ", id,
+              name[0] ? str(" (", escaped(name), ")") : std::string(), ", which this HDF5 library does not have ",
+              "(h5py's lzf and the blosc and bitshuffle plugins are not in libhdf5); rewrite it uncompressed or with ",
+              "gzip first: h5repack -f NONE IN.h5 OUT.h5, or h5py's compression='gzip'");
+  }
+  H5Eclear2(H5E_DEFAULT);
+}
+
+}  // namespace
+
+class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
+ public:
+  explicit Hdf5File(std::string path)
+      : path_(std::move(path)), file_bytes_(regular_file_size(path_)), file_(open(path_), H5Fclose) {}
+
+  hid_t id() const { return file_.get(); }
+
+  // The dataset's name, dtype and shape, and its values when they can be viewed in place.
+  Hdf5Array describe(const std::string& name) {
+    Hdf5Array out;
+    out.name = name.starts_with('/') ? name.substr(1) : name;
+    out.what = str(path_, ":/", escaped(out.name));
+    const Opened dataset = open_dataset(out.name, out.what);
+    out.dtype = dataset.dtype;
+    out.sizes = dataset.sizes;
+    out.file = shared_from_this();
+    if (dataset.nbytes == 0) {
+      out.values = empty(IntArrayRef(out.sizes), out.dtype);
+    } else {
+      out.values = view_in_place(dataset, out.what);
+      if (out.values.defined()) check_bools(out.values, out.what);
+    }
+    return out;
+  }
+
+  Tensor read(const Hdf5Array& array) {
+    const Opened dataset = open_dataset(array.name, array.what);
+    Tensor values = read_into_scratch(dataset, array.what);
+    check_bools(values, array.what);
+    return values;
+  }
+
+ private:
+  struct Opened {
+    Hid dataset{-1, H5Dclose}, file_type{-1, H5Tclose}, memory_type{-1, H5Tclose}, create_plist{-1, H5Pclose};
+    ScalarType dtype = kUInt8;
+    std::vector<int64_t> sizes;
+    std::vector<hsize_t> dims;
+    int64_t nbytes = 0;
+  };
+
+  static hid_t open(const std::string& path) {
+    const Hid access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+#if H5_VERSION_GE(1, 10, 7)
+    // Read-only: a filesystem without locks (some network ones) is no reason to refuse.
+    if (access) H5Pset_file_locking(access.get(), true, /*ignore_when_disabled=*/true);
+#endif
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, access ? access.get() : H5P_DEFAULT);
+    if (file < 0) throw FormatError(str(path, ": the HDF5 library cannot open it: ", hdf5_reason()));
+    return file;
+  }
+
+  Opened open_dataset(const std::string& name, const std::string& what) {
+    Opened out;
+    out.dataset = Hid(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!out.dataset) {
+      H5Eclear2(H5E_DEFAULT);
+      throw ValueError(str(path_, ": no dataset '", escaped(name), "' in the file; its datasets: ",
+                           listed(dataset_names(file_.get()))));
+    }
+    out.file_type = Hid(H5Dget_type(out.dataset.get()), H5Tclose);
+    const Hid space(H5Dget_space(out.dataset.get()), H5Sclose);
+    out.create_plist = Hid(H5Dget_create_plist(out.dataset.get()), H5Pclose);
+    if (!out.file_type || !space || !out.create_plist) throw FormatError(str(what, ": ", hdf5_reason()));
+    const ValueType value_type = value_type_of(out.file_type.get(), what);
+    out.memory_type = Hid(value_type.memory_type, H5Tclose);
+    out.dtype = value_type.dtype;
+    const H5S_class_t space_class = H5Sget_simple_extent_type(space.get());
+    MMT_CHECK(space_class == H5S_SIMPLE, ValueError, what, ": ", space_class == H5S_SCALAR ? "a scalar" : "no values",
+              " (a ", space_class == H5S_SCALAR ? "scalar" : "null", " dataspace); an input's first dimension is its "
+              "records, so a dataset must have at least one dimension");
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    MMT_CHECK(rank >= 1 && rank <= H5S_MAX_RANK, FormatError, what, ": a dataspace of ", rank, " dimensions");
+    out.dims.resize(static_cast<size_t>(rank));
+    H5Sget_simple_extent_dims(space.get(), out.dims.data(), nullptr);
+    for (const hsize_t d : out.dims) {
+      MMT_CHECK(d <= static_cast<hsize_t>(INT64_MAX), FormatError, what, ": a dimension of ", d, " values");
+      out.sizes.push_back(static_cast<int64_t>(d));
+    }
+    out.nbytes = checked_shape_nbytes(IntArrayRef(out.sizes), element_size(out.dtype), what);
+    return out;
+  }
+
+  // A contiguous, unfiltered dataset stored as it is read (little-endian) at an offset aligned
+  // for its dtype: a view of the file's mapping. Undefined otherwise.
+  Tensor view_in_place(const Opened& dataset, const std::string& what) {
+    if (H5Pget_layout(dataset.create_plist.get()) != H5D_CONTIGUOUS ||
+        H5Pget_external_count(dataset.create_plist.get()) != 0 ||
+        H5Tequal(dataset.file_type.get(), dataset.memory_type.get()) <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return {};
+    }
+    const haddr_t offset = H5Dget_offset(dataset.dataset.get());
+    H5Eclear2(H5E_DEFAULT);
+    const int64_t item = element_size(dataset.dtype), nbytes = dataset.nbytes;
+    if (offset == HADDR_UNDEF || offset > static_cast<haddr_t>(file_bytes_) || offset % static_cast<haddr_t>(item) != 0)
+      return {};  // never written (its fill value), or unaligned: read through the library
+    MMT_CHECK(static_cast<int64_t>(offset) <= file_bytes_ - nbytes, FormatError, what, ": its ", nbytes,
+              " bytes of values at byte ", offset, " run past the end of the ", file_bytes_, "-byte file (cut short?)");
+    if (!mapping_) mapping_ = UntypedStorage::map_file(path_);
+    MMT_CHECK(mapping_->nbytes() >= static_cast<int64_t>(offset) + nbytes, IoError, path_, ": the file shrank while ",
+              "it was being read");
+    return Tensor(*mapping_, dataset.dtype, IntArrayRef(dataset.sizes), static_cast<int64_t>(offset) / item);
+  }
+
+  // Any other dataset: read by the library (which undoes its filters and byte order) a slab of
+  // whole chunks at a time into a scratch file.
+  Tensor read_into_scratch(const Opened& opened, const std::string& what) {
+    const hid_t dataset = opened.dataset.get(), create_plist = opened.create_plist.get();
+    const std::vector<hsize_t>& dims = opened.dims;
+    const int64_t nbytes = opened.nbytes;
+    refuse_unavailable_filters(create_plist, what);
+    const int64_t stored = static_cast<int64_t>(H5Dget_storage_size(dataset));
+    MMT_CHECK(nbytes <= decode_limit(stored), ValueError, what, ": declares ", nbytes, " bytes of values but stores ",
+              stored, ", past what an input may expand to (", kDecodeExpansion, " times its bytes, at least ",
+              decode_limit(0), "): a damaged or hostile file, or a dataset never written");
+    hsize_t chunk_rows = 1;
+    if (H5Pget_layout(create_plist) == H5D_CHUNKED) {
+      std::vector<hsize_t> chunk(dims.size());
+      if (H5Pget_chunk(create_plist, static_cast<int>(chunk.size()), chunk.data()) == static_cast<int>(chunk.size()))
+        chunk_rows = std::max<hsize_t>(chunk[0], 1);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    const int64_t row_bytes = nbytes / opened.sizes[0];
+    constexpr int64_t kSlabBytes = int64_t{32} << 20;
+    hsize_t slab_rows = static_cast<hsize_t>(std::max<int64_t>(1, kSlabBytes / row_bytes));
+    slab_rows = std::min<hsize_t>((slab_rows + chunk_rows - 1) / chunk_rows * chunk_rows, dims[0]);
+
+    ScratchFile scratch(what, str("to read this HDF5 dataset's values into (", nbytes, " bytes)"));
+    scratch.reserve(nbytes);
+    std::vector<std::byte> slab(static_cast<size_t>(slab_rows) * static_cast<size_t>(row_bytes));
+    std::vector<hsize_t> start(dims.size(), 0), count = dims;
+    for (hsize_t row = 0; row < dims[0]; row += slab_rows) {
+      start[0] = row;
+      count[0] = std::min(slab_rows, dims[0] - row);
+      const Hid file_space(H5Dget_space(dataset), H5Sclose);
+      const Hid memory_space(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
+      if (!file_space || !memory_space ||
+          H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0 ||
+          H5Dread(dataset, opened.memory_type.get(), memory_space.get(), file_space.get(), H5P_DEFAULT, slab.data()) < 0)
+        throw FormatError(str(what, ": records [", row, ", ", row + count[0], "): the HDF5 library cannot read them: ",
+                              hdf5_reason()));
+      scratch.append(slab.data(), static_cast<int64_t>(count[0]) * row_bytes);
+    }
+    return Tensor(scratch.map(what), opened.dtype, IntArrayRef(opened.sizes));
+  }
+
+  static void check_bools(const Tensor& values, const std::string& what) {
+    if (values.dtype() != kBool || values.numel() == 0) return;  // h5py's enum may hold other bytes
+    guard_storage_reads(values.untyped_storage(), [&] {
+      const auto* bytes = static_cast<const std::byte*>(values.data_ptr());
+      const int64_t bad = first_invalid_bool(bytes, values.numel());
+      MMT_CHECK(bad < 0, FormatError, what, ": bool element ", bad, " holds the byte ",
+                static_cast<int>(static_cast<uint8_t>(bytes[bad])), "; a bool value may hold only 0 and 1");
+    });
+  }
+
+  std::string path_;
+  int64_t file_bytes_;
+  Hid file_;
+  std::optional<UntypedStorage> mapping_;  // the file's, made for the first dataset viewed in place
+};
+
+bool is_hdf5_file(const std::string& path) {
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) return false;
+  std::ifstream in(path, std::ios::binary);
+  unsigned char magic[sizeof kSignature];
+  // The superblock is at 0, or after a user block of 512 bytes times a power of 2.
+  for (std::streamoff at = 0; in; at = at == 0 ? 512 : 2 * at) {
+    in.seekg(at);
+    if (!in.read(reinterpret_cast<char*>(magic), sizeof magic)) return false;
+    if (std::memcmp(magic, kSignature, sizeof magic) == 0) return true;
+    if (at >= (std::streamoff{1} << 30)) return false;
+  }
+  return false;
+}
+
+namespace {
+
+// A file named as HDF5 files are (.h5, .hdf5, .hdf, .he5) without the signature is not taken
+// for another kind (an IDX file, whose check would say "not an IDX magic"): named here.
+std::optional<Hdf5Input> hdf5_or_refused(const std::string& path, std::string dataset) {
+  if (is_hdf5_file(path)) return Hdf5Input{path, std::move(dataset)};
+  const std::string extension = fs::path(path).extension().string();
+  MMT_CHECK(extension != ".h5" && extension != ".hdf5" && extension != ".hdf" && extension != ".he5", FormatError, path,
+            ": no HDF5 signature (\\x89HDF\\r\\n\\x1a\\n at its start or after a user block): not an HDF5 file, or one "
+            "damaged at its start");
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Hdf5Input> hdf5_input_of(const std::string& spec_path) {
+  std::error_code error;
+  if (fs::exists(spec_path, error)) {
+    if (!fs::is_regular_file(spec_path, error)) return std::nullopt;
+    return hdf5_or_refused(spec_path, "");
+  }
+  // The file: the longest part before a ':' that is one (a path may hold ':' itself).
+  for (size_t colon = spec_path.rfind(':'); colon != std::string::npos && colon > 0;
+       colon = spec_path.rfind(':', colon - 1)) {
+    const std::string path = spec_path.substr(0, colon);
+    if (fs::is_regular_file(path, error)) return hdf5_or_refused(path, spec_path.substr(colon + 1));
+  }
+  return std::nullopt;
+}
+
+std::vector<Hdf5Array> load_hdf5(const Hdf5Input& input) {
+  const QuietErrors quiet;
+  const auto file = std::make_shared<Hdf5File>(input.path);
+  std::vector<Hdf5Array> arrays;
+  if (!input.dataset.empty()) {
+    arrays.push_back(file->describe(input.dataset));
+    return arrays;
+  }
+  const std::vector<std::string> names = dataset_names(file->id());
+  MMT_CHECK(!names.empty(), ValueError, input.path, ": the HDF5 file holds no datasets");
+  std::vector<std::string> grouped;
+  for (const std::string& name : names)
+    if (name.find('/') != std::string::npos) grouped.push_back(name);
+  MMT_CHECK(grouped.empty(), ValueError, input.path, ": holds datasets in groups (", listed(grouped), "), whose paths ",
+            "are no field names; give each dataset to pack as NAME=", input.path, ":GROUP/DATASET");
+  for (const std::string& name : names) {
+    try {
+      arrays.push_back(file->describe(name));
+    } catch (const ValueError& e) {  // one dataset of many that cannot be packed: the way to leave it out
+      throw ValueError(str(e.what(), " (to pack the file's other datasets, give each as NAME=", input.path,
+                           ":DATASET)"));
+    }
+  }
+  return arrays;
+}
+
+Tensor read_hdf5_values(const Hdf5Array& array) {
+  if (array.values.defined()) return array.values;
+  const QuietErrors quiet;
+  return array.file->read(array);
+}
+
+}  // namespace mmt::detail

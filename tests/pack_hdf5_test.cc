@@ -1,0 +1,297 @@
+// HDF5 files as pack inputs (PackSources::from_arrays with "PATH" or "NAME=PATH:DATASET"):
+// datasets stored plainly are views of the file, others are read through libhdf5, and what
+// cannot be packed is refused naming the dataset and why. The files are written here through
+// the HDF5 C API the way h5py writes them (its bool enum, its complex compound).
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "decode_limit.h"
+#include "importer_test_util.h"
+#include "mmtensor/dataset.h"
+#include "mmtensor/error.h"
+#include "mmtensor/packer.h"
+#include "test_util.h"
+
+namespace mmt {
+namespace {
+
+using testutil::TempFolder;
+
+// An HDF5 file being written; closed (and so complete) when destroyed.
+class H5Writer {
+ public:
+  explicit H5Writer(const std::string& path) : file_(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)) {
+    EXPECT_GE(file_, 0) << path;
+  }
+  ~H5Writer() { H5Fclose(file_); }
+  H5Writer(const H5Writer&) = delete;
+  H5Writer& operator=(const H5Writer&) = delete;
+
+  // Writes `data` (in `memory_type`) as dataset `name` of `file_type`, creating its groups.
+  // `create` is a dataset creation property list (chunks, filters), or H5P_DEFAULT.
+  H5Writer& write(const std::string& name, hid_t file_type, hid_t memory_type, std::vector<hsize_t> dims,
+                  const void* data, hid_t create = H5P_DEFAULT) {
+    const hid_t space = dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    const hid_t links = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(links, 1);
+    const hid_t dataset = H5Dcreate2(file_, name.c_str(), file_type, space, links, create, H5P_DEFAULT);
+    EXPECT_GE(dataset, 0) << name;
+    if (data) EXPECT_GE(H5Dwrite(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), 0) << name;
+    H5Dclose(dataset);
+    H5Pclose(links);
+    H5Sclose(space);
+    return *this;
+  }
+
+ private:
+  hid_t file_;
+};
+
+// Closes an HDF5 type or property list at the end of a test.
+struct Owned {
+  hid_t id;
+  herr_t (*close)(hid_t);
+  ~Owned() { close(id); }
+  operator hid_t() const { return id; }
+};
+
+Owned chunked(std::vector<hsize_t> chunk, bool gzip_and_shuffle) {
+  Owned create{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+  H5Pset_chunk(create, static_cast<int>(chunk.size()), chunk.data());
+  if (gzip_and_shuffle) {
+    H5Pset_shuffle(create);
+    H5Pset_deflate(create, 4);
+  }
+  return create;
+}
+
+// h5py's bool: an enum of int8 with FALSE = 0 and TRUE = 1.
+Owned bool_enum() {
+  Owned type{H5Tenum_create(H5T_NATIVE_INT8), H5Tclose};
+  int8_t value = 0;
+  H5Tenum_insert(type, "FALSE", &value);
+  value = 1;
+  H5Tenum_insert(type, "TRUE", &value);
+  return type;
+}
+
+// h5py's complex64: a compound of float32 "r" and "i".
+Owned complex64(hid_t part) {
+  Owned type{H5Tcreate(H5T_COMPOUND, 8), H5Tclose};
+  H5Tinsert(type, "r", 0, part);
+  H5Tinsert(type, "i", 4, part);
+  return type;
+}
+
+// numpy's float16 (h5py writes it as an IEEE half of this layout).
+Owned float16(H5T_order_t order) {
+  Owned type{H5Tcopy(H5T_IEEE_F32LE), H5Tclose};
+  H5Tset_fields(type, 15, 10, 5, 0, 10);
+  H5Tset_precision(type, 16);
+  H5Tset_size(type, 2);
+  H5Tset_ebias(type, 15);
+  H5Tset_order(type, order);
+  return type;
+}
+
+template <typename T>
+std::vector<T> values_of(const Tensor& t) {
+  return t.to_vector<T>();
+}
+
+PackSources sources_of(std::vector<std::string> specs) { return PackSources::from_arrays(specs); }
+
+TEST(PackHdf5, ContiguousDatasetsAreViewsOfTheFileAndPackAsFields) {
+  TempFolder dir;
+  const std::string path = dir / "mnist.h5";
+  std::vector<uint8_t> images(5 * 4 * 3);
+  for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<uint8_t>(i * 7);
+  const std::vector<int64_t> labels = {3, 1, 4, 1, 5};
+  H5Writer(path)
+      .write("images", H5T_STD_U8LE, H5T_NATIVE_UINT8, {5, 4, 3}, images.data())
+      .write("labels", H5T_STD_I64LE, H5T_NATIVE_INT64, {5}, labels.data());
+
+  const PackSources sources = sources_of({path});
+  ASSERT_EQ(sources.records(), 5);
+  ASSERT_EQ(sources.schema().size(), 2u);
+  EXPECT_EQ(sources.schema()[0].name, "images");
+  EXPECT_EQ(sources.schema()[0].dtype, kUInt8);
+  EXPECT_EQ(sources.schema()[1].name, "labels");
+  const std::vector<Tensor> third = sources.record(2);
+  EXPECT_EQ(third[0].sizes(), IntArrayRef({4, 3}));
+  EXPECT_EQ(values_of<uint8_t>(third[0]), std::vector<uint8_t>(images.begin() + 24, images.begin() + 36));
+  EXPECT_EQ(third[1].item<int64_t>(), 4);
+  // No copy: the record views the HDF5 file's mapping, as an .npy input's does.
+  EXPECT_EQ(third[0].untyped_storage().filename(), path);
+  EXPECT_EQ(sources.record_origin(0, 2).find(path + ":/images"), 0u) << sources.record_origin(0, 2);
+
+  const std::string out = dir / "mnist.mmt";
+  pack_dataset(out, sources, PackOptions{});
+  const Dataset ds = Dataset::open(out);
+  EXPECT_EQ(values_of<uint8_t>(ds.column("images")), images);
+  EXPECT_EQ(values_of<int64_t>(ds.column("labels")), labels);
+}
+
+TEST(PackHdf5, ChunkedCompressedAndForeignOrderDatasetsAreReadThroughTheLibrary) {
+  TempFolder dir;
+  const std::string path = dir / "mixed.h5";
+  constexpr hsize_t n = 7;
+  std::vector<float> floats(n * 3);
+  for (size_t i = 0; i < floats.size(); ++i) floats[i] = static_cast<float>(i) * 0.5f - 3.0f;
+  std::vector<int16_t> shorts(n);
+  for (size_t i = 0; i < n; ++i) shorts[i] = static_cast<int16_t>(-1000 + 300 * static_cast<int>(i));
+  const std::vector<uint16_t> halves = {0x0000, 0x3c00, 0xc000, 0x7bff, 0x0001, 0x8000, 0x3555};  // bits
+  const std::vector<int8_t> flags = {0, 1, 1, 0, 1, 0, 1};
+  std::vector<float> complex_parts(2 * n);
+  for (size_t i = 0; i < complex_parts.size(); ++i) complex_parts[i] = static_cast<float>(i) + 0.25f;
+  const Owned chunks = chunked({2, 3}, /*gzip_and_shuffle=*/true);
+  const Owned flags_type = bool_enum();
+  const Owned half_le = float16(H5T_ORDER_LE), half_be = float16(H5T_ORDER_BE);
+  const Owned complex_be = complex64(H5T_IEEE_F32BE), complex_native = complex64(H5T_NATIVE_FLOAT);
+  H5Writer(path)
+      .write("a_gzip", H5T_IEEE_F32BE, H5T_NATIVE_FLOAT, {n, 3}, floats.data(), chunks)
+      .write("b_big_endian", H5T_STD_I16BE, H5T_NATIVE_INT16, {n}, shorts.data())
+      .write("c_half", half_be, half_le, {n}, halves.data())
+      .write("d_flags", flags_type, flags_type, {n}, flags.data())
+      .write("e_complex", complex_be, complex_native, {n}, complex_parts.data());
+
+  const PackSources sources = sources_of({path});
+  ASSERT_EQ(sources.records(), static_cast<int64_t>(n));
+  const Schema& schema = sources.schema();
+  ASSERT_EQ(schema.size(), 5u);
+  EXPECT_EQ(schema[0].dtype, kFloat32);
+  EXPECT_EQ(schema[1].dtype, kInt16);
+  EXPECT_EQ(schema[2].dtype, kFloat16);
+  EXPECT_EQ(schema[3].dtype, kBool);
+  EXPECT_EQ(schema[4].dtype, kComplex64);
+
+  const std::string out = dir / "mixed.mmt";
+  pack_dataset(out, sources, PackOptions{});
+  const Dataset ds = Dataset::open(out);
+  EXPECT_EQ(values_of<float>(ds.column("a_gzip")), floats);
+  EXPECT_EQ(values_of<int16_t>(ds.column("b_big_endian")), shorts);
+  const Tensor half = ds.column("c_half").contiguous();
+  EXPECT_EQ(std::memcmp(half.data_ptr(), halves.data(), 2 * n), 0);
+  const std::vector<bool> expected_flags = {false, true, true, false, true, false, true};
+  EXPECT_EQ(values_of<bool>(ds.column("d_flags")), expected_flags);
+  const Tensor complex = ds.column("e_complex").contiguous();
+  EXPECT_EQ(std::memcmp(complex.data_ptr(), complex_parts.data(), 8 * n), 0);
+  // Read through the library into a scratch file, not views of the HDF5 file.
+  EXPECT_NE(sources.record(0)[0].untyped_storage().filename(), path);
+}
+
+TEST(PackHdf5, DatasetsAreNamedByPathAndGroupsNeedNames) {
+  TempFolder dir;
+  const std::string path = dir / "splits.h5";
+  const std::vector<int32_t> train_x = {1, 2, 3, 4, 5, 6}, train_y = {7, 8, 9}, test_x = {10, 11, 12, 13};
+  H5Writer(path)
+      .write("train/x", H5T_STD_I32LE, H5T_NATIVE_INT32, {3, 2}, train_x.data())
+      .write("train/y", H5T_STD_I32LE, H5T_NATIVE_INT32, {3}, train_y.data())
+      .write("/test/x", H5T_STD_I32LE, H5T_NATIVE_INT32, {2, 2}, test_x.data());
+
+  EXPECT_THROW_WITH(sources_of({path}), ValueError,
+                    path + ": holds datasets in groups (test/x, train/x, train/y), whose paths are no field names; "
+                           "give each dataset to pack as NAME=" + path + ":GROUP/DATASET");
+  const PackSources train = sources_of({"x=" + path + ":train/x", "y=" + path + ":/train/y"});
+  ASSERT_EQ(train.records(), 3);
+  EXPECT_EQ(values_of<int32_t>(train.record(1)[0]), std::vector<int32_t>({3, 4}));
+  EXPECT_EQ(train.record(2)[1].item<int32_t>(), 9);
+  EXPECT_THROW_WITH(sources_of({path + ":train/x"}), InputSpecError, "needs a field name: write NAME=" + path);
+  EXPECT_THROW_WITH(sources_of({"x=" + path}), InputSpecError, "is an HDF5 file, which names its own fields");
+  EXPECT_THROW_WITH(sources_of({"x=" + path + ":train/z"}), ValueError,
+                    path + ": no dataset 'train/z' in the file; its datasets: test/x, train/x, train/y");
+  EXPECT_THROW_WITH(sources_of({"x=" + path + ":train/x", "t=" + path + ":test/x"}), ValueError,
+                    "record counts disagree");
+
+  // A dataset at the root given alone is the field of its name.
+  const std::string flat = dir / "flat.h5";
+  H5Writer(flat).write("tokens", H5T_STD_I32LE, H5T_NATIVE_INT32, {3}, train_y.data());
+  EXPECT_EQ(sources_of({flat + ":tokens"}).schema()[0].name, "tokens");
+}
+
+TEST(PackHdf5, WhatCannotBePackedIsRefusedNamingTheDataset) {
+  TempFolder dir;
+  const std::string path = dir / "odd.h5";
+  const char names[2][5] = {{'c', 'a', 't', 0, 0}, {'d', 'o', 'g', 0, 0}};
+  const int32_t one = 1;
+  const std::vector<int8_t> bad_flags = {0, 2};
+  const Owned text{H5Tcopy(H5T_C_S1), H5Tclose};
+  H5Tset_size(text, 5);
+  const Owned flags_type = bool_enum();
+  H5Writer(path)
+      .write("names", text, text, {2}, names)
+      .write("scalar", H5T_STD_I32LE, H5T_NATIVE_INT32, {}, &one)
+      .write("z_flags", flags_type, flags_type, {2}, bad_flags.data());
+  EXPECT_THROW_WITH(sources_of({"n=" + path + ":names"}), ValueError, path + ":/names: holds strings; mmtensor packs");
+  EXPECT_THROW_WITH(sources_of({"s=" + path + ":scalar"}), ValueError, path + ":/scalar: a scalar (a scalar dataspace)");
+  EXPECT_THROW_WITH(sources_of({"f=" + path + ":z_flags"}), FormatError,
+                    path + ":/z_flags: bool element 1 holds the byte 2; a bool value may hold only 0 and 1");
+  // Of a whole file, the one that cannot be packed says how to leave it out.
+  EXPECT_THROW_WITH(sources_of({path}), ValueError, "(to pack the file's other datasets, give each as NAME=" + path);
+
+  const std::string empty = dir / "empty.h5";
+  { H5Writer writer(empty); }
+  EXPECT_THROW_WITH(sources_of({empty}), ValueError, empty + ": the HDF5 file holds no datasets");
+
+  // A file cut short is the library's error, named, wherever it is cut.
+  const std::string good = dir / "good.h5";
+  std::vector<int64_t> values(4096);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int64_t>(i);
+  const Owned chunks = chunked({256}, /*gzip_and_shuffle=*/true);
+  H5Writer(good)
+      .write("plain", H5T_STD_I64LE, H5T_NATIVE_INT64, {4096}, values.data())
+      .write("packed", H5T_STD_I64LE, H5T_NATIVE_INT64, {4096}, values.data(), chunks);
+  const auto bytes = testing::file_bytes(good);
+  for (const size_t cut : {size_t{0}, size_t{8}, size_t{100}, size_t{1000}, bytes.size() / 3, bytes.size() / 2,
+                           bytes.size() - 2000, bytes.size() - 1}) {
+    SCOPED_TRACE(cut);
+    const std::string cut_path = dir / "cut.h5";
+    testutil::write_file(cut_path, testutil::to_bytes(std::string_view(bytes).substr(0, cut)));
+    try {
+      const PackSources sources = sources_of({"p=" + cut_path + ":plain", "q=" + cut_path + ":packed"});
+      ADD_FAILURE() << "a file cut at " << cut << " of " << bytes.size() << " bytes was read";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cut.h5"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(PackHdf5, UnavailableFiltersAndUnboundedExpansionAreRefused) {
+  TempFolder dir;
+  const std::string path = dir / "filters.h5";
+  std::vector<uint8_t> values(4096, 7);
+  // h5py's lzf (filter 32000), which libhdf5 lacks: optional, so the writer stores the chunks
+  // unfiltered, but the dataset still names it.
+  const Owned lzf = chunked({1024}, false);
+  const bool lzf_set = H5Pset_filter(lzf, 32000, H5Z_FLAG_OPTIONAL, 0, nullptr) >= 0;
+  const Owned never_written = chunked({64, 1024}, true);
+  {
+    H5Writer writer(path);
+    if (lzf_set) writer.write("lzf", H5T_STD_U8LE, H5T_NATIVE_UINT8, {4096}, values.data(), lzf);
+    writer.write("zeros", H5T_STD_U8LE, H5T_NATIVE_UINT8, {4096, 1024}, nullptr, never_written);
+  }
+  if (lzf_set)
+    EXPECT_THROW_WITH(sources_of({"x=" + path + ":lzf"}), ValueError,
+                      path + ":/lzf: compressed with HDF5 filter 32000");
+  // 4 MiB declared, none stored: past the decode limit (its floor lowered for the test).
+  detail::set_decode_floor(int64_t{1} << 20);
+  EXPECT_THROW_WITH(sources_of({"z=" + path + ":zeros"}), ValueError,
+                    path + ":/zeros: declares 4194304 bytes of values but stores 0");
+  detail::set_decode_floor(0);
+  EXPECT_EQ(sources_of({"z=" + path + ":zeros"}).records(), 4096);
+}
+
+TEST(PackHdf5, AnH5FileWithoutTheSignatureIsNamedAsSuch) {
+  TempFolder dir;
+  const std::string path = dir / "not.h5";
+  testutil::write_file(path, testutil::Bytes(64, std::byte{1}));
+  EXPECT_THROW_WITH(sources_of({"x=" + path}), FormatError, path + ": no HDF5 signature");
+}
+
+}  // namespace
+}  // namespace mmt
