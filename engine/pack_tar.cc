@@ -122,13 +122,19 @@ UntypedStorage archive_bytes(const std::string& path, std::optional<detail::File
   }
   MMT_CHECK(compressor == nullptr, ValueError, path, ": a ", compressor, "-compressed tar archive; tar archives are ",
             "read uncompressed or compressed with gzip or zstd: decompress it first");
-  MMT_CHECK(detail::guard_storage_reads(file.mapping, [&] {
-              return detail::is_tar_start(file.bytes.data(), static_cast<int64_t>(file.bytes.size()));
-            }),
-            ValueError, path,
-            ": not a tar archive (no ustar header at its start, nor gzip or zstd compression); tar archives are "
-            "packed alone, not with other inputs");
-  return std::move(file.mapping);
+  const auto [tar_start, ustar_magic] = detail::guard_storage_reads(file.mapping, [&] {
+    const int64_t n = static_cast<int64_t>(file.bytes.size());
+    return std::pair(detail::is_tar_start(file.bytes.data(), n),
+                     n >= 262 && std::memcmp(file.bytes.data() + 257, "ustar", 5) == 0);
+  });
+  if (tar_start) return std::move(file.mapping);
+  // A first header whose magic is there is a tar archive damaged or cut short, not a file of
+  // another kind.
+  MMT_CHECK(!ustar_magic, FormatError, path, ": byte 0: ", file.bytes.size() < 512
+                                                               ? "the archive ends inside its first header (it is truncated)"
+                                                               : "the first header's checksum does not hold (damaged)");
+  throw ValueError(detail::str(path, ": not a tar archive (no ustar header at its start, nor gzip or zstd ",
+                               "compression): a file of another kind, or an archive damaged at its start"));
 }
 
 // One sample as its members come: extension -> member.
@@ -283,7 +289,11 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
     std::optional<detail::FileCompression> compression;
     UntypedStorage archive = archive_bytes(path, compression);
     scanned = &archive;
-    if (archive.nbytes() > 0) {
+    // An empty file is no archive (tar writes its end-of-archive marker even for no members):
+    // a download that failed, or a shard never written.
+    MMT_CHECK(archive.nbytes() > 0, FormatError, path, compression ? " decompressed" : "", ": the file is empty: no ",
+              "tar archive, not even the end-of-archive marker");
+    {
       detail::for_each_tar_member(archive, [&](const detail::TarMember& member) {
         auto split = key_and_extension(member.name);
         if (!split) {

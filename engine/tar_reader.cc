@@ -109,11 +109,15 @@ class TarWalk {
     int64_t pax_size = -1;                 // from a pax size=, for the next member; -1: none
     int64_t extended_header_at = -1;       // where the pending long name or size was read
     int64_t members = 0;
+    bool marked_end = false;
     while (offset < file_bytes_) {
       MMT_CHECK(file_bytes_ - offset >= kBlock, FormatError, where(offset), "the archive ends ", file_bytes_ - offset,
                 " bytes into a header block (it is truncated)");
       const Block block = read_block(offset);
-      if (is_zero_block(block)) break;  // the end-of-archive marker
+      if (is_zero_block(block)) {  // the end-of-archive marker (two blocks; tar takes one)
+        marked_end = true;
+        break;
+      }
       MMT_CHECK(checksum_holds(block), FormatError, where(offset), "the header's checksum does not hold",
                 members == 0 ? " (not a tar archive)" : " (damaged)");
       const std::optional<int64_t> header_size = number_of(block, kSize);
@@ -124,10 +128,12 @@ class TarWalk {
       const int64_t data_offset = offset + kBlock;
       MMT_CHECK(size <= file_bytes_ - data_offset, FormatError, where(offset), "a member of ", size,
                 " bytes runs past the end of the file (", file_bytes_ - data_offset, " bytes left: truncated)");
-      // The next header: past the data, padded to a block. A last member whose padding the
-      // file lacks still has all its bytes: the archive ends there.
+      // The next header: past the data, padded to a block. A file that ends inside the
+      // padding was cut short (after this member, or in the middle of a sample), as tar says.
       const int64_t padded = size + (kBlock - size % kBlock) % kBlock;
-      const int64_t next = padded <= file_bytes_ - data_offset ? data_offset + padded : file_bytes_;
+      MMT_CHECK(padded <= file_bytes_ - data_offset, FormatError, where(file_bytes_), "the archive ends inside the ",
+                "padding after the data of the member whose header is at byte ", offset, " (it is truncated)");
+      const int64_t next = data_offset + padded;
       if (type == 'x' || type == 'L') {
         MMT_CHECK(size <= kMaxExtendedHeaderBytes, FormatError, where(offset), "an extended header of ", size,
                   " bytes (more than ", kMaxExtendedHeaderBytes, ")");
@@ -170,6 +176,10 @@ class TarWalk {
     }
     MMT_CHECK(extended_header_at < 0, FormatError, where(extended_header_at),
               "an extended header is followed by no member (the archive is truncated)");
+    // Without the marker, the file may end anywhere between members: samples after a cut on a
+    // block boundary would be lost without a word (an interrupted download, a full disk).
+    MMT_CHECK(marked_end, FormatError, where(file_bytes_), "the archive ends without its end-of-archive marker (a ",
+              "zero block) after ", members, " members (it is truncated)");
   }
 
  private:
