@@ -848,9 +848,10 @@ bool are_arrow_inputs(std::span<const std::string> specs) {
     if (stream || detail::is_arrow_file_start(head, got) || detail::is_parquet_start(head, got) ||
         (named && detail::is_arrow_stream_start(head, got)))
       return true;
-    int32_t legacy_length = 0;  // a stream from before Arrow 0.15: the metadata length alone
-    if (got >= 4) std::memcpy(&legacy_length, head, 4);
-    if (named && legacy_length > 0) return true;
+    // A file named as Arrow's or Parquet's is one, whatever its bytes (a stream from before
+    // Arrow 0.15 begins with its metadata's length alone): an empty or damaged one is named by
+    // the Arrow reader, not taken for an array input that lacks a NAME=.
+    if (named && spec.find('=') == std::string::npos) return true;
   }
   return false;
 }

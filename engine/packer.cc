@@ -531,7 +531,10 @@ InputsKind inputs_kind(std::span<const std::string> specs) {
     std::error_code ec;
     if (fs::is_directory(spec, ec)) continue;
     if (fs::exists(spec, ec)) {
-      if (!fs::is_regular_file(spec, ec) || !is_dataset_file(spec)) return InputsKind::Arrays;
+      // An .mmt file is a dataset even when its magic is damaged: Dataset::open names what is
+      // wrong, where an array input would ask for a NAME=.
+      const bool named_dataset = fs::path(spec).extension() == ".mmt" && spec.find('=') == std::string::npos;
+      if (!fs::is_regular_file(spec, ec) || !(is_dataset_file(spec) || named_dataset)) return InputsKind::Arrays;
       any_dataset = true;
       continue;
     }

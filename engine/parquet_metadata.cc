@@ -159,8 +159,10 @@ bool is_parquet_start(const std::byte* head, size_t n) { return n >= 4 && std::m
 
 int64_t parquet_footer_length(int64_t size, std::span<const std::byte, 4> head, std::span<const std::byte, 8> tail,
                               const std::string& path) {
-  MMT_CHECK(size >= 12 && std::memcmp(head.data(), kMagic, 4) == 0, FormatError, path,
+  MMT_CHECK(std::memcmp(head.data(), kMagic, 4) == 0 || size < 4, FormatError, path,
             ": not a Parquet file (it does not begin with \"PAR1\")");
+  MMT_CHECK(size >= 12, FormatError, path, ": ", size, " bytes", size >= 4 ? ", too few for a Parquet file (at least "
+            "12: its magic, footer length and end magic; cut short?)" : ": not a Parquet file (an empty or cut one)");
   MMT_CHECK(std::memcmp(tail.data() + 4, kEncryptedMagic, 4) != 0, ValueError, path,
             ": an encrypted Parquet file (its footer ends with \"PARE\"); decrypt it first");
   MMT_CHECK(std::memcmp(tail.data() + 4, kMagic, 4) == 0, FormatError, path,

@@ -1042,5 +1042,24 @@ TEST(PackerTest, FortranOrderDeflatedMembersAreInflatedIntoATemporaryFileNotInto
   }
 }
 
+// A file named as a dataset, an Arrow or a Parquet file is read as one however damaged (an
+// interrupted download, an empty file): its reader names what is wrong, where the array
+// inputs would ask for a NAME= that could not help.
+TEST(Packer, FilesNamedAsDatasetsArrowOrParquetAreJudgedByTheirReader) {
+  TempDir dir;
+  const auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir.file(name), std::ios::binary) << bytes;
+    return dir.file(name);
+  };
+  const auto from = [](const std::string& path) { return PackSources::from_inputs(std::vector<std::string>{path}); };
+  EXPECT_THROW_WITH(from(write("e.mmt", "")), FormatError, "e.mmt: empty file, not an mmtensor dataset");
+  EXPECT_THROW_WITH(from(write("d.mmt", "MMTENSOX12345678")), FormatError,
+                    "d.mmt: not an mmtensor dataset: the first 8 bytes are not the mmtensor magic");
+  EXPECT_THROW_WITH(from(write("e.parquet", "")), FormatError, "e.parquet: 0 bytes: not a Parquet file");
+  EXPECT_THROW_WITH(from(write("s.parquet", "PAR1xxxx")), FormatError,
+                    "s.parquet: 8 bytes, too few for a Parquet file (at least 12");
+  EXPECT_THROW_WITH(from(write("e.arrow", "")), FormatError, "e.arrow: an empty file, not an Arrow IPC file or stream");
+}
+
 }  // namespace
 }  // namespace mmt
