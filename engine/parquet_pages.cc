@@ -718,6 +718,18 @@ PageHeader read_page_header(ThriftReader& in) {
   return h;
 }
 
+// The bytes a slot of the leaf's values takes in Arrow's layout (an int64 offset for bytes; a
+// byte for a bool, as decoded; INT96 as int64 nanoseconds).
+uint64_t arrow_slot_bytes(const ParquetLeaf& leaf) {
+  switch (leaf.type) {
+    case ParquetType::Boolean: return 1;
+    case ParquetType::Int32:
+    case ParquetType::Float: return 4;
+    case ParquetType::FixedLenByteArray: return static_cast<uint64_t>(std::max(leaf.type_length, 1));
+    default: return 8;  // Int64, Int96, Double, ByteArray's offsets
+  }
+}
+
 // The count of entries whose definition level is the maximum (values present).
 int64_t present(const std::vector<uint8_t>& definition, size_t first, int16_t max) {
   return std::count(definition.begin() + static_cast<std::ptrdiff_t>(first), definition.end(), static_cast<uint8_t>(max));
@@ -787,6 +799,10 @@ void decode_data_page(const DataPage& p, int codec, const ParquetLeaf& leaf, con
     }
   }
   const int64_t n = leaf.max_definition == 0 ? h.num_values : present(out.definition, definition_first, leaf.max_definition);
+  // Entries without a value (nulls) take a slot of the value's width in Arrow's layout all
+  // the same (an offset for bytes): counted now, before the assembly allocates them, or 335
+  // bytes of runs of nulls would stand for 13 GB of slots at 1 byte of levels each.
+  if (leaf.max_definition > 0) charge(out, static_cast<uint64_t>(h.num_values - n) * arrow_slot_bytes(leaf), where);
   const int64_t count_before = out.count;
   ValueDecoder(leaf, out, where, previous).decode(h.encoding, values, n, dictionary);
   if (out.count - count_before != n)
