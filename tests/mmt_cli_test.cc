@@ -1445,6 +1445,18 @@ TEST_F(MmtCli, PackRepacksDatasetsMergingShards) {
   EXPECT_EQ(ds.info().codec.codec, Codec::Zstd);
   EXPECT_TRUE(ds.column("x").equal(arange(40, kFloat32).view({10, 4})));
   EXPECT_EQ(run_mmt({"verify", path("all.mmt"), "--against", "x=" + path("x.npy"), "y=" + path("y.npy")}).exit_code, 0);
+  EXPECT_EQ(merged.err.find("warning"), std::string::npos) << merged.err;
+  // Some shards of a pack merge, with a warning: the output cannot say that others exist
+  // (one shard repacked alone is still that shard, and says so).
+  for (const char* k : {"0", "1", "2"})
+    ASSERT_EQ(run_mmt({"pack", path(std::string("third-") + k + ".mmt"), "x=" + path("x.npy"), "--shard",
+                       std::string(k) + "/3", "--quiet"}).exit_code, 0);
+  const RunResult some_shards = run_mmt({"pack", path("some.mmt"), path("third-0.mmt"), path("third-2.mmt")});
+  ASSERT_EQ(some_shards.exit_code, 0) << some_shards.err;
+  EXPECT_NE(some_shards.err.find("mmt pack: warning: the inputs are 2 of the 3 shards of one pack; shard 1 missing. "
+                                 "The output is a dataset of its own"), std::string::npos) << some_shards.err;
+  const RunResult one_shard = run_mmt({"pack", path("one.mmt"), path("third-1.mmt")});
+  EXPECT_EQ(one_shard.err.find("warning"), std::string::npos) << one_shard.err;
 
   const RunResult some = run_mmt({"pack", path("y.mmt"), path("part-0.mmt"), path("part-1.mmt"), "--field", "y"});
   ASSERT_EQ(some.exit_code, 0) << some.err;

@@ -1,4 +1,5 @@
 // mmt pack OUTPUT INPUT... : builds a dataset from .npy, .npz, IDX files, a folder, or datasets (a repack).
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <csignal>
@@ -97,6 +98,30 @@ WriterOptions writer_options(const PackArgs& args) {
   return options;
 }
 
+// Shards of one pack merged with some missing make a dataset of its own (its file claims no
+// shard), so no later check can tell that it lacks records: said once, here, while the
+// command line still shows what was given. Merging a subset on purpose is allowed.
+void warn_of_missing_shards(const std::vector<std::string>& inputs) {
+  if (inputs.empty() || !are_dataset_inputs(inputs)) return;
+  const Dataset merged = Dataset::open_concat(inputs);
+  const auto it = merged.metadata().find(std::string(kShardMetadataKey));
+  if (it == merged.metadata().end()) return;
+  const std::optional<ShardList> list = parse_shard_list(it->second);
+  // One shard keeps its keys (it is still that shard of the pack); several but not all lose them.
+  if (!list || list->shards.size() < 2 || static_cast<int64_t>(list->shards.size()) >= list->count) return;
+  std::string missing;
+  for (int64_t k = 0, listed = 0; k < list->count && listed < 10; ++k) {
+    if (std::binary_search(list->shards.begin(), list->shards.end(), k)) continue;
+    missing += (missing.empty() ? "" : ", ") + std::to_string(k);
+    ++listed;
+  }
+  const int64_t absent = list->count - static_cast<int64_t>(list->shards.size());
+  std::cerr << "mmt pack: warning: the inputs are " << list->shards.size() << " of the " << list->count
+            << " shards of one pack; shard" << (absent > 1 ? "s " : " ") << missing << (absent > 10 ? ", ..." : "")
+            << " missing. The output is a dataset of its own, of those shards' records only, and says nothing "
+            << "of the others\n";
+}
+
 void run_pack(const PackArgs& args) {
   // The writer would refuse it too, but only after the inputs were loaded, and in its words.
   // Command-line mistakes exit 2 (UsageError), as CLI11's own do.
@@ -117,6 +142,7 @@ void run_pack(const PackArgs& args) {
     tar.missing = *missing;
   }
   PackSources sources = load_pack_sources(args.inputs, args.folder, args.paths, args.fields, tar, args.jagged);
+  warn_of_missing_shards(args.inputs);
   MMT_CHECK(!args.separator || args.window, UsageError, "--separator goes between the documents of --window's stream; give --window");
   if (args.window) {
     WindowOptions window = *args.window;
