@@ -6,6 +6,8 @@
 #include <openssl/evp.h>
 
 #include <memory>
+#include <new>
+#include <utility>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -48,41 +50,103 @@ const char* openssl_name_of(std::string_view algorithm) {
   return nullptr;
 }
 
-std::optional<std::string> openssl_hexdigest(const char* name, const void* data, size_t nbytes) {
-  // A digest the library does not offer (one a FIPS provider withholds, say) is one this
-  // engine cannot check, as for an unknown name; the caller decides what that means.
-  const std::unique_ptr<EVP_MD, decltype(&EVP_MD_free)> md(EVP_MD_fetch(nullptr, name, nullptr), &EVP_MD_free);
-  if (!md) return std::nullopt;
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  if (EVP_Digest(data, nbytes, digest, &length, md.get(), nullptr) != 1) return std::nullopt;
-  return hex_of(std::string_view(reinterpret_cast<const char*>(digest), length));
-}
+}  // namespace
 
-std::optional<std::string> xxhash_hexdigest(std::string_view algorithm, const void* data, size_t nbytes) {
+std::optional<HexDigest> HexDigest::make(std::string_view algorithm) {
+  if (const char* openssl_name = openssl_name_of(algorithm)) {
+    // A digest the library does not offer (one a FIPS provider withholds, say) is one this
+    // engine cannot check, as for an unknown name; the caller decides what that means.
+    const std::unique_ptr<EVP_MD, decltype(&EVP_MD_free)> md(EVP_MD_fetch(nullptr, openssl_name, nullptr),
+                                                             &EVP_MD_free);
+    if (!md) return std::nullopt;
+    EVP_MD_CTX* context = EVP_MD_CTX_new();
+    if (context == nullptr) throw std::bad_alloc();
+    if (EVP_DigestInit_ex(context, md.get(), nullptr) != 1) {  // the context keeps its own reference
+      EVP_MD_CTX_free(context);
+      return std::nullopt;
+    }
+    return HexDigest(Kind::OpenSsl, context);
+  }
+  const auto created = [](void* state) {
+    if (state == nullptr) throw std::bad_alloc();
+    return state;
+  };
   if (algorithm == "xxh32") {
-    XXH32_canonical_t canonical;
-    XXH32_canonicalFromHash(&canonical, XXH32(data, nbytes, 0));
-    return hex_of(canonical.digest);
+    auto* state = static_cast<XXH32_state_t*>(created(XXH32_createState()));
+    XXH32_reset(state, 0);
+    return HexDigest(Kind::Xxh32, state);
   }
-  if (algorithm == "xxh64" || algorithm == "xxh3_64") {
-    XXH64_canonical_t canonical;
-    XXH64_canonicalFromHash(&canonical, algorithm == "xxh64" ? XXH64(data, nbytes, 0) : XXH3_64bits(data, nbytes));
-    return hex_of(canonical.digest);
+  if (algorithm == "xxh64") {
+    auto* state = static_cast<XXH64_state_t*>(created(XXH64_createState()));
+    XXH64_reset(state, 0);
+    return HexDigest(Kind::Xxh64, state);
   }
-  if (algorithm == "xxh128" || algorithm == "xxh3_128") {
-    XXH128_canonical_t canonical;
-    XXH128_canonicalFromHash(&canonical, XXH3_128bits(data, nbytes));
-    return hex_of(canonical.digest);
+  if (algorithm == "xxh3_64" || algorithm == "xxh128" || algorithm == "xxh3_128") {
+    auto* state = static_cast<XXH3_state_t*>(created(XXH3_createState()));
+    if (algorithm == "xxh3_64") XXH3_64bits_reset(state);
+    else XXH3_128bits_reset(state);
+    return HexDigest(algorithm == "xxh3_64" ? Kind::Xxh3_64 : Kind::Xxh3_128, state);
   }
   return std::nullopt;
 }
 
-}  // namespace
+HexDigest::HexDigest(HexDigest&& other) noexcept : kind_(other.kind_), state_(std::exchange(other.state_, nullptr)) {}
+
+HexDigest::~HexDigest() {
+  if (state_ == nullptr) return;
+  switch (kind_) {
+    case Kind::Xxh32: XXH32_freeState(static_cast<XXH32_state_t*>(state_)); break;
+    case Kind::Xxh64: XXH64_freeState(static_cast<XXH64_state_t*>(state_)); break;
+    case Kind::Xxh3_64:
+    case Kind::Xxh3_128: XXH3_freeState(static_cast<XXH3_state_t*>(state_)); break;
+    case Kind::OpenSsl: EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(state_)); break;
+  }
+}
+
+void HexDigest::update(const void* data, size_t nbytes) {
+  switch (kind_) {
+    case Kind::Xxh32: XXH32_update(static_cast<XXH32_state_t*>(state_), data, nbytes); break;
+    case Kind::Xxh64: XXH64_update(static_cast<XXH64_state_t*>(state_), data, nbytes); break;
+    case Kind::Xxh3_64: XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data, nbytes); break;
+    case Kind::Xxh3_128: XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), data, nbytes); break;
+    case Kind::OpenSsl: EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(state_), data, nbytes); break;
+  }
+}
+
+std::string HexDigest::hex() {
+  switch (kind_) {
+    case Kind::Xxh32: {
+      XXH32_canonical_t canonical;
+      XXH32_canonicalFromHash(&canonical, XXH32_digest(static_cast<XXH32_state_t*>(state_)));
+      return hex_of(canonical.digest);
+    }
+    case Kind::Xxh64:
+    case Kind::Xxh3_64: {
+      XXH64_canonical_t canonical;
+      XXH64_canonicalFromHash(&canonical, kind_ == Kind::Xxh64 ? XXH64_digest(static_cast<XXH64_state_t*>(state_))
+                                                               : XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_)));
+      return hex_of(canonical.digest);
+    }
+    case Kind::Xxh3_128: {
+      XXH128_canonical_t canonical;
+      XXH128_canonicalFromHash(&canonical, XXH3_128bits_digest(static_cast<XXH3_state_t*>(state_)));
+      return hex_of(canonical.digest);
+    }
+    case Kind::OpenSsl: {
+      unsigned char digest[EVP_MAX_MD_SIZE];
+      unsigned int length = 0;
+      EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(state_), digest, &length);
+      return hex_of(std::string_view(reinterpret_cast<const char*>(digest), length));
+    }
+  }
+  return {};
+}
 
 std::optional<std::string> hexdigest(std::string_view algorithm, const void* data, size_t nbytes) {
-  if (const char* openssl_name = openssl_name_of(algorithm)) return openssl_hexdigest(openssl_name, data, nbytes);
-  return xxhash_hexdigest(algorithm, data, nbytes);
+  std::optional<HexDigest> digest = HexDigest::make(algorithm);
+  if (!digest) return std::nullopt;
+  digest->update(data, nbytes);
+  return digest->hex();
 }
 
 }  // namespace mmt::detail

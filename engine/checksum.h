@@ -25,4 +25,24 @@ std::string hex64(uint64_t value);
 // libcrypto. nullopt for other names, and for a digest the linked libcrypto does not offer.
 std::optional<std::string> hexdigest(std::string_view algorithm, const void* data, size_t nbytes);
 
+// The same digest in steps, so that only update() need run under the SIGBUS guard of a
+// mapping (mapping_guard.h): it allocates nothing and owns nothing a fault could skip;
+// make() allocates the state, hex() finishes, the destructor frees it.
+class HexDigest {
+ public:
+  // nullopt for a name hexdigest() does not know, or a digest libcrypto withholds.
+  static std::optional<HexDigest> make(std::string_view algorithm);
+  HexDigest(HexDigest&& other) noexcept;
+  HexDigest& operator=(HexDigest&&) = delete;
+  ~HexDigest();
+  void update(const void* data, size_t nbytes);
+  std::string hex();  // once
+
+ private:
+  enum class Kind { Xxh32, Xxh64, Xxh3_64, Xxh3_128, OpenSsl };
+  HexDigest(Kind kind, void* state) : kind_(kind), state_(state) {}
+  Kind kind_;
+  void* state_;  // XXH32_state_t, XXH64_state_t, XXH3_state_t or EVP_MD_CTX
+};
+
 }  // namespace mmt::detail

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <utility>
 
 #include "decode_limit.h"
@@ -52,6 +53,10 @@ class Hid {
 class QuietErrors {
  public:
   QuietErrors() {
+    // libhdf5's exit handler prints "infinite loop closing library" after a damaged file left
+    // objects it cannot close; the process's end closes the files anyway.
+    static std::once_flag once;
+    std::call_once(once, [] { H5dont_atexit(); });
     H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   }
@@ -201,19 +206,35 @@ ValueType value_type_of(hid_t file_type, const std::string& what) {
 }
 
 // Every dataset reachable from the root by hard links, by path (no leading '/'), in name order.
-std::vector<std::string> dataset_names(hid_t file) {
-  std::vector<std::string> names;
-  H5Lvisit(
+// FormatError naming the object when one cannot be read (a damaged object header): a dataset
+// left out without a word would be records lost.
+std::vector<std::string> dataset_names(hid_t file, const std::string& path) {
+  struct Walk {
+    std::vector<std::string> names;
+    std::string unreadable;  // the first object that could not be opened
+  } walk;
+  const herr_t walked = H5Lvisit(
       file, H5_INDEX_NAME, H5_ITER_INC,
-      [](hid_t group, const char* name, const H5L_info_t* info, void* out) -> herr_t {
+      [](hid_t group, const char* name, const H5L_info_t* info, void* data) -> herr_t {
         if (info->type != H5L_TYPE_HARD) return 0;  // soft and external links may point anywhere
+        Walk& w = *static_cast<Walk*>(data);
         const Hid object(H5Oopen(group, name, H5P_DEFAULT), H5Oclose);
-        if (object && H5Iget_type(object.get()) == H5I_DATASET) static_cast<std::vector<std::string>*>(out)->push_back(name);
+        if (!object) {
+          w.unreadable = name;
+          return -1;
+        }
+        if (H5Iget_type(object.get()) == H5I_DATASET) w.names.push_back(name);
         return 0;
       },
-      &names);
+      &walk);
+  if (walked < 0) {
+    const std::string reason = hdf5_reason();
+    throw FormatError(walk.unreadable.empty()
+                          ? str(path, ": its groups cannot be walked: ", reason)
+                          : str(path, ": the object '", escaped(walk.unreadable), "' cannot be read (damaged?): ", reason));
+  }
   H5Eclear2(H5E_DEFAULT);
-  return names;
+  return walk.names;
 }
 
 std::string listed(const std::vector<std::string>& names) {
@@ -299,14 +320,34 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
     Opened out;
     out.dataset = Hid(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
     if (!out.dataset) {
-      H5Eclear2(H5E_DEFAULT);
-      throw ValueError(str(path_, ": no dataset '", escaped(name), "' in the file; its datasets: ",
-                           listed(dataset_names(file_.get()))));
+      // A dataset there but damaged is named as such, not as missing.
+      const std::string reason = hdf5_reason();
+      const std::vector<std::string> names = dataset_names(file_.get(), path_);
+      const std::string plain = name.starts_with('/') ? name.substr(1) : name;
+      MMT_CHECK(std::find(names.begin(), names.end(), plain) == names.end(), FormatError, what, ": cannot be opened ",
+                "(damaged?): ", reason);
+      throw ValueError(str(path_, ": no dataset '", escaped(name), "' in the file; its datasets: ", listed(names)));
+    }
+    // Its values must be this file's: a dataset reached through an external link, stored in
+    // external files (H5Pset_external) or virtual (views of other files) would read whatever
+    // files the input names, on this machine.
+    {
+      char file_name[4096] = {};
+      const ssize_t length = H5Fget_name(out.dataset.get(), file_name, sizeof file_name);
+      std::error_code error;
+      MMT_CHECK(length > 0 && static_cast<size_t>(length) < sizeof file_name &&
+                    fs::equivalent(fs::path(file_name), fs::path(path_), error),
+                ValueError, what, ": lies in another file (", escaped(std::string(file_name, std::max<ssize_t>(length, 0))),
+                "), reached through an external link; pack that file's dataset instead");
     }
     out.file_type = Hid(H5Dget_type(out.dataset.get()), H5Tclose);
     const Hid space(H5Dget_space(out.dataset.get()), H5Sclose);
     out.create_plist = Hid(H5Dget_create_plist(out.dataset.get()), H5Pclose);
     if (!out.file_type || !space || !out.create_plist) throw FormatError(str(what, ": ", hdf5_reason()));
+    MMT_CHECK(H5Pget_external_count(out.create_plist.get()) == 0, ValueError, what, ": its values are stored in ",
+              "external files (H5Pset_external), which an input may not name: they could be any file on this machine");
+    MMT_CHECK(H5Pget_layout(out.create_plist.get()) != H5D_VIRTUAL, ValueError, what, ": a virtual dataset (views of ",
+              "other datasets, in other files): pack the datasets it maps instead");
     const ValueType value_type = value_type_of(out.file_type.get(), what);
     out.memory_type = Hid(value_type.memory_type, H5Tclose);
     out.dtype = value_type.dtype;
@@ -459,7 +500,7 @@ std::vector<Hdf5Array> load_hdf5(const Hdf5Input& input) {
     arrays.push_back(file->describe(input.dataset));
     return arrays;
   }
-  const std::vector<std::string> names = dataset_names(file->id());
+  const std::vector<std::string> names = dataset_names(file->id(), input.path);
   MMT_CHECK(!names.empty(), ValueError, input.path, ": the HDF5 file holds no datasets");
   std::vector<std::string> grouped;
   for (const std::string& name : names)

@@ -190,9 +190,11 @@ class ShardDigests {
       for (const auto& digest : given) {
         const std::string& algorithm = digest.first;  // named, not bound: clang 14 captures no bindings
         const std::string& expected = digest.second;
-        const std::optional<std::string> actual = detail::guard_storage_reads(
-            file, [&] { return detail::hexdigest(algorithm, file.data(), static_cast<size_t>(file.nbytes())); });
-        if (!actual) continue;  // a digest this libcrypto withholds: the next one given, if any
+        std::optional<detail::HexDigest> hasher = detail::HexDigest::make(algorithm);
+        if (!hasher) continue;  // a digest this libcrypto withholds: the next one given, if any
+        // The guarded section only reads: the hasher's state is made and freed outside it.
+        detail::guard_storage_reads(file, [&] { hasher->update(file.data(), static_cast<size_t>(file.nbytes())); });
+        const std::optional<std::string> actual = hasher->hex();
         std::string expected_hex = expected;
         for (char& c : expected_hex) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
         MMT_CHECK(*actual == expected_hex, FormatError, path, ": its ", is_raw ? "" : "decompressed ", "bytes' ",
@@ -354,159 +356,167 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
   std::string first_index;
   std::vector<std::string> indexes, index_paths;  // canonical, and as found
   ShardDigests digests;
-  for (const std::string& spec : specs) {
-    const std::optional<std::string> index_path = mds_index_of(spec);
-    MMT_CHECK(index_path.has_value(), ValueError, "input '", spec, "' is not an MDS dataset (a folder holding ",
-              "index.json, or that file); MDS datasets are packed alone, not with other inputs");
-    std::error_code ec;
-    const std::string canonical = fs::weakly_canonical(*index_path, ec).string();  // folder or index.json, the same
-    const auto earlier = std::find(indexes.begin(), indexes.end(), canonical);
-    MMT_CHECK(earlier == indexes.end(), ValueError, "input '", spec, "' is the dataset of ",
-              index_paths[static_cast<size_t>(earlier - indexes.begin())], " again; each MDS dataset is packed once");
-    indexes.push_back(canonical);
-    index_paths.push_back(*index_path);
-    const int64_t index_bytes = detail::regular_file_size(*index_path);
-    MMT_CHECK(index_bytes <= (int64_t{1} << 30), FormatError, *index_path, ": ", index_bytes,
-              " bytes; an index past 1 GiB is not one");
-    const UntypedStorage text = detail::read_file_bytes(*index_path);
-    const nlohmann::json index = nlohmann::json::parse(reinterpret_cast<const char*>(text.data()),
-                                                       reinterpret_cast<const char*>(text.data()) + text.nbytes(),
-                                                       nullptr, false);
-    const auto malformed = [&](const std::string& why) { return FormatError(str(*index_path, ": ", why)); };
-    if (!index.is_object()) throw malformed("not a JSON object");
-    if (!index.contains("version") || index["version"] != 2) throw malformed("not an MDS index of version 2");
-    const auto shards = index.find("shards");
-    if (shards == index.end() || !shards->is_array()) throw malformed("has no list of shards");
-    const fs::path folder = fs::path(*index_path).parent_path();
-    for (size_t s = 0; s < shards->size(); ++s) {
-      const nlohmann::json& shard = (*shards)[s];
-      const std::string where = str(*index_path, ": shard ", s);
-      const auto string_of = [&](const nlohmann::json& j, const char* key) -> std::string {
-        const auto it = j.find(key);
-        if (it == j.end() || !it->is_string()) throw FormatError(str(where, ": no text '", key, "'"));
-        return it->get<std::string>();
-      };
-      if (!shard.is_object()) throw FormatError(str(where, ": not a JSON object"));
-      const std::string format = string_of(shard, "format");
-      MMT_CHECK(format == "mds", ValueError, where, ": format '", detail::cut_for_message(format, 40),
-                "'; this packer reads MDS shards (convert JSONL or CSV shards with their own tools)");
-      const auto version = shard.find("version");
-      MMT_CHECK(version != shard.end() && *version == 2, ValueError, where, ": not a shard of MDS version 2");
-      const auto samples = shard.find("samples");
-      if (samples == shard.end() || !samples->is_number_unsigned() || samples->get<uint64_t>() > UINT32_MAX)
-        throw FormatError(str(where, ": no count of samples (0 to 2^32 - 1)"));
-      const auto names = shard.find("column_names"), encodings = shard.find("column_encodings");
-      if (names == shard.end() || encodings == shard.end() || !names->is_array() || !encodings->is_array() ||
-          names->size() != encodings->size() || names->empty())
-        throw FormatError(str(where, ": column_names and column_encodings are not lists of one length"));
-      std::vector<MdsShards::Column> columns;
-      for (size_t c = 0; c < names->size(); ++c) {
-        if (!(*names)[c].is_string() || !(*encodings)[c].is_string())
-          throw FormatError(str(where, ": column ", c, " has a name or encoding that is not text"));
-        columns.push_back(column_of((*names)[c].get<std::string>(), (*encodings)[c].get<std::string>(), where));
-      }
-      if (mds->columns.empty()) {
-        mds->columns = columns;
-        first_index = *index_path;
-      }
-      // column_sizes is what Streaming's reader lays a sample out by: it must say what the
-      // encodings say (0 and null alike: no fixed size), or the bytes would be read otherwise.
-      const auto sizes = shard.find("column_sizes");
-      if (sizes == shard.end() || !sizes->is_array() || sizes->size() != columns.size())
-        throw FormatError(str(where, ": column_sizes is not a list of one entry a column"));
-      for (size_t c = 0; c < columns.size(); ++c) {
-        const nlohmann::json& size = (*sizes)[c];
-        const bool variable = size.is_null() || (size.is_number_integer() && size.get<int64_t>() == 0);
-        const bool agrees = variable ? columns[c].fixed_bytes < 0
-                                     : size.is_number_integer() && size.get<int64_t>() == columns[c].fixed_bytes;
-        if (!agrees)
-          throw FormatError(str(where, ": column '", detail::cut_for_message(columns[c].name, 100), "' has column_size ",
-                                detail::cut_for_message(size.dump(), 40), ", but its encoding '", columns[c].encoding,
-                                "' makes ", columns[c].fixed_bytes < 0 ? std::string("no fixed size")
-                                                                       : str(columns[c].fixed_bytes, " bytes")));
-      }
-      bool same = columns.size() == mds->columns.size();
-      for (size_t c = 0; same && c < columns.size(); ++c)
-        same = columns[c].name == mds->columns[c].name && columns[c].encoding == mds->columns[c].encoding;
-      MMT_CHECK(same, ValueError, where, ": its columns differ from those of shard 0 of ", first_index,
-                "; the shards packed together must have the same columns and encodings");
-      // The shard: its raw file when it is there, else its compressed one (zstd or gzip).
-      const auto raw_data = shard.find("raw_data");
-      if (raw_data == shard.end() || !raw_data->is_object()) throw FormatError(str(where, ": no raw_data"));
-      // A shard lies in the index's folder or below it (merge_index writes "part/shard.mds").
-      const auto shard_path = [&](const nlohmann::json& info) {
-        const fs::path basename(string_of(info, "basename"));
-        bool inside = !basename.empty() && basename.is_relative();
-        for (const fs::path& part : basename) inside = inside && part != "..";
-        MMT_CHECK(inside, FormatError, where, ": the shard '", detail::cut_for_message(basename.string(), 200),
-                  "' is not a path inside the index's folder");
-        return (folder / basename).string();
-      };
-      const std::string raw = shard_path(*raw_data);
+  // A shard that fails its digest check is named first, whatever the reading of its structure
+  // (or of a later shard's) finds meanwhile: a damaged shard's bytes make either error, and
+  // the digest says which shard is not the one indexed.
+  try {
+    for (const std::string& spec : specs) {
+      const std::optional<std::string> index_path = mds_index_of(spec);
+      MMT_CHECK(index_path.has_value(), ValueError, "input '", spec, "' is not an MDS dataset (a folder holding ",
+                "index.json, or that file); MDS datasets are packed alone, not with other inputs");
       std::error_code ec;
-      MdsShards::Shard read;
-      std::optional<detail::FileCompression> compressed;
-      if (fs::is_regular_file(raw, ec)) {
-        read.path = raw;
-        read.file = detail::regular_file_size(raw) == 0 ? UntypedStorage() : UntypedStorage::map_file(raw);
-      } else {
-        const auto zip = shard.find("zip_data");
-        MMT_CHECK(zip != shard.end() && zip->is_object(), IoError, where, ": its shard ", raw, " is missing, and it has ",
-                  "no compressed one");
-        const std::string compression = shard.contains("compression") && shard["compression"].is_string()
-                                            ? shard["compression"].get<std::string>() : std::string();
-        const std::string algorithm = compression.substr(0, compression.find(':'));
-        MMT_CHECK(algorithm == "zstd" || algorithm == "gz", ValueError, where, ": compressed with '",
-                  detail::cut_for_message(compression.empty() ? std::string("(no compression named)") : compression, 40),
-                  "'; this packer decompresses zstd and gz shards (decompress others first, as StreamingDataset "
-                  "would into its cache)");
-        read.path = shard_path(*zip);
-        compressed = algorithm == "zstd" ? detail::FileCompression::Zstd : detail::FileCompression::Gzip;
-        read.file = detail::decompressed_file(read.path, *compressed);
-      }
-      // The index's size of the shard, when it gives one: a shard cut short or left over from
-      // another write is named here.
-      const auto raw_bytes = raw_data->find("bytes");
-      if (raw_bytes != raw_data->end() && raw_bytes->is_number_unsigned())
-        MMT_CHECK(raw_bytes->get<uint64_t>() == static_cast<uint64_t>(read.file.nbytes()), FormatError, read.path, ": ",
-                  read.file.nbytes(), " bytes", read.path == raw ? "" : " decompressed", ", but the index says ",
-                  raw_bytes->get<uint64_t>());
-      digests.check(*raw_data, read, read.path == raw, where);
-      read.samples = static_cast<int64_t>(samples->get<uint64_t>());
-      const int64_t header_end = 4 + 4 * (read.samples + 1);
-      MMT_CHECK(read.file.nbytes() >= header_end, FormatError, read.path, ": ", read.file.nbytes(), " bytes, too few for ",
-                "the sample count and offsets of its ", read.samples, " samples (the index says)");
-      std::vector<ValueAt> values;
-      detail::guard_storage_reads(read.file, [&] {
-        MMT_CHECK(u32_at(read.file, 0) == read.samples, FormatError, read.path, ": begins with a count of ",
-                  u32_at(read.file, 0), " samples, but the index says ", read.samples);
-        for (int64_t j = 0; j < read.samples; ++j) {
-          sample_values(*mds, read, read.file, j, /*again=*/false, values);
-          for (size_t c = 0; c < values.size(); ++c) {
-            if (mds->columns[c].kind == MdsShards::Kind::Array) {
-              MdsShards::Column& column = mds->columns[c];
-              const bool first_sample = out.records_ == 0 && j == 0;
-              if (first_sample && column.dtype_in_sample) column.dtype = values[c].dtype;
-              if (first_sample) column.rank = static_cast<int64_t>(values[c].shape.size());
-              MMT_CHECK(values[c].dtype == column.dtype, ValueError, read.path, ": sample ", j, ", column '",
-                        column.name, "': an array of ", to_string(values[c].dtype), ", where the first sample's "
-                        "is of ", to_string(column.dtype), "; a field holds one dtype");
-              MMT_CHECK(static_cast<int64_t>(values[c].shape.size()) == column.rank, ValueError, read.path, ": sample ",
-                        j, ", column '", column.name, "': an array of ", values[c].shape.size(), " dimensions, where "
-                        "the first sample's has ", column.rank, "; a field holds arrays of one rank");
-            }
-            out.total_bytes_ += values[c].size;
-          }
+      const std::string canonical = fs::weakly_canonical(*index_path, ec).string();  // folder or index.json, the same
+      const auto earlier = std::find(indexes.begin(), indexes.end(), canonical);
+      MMT_CHECK(earlier == indexes.end(), ValueError, "input '", spec, "' is the dataset of ",
+                index_paths[static_cast<size_t>(earlier - indexes.begin())], " again; each MDS dataset is packed once");
+      indexes.push_back(canonical);
+      index_paths.push_back(*index_path);
+      const int64_t index_bytes = detail::regular_file_size(*index_path);
+      MMT_CHECK(index_bytes <= (int64_t{1} << 30), FormatError, *index_path, ": ", index_bytes,
+                " bytes; an index past 1 GiB is not one");
+      const UntypedStorage text = detail::read_file_bytes(*index_path);
+      const nlohmann::json index = nlohmann::json::parse(reinterpret_cast<const char*>(text.data()),
+                                                         reinterpret_cast<const char*>(text.data()) + text.nbytes(),
+                                                         nullptr, false);
+      const auto malformed = [&](const std::string& why) { return FormatError(str(*index_path, ": ", why)); };
+      if (!index.is_object()) throw malformed("not a JSON object");
+      if (!index.contains("version") || index["version"] != 2) throw malformed("not an MDS index of version 2");
+      const auto shards = index.find("shards");
+      if (shards == index.end() || !shards->is_array()) throw malformed("has no list of shards");
+      const fs::path folder = fs::path(*index_path).parent_path();
+      for (size_t s = 0; s < shards->size(); ++s) {
+        const nlohmann::json& shard = (*shards)[s];
+        const std::string where = str(*index_path, ": shard ", s);
+        const auto string_of = [&](const nlohmann::json& j, const char* key) -> std::string {
+          const auto it = j.find(key);
+          if (it == j.end() || !it->is_string()) throw FormatError(str(where, ": no text '", key, "'"));
+          return it->get<std::string>();
+        };
+        if (!shard.is_object()) throw FormatError(str(where, ": not a JSON object"));
+        const std::string format = string_of(shard, "format");
+        MMT_CHECK(format == "mds", ValueError, where, ": format '", detail::cut_for_message(format, 40),
+                  "'; this packer reads MDS shards (convert JSONL or CSV shards with their own tools)");
+        const auto version = shard.find("version");
+        MMT_CHECK(version != shard.end() && *version == 2, ValueError, where, ": not a shard of MDS version 2");
+        const auto samples = shard.find("samples");
+        if (samples == shard.end() || !samples->is_number_unsigned() || samples->get<uint64_t>() > UINT32_MAX)
+          throw FormatError(str(where, ": no count of samples (0 to 2^32 - 1)"));
+        const auto names = shard.find("column_names"), encodings = shard.find("column_encodings");
+        if (names == shard.end() || encodings == shard.end() || !names->is_array() || !encodings->is_array() ||
+            names->size() != encodings->size() || names->empty())
+          throw FormatError(str(where, ": column_names and column_encodings are not lists of one length"));
+        std::vector<MdsShards::Column> columns;
+        for (size_t c = 0; c < names->size(); ++c) {
+          if (!(*names)[c].is_string() || !(*encodings)[c].is_string())
+            throw FormatError(str(where, ": column ", c, " has a name or encoding that is not text"));
+          columns.push_back(column_of((*names)[c].get<std::string>(), (*encodings)[c].get<std::string>(), where));
         }
-      });
-      MMT_CHECK(!__builtin_add_overflow(out.records_, read.samples, &out.records_), ValueError, "too many samples");
-      if (compressed)  // kept within the budget, else decompressed again when its samples are packed
-        read.decompressed = static_cast<int64_t>(mds->decompressed.add(read.path, *compressed, std::move(read.file)));
-      mds->shard_end.push_back(out.records_);
-      out.input_paths_.push_back(read.path);
-      mds->shards.push_back(std::move(read));
+        if (mds->columns.empty()) {
+          mds->columns = columns;
+          first_index = *index_path;
+        }
+        // column_sizes is what Streaming's reader lays a sample out by: it must say what the
+        // encodings say (0 and null alike: no fixed size), or the bytes would be read otherwise.
+        const auto sizes = shard.find("column_sizes");
+        if (sizes == shard.end() || !sizes->is_array() || sizes->size() != columns.size())
+          throw FormatError(str(where, ": column_sizes is not a list of one entry a column"));
+        for (size_t c = 0; c < columns.size(); ++c) {
+          const nlohmann::json& size = (*sizes)[c];
+          const bool variable = size.is_null() || (size.is_number_integer() && size.get<int64_t>() == 0);
+          const bool agrees = variable ? columns[c].fixed_bytes < 0
+                                       : size.is_number_integer() && size.get<int64_t>() == columns[c].fixed_bytes;
+          if (!agrees)
+            throw FormatError(str(where, ": column '", detail::cut_for_message(columns[c].name, 100), "' has column_size ",
+                                  detail::cut_for_message(size.dump(), 40), ", but its encoding '", columns[c].encoding,
+                                  "' makes ", columns[c].fixed_bytes < 0 ? std::string("no fixed size")
+                                                                         : str(columns[c].fixed_bytes, " bytes")));
+        }
+        bool same = columns.size() == mds->columns.size();
+        for (size_t c = 0; same && c < columns.size(); ++c)
+          same = columns[c].name == mds->columns[c].name && columns[c].encoding == mds->columns[c].encoding;
+        MMT_CHECK(same, ValueError, where, ": its columns differ from those of shard 0 of ", first_index,
+                  "; the shards packed together must have the same columns and encodings");
+        // The shard: its raw file when it is there, else its compressed one (zstd or gzip).
+        const auto raw_data = shard.find("raw_data");
+        if (raw_data == shard.end() || !raw_data->is_object()) throw FormatError(str(where, ": no raw_data"));
+        // A shard lies in the index's folder or below it (merge_index writes "part/shard.mds").
+        const auto shard_path = [&](const nlohmann::json& info) {
+          const fs::path basename(string_of(info, "basename"));
+          bool inside = !basename.empty() && basename.is_relative();
+          for (const fs::path& part : basename) inside = inside && part != "..";
+          MMT_CHECK(inside, FormatError, where, ": the shard '", detail::cut_for_message(basename.string(), 200),
+                    "' is not a path inside the index's folder");
+          return (folder / basename).string();
+        };
+        const std::string raw = shard_path(*raw_data);
+        std::error_code ec;
+        MdsShards::Shard read;
+        std::optional<detail::FileCompression> compressed;
+        if (fs::is_regular_file(raw, ec)) {
+          read.path = raw;
+          read.file = detail::regular_file_size(raw) == 0 ? UntypedStorage() : UntypedStorage::map_file(raw);
+        } else {
+          const auto zip = shard.find("zip_data");
+          MMT_CHECK(zip != shard.end() && zip->is_object(), IoError, where, ": its shard ", raw, " is missing, and it has ",
+                    "no compressed one");
+          const std::string compression = shard.contains("compression") && shard["compression"].is_string()
+                                              ? shard["compression"].get<std::string>() : std::string();
+          const std::string algorithm = compression.substr(0, compression.find(':'));
+          MMT_CHECK(algorithm == "zstd" || algorithm == "gz", ValueError, where, ": compressed with '",
+                    detail::cut_for_message(compression.empty() ? std::string("(no compression named)") : compression, 40),
+                    "'; this packer decompresses zstd and gz shards (decompress others first, as StreamingDataset "
+                    "would into its cache)");
+          read.path = shard_path(*zip);
+          compressed = algorithm == "zstd" ? detail::FileCompression::Zstd : detail::FileCompression::Gzip;
+          read.file = detail::decompressed_file(read.path, *compressed);
+        }
+        // The index's size of the shard, when it gives one: a shard cut short or left over from
+        // another write is named here.
+        const auto raw_bytes = raw_data->find("bytes");
+        if (raw_bytes != raw_data->end() && raw_bytes->is_number_unsigned())
+          MMT_CHECK(raw_bytes->get<uint64_t>() == static_cast<uint64_t>(read.file.nbytes()), FormatError, read.path, ": ",
+                    read.file.nbytes(), " bytes", read.path == raw ? "" : " decompressed", ", but the index says ",
+                    raw_bytes->get<uint64_t>());
+        digests.check(*raw_data, read, read.path == raw, where);
+        read.samples = static_cast<int64_t>(samples->get<uint64_t>());
+        const int64_t header_end = 4 + 4 * (read.samples + 1);
+        MMT_CHECK(read.file.nbytes() >= header_end, FormatError, read.path, ": ", read.file.nbytes(), " bytes, too few for ",
+                  "the sample count and offsets of its ", read.samples, " samples (the index says)");
+        std::vector<ValueAt> values;
+        detail::guard_storage_reads(read.file, [&] {
+          MMT_CHECK(u32_at(read.file, 0) == read.samples, FormatError, read.path, ": begins with a count of ",
+                    u32_at(read.file, 0), " samples, but the index says ", read.samples);
+          for (int64_t j = 0; j < read.samples; ++j) {
+            sample_values(*mds, read, read.file, j, /*again=*/false, values);
+            for (size_t c = 0; c < values.size(); ++c) {
+              if (mds->columns[c].kind == MdsShards::Kind::Array) {
+                MdsShards::Column& column = mds->columns[c];
+                const bool first_sample = out.records_ == 0 && j == 0;
+                if (first_sample && column.dtype_in_sample) column.dtype = values[c].dtype;
+                if (first_sample) column.rank = static_cast<int64_t>(values[c].shape.size());
+                MMT_CHECK(values[c].dtype == column.dtype, ValueError, read.path, ": sample ", j, ", column '",
+                          column.name, "': an array of ", to_string(values[c].dtype), ", where the first sample's "
+                          "is of ", to_string(column.dtype), "; a field holds one dtype");
+                MMT_CHECK(static_cast<int64_t>(values[c].shape.size()) == column.rank, ValueError, read.path, ": sample ",
+                          j, ", column '", column.name, "': an array of ", values[c].shape.size(), " dimensions, where "
+                          "the first sample's has ", column.rank, "; a field holds arrays of one rank");
+              }
+              out.total_bytes_ += values[c].size;
+            }
+          }
+        });
+        MMT_CHECK(!__builtin_add_overflow(out.records_, read.samples, &out.records_), ValueError, "too many samples");
+        if (compressed)  // kept within the budget, else decompressed again when its samples are packed
+          read.decompressed = static_cast<int64_t>(mds->decompressed.add(read.path, *compressed, std::move(read.file)));
+        mds->shard_end.push_back(out.records_);
+        out.input_paths_.push_back(read.path);
+        mds->shards.push_back(std::move(read));
+      }
+      out.input_paths_.push_back(*index_path);
     }
-    out.input_paths_.push_back(*index_path);
+  } catch (...) {
+    digests.wait_all();
+    throw;
   }
   digests.wait_all();
   MMT_CHECK(!mds->columns.empty(), ValueError, first_index.empty() ? specs.front() : first_index, ": no shards");

@@ -97,7 +97,8 @@ UntypedStorage decompressed_archive(const std::string& path, bool gzip) {
   UntypedStorage archive = detail::decompressed_file(
       path, gzip ? detail::FileCompression::Gzip : detail::FileCompression::Zstd, 512,
       [&](const std::byte* head, int64_t n) {
-        MMT_CHECK(n == 512, ValueError, path, ": decompresses to ", n, " bytes, less than a tar header");
+        MMT_CHECK(n == 512, FormatError, path, ": decompresses to ", n, " bytes, less than a tar header (an empty "
+                  "or truncated archive)");
         MMT_CHECK(detail::is_tar_start(head, n), ValueError, path,
                   ": decompresses to something that is not a tar archive (no ustar header at its start)");
       });
@@ -291,8 +292,8 @@ PackSources PackSources::from_tars(const std::vector<std::string>& paths, TarOpt
     scanned = &archive;
     // An empty file is no archive (tar writes its end-of-archive marker even for no members):
     // a download that failed, or a shard never written.
-    MMT_CHECK(archive.nbytes() > 0, FormatError, path, compression ? " decompressed" : "", ": the file is empty: no ",
-              "tar archive, not even the end-of-archive marker");
+    MMT_CHECK(archive.nbytes() > 0, FormatError, path, ": the file is empty: no tar archive, not even the ",
+              "end-of-archive marker");
     {
       detail::for_each_tar_member(archive, [&](const detail::TarMember& member) {
         auto split = key_and_extension(member.name);

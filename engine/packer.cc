@@ -510,7 +510,8 @@ bool names_a_tar(const std::string& spec) {
   for (const char* suffix : {".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", ".tzst"})
     if (spec.ends_with(suffix)) return true;
   std::error_code ec;
-  return fs::is_regular_file(spec, ec) && detail::is_tar_file(spec);
+  // An HDF5 file's user block is often zeros, which would read as an empty archive's marker.
+  return fs::is_regular_file(spec, ec) && !detail::is_hdf5_file(spec) && detail::is_tar_file(spec);
 }
 InputsKind inputs_kind(std::span<const std::string> specs) {
   if (std::any_of(specs.begin(), specs.end(), names_a_tar)) return InputsKind::Tars;

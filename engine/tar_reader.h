@@ -8,8 +8,10 @@
 // truncated archive is a FormatError naming the file, the header's byte offset and what is
 // wrong. Directories and pax global headers are passed over; links, devices, sparse files
 // (GNU's 'S' type, and its pax GNU.sparse.* members) and other member types are refused (a WebDataset shard holds regular files only). The
-// archive ends at its first all-zero header block, or at the end of the file after a whole
-// member.
+// archive ends at its first all-zero header block (the end-of-archive marker, two such blocks,
+// which tar, tarfile and WebDataset's TarWriter all write; tar reads one); bytes after it are
+// passed over. A file that ends before it (inside a header, a member's data or padding, or
+// between members) is refused as truncated: samples after a cut would be lost without a word.
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -1193,6 +1194,45 @@ TEST_F(MmtCli, PackTakesMdsDatasetsAndVerifiesAgainstThem) {
   const RunResult sound = run_mmt({"verify", path("m.mmt"), "--against", path("mds/index.json")});
   EXPECT_EQ(sound.exit_code, 0) << sound.err;
   EXPECT_FAILS_WITH(run_mmt({"pack", path("q.mmt"), path("mds"), "--field", "text"}), "all are packed");
+  EXPECT_FALSE(fs::exists(path("q.mmt")));
+}
+
+// HDF5 files: a dataset a field (a plain one viewed in place, a gzip-chunked one read through
+// libhdf5), verified against the file, exported back as .npy of the same values.
+TEST_F(MmtCli, PackTakesHdf5FilesAndVerifiesAgainstThem) {
+  std::vector<uint8_t> images(12 * 6);
+  for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<uint8_t>(i * 3);
+  std::vector<int64_t> labels(12);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 5);
+  {
+    const hid_t file = H5Fcreate(path("d.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hsize_t image_dims[2] = {12, 6}, label_dims[1] = {12}, chunk[1] = {5};
+    const hid_t image_space = H5Screate_simple(2, image_dims, nullptr), label_space = H5Screate_simple(1, label_dims, nullptr);
+    const hid_t gzip = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(gzip, 1, chunk);
+    H5Pset_deflate(gzip, 6);
+    const hid_t a = H5Dcreate2(file, "images", H5T_STD_U8LE, image_space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    const hid_t b = H5Dcreate2(file, "labels", H5T_STD_I64BE, label_space, H5P_DEFAULT, gzip, H5P_DEFAULT);
+    H5Dwrite(a, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, images.data());
+    H5Dwrite(b, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data());
+    for (const hid_t id : {a, b}) H5Dclose(id);
+    H5Pclose(gzip);
+    for (const hid_t id : {image_space, label_space}) H5Sclose(id);
+    H5Fclose(file);
+  }
+  const RunResult packed = run_mmt({"pack", path("h.mmt"), path("d.h5"), "--codec", "lz4"});
+  ASSERT_EQ(packed.exit_code, 0) << packed.err;
+  EXPECT_NE(packed.out.find("packed 12 records (2 fields)"), std::string::npos) << packed.out;
+  const RunResult sound = run_mmt({"verify", path("h.mmt"), "--against", path("d.h5")});
+  EXPECT_EQ(sound.exit_code, 0) << sound.out << sound.err;
+  ASSERT_EQ(run_mmt({"export", path("h.mmt"), path("h-out")}).exit_code, 0);
+  EXPECT_EQ(load_npy(path("h-out/images.npy")).to_vector<uint8_t>(), images);
+  EXPECT_EQ(load_npy(path("h-out/labels.npy")).to_vector<int64_t>(), labels);
+  const RunResult one = run_mmt({"pack", path("l.mmt"), "y=" + path("d.h5") + ":/labels"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(Dataset::open(path("l.mmt")).schema()[0].name, "y");
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("q.mmt"), "y=" + path("d.h5") + ":/nothing"}),
+                    "no dataset 'nothing' in the file; its datasets: images, labels");
   EXPECT_FALSE(fs::exists(path("q.mmt")));
 }
 

@@ -286,6 +286,84 @@ TEST(PackHdf5, UnavailableFiltersAndUnboundedExpansionAreRefused) {
   EXPECT_EQ(sources_of({"z=" + path + ":zeros"}).records(), 4096);
 }
 
+// A dataset whose values would come from another file (external storage, an external link)
+// is refused: an input could otherwise name any file on the machine and pack it.
+TEST(PackHdf5, ValuesFromOtherFilesAreRefused) {
+  TempFolder dir;
+  const std::string secret = dir / "secret.txt", path = dir / "links.h5", other = dir / "other.h5";
+  testutil::write_file(secret, testutil::to_bytes("TOP SECRET PASSWORD 1234"));
+  const std::vector<int32_t> values = {1, 2, 3, 4};
+  H5Writer(other).write("x", H5T_STD_I32LE, H5T_NATIVE_INT32, {4}, values.data());
+  const Owned external{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+  ASSERT_GE(H5Pset_external(external, secret.c_str(), 0, 24), 0);
+  {
+    H5Writer writer(path);
+    writer.write("stolen", H5T_STD_U8LE, H5T_NATIVE_UINT8, {24}, nullptr, external);
+    writer.write("own", H5T_STD_I32LE, H5T_NATIVE_INT32, {4}, values.data());
+  }
+  {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(H5Lcreate_external(other.c_str(), "/x", file, "linked", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Fclose(file);
+  }
+  EXPECT_THROW_WITH(sources_of({"s=" + path + ":stolen"}), ValueError,
+                    path + ":/stolen: its values are stored in external files (H5Pset_external)");
+  EXPECT_THROW_WITH(sources_of({"l=" + path + ":linked"}), ValueError,
+                    path + ":/linked: lies in another file (" + other + "), reached through an external link");
+  // The whole file: external links are passed over, external storage refused.
+  EXPECT_THROW_WITH(sources_of({path}), ValueError, "its values are stored in external files");
+  EXPECT_EQ(sources_of({"o=" + path + ":own"}).records(), 4);
+}
+
+// A dataset whose object header is damaged is named as such, in the whole file or by name,
+// not left out or called missing.
+TEST(PackHdf5, ADamagedDatasetIsNamedNotLeftOut) {
+  TempFolder dir;
+  const std::string path = dir / "two.h5";
+  const std::vector<int32_t> values = {1, 2, 3, 4};
+  H5Writer(path)
+      .write("a", H5T_STD_I32LE, H5T_NATIVE_INT32, {4}, values.data())
+      .write("b", H5T_STD_I32LE, H5T_NATIVE_INT32, {4}, values.data());
+  haddr_t header = HADDR_UNDEF;
+  {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    H5O_info_t info{};
+    ASSERT_GE(H5Oget_info_by_name2(file, "b", &info, H5O_INFO_BASIC, H5P_DEFAULT), 0);
+    header = info.addr;
+    H5Fclose(file);
+  }
+  testutil::Bytes bytes = testutil::to_bytes(testing::file_bytes(path));
+  ASSERT_LT(header, bytes.size());
+  bytes[header] = std::byte{0x77};  // the object header's version
+  testutil::write_file(path, bytes);
+  EXPECT_THROW_WITH(sources_of({path}), FormatError, path + ": the object 'b' cannot be read (damaged?)");
+  EXPECT_THROW_WITH(sources_of({"b=" + path + ":b"}), FormatError, path + ": the object 'b' cannot be read (damaged?)");
+  EXPECT_EQ(sources_of({"a=" + path + ":a"}).records(), 4);
+}
+
+// A user block (h5py's userblock_size, zeros by default) is no tar archive's end marker.
+TEST(PackHdf5, AFileWithAUserBlockIsAnHdf5File) {
+  TempFolder dir;
+  const std::string path = dir / "user_block.h5";
+  const std::vector<int16_t> values = {5, 6, 7};
+  {
+    const Owned create{H5Pcreate(H5P_FILE_CREATE), H5Pclose};
+    H5Pset_userblock(create, 512);
+    const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, create, H5P_DEFAULT);
+    const hsize_t dims[1] = {3};
+    const hid_t space = H5Screate_simple(1, dims, nullptr);
+    const hid_t dataset = H5Dcreate2(file, "v", H5T_STD_I16LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(dataset, H5T_NATIVE_INT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+    H5Dclose(dataset);
+    H5Sclose(space);
+    H5Fclose(file);
+  }
+  const PackSources sources = PackSources::from_inputs(std::vector<std::string>{path});
+  ASSERT_EQ(sources.records(), 3);
+  EXPECT_EQ(sources.record(2)[0].item<int16_t>(), 7);
+  EXPECT_EQ(sources.record(2)[0].untyped_storage().filename(), path) << "viewed in place, past the user block";
+}
+
 TEST(PackHdf5, AnH5FileWithoutTheSignatureIsNamedAsSuch) {
   TempFolder dir;
   const std::string path = dir / "not.h5";

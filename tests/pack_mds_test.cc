@@ -571,6 +571,15 @@ TEST(PackMds, OfManyShardsTheOneDamagedIsNamed) {
     index["shards"][damaged]["raw_data"]["hashes"]["sha256"] =
         *detail::hexdigest("sha256", shards[damaged].data(), shards[damaged].size());
   }
+  // A shard damaged where its structure is read too (its count of samples) is named by its
+  // digest, the surer word, not by what its structure then says.
+  write_file(dir / "index.json", to_bytes(index.dump()));
+  Bytes miscounted = shards[2];
+  miscounted[0] = std::byte{7};
+  write_file(dir / "shard.00002.mds", miscounted);
+  EXPECT_THROW_WITH(PackSources::from_mds(std::vector<std::string>{dir.path()}), FormatError,
+                    "shard.00002.mds: its bytes' sha256 digest is " +
+                        *detail::hexdigest("sha256", miscounted.data(), miscounted.size()));
 }
 
 }  // namespace

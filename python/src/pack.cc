@@ -149,6 +149,7 @@ Packs files into a dataset at `output`, as `mmt pack` does, and returns the figu
     mmtensor.pack("train.mmt", {"images": "train-images-idx3-ubyte.gz",
                                 "labels": "train-labels-idx1-ubyte.gz"}, codec="lz4")
     mmtensor.pack("x.mmt", ["x=features.npy", "arrays.npz"])
+    mmtensor.pack("svhn.mmt", {"x": "svhn.h5:train/X", "y": "svhn.h5:train/y"})  # HDF5 datasets
     mmtensor.pack("photos.mmt", folder="photos/", codec="zstd")   # DIR/CLASS/FILE
     mmtensor.pack("all.mmt", ["part-0.mmt", "part-1.mmt"], codec="zstd")  # repack datasets
     mmtensor.pack("laion.mmt", ["shard-0000.tar", "shard-0001.tar"], keys=True)  # WebDataset
@@ -157,7 +158,8 @@ Packs files into a dataset at `output`, as `mmt pack` does, and returns the figu
     mmtensor.pack("docs.mmt", {"tokens": "tokens.npy"}, offsets={"tokens": "doc_offsets.npy"})  # documents
 
 inputs: a dict {field: path} or a list of "NAME=PATH" and "PATH.npz" (.npy, .npz and IDX
-files, gzipped or not); offsets={name: path} makes a field ragged, its array the records' values
+files, gzipped or not; "PATH.h5", every dataset of an HDF5 file a field, or "NAME=PATH.h5:DATASET"
+one, of numbers, h5py's bools or complex numbers); offsets={name: path} makes a field ragged, its array the records' values
 back to back and the .npy at path (records + 1 integers from 0) where each starts: record i is
 values[offsets[i]:offsets[i + 1]], PyTorch's jagged layout (what `mmt export` writes of a ragged
 field); shapes={name: path} adds each record's shape ([records, ndim]) for records that vary after
