@@ -123,6 +123,21 @@ std::optional<ScalarType> integer_dtype_of(hid_t type) {
   }
 }
 
+// The little-endian IEEE type of a float dtype: float16 and bfloat16 made as h5py (numpy) and
+// torch lay them out.
+hid_t ieee_float_type(ScalarType dtype) {
+  if (dtype == kFloat64) return H5Tcopy(H5T_IEEE_F64LE);
+  const hid_t type = H5Tcopy(H5T_IEEE_F32LE);
+  if (dtype == kFloat16 || dtype == kBFloat16) {
+    const size_t mantissa = dtype == kFloat16 ? 10 : 7, exponent = dtype == kFloat16 ? 5 : 8;
+    H5Tset_fields(type, 15, mantissa, exponent, 0, mantissa);
+    H5Tset_precision(type, 16);
+    H5Tset_size(type, 2);
+    H5Tset_ebias(type, dtype == kFloat16 ? 15 : 127);
+  }
+  return type;
+}
+
 const char* class_name_of(H5T_class_t type_class) {
   switch (type_class) {
     case H5T_INTEGER: return "integers";
@@ -165,7 +180,9 @@ ValueType value_type_of(hid_t file_type, const std::string& what) {
       if (const auto dtype = integer_dtype_of(file_type)) return {*dtype, little_endian_copy()};
       throw refuse(str(H5Tget_precision(file_type), "-bit integers in ", size, " bytes"));
     case H5T_FLOAT:
-      if (const auto dtype = float_dtype_of(file_type)) return {*dtype, little_endian_copy()};
+      // Read as IEEE's own layout, whatever the file's bias, normalization or byte order (VAX):
+      // the library converts; a copy of the file's type would keep its bits as they are.
+      if (const auto dtype = float_dtype_of(file_type)) return {*dtype, ieee_float_type(*dtype)};
       throw refuse(str("floats of a layout other than IEEE float16, bfloat16, float32 or float64 (", size, " bytes)"));
     case H5T_ENUM: {
       // h5py writes numpy's bool so; another enum of one byte is its integer values.
@@ -316,9 +333,10 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
     return file;
   }
 
-  Opened open_dataset(const std::string& name, const std::string& what) {
+  Opened open_dataset(const std::string& name, const std::string& what, hid_t access = H5P_DEFAULT) {
     Opened out;
-    out.dataset = Hid(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+    opened_name_ = name;
+    out.dataset = Hid(H5Dopen2(file_.get(), name.c_str(), access), H5Dclose);
     if (!out.dataset) {
       // A dataset there but damaged is named as such, not as missing.
       const std::string reason = hdf5_reason();
@@ -402,15 +420,40 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
               decode_limit(0), "): a damaged or hostile file, or a dataset never written");
     hsize_t chunk_rows = 1;
     if (H5Pget_layout(create_plist) == H5D_CHUNKED) {
-      std::vector<hsize_t> chunk(dims.size());
+      std::vector<hsize_t> chunk(dims.size()), max_dims(dims.size());
       if (H5Pget_chunk(create_plist, static_cast<int>(chunk.size()), chunk.data()) == static_cast<int>(chunk.size()))
         chunk_rows = std::max<hsize_t>(chunk[0], 1);
+      // A chunk wider than a dimension that cannot grow is one no writer makes (libhdf5 refuses
+      // to create it): a damaged file, whose chunk sizes would steer the reads below.
+      const Hid space(H5Dget_space(dataset), H5Sclose);
+      if (space && H5Sget_simple_extent_dims(space.get(), nullptr, max_dims.data()) == static_cast<int>(dims.size()))
+        for (size_t d = 0; d < dims.size(); ++d)
+          MMT_CHECK(max_dims[d] == H5S_UNLIMITED || chunk[d] <= max_dims[d], FormatError, what, ": chunks of ",
+                    chunk[d], " in dimension ", d, ", which holds at most ", max_dims[d], " (a damaged file)");
     }
     H5Eclear2(H5E_DEFAULT);
     const int64_t row_bytes = nbytes / opened.sizes[0];
     constexpr int64_t kSlabBytes = int64_t{32} << 20;
     hsize_t slab_rows = static_cast<hsize_t>(std::max<int64_t>(1, kSlabBytes / row_bytes));
-    slab_rows = std::min<hsize_t>((slab_rows + chunk_rows - 1) / chunk_rows * chunk_rows, dims[0]);
+    // Slabs of whole chunks read each chunk once; but chunks tall in the record dimension (a
+    // column's values in one chunk) would make a slab of the whole dataset. Those are read a
+    // bounded slab at a time, their chunks kept in the library's cache across slabs (up to
+    // the decode floor: past it a chunk may be decoded again, slower but within memory).
+    Opened cached{};
+    const Opened* reading = &opened;
+    if (chunk_rows * static_cast<hsize_t>(row_bytes) <= static_cast<hsize_t>(4 * kSlabBytes)) {
+      slab_rows = (slab_rows + chunk_rows - 1) / chunk_rows * chunk_rows;
+    } else {
+      const Hid access(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
+      const auto cache_bytes = std::min<hsize_t>(chunk_rows * static_cast<hsize_t>(row_bytes),
+                                                 static_cast<hsize_t>(decode_limit(0)));
+      if (access && H5Pset_chunk_cache(access.get(), 100003, cache_bytes, 1.0) >= 0) {
+        cached = open_dataset(opened_name_, what, access.get());
+        reading = &cached;
+      }
+      H5Eclear2(H5E_DEFAULT);
+    }
+    slab_rows = std::min<hsize_t>(slab_rows, dims[0]);
 
     ScratchFile scratch(what, str("to read this HDF5 dataset's values into (", nbytes, " bytes)"));
     scratch.reserve(nbytes);
@@ -423,7 +466,8 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
       const Hid memory_space(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
       if (!file_space || !memory_space ||
           H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0 ||
-          H5Dread(dataset, opened.memory_type.get(), memory_space.get(), file_space.get(), H5P_DEFAULT, slab.data()) < 0)
+          H5Dread(reading->dataset.get(), reading->memory_type.get(), memory_space.get(), file_space.get(), H5P_DEFAULT,
+                  slab.data()) < 0)
         throw FormatError(str(what, ": records [", row, ", ", row + count[0], "): the HDF5 library cannot read them: ",
                               hdf5_reason()));
       scratch.append(slab.data(), static_cast<int64_t>(count[0]) * row_bytes);
@@ -442,6 +486,7 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
   }
 
   std::string path_;
+  std::string opened_name_;  // the dataset open_dataset() last opened
   int64_t file_bytes_;
   Hid file_;
   std::optional<UntypedStorage> mapping_;  // the file's, made for the first dataset viewed in place
@@ -451,13 +496,23 @@ bool is_hdf5_file(const std::string& path) {
   std::error_code error;
   if (!fs::is_regular_file(path, error)) return false;
   std::ifstream in(path, std::ios::binary);
+  unsigned char head[512] = {};
+  in.read(reinterpret_cast<char*>(head), sizeof head);
+  const auto got = static_cast<size_t>(in.gcount());
+  if (got >= sizeof kSignature && std::memcmp(head, kSignature, sizeof kSignature) == 0) return true;
+  // After a user block (512 bytes times a power of 2, of anything): but a file that begins as
+  // another kind does is that kind, whatever it holds further on (an .npy of bytes, a zip, a
+  // tar archive whose first member is an HDF5 file).
+  const auto begins_with = [&](const char* magic, size_t n) { return got >= n && std::memcmp(head, magic, n) == 0; };
+  if (begins_with("\x93NUMPY", 6) || begins_with("PK\x03\x04", 4) || begins_with("PK\x05\x06", 4) ||
+      begins_with("\x89MMT\r\n\x1a\n", 8) || (got == sizeof head && std::memcmp(head + 257, "ustar", 5) == 0))
+    return false;
   unsigned char magic[sizeof kSignature];
-  // The superblock is at 0, or after a user block of 512 bytes times a power of 2.
-  for (std::streamoff at = 0; in; at = at == 0 ? 512 : 2 * at) {
+  in.clear();
+  for (std::streamoff at = 512; at <= (std::streamoff{1} << 30); at *= 2) {
     in.seekg(at);
     if (!in.read(reinterpret_cast<char*>(magic), sizeof magic)) return false;
     if (std::memcmp(magic, kSignature, sizeof magic) == 0) return true;
-    if (at >= (std::streamoff{1} << 30)) return false;
   }
   return false;
 }

@@ -14,6 +14,7 @@
 #include "importer_test_util.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/error.h"
+#include "mmtensor/numpy_io.h"
 #include "mmtensor/packer.h"
 #include "test_util.h"
 
@@ -362,6 +363,40 @@ TEST(PackHdf5, AFileWithAUserBlockIsAnHdf5File) {
   ASSERT_EQ(sources.records(), 3);
   EXPECT_EQ(sources.record(2)[0].item<int16_t>(), 7);
   EXPECT_EQ(sources.record(2)[0].untyped_storage().filename(), path) << "viewed in place, past the user block";
+}
+
+// Floats of another layout than IEEE's (another exponent bias, no implied bit, VAX order) are
+// converted by the library, not packed as IEEE bits; an .npy holding an HDF5 file's bytes
+// after a block of its own is an .npy.
+TEST(PackHdf5, FloatsOfOtherLayoutsAreConvertedAndOtherKindsKeepTheirOwn) {
+  TempFolder dir;
+  const std::string path = dir / "floats.h5";
+  const std::vector<float> values = {1.0f, 2.5f, -0.75f};
+  const Owned biased{H5Tcopy(H5T_IEEE_F32LE), H5Tclose}, unnormalized{H5Tcopy(H5T_IEEE_F32LE), H5Tclose};
+  H5Tset_ebias(biased, 100);
+  H5Tset_norm(unnormalized, H5T_NORM_NONE);
+  H5Writer(path)
+      .write("biased", biased, H5T_NATIVE_FLOAT, {3}, values.data())
+      .write("unnormalized", unnormalized, H5T_NATIVE_FLOAT, {3}, values.data())
+      .write("vax", H5T_VAX_F32, H5T_NATIVE_FLOAT, {3}, values.data());
+  const PackSources sources = sources_of({path});
+  ASSERT_EQ(sources.schema().size(), 3u);
+  for (size_t f = 0; f < 3; ++f) {
+    SCOPED_TRACE(sources.schema()[f].name);
+    EXPECT_EQ(sources.schema()[f].dtype, kFloat32);
+    for (int64_t r = 0; r < 3; ++r) EXPECT_EQ(sources.record(r)[f].item<float>(), values[static_cast<size_t>(r)]);
+  }
+
+  const std::string npy = dir / "holds_hdf5.npy";
+  const std::string bytes = testing::file_bytes(path);
+  {
+    const Tensor raw = empty({static_cast<int64_t>(384 + bytes.size())}, kUInt8);
+    std::memset(raw.mutable_data_ptr(), 0, 384);
+    std::memcpy(static_cast<char*>(raw.mutable_data_ptr()) + 384, bytes.data(), bytes.size());
+    save_npy(npy, raw);  // a 128-byte header: the HDF5 signature lands at byte 512
+  }
+  EXPECT_EQ(testing::file_bytes(npy).substr(512, 4), "\x89HDF");
+  EXPECT_EQ(sources_of({"x=" + npy}).records(), static_cast<int64_t>(384 + bytes.size()));
 }
 
 TEST(PackHdf5, AnH5FileWithoutTheSignatureIsNamedAsSuch) {
