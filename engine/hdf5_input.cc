@@ -222,12 +222,16 @@ ValueType value_type_of(hid_t file_type, const std::string& what) {
   }
 }
 
-// Every dataset reachable from the root by hard links, by path (no leading '/'), in name order.
-// FormatError naming the object when one cannot be read (a damaged object header): a dataset
-// left out without a word would be records lost.
-std::vector<std::string> dataset_names(hid_t file, const std::string& path) {
+// What the root reaches by hard links, by path (no leading '/'), in name order: datasets, and
+// objects that are neither datasets nor groups (committed datatypes, which a damaged dataset's
+// header can also read as). FormatError naming the object when one cannot be read (a damaged
+// object header): a dataset left out without a word would be records lost.
+struct Objects {
+  std::vector<std::string> datasets, others;
+};
+Objects objects_of(hid_t file, const std::string& path) {
   struct Walk {
-    std::vector<std::string> names;
+    Objects found;
     std::string unreadable;  // the first object that could not be opened
   } walk;
   const herr_t walked = H5Lvisit(
@@ -240,7 +244,9 @@ std::vector<std::string> dataset_names(hid_t file, const std::string& path) {
           w.unreadable = name;
           return -1;
         }
-        if (H5Iget_type(object.get()) == H5I_DATASET) w.names.push_back(name);
+        const H5I_type_t type = H5Iget_type(object.get());
+        if (type == H5I_DATASET) w.found.datasets.push_back(name);
+        else if (type != H5I_GROUP) w.found.others.push_back(name);
         return 0;
       },
       &walk);
@@ -251,7 +257,7 @@ std::vector<std::string> dataset_names(hid_t file, const std::string& path) {
                           : str(path, ": the object '", escaped(walk.unreadable), "' cannot be read (damaged?): ", reason));
   }
   H5Eclear2(H5E_DEFAULT);
-  return walk.names;
+  return walk.found;
 }
 
 std::string listed(const std::vector<std::string>& names) {
@@ -307,7 +313,7 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
   }
 
   Tensor read(const Hdf5Array& array) {
-    const Opened dataset = open_dataset(array.name, array.what);
+    Opened dataset = open_dataset(array.name, array.what);
     Tensor values = read_into_scratch(dataset, array.what);
     check_bools(values, array.what);
     return values;
@@ -340,11 +346,23 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
     if (!out.dataset) {
       // A dataset there but damaged is named as such, not as missing.
       const std::string reason = hdf5_reason();
-      const std::vector<std::string> names = dataset_names(file_.get(), path_);
+      H5L_info_t link{};
+      const bool external = H5Lexists(file_.get(), name.c_str(), H5P_DEFAULT) > 0 &&
+                            H5Lget_info(file_.get(), name.c_str(), &link, H5P_DEFAULT) >= 0 &&
+                            link.type == H5L_TYPE_EXTERNAL;
+      H5Eclear2(H5E_DEFAULT);
+      MMT_CHECK(!external, ValueError, what, ": an external link to another file, which cannot be opened (",
+                reason, "); pack that file's dataset instead");
+      const Objects objects = objects_of(file_.get(), path_);
       const std::string plain = name.starts_with('/') ? name.substr(1) : name;
-      MMT_CHECK(std::find(names.begin(), names.end(), plain) == names.end(), FormatError, what, ": cannot be opened ",
-                "(damaged?): ", reason);
-      throw ValueError(str(path_, ": no dataset '", escaped(name), "' in the file; its datasets: ", listed(names)));
+      const auto among = [&](const std::vector<std::string>& names) {
+        return std::find(names.begin(), names.end(), plain) != names.end();
+      };
+      MMT_CHECK(!among(objects.datasets), FormatError, what, ": cannot be opened (damaged?): ", reason);
+      MMT_CHECK(!among(objects.others), FormatError, what, ": is no dataset but a committed datatype (or a dataset ",
+                "whose header is damaged)");
+      throw ValueError(str(path_, ": no dataset '", escaped(name), "' in the file; its datasets: ",
+                           listed(objects.datasets)));
     }
     // Its values must be this file's: a dataset reached through an external link, stored in
     // external files (H5Pset_external) or virtual (views of other files) would read whatever
@@ -409,9 +427,9 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
 
   // Any other dataset: read by the library (which undoes its filters and byte order) a slab of
   // whole chunks at a time into a scratch file.
-  Tensor read_into_scratch(const Opened& opened, const std::string& what) {
+  Tensor read_into_scratch(Opened& opened, const std::string& what) {
     const hid_t dataset = opened.dataset.get(), create_plist = opened.create_plist.get();
-    const std::vector<hsize_t>& dims = opened.dims;
+    const std::vector<hsize_t> dims = opened.dims;  // a copy: `opened` may be opened again below
     const int64_t nbytes = opened.nbytes;
     refuse_unavailable_filters(create_plist, what);
     const int64_t stored = static_cast<int64_t>(H5Dget_storage_size(dataset));
@@ -439,8 +457,6 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
     // column's values in one chunk) would make a slab of the whole dataset. Those are read a
     // bounded slab at a time, their chunks kept in the library's cache across slabs (up to
     // the decode floor: past it a chunk may be decoded again, slower but within memory).
-    Opened cached{};
-    const Opened* reading = &opened;
     if (chunk_rows * static_cast<hsize_t>(row_bytes) <= static_cast<hsize_t>(4 * kSlabBytes)) {
       slab_rows = (slab_rows + chunk_rows - 1) / chunk_rows * chunk_rows;
     } else {
@@ -448,8 +464,10 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
       const auto cache_bytes = std::min<hsize_t>(chunk_rows * static_cast<hsize_t>(row_bytes),
                                                  static_cast<hsize_t>(decode_limit(0)));
       if (access && H5Pset_chunk_cache(access.get(), 100003, cache_bytes, 1.0) >= 0) {
-        cached = open_dataset(opened_name_, what, access.get());
-        reading = &cached;
+        const std::string name = opened_name_;
+        // Closed first: libhdf5 hands a second open of an open dataset the first one's cache.
+        opened = Opened{};
+        opened = open_dataset(name, what, access.get());
       }
       H5Eclear2(H5E_DEFAULT);
     }
@@ -462,11 +480,11 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
     for (hsize_t row = 0; row < dims[0]; row += slab_rows) {
       start[0] = row;
       count[0] = std::min(slab_rows, dims[0] - row);
-      const Hid file_space(H5Dget_space(dataset), H5Sclose);
+      const Hid file_space(H5Dget_space(opened.dataset.get()), H5Sclose);
       const Hid memory_space(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
       if (!file_space || !memory_space ||
           H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0 ||
-          H5Dread(reading->dataset.get(), reading->memory_type.get(), memory_space.get(), file_space.get(), H5P_DEFAULT,
+          H5Dread(opened.dataset.get(), opened.memory_type.get(), memory_space.get(), file_space.get(), H5P_DEFAULT,
                   slab.data()) < 0)
         throw FormatError(str(what, ": records [", row, ", ", row + count[0], "): the HDF5 library cannot read them: ",
                               hdf5_reason()));
@@ -555,7 +573,12 @@ std::vector<Hdf5Array> load_hdf5(const Hdf5Input& input) {
     arrays.push_back(file->describe(input.dataset));
     return arrays;
   }
-  const std::vector<std::string> names = dataset_names(file->id(), input.path);
+  const Objects objects = objects_of(file->id(), input.path);
+  const std::vector<std::string>& names = objects.datasets;
+  // Left out of a pack of the whole file, such an object could be a dataset lost to damage.
+  MMT_CHECK(objects.others.empty(), FormatError, input.path, ": holds objects that are neither datasets nor groups (",
+            listed(objects.others), ": committed datatypes, or datasets whose header is damaged); give each dataset ",
+            "to pack as NAME=", input.path, ":DATASET");
   MMT_CHECK(!names.empty(), ValueError, input.path, ": the HDF5 file holds no datasets");
   std::vector<std::string> grouped;
   for (const std::string& name : names)

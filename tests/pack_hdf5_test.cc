@@ -311,6 +311,13 @@ TEST(PackHdf5, ValuesFromOtherFilesAreRefused) {
                     path + ":/stolen: its values are stored in external files (H5Pset_external)");
   EXPECT_THROW_WITH(sources_of({"l=" + path + ":linked"}), ValueError,
                     path + ":/linked: lies in another file (" + other + "), reached through an external link");
+  {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(H5Lcreate_external((dir / "gone.h5").c_str(), "/x", file, "dangling", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Fclose(file);
+  }
+  EXPECT_THROW_WITH(sources_of({"d=" + path + ":dangling"}), ValueError,
+                    path + ":/dangling: an external link to another file, which cannot be opened");
   // The whole file: external links are passed over, external storage refused.
   EXPECT_THROW_WITH(sources_of({path}), ValueError, "its values are stored in external files");
   EXPECT_EQ(sources_of({"o=" + path + ":own"}).records(), 4);
@@ -340,6 +347,22 @@ TEST(PackHdf5, ADamagedDatasetIsNamedNotLeftOut) {
   EXPECT_THROW_WITH(sources_of({path}), FormatError, path + ": the object 'b' cannot be read (damaged?)");
   EXPECT_THROW_WITH(sources_of({"b=" + path + ":b"}), FormatError, path + ": the object 'b' cannot be read (damaged?)");
   EXPECT_EQ(sources_of({"a=" + path + ":a"}).records(), 4);
+
+  // An object neither dataset nor group (what a damaged dataset header can read as) is not
+  // passed over in a pack of the whole file.
+  const std::string typed = dir / "typed.h5";
+  H5Writer(typed).write("a", H5T_STD_I32LE, H5T_NATIVE_INT32, {4}, values.data());
+  {
+    const hid_t file = H5Fopen(typed.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t type = H5Tcopy(H5T_STD_I32LE);
+    ASSERT_GE(H5Tcommit2(file, "t", type, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Tclose(type);
+    H5Fclose(file);
+  }
+  EXPECT_THROW_WITH(sources_of({typed}), FormatError,
+                    typed + ": holds objects that are neither datasets nor groups (t: committed datatypes");
+  EXPECT_THROW_WITH(sources_of({"t=" + typed + ":t"}), FormatError, typed + ":/t: is no dataset but a committed datatype");
+  EXPECT_EQ(sources_of({"a=" + typed + ":a"}).records(), 4);
 }
 
 // A user block (h5py's userblock_size, zeros by default) is no tar archive's end marker.
