@@ -3,6 +3,7 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -448,6 +449,18 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
         for (size_t d = 0; d < dims.size(); ++d)
           MMT_CHECK(max_dims[d] == H5S_UNLIMITED || chunk[d] <= max_dims[d], FormatError, what, ": chunks of ",
                     chunk[d], " in dimension ", d, ", which holds at most ", max_dims[d], " (a damaged file)");
+      // The library decodes whole chunks: chunks far larger than the values (a dimension that
+      // may grow, chunked past its extent) are what the read costs, held to the same limit.
+      unsigned __int128 decoded = element_size(opened.dtype);
+      for (size_t d = 0; d < dims.size(); ++d) {
+        const hsize_t extent = std::max<hsize_t>(chunk[d], 1);
+        decoded *= static_cast<unsigned __int128>(extent) * ((dims[d] + extent - 1) / extent);
+        if (decoded > static_cast<unsigned __int128>(INT64_MAX)) break;
+      }
+      MMT_CHECK(decoded <= static_cast<unsigned __int128>(decode_limit(stored)), ValueError, what, ": its chunks (",
+                IntArrayRef(std::vector<int64_t>(chunk.begin(), chunk.end())), ") decode to more than ",
+                decode_limit(stored), " bytes for ", nbytes, " bytes of values, past what an input may expand to (",
+                kDecodeExpansion, " times its ", stored, " bytes, at least ", decode_limit(0), "): a damaged or hostile file");
     }
     H5Eclear2(H5E_DEFAULT);
     const int64_t row_bytes = nbytes / opened.sizes[0];
@@ -541,6 +554,10 @@ namespace {
 // for another kind (an IDX file, whose check would say "not an IDX magic"): named here.
 std::optional<Hdf5Input> hdf5_or_refused(const std::string& path, std::string dataset) {
   if (is_hdf5_file(path)) return Hdf5Input{path, std::move(dataset)};
+  if (std::ifstream probe(path, std::ios::binary); !probe.is_open()) {  // unreadable: not judged by its bytes
+    const int err = errno;
+    throw IoError(str(path, ": cannot be read: ", std::strerror(err)), err);
+  }
   const std::string extension = fs::path(path).extension().string();
   MMT_CHECK(extension != ".h5" && extension != ".hdf5" && extension != ".hdf" && extension != ".he5", FormatError, path,
             ": no HDF5 signature (\\x89HDF\\r\\n\\x1a\\n at its start or after a user block): not an HDF5 file, or one "

@@ -283,6 +283,24 @@ TEST(PackHdf5, UnavailableFiltersAndUnboundedExpansionAreRefused) {
   detail::set_decode_floor(int64_t{1} << 20);
   EXPECT_THROW_WITH(sources_of({"z=" + path + ":zeros"}), ValueError,
                     path + ":/zeros: declares 4194304 bytes of values but stores 0");
+  // 40 bytes of values in a chunk of 16 MiB (a dimension that may grow, chunked past its
+  // extent; a hostile file stores such a chunk in a few bytes): the library would decode the
+  // whole chunk.
+  {
+    const std::string tall = dir / "tall_chunk.h5";
+    const Owned create{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+    const hsize_t chunk[1] = {hsize_t{1} << 22};
+    H5Pset_chunk(create, 1, chunk);
+    const hid_t file = H5Fcreate(tall.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hsize_t dims[1] = {10}, max_dims[1] = {H5S_UNLIMITED};
+    const hid_t space = H5Screate_simple(1, dims, max_dims);
+    const hid_t dataset = H5Dcreate2(file, "v", H5T_STD_I32LE, space, H5P_DEFAULT, create, H5P_DEFAULT);
+    H5Dclose(dataset);
+    H5Sclose(space);
+    H5Fclose(file);
+    EXPECT_THROW_WITH(sources_of({"v=" + tall + ":v"}), ValueError,
+                      tall + ":/v: its chunks ([4194304]) decode to more than 1048576 bytes for 40 bytes of values");
+  }
   detail::set_decode_floor(0);
   EXPECT_EQ(sources_of({"z=" + path + ":zeros"}).records(), 4096);
 }
