@@ -194,11 +194,11 @@ class ShardDigests {
         if (!hasher) continue;  // a digest this libcrypto withholds: the next one given, if any
         // The guarded section only reads: the hasher's state is made and freed outside it.
         detail::guard_storage_reads(file, [&] { hasher->update(file.data(), static_cast<size_t>(file.nbytes())); });
-        const std::optional<std::string> actual = hasher->hex();
+        const std::string actual = hasher->hex();
         std::string expected_hex = expected;
         for (char& c : expected_hex) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        MMT_CHECK(*actual == expected_hex, FormatError, path, ": its ", is_raw ? "" : "decompressed ", "bytes' ",
-                  algorithm, " digest is ", *actual, ", but ", where, " says ", detail::cut_for_message(expected, 40),
+        MMT_CHECK(actual == expected_hex, FormatError, path, ": its ", is_raw ? "" : "decompressed ", "bytes' ",
+                  algorithm, " digest is ", actual, ", but ", where, " says ", detail::cut_for_message(expected, 40),
                   " (raw_data.hashes); the shard is damaged, or is not the one the index was written with");
         return;
       }
