@@ -573,13 +573,10 @@ std::optional<Hdf5Input> hdf5_input_of(const std::string& spec_path) {
     if (!fs::is_regular_file(spec_path, error)) return std::nullopt;
     return hdf5_or_refused(spec_path, "");
   }
-  // The file: the longest part before a ':' that is one (a path may hold ':' itself).
-  for (size_t colon = spec_path.rfind(':'); colon != std::string::npos && colon > 0;
-       colon = spec_path.rfind(':', colon - 1)) {
-    const std::string path = spec_path.substr(0, colon);
-    if (fs::is_regular_file(path, error)) return hdf5_or_refused(path, spec_path.substr(colon + 1));
-  }
-  return std::nullopt;
+  const auto file_and_dataset =
+      split_at_file(spec_path, [&](const std::string& path) { return fs::is_regular_file(path, error); });
+  if (!file_and_dataset) return std::nullopt;
+  return hdf5_or_refused(file_and_dataset->first, file_and_dataset->second);
 }
 
 std::vector<Hdf5Array> load_hdf5(const Hdf5Input& input) {

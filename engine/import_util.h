@@ -9,7 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -58,6 +60,13 @@ UntypedStorage read_file_bytes(const std::string& path);
 // could be a field name (no '/'), else ("", spec). InputSpecError for a name with '/' before
 // an existing file. (packer.cc)
 std::pair<std::string, std::string> split_input_spec(const std::string& spec);
+// A "PATH:SUFFIX" input spec (raw values' PATH:DTYPE, HDF5's PATH:DATASET) split at the ':'
+// after its file: the longest part before a ':' that `names_a_file` accepts (a path may hold
+// ':' itself), and what follows. nullopt when no part before a ':' is accepted. Each reader
+// says which files it takes: raw values any but a folder (to refuse a device by what it is),
+// HDF5 regular files only (its probe would block on a FIFO). (packer.cc)
+std::optional<std::pair<std::string, std::string>> split_at_file(
+    const std::string& spec, const std::function<bool(const std::string&)>& names_a_file);
 // For readers of inputs packed alone (tar archives, TFRecord files): ValueError, before the
 // reader tries to open it, for a spec that is no file but another kind's input: "NAME=PATH"
 // of an existing file (an array, or a field name given to a `kind` input, which names its

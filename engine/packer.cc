@@ -56,6 +56,13 @@ std::pair<std::string, std::string> split_input_spec(const std::string& spec) {
   return {spec.substr(0, eq), spec.substr(eq + 1)};
 }
 
+std::optional<std::pair<std::string, std::string>> split_at_file(
+    const std::string& spec, const std::function<bool(const std::string&)>& names_a_file) {
+  for (size_t colon = spec.rfind(':'); colon != std::string::npos && colon > 0; colon = spec.rfind(':', colon - 1))
+    if (names_a_file(spec.substr(0, colon))) return std::pair{spec.substr(0, colon), spec.substr(colon + 1)};
+  return std::nullopt;
+}
+
 void refuse_input_of_another_kind(const std::string& spec, std::string_view kind) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -152,18 +159,13 @@ struct RawInput {
 std::optional<RawInput> raw_input_of(const std::string& spec_path) {
   std::error_code ec;
   if (fs::exists(spec_path, ec)) return std::nullopt;
-  // The file: the longest part before a ':' that exists (a path may hold ':' itself), and is
-  // no folder; a device or FIFO is taken, for raw_values to refuse by what it is.
-  const auto names_a_file = [&](const std::string& path) {
-    return fs::exists(path, ec) && !fs::is_directory(path, ec);
-  };
-  size_t colon = spec_path.rfind(':');
-  while (colon != std::string::npos && colon > 0 && !names_a_file(spec_path.substr(0, colon)))
-    colon = spec_path.rfind(':', colon - 1);
-  if (colon == std::string::npos || colon == 0) return std::nullopt;
+  const auto file_and_suffix = detail::split_at_file(spec_path, [&](const std::string& path) {
+    return fs::exists(path, ec) && !fs::is_directory(path, ec);  // a device or FIFO: raw_values refuses it
+  });
+  if (!file_and_suffix) return std::nullopt;
   RawInput raw;
-  raw.path = spec_path.substr(0, colon);
-  const std::string suffix = spec_path.substr(colon + 1);
+  raw.path = file_and_suffix->first;
+  const std::string& suffix = file_and_suffix->second;
   const size_t shape_colon = suffix.find(':');
   const std::string dtype_text = suffix.substr(0, shape_colon);
   const auto refuse = [&](const std::string& why) {
