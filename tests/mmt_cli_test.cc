@@ -60,6 +60,9 @@ struct RunOptions {
   // temporary: by then mmt is surely packing, however slowly a loaded machine started it; a
   // fixed delay could land before mmt installed its handlers, or after it finished).
   std::string interrupt_once_exists;
+  // Or once the child has mapped the file at this path (an input being read: nothing of the
+  // output exists yet).
+  std::string interrupt_once_mapped;
   int interrupt_signal = SIGINT;
   std::chrono::milliseconds interrupt_delay{0};  // after the file appeared, before the signal
   std::function<void()> instead_of_signal;  // run this then, and send no signal
@@ -136,7 +139,8 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
                             ::setuid(*options.as_user) != 0))
       ::_exit(126);
     // mmt leaves a signal ignored when it starts ignored (nohup): the test's own run may be.
-    if (!options.interrupt_once_exists.empty()) ::signal(options.interrupt_signal, SIG_DFL);
+    if (!options.interrupt_once_exists.empty() || !options.interrupt_once_mapped.empty())
+      ::signal(options.interrupt_signal, SIG_DFL);
     std::vector<char*> argv{const_cast<char*>(kMmt.c_str())};
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -163,9 +167,15 @@ RunResult run_mmt(const std::vector<std::string>& args, RunOptions options = {})
     ::close(pipe_fds[1]);
     options.with_stdout_pipe(pipe_fds[0], pid);
   }
-  if (!options.interrupt_once_exists.empty()) {
+  if (!options.interrupt_once_exists.empty() || !options.interrupt_once_mapped.empty()) {
     const fs::path wanted(options.interrupt_once_exists);
     const auto appeared = [&] {
+      if (!options.interrupt_once_mapped.empty()) {
+        std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+        for (std::string line; std::getline(maps, line);)
+          if (line.ends_with(" " + options.interrupt_once_mapped)) return true;
+        return false;
+      }
       std::error_code ec;
       for (const auto& entry : fs::directory_iterator(wanted.parent_path(), ec))
         if (entry.path().filename().native().starts_with(wanted.filename().native())) return true;
@@ -2205,6 +2215,24 @@ TEST_F(MmtCli, AStopSignalWhileTheLastChunkIsCompressedLeavesNothing) {
             std::string::npos)
       << r.err;
   EXPECT_EQ(listing(), before) << "no output and no temporary left";
+}
+
+// A signal while pack read its inputs (minutes, for a large compressed one) ended it
+// without a word: its handlers were installed only for the write. Now it ends at once, as
+// before, saying so. The input: an IDX file of 1 GiB of zeros in gzip members of 64 MiB.
+TEST_F(MmtCli, AStopSignalWhileInputsAreReadEndsPackAtOnceSayingSo) {
+  const uint8_t header[] = {0, 0, 0x08, 3, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0};  // uint8 [1024, 1024, 1024]
+  Bytes compressed = testutil::gzip_bytes(Bytes(reinterpret_cast<const std::byte*>(header),
+                                                reinterpret_cast<const std::byte*>(header) + sizeof header));
+  const Bytes zeros_member = testutil::gzip_bytes(Bytes(64 << 20));
+  for (int member = 0; member < 16; ++member) compressed.insert(compressed.end(), zeros_member.begin(), zeros_member.end());
+  testutil::write_file(path("big-idx3-ubyte.gz"), compressed);
+  const std::set<std::string> before = listing();
+  RunResult r = run_mmt({"pack", path("out.mmt"), "x=" + path("big-idx3-ubyte.gz")},
+                        {.interrupt_once_mapped = path("big-idx3-ubyte.gz")});
+  EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.err;
+  EXPECT_EQ(r.err, "mmt pack: interrupted while reading its inputs: " + path("out.mmt") + " was not written\n");
+  EXPECT_EQ(listing(), before);
 }
 
 // export and get --npy/--raw died of the signal, leaving their temporary (up to the whole

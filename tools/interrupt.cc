@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <iostream>
 
+#include <unistd.h>
+
 #include "mmt_commands.h"
 
 namespace mmt::tool {
@@ -25,6 +27,22 @@ extern "C" void on_stop_signal(int signal_number) {
   // signal() is async-signal-safe.
   for (size_t i = 0; i < StopSignals::kSignals.size(); ++i)
     if (g_caught[i].load()) std::signal(StopSignals::kSignals[i], SIG_DFL);
+}
+
+// QuitSignals' message, set before its handler is installed and cleared after it is removed.
+std::atomic<const std::string*> g_quit_message{nullptr};
+
+extern "C" void on_quit_signal(int signal_number) {
+  if (const std::string* message = g_quit_message.load()) {
+    for (size_t done = 0; done < message->size();) {  // write() is async-signal-safe; iostreams are not
+      const ssize_t wrote = ::write(STDERR_FILENO, message->data() + done, message->size() - done);
+      if (wrote <= 0) break;
+      done += static_cast<size_t>(wrote);
+    }
+  }
+  // SA_RESETHAND restored the default action; raised again, the signal is delivered as the
+  // handler returns, and ends the process as if no handler had been there (the shell reports it).
+  std::raise(signal_number);
 }
 
 }  // namespace
@@ -51,6 +69,24 @@ StopSignals::~StopSignals() {
     sigaction(kSignals[i], &old_[i], nullptr);
     g_caught[i].store(false);
   }
+}
+
+QuitSignals::QuitSignals(std::string message) : message_(std::move(message)) {
+  g_quit_message.store(&message_);
+  struct sigaction action {};
+  action.sa_handler = on_quit_signal;
+  action.sa_flags = SA_RESETHAND;
+  sigemptyset(&action.sa_mask);
+  for (int signal_number : StopSignals::kSignals) sigaddset(&action.sa_mask, signal_number);  // one message
+  for (size_t i = 0; i < StopSignals::kSignals.size(); ++i) {
+    sigaction(StopSignals::kSignals[i], nullptr, &old_[i]);
+    if (old_[i].sa_handler != SIG_IGN) sigaction(StopSignals::kSignals[i], &action, nullptr);
+  }
+}
+
+QuitSignals::~QuitSignals() {
+  for (size_t i = 0; i < StopSignals::kSignals.size(); ++i) sigaction(StopSignals::kSignals[i], &old_[i], nullptr);
+  g_quit_message.store(nullptr);
 }
 
 const std::atomic<bool>& StopSignals::flag() { return g_interrupted; }

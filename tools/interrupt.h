@@ -52,6 +52,24 @@ class StopSignals {
   std::array<struct sigaction, kSignals.size()> old_{};
 };
 
+// For a step that has written nothing yet (pack reading its inputs, which may take minutes:
+// an HDF5 file decoded, an .npz inflated): a stop signal ends the process at once, as it would
+// without a handler, but first says `message` on stderr ("mmt pack: interrupted while reading
+// its inputs; out.mmt was not written"), so a Ctrl-C is never silent. What the step made is
+// scratch the kernel removes with the process (unlinked temporaries). Ignored signals stay
+// ignored. One at a time in a process, and not together with StopSignals.
+class QuitSignals {
+ public:
+  explicit QuitSignals(std::string message);
+  ~QuitSignals();
+  QuitSignals(const QuitSignals&) = delete;
+  QuitSignals& operator=(const QuitSignals&) = delete;
+
+ private:
+  std::string message_;  // read by the handler: it outlives the installation
+  std::array<struct sigaction, StopSignals::kSignals.size()> old_{};
+};
+
 // "out.npy was not written", "a.npy and b.npy were not written", then "; the file already
 // there was left as it was" when one is there: what an interrupted write left at its outputs.
 std::string not_written(const std::vector<std::string>& paths);

@@ -141,9 +141,14 @@ void run_pack(const PackArgs& args) {
     MMT_CHECK(missing.has_value(), UsageError, "--missing takes error, skip or empty, got '", args.missing, "'");
     tar.missing = *missing;
   }
+  MMT_CHECK(!args.separator || args.window, UsageError, "--separator goes between the documents of --window's stream; give --window");
+  // Reading the inputs writes nothing at the output (what it decodes goes to unlinked scratch
+  // files), so a Ctrl-C there ends the command at once, with a word.
+  std::optional<QuitSignals> quit_signals(
+      std::in_place, detail::str("mmt pack: interrupted while reading its inputs: ",
+                                 printable_message(not_written({args.output})), "\n"));
   PackSources sources = load_pack_sources(args.inputs, args.folder, args.paths, args.fields, tar, args.jagged);
   warn_of_missing_shards(args.inputs);
-  MMT_CHECK(!args.separator || args.window, UsageError, "--separator goes between the documents of --window's stream; give --window");
   if (args.window) {
     WindowOptions window = *args.window;
     window.separator = args.separator;
@@ -165,6 +170,7 @@ void run_pack(const PackArgs& args) {
 
   WriteStats stats;
   {
+    quit_signals.reset();  // from here the pack writes: a signal asks it to stop and clean up
     StopSignals stop_signals;
     try {
       stats = pack_dataset(args.output, sources, std::move(pack_options));
