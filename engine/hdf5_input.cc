@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "decode_limit.h"
+#include "hdf5_chunks.h"
 #include "import_util.h"
 #include "mapping_guard.h"
 #include "mmtensor/error.h"
@@ -438,10 +439,13 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
               stored, ", past what an input may expand to (", kDecodeExpansion, " times its bytes, at least ",
               decode_limit(0), "): a damaged or hostile file, or a dataset never written");
     hsize_t chunk_rows = 1;
+    std::vector<hsize_t> chunk_extent;  // a chunk's, when the library says it
     if (H5Pget_layout(create_plist) == H5D_CHUNKED) {
       std::vector<hsize_t> chunk(dims.size()), max_dims(dims.size());
-      if (H5Pget_chunk(create_plist, static_cast<int>(chunk.size()), chunk.data()) == static_cast<int>(chunk.size()))
+      if (H5Pget_chunk(create_plist, static_cast<int>(chunk.size()), chunk.data()) == static_cast<int>(chunk.size())) {
         chunk_rows = std::max<hsize_t>(chunk[0], 1);
+        chunk_extent = chunk;
+      }
       // A chunk wider than a dimension that cannot grow is one no writer makes (libhdf5 refuses
       // to create it): a damaged file, whose chunk sizes would steer the reads below.
       const Hid space(H5Dget_space(dataset), H5Sclose);
@@ -465,6 +469,24 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
     H5Eclear2(H5E_DEFAULT);
     const int64_t row_bytes = nbytes / opened.sizes[0];
     constexpr int64_t kSlabBytes = int64_t{32} << 20;
+    // Chunks compressed with gzip (and shuffled), the way h5py writes them: decoded here, on
+    // every CPU, rather than by the library on one (hdf5_chunks.h). Not chunks tall enough to
+    // make a slab of a whole column: those go through the library's cache below.
+    const ChunkedDataset chunked{.dataset = opened.dataset.get(),
+                                 .create_plist = create_plist,
+                                 .file_type = opened.file_type.get(),
+                                 .memory_type = opened.memory_type.get(),
+                                 .dims = dims,
+                                 .chunk = chunk_extent,
+                                 .element_bytes = element_size(opened.dtype),
+                                 .file_bytes = file_bytes_};
+    if (!chunk_extent.empty() && chunk_rows * static_cast<hsize_t>(row_bytes) <= static_cast<hsize_t>(4 * kSlabBytes) &&
+        chunks_read_here(chunked)) {
+      ScratchFile scratch(what, str("to read this HDF5 dataset's values into (", nbytes, " bytes)"));
+      scratch.reserve(nbytes);
+      read_chunks_here(chunked, kSlabBytes, scratch, what);
+      return Tensor(scratch.map(what), opened.dtype, IntArrayRef(opened.sizes));
+    }
     hsize_t slab_rows = static_cast<hsize_t>(std::max<int64_t>(1, kSlabBytes / row_bytes));
     // Slabs of whole chunks read each chunk once; but chunks tall in the record dimension (a
     // column's values in one chunk) would make a slab of the whole dataset. Those are read a

@@ -52,13 +52,22 @@ void ScratchFile::reserve(int64_t nbytes) {
 }
 
 void ScratchFile::append(const std::byte* data, int64_t n) {
+  write_at(size_, data, n);
+  size_ += n;
+}
+
+void ScratchFile::resize(int64_t nbytes) {
+  if (::ftruncate(fd_, nbytes) != 0) fail("size", errno);
+  size_ = nbytes;
+}
+
+void ScratchFile::write_at(int64_t offset, const std::byte* data, int64_t n) const {
   for (int64_t written = 0; written < n;) {
-    const ssize_t w = ::pwrite(fd_, data + written, static_cast<size_t>(n - written), size_ + written);
+    const ssize_t w = ::pwrite(fd_, data + written, static_cast<size_t>(n - written), offset + written);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) fail("write", w < 0 ? errno : ENOSPC);
     written += w;
   }
-  size_ += n;
 }
 
 UntypedStorage ScratchFile::map(std::string name) {

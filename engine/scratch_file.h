@@ -31,6 +31,11 @@ class ScratchFile {
   void reserve(int64_t nbytes);
   // Appends [data, data + n).
   void append(const std::byte* data, int64_t n);
+  // The file becomes `nbytes` long; bytes never written read as zeros. Then write_at() fills it.
+  void resize(int64_t nbytes);
+  // Writes [data, data + n) at `offset`, inside the size resize() gave. Threads may write
+  // ranges that do not overlap at once.
+  void write_at(int64_t offset, const std::byte* data, int64_t n) const;
   int64_t size() const { return size_; }
   const std::filesystem::path& folder() const { return folder_; }
   // The file's bytes, mapped read-only under the name `name` (the file has none: a storage

@@ -105,7 +105,7 @@ std::vector<T> values_of(const Tensor& t) {
   return t.to_vector<T>();
 }
 
-PackSources sources_of(std::vector<std::string> specs) { return PackSources::from_arrays(specs); }
+PackSources sources_of(const std::vector<std::string>& specs) { return PackSources::from_arrays(specs); }
 
 TEST(PackHdf5, ContiguousDatasetsAreViewsOfTheFileAndPackAsFields) {
   TempFolder dir;
@@ -445,6 +445,138 @@ TEST(PackHdf5, AnH5FileWithoutTheSignatureIsNamedAsSuch) {
   const std::string path = dir / "not.h5";
   testutil::write_file(path, testutil::Bytes(64, std::byte{1}));
   EXPECT_THROW_WITH(sources_of({"x=" + path}), FormatError, path + ": no HDF5 signature");
+}
+
+// The dataset's values as libhdf5 reads them, and as a pack of it holds them (bytes, C order).
+std::string library_read(const std::string& path, const std::string& name, hid_t memory_type) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t dataset = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+  const hid_t space = H5Dget_space(dataset);
+  const auto count = static_cast<size_t>(H5Sget_simple_extent_npoints(space));
+  std::string bytes(count * H5Tget_size(memory_type), '\0');
+  EXPECT_GE(H5Dread(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()), 0) << name;
+  H5Sclose(space);
+  H5Dclose(dataset);
+  H5Fclose(file);
+  return bytes;
+}
+std::string packed_bytes(const std::string& spec, const std::string& out) {
+  pack_dataset(out, sources_of({"x=" + spec}), PackOptions{.writer = {.overwrite = true}});
+  const Tensor column = Dataset::open(out).column("x").contiguous();
+  return std::string(static_cast<const char*>(column.data_ptr()), static_cast<size_t>(column.nbytes()));
+}
+
+// Chunks compressed with gzip and shuffled (h5py's compression="gzip", shuffle=True) are
+// decoded by the engine on every CPU; what it reads equals what libhdf5 reads, for chunks cut
+// at the dataset's edges in several dimensions, either filter alone, chunks never written
+// (zeros), a chunk the writer left unfiltered (its filter mask), and datasets that keep to the
+// library (fletcher32, a fill value other than zeros).
+TEST(PackHdf5, GzipAndShuffleChunksAreDecodedInParallelAsTheLibraryDecodesThem) {
+  TempFolder dir;
+  const std::string path = dir / "chunks.h5";
+  std::vector<float> floats(1000 * 37 * 5);
+  for (size_t i = 0; i < floats.size(); ++i) floats[i] = static_cast<float>(i % 977) * 0.25f;
+  std::vector<int64_t> longs(777);
+  for (size_t i = 0; i < longs.size(); ++i) longs[i] = static_cast<int64_t>(i * i) - 5000;
+  std::vector<uint16_t> shorts(50 * 33);
+  for (size_t i = 0; i < shorts.size(); ++i) shorts[i] = static_cast<uint16_t>(i * 31);
+  std::vector<uint8_t> bytes(300 * 40);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i % 251);
+  const Owned both = chunked({64, 8, 4}, true);
+  const Owned deflate_only = chunked({100}, false);
+  H5Pset_deflate(deflate_only, 9);
+  const Owned shuffle_only = chunked({7, 10}, false);
+  H5Pset_shuffle(shuffle_only);
+  const Owned bytes_both = chunked({16, 40}, true);
+  const Owned checksummed = chunked({64}, true);
+  H5Pset_fletcher32(checksummed);
+  const Owned sevens = chunked({10, 10}, true);
+  const int32_t seven = 7;
+  H5Pset_fill_value(sevens, H5T_NATIVE_INT32, &seven);
+  const Owned zeros = chunked({10, 10}, true);
+  {
+    H5Writer writer(path);
+    writer.write("floats", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {1000, 37, 5}, floats.data(), both)
+        .write("longs", H5T_STD_I64LE, H5T_NATIVE_INT64, {777}, longs.data(), deflate_only)
+        .write("shorts", H5T_STD_U16LE, H5T_NATIVE_UINT16, {50, 33}, shorts.data(), shuffle_only)
+        .write("bytes", H5T_STD_U8LE, H5T_NATIVE_UINT8, {300, 40}, bytes.data(), bytes_both)
+        .write("checksummed", H5T_STD_I64LE, H5T_NATIVE_INT64, {777}, longs.data(), checksummed)
+        .write("sevens", H5T_STD_I32LE, H5T_NATIVE_INT32, {200, 10}, nullptr, sevens)
+        .write("zeros", H5T_STD_I32LE, H5T_NATIVE_INT32, {200, 10}, nullptr, zeros);
+  }
+  // Rows 50-69 written, the other chunks never; and one chunk stored shuffled but not
+  // deflated (filter mask bit 1: the pipeline's second filter, deflate, skipped).
+  {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    std::vector<int32_t> rows(20 * 10);
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int32_t>(i) + 1;
+    for (const char* name : {"sevens", "zeros"}) {
+      const hid_t dataset = H5Dopen2(file, name, H5P_DEFAULT);
+      const hid_t space = H5Dget_space(dataset);
+      const hsize_t start[2] = {50, 0}, count[2] = {20, 10};
+      H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr);
+      const hid_t memory = H5Screate_simple(2, count, nullptr);
+      EXPECT_GE(H5Dwrite(dataset, H5T_NATIVE_INT32, memory, space, H5P_DEFAULT, rows.data()), 0);
+      H5Sclose(memory);
+      H5Sclose(space);
+      H5Dclose(dataset);
+    }
+    const hid_t dataset = H5Dopen2(file, "zeros", H5P_DEFAULT);
+    std::vector<int32_t> chunk(100), shuffled(100);
+    for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<int32_t>(1000 + i);
+    const auto* plain = reinterpret_cast<const uint8_t*>(chunk.data());
+    auto* planes = reinterpret_cast<uint8_t*>(shuffled.data());
+    for (size_t i = 0; i < 100; ++i)
+      for (size_t k = 0; k < 4; ++k) planes[k * 100 + i] = plain[i * 4 + k];
+    const hsize_t offset[2] = {190, 0};
+    EXPECT_GE(H5Dwrite_chunk(dataset, H5P_DEFAULT, 0b10, offset, 400, shuffled.data()), 0);
+    H5Dclose(dataset);
+    H5Fclose(file);
+  }
+  const std::vector<std::pair<std::string, hid_t>> datasets = {
+      {"floats", H5T_NATIVE_FLOAT}, {"longs", H5T_NATIVE_INT64},       {"shorts", H5T_NATIVE_UINT16},
+      {"bytes", H5T_NATIVE_UINT8},  {"checksummed", H5T_NATIVE_INT64}, {"sevens", H5T_NATIVE_INT32},
+      {"zeros", H5T_NATIVE_INT32}};
+  for (const auto& [name, memory_type] : datasets) {
+    SCOPED_TRACE(name);
+    const std::string expected = library_read(path, name, memory_type);
+    EXPECT_EQ(packed_bytes(path + ":" + name, dir / "out.mmt"), expected);
+  }
+  // The written values are there, and the chunk stored shuffled only reads as written.
+  const std::string zeros_read = library_read(path, "zeros", H5T_NATIVE_INT32);
+  int32_t value = 0;
+  std::memcpy(&value, zeros_read.data() + (50 * 10 + 3) * 4, 4);
+  EXPECT_EQ(value, 4);
+  std::memcpy(&value, zeros_read.data() + (190 * 10 + 5) * 4, 4);
+  EXPECT_EQ(value, 1005);
+  std::memcpy(&value, library_read(path, "sevens", H5T_NATIVE_INT32).data(), 4);
+  EXPECT_EQ(value, 7);
+}
+
+// A damaged deflate stream is named with its chunk (the engine's decoding, not the library's).
+TEST(PackHdf5, ADamagedChunkIsNamedByItsPosition) {
+  TempFolder dir;
+  const std::string path = dir / "damaged.h5";
+  std::vector<int32_t> values(400 * 10);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int32_t>(i * 2654435761u);
+  const Owned create = chunked({100, 10}, true);
+  H5Writer(path).write("v", H5T_STD_I32LE, H5T_NATIVE_INT32, {400, 10}, values.data(), create);
+  haddr_t address = HADDR_UNDEF;
+  hsize_t size = 0;
+  {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t dataset = H5Dopen2(file, "v", H5P_DEFAULT);
+    const hsize_t offset[2] = {200, 0};
+    unsigned mask = 0;
+    ASSERT_GE(H5Dget_chunk_info_by_coord(dataset, offset, &mask, &address, &size), 0);
+    H5Dclose(dataset);
+    H5Fclose(file);
+  }
+  testutil::Bytes bytes = testutil::to_bytes(testing::file_bytes(path));
+  ASSERT_LT(address + size, bytes.size());
+  for (hsize_t i = size / 2; i < size; ++i) bytes[address + i] ^= std::byte{0x5a};
+  testutil::write_file(path, bytes);
+  EXPECT_THROW_WITH(sources_of({"v=" + path + ":v"}), FormatError, path + ":/v: the chunk at [200, 0]");
 }
 
 }  // namespace
