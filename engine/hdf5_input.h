@@ -7,8 +7,9 @@
 //
 // A contiguous dataset stored unfiltered in little-endian order is a view of the file's
 // mapping (no copy, as .npy inputs are); any other (chunked, compressed with gzip, szip or
-// shuffle, big-endian) is read through the HDF5 library into a scratch file, a slab of whole
-// chunks at a time, and packed from there. The HDF5 library (libhdf5, the Debian package)
+// shuffle, big-endian) is read into a scratch file, a slab of whole chunks at a time, and
+// packed from there: gzip and shuffle chunks decoded by this engine on every CPU
+// (hdf5_chunks.h), the rest by the HDF5 library. The HDF5 library (libhdf5, the Debian package)
 // parses the file; this engine checks what it reports (sizes against the file, bools'
 // bytes) and turns its errors into FormatError/IoError naming the file and the dataset.
 #pragma once
