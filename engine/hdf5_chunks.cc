@@ -9,6 +9,7 @@
 #include <span>
 
 #include "cpu_budget.h"
+#include "hdf5_input.h"
 #include "mmtensor/dims.h"
 #include "mmtensor/error.h"
 #include "thread_pool.h"
@@ -22,8 +23,8 @@ struct Filter {
   size_t shuffle_bytes = 0;  // the shuffle filter's element size (its first parameter)
 };
 
-// The pipeline in the order the writer applied it, or nullopt when a filter is not deflate
-// or shuffle (or its parameters are not what libhdf5 sets).
+// The pipeline in the order the writer applied it, or nullopt when there is none, or a filter
+// is not deflate or shuffle (or its parameters are not what libhdf5 takes).
 std::optional<std::vector<Filter>> pipeline_of(hid_t create_plist) {
   const int filters = H5Pget_nfilters(create_plist);
   if (filters < 0) return std::nullopt;
@@ -33,14 +34,16 @@ std::optional<std::vector<Filter>> pipeline_of(hid_t create_plist) {
     size_t value_count = 8;
     const H5Z_filter_t id =
         H5Pget_filter2(create_plist, static_cast<unsigned>(f), &flags, &value_count, values, 0, nullptr, nullptr);
-    if (id == H5Z_FILTER_DEFLATE) {
+    // libhdf5's own filters take one parameter each: deflate its level, shuffle the element size.
+    if (id == H5Z_FILTER_DEFLATE && value_count == 1 && values[0] <= 9) {
       pipeline.push_back({id, 0});
-    } else if (id == H5Z_FILTER_SHUFFLE && value_count >= 1 && values[0] >= 1) {
+    } else if (id == H5Z_FILTER_SHUFFLE && value_count == 1 && values[0] >= 1) {
       pipeline.push_back({id, values[0]});
     } else {
       return std::nullopt;
     }
   }
+  if (pipeline.empty()) return std::nullopt;  // unfiltered: nothing to decode, the library copies as fast
   return pipeline;
 }
 
@@ -50,11 +53,11 @@ std::string chunk_name(const std::vector<hsize_t>& offset) {
 
 // Inflates a zlib stream (HDF5's deflate filter writes one per chunk, as compress2 does) into
 // `out`, which must hold what it decodes to: at most `limit` bytes. Bytes after the stream's
-// end are ignored, as libhdf5 ignores them.
-void inflate_into(std::span<const std::byte> in, std::vector<std::byte>& out, size_t limit, const std::string& what) {
+// end are ignored, as libhdf5 ignores them. Empty on success, else what is wrong.
+std::string inflate_into(std::span<const std::byte> in, std::vector<std::byte>& out, size_t limit) {
   out.resize(limit);
   z_stream stream{};
-  if (inflateInit(&stream) != Z_OK) throw Error(str(what, ": zlib cannot start inflating"));
+  if (inflateInit(&stream) != Z_OK) return "zlib cannot start inflating (out of memory?)";
   stream.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(in.data()));
   stream.avail_in = static_cast<uInt>(in.size());  // bounded by the caller: under 4 GiB
   size_t produced = 0;
@@ -73,16 +76,15 @@ void inflate_into(std::span<const std::byte> in, std::vector<std::byte>& out, si
     if (too_long) break;
     produced += wrote;
   }
-  const char* message = stream.msg;
+  const std::string message = stream.msg ? stream.msg : "zlib error";
   inflateEnd(&stream);
   if (status == Z_STREAM_END && !too_long) {
     out.resize(produced);
-    return;
+    return {};
   }
-  if (too_long) throw FormatError(str(what, ": inflates to more than its ", limit, " bytes of values (damaged)"));
-  if (status == Z_BUF_ERROR)
-    throw FormatError(str(what, ": its deflate stream of ", in.size(), " bytes ends early (cut short or damaged)"));
-  throw FormatError(str(what, ": its deflate stream is damaged (", message ? message : "zlib error", ")"));
+  if (too_long) return str("inflates to more than its ", limit, " bytes of values (damaged)");
+  if (status == Z_BUF_ERROR) return str("its deflate stream of ", in.size(), " bytes ends early (cut short or damaged)");
+  return str("its deflate stream is damaged (", message, ")");
 }
 
 // HDF5's shuffle filter stores byte k of every element together; undone: element i's byte k
@@ -132,12 +134,63 @@ struct StoredChunk {
   bool written = false;      // false: never written, its values are the fill value (zeros)
 };
 
+// How much a read may hold: a slab's stored chunks (the library's calls are serial, so a
+// slab's are read before its decoding starts) and, on each thread, two buffers of a chunk's
+// decoded size. Chunks past these bounds (a chunk row of many thousands, chunks of hundreds of
+// MB) are what the library reads one at a time, at its speed but in its memory.
+constexpr int64_t kMaxChunksASlab = 4096;
+constexpr int64_t kMaxChunkRowBytes = int64_t{128} << 20;  // a chunk row's chunks, decoded whole
+constexpr int64_t kDecodeBuffersBytes = int64_t{256} << 20;  // every thread's buffers together
+
+// A chunk's decoded bytes and how many chunks share its first-dimension offset, or nullopt
+// past int64_t.
+struct ChunkGrid {
+  int64_t chunk_bytes = 0;
+  int64_t chunks_a_row = 1;
+};
+std::optional<ChunkGrid> grid_of(const ChunkedDataset& dataset) {
+  ChunkGrid grid{.chunk_bytes = dataset.element_bytes};
+  for (size_t d = 0; d < dataset.dims.size(); ++d) {
+    const hsize_t extent = dataset.chunk[d];
+    if (extent < 1 || extent > static_cast<hsize_t>(INT64_MAX) ||
+        __builtin_mul_overflow(grid.chunk_bytes, static_cast<int64_t>(extent), &grid.chunk_bytes))
+      return std::nullopt;
+    const hsize_t along = (dataset.dims[d] + extent - 1) / extent;
+    if (d > 0 && (along > static_cast<hsize_t>(INT64_MAX) ||
+                  __builtin_mul_overflow(grid.chunks_a_row, static_cast<int64_t>(along), &grid.chunks_a_row)))
+      return std::nullopt;
+  }
+  return grid;
+}
+
+// The bytes the chunk at `offset` is stored in; 0 for one never written. Through the index
+// (H5Dget_chunk_storage_size): H5Dget_chunk_info_by_coord walks the whole index in libhdf5
+// 1.10, quadratic in the chunks. libhdf5 1.10 answers a chunk never written with an error,
+// "chunk storage is not allocated" (later versions with 0); any other error is confirmed by
+// the walk, so that a version wording it otherwise is only slower.
+hsize_t stored_size(hid_t dataset, const std::vector<hsize_t>& offset, const std::string& what) {
+  hsize_t size = 0;
+  if (H5Dget_chunk_storage_size(dataset, offset.data(), &size) >= 0) return size;
+  const std::string reason = hdf5_reason();
+  if (reason.find("chunk storage is not allocated") != std::string::npos) return 0;
+  unsigned filter_mask = 0;
+  haddr_t address = HADDR_UNDEF;
+  if (H5Dget_chunk_info_by_coord(dataset, offset.data(), &filter_mask, &address, &size) >= 0 && address == HADDR_UNDEF)
+    return 0;
+  H5Eclear2(H5E_DEFAULT);
+  throw FormatError(str(what, ": ", chunk_name(offset), " cannot be found: ", reason));
+}
+
 }  // namespace
 
 bool chunks_read_here(const ChunkedDataset& dataset) {
-  bool here = H5Pget_layout(dataset.create_plist) == H5D_CHUNKED && dataset.dims.size() == dataset.chunk.size() &&
-              !dataset.dims.empty() && H5Tequal(dataset.file_type, dataset.memory_type) > 0 &&
-              pipeline_of(dataset.create_plist).has_value();
+  if (dataset.dims.empty() || dataset.dims.size() != dataset.chunk.size()) return false;
+  const std::optional<ChunkGrid> grid = grid_of(dataset);
+  int64_t row_bytes = 0;
+  bool here = grid && grid->chunks_a_row <= kMaxChunksASlab &&
+              !__builtin_mul_overflow(grid->chunks_a_row, grid->chunk_bytes, &row_bytes) &&
+              row_bytes <= kMaxChunkRowBytes && H5Pget_layout(dataset.create_plist) == H5D_CHUNKED &&
+              H5Tequal(dataset.file_type, dataset.memory_type) > 0 && pipeline_of(dataset.create_plist).has_value();
   unsigned options = 0;
   here = here && H5Pget_chunk_opts(dataset.create_plist, &options) >= 0 && options == 0;
   H5D_fill_value_t fill = H5D_FILL_VALUE_ERROR;
@@ -147,38 +200,42 @@ bool chunks_read_here(const ChunkedDataset& dataset) {
     here = H5Pget_fill_value(dataset.create_plist, dataset.memory_type, value.data()) >= 0 &&
            std::all_of(value.begin(), value.end(), [](std::byte b) { return b == std::byte{0}; });
   }
-  for (const hsize_t extent : dataset.chunk) here = here && extent >= 1;
   H5Eclear2(H5E_DEFAULT);
   return here;
 }
 
 void read_chunks_here(const ChunkedDataset& dataset, int64_t slab_bytes, ScratchFile& out, const std::string& what) {
   const std::vector<Filter> pipeline = *pipeline_of(dataset.create_plist);
+  const ChunkGrid grid = *grid_of(dataset);
   const std::vector<hsize_t>& dims = dataset.dims;
   const std::vector<hsize_t>& chunk = dataset.chunk;
   const size_t rank = dims.size();
   const auto element = static_cast<size_t>(dataset.element_bytes);
   // Strides in bytes: of the values in C order (a slab's rows are laid out so too), and of a
-  // decoded chunk. The caller checked that the chunks decode within the decode limit.
+  // decoded chunk.
   std::vector<size_t> value_stride(rank), chunk_stride(rank);
   value_stride[rank - 1] = chunk_stride[rank - 1] = element;
   for (size_t d = rank - 1; d > 0; --d) {
     value_stride[d - 1] = value_stride[d] * dims[d];
     chunk_stride[d - 1] = chunk_stride[d] * chunk[d];
   }
-  const size_t row_bytes = value_stride[0], chunk_bytes = chunk_stride[0] * chunk[0];
-  // A deflate stream grows incompressible bytes by a few per 16 KiB: a chunk stored in more than
-  // twice its values' size is a damaged index, whose sizes would steer allocations.
-  // (libhdf5 stores a chunk's size in 32 bits.)
-  const size_t stored_limit = std::min<size_t>({2 * chunk_bytes + 4096, static_cast<size_t>(dataset.file_bytes),
-                                                size_t{UINT32_MAX}});
+  const size_t row_bytes = value_stride[0], chunk_bytes = static_cast<size_t>(grid.chunk_bytes);
+  // zlib's compressBound: a deflate stream grows incompressible bytes by a few per 16 KiB (two
+  // rounds of deflate, by twice that). A chunk stored in more is a damaged index, whose sizes
+  // would steer allocations. (libhdf5 stores a chunk's size in 32 bits.)
+  const size_t stored_limit = std::min<size_t>(
+      {chunk_bytes + chunk_bytes / 512 + 1024, static_cast<size_t>(dataset.file_bytes), size_t{UINT32_MAX}});
   if (dims[0] == 0 || row_bytes == 0) return;
 
-  std::vector<hsize_t> grid(rank);  // chunks along each dimension
-  for (size_t d = 0; d < rank; ++d) grid[d] = (dims[d] + chunk[d] - 1) / chunk[d];
-  const hsize_t chunk_row_bytes = chunk[0] * row_bytes;
-  const hsize_t chunk_rows_a_slab = std::max<hsize_t>(1, static_cast<hsize_t>(slab_bytes) / chunk_row_bytes);
-  const int threads = std::max(1, available_cpus());
+  // A slab: whole chunk rows, about `slab_bytes` of their chunks decoded, at most
+  // kMaxChunksASlab chunks.
+  const auto chunk_rows_a_slab = static_cast<hsize_t>(
+      std::max<int64_t>(1, std::min(slab_bytes / (grid.chunks_a_row * grid.chunk_bytes), kMaxChunksASlab / grid.chunks_a_row)));
+  const int threads =
+      static_cast<int>(std::clamp<int64_t>(kDecodeBuffersBytes / (2 * grid.chunk_bytes), 1, std::max(1, available_cpus())));
+  const hsize_t chunk_rows = (dims[0] + chunk[0] - 1) / chunk[0];
+  std::vector<hsize_t> grid_extent(rank);  // chunks along each dimension
+  for (size_t d = 0; d < rank; ++d) grid_extent[d] = (dims[d] + chunk[d] - 1) / chunk[d];
   BufferPool buffers;
   std::vector<std::byte> slab;
   // Chunks as wide as the dataset past its first dimension hold whole rows: each is written
@@ -188,8 +245,8 @@ void read_chunks_here(const ChunkedDataset& dataset, int64_t slab_bytes, Scratch
   const int64_t first_byte = out.size();
   if (rows_whole) out.resize(first_byte + static_cast<int64_t>(dims[0] * row_bytes));  // chunks never written: zeros
 
-  for (hsize_t first = 0; first < grid[0]; first += chunk_rows_a_slab) {
-    const hsize_t last = std::min(grid[0], first + chunk_rows_a_slab);
+  for (hsize_t first = 0; first < chunk_rows; first += chunk_rows_a_slab) {
+    const hsize_t last = std::min(chunk_rows, first + chunk_rows_a_slab);
     const hsize_t row_begin = first * chunk[0], row_end = std::min(dims[0], last * chunk[0]);
     // The slab's chunks' stored bytes, read on this thread (the library's calls are serial).
     std::vector<StoredChunk> chunks;
@@ -200,17 +257,14 @@ void read_chunks_here(const ChunkedDataset& dataset, int64_t slab_bytes, Scratch
         stored.offset.resize(rank);
         stored.offset[0] = row * chunk[0];
         for (size_t d = 1; d < rank; ++d) stored.offset[d] = at[d] * chunk[d];
-        haddr_t address = HADDR_UNDEF;
-        hsize_t size = 0;
-        if (H5Dget_chunk_info_by_coord(dataset.dataset, stored.offset.data(), &stored.filter_mask, &address, &size) < 0)
-          throw FormatError(str(what, ": ", chunk_name(stored.offset), " cannot be found (damaged index?)"));
-        if (size > 0) {
+        const hsize_t size = stored_size(dataset.dataset, stored.offset, what);
+        if (size > 0) {  // 0: never written, its values the fill value (zeros)
           MMT_CHECK(size <= stored_limit, FormatError, what, ": ", chunk_name(stored.offset), " is stored in ", size,
                     " bytes, more than its ", chunk_bytes, " bytes of values take compressed (a damaged file)");
           stored.bytes.resize(static_cast<size_t>(size));
           uint32_t mask = 0;
           if (H5Dread_chunk(dataset.dataset, H5P_DEFAULT, stored.offset.data(), &mask, stored.bytes.data()) < 0)
-            throw FormatError(str(what, ": ", chunk_name(stored.offset), " cannot be read (cut short or damaged)"));
+            throw FormatError(str(what, ": ", chunk_name(stored.offset), " cannot be read: ", hdf5_reason()));
           stored.filter_mask = mask;
           stored.written = true;
         }
@@ -218,7 +272,7 @@ void read_chunks_here(const ChunkedDataset& dataset, int64_t slab_bytes, Scratch
         chunks.push_back(std::move(stored));
       }
       size_t d = rank - 1;  // the next chunk of dimensions 1.., the last fastest; at[0] ends it
-      while (d > 0 && ++at[d] == grid[d]) at[d--] = 0;
+      while (d > 0 && ++at[d] == grid_extent[d]) at[d--] = 0;
       if (d == 0) break;
     }
     H5Eclear2(H5E_DEFAULT);
@@ -230,21 +284,26 @@ void read_chunks_here(const ChunkedDataset& dataset, int64_t slab_bytes, Scratch
     ThreadPool::shared().parallel_for(static_cast<int64_t>(chunks.size()), threads, [&](int64_t index) {
       const StoredChunk& stored = chunks[static_cast<size_t>(index)];
       if (!stored.written) return;
-      const std::string chunk_what = str(what, ": ", chunk_name(stored.offset));
+      const auto refuse = [&](const std::string& why) {
+        return FormatError(str(what, ": ", chunk_name(stored.offset), ": ", why));
+      };
       // The filters undone last to first; the decoded bytes end in `decoded`.
       std::vector<std::byte> decoded = buffers.take(), spare = buffers.take();
       std::span<const std::byte> bytes = stored.bytes;
       for (size_t f = pipeline.size(); f-- > 0;) {
         if (f < 32 && (stored.filter_mask >> f & 1u) != 0) continue;  // not applied to this chunk
-        if (pipeline[f].id == H5Z_FILTER_DEFLATE) inflate_into(bytes, spare, chunk_bytes, chunk_what);
-        else if (shuffle_changes(bytes.size(), pipeline[f].shuffle_bytes))
+        if (pipeline[f].id == H5Z_FILTER_DEFLATE) {
+          if (const std::string why = inflate_into(bytes, spare, chunk_bytes); !why.empty()) throw refuse(why);
+        } else if (shuffle_changes(bytes.size(), pipeline[f].shuffle_bytes)) {
           unshuffle_into(bytes, spare, pipeline[f].shuffle_bytes);
-        else continue;
+        } else {
+          continue;
+        }
         std::swap(decoded, spare);
         bytes = decoded;
       }
-      MMT_CHECK(bytes.size() == chunk_bytes, FormatError, chunk_what, ": decodes to ", bytes.size(),
-                " bytes, not the ", chunk_bytes, " bytes of a chunk (damaged)");
+      if (bytes.size() != chunk_bytes)
+        throw refuse(str("decodes to ", bytes.size(), " bytes, not the ", chunk_bytes, " bytes of a chunk (damaged)"));
       // Its values inside the dataset: its rows at their place, or row by row of its last
       // dimension into the slab.
       std::vector<hsize_t> extent(rank);

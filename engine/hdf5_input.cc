@@ -71,8 +71,8 @@ class QuietErrors {
   void* data_ = nullptr;
 };
 
-// The most specific reason on this thread's HDF5 error stack ("unable to open file (file
-// signature not found)"), which is then cleared.
+}  // namespace
+
 std::string hdf5_reason() {
   std::string reason;
   H5Ewalk2(
@@ -90,6 +90,8 @@ std::string hdf5_reason() {
   H5Eclear2(H5E_DEFAULT);
   return reason.empty() ? std::string("the HDF5 library gave no reason") : reason;
 }
+
+namespace {
 
 std::string name_of(char* owned) {  // a name the library allocated, freed here
   std::string name = owned ? owned : "";
@@ -427,8 +429,9 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
     return Tensor(*mapping_, dataset.dtype, IntArrayRef(dataset.sizes), static_cast<int64_t>(offset) / item);
   }
 
-  // Any other dataset: read by the library (which undoes its filters and byte order) a slab of
-  // whole chunks at a time into a scratch file.
+  // Any other dataset: read into a scratch file, a slab of whole chunks at a time: gzip and
+  // shuffle chunks by this engine (hdf5_chunks.h), others by the library (which undoes their
+  // filters and byte order).
   Tensor read_into_scratch(Opened& opened, const std::string& what) {
     const hid_t dataset = opened.dataset.get(), create_plist = opened.create_plist.get();
     const std::vector<hsize_t> dims = opened.dims;  // a copy: `opened` may be opened again below
@@ -470,8 +473,9 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
     const int64_t row_bytes = nbytes / opened.sizes[0];
     constexpr int64_t kSlabBytes = int64_t{32} << 20;
     // Chunks compressed with gzip (and shuffled), the way h5py writes them: decoded here, on
-    // every CPU, rather than by the library on one (hdf5_chunks.h). Not chunks tall enough to
-    // make a slab of a whole column: those go through the library's cache below.
+    // every CPU, rather than by the library on one (hdf5_chunks.h). Not chunk rows too large
+    // for its slabs (chunks tall enough to hold a whole column, say): those go through the
+    // library's cache below.
     const ChunkedDataset chunked{.dataset = opened.dataset.get(),
                                  .create_plist = create_plist,
                                  .file_type = opened.file_type.get(),
@@ -480,8 +484,7 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
                                  .chunk = chunk_extent,
                                  .element_bytes = element_size(opened.dtype),
                                  .file_bytes = file_bytes_};
-    if (!chunk_extent.empty() && chunk_rows * static_cast<hsize_t>(row_bytes) <= static_cast<hsize_t>(4 * kSlabBytes) &&
-        chunks_read_here(chunked)) {
+    if (!chunk_extent.empty() && chunks_read_here(chunked)) {
       ScratchFile scratch(what, str("to read this HDF5 dataset's values into (", nbytes, " bytes)"));
       scratch.reserve(nbytes);
       read_chunks_here(chunked, kSlabBytes, scratch, what);

@@ -23,6 +23,10 @@
 
 namespace mmt::detail {
 
+// The most specific reason on the calling thread's HDF5 error stack ("unable to open file
+// (file signature not found)"), which is then cleared.
+std::string hdf5_reason();
+
 // True when `path` is a file that starts with HDF5's signature ("\x89HDF\r\n\x1a\n"), at byte 0
 // or after a user block (512, 1024, 2048... bytes).
 bool is_hdf5_file(const std::string& path);

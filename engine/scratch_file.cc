@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cassert>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -52,7 +53,7 @@ void ScratchFile::reserve(int64_t nbytes) {
 }
 
 void ScratchFile::append(const std::byte* data, int64_t n) {
-  write_at(size_, data, n);
+  write_bytes(size_, data, n);
   size_ += n;
 }
 
@@ -62,6 +63,11 @@ void ScratchFile::resize(int64_t nbytes) {
 }
 
 void ScratchFile::write_at(int64_t offset, const std::byte* data, int64_t n) const {
+  assert(offset >= 0 && n >= 0 && offset <= size_ - n);
+  write_bytes(offset, data, n);
+}
+
+void ScratchFile::write_bytes(int64_t offset, const std::byte* data, int64_t n) const {
   for (int64_t written = 0; written < n;) {
     const ssize_t w = ::pwrite(fd_, data + written, static_cast<size_t>(n - written), offset + written);
     if (w < 0 && errno == EINTR) continue;

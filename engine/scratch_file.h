@@ -1,6 +1,7 @@
 // An unnamed file in $TMPDIR (or /tmp) for data the packer makes that may be larger than
 // memory: a Fortran-order array converted to record order, a compressed tar archive
-// decompressed. Written front to back, then mapped read-only. O_TMPFILE (or a name unlinked
+// decompressed. Written front to back (or sized first, then filled by several threads at
+// once), then mapped read-only. O_TMPFILE (or a name unlinked
 // at once where a filesystem lacks it): nothing is left on disk after the pack, or a crash.
 // On a tmpfs (/tmp on some systems) the file is in memory after all: set TMPDIR to a folder
 // on a disk.
@@ -46,6 +47,7 @@ class ScratchFile {
 
  private:
   [[noreturn]] void fail(const char* step, int err) const;
+  void write_bytes(int64_t offset, const std::byte* data, int64_t n) const;  // pwrite until done
 
   std::string what_, purpose_;
   std::filesystem::path folder_;

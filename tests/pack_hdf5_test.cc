@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "decode_limit.h"
+#include "hdf5_chunks.h"
+#include "scratch_file.h"
 #include "importer_test_util.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/error.h"
@@ -551,6 +553,103 @@ TEST(PackHdf5, GzipAndShuffleChunksAreDecodedInParallelAsTheLibraryDecodesThem) 
   EXPECT_EQ(value, 1005);
   std::memcpy(&value, library_read(path, "sevens", H5T_NATIVE_INT32).data(), 4);
   EXPECT_EQ(value, 7);
+}
+
+// read_chunks_here in slabs of a few chunks (the packer's are 32 MiB): chunks narrower than a
+// row (copied into the slab), of whole rows (written in place), wider than a growable
+// dimension, some never written; each equal to libhdf5's read. And which datasets it takes.
+TEST(PackHdf5, ChunksReadInParallelInSmallSlabsEqualTheLibrarysRead) {
+  TempFolder dir;
+  const std::string path = dir / "slabs.h5";
+  std::vector<float> narrow(203 * 37 * 5);
+  for (size_t i = 0; i < narrow.size(); ++i) narrow[i] = static_cast<float>(i) * 1.5f;
+  std::vector<int32_t> whole(1003 * 6), wide(50 * 3);
+  for (size_t i = 0; i < whole.size(); ++i) whole[i] = static_cast<int32_t>(i * 7919);
+  for (size_t i = 0; i < wide.size(); ++i) wide[i] = static_cast<int32_t>(i) - 60;
+  const Owned narrow_chunks = chunked({8, 8, 4}, true), whole_chunks = chunked({10, 6}, false);
+  H5Pset_deflate(whole_chunks, 1);
+  const Owned wide_chunks = chunked({4, 16}, true), plain = chunked({10, 6}, false);
+  const Owned checksummed = chunked({10, 6}, true);
+  H5Pset_fletcher32(checksummed);
+  {
+    const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    // Only some rows written: the chunks of the others never are.
+    const auto create = [&](const char* name, hid_t type, std::vector<hsize_t> dims, hid_t plist, const void* values,
+                            hsize_t rows_written, bool growable = false) {
+      std::vector<hsize_t> max_dims(dims.size(), H5S_UNLIMITED);
+      const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), growable ? max_dims.data() : nullptr);
+      const hid_t dataset = H5Dcreate2(file, name, type, space, H5P_DEFAULT, plist, H5P_DEFAULT);
+      if (values) {
+        std::vector<hsize_t> start(dims.size(), 0), count = dims;
+        count[0] = rows_written;
+        H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+        const hid_t memory = H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr);
+        EXPECT_GE(H5Dwrite(dataset, H5T_NATIVE_INT32, memory, space, H5P_DEFAULT, values), 0);
+        H5Sclose(memory);
+      }
+      H5Dclose(dataset);
+      H5Sclose(space);
+    };
+    create("narrow", H5T_IEEE_F32LE, {203, 37, 5}, narrow_chunks, nullptr, 0);  // written below
+    create("whole", H5T_STD_I32LE, {1003, 6}, whole_chunks, whole.data(), 501);
+    create("wide", H5T_STD_I32LE, {50, 3}, wide_chunks, wide.data(), 50, /*growable=*/true);
+    create("plain", H5T_STD_I32LE, {1003, 6}, plain, whole.data(), 1003);
+    create("checksummed", H5T_STD_I32LE, {1003, 6}, checksummed, whole.data(), 1003);
+    create("big_endian", H5T_STD_I32BE, {1003, 6}, whole_chunks, whole.data(), 1003);
+    H5Fclose(file);
+  }
+  {  // the floats, rows 0-99 of 203 (create() above writes int32 values)
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t dataset = H5Dopen2(file, "narrow", H5P_DEFAULT);
+    const hid_t space = H5Dget_space(dataset);
+    const hsize_t start[3] = {0, 0, 0}, count[3] = {100, 37, 5};
+    H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr);
+    const hid_t memory = H5Screate_simple(3, count, nullptr);
+    EXPECT_GE(H5Dwrite(dataset, H5T_NATIVE_FLOAT, memory, space, H5P_DEFAULT, narrow.data()), 0);
+    H5Sclose(memory);
+    H5Sclose(space);
+    H5Dclose(dataset);
+    H5Fclose(file);
+  }
+  // The packer reads with the library's printing off (chunks never written are errors to it).
+  H5E_auto2_t print = nullptr;
+  void* print_data = nullptr;
+  H5Eget_auto2(H5E_DEFAULT, &print, &print_data);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const auto file_bytes = static_cast<int64_t>(std::filesystem::file_size(path));
+  for (const auto& [name, memory_type, here] :
+       std::vector<std::tuple<std::string, hid_t, bool>>{{"narrow", H5T_NATIVE_FLOAT, true},
+                                                         {"whole", H5T_NATIVE_INT32, true},
+                                                         {"wide", H5T_NATIVE_INT32, true},
+                                                         {"plain", H5T_NATIVE_INT32, false},
+                                                         {"checksummed", H5T_NATIVE_INT32, false},
+                                                         {"big_endian", H5T_NATIVE_INT32, false}}) {
+    SCOPED_TRACE(name);
+    const hid_t dataset = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+    const hid_t space = H5Dget_space(dataset), create = H5Dget_create_plist(dataset), type = H5Dget_type(dataset);
+    detail::ChunkedDataset chunked{.dataset = dataset, .create_plist = create, .file_type = type,
+                                   .memory_type = memory_type, .element_bytes = 4, .file_bytes = file_bytes};
+    chunked.dims.resize(static_cast<size_t>(H5Sget_simple_extent_ndims(space)));
+    H5Sget_simple_extent_dims(space, chunked.dims.data(), nullptr);
+    chunked.chunk.resize(chunked.dims.size());
+    H5Pget_chunk(create, static_cast<int>(chunked.chunk.size()), chunked.chunk.data());
+    EXPECT_EQ(detail::chunks_read_here(chunked), here);
+    if (here) {
+      detail::ScratchFile scratch(name, "for the test");
+      detail::read_chunks_here(chunked, /*slab_bytes=*/4096, scratch, name);
+      const UntypedStorage values = scratch.map(name);
+      const std::string expected = library_read(path, name, memory_type);
+      ASSERT_EQ(values.nbytes(), static_cast<int64_t>(expected.size()));
+      EXPECT_EQ(std::memcmp(values.data(), expected.data(), expected.size()), 0);
+    }
+    H5Tclose(type);
+    H5Pclose(create);
+    H5Sclose(space);
+    H5Dclose(dataset);
+  }
+  H5Fclose(file);
+  H5Eset_auto2(H5E_DEFAULT, print, print_data);
 }
 
 // A damaged deflate stream is named with its chunk (the engine's decoding, not the library's).

@@ -1,7 +1,10 @@
 #include "interrupt.h"
 
+#include <algorithm>
 #include <array>
+#include <cassert>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -29,19 +32,26 @@ extern "C" void on_stop_signal(int signal_number) {
     if (g_caught[i].load()) std::signal(StopSignals::kSignals[i], SIG_DFL);
 }
 
-// QuitSignals' message, set before its handler is installed and cleared after it is removed.
-std::atomic<const std::string*> g_quit_message{nullptr};
+// QuitSignals' message, in storage never freed (a handler on another thread may still be
+// writing it when QuitSignals is destroyed), and whether it is still to be said: the first
+// handler to run takes it, so a second signal, or two at once on two threads, say it once.
+std::array<char, 4096> g_quit_message{};
+size_t g_quit_message_size = 0;
+std::atomic<bool> g_quit_message_due{false};
 
 extern "C" void on_quit_signal(int signal_number) {
-  if (const std::string* message = g_quit_message.load()) {
-    for (size_t done = 0; done < message->size();) {  // write() is async-signal-safe; iostreams are not
-      const ssize_t wrote = ::write(STDERR_FILENO, message->data() + done, message->size() - done);
+  // The default action back for all four: a signal pending behind this one (delivered lowest
+  // number first as the handler returns) ends the process too, instead of running it again.
+  for (const int stop_signal : StopSignals::kSignals) std::signal(stop_signal, SIG_DFL);  // async-signal-safe
+  if (g_quit_message_due.exchange(false)) {
+    for (size_t done = 0; done < g_quit_message_size;) {  // write() is async-signal-safe; iostreams are not
+      const ssize_t wrote = ::write(STDERR_FILENO, g_quit_message.data() + done, g_quit_message_size - done);
       if (wrote <= 0) break;
       done += static_cast<size_t>(wrote);
     }
   }
-  // SA_RESETHAND restored the default action; raised again, the signal is delivered as the
-  // handler returns, and ends the process as if no handler had been there (the shell reports it).
+  // Raised again, the signal is delivered as the handler returns, and ends the process as if
+  // no handler had been there (the shell reports it).
   std::raise(signal_number);
 }
 
@@ -71,8 +81,11 @@ StopSignals::~StopSignals() {
   }
 }
 
-QuitSignals::QuitSignals(std::string message) : message_(std::move(message)) {
-  g_quit_message.store(&message_);
+QuitSignals::QuitSignals(const std::string& message) {
+  assert(!g_quit_message_due.load());  // one at a time
+  g_quit_message_size = std::min(message.size(), g_quit_message.size());
+  std::memcpy(g_quit_message.data(), message.data(), g_quit_message_size);
+  g_quit_message_due.store(true);  // after the text: a handler that sees it due reads all of it
   struct sigaction action {};
   action.sa_handler = on_quit_signal;
   action.sa_flags = SA_RESETHAND;
@@ -86,7 +99,7 @@ QuitSignals::QuitSignals(std::string message) : message_(std::move(message)) {
 
 QuitSignals::~QuitSignals() {
   for (size_t i = 0; i < StopSignals::kSignals.size(); ++i) sigaction(StopSignals::kSignals[i], &old_[i], nullptr);
-  g_quit_message.store(nullptr);
+  g_quit_message_due.store(false);
 }
 
 const std::atomic<bool>& StopSignals::flag() { return g_interrupted; }

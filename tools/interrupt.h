@@ -60,13 +60,12 @@ class StopSignals {
 // ignored. One at a time in a process, and not together with StopSignals.
 class QuitSignals {
  public:
-  explicit QuitSignals(std::string message);
+  explicit QuitSignals(const std::string& message);  // up to 4 KiB of it
   ~QuitSignals();
   QuitSignals(const QuitSignals&) = delete;
   QuitSignals& operator=(const QuitSignals&) = delete;
 
  private:
-  std::string message_;  // read by the handler: it outlives the installation
   std::array<struct sigaction, StopSignals::kSignals.size()> old_{};
 };
 
