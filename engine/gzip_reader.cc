@@ -7,9 +7,17 @@
 #include <algorithm>
 #include <climits>
 
+#include "load_cancel.h"
 #include "mmtensor/error.h"
 
 namespace mmt::detail {
+namespace {
+
+// Inflated at most this much a call, so that a long decompression asks between steps whether
+// its load was given up (load_cancel.h).
+constexpr size_t kStepBytes = size_t{16} << 20;
+
+}  // namespace
 
 bool is_gzip(std::span<const std::byte> bytes) {
   return bytes.size() >= 2 && bytes[0] == std::byte{0x1f} && bytes[1] == std::byte{0x8b};
@@ -47,7 +55,8 @@ size_t GzipReader::read(std::byte* dst, size_t n) {
       zs.avail_in = static_cast<uInt>(slice);
       input_pos_ += slice;
     }
-    size_t want = std::min<size_t>(n - produced, UINT_MAX);
+    check_load_cancelled();
+    size_t want = std::min<size_t>(n - produced, kStepBytes);  // a step at a time: a load may be given up
     zs.next_out = reinterpret_cast<Bytef*>(dst + produced);
     zs.avail_out = static_cast<uInt>(want);
     int rc = inflate(&zs, Z_NO_FLUSH);

@@ -10,6 +10,7 @@
 
 #include "cpu_budget.h"
 #include "hdf5_input.h"
+#include "load_cancel.h"
 #include "mmtensor/dims.h"
 #include "mmtensor/error.h"
 #include "thread_pool.h"
@@ -246,6 +247,7 @@ void read_chunks_here(const ChunkedDataset& dataset, int64_t slab_bytes, Scratch
   if (rows_whole) out.resize(first_byte + static_cast<int64_t>(dims[0] * row_bytes));  // chunks never written: zeros
 
   for (hsize_t first = 0; first < chunk_rows; first += chunk_rows_a_slab) {
+    check_load_cancelled();
     const hsize_t last = std::min(chunk_rows, first + chunk_rows_a_slab);
     const hsize_t row_begin = first * chunk[0], row_end = std::min(dims[0], last * chunk[0]);
     // The slab's chunks' stored bytes, read on this thread (the library's calls are serial).

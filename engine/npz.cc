@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "import_util.h"
+#include "load_cancel.h"
 #include "mapping_guard.h"
 #include "mmtensor/numpy_io.h"
 #include "npy_format.h"
@@ -27,6 +28,7 @@ namespace {
 using detail::load_le16;
 using detail::load_le32;
 using detail::load_le64;
+using detail::check_load_cancelled;
 using detail::str;
 
 constexpr uint32_t kEndOfCentralDirSignature = 0x06054b50;
@@ -39,6 +41,9 @@ constexpr size_t kZip64LocatorBytes = 20;
 constexpr size_t kZip64EndOfCentralDirBytes = 56;
 constexpr size_t kCentralHeaderBytes = 46;
 constexpr size_t kLocalHeaderBytes = 30;
+// Inflated at most this much a zlib call: zlib counts in 32-bit ints, and a long inflation asks
+// between steps whether its load was given up (load_cancel.h).
+constexpr uint64_t kInflateStepBytes = uint64_t{16} << 20;
 // The most bytes after the end-of-central-directory record that Python's zipfile looks
 // through for it (a 65535-byte comment and then some).
 constexpr size_t kMaxBytesAfterEndOfCentralDir = 65536;
@@ -373,6 +378,7 @@ class ZipReader {
     bool probing = false;
     int rc = Z_OK;
     for (;;) {
+      check_load_cancelled();
       // zlib counts in 32-bit unsigned ints; feed it in slices.
       if (zs.avail_in == 0 && in_left > 0) {
         zs.avail_in = static_cast<uInt>(std::min<uint64_t>(in_left, UINT_MAX));
@@ -380,7 +386,7 @@ class ZipReader {
       }
       if (zs.avail_out == 0) {
         if (out_left > 0) {
-          zs.avail_out = static_cast<uInt>(std::min<uint64_t>(out_left, UINT_MAX));
+          zs.avail_out = static_cast<uInt>(std::min<uint64_t>(out_left, kInflateStepBytes));
           out_left -= zs.avail_out;
         } else if (!probing) {
           probing = true;
@@ -467,9 +473,10 @@ struct DeflatedMember::Stream {
     zs.next_out = reinterpret_cast<Bytef*>(dst);
     zs.avail_out = 0;
     while (out_left > 0 || zs.avail_out > 0) {
+      check_load_cancelled();
       feed();
       if (zs.avail_out == 0) {
-        zs.avail_out = static_cast<uInt>(std::min<uint64_t>(out_left, UINT_MAX));
+        zs.avail_out = static_cast<uInt>(std::min<uint64_t>(out_left, kInflateStepBytes));
         out_left -= zs.avail_out;
       }
       const uInt before = zs.avail_out;

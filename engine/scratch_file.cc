@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "load_cancel.h"
 #include "mmtensor/error.h"
 
 namespace mmt::detail {
@@ -53,6 +54,7 @@ void ScratchFile::reserve(int64_t nbytes) {
 }
 
 void ScratchFile::append(const std::byte* data, int64_t n) {
+  check_load_cancelled();  // the loads that take long write here, a step at a time
   write_bytes(size_, data, n);
   size_ += n;
 }

@@ -1,6 +1,7 @@
 // mmtensor.pack(): the packer `mmt pack` runs (.npy, .npz, IDX files, folders, datasets), from
 // Python, with Ctrl-C honoured: the packing thread looks at Python's signals with each
-// progress report and cancels, leaving the output path as it was.
+// progress report, and between the steps of reading its inputs, and cancels, leaving the
+// output path as it was.
 #include <pybind11/stl.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <utility>
 
 #include "bindings.h"
+#include "load_cancel.h"  // engine/
 
 namespace mmt::python {
 
@@ -121,6 +123,10 @@ void bind_pack(py::module_& m) {
     }
     try {
       const WriteStats stats = without_gil([&] {
+        // Reading the inputs may take minutes (an HDF5 dataset decoded, a .tar.gz decompressed):
+        // the loaders ask between their steps too.
+        std::optional<detail::LoadCancelScope> load_cancel;
+        if (options.cancelled) load_cancel.emplace(options.cancelled);
         PackSources sources = dir.empty() ? PackSources::from_inputs(specs, fields, tar, jagged) : PackSources::from_folder(dir, {.paths = paths});
         if (window) sources = PackSources::token_windows(std::move(sources), {.length = *window, .stride = window_stride, .separator = separator});
         return pack_dataset(path, sources, options);

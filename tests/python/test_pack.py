@@ -1,5 +1,6 @@
 """mmtensor.pack(): the packer of `mmt pack` from Python."""
 import contextlib
+import gzip
 import io
 import json
 import os
@@ -517,6 +518,19 @@ class PackTest(FolderTestCase):
             mmtensor.pack(self.path("one.mmt"), {"x": self.path("one.npy")}, codec="zstd:19",
                           chunk_bytes=8 << 20, threads=1)
         self.assertEqual(sorted(os.listdir(self.dir.name)), ["one.npy"])
+    def test_ctrl_c_while_the_inputs_are_read_cancels(self):
+        # 1 GiB of IDX values in gzip members of 64 MiB: decoded before the first record is
+        # packed. The loaders ask between steps of 16 MiB (the interrupt used to wait for the
+        # whole decode, then the first progress report).
+        member = gzip.compress(bytes(64 << 20), compresslevel=1)
+        with open(self.path("big-idx3-ubyte.gz"), "wb") as f:
+            f.write(gzip.compress(bytes([0, 0, 8, 3, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0])))
+            for _ in range(16):
+                f.write(member)
+        with sigint_after(0.05), self.assertRaises(KeyboardInterrupt):
+            mmtensor.pack(self.path("big.mmt"), {"x": self.path("big-idx3-ubyte.gz")})
+        self.assertEqual(sorted(os.listdir(self.dir.name)), ["big-idx3-ubyte.gz"])
+
 
 if __name__ == "__main__":
     unittest.main()
