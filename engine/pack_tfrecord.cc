@@ -31,6 +31,7 @@
 #include "decompressed_file.h"
 #include "gzip_reader.h"
 #include "import_util.h"
+#include "load_cancel.h"
 #include "mapping_guard.h"
 #include "mmtensor/error.h"
 #include "mmtensor/packer.h"
@@ -315,6 +316,7 @@ PackSources PackSources::from_tfrecord(std::span<const std::string> specs, std::
   // (a compressed file's decompression may be dropped once added to the budget).
   const auto scan_examples = [&](const UntypedStorage& bytes, int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
+      if (r % 4096 == 0) detail::check_load_cancelled();
       const detail::TfRecordSpan span = examples->spans[static_cast<size_t>(r)];
       const auto where = [&] { return examples->where(r); };
       detail::guard_storage_reads(bytes, [&] {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "crc32c.h"
+#include "load_cancel.h"
 #include "mmtensor/error.h"
 #include "utf8.h"
 
@@ -148,6 +149,7 @@ bool is_tfrecord_start(const std::byte* head, size_t n) {
 void scan_tfrecords(const std::byte* file, int64_t n, const std::string& path, std::vector<TfRecordSpan>& out) {
   for (int64_t at = 0; at < n;) {
     const int64_t record = static_cast<int64_t>(out.size());
+    if (record % 4096 == 0) check_load_cancelled();  // a cold file of GBs takes its disk's time
     const int64_t left = n - at;
     MMT_CHECK(left >= kTfRecordHeaderBytes, FormatError, path, ": record ", record, " (byte ", at, "): ", left,
               " bytes left, fewer than a record's 12-byte header: the file is cut short or has bytes after its "

@@ -1,6 +1,6 @@
 // Giving up a load of pack inputs (load_cancel.h): with a LoadCancelScope that says stop, the
 // loaders that take long (gzip IDX, deflated .npz members, HDF5 datasets through the engine's
-// decoder or the library's, anything written to a scratch file) throw PackCancelled at their
+// decoder or the library's, anything written to a scratch file, TFRecord scans) throw PackCancelled at their
 // first step; with one that says go on, they load as without it. Python's pack() relies on it
 // for a Ctrl-C while it reads its inputs.
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include "mmtensor/error.h"
 #include "mmtensor/packer.h"
 #include "test_util.h"
+#include "tfrecord_test_util.h"
 
 namespace mmt {
 namespace {
@@ -52,11 +53,18 @@ TEST(LoadCancel, LongLoadsGiveUpAtTheirFirstStepWhenTheScopeSaysStop) {
   testutil::write_file(dir / "arrays.npz", testutil::zip_archive({{"a.npy", npy, /*deflate=*/true}}));
   write_hdf5(dir / "engine.h5", 100000, H5T_STD_I32LE);
   write_hdf5(dir / "library.h5", 100000, H5T_STD_I32BE);
+  std::vector<std::string> examples;
+  for (int64_t i = 0; i < 10000; ++i) examples.push_back(testutil::example_bytes({{"label", std::vector<int64_t>{i}}}));
+  testutil::write_file(dir / "train.tfrecord", testutil::tfrecord_file(examples));
 
   const std::vector<std::vector<std::string>> inputs = {{"x=" + (dir / "images-idx3-ubyte.gz")},
                                                         {dir / "arrays.npz"},
                                                         {"v=" + (dir / "engine.h5") + ":v"},
-                                                        {"v=" + (dir / "library.h5") + ":v"}};
+                                                        {"v=" + (dir / "library.h5") + ":v"},
+                                                        {dir / "train.tfrecord"}};
+  const auto sources_of = [](const std::vector<std::string>& specs) {
+    return specs.front().ends_with(".tfrecord") ? PackSources::from_tfrecord(specs, {}) : PackSources::from_arrays(specs);
+  };
   for (const std::vector<std::string>& specs : inputs) {
     SCOPED_TRACE(specs.front());
     int asked = 0;
@@ -64,7 +72,7 @@ TEST(LoadCancel, LongLoadsGiveUpAtTheirFirstStepWhenTheScopeSaysStop) {
       const detail::LoadCancelScope stop([&] { return ++asked > 0; });
       EXPECT_THROW_WITH(
           {
-            const PackSources sources = PackSources::from_arrays(specs);
+            const PackSources sources = sources_of(specs);
             // An .npz member is inflated as its records are read.
             for (int64_t r = 0; r < sources.records(); r += 4096) (void)sources.record(r);
           },
@@ -72,7 +80,7 @@ TEST(LoadCancel, LongLoadsGiveUpAtTheirFirstStepWhenTheScopeSaysStop) {
     }
     EXPECT_EQ(asked, 1);
     const detail::LoadCancelScope go_on([] { return false; });
-    const PackSources sources = PackSources::from_arrays(specs);
+    const PackSources sources = sources_of(specs);
     EXPECT_GT(sources.records(), 0);
     for (int64_t r = 0; r < sources.records(); r += 4096) (void)sources.record(r);
   }
