@@ -140,6 +140,9 @@ struct StoredChunk {
 // decoded size. Chunks past these bounds (a chunk row of many thousands, chunks of hundreds of
 // MB) are what the library reads one at a time, at its speed but in its memory.
 constexpr int64_t kMaxChunksASlab = 4096;
+// Chunks smaller than this are many for their bytes: finding each costs more than decoding
+// it, and a file of a few bytes may declare millions of them.
+constexpr int64_t kMinChunkBytes = 1024;
 constexpr int64_t kMaxChunkRowBytes = int64_t{128} << 20;  // a chunk row's chunks, decoded whole
 constexpr int64_t kDecodeBuffersBytes = int64_t{256} << 20;  // every thread's buffers together
 
@@ -188,7 +191,7 @@ bool chunks_read_here(const ChunkedDataset& dataset) {
   if (dataset.dims.empty() || dataset.dims.size() != dataset.chunk.size()) return false;
   const std::optional<ChunkGrid> grid = grid_of(dataset);
   int64_t row_bytes = 0;
-  bool here = grid && grid->chunks_a_row <= kMaxChunksASlab &&
+  bool here = grid && grid->chunks_a_row <= kMaxChunksASlab && grid->chunk_bytes >= kMinChunkBytes &&
               !__builtin_mul_overflow(grid->chunks_a_row, grid->chunk_bytes, &row_bytes) &&
               row_bytes <= kMaxChunkRowBytes && H5Pget_layout(dataset.create_plist) == H5D_CHUNKED &&
               H5Tequal(dataset.file_type, dataset.memory_type) > 0 && pipeline_of(dataset.create_plist).has_value();
@@ -227,6 +230,23 @@ void read_chunks_here(const ChunkedDataset& dataset, int64_t slab_bytes, Scratch
   const size_t stored_limit = std::min<size_t>(
       {chunk_bytes + chunk_bytes / 512 + 1024, static_cast<size_t>(dataset.file_bytes), size_t{UINT32_MAX}});
   if (dims[0] == 0 || row_bytes == 0) return;
+  // What the index says the dataset stores, every chunk's size summed (the library walks the
+  // index once): none, and no chunk need be looked for; at the end, the sizes found inside the
+  // extent must add up to it, or the index lost chunks, which would read as zeros. Only a
+  // dataset that may grow keeps chunks outside its extent (one shrunk).
+  H5Eclear2(H5E_DEFAULT);
+  const hsize_t stored_total = H5Dget_storage_size(dataset.dataset);
+  const bool total_known = H5Eget_num(H5E_DEFAULT) == 0;  // 0 is also its answer to an error
+  hsize_t stored_found = 0;
+  bool may_grow = false;
+  {
+    std::vector<hsize_t> max_dims(rank);
+    const hid_t space = H5Dget_space(dataset.dataset);
+    may_grow = space < 0 || H5Sget_simple_extent_dims(space, nullptr, max_dims.data()) != static_cast<int>(rank) ||
+               max_dims != dims;
+    if (space >= 0) H5Sclose(space);
+  }
+  H5Eclear2(H5E_DEFAULT);
 
   // A slab: whole chunk rows, about `slab_bytes` of their chunks decoded, at most
   // kMaxChunksASlab chunks.
@@ -259,7 +279,8 @@ void read_chunks_here(const ChunkedDataset& dataset, int64_t slab_bytes, Scratch
         stored.offset.resize(rank);
         stored.offset[0] = row * chunk[0];
         for (size_t d = 1; d < rank; ++d) stored.offset[d] = at[d] * chunk[d];
-        const hsize_t size = stored_size(dataset.dataset, stored.offset, what);
+        const hsize_t size = total_known && stored_total == 0 ? 0 : stored_size(dataset.dataset, stored.offset, what);
+        stored_found += size;
         if (size > 0) {  // 0: never written, its values the fill value (zeros)
           MMT_CHECK(size <= stored_limit, FormatError, what, ": ", chunk_name(stored.offset), " is stored in ", size,
                     " bytes, more than its ", chunk_bytes, " bytes of values take compressed (a damaged file)");
@@ -289,13 +310,19 @@ void read_chunks_here(const ChunkedDataset& dataset, int64_t slab_bytes, Scratch
       const auto refuse = [&](const std::string& why) {
         return FormatError(str(what, ": ", chunk_name(stored.offset), ": ", why));
       };
-      // The filters undone last to first; the decoded bytes end in `decoded`.
+      // The filters undone last to first; the decoded bytes end in `decoded`. A deflate undone
+      // before another (deflate twice) gives a stream, which may be longer than the values.
+      const auto applied = [&](size_t f) { return f >= 32 || (stored.filter_mask >> f & 1u) == 0; };
+      size_t last_deflate = pipeline.size();
+      for (size_t f = pipeline.size(); f-- > 0;)
+        if (pipeline[f].id == H5Z_FILTER_DEFLATE && applied(f)) last_deflate = f;
       std::vector<std::byte> decoded = buffers.take(), spare = buffers.take();
       std::span<const std::byte> bytes = stored.bytes;
       for (size_t f = pipeline.size(); f-- > 0;) {
-        if (f < 32 && (stored.filter_mask >> f & 1u) != 0) continue;  // not applied to this chunk
+        if (!applied(f)) continue;
         if (pipeline[f].id == H5Z_FILTER_DEFLATE) {
-          if (const std::string why = inflate_into(bytes, spare, chunk_bytes); !why.empty()) throw refuse(why);
+          const size_t limit = f == last_deflate ? chunk_bytes : chunk_bytes + chunk_bytes / 256 + 4096;
+          if (const std::string why = inflate_into(bytes, spare, limit); !why.empty()) throw refuse(why);
         } else if (shuffle_changes(bytes.size(), pipeline[f].shuffle_bytes)) {
           unshuffle_into(bytes, spare, pipeline[f].shuffle_bytes);
         } else {
@@ -336,6 +363,9 @@ void read_chunks_here(const ChunkedDataset& dataset, int64_t slab_bytes, Scratch
     });
     if (!rows_whole) out.append(slab.data(), static_cast<int64_t>(slab.size()));
   }
+  MMT_CHECK(!total_known || stored_found == stored_total || (may_grow && stored_found < stored_total), FormatError,
+            what, ": its chunks are stored in ", stored_found, " bytes, but its chunk index counts ", stored_total,
+            " (a damaged index: chunks it lost would read as zeros)");
 }
 
 }  // namespace mmt::detail

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -480,31 +481,40 @@ TEST(PackHdf5, GzipAndShuffleChunksAreDecodedInParallelAsTheLibraryDecodesThem) 
   for (size_t i = 0; i < floats.size(); ++i) floats[i] = static_cast<float>(i % 977) * 0.25f;
   std::vector<int64_t> longs(777);
   for (size_t i = 0; i < longs.size(); ++i) longs[i] = static_cast<int64_t>(i * i) - 5000;
-  std::vector<uint16_t> shorts(50 * 33);
+  std::vector<uint16_t> shorts(500 * 33);
   for (size_t i = 0; i < shorts.size(); ++i) shorts[i] = static_cast<uint16_t>(i * 31);
-  std::vector<uint8_t> bytes(300 * 40);
+  std::vector<uint8_t> bytes(300 * 40);  // chunks of 1 KiB and more: smaller ones are the library's
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i % 251);
   const Owned both = chunked({64, 8, 4}, true);
-  const Owned deflate_only = chunked({100}, false);
+  const Owned deflate_only = chunked({128}, false);
   H5Pset_deflate(deflate_only, 9);
-  const Owned shuffle_only = chunked({7, 10}, false);
+  const Owned shuffle_only = chunked({70, 10}, false);
   H5Pset_shuffle(shuffle_only);
-  const Owned bytes_both = chunked({16, 40}, true);
+  const Owned bytes_both = chunked({32, 40}, true);
   const Owned checksummed = chunked({64}, true);
   H5Pset_fletcher32(checksummed);
-  const Owned sevens = chunked({10, 10}, true);
+  const Owned sevens = chunked({32, 10}, true);
   const int32_t seven = 7;
   H5Pset_fill_value(sevens, H5T_NATIVE_INT32, &seven);
-  const Owned zeros = chunked({10, 10}, true);
+  const Owned zeros = chunked({32, 10}, true);
+  // Deflate twice, on bytes that do not compress: the first stream undone is longer than the
+  // values.
+  std::vector<uint8_t> noise(4096 * 16);
+  uint64_t state = 5;
+  for (uint8_t& b : noise) b = static_cast<uint8_t>((state = state * 6364136223846793005u + 1442695040888963407u) >> 56);
+  const Owned twice = chunked({256, 16}, false);
+  H5Pset_deflate(twice, 6);
+  H5Pset_deflate(twice, 6);
   {
     H5Writer writer(path);
     writer.write("floats", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {1000, 37, 5}, floats.data(), both)
         .write("longs", H5T_STD_I64LE, H5T_NATIVE_INT64, {777}, longs.data(), deflate_only)
-        .write("shorts", H5T_STD_U16LE, H5T_NATIVE_UINT16, {50, 33}, shorts.data(), shuffle_only)
+        .write("shorts", H5T_STD_U16LE, H5T_NATIVE_UINT16, {500, 33}, shorts.data(), shuffle_only)
         .write("bytes", H5T_STD_U8LE, H5T_NATIVE_UINT8, {300, 40}, bytes.data(), bytes_both)
         .write("checksummed", H5T_STD_I64LE, H5T_NATIVE_INT64, {777}, longs.data(), checksummed)
         .write("sevens", H5T_STD_I32LE, H5T_NATIVE_INT32, {200, 10}, nullptr, sevens)
-        .write("zeros", H5T_STD_I32LE, H5T_NATIVE_INT32, {200, 10}, nullptr, zeros);
+        .write("zeros", H5T_STD_I32LE, H5T_NATIVE_INT32, {200, 10}, nullptr, zeros)
+        .write("twice", H5T_STD_U8LE, H5T_NATIVE_UINT8, {4096, 16}, noise.data(), twice);
   }
   // Rows 50-69 written, the other chunks never; and one chunk stored shuffled but not
   // deflated (filter mask bit 1: the pipeline's second filter, deflate, skipped).
@@ -524,21 +534,21 @@ TEST(PackHdf5, GzipAndShuffleChunksAreDecodedInParallelAsTheLibraryDecodesThem) 
       H5Dclose(dataset);
     }
     const hid_t dataset = H5Dopen2(file, "zeros", H5P_DEFAULT);
-    std::vector<int32_t> chunk(100), shuffled(100);
+    std::vector<int32_t> chunk(320), shuffled(320);
     for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<int32_t>(1000 + i);
     const auto* plain = reinterpret_cast<const uint8_t*>(chunk.data());
     auto* planes = reinterpret_cast<uint8_t*>(shuffled.data());
-    for (size_t i = 0; i < 100; ++i)
-      for (size_t k = 0; k < 4; ++k) planes[k * 100 + i] = plain[i * 4 + k];
-    const hsize_t offset[2] = {190, 0};
-    EXPECT_GE(H5Dwrite_chunk(dataset, H5P_DEFAULT, 0b10, offset, 400, shuffled.data()), 0);
+    for (size_t i = 0; i < 320; ++i)
+      for (size_t k = 0; k < 4; ++k) planes[k * 320 + i] = plain[i * 4 + k];
+    const hsize_t offset[2] = {160, 0};
+    EXPECT_GE(H5Dwrite_chunk(dataset, H5P_DEFAULT, 0b10, offset, 1280, shuffled.data()), 0);
     H5Dclose(dataset);
     H5Fclose(file);
   }
   const std::vector<std::pair<std::string, hid_t>> datasets = {
       {"floats", H5T_NATIVE_FLOAT}, {"longs", H5T_NATIVE_INT64},       {"shorts", H5T_NATIVE_UINT16},
       {"bytes", H5T_NATIVE_UINT8},  {"checksummed", H5T_NATIVE_INT64}, {"sevens", H5T_NATIVE_INT32},
-      {"zeros", H5T_NATIVE_INT32}};
+      {"zeros", H5T_NATIVE_INT32},  {"twice", H5T_NATIVE_UINT8}};
   for (const auto& [name, memory_type] : datasets) {
     SCOPED_TRACE(name);
     const std::string expected = library_read(path, name, memory_type);
@@ -549,7 +559,7 @@ TEST(PackHdf5, GzipAndShuffleChunksAreDecodedInParallelAsTheLibraryDecodesThem) 
   int32_t value = 0;
   std::memcpy(&value, zeros_read.data() + (50 * 10 + 3) * 4, 4);
   EXPECT_EQ(value, 4);
-  std::memcpy(&value, zeros_read.data() + (190 * 10 + 5) * 4, 4);
+  std::memcpy(&value, zeros_read.data() + (160 * 10 + 5) * 4, 4);
   EXPECT_EQ(value, 1005);
   std::memcpy(&value, library_read(path, "sevens", H5T_NATIVE_INT32).data(), 4);
   EXPECT_EQ(value, 7);
@@ -566,10 +576,10 @@ TEST(PackHdf5, ChunksReadInParallelInSmallSlabsEqualTheLibrarysRead) {
   std::vector<int32_t> whole(1003 * 6), wide(50 * 3);
   for (size_t i = 0; i < whole.size(); ++i) whole[i] = static_cast<int32_t>(i * 7919);
   for (size_t i = 0; i < wide.size(); ++i) wide[i] = static_cast<int32_t>(i) - 60;
-  const Owned narrow_chunks = chunked({8, 8, 4}, true), whole_chunks = chunked({10, 6}, false);
+  const Owned narrow_chunks = chunked({8, 8, 4}, true), whole_chunks = chunked({50, 6}, false);
   H5Pset_deflate(whole_chunks, 1);
-  const Owned wide_chunks = chunked({4, 16}, true), plain = chunked({10, 6}, false);
-  const Owned checksummed = chunked({10, 6}, true);
+  const Owned wide_chunks = chunked({16, 16}, true), plain = chunked({50, 6}, false);
+  const Owned checksummed = chunked({50, 6}, true);
   H5Pset_fletcher32(checksummed);
   {
     const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -650,6 +660,40 @@ TEST(PackHdf5, ChunksReadInParallelInSmallSlabsEqualTheLibrarysRead) {
   }
   H5Fclose(file);
   H5Eset_auto2(H5E_DEFAULT, print, print_data);
+}
+
+// A chunk its index lost (a damaged key moves it outside the extent) would read as zeros, as
+// libhdf5 reads it; the sizes of the chunks found no longer add up to what the index counts.
+TEST(PackHdf5, ChunksTheIndexLostAreRefusedNotReadAsZeros) {
+  TempFolder dir;
+  const std::string path = dir / "lost.h5";
+  std::vector<float> values(1000 * 37);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 1013) + 0.5f;
+  const Owned create = chunked({64, 8}, true);
+  H5Writer(path).write("x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {1000, 37}, values.data(), create);
+  hsize_t size = 0;
+  {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t dataset = H5Dopen2(file, "x", H5P_DEFAULT);
+    const hsize_t offset[2] = {512, 0};
+    ASSERT_GE(H5Dget_chunk_storage_size(dataset, offset, &size), 0);
+    H5Dclose(dataset);
+    H5Fclose(file);
+  }
+  // The chunk's key in the version 1 B-tree: its size (4 bytes), filter mask (4), then its
+  // offsets (8 each, and a last 0 for the element).
+  testutil::Bytes bytes = testutil::to_bytes(testing::file_bytes(path));
+  testutil::Bytes key(28, std::byte{0});
+  std::memcpy(key.data(), &size, 4);  // little-endian, as the file
+  const uint64_t row = 512;
+  std::memcpy(key.data() + 8, &row, 8);
+  const auto at = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
+  ASSERT_NE(at, bytes.end());
+  at[8 + 8 + 3] = std::byte{4};  // its column: 0 becomes 67108864
+  testutil::write_file(path, bytes);
+  EXPECT_THROW_WITH(sources_of({"x=" + path + ":x"}), FormatError,
+                    path + ":/x: its chunks are stored in ");
+  EXPECT_THROW_WITH(sources_of({"x=" + path + ":x"}), FormatError, "(a damaged index: chunks it lost would read as zeros)");
 }
 
 // A damaged deflate stream is named with its chunk (the engine's decoding, not the library's).
