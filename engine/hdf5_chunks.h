@@ -8,7 +8,9 @@
 // Only storage this engine undoes exactly as libhdf5 does takes this path: the deflate and
 // shuffle filters, values stored as they are read (no conversion), and chunks never written
 // read as zeros (the default fill value). Anything else (szip, fletcher32, a plugin filter, a
-// fill value other than zeros, partial edge chunks left unfiltered) is for H5Dread.
+// fill value other than zeros, partial edge chunks left unfiltered) is for H5Dread, and so are
+// chunks too small or too many for their bytes (under 1 KiB; over 4,096 or 128 MB a chunk row)
+// to gain from threads, or to be held a slab at a time.
 #pragma once
 
 #include <hdf5.h>
@@ -39,7 +41,8 @@ bool chunks_read_here(const ChunkedDataset& dataset);
 // Appends the dataset's values to `out` in C order, `slab_bytes` of whole chunk rows (the
 // chunks that share their first-dimension offset) at a time, at least one row. FormatError
 // naming `what` and the chunk (its first element's coordinates) for a chunk that cannot be
-// read or does not decode to its size.
+// read or does not decode to its size, and naming `what` when the chunks found inside the
+// extent do not add up to what the index counts (chunks it lost would read as zeros).
 void read_chunks_here(const ChunkedDataset& dataset, int64_t slab_bytes, ScratchFile& out, const std::string& what);
 
 }  // namespace mmt::detail

@@ -450,6 +450,26 @@ TEST(PackHdf5, AnH5FileWithoutTheSignatureIsNamedAsSuch) {
   EXPECT_THROW_WITH(sources_of({"x=" + path}), FormatError, path + ": no HDF5 signature");
 }
 
+// Writes `rows` rows of dataset `name` from row `first_row`, in `memory_type`: the chunks of
+// the others stay never written.
+void write_rows(const std::string& path, const std::string& name, hid_t memory_type, hsize_t first_row, hsize_t rows,
+                const void* data) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  const hid_t dataset = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+  const hid_t space = H5Dget_space(dataset);
+  std::vector<hsize_t> start(static_cast<size_t>(H5Sget_simple_extent_ndims(space)), 0), count(start.size());
+  H5Sget_simple_extent_dims(space, count.data(), nullptr);
+  start[0] = first_row;
+  count[0] = rows;
+  H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+  const hid_t memory = H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr);
+  EXPECT_GE(H5Dwrite(dataset, memory_type, memory, space, H5P_DEFAULT, data), 0) << name;
+  H5Sclose(memory);
+  H5Sclose(space);
+  H5Dclose(dataset);
+  H5Fclose(file);
+}
+
 // The dataset's values as libhdf5 reads them, and as a pack of it holds them (bytes, C order).
 std::string library_read(const std::string& path, const std::string& name, hid_t memory_type) {
   const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -519,20 +539,10 @@ TEST(PackHdf5, GzipAndShuffleChunksAreDecodedInParallelAsTheLibraryDecodesThem) 
   // Rows 50-69 written, the other chunks never; and one chunk stored shuffled but not
   // deflated (filter mask bit 1: the pipeline's second filter, deflate, skipped).
   {
-    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     std::vector<int32_t> rows(20 * 10);
     for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int32_t>(i) + 1;
-    for (const char* name : {"sevens", "zeros"}) {
-      const hid_t dataset = H5Dopen2(file, name, H5P_DEFAULT);
-      const hid_t space = H5Dget_space(dataset);
-      const hsize_t start[2] = {50, 0}, count[2] = {20, 10};
-      H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr);
-      const hid_t memory = H5Screate_simple(2, count, nullptr);
-      EXPECT_GE(H5Dwrite(dataset, H5T_NATIVE_INT32, memory, space, H5P_DEFAULT, rows.data()), 0);
-      H5Sclose(memory);
-      H5Sclose(space);
-      H5Dclose(dataset);
-    }
+    for (const char* name : {"sevens", "zeros"}) write_rows(path, name, H5T_NATIVE_INT32, 50, 20, rows.data());
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     const hid_t dataset = H5Dopen2(file, "zeros", H5P_DEFAULT);
     std::vector<int32_t> chunk(320), shuffled(320);
     for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<int32_t>(1000 + i);
@@ -583,44 +593,26 @@ TEST(PackHdf5, ChunksReadInParallelInSmallSlabsEqualTheLibrarysRead) {
   H5Pset_fletcher32(checksummed);
   {
     const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    // Only some rows written: the chunks of the others never are.
-    const auto create = [&](const char* name, hid_t type, std::vector<hsize_t> dims, hid_t plist, const void* values,
-                            hsize_t rows_written, bool growable = false) {
+    const auto create = [&](const char* name, hid_t type, std::vector<hsize_t> dims, hid_t plist, bool growable = false) {
       std::vector<hsize_t> max_dims(dims.size(), H5S_UNLIMITED);
       const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), growable ? max_dims.data() : nullptr);
-      const hid_t dataset = H5Dcreate2(file, name, type, space, H5P_DEFAULT, plist, H5P_DEFAULT);
-      if (values) {
-        std::vector<hsize_t> start(dims.size(), 0), count = dims;
-        count[0] = rows_written;
-        H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
-        const hid_t memory = H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr);
-        EXPECT_GE(H5Dwrite(dataset, H5T_NATIVE_INT32, memory, space, H5P_DEFAULT, values), 0);
-        H5Sclose(memory);
-      }
-      H5Dclose(dataset);
+      H5Dclose(H5Dcreate2(file, name, type, space, H5P_DEFAULT, plist, H5P_DEFAULT));
       H5Sclose(space);
     };
-    create("narrow", H5T_IEEE_F32LE, {203, 37, 5}, narrow_chunks, nullptr, 0);  // written below
-    create("whole", H5T_STD_I32LE, {1003, 6}, whole_chunks, whole.data(), 501);
-    create("wide", H5T_STD_I32LE, {50, 3}, wide_chunks, wide.data(), 50, /*growable=*/true);
-    create("plain", H5T_STD_I32LE, {1003, 6}, plain, whole.data(), 1003);
-    create("checksummed", H5T_STD_I32LE, {1003, 6}, checksummed, whole.data(), 1003);
-    create("big_endian", H5T_STD_I32BE, {1003, 6}, whole_chunks, whole.data(), 1003);
+    create("narrow", H5T_IEEE_F32LE, {203, 37, 5}, narrow_chunks);
+    create("whole", H5T_STD_I32LE, {1003, 6}, whole_chunks);
+    create("wide", H5T_STD_I32LE, {50, 3}, wide_chunks, /*growable=*/true);
+    create("plain", H5T_STD_I32LE, {1003, 6}, plain);
+    create("checksummed", H5T_STD_I32LE, {1003, 6}, checksummed);
+    create("big_endian", H5T_STD_I32BE, {1003, 6}, whole_chunks);
     H5Fclose(file);
   }
-  {  // the floats, rows 0-99 of 203 (create() above writes int32 values)
-    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    const hid_t dataset = H5Dopen2(file, "narrow", H5P_DEFAULT);
-    const hid_t space = H5Dget_space(dataset);
-    const hsize_t start[3] = {0, 0, 0}, count[3] = {100, 37, 5};
-    H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr);
-    const hid_t memory = H5Screate_simple(3, count, nullptr);
-    EXPECT_GE(H5Dwrite(dataset, H5T_NATIVE_FLOAT, memory, space, H5P_DEFAULT, narrow.data()), 0);
-    H5Sclose(memory);
-    H5Sclose(space);
-    H5Dclose(dataset);
-    H5Fclose(file);
-  }
+  // Only some rows written: the chunks of the others never are.
+  write_rows(path, "narrow", H5T_NATIVE_FLOAT, 0, 100, narrow.data());  // rows 0-99 of 203
+  write_rows(path, "whole", H5T_NATIVE_INT32, 0, 501, whole.data());
+  write_rows(path, "wide", H5T_NATIVE_INT32, 0, 50, wide.data());
+  for (const char* name : {"plain", "checksummed", "big_endian"})
+    write_rows(path, name, H5T_NATIVE_INT32, 0, 1003, whole.data());
   // The packer reads with the library's printing off (chunks never written are errors to it).
   H5E_auto2_t print = nullptr;
   void* print_data = nullptr;
