@@ -224,11 +224,12 @@ void read_chunks_here(const ChunkedDataset& dataset, int64_t slab_bytes, Scratch
     chunk_stride[d - 1] = chunk_stride[d] * chunk[d];
   }
   const size_t row_bytes = value_stride[0], chunk_bytes = static_cast<size_t>(grid.chunk_bytes);
-  // zlib's compressBound: a deflate stream grows incompressible bytes by a few per 16 KiB (two
-  // rounds of deflate, by twice that). A chunk stored in more is a damaged index, whose sizes
-  // would steer allocations. (libhdf5 stores a chunk's size in 32 bits.)
+  // A deflate stream grows incompressible bytes by a few per 16 KiB (zlib's compressBound), but
+  // bytes after a stream are ignored, as libhdf5 ignores them, so a writer may leave some:
+  // twice the values, and 64 KiB, is room for any. A chunk stored in more is a damaged index,
+  // whose sizes would steer allocations. (libhdf5 stores a chunk's size in 32 bits.)
   const size_t stored_limit = std::min<size_t>(
-      {chunk_bytes + chunk_bytes / 512 + 1024, static_cast<size_t>(dataset.file_bytes), size_t{UINT32_MAX}});
+      {2 * chunk_bytes + 65536, static_cast<size_t>(dataset.file_bytes), size_t{UINT32_MAX}});
   if (dims[0] == 0 || row_bytes == 0) return;
   // What the index says the dataset stores, every chunk's size summed (the library walks the
   // index once): none, and no chunk need be looked for; at the end, the sizes found inside the
@@ -283,7 +284,7 @@ void read_chunks_here(const ChunkedDataset& dataset, int64_t slab_bytes, Scratch
         stored_found += size;
         if (size > 0) {  // 0: never written, its values the fill value (zeros)
           MMT_CHECK(size <= stored_limit, FormatError, what, ": ", chunk_name(stored.offset), " is stored in ", size,
-                    " bytes, more than its ", chunk_bytes, " bytes of values take compressed (a damaged file)");
+                    " bytes, more than twice its ", chunk_bytes, " bytes of values and 64 KiB (a damaged file)");
           stored.bytes.resize(static_cast<size_t>(size));
           uint32_t mask = 0;
           if (H5Dread_chunk(dataset.dataset, H5P_DEFAULT, stored.offset.data(), &mask, stored.bytes.data()) < 0)

@@ -28,7 +28,9 @@ class LoadCancelScope {
 };
 
 // Throws PackCancelled ("reading the inputs was interrupted") when the calling thread's
-// innermost LoadCancelScope says so; nothing without one.
+// innermost LoadCancelScope says so (the innermost decides alone: one with no function never
+// cancels); nothing without one. Only the scope's thread asks: work a loader hands to other
+// threads (an HDF5 slab's chunks) runs to the end of its step.
 void check_load_cancelled();
 
 }  // namespace mmt::detail
