@@ -15,9 +15,11 @@
 // "str_float", "str_decimal" are kept as bytes (uint8, variable length; the encoding is in
 // the metadata); "int" and the scalar encodings ("uint8" ... "float64") as one value of that
 // dtype; "ndarray:DTYPE:D1,D2,..." as a fixed field of that shape; "ndarray:DTYPE" and
-// "ndarray" (the dtype in each sample) as an array a record (ragged: each dimension
-// variable), every sample's of the first one's rank (1 to 8) and dtype. Nothing is trusted: every offset, size and array header is
-// checked against the shard when the sources are made, and again as a record is read.
+// "ndarray" (the dtype in each sample) as an array a record, every sample's of the first
+// one's rank (1 to 8) and dtype: ragged, its first dimension variable and the others too unless
+// every sample's are alike (boxes of shape (n, 4): a [-1, 4] field). Nothing is trusted: every
+// offset, size and array header is checked against the shard when the sources are made, and
+// again as a record is read.
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -51,6 +53,18 @@ struct MdsShards {
     int64_t fixed_bytes = -1;   // the encoded size when fixed, else -1
     bool dtype_in_sample = false;  // Array: "ndarray" without a dtype
     int64_t rank = 0;              // Array: its arrays' dimensions, the first sample's (0 before it)
+    // Array: the first sample's dimensions after its first. When every sample's are the same
+    // (boxes of shape (n, 4)), the field is [-1, ...row_shape] and its records pack in runs, in
+    // PyTorch's jagged layout; else every dimension is variable and records pack one by one.
+    DimVector row_shape;
+    bool rows_alike = true;
+
+    // The values in one step of an array's first dimension: 0 when a dimension after it is 0.
+    int64_t row_values() const {
+      int64_t n = 1;
+      for (const int64_t size : row_shape) n *= size;  // sample_values() checked they multiply
+      return n;
+    }
   };
   struct Shard {
     UntypedStorage file;  // the shard mapped; empty for a compressed one, whose decompression is
@@ -324,14 +338,20 @@ void sample_values(const MdsShards& mds, const MdsShards::Shard& shard, const Un
   if (at != end) fault(str("its columns take ", at - begin, " of its ", end - begin, " bytes"));
 }
 
-// An array's dtype and rank as the scan found them in every sample: one that differs now
-// was written while the shard was being packed.
+// Whether an array's dimensions after its first are `row_shape`.
+bool rows_are(const DimVector& shape, const DimVector& row_shape) {
+  return shape.size() == row_shape.size() + 1 && std::equal(row_shape.begin(), row_shape.end(), shape.begin() + 1);
+}
+
+// An array's dtype, rank and (in a field of alike rows) dimensions after its first as the scan
+// found them in every sample: one that differs now was written while the shard was being packed.
 void check_array_unchanged(const MdsShards::Shard& shard, int64_t j, const MdsShards::Column& column,
                            const ValueAt& value) {
   if (column.kind == MdsShards::Kind::Array &&
-      (value.dtype != column.dtype || static_cast<int64_t>(value.shape.size()) != column.rank))
+      (value.dtype != column.dtype || static_cast<int64_t>(value.shape.size()) != column.rank ||
+       (column.rows_alike && !rows_are(value.shape, column.row_shape))))
     throw IoError(str(shard.path, ": sample ", j, ", column '", column.name,
-                      "': its dtype or rank changed while the shard was being packed"));
+                      "': its dtype or shape changed while the shard was being packed"));
 }
 
 // The index.json of an MDS input: DIR/index.json, or the file itself.
@@ -493,13 +513,17 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
                 MdsShards::Column& column = mds->columns[c];
                 const bool first_sample = out.records_ == 0 && j == 0;
                 if (first_sample && column.dtype_in_sample) column.dtype = values[c].dtype;
-                if (first_sample) column.rank = static_cast<int64_t>(values[c].shape.size());
+                if (first_sample) {
+                  column.rank = static_cast<int64_t>(values[c].shape.size());
+                  column.row_shape.assign(IntArrayRef(values[c].shape.data() + 1, values[c].shape.size() - 1));
+                }
                 MMT_CHECK(values[c].dtype == column.dtype, ValueError, read.path, ": sample ", j, ", column '",
                           column.name, "': an array of ", to_string(values[c].dtype), ", where the first sample's "
                           "is of ", to_string(column.dtype), "; a field holds one dtype");
                 MMT_CHECK(static_cast<int64_t>(values[c].shape.size()) == column.rank, ValueError, read.path, ": sample ",
                           j, ", column '", column.name, "': an array of ", values[c].shape.size(), " dimensions, where "
                           "the first sample's has ", column.rank, "; a field holds arrays of one rank");
+                column.rows_alike = column.rows_alike && rows_are(values[c].shape, column.row_shape);
               }
               out.total_bytes_ += values[c].size;
             }
@@ -527,11 +551,13 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
       switch (column.kind) {
         case MdsShards::Kind::Bytes: fields.push_back(Field::bytes(column.name)); break;
         case MdsShards::Kind::Fixed: fields.push_back(Field::fixed(column.name, column.dtype, column.shape)); break;
-        case MdsShards::Kind::Array:
+        case MdsShards::Kind::Array: {
           // Of no sample at all: 1-D, as the shape says nothing.
-          fields.push_back(Field::ragged(column.name, column.dtype,
-                                         DimVector(static_cast<size_t>(std::max<int64_t>(column.rank, 1)), kVariableDim)));
+          DimVector shape(static_cast<size_t>(std::max<int64_t>(column.rank, 1)), kVariableDim);
+          if (column.rows_alike) std::copy(column.row_shape.begin(), column.row_shape.end(), shape.begin() + 1);
+          fields.push_back(Field::ragged(column.name, column.dtype, std::move(shape)));
           break;
+        }
       }
     } catch (const ValueError& e) {
       throw ValueError(str(first_index, ": column '", detail::cut_for_message(column.name, 100), "' cannot be a field: ",
@@ -652,7 +678,9 @@ int64_t copied_run(const MdsShards& mds, int64_t start, int64_t count, std::vect
   thread_local std::vector<ValueAt> at;
   thread_local std::vector<int64_t> spans;
   spans.clear();
-  std::vector<int64_t> column_bytes(columns, 0);
+  std::vector<int64_t> column_bytes(columns, 0), row_bytes(columns, 0);
+  for (size_t c = 0; c < columns; ++c)  // mds_batch() saw that no row is empty
+    row_bytes[c] = element_size(mds.columns[c].dtype) * mds.columns[c].row_values();
   int64_t samples = 0, batch_bytes = 0;
   detail::guard_storage_reads(file, [&] {
     for (; samples < n; ++samples) {
@@ -680,8 +708,10 @@ int64_t copied_run(const MdsShards& mds, int64_t start, int64_t count, std::vect
       DimVector sizes{samples};
       for (const int64_t size : column.shape) sizes.push_back(size);
       values[c] = empty(sizes, column.dtype);
-    } else {  // bytes (uint8), or a 1-D array's values of its dtype
-      values[c] = empty({column_bytes[c] / element_size(column.dtype)}, column.dtype);
+    } else {  // bytes (uint8), or an array's rows of its dtype: [rows, ...row_shape]
+      DimVector sizes{column_bytes[c] / row_bytes[c]};
+      for (const int64_t size : column.row_shape) sizes.push_back(size);
+      values[c] = empty(sizes, column.dtype);
       offsets[c] = empty({samples + 1}, kInt64);
       ends[c] = static_cast<int64_t*>(offsets[c].mutable_data_ptr());
       *ends[c]++ = 0;
@@ -695,8 +725,8 @@ int64_t copied_run(const MdsShards& mds, int64_t start, int64_t count, std::vect
         const size_t size = static_cast<size_t>(span[1]);
         if (size > 0) std::memcpy(out[c], file.data() + span[0], size);
         out[c] += size;
-        if (ends[c]) {  // in elements: sample_values() checked that an array fills its bytes
-          *ends[c] = ends[c][-1] + span[1] / element_size(mds.columns[c].dtype);
+        if (ends[c]) {  // in rows: sample_values() checked that an array fills its bytes
+          *ends[c] = ends[c][-1] + span[1] / row_bytes[c];
           ++ends[c];
         }
       }
@@ -713,8 +743,9 @@ int64_t PackSources::mds_batch(int64_t start, int64_t count, std::vector<Tensor>
   int64_t sample_bytes = 0;
   bool all_fixed = true;
   for (const MdsShards::Column& column : mds.columns) {
-    // An array of 2 or more dimensions varies in each: the jagged layout cannot hold it.
-    if (column.kind == MdsShards::Kind::Array && column.rank != 1) return 0;
+    // An array whose dimensions after its first vary, or whose rows hold no values, is no
+    // jagged [rows, ...] tensor: its records are given one by one.
+    if (column.kind == MdsShards::Kind::Array && (!column.rows_alike || column.row_values() == 0)) return 0;
     if (column.kind == MdsShards::Kind::Fixed) sample_bytes += column.fixed_bytes;
     else all_fixed = false;
   }

@@ -190,9 +190,11 @@ TEST(PackMds, SamplesOfFixedColumnsPackInBatchesAsSampleBySample) {
   // A column of arrays of 2 dimensions, each varying: a sample at a time.
   TempFolder mixed;
   MdsBuilder planes(std::vector<MdsBuilder::Column>{{"label", "int", 8}, {"x", "ndarray:uint8"}});
-  for (int i = 0; i < 3; ++i)
-    planes.sample({MdsBuilder::bytes_of(std::vector<int64_t>{i}),
-                   Bytes{std::byte{(2 << 2) | 0}, std::byte{2}, std::byte{1}, std::byte{5}, std::byte{6}}});
+  for (int i = 0; i < 3; ++i) {
+    Bytes plane{std::byte{(2 << 2) | 0}, std::byte{1}, static_cast<std::byte>(i + 1)};  // shape (1, i + 1)
+    plane.resize(plane.size() + static_cast<size_t>(i + 1), std::byte{5});
+    planes.sample({MdsBuilder::bytes_of(std::vector<int64_t>{i}), plane});
+  }
   planes.flush(mixed.path(), "shard.00000.mds");
   planes.write_index(mixed.path());
   EXPECT_EQ(PackSources::from_mds(std::vector<std::string>{mixed.path()}).jagged_record_batch(0, 3, values, offsets), 0);
@@ -271,6 +273,69 @@ TEST(PackMds, SamplesWithBytesColumnsPackInBatchesAsSampleBySample) {
                     "sample 0 (bytes ");
   EXPECT_THROW_WITH(sources.jagged_record_batch(0, 10, values, offsets), IoError,
                     "the shard changed while it was being packed");
+}
+
+// An NDArray of float32 of shape (rows, width), its dtype in the encoding ("ndarray:float32").
+Bytes float32_rows(int64_t rows, int64_t width, float first) {
+  Bytes out{std::byte{(2 << 2) | 0}, static_cast<std::byte>(rows), static_cast<std::byte>(width)};  // 2-D, uint8 shape
+  std::vector<float> values(static_cast<size_t>(rows * width));
+  for (size_t k = 0; k < values.size(); ++k) values[k] = first + static_cast<float>(k);
+  const Bytes data = MdsBuilder::bytes_of(values);
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+// Arrays whose dimensions after the first are alike in every sample (detection boxes of shape
+// (n, 4), n = 0 included) make a [-1, 4] field and pack a run at a time in the jagged layout,
+// as sample by sample; arrays whose rows differ keep every dimension variable.
+TEST(PackMds, ArraysOfAlikeRowsMakeJaggedFieldsPackedInRuns) {
+  TempFolder dir;
+  MdsBuilder builder({{"boxes", "ndarray:float32"}, {"label", "int", 8}});
+  for (int i = 0; i < 600; ++i) {
+    if (i == 400) builder.flush(dir.path(), "shard.00000.mds");
+    builder.sample({float32_rows(i % 5, 4, static_cast<float>(i)), MdsBuilder::bytes_of(std::vector<int64_t>{i})});
+  }
+  builder.flush(dir.path(), "shard.00001.mds");
+  builder.write_index(dir.path());
+  const PackSources sources = PackSources::from_mds(std::vector<std::string>{dir.path()});
+  EXPECT_EQ(sources.schema()[0].shape, (DimVector{kVariableDim, 4}));
+  std::vector<Tensor> values, offsets;
+  ASSERT_EQ(sources.jagged_record_batch(10, 590, values, offsets), 390);  // to the shard's end
+  EXPECT_EQ(values[0].sizes(), (std::vector<int64_t>{390 / 5 * (0 + 1 + 2 + 3 + 4), 4}));  // rows, back to back
+  ASSERT_EQ(offsets[0].sizes(), (std::vector<int64_t>{391}));
+  EXPECT_EQ(offsets[0].select(0, 1).item<int64_t>(), 0);  // sample 10: no box
+  EXPECT_EQ(offsets[0].select(0, 2).item<int64_t>(), 1);  // sample 11: one
+  EXPECT_EQ(values[0].select(0, 1).select(0, 3).item<float>(), 12.0f + 3);  // sample 12's first box
+  testutil::expect_batches_pack_as_records(dir.path(), sources, {1 << 10, 1 << 20});
+  const Dataset packed = Dataset::open(dir / "batched.mmt");
+  EXPECT_EQ(compare_with_sources(packed, sources), 600);
+  EXPECT_EQ(packed[403]["boxes"].sizes(), (std::vector<int64_t>{3, 4}));
+
+  // A shard rewritten after it was read, sample 2's (2, 4) boxes now (4, 2): its rows are no
+  // longer the field's, and the pack says the shard changed.
+  {
+    const Bytes first = testutil::read_file(dir / "shard.00000.mds");
+    uint32_t sample2 = 0;
+    std::memcpy(&sample2, first.data() + 12, 4);
+    std::fstream shard(dir / "shard.00000.mds", std::ios::in | std::ios::out | std::ios::binary);
+    shard.seekp(sample2 + 4 + 1);  // after its boxes' size and the array's rank byte
+    shard.write("\x04\x02", 2);
+  }
+  EXPECT_THROW_WITH(sources.jagged_record_batch(0, 10, values, offsets), IoError,
+                    "sample 2, column 'boxes': its dtype or shape changed while the shard was being packed");
+
+  // One sample of other rows: every dimension variable, and records given one by one.
+  TempFolder unlike;
+  MdsBuilder mixed({{"boxes", "ndarray:float32"}, {"label", "int", 8}});
+  for (int i = 0; i < 20; ++i)
+    mixed.sample({float32_rows(i % 3, i == 17 ? 5 : 4, 1.0f), MdsBuilder::bytes_of(std::vector<int64_t>{i})});
+  mixed.flush(unlike.path(), "shard.00000.mds");
+  mixed.write_index(unlike.path());
+  const PackSources unlike_rows = PackSources::from_mds(std::vector<std::string>{unlike.path()});
+  EXPECT_EQ(unlike_rows.schema()[0].shape, (DimVector{kVariableDim, kVariableDim}));
+  EXPECT_EQ(unlike_rows.jagged_record_batch(0, 20, values, offsets), 0);
+  testutil::expect_batches_pack_as_records(unlike.path(), unlike_rows, {1 << 10});
+  EXPECT_EQ(Dataset::open(unlike / "batched.mmt")[17]["boxes"].sizes(), (std::vector<int64_t>{2, 5}));
 }
 
 TEST(PackMds, EncodingsAreMappedOrRefusedByName) {

@@ -339,6 +339,8 @@ class PackTest(FolderTestCase):
             np.testing.assert_array_equal(s["image"], samples[i]["image"])
             np.testing.assert_array_equal(s["tokens"], samples[i]["tokens"])
             np.testing.assert_array_equal(s["mask"], samples[i]["mask"])  # 2-D, of its own shape
+        shapes = {f.name: f.shape for f in ds.fields}
+        self.assertEqual((shapes["mask"], shapes["tokens"]), ((-1, -1), (-1,)))  # mask rows unlike: both vary
 
     def test_arrow_files(self):
         # The fuzzer's seed, an Arrow IPC file that tests/arrow_test_util.h wrote as pyarrow
