@@ -373,7 +373,7 @@ void PackSources::tar_record(int64_t index, std::vector<Tensor>& values) const {
   const UntypedStorage archive = samples.archive(samples.archive_of[static_cast<size_t>(index)]);
   for (size_t f = 0; f < member_fields; ++f) {
     if (f == samples.class_field) {
-      values[f] = full({}, static_cast<double>(samples.classes[static_cast<size_t>(index)]), kInt64);
+      values[f] = full({}, samples.classes[static_cast<size_t>(index)], kInt64);  // exact: no double between
       continue;
     }
     const TarSamples::Value& value = samples.values[static_cast<size_t>(index) * member_fields + f];

@@ -894,7 +894,7 @@ void PackSources::record(int64_t index, std::vector<Tensor>& values) const {
   UntypedStorage bytes = detail::read_file_bytes(files_[static_cast<size_t>(index)]);
   int64_t n = bytes.nbytes();
   values[0] = Tensor(std::move(bytes), kUInt8, {n});
-  if (!labels_.empty()) values[1] = full({}, static_cast<double>(labels_[static_cast<size_t>(index)]), kInt64);
+  if (!labels_.empty()) values[1] = full({}, labels_[static_cast<size_t>(index)], kInt64);
   if (paths_) {
     const std::string_view path = relative_path(static_cast<size_t>(index));
     Tensor name = empty({static_cast<int64_t>(path.size())}, kUInt8);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,6 +77,17 @@ TEST(PackTar, OneRecordPerSampleOneFieldPerExtensionClsAsInt64) {
   EXPECT_EQ(text_of(ds[3]["__key__"]), "z");
   EXPECT_EQ(ds[3]["cls"].item<int64_t>(), 7);
   EXPECT_EQ(compare_with_sources(ds, sources), 4);
+  // A class is the int64 its text says, to the last digit (no double between: 2^53 + 1 stays).
+  TarBuilder extremes;
+  const std::vector<int64_t> classes{(int64_t{1} << 53) + 1, std::numeric_limits<int64_t>::max(),
+                                     std::numeric_limits<int64_t>::min(), -123456789012345679};
+  for (size_t k = 0; k < classes.size(); ++k)
+    extremes.add("s" + std::to_string(k) + ".cls", std::to_string(classes[k])).add("s" + std::to_string(k) + ".jpg", "j");
+  write_file(dir / "extremes.tar", extremes.finish());
+  pack_dataset(dir / "extremes.mmt", PackSources::from_tars({dir / "extremes.tar"}), {});
+  const Dataset packed_classes = Dataset::open(dir / "extremes.mmt");
+  for (size_t k = 0; k < classes.size(); ++k)
+    EXPECT_EQ(packed_classes[static_cast<int64_t>(k)]["cls"].item<int64_t>(), classes[k]) << k;
   // Where a value comes from names the member and its archive.
   EXPECT_NE(sources.record_origin(1, 2).find("member 'part/2.jpg' of " + dir / "a.tar"), std::string::npos)
       << sources.record_origin(1, 2);
