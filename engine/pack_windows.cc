@@ -19,10 +19,16 @@ using detail::str;
 using detail::TokenWindows;
 
 // Whether `value` survives the trip into `dtype` and back (a separator must be that token).
+// An integer dtype holds it exactly or refuses it, but for a negative value that an unsigned
+// one wraps (as PyTorch does: -1 into uint8 is 255, not the token asked for); a floating one
+// may round it (float32 holds 2^62, not 2^53 + 1), and the rounded value is exact in a double.
 bool holds_exactly(ScalarType dtype, int64_t value) {
-  if (std::abs(static_cast<double>(value)) >= 9007199254740992.0) return false;  // past 2^53 a double rounds
   try {
-    return full({}, static_cast<double>(value), dtype).item<double>() == static_cast<double>(value);
+    const Tensor token = full({}, value, dtype);
+    if (dtype == kUInt64) return value >= 0;
+    if (!token.is_floating_point() && !token.is_complex()) return token.item_as_int64() == value;
+    const double back = token.item_as_complex().real();
+    return back >= -0x1p63 && back < 0x1p63 && static_cast<int64_t>(back) == value;
   } catch (const ValueError&) {  // out of the dtype's range
     return false;
   }
@@ -88,7 +94,9 @@ PackSources PackSources::token_windows(PackSources tokens, WindowOptions options
     MMT_CHECK(windows->documents, ValueError, "token windows: a separator goes between documents, and field '",
               field.name, "' holds one token a record (a 1-D array: its values are one document)");
     MMT_CHECK(holds_exactly(field.dtype, *options.separator), ValueError, "token windows: the separator ",
-              *options.separator, " is not a ", to_string(field.dtype), " value");
+              *options.separator, " is not a ", to_string(field.dtype), " value (",
+              is_floating_point(field.dtype) || is_complex(field.dtype) ? "past its range, or rounded in it" : "past its range",
+              ")");
   }
   if (windows->documents) {
     // One pass over the documents for their sizes: the windows' count must be known before
@@ -197,7 +205,7 @@ void PackSources::fill_windows(int64_t start, int64_t count, const Tensor& out) 
         filled += take;
         position += take;
       } else {  // the separator (without one, the loop below never leaves a document at its end)
-        row.narrow(0, filled, 1).fill_(static_cast<double>(*w.options.separator));
+        row.narrow(0, filled, 1).fill_(*w.options.separator);  // an integer, exact (holds_exactly)
         ++filled;
         ++position;
       }

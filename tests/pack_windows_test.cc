@@ -2,6 +2,8 @@
 // fixed-length records, as language-model pretraining reads them.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -184,6 +186,40 @@ TEST(PackWindows, DocumentsWithASeparatorMakeOneStreamAcrossRecordsAndChunks) {
       << sources.record_origin(0, 3);
 }
 
+// A separator is any token its field's dtype holds exactly, large ones too (a 64-bit
+// vocabulary's, or a hash): written as the integer given, never through a double.
+TEST(PackWindows, ASeparatorIsAnyValueItsDtypeHoldsExactly) {
+  TempFolder dir;
+  const auto documents_of = [&](ScalarType dtype) {
+    const std::string path = dir / ("docs_" + std::string(to_string(dtype)) + ".mmt");
+    if (std::filesystem::exists(path)) return PackSources::from_datasets({path});
+    DatasetWriter writer = DatasetWriter::create(path, Schema({Field::ragged("tokens", dtype, {kVariableDim})}));
+    for (int64_t i = 0; i < 4; ++i) writer.append({arange(i, i + 2, 1, dtype)});
+    writer.finish();
+    return PackSources::from_datasets({path});
+  };
+  const int64_t large = (int64_t{1} << 62) + 1;  // no double holds it
+  for (const int64_t separator : {large, std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()}) {
+    const PackSources windows = PackSources::token_windows(documents_of(kInt64), {.length = 3, .separator = separator});
+    ASSERT_EQ(windows.records(), 4);  // the stream: 0 1 S 1 2 S 2 3 S 3 4 S
+    EXPECT_EQ(values_of(windows.record(0)[0]), (std::vector<int64_t>{0, 1, separator}));
+    EXPECT_EQ(values_of(windows.record(3)[0]), (std::vector<int64_t>{3, 4, separator}));
+  }
+  // 2^62 is a float32; 2^53 + 1 is rounded there, and 2^40 is past float16's range.
+  const PackSources floats = PackSources::token_windows(documents_of(kFloat32), {.length = 3, .separator = int64_t{1} << 62});
+  EXPECT_EQ(floats.record(0)[0].select(0, 2).item<double>(), 0x1p62);
+  EXPECT_THROW_WITH(PackSources::token_windows(documents_of(kFloat32), {.length = 3, .separator = (int64_t{1} << 53) + 1}),
+                    ValueError, "the separator 9007199254740993 is not a float32 value (past its range, or rounded in it)");
+  EXPECT_THROW_WITH(PackSources::token_windows(documents_of(kUInt8), {.length = 3, .separator = 256}), ValueError,
+                    "the separator 256 is not a uint8 value (past its range)");
+  // A negative separator is no unsigned token (PyTorch would wrap -1 into uint8's 255).
+  for (const ScalarType unsigned_dtype : {kUInt8, kUInt64})
+    EXPECT_THROW_WITH(PackSources::token_windows(documents_of(unsigned_dtype), {.length = 3, .separator = -1}),
+                      ValueError, "the separator -1 is not a");
+  const PackSources wide = PackSources::token_windows(documents_of(kUInt64), {.length = 3, .separator = large});
+  EXPECT_EQ(wide.record(0)[0].select(0, 2).item<uint64_t>(), static_cast<uint64_t>(large));
+}
+
 TEST(PackWindows, BadSourcesAndOptionsAreRefused) {
   TempFolder dir;
   const std::string docs = write_documents(dir, 10);
@@ -198,7 +234,7 @@ TEST(PackWindows, BadSourcesAndOptionsAreRefused) {
          "the length must be >= 1");
   refuse([&] { return PackSources::token_windows(PackSources::from_datasets({docs}, std::vector<std::string>{"tokens"}),
                                                  {.length = 4, .separator = int64_t{1} << 40}); },
-         "the separator 1099511627776 is not a int32 value");
+         "the separator 1099511627776 is not a int32 value (past its range)");
   save_npy(dir / "cube.npy", arange(16, kInt32).view({4, 2, 2}));
   refuse([&] { return PackSources::token_windows(
                    PackSources::from_arrays(std::vector<std::string>{"c=" + dir / "cube.npy"}), {.length = 2}); },
