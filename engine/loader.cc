@@ -227,6 +227,15 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
               "dataset_fingerprint");
     MMT_CHECK(state.consumed >= 0 && state.consumed <= sampler.epoch_size(), ValueError,
               "Loader: the state's consumed=", state.consumed, " is outside [0, ", sampler.epoch_size(), "]");
+    // Shuffles of 5 to 8 entries changed in version 5 (LoaderState::shuffles_a_few): an older
+    // state counts positions of an order this build no longer makes. At an epoch's start or
+    // end it counts none, or all.
+    const bool mid_epoch = state.consumed > 0 && state.consumed < sampler.epoch_size();
+    MMT_CHECK(!mid_epoch || state.shuffles_a_few || !sampler.epoch(state.epoch).shuffles_a_few(), ValueError,
+              "Loader: the state stands in the middle of epoch ", state.epoch, " (consumed=", state.consumed, " of ",
+              sampler.epoch_size(), "), whose ", to_string(state.sampler), " order shuffles a run of 5 to 8 entries, "
+              "which mmtensor shuffles otherwise since loader states of version 5: resuming would repeat some records "
+              "and skip others. Start the epoch over (consumed = 0) or go on with the next one");
     first_epoch = state.epoch;
     consumed = state.consumed;
   }
@@ -333,7 +342,8 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
                               .subset_hash = sampler.subset_hash(),
                               .subset_size = sampler.subset_hash() != 0 ? sampler.epoch_size() : 0,
                               .mixture_hash = sampler.mixture_hash(),
-                              .mixture_size = sampler.mixture_hash() != 0 ? sampler.epoch_size() : 0};
+                              .mixture_size = sampler.mixture_hash() != 0 ? sampler.epoch_size() : 0,
+                              .shuffles_a_few = order.shuffles_a_few()};
   epoch_start_state = current_state;
   try {
     schedule_locked();

@@ -208,7 +208,7 @@ TEST(Mixture, QuasiRandomKeepsEachWindowToItsChunksAndSpreadsAnUpsampledSourcesP
 // A version-4 state resumes by position in these orders (as sampler_test.cc's pinned orders
 // for the plain samplers): changing them means a new LoaderState version.
 TEST(Mixture, TheOrdersOfLoaderStateVersion4AreFixed) {
-  static_assert(LoaderState::kVersion == 4, "new orders: update these values with the version");
+  static_assert(LoaderState::kVersion == 5, "new orders: update these values with the version");
   const Sampler sampler = Sampler::create(1000, mixed(SamplerKind::Random, {{0, 10, 1}, {10, 990, 1}}, 40, 7));
   const EpochOrder order = sampler.epoch(3);
   std::vector<int64_t> first_twelve;

@@ -14,9 +14,11 @@
 // Kinds:
 //   - Sequential: 0, 1, ..., N-1.
 //   - Random: a keyed pseudo-random permutation of [0, N), a fresh one per (seed, epoch),
-//     computed per position (a Feistel network, not a table). Its orders pass the tests a
-//     uniform shuffle passes: where each record lands, where pairs land, odd and even
-//     permutations equally often (tests/sampler_test.cc; bench/RESULTS.md, "Random orders").
+//     computed per position (a Feistel network, not a table; N of 5 to 8 takes a Fisher-Yates
+//     shuffle of a table of N, as every shuffle of so few entries here does). Its orders pass
+//     the tests a uniform shuffle passes: where each record lands, where pairs and triples
+//     land, odd and even permutations equally often, and for N up to 8 how often each whole
+//     order occurs (tests/sampler_test.cc; bench/RESULTS.md, "Random orders").
 //   - QuasiRandom: chunk-aware. The chunk order is shuffled, consecutive groups of
 //     `window_chunks` chunks form windows, and the records of each window are shuffled
 //     together. A window's decoded chunks fit the chunk cache, so each compressed chunk is
@@ -207,6 +209,11 @@ class EpochOrder {
   void rank_records(int64_t consumed, int64_t first, std::span<int64_t> out) const;
   // `consumed` after every rank took `taken` samples starting from `consumed`.
   int64_t consumed_after(int64_t consumed, int64_t taken) const;
+  // Whether the order shuffles some run of 5 to 8 entries (an epoch of that many, a mixture
+  // source of that many, that many chunks, or a quasi-random window of that many records):
+  // those shuffles changed in LoaderState version 5, whose Loader refuses to resume in the
+  // middle of such an epoch by an older state.
+  bool shuffles_a_few() const;
 
   struct Tables;
 
