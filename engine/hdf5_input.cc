@@ -514,10 +514,23 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
     ScratchFile scratch(what, str("to read this HDF5 dataset's values into (", nbytes, " bytes)"));
     scratch.reserve(nbytes);
     std::vector<std::byte> slab(static_cast<size_t>(slab_rows) * static_cast<size_t>(row_bytes));
+    // Values never written, where the dataset has no fill value or its fill time is NEVER
+    // (h5py's fill_time='never', netCDF-4's NC_NOFILL), are not written by H5Dread either: it
+    // leaves the buffer as it was, which for every slab after the first is the slab before.
+    // They read as zeros, as the chunks decoded here (and a first slab) give them.
+    H5D_fill_time_t fill_time = H5D_FILL_TIME_IFSET;
+    H5D_fill_value_t fill_value = H5D_FILL_VALUE_DEFAULT;
+    const bool reads_leave_unwritten_values = H5Pget_fill_time(create_plist, &fill_time) < 0 ||
+                                              fill_time == H5D_FILL_TIME_NEVER ||
+                                              H5Pfill_value_defined(create_plist, &fill_value) < 0 ||
+                                              fill_value == H5D_FILL_VALUE_UNDEFINED;
+    H5Eclear2(H5E_DEFAULT);
     std::vector<hsize_t> start(dims.size(), 0), count = dims;
     for (hsize_t row = 0; row < dims[0]; row += slab_rows) {
       start[0] = row;
       count[0] = std::min(slab_rows, dims[0] - row);
+      if (reads_leave_unwritten_values && row > 0)
+        std::fill_n(slab.begin(), static_cast<size_t>(count[0]) * static_cast<size_t>(row_bytes), std::byte{0});
       const Hid file_space(H5Dget_space(opened.dataset.get()), H5Sclose);
       const Hid memory_space(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
       if (!file_space || !memory_space ||

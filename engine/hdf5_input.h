@@ -12,6 +12,8 @@
 // (hdf5_chunks.h), the rest by the HDF5 library. The HDF5 library (libhdf5, the Debian package)
 // parses the file; this engine checks what it reports (sizes against the file, bools'
 // bytes) and turns its errors into FormatError/IoError naming the file and the dataset.
+// Values never written read as the dataset's fill value, and as zeros where it has none or
+// its fill time is NEVER (h5py's fill_time='never'), whichever path reads them.
 #pragma once
 
 #include <memory>

@@ -656,6 +656,36 @@ TEST(PackHdf5, ChunksReadInParallelInSmallSlabsEqualTheLibrarysRead) {
 
 // A chunk its index lost (a damaged key moves it outside the extent) would read as zeros, as
 // libhdf5 reads it; the sizes of the chunks found no longer add up to what the index counts.
+// Under fill time NEVER (h5py's fill_time='never', netCDF-4's NC_NOFILL) or without a fill
+// value, H5Dread leaves the values of chunks never written as its buffer held them: records
+// past the first 32 MiB slab came back as copies of the slab before (the HDF5 adversary).
+// They read as zeros, as decoded chunks and contiguous datasets give them.
+TEST(PackHdf5, ValuesNeverWrittenReadAsZerosWhateverTheFillTime) {
+  TempFolder dir;
+  const std::string path = dir / "holes.h5";
+  const hsize_t rows = 40000, width = 256;  // 40 MB: two slabs
+  {
+    H5Writer file(path);
+    for (const bool never : {true, false}) {
+      const Owned create = chunked({100, width}, /*gzip_and_shuffle=*/false);
+      if (never) H5Pset_fill_time(create, H5D_FILL_TIME_NEVER);
+      else H5Pset_fill_value(create, H5T_NATIVE_INT32, nullptr);  // no fill value
+      file.write(never ? "never" : "undefined", H5T_STD_I32LE, H5T_NATIVE_INT32, {rows, width}, nullptr, create);
+    }
+  }
+  std::vector<int32_t> written(static_cast<size_t>(33000 * width));
+  for (size_t k = 0; k < written.size(); ++k) written[k] = static_cast<int32_t>(k / width + 1);
+  for (const char* name : {"never", "undefined"}) write_rows(path, name, H5T_NATIVE_INT32, 0, 33000, written.data());
+  const size_t row_bytes = width * sizeof(int32_t);
+  for (const char* name : {"never", "undefined"}) {
+    const std::string bytes = packed_bytes(path + ":" + name, dir / "holes.mmt");
+    ASSERT_EQ(bytes.size(), rows * row_bytes) << name;
+    EXPECT_EQ(bytes.compare(0, 33000 * row_bytes, reinterpret_cast<const char*>(written.data()), 33000 * row_bytes), 0)
+        << name;
+    EXPECT_TRUE(std::all_of(bytes.begin() + 33000 * row_bytes, bytes.end(), [](char c) { return c == 0; })) << name;
+  }
+}
+
 TEST(PackHdf5, ChunksTheIndexLostAreRefusedNotReadAsZeros) {
   TempFolder dir;
   const std::string path = dir / "lost.h5";
