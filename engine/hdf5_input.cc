@@ -339,7 +339,15 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
     if (access) H5Pset_file_locking(access.get(), true, /*ignore_when_disabled=*/true);
 #endif
     const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, access ? access.get() : H5P_DEFAULT);
-    if (file < 0) throw FormatError(str(path, ": the HDF5 library cannot open it: ", hdf5_reason()));
+    if (file < 0) {
+      const std::string reason = hdf5_reason();
+      // A writer holds the file's lock (h5py's File(path, "w") not yet closed): its values may
+      // be half written, so this is no damaged file but one to come back to.
+      if (reason.find("unable to lock file") != std::string::npos)
+        throw IoError(str(path, ": the HDF5 library cannot open it: ", reason, " (another process has it open for ",
+                          "writing; close it there first, or set HDF5_USE_FILE_LOCKING=FALSE to read it as it stands)"));
+      throw FormatError(str(path, ": the HDF5 library cannot open it: ", reason));
+    }
     return file;
   }
 

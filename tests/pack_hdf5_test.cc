@@ -4,6 +4,8 @@
 // the HDF5 C API the way h5py writes them (its bool enum, its complex compound).
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -387,6 +389,48 @@ TEST(PackHdf5, ADamagedDatasetIsNamedNotLeftOut) {
 }
 
 // A user block (h5py's userblock_size, zeros by default) is no tar archive's end marker.
+// A file another process holds open for writing (h5py's File(path, "w") not yet closed) is
+// locked by libhdf5: an IoError that says so and how to read it anyway, not "damaged".
+TEST(PackHdf5, AFileAWriterHoldsOpenIsNamedAsSuch) {
+  TempFolder dir;
+  const std::string path = dir / "open.h5";
+  const std::vector<int32_t> values{1, 2, 3};
+  H5Writer(path).write("x", H5T_STD_I32LE, H5T_NATIVE_INT32, {3}, values.data());
+  int ready[2], done[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(done), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the writer: holds the file open until the parent has tried
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    char byte = file >= 0 ? 'y' : 'n';
+    (void)!write(ready[1], &byte, 1);
+    (void)!read(done[0], &byte, 1);
+    _exit(0);
+  }
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  ASSERT_EQ(byte, 'y');
+  std::string message = "no error";
+  bool io_error = false;
+  try {
+    PackSources::from_arrays(std::vector<std::string>{"x=" + path + ":x"});
+  } catch (const IoError& e) {
+    io_error = true;
+    message = e.what();
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  (void)!write(done[1], &byte, 1);
+  int status = 0;
+  waitpid(child, &status, 0);
+  for (const int fd : {ready[0], ready[1], done[0], done[1]}) close(fd);
+  EXPECT_TRUE(io_error) << message;
+  EXPECT_NE(message.find("another process has it open for writing"), std::string::npos) << message;
+  EXPECT_NE(message.find("HDF5_USE_FILE_LOCKING=FALSE"), std::string::npos) << message;
+  EXPECT_EQ(PackSources::from_arrays(std::vector<std::string>{"x=" + path + ":x"}).records(), 3);  // closed: it opens
+}
+
 TEST(PackHdf5, AFileWithAUserBlockIsAnHdf5File) {
   TempFolder dir;
   const std::string path = dir / "user_block.h5";
