@@ -445,6 +445,18 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
     const std::vector<hsize_t> dims = opened.dims;  // a copy: `opened` may be opened again below
     const int64_t nbytes = opened.nbytes;
     refuse_unavailable_filters(create_plist, what);
+    // Values never written, where the dataset has no fill value or its fill time is NEVER
+    // (h5py's fill_time='never', netCDF-4's NC_NOFILL), are not written by H5Dread either: it
+    // leaves the buffer as it was, which for every slab after the first is the slab before.
+    // They read as zeros (below), as the chunks decoded here and a first slab give them. (Asked
+    // here: the tall-chunk path below opens the dataset again, closing create_plist.)
+    H5D_fill_time_t fill_time = H5D_FILL_TIME_IFSET;
+    H5D_fill_value_t fill_value = H5D_FILL_VALUE_DEFAULT;
+    const bool reads_leave_unwritten_values = H5Pget_fill_time(create_plist, &fill_time) < 0 ||
+                                              fill_time == H5D_FILL_TIME_NEVER ||
+                                              H5Pfill_value_defined(create_plist, &fill_value) < 0 ||
+                                              fill_value == H5D_FILL_VALUE_UNDEFINED;
+    H5Eclear2(H5E_DEFAULT);
     const int64_t stored = static_cast<int64_t>(H5Dget_storage_size(dataset));
     MMT_CHECK(nbytes <= decode_limit(stored), ValueError, what, ": declares ", nbytes, " bytes of values but stores ",
               stored, ", past what an input may expand to (", kDecodeExpansion, " times its bytes, at least ",
@@ -522,17 +534,6 @@ class Hdf5File : public std::enable_shared_from_this<Hdf5File> {
     ScratchFile scratch(what, str("to read this HDF5 dataset's values into (", nbytes, " bytes)"));
     scratch.reserve(nbytes);
     std::vector<std::byte> slab(static_cast<size_t>(slab_rows) * static_cast<size_t>(row_bytes));
-    // Values never written, where the dataset has no fill value or its fill time is NEVER
-    // (h5py's fill_time='never', netCDF-4's NC_NOFILL), are not written by H5Dread either: it
-    // leaves the buffer as it was, which for every slab after the first is the slab before.
-    // They read as zeros, as the chunks decoded here (and a first slab) give them.
-    H5D_fill_time_t fill_time = H5D_FILL_TIME_IFSET;
-    H5D_fill_value_t fill_value = H5D_FILL_VALUE_DEFAULT;
-    const bool reads_leave_unwritten_values = H5Pget_fill_time(create_plist, &fill_time) < 0 ||
-                                              fill_time == H5D_FILL_TIME_NEVER ||
-                                              H5Pfill_value_defined(create_plist, &fill_value) < 0 ||
-                                              fill_value == H5D_FILL_VALUE_UNDEFINED;
-    H5Eclear2(H5E_DEFAULT);
     std::vector<hsize_t> start(dims.size(), 0), count = dims;
     for (hsize_t row = 0; row < dims[0]; row += slab_rows) {
       start[0] = row;

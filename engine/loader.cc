@@ -227,11 +227,12 @@ LoaderCore::LoaderCore(Dataset dataset_in, LoaderOptions options_in, const Loade
               "dataset_fingerprint");
     MMT_CHECK(state.consumed >= 0 && state.consumed <= sampler.epoch_size(), ValueError,
               "Loader: the state's consumed=", state.consumed, " is outside [0, ", sampler.epoch_size(), "]");
-    // Shuffles of 5 to 8 entries changed in version 5 (LoaderState::shuffles_a_few): an older
-    // state counts positions of an order this build no longer makes. At an epoch's start or
-    // end it counts none, or all.
+    // Shuffles of 5 to 8 entries changed in version 5 (LoaderState::shuffles_five_to_eight):
+    // an older state counts positions of an order this build no longer makes. At an epoch's
+    // start or end it counts none, or all.
     const bool mid_epoch = state.consumed > 0 && state.consumed < sampler.epoch_size();
-    MMT_CHECK(!mid_epoch || state.shuffles_a_few || !sampler.epoch(state.epoch).shuffles_a_few(), ValueError,
+    MMT_CHECK(!mid_epoch || state.shuffles_five_to_eight || !sampler.epoch(state.epoch).shuffles_five_to_eight(),
+              ValueError,
               "Loader: the state stands in the middle of epoch ", state.epoch, " (consumed=", state.consumed, " of ",
               sampler.epoch_size(), "), whose ", to_string(state.sampler), " order shuffles a run of 5 to 8 entries, "
               "which mmtensor shuffles otherwise since loader states of version 5: resuming would repeat some records "
@@ -343,7 +344,7 @@ void LoaderCore::restart_locked(std::unique_lock<std::mutex>& lock, int64_t new_
                               .subset_size = sampler.subset_hash() != 0 ? sampler.epoch_size() : 0,
                               .mixture_hash = sampler.mixture_hash(),
                               .mixture_size = sampler.mixture_hash() != 0 ? sampler.epoch_size() : 0,
-                              .shuffles_a_few = order.shuffles_a_few()};
+                              .shuffles_five_to_eight = mid_shuffle_of_five_to_eight(consumed)};
   epoch_start_state = current_state;
   try {
     schedule_locked();
@@ -430,6 +431,13 @@ void LoaderCore::queue_read_ahead_locked(size_t first) noexcept {
   }
 }
 
+// Whether a state `consumed` positions into the epoch stands in the middle of an order that
+// shuffles a run of 5 to 8 entries: only then is it written as version 5, which older builds
+// refuse; at the epoch's start or end they resume it as this build does.
+bool LoaderCore::mid_shuffle_of_five_to_eight(int64_t consumed) const {
+  return consumed > 0 && consumed < sampler.epoch_size() && order.shuffles_five_to_eight();
+}
+
 LoaderState LoaderCore::state_after_locked(int64_t batch) const {
   LoaderState state = current_state;
   // After the epoch's last batch, the epoch with every position given up (the tail drop_last
@@ -442,6 +450,7 @@ LoaderState LoaderCore::state_after_locked(int64_t batch) const {
   state.epoch = epoch;
   state.consumed = batch + 1 >= total_batches ? sampler.epoch_size()
                                               : order.consumed_after(start_consumed, (batch + 1) * options.batch_size);
+  state.shuffles_five_to_eight = mid_shuffle_of_five_to_eight(state.consumed);
   return state;
 }
 

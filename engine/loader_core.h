@@ -98,6 +98,7 @@ struct LoaderCore : std::enable_shared_from_this<LoaderCore> {
   // one that cannot be queued is skipped.
   void queue_read_ahead_locked(size_t first) noexcept;
   LoaderState state_after_locked(int64_t batch) const;
+  bool mid_shuffle_of_five_to_eight(int64_t consumed) const;
 
   // ---- workers ----
   void worker_main();

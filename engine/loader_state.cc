@@ -47,7 +47,7 @@ uint64_t optional_hex64(const nlohmann::json& json, const char* key) {
 
 std::string LoaderState::to_string() const {
   nlohmann::json json = {
-      {"version", shuffles_a_few ? 5 : mixture_hash != 0 ? 4 : subset_hash != 0 ? 3 : 2},
+      {"version", shuffles_five_to_eight ? 5 : mixture_hash != 0 ? 4 : subset_hash != 0 ? 3 : 2},
       {"sampler", std::string(mmt::to_string(sampler))},
       {"seed", hex64(seed)},
       {"window_chunks", window_chunks},
@@ -165,7 +165,7 @@ LoaderState LoaderState::parse(std::string_view text) {
   state.records = required<int64_t>(json, "records");
   state.epoch = required<int64_t>(json, "epoch");
   state.consumed = required<int64_t>(json, "consumed");
-  state.shuffles_a_few = version >= 5;  // only written so
+  state.shuffles_five_to_eight = version >= 5;  // only written so
   MMT_CHECK(state.records >= 0 && state.window_chunks >= 0, ValueError,
             "LoaderState: negative records (", state.records, ") or window_chunks (", state.window_chunks, ")");
   // A Loader writes the window its order was made with, never 0 (which in SamplerOptions

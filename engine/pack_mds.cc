@@ -544,6 +544,9 @@ PackSources PackSources::from_mds(std::span<const std::string> specs) {
   }
   digests.wait_all();
   MMT_CHECK(!mds->columns.empty(), ValueError, first_index.empty() ? specs.front() : first_index, ": no shards");
+  // Rows of no values ((n, 0) in every sample) make no [-1, 0] field (a fixed dimension is at
+  // least 1): every dimension of such a column varies.
+  for (MdsShards::Column& column : mds->columns) column.rows_alike = column.rows_alike && column.row_values() > 0;
   std::vector<Field> fields;
   nlohmann::json encodings = nlohmann::json::object();
   for (const MdsShards::Column& column : mds->columns) {
@@ -658,14 +661,14 @@ int64_t fixed_size_run(const MdsShards& mds, int64_t sample_bytes, int64_t start
   return n;
 }
 
-// Samples with bytes columns (str, jpeg, json...) or 1-D arrays (tokens) besides fixed ones: a
-// run of one shard's samples, each under kRecordAloneBytes and kCopiedRunBytes in all
-// (import_util.h), each checked as mds_record() checks it and copied into one buffer a
-// column: a bytes column's or an array column's values back to back with their offsets (the
-// writer's jagged batch), a fixed column's [n, ...]. (mds_batch() sends no column of arrays of 2 or more dimensions.) A
-// sample at a time makes a Tensor a column (about 1 us a sample, most of the CPU a pack of
-// short texts takes). A larger sample goes alone (-1), through mds_record(), which views its
-// values in the shard.
+// Samples with bytes columns (str, jpeg, json...) or arrays of alike rows (tokens, boxes of
+// shape (n, 4)) besides fixed ones: a run of one shard's samples, each under kRecordAloneBytes
+// and kCopiedRunBytes in all (import_util.h), each checked as mds_record() checks it and copied
+// into one buffer a column: a bytes column's values or an array column's rows back to back
+// with their offsets (the writer's jagged batch), a fixed column's [n, ...]. (mds_batch() sends
+// no column of arrays whose dimensions after the first vary.) A sample at a time makes a
+// Tensor a column (about 1 us a sample, most of the CPU a pack of short texts takes). A larger
+// sample goes alone (-1), through mds_record(), which views its values in the shard.
 int64_t copied_run(const MdsShards& mds, int64_t start, int64_t count, std::vector<Tensor>& values,
                    std::vector<Tensor>& offsets) {
   const auto [s, j] = detail::part_of(mds.shard_end, start);
@@ -679,7 +682,7 @@ int64_t copied_run(const MdsShards& mds, int64_t start, int64_t count, std::vect
   thread_local std::vector<int64_t> spans;
   spans.clear();
   std::vector<int64_t> column_bytes(columns, 0), row_bytes(columns, 0);
-  for (size_t c = 0; c < columns; ++c)  // mds_batch() saw that no row is empty
+  for (size_t c = 0; c < columns; ++c)  // > 0: from_mds() made no field of empty rows alike
     row_bytes[c] = element_size(mds.columns[c].dtype) * mds.columns[c].row_values();
   int64_t samples = 0, batch_bytes = 0;
   detail::guard_storage_reads(file, [&] {
@@ -743,9 +746,9 @@ int64_t PackSources::mds_batch(int64_t start, int64_t count, std::vector<Tensor>
   int64_t sample_bytes = 0;
   bool all_fixed = true;
   for (const MdsShards::Column& column : mds.columns) {
-    // An array whose dimensions after its first vary, or whose rows hold no values, is no
+    // An array whose dimensions after its first vary (or whose rows hold no values) is no
     // jagged [rows, ...] tensor: its records are given one by one.
-    if (column.kind == MdsShards::Kind::Array && (!column.rows_alike || column.row_values() == 0)) return 0;
+    if (column.kind == MdsShards::Kind::Array && !column.rows_alike) return 0;
     if (column.kind == MdsShards::Kind::Fixed) sample_bytes += column.fixed_bytes;
     else all_fixed = false;
   }

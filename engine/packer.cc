@@ -1361,7 +1361,16 @@ int64_t compare_with_sources(const Dataset& dataset, const PackSources& sources,
       throw FormatError(str(dataset.path(), ": the sources give field '", detail::escaped(want.name), "' (",
                             sources.origins()[f], "), which the dataset lacks; its fields are ", names));
     }
-    if (have->dtype != want.dtype || !(have->shape == want.shape))
+    // A dimension the dataset holds variable may be fixed in the source: a file packed before
+    // its importer learned that dimension (an MDS array's rows) holds the same records, which
+    // are compared shape and all below.
+    const auto holds = [](const DimVector& dataset_shape, const DimVector& source_shape) {
+      if (dataset_shape.size() != source_shape.size()) return false;
+      for (size_t d = 0; d < dataset_shape.size(); ++d)
+        if (dataset_shape[d] != source_shape[d] && dataset_shape[d] != kVariableDim) return false;
+      return true;
+    };
+    if (have->dtype != want.dtype || !holds(have->shape, want.shape))
       throw FormatError(str(dataset.path(), ": field '", detail::escaped(want.name), "' is ", to_string(have->dtype),
                             IntArrayRef(have->shape), " in the dataset but ", to_string(want.dtype),
                             IntArrayRef(want.shape), " in its source ", sources.origins()[f]));

@@ -282,7 +282,7 @@ struct EpochOrder::Tables {
   // QuasiRandom, per window of window_chunks slots: the records before it (windows + 1
   // entries: searched instead of every slot's).
   std::vector<int64_t> window_first_position;
-  bool shuffles_a_few = false;  // EpochOrder::shuffles_a_few()
+  bool shuffles_five_to_eight = false;  // EpochOrder::shuffles_five_to_eight()
 };
 
 Sampler Sampler::create(int64_t num_records, SamplerOptions options,
@@ -504,7 +504,7 @@ EpochOrder Sampler::epoch(int64_t epoch) const {
     return n > 0 && layout_->mixture_counts[s] % n != 0;
   };
   const auto note = [&](int64_t n) {
-    tables->shuffles_a_few = tables->shuffles_a_few || KeyedPermutation::shuffled_by_table(static_cast<uint64_t>(n));
+    if (KeyedPermutation::shuffled_by_table(static_cast<uint64_t>(n))) tables->shuffles_five_to_eight = true;
   };
   if (layout_->options.kind == SamplerKind::Random) {
     tables->positions = KeyedPermutation(static_cast<uint64_t>(layout_->positions), tables->epoch_key);
@@ -539,7 +539,8 @@ EpochOrder Sampler::epoch(int64_t epoch) const {
       }
     }
     for (size_t s = 0; s < layout_->mixture_counts.size(); ++s)  // mixture_pieces()'s piece orders
-      if (partial_pass(s)) note(static_cast<int64_t>(layout_->mixture_piece_begin[s + 1] - layout_->mixture_piece_begin[s]));
+      if (partial_pass(s))
+        note(static_cast<int64_t>(layout_->mixture_piece_begin[s + 1] - layout_->mixture_piece_begin[s]));
     const auto slots = static_cast<int64_t>(piece_start.size());
     const KeyedPermutation slot_order(static_cast<uint64_t>(slots), tables->epoch_key);
     note(slots);
@@ -565,7 +566,7 @@ EpochOrder Sampler::epoch(int64_t epoch) const {
 
 int64_t EpochOrder::size() const { return tables_ ? tables_->layout->positions : 0; }
 
-bool EpochOrder::shuffles_a_few() const { return tables_ && tables_->shuffles_a_few; }
+bool EpochOrder::shuffles_five_to_eight() const { return tables_ && tables_->shuffles_five_to_eight; }
 
 int64_t EpochOrder::operator[](int64_t position) const {
   const int64_t n = size();

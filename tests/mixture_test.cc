@@ -205,9 +205,10 @@ TEST(Mixture, QuasiRandomKeepsEachWindowToItsChunksAndSpreadsAnUpsampledSourcesP
   EXPECT_LE(chunks_read.size(), 6u);
 }
 
-// A version-4 state resumes by position in these orders (as sampler_test.cc's pinned orders
-// for the plain samplers): changing them means a new LoaderState version.
-TEST(Mixture, TheOrdersOfLoaderStateVersion4AreFixed) {
+// A state resumes by position in these orders (as sampler_test.cc's pinned orders for the
+// plain samplers): changing them means a new LoaderState version. Version 5 kept them (they
+// shuffle no run of 5 to 8 entries).
+TEST(Mixture, TheOrdersOfLoaderStateVersion5AreFixed) {
   static_assert(LoaderState::kVersion == 5, "new orders: update these values with the version");
   const Sampler sampler = Sampler::create(1000, mixed(SamplerKind::Random, {{0, 10, 1}, {10, 990, 1}}, 40, 7));
   const EpochOrder order = sampler.epoch(3);
@@ -224,6 +225,12 @@ TEST(Mixture, TheOrdersOfLoaderStateVersion4AreFixed) {
   std::vector<int64_t> quasi_twelve;
   for (int64_t p = 0; p < 12; ++p) quasi_twelve.push_back(quasi_order[p]);
   EXPECT_EQ(quasi_twelve, (std::vector<int64_t>{648, 662, 643, 659, 658, 655, 660, 644, 651, 2, 641, 652}));
+  EXPECT_FALSE(order.shuffles_five_to_eight());
+  EXPECT_FALSE(quasi_order.shuffles_five_to_eight());
+  // A source of 6 records drawn 9 times an epoch: its partial pass of 3 shuffles 6 entries.
+  EXPECT_TRUE(Sampler::create(100, mixed(SamplerKind::Random, {{0, 6, 1}, {6, 94, 1}}, 18)).epoch(0).shuffles_five_to_eight());
+  // Drawn 12 times, two whole passes: no partial pass, nothing shuffled by the table.
+  EXPECT_FALSE(Sampler::create(100, mixed(SamplerKind::Random, {{0, 6, 1}, {6, 94, 1}}, 24)).epoch(0).shuffles_five_to_eight());
 }
 
 TEST(Mixture, SourcesMayBeGivenInAnyOrderAndOverlap) {

@@ -17,6 +17,7 @@
 #include "importer_test_util.h"
 #include "mds_test_util.h"
 #include "mmtensor/dataset.h"
+#include "mmtensor/dataset_writer.h"
 #include "mmtensor/error.h"
 #include "mmtensor/packer.h"
 #include "test_util.h"
@@ -310,6 +311,17 @@ TEST(PackMds, ArraysOfAlikeRowsMakeJaggedFieldsPackedInRuns) {
   const Dataset packed = Dataset::open(dir / "batched.mmt");
   EXPECT_EQ(compare_with_sources(packed, sources), 600);
   EXPECT_EQ(packed[403]["boxes"].sizes(), (std::vector<int64_t>{3, 4}));
+  // A file packed before rows were learned ([-1, -1]) holds the same records: it verifies.
+  {
+    DatasetWriter older = DatasetWriter::create(
+        dir / "older.mmt", Schema({Field::ragged("boxes", kFloat32, {kVariableDim, kVariableDim}), Field::fixed("label", kInt64, {})}));
+    for (int64_t i = 0; i < 600; ++i) {
+      const Sample sample = packed[i];
+      older.append({sample["boxes"], sample["label"]});
+    }
+    older.finish();
+    EXPECT_EQ(compare_with_sources(Dataset::open(dir / "older.mmt"), sources), 600);
+  }
 
   // A shard rewritten after it was read, sample 2's (2, 4) boxes now (4, 2): its rows are no
   // longer the field's, and the pack says the shard changed.
@@ -336,6 +348,26 @@ TEST(PackMds, ArraysOfAlikeRowsMakeJaggedFieldsPackedInRuns) {
   EXPECT_EQ(unlike_rows.jagged_record_batch(0, 20, values, offsets), 0);
   testutil::expect_batches_pack_as_records(unlike.path(), unlike_rows, {1 << 10});
   EXPECT_EQ(Dataset::open(unlike / "batched.mmt")[17]["boxes"].sizes(), (std::vector<int64_t>{2, 5}));
+
+  // Rows of no values in every sample, (n, 0): no [-1, 0] field (a fixed dimension is at least
+  // 1), so both dimensions vary. And "ndarray" with the dtype in each sample, rows alike.
+  TempFolder empty_rows;
+  MdsBuilder hollow({{"boxes", "ndarray:float32"}, {"tokens", "ndarray"}});
+  for (int i = 0; i < 12; ++i) {
+    Bytes rows_of_two = float32_rows(i % 3, 2, 1.0f);
+    rows_of_two.insert(rows_of_two.begin(), std::byte{34});  // NDArray's code for float32
+    hollow.sample({float32_rows(i % 4, 0, 0.0f), rows_of_two});
+  }
+  hollow.flush(empty_rows.path(), "shard.00000.mds");
+  hollow.write_index(empty_rows.path());
+  const PackSources hollow_rows = PackSources::from_mds(std::vector<std::string>{empty_rows.path()});
+  EXPECT_EQ(hollow_rows.schema()[0].shape, (DimVector{kVariableDim, kVariableDim}));
+  EXPECT_EQ(hollow_rows.schema()[1].shape, (DimVector{kVariableDim, 2}));
+  testutil::expect_batches_pack_as_records(empty_rows.path(), hollow_rows, {1 << 10});
+  const Dataset hollow_packed = Dataset::open(empty_rows / "batched.mmt");
+  EXPECT_EQ(hollow_packed[3]["boxes"].sizes(), (std::vector<int64_t>{3, 0}));
+  EXPECT_EQ(hollow_packed[5]["tokens"].sizes(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(compare_with_sources(hollow_packed, hollow_rows), 12);
 }
 
 TEST(PackMds, EncodingsAreMappedOrRefusedByName) {

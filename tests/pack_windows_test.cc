@@ -210,6 +210,8 @@ TEST(PackWindows, ASeparatorIsAnyValueItsDtypeHoldsExactly) {
   EXPECT_EQ(floats.record(0)[0].select(0, 2).item<double>(), 0x1p62);
   EXPECT_THROW_WITH(PackSources::token_windows(documents_of(kFloat32), {.length = 3, .separator = (int64_t{1} << 53) + 1}),
                     ValueError, "the separator 9007199254740993 is not a float32 value (past its range, or rounded in it)");
+  EXPECT_THROW_WITH(PackSources::token_windows(documents_of(kFloat16), {.length = 3, .separator = int64_t{1} << 40}),
+                    ValueError, "the separator 1099511627776 is not a float16 value (past its range, or rounded in it)");
   EXPECT_THROW_WITH(PackSources::token_windows(documents_of(kUInt8), {.length = 3, .separator = 256}), ValueError,
                     "the separator 256 is not a uint8 value (past its range)");
   // A negative separator is no unsigned token (PyTorch would wrap -1 into uint8's 255).

@@ -81,9 +81,14 @@ TEST(Sampler, TheOrdersOfLoaderStateVersion5AreFixed) {
   std::vector<int64_t> first_twelve;
   for (int64_t p = 0; p < 12; ++p) first_twelve.push_back(quasi[p]);
   EXPECT_EQ(first_twelve, (std::vector<int64_t>{50, 48, 10, 32, 54, 23, 30, 9, 37, 55, 20, 5}));
-  EXPECT_TRUE(quasi.shuffles_a_few());
-  EXPECT_TRUE(random(5).shuffles_a_few());
-  EXPECT_FALSE(random(1000).shuffles_a_few());
+  EXPECT_TRUE(quasi.shuffles_five_to_eight());
+  EXPECT_TRUE(random(5).shuffles_five_to_eight());
+  EXPECT_FALSE(random(1000).shuffles_five_to_eight());
+  // Quasi-random windows of 6 records (two chunks of 3), over 20 chunks: the windows' shuffles.
+  SamplerOptions windows = kind_options(SamplerKind::QuasiRandom, 5);
+  windows.window_chunks = 2;
+  EXPECT_TRUE(Sampler::create(60, windows, std::vector<int64_t>(20, 3)).epoch(0).shuffles_five_to_eight());
+  EXPECT_FALSE(Sampler::create(200, windows, std::vector<int64_t>(20, 10)).epoch(0).shuffles_five_to_eight());
 }
 
 // Far past what a test can enumerate: positions still map into [0, n), distinct.

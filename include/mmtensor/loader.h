@@ -270,14 +270,14 @@ struct LoaderStats {
 struct LoaderState {
   // 2: random and quasi-random orders are uniform shuffles (sampler.h), and the seed is a hex
   // string. 3: a subset may be given (subset_hash, subset_size); the orders are version 2's.
-  // 4: a mixture may be given (mixture_hash, mixture_size). 5: the epoch's order shuffles
-  // some run of 5 to 8 entries (shuffles_a_few), which version 5 shuffles by a table, exactly
-  // uniform, where earlier versions' network was measurably not.
-  // to_string() writes the oldest version that holds the state: 2 without a subset or
-  // mixture, so that builds from before subsets resume it, 3 with a subset, 4 with a mixture
-  // and 5 with shuffles_a_few, which older builds refuse by its version rather than misread.
-  // parse() reads versions 1 to 5; of version 1, not a state in the middle of a random or
-  // quasi-random epoch, whose order this build no longer makes (ValueError says so).
+  // 4: a mixture may be given (mixture_hash, mixture_size). 5: the state stands in the middle
+  // of an epoch whose order shuffles some run of 5 to 8 entries (shuffles_five_to_eight),
+  // which version 5 shuffles by a table, exactly uniform, where earlier versions' network was
+  // measurably not. to_string() writes the oldest version that holds the state: 2 without a
+  // subset or mixture, so that builds from before subsets resume it, 3 with a subset, 4 with a
+  // mixture and 5 with shuffles_five_to_eight, which older builds refuse by its version rather
+  // than misread. parse() reads versions 1 to 5; of version 1, not a state in the middle of a
+  // random or quasi-random epoch, whose order this build no longer makes (ValueError says so).
   static constexpr int kVersion = 5;
 
   SamplerKind sampler = SamplerKind::Sequential;
@@ -304,11 +304,12 @@ struct LoaderState {
   // resume with another mixture, or none, is refused. 0 and 0 without one, as the subset's.
   uint64_t mixture_hash = 0;
   int64_t mixture_size = 0;
-  // EpochOrder::shuffles_a_few() of the epoch's order, which a Loader's state() records (and
-  // parse() reads from a version-5 state). A Loader refuses to resume in the middle of an
-  // epoch whose order does so by a state without it: an older build made that order otherwise,
-  // and the rest of the epoch would repeat some records and skip others.
-  bool shuffles_a_few = false;
+  // True in the middle of an epoch (0 < consumed < its size) whose order shuffles a run of 5 to
+  // 8 entries (EpochOrder::shuffles_five_to_eight()): a Loader's state() sets it, parse()
+  // reads it from a version-5 state. A Loader refuses to resume in the middle of such an epoch
+  // by a state without it: an older build made that order otherwise, and the rest of the epoch
+  // would repeat some records and skip others.
+  bool shuffles_five_to_eight = false;
 
   std::string to_string() const;
   // The inverse of to_string(); throws ValueError naming the missing or malformed entry.

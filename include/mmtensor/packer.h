@@ -382,9 +382,10 @@ class PackSources {
   // larger record goes alone, -1, its bytes a view of the file); for MDS inputs whose columns
   // are all of fixed size, samples of one shard lying back to back as its offsets say, each
   // column a strided view of the shard (a copy where its values are unaligned); for MDS inputs
-  // with bytes columns (str, jpeg...) or 1-D arrays, samples of one shard under 64 KiB each
-  // copied into one buffer a column (a larger one alone, -1; with a column of arrays of 2 or
-  // more dimensions, each varying, one at a time). Returns how many
+  // with bytes columns (str, jpeg...) or arrays of alike rows ([-1] tokens, [-1, 4] boxes),
+  // samples of one shard under 64 KiB each copied into one buffer a column (a larger one
+  // alone, -1; with a column of arrays whose dimensions after the first vary, one at a time).
+  // Returns how many
   // records it gave, fewer than `count` where a record batch ends or its strings and lists
   // pass a few MiB. Columns whose rows must be converted one by one (dictionaries, string
   // views, lists of strings) are, into one buffer, with record()'s values and refusals.

@@ -213,7 +213,7 @@ class EpochOrder {
   // source of that many, that many chunks, or a quasi-random window of that many records):
   // those shuffles changed in LoaderState version 5, whose Loader refuses to resume in the
   // middle of such an epoch by an older state.
-  bool shuffles_a_few() const;
+  bool shuffles_five_to_eight() const;
 
   struct Tables;
 
