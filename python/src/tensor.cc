@@ -4,6 +4,7 @@
 #include <dlpack/dlpack.h>
 
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <utility>
 
@@ -527,6 +528,39 @@ class NumpyErrorsIgnored {
   py::object state_;
 };
 
+namespace {
+
+// Numbers NumPy made floats (`natural`, float64 for a list mixing ints and floats) for an
+// integer field, taken element by element as Python holds them: an int as it is, a float
+// when it is a whole number. NumPy's float64 had rounded every int past 2^53 (2**53 + 1 beside
+// 2.0 became 2**53), and its casts would truncate fractions; `refuse` is called for a value
+// that is no whole number or lies past the dtype's range.
+Tensor integers_of_numbers(const py::handle& value, const py::array& natural, ScalarType dtype,
+                           const std::function<void()>& refuse) {
+  py::module_ np = py::module_::import("numpy"), math = py::module_::import("math");
+  const py::object as_objects = np.attr("asarray")(value, py::arg("dtype") = py::dtype("O"));
+  const py::object info = np.attr("iinfo")(numpy_dtype(dtype));
+  const py::object lowest = info.attr("min"), highest = info.attr("max");
+  py::list exact;
+  for (const py::handle element : as_objects.attr("flat")) {
+    py::object integer;
+    if (PyFloat_Check(element.ptr()) || py::isinstance(element, np.attr("floating"))) {
+      const py::object as_float = py::float_(py::reinterpret_borrow<py::object>(element));
+      if (!math.attr("isfinite")(as_float).cast<bool>() || !as_float.attr("is_integer")().cast<bool>()) refuse();
+      integer = py::int_(as_float);  // the float's value, exactly
+    } else {
+      integer = py::reinterpret_steal<py::object>(PyNumber_Index(element.ptr()));  // int, bool, NumPy's integers
+      if (!integer) throw py::error_already_set();
+    }
+    if (integer < lowest || integer > highest) refuse();
+    exact.append(integer);
+  }
+  py::array converted = np.attr("array")(exact, numpy_dtype(dtype)).attr("reshape")(natural.attr("shape"));
+  return tensor_of_array(converted, false);
+}
+
+}  // namespace
+
 Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::string& what) {
   if (py::isinstance<PyTensor>(value)) return value.cast<const PyTensor&>().tensor;
   if (py::isinstance<py::array>(value)) {
@@ -570,6 +604,7 @@ Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::str
                           " (convert it yourself if that is meant)");
   };
   const NumpyErrorsIgnored quiet(np);  // a refused conversion prints no NumPy warning
+  if (!inexact && dtype != kBool && kind == 'f') return integers_of_numbers(value, natural, dtype, refuse);
   py::array converted = natural.attr("astype")(numpy_dtype(dtype));
   bool fits = true;
   if (natural.size() > 0) {

@@ -667,6 +667,25 @@ class PythonConventionsTest(unittest.TestCase):
         self.assertEqual(copy[1]["x"].tolist(), [4, 5, 6])
         np.testing.assert_array_equal(copy[2]["x"].numpy(), self.x[7])
 
+    def test_integers_mixed_with_floats_in_a_list_keep_every_digit(self):
+        # NumPy makes [2**53 + 1, 2.0] a float64 array, which rounds the int to 2**53: each
+        # element is taken as Python holds it instead (the writing API's adversary).
+        path = os.path.join(self.dir.name, "mixed.mmt")
+        fields = [mmtensor.Field("i", "int64", [2]), mmtensor.Field("u", "uint64", [2])]
+        rows = [([2**53 + 1, 2.0], [2**64 - 1, 1.0]), ([2**63 - 1, 0.0], [np.uint64(2**63 + 1), np.float32(4)]),
+                ([np.int64(2**62 + 1), True], [0.0, 2.0**60])]
+        with mmtensor.DatasetWriter(path, fields) as writer:
+            for i, u in rows:
+                writer.append({"i": i, "u": u})
+            for bad in [{"i": [2**53 + 1, 2.5], "u": [0, 0]}, {"i": [0, 0], "u": [-1, 1.0]},
+                        {"i": [2**63, 0.0], "u": [0, 0]}, {"i": [float("inf"), 0], "u": [0, 0]}]:
+                with self.subTest(bad=bad), self.assertRaisesRegex(ValueError, "does not fit dtype"):
+                    writer.append(bad)
+        copy = mmtensor.Dataset(path)
+        for k, (i, u) in enumerate(rows):
+            self.assertEqual(copy[k]["i"].tolist(), [int(v) for v in i])
+            self.assertEqual(copy[k]["u"].tolist(), [int(v) for v in u])
+
     def test_integers_fit_their_range_and_floats_round(self):
         path = os.path.join(self.dir.name, "n.mmt")
         fields = [mmtensor.Field("u", "uint64"), mmtensor.Field("i", "int32"), mmtensor.Field("f", "float32")]
