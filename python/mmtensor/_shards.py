@@ -10,6 +10,7 @@ shard it is (metadata "pack_shard", "pack_source"), so that Dataset(paths) and `
 refuse the shards out of order, given twice, or, for verify, a set that is incomplete.
 """
 import concurrent.futures
+import errno
 import multiprocessing
 import multiprocessing.connection
 import operator
@@ -17,6 +18,7 @@ import os
 import pickle
 import secrets
 import signal
+import stat
 import threading
 import time
 import traceback
@@ -184,6 +186,15 @@ def _stop_workers(pool):
             process.kill()
 
 
+def _refuse_other_than_a_file(path):
+    """As DatasetWriter does: a symbolic link (or a FIFO, a socket...) at a shard's path is not
+    replaced, even with overwrite=True; the file it points to would silently stop being the
+    one at that path."""
+    if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+        kind = "a symbolic link" if os.path.islink(path) else "not a regular file"
+        raise OSError(errno.EEXIST, "%s is %s; only a regular file is replaced, even when asked to overwrite" % (path, kind))
+
+
 def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=None, codec="none",
                  chunk_bytes=1 << 20, chunk_records=0, alignment=4096, threads=None, overwrite=False,
                  metadata=None, mp_context=None):
@@ -221,7 +232,7 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
     SystemExit where the program set no handler of its own). Workers whose parent dies (SIGKILL)
     stop at their next record. An existing file
     at a shard's path: FileExistsError, unless overwrite=True (the old files of a set of more
-    shards are not removed).
+    shards are not removed); a symbolic link there: OSError, as DatasetWriter refuses it.
     """
     fields = list(fields)
     if not hasattr(inputs, "__len__") or not hasattr(inputs, "__getitem__"):
@@ -252,6 +263,7 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
             raise FileNotFoundError("cannot write %s: its folder %s does not exist" % (path, folder))
         if os.path.isdir(path):
             raise IsADirectoryError("cannot write %s: it is a folder" % path)
+        _refuse_other_than_a_file(path)
         if not overwrite and os.path.lexists(path):
             raise FileExistsError("%s already exists; pass overwrite=True to replace it" % path)
     workers = min(num_workers, shards)
@@ -297,6 +309,7 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
         for path in paths:
             if os.path.isdir(path) or (not overwrite and os.path.lexists(path)):
                 raise FileExistsError("%s appeared while the shards were written; nothing was replaced" % path)
+            _refuse_other_than_a_file(path)
         for partial, path in zip(partials, paths):
             os.replace(partial, path)
         published = True

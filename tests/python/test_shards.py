@@ -246,6 +246,13 @@ class WriteShardsTest(FolderTestCase):
             mmtensor.write_shards(self.path("i{shard}.mmt"), FIELDS, range(3), convert, num_workers=0)
         with self.assertRaisesRegex(FileNotFoundError, "its folder .*nowhere does not exist"):
             mmtensor.write_shards(self.path("nowhere/i{shard}.mmt"), FIELDS, range(3), convert)
+        # A symbolic link at a shard's path is not replaced, even asked to: as DatasetWriter.
+        open(self.path("target.mmt"), "w").close()
+        os.symlink(self.path("target.mmt"), self.path("l0.mmt"))
+        with self.assertRaisesRegex(OSError, "l0.mmt is a symbolic link; only a regular file is replaced"):
+            mmtensor.write_shards(self.path("l{shard}.mmt"), FIELDS, range(4), convert, shards=2, overwrite=True)
+        self.assertTrue(os.path.islink(self.path("l0.mmt")))
+        self.assertFalse(os.path.exists(self.path("l1.mmt")))
         # NumPy integers count as integers; one shard is no shard (no shard keys, as mmt pack).
         one = mmtensor.write_shards(self.path("one{shard}.mmt"), FIELDS, range(3), convert, shards=np.int64(1))
         self.assertNotIn("pack_shard", mmtensor.Dataset(one[0]).metadata)
