@@ -565,7 +565,23 @@ Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::str
   if (py::isinstance<PyTensor>(value)) return value.cast<const PyTensor&>().tensor;
   if (py::isinstance<py::array>(value)) {
     auto array = py::reinterpret_borrow<py::array>(value);
-    if (scalar_type_of(array.dtype()) != dtype)
+    // The writer copies values into the file, so an array no tensor views (the other byte
+    // order; strides of no whole element, as a field of a packed structured array has) is
+    // made native and contiguous first: the copy the writer makes anyway, made here.
+    bool viewable = array.dtype().byteorder() != '>';
+    for (py::ssize_t i = 0; i < array.ndim(); ++i)
+      viewable = viewable && array.strides(i) % static_cast<py::ssize_t>(itemsize_of(array.dtype())) == 0;
+    if (!viewable) {
+      py::module_ np = py::module_::import("numpy");
+      array = np.attr("ascontiguousarray")(array, array.dtype().attr("newbyteorder")("="));
+    }
+    ScalarType given = dtype;
+    try {
+      given = scalar_type_of(array.dtype());
+    } catch (py::type_error& e) {  // an object array, a structured one...: named where it was given
+      throw py::type_error(what + ": " + e.what());
+    }
+    if (given != dtype)
       throw py::value_error(what + ": expected dtype " + std::string(to_string(dtype)) + ", got " +
                             py::str(static_cast<const py::object&>(array.dtype())).cast<std::string>() +
                             " (cast it with astype() if that is meant)");
@@ -592,7 +608,13 @@ Tensor tensor_of_value(const py::handle& value, ScalarType dtype, const std::str
   // casts would wrap or truncate. A floating field takes any finite number, rounded to its
   // precision as every float is (0.1 into float32), but not one it cannot hold (1e40 into
   // float32 would become inf).
-  py::array natural = np.attr("asarray")(value);
+  py::array natural;
+  try {
+    natural = np.attr("asarray")(value);
+  } catch (py::error_already_set& e) {  // uneven nested lists: NumPy's message, named here
+    if (!e.matches(PyExc_ValueError)) throw;
+    throw py::value_error(what + ": " + py::str(e.value()).cast<std::string>());
+  }
   const char kind = natural.dtype().kind();
   const bool inexact = is_floating_point(dtype) || is_complex(dtype);
   if (kind != 'b' && kind != 'i' && kind != 'u' && kind != 'f' && !(kind == 'c' && is_complex(dtype)))

@@ -92,6 +92,9 @@ std::vector<py::object> objects_in_schema_order(const Schema& schema, const py::
     }
     return objects;
   }
+  if (!PySequence_Check(record.ptr()) || py::isinstance<py::str>(record) || py::isinstance<py::bytes>(record))
+    throw py::type_error(what + ": expected a dict of field name to value, or a sequence of values in schema order; "
+                         "got " + std::string(Py_TYPE(record.ptr())->tp_name));
   auto sequence = py::reinterpret_borrow<py::sequence>(record);
   if (sequence.size() != schema.size())
     throw py::value_error(what + ": " + std::to_string(sequence.size()) + " values for " + std::to_string(schema.size()) +
@@ -186,6 +189,15 @@ std::pair<Tensor, Tensor> jagged_parts(const py::handle& value, const Field& fie
 
 // The rows of a batch whose ragged fields are given as lists (or tuples) of values, one per
 // record; std::nullopt when every field is one array (append_batch's own form).
+// Values and offsets given for a field the jagged layout cannot hold ([-1, -1, 3] images);
+// a RaggedBatch of one is taken, its records indexed.
+void refuse_jagged_unless_taken(const Field& field, const py::handle& value) {
+  if (!takes_offsets(field) && is_jagged(value) && !py::hasattr(value, "__len__"))
+    throw py::value_error("append_batch: field '" + field.name + "' is " + detail::str(field.shape) +
+                          ": values and offsets (the jagged layout) hold a field that varies in its first "
+                          "dimension alone; give its records as a list of arrays");
+}
+
 std::optional<py::ssize_t> ragged_rows(const Schema& schema, const py::handle& batch) {
   const bool by_name = is_by_name(batch);
   if (!by_name && !py::isinstance<py::sequence>(batch)) return std::nullopt;
@@ -196,6 +208,7 @@ std::optional<py::ssize_t> ragged_rows(const Schema& schema, const py::handle& b
     py::object value = by_name ? py::object(batch[py::str(schema[f].name)]) : py::object(batch[py::int_(f)]);
     // A list or tuple of values; a RaggedBatch (a loader batch's, being copied) of a field
     // the jagged layout cannot hold ([-1, -1, 3] images), whose records are indexed.
+    refuse_jagged_unless_taken(schema[f], value);
     if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value) ||
         (py::hasattr(value, "offsets") && !takes_offsets(schema[f])))
       return static_cast<py::ssize_t>(py::len(value));
@@ -269,20 +282,47 @@ per CPU the process may use: its affinity, within a cgroup CPU quota).)doc")
         const Schema& schema = self.schema;
         if (const auto rows = ragged_rows(schema, batch)) {
           // A ragged field given as a list of values, each its own extent: record by record.
+          // Another ragged field may come jagged beside it (values and offsets): its records
+          // are slices of its values.
           const bool by_name = is_by_name(batch);
-          for (py::ssize_t i = 0; i < *rows; ++i) {
-            py::dict record;
-            for (size_t f = 0; f < schema.size(); ++f) {
-              const std::string& name = schema[f].name;
-              if (by_name && !py::dict(batch).contains(name))
-                throw py::value_error("append_batch: field '" + name + "' is missing");
-              py::object column = by_name ? py::object(batch[py::str(name)]) : py::object(batch[py::int_(f)]);
-              if (py::len(column) != static_cast<size_t>(*rows))
-                throw py::value_error("append_batch: field '" + name + "' has " + std::to_string(py::len(column)) +
-                                      " values for a batch of " + std::to_string(*rows) + " records");
-              record[py::str(name)] = column[py::int_(i)];
+          std::vector<py::object> columns(schema.size());
+          std::vector<std::pair<Tensor, Tensor>> jagged(schema.size());  // values, int64 offsets
+          for (size_t f = 0; f < schema.size(); ++f) {
+            const std::string& name = schema[f].name;
+            if (by_name && !py::dict(batch).contains(name))
+              throw py::value_error("append_batch: field '" + name + "' is missing");
+            columns[f] = by_name ? py::object(batch[py::str(name)]) : py::object(batch[py::int_(f)]);
+            if (takes_offsets(schema[f]) && is_jagged(columns[f])) {
+              auto [v, o] = jagged_parts(columns[f], schema[f], "append_batch: field '" + name + "'");
+              const Tensor at = o.cpu().to(kInt64).contiguous();
+              const int64_t* offset = at.data_ptr<int64_t>();
+              bool ordered = at.dim() == 1 && at.numel() == *rows + 1 && v.dim() >= 1;
+              for (int64_t i = 0; ordered && i < *rows; ++i)
+                ordered = offset[i] >= 0 && offset[i] <= offset[i + 1] && offset[i + 1] <= v.size(0);
+              if (!ordered)
+                throw py::value_error("append_batch: field '" + name + "': its offsets must be " +
+                                      std::to_string(*rows + 1) + " values, not decreasing, within its " +
+                                      (v.dim() >= 1 ? std::to_string(v.size(0)) : std::string("no")) + " rows");
+              jagged[f] = {std::move(v), at};
+              continue;
             }
-            const std::vector<Tensor> values = values_in_schema_order(schema, record, "record " + std::to_string(self.appended));
+            refuse_jagged_unless_taken(schema[f], columns[f]);
+            if (py::len(columns[f]) != static_cast<size_t>(*rows))
+              throw py::value_error("append_batch: field '" + name + "' has " + std::to_string(py::len(columns[f])) +
+                                    " values for a batch of " + std::to_string(*rows) + " records");
+          }
+          for (py::ssize_t i = 0; i < *rows; ++i) {
+            const std::string what = "record " + std::to_string(self.appended);
+            std::vector<Tensor> values;
+            for (size_t f = 0; f < schema.size(); ++f) {
+              if (jagged[f].first.defined()) {
+                const int64_t* offset = jagged[f].second.data_ptr<int64_t>();
+                values.push_back(jagged[f].first.narrow(0, offset[i], offset[i + 1] - offset[i]));
+                continue;
+              }
+              values.push_back(tensor_of_value(columns[f][py::int_(i)], schema[f].dtype,
+                                               what + ", field '" + schema[f].name + "'"));
+            }
             locked(self, [&] {
               self.get().append(values);
               self.appended = self.get().size();
@@ -314,7 +354,10 @@ nested tensor of jagged layout (torch.nested.nested_tensor_from_jagged(values, o
 an mmtensor RaggedBatch, or any object with `values` ([N, ...], the records back to back)
 and `offsets` ([B+1] int64 or int32; record i is values[offsets[i]:offsets[i+1]]). Or a list
 of B values of their own extents (token lists of different lengths): the batch is then
-appended record by record, and a bad record stops it there, after the records before it.)doc")
+appended record by record (a field given jagged beside it gives each record its slice), a bad
+record stops it there, after the records before it, and another thread appending to the same
+writer meanwhile may put its records between them (a batch of arrays goes in whole).
+Arrays of any strides and byte order are taken (copied, as every value is).)doc")
       .def("set_metadata", [](PyWriter& self, std::string key, std::string value) {
         locked(self, [&] { self.get().set_metadata(std::move(key), std::move(value)); });
       })

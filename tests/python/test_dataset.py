@@ -899,6 +899,51 @@ class PythonConventionsTest(unittest.TestCase):
         with open(one_by_one, "rb") as a, open(torch_file, "rb") as b:
             self.assertEqual(a.read(), b.read())
 
+    def test_a_list_and_a_jagged_field_go_in_one_batch_and_errors_name_what(self):
+        # One ragged field given as a list of records, another jagged beside it: record by
+        # record, the jagged one's records slices of its values; the same file as append().
+        from types import SimpleNamespace
+        fields = [mmtensor.Field("tokens", "int32", [-1]), mmtensor.Field("image", "uint8", [-1, -1, 3]),
+                  mmtensor.Field("label", "int64")]
+        tokens = np.arange(10, dtype=np.int32)
+        offsets = np.array([2, 5, 5, 9])  # need not start at 0
+        images = [np.full((k + 1, 2, 3), k, np.uint8) for k in range(3)]
+        one = os.path.join(self.dir.name, "one.mmt")
+        with mmtensor.DatasetWriter(one, fields) as writer:
+            for k in range(3):
+                writer.append({"tokens": tokens[offsets[k]:offsets[k + 1]], "image": images[k], "label": k})
+        mixed = os.path.join(self.dir.name, "mixed.mmt")
+        with mmtensor.DatasetWriter(mixed, fields) as writer:
+            writer.append_batch({"tokens": SimpleNamespace(values=tokens, offsets=offsets), "image": images,
+                                 "label": np.arange(3)})
+            for bad, error in [({"tokens": SimpleNamespace(values=tokens, offsets=np.array([0, 5, 3, 9])),
+                                 "image": images, "label": np.arange(3)}, "field 'tokens': its offsets must be 4"),
+                               ({"tokens": [tokens[:2]], "image": SimpleNamespace(values=images[0], offsets=[0, 1]),
+                                 "label": [0]}, r"field 'image' is \[-1, -1, 3\]: values and offsets"),
+                               ({"tokens": [[1], [2, 3]], "image": images[:2], "label": [[0], [1, 2]]},
+                                "record 3, field 'label'"),
+                               (5, "batch from record 3: expected a dict of field name to value")]:
+                with self.subTest(error=error), self.assertRaisesRegex((ValueError, TypeError), error):
+                    writer.append_batch(bad)
+            with self.assertRaisesRegex(TypeError, "record 3: expected a dict"):
+                writer.append(None)
+        with open(one, "rb") as a, open(mixed, "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
+    def test_big_endian_and_oddly_strided_arrays_are_written_as_their_values(self):
+        # The writer copies values anyway: an array no tensor views (the other byte order, a
+        # field of a packed structured array) is made native and contiguous first.
+        packed = np.zeros(4, dtype=[("a", "i1"), ("b", "<i4")])
+        packed["b"] = [7, -8, 9, 2**31 - 1]
+        fields = [mmtensor.Field("b", "int32", [2]), mmtensor.Field("f", "float64", [2])]
+        path = os.path.join(self.dir.name, "odd.mmt")
+        with mmtensor.DatasetWriter(path, fields) as writer:
+            writer.append({"b": packed["b"][:2], "f": np.array([1.5, -2.25], ">f8")})
+            writer.append_batch({"b": packed["b"].reshape(2, 2)[1:], "f": np.array([[3.0, 4.0]], ">f8")})
+        ds = mmtensor.Dataset(path)
+        self.assertEqual((ds[0]["b"].tolist(), ds[0]["f"].tolist()), ([7, -8], [1.5, -2.25]))
+        self.assertEqual((ds[1]["b"].tolist(), ds[1]["f"].tolist()), ([9, 2**31 - 1], [3.0, 4.0]))
+
     def test_threads_sharing_a_writer_take_turns(self):
         path = os.path.join(self.dir.name, "t.mmt")
         with mmtensor.DatasetWriter(path, self.fields, codec="lz4", chunk_records=7) as writer:
