@@ -265,6 +265,10 @@ py::object path_object(const std::string& path);
 // field of a file is named: the lookup then says "unknown field", where a cast raised
 // "Unable to cast Python instance".
 std::string name_text(const py::handle& name);
+// A metadata= argument: a mapping of str to str (None: none), its text as UTF-8 (a lone
+// surrogate passed through, for the writer to refuse naming the key); TypeError naming the
+// entry that is not, where pybind11 would answer with its whole overload text.
+Metadata metadata_argument(const py::object& value);
 // Text for Python that may hold bytes that are not UTF-8 (a path in a message, a repr): those
 // shown as \xNN, where a plain cast would raise UnicodeDecodeError instead.
 py::str lenient_text(const std::string& text);

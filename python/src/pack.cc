@@ -66,8 +66,9 @@ std::map<std::string, std::string, std::less<>> jagged_paths(const py::object& g
 
 void bind_pack(py::module_& m) {
   m.def("pack", [](const py::object& output, const py::object& inputs, const py::object& folder, const std::string& codec,
-                   int64_t chunk_bytes, int64_t chunk_records, int64_t alignment, int threads, bool overwrite,
-                   const Metadata& metadata, std::optional<std::pair<int64_t, int64_t>> shard, bool paths,
+                   const py::object& chunk_bytes, const py::object& chunk_records, const py::object& alignment,
+                   const py::object& threads, bool overwrite, const py::object& metadata,
+                   std::optional<std::pair<int64_t, int64_t>> shard, bool paths,
                    const py::object& field_names, bool keys, std::optional<int64_t> window, int64_t window_stride,
                    std::optional<int64_t> separator, const py::object& extensions, const std::string& missing,
                    const py::object& offsets, const py::object& shapes) {
@@ -92,12 +93,12 @@ void bind_pack(py::module_& m) {
     if (!fields.empty() && !dir.empty()) throw py::value_error("pack: fields= chooses fields of datasets given as inputs, not of a folder");
     PackOptions options;
     options.writer.codec = CodecSpec::parse(codec);
-    options.writer.chunk_bytes = chunk_bytes;
-    options.writer.chunk_records = chunk_records;
-    options.writer.alignment = alignment;
-    options.writer.threads = threads;
+    options.writer.chunk_bytes = integer_argument<int64_t>(chunk_bytes, "chunk_bytes");
+    options.writer.chunk_records = integer_argument<int64_t>(chunk_records, "chunk_records");
+    options.writer.alignment = integer_argument<int64_t>(alignment, "alignment");
+    options.writer.threads = integer_argument<int>(threads, "threads");
     options.writer.overwrite = overwrite;
-    options.writer.metadata = metadata;
+    options.writer.metadata = metadata_argument(metadata);
     if (shard) {
       std::tie(options.shard, options.shards) = *shard;
       (void)shard_records(0, options.shard, options.shards);  // a bad shard fails before inputs load
@@ -146,7 +147,7 @@ void bind_pack(py::module_& m) {
   }, py::arg("output"), py::arg("inputs") = py::none(), py::kw_only(), py::arg("folder") = py::none(),
      py::arg("codec") = "none", py::arg("chunk_bytes") = WriterOptions{}.chunk_bytes, py::arg("chunk_records") = 0,
      py::arg("alignment") = WriterOptions{}.alignment, py::arg("threads") = 0, py::arg("overwrite") = false,
-     py::arg("metadata") = Metadata{}, py::arg("shard") = py::none(), py::arg("paths") = false,
+     py::arg("metadata") = py::none(), py::arg("shard") = py::none(), py::arg("paths") = false,
      py::arg("fields") = py::none(), py::arg("keys") = false, py::arg("window") = py::none(),
      py::arg("window_stride") = 0, py::arg("separator") = py::none(), py::arg("extensions") = py::none(),
      py::arg("missing") = "error", py::arg("offsets") = py::none(), py::arg("shapes") = py::none(), R"doc(

@@ -739,6 +739,29 @@ std::string name_text(const py::handle& name) {
   return std::string(PyBytes_AS_STRING(encoded.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(encoded.ptr())));
 }
 
+Metadata metadata_argument(const py::object& value) {
+  Metadata out;
+  if (value.is_none()) return out;
+  if (!py::hasattr(value, "items"))
+    throw py::type_error(std::string("metadata must be a dict of str to str, got ") + Py_TYPE(value.ptr())->tp_name);
+  // str, or bytes as they are (the writer refuses text that is not UTF-8, naming the key).
+  const auto text = [](const py::handle& object) {
+    return py::isinstance<py::bytes>(object) ? object.cast<std::string>() : name_text(object);
+  };
+  const auto is_text = [](const py::handle& object) {
+    return py::isinstance<py::str>(object) || py::isinstance<py::bytes>(object);
+  };
+  for (const py::handle item : value.attr("items")()) {
+    const py::tuple pair = py::reinterpret_borrow<py::tuple>(item);
+    if (!is_text(pair[0]) || !is_text(pair[1]))
+      throw py::type_error("metadata must map str to str; " + py::repr(pair[0]).cast<std::string>().substr(0, 80) +
+                           " maps to " + Py_TYPE(pair[1].ptr())->tp_name + " " +
+                           py::repr(pair[1]).cast<std::string>().substr(0, 80) + " (json.dumps it, or str() it)");
+    out[text(pair[0])] = text(pair[1]);
+  }
+  return out;
+}
+
 py::object path_object(const std::string& path) {
   return py::module_::import("os").attr("fsdecode")(py::bytes(path));
 }

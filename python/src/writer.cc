@@ -246,16 +246,16 @@ dtype is refused rather than cast. A record may be a dict by name (or any mappin
 a Batch) or a sequence in schema order. Chunks are compressed on `threads` threads (0: one
 per CPU the process may use: its affinity, within a cgroup CPU quota).)doc")
       .def(py::init([](const py::object& path, std::vector<Field> fields, const std::string& codec,
-                       int64_t chunk_bytes, int64_t chunk_records, int64_t alignment, int threads, bool overwrite,
-                       const Metadata& metadata) {
+                       const py::object& chunk_bytes, const py::object& chunk_records, const py::object& alignment,
+                       const py::object& threads, bool overwrite, const py::object& metadata) {
              WriterOptions options;
              options.codec = CodecSpec::parse(codec);
-             options.chunk_bytes = chunk_bytes;
-             options.chunk_records = chunk_records;
-             options.alignment = alignment;
-             options.threads = threads;
+             options.chunk_bytes = integer_argument<int64_t>(chunk_bytes, "chunk_bytes");
+             options.chunk_records = integer_argument<int64_t>(chunk_records, "chunk_records");
+             options.alignment = integer_argument<int64_t>(alignment, "alignment");
+             options.threads = integer_argument<int>(threads, "threads");
              options.overwrite = overwrite;
-             options.metadata = metadata;
+             options.metadata = metadata_argument(metadata);
              Schema schema(std::move(fields));
              const std::string file = path_of(path);
              auto self = std::make_unique<PyWriter>();
@@ -270,7 +270,7 @@ per CPU the process may use: its affinity, within a cgroup CPU quota).)doc")
            py::arg("path"), py::arg("fields"), py::kw_only(), py::arg("codec") = "none",
            py::arg("chunk_bytes") = WriterOptions{}.chunk_bytes, py::arg("chunk_records") = 0,
            py::arg("alignment") = WriterOptions{}.alignment, py::arg("threads") = 0, py::arg("overwrite") = false,
-           py::arg("metadata") = Metadata{})
+           py::arg("metadata") = py::none())
       .def("append", [](PyWriter& self, const py::object& record) {
         const std::vector<Tensor> values = values_in_schema_order(self.schema, record, "record " + std::to_string(self.appended));
         locked(self, [&] {

@@ -426,9 +426,18 @@ class ErrorTest(unittest.TestCase):
                                   (lambda: ds.chunk(2**64), IndexError, "chunk 18446744073709551616"),
                                   (lambda: ds.locate(2**63), IndexError, "out of range"),
                                   (lambda: ds.get_batch([0], "y", threads=2**40), ValueError, "threads = 1099511627776"),
-                                  (lambda: mmtensor.Dataset(ds.path, cache_bytes=2**63), ValueError, "cache_bytes = ")]:
+                                  (lambda: mmtensor.Dataset(ds.path, cache_bytes=2**63), ValueError, "cache_bytes = "),
+                                  (lambda: mmtensor.pack(self.path("p.mmt"), [ds.path], threads=2**31), ValueError,
+                                   "threads = 2147483648 is out of range"),
+                                  (lambda: mmtensor.DatasetWriter(self.path("w.mmt"), ds.fields, chunk_bytes=2**63),
+                                   ValueError, "chunk_bytes = 9223372036854775808"),
+                                  (lambda: mmtensor.DatasetWriter(self.path("w.mmt"), ds.fields, metadata={"k": 5}),
+                                   TypeError, "metadata must map str to str; 'k' maps to int 5"),
+                                  (lambda: mmtensor.pack(self.path("p.mmt"), [ds.path], metadata=["k"]), TypeError,
+                                   "metadata must be a dict of str to str, got list")]:
             with self.subTest(text=text), self.assertRaisesRegex(error, text):
                 call()
+        self.assertFalse(os.path.exists(self.path("w.mmt")) or os.path.exists(self.path("p.mmt")))
         self.assertEqual(ds.get(np.int64(-1), "y").item(), ds[len(ds) - 1]["y"].item())
 
     def test_copies_of_views_into_a_file_cut_short_raise_oserror(self):
