@@ -254,7 +254,11 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
     if "{shard" not in output:
         raise ValueError("output must hold {shard} (as train-{shard:03d}.mmt), where each shard's number goes; got "
                          + repr(output))
-    paths = [output.format(shard=k, shards=shards) for k in range(shards)]
+    try:
+        paths = [output.format(shard=k, shards=shards) for k in range(shards)]
+    except (IndexError, KeyError, ValueError) as e:  # another {} or {name}, a bad format spec
+        raise ValueError("output %r: only {shard} and {shards} are filled in (write other braces as {{ and }}): %s"
+                         % (output, e)) from None
     if len(set(paths)) != shards:
         raise ValueError("output %r gives the same name to several shards" % output)
     for path in paths:

@@ -238,6 +238,8 @@ class WriteShardsTest(FolderTestCase):
         self.assertEqual(len(mmtensor.Dataset(paths)), 10)
         with self.assertRaisesRegex(ValueError, "must hold {shard}"):
             mmtensor.write_shards(self.path("plain.mmt"), FIELDS, range(10), convert)
+        with self.assertRaisesRegex(ValueError, "only {shard} and {shards} are filled in"):
+            mmtensor.write_shards(self.path("{}-{shard}.mmt"), FIELDS, range(10), convert, shards=2)
         with self.assertRaisesRegex(ValueError, "the same name"):
             mmtensor.write_shards(self.path("s{shard!s:.0}.mmt"), FIELDS, range(10), convert, shards=2)
         with self.assertRaisesRegex(TypeError, "inputs must be a sequence"):
