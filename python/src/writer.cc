@@ -187,8 +187,6 @@ std::pair<Tensor, Tensor> jagged_parts(const py::handle& value, const Field& fie
   return {v.reshape(row_shape), rows_at};
 }
 
-// The rows of a batch whose ragged fields are given as lists (or tuples) of values, one per
-// record; std::nullopt when every field is one array (append_batch's own form).
 // Values and offsets given for a field the jagged layout cannot hold ([-1, -1, 3] images);
 // a RaggedBatch of one is taken, its records indexed.
 void refuse_jagged_unless_taken(const Field& field, const py::handle& value) {
@@ -198,6 +196,8 @@ void refuse_jagged_unless_taken(const Field& field, const py::handle& value) {
                           "dimension alone; give its records as a list of arrays");
 }
 
+// The rows of a batch whose ragged fields are given as lists (or tuples) of values, one per
+// record; std::nullopt when every field is one array (append_batch's own form).
 std::optional<py::ssize_t> ragged_rows(const Schema& schema, const py::handle& batch) {
   const bool by_name = is_by_name(batch);
   if (!by_name && !py::isinstance<py::sequence>(batch)) return std::nullopt;
