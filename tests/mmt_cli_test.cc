@@ -357,6 +357,10 @@ TEST_F(MmtCli, NpyRoundTripForEveryDtypeAndCodec) {
     RunResult got = run_mmt({"get", out, "4", "--field", "fortran", "--npy", path("one.npy"), "--force"});
     ASSERT_EQ(got.exit_code, 0) << got.err;
     EXPECT_TRUE(load_npy(path("one.npy")).equal(arange(18, kInt32).view({9, 2})[4]));
+    // Of a file of several fields, --npy needs --field: a bad command line, exit 2.
+    RunResult unnamed = run_mmt({"get", out, "4", "--npy", path("two.npy")});
+    EXPECT_EQ(unnamed.exit_code, 2) << unnamed.err;
+    EXPECT_NE(unnamed.err.find("--npy and --raw write one field: name it with --field"), std::string::npos) << unnamed.err;
     RunResult verified = run_mmt({"verify", out, "--against"});
     EXPECT_NE(verified.exit_code, 0) << "--against needs inputs";
     std::vector<std::string> verify_args{"verify", out, "--against"};

@@ -98,7 +98,7 @@ void run_get(const GetArgs& args) {
   if (!args.npy.empty() || !args.raw.empty()) {
     std::string field = args.field;
     if (field.empty()) {
-      MMT_CHECK(ds.schema().size() == 1, ValueError, "--npy and --raw write one field: name it with ",
+      MMT_CHECK(ds.schema().size() == 1, UsageError, "--npy and --raw write one field: name it with ",
                 "--field (", ds.schema().size(), " fields here)");
       field = ds.schema()[0].name;
     }

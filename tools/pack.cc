@@ -246,7 +246,7 @@ PackSources load_pack_sources(const std::vector<std::string>& inputs, const std:
     return PackSources::from_folder(folder, {.paths = folder_paths});
   }
   MMT_CHECK(!inputs.empty(), UsageError,
-            "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not), datasets, tar archives, Megatron or MDS datasets, Arrow, Parquet or TFRecord files or --folder DIR");
+            "no inputs: give NAME=PATH.npy, PATH.npz, NAME=PATH (IDX, .gz or not), HDF5 files (PATH.h5, NAME=PATH.h5:DATASET), raw files (NAME=PATH:DTYPE), datasets, tar archives, Megatron or MDS datasets, Arrow, Parquet or TFRecord files or --folder DIR");
   try {
     return PackSources::from_inputs(inputs, fields, tar, jagged);
   } catch (const InputSpecError& e) {
@@ -286,12 +286,16 @@ void add_jagged_options(CLI::App* cmd, JaggedArrays& jagged) {
 
 void add_pack_command(CLI::App& app) {
   auto args = std::make_shared<PackArgs>();
-  CLI::App* cmd = app.add_subcommand("pack", "Build a dataset from .npy, .npz, IDX files, tar archives (WebDataset), Megatron indexed datasets, MosaicML Streaming datasets, Arrow or Parquet files (Hugging Face datasets), TFRecord files or a folder, or repack datasets");
+  CLI::App* cmd = app.add_subcommand("pack", "Build a dataset from .npy, .npz, IDX, HDF5 or raw files, tar archives (WebDataset), Megatron indexed datasets, MosaicML Streaming datasets, Arrow or Parquet files (Hugging Face datasets), TFRecord files or a folder, or repack datasets");
   cmd->footer(
       "Inputs:\n"
       "  NAME=PATH.npy   one field; the first dimension indexes records\n"
       "  PATH.npz        one field per array in the archive\n"
       "  NAME=PATH       an IDX file, gzip-compressed or not (MNIST's *-idx3-ubyte.gz)\n"
+      "  PATH.h5         HDF5: every dataset at the file's root a field, named by it\n"
+      "  NAME=PATH.h5:DATASET  one HDF5 dataset (train/images in a group); integers,\n"
+      "                  floats, h5py's bools and complex; chunked and gzip/szip ones are\n"
+      "                  decoded into a temporary file in $TMPDIR (or /tmp)\n"
       "  NAME=PATH:DTYPE[:D1xD2...]  a raw file of values with no header (nanoGPT's\n"
       "                  train.bin: tokens=train.bin:uint16), records of one value or that shape\n"
       "  NAME=VALUES --offsets NAME=OFFSETS.npy [--shapes NAME=SHAPES.npy]  a ragged field\n"

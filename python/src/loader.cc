@@ -507,6 +507,15 @@ they must fit in RAM, and one cut short under it kills the process (SIGBUS, as a
 it waits for too, so on C cores C - 1 workers keep every core busy for warm, uncompressed
 data.
 
+window_chunks (quasi_random): chunks whose records are shuffled together; 0 chooses as many
+as the chunk cache holds decoded, or a resumed state's. drop_tail (with world_size): drop the
+epoch's last positions that do not divide among the ranks, where by default the first ones
+are repeated to fill them, as DistributedSampler's drop_last. drop_last: leave out a last
+batch shorter than batch_size. prefetch_batches (1 to 1024): batches gathered ahead; the
+pinned ring has one slot more. read_ahead: "auto" (the default) asks the kernel for a batch's
+pages ahead of its gather while the page cache misses, "always" for every batch, "never" not
+(a cold file read at random is several times faster with it).
+
 transforms=[mmtensor.Transform(...)] fill batch fields on the workers with C functions (numba
 @cfunc or a shared library's), per sample and without the GIL; help(mmtensor.Transform).
 
