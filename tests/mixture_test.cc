@@ -161,7 +161,9 @@ TEST(Mixture, QuasiRandomKeepsEachWindowToItsChunksAndSpreadsAnUpsampledSourcesP
     const std::map<int64_t, int64_t> count = visits(order);
     for (int64_t r = 0; r < 1000; ++r) ASSERT_EQ(count.at(r), 3) << "record " << r << " of A";
     for (const auto& [record, times] : count)
-      if (record >= 1000) ASSERT_EQ(times, 1) << "record " << record << " of B";
+      if (record >= 1000) {
+        ASSERT_EQ(times, 1) << "record " << record << " of B";
+      }
     // Windows of 4 pieces of 100 positions: each run of 400 positions from the start reads at
     // most 4 chunks, where a random order would read ~98.
     for (size_t w = 0; w + 400 <= order.size(); w += 400) {

@@ -50,7 +50,9 @@ class H5Writer {
     H5Pset_create_intermediate_group(links, 1);
     const hid_t dataset = H5Dcreate2(file_, name.c_str(), file_type, space, links, create, H5P_DEFAULT);
     EXPECT_GE(dataset, 0) << name;
-    if (data) EXPECT_GE(H5Dwrite(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), 0) << name;
+    if (data) {
+      EXPECT_GE(H5Dwrite(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), 0) << name;
+    }
     H5Dclose(dataset);
     H5Pclose(links);
     H5Sclose(space);

@@ -145,7 +145,9 @@ TEST(PackJagged, RecordsOfSeveralDimensionsTakeTheirRowsOrTheirShapes) {
   for (int64_t i = 0; i < kImages; ++i) {
     const Sample sample = ds.get(i);
     ASSERT_EQ(sample["boxes"].sizes(), IntArrayRef({i % 4, 4}));
-    if (i % 4 > 0) EXPECT_EQ(sample["boxes"].at<float>({0, 1}), static_cast<float>(i) + 0.125f);
+    if (i % 4 > 0) {
+      EXPECT_EQ(sample["boxes"].at<float>({0, 1}), static_cast<float>(i) + 0.125f);
+    }
     ASSERT_EQ(sample["image"].sizes(), IntArrayRef({1 + i % 5, 2 + i % 3, 3}));
     EXPECT_EQ(sample["image"].at<uint8_t>({0, 0, 2}), static_cast<uint8_t>(i + 2));
   }
