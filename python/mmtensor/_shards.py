@@ -221,8 +221,9 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
     "forkserver"; default, the platform's): under "spawn" and "forkserver", fn and inputs
     must be picklable.
 
-    The shards are written under temporary names and renamed into place only once every
-    shard is written. An exception in fn (or a record the writer refuses) stops every worker
+    The fields and the writer's options are checked before any worker starts (a bad codec
+    is this call's ValueError). The shards are written under temporary names and renamed
+    into place only once every shard is written. An exception in fn (or a record the writer refuses) stops every worker
     (SIGTERM; SIGKILL for one still running 5 s later, inside a long native call), removes
     what was written, and is raised here with a note naming the input (as a RuntimeError
     with its text when it cannot be sent between processes, or is over 8 KiB with its
@@ -281,11 +282,16 @@ def write_shards(output, fields, inputs, fn=None, *, shards=None, num_workers=No
     # (engine/temp_files.cc), which the sweep below could not then find.
     partials = [os.path.join(os.path.dirname(path), ".shard-%d-%08x.part" % (k, token & 0xFFFFFFFF))
                 for k, path in enumerate(paths)]
+    writer_options = {"codec": codec, "chunk_bytes": chunk_bytes, "chunk_records": chunk_records,
+                      "alignment": alignment, "threads": threads}
+    # The fields and options checked here, as a writer takes them, before any worker starts:
+    # a bad codec is then this call's ValueError, not one from each worker.
+    metadata = dict(metadata or {})
+    DatasetWriter(partials[0], fields, metadata=metadata, **writer_options).abort()
     job = {
         "inputs": inputs, "fn": fn, "fields": fields, "shards": shards, "source": source, "partials": partials,
-        "metadata": dict(metadata or {}),
-        "writer": {"codec": codec, "chunk_bytes": chunk_bytes, "chunk_records": chunk_records, "alignment": alignment,
-                   "threads": threads},
+        "metadata": metadata,
+        "writer": writer_options,
     }
     context = multiprocessing.get_context(mp_context)
     published = False

@@ -246,6 +246,17 @@ class WriteShardsTest(FolderTestCase):
             mmtensor.write_shards(self.path("i{shard}.mmt"), FIELDS, iter(range(3)), convert)
         with self.assertRaisesRegex(ValueError, "num_workers"):
             mmtensor.write_shards(self.path("i{shard}.mmt"), FIELDS, range(3), convert, num_workers=0)
+        # The writer's options and fields, checked once here before any worker starts: the
+        # error is this call's own, with no worker's note, and leaves nothing.
+        before = sorted(os.listdir(self.dir.name))
+        with self.assertRaisesRegex(ValueError, "codec") as caught:
+            mmtensor.write_shards(self.path("c{shard}.mmt"), FIELDS, range(4), convert, shards=2, codec="lz5")
+        self.assertFalse(getattr(caught.exception, "__notes__", None))
+        twice = [mmtensor.Field("x", "int64"), mmtensor.Field("x", "int64")]
+        with self.assertRaisesRegex(ValueError, "x") as caught:
+            mmtensor.write_shards(self.path("c{shard}.mmt"), twice, range(4), convert)
+        self.assertFalse(getattr(caught.exception, "__notes__", None))
+        self.assertEqual(sorted(os.listdir(self.dir.name)), before)
         with self.assertRaisesRegex(FileNotFoundError, "its folder .*nowhere does not exist"):
             mmtensor.write_shards(self.path("nowhere/i{shard}.mmt"), FIELDS, range(3), convert)
         # A symbolic link at a shard's path is not replaced, even asked to: as DatasetWriter.
