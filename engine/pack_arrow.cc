@@ -33,9 +33,10 @@
 //                                                   size lists); a null struct inside is refused
 //   a map (a list of struct<key, value>)            the same: NAME.key and NAME.value
 // A null row is stored as NaN in a fixed-shape float field (as pandas reads it), empty in a
-// variable-length one, zeros in another fixed one beside a field NAME.valid (bool: the row is
-// not null) (nulls counted, per field, in the metadata key "arrow_nulls"); a null inside a list
-// is refused. Other types
+// variable-length one, zeros in another fixed one, and every column with a null has beside it
+// a field NAME.valid (bool: the row is not null), which alone tells a null from a NaN, an empty
+// string or a zero (nulls counted, per field, in the metadata key "arrow_nulls"); a null inside
+// a list is refused. Other types
 // (decimals, unions, list views, lists of lists of strings) are refused by name, unless
 // `fields` leaves them out; a struct's name in `fields` stands for all its columns.
 #include <algorithm>
@@ -85,15 +86,13 @@ struct ArrowColumns {
     ScalarType dtype = kUInt8;
     int64_t item = 1;          // bytes of a leaf value (FixedBytes: the width; Decimal: the integer's)
     DimVector shape;           // the field's
-    int64_t nulls = 0;         // null rows stored empty
+    int64_t nulls = 0;         // null rows
     // A list of strings is two fields: its strings joined (bytes), and, under NAME.lengths,
     // each one's length in bytes (int64, a value a string): this is the second.
     bool lengths = false;
-    // A column of fixed shape (not float) with null rows stores zeros there, and beside it,
-    // under NAME.valid, whether each row is not null (bool): this is the second. `masked`
-    // marks the first.
+    // A column with null rows has beside it, under NAME.valid, whether each row is not null
+    // (bool): this is the second (a list of strings' follows its lengths).
     bool validity = false;
-    bool masked = false;
     // A dictionary-encoded column: its indices are node `index_node` of the record batches,
     // its values (the leaf) node 0 of its dictionary's batches.
     bool dictionary = false;
@@ -926,7 +925,13 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
       const std::string& name = fields[k];
       MMT_CHECK(std::find(fields.begin(), fields.begin() + static_cast<ptrdiff_t>(k), name) == fields.begin() + static_cast<ptrdiff_t>(k),
                 ValueError, first.path, ": column '", detail::cut_for_message(name, 100), "' is chosen twice");
-      const auto it = std::find_if(all.begin(), all.end(), [&](const ArrowColumns::Column& c) { return c.name == name; });
+      const auto named = [&](const std::string& column_name) {
+        return std::find_if(all.begin(), all.end(), [&](const ArrowColumns::Column& c) { return c.name == column_name; });
+      };
+      auto it = named(name);
+      // NAME.valid, the mask of a column with nulls (verify chooses every field a pack made):
+      // NAME, which brings it.
+      if (it == all.end() && name.ends_with(".valid")) it = named(name.substr(0, name.size() - 6));
       if (it != all.end()) {
         choose(*it);
         // A list of strings' lengths follow its strings, unless chosen apart: the joined bytes
@@ -936,16 +941,6 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
             std::find(fields.begin(), fields.end(), next->name) == fields.end())
           choose(*next);
         continue;
-      }
-      // NAME.valid, the mask of a column with nulls (verify chooses every field a pack made):
-      // NAME, which brings it.
-      if (name.ends_with(".valid")) {
-        const std::string base = name.substr(0, name.size() - 6);
-        const auto masked = std::find_if(all.begin(), all.end(), [&](const ArrowColumns::Column& c) { return c.name == base; });
-        if (masked != all.end() && masked->leaf != ArrowColumns::Leaf::Bytes) {
-          choose(*masked);
-          continue;
-        }
       }
       const auto refusal = [&](const std::string& column_name) {
         return std::find_if(refused.begin(), refused.end(),
@@ -1023,11 +1018,10 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
           if (at.null) {
             // Floats take NaN where the field is fixed (as pandas reads them); a variable
             // field stores the row empty (its outer length then varies); other fixed fields
-            // store zeros, and NAME.valid says which rows are null.
+            // store zeros. NAME.valid says which rows are null.
             const bool outer_variable = levels > 0 && lists[0]->kind != ArrowColumns::Level::Kind::FixedList;
             ++column.nulls;
             if (!floating && !variable_leaf && !outer_variable) {
-              column.masked = true;
               ++filled_nulls;
               continue;
             }
@@ -1064,20 +1058,25 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
     }
   }
 
-  // Each masked column's NAME.valid, right after it.
+  // The NAME.valid of each column with nulls, right after it; a list of strings', after its
+  // lengths (null in the same rows): a mask reads the null rows of the column before it.
   std::vector<ArrowColumns::Column> with_validity;
-  for (ArrowColumns::Column& column : arrow->columns) {
+  for (size_t c = 0; c < arrow->columns.size(); ++c) {
+    const ArrowColumns::Column& column = arrow->columns[c];
     with_validity.push_back(column);
-    if (!column.masked) continue;
+    if (column.nulls == 0) continue;
+    const bool lengths_follow = !column.lengths && c + 1 < arrow->columns.size() &&
+                                arrow->columns[c + 1].lengths && arrow->columns[c + 1].name == column.name + ".lengths";
+    if (lengths_follow) with_validity.push_back(arrow->columns[++c]);
+    const std::string name = column.name + ".valid";
     for (const ArrowColumns::Column& other : arrow->columns)
-      MMT_CHECK(other.name != column.name + ".valid", ValueError, first.path, ": column '",
-                detail::cut_for_message(column.name, 100), "' has nulls, and its mask, '",
-                detail::cut_for_message(column.name, 100), ".valid', would take the name of a column; leave one of ",
-                "the two out (mmt pack --field NAME, repeated), or rename it");
-    ArrowColumns::Column valid = column;
-    valid.name += ".valid";
-    valid.type_name += " (valid)";
-    valid.masked = false;
+      MMT_CHECK(other.name != name, ValueError, first.path, ": column '", detail::cut_for_message(column.name, 100),
+                "' has nulls, and its mask, '", detail::cut_for_message(name, 100),
+                "', would take the name of a column; leave one of the two out (mmt pack --field NAME, repeated), or rename it");
+    ArrowColumns::Column valid = with_validity.back();
+    valid.name = name;
+    valid.type_name = column.type_name + " (valid)";
+    valid.lengths = false;
     valid.validity = true;
     valid.dtype = kBool;
     valid.shape.clear();

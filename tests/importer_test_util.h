@@ -261,6 +261,12 @@ std::string expect_format_error(Fn&& fn) {
   return "";
 }
 
+// Record `index`'s value of the field called `name` (a pack's fields are found by name: masks
+// such as NAME.valid sit among them where a column has nulls).
+inline Tensor field_value(const PackSources& sources, int64_t index, std::string_view name) {
+  return sources.record(index)[sources.schema().index_of(name)];
+}
+
 // Writes `sources` to `path` one record at a time (append(record(i))), with `options` and the
 // sources' metadata: the file pack_dataset() must write byte for byte, however it batches.
 inline void pack_record_by_record(const std::string& path, const PackSources& sources, WriterOptions options) {

@@ -1284,7 +1284,7 @@ TEST_F(MmtCli, PackTakesArrowFilesAndVerifiesAgainstThem) {
   const std::string polars = (fs::path(MMT_SOURCE_DIR) / "tests/data/arrow/polars_zstd.arrow").string();
   const RunResult from_polars = run_mmt({"pack", path("p.mmt"), polars, "--codec", "lz4"});
   ASSERT_EQ(from_polars.exit_code, 0) << from_polars.err;
-  EXPECT_NE(from_polars.out.find("packed 45 records (18 fields)"), std::string::npos) << from_polars.out;
+  EXPECT_NE(from_polars.out.find("packed 45 records (20 fields)"), std::string::npos) << from_polars.out;
   const RunResult polars_sound = run_mmt({"verify", path("p.mmt"), "--against", polars});
   EXPECT_EQ(polars_sound.exit_code, 0) << polars_sound.err;
   EXPECT_NE(polars_sound.out.find("equal their sources byte for byte"), std::string::npos) << polars_sound.out;
@@ -1368,31 +1368,31 @@ TEST_F(MmtCli, PackTakesParquetFilesAndVerifiesAgainstThem) {
   const std::string parquet = (fs::path(MMT_SOURCE_DIR) / "tests/data/parquet/pw_hf_image.parquet").string();
   const RunResult packed = run_mmt({"pack", path("p.mmt"), parquet, "--codec", "lz4"});
   ASSERT_EQ(packed.exit_code, 0) << packed.err;
-  EXPECT_NE(packed.out.find("packed 6 records (3 fields)"), std::string::npos) << packed.out;
+  EXPECT_NE(packed.out.find("packed 6 records (4 fields)"), std::string::npos) << packed.out;
   const Dataset dataset = Dataset::open(path("p.mmt"));
   EXPECT_EQ(dataset.metadata().at("source"), "parquet");
   EXPECT_EQ(dataset.metadata().at("classes"), R"(["cat","dog"])");
   const RunResult sound = run_mmt({"verify", path("p.mmt"), "--against", parquet});
   EXPECT_EQ(sound.exit_code, 0) << sound.err;
-  EXPECT_NE(sound.out.find("equal their sources byte for byte (fields image.bytes, image.path, label)"), std::string::npos)
+  EXPECT_NE(sound.out.find("equal their sources byte for byte (fields image.bytes, image.path, image.path.valid, label)"), std::string::npos)
       << sound.out;
   // A chat dataset's messages, list<struct<role, content>>, chosen by the struct's name.
   const std::string chat = (fs::path(MMT_SOURCE_DIR) / "tests/data/parquet/duckdb_chat.parquet").string();
   const RunResult messages = run_mmt({"pack", path("c.mmt"), chat, "--field", "messages", "--codec", "zstd"});
   ASSERT_EQ(messages.exit_code, 0) << messages.err;
-  EXPECT_NE(messages.out.find("packed 9 records (4 fields)"), std::string::npos) << messages.out;
+  EXPECT_NE(messages.out.find("packed 9 records (6 fields)"), std::string::npos) << messages.out;
   const RunResult chat_sound = run_mmt({"verify", path("c.mmt"), "--against", chat});
   EXPECT_EQ(chat_sound.exit_code, 0) << chat_sound.err;
-  EXPECT_NE(chat_sound.out.find("(fields messages.role, messages.role.lengths, messages.content, "
-                                "messages.content.lengths)"),
+  EXPECT_NE(chat_sound.out.find("(fields messages.role, messages.role.lengths, messages.role.valid, "
+                                "messages.content, messages.content.lengths, messages.content.valid)"),
             std::string::npos)
       << chat_sound.out;
-  // DuckDB's nullable int8: its mask verified against the file too.
+  // DuckDB's nullable int8 and decimal: their masks verified against the file too.
   const std::string duckdb = (fs::path(MMT_SOURCE_DIR) / "tests/data/parquet/duckdb_types.parquet").string();
   ASSERT_EQ(run_mmt({"pack", path("i.mmt"), duckdb, "--field", "i8", "--field", "dec_9_2"}).exit_code, 0);
   const RunResult i8 = run_mmt({"verify", path("i.mmt"), "--against", duckdb});
   EXPECT_EQ(i8.exit_code, 0) << i8.err;
-  EXPECT_NE(i8.out.find("(fields i8, i8.valid, dec_9_2)"), std::string::npos) << i8.out;
+  EXPECT_NE(i8.out.find("(fields i8, i8.valid, dec_9_2, dec_9_2.valid)"), std::string::npos) << i8.out;
   const std::string types = (fs::path(MMT_SOURCE_DIR) / "tests/data/parquet/edge/repeated_group_with_decimal.parquet").string();
   EXPECT_FAILS_WITH(run_mmt({"pack", path("n.mmt"), types}), "'pts.d' (decimal(0, 0))");
   EXPECT_FALSE(fs::exists(path("n.mmt")));

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ using detail::ArrowIpc;
 using detail::ArrowTypeId;
 using json = nlohmann::json;
 using testing::error_of;
+using testutil::field_value;
 using testutil::TempFolder;
 using testutil::text_of;
 
@@ -386,8 +388,9 @@ TEST(ParquetReader, DecompressionBombsAreRefusedWhateverTheThreads) {
       EXPECT_NE(error.find("refused as a decompression bomb"), std::string::npos) << error;
       // Its nulls' slots in Arrow's layout (8 bytes each, beside a byte of level) are counted
       // as their page is decoded: the first page's 200 million are past the limit.
-      if (name == "null_runs_bomb" && threads == 1)
+      if (name == "null_runs_bomb" && threads == 1) {
         EXPECT_NE(error.find("the page at byte 4: decodes to more than"), std::string::npos) << error;
+      }
     }
   }
   detail::set_parquet_decode_floor(0);
@@ -406,11 +409,12 @@ TEST(PackParquet, HuggingFaceImageRowsPackWithTheirClassNames) {
   const PackSources sources = PackSources::from_inputs(std::vector<std::string>{path});
   ASSERT_EQ(sources.records(), 6);
   const Schema& schema = sources.schema();
-  ASSERT_EQ(schema.size(), 3u);
+  ASSERT_EQ(schema.size(), 4u);
   EXPECT_EQ(schema[0].name, "image.bytes");
   EXPECT_EQ(schema[1].name, "image.path");
-  EXPECT_EQ(schema[2].name, "label");
-  EXPECT_EQ(schema[2].dtype, kInt64);
+  EXPECT_EQ(schema[2].name, "image.path.valid");
+  EXPECT_EQ(schema[3].name, "label");
+  EXPECT_EQ(schema[3].dtype, kInt64);
   EXPECT_EQ(sources.metadata().at("source"), "parquet");
   EXPECT_EQ(sources.metadata().at("classes"), R"(["cat","dog"])");
   EXPECT_EQ(sources.metadata().at("arrow_nulls"), R"({"image.path":3})");
@@ -426,7 +430,8 @@ TEST(PackParquet, HuggingFaceImageRowsPackWithTheirClassNames) {
     }
     EXPECT_EQ(hex, image["bytes"].get<std::string>());
     EXPECT_EQ(text_of(record[1]), image["path"].is_null() ? "" : image["path"].get<std::string>());
-    EXPECT_EQ(*static_cast<const int64_t*>(record[2].data_ptr()), expected["columns"][1]["values"][static_cast<size_t>(r)]);
+    EXPECT_EQ(record[2].item<bool>(), !image["path"].is_null());
+    EXPECT_EQ(*static_cast<const int64_t*>(record[3].data_ptr()), expected["columns"][1]["values"][static_cast<size_t>(r)]);
   }
 }
 
@@ -436,25 +441,32 @@ TEST(PackParquet, ListsBecomeArrays) {
   const PackSources sources = PackSources::from_inputs(std::vector<std::string>{path}, fields);
   ASSERT_EQ(sources.records(), 12);
   const Schema& schema = sources.schema();
-  ASSERT_EQ(schema.size(), 3u);
+  ASSERT_EQ(schema.size(), 6u);
   EXPECT_EQ(schema[0].name, "list_int32");
   EXPECT_EQ(schema[0].shape, (DimVector{kVariableDim}));
   // Every row of `embedding` holds 8 floats: a fixed [8] (its null row NaN).
-  EXPECT_EQ(schema[1].name, "embedding");
-  EXPECT_EQ(schema[1].dtype, kFloat32);
-  EXPECT_EQ(schema[1].shape, (DimVector{8}));
-  EXPECT_EQ(schema[2].name, "nested_struct.b.c");
-  EXPECT_EQ(schema[2].dtype, kFloat64);
+  EXPECT_EQ(schema[2].name, "embedding");
+  EXPECT_EQ(schema[2].dtype, kFloat32);
+  EXPECT_EQ(schema[2].shape, (DimVector{8}));
+  EXPECT_EQ(schema[4].name, "nested_struct.b.c");
+  EXPECT_EQ(schema[4].dtype, kFloat64);
   // Row 4: [4, 14, 24, 34, 44]; row 2 null (empty).
   const std::vector<Tensor> row4 = sources.record(4);
   ASSERT_EQ(row4[0].numel(), 5);
   EXPECT_EQ(static_cast<const int32_t*>(row4[0].contiguous().data_ptr())[4], 44);
-  EXPECT_EQ(static_cast<const float*>(row4[1].contiguous().data_ptr())[7], 1.875f);
+  EXPECT_EQ(static_cast<const float*>(row4[2].contiguous().data_ptr())[7], 1.875f);
   EXPECT_EQ(sources.record(2)[0].numel(), 0);
-  EXPECT_TRUE(std::isnan(static_cast<const float*>(sources.record(7)[1].contiguous().data_ptr())[0]));
+  // Each column's mask tells its nulls from the empty list and the NaN.
+  for (const size_t mask : {1, 3, 5}) EXPECT_EQ(schema[mask].name, schema[mask - 1].name + ".valid");
+  EXPECT_FALSE(sources.record(2)[1].item<bool>());
+  EXPECT_TRUE(sources.record(4)[1].item<bool>());
+  EXPECT_FALSE(sources.record(7)[3].item<bool>());
+  EXPECT_FALSE(sources.record(1)[5].item<bool>());
+  EXPECT_TRUE(sources.record(2)[5].item<bool>());
+  EXPECT_TRUE(std::isnan(static_cast<const float*>(sources.record(7)[2].contiguous().data_ptr())[0]));
   // A null struct, or a null value under it: NaN.
-  EXPECT_TRUE(std::isnan(*static_cast<const double*>(sources.record(1)[2].data_ptr())));
-  EXPECT_EQ(*static_cast<const double*>(sources.record(2)[2].data_ptr()), 2.25);
+  EXPECT_TRUE(std::isnan(*static_cast<const double*>(sources.record(1)[4].data_ptr())));
+  EXPECT_EQ(*static_cast<const double*>(sources.record(2)[4].data_ptr()), 2.25);
   // A row whose inner lists differ in length (row 1 of a list of lists: [[1], []]) or a null
   // inside a list is refused, naming it.
   const auto error_packing = [&](const char* field) {
@@ -478,13 +490,14 @@ TEST(PackParquet, ListsOfStructsBecomeAFieldForEachOfTheirColumns) {
     const Schema& schema = sources.schema();
     std::vector<std::string> names;
     for (const Field& f : schema.fields()) names.push_back(f.name);
-    EXPECT_EQ(names, (std::vector<std::string>{"id", "messages.role", "messages.role.lengths", "messages.content",
-                                               "messages.content.lengths", "objects.bbox", "objects.category"}));
-    EXPECT_EQ(schema[5].dtype, kFloat32);
-    EXPECT_EQ(schema[5].shape, (DimVector{kVariableDim, 4}));  // every box has 4 values
-    EXPECT_EQ(schema[6].dtype, kInt64);
-    EXPECT_EQ(schema[6].shape, (DimVector{kVariableDim}));
-    // The null conversation (row 7) is stored empty, and counted.
+    EXPECT_EQ(names, (std::vector<std::string>{"id", "messages.role", "messages.role.lengths", "messages.role.valid",
+                                               "messages.content", "messages.content.lengths", "messages.content.valid",
+                                               "objects.bbox", "objects.category"}));
+    EXPECT_EQ(schema[7].dtype, kFloat32);
+    EXPECT_EQ(schema[7].shape, (DimVector{kVariableDim, 4}));  // every box has 4 values
+    EXPECT_EQ(schema[8].dtype, kInt64);
+    EXPECT_EQ(schema[8].shape, (DimVector{kVariableDim}));
+    // The null conversation (row 7) is stored empty, counted, and masked.
     const json nulls = json::parse(sources.metadata().at("arrow_nulls"));
     EXPECT_EQ(nulls["messages.role"], 1);
     const json& messages = expected["columns"][1]["values"];
@@ -494,34 +507,36 @@ TEST(PackParquet, ListsOfStructsBecomeAFieldForEachOfTheirColumns) {
       const std::vector<Tensor> record = sources.record(r);
       const json& conversation = messages[static_cast<size_t>(r)];
       const size_t turns = conversation.is_null() ? 0 : conversation.size();
+      EXPECT_EQ(record[3].item<bool>(), !conversation.is_null());
+      EXPECT_EQ(record[6].item<bool>(), !conversation.is_null());
       ASSERT_EQ(record[2].numel(), static_cast<int64_t>(turns));
-      ASSERT_EQ(record[4].numel(), static_cast<int64_t>(turns));
+      ASSERT_EQ(record[5].numel(), static_cast<int64_t>(turns));
       std::string roles, contents;
       for (size_t k = 0; k < turns; ++k) {
         roles += conversation[k]["role"].get<std::string>();
         contents += conversation[k]["content"].get<std::string>();
         EXPECT_EQ(record[2].contiguous().data_ptr<int64_t>()[k], static_cast<int64_t>(conversation[k]["role"].get<std::string>().size()));
-        EXPECT_EQ(record[4].contiguous().data_ptr<int64_t>()[k], static_cast<int64_t>(conversation[k]["content"].get<std::string>().size()));
+        EXPECT_EQ(record[5].contiguous().data_ptr<int64_t>()[k], static_cast<int64_t>(conversation[k]["content"].get<std::string>().size()));
       }
       EXPECT_EQ(text_of(record[1]), roles);
-      EXPECT_EQ(text_of(record[3]), contents);
+      EXPECT_EQ(text_of(record[4]), contents);
       const json& boxes = objects[static_cast<size_t>(r)];
-      ASSERT_EQ(record[5].sizes()[0], static_cast<int64_t>(boxes.size()));
-      ASSERT_EQ(record[6].numel(), static_cast<int64_t>(boxes.size()));
-      const Tensor bbox = record[5].contiguous();
+      ASSERT_EQ(record[7].sizes()[0], static_cast<int64_t>(boxes.size()));
+      ASSERT_EQ(record[8].numel(), static_cast<int64_t>(boxes.size()));
+      const Tensor bbox = record[7].contiguous();
       for (size_t k = 0; k < boxes.size(); ++k) {
         for (size_t j = 0; j < 4; ++j)
           EXPECT_EQ(bbox.data_ptr<float>()[4 * k + j], boxes[k]["bbox"][j].get<float>());
-        EXPECT_EQ(record[6].contiguous().data_ptr<int64_t>()[k], boxes[k]["category"].get<int64_t>());
+        EXPECT_EQ(record[8].contiguous().data_ptr<int64_t>()[k], boxes[k]["category"].get<int64_t>());
       }
     }
     // `--field messages`: the struct's columns, its strings' lengths with them.
     const PackSources chosen = PackSources::from_inputs(std::vector<std::string>{data_file(name)},
                                                         std::vector<std::string>{"messages", "id"});
-    ASSERT_EQ(chosen.schema().size(), 5u);
+    ASSERT_EQ(chosen.schema().size(), 7u);
     EXPECT_EQ(chosen.schema()[0].name, "messages.role");
-    EXPECT_EQ(chosen.schema()[3].name, "messages.content.lengths");
-    EXPECT_EQ(chosen.schema()[4].name, "id");
+    EXPECT_EQ(chosen.schema()[4].name, "messages.content.lengths");
+    EXPECT_EQ(chosen.schema()[6].name, "id");
   }
   // DuckDB's list<struct<x, y>> of duckdb_nested holds nulls inside its lists: refused, naming
   // the row, as a list of numbers with a null inside is.
@@ -535,10 +550,13 @@ TEST(PackParquet, ListsOfStructsBecomeAFieldForEachOfTheirColumns) {
 TEST(PackParquet, MapsBecomeTheirKeysAndValues) {
   const std::string nested = data_file("duckdb_nested");
   const PackSources keys = PackSources::from_inputs(std::vector<std::string>{nested}, std::vector<std::string>{"map_str_int32.key"});
-  ASSERT_EQ(keys.schema().size(), 2u);
+  ASSERT_EQ(keys.schema().size(), 3u);
   EXPECT_EQ(keys.schema()[1].name, "map_str_int32.key.lengths");
   EXPECT_EQ(text_of(keys.record(4)[0]), "k0k1");
-  EXPECT_EQ(keys.record(1)[1].numel(), 0);  // a null map: empty
+  EXPECT_EQ(keys.record(1)[1].numel(), 0);  // a null map: empty, and masked
+  EXPECT_EQ(keys.schema()[2].name, "map_str_int32.key.valid");
+  EXPECT_FALSE(keys.record(1)[2].item<bool>());
+  EXPECT_TRUE(keys.record(4)[2].item<bool>());
   EXPECT_NE(keys.metadata().at("arrow_types").find(R"("map_str_int32.key":"large_string in map<large_string, int32>")"),
             std::string::npos)
       << keys.metadata().at("arrow_types");
@@ -596,47 +614,57 @@ TEST(PackParquet, DecimalsBecomeFloat64) {
     const PackSources d = PackSources::from_inputs(std::vector<std::string>{data_file(name)},
                                                    std::vector<std::string>{"dec_9_2", "dec_18_4", "dec_38_10"});
     const json expected = expected_of(name);
-    for (size_t f = 0; f < 3; ++f) {
-      EXPECT_EQ(d.schema()[f].dtype, kFloat64);
+    const Schema& schema = d.schema();
+    for (const std::string decimal : {"dec_9_2", "dec_18_4", "dec_38_10"}) {
+      const size_t f = schema.index_of(decimal);
+      EXPECT_EQ(schema[f].dtype, kFloat64);
       const auto column = std::find_if(expected["columns"].begin(), expected["columns"].end(),
-                                       [&](const json& c) { return c["name"] == d.schema()[f].name; });
+                                       [&](const json& c) { return c["name"] == decimal; });
       ASSERT_NE(column, expected["columns"].end());
+      const std::optional<size_t> mask = schema.find(decimal + ".valid");
       for (int64_t r = 0; r < d.records(); ++r) {
-        const double got = d.record(r)[f].item<double>();
+        const std::vector<Tensor> record = d.record(r);
+        const double got = record[f].item<double>();
         const json& want = (*column)["values"][static_cast<size_t>(r)];
+        if (mask) EXPECT_EQ(record[*mask].item<bool>(), !want.is_null()) << r;
         if (want.is_null()) {
+          EXPECT_TRUE(mask.has_value());
           EXPECT_TRUE(std::isnan(got)) << r;
           continue;
         }
         const double nearest = std::stod(want.get<std::string>());
-        if (f == 0) EXPECT_EQ(got, nearest) << d.schema()[f].name << " row " << r;  // 9 digits: the nearest
-        else EXPECT_NEAR(got, nearest, std::abs(nearest) * 1e-15) << d.schema()[f].name << " row " << r;
+        if (decimal == "dec_9_2") EXPECT_EQ(got, nearest) << decimal << " row " << r;  // 9 digits: the nearest
+        else EXPECT_NEAR(got, nearest, std::abs(nearest) * 1e-15) << decimal << " row " << r;
       }
     }
     EXPECT_NE(d.metadata().at("arrow_types").find(R"x("dec_9_2":"decimal128(9, 2)")x"), std::string::npos);
   }
   // Spark's forms, and a decimal256.
   const PackSources spark = PackSources::from_inputs(std::vector<std::string>{(kData / "edge" / "decimals_spark.parquet").string()});
-  const auto at = [&](int64_t r, size_t f) { return spark.record(r)[f].item<double>(); };
-  EXPECT_EQ(at(0, 0), std::stod("12345678901234567.89"));
-  EXPECT_EQ(at(1, 0), -0.01);
-  EXPECT_TRUE(std::isnan(at(2, 0)));
-  EXPECT_EQ(at(3, 0), 0.0);
-  EXPECT_EQ(at(0, 1), 1.5);
-  EXPECT_EQ(at(1, 1), std::stod("-123456789.12345"));
-  EXPECT_TRUE(std::isnan(at(2, 1)));
-  EXPECT_NEAR(at(0, 2), 1e41, 1e41 * 1e-15);
-  EXPECT_EQ(at(1, 2), -0.007);
-  EXPECT_EQ(at(3, 2), 0.001);
+  const auto at = [&](int64_t r, const char* field) { return field_value(spark, r, field).item<double>(); };
+  EXPECT_EQ(at(0, "price"), std::stod("12345678901234567.89"));
+  EXPECT_EQ(at(1, "price"), -0.01);
+  EXPECT_TRUE(std::isnan(at(2, "price")));
+  EXPECT_EQ(at(3, "price"), 0.0);
+  EXPECT_EQ(at(0, "amount"), 1.5);
+  EXPECT_EQ(at(1, "amount"), std::stod("-123456789.12345"));
+  EXPECT_TRUE(std::isnan(at(2, "amount")));
+  EXPECT_FALSE(field_value(spark, 2, "amount.valid").item<bool>());
+  EXPECT_TRUE(field_value(spark, 3, "amount.valid").item<bool>());
+  EXPECT_NEAR(at(0, "wide"), 1e41, 1e41 * 1e-15);
+  EXPECT_EQ(at(1, "wide"), -0.007);
+  EXPECT_EQ(at(3, "wide"), 0.001);
   // Spark's legacy form: big-endian FIXED_LEN_BYTE_ARRAYs of 4 and 8 bytes.
   const std::vector<std::string> small = {"-123.45", "0.01", "0", "999.99"};
   const std::vector<std::string> mid = {"-123456789.012", "0.007", "0", "0.001"};
   for (int64_t r = 0; r < 4; ++r) {
-    EXPECT_EQ(at(r, 3), std::stod(small[static_cast<size_t>(r)])) << r;
-    EXPECT_EQ(at(r, 4), std::stod(mid[static_cast<size_t>(r)])) << r;
+    EXPECT_EQ(at(r, "small"), std::stod(small[static_cast<size_t>(r)])) << r;
+    EXPECT_EQ(at(r, "mid"), std::stod(mid[static_cast<size_t>(r)])) << r;
   }
   EXPECT_EQ(spark.metadata().at("arrow_types"),
-            R"x({"amount":"decimal128(25, 5)","mid":"decimal128(15, 3)","price":"decimal128(20, 2)","small":"decimal128(5, 2)","wide":"decimal256(45, 3)"})x");
+            R"x({"amount":"decimal128(25, 5)","amount.valid":"decimal128(25, 5) (valid)","mid":"decimal128(15, 3)",)x"
+            R"x("price":"decimal128(20, 2)","price.valid":"decimal128(20, 2) (valid)","small":"decimal128(5, 2)",)x"
+            R"x("wide":"decimal256(45, 3)"})x");
   // A value of more bytes than its precision's, past its sign's (2^127 in 17 bytes): refused,
   // naming its row.
   const std::string too_long = error_of([&] {
@@ -670,7 +698,8 @@ TEST(PackParquet, DecimalsBecomeFloat64) {
             std::string::npos);
   const std::string missing = error_of([&] { (void)PackSources::from_inputs(std::vector<std::string>{types}, std::vector<std::string>{"nope"}); });
   EXPECT_NE(missing.find("no column 'nope' (its columns: i8, i16"), std::string::npos) << missing;
-  // A null in an integer column is zero, and i8.valid false; in a float column it is NaN.
+  // A null in an integer column is zero, and i8.valid false; in a float column it is NaN, and
+  // f16.valid false.
   const PackSources i8 = PackSources::from_inputs(std::vector<std::string>{types}, std::vector<std::string>{"i8"});
   ASSERT_EQ(i8.schema().size(), 2u);
   EXPECT_EQ(i8.schema()[1].name, "i8.valid");
@@ -678,8 +707,11 @@ TEST(PackParquet, DecimalsBecomeFloat64) {
   EXPECT_FALSE(i8.record(5)[1].item<bool>());
   EXPECT_TRUE(i8.record(4)[1].item<bool>());
   const PackSources halves = PackSources::from_inputs(std::vector<std::string>{data_file("pw_types")}, std::vector<std::string>{"f16"});
-  ASSERT_EQ(halves.schema().size(), 1u);
+  ASSERT_EQ(halves.schema().size(), 2u);
   EXPECT_EQ(halves.schema()[0].dtype, kFloat16);
+  EXPECT_TRUE(std::isnan(halves.record(5)[0].item<double>()));
+  EXPECT_FALSE(halves.record(5)[1].item<bool>());
+  EXPECT_TRUE(halves.record(6)[1].item<bool>());
 }
 
 TEST(PackParquet, AFolderOfParquetFilesPacksInNameOrder) {
@@ -698,7 +730,7 @@ TEST(PackParquet, AFolderOfParquetFilesPacksInNameOrder) {
     if (column["name"] != "c_string") continue;
     for (int64_t r : {0, 50, 99}) {
       const json& want = column["values"][static_cast<size_t>(r % 50)];
-      EXPECT_EQ(text_of(sources.record(r)[1]), want.is_null() ? "" : want.get<std::string>()) << r;
+      EXPECT_EQ(text_of(field_value(sources, r, "c_string")), want.is_null() ? "" : want.get<std::string>()) << r;
     }
   }
 }

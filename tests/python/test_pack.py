@@ -477,16 +477,17 @@ class PackTest(FolderTestCase):
         chat = os.path.join(os.path.dirname(__file__), "..", "data", "parquet", "duckdb_chat.parquet")
         mmtensor.pack(self.path("c.mmt"), [chat], fields=["messages"])
         ds = mmtensor.Dataset(self.path("c.mmt"))
-        self.assertEqual(list(ds[1].keys()), ["messages.role", "messages.role.lengths", "messages.content",
-                                              "messages.content.lengths"])
+        self.assertEqual(list(ds[1].keys()), ["messages.role", "messages.role.lengths", "messages.role.valid",
+                                              "messages.content", "messages.content.lengths", "messages.content.valid"])
         lengths = ds[1]["messages.role.lengths"].tolist()
         roles = bytes(ds[1]["messages.role"]).decode()
         self.assertEqual([roles[:lengths[0]], roles[lengths[0]:]], ["user", "assistant"])
-        # DuckDB's nullable int8 (zeros and a mask, i8.valid) and decimal(9, 2) (float64).
+        # DuckDB's nullable int8 (zeros and a mask, i8.valid) and decimal(9, 2) (float64: NaN
+        # and a mask, dec_9_2.valid).
         types = os.path.join(os.path.dirname(__file__), "..", "data", "parquet", "duckdb_types.parquet")
         mmtensor.pack(self.path("t.mmt"), [types], fields=["i8", "dec_9_2"])
         ds = mmtensor.Dataset(self.path("t.mmt"))
-        self.assertEqual(list(ds[5].keys()), ["i8", "i8.valid", "dec_9_2"])
+        self.assertEqual(list(ds[5].keys()), ["i8", "i8.valid", "dec_9_2", "dec_9_2.valid"])
         self.assertEqual((ds[5]["i8"].item(), ds[5]["i8.valid"].item()), (0, False))
         self.assertTrue(ds[4]["i8.valid"].item())
         self.assertEqual(ds[1]["dec_9_2"].item(), 1.23)
