@@ -22,7 +22,9 @@ FASHION = "/usr/share/datasets/fashion-mnist"
 @contextlib.contextmanager
 def sigint_after(seconds):
     """SIGINT to this process after `seconds` (a Ctrl-C in the middle of the call made
-    inside), cancelled on the way out if it has not come."""
+    inside), cancelled on the way out if it has not come. Enter it inside the assertRaises
+    that expects the KeyboardInterrupt: on a loaded machine the signal may come while
+    timer.start() still waits for its thread."""
     timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
@@ -505,7 +507,7 @@ class PackTest(FolderTestCase):
         # Slow to compress (zstd at its highest level), so the interrupt comes mid-pack.
         rng = np.random.default_rng(0)
         np.save(self.path("big.npy"), rng.integers(0, 16, size=(4096, 4096), dtype=np.uint8))
-        with sigint_after(0.3), self.assertRaises(KeyboardInterrupt):
+        with self.assertRaises(KeyboardInterrupt), sigint_after(0.3):
             mmtensor.pack(self.path("big.mmt"), {"x": self.path("big.npy")}, codec="zstd:19", threads=1)
         self.assertFalse(os.path.exists(self.path("big.mmt")))
         self.assertEqual(sorted(os.listdir(self.dir.name)), ["big.npy"])
@@ -517,7 +519,7 @@ class PackTest(FolderTestCase):
         # dataset was published; finish() now asks while it compresses and before the rename.
         rng = np.random.default_rng(0)
         np.save(self.path("one.npy"), rng.integers(0, 16, size=(1, 6 << 20), dtype=np.uint8))
-        with sigint_after(0.3), self.assertRaises(KeyboardInterrupt):
+        with self.assertRaises(KeyboardInterrupt), sigint_after(0.3):
             mmtensor.pack(self.path("one.mmt"), {"x": self.path("one.npy")}, codec="zstd:19",
                           chunk_bytes=8 << 20, threads=1)
         self.assertEqual(sorted(os.listdir(self.dir.name)), ["one.npy"])
@@ -530,7 +532,7 @@ class PackTest(FolderTestCase):
             f.write(gzip.compress(bytes([0, 0, 8, 3, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0])))
             for _ in range(16):
                 f.write(member)
-        with sigint_after(0.05), self.assertRaises(KeyboardInterrupt):
+        with self.assertRaises(KeyboardInterrupt), sigint_after(0.05):
             mmtensor.pack(self.path("big.mmt"), {"x": self.path("big-idx3-ubyte.gz")})
         self.assertEqual(sorted(os.listdir(self.dir.name)), ["big-idx3-ubyte.gz"])
 

@@ -183,9 +183,9 @@ class WriteShardsTest(FolderTestCase):
         # the same, rather than joined for ever.
         os.remove(self.path("deaf"))
         timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
         try:
             with self.assertRaises(KeyboardInterrupt):
+                timer.start()
                 mmtensor.write_shards(output, FIELDS, inputs, convert_failing_at_0_or_hanging_deaf, shards=2,
                                       num_workers=2)
         finally:
@@ -220,12 +220,12 @@ class WriteShardsTest(FolderTestCase):
         with open(self.path("slow.py"), "w") as f:
             f.write(script)
         os.mkdir(self.path("out"))
-        child = subprocess.Popen([sys.executable, self.path("slow.py"), self.path("out")], stdout=subprocess.PIPE,
-                                 text=True)
-        self.assertEqual(child.stdout.readline().strip(), "started")
-        time.sleep(1.0)
-        child.send_signal(signal.SIGTERM)
-        self.assertEqual(child.wait(timeout=60), 128 + signal.SIGTERM)
+        with subprocess.Popen([sys.executable, self.path("slow.py"), self.path("out")], stdout=subprocess.PIPE,
+                              text=True) as child:  # its pipe closed on the way out
+            self.assertEqual(child.stdout.readline().strip(), "started")
+            time.sleep(1.0)
+            child.send_signal(signal.SIGTERM)
+            self.assertEqual(child.wait(timeout=60), 128 + signal.SIGTERM)
         time.sleep(0.5)  # the workers, stopped by the parent, are gone too
         self.assertEqual(os.listdir(self.path("out")), [])
 
