@@ -47,6 +47,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -133,6 +134,9 @@ using detail::ArrowField;
 using detail::ArrowIpc;
 using detail::ArrowTypeId;
 using detail::str;
+
+// What a list of strings' lengths field adds to its column's Arrow type in "arrow_types".
+constexpr std::string_view kLengthsType = " (lengths)";
 namespace fs = std::filesystem;
 
 // The dtype of a numeric Arrow type; nullopt for others.
@@ -686,7 +690,7 @@ void add_columns(const ArrowField& field, const std::string& prefix, std::vector
   if (column.leaf == ArrowColumns::Leaf::Bytes && listed) {  // a list of strings: two fields
     ArrowColumns::Column lengths = column;
     lengths.name += ".lengths";
-    lengths.type_name += " (lengths)";
+    lengths.type_name += kLengthsType;
     lengths.lengths = true;
     lengths.dtype = kInt64;
     lengths.item = 8;
@@ -907,11 +911,12 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
   // The columns, and which are packed.
   std::vector<ArrowColumns::Column> all;
   std::vector<std::string> refused;
+  std::vector<std::string> masks_asked;  // NAME.valid chosen by name
   for (const ArrowField& field : first.fields) add_columns(field, "", {}, "", all, refused);
   if (fields.empty()) {
     MMT_CHECK(refused.empty(), ValueError, first.path, ": columns of types no field holds: ",
               detail::cut_for_message(detail::joined(refused), 2000), "; choose the columns to pack (mmt pack --field NAME, repeated; PackSources::from_arrow's fields)");
-    arrow->columns = std::move(all);
+    arrow->columns = all;
   } else {
     const auto chosen = [&](const std::string& name) {
       return std::any_of(arrow->columns.begin(), arrow->columns.end(),
@@ -930,8 +935,11 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
       };
       auto it = named(name);
       // NAME.valid, the mask of a column with nulls (verify chooses every field a pack made):
-      // NAME, which brings it.
-      if (it == all.end() && name.ends_with(".valid")) it = named(name.substr(0, name.size() - 6));
+      // NAME, which brings it (checked below, once the nulls are counted).
+      if (it == all.end() && name.ends_with(".valid")) {
+        it = named(name.substr(0, name.size() - 6));
+        if (it != all.end()) masks_asked.push_back(name);
+      }
       if (it != all.end()) {
         choose(*it);
         // A list of strings' lengths follow its strings, unless chosen apart: the joined bytes
@@ -1059,23 +1067,34 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
   }
 
   // The NAME.valid of each column with nulls, right after it; a list of strings', after its
-  // lengths (null in the same rows): a mask reads the null rows of the column before it.
+  // lengths (null in the same rows), or after the lengths alone when they are chosen without
+  // the strings: a mask reads the null rows of the column before it. A mask never takes the
+  // name of a column of the file, chosen or not: verify, asking for it by name, would get
+  // that column.
+  const auto is_chosen = [&](const std::string& name) {
+    return std::any_of(arrow->columns.begin(), arrow->columns.end(), [&](const ArrowColumns::Column& c) { return c.name == name; });
+  };
   std::vector<ArrowColumns::Column> with_validity;
   for (size_t c = 0; c < arrow->columns.size(); ++c) {
     const ArrowColumns::Column& column = arrow->columns[c];
     with_validity.push_back(column);
     if (column.nulls == 0) continue;
+    // A list of strings' lengths chosen apart from its strings: the strings' mask is theirs.
+    const std::string strings = column.lengths ? column.name.substr(0, column.name.size() - 8) : column.name;
+    if (column.lengths && is_chosen(strings)) continue;
     const bool lengths_follow = !column.lengths && c + 1 < arrow->columns.size() &&
                                 arrow->columns[c + 1].lengths && arrow->columns[c + 1].name == column.name + ".lengths";
     if (lengths_follow) with_validity.push_back(arrow->columns[++c]);
-    const std::string name = column.name + ".valid";
-    for (const ArrowColumns::Column& other : arrow->columns)
-      MMT_CHECK(other.name != name, ValueError, first.path, ": column '", detail::cut_for_message(column.name, 100),
+    const std::string name = strings + ".valid";
+    for (const ArrowColumns::Column& other : all)
+      MMT_CHECK(other.name != name, ValueError, first.path, ": column '", detail::cut_for_message(strings, 100),
                 "' has nulls, and its mask, '", detail::cut_for_message(name, 100),
-                "', would take the name of a column; leave one of the two out (mmt pack --field NAME, repeated), or rename it");
+                "', would take the name of a column of the file; leave '", detail::cut_for_message(strings, 100),
+                "' out (mmt pack --field NAME, repeated), or rename one of the two");
     ArrowColumns::Column valid = with_validity.back();
     valid.name = name;
-    valid.type_name = column.type_name + " (valid)";
+    // The strings' Arrow type, without the lengths' mark.
+    valid.type_name = column.type_name.substr(0, column.type_name.size() - (column.lengths ? kLengthsType.size() : 0)) + " (valid)";
     valid.lengths = false;
     valid.validity = true;
     valid.dtype = kBool;
@@ -1085,6 +1104,9 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
     with_validity.push_back(std::move(valid));
   }
   arrow->columns = std::move(with_validity);
+  for (const std::string& mask : masks_asked)
+    MMT_CHECK(is_chosen(mask), ValueError, first.path, ": no column '", detail::cut_for_message(mask, 100), "': column '",
+              detail::cut_for_message(mask.substr(0, mask.size() - 6), 100), "' has no nulls, so no mask");
 
   std::vector<Field> schema_fields;
   nlohmann::json types = nlohmann::json::object(), nulls = nlohmann::json::object();

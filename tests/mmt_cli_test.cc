@@ -1288,6 +1288,14 @@ TEST_F(MmtCli, PackTakesArrowFilesAndVerifiesAgainstThem) {
   const RunResult polars_sound = run_mmt({"verify", path("p.mmt"), "--against", polars});
   EXPECT_EQ(polars_sound.exit_code, 0) << polars_sound.err;
   EXPECT_NE(polars_sound.out.find("equal their sources byte for byte"), std::string::npos) << polars_sound.out;
+  // A dataset holding a column without its mask (packed before every column with nulls had
+  // one, or repacked without it) verifies: the masks it lacks are not compared.
+  ASSERT_EQ(run_mmt({"pack", path("unmasked.mmt"), path("p.mmt"), "--field", "score", "--field", "text"}).exit_code, 0);
+  const RunResult unmasked = run_mmt({"verify", path("unmasked.mmt"), "--against", polars});
+  EXPECT_EQ(unmasked.exit_code, 0) << unmasked.err;
+  EXPECT_NE(unmasked.out.find("(fields score, text; not compared, as the dataset does not hold them: score.valid, text.valid)"),
+            std::string::npos)
+      << unmasked.out;
 }
 
 // TFRecord files: one record per Example; features chosen with --field by key; verified
@@ -1393,6 +1401,19 @@ TEST_F(MmtCli, PackTakesParquetFilesAndVerifiesAgainstThem) {
   const RunResult i8 = run_mmt({"verify", path("i.mmt"), "--against", duckdb});
   EXPECT_EQ(i8.exit_code, 0) << i8.err;
   EXPECT_NE(i8.out.find("(fields i8, i8.valid, dec_9_2, dec_9_2.valid)"), std::string::npos) << i8.out;
+  // Token windows from a list column with nulls: cut from the column, its mask left out (a null
+  // row is an empty document), and verified against the file.
+  const std::string nested = (fs::path(MMT_SOURCE_DIR) / "tests/data/parquet/duckdb_nested.parquet").string();
+  const RunResult windows = run_mmt({"pack", path("w.mmt"), nested, "--field", "list_int32", "--window", "4"});
+  ASSERT_EQ(windows.exit_code, 0) << windows.err;
+  const Dataset cut = Dataset::open(path("w.mmt"));
+  ASSERT_EQ(cut.schema().size(), 1u);
+  ASSERT_EQ(cut.size(), 6);  // 25 tokens: [0], [], null, [3, 13, 23, 33], [4, 14, 24, 34, 44]...
+  const Tensor second = cut[1]["list_int32"];
+  EXPECT_EQ((std::vector<int32_t>(second.data_ptr<int32_t>(), second.data_ptr<int32_t>() + 4)),
+            (std::vector<int32_t>{33, 4, 14, 24}));
+  const RunResult windows_sound = run_mmt({"verify", path("w.mmt"), "--against", nested});
+  EXPECT_EQ(windows_sound.exit_code, 0) << windows_sound.err;
   const std::string types = (fs::path(MMT_SOURCE_DIR) / "tests/data/parquet/edge/repeated_group_with_decimal.parquet").string();
   EXPECT_FAILS_WITH(run_mmt({"pack", path("n.mmt"), types}), "'pts.d' (decimal(0, 0))");
   EXPECT_FALSE(fs::exists(path("n.mmt")));

@@ -761,11 +761,21 @@ TEST(PackArrow, ListsOfStringsBecomeBytesAndLengths) {
   ASSERT_EQ(masked.schema().size(), 3u);
   EXPECT_EQ(masked.schema()[1].name, "captions.lengths");
   EXPECT_EQ(masked.schema()[2].name, "captions.valid");
-  // Its lengths alone: their mask follows them, under their own name.
+  // Its lengths alone: the column's mask follows them.
   const PackSources lengths = PackSources::from_arrow(input, std::vector<std::string>{"captions.lengths"});
   ASSERT_EQ(lengths.schema().size(), 2u);
-  EXPECT_EQ(lengths.schema()[1].name, "captions.lengths.valid");
+  EXPECT_EQ(lengths.schema()[1].name, "captions.valid");
   EXPECT_FALSE(lengths.record(2)[1].item<bool>());
+  EXPECT_NE(lengths.metadata().at("arrow_types").find(R"x("captions.valid":"list<string> (valid)")x"), std::string::npos)
+      << lengths.metadata().at("arrow_types");
+  // Lengths and strings chosen apart, in either order: one mask, after the strings.
+  const PackSources apart =
+      PackSources::from_arrow(input, std::vector<std::string>{"captions.lengths", "id", "captions"});
+  std::vector<std::string> apart_names;
+  for (const Field& f : apart.schema().fields()) apart_names.push_back(f.name);
+  EXPECT_EQ(apart_names, (std::vector<std::string>{"captions.lengths", "id", "captions", "captions.valid"}));
+  EXPECT_FALSE(apart.record(2)[3].item<bool>());
+  EXPECT_TRUE(apart.record(1)[3].item<bool>());
 }
 
 TEST(PackArrow, JaggedListsAndNullsInsideListsAreRefused) {
@@ -1043,9 +1053,20 @@ TEST(PackArrow, StructsAreFlattenedAndNullsStoredAsHuggingFaceReadsThem) {
                              arrow::bools("x.valid", {true, true})}})
                   .bytes);
   const std::string clash = error_of([&] { PackSources::from_arrow(std::vector<std::string>{dir / "clash.arrow"}); });
-  EXPECT_NE(clash.find("column 'x' has nulls, and its mask, 'x.valid', would take the name of a column"),
+  EXPECT_NE(clash.find("column 'x' has nulls, and its mask, 'x.valid', would take the name of a column of the file"),
             std::string::npos)
       << clash;
+  // Chosen alone, too: verify, asking the file for 'x.valid', would get the other column.
+  const std::string chosen_clash = error_of(
+      [&] { PackSources::from_arrow(std::vector<std::string>{dir / "clash.arrow"}, std::vector<std::string>{"x"}); });
+  EXPECT_NE(chosen_clash.find("its mask, 'x.valid', would take the name of a column of the file; leave 'x' out"),
+            std::string::npos)
+      << chosen_clash;
+  // The mask of a column without nulls is no column.
+  const std::string no_mask = error_of([&] {
+    PackSources::from_arrow(std::vector<std::string>{dir / "labels.arrow"}, std::vector<std::string>{"id.valid"});
+  });
+  EXPECT_NE(no_mask.find("no column 'id.valid': column 'id' has no nulls, so no mask"), std::string::npos) << no_mask;
 }
 
 TEST(PackArrow, ColumnsChosenAndTypesNoFieldHolds) {

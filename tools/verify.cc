@@ -10,6 +10,8 @@
 #include <vector>
 #include <unordered_set>
 
+#include <nlohmann/json.hpp>
+
 #include "mmt_commands.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/packer.h"
@@ -176,6 +178,22 @@ std::vector<std::string> fields_to_compare(const VerifyArgs& args, const Dataset
   return fields;
 }
 
+// Whether every field `sources` give that `ds` lacks is an Arrow or Parquet column's mask
+// (NAME.valid, "(valid)" in the sources' "arrow_types"): a dataset packed before every column
+// with nulls had one, or a repack that left it out, holds the column without it.
+bool lacks_only_masks(const Dataset& ds, const PackSources& sources) {
+  const auto types = sources.metadata().find("arrow_types");
+  if (types == sources.metadata().end()) return false;
+  const nlohmann::json arrow_types = nlohmann::json::parse(types->second, nullptr, /*allow_exceptions=*/false);
+  if (!arrow_types.is_object()) return false;
+  for (const Field& f : sources.schema()) {
+    if (ds.schema().find(f.name)) continue;
+    const auto type = arrow_types.find(f.name);
+    if (type == arrow_types.end() || !type->is_string() || !type->get<std::string>().ends_with(" (valid)")) return false;
+  }
+  return true;
+}
+
 void run_verify(const VerifyArgs& args) {
   check_options(args);
   Dataset ds = Dataset::open_concat(args.files);
@@ -224,9 +242,10 @@ void run_verify(const VerifyArgs& args) {
     indices.assign(picked.begin(), picked.end());
     std::sort(indices.begin(), indices.end());
   }
-  // A folder gives its fields whatever the pack kept (a repack may have left "label" out):
-  // those the dataset holds are compared.
-  const SourceFields which = args.folder.empty() ? SourceFields::AllGiven : SourceFields::Shared;
+  // A folder gives its fields whatever the pack kept (a repack may have left "label" out), and
+  // Arrow and Parquet files masks the dataset may not hold: those the dataset holds are compared.
+  const SourceFields which =
+      !args.folder.empty() || lacks_only_masks(ds, sources) ? SourceFields::Shared : SourceFields::AllGiven;
   int64_t compared = compare_with_sources(ds, sources, indices, which);
   std::cout << printable(ds.path()) << ": " << compared << (indices.empty() ? " records (all)" : " random records")
             << " equal their sources byte for byte (" << compared_fields(ds.schema(), sources.schema(), !args.fields.empty()) << ")\n";

@@ -320,7 +320,8 @@ class PackSources {
                                                      const std::string& where);
   // `tokens` cut into windows (WindowOptions above): one field of the same name and dtype,
   // shape [length]. `tokens` must have one field whose records hold one value each (a 1-D
-  // array's) or a 1-D value each (documents: ragged, or fixed [n]); a separator needs
+  // array's) or a 1-D value each (documents: ragged, or fixed [n]), and may have beside it
+  // its mask NAME.valid (an Arrow or Parquet column's nulls: empty documents); a separator needs
   // documents. Documents are read once here, to count their tokens (8 bytes of memory a
   // document), and again as the windows are written. ValueError for other sources, bad
   // options, or a separator that the dtype does not hold exactly.
