@@ -937,8 +937,13 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
       // NAME.valid, the mask of a column with nulls (verify chooses every field a pack made):
       // NAME, which brings it (checked below, once the nulls are counted).
       if (it == all.end() && name.ends_with(".valid")) {
-        it = named(name.substr(0, name.size() - 6));
+        const std::string column = name.substr(0, name.size() - 6);
+        it = named(column);
+        if (it != all.end() && it->lengths) it = all.end();  // a list of strings' mask is NAME.valid
         if (it != all.end()) masks_asked.push_back(name);
+        // A list of strings' mask, its lengths chosen without its strings: the lengths bring it.
+        const auto asked = [&](const std::string& n) { return std::find(fields.begin(), fields.end(), n) != fields.end(); };
+        if (it != all.end() && asked(column + ".lengths") && !asked(column)) continue;
       }
       if (it != all.end()) {
         choose(*it);
@@ -1096,6 +1101,7 @@ PackSources PackSources::from_arrow(std::span<const std::string> specs, std::spa
     // The strings' Arrow type, without the lengths' mark.
     valid.type_name = column.type_name.substr(0, column.type_name.size() - (column.lengths ? kLengthsType.size() : 0)) + " (valid)";
     valid.lengths = false;
+    valid.views = false;  // nothing of its column's is read for it: the rows' nulls alone
     valid.validity = true;
     valid.dtype = kBool;
     valid.shape.clear();
@@ -1707,6 +1713,15 @@ void PackSources::arrow_record(int64_t index, std::vector<Tensor>& values) const
   });
   for (size_t c = 0; c < arrow.columns.size(); ++c) refuse_repeated_views(arrow.columns[c], r, rows[c]);
   for (size_t c = 0; c < arrow.columns.size(); ++c) row_value(arrow.columns[c], schema_[c], r, rows[c], values[c]);
+}
+
+bool PackSources::is_null_mask(std::string_view name) const {
+  const auto types = metadata_.find("arrow_types");
+  if (types == metadata_.end() || !schema_.find(name)) return false;
+  const nlohmann::json arrow_types = nlohmann::json::parse(types->second, nullptr, /*allow_exceptions=*/false);
+  if (!arrow_types.is_object()) return false;
+  const auto type = arrow_types.find(std::string(name));
+  return type != arrow_types.end() && type->is_string() && type->get<std::string>().ends_with(" (valid)");
 }
 
 std::string PackSources::arrow_origin(size_t field, int64_t index) const {

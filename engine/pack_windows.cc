@@ -73,21 +73,26 @@ Tensor document_of(const TokenWindows& w, int64_t d) {
   return held.values;
 }
 
-// Whether `schema` is one field, with at most its mask NAME.valid beside it (an Arrow or
-// Parquet column with nulls brings it): the windows are cut from the first, a null document
-// being an empty one.
-bool one_field_and_its_mask(const Schema& schema) {
-  if (schema.size() == 1) return true;
-  return schema.size() == 2 && schema[1].name == schema[0].name + ".valid" && schema[1].dtype == kBool &&
-         schema[1].shape.empty();
+// Whether `tokens` give one field, with at most its null mask beside it (an Arrow or Parquet
+// column with nulls brings it): the windows are cut from the first.
+bool one_field_and_its_mask(const PackSources& tokens) {
+  const Schema& schema = tokens.schema();
+  return schema.size() == 1 ||
+         (schema.size() == 2 && schema[1].name == schema[0].name + ".valid" && tokens.is_null_mask(schema[1].name));
 }
 
 }  // namespace
 
 PackSources PackSources::token_windows(PackSources tokens, WindowOptions options) {
-  MMT_CHECK(one_field_and_its_mask(tokens.schema()), ValueError, "token windows are cut from one field; the sources have ",
+  MMT_CHECK(one_field_and_its_mask(tokens), ValueError, "token windows are cut from one field; the sources have ",
             tokens.schema().size(), " (choose one: --field NAME of datasets, Arrow or Parquet files, or one array)");
   const Field field = tokens.schema()[0];
+  // A null document is empty: only documents of any length may be null. A null among fixed
+  // values (zeros, or NaN, in their place) would be cut into the stream as tokens.
+  MMT_CHECK(tokens.schema().size() == 1 || field.shape == DimVector{kVariableDim}, ValueError, "token windows: column '",
+            field.name, "' has nulls (its mask ", field.name, ".valid), and its rows are of fixed shape ",
+            IntArrayRef(field.shape), ": a null has no tokens to put in their place (only a list column's null is an ",
+            "empty document)");
   MMT_CHECK(options.length >= 1, ValueError, "token windows: the length must be >= 1 token, got ", options.length);
   MMT_CHECK(options.stride >= 0, ValueError, "token windows: the stride must be >= 1 token (0: the length), got ",
             options.stride);

@@ -1414,6 +1414,18 @@ TEST_F(MmtCli, PackTakesParquetFilesAndVerifiesAgainstThem) {
             (std::vector<int32_t>{33, 4, 14, 24}));
   const RunResult windows_sound = run_mmt({"verify", path("w.mmt"), "--against", nested});
   EXPECT_EQ(windows_sound.exit_code, 0) << windows_sound.err;
+  // Nulls among fixed values hold no tokens: refused, not cut as zeros.
+  EXPECT_FAILS_WITH(run_mmt({"pack", path("z.mmt"), duckdb, "--field", "i8", "--window", "2"}),
+                    "token windows: column 'i8' has nulls (its mask i8.valid), and its rows are of fixed shape []");
+  // A list of strings' lengths packed without the strings: with the column's mask, and verified.
+  ASSERT_EQ(run_mmt({"pack", path("l.mmt"), chat, "--field", "messages.role.lengths"}).exit_code, 0);
+  const Dataset lengths = Dataset::open(path("l.mmt"));
+  ASSERT_EQ(lengths.schema().size(), 2u);
+  EXPECT_EQ(lengths.schema()[1].name, "messages.role.valid");
+  const RunResult lengths_sound = run_mmt({"verify", path("l.mmt"), "--against", chat});
+  EXPECT_EQ(lengths_sound.exit_code, 0) << lengths_sound.err;
+  EXPECT_NE(lengths_sound.out.find("(fields messages.role.lengths, messages.role.valid)"), std::string::npos)
+      << lengths_sound.out;
   const std::string types = (fs::path(MMT_SOURCE_DIR) / "tests/data/parquet/edge/repeated_group_with_decimal.parquet").string();
   EXPECT_FAILS_WITH(run_mmt({"pack", path("n.mmt"), types}), "'pts.d' (decimal(0, 0))");
   EXPECT_FALSE(fs::exists(path("n.mmt")));

@@ -10,8 +10,6 @@
 #include <vector>
 #include <unordered_set>
 
-#include <nlohmann/json.hpp>
-
 #include "mmt_commands.h"
 #include "mmtensor/dataset.h"
 #include "mmtensor/packer.h"
@@ -178,20 +176,12 @@ std::vector<std::string> fields_to_compare(const VerifyArgs& args, const Dataset
   return fields;
 }
 
-// Whether every field `sources` give that `ds` lacks is an Arrow or Parquet column's mask
-// (NAME.valid, "(valid)" in the sources' "arrow_types"): a dataset packed before every column
-// with nulls had one, or a repack that left it out, holds the column without it.
+// Whether every field `sources` give that `ds` lacks is an Arrow or Parquet column's null
+// mask: a dataset packed before every column with nulls had one, or a repack that left it
+// out, holds the column without it.
 bool lacks_only_masks(const Dataset& ds, const PackSources& sources) {
-  const auto types = sources.metadata().find("arrow_types");
-  if (types == sources.metadata().end()) return false;
-  const nlohmann::json arrow_types = nlohmann::json::parse(types->second, nullptr, /*allow_exceptions=*/false);
-  if (!arrow_types.is_object()) return false;
-  for (const Field& f : sources.schema()) {
-    if (ds.schema().find(f.name)) continue;
-    const auto type = arrow_types.find(f.name);
-    if (type == arrow_types.end() || !type->is_string() || !type->get<std::string>().ends_with(" (valid)")) return false;
-  }
-  return true;
+  return std::all_of(sources.schema().begin(), sources.schema().end(),
+                     [&](const Field& f) { return ds.schema().find(f.name) || sources.is_null_mask(f.name); });
 }
 
 void run_verify(const VerifyArgs& args) {

@@ -321,7 +321,8 @@ class PackSources {
   // `tokens` cut into windows (WindowOptions above): one field of the same name and dtype,
   // shape [length]. `tokens` must have one field whose records hold one value each (a 1-D
   // array's) or a 1-D value each (documents: ragged, or fixed [n]), and may have beside it
-  // its mask NAME.valid (an Arrow or Parquet column's nulls: empty documents); a separator needs
+  // its null mask when ragged (an Arrow or Parquet list column's: a null is an empty
+  // document); a separator needs
   // documents. Documents are read once here, to count their tokens (8 bytes of memory a
   // document), and again as the windows are written. ValueError for other sources, bad
   // options, or a separator that the dtype does not hold exactly.
@@ -337,6 +338,9 @@ class PackSources {
   int64_t records() const { return records_; }
   const Schema& schema() const { return schema_; }
   const Metadata& metadata() const { return metadata_; }
+  // Whether field `name` is the null mask of an Arrow or Parquet column (NAME.valid, marked
+  // "(valid)" in the metadata key "arrow_types"), not a column of its own.
+  bool is_null_mask(std::string_view name) const;
   // Bytes of all record values, for progress and throughput figures.
   int64_t total_bytes() const { return total_bytes_; }
   // Hidden files and folders from_folder() skipped (a skipped folder counts once), or tar

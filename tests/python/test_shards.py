@@ -1,4 +1,5 @@
 """mmtensor.write_shards(): a user's conversion on several processes, one shard each."""
+import concurrent.futures
 import os
 import signal
 import subprocess
@@ -8,6 +9,7 @@ import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
 import unittest
+import unittest.mock
 
 import numpy as np
 
@@ -249,13 +251,13 @@ class WriteShardsTest(FolderTestCase):
         # The writer's options and fields, checked once here before any worker starts: the
         # error is this call's own, with no worker's note, and leaves nothing.
         before = sorted(os.listdir(self.dir.name))
-        with self.assertRaisesRegex(ValueError, "codec") as caught:
+        no_pool = unittest.mock.patch.object(concurrent.futures, "ProcessPoolExecutor",
+                                             side_effect=AssertionError("a worker pool was started"))
+        with no_pool, self.assertRaisesRegex(ValueError, "unknown codec 'lz5'"):
             mmtensor.write_shards(self.path("c{shard}.mmt"), FIELDS, range(4), convert, shards=2, codec="lz5")
-        self.assertFalse(getattr(caught.exception, "__notes__", None))
         twice = [mmtensor.Field("x", "int64"), mmtensor.Field("x", "int64")]
-        with self.assertRaisesRegex(ValueError, "x") as caught:
+        with no_pool, self.assertRaisesRegex(ValueError, "already has a field named 'x'"):
             mmtensor.write_shards(self.path("c{shard}.mmt"), twice, range(4), convert)
-        self.assertFalse(getattr(caught.exception, "__notes__", None))
         self.assertEqual(sorted(os.listdir(self.dir.name)), before)
         with self.assertRaisesRegex(FileNotFoundError, "its folder .*nowhere does not exist"):
             mmtensor.write_shards(self.path("nowhere/i{shard}.mmt"), FIELDS, range(3), convert)
